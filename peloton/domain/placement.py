@@ -1,0 +1,82 @@
+"""Plain data exchanged between resmgr, the placement engine and hostmgr."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from peloton.domain.resources import Resources
+from peloton.domain.spec import Constraint
+
+
+@dataclass(frozen=True, slots=True)
+class HostOffer:
+    """What one host can give right now: free resources plus the concrete GPU indices and ports."""
+
+    hostname: str
+    address: str  # reachable address for peers (127.0.0.1 on the local backend)
+    free: Resources  # free.gpu == len(gpu_ids), free.ports == len(ports)
+    gpu_ids: tuple[int, ...] = ()
+    ports: tuple[int, ...] = ()
+    labels: dict[str, str] = field(default_factory=dict)
+    capacity: Resources = Resources()
+    has_gpus: bool = False  # host has GPUs at all (CPU-only work avoids GPU hosts when it can)
+
+
+@dataclass(frozen=True, slots=True)
+class MemberRequest:
+    instance: int
+    task_id: str
+    resources: Resources
+
+
+@dataclass(frozen=True, slots=True)
+class GangRequest:
+    """A gang asking to be placed: every member or none."""
+
+    gang_id: str  # "<job_id>/<gang_index>"
+    job_id: str
+    attempt: int
+    members: tuple[MemberRequest, ...]
+    priority: int = 0
+    respool: str = "/"
+    strategy: str = "pack"
+    constraints: tuple[Constraint, ...] = ()
+    enqueued_at: float = 0.0
+
+    @property
+    def total(self) -> Resources:
+        t = Resources()
+        for m in self.members:
+            t = t + m.resources
+        return t
+
+
+@dataclass(frozen=True, slots=True)
+class MemberAssignment:
+    instance: int
+    task_id: str
+    hostname: str
+    address: str
+    resources: Resources
+    gpu_ids: tuple[int, ...] = ()
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class GangPlacement:
+    gang_id: str
+    job_id: str
+    attempt: int
+    lease_id: str
+    members: tuple[MemberAssignment, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class PlacementFailure:
+    """Why a gang could not be placed: a human reason plus per-dimension counts of hosts that fell short."""
+
+    gang_id: str
+    job_id: str
+    attempt: int
+    reason: str
+    short_hosts: dict[str, int] = field(default_factory=dict)  # e.g. {"gpu": 3, "constraint": 1}

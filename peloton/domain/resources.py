@@ -1,0 +1,123 @@
+"""Resource vectors and the quantity syntax of the job spec (`512Mi`, `16Gi`, or an integer of MiB)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from peloton.errors import InvalidArgument
+
+_UNITS_MIB = {"": 1.0, "Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, "Ti": 1024.0 * 1024}
+_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti)?\s*$")
+
+
+def parse_mib(value: str | int | float, field: str) -> float:
+    """`16Gi` -> 16384.0 MiB; a bare number is MiB. Raises InvalidArgument naming `field`."""
+    if isinstance(value, bool):
+        raise InvalidArgument(f"{field}: expected a quantity like 512Mi or 16Gi, got {value!r}", field=field)
+    if isinstance(value, (int, float)):
+        if value < 0:
+            raise InvalidArgument(f"{field}: must not be negative, got {value}", field=field)
+        return float(value)
+    text = str(value).strip()
+    if text == "":
+        return 0.0
+    if text.startswith("-"):
+        raise InvalidArgument(f"{field}: must not be negative, got {value!r}", field=field)
+    m = _QUANTITY.match(text)
+    if not m:
+        raise InvalidArgument(f"{field}: expected a quantity like 512Mi or 16Gi, got {value!r}", field=field)
+    return float(m.group(1)) * _UNITS_MIB[m.group(2) or ""]
+
+
+def format_mib(mib: float) -> str:
+    if mib >= 1024 and mib % 1024 == 0:
+        return f"{int(mib // 1024)}Gi"
+    if mib == int(mib):
+        return f"{int(mib)}Mi"
+    return f"{mib:g}Mi"
+
+
+@dataclass(frozen=True, slots=True)
+class Resources:
+    """A resource vector. cpu in cores, mem/disk in MiB, gpu and ports as counts."""
+
+    cpu: float = 0.0
+    mem: float = 0.0
+    disk: float = 0.0
+    gpu: int = 0
+    ports: int = 0
+
+    def __add__(self, o: Resources) -> Resources:
+        return Resources(self.cpu + o.cpu, self.mem + o.mem, self.disk + o.disk, self.gpu + o.gpu, self.ports + o.ports)
+
+    def __sub__(self, o: Resources) -> Resources:
+        return Resources(self.cpu - o.cpu, self.mem - o.mem, self.disk - o.disk, self.gpu - o.gpu, self.ports - o.ports)
+
+    def scale(self, n: int) -> Resources:
+        return Resources(self.cpu * n, self.mem * n, self.disk * n, self.gpu * n, self.ports * n)
+
+    def fits_in(self, o: Resources) -> bool:
+        eps = 1e-9
+        return (
+            self.cpu <= o.cpu + eps
+            and self.mem <= o.mem + eps
+            and self.disk <= o.disk + eps
+            and self.gpu <= o.gpu
+            and self.ports <= o.ports
+        )
+
+    def short_of(self, o: Resources) -> list[str]:
+        """Dimensions in which `self` does not fit in `o` (for failure explanations)."""
+        eps = 1e-9
+        out = []
+        if self.cpu > o.cpu + eps:
+            out.append("cpu")
+        if self.mem > o.mem + eps:
+            out.append("mem")
+        if self.disk > o.disk + eps:
+            out.append("disk")
+        if self.gpu > o.gpu:
+            out.append("gpu")
+        if self.ports > o.ports:
+            out.append("ports")
+        return out
+
+    def describe(self) -> str:
+        parts = [f"cpu={self.cpu:g}", f"mem={format_mib(self.mem)}"]
+        if self.disk:
+            parts.append(f"disk={format_mib(self.disk)}")
+        if self.gpu:
+            parts.append(f"gpu={self.gpu}")
+        if self.ports:
+            parts.append(f"ports={self.ports}")
+        return ",".join(parts)
+
+
+def parse_resources_flag(text: str, field: str = "--local-host-resources") -> Resources:
+    """`cpu=8,mem=16Gi,gpu=2,disk=100Gi` -> Resources (ports are a range, not a count, on hosts)."""
+    values: dict[str, str] = {}
+    for part in text.split(","):
+        part = part.strip()
+        if not part:
+            continue
+        if "=" not in part:
+            raise InvalidArgument(f"{field}: expected key=value, got {part!r}", field=field)
+        k, v = part.split("=", 1)
+        k = k.strip()
+        if k not in ("cpu", "mem", "disk", "gpu"):
+            raise InvalidArgument(f"{field}: unknown resource {k!r} (known: cpu, mem, disk, gpu)", field=field)
+        values[k] = v.strip()
+    try:
+        cpu = float(values.get("cpu", "0"))
+        gpu = int(values.get("gpu", "0"))
+    except ValueError as e:
+        raise InvalidArgument(f"{field}: {e}", field=field) from None
+    if cpu < 0 or gpu < 0:
+        raise InvalidArgument(f"{field}: resources must not be negative", field=field)
+    return Resources(
+        cpu=cpu,
+        mem=parse_mib(values.get("mem", "0"), f"{field}.mem"),
+        disk=parse_mib(values.get("disk", "0"), f"{field}.disk"),
+        gpu=gpu,
+    )

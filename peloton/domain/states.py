@@ -1,0 +1,148 @@
+"""State machines of tasks, gangs and jobs as declared tables, with a pure validator.
+
+Only transitions listed here are legal; `check_*` raise IllegalTransition for anything else.
+"""
+
+from __future__ import annotations
+
+from enum import Enum
+
+from peloton.errors import FailedPrecondition
+
+
+class IllegalTransition(FailedPrecondition):
+    pass
+
+
+class TaskState(str, Enum):
+    INITIALIZED = "INITIALIZED"
+    PENDING = "PENDING"
+    READY = "READY"
+    PLACING = "PLACING"
+    PLACED = "PLACED"
+    LAUNCHING = "LAUNCHING"
+    LAUNCHED = "LAUNCHED"
+    STARTING = "STARTING"
+    RUNNING = "RUNNING"
+    KILLING = "KILLING"
+    PREEMPTING = "PREEMPTING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    LOST = "LOST"
+    KILLED = "KILLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in TASK_TERMINAL
+
+
+TASK_TERMINAL = frozenset({TaskState.SUCCEEDED, TaskState.FAILED, TaskState.LOST, TaskState.KILLED})
+T = TaskState
+
+# A member of a gang that is torn down and re-queued goes back to PENDING under a new task id (new attempt);
+# that is the only way out of a terminal state.
+TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
+    T.INITIALIZED: frozenset({T.PENDING, T.KILLED}),
+    T.PENDING: frozenset({T.READY, T.PLACING, T.PLACED, T.LAUNCHING, T.KILLED, T.FAILED}),
+    T.READY: frozenset({T.PLACING, T.PLACED, T.LAUNCHING, T.PENDING, T.KILLED}),
+    T.PLACING: frozenset({T.PLACED, T.READY, T.PENDING, T.KILLED}),
+    T.PLACED: frozenset({T.LAUNCHING, T.PENDING, T.KILLED}),
+    T.LAUNCHING: frozenset({T.LAUNCHED, T.STARTING, T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.KILLED,
+                            T.SUCCEEDED, T.PENDING}),
+    T.LAUNCHED: frozenset({T.STARTING, T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.KILLED, T.SUCCEEDED,
+                           T.PENDING}),
+    T.STARTING: frozenset({T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.KILLED, T.SUCCEEDED, T.PENDING}),
+    T.RUNNING: frozenset({T.SUCCEEDED, T.FAILED, T.LOST, T.KILLING, T.PREEMPTING, T.KILLED, T.PENDING}),
+    T.KILLING: frozenset({T.KILLED, T.SUCCEEDED, T.FAILED, T.LOST, T.PENDING}),
+    T.PREEMPTING: frozenset({T.KILLED, T.SUCCEEDED, T.FAILED, T.LOST, T.PENDING}),
+    T.SUCCEEDED: frozenset({T.PENDING}),
+    T.FAILED: frozenset({T.PENDING}),
+    T.LOST: frozenset({T.PENDING}),
+    T.KILLED: frozenset({T.PENDING}),
+}
+assert set(TASK_TRANSITIONS) == set(TaskState)
+
+
+class GangState(str, Enum):
+    QUEUED = "QUEUED"  # waiting in resmgr for admission and placement
+    ADMITTED = "ADMITTED"
+    PLACED = "PLACED"  # write-ahead intent committed; launch may be in flight
+    LAUNCHING = "LAUNCHING"
+    RUNNING = "RUNNING"  # every member runs (or has already succeeded)
+    ABORTING = "ABORTING"  # members being killed; goes to QUEUED as the next attempt, or DONE
+    DONE = "DONE"
+
+    @property
+    def active(self) -> bool:
+        """Members may hold resources on hosts."""
+        return self in (GangState.PLACED, GangState.LAUNCHING, GangState.RUNNING, GangState.ABORTING)
+
+
+G = GangState
+GANG_TRANSITIONS: dict[GangState, frozenset[GangState]] = {
+    G.QUEUED: frozenset({G.ADMITTED, G.PLACED, G.LAUNCHING, G.DONE}),
+    G.ADMITTED: frozenset({G.QUEUED, G.PLACED, G.LAUNCHING, G.DONE}),
+    G.PLACED: frozenset({G.LAUNCHING, G.RUNNING, G.ABORTING, G.QUEUED, G.DONE}),
+    G.LAUNCHING: frozenset({G.RUNNING, G.ABORTING, G.QUEUED, G.DONE}),
+    G.RUNNING: frozenset({G.ABORTING, G.QUEUED, G.DONE}),
+    G.ABORTING: frozenset({G.QUEUED, G.DONE}),
+    G.DONE: frozenset(),
+}
+assert set(GANG_TRANSITIONS) == set(GangState)
+
+
+class JobState(str, Enum):
+    INITIALIZED = "INITIALIZED"
+    PENDING = "PENDING"
+    RUNNING = "RUNNING"
+    SUCCEEDED = "SUCCEEDED"
+    FAILED = "FAILED"
+    KILLING = "KILLING"
+    KILLED = "KILLED"
+
+    @property
+    def terminal(self) -> bool:
+        return self in (JobState.SUCCEEDED, JobState.FAILED, JobState.KILLED)
+
+
+J = JobState
+JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
+    J.INITIALIZED: frozenset({J.PENDING, J.KILLING, J.KILLED, J.FAILED}),
+    J.PENDING: frozenset({J.RUNNING, J.KILLING, J.KILLED, J.FAILED, J.SUCCEEDED}),
+    J.RUNNING: frozenset({J.PENDING, J.SUCCEEDED, J.FAILED, J.KILLING, J.KILLED}),
+    J.KILLING: frozenset({J.KILLED, J.FAILED, J.SUCCEEDED}),
+    J.SUCCEEDED: frozenset(),
+    J.FAILED: frozenset(),
+    J.KILLED: frozenset(),
+}
+assert set(JOB_TRANSITIONS) == set(JobState)
+
+
+def task_can(frm: TaskState, to: TaskState) -> bool:
+    return frm == to or to in TASK_TRANSITIONS[frm]
+
+
+def gang_can(frm: GangState, to: GangState) -> bool:
+    return frm == to or to in GANG_TRANSITIONS[frm]
+
+
+def job_can(frm: JobState, to: JobState) -> bool:
+    return frm == to or to in JOB_TRANSITIONS[frm]
+
+
+def check_task(frm: TaskState, to: TaskState) -> TaskState:
+    if not task_can(frm, to):
+        raise IllegalTransition(f"task state {frm.value} -> {to.value} is not allowed")
+    return to
+
+
+def check_gang(frm: GangState, to: GangState) -> GangState:
+    if not gang_can(frm, to):
+        raise IllegalTransition(f"gang state {frm.value} -> {to.value} is not allowed")
+    return to
+
+
+def check_job(frm: JobState, to: JobState) -> JobState:
+    if not job_can(frm, to):
+        raise IllegalTransition(f"job state {frm.value} -> {to.value} is not allowed")
+    return to

@@ -1,0 +1,36 @@
+"""The one error hierarchy. Mapped to gRPC status codes in one place: peloton/api/status.py."""
+
+from __future__ import annotations
+
+
+class PelotonError(Exception):
+    """Base of every error the daemon reports to a caller."""
+
+    def __init__(self, message: str, *, field: str | None = None) -> None:
+        super().__init__(message)
+        self.message = message
+        self.field = field
+
+
+class InvalidArgument(PelotonError):
+    """Bad input; `field` names the field at fault. Nothing was written."""
+
+
+class NotFound(PelotonError):
+    pass
+
+
+class AlreadyExists(PelotonError):
+    pass
+
+
+class FailedPrecondition(PelotonError):
+    """The request is valid but the current state forbids it (e.g. deleting a running job)."""
+
+
+class Conflict(PelotonError):
+    """An optimistic check failed (stale lease, stale version); the caller may retry."""
+
+
+class Unavailable(PelotonError):
+    """A dependency (backend, component) is not reachable right now."""

@@ -1,0 +1,1 @@
+"""Host manager: the cluster backend behind one interface, host offers and leases, launch/kill, status events."""

@@ -1,0 +1,1 @@
+"""hostmgr/local"""
