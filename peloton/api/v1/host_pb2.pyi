@@ -1,0 +1,45 @@
+from peloton.api.v1 import job_pb2 as _job_pb2
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class Host(_message.Message):
+    __slots__ = ("hostname", "address", "capacity", "allocated", "labels", "state", "offer_held", "task_ids")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ALLOCATED_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    OFFER_HELD_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    address: str
+    capacity: _job_pb2.Resources
+    allocated: _job_pb2.Resources
+    labels: _containers.ScalarMap[str, str]
+    state: str
+    offer_held: bool
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, hostname: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., offer_held: _Optional[bool] = ..., task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class ListHostsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListHostsResponse(_message.Message):
+    __slots__ = ("hosts",)
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    hosts: _containers.RepeatedCompositeFieldContainer[Host]
+    def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ...) -> None: ...
