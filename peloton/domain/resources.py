@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 
@@ -16,6 +17,8 @@ def parse_mib(value: str | int | float, field: str) -> float:
     if isinstance(value, bool):
         raise InvalidArgument(f"{field}: expected a quantity like 512Mi or 16Gi, got {value!r}", field=field)
     if isinstance(value, (int, float)):
+        if not math.isfinite(value):
+            raise InvalidArgument(f"{field}: must be a finite quantity, got {value}", field=field)
         if value < 0:
             raise InvalidArgument(f"{field}: must not be negative, got {value}", field=field)
         return float(value)

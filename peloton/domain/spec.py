@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 
@@ -66,7 +67,7 @@ class JobSpec:
 
 
 def validate_pool_path(path: str, field_name: str) -> None:
-    if not _POOL_PATH.match(path):
+    if not _POOL_PATH.match(path) or any(part in (".", "..") for part in path.split("/")):
         raise InvalidArgument(
             f"{field_name}: {path!r} is not a pool path like / or /team/sub", field=field_name
         )
@@ -89,6 +90,9 @@ def validate(spec: JobSpec) -> JobSpec:
     if not spec.command.strip():
         raise bad("task.command", "must not be empty")
     r = spec.resources
+    for dim, v in (("cpu", r.cpu), ("mem", r.mem), ("disk", r.disk)):
+        if not math.isfinite(v):
+            raise bad(f"task.resources.{dim}", f"must be a finite number, got {v}")
     for dim, v in (("cpu", r.cpu), ("mem", r.mem), ("disk", r.disk), ("gpu", r.gpu), ("ports", r.ports)):
         if v < 0:
             raise bad(f"task.resources.{dim}", f"must not be negative, got {v}")
@@ -109,6 +113,9 @@ def validate(spec: JobSpec) -> JobSpec:
         )
     if spec.on_member_failure not in ON_MEMBER_FAILURE:
         raise bad("gang.on_member_failure", f"must be one of {', '.join(ON_MEMBER_FAILURE)}")
+    if not math.isfinite(spec.launch_timeout_s) or not math.isfinite(spec.max_runtime_s):
+        raise bad("gang.launch_timeout" if not math.isfinite(spec.launch_timeout_s) else "sla.max_runtime",
+                  "must be finite")
     if spec.launch_timeout_s <= 0:
         raise bad("gang.launch_timeout", "must be greater than 0")
     if spec.max_runtime_s < 0:

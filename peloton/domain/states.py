@@ -5,7 +5,7 @@ Only transitions listed here are legal; `check_*` raise IllegalTransition for an
 
 from __future__ import annotations
 
-from enum import Enum
+from enum import StrEnum
 
 from peloton.errors import FailedPrecondition
 
@@ -14,7 +14,7 @@ class IllegalTransition(FailedPrecondition):
     pass
 
 
-class TaskState(str, Enum):
+class TaskState(StrEnum):
     INITIALIZED = "INITIALIZED"
     PENDING = "PENDING"
     READY = "READY"
@@ -63,7 +63,7 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
 assert set(TASK_TRANSITIONS) == set(TaskState)
 
 
-class GangState(str, Enum):
+class GangState(StrEnum):
     QUEUED = "QUEUED"  # waiting in resmgr for admission and placement
     ADMITTED = "ADMITTED"
     PLACED = "PLACED"  # write-ahead intent committed; launch may be in flight
@@ -91,7 +91,7 @@ GANG_TRANSITIONS: dict[GangState, frozenset[GangState]] = {
 assert set(GANG_TRANSITIONS) == set(GangState)
 
 
-class JobState(str, Enum):
+class JobState(StrEnum):
     INITIALIZED = "INITIALIZED"
     PENDING = "PENDING"
     RUNNING = "RUNNING"

@@ -1,1 +1,1 @@
-"""resmgr"""
+"""Resource manager: the pool tree, admission of whole gangs against pool limits, and the priority queue."""

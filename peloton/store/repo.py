@@ -2,32 +2,238 @@
 
 Hot paths are batched: the `*_many` / list-taking functions issue multi-row statements, never one
 round trip per task.
+
+Reads select table columns (Core rows), not ORM entities, so nothing is cached in the session's identity
+map and a read after a bulk UPDATE in the same session always sees the new values.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable, Sequence
+from typing import Any
 
+from sqlalchemy import Row, delete, exists, func, insert, select, tuple_, update
+from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
+from sqlalchemy.orm.exc import StaleDataError
 
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
-from peloton.domain.states import GangState, JobState
+from peloton.domain.resources import Resources
+from peloton.domain.spec import spec_from_dict, spec_to_dict
+from peloton.domain.states import GangState, JobState, TaskState
+from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
+from peloton.store.models import GangRow, JobRow, MetaRow, ResourcePoolRow, TaskEventRow, TaskRow
+
+_JOBS = JobRow.__table__
+_GANGS = GangRow.__table__
+_TASKS = TaskRow.__table__
+_EVENTS = TaskEventRow.__table__
+_POOLS = ResourcePoolRow.__table__
+_META = MetaRow.__table__
+
+# Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
+_KEY_CHUNK = 2000
+_NO_SYNC = {"synchronize_session": False}
+_JOB_TERMINAL = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value)
+
+
+# --- conversions ------------------------------------------------------------------------------------------
+def _dumps(v: Any) -> str:
+    return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+def _job_to_dict(job: Job) -> dict[str, Any]:
+    spec = job.spec
+    return {
+        "id": job.id,
+        "name": spec.name,
+        "owner": spec.owner,
+        "respool": spec.respool,
+        "spec": _dumps(spec_to_dict(spec)),
+        "state": JobState(job.state).value,
+        "desired": job.desired,
+        "reason": job.reason,
+        "priority": spec.priority,
+        "created_at": job.created_at,
+        "updated_at": job.updated_at,
+        "completed_at": job.completed_at,
+    }
+
+
+def _job_from_row(r: Row[Any]) -> Job:
+    return Job(
+        id=r.id,
+        spec=spec_from_dict(json.loads(r.spec)),
+        state=JobState(r.state),
+        desired=r.desired,
+        reason=r.reason,
+        created_at=r.created_at,
+        updated_at=r.updated_at,
+        completed_at=r.completed_at,
+    )
+
+
+def _gang_to_dict(g: Gang) -> dict[str, Any]:
+    return {
+        "job_id": g.job_id,
+        "idx": g.index,
+        "instances": _dumps([int(i) for i in g.instances]),
+        "state": GangState(g.state).value,
+        "attempt": g.attempt,
+        "reason": g.reason,
+        "launch_deadline": g.launch_deadline,
+        "updated_at": g.updated_at,
+    }
+
+
+def _gang_from_row(r: Row[Any]) -> Gang:
+    return Gang(
+        job_id=r.job_id,
+        index=r.idx,
+        instances=[int(i) for i in json.loads(r.instances)],
+        state=GangState(r.state),
+        attempt=r.attempt,
+        reason=r.reason,
+        launch_deadline=r.launch_deadline,
+        updated_at=r.updated_at,
+    )
+
+
+def _task_mutable(t: Task) -> dict[str, Any]:
+    return {
+        "attempt": t.attempt,
+        "state": TaskState(t.state).value,
+        "host": t.host,
+        "address": t.address,
+        "ports": _dumps([int(p) for p in t.ports]),
+        "gpu_ids": _dumps([int(g) for g in t.gpu_ids]),
+        "exit_code": t.exit_code,
+        "reason": t.reason,
+        "message": t.message,
+        "started_at": t.started_at,
+        "finished_at": t.finished_at,
+        "updated_at": t.updated_at,
+    }
+
+
+def _task_to_dict(t: Task) -> dict[str, Any]:
+    return {"job_id": t.job_id, "instance": t.instance, "gang_index": t.gang_index, **_task_mutable(t)}
+
+
+def _task_from_row(r: Row[Any]) -> Task:
+    return Task(
+        job_id=r.job_id,
+        instance=r.instance,
+        gang_index=r.gang_index,
+        attempt=r.attempt,
+        state=TaskState(r.state),
+        host=r.host,
+        address=r.address,
+        ports=[int(p) for p in json.loads(r.ports)],
+        gpu_ids=[int(g) for g in json.loads(r.gpu_ids)],
+        exit_code=r.exit_code,
+        reason=r.reason,
+        message=r.message,
+        started_at=r.started_at,
+        finished_at=r.finished_at,
+        updated_at=r.updated_at,
+    )
+
+
+def _event_to_dict(e: TaskEvent) -> dict[str, Any]:
+    return {
+        "job_id": e.job_id,
+        "instance": e.instance,
+        "attempt": e.attempt,
+        "state": TaskState(e.state).value,
+        "time": e.time,
+        "host": e.host,
+        "reason": e.reason,
+        "message": e.message,
+        "exit_code": e.exit_code,
+    }
+
+
+def _event_from_row(r: Row[Any]) -> TaskEvent:
+    return TaskEvent(
+        job_id=r.job_id,
+        instance=r.instance,
+        attempt=r.attempt,
+        state=TaskState(r.state),
+        time=r.time,
+        host=r.host,
+        reason=r.reason,
+        message=r.message,
+        exit_code=r.exit_code,
+    )
+
+
+def _res_to_json(res: Resources) -> str:
+    return _dumps({"cpu": res.cpu, "mem": res.mem, "disk": res.disk, "gpu": res.gpu, "ports": res.ports})
+
+
+def _res_from_json(text: str) -> Resources:
+    d = json.loads(text)
+    return Resources(
+        cpu=float(d.get("cpu", 0.0)),
+        mem=float(d.get("mem", 0.0)),
+        disk=float(d.get("disk", 0.0)),
+        gpu=int(d.get("gpu", 0)),
+        ports=int(d.get("ports", 0)),
+    )
+
+
+def _pool_from_row(r: Row[Any]) -> ResourcePool:
+    m = r._mapping
+    limit = m["limit"]
+    return ResourcePool(
+        path=m["path"],
+        reservation=_res_from_json(m["reservation"]),
+        limit=None if limit is None else _res_from_json(limit),
+        share=m["share"],
+        created_at=m["created_at"],
+    )
+
+
+def _job_exists(s: Session, job_id: str) -> bool:
+    return bool(s.execute(select(exists().where(_JOBS.c.id == job_id))).scalar())
+
+
+def _pool_exists(s: Session, path: str) -> bool:
+    return bool(s.execute(select(exists().where(_POOLS.c.path == path))).scalar())
 
 
 # --- jobs -------------------------------------------------------------------------------------------------
 def insert_job(s: Session, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
     """Insert a job with all its gangs and tasks (multi-row inserts). AlreadyExists if the id is taken."""
-    raise NotImplementedError
+    if _job_exists(s, job.id):
+        raise AlreadyExists(f"job {job.id!r} already exists", field="id")
+    try:
+        s.execute(insert(JobRow), [_job_to_dict(job)])
+    except IntegrityError as e:  # lost a race with a concurrent insert of the same id
+        raise AlreadyExists(f"job {job.id!r} already exists", field="id") from e
+    if gangs:
+        s.execute(insert(GangRow), [_gang_to_dict(g) for g in gangs])
+    if tasks:
+        s.execute(insert(TaskRow), [_task_to_dict(t) for t in tasks])
 
 
 def get_job(s: Session, job_id: str) -> Job:
     """NotFound if absent."""
-    raise NotImplementedError
+    row = s.execute(select(_JOBS).where(_JOBS.c.id == job_id)).first()
+    if row is None:
+        raise NotFound(f"job {job_id!r} not found", field="id")
+    return _job_from_row(row)
 
 
 def get_jobs(s: Session, job_ids: Iterable[str]) -> dict[str, Job]:
     """Batch lookup; missing ids are simply absent from the result."""
-    raise NotImplementedError
+    ids = list(dict.fromkeys(job_ids))
+    if not ids:
+        return {}
+    rows = s.execute(select(_JOBS).where(_JOBS.c.id.in_(ids))).all()
+    return {r.id: _job_from_row(r) for r in rows}
 
 
 def list_jobs(
@@ -40,97 +246,228 @@ def list_jobs(
     limit: int = 100,
 ) -> list[Job]:
     """Newest first."""
-    raise NotImplementedError
+    q = select(_JOBS)
+    if states is not None:
+        q = q.where(_JOBS.c.state.in_([JobState(st).value for st in states]))
+    if owner is not None:
+        q = q.where(_JOBS.c.owner == owner)
+    if respool is not None:
+        q = q.where(_JOBS.c.respool == respool)
+    if name_contains:
+        # Case-insensitive on both backends (SQLite's LIKE already is; PostgreSQL's is not).
+        q = q.where(_JOBS.c.name.icontains(name_contains, autoescape=True))
+    q = q.order_by(_JOBS.c.created_at.desc(), _JOBS.c.id.desc()).limit(max(0, int(limit)))
+    return [_job_from_row(r) for r in s.execute(q).all()]
 
 
 def update_job(s: Session, job: Job) -> None:
     """Write state, desired, reason, updated_at, completed_at of `job`. NotFound if absent."""
-    raise NotImplementedError
+    res = s.execute(
+        update(JobRow)
+        .where(JobRow.id == job.id)
+        .values(
+            state=JobState(job.state).value,
+            desired=job.desired,
+            reason=job.reason,
+            updated_at=job.updated_at,
+            completed_at=job.completed_at,
+        )
+        .execution_options(**_NO_SYNC)
+    )
+    if getattr(res, "rowcount", 1) == 0:
+        raise NotFound(f"job {job.id!r} not found", field="id")
 
 
 def delete_job(s: Session, job_id: str) -> None:
     """Delete the job and its gangs, tasks and events. NotFound if absent."""
-    raise NotImplementedError
+    if not _job_exists(s, job_id):
+        raise NotFound(f"job {job_id!r} not found", field="id")
+    for model in (TaskEventRow, TaskRow, GangRow):
+        s.execute(delete(model).where(model.job_id == job_id).execution_options(**_NO_SYNC))
+    s.execute(delete(JobRow).where(JobRow.id == job_id).execution_options(**_NO_SYNC))
 
 
 # --- gangs ------------------------------------------------------------------------------------------------
 def get_gangs(s: Session, job_id: str) -> list[Gang]:
     """Ordered by index."""
-    raise NotImplementedError
+    rows = s.execute(select(_GANGS).where(_GANGS.c.job_id == job_id).order_by(_GANGS.c.idx)).all()
+    return [_gang_from_row(r) for r in rows]
 
 
 def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
     """Every gang (of any job) in one of `states`, ordered by (job_id, index)."""
-    raise NotImplementedError
+    values = [GangState(st).value for st in states]
+    if not values:
+        return []
+    rows = s.execute(
+        select(_GANGS).where(_GANGS.c.state.in_(values)).order_by(_GANGS.c.job_id, _GANGS.c.idx)
+    ).all()
+    return [_gang_from_row(r) for r in rows]
 
 
 def update_gangs(s: Session, gangs: Sequence[Gang]) -> None:
-    """Batch write of state, attempt, reason, launch_deadline, updated_at."""
-    raise NotImplementedError
+    """Batch write of state, attempt, reason, launch_deadline, updated_at. NotFound if a gang does not exist
+    (the caller must roll back: other rows of the batch may have been written)."""
+    if not gangs:
+        return
+    params = [
+        {
+            "job_id": g.job_id,
+            "idx": g.index,
+            "state": GangState(g.state).value,
+            "attempt": g.attempt,
+            "reason": g.reason,
+            "launch_deadline": g.launch_deadline,
+            "updated_at": g.updated_at,
+        }
+        for g in gangs
+    ]
+    try:
+        s.execute(update(GangRow), params)  # ORM bulk UPDATE by primary key: one executemany
+    except StaleDataError as e:
+        keys = ", ".join(g.gang_id for g in gangs[:5])
+        raise NotFound(f"one or more of the gangs to update do not exist (batch of {len(gangs)}: {keys}...)") from e
 
 
 # --- tasks ------------------------------------------------------------------------------------------------
 def get_tasks(s: Session, job_id: str, instances: Sequence[int] | None = None) -> list[Task]:
     """Ordered by instance. NotFound is not raised; an unknown job gives []."""
-    raise NotImplementedError
+    q = select(_TASKS).where(_TASKS.c.job_id == job_id)
+    if instances is not None:
+        wanted = sorted({int(i) for i in instances})
+        if not wanted:
+            return []
+        q = q.where(_TASKS.c.instance.in_(wanted))
+    return [_task_from_row(r) for r in s.execute(q.order_by(_TASKS.c.instance)).all()]
 
 
 def get_tasks_by_keys(s: Session, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Task]:
     """Batch lookup by (job_id, instance)."""
-    raise NotImplementedError
+    wanted = list(dict.fromkeys((str(j), int(i)) for j, i in keys))
+    out: dict[tuple[str, int], Task] = {}
+    for start in range(0, len(wanted), _KEY_CHUNK):
+        chunk = wanted[start : start + _KEY_CHUNK]
+        rows = s.execute(select(_TASKS).where(tuple_(_TASKS.c.job_id, _TASKS.c.instance).in_(chunk))).all()
+        for r in rows:
+            out[(r.job_id, r.instance)] = _task_from_row(r)
+    return out
 
 
 def update_tasks(s: Session, tasks: Sequence[Task]) -> None:
     """Batch write of every mutable field of each task (attempt, state, host, address, ports, gpu_ids,
-    exit_code, reason, message, started_at, finished_at, updated_at)."""
-    raise NotImplementedError
+    exit_code, reason, message, started_at, finished_at, updated_at). NotFound if a task does not exist
+    (the caller must roll back: other rows of the batch may have been written)."""
+    if not tasks:
+        return
+    params = [{"job_id": t.job_id, "instance": t.instance, **_task_mutable(t)} for t in tasks]
+    try:
+        s.execute(update(TaskRow), params)  # ORM bulk UPDATE by primary key: one executemany
+    except StaleDataError as e:
+        keys = ", ".join(f"{t.job_id}/{t.instance}" for t in tasks[:5])
+        raise NotFound(f"one or more of the tasks to update do not exist (batch of {len(tasks)}: {keys}...)") from e
 
 
 def task_state_counts(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:
-    """job_id -> {state: count}, one query."""
-    raise NotImplementedError
+    """job_id -> {state: count}, one query. Every requested id is a key ({} when it has no tasks)."""
+    ids = list(dict.fromkeys(job_ids))
+    out: dict[str, dict[str, int]] = {j: {} for j in ids}
+    if not ids:
+        return out
+    rows = s.execute(
+        select(_TASKS.c.job_id, _TASKS.c.state, func.count())
+        .where(_TASKS.c.job_id.in_(ids))
+        .group_by(_TASKS.c.job_id, _TASKS.c.state)
+    ).all()
+    for job_id, state, n in rows:
+        out[job_id][state] = int(n)
+    return out
 
 
 # --- task events (history) --------------------------------------------------------------------------------
 def append_task_events(s: Session, events: Sequence[TaskEvent]) -> None:
     """Multi-row insert."""
-    raise NotImplementedError
+    if not events:
+        return
+    s.execute(insert(TaskEventRow), [_event_to_dict(e) for e in events])
 
 
 def get_task_events(s: Session, job_id: str, instance: int) -> list[TaskEvent]:
     """Oldest first."""
-    raise NotImplementedError
+    rows = s.execute(
+        select(_EVENTS)
+        .where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)
+        .order_by(_EVENTS.c.time, _EVENTS.c.id)
+    ).all()
+    return [_event_from_row(r) for r in rows]
 
 
 # --- resource pools ---------------------------------------------------------------------------------------
 def create_pool(s: Session, pool: ResourcePool) -> None:
     """AlreadyExists if the path exists; NotFound (field 'path') if the parent does not exist."""
-    raise NotImplementedError
+    if _pool_exists(s, pool.path):
+        raise AlreadyExists(f"resource pool {pool.path!r} already exists", field="path")
+    parent = pool.parent
+    if parent is not None and not _pool_exists(s, parent):
+        raise NotFound(f"parent pool {parent!r} of {pool.path!r} does not exist", field="path")
+    s.execute(
+        insert(ResourcePoolRow),
+        [
+            {
+                "path": pool.path,
+                "parent": parent,
+                "reservation": _res_to_json(pool.reservation),
+                "limit_": None if pool.limit is None else _res_to_json(pool.limit),
+                "share": pool.share,
+                "created_at": pool.created_at,
+            }
+        ],
+    )
 
 
 def get_pool(s: Session, path: str) -> ResourcePool:
-    raise NotImplementedError
+    """NotFound (field 'path') if absent."""
+    row = s.execute(select(_POOLS).where(_POOLS.c.path == path)).first()
+    if row is None:
+        raise NotFound(f"resource pool {path!r} not found", field="path")
+    return _pool_from_row(row)
 
 
 def list_pools(s: Session) -> list[ResourcePool]:
     """Ordered by path."""
-    raise NotImplementedError
+    return [_pool_from_row(r) for r in s.execute(select(_POOLS).order_by(_POOLS.c.path)).all()]
 
 
 def delete_pool(s: Session, path: str) -> None:
     """NotFound if absent; FailedPrecondition for '/', a pool with children, or a pool with unfinished jobs."""
-    raise NotImplementedError
+    if path == "/":
+        raise FailedPrecondition("the root pool '/' cannot be deleted", field="path")
+    if not _pool_exists(s, path):
+        raise NotFound(f"resource pool {path!r} not found", field="path")
+    children = s.execute(select(_POOLS.c.path).where(_POOLS.c.parent == path).order_by(_POOLS.c.path)).scalars().all()
+    if children:
+        raise FailedPrecondition(
+            f"resource pool {path!r} has child pools ({', '.join(children)}); delete them first", field="path"
+        )
+    busy = s.execute(
+        select(func.count()).select_from(_JOBS).where(_JOBS.c.respool == path, _JOBS.c.state.not_in(_JOB_TERMINAL))
+    ).scalar_one()
+    if busy:
+        raise FailedPrecondition(f"resource pool {path!r} has {busy} unfinished job(s)", field="path")
+    s.execute(delete(ResourcePoolRow).where(ResourcePoolRow.path == path).execution_options(**_NO_SYNC))
 
 
 def ensure_root_pool(s: Session, now: float) -> None:
     """Create '/' if it does not exist (idempotent)."""
-    raise NotImplementedError
+    if not _pool_exists(s, "/"):
+        create_pool(s, ResourcePool(path="/", created_at=now))
 
 
 # --- small key/value facts (framework id, schema facts) ------------------------------------------------------
 def get_meta(s: Session, key: str) -> str | None:
-    raise NotImplementedError
+    return s.execute(select(_META.c.value).where(_META.c.key == key)).scalar_one_or_none()
 
 
 def set_meta(s: Session, key: str, value: str) -> None:
-    raise NotImplementedError
+    res = s.execute(update(MetaRow).where(MetaRow.key == key).values(value=value).execution_options(**_NO_SYNC))
+    if getattr(res, "rowcount", 0) == 0:
+        s.execute(insert(MetaRow), [{"key": key, "value": value}])

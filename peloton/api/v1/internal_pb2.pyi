@@ -41,7 +41,7 @@ class Member(_message.Message):
     def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
 
 class GangRequest(_message.Message):
-    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at")
+    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running")
     GANG_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -51,6 +51,7 @@ class GangRequest(_message.Message):
     STRATEGY_FIELD_NUMBER: _ClassVar[int]
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     ENQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     job_id: str
     attempt: int
@@ -60,7 +61,8 @@ class GangRequest(_message.Message):
     strategy: str
     constraints: _containers.RepeatedCompositeFieldContainer[InternalConstraint]
     enqueued_at: float
-    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ...) -> None: ...
+    running: bool
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("instance", "task_id", "hostname", "address", "resources", "gpu_ids", "ports")
@@ -247,12 +249,12 @@ class AcquireHostOffersResponse(_message.Message):
     def __init__(self, lease_id: _Optional[str] = ..., offers: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ...) -> None: ...
 
 class ReleaseHostOffersRequest(_message.Message):
-    __slots__ = ("lease_id", "hostnames")
+    __slots__ = ("lease_id", "keep")
     LEASE_ID_FIELD_NUMBER: _ClassVar[int]
-    HOSTNAMES_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
     lease_id: str
-    hostnames: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, lease_id: _Optional[str] = ..., hostnames: _Optional[_Iterable[str]] = ...) -> None: ...
+    keep: _containers.RepeatedCompositeFieldContainer[Placement]
+    def __init__(self, lease_id: _Optional[str] = ..., keep: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ...) -> None: ...
 
 class ReleaseHostOffersResponse(_message.Message):
     __slots__ = ()

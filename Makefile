@@ -1,0 +1,47 @@
+# The two commands: `make run` and `make test`. Everything else is for developers.
+PY ?= python3
+VENV := .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: run test lint typecheck proto proto-check bench venv clean pg
+
+$(STAMP): pyproject.toml
+	test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+## Start the daemon on the embedded defaults: SQLite in ~/.local/share/peloton, local backend on this machine.
+run: $(STAMP)
+	$(BIN)/peloton db upgrade
+	exec $(BIN)/peloton server $(ARGS)
+
+## Lint, types, architecture contracts, generated-code check, then every test (SQLite and PostgreSQL).
+test: $(STAMP) pg lint typecheck proto-check
+	$(BIN)/lint-imports
+	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
+
+typecheck: $(STAMP)
+	$(BIN)/mypy
+
+proto: $(STAMP)
+	PYTHON=$(BIN)/python bash scripts/gen_proto.sh
+
+proto-check: $(STAMP)
+	PYTHON=$(BIN)/python bash scripts/gen_proto.sh --check
+
+## PostgreSQL must be up for the tests (they create and drop their own databases).
+pg:
+	@bash scripts/ensure_postgres.sh
+
+bench: $(STAMP)
+	$(BIN)/python benchmarks/placement_bench.py
+
+clean:
+	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -1,0 +1,341 @@
+"""Protobuf <-> domain conversion. Protobuf stops here: nothing past this module sees a message."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.placement import (
+    GangPlacement,
+    GangRequest,
+    HostOffer,
+    MemberAssignment,
+    MemberRequest,
+    PlacementFailure,
+)
+from peloton.domain.resources import Resources, format_mib, parse_mib
+from peloton.domain.spec import DEFAULT_LAUNCH_TIMEOUT_S, DEFAULT_MAX_ATTEMPTS, Constraint, JobSpec
+from peloton.domain.states import TaskState
+from peloton.hostmgr.backend import HostInfo, LaunchSpec, TaskStatus
+
+
+# --- public resources ---------------------------------------------------------------------------------------
+def resources_from_proto(r: job_pb2.Resources, field: str) -> Resources:
+    return Resources(
+        cpu=r.cpu,
+        mem=parse_mib(r.mem, f"{field}.mem"),
+        disk=parse_mib(r.disk, f"{field}.disk"),
+        gpu=r.gpu,
+        ports=r.ports,
+    )
+
+
+def resources_to_proto(r: Resources) -> job_pb2.Resources:
+    return job_pb2.Resources(
+        cpu=r.cpu, mem=format_mib(r.mem), disk=format_mib(r.disk) if r.disk else "", gpu=r.gpu, ports=r.ports
+    )
+
+
+# --- job spec -----------------------------------------------------------------------------------------------
+def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
+    """Field-by-field; quantities are parsed here so errors name the field. Call spec.validate() after."""
+    return JobSpec(
+        name=p.name,
+        owner=p.owner,
+        respool=p.respool or "/",
+        instances=p.instances,
+        command=p.task.command,
+        env=dict(p.task.env),
+        resources=resources_from_proto(p.task.resources, "task.resources"),
+        container_image=p.task.container.image,
+        min_available=p.gang.min_available,
+        on_member_failure=p.gang.on_member_failure or "restart_gang",
+        launch_timeout_s=(
+            p.gang.launch_timeout.ToTimedelta().total_seconds()
+            if p.gang.HasField("launch_timeout")
+            else DEFAULT_LAUNCH_TIMEOUT_S
+        ),
+        priority=p.sla.priority,
+        preemptible=p.sla.preemptible,
+        max_runtime_s=p.sla.max_runtime.ToTimedelta().total_seconds() if p.sla.HasField("max_runtime") else 0.0,
+        max_attempts=p.retry.max_attempts if p.HasField("retry") and p.retry.max_attempts else DEFAULT_MAX_ATTEMPTS,
+        strategy=p.placement.strategy or "pack",
+        constraints=tuple(Constraint(c.attribute, c.op or "eq", c.value) for c in p.placement.constraints),
+    )
+
+
+def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
+    p = job_pb2.JobSpec(name=s.name, owner=s.owner, respool=s.respool, instances=s.instances)
+    p.task.command = s.command
+    p.task.env.update(s.env)
+    p.task.resources.CopyFrom(resources_to_proto(s.resources))
+    if s.container_image:
+        p.task.container.image = s.container_image
+    p.gang.min_available = s.min_available or s.instances
+    p.gang.on_member_failure = s.on_member_failure
+    p.gang.launch_timeout.FromNanoseconds(int(s.launch_timeout_s * 1e9))
+    p.sla.priority = s.priority
+    p.sla.preemptible = s.preemptible
+    if s.max_runtime_s:
+        p.sla.max_runtime.FromNanoseconds(int(s.max_runtime_s * 1e9))
+    p.retry.max_attempts = s.max_attempts
+    p.placement.strategy = s.strategy
+    for c in s.constraints:
+        p.placement.constraints.add(attribute=c.attribute, op=c.op, value=c.value)
+    return p
+
+
+def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int]) -> job_pb2.Job:
+    status = job_pb2.JobStatus(
+        state=job.state.value,
+        desired_state=job.desired,
+        reason=job.reason,
+        created_at=job.created_at,
+        updated_at=job.updated_at,
+        completed_at=job.completed_at,
+    )
+    status.task_states.update(task_states)
+    for g in gangs:
+        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt, reason=g.reason)
+    return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
+
+
+def task_to_proto(t: Task, events: Sequence[TaskEvent] = ()) -> task_pb2.TaskInfo:
+    p = task_pb2.TaskInfo(
+        job_id=t.job_id,
+        instance=t.instance,
+        task_id=t.task_id,
+        attempt=t.attempt,
+        gang_index=t.gang_index,
+        state=t.state.value,
+        host=t.host,
+        address=t.address,
+        ports=t.ports,
+        gpus=t.gpu_ids,
+        reason=t.reason,
+        message=t.message,
+        started_at=t.started_at,
+        finished_at=t.finished_at,
+    )
+    if t.exit_code is not None:
+        p.exit_code = t.exit_code
+    for e in events:
+        pe = p.events.add(
+            attempt=e.attempt, state=e.state.value, time=e.time, host=e.host, reason=e.reason, message=e.message
+        )
+        if e.exit_code is not None:
+            pe.exit_code = e.exit_code
+    return p
+
+
+def pool_from_proto(p: respool_pb2.ResourcePool) -> ResourcePool:
+    return ResourcePool(
+        path=p.path,
+        reservation=resources_from_proto(p.reservation, "pool.reservation"),
+        limit=resources_from_proto(p.limit, "pool.limit") if p.HasField("limit") else None,
+        share=p.share or 1.0,
+    )
+
+
+def pool_to_proto(p: ResourcePool, allocated: Resources | None = None) -> respool_pb2.ResourcePool:
+    out = respool_pb2.ResourcePool(path=p.path, reservation=resources_to_proto(p.reservation), share=p.share)
+    if p.limit is not None:
+        out.limit.CopyFrom(resources_to_proto(p.limit))
+    if allocated is not None:
+        out.allocated.CopyFrom(resources_to_proto(allocated))
+    return out
+
+
+def host_to_proto(h: HostInfo, offer_held: bool) -> host_pb2.Host:
+    p = host_pb2.Host(
+        hostname=h.hostname,
+        address=h.address,
+        capacity=resources_to_proto(h.capacity),
+        allocated=resources_to_proto(h.allocated),
+        state=h.state,
+        offer_held=offer_held,
+        task_ids=list(h.task_ids),
+    )
+    p.labels.update(h.labels)
+    return p
+
+
+# --- internal: resource vectors, gangs, placements, offers, launches, statuses ---------------------------------
+def vec_to_proto(r: Resources) -> internal_pb2.ResourceVector:
+    return internal_pb2.ResourceVector(cpu=r.cpu, mem_mib=r.mem, disk_mib=r.disk, gpu=r.gpu, ports=r.ports)
+
+
+def vec_from_proto(v: internal_pb2.ResourceVector) -> Resources:
+    return Resources(cpu=v.cpu, mem=v.mem_mib, disk=v.disk_mib, gpu=v.gpu, ports=v.ports)
+
+
+def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
+    return internal_pb2.GangRequest(
+        gang_id=g.gang_id,
+        job_id=g.job_id,
+        attempt=g.attempt,
+        members=[
+            internal_pb2.Member(instance=m.instance, task_id=m.task_id, resources=vec_to_proto(m.resources))
+            for m in g.members
+        ],
+        priority=g.priority,
+        respool=g.respool,
+        strategy=g.strategy,
+        constraints=[internal_pb2.InternalConstraint(attribute=c.attribute, op=c.op, value=c.value)
+                     for c in g.constraints],
+        enqueued_at=g.enqueued_at,
+    )
+
+
+def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
+    return GangRequest(
+        gang_id=p.gang_id,
+        job_id=p.job_id,
+        attempt=p.attempt,
+        members=tuple(MemberRequest(m.instance, m.task_id, vec_from_proto(m.resources)) for m in p.members),
+        priority=p.priority,
+        respool=p.respool,
+        strategy=p.strategy,
+        constraints=tuple(Constraint(c.attribute, c.op, c.value) for c in p.constraints),
+        enqueued_at=p.enqueued_at,
+    )
+
+
+def placement_to_proto(p: GangPlacement) -> internal_pb2.Placement:
+    return internal_pb2.Placement(
+        gang_id=p.gang_id,
+        job_id=p.job_id,
+        attempt=p.attempt,
+        lease_id=p.lease_id,
+        members=[
+            internal_pb2.Assignment(
+                instance=m.instance,
+                task_id=m.task_id,
+                hostname=m.hostname,
+                address=m.address,
+                resources=vec_to_proto(m.resources),
+                gpu_ids=m.gpu_ids,
+                ports=m.ports,
+            )
+            for m in p.members
+        ],
+    )
+
+
+def placement_from_proto(p: internal_pb2.Placement) -> GangPlacement:
+    return GangPlacement(
+        gang_id=p.gang_id,
+        job_id=p.job_id,
+        attempt=p.attempt,
+        lease_id=p.lease_id,
+        members=tuple(
+            MemberAssignment(
+                instance=m.instance,
+                task_id=m.task_id,
+                hostname=m.hostname,
+                address=m.address,
+                resources=vec_from_proto(m.resources),
+                gpu_ids=tuple(m.gpu_ids),
+                ports=tuple(m.ports),
+            )
+            for m in p.members
+        ),
+    )
+
+
+def failure_to_proto(f: PlacementFailure) -> internal_pb2.Failure:
+    out = internal_pb2.Failure(gang_id=f.gang_id, job_id=f.job_id, attempt=f.attempt, reason=f.reason)
+    out.short_hosts.update(f.short_hosts)
+    return out
+
+
+def failure_from_proto(p: internal_pb2.Failure) -> PlacementFailure:
+    return PlacementFailure(p.gang_id, p.job_id, p.attempt, p.reason, dict(p.short_hosts))
+
+
+def offer_to_proto(o: HostOffer) -> internal_pb2.HostOffer:
+    p = internal_pb2.HostOffer(
+        hostname=o.hostname,
+        address=o.address,
+        free=vec_to_proto(o.free),
+        gpu_ids=o.gpu_ids,
+        ports=o.ports,
+        capacity=vec_to_proto(o.capacity),
+        has_gpus=o.has_gpus,
+    )
+    p.labels.update(o.labels)
+    return p
+
+
+def offer_from_proto(p: internal_pb2.HostOffer) -> HostOffer:
+    return HostOffer(
+        hostname=p.hostname,
+        address=p.address,
+        free=vec_from_proto(p.free),
+        gpu_ids=tuple(p.gpu_ids),
+        ports=tuple(p.ports),
+        labels=dict(p.labels),
+        capacity=vec_from_proto(p.capacity),
+        has_gpus=p.has_gpus,
+    )
+
+
+def launch_to_proto(t: LaunchSpec) -> internal_pb2.LaunchTask:
+    p = internal_pb2.LaunchTask(
+        task_id=t.task_id,
+        job_id=t.job_id,
+        instance=t.instance,
+        attempt=t.attempt,
+        hostname=t.hostname,
+        command=t.command,
+        resources=vec_to_proto(t.resources),
+        gpu_ids=t.gpu_ids,
+        ports=t.ports,
+    )
+    p.env.update(t.env)
+    p.files.update(t.files)
+    return p
+
+
+def launch_from_proto(p: internal_pb2.LaunchTask) -> LaunchSpec:
+    return LaunchSpec(
+        task_id=p.task_id,
+        job_id=p.job_id,
+        instance=p.instance,
+        attempt=p.attempt,
+        hostname=p.hostname,
+        command=p.command,
+        env=dict(p.env),
+        resources=vec_from_proto(p.resources),
+        gpu_ids=tuple(p.gpu_ids),
+        ports=tuple(p.ports),
+        files=dict(p.files),
+    )
+
+
+def status_to_proto(s: TaskStatus, seq: int = 0) -> internal_pb2.TaskStatusEvent:
+    p = internal_pb2.TaskStatusEvent(
+        seq=seq,
+        task_id=s.task_id,
+        state=s.state.value,
+        time=s.time,
+        hostname=s.hostname,
+        reason=s.reason,
+        message=s.message,
+    )
+    if s.exit_code is not None:
+        p.exit_code = s.exit_code
+    return p
+
+
+def status_from_proto(p: internal_pb2.TaskStatusEvent) -> TaskStatus:
+    return TaskStatus(
+        task_id=p.task_id,
+        state=TaskState(p.state),
+        time=p.time,
+        hostname=p.hostname,
+        exit_code=p.exit_code if p.HasField("exit_code") else None,
+        reason=p.reason,
+        message=p.message,
+    )

@@ -1,0 +1,30 @@
+"""Daemon and client defaults: where data lives, which address to use."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+DEFAULT_LISTEN = "127.0.0.1:5391"
+DEFAULT_METRICS_LISTEN = "127.0.0.1:5392"
+
+
+def default_data_dir() -> Path:
+    """$PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton (per user)."""
+    if os.environ.get("PELOTON_DATA_DIR"):
+        return Path(os.environ["PELOTON_DATA_DIR"])
+    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
+    return Path(base) / "peloton"
+
+
+def default_address() -> str:
+    return os.environ.get("PELOTON_ADDRESS", DEFAULT_LISTEN)
+
+
+def split_hostport(value: str, field: str) -> tuple[str, int]:
+    from peloton.errors import InvalidArgument
+
+    host, sep, port = value.rpartition(":")
+    if not sep or not port.isdigit() or not (0 <= int(port) < 65536):
+        raise InvalidArgument(f"{field}: expected HOST:PORT, got {value!r}", field=field)
+    return host or "0.0.0.0", int(port)

@@ -1,0 +1,120 @@
+"""What the machine the local backend runs on has: GPUs (via nvidia-smi), cores, memory and disk."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+from peloton.domain.resources import Resources
+
+_NVIDIA_SMI_TIMEOUT_S = 10.0
+
+
+def parse_nvidia_smi_indices(text: str) -> list[int]:
+    """Output of `nvidia-smi --query-gpu=index --format=csv,noheader` -> sorted GPU indices.
+
+    Lines that are not integers (warnings, blanks) are skipped."""
+    out: set[int] = set()
+    for line in text.splitlines():
+        field = line.split(",", 1)[0].strip()
+        if not field:
+            continue
+        try:
+            idx = int(field)
+        except ValueError:
+            continue
+        if idx >= 0:
+            out.add(idx)
+    return sorted(out)
+
+
+def parse_nvidia_smi_names(text: str) -> list[str]:
+    """Output of `nvidia-smi --query-gpu=name --format=csv,noheader` -> one model name per GPU."""
+    return [line.strip() for line in text.splitlines() if line.strip()]
+
+
+def _nvidia_smi(query: str) -> str | None:
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
+        return None
+    try:
+        proc = subprocess.run(
+            [exe, f"--query-gpu={query}", "--format=csv,noheader"],
+            stdin=subprocess.DEVNULL,
+            capture_output=True,
+            text=True,
+            timeout=_NVIDIA_SMI_TIMEOUT_S,
+            check=False,
+        )
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if proc.returncode != 0:
+        return None
+    return proc.stdout
+
+
+def detect_gpus() -> list[int]:
+    """Indices of the NVIDIA GPUs on this machine; [] when there is no nvidia-smi or it fails."""
+    text = _nvidia_smi("index")
+    return parse_nvidia_smi_indices(text) if text is not None else []
+
+
+def detect_gpu_model() -> str | None:
+    """Model name of the first GPU (e.g. "NVIDIA H100 80GB HBM3"), or None."""
+    text = _nvidia_smi("name")
+    if text is None:
+        return None
+    names = parse_nvidia_smi_names(text)
+    return names[0] if names else None
+
+
+def parse_meminfo_total_mib(text: str) -> float:
+    """MemTotal of /proc/meminfo (kB) in MiB; 0.0 when absent."""
+    for line in text.splitlines():
+        if line.startswith("MemTotal:"):
+            parts = line.split()
+            try:
+                kib = float(parts[1])
+            except (IndexError, ValueError):
+                return 0.0
+            unit = parts[2].lower() if len(parts) > 2 else "kb"
+            if unit == "mb":
+                return kib
+            if unit == "gb":
+                return kib * 1024
+            return kib / 1024.0
+    return 0.0
+
+
+def _mem_total_mib() -> float:
+    try:
+        return parse_meminfo_total_mib(Path("/proc/meminfo").read_text())
+    except OSError:
+        pass
+    try:
+        pages = os.sysconf("SC_PHYS_PAGES")
+        page_size = os.sysconf("SC_PAGE_SIZE")
+        return float(pages * page_size) / (1024 * 1024)
+    except (ValueError, OSError, AttributeError):
+        return 0.0
+
+
+def machine_resources(data_dir: Path | str | None = None, gpu_count: int | None = None) -> Resources:
+    """This machine as a Resources vector: all cores, MemTotal, free disk of `data_dir` (cwd if None), GPUs.
+
+    `gpu_count` skips GPU detection when the caller already ran it."""
+    path = Path(data_dir) if data_dir is not None else Path.cwd()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    try:
+        disk_mib = float(shutil.disk_usage(path).free) / (1024 * 1024)
+    except OSError:
+        disk_mib = 0.0
+    return Resources(
+        cpu=float(os.cpu_count() or 1),
+        mem=_mem_total_mib(),
+        disk=disk_mib,
+        gpu=len(detect_gpus()) if gpu_count is None else gpu_count,
+    )

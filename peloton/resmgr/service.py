@@ -1,0 +1,120 @@
+"""gRPC servicers of the resource manager: internal queue API and the public ResourcePoolService. Thin."""
+
+from __future__ import annotations
+
+import time
+from dataclasses import replace
+
+from sqlalchemy.orm import Session, sessionmaker
+
+from peloton.api import convert
+from peloton.api.status import grpc_errors
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
+from peloton.domain.resources import Resources
+from peloton.domain.spec import validate_pool_path
+from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.resmgr.manager import ResourceManager
+from peloton.store import repo
+from peloton.store.db import transaction
+
+
+class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer):
+    def __init__(self, rm: ResourceManager) -> None:
+        self.rm = rm
+
+    @grpc_errors
+    def EnqueueGangs(self, request, context):  # type: ignore[no-untyped-def]
+        gangs = [convert.gang_request_from_proto(g) for g in request.gangs]
+        running = [g for g, p in zip(gangs, request.gangs, strict=True) if p.running]
+        self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
+        return internal_pb2.EnqueueGangsResponse()
+
+    @grpc_errors
+    def DequeueGangs(self, request, context):  # type: ignore[no-untyped-def]
+        gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0)
+        return internal_pb2.DequeueGangsResponse(gangs=[convert.gang_request_to_proto(g) for g in gangs])
+
+    @grpc_errors
+    def SetPlacements(self, request, context):  # type: ignore[no-untyped-def]
+        self.rm.set_placements(
+            [convert.placement_from_proto(p) for p in request.placements],
+            [convert.failure_from_proto(f) for f in request.failures],
+        )
+        return internal_pb2.SetPlacementsResponse()
+
+    @grpc_errors
+    def GetPlacements(self, request, context):  # type: ignore[no-untyped-def]
+        placements, pending = self.rm.take_placements(
+            request.max or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0
+        )
+        return internal_pb2.GetPlacementsResponse(
+            placements=[convert.placement_to_proto(p) for p in placements],
+            pending=[convert.failure_to_proto(f) for f in pending],
+        )
+
+    @grpc_errors
+    def RemoveGangs(self, request, context):  # type: ignore[no-untyped-def]
+        self.rm.remove([(k.gang_id, k.attempt) for k in request.gangs])
+        return internal_pb2.RemoveGangsResponse()
+
+    @grpc_errors
+    def GetPoolUsage(self, request, context):  # type: ignore[no-untyped-def]
+        allocated, queued = self.rm.usage()
+        return internal_pb2.GetPoolUsageResponse(
+            pools=[
+                internal_pb2.PoolUsage(
+                    path=p, allocated=convert.vec_to_proto(allocated.get(p, Resources())), queued_gangs=queued.get(p, 0)
+                )
+                for p in sorted(set(allocated) | set(queued))
+            ]
+        )
+
+
+class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
+    def __init__(self, rm: ResourceManager, sessions: sessionmaker[Session]) -> None:
+        self.rm = rm
+        self.sessions = sessions
+
+    @grpc_errors
+    def CreatePool(self, request, context):  # type: ignore[no-untyped-def]
+        pool = convert.pool_from_proto(request.pool)
+        validate_pool_path(pool.path, "pool.path")
+        if pool.path == "/":
+            raise InvalidArgument("pool.path: the root pool / always exists", field="pool.path")
+        for dim in ("cpu", "mem", "disk", "gpu"):
+            if getattr(pool.reservation, dim) < 0:
+                raise InvalidArgument(f"pool.reservation.{dim}: must not be negative", field=f"pool.reservation.{dim}")
+            if pool.limit is not None and getattr(pool.limit, dim) < 0:
+                raise InvalidArgument(f"pool.limit.{dim}: must not be negative", field=f"pool.limit.{dim}")
+        if pool.share < 0:
+            raise InvalidArgument("pool.share: must not be negative", field="pool.share")
+        with transaction(self.sessions) as s:
+            repo.create_pool(s, replace(pool, created_at=time.time()))
+        self.rm.refresh_pools()
+        return respool_pb2.CreatePoolResponse()
+
+    @grpc_errors
+    def GetPool(self, request, context):  # type: ignore[no-untyped-def]
+        with transaction(self.sessions) as s:
+            pool = repo.get_pool(s, request.path)
+        allocated, _ = self.rm.usage()
+        return respool_pb2.GetPoolResponse(pool=convert.pool_to_proto(pool, allocated.get(pool.path, Resources())))
+
+    @grpc_errors
+    def ListPools(self, request, context):  # type: ignore[no-untyped-def]
+        with transaction(self.sessions) as s:
+            pools = repo.list_pools(s)
+        allocated, _ = self.rm.usage()
+        return respool_pb2.ListPoolsResponse(
+            pools=[convert.pool_to_proto(p, allocated.get(p.path, Resources())) for p in pools]
+        )
+
+    @grpc_errors
+    def DeletePool(self, request, context):  # type: ignore[no-untyped-def]
+        _, queued = self.rm.usage()
+        if queued.get(request.path):
+            raise FailedPrecondition(f"pool {request.path} has {queued[request.path]} queued gangs")
+        with transaction(self.sessions) as s:
+            repo.delete_pool(s, request.path)
+        self.rm.refresh_pools()
+        return respool_pb2.DeletePoolResponse()

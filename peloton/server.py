@@ -1,0 +1,179 @@
+"""The all-in-one daemon: store, host manager (local backend), resource manager, placement engine and job
+manager in one process behind one gRPC server. The components still talk to each other over gRPC, through the
+same server, so splitting them into processes later changes wiring, not contracts."""
+
+from __future__ import annotations
+
+import fcntl
+import logging
+import os
+import signal
+import threading
+import time
+from concurrent import futures
+from dataclasses import dataclass
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+from prometheus_client import start_http_server
+
+from peloton.api.v1 import (
+    host_pb2,
+    host_pb2_grpc,
+    internal_pb2,
+    internal_pb2_grpc,
+    job_pb2,
+    job_pb2_grpc,
+    respool_pb2,
+    respool_pb2_grpc,
+    task_pb2,
+    task_pb2_grpc,
+)
+from peloton.config import split_hostport
+from peloton.domain.resources import Resources
+from peloton.errors import FailedPrecondition
+from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
+from peloton.hostmgr.manager import HostManager
+from peloton.hostmgr.service import HostManagerServicer, HostServicer
+from peloton.jobmgr.manager import JobManager
+from peloton.jobmgr.service import JobServicer, TaskServicer
+from peloton.loop import Loop
+from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.manager import ResourceManager
+from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
+from peloton.store import db, repo
+
+log = logging.getLogger("peloton.server")
+
+HEALTH_SERVICE = "peloton"
+
+
+@dataclass
+class ServerConfig:
+    listen: str
+    db_url: str | None
+    data_dir: Path
+    local_hosts: int | None = None
+    local_host_resources: Resources | None = None
+    local_port_base: int = 31000
+    metrics_listen: str = ""
+    workers: int = 32
+
+
+class Daemon:
+    def __init__(self, cfg: ServerConfig) -> None:
+        self.cfg = cfg
+        self.loops: list[Loop] = []
+        self._stopped = threading.Event()
+
+    def _lock_data_dir(self) -> None:
+        self.cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            raise FailedPrecondition(
+                f"another peloton daemon is running with data dir {self.cfg.data_dir}"
+            ) from None
+
+    def start(self) -> str:
+        cfg = self.cfg
+        self._lock_data_dir()
+        url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
+        db.upgrade(url)
+        self.engine = db.make_engine(url)
+        self.sessions = db.make_sessions(self.engine)
+        with db.transaction(self.sessions) as s:
+            repo.ensure_root_pool(s, time.time())
+
+        hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base)
+        self.hostmgr = HostManager(LocalBackend(cfg.data_dir / "local", hosts))
+        self.hostmgr.start()
+
+        def load_pools():  # type: ignore[no-untyped-def]
+            with db.transaction(self.sessions) as s:
+                return repo.list_pools(s)
+
+        self.resmgr = ResourceManager(load_pools)
+
+        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"))
+        self.health = health.HealthServicer()
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(self.hostmgr), self.server)
+        host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
+        internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(self.resmgr),
+                                                                        self.server)
+        respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(ResourcePoolServicer(self.resmgr, self.sessions),
+                                                                   self.server)
+        host, port = split_hostport(cfg.listen, "--listen")
+        bound = self.server.add_insecure_port(f"{host}:{port}")
+        if bound == 0:
+            raise FailedPrecondition(f"--listen: cannot bind {cfg.listen}")
+        self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
+
+        self.channel = grpc.insecure_channel(self.address)
+        resmgr_stub = internal_pb2_grpc.ResourceManagerInternalStub(self.channel)
+        hostmgr_stub = internal_pb2_grpc.HostManagerInternalStub(self.channel)
+        self.jobmgr = JobManager(self.sessions, resmgr_stub, hostmgr_stub)
+        job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr), self.server)
+        task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
+        names = [
+            d.services_by_name[n].full_name
+            for d, n in (
+                (job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService"),
+                (respool_pb2.DESCRIPTOR, "ResourcePoolService"), (host_pb2.DESCRIPTOR, "HostService"),
+                (internal_pb2.DESCRIPTOR, "ResourceManagerInternal"), (internal_pb2.DESCRIPTOR, "HostManagerInternal"),
+            )
+        ]
+        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
+        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.server.start()
+
+        # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
+        self.jobmgr.recover()
+        placement = PlacementEngine(resmgr_stub, hostmgr_stub)
+        self.loops = [
+            Loop("placement", placement.run_once, 0.05),
+            Loop("launcher", self.jobmgr.launch_once, 0.05),
+            Loop("task-events", self.jobmgr.events_once, 0.05),
+            Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
+        ]
+        for lp in self.loops:
+            lp.start()
+        if cfg.metrics_listen:
+            mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
+            start_http_server(mport, addr=mhost)
+        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
+        return self.address
+
+    def stop(self) -> None:
+        """Stop serving. Running tasks keep running: the next start adopts them."""
+        self.health.enter_graceful_shutdown()
+        for lp in self.loops:
+            lp.stop(timeout=3)
+        self.server.stop(grace=2).wait(5)
+        self.channel.close()
+        self.hostmgr.stop()
+        self.engine.dispose()
+        self._stopped.set()
+
+    def serve_forever(self) -> None:
+        def on_signal(signum: int, frame: object) -> None:
+            log.info("signal %d: shutting down (tasks keep running and are adopted on restart)", signum)
+            threading.Thread(target=self.stop, daemon=True).start()
+
+        signal.signal(signal.SIGTERM, on_signal)
+        signal.signal(signal.SIGINT, on_signal)
+        self._stopped.wait()
+
+
+def run_server(cfg: ServerConfig) -> None:
+    d = Daemon(cfg)
+    address = d.start()
+    print(f"peloton: serving on {address} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)
+    d.serve_forever()

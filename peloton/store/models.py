@@ -1,0 +1,119 @@
+"""ORM rows. Private to peloton/store: repo.py converts them to and from domain records.
+
+JSON-ish columns (spec, instances, ports, gpu_ids, reservation, limit) hold `json.dumps` text in a plain
+Text column, so SQLite and PostgreSQL behave byte-for-byte the same. Times are epoch seconds (float64).
+Every schema change needs a new migration in migrations/versions/ (a test compares the two).
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import Double, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
+
+NAMING_CONVENTION = {
+    "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+    "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+    "ck": "ck_%(table_name)s_%(constraint_name)s",
+    "fk": "fk_%(table_name)s_%(column_0_N_name)s_%(referred_table_name)s",
+    "pk": "pk_%(table_name)s",
+}
+
+
+class Base(DeclarativeBase):
+    metadata = MetaData(naming_convention=NAMING_CONVENTION)
+
+
+class JobRow(Base):
+    __tablename__ = "jobs"
+
+    id: Mapped[str] = mapped_column(String(128), primary_key=True)
+    name: Mapped[str] = mapped_column(String(256), nullable=False)
+    owner: Mapped[str] = mapped_column(String(256), nullable=False)
+    respool: Mapped[str] = mapped_column(String(512), nullable=False)
+    spec: Mapped[str] = mapped_column(Text, nullable=False)  # json.dumps(spec_to_dict(spec))
+    state: Mapped[str] = mapped_column(String(32), nullable=False)
+    desired: Mapped[str] = mapped_column(String(32), nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    priority: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    updated_at: Mapped[float] = mapped_column(Double, nullable=False)
+    completed_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+    __table_args__ = (
+        Index("ix_jobs_state", "state"),
+        Index("ix_jobs_owner", "owner"),
+        Index("ix_jobs_respool", "respool"),
+        Index("ix_jobs_created_at", "created_at"),
+    )
+
+
+class GangRow(Base):
+    __tablename__ = "gangs"
+
+    job_id: Mapped[str] = mapped_column(String(128), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    idx: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    instances: Mapped[str] = mapped_column(Text, nullable=False)  # JSON list of ints
+    state: Mapped[str] = mapped_column(String(32), nullable=False)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    launch_deadline: Mapped[float] = mapped_column(Double, nullable=False)
+    updated_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+    __table_args__ = (Index("ix_gangs_state", "state"),)
+
+
+class TaskRow(Base):
+    __tablename__ = "tasks"
+
+    job_id: Mapped[str] = mapped_column(String(128), ForeignKey("jobs.id", ondelete="CASCADE"), primary_key=True)
+    instance: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=False)
+    gang_index: Mapped[int] = mapped_column(Integer, nullable=False)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    state: Mapped[str] = mapped_column(String(32), nullable=False)
+    host: Mapped[str] = mapped_column(String(256), nullable=False)
+    address: Mapped[str] = mapped_column(String(256), nullable=False)
+    ports: Mapped[str] = mapped_column(Text, nullable=False)  # JSON list of ints
+    gpu_ids: Mapped[str] = mapped_column(Text, nullable=False)  # JSON list of ints
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+    started_at: Mapped[float] = mapped_column(Double, nullable=False)
+    finished_at: Mapped[float] = mapped_column(Double, nullable=False)
+    updated_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+    __table_args__ = (Index("ix_tasks_state", "state"),)
+
+
+class TaskEventRow(Base):
+    __tablename__ = "task_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    job_id: Mapped[str] = mapped_column(String(128), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
+    instance: Mapped[int] = mapped_column(Integer, nullable=False)
+    attempt: Mapped[int] = mapped_column(Integer, nullable=False)
+    state: Mapped[str] = mapped_column(String(32), nullable=False)
+    time: Mapped[float] = mapped_column(Double, nullable=False)
+    host: Mapped[str] = mapped_column(String(256), nullable=False)
+    reason: Mapped[str] = mapped_column(Text, nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+    exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
+
+    __table_args__ = (Index("ix_task_events_job_id_instance", "job_id", "instance"),)
+
+
+class ResourcePoolRow(Base):
+    __tablename__ = "resource_pools"
+
+    path: Mapped[str] = mapped_column(String(512), primary_key=True)
+    parent: Mapped[str | None] = mapped_column(String(512), ForeignKey("resource_pools.path"), nullable=True)
+    reservation: Mapped[str] = mapped_column(Text, nullable=False)  # JSON object of a Resources
+    limit_: Mapped[str | None] = mapped_column("limit", Text, nullable=True)  # JSON object, NULL = no limit
+    share: Mapped[float] = mapped_column(Double, nullable=False)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+
+class MetaRow(Base):
+    __tablename__ = "meta"
+
+    key: Mapped[str] = mapped_column(String(256), primary_key=True)
+    value: Mapped[str] = mapped_column(Text, nullable=False)

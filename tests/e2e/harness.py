@@ -1,0 +1,130 @@
+"""Start the real daemon as a subprocess and drive it through the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+PELOTON = [sys.executable, "-m", "peloton.cli.main"]
+
+
+def wait_until(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "condition") -> Any:
+    deadline = time.monotonic() + timeout
+    last: Any = None
+    while time.monotonic() < deadline:
+        last = pred()
+        if last:
+            return last
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what} (last: {last!r})")
+
+
+@dataclass
+class Daemon:
+    data_dir: Path
+    db_url: str
+    hosts: int = 2
+    host_resources: str = "cpu=4,mem=4Gi,gpu=2"
+    port_base: int = 0
+    proc: subprocess.Popen[str] | None = None
+    address: str = ""
+    log_path: Path = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.log_path = self.data_dir / "daemon.log"
+        if not self.port_base:
+            # a task port range of its own (each simulated host takes 1000 ports), so daemons never collide
+            self.port_base = random.randrange(20000, 40000, 2000)
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir", str(self.data_dir),
+             "--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
+             "--local-port-base", str(self.port_base), "--metrics-listen", "", "--log-level", "info"],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"serving on (\S+)", line)
+            if m:
+                self.address = m.group(1)
+                return
+        raise AssertionError(f"daemon did not start; log:\n{self.log()}")
+
+    def log(self) -> str:
+        return self.log_path.read_text() if self.log_path.exists() else ""
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(10)
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                self.proc.kill()
+                self.proc.wait(5)
+
+    def cli(self, *args: str, check: bool = True, timeout: float = 60) -> subprocess.CompletedProcess[str]:
+        r = subprocess.run([*PELOTON, "--address", self.address, *args], capture_output=True, text=True,
+                           timeout=timeout)
+        if check and r.returncode != 0:
+            raise AssertionError(f"peloton {' '.join(args)} -> {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
+        return r
+
+    def create(self, spec: str, tmp: Path) -> str:
+        f = tmp / f"spec-{time.monotonic_ns()}.yaml"
+        f.write_text(spec)
+        out = self.cli("job", "create", "-f", str(f)).stdout.strip()
+        assert re.fullmatch(r"[0-9a-f]{12}", out), out
+        return out
+
+    def job(self, job_id: str) -> dict[str, Any]:
+        return json.loads(self.cli("job", "get", job_id, "-o", "json").stdout)
+
+    def state(self, job_id: str) -> str:
+        return str(self.job(job_id)["status"]["state"])
+
+    def wait_state(self, job_id: str, *states: str, timeout: float = 60) -> dict[str, Any]:
+        def check() -> dict[str, Any] | None:
+            j = self.job(job_id)
+            return j if j["status"]["state"] in states else None
+
+        return wait_until(check, timeout, 0.3, f"job {job_id} in {states}")  # type: ignore[no-any-return]
+
+    def tasks(self, job_id: str) -> list[dict[str, Any]]:
+        return list(json.loads(self.cli("task", "list", job_id, "-o", "json").stdout).get("tasks", []))
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    # a zombie is dead for our purposes
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False

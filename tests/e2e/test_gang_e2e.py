@@ -1,0 +1,186 @@
+"""End to end: the real daemon (SQLite and PostgreSQL), driven through the real CLI, running real processes."""
+
+from __future__ import annotations
+
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import Daemon, pid_alive, wait_until
+
+pytestmark = pytest.mark.e2e
+RENDEZVOUS = Path(__file__).parent / "rendezvous.py"
+
+
+def test_four_member_gang_rendezvous_across_two_hosts(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create(f"""
+name: rendezvous
+instances: 4
+placement: {{strategy: spread}}
+task:
+  command: {sys.executable} {RENDEZVOUS}
+  resources: {{cpu: 1, mem: 64Mi, ports: 1}}
+""", tmp_path)
+    r = daemon.cli("job", "wait", job, "--timeout", "120", check=False, timeout=150)
+    assert r.returncode == 0, (r.stderr, daemon.job(job), daemon.log()[-3000:])
+    tasks = daemon.tasks(job)
+    assert {t["state"] for t in tasks} == {"SUCCEEDED"}
+    assert len({t["host"] for t in tasks}) == 2  # spread across both simulated hosts
+    logs = {t["instance"]: daemon.cli("task", "logs", job, str(t["instance"])).stdout for t in tasks}
+    assert "all peers connected" in logs[0]
+    for i in (1, 2, 3):
+        assert "released by rank 0" in logs[i]
+    # every member saw the same master, one world, and distinct ranks
+    masters = {line.split("master=")[1].split()[0] for log in logs.values() for line in log.splitlines()
+               if line.startswith("rank=")}
+    assert len(masters) == 1 and masters.pop().startswith("127.0.0.1:")
+    assert "hosts=127.0.0.1:4" in logs[0]
+    assert "hostfile: 127.0.0.1 slots=4" in logs[0]
+    # job list shows it
+    assert job in daemon.cli("job", "list").stdout
+
+
+def test_distinct_gpus_per_member_on_each_host(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create("""
+name: gpus
+instances: 4
+task:
+  command: echo "gpus=[$CUDA_VISIBLE_DEVICES]"
+  resources: {cpu: 0.5, mem: 64Mi, gpu: 1}
+""", tmp_path)
+    daemon.wait_state(job, "SUCCEEDED")
+    tasks = daemon.tasks(job)
+    by_host: dict[str, list[str]] = {}
+    for t in tasks:
+        out = daemon.cli("task", "logs", job, str(t["instance"])).stdout.strip()
+        assert out == f"gpus=[{t['gpus'][0]}]", (out, t)
+        by_host.setdefault(t["host"], []).append(out)
+    assert sum(len(v) for v in by_host.values()) == 4
+    for host, gpus in by_host.items():
+        assert len(set(gpus)) == len(gpus), f"GPU handed out twice on {host}: {gpus}"
+
+
+def test_gang_that_does_not_fit_now_stays_pending_and_starts_nothing(daemon: Daemon, tmp_path: Path) -> None:
+    # 2 hosts x 4 cpu: a 3-member job of 2 cpu each leaves room for only one more 2-cpu member
+    blocker = daemon.create("""
+name: blocker
+instances: 3
+task: {command: sleep 300, resources: {cpu: 2, mem: 64Mi}}
+""", tmp_path)
+    daemon.wait_state(blocker, "RUNNING")
+    big = daemon.create("""
+name: big
+instances: 2
+task: {command: echo ran, resources: {cpu: 2, mem: 64Mi}}
+""", tmp_path)
+    def pending_reason() -> dict | None:  # type: ignore[type-arg]
+        x = daemon.job(big)
+        return x if "short of" in x["status"]["gangs"][0].get("reason", "") else None
+
+    j = wait_until(pending_reason, 30, 0.3, "a pending reason")
+    assert j["status"]["state"] == "PENDING"
+    assert {t["state"] for t in j["tasks"]} == {"PENDING"}
+    human = daemon.cli("job", "get", big).stdout
+    assert "why:" in human and "cpu" in human
+    time.sleep(2)  # still nothing started while capacity is short
+    assert {t["state"] for t in daemon.tasks(big)} == {"PENDING"}
+    daemon.cli("job", "stop", blocker)
+    daemon.wait_state(blocker, "KILLED")
+    daemon.wait_state(big, "SUCCEEDED")
+
+
+def test_member_failure_restarts_the_whole_gang(daemon: Daemon, tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    marker.mkdir()
+    job = daemon.create(f"""
+name: flaky
+instances: 3
+retry: {{max_attempts: 3}}
+task:
+  command: >-
+    echo $$ > {marker}/$PELOTON_TASK_ID;
+    if [ "$PELOTON_ATTEMPT" = 1 ]; then
+      if [ "$PELOTON_RANK" = 1 ]; then sleep 1; exit 7; fi; sleep 300;
+    fi; echo done
+  resources: {{cpu: 0.5, mem: 64Mi}}
+""", tmp_path)
+    r = daemon.cli("job", "wait", job, "--timeout", "90", check=False, timeout=120)
+    assert r.returncode == 0, (r.stderr, daemon.job(job))
+    j = daemon.job(job)
+    assert j["status"]["gangs"][0]["attempt"] == 2
+    assert {t["attempt"] for t in j["tasks"]} == {2}
+    # the attempt-1 survivors were killed, not left running
+    for inst in (0, 2):
+        pid = int((marker / f"{job}-{inst}-1").read_text())
+        assert not pid_alive(pid)
+    hist = daemon.cli("task", "get", job, "0", "-o", "json").stdout
+    assert '"KILLED"' in hist and '"attempt": 2' in hist
+    hist1 = daemon.cli("task", "get", job, "1", "-o", "json").stdout
+    assert '"exit_code": 7' in hist1
+
+
+def test_stop_kills_every_member(daemon: Daemon, tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    marker.mkdir()
+    job = daemon.create(f"""
+name: sleepers
+instances: 4
+task: {{command: "echo $$ > {marker}/$PELOTON_INSTANCE; sleep 300", resources: {{cpu: 0.5, mem: 64Mi}}}}
+""", tmp_path)
+    daemon.wait_state(job, "RUNNING")
+    wait_until(lambda: len(list(marker.iterdir())) == 4, 20, what="4 pid files")
+    pids = [int(p.read_text()) for p in marker.iterdir()]
+    assert all(pid_alive(p) for p in pids)
+    daemon.cli("job", "stop", job)
+    daemon.wait_state(job, "KILLED", timeout=30)
+    wait_until(lambda: not any(pid_alive(p) for p in pids), 15, what="members gone")
+    assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}
+    # a finished job can be deleted; a running one cannot
+    daemon.cli("job", "delete", job)
+    assert daemon.cli("job", "get", job, check=False).returncode != 0
+
+
+def test_kill9_mid_run_adopts_whole_gang(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create("""
+name: survivor
+instances: 3
+task: {command: "sleep 6; echo finished", resources: {cpu: 0.5, mem: 64Mi}}
+""", tmp_path)
+    daemon.wait_state(job, "RUNNING")
+    daemon.kill9()
+    time.sleep(1)
+    daemon.start()
+    j = daemon.wait_state(job, "SUCCEEDED", timeout=60)
+    assert {t["attempt"] for t in j["tasks"]} == {1}  # adopted, not restarted
+    assert "finished" in daemon.cli("task", "logs", job, "2").stdout
+
+
+def test_kill9_with_a_member_lost_while_down_restarts_gang_whole(daemon: Daemon, tmp_path: Path) -> None:
+    marker = tmp_path / "pids"
+    marker.mkdir()
+    job = daemon.create(f"""
+name: partial
+instances: 3
+task:
+  command: >-
+    echo $$ > {marker}/$PELOTON_TASK_ID; if [ "$PELOTON_ATTEMPT" = 1 ]; then sleep 300; fi; echo ok
+  resources: {{cpu: 0.5, mem: 64Mi}}
+""", tmp_path)
+    daemon.wait_state(job, "RUNNING")
+    wait_until(lambda: len(list(marker.iterdir())) == 3, 20, what="3 pid files")
+    pids = {p.name: int(p.read_text()) for p in marker.iterdir()}
+    daemon.kill9()
+    # while the daemon is down, one member's whole process group dies
+    import os
+    import signal
+    victim = pids[f"{job}-1-1"]
+    os.killpg(os.getpgid(victim), signal.SIGKILL)
+    daemon.start()
+    j = daemon.wait_state(job, "SUCCEEDED", timeout=60)
+    assert j["status"]["gangs"][0]["attempt"] == 2
+    # the attempt-1 survivors were killed: never a partial gang
+    for name, pid in pids.items():
+        if name.endswith("-1"):
+            wait_until(lambda pid=pid: not pid_alive(pid), 15, what=f"{name} gone")

@@ -1,0 +1,351 @@
+"""Contract tests of peloton.store.repo, run on SQLite and PostgreSQL."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from sqlalchemy import func, select
+from sqlalchemy.orm import Session, sessionmaker
+
+from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.resources import Resources
+from peloton.domain.spec import Constraint, JobSpec, gang_partition, spec_from_dict, spec_to_dict
+from peloton.domain.states import GangState, JobState, TaskState
+from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
+from peloton.store import db, repo
+from peloton.store.models import GangRow, JobRow, TaskEventRow, TaskRow
+
+Sessions = sessionmaker[Session]
+
+
+def make_spec(name: str = "train", instances: int = 3, **kw: Any) -> JobSpec:
+    base: dict[str, object] = {
+        "name": name,
+        "instances": instances,
+        "command": "python train.py --lr 0.1",
+        "resources": Resources(cpu=2.5, mem=4096.0, disk=100.0, gpu=1, ports=2),
+        "owner": "alice",
+        "respool": "/",
+        "env": {"A": "1", "B": "two"},
+        "container_image": "img:1",
+        "min_available": 2,
+        "priority": 5,
+        "preemptible": True,
+        "max_runtime_s": 3600.0,
+        "constraints": (Constraint("zone", "eq", "us-1"), Constraint("gpu_type", "in", "a100,h100")),
+    }
+    base.update(kw)
+    return JobSpec(**base)  # type: ignore[arg-type]
+
+
+def make_job(job_id: str, *, created_at: float = 100.0, **spec_kw: Any) -> tuple[Job, list[Gang], list[Task]]:
+    spec = make_spec(**spec_kw)
+    job = Job(id=job_id, spec=spec, state=JobState.PENDING, created_at=created_at, updated_at=created_at)
+    gangs = [Gang(job_id=job_id, index=gi, instances=members, updated_at=created_at)
+             for gi, members in enumerate(gang_partition(spec))]
+    tasks = [Task(job_id=job_id, instance=i, gang_index=g.index, updated_at=created_at)
+             for g in gangs for i in g.instances]
+    return job, gangs, tasks
+
+
+def add_job(sessions: Sessions, job_id: str, **kw: Any) -> tuple[Job, list[Gang], list[Task]]:
+    job, gangs, tasks = make_job(job_id, **kw)
+    with db.transaction(sessions) as s:
+        repo.insert_job(s, job, gangs, tasks)
+    return job, gangs, tasks
+
+
+# --- jobs -------------------------------------------------------------------------------------------------
+def test_job_round_trip(sessions: Sessions) -> None:
+    job, gangs, tasks = add_job(sessions, "j1")
+    with db.transaction(sessions) as s:
+        got = repo.get_job(s, "j1")
+        assert got == job
+        assert spec_from_dict(spec_to_dict(got.spec)) == job.spec
+        assert got.spec.constraints == job.spec.constraints
+        assert repo.get_gangs(s, "j1") == gangs
+        assert repo.get_tasks(s, "j1") == tasks
+        row = s.execute(select(JobRow.name, JobRow.owner, JobRow.respool, JobRow.priority)).one()
+        assert tuple(row) == ("train", "alice", "/", 5)
+
+
+def test_insert_job_duplicate(sessions: Sessions) -> None:
+    add_job(sessions, "j1")
+    with pytest.raises(AlreadyExists, match="j1"), db.transaction(sessions) as s:
+        repo.insert_job(s, *make_job("j1"))
+
+
+def test_get_job_not_found(sessions: Sessions) -> None:
+    with db.transaction(sessions) as s, pytest.raises(NotFound, match="nope"):
+        repo.get_job(s, "nope")
+
+
+def test_get_jobs_batch(sessions: Sessions) -> None:
+    for j in ("a", "b", "c"):
+        add_job(sessions, j)
+    with db.transaction(sessions) as s:
+        got = repo.get_jobs(s, ["a", "c", "missing", "a"])
+        assert set(got) == {"a", "c"}
+        assert got["c"].id == "c"
+        assert repo.get_jobs(s, []) == {}
+
+
+def test_list_jobs_filters_order_limit(sessions: Sessions) -> None:
+    add_job(sessions, "j1", created_at=1.0, name="alpha", owner="alice")
+    add_job(sessions, "j2", created_at=2.0, name="Beta_run", owner="bob")
+    add_job(sessions, "j3", created_at=3.0, name="gamma%", owner="alice")
+    with db.transaction(sessions) as s:
+        repo.ensure_root_pool(s, 0.0)
+        repo.create_pool(s, ResourcePool(path="/team"))
+    add_job(sessions, "j4", created_at=4.0, name="delta", owner="bob", respool="/team")
+    with db.transaction(sessions) as s:
+        j2 = repo.get_job(s, "j2")
+        j2.state = JobState.RUNNING
+        repo.update_job(s, j2)
+
+    def ids(**kw: object) -> list[str]:
+        with db.transaction(sessions) as s:
+            return [j.id for j in repo.list_jobs(s, **kw)]  # type: ignore[arg-type]
+
+    assert ids() == ["j4", "j3", "j2", "j1"]
+    assert ids(limit=2) == ["j4", "j3"]
+    assert ids(owner="alice") == ["j3", "j1"]
+    assert ids(respool="/team") == ["j4"]
+    assert ids(states=[JobState.RUNNING]) == ["j2"]
+    assert ids(states=[JobState.RUNNING, JobState.PENDING], owner="bob") == ["j4", "j2"]
+    assert ids(states=[]) == []
+    assert ids(name_contains="beta") == ["j2"]  # case-insensitive on both backends
+    assert ids(name_contains="_") == ["j2"]  # LIKE wildcards are escaped
+    assert ids(name_contains="%") == ["j3"]
+    assert ids(name_contains="zzz") == []
+
+
+def test_update_job(sessions: Sessions) -> None:
+    job, _, _ = add_job(sessions, "j1")
+    job.state, job.desired, job.reason = JobState.KILLED, "KILLED", "user asked"
+    job.updated_at, job.completed_at = 200.5, 201.25
+    with db.transaction(sessions) as s:
+        repo.update_job(s, job)
+    with db.transaction(sessions) as s:
+        assert repo.get_job(s, "j1") == job
+        ghost = dataclasses.replace(job, id="ghost")
+        with pytest.raises(NotFound, match="ghost"):
+            repo.update_job(s, ghost)
+
+
+def test_delete_job_cascades(sessions: Sessions) -> None:
+    add_job(sessions, "j1")
+    add_job(sessions, "j2")
+    with db.transaction(sessions) as s:
+        repo.append_task_events(s, [TaskEvent("j1", 0, 1, TaskState.PENDING, 1.0),
+                                    TaskEvent("j2", 0, 1, TaskState.PENDING, 1.0)])
+    with db.transaction(sessions) as s:
+        repo.delete_job(s, "j1")
+    with db.transaction(sessions) as s:
+        with pytest.raises(NotFound):
+            repo.get_job(s, "j1")
+        assert repo.get_gangs(s, "j1") == []
+        assert repo.get_tasks(s, "j1") == []
+        assert repo.get_task_events(s, "j1", 0) == []
+        for model in (GangRow, TaskRow, TaskEventRow):
+            assert s.execute(select(func.count()).select_from(model).where(model.job_id == "j1")).scalar() == 0
+        # the other job is untouched
+        assert repo.get_job(s, "j2").id == "j2"
+        assert len(repo.get_tasks(s, "j2")) == 3
+        assert len(repo.get_task_events(s, "j2", 0)) == 1
+        with pytest.raises(NotFound, match="j1"):
+            repo.delete_job(s, "j1")
+
+
+# --- gangs ------------------------------------------------------------------------------------------------
+def test_gangs_update_and_states(sessions: Sessions) -> None:
+    _, gangs1, _ = add_job(sessions, "j1", instances=4, min_available=2)  # gangs [0,1], [2], [3]
+    _, gangs2, _ = add_job(sessions, "j0", instances=2, min_available=0)  # one gang [0,1]
+    assert [g.instances for g in gangs1] == [[0, 1], [2], [3]]
+    gangs1[0].state, gangs1[0].attempt, gangs1[0].reason = GangState.PLACED, 2, "placed on h1"
+    gangs1[0].launch_deadline, gangs1[0].updated_at = 999.5, 500.0
+    gangs1[2].state = GangState.RUNNING
+    gangs2[0].state = GangState.PLACED
+    with db.transaction(sessions) as s:
+        repo.update_gangs(s, [gangs1[0], gangs1[2], gangs2[0]])
+        repo.update_gangs(s, [])
+    with db.transaction(sessions) as s:
+        assert repo.get_gangs(s, "j1") == gangs1
+        placed = repo.gangs_in_states(s, [GangState.PLACED])
+        assert [(g.job_id, g.index) for g in placed] == [("j0", 0), ("j1", 0)]
+        both = repo.gangs_in_states(s, [GangState.PLACED, GangState.RUNNING, GangState.QUEUED])
+        assert [(g.job_id, g.index) for g in both] == [("j0", 0), ("j1", 0), ("j1", 1), ("j1", 2)]
+        assert repo.gangs_in_states(s, []) == []
+        assert repo.get_gangs(s, "unknown") == []
+
+
+# --- tasks ------------------------------------------------------------------------------------------------
+def test_tasks_update_batch_and_lookup(sessions: Sessions) -> None:
+    _, _, tasks = add_job(sessions, "j1", instances=3)
+    add_job(sessions, "j2", instances=2)
+    t0, t2 = tasks[0], tasks[2]
+    t0.attempt, t0.state, t0.host, t0.address = 2, TaskState.RUNNING, "h1", "10.0.0.1"
+    t0.ports, t0.gpu_ids, t0.started_at, t0.updated_at = [31000, 31001], [0, 3], 10.5, 11.0
+    t2.state, t2.exit_code, t2.reason, t2.message = TaskState.FAILED, 137, "oom", "killed: out of memory"
+    t2.finished_at = 12.25
+    with db.transaction(sessions) as s:
+        repo.update_tasks(s, [t0, t2])
+        repo.update_tasks(s, [])
+        assert repo.get_tasks(s, "j1") == tasks  # visible inside the same transaction
+    with db.transaction(sessions) as s:
+        assert repo.get_tasks(s, "j1") == tasks
+        assert repo.get_tasks(s, "j1", [2, 0]) == [t0, t2]
+        assert repo.get_tasks(s, "j1", []) == []
+        assert repo.get_tasks(s, "nope") == []
+        got = repo.get_tasks_by_keys(s, [("j1", 0), ("j2", 1), ("j1", 2), ("j1", 99), ("zz", 0)])
+        assert set(got) == {("j1", 0), ("j2", 1), ("j1", 2)}
+        assert got[("j1", 0)] == t0
+        assert got[("j1", 2)].exit_code == 137
+        assert got[("j2", 1)].job_id == "j2"
+        assert repo.get_tasks_by_keys(s, []) == {}
+        # then back to None / empty lists
+        t0.exit_code, t0.ports, t0.gpu_ids = None, [], []
+        repo.update_tasks(s, [t0])
+        assert repo.get_tasks(s, "j1", [0]) == [t0]
+
+
+def test_get_tasks_by_keys_many(sessions: Sessions) -> None:
+    add_job(sessions, "big", instances=2500, min_available=1)
+    with db.transaction(sessions) as s:
+        keys = [("big", i) for i in range(2500)]
+        got = repo.get_tasks_by_keys(s, keys)
+        assert len(got) == 2500
+        tasks = list(got.values())
+        for t in tasks:
+            t.state = TaskState.PENDING
+        repo.update_tasks(s, tasks)
+        assert repo.task_state_counts(s, ["big"]) == {"big": {"PENDING": 2500}}
+
+
+def test_update_missing_rows_not_found(sessions: Sessions) -> None:
+    _, gangs, tasks = add_job(sessions, "j1", instances=2)
+    with pytest.raises(NotFound, match="tasks"), db.transaction(sessions) as s:
+        repo.update_tasks(s, [tasks[0], Task(job_id="j1", instance=7, gang_index=0)])
+    with pytest.raises(NotFound, match="gangs"), db.transaction(sessions) as s:
+        repo.update_gangs(s, [Gang(job_id="ghost", index=0, instances=[0])])
+
+
+def test_task_state_counts(sessions: Sessions) -> None:
+    _, _, tasks = add_job(sessions, "j1", instances=3)
+    add_job(sessions, "j2", instances=2)
+    tasks[0].state = TaskState.RUNNING
+    tasks[1].state = TaskState.RUNNING
+    with db.transaction(sessions) as s:
+        repo.update_tasks(s, tasks)
+        counts = repo.task_state_counts(s, ["j1", "j2", "none"])
+    assert counts == {"j1": {"RUNNING": 2, "INITIALIZED": 1}, "j2": {"INITIALIZED": 2}, "none": {}}
+    with db.transaction(sessions) as s:
+        assert repo.task_state_counts(s, []) == {}
+
+
+# --- events -----------------------------------------------------------------------------------------------
+def test_task_events(sessions: Sessions) -> None:
+    add_job(sessions, "j1")
+    evs = [
+        TaskEvent("j1", 0, 1, TaskState.PENDING, 1.0),
+        TaskEvent("j1", 0, 1, TaskState.RUNNING, 2.0, host="h1", reason="launched", message="ok"),
+        TaskEvent("j1", 0, 1, TaskState.FAILED, 3.0, host="h1", reason="exit", message="boom", exit_code=2),
+        TaskEvent("j1", 1, 1, TaskState.PENDING, 1.5),
+    ]
+    with db.transaction(sessions) as s:
+        repo.append_task_events(s, [evs[2], evs[0]])  # out of time order
+        repo.append_task_events(s, [evs[1], evs[3]])
+        repo.append_task_events(s, [])
+    with db.transaction(sessions) as s:
+        assert repo.get_task_events(s, "j1", 0) == evs[:3]
+        assert repo.get_task_events(s, "j1", 1) == [evs[3]]
+        assert repo.get_task_events(s, "j1", 2) == []
+
+
+# --- pools ------------------------------------------------------------------------------------------------
+def test_pools(sessions: Sessions) -> None:
+    with db.transaction(sessions) as s:
+        repo.ensure_root_pool(s, 5.0)
+        repo.ensure_root_pool(s, 6.0)  # idempotent
+        root = repo.get_pool(s, "/")
+        assert root == ResourcePool(path="/", created_at=5.0)
+        assert root.limit is None
+    team = ResourcePool("/team", Resources(8, 1024, 10, 2, 4), Resources(16, 2048.5, 20, 4, 8), 2.5, 7.0)
+    sub = ResourcePool("/team/sub", Resources(1, 1, 1, 0, 0), None, 1.0, 8.0)
+    with db.transaction(sessions) as s:
+        repo.create_pool(s, team)
+        repo.create_pool(s, sub)
+    with db.transaction(sessions) as s:
+        assert repo.get_pool(s, "/team") == team
+        assert repo.get_pool(s, "/team/sub") == sub
+        assert [p.path for p in repo.list_pools(s)] == ["/", "/team", "/team/sub"]
+        with pytest.raises(AlreadyExists, match="/team"):
+            repo.create_pool(s, team)
+        with pytest.raises(NotFound, match="/missing") as ei:
+            repo.create_pool(s, ResourcePool("/missing/child"))
+        assert ei.value.field == "path"
+        with pytest.raises(NotFound, match="/nope"):
+            repo.get_pool(s, "/nope")
+
+
+def test_delete_pool_rules(sessions: Sessions) -> None:
+    with db.transaction(sessions) as s:
+        repo.ensure_root_pool(s, 1.0)
+        repo.create_pool(s, ResourcePool("/a"))
+        repo.create_pool(s, ResourcePool("/a/b"))
+    with db.transaction(sessions) as s:
+        with pytest.raises(FailedPrecondition, match="root"):
+            repo.delete_pool(s, "/")
+        with pytest.raises(FailedPrecondition, match="child"):
+            repo.delete_pool(s, "/a")
+        with pytest.raises(NotFound, match="/zzz"):
+            repo.delete_pool(s, "/zzz")
+    job, _, _ = add_job(sessions, "j1", respool="/a/b")
+    with db.transaction(sessions) as s, pytest.raises(FailedPrecondition, match="unfinished"):
+        repo.delete_pool(s, "/a/b")
+    job.state = JobState.SUCCEEDED
+    with db.transaction(sessions) as s:
+        repo.update_job(s, job)
+    with db.transaction(sessions) as s:
+        repo.delete_pool(s, "/a/b")
+        repo.delete_pool(s, "/a")
+        assert [p.path for p in repo.list_pools(s)] == ["/"]
+
+
+# --- meta -------------------------------------------------------------------------------------------------
+def test_meta(sessions: Sessions) -> None:
+    with db.transaction(sessions) as s:
+        assert repo.get_meta(s, "framework_id") is None
+        repo.set_meta(s, "framework_id", "abc")
+        assert repo.get_meta(s, "framework_id") == "abc"
+    with db.transaction(sessions) as s:
+        repo.set_meta(s, "framework_id", "def")
+        repo.set_meta(s, "other", "")
+    with db.transaction(sessions) as s:
+        assert repo.get_meta(s, "framework_id") == "def"
+        assert repo.get_meta(s, "other") == ""
+
+
+# --- transactions -----------------------------------------------------------------------------------------
+def test_transaction_rolls_back_on_error(sessions: Sessions) -> None:
+    with pytest.raises(RuntimeError, match="boom"), db.transaction(sessions) as s:
+        repo.insert_job(s, *make_job("j1"))
+        repo.set_meta(s, "k", "v")
+        raise RuntimeError("boom")
+    with db.transaction(sessions) as s:
+        with pytest.raises(NotFound):
+            repo.get_job(s, "j1")
+        assert repo.get_tasks(s, "j1") == []
+        assert repo.get_meta(s, "k") is None
+
+
+def test_transaction_commits(sessions: Sessions) -> None:
+    with db.transaction(sessions) as s:
+        repo.set_meta(s, "k", "v")
+    s2 = sessions()
+    try:
+        assert repo.get_meta(s2, "k") == "v"
+    finally:
+        s2.close()
