@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 import yaml
@@ -34,7 +35,10 @@ def parse_spec(text: str, source: str = "spec") -> job_pb2.JobSpec:
     try:
         doc = yaml.safe_load(text)
     except yaml.YAMLError as e:
-        raise InvalidArgument(f"{source}: not valid YAML: {e}") from None
+        mark = getattr(e, "problem_mark", None)
+        where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
+        problem = getattr(e, "problem", None) or "syntax error"
+        raise InvalidArgument(f"{source}: not valid YAML{where}: {problem}") from None
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{source}: expected a mapping at the top level")
     try:
@@ -43,7 +47,16 @@ def parse_spec(text: str, source: str = "spec") -> job_pb2.JobSpec:
         raise InvalidArgument(f"{source}: {_explain(str(e))}") from None
 
 
+_UNKNOWN = re.compile(r'has no field named "([^"]+)" at "([^"]*)"\.?\s*Available Fields\(except extensions\): "\[(.*)\]"', re.S)
+
+
 def _explain(msg: str) -> str:
-    # json_format says: 'Message type "peloton.v1.TaskSpec" has no field named "foo" at "JobSpec.task".'
-    msg = msg.replace('Message type "peloton.v1.', '"').replace("at \"JobSpec.", 'at "')
-    return msg
+    """json_format's messages, made one line that names the field at fault."""
+    m = _UNKNOWN.search(msg)
+    if m:
+        name, where, known = m.groups()
+        path = where.split(".", 1)[1] + "." if "." in where else ""
+        known = ", ".join(k.strip(" '") for k in known.split(","))
+        return f"{path}{name}: unknown field (known here: {known})"
+    msg = re.sub(r"Failed to parse (\w+) field: ", r"\1: ", msg)
+    return " ".join(msg.split())

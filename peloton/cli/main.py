@@ -64,7 +64,7 @@ def _table(rows: Sequence[Sequence[object]], headers: Sequence[str]) -> str:
 
 
 def _json(msg: Message) -> str:
-    return json.dumps(json_format.MessageToDict(msg, preserving_proto_field_name=True), indent=2, sort_keys=True)
+    return json.dumps(json_format.MessageToDict(msg, preserving_proto_field_name=True, always_print_fields_with_no_presence=True), indent=2, sort_keys=True)
 
 
 def _ago(ts: float) -> str:
@@ -98,8 +98,8 @@ def cmd_job_get(c: Client, a: argparse.Namespace) -> int:
     job = c.call(c.jobs.GetJob, job_pb2.GetJobRequest(job_id=a.job_id)).job
     tasks = c.call(c.tasks.ListTasks, task_pb2.ListTasksRequest(job_id=a.job_id)).tasks
     if a.output == "json":
-        out = json_format.MessageToDict(job, preserving_proto_field_name=True)
-        out["tasks"] = [json_format.MessageToDict(t, preserving_proto_field_name=True) for t in tasks]
+        out = json_format.MessageToDict(job, preserving_proto_field_name=True, always_print_fields_with_no_presence=True)
+        out["tasks"] = [json_format.MessageToDict(t, preserving_proto_field_name=True, always_print_fields_with_no_presence=True) for t in tasks]
         print(json.dumps(out, indent=2, sort_keys=True))
         return 0
     st, spec = job.status, job.spec
