@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -431,3 +433,39 @@ def test_detect_gpus_with_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.
     assert machine_resources(tmp_path).gpu == 2
     fake.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     assert detect_gpus() == []
+
+
+def test_task_spawned_but_not_yet_indexed_is_adopted_after_a_crash(tmp_path: Path) -> None:
+    """A daemon killed between writing its launch intent and recording the spawned pid must not orphan the task."""
+    import json
+
+    from peloton.hostmgr.local import runner
+
+    hosts = make_local_hosts(1, Resources(cpu=2, mem=1024))
+    data = tmp_path / "local"
+    sandbox = data / "sandboxes" / "j-0-1"
+    (sandbox / runner.WORK_DIR).mkdir(parents=True)
+    (sandbox / runner.TASK_FILE).write_text(json.dumps({
+        "task_id": "j-0-1", "job_id": "j", "instance": 0, "attempt": 1, "hostname": hosts[0].hostname,
+        "command": "sleep 30", "env": dict(os.environ), "resources": {"cpu": 1, "mem": 64, "disk": 0, "gpu": 0,
+                                                                      "ports": 0},
+        "gpu_ids": [], "ports": [],
+    }))
+    proc = subprocess.Popen([sys.executable, "-m", "peloton.hostmgr.local.runner", str(sandbox)],
+                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        (data / "local-running.json").write_text(json.dumps({"tasks": {"j-0-1": {
+            "sandbox": str(sandbox), "hostname": hosts[0].hostname, "pid": 0, "start_time": None,
+            "kill_requested": None}}}))
+        b = LocalBackend(data, hosts, poll_interval_s=0.05)
+        b.start(lambda st: None)
+        try:
+            assert b.reconcile(["j-0-1"])["j-0-1"].state == TaskState.RUNNING
+            assert "j-0-1" in b.running_task_ids()
+        finally:
+            b.kill(["j-0-1"])
+            b.stop()
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(10)

@@ -261,6 +261,7 @@ class LocalBackend:
         self._poll_interval_s = poll_interval_s
         self._lock = threading.Lock()
         self._running: dict[str, _Running] = {}
+        self._launching: dict[str, dict[str, Any]] = {}  # index entries written before spawning
         self._finished: OrderedDict[str, TaskStatus] = OrderedDict()
         self._pending: list[TaskStatus] = []  # statuses found at adoption, reported by the monitor
         self._reap: list[subprocess.Popen[bytes]] = []  # our wrappers still to be waited for
@@ -397,6 +398,14 @@ class LocalBackend:
         started: list[_Running] = []
         with self._lock:
             self._validate_locked(tasks)
+            # Record intent before spawning: a daemon killed mid-spawn finds these at its next start, reads the
+            # wrapper's pid from the sandbox and adopts (or reports) the task instead of leaving an orphan.
+            self._launching = {
+                t.task_id: {"sandbox": str(self._sandboxes / t.task_id), "hostname": t.hostname, "pid": 0,
+                            "start_time": None, "kill_requested": None}
+                for t in tasks
+            }
+            self._write_index_locked()
             try:
                 for spec in tasks:
                     started.append(self._spawn_locked(spec))
@@ -405,7 +414,10 @@ class LocalBackend:
                 for spec in tasks[: len(started) + 1]:
                     shutil.rmtree(self._sandboxes / spec.task_id, ignore_errors=True)
                 failed = tasks[len(started)].task_id
+                self._launching = {}
+                self._write_index_locked()
                 raise LaunchError(failed, f"could not start: {e}") from e
+            self._launching = {}
             for rt in started:
                 rt.announced = False
                 self._running[rt.task_id] = rt
@@ -725,8 +737,21 @@ class LocalBackend:
             return self._status_from_exit(task_id, hostname, exit_doc, None)
         return None
 
+    @staticmethod
+    def _wrapper_pid_from_sandbox(sandbox: Path, wait_s: float = 2.0) -> int:
+        deadline = time.monotonic() + wait_s
+        while True:
+            doc = _read_json(sandbox / runner.PIDS_FILE)
+            if isinstance(doc, dict) and isinstance(doc.get("wrapper_pid"), int):
+                return int(doc["wrapper_pid"])
+            if not (sandbox / runner.TASK_FILE).exists() or time.monotonic() >= deadline:
+                return 0  # the wrapper never started
+            time.sleep(0.05)
+
     def _write_index_locked(self) -> None:
-        doc = {"tasks": {tid: rt.index_entry() for tid, rt in self._running.items()}}
+        tasks = dict(self._launching)
+        tasks.update({tid: rt.index_entry() for tid, rt in self._running.items()})
+        doc = {"tasks": tasks}
         try:
             _write_json_atomic(self._index_path, doc)
         except OSError:
@@ -750,6 +775,9 @@ class LocalBackend:
             pid = int(entry.get("pid") or 0)
             start_time = entry.get("start_time")
             start_time = int(start_time) if isinstance(start_time, int) else None
+            if pid == 0:  # spawned (or about to be) when the previous daemon died: the wrapper knows its pid
+                pid = self._wrapper_pid_from_sandbox(sandbox)
+                start_time = proc_start_time(pid) if pid else None
             kill_req = entry.get("kill_requested")
             kill_req = float(kill_req) if isinstance(kill_req, (int, float)) else None
             alive = _pid_alive(pid, start_time)
