@@ -39,6 +39,9 @@ class TaskStatus:
     exit_code: int | None = None
     reason: str = ""
     message: str = ""
+    # Opaque token the backend needs to acknowledge this update once the job manager has persisted it
+    # (Mesos: agent id + uuid). Empty when there is nothing to acknowledge.
+    ack: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +95,9 @@ class Backend(Protocol):
 
     def running_task_ids(self) -> set[str]:
         ...
+
+    def acknowledge(self, acks: Sequence[str]) -> None:
+        """The updates carrying these `ack` tokens are persisted; the backend may acknowledge them upstream."""
 
     def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
         """The last `tail_bytes` of the task's stdout or stderr. NotFound if the task is unknown."""

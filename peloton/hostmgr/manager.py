@@ -33,6 +33,7 @@ class HostManager:
         self._lock = threading.Lock()
         self._events: collections.deque[tuple[int, TaskStatus]] = collections.deque(maxlen=EVENT_LOG_SIZE)
         self._seq = 0
+        self._acked_seq = 0
         self._cond = threading.Condition()
 
     def start(self) -> None:
@@ -64,6 +65,17 @@ class HostManager:
                     if len(out) >= max_events:
                         break
             return out
+
+    def ack_events(self, up_to_seq: int) -> int:
+        """Acknowledge upstream every update up to `up_to_seq` (they are persisted). Returns how many."""
+        with self._cond:
+            if up_to_seq <= self._acked_seq:
+                return 0
+            acks = [st.ack for seq, st in self._events if self._acked_seq < seq <= up_to_seq and st.ack]
+            self._acked_seq = up_to_seq
+        if acks:
+            self.backend.acknowledge(acks)
+        return len(acks)
 
     # --- offers and leases --------------------------------------------------------------------------------
     def acquire_offers(self, lease_s: float) -> tuple[str, list[HostOffer]]:

@@ -57,6 +57,11 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         )
 
     @grpc_errors
+    def AckTaskEvents(self, request, context):  # type: ignore[no-untyped-def]
+        self.hm.ack_events(request.up_to_seq)
+        return internal_pb2.AckTaskEventsResponse()
+
+    @grpc_errors
     def ReconcileTasks(self, request, context):  # type: ignore[no-untyped-def]
         statuses = self.hm.reconcile(list(request.task_ids), request.kill_unknown)
         return internal_pb2.ReconcileTasksResponse(statuses=[convert.status_to_proto(s) for s in statuses.values()])

@@ -377,8 +377,10 @@ class JobManager:
                 return True
         if not r.events:
             return False
-        self._after_seq = r.events[-1].seq
         self.apply_statuses([convert.status_from_proto(e) for e in r.events])
+        self._after_seq = r.events[-1].seq
+        # only now, with the updates committed, may the backend acknowledge them upstream
+        self.hostmgr.AckTaskEvents(internal_pb2.AckTaskEventsRequest(up_to_seq=self._after_seq), timeout=30)
         return True
 
     def apply_statuses(self, statuses: Sequence) -> None:  # type: ignore[type-arg]

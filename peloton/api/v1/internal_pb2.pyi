@@ -390,6 +390,16 @@ class ReconcileTasksResponse(_message.Message):
     statuses: _containers.RepeatedCompositeFieldContainer[TaskStatusEvent]
     def __init__(self, statuses: _Optional[_Iterable[_Union[TaskStatusEvent, _Mapping]]] = ...) -> None: ...
 
+class AckTaskEventsRequest(_message.Message):
+    __slots__ = ("up_to_seq",)
+    UP_TO_SEQ_FIELD_NUMBER: _ClassVar[int]
+    up_to_seq: int
+    def __init__(self, up_to_seq: _Optional[int] = ...) -> None: ...
+
+class AckTaskEventsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
 class ReadTaskLogRequest(_message.Message):
     __slots__ = ("task_id", "stream", "tail_bytes")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]

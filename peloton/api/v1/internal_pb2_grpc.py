@@ -351,6 +351,11 @@ class HostManagerInternalStub:
                 request_serializer=peloton_dot_v1_dot_internal__pb2.WaitTaskEventsRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.WaitTaskEventsResponse.FromString,
                 _registered_method=True)
+        self.AckTaskEvents = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/AckTaskEvents',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.AckTaskEventsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.AckTaskEventsResponse.FromString,
+                _registered_method=True)
         self.ReconcileTasks = channel.unary_unary(
                 '/peloton.v1.HostManagerInternal/ReconcileTasks',
                 request_serializer=peloton_dot_v1_dot_internal__pb2.ReconcileTasksRequest.SerializeToString,
@@ -402,6 +407,13 @@ class HostManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AckTaskEvents(self, request, context):
+        """Persisted: the backend may now acknowledge these updates upstream (Mesos ACKNOWLEDGE).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReconcileTasks(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -446,6 +458,11 @@ def add_HostManagerInternalServicer_to_server(servicer, server):
                     servicer.WaitTaskEvents,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.WaitTaskEventsRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.WaitTaskEventsResponse.SerializeToString,
+            ),
+            'AckTaskEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckTaskEvents,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.AckTaskEventsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.AckTaskEventsResponse.SerializeToString,
             ),
             'ReconcileTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.ReconcileTasks,
@@ -620,6 +637,33 @@ class HostManagerInternal:
             '/peloton.v1.HostManagerInternal/WaitTaskEvents',
             peloton_dot_v1_dot_internal__pb2.WaitTaskEventsRequest.SerializeToString,
             peloton_dot_v1_dot_internal__pb2.WaitTaskEventsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AckTaskEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostManagerInternal/AckTaskEvents',
+            peloton_dot_v1_dot_internal__pb2.AckTaskEventsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.AckTaskEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -349,6 +349,9 @@ class LocalBackend:
                 )
             return out
 
+    def acknowledge(self, acks: Sequence[str]) -> None:
+        """Nothing to acknowledge: local statuses are not resent."""
+
     def running_task_ids(self) -> set[str]:
         with self._lock:
             return set(self._running)
