@@ -323,6 +323,7 @@ def status_to_proto(s: TaskStatus, seq: int = 0) -> internal_pb2.TaskStatusEvent
         hostname=s.hostname,
         reason=s.reason,
         message=s.message,
+        permanent=s.permanent,
     )
     if s.exit_code is not None:
         p.exit_code = s.exit_code
@@ -338,4 +339,5 @@ def status_from_proto(p: internal_pb2.TaskStatusEvent) -> TaskStatus:
         exit_code=p.exit_code if p.HasField("exit_code") else None,
         reason=p.reason,
         message=p.message,
+        permanent=p.permanent,
     )

@@ -42,6 +42,9 @@ class TaskStatus:
     # Opaque token the backend needs to acknowledge this update once the job manager has persisted it
     # (Mesos: agent id + uuid). Empty when there is nothing to acknowledge.
     ack: str = ""
+    # True when running the same task again cannot succeed (Mesos TASK_ERROR: the task itself is invalid):
+    # the gang is not restarted unchanged; the job fails with the reason.
+    permanent: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -134,15 +134,22 @@ def _new_attempt(jv: JobView, gv: GangView, now: float, eff: Effects, reason: st
     eff.enqueue.append((jv.job.id, g.index))
 
 
-def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str) -> None:
-    """Apply the gang's failure policy: kill the rest; restart as a new attempt, or fail the job."""
+def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str, *,
+                permanent: bool = False) -> None:
+    """Apply the gang's failure policy: kill the rest; restart as a new attempt, or fail the job.
+    A `permanent` failure (the task itself is invalid) is never retried unchanged."""
     _kill_members(gv, now, eff, reason="gang member failed")
     spec = jv.spec
-    if spec.on_member_failure == "restart_gang" and gv.gang.attempt < spec.max_attempts and jv.job.desired == "RUNNING":
+    if (spec.on_member_failure == "restart_gang" and gv.gang.attempt < spec.max_attempts
+            and jv.job.desired == "RUNNING" and not permanent):
         _new_attempt(jv, gv, now, eff, reason)
         return
-    why = (f"gang {gv.gang.index} failed on attempt {gv.gang.attempt} of {spec.max_attempts}: {reason}"
-           if spec.on_member_failure == "restart_gang" else f"gang {gv.gang.index} failed: {reason}")
+    if permanent:
+        why = f"gang {gv.gang.index} failed and will not be retried unchanged: {reason}"
+    elif spec.on_member_failure == "restart_gang":
+        why = f"gang {gv.gang.index} failed on attempt {gv.gang.attempt} of {spec.max_attempts}: {reason}"
+    else:
+        why = f"gang {gv.gang.index} failed: {reason}"
     _set_gang(gv.gang, G.ABORTING, now, reason=why)
     if not jv.job.reason:
         jv.job.reason = why
@@ -220,7 +227,7 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
         else:
             _set_task(t, st.state, now, eff, exit_code=st.exit_code, reason=st.reason, message=st.message)
             detail = st.message or st.reason or st.state.value.lower()
-            gang_failed(jv, gv, now, eff, f"member {instance} {st.state.value}: {detail}")
+            gang_failed(jv, gv, now, eff, f"member {instance} {st.state.value}: {detail}", permanent=st.permanent)
     derive_job_state(jv, now)
     return eff
 

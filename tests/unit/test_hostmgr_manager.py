@@ -89,3 +89,23 @@ def test_launch_consumes_the_lease_and_a_stale_lease_is_a_conflict() -> None:
     now[0] += 5
     with pytest.raises(Conflict):
         hm.launch_gang(lease2, [spec])  # expired
+
+
+def test_a_permanent_member_failure_fails_the_job_instead_of_restarting() -> None:
+    from peloton.domain.resources import Resources as R
+    from peloton.domain.spec import JobSpec
+    from peloton.jobmgr import gang_policy as policy
+
+    spec = JobSpec(name="x", instances=2, command="true", resources=R(cpu=1), max_attempts=3)
+    job, gangs, tasks = policy.new_job_records("abc", spec, 1.0)
+    jv = policy.JobView(job, {0: policy.GangView(gangs[0], {t.instance: t for t in tasks})})
+    for t in tasks:
+        t.state, t.host = TaskState.LAUNCHING, "h"
+    gangs[0].state = policy.G.LAUNCHING
+    eff = policy.apply_status(jv, TaskStatus("abc-0-1", TaskState.FAILED, 2.0, "h", reason="TASK_ERROR",
+                                             message="invalid", permanent=True), 2.0)
+    assert gangs[0].attempt == 1 and not eff.enqueue
+    assert eff.kill == ["abc-1-1"]
+    assert "will not be retried" in job.reason
+    policy.apply_status(jv, TaskStatus("abc-1-1", TaskState.KILLED, 3.0, "h"), 3.0)
+    assert job.state.value == "FAILED"

@@ -339,7 +339,7 @@ class KillTasksResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class TaskStatusEvent(_message.Message):
-    __slots__ = ("seq", "task_id", "state", "time", "hostname", "exit_code", "reason", "message")
+    __slots__ = ("seq", "task_id", "state", "time", "hostname", "exit_code", "reason", "message", "permanent")
     SEQ_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
@@ -348,6 +348,7 @@ class TaskStatusEvent(_message.Message):
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
     seq: int
     task_id: str
     state: str
@@ -356,7 +357,8 @@ class TaskStatusEvent(_message.Message):
     exit_code: int
     reason: str
     message: str
-    def __init__(self, seq: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., hostname: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    permanent: bool
+    def __init__(self, seq: _Optional[int] = ..., task_id: _Optional[str] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., hostname: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., permanent: _Optional[bool] = ...) -> None: ...
 
 class WaitTaskEventsRequest(_message.Message):
     __slots__ = ("after_seq", "max_events", "timeout_ms")
