@@ -15,8 +15,8 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 ## Start the daemon on the embedded defaults: SQLite in ~/.local/share/peloton, local backend on this machine.
+## The daemon applies the migrations itself before serving (same as `peloton db upgrade`).
 run: $(STAMP)
-	$(BIN)/peloton db upgrade
 	exec $(BIN)/peloton server $(ARGS)
 
 ## Lint, types, architecture contracts, generated-code check, then every test (SQLite and PostgreSQL).

@@ -18,7 +18,7 @@ def default_data_dir() -> Path:
 
 
 def default_address() -> str:
-    return os.environ.get("PELOTON_ADDRESS", DEFAULT_LISTEN)
+    return os.environ.get("PELOTON_ADDRESS") or DEFAULT_LISTEN
 
 
 def split_hostport(value: str, field: str) -> tuple[str, int]:

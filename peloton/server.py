@@ -34,6 +34,7 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition
+from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
@@ -60,6 +61,19 @@ class ServerConfig:
     local_port_base: int = 31000
     metrics_listen: str = ""
     workers: int = 32
+    backend: str = "local"  # local | mesos
+    mesos: MesosSettings | None = None
+
+
+@dataclass
+class MesosSettings:
+    masters: list[str]
+    role: str = "*"
+    principal: str = ""
+    secret_file: str = ""
+    failover_timeout_s: float = 7 * 24 * 3600.0
+    framework_name: str = "peloton"
+    user: str = "root"
 
 
 class Daemon:
@@ -78,6 +92,17 @@ class Daemon:
                 f"another peloton daemon is running with data dir {self.cfg.data_dir}"
             ) from None
 
+    def _make_backend(self) -> Backend:
+        cfg = self.cfg
+        if cfg.backend == "mesos":
+            from peloton.hostmgr.mesos.backend import make_mesos_backend
+
+            assert cfg.mesos is not None
+            return make_mesos_backend(cfg.mesos, self.sessions)
+        hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
+                                 data_dir=cfg.data_dir)
+        return LocalBackend(cfg.data_dir / "local", hosts)
+
     def start(self) -> str:
         cfg = self.cfg
         self._lock_data_dir()
@@ -88,8 +113,7 @@ class Daemon:
         with db.transaction(self.sessions) as s:
             repo.ensure_root_pool(s, time.time())
 
-        hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base)
-        self.hostmgr = HostManager(LocalBackend(cfg.data_dir / "local", hosts))
+        self.hostmgr = HostManager(self._make_backend())
         self.hostmgr.start()
 
         def load_pools():  # type: ignore[no-untyped-def]
@@ -141,6 +165,7 @@ class Daemon:
             Loop("task-events", self.jobmgr.events_once, 0.05),
             Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
         ]
+        self.loops.append(Loop("health", self._update_health, 5.0))
         for lp in self.loops:
             lp.start()
         if cfg.metrics_listen:
@@ -150,6 +175,15 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
+
+    def _update_health(self) -> bool:
+        """NOT_SERVING while any loop is dead or stuck (no heartbeat for a minute): operators see it in health."""
+        now = time.time()
+        ok = all(lp.healthy(now) for lp in self.loops if lp.name != "health")
+        status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+        self.health.set(HEALTH_SERVICE, status)
+        self.health.set("", status)
+        return False
 
     def stop(self) -> None:
         """Stop serving. Running tasks keep running: the next start adopts them."""

@@ -27,8 +27,15 @@ def _normalize(doc: dict[str, Any]) -> dict[str, Any]:
         if isinstance(section, dict) and isinstance(section.get(inner), (int, float)):
             section[inner] = f"{section[inner]}s"
     if isinstance(doc.get("task"), dict) and isinstance(doc["task"].get("env"), dict):
-        doc["task"]["env"] = {str(k): str(v) for k, v in doc["task"]["env"].items()}
+        doc["task"]["env"] = {str(k): _env_value(v) for k, v in doc["task"]["env"].items()}
     return doc
+
+
+def _env_value(v: Any) -> str:
+    # YAML reads `true` as a bool; the variable should say what the file said
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    return "" if v is None else str(v)
 
 
 def parse_spec(text: str, source: str = "spec") -> job_pb2.JobSpec:

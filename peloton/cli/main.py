@@ -152,7 +152,7 @@ def cmd_job_delete(c: Client, a: argparse.Namespace) -> int:
 
 def cmd_job_wait(c: Client, a: argparse.Namespace) -> int:
     """Exit 0 only when the job SUCCEEDED; 1 when it ended otherwise; 124 on timeout."""
-    deadline = time.monotonic() + a.timeout if a.timeout else None
+    deadline = time.monotonic() + a.wait_timeout if a.wait_timeout else None
     last = ""
     while True:
         job = c.call(c.jobs.GetJob, job_pb2.GetJobRequest(job_id=a.job_id)).job
@@ -165,7 +165,7 @@ def cmd_job_wait(c: Client, a: argparse.Namespace) -> int:
                 print(f"{a.job_id}: {job.status.reason}", file=sys.stderr)
             return 0 if state == "SUCCEEDED" else EXIT_ERROR
         if deadline is not None and time.monotonic() >= deadline:
-            print(f"peloton: timed out after {a.timeout:g}s waiting for job {a.job_id} (state {state})",
+            print(f"peloton: timed out after {a.wait_timeout:g}s waiting for job {a.job_id} (state {state})",
                   file=sys.stderr)
             return EXIT_TIMEOUT
         time.sleep(0.5)
@@ -273,7 +273,7 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
 
 def cmd_server(a: argparse.Namespace) -> int:
     from peloton.domain.resources import parse_resources_flag
-    from peloton.server import ServerConfig, run_server
+    from peloton.server import MesosSettings, ServerConfig, run_server
 
     logging.basicConfig(level=getattr(logging, a.log_level.upper()),
                         format="%(asctime)s %(levelname)s %(name)s: %(message)s")
@@ -282,10 +282,29 @@ def cmd_server(a: argparse.Namespace) -> int:
     res = parse_resources_flag(a.local_host_resources) if a.local_host_resources else None
     if res is not None and a.local_hosts is None:
         a.local_hosts = 1
+    mesos = None
+    if a.backend == "mesos":
+        if a.local_hosts is not None:
+            raise InvalidArgument("--local-hosts: only with --backend local")
+        if not a.mesos_master:
+            raise InvalidArgument("--mesos-master: required with --backend mesos (e.g. http://m1:5050,http://m2:5050)")
+        masters = [m.strip() for m in a.mesos_master.split(",") if m.strip()]
+        for m in masters:
+            if not m.startswith(("http://", "https://")):
+                raise InvalidArgument(f"--mesos-master: {m!r} must start with http:// or https://")
+        if a.mesos_secret_file and not Path(a.mesos_secret_file).is_file():
+            raise InvalidArgument(f"--mesos-secret-file: {a.mesos_secret_file} is not a readable file")
+        if a.mesos_failover_timeout <= 0:
+            raise InvalidArgument("--mesos-failover-timeout: must be greater than 0")
+        mesos = MesosSettings(masters=masters, role=a.mesos_role, principal=a.mesos_principal or "",
+                              secret_file=a.mesos_secret_file or "", failover_timeout_s=a.mesos_failover_timeout,
+                              framework_name=a.mesos_framework_name, user=a.mesos_user)
+    elif a.mesos_master:
+        raise InvalidArgument("--mesos-master: only with --backend mesos")
     cfg = ServerConfig(
         listen=a.listen, db_url=a.db, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
         local_hosts=a.local_hosts, local_host_resources=res, local_port_base=a.local_port_base,
-        metrics_listen=a.metrics_listen,
+        metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
     )
     run_server(cfg)
     return 0
@@ -306,7 +325,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peloton", description="Gang-scheduling workload manager for GPU clusters")
     p.add_argument("--version", action="version", version=f"peloton {__version__}")
     p.add_argument("--address", default=None, help="daemon HOST:PORT (default: $PELOTON_ADDRESS or 127.0.0.1:5391)")
-    p.add_argument("--timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    p.add_argument("--rpc-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="group", required=True)
 
     def out(sp: argparse.ArgumentParser) -> None:
@@ -322,6 +341,16 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--backend", default="local", choices=["local", "mesos"],
+                   help="local: run tasks on this machine (default); mesos: register as a Mesos framework")
+    s.add_argument("--mesos-master", default="", help="comma-separated master URLs: http://m1:5050,http://m2:5050")
+    s.add_argument("--mesos-role", default="*", help="framework role (default %(default)s)")
+    s.add_argument("--mesos-principal", default="", help="principal for HTTP basic authentication")
+    s.add_argument("--mesos-secret-file", default="", help="file holding the principal's secret")
+    s.add_argument("--mesos-failover-timeout", type=float, default=7 * 24 * 3600.0,
+                   help="seconds Mesos keeps our tasks while the framework is disconnected (default: one week)")
+    s.add_argument("--mesos-framework-name", default="peloton")
+    s.add_argument("--mesos-user", default="root", help="user tasks run as on the agents")
     s.set_defaults(server_fn=cmd_server)
 
     d = sub.add_parser("db", help="database maintenance").add_subparsers(dest="cmd", required=True)
@@ -353,7 +382,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(fn=cmd_job_delete)
     x = j.add_parser("wait", help="wait for the job to end; exit 0 only if it SUCCEEDED")
     x.add_argument("job_id")
-    x.add_argument("--timeout", type=float, default=0, help="seconds (0: forever); exit 124 on timeout")
+    x.add_argument("--timeout", dest="wait_timeout", type=float, default=0,
+                   help="seconds (0: forever); exit 124 on timeout")
     x.set_defaults(fn=cmd_job_wait)
 
     t = sub.add_parser("task", help="tasks").add_subparsers(dest="cmd", required=True)
@@ -403,7 +433,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         if hasattr(args, "server_fn"):
             return int(args.server_fn(args))
-        client = Client(args.address or config.default_address(), timeout=args.timeout)
+        client = Client(args.address or config.default_address(), timeout=args.rpc_timeout)
         return int(args.fn(client, args))
     except InvalidArgument as e:
         print(f"peloton: error: {e.message}", file=sys.stderr)

@@ -20,7 +20,7 @@ class TaskState(StrEnum):
     READY = "READY"
     PLACING = "PLACING"
     PLACED = "PLACED"
-    LAUNCHING = "LAUNCHING"
+    LAUNCHING = "LAUNCHING"  # write-ahead intent committed (hosts, ports, GPUs, task ids); launch may be in flight
     LAUNCHED = "LAUNCHED"
     STARTING = "STARTING"
     RUNNING = "RUNNING"
@@ -66,8 +66,8 @@ assert set(TASK_TRANSITIONS) == set(TaskState)
 class GangState(StrEnum):
     QUEUED = "QUEUED"  # waiting in resmgr for admission and placement
     ADMITTED = "ADMITTED"
-    PLACED = "PLACED"  # write-ahead intent committed; launch may be in flight
-    LAUNCHING = "LAUNCHING"
+    PLACED = "PLACED"  # placement accepted; unused by the current flows, which commit the intent as LAUNCHING
+    LAUNCHING = "LAUNCHING"  # write-ahead intent committed (hosts, ports, GPUs, task ids); launch may be in flight
     RUNNING = "RUNNING"  # every member runs (or has already succeeded)
     ABORTING = "ABORTING"  # members being killed; goes to QUEUED as the next attempt, or DONE
     DONE = "DONE"

@@ -66,6 +66,7 @@ class Effects:
     enqueue: list[tuple[str, int]] = field(default_factory=list)  # (job_id, gang_index) to (re-)queue
     adopt: list[tuple[str, int]] = field(default_factory=list)  # (job_id, gang_index) running after recovery
     events: list[TaskEvent] = field(default_factory=list)
+    restarts: int = 0  # gangs re-queued as a new attempt
 
     def merge(self, o: Effects) -> None:
         self.kill += o.kill
@@ -73,6 +74,7 @@ class Effects:
         self.enqueue += o.enqueue
         self.adopt += o.adopt
         self.events += o.events
+        self.restarts += o.restarts
 
 
 def _set_task(t: Task, state: TaskState, now: float, eff: Effects, *, reason: str = "", message: str = "",
@@ -132,6 +134,7 @@ def _new_attempt(jv: JobView, gv: GangView, now: float, eff: Effects, reason: st
         t.updated_at = now
         eff.events.append(TaskEvent(t.job_id, t.instance, t.attempt, T.PENDING, now, "", "new attempt", reason))
     eff.enqueue.append((jv.job.id, g.index))
+    eff.restarts += 1
 
 
 def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str, *,

@@ -123,9 +123,8 @@ class JobManager:
                 views = self._load(s, job_ids)
                 eff = fn(views, now)
                 self._save(s, views.values(), eff.events)
-            restarts = sum(1 for _ in eff.enqueue)
-            if restarts:
-                GANG_RESTARTS.inc(restarts)
+            if eff.restarts:
+                GANG_RESTARTS.inc(eff.restarts)
             self._perform(eff, views)
 
     # --- public API -----------------------------------------------------------------------------------------

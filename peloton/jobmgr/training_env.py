@@ -40,15 +40,18 @@ def training_env(job_id: str, attempt: int, members: Sequence[MemberAssignment])
     order = ranked(members)
     world = len(order)
     slots = slots_by_address(order)
-    per_address = dict(slots)
     hosts = ",".join(f"{addr}:{n}" for addr, n in slots)
     peers = ",".join(_endpoint(m) for m in order)
     master = order[0] if order else None
+    # LOCAL_RANK counts members on the same host (hostname, not address: simulated local hosts share 127.0.0.1)
+    per_host: dict[str, int] = {}
+    for m in order:
+        per_host[m.hostname] = per_host.get(m.hostname, 0) + 1
     seen: dict[str, int] = {}
     out: dict[int, dict[str, str]] = {}
     for rank, m in enumerate(order):
-        local_rank = seen.get(m.address, 0)
-        seen[m.address] = local_rank + 1
+        local_rank = seen.get(m.hostname, 0)
+        seen[m.hostname] = local_rank + 1
         env = {
             "PELOTON_JOB_ID": job_id,
             "PELOTON_TASK_ID": m.task_id,
@@ -62,7 +65,7 @@ def training_env(job_id: str, attempt: int, members: Sequence[MemberAssignment])
             "RANK": str(rank),
             "WORLD_SIZE": str(world),
             "LOCAL_RANK": str(local_rank),
-            "LOCAL_WORLD_SIZE": str(per_address[m.address]),
+            "LOCAL_WORLD_SIZE": str(per_host[m.hostname]),
         }
         if master is not None:
             env["MASTER_ADDR"] = master.address

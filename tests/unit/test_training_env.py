@@ -84,9 +84,13 @@ def test_local_backend_shares_one_address() -> None:
     members = [member(i, "127.0.0.1", (9000 + i,), host=f"local-{i}") for i in range(4)]
     env = training_env("job", 1, members)
     assert env[0]["PELOTON_HOSTS"] == "127.0.0.1:4"
-    assert [env[i]["LOCAL_RANK"] for i in range(4)] == ["0", "1", "2", "3"]
-    assert {env[i]["LOCAL_WORLD_SIZE"] for i in range(4)} == {"4"}
+    # each simulated host is its own node for LOCAL_RANK, though all share one address
+    assert [env[i]["LOCAL_RANK"] for i in range(4)] == ["0", "0", "0", "0"]
+    assert {env[i]["LOCAL_WORLD_SIZE"] for i in range(4)} == {"1"}
     assert hostfile(members) == "127.0.0.1 slots=4\n"
+    two = [member(i, "127.0.0.1", (9000 + i,), host=f"local-{i % 2}") for i in range(4)]
+    env2 = training_env("job", 1, two)
+    assert [env2[i]["LOCAL_RANK"] for i in range(4)] == ["0", "0", "1", "1"]
 
 
 def test_local_rank_and_local_world_size() -> None:
