@@ -32,6 +32,7 @@ class Loop:
 
     def start(self) -> None:
         self._stop.clear()
+        self.last_heartbeat = time.time()  # healthy from the start, not stale until the first iteration ends
         self._thread = threading.Thread(target=self._run, name=f"loop-{self.name}", daemon=True)
         self._thread.start()
 

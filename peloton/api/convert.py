@@ -292,6 +292,7 @@ def launch_to_proto(t: LaunchSpec) -> internal_pb2.LaunchTask:
         resources=vec_to_proto(t.resources),
         gpu_ids=t.gpu_ids,
         ports=t.ports,
+        container_image=t.container_image,
     )
     p.env.update(t.env)
     p.files.update(t.files)
@@ -311,6 +312,7 @@ def launch_from_proto(p: internal_pb2.LaunchTask) -> LaunchSpec:
         gpu_ids=tuple(p.gpu_ids),
         ports=tuple(p.ports),
         files=dict(p.files),
+        container_image=p.container_image,
     )
 
 

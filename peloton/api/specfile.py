@@ -63,7 +63,7 @@ def _explain(msg: str) -> str:
     if m:
         name, where, known = m.groups()
         path = where.split(".", 1)[1] + "." if "." in where else ""
-        known = ", ".join(k.strip(" '") for k in known.split(","))
+        known = ", ".join(re.sub(r"(?<!^)(?=[A-Z])", "_", k.strip(" '")).lower() for k in known.split(","))
         return f"{path}{name}: unknown field (known here: {known})"
     msg = re.sub(r"Failed to parse (\w+) field: ", r"\1: ", msg)
     return " ".join(msg.split())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from decimal import Decimal
 from dataclasses import dataclass
 
 from peloton.errors import InvalidArgument
@@ -38,7 +39,7 @@ def format_mib(mib: float) -> str:
         return f"{int(mib // 1024)}Gi"
     if mib == int(mib):
         return f"{int(mib)}Mi"
-    return f"{mib:g}Mi"
+    return f"{format(Decimal(repr(mib)), 'f')}Mi"  # exact, never an exponent: parse_mib reads it back
 
 
 @dataclass(frozen=True, slots=True)

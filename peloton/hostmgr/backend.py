@@ -26,6 +26,7 @@ class LaunchSpec:
     gpu_ids: tuple[int, ...] = ()
     ports: tuple[int, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # extra files written into the sandbox (hostfile)
+    container_image: str = ""  # Mesos containerizer image; the local backend runs on the host
 
 
 @dataclass(frozen=True, slots=True)

@@ -102,10 +102,16 @@ class LeaseBook:
         if lease is None or lease.expires_at <= now:
             self._leases.pop(lease_id, None)
             raise Conflict(f"offer lease {lease_id[:8]} expired or unknown")
+        need: dict[str, Resources] = {}
         for m in members:
             hold = lease.holds.get(m.hostname)
             if hold is None or not set(m.gpu_ids) <= hold.gpu_ids or not set(m.ports) <= hold.ports:
                 raise Conflict(f"offer lease {lease_id[:8]} does not hold {m.task_id}'s resources on {m.hostname}")
+            need[m.hostname] = need.get(m.hostname, Resources()) + m.resources
+        for host, r in need.items():
+            held = lease.holds[host].resources
+            if Resources(r.cpu, r.mem, r.disk).short_of(Resources(held.cpu, held.mem, held.disk)):
+                raise Conflict(f"offer lease {lease_id[:8]} holds less than the gang needs on {host}")
         for m in members:
             hold = lease.holds[m.hostname]
             rest = hold.resources - m.resources

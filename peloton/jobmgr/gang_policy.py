@@ -209,7 +209,7 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
     g = gv.gang
     expected_stop = t.state == T.KILLING or g.state in (G.ABORTING, G.DONE) or jv.job.desired == "KILLED"
     if st.state == T.RUNNING:
-        if t.state != T.KILLING:
+        if t.state not in (T.KILLING, T.RUNNING):
             _set_task(t, T.RUNNING, now, eff, host=st.hostname)
             if expected_stop:  # came up after its gang was torn down
                 _set_task(t, T.KILLING, now, eff, reason="gang no longer wanted")
@@ -289,14 +289,14 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
                 _set_task(t, final, now, eff, exit_code=st.exit_code, reason=st.reason or "found at recovery",
                           message=st.message)
         if jv.job.desired == "KILLED" or g.state == G.ABORTING:
-            _kill_members(gv, now, eff, reason=g.reason or "job stopped")
-            _finish_if_quiet(jv, gv, now, eff)
+            stop_gang(jv, gv, now, eff, reason=g.reason or "job stopped")
             continue
         if gv.all_members(T.RUNNING, T.SUCCEEDED):
             if g.state != G.RUNNING:
                 _set_gang(g, G.RUNNING, now, reason="")
-            eff.adopt.append((jv.job.id, g.index))
             _finish_if_quiet(jv, gv, now, eff)
+            if g.state != G.DONE:  # a gang that finished while we were down holds nothing any more
+                eff.adopt.append((jv.job.id, g.index))
             continue
         lost = [t.instance for t in gv.members() if t.state not in (T.RUNNING, T.SUCCEEDED)]
         gang_failed(jv, gv, now, eff, f"found partial after daemon restart (members {lost} not running)")

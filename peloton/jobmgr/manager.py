@@ -315,7 +315,7 @@ class JobManager:
             LaunchSpec(
                 task_id=m.task_id, job_id=jv.job.id, instance=m.instance, attempt=p.attempt, hostname=m.hostname,
                 command=jv.spec.command, env={**jv.spec.env, **envs[m.instance]}, resources=m.resources,
-                gpu_ids=m.gpu_ids, ports=m.ports, files=files,
+                gpu_ids=m.gpu_ids, ports=m.ports, files=files, container_image=jv.spec.container_image,
             )
             for m in p.members
         ]

@@ -38,7 +38,7 @@ class ResourceManager:
         self._queue: dict[str, _Entry] = {}
         self._ready: dict[str, GangPlacement] = {}
         self._reasons: dict[str, PlacementFailure] = {}
-        self._alloc: dict[str, tuple[str, Resources]] = {}
+        self._alloc: dict[str, tuple[str, Resources, int]] = {}  # gang id -> (pool, resources, attempt)
         self._pools: dict[str, ResourcePool] = {}
         self.refresh_pools()
 
@@ -65,7 +65,7 @@ class ResourceManager:
                 self._ready.pop(g.gang_id, None)
                 self._alloc.pop(g.gang_id, None)
             for g in running:
-                self._alloc[g.gang_id] = (g.respool, g.total)
+                self._alloc[g.gang_id] = (g.respool, g.total, g.attempt)
             QUEUED.set(len(self._queue))
             self._cond.notify_all()
 
@@ -79,7 +79,9 @@ class ResourceManager:
                 p = self._ready.get(gid)
                 if p is not None and p.attempt <= attempt:
                     del self._ready[gid]
-                self._alloc.pop(gid, None)
+                a = self._alloc.get(gid)
+                if a is not None and a[2] <= attempt:
+                    del self._alloc[gid]
                 self._reasons.pop(gid, None)
             for e in self._queue.values():  # capacity may have freed: retry parked gangs now
                 e.not_before = 0.0
@@ -134,7 +136,7 @@ class ResourceManager:
                 e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
                 continue
             e.placing = True
-            self._alloc[e.req.gang_id] = (e.req.respool, e.req.total)
+            self._alloc[e.req.gang_id] = (e.req.respool, e.req.total, e.req.attempt)
             out.append(e.req)
         return out
 
@@ -167,7 +169,7 @@ class ResourceManager:
     # --- views ----------------------------------------------------------------------------------------------
     def _allocated_locked(self) -> dict[str, Resources]:
         out: dict[str, Resources] = {}
-        for pool, r in self._alloc.values():
+        for pool, r, _ in self._alloc.values():
             for p in ancestors(pool):
                 out[p] = out.get(p, Resources()) + r
         return out

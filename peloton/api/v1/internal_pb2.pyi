@@ -271,7 +271,7 @@ class ClusterCapacityResponse(_message.Message):
     def __init__(self, hosts: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
-    __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files")
+    __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files", "container_image")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -297,6 +297,7 @@ class LaunchTask(_message.Message):
     GPU_IDS_FIELD_NUMBER: _ClassVar[int]
     PORTS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
+    CONTAINER_IMAGE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     instance: int
@@ -308,7 +309,8 @@ class LaunchTask(_message.Message):
     gpu_ids: _containers.RepeatedScalarFieldContainer[int]
     ports: _containers.RepeatedScalarFieldContainer[int]
     files: _containers.ScalarMap[str, str]
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    container_image: str
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ..., container_image: _Optional[str] = ...) -> None: ...
 
 class LaunchGangRequest(_message.Message):
     __slots__ = ("lease_id", "tasks")

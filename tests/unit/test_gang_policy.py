@@ -1,0 +1,756 @@
+"""gang_policy: the pure goal-state rules of gangs and jobs, as table tests and Hypothesis properties."""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from peloton.domain.model import gang_id_for, task_id_for
+from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec
+from peloton.domain.states import TASK_TERMINAL, GangState, JobState, TaskState
+from peloton.hostmgr.backend import TaskStatus
+from peloton.jobmgr import gang_policy as policy
+from peloton.jobmgr.gang_policy import Effects, GangView, JobView
+
+G, T, J = GangState, TaskState, JobState
+JOB = "job1"
+T0 = 1000.0
+
+
+# --- helpers ------------------------------------------------------------------------------------------------
+def make_spec(instances: int = 3, **kw: object) -> JobSpec:
+    base: dict[str, object] = dict(name="train", instances=instances, command="sleep 1",
+                                   resources=Resources(cpu=1, mem=256), launch_timeout_s=60.0)
+    base.update(kw)
+    return JobSpec(**base)  # type: ignore[arg-type]
+
+
+def make_view(spec: JobSpec | None = None, now: float = T0) -> JobView:
+    spec = spec or make_spec()
+    job, gangs, tasks = policy.new_job_records(JOB, spec, now)
+    by_inst = {t.instance: t for t in tasks}
+    return JobView(job, {g.index: GangView(g, {i: by_inst[i] for i in g.instances}) for g in gangs})
+
+
+def place(jv: JobView, idx: int = 0, now: float = T0 + 1) -> GangView:
+    """What JobManager.launch_once's `intent` does for an accepted placement."""
+    gv = jv.gangs[idx]
+    g = gv.gang
+    assert g.state in (G.QUEUED, G.ADMITTED)
+    g.state, g.reason, g.updated_at = G.LAUNCHING, "", now
+    g.launch_deadline = now + jv.spec.launch_timeout_s
+    for t in gv.members():
+        t.host, t.address, t.ports, t.gpu_ids = f"host-{t.instance}", "127.0.0.1", [31000 + t.instance], []
+        t.state, t.updated_at = T.LAUNCHING, now
+    policy.derive_job_state(jv, now)
+    return gv
+
+
+def status(jv: JobView, instance: int, state: TaskState, *, attempt: int | None = None, exit_code: int | None = None,
+           message: str = "", permanent: bool = False, now: float = T0 + 2) -> TaskStatus:
+    gv = next(g for g in jv.gangs.values() if instance in g.tasks)
+    a = gv.tasks[instance].attempt if attempt is None else attempt
+    if exit_code is None and state == T.FAILED:
+        exit_code = 1
+    return TaskStatus(task_id_for(jv.job.id, instance, a), state, now, hostname=f"host-{instance}",
+                      exit_code=exit_code, message=message, permanent=permanent)
+
+
+def apply(jv: JobView, instance: int, state: TaskState, now: float = T0 + 2, **kw: object) -> Effects:
+    return policy.apply_status(jv, status(jv, instance, state, now=now, **kw), now)  # type: ignore[arg-type]
+
+
+def run_all(jv: JobView, idx: int = 0, now: float = T0 + 2) -> Effects:
+    eff = Effects()
+    for i in jv.gangs[idx].gang.instances:
+        eff.merge(apply(jv, i, T.RUNNING, now))
+    return eff
+
+
+def states(gv: GangView) -> list[TaskState]:
+    return [t.state for t in gv.members()]
+
+
+def snapshot(jv: JobView) -> object:
+    return dataclasses.replace(jv.job, spec=jv.spec), [
+        (dataclasses.replace(gv.gang, instances=list(gv.gang.instances)),
+         [dataclasses.replace(t, ports=list(t.ports), gpu_ids=list(t.gpu_ids)) for t in gv.members()])
+        for gv in jv.gangs.values()
+    ]
+
+
+def _states_only(snap: object) -> object:
+    job, gangs = snap  # type: ignore[misc]
+    return job.state, job.reason, [(g.state, g.attempt, g.reason, [(t.state, t.attempt, t.exit_code, t.host)
+                                                                   for t in ts]) for g, ts in gangs]
+
+
+# --- records ------------------------------------------------------------------------------------------------
+def test_new_job_records_make_one_queued_gang_of_every_instance() -> None:
+    job, gangs, tasks = policy.new_job_records(JOB, make_spec(4), T0)
+    assert job.state == J.PENDING and job.desired == "RUNNING" and job.created_at == T0
+    assert len(gangs) == 1
+    g = gangs[0]
+    assert (g.index, g.instances, g.state, g.attempt) == (0, [0, 1, 2, 3], G.QUEUED, 1)
+    assert g.gang_id == gang_id_for(JOB, 0) == "job1/0"
+    assert [(t.instance, t.gang_index, t.attempt, t.state) for t in tasks] == [(i, 0, 1, T.PENDING) for i in range(4)]
+    assert tasks[2].task_id == "job1-2-1"
+
+
+def test_elastic_job_has_a_gang_of_min_available_plus_single_member_gangs() -> None:
+    job, gangs, tasks = policy.new_job_records(JOB, make_spec(5, min_available=2), T0)
+    assert [g.instances for g in gangs] == [[0, 1], [2], [3], [4]]
+    assert [g.index for g in gangs] == [0, 1, 2, 3]
+    assert {t.instance: t.gang_index for t in tasks} == {0: 0, 1: 0, 2: 1, 3: 2, 4: 3}
+    assert all(g.state == G.QUEUED and g.attempt == 1 for g in gangs)
+
+
+@pytest.mark.parametrize("task_id,expected", [
+    ("abc-0-1", ("abc", 0, 1)),
+    ("a-b-c-12-3", ("a-b-c", 12, 3)),
+    ("0123456789ab-7-42", ("0123456789ab", 7, 42)),
+])
+def test_parse_task_id(task_id: str, expected: tuple[str, int, int]) -> None:
+    assert policy.parse_task_id(task_id) == expected
+    assert task_id_for(*expected) == task_id
+
+
+@pytest.mark.parametrize("bad", ["nodashes", "a-b", "job-x-1", "job-1-y"])
+def test_parse_task_id_rejects_malformed(bad: str) -> None:
+    with pytest.raises(ValueError):
+        policy.parse_task_id(bad)
+
+
+# --- the happy path -----------------------------------------------------------------------------------------
+def test_gang_runs_only_when_every_member_runs_then_job_runs() -> None:
+    jv = make_view()
+    gv = place(jv)
+    assert gv.gang.state == G.LAUNCHING and jv.job.state == J.PENDING
+    apply(jv, 0, T.RUNNING)
+    apply(jv, 1, T.RUNNING)
+    assert gv.gang.state == G.LAUNCHING and jv.job.state == J.PENDING
+    eff = apply(jv, 2, T.RUNNING, now=T0 + 5)
+    assert gv.gang.state == G.RUNNING and jv.job.state == J.RUNNING
+    assert states(gv) == [T.RUNNING] * 3
+    assert gv.tasks[2].started_at == T0 + 5
+    assert eff.kill == [] and eff.enqueue == [] and eff.release == []
+    assert [(e.instance, e.state) for e in eff.events] == [(2, T.RUNNING)]
+
+
+def test_job_succeeds_only_when_every_task_succeeded() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    apply(jv, 0, T.SUCCEEDED)
+    apply(jv, 1, T.SUCCEEDED)
+    assert jv.job.state == J.RUNNING and gv.gang.state == G.RUNNING
+    eff = apply(jv, 2, T.SUCCEEDED, now=T0 + 9)
+    assert gv.gang.state == G.DONE
+    assert jv.job.state == J.SUCCEEDED and jv.job.completed_at == T0 + 9
+    assert eff.release == [(gang_id_for(JOB, 0), 1)]
+    assert all(t.exit_code == 0 and t.finished_at == T0 + 9 for t in gv.members() if t.instance == 2)
+
+
+def test_members_succeeding_before_all_run_still_count_as_running() -> None:
+    jv = make_view()
+    gv = place(jv)
+    apply(jv, 0, T.SUCCEEDED)
+    assert gv.gang.state == G.LAUNCHING
+    apply(jv, 1, T.RUNNING)
+    apply(jv, 2, T.RUNNING)
+    assert gv.gang.state == G.RUNNING and jv.job.state == J.RUNNING
+
+
+def test_all_members_succeeding_straight_from_launching_finish_the_job() -> None:
+    jv = make_view(make_spec(2))
+    gv = place(jv)
+    apply(jv, 0, T.SUCCEEDED)
+    apply(jv, 1, T.SUCCEEDED)
+    assert gv.gang.state == G.DONE and jv.job.state == J.SUCCEEDED
+
+
+def test_elastic_job_runs_when_its_core_gang_runs_and_succeeds_when_all_tasks_do() -> None:
+    jv = make_view(make_spec(4, min_available=2))
+    place(jv, 0)
+    run_all(jv, 0)
+    assert jv.job.state == J.RUNNING
+    assert len(jv.gangs) == 3
+    for idx in (1, 2):
+        place(jv, idx)
+        run_all(jv, idx)
+    for i in range(4):
+        apply(jv, i, T.SUCCEEDED)
+    assert all(gv.gang.state == G.DONE for gv in jv.gangs.values())
+    assert jv.job.state == J.SUCCEEDED
+
+
+def test_job_is_not_succeeded_when_a_member_was_killed_and_the_rest_succeeded() -> None:
+    jv = make_view(make_spec(3, min_available=1, on_member_failure="restart_gang", max_attempts=1))
+    for idx in range(3):
+        place(jv, idx)
+        run_all(jv, idx)
+    apply(jv, 0, T.SUCCEEDED)
+    apply(jv, 1, T.SUCCEEDED)
+    apply(jv, 2, T.FAILED)
+    assert jv.job.state == J.FAILED
+
+
+# --- failures -----------------------------------------------------------------------------------------------
+def test_member_failure_restarts_the_whole_gang_as_a_new_attempt() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    old_ids = [t.task_id for t in gv.members()]
+    eff = apply(jv, 1, T.FAILED, now=T0 + 10, message="exit code 3", exit_code=3)
+    assert sorted(eff.kill) == sorted([old_ids[0], old_ids[2]])
+    assert eff.release == [(gang_id_for(JOB, 0), 1)]
+    assert eff.enqueue == [(JOB, 0)]
+    assert eff.restarts == 1
+    g = gv.gang
+    assert g.state == G.QUEUED and g.attempt == 2 and g.launch_deadline == 0.0
+    assert "member 1 FAILED" in g.reason and "attempt 2" in g.reason
+    for t in gv.members():
+        assert (t.state, t.attempt, t.host, t.ports, t.exit_code) == (T.PENDING, 2, "", [], None)
+        assert t.started_at == t.finished_at == 0.0
+    assert [t.task_id for t in gv.members()] == [task_id_for(JOB, i, 2) for i in range(3)]
+    assert jv.job.state == J.PENDING
+    # the failure is recorded in the events under the old attempt, then the new attempt is pending
+    failed = [e for e in eff.events if e.state == T.FAILED]
+    assert [(e.instance, e.attempt, e.exit_code) for e in failed] == [(1, 1, 3)]
+    assert {(e.instance, e.attempt) for e in eff.events if e.state == T.PENDING} == {(0, 2), (1, 2), (2, 2)}
+
+
+@pytest.mark.parametrize("state", [T.FAILED, T.LOST, T.KILLED])
+def test_any_unexpected_member_end_restarts_the_gang(state: TaskState) -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    eff = apply(jv, 0, state)
+    assert gv.gang.state == G.QUEUED and gv.gang.attempt == 2
+    assert eff.enqueue == [(JOB, 0)]
+    assert sorted(eff.kill) == [task_id_for(JOB, 1, 1), task_id_for(JOB, 2, 1)]
+
+
+def test_restart_leaves_other_gangs_of_an_elastic_job_alone() -> None:
+    jv = make_view(make_spec(3, min_available=2))
+    place(jv, 0)
+    run_all(jv, 0)
+    place(jv, 1)
+    run_all(jv, 1)
+    eff = apply(jv, 0, T.FAILED)
+    assert jv.gangs[0].gang.state == G.QUEUED and jv.gangs[0].gang.attempt == 2
+    assert jv.gangs[1].gang.state == G.RUNNING and states(jv.gangs[1]) == [T.RUNNING]
+    assert eff.kill == [task_id_for(JOB, 1, 1)]
+    assert jv.job.state == J.RUNNING  # gang 1 still runs
+
+
+def test_attempts_exhausted_fails_the_job_once_every_member_is_terminal() -> None:
+    jv = make_view(make_spec(3, max_attempts=2))
+    gv = place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED)
+    assert gv.gang.attempt == 2
+    place(jv)
+    run_all(jv)
+    eff = apply(jv, 2, T.FAILED, message="boom")
+    assert gv.gang.state == G.ABORTING and gv.gang.attempt == 2
+    assert eff.enqueue == [] and eff.restarts == 0
+    assert sorted(eff.kill) == [task_id_for(JOB, 0, 2), task_id_for(JOB, 1, 2)]
+    assert states(gv) == [T.KILLING, T.KILLING, T.FAILED]
+    assert jv.job.state not in (J.FAILED, J.RUNNING)
+    assert "gang 0" in jv.job.reason and "attempt 2 of 2" in jv.job.reason and "boom" in jv.job.reason
+    apply(jv, 0, T.KILLED)
+    assert gv.gang.state == G.ABORTING and not jv.job.state.terminal
+    eff = apply(jv, 1, T.KILLED, now=T0 + 20)
+    assert states(gv) == [T.KILLED, T.KILLED, T.FAILED]
+    assert gv.gang.state == G.DONE and eff.release == [(gang_id_for(JOB, 0), 2)]
+    assert jv.job.state == J.FAILED and jv.job.completed_at == T0 + 20
+    assert "gang 0" in jv.job.reason
+
+
+def test_fail_job_policy_fails_on_the_first_member_failure_and_stops_other_gangs() -> None:
+    jv = make_view(make_spec(4, min_available=2, on_member_failure="fail_job", max_attempts=5))
+    assert [gv.gang.instances for gv in jv.gangs.values()] == [[0, 1], [2], [3]]
+    place(jv, 0)
+    run_all(jv, 0)
+    place(jv, 1)
+    run_all(jv, 1)
+    # gang 2 is still queued
+    eff = apply(jv, 1, T.FAILED, message="segfault")
+    assert jv.gangs[0].gang.state == G.ABORTING and jv.gangs[0].gang.attempt == 1
+    assert "gang 0 failed" in jv.job.reason and "segfault" in jv.job.reason
+    assert jv.gangs[1].gang.state == G.ABORTING
+    assert sorted(eff.kill) == [task_id_for(JOB, 0, 1), task_id_for(JOB, 2, 1)]
+    assert jv.gangs[2].gang.state == G.DONE and states(jv.gangs[2]) == [T.KILLED]
+    assert (gang_id_for(JOB, 2), 1) in eff.release
+    assert eff.enqueue == []
+    assert not jv.job.state.terminal
+    apply(jv, 0, T.KILLED)
+    assert not jv.job.state.terminal
+    apply(jv, 2, T.KILLED)
+    assert jv.job.state == J.FAILED
+    assert jv.job.reason.startswith("gang 0 failed")
+
+
+def test_permanent_failure_is_never_retried() -> None:
+    jv = make_view(make_spec(2, max_attempts=5))
+    gv = place(jv)
+    eff = apply(jv, 0, T.FAILED, permanent=True, message="bad image")
+    assert gv.gang.state == G.ABORTING and gv.gang.attempt == 1 and eff.enqueue == []
+    assert "not be retried" in jv.job.reason and "bad image" in jv.job.reason
+    apply(jv, 1, T.KILLED)
+    assert jv.job.state == J.FAILED
+
+
+def test_stale_attempt_running_status_kills_that_task_and_changes_nothing_else() -> None:
+    jv = make_view()
+    place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED)
+    before = snapshot(jv)
+    st = status(jv, 2, T.RUNNING, attempt=1)
+    eff = policy.apply_status(jv, st, T0 + 30)
+    assert eff.kill == [task_id_for(JOB, 2, 1)]
+    assert eff.release == eff.enqueue == eff.adopt == []
+    assert [(e.instance, e.attempt, e.state) for e in eff.events] == [(2, 1, T.RUNNING)]
+    assert snapshot(jv) == before
+
+
+@pytest.mark.parametrize("state", [T.SUCCEEDED, T.FAILED, T.LOST, T.KILLED])
+def test_stale_attempt_terminal_status_only_records_history(state: TaskState) -> None:
+    jv = make_view()
+    place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED)
+    before = snapshot(jv)
+    eff = policy.apply_status(jv, status(jv, 1, state, attempt=1), T0 + 30)
+    assert eff.kill == eff.release == eff.enqueue == []
+    assert [(e.attempt, e.state) for e in eff.events] == [(1, state)]
+    assert snapshot(jv) == before
+
+
+def test_status_for_unknown_instance_is_ignored() -> None:
+    jv = make_view(make_spec(2))
+    place(jv)
+    before = snapshot(jv)
+    eff = policy.apply_status(jv, TaskStatus(task_id_for(JOB, 9, 1), T.RUNNING, T0), T0)
+    assert eff == Effects() and snapshot(jv) == before
+
+
+@pytest.mark.parametrize("state", [T.RUNNING, T.SUCCEEDED, T.FAILED, T.KILLED, T.LOST])
+def test_duplicate_statuses_are_idempotent(state: TaskState) -> None:
+    jv = make_view()
+    place(jv)
+    run_all(jv)
+    st_ = status(jv, 0, state, now=T0 + 5)  # the same task id both times
+    policy.apply_status(jv, st_, T0 + 5)
+    after_first = snapshot(jv)
+    second = policy.apply_status(jv, st_, T0 + 6)
+    assert _states_only(snapshot(jv)) == _states_only(after_first)
+    assert second.kill == second.release == second.enqueue == second.adopt == []
+
+
+
+def test_duplicate_running_status_records_no_second_event() -> None:
+    jv = make_view()
+    place(jv)
+    run_all(jv)
+    st_ = status(jv, 0, T.RUNNING, now=T0 + 5)
+    before = snapshot(jv)
+    eff = policy.apply_status(jv, st_, T0 + 6)
+    assert eff.events == []
+    assert snapshot(jv) == before
+
+
+def test_duplicate_success_after_job_succeeded_changes_nothing() -> None:
+    jv = make_view(make_spec(1))
+    place(jv)
+    apply(jv, 0, T.SUCCEEDED)
+    assert jv.job.state == J.SUCCEEDED
+    before = snapshot(jv)
+    for s in (T.SUCCEEDED, T.FAILED, T.RUNNING, T.KILLED):
+        eff = apply(jv, 0, s)
+        assert eff.kill == eff.release == eff.enqueue == [] and eff.events == []
+    assert snapshot(jv) == before
+
+
+# --- stopping -----------------------------------------------------------------------------------------------
+def test_stop_job_on_a_queued_gang_kills_nothing_and_ends_killed() -> None:
+    jv = make_view()
+    eff = policy.stop_job(jv, T0 + 3)
+    gv = jv.gangs[0]
+    assert jv.job.desired == "KILLED"
+    assert states(gv) == [T.KILLED] * 3 and gv.gang.state == G.DONE
+    assert eff.kill == [] and eff.release == [(gang_id_for(JOB, 0), 1)] and eff.enqueue == []
+    assert jv.job.state == J.KILLED and jv.job.completed_at == T0 + 3
+    assert {e.state for e in eff.events} == {T.KILLED}
+
+
+def test_stop_job_on_a_running_gang_kills_members_then_ends_killed() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    eff = policy.stop_job(jv, T0 + 3)
+    assert sorted(eff.kill) == [task_id_for(JOB, i, 1) for i in range(3)]
+    assert states(gv) == [T.KILLING] * 3 and gv.gang.state == G.ABORTING
+    assert eff.release == [] and eff.enqueue == []
+    assert jv.job.state == J.KILLING
+    apply(jv, 0, T.KILLED)
+    apply(jv, 1, T.FAILED, exit_code=143)  # a member exiting non-zero on SIGTERM
+    assert jv.job.state == J.KILLING
+    eff = apply(jv, 2, T.LOST)
+    assert states(gv) == [T.KILLED, T.FAILED, T.KILLED]
+    assert gv.gang.state == G.DONE and eff.release == [(gang_id_for(JOB, 0), 1)] and eff.enqueue == []
+    assert jv.job.state == J.KILLED and gv.gang.attempt == 1
+
+
+def test_stop_job_twice_and_on_a_finished_job_is_a_no_op() -> None:
+    jv = make_view()
+    place(jv)
+    run_all(jv)
+    policy.stop_job(jv, T0 + 3)
+    before = snapshot(jv)
+    eff = policy.stop_job(jv, T0 + 4)
+    assert eff.kill == [] and eff.release == [] and eff.enqueue == []
+    assert snapshot(jv) == before
+    for i in range(3):
+        apply(jv, i, T.KILLED)
+    assert jv.job.state == J.KILLED
+    before = snapshot(jv)
+    assert policy.stop_job(jv, T0 + 5) == Effects()
+    assert snapshot(jv) == before
+
+
+def test_member_coming_up_after_stop_is_killed() -> None:
+    jv = make_view(make_spec(2))
+    gv = place(jv)
+    apply(jv, 0, T.RUNNING)
+    policy.stop_job(jv, T0 + 3)
+    # the member was LAUNCHING, so it is KILLING; its late RUNNING does not resurrect it
+    eff = apply(jv, 1, T.RUNNING)
+    assert gv.tasks[1].state == T.KILLING and eff.kill == []
+    assert gv.gang.state == G.ABORTING
+
+
+def test_stop_job_with_a_failure_in_flight_does_not_restart() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    policy.stop_job(jv, T0 + 3)
+    eff = apply(jv, 0, T.FAILED)
+    assert eff.enqueue == [] and gv.gang.attempt == 1 and gv.tasks[0].state == T.FAILED
+
+
+# --- launch failures and deadlines --------------------------------------------------------------------------
+def test_launch_failed_counts_as_a_failed_attempt() -> None:
+    jv = make_view()
+    gv = place(jv)
+    eff = policy.launch_failed(jv, gv, T0 + 2, "no such file")
+    assert gv.gang.state == G.QUEUED and gv.gang.attempt == 2
+    assert eff.enqueue == [(JOB, 0)] and eff.release == [(gang_id_for(JOB, 0), 1)] and eff.kill == []
+    assert "launch failed: no such file" in gv.gang.reason
+    assert {(e.attempt, e.state) for e in eff.events if e.attempt == 1} == {(1, T.FAILED)}
+
+
+def test_launch_failed_on_last_attempt_fails_the_job() -> None:
+    jv = make_view(make_spec(2, max_attempts=1))
+    gv = place(jv)
+    eff = policy.launch_failed(jv, gv, T0 + 2, "no such file")
+    assert gv.gang.state == G.DONE and jv.job.state == J.FAILED
+    assert eff.enqueue == [] and eff.release == [(gang_id_for(JOB, 0), 1)]
+    assert "launch failed" in jv.job.reason
+
+
+@pytest.mark.parametrize("gstate", [G.QUEUED, G.RUNNING, G.DONE])
+def test_launch_failed_ignores_gangs_not_launching(gstate: GangState) -> None:
+    jv = make_view()
+    gv = jv.gangs[0]
+    if gstate != G.QUEUED:
+        place(jv)
+        run_all(jv)
+    if gstate == G.DONE:
+        for i in range(3):
+            apply(jv, i, T.SUCCEEDED)
+    assert gv.gang.state == gstate
+    before = snapshot(jv)
+    assert policy.launch_failed(jv, gv, T0 + 5, "x") == Effects()
+    assert snapshot(jv) == before
+
+
+def test_launch_deadline_before_and_after() -> None:
+    jv = make_view()  # launch_timeout_s = 60
+    gv = place(jv, now=T0)
+    apply(jv, 0, T.RUNNING)
+    before = snapshot(jv)
+    assert policy.check_launch_deadline(jv, gv, T0 + 59.9) == Effects()
+    assert snapshot(jv) == before
+    eff = policy.check_launch_deadline(jv, gv, T0 + 60)
+    assert gv.gang.state == G.QUEUED and gv.gang.attempt == 2
+    assert eff.kill == [task_id_for(JOB, 0, 1), task_id_for(JOB, 1, 1), task_id_for(JOB, 2, 1)] or \
+        sorted(eff.kill) == sorted(task_id_for(JOB, i, 1) for i in range(3))
+    assert eff.enqueue == [(JOB, 0)]
+    assert "launch timeout" in gv.gang.reason and "[1, 2]" in gv.gang.reason and "60s" in gv.gang.reason
+
+
+def test_launch_deadline_ignored_once_running_or_without_a_deadline() -> None:
+    jv = make_view()
+    gv = place(jv, now=T0)
+    run_all(jv)
+    assert policy.check_launch_deadline(jv, gv, T0 + 1e6) == Effects()
+    jv2 = make_view()
+    gv2 = place(jv2, now=T0)
+    gv2.gang.launch_deadline = 0.0
+    assert policy.check_launch_deadline(jv2, gv2, T0 + 1e6) == Effects()
+    jv3 = make_view()
+    assert policy.check_launch_deadline(jv3, jv3.gangs[0], T0 + 1e6) == Effects()
+
+
+def test_launch_deadline_on_the_last_attempt_fails_the_job() -> None:
+    jv = make_view(make_spec(2, max_attempts=1))
+    gv = place(jv, now=T0)
+    policy.check_launch_deadline(jv, gv, T0 + 61)
+    assert gv.gang.state == G.ABORTING
+    assert "launch timeout" in jv.job.reason
+    apply(jv, 0, T.KILLED)
+    apply(jv, 1, T.KILLED)
+    assert jv.job.state == J.FAILED
+
+
+# --- recovery -----------------------------------------------------------------------------------------------
+def _statuses(jv: JobView, per_instance: dict[int, TaskState]) -> dict[str, TaskStatus]:
+    out = {}
+    for i, s in per_instance.items():
+        st = status(jv, i, s)
+        out[st.task_id] = st
+    return out
+
+
+def test_recover_adopts_a_gang_whose_members_all_run() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    eff = policy.recover(jv, _statuses(jv, {0: T.RUNNING, 1: T.RUNNING, 2: T.RUNNING}), T0 + 100)
+    assert eff.adopt == [(JOB, 0)] and eff.kill == [] and eff.enqueue == [] and eff.release == []
+    assert gv.gang.state == G.RUNNING and jv.job.state == J.RUNNING
+
+
+def test_recover_adopts_a_launching_gang_found_running() -> None:
+    jv = make_view()
+    gv = place(jv)
+    eff = policy.recover(jv, _statuses(jv, {0: T.RUNNING, 1: T.RUNNING, 2: T.SUCCEEDED}), T0 + 100)
+    assert eff.adopt == [(JOB, 0)]
+    assert gv.gang.state == G.RUNNING and states(gv) == [T.RUNNING, T.RUNNING, T.SUCCEEDED]
+    assert jv.job.state == J.RUNNING
+
+
+def test_recover_tears_down_a_partial_gang_and_requeues_it() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    eff = policy.recover(jv, _statuses(jv, {0: T.RUNNING, 1: T.LOST, 2: T.RUNNING}), T0 + 100)
+    assert sorted(eff.kill) == [task_id_for(JOB, 0, 1), task_id_for(JOB, 2, 1)]
+    assert eff.adopt == []
+    assert eff.enqueue == [(JOB, 0)] and eff.release == [(gang_id_for(JOB, 0), 1)]
+    assert gv.gang.state == G.QUEUED and gv.gang.attempt == 2
+    assert all(t.state == T.PENDING and t.attempt == 2 for t in gv.members())
+    assert "daemon restart" in gv.gang.reason
+
+
+def test_recover_finishes_a_gang_whose_members_all_succeeded() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    eff = policy.recover(jv, _statuses(jv, {i: T.SUCCEEDED for i in range(3)}), T0 + 100)
+    assert gv.gang.state == G.DONE and jv.job.state == J.SUCCEEDED
+    assert eff.release == [(gang_id_for(JOB, 0), 1)] and eff.kill == [] and eff.enqueue == []
+
+
+
+def test_recover_adopts_no_finished_gang() -> None:
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    eff = policy.recover(jv, _statuses(jv, {i: T.SUCCEEDED for i in range(3)}), T0 + 100)
+    assert gv.gang.state == G.DONE
+    assert eff.adopt == []
+
+
+def test_recover_requeues_queued_gangs() -> None:
+    jv = make_view(make_spec(3, min_available=1))
+    place(jv, 0)
+    run_all(jv, 0)
+    eff = policy.recover(jv, _statuses(jv, {0: T.RUNNING}), T0 + 100)
+    assert eff.adopt == [(JOB, 0)]
+    assert sorted(eff.enqueue) == [(JOB, 1), (JOB, 2)]
+    assert eff.restarts == 0  # re-queueing after a restart of the daemon is not a gang restart
+    assert jv.gangs[1].gang.state == G.QUEUED
+
+
+def test_recover_of_a_stopped_job_finishes_the_stop() -> None:
+    jv = make_view(make_spec(2, min_available=1))
+    place(jv, 0)
+    run_all(jv, 0)
+    jv.job.desired = "KILLED"  # StopJob committed; the daemon died before its side effects
+    eff = policy.recover(jv, _statuses(jv, {0: T.RUNNING}), T0 + 100)
+    assert eff.kill == [task_id_for(JOB, 0, 1)] and eff.enqueue == [] and eff.adopt == []
+    assert jv.gangs[0].tasks[0].state == T.KILLING
+    assert jv.gangs[1].gang.state == G.DONE and states(jv.gangs[1]) == [T.KILLED]
+    assert jv.job.state == J.KILLING
+    apply(jv, 0, T.KILLED)
+    assert jv.gangs[0].gang.state == G.DONE and jv.job.state == J.KILLED
+
+
+
+def test_recover_of_a_stopped_job_marks_running_gangs_aborting() -> None:
+    jv = make_view(make_spec(2))
+    place(jv, 0)
+    run_all(jv, 0)
+    jv.job.desired = "KILLED"
+    policy.recover(jv, _statuses(jv, {0: T.RUNNING, 1: T.RUNNING}), T0 + 100)
+    assert states(jv.gangs[0]) == [T.KILLING, T.KILLING]
+    assert jv.gangs[0].gang.state == G.ABORTING  # RUNNING means "every member runs"
+
+
+def test_recover_of_an_aborting_gang_waits_for_its_members() -> None:
+    jv = make_view(make_spec(2, on_member_failure="fail_job"))
+    gv = place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED)
+    assert gv.gang.state == G.ABORTING and states(gv) == [T.FAILED, T.KILLING]
+    eff = policy.recover(jv, _statuses(jv, {1: T.KILLED}), T0 + 100)
+    assert eff.enqueue == [] and eff.adopt == []
+    assert gv.gang.state == G.DONE and states(gv) == [T.FAILED, T.KILLED]
+    assert jv.job.state == J.FAILED
+
+
+def test_recover_ignores_done_gangs() -> None:
+    jv = make_view(make_spec(1))
+    place(jv)
+    apply(jv, 0, T.SUCCEEDED)
+    before = snapshot(jv)
+    assert policy.recover(jv, {}, T0 + 100) == Effects()
+    assert snapshot(jv) == before
+
+
+# --- Hypothesis: random status storms ------------------------------------------------------------------------
+ACTIVE_GANG = (G.PLACED, G.LAUNCHING, G.RUNNING, G.ABORTING)
+STATUS_STATES = [T.RUNNING, T.SUCCEEDED, T.FAILED, T.LOST, T.KILLED]
+
+_status_op = st.tuples(st.just("status"), st.integers(0, 5), st.sampled_from([T.RUNNING, *STATUS_STATES]),
+                      st.booleans(), st.booleans())
+op_strategy = st.one_of(
+    _status_op, _status_op, _status_op,
+    st.tuples(st.just("place"), st.integers(0, 5)),
+    st.tuples(st.just("place"), st.integers(0, 5)),
+    st.tuples(st.just("deadline"), st.floats(0, 200)),
+    st.tuples(st.just("launch_failed"), st.integers(0, 5)),
+    st.tuples(st.just("stop"), st.integers(0, 7)),  # acts when 0: stopping ends everything, so rarely
+    st.tuples(st.just("recover"), st.lists(st.sampled_from([None, *STATUS_STATES]), min_size=4, max_size=4)),
+)
+
+
+def _check_invariants(jv: JobView) -> None:
+    spec = jv.spec
+    for gv in jv.gangs.values():
+        g = gv.gang
+        assert 1 <= g.attempt <= spec.max_attempts
+        for t in gv.members():
+            assert t.attempt == g.attempt, (t, g)
+        if g.state == G.RUNNING:
+            assert gv.all_members(T.RUNNING, T.SUCCEEDED, T.KILLING), states(gv)
+        if g.state == G.QUEUED:
+            assert gv.all_members(T.PENDING), states(gv)
+        if g.state == G.DONE:
+            assert gv.all_members(*TASK_TERMINAL), states(gv)
+        if g.state in (G.LAUNCHING, G.PLACED):
+            assert not any(t.state == T.PENDING for t in gv.members())
+    if jv.job.state.terminal:
+        assert all(gv.gang.state == G.DONE for gv in jv.gangs.values())
+    if jv.job.state == J.SUCCEEDED:
+        assert all(t.state == T.SUCCEEDED for gv in jv.gangs.values() for t in gv.members())
+
+
+@settings(max_examples=300, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    instances=st.integers(1, 4),
+    min_avail=st.integers(0, 4),
+    policy_name=st.sampled_from(["restart_gang", "fail_job"]),
+    max_attempts=st.integers(1, 3),
+    ops=st.lists(op_strategy, max_size=60),
+)
+def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: int, policy_name: str,
+                                                     max_attempts: int, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+    spec = make_spec(instances, min_available=min(min_avail, instances), on_member_failure=policy_name,
+                     max_attempts=max_attempts)
+    jv = make_view(spec)
+    now = T0
+    terminal_snapshot = None
+    seen: set[JobState] = set()
+    _check_invariants(jv)
+    for op in ops:
+        now += 1.0
+        kind = op[0]
+        gvs = list(jv.gangs.values())
+        if kind == "status":
+            _, inst, state, stale, _ = op
+            inst %= instances
+            gv = next(g for g in gvs if inst in g.tasks)
+            t = gv.tasks[inst]
+            current = attempt = t.attempt
+            if stale and attempt > 1:
+                attempt -= 1
+            elif t.state == T.PENDING:
+                continue  # never launched: the backend cannot report on it
+            st_ = TaskStatus(task_id_for(JOB, inst, attempt), state, now, hostname="h")
+            eff = policy.apply_status(jv, st_, now)
+            if attempt != current:
+                assert eff.kill == ([st_.task_id] if state == T.RUNNING else [])
+                assert eff.release == eff.enqueue == []
+        elif kind == "place":
+            gv = gvs[op[1] % len(gvs)]
+            if gv.gang.state == G.QUEUED and jv.job.desired == "RUNNING":
+                place(jv, gv.gang.index, now)
+        elif kind == "deadline":
+            for gv in gvs:
+                policy.check_launch_deadline(jv, gv, now + op[1])
+        elif kind == "launch_failed":
+            gv = gvs[op[1] % len(gvs)]
+            if gv.gang.state in (G.PLACED, G.LAUNCHING) and all(t.state == T.LAUNCHING for t in gv.members()):
+                policy.launch_failed(jv, gv, now, "launch failed")
+        elif kind == "stop":
+            if op[1] == 0:
+                policy.stop_job(jv, now)
+        elif kind == "recover":  # a daemon restart: the backend reports what it knows of live members
+            found = {}
+            for gv in gvs:
+                if gv.gang.state in ACTIVE_GANG:
+                    for t in gv.members():
+                        s_ = op[1][t.instance % 4]
+                        if s_ is not None and not t.state.terminal:
+                            found[t.task_id] = TaskStatus(t.task_id, s_, now, hostname="h")
+            eff = policy.recover(jv, found, now)
+            adopted = {i for _, i in eff.adopt}
+            # an adopted gang runs, or is being torn down because a sibling failed the job (its allocation is
+            # released when it is DONE); a gang adopted and DONE at once is test_recover_adopts_no_finished_gang
+            assert all(jv.gangs[i].gang.state in (G.RUNNING, G.ABORTING, G.DONE) for i in adopted)
+            assert len(eff.adopt) == len(adopted)
+        _check_invariants(jv)
+        seen.add(jv.job.state)
+        if terminal_snapshot is not None:
+            assert snapshot(jv)[0] == terminal_snapshot, "a terminal job changed"
+        elif jv.job.state.terminal:
+            terminal_snapshot = snapshot(jv)[0]
+    assert seen <= set(JobState)
+
+
+def test_effects_merge_concatenates() -> None:
+    a = Effects(kill=["a"], release=[("g", 1)], enqueue=[("j", 0)], adopt=[("j", 1)], restarts=1)
+    b = Effects(kill=["b"], release=[("h", 2)], enqueue=[("j", 2)], adopt=[("j", 3)], restarts=2)
+    a.merge(b)
+    assert a.restarts == 3
+    assert a.kill == ["a", "b"] and a.release == [("g", 1), ("h", 2)]
+    assert a.enqueue == [("j", 0), ("j", 2)] and a.adopt == [("j", 1), ("j", 3)]

@@ -1,0 +1,321 @@
+"""ResourceManager: priority queue of gangs, hierarchical admission, placements handed to jobmgr. Fake clock."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+from peloton.domain.model import ResourcePool
+from peloton.domain.placement import (
+    GangPlacement,
+    GangRequest,
+    MemberAssignment,
+    MemberRequest,
+    PlacementFailure,
+)
+from peloton.domain.resources import Resources
+from peloton.resmgr.manager import RETRY_AFTER_FAILED_PLACEMENT_S, ResourceManager
+
+SHORT = 0.05
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+def gang(job: str, *, attempt: int = 1, n: int = 2, cpu: float = 1, gpu: int = 0, priority: int = 0,
+         pool: str = "/", at: float = 0.0) -> GangRequest:
+    r = Resources(cpu=cpu, mem=256, gpu=gpu)
+    return GangRequest(
+        gang_id=f"{job}/0", job_id=job, attempt=attempt,
+        members=tuple(MemberRequest(i, f"{job}-{i}-{attempt}", r) for i in range(n)),
+        priority=priority, respool=pool, enqueued_at=at,
+    )
+
+
+def placement(g: GangRequest, lease: str = "lease1") -> GangPlacement:
+    return GangPlacement(g.gang_id, g.job_id, g.attempt, lease, tuple(
+        MemberAssignment(m.instance, m.task_id, "h1", "127.0.0.1", m.resources) for m in g.members))
+
+
+def failure(g: GangRequest, reason: str = "no host has 8 GPUs free") -> PlacementFailure:
+    return PlacementFailure(g.gang_id, g.job_id, g.attempt, reason, {"gpu": 2})
+
+
+class Pools:
+    def __init__(self, *extra: ResourcePool) -> None:
+        self.pools = [ResourcePool("/"), *extra]
+        self.calls = 0
+
+    def __call__(self) -> list[ResourcePool]:
+        self.calls += 1
+        return list(self.pools)
+
+
+def make(*extra: ResourcePool, clock: Clock | None = None) -> tuple[ResourceManager, Clock, Pools]:
+    clock = clock or Clock()
+    pools = Pools(*extra)
+    return ResourceManager(pools, clock=clock), clock, pools
+
+
+TEAM = ResourcePool("/team", limit=Resources(cpu=4))
+
+
+def test_pools_are_loaded_at_start_and_on_refresh() -> None:
+    rm, _, pools = make(TEAM)
+    assert pools.calls == 1 and set(rm.pools()) == {"/", "/team"}
+    pools.pools.append(ResourcePool("/other"))
+    rm.refresh_pools()
+    assert pools.calls == 2 and set(rm.pools()) == {"/", "/team", "/other"}
+
+
+def test_dequeue_in_priority_order_then_oldest() -> None:
+    rm, _, _ = make()
+    low = gang("low", priority=0, at=1)
+    high_new = gang("highnew", priority=5, at=20)
+    high_old = gang("highold", priority=5, at=10)
+    mid = gang("mid", priority=2, at=0)
+    rm.enqueue([low, high_new, high_old, mid])
+    got = rm.dequeue(10, SHORT)
+    assert [g.job_id for g in got] == ["highold", "highnew", "mid", "low"]
+
+
+def test_dequeue_respects_max_and_does_not_hand_out_twice() -> None:
+    rm, _, _ = make()
+    rm.enqueue([gang(f"j{i}", at=i) for i in range(5)])
+    assert [g.job_id for g in rm.dequeue(2, SHORT)] == ["j0", "j1"]
+    assert [g.job_id for g in rm.dequeue(10, SHORT)] == ["j2", "j3", "j4"]
+    assert rm.dequeue(10, SHORT) == []  # all placing
+
+
+def test_dequeue_long_poll_returns_empty_on_timeout() -> None:
+    rm, _, _ = make()
+    t0 = time.monotonic()
+    assert rm.dequeue(10, SHORT) == []
+    assert SHORT * 0.9 <= time.monotonic() - t0 < 2
+
+
+def test_dequeue_wakes_when_a_gang_is_enqueued() -> None:
+    rm, _, _ = make()
+    g = gang("j")
+    threading.Timer(0.05, rm.enqueue, args=([g],)).start()
+    t0 = time.monotonic()
+    assert rm.dequeue(10, 5.0) == [g]
+    assert time.monotonic() - t0 < 3
+
+
+def test_take_placements_long_poll_returns_empty_on_timeout() -> None:
+    rm, _, _ = make()
+    t0 = time.monotonic()
+    assert rm.take_placements(10, SHORT) == ([], [])
+    assert time.monotonic() - t0 >= SHORT * 0.9
+
+
+def test_admission_blocks_a_second_gang_over_the_pool_limit() -> None:
+    rm, _, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team", at=1)  # 4 cpu: the whole limit
+    b = gang("b", n=1, cpu=1, pool="/team", at=2)
+    rm.enqueue([a, b])
+    assert rm.dequeue(10, SHORT) == [a]
+    placements, pending = rm.take_placements(10, SHORT)
+    assert placements == []
+    assert [(f.gang_id, f.job_id, f.attempt) for f in pending] == [("b/0", "b", 1)]
+    assert "waiting for admission" in pending[0].reason and "/team" in pending[0].reason
+    alloc, queued = rm.usage()
+    assert alloc["/team"] == Resources(cpu=4, mem=512) and alloc["/"] == Resources(cpu=4, mem=512)
+    assert queued == {"/team": 2}
+    # the same reason is reported once, not on every retry
+    assert rm.dequeue(10, SHORT) == []
+    assert rm.take_placements(10, SHORT) == ([], [])
+
+
+def test_gangs_in_other_pools_are_not_blocked() -> None:
+    rm, _, _ = make(TEAM)
+    rm.enqueue([gang("a", n=4, cpu=1, pool="/team", at=1), gang("b", n=1, cpu=1, pool="/team", at=2),
+                gang("c", n=8, cpu=1, pool="/", at=3)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT)] == ["a", "c"]
+
+
+def test_unknown_pool_waits_with_a_reason() -> None:
+    rm, _, _ = make()
+    rm.enqueue([gang("x", pool="/gone")])
+    assert rm.dequeue(10, SHORT) == []
+    _, pending = rm.take_placements(10, SHORT)
+    assert len(pending) == 1 and "/gone does not exist" in pending[0].reason
+
+
+def test_set_placements_moves_a_gang_to_ready_and_keeps_its_allocation() -> None:
+    rm, _, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team")
+    rm.enqueue([a])
+    assert rm.dequeue(10, SHORT) == [a]
+    p = placement(a)
+    rm.set_placements([p], [])
+    placements, pending = rm.take_placements(10, SHORT)
+    assert placements == [p] and pending == []
+    alloc, queued = rm.usage()
+    assert queued == {} and alloc["/team"].cpu == 4  # placed gangs hold their allocation until removed
+    assert rm.take_placements(10, SHORT) == ([], [])
+
+
+def test_take_placements_honours_max() -> None:
+    rm, _, _ = make()
+    gs = [gang(f"j{i}", at=i) for i in range(3)]
+    rm.enqueue(gs)
+    rm.dequeue(10, SHORT)
+    rm.set_placements([placement(g) for g in gs], [])
+    first, _ = rm.take_placements(2, SHORT)
+    second, _ = rm.take_placements(2, SHORT)
+    assert len(first) == 2 and len(second) == 1
+    assert {p.job_id for p in first + second} == {"j0", "j1", "j2"}
+
+
+def test_placement_failure_goes_back_with_reason_and_not_before() -> None:
+    rm, clock, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team")
+    b = gang("b", n=1, cpu=1, pool="/team", at=5)
+    rm.enqueue([a])
+    assert rm.dequeue(10, SHORT) == [a]
+    rm.set_placements([], [failure(a)])
+    placements, pending = rm.take_placements(10, SHORT)
+    assert placements == [] and pending == [PlacementFailure("a/0", "a", 1, "no host has 8 GPUs free")]
+    # the allocation was given back: another gang of the pool fits now
+    assert rm.usage()[0].get("/team", Resources()).cpu == 0
+    rm.enqueue([b])
+    assert rm.dequeue(10, SHORT) == [b]
+    # the failed gang is parked until not_before
+    assert rm.dequeue(10, SHORT) == []
+    clock.t += RETRY_AFTER_FAILED_PLACEMENT_S - 0.01
+    assert rm.dequeue(10, SHORT) == []
+    clock.t += 0.02
+    assert rm.dequeue(10, SHORT) == []  # retried now, but b holds 1 cpu and a needs all 4
+    rm.remove([("b/0", 1)])
+    assert rm.dequeue(10, SHORT) == [a]
+
+
+def test_remove_releases_the_allocation_and_unparks_waiting_gangs() -> None:
+    rm, clock, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team", at=1)
+    b = gang("b", n=2, cpu=2, pool="/team", at=2)
+    rm.enqueue([a, b])
+    assert rm.dequeue(10, SHORT) == [a]
+    rm.set_placements([placement(a)], [])
+    rm.take_placements(10, SHORT)
+    assert rm.dequeue(10, SHORT) == []  # b parked (not_before in the future on the fake clock)
+    rm.remove([("a/0", 1)])
+    assert rm.usage()[0].get("/team", Resources()).cpu == 0
+    # no clock advance needed: remove un-parks
+    assert rm.dequeue(10, SHORT) == [b]
+    assert clock.t == 1000.0
+
+
+def test_remove_wakes_a_waiting_dequeue() -> None:
+    rm, _, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team", at=1)
+    b = gang("b", n=2, cpu=2, pool="/team", at=2)
+    rm.enqueue([a, b])
+    rm.dequeue(10, SHORT)
+    threading.Timer(0.05, rm.remove, args=([("a/0", 1)],)).start()
+    t0 = time.monotonic()
+    assert rm.dequeue(10, 5.0) == [b]
+    assert time.monotonic() - t0 < 3
+
+
+def test_remove_drops_queued_and_ready_gangs_up_to_the_attempt() -> None:
+    rm, _, _ = make()
+    a2 = gang("a", attempt=2)
+    rm.enqueue([a2])
+    rm.remove([("a/0", 1)])  # an older attempt: the queued attempt 2 stays
+    assert rm.dequeue(10, SHORT) == [a2]
+    rm.set_placements([placement(a2)], [])
+    rm.remove([("a/0", 1)])
+    assert [p.attempt for p in rm.take_placements(10, SHORT)[0]] == [2]
+    b = gang("b")
+    rm.enqueue([b])
+    rm.remove([("b/0", 1)])
+    assert rm.dequeue(10, SHORT) == []
+    assert "/" in rm.usage()[0]  # attempt 2 of a still holds its allocation
+    rm.remove([("a/0", 2)])
+    assert rm.usage() == ({}, {})
+
+
+
+def test_remove_of_an_old_attempt_keeps_the_new_attempts_allocation() -> None:
+    rm, _, _ = make(TEAM)
+    a2 = gang("a", attempt=2, n=2, cpu=2, pool="/team")
+    rm.enqueue([a2])
+    assert rm.dequeue(10, SHORT) == [a2]
+    rm.remove([("a/0", 1)])
+    assert rm.usage()[0]["/team"].cpu == 4
+    assert rm.dequeue(10, SHORT) == []
+    rm.enqueue([gang("b", n=2, cpu=2, pool="/team")])
+    assert rm.dequeue(10, SHORT) == []  # the limit is taken by a's attempt 2
+
+
+def test_enqueue_ignores_an_older_attempt_and_replaces_with_a_newer_one() -> None:
+    rm, _, _ = make()
+    rm.enqueue([gang("a", attempt=2)])
+    rm.enqueue([gang("a", attempt=1)])
+    assert [g.attempt for g in rm.dequeue(10, SHORT)] == [2]
+    rm.enqueue([gang("a", attempt=3)])
+    assert [g.attempt for g in rm.dequeue(10, SHORT)] == [3]
+
+
+def test_stale_placements_and_failures_are_ignored() -> None:
+    rm, _, _ = make()
+    a1 = gang("a", attempt=1)
+    rm.enqueue([a1])
+    rm.dequeue(10, SHORT)
+    a2 = gang("a", attempt=2)
+    rm.enqueue([a2])  # restarted while attempt 1 was being placed
+    rm.set_placements([placement(a1)], [failure(a1)])
+    assert rm.take_placements(10, SHORT) == ([], [])
+    assert rm.dequeue(10, SHORT) == [a2]
+    rm.remove([("a/0", 2)])
+    rm.set_placements([placement(a2)], [])  # removed (job stopped) while placing
+    assert rm.take_placements(10, SHORT) == ([], [])
+
+
+def test_enqueue_with_running_counts_the_allocation() -> None:
+    rm, _, _ = make(TEAM)
+    running = gang("r", n=3, cpu=1, pool="/team")
+    rm.enqueue([], running=[running])
+    alloc, queued = rm.usage()
+    assert alloc["/team"] == Resources(cpu=3, mem=768) and queued == {}
+    assert rm.dequeue(10, SHORT) == []  # adopted gangs are not placed again
+    b = gang("b", n=2, cpu=1, pool="/team")
+    rm.enqueue([b])
+    assert rm.dequeue(10, SHORT) == []
+    _, pending = rm.take_placements(10, SHORT)
+    assert [f.job_id for f in pending] == ["b"]
+    rm.remove([("r/0", 1)])
+    assert rm.dequeue(10, SHORT) == [b]
+
+
+def test_usage_sums_up_the_tree_and_counts_queued_per_pool() -> None:
+    sub = ResourcePool("/team/sub")
+    rm, _, _ = make(ResourcePool("/team"), sub)
+    rm.enqueue([gang("a", n=1, cpu=2, gpu=1, pool="/team/sub"), gang("b", n=1, cpu=1, pool="/team"),
+                gang("c", n=1, cpu=1, pool="/team", at=1)])
+    rm.dequeue(2, SHORT)
+    alloc, queued = rm.usage()
+    assert alloc["/team/sub"] == Resources(cpu=2, mem=256, gpu=1)
+    assert alloc["/team"] == Resources(cpu=3, mem=512, gpu=1)
+    assert alloc["/"] == alloc["/team"]
+    assert queued == {"/team/sub": 1, "/team": 2}
+
+
+def test_refresh_pools_applies_a_new_limit_and_unparks() -> None:
+    rm, _, pools = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team", at=1)
+    b = gang("b", n=2, cpu=2, pool="/team", at=2)
+    rm.enqueue([a, b])
+    assert rm.dequeue(10, SHORT) == [a]
+    assert rm.dequeue(10, SHORT) == []
+    pools.pools[1] = ResourcePool("/team", limit=Resources(cpu=8))
+    rm.refresh_pools()
+    assert rm.dequeue(10, SHORT) == [b]
