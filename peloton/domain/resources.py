@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import math
 import re
-from decimal import Decimal
 from dataclasses import dataclass
+from decimal import Decimal
 
 from peloton.errors import InvalidArgument
 
