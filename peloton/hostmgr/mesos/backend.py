@@ -174,10 +174,14 @@ class MesosBackend:
         return a.hostname if len(same) <= 1 else f"{a.hostname}:{a.agent_port}"
 
     def _agent_by_name(self, name: str) -> AgentView | None:
+        """An agent that re-registered under a new id shares its name with the stale view: prefer the live one."""
+        fallback = None
         for a in self._agents.values():
             if self._host_name(a) == name:
-                return a
-        return None
+                if a.offers and a.reachable:
+                    return a
+                fallback = fallback or a
+        return fallback
 
     def offers(self) -> list[HostOffer]:
         now = self.clock()
@@ -443,8 +447,8 @@ class MesosBackend:
             t.agent_id = agent_id or t.agent_id
             t.state = state
             t.updated_at = now
-            if state in MESOS_TERMINAL:
-                t.kill_sent_at = None
+            if state in MESOS_TERMINAL or state == "TASK_UNKNOWN":
+                t.kill_sent_at = None  # ended, or the master never knew it: nothing left to kill
             a = self._agents.get(t.agent_id)
             host = self._host_name(a) if a else ""
             exit_code = None

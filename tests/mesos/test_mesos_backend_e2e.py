@@ -1,0 +1,642 @@
+"""End to end with the Mesos backend: the real daemon (`peloton server --backend mesos`) as a subprocess, driven
+through the real CLI, against the in-process FakeMaster, with faults injected.
+
+For every fault the invariants are the same: when the dust settles every member of the gang's current attempt
+is RUNNING on the master and in the store (or none is), no task of an older attempt still runs on the master,
+every task id was launched at most once (nothing duplicated), and the gang then finishes: SUCCEEDED.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import subprocess
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.dbutil import drop_postgres_db, fresh_postgres_url, require_postgres
+from tests.e2e.harness import PELOTON, Daemon, pid_alive, wait_until
+from tests.mesos.conftest import default_agents
+from tests.mesos.fake_master import TERMINAL_STATES, FakeAgent, FakeMaster
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+Factory = Callable[..., FakeMaster]
+
+GANG = """
+name: mesos-gang
+instances: 4
+task:
+  command: sleep 1000
+  resources: {cpu: 4, mem: 64Mi, ports: 1}
+"""
+
+
+CPU_AGENT = {"cpus": 8, "mem": 16384, "disk": 100000, "gpus": 0, "ports": [(31000, 32000)]}
+
+
+def cpu_agents(n: int, ids: bool = False) -> list[FakeAgent]:
+    """n agents of 8 cpu without GPUs, all on 127.0.0.1 (so the backend names them hostname:port). With `ids`,
+    fixed agent ids: two masters of one cluster know the same agents under the same ids."""
+    return [FakeAgent(f"agent-S{i}" if ids else None, "127.0.0.1", dict(CPU_AGENT),
+                      {"rack": f"r{i}", "agent": f"agent{i + 1}"}, port=5051 + i)
+            for i in range(n)]
+
+
+# --------------------------------------------------------------------------------------------------------------
+# The daemon, started with --backend mesos
+# --------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class MesosDaemon(Daemon):
+    masters: str = ""
+
+    def start(self, timeout: float = 60.0) -> None:
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it
+        self.proc = subprocess.Popen(
+            [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir", str(self.data_dir),
+             "--backend", "mesos", "--mesos-master", self.masters, "--metrics-listen", "", "--log-level", "info"],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )
+        log.close()
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"serving on (\S+)", line)
+            if m:
+                self.address = m.group(1)
+                return
+        raise AssertionError(f"daemon did not start; log:\n{self.log()[-4000:]}")
+
+    def close(self) -> None:
+        """Stop for good, whatever state it is in (used by the fixture, also after a failure)."""
+        if self.proc is None:
+            return
+        if self.proc.poll() is None:
+            self.stop()
+        if self.proc.poll() is None:
+            self.proc.kill()
+            self.proc.wait(5)
+        if self.proc.stdout is not None:
+            self.proc.stdout.close()
+
+
+@pytest.fixture
+def daemons() -> Iterator[list[MesosDaemon]]:
+    made: list[MesosDaemon] = []
+    yield made
+    for d in made:
+        d.close()
+
+
+@pytest.fixture
+def start_daemon(daemons: list[MesosDaemon], tmp_path: Path) -> Callable[..., MesosDaemon]:
+    def start(masters: str, db_url: str | None = None, data_dir: Path | None = None) -> MesosDaemon:
+        data = data_dir or tmp_path / "data"
+        d = MesosDaemon(data, db_url or f"sqlite:///{tmp_path}/peloton.db", masters=masters)
+        daemons.append(d)
+        d.start()
+        return d
+
+    return start
+
+
+@pytest.fixture
+def pg_url() -> Iterator[str]:
+    require_postgres()
+    url = fresh_postgres_url()
+    try:
+        yield url
+    finally:
+        drop_postgres_db(url)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# Inspection and invariants
+# --------------------------------------------------------------------------------------------------------------
+
+
+def attempt_of(task_id: str) -> int:
+    return int(task_id.rsplit("-", 1)[1])
+
+
+def master_tasks(fake: FakeMaster, job: str) -> dict[str, dict[str, Any]]:
+    return {tid: t for tid, t in fake.tasks().items() if tid.startswith(job + "-")}
+
+
+def accepted_infos(fake: FakeMaster) -> list[tuple[dict[str, Any], dict[str, Any]]]:
+    """(ACCEPT body, task_info) for every task launched."""
+    out = []
+    for c in fake.calls_of("ACCEPT"):
+        acc = c["body"]["accept"]
+        for op in acc.get("operations", []):
+            for ti in op.get("launch", {}).get("task_infos", []):
+                out.append((acc, ti))
+    return out
+
+
+def launched(fake: FakeMaster, job: str) -> list[str]:
+    return [ti["task_id"]["value"] for _, ti in accepted_infos(fake) if ti["task_id"]["value"].startswith(job + "-")]
+
+
+def store_tasks(d: MesosDaemon, job: str) -> list[dict[str, Any]]:
+    return d.tasks(job)
+
+
+def whole_and_running(fake: FakeMaster, d: MesosDaemon, job: str, *, min_attempt: int = 1,
+                      ignore_unreachable: bool = False) -> list[dict[str, Any]] | None:
+    """The store's tasks when the gang's current attempt runs whole on the master and in the store, and nothing
+    else of the job is live on the master; else None."""
+    tasks = store_tasks(d, job)
+    ids = {t["task_id"] for t in tasks}
+    if not tasks or any(t["state"] != "RUNNING" for t in tasks) or min(t["attempt"] for t in tasks) < min_attempt:
+        return None
+    on_master = master_tasks(fake, job)
+    live = {tid for tid, t in on_master.items() if t["state"] not in TERMINAL_STATES
+            and not (ignore_unreachable and t["unreachable"])}
+    if live != ids or any(on_master[tid]["state"] != "TASK_RUNNING" for tid in ids):
+        return None
+    return tasks
+
+
+def wait_whole(fake: FakeMaster, d: MesosDaemon, job: str, timeout: float = 30, **kw: Any) -> list[dict[str, Any]]:
+    try:
+        tasks: list[dict[str, Any]] = wait_until(lambda: whole_and_running(fake, d, job, **kw), timeout, 0.2,
+                                                 f"gang of {job} running whole")
+    except AssertionError as e:
+        raise AssertionError(f"{e}\nstore: {json.dumps(d.job(job), indent=1)[:3000]}\nmaster: "
+                             f"{master_tasks(fake, job)}\nlog:\n{d.log()[-4000:]}") from None
+    assert_invariants(fake, d, job, tasks, ignore_unreachable=kw.get("ignore_unreachable", False))
+    return tasks
+
+
+def assert_invariants(fake: FakeMaster, d: MesosDaemon, job: str, tasks: list[dict[str, Any]] | None = None,
+                      ignore_unreachable: bool = False) -> None:
+    tasks = tasks if tasks is not None else store_tasks(d, job)
+    attempts = {t["attempt"] for t in tasks}
+    assert len(attempts) == 1, f"members of different attempts in one gang: {tasks}"
+    current = attempts.pop()
+    ids = launched(fake, job)
+    assert len(ids) == len(set(ids)), f"a task id was launched twice: {sorted(ids)}"
+    for tid, t in master_tasks(fake, job).items():
+        if attempt_of(tid) < current and t["state"] not in TERMINAL_STATES:
+            assert ignore_unreachable and t["unreachable"], f"old attempt still live on the master: {tid} {t}"
+        assert attempt_of(tid) <= current, f"the master runs a task of a future attempt: {tid}"
+    live = {tid for tid, t in master_tasks(fake, job).items() if t["state"] not in TERMINAL_STATES
+            and attempt_of(tid) == current}
+    assert live in (set(), {t["task_id"] for t in tasks}), f"partial gang on the master: {live} vs {tasks}"
+
+
+def finish_and_succeed(fake: FakeMaster, d: MesosDaemon, job: str, tasks: list[dict[str, Any]]) -> dict[str, Any]:
+    for t in tasks:
+        fake.finish_task(t["task_id"])
+    j = d.wait_state(job, "SUCCEEDED", "FAILED", "KILLED", timeout=30)
+    assert j["status"]["state"] == "SUCCEEDED", (j, d.log()[-3000:])
+    return j
+
+
+def fid_of(fake: FakeMaster) -> str:
+    fid: str = wait_until(lambda: fake.subscribed_frameworks and fake.subscribed_frameworks[0], 20, 0.05,
+                          "framework subscribed")
+    return fid
+
+
+def agent_of(fake: FakeMaster, task_id: str) -> str:
+    return str(fake.tasks()[task_id]["agent_id"])
+
+
+def kills(fake: FakeMaster) -> list[dict[str, Any]]:
+    return [c["body"]["kill"] for c in fake.calls_of("KILL")]
+
+
+def killed_ids(fake: FakeMaster) -> set[str]:
+    return {k["task_id"]["value"] for k in kills(fake)}
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 1. happy path
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _check_happy(fake: FakeMaster, d: MesosDaemon, tmp_path: Path) -> None:
+    fid = fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(fake, d, job)
+    accepts = [c["body"] for c in fake.calls_of("ACCEPT")]
+    # one ACCEPT per agent, each holding every member placed there, offers of that agent only
+    assert len(accepts) == 2, accepts
+    agents = [{ti["agent_id"]["value"] for op in a["accept"]["operations"] for ti in op["launch"]["task_infos"]}
+              for a in accepts]
+    assert all(len(a) == 1 for a in agents) and len(set().union(*agents)) == 2, agents
+    for a in accepts:
+        assert a["framework_id"] == {"value": fid}
+        assert a["accept"]["filters"]["refuse_seconds"] >= 0
+        assert {op["type"] for op in a["accept"]["operations"]} == {"LAUNCH"}
+    infos = accepted_infos(fake)
+    assert sorted(ti["task_id"]["value"] for _, ti in infos) == sorted(t["task_id"] for t in tasks)
+    offered_ports = [(31000, 32000)]
+    master_port = set()
+    for _, ti in infos:
+        env = {v["name"]: v["value"] for v in ti["command"]["environment"]["variables"]}
+        for k in ("RANK", "WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "PELOTON_HOSTS"):
+            assert k in env, (k, env)
+        assert env["WORLD_SIZE"] == "4"
+        master_port.add((env["MASTER_ADDR"], env["MASTER_PORT"]))
+        assert ti["command"]["shell"] is True and "sleep 1000" in ti["command"]["value"]
+        labels = {x["key"]: x["value"] for x in ti["labels"]["labels"]}
+        assert labels == {"peloton_job": job, "peloton_attempt": "1"}
+        res = {r["name"]: r for r in ti["resources"]}
+        assert res["cpus"]["scalar"]["value"] == 4 and res["mem"]["scalar"]["value"] == 64
+        for r in ti["resources"]:
+            assert r["allocation_info"] == {"role": "*"}, r
+        ranges = res["ports"]["ranges"]["range"]
+        ports = [p for rg in ranges for p in range(rg["begin"], rg["end"] + 1)]
+        assert len(ports) == 1 and any(b <= ports[0] <= e for b, e in offered_ports), ranges
+    assert sorted(int(e["RANK"]) for e in
+                  ({v["name"]: v["value"] for v in ti["command"]["environment"]["variables"]} for _, ti in infos)) \
+        == [0, 1, 2, 3]
+    assert len(master_port) == 1, master_port
+    # store ports are the ones launched
+    for t in tasks:
+        assert t["host"].startswith("127.0.0.1:"), t
+    finish_and_succeed(fake, d, job, tasks)
+    # every ACK names an update that carried a uuid, and every one matched the head of the update queue
+    wait_until(lambda: len([a for a in fake.acks if a["task_id"].startswith(job)]) >= 12, 10, 0.1, "12 acks")
+    acks = [a for a in fake.acks if a["task_id"].startswith(job)]
+    assert len(acks) == 12 and all(a["matched"] for a in acks), acks
+    assert all(a["framework_id"] == fid for a in acks)
+    uuids = {ev["update"]["status"]["uuid"] for f, ev in fake.events
+             if ev["type"] == "UPDATE" and "uuid" in ev["update"]["status"]}
+    assert {a["uuid"] for a in acks} <= uuids
+    assert not master_tasks(fake, job)  # terminal updates acknowledged: the master forgot them
+
+
+def test_happy_path_one_accept_per_agent_env_ports_acks(fake_master_factory: Factory,
+                                                        start_daemon: Callable[..., MesosDaemon],
+                                                        tmp_path: Path) -> None:
+    fake = fake_master_factory(default_agents())
+    d = start_daemon(fake.url)
+    _check_happy(fake, d, tmp_path)
+
+
+def test_happy_path_on_postgresql(fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon],
+                                  pg_url: str, tmp_path: Path) -> None:
+    fake = fake_master_factory(default_agents())
+    d = start_daemon(fake.url, db_url=pg_url)
+    _check_happy(fake, d, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 2. framework id persisted across a daemon restart; the running gang adopted
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _restart_adopts(fake: FakeMaster, start_daemon: Callable[..., MesosDaemon], db_url: str | None,
+                    tmp_path: Path) -> None:
+    d = start_daemon(fake.url, db_url=db_url)
+    fid = fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    before = wait_whole(fake, d, job)
+    d.proc.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    assert d.proc.wait(20) == 0  # type: ignore[union-attr]
+    wait_until(lambda: not fake.subscribed_frameworks, 10, 0.05, "stream closed")
+    n_sub = len(fake.calls_of("SUBSCRIBE"))
+    d2 = start_daemon(fake.url, db_url=db_url)
+    wait_until(lambda: fake.subscribed_frameworks == [fid], 20, 0.05, "re-subscribed")
+    subs = fake.calls_of("SUBSCRIBE")
+    assert len(subs) > n_sub
+    body = subs[-1]["body"]
+    assert body["framework_id"] == {"value": fid}
+    assert body["subscribe"]["framework_info"]["id"] == {"value": fid}
+    assert subs[0]["body"].get("framework_id") is None  # the first daemon registered anew
+    after = wait_whole(fake, d2, job)
+    assert [(t["task_id"], t["attempt"]) for t in after] == [(t["task_id"], t["attempt"]) for t in before]
+    assert not (killed_ids(fake) & {t["task_id"] for t in after}), "an adopted member was killed"
+    assert d2.job(job)["status"]["gangs"][0]["attempt"] == 1
+    finish_and_succeed(fake, d2, job, after)
+
+
+def test_framework_id_persisted_and_gang_adopted_after_restart(fake_master_factory: Factory,
+                                                               start_daemon: Callable[..., MesosDaemon],
+                                                               tmp_path: Path) -> None:
+    _restart_adopts(fake_master_factory(cpu_agents(2)), start_daemon, None, tmp_path)
+
+
+def test_framework_id_persisted_on_postgresql(fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon],
+                                              pg_url: str, tmp_path: Path) -> None:
+    _restart_adopts(fake_master_factory(cpu_agents(2)), start_daemon, pg_url, tmp_path)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 3. offers rescinded before the ACCEPT
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_offer_rescinded_before_accept_is_never_used(fake_master_factory: Factory,
+                                                     start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(3))
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    wait_until(lambda: len({o["agent_id"] for o in fake.offers(fid)}) == 3, 10, 0.05, "offers on 3 agents")
+    victim = fake.agents[0].agent_id
+    assert victim is not None
+    rescinded = set(fake.rescind_offer(victim))
+    assert rescinded
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(fake, d, job)
+    used = {o["value"] for c in fake.calls_of("ACCEPT") for o in c["body"]["accept"]["offer_ids"]}
+    assert not used & rescinded, "an ACCEPT used a rescinded offer"
+    assert {c["status"] for c in fake.calls_of("ACCEPT")} == {202}
+    assert all(t["attempt"] == 1 for t in tasks)
+    finish_and_succeed(fake, d, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 4. offer rescinded while the ACCEPT is on the wire
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_rescind_during_accept_drops_members_and_restarts_the_gang(fake_master_factory: Factory,
+                                                                   start_daemon: Callable[..., MesosDaemon],
+                                                                   tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    victim = fake.agents[1].agent_id
+    assert victim is not None
+    fake.rescind_next_accept(victim)
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(fake, d, job, min_attempt=2)
+    assert all(t["attempt"] == 2 for t in tasks)
+    dropped = [ev["update"]["status"] for _, ev in fake.events if ev["type"] == "UPDATE"
+               and ev["update"]["status"]["state"] == "TASK_DROPPED"]
+    dropped_ids = {s["task_id"]["value"] for s in dropped}
+    assert len(dropped_ids) == 2 and all(attempt_of(t) == 1 for t in dropped_ids), dropped
+    # the survivors on the other agent were killed, by agent id
+    first = [ti for _, ti in accepted_infos(fake) if attempt_of(ti["task_id"]["value"]) == 1]
+    survivors = {ti["task_id"]["value"]: ti["agent_id"]["value"] for ti in first
+                 if ti["task_id"]["value"] not in dropped_ids}
+    assert len(survivors) == 2
+    for tid, aid in survivors.items():
+        ks = [k for k in kills(fake) if k["task_id"]["value"] == tid]
+        assert ks and all(k.get("agent_id") == {"value": aid} for k in ks), (tid, ks)
+    j = d.job(job)
+    assert j["status"]["gangs"][0]["attempt"] == 2
+    finish_and_succeed(fake, d, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 5. launch failures reported by the master
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_launch_dropped_restarts_as_attempt_2(fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon],
+                                              tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    fake.fail_launch(fake.agents[0].agent_id, "TASK_DROPPED")  # type: ignore[arg-type]
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(fake, d, job, min_attempt=2)
+    assert {t["attempt"] for t in tasks} == {2}
+    first = {ti["task_id"]["value"] for _, ti in accepted_infos(fake) if attempt_of(ti["task_id"]["value"]) == 1}
+    assert len(first) == 4
+    finish_and_succeed(fake, d, job, tasks)
+
+
+def test_launch_task_error_fails_the_job_without_retry(fake_master_factory: Factory,
+                                                       start_daemon: Callable[..., MesosDaemon],
+                                                       tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    bad = fake.agents[0].agent_id
+    assert bad is not None
+    fake.fail_launch(bad, "TASK_ERROR", message="Task uses invalid resources: injected")
+    job = d.create(GANG, tmp_path)
+    j = d.wait_state(job, "FAILED", "SUCCEEDED", "KILLED", timeout=30)
+    assert j["status"]["state"] == "FAILED", j
+    assert "not be retried" in j["status"]["reason"], j["status"]["reason"]
+    infos = accepted_infos(fake)
+    assert {attempt_of(ti["task_id"]["value"]) for _, ti in infos} == {1}, "a permanent failure was retried"
+    healthy = {ti["task_id"]["value"] for _, ti in infos if ti["agent_id"]["value"] != bad}
+    assert len(healthy) == 2
+    assert healthy <= killed_ids(fake)
+    # nothing of the job lives on the master; every member is terminal in the store
+    wait_until(lambda: not any(t["state"] not in TERMINAL_STATES for t in master_tasks(fake, job).values()), 10, 0.1,
+               "job's tasks gone from the master")
+    tasks = store_tasks(d, job)
+    assert all(t["state"] in ("FAILED", "KILLED") for t in tasks), tasks
+    assert_invariants(fake, d, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 6. agent loss mid-run, and the agent coming back
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_agent_loss_restarts_the_gang_elsewhere_and_kills_returning_tasks(
+        fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(3))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    first = wait_whole(fake, d, job)
+    victim = agent_of(fake, first[0]["task_id"])
+    on_victim = {t["task_id"] for t in first if agent_of(fake, t["task_id"]) == victim}
+    others = {t["task_id"] for t in first} - on_victim
+    assert len(on_victim) == 2 and len(others) == 2
+    fake.lose_agent(victim)
+    second = wait_whole(fake, d, job, min_attempt=2, ignore_unreachable=True)
+    assert {t["attempt"] for t in second} == {2}
+    assert not {agent_of(fake, t["task_id"]) for t in second} & {victim}
+    assert others <= killed_ids(fake)
+    states = {ev["update"]["status"]["task_id"]["value"]: ev["update"]["status"]["state"]
+              for _, ev in fake.events if ev["type"] == "UPDATE"}
+    assert all(states[t] in ("TASK_UNREACHABLE", "TASK_LOST") for t in on_victim), states
+    # the old members on the lost agent still run there; when it comes back they must be killed
+    assert all(fake.tasks()[t]["state"] == "TASK_RUNNING" for t in on_victim)
+    fake.restore_agent(victim)
+    wait_until(lambda: all(fake.tasks().get(t, {"state": "TASK_KILLED"})["state"] in TERMINAL_STATES
+                           for t in on_victim), 20, 0.1, "returning old members killed")
+    assert on_victim <= killed_ids(fake)
+    tasks = wait_whole(fake, d, job, min_attempt=2)
+    assert [t["task_id"] for t in tasks] == [t["task_id"] for t in second]
+    finish_and_succeed(fake, d, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 7. a member fails while the gang runs
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_member_failure_kills_the_rest_and_restarts(fake_master_factory: Factory,
+                                                    start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    first = wait_whole(fake, d, job)
+    fake.fail_task(first[2]["task_id"], message="Command exited with status 3")
+    second = wait_whole(fake, d, job, min_attempt=2)
+    assert {t["attempt"] for t in second} == {2}
+    assert {t["task_id"] for t in first} - {first[2]["task_id"]} <= killed_ids(fake)
+    failed = d.cli("task", "get", job, str(first[2]["instance"]), "-o", "json")
+    events = json.loads(failed.stdout)["events"]
+    assert any(e["state"] == "FAILED" and e.get("exit_code") == 3 and e["attempt"] == 1 for e in events), events
+    finish_and_succeed(fake, d, job, second)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 8. / 9. the event stream breaks or goes silent
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_cut_stream_resubscribes_same_framework_and_reconciles(fake_master_factory: Factory,
+                                                               start_daemon: Callable[..., MesosDaemon],
+                                                               tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    before = wait_whole(fake, d, job)
+    n_sub, n_rec = len(fake.calls_of("SUBSCRIBE")), len(fake.calls_of("RECONCILE"))
+    fake.cut_stream()
+    wait_until(lambda: len(fake.calls_of("SUBSCRIBE")) > n_sub and fake.subscribed_frameworks == [fid], 15, 0.05,
+               "re-subscribed")
+    assert fake.calls_of("SUBSCRIBE")[-1]["body"]["framework_id"] == {"value": fid}
+    recs = wait_until(lambda: fake.calls_of("RECONCILE")[n_rec:] if any(
+        c["body"]["reconcile"].get("tasks") for c in fake.calls_of("RECONCILE")[n_rec:]) else None, 15, 0.05,
+        "explicit reconciliation")
+    explicit = {e["task_id"]["value"] for c in recs for e in c["body"]["reconcile"].get("tasks", [])}
+    assert {t["task_id"] for t in before} <= explicit
+    wait_until(lambda: any(not c["body"]["reconcile"].get("tasks") for c in fake.calls_of("RECONCILE")[n_rec:]),
+               15, 0.05, "implicit reconciliation")
+    after = wait_whole(fake, d, job)
+    assert [t["task_id"] for t in after] == [t["task_id"] for t in before]
+    assert not killed_ids(fake), "a healthy member was killed after the stream was cut"
+    finish_and_succeed(fake, d, job, after)
+
+
+def test_silent_master_watchdog_resubscribes(fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon],
+                                             tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    before = wait_whole(fake, d, job)
+    n_sub = len(fake.calls_of("SUBSCRIBE"))
+    t0 = time.monotonic()
+    fake.go_silent()
+    wait_until(lambda: len(fake.calls_of("SUBSCRIBE")) > n_sub, 10, 0.05, "watchdog re-subscribe")
+    took = fake.calls_of("SUBSCRIBE")[-1]["time"] - t0
+    # 5 missed heartbeats of 0.5 s, plus reconnect backoff (at most 0.5 s) and slack
+    assert 2.0 <= took <= 4.5, took
+    assert fake.calls_of("SUBSCRIBE")[-1]["body"]["framework_id"] == {"value": fid}
+    wait_until(lambda: fake.subscribed_frameworks == [fid], 10, 0.05, "subscribed again")
+    after = wait_whole(fake, d, job)
+    assert [t["task_id"] for t in after] == [t["task_id"] for t in before]
+    finish_and_succeed(fake, d, job, after)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 10. master failover: the old leader answers 307 to the new one
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_master_failover_follows_307_to_the_leader(fake_master_factory: Factory,
+                                                   start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    a = fake_master_factory(cpu_agents(2, ids=True))
+    b = fake_master_factory(cpu_agents(2, ids=True))  # the same cluster seen by the new leader
+    d = start_daemon(f"{a.url},{b.url}")
+    fid = fid_of(a)
+    assert not b.calls
+    a.set_leader(False, leader_url=b.url)
+    wait_until(lambda: b.subscribed_frameworks == [fid], 20, 0.05, "subscribed to the new leader")
+    redirected = [c for c in a.calls_of("SUBSCRIBE") if c.get("status") == 307]
+    assert redirected, [(c["type"], c.get("status")) for c in a.calls]
+    assert b.calls_of("SUBSCRIBE")[-1]["body"]["framework_id"] == {"value": fid}
+    n_a = len(a.calls)
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(b, d, job)
+    assert len(b.calls_of("ACCEPT")) == 2
+    assert not [c for c in a.calls[n_a:] if c["type"] not in ("SUBSCRIBE",) and c.get("status") != 307]
+    finish_and_succeed(b, d, job, tasks)
+
+
+def test_daemon_started_against_a_follower_finds_the_leader(fake_master_factory: Factory,
+                                                            start_daemon: Callable[..., MesosDaemon],
+                                                            tmp_path: Path) -> None:
+    b = fake_master_factory(cpu_agents(2, ids=True))
+    a = fake_master_factory(cpu_agents(2, ids=True), leader=False, leader_url=b.url)
+    d = start_daemon(f"{a.url},{b.url}")
+    fid_of(b)
+    assert [c["status"] for c in a.calls_of("SUBSCRIBE")] == [307]
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(b, d, job)
+    finish_and_succeed(b, d, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# 11. kill -9 of the daemon in the middle of a launch
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_kill9_mid_launch_never_leaves_a_partial_gang(fake_master_factory: Factory,
+                                                      start_daemon: Callable[..., MesosDaemon],
+                                                      tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    wait_until(lambda: len(fake.calls_of("ACCEPT")) >= 1, 20, 0.01, "first ACCEPT")
+    d.kill9()
+    assert d.proc is not None and not pid_alive(d.proc.pid)
+    d2 = start_daemon(fake.url)
+    wait_until(lambda: fake.subscribed_frameworks == [fid], 20, 0.05, "re-subscribed")
+    tasks = wait_whole(fake, d2, job, timeout=40)
+    attempt = tasks[0]["attempt"]
+    first = {ti["task_id"]["value"] for _, ti in accepted_infos(fake) if attempt_of(ti["task_id"]["value"]) == 1}
+    if attempt == 1:  # adopted whole: nothing of it was killed
+        assert len(first) == 4 and not killed_ids(fake) & first
+    else:  # torn down: every first-attempt member that reached the master was killed or is gone
+        for tid in first:
+            st = fake.tasks().get(tid)
+            assert st is None or st["state"] in TERMINAL_STATES, (tid, st)
+    finish_and_succeed(fake, d2, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# An agent that comes back under a new agent id on the same host:port (agent restarted with a fresh work dir)
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_agent_reregistered_under_new_id_is_used(fake_master_factory: Factory,
+                                                 start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    old = fake.agents[0]
+    wait_until(lambda: len({o["agent_id"] for o in fake.offers(fid)}) == 2, 10, 0.05, "offers on 2 agents")
+    fake.lose_agent(old.agent_id)  # type: ignore[arg-type]
+    wait_until(lambda: any(ev["type"] == "FAILURE" for _, ev in fake.events), 10, 0.05, "agent removed")
+    new = fake.add_agent(FakeAgent(None, old.hostname, dict(CPU_AGENT), dict(old.attributes), port=old.port))
+    assert new.agent_id != old.agent_id
+    wait_until(lambda: any(o["agent_id"] == new.agent_id for o in fake.offers(fid)), 10, 0.05, "offer of new agent")
+    job = d.create(GANG, tmp_path)
+    j = d.wait_state(job, "RUNNING", "FAILED", timeout=20)
+    assert j["status"]["state"] == "RUNNING", j["status"]["reason"]
+    tasks = wait_whole(fake, d, job)
+    assert {agent_of(fake, t["task_id"]) for t in tasks} == {new.agent_id, fake.agents[1].agent_id}
+    finish_and_succeed(fake, d, job, tasks)

@@ -1,0 +1,517 @@
+"""MesosBackend driven directly: a recording fake Transport (no HTTP), events injected by the test (offers from
+the recorded transcript 05-accept-two-agents), and a fake clock advanced by hand before each tick()."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peloton.domain.resources import Resources
+from peloton.domain.states import TaskState
+from peloton.hostmgr.backend import LaunchError, LaunchSpec, TaskStatus
+from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
+
+TRANSCRIPT = Path("/work/shared/mesos-transcripts/05-accept-two-agents.json")
+FID = "1ba6cc5a-71b1-4625-9952-fb54d2771b7b-0002"
+UUID = "ZmFrZS11dWlkLTAwMDAwMQ=="  # opaque to the backend: must come back verbatim
+
+
+def _transcript_offers() -> list[list[dict[str, Any]]]:
+    """The two OFFERS events of the first subscription: 3 agents (S1 with gpus), then remainders of S2 and S0."""
+    if not TRANSCRIPT.exists():
+        pytest.skip(f"{TRANSCRIPT} is not available")
+    data = json.loads(TRANSCRIPT.read_text())
+    recs = data["exchanges"][0]["response"]["stream"]["records"]
+    return [r["event"]["offers"]["offers"] for r in recs if r.get("event", {}).get("type") == "OFFERS"]
+
+
+class FakeTransport:
+    def __init__(self, subscribe: Callable[[], dict[str, Any]], on_event: Callable[[dict[str, Any]], None]) -> None:
+        self.subscribe = subscribe
+        self.on_event = on_event
+        self.calls: list[dict[str, Any]] = []
+        self.fail: set[str] = set()  # call types answered with an error
+        self.fail_nth: dict[str, int] = {}  # call type -> which (1-based) call of that type fails
+        self.started = self.stopped = False
+
+    def start(self) -> None:
+        self.started = True
+
+    def stop(self) -> None:
+        self.stopped = True
+
+    def call(self, body: dict[str, Any]) -> None:
+        self.calls.append(body)
+        t = body["type"]
+        if t in self.fail or self.fail_nth.get(t) == len(self.of(t)):
+            raise ConnectionError(f"{t} refused")
+
+    def of(self, t: str) -> list[dict[str, Any]]:
+        return [c for c in self.calls if c["type"] == t]
+
+
+class Clock:
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+
+class Harness:
+    def __init__(self, fid: str | None = None, **opts: Any) -> None:
+        self.clock = Clock()
+        self.saved: list[str | None] = []
+        self.statuses: list[TaskStatus] = []
+        self.transport: FakeTransport | None = None
+
+        def factory(sub: Callable[[], dict[str, Any]], ev: Callable[[dict[str, Any]], None]) -> FakeTransport:
+            self.transport = FakeTransport(sub, ev)
+            return self.transport
+
+        o = MesosOptions(reconcile_wait_s=0.2, **opts)
+        self.b = MesosBackend(o, factory, lambda: fid, self.saved.append, clock=self.clock)
+        self.b._on_status = self.statuses.append  # start() without the ticker thread
+        assert self.transport is not None
+        self.t: FakeTransport = self.transport
+
+    def event(self, ev: dict[str, Any]) -> None:
+        self.t.on_event(ev)
+
+    def subscribed(self, fid: str = FID) -> None:
+        self.event({"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": fid},
+                                                         "heartbeat_interval_seconds": 15.0}})
+
+    def offers(self, offers: list[dict[str, Any]]) -> None:
+        self.event({"type": "OFFERS", "offers": {"offers": offers}})
+
+    def update(self, tid: str, state: str, agent: str = "", uuid: str | None = None, **kw: Any) -> TaskStatus:
+        st: dict[str, Any] = {"task_id": {"value": tid}, "state": state, **kw}
+        if agent:
+            st["agent_id"] = {"value": agent}
+        if uuid:
+            st["uuid"] = uuid
+        self.event({"type": "UPDATE", "update": {"status": st}})
+        return self.statuses[-1]
+
+    def tick(self, dt: float) -> None:
+        self.clock.t += dt
+        self.b.tick()
+
+    def ready(self) -> list[dict[str, Any]]:
+        """Subscribed, the transcript's first OFFERS in the pool, the initial reconciliation done."""
+        self.subscribed()
+        offs = _transcript_offers()
+        self.offers(offs[0])
+        self.b.offers()  # demand
+        self.tick(0.1)  # empty reconciliation -> implicit round
+        return offs[0]
+
+
+def spec(tid: str, host: str, cpu: float = 4, ports: tuple[int, ...] = (31000,), instance: int = 0) -> LaunchSpec:
+    return LaunchSpec(task_id=tid, job_id="job", instance=instance, attempt=1, hostname=host, command="sleep 9",
+                      env={"RANK": str(instance), "WORLD_SIZE": "4"}, resources=Resources(cpu, 64, 0, 0, len(ports)),
+                      ports=ports, files={"hostfile": "127.0.0.1 slots=4\n"})
+
+
+S0, S1, S2 = (f"1ba6cc5a-71b1-4625-9952-fb54d2771b7b-S{i}" for i in range(3))
+H0, H1, H2 = "127.0.0.1:5051", "127.0.0.1:5053", "127.0.0.1:5052"  # S0 on 5051, S1 (gpus) on 5053, S2 on 5052
+
+
+# --- identity -------------------------------------------------------------------------------------------------
+
+
+def test_subscribe_call_and_framework_id_saved_on_subscribed() -> None:
+    h = Harness()
+    body = h.b.subscribe_call()
+    assert body["type"] == "SUBSCRIBE" and "framework_id" not in body
+    info = body["subscribe"]["framework_info"]
+    assert info["roles"] == ["*"] and info["checkpoint"] is True and "id" not in info
+    assert {c["type"] for c in info["capabilities"]} >= {"MULTI_ROLE", "GPU_RESOURCES", "PARTITION_AWARE"}
+    h.subscribed()
+    assert h.saved == [FID] and h.b.framework_id == FID and h.b.subscribed
+    body = h.b.subscribe_call()
+    assert body["framework_id"] == {"value": FID} and body["subscribe"]["framework_info"]["id"] == {"value": FID}
+    h.subscribed()  # the same id again: nothing new to save
+    assert h.saved == [FID]
+
+
+def test_loaded_framework_id_is_used_without_saving() -> None:
+    h = Harness(fid=FID)
+    assert h.b.subscribe_call()["framework_id"] == {"value": FID}
+    h.subscribed()
+    assert h.saved == []
+
+
+def test_error_framework_removed_clears_the_framework_id() -> None:
+    h = Harness(fid=FID)
+    h.ready()
+    h.event({"type": "ERROR", "error": {"message": "Framework has been removed"}})
+    assert h.b.framework_id is None and h.saved == [None] and not h.b.subscribed
+    assert "framework_id" not in h.b.subscribe_call()
+    assert h.b.offers() == []  # the pool died with the subscription
+    n = len(h.t.calls)
+    h.b.kill(["x-0-1"])  # no framework id: nothing is sent
+    assert len(h.t.calls) == n
+
+
+def test_other_error_keeps_the_framework_id() -> None:
+    h = Harness(fid=FID)
+    h.ready()
+    h.event({"type": "ERROR", "error": {"message": "Framework failed over"}})
+    assert h.b.framework_id == FID and h.saved == [] and not h.b.subscribed
+
+
+# --- offers ---------------------------------------------------------------------------------------------------
+
+
+def test_offers_aggregated_per_agent_named_host_port_when_hostname_shared() -> None:
+    h = Harness()
+    h.subscribed()
+    first, second = _transcript_offers()[:2]
+    h.offers(first)
+    got = {o.hostname: o for o in h.b.offers()}
+    assert set(got) == {H0, H1, H2}  # three agents on 127.0.0.1: hostname:agent port
+    for o in got.values():
+        assert o.address == "127.0.0.1"
+        assert o.free.cpu == 8 and o.free.mem == 16384 and o.free.disk == 100000
+        assert o.ports[0] == 31000 and len(o.ports) == o.free.ports == 1000  # capped per offer
+        assert o.labels["host"] == "127.0.0.1"
+    assert got[H1].has_gpus and got[H1].free.gpu == 4 and got[H1].gpu_ids == (0, 1, 2, 3)
+    assert not got[H0].has_gpus and got[H0].labels["rack"] == "r1" and got[H2].labels["agent"] == "agent2"
+    # a second offer for the same agent pools with the first
+    h.offers(second)
+    got = {o.hostname: o for o in h.b.offers()}
+    assert got[H0].free.cpu == 16 and got[H2].free.cpu == 16 and got[H1].free.cpu == 8
+
+
+def test_single_agent_per_hostname_is_named_by_hostname() -> None:
+    h = Harness()
+    h.subscribed()
+    first = _transcript_offers()[0]
+    for i, o in enumerate(first):
+        o["hostname"] = f"node{i}"
+    h.offers(first)
+    assert sorted(o.hostname for o in h.b.offers()) == ["node0", "node1", "node2"]
+
+
+def test_rescind_removes_the_offer_from_the_pool() -> None:
+    h = Harness()
+    h.subscribed()
+    first = _transcript_offers()[0]
+    h.offers(first)
+    h.event({"type": "RESCIND", "rescind": {"offer_id": first[0]["id"]}})  # S2's offer
+    assert {o.hostname for o in h.b.offers()} == {H0, H1}
+
+
+def test_failure_of_agent_empties_its_pool_and_marks_it_unreachable() -> None:
+    h = Harness()
+    h.ready()
+    h.event({"type": "FAILURE", "failure": {"agent_id": {"value": S0}}})
+    assert H0 not in {o.hostname for o in h.b.offers()}
+    assert {x.hostname: x.state for x in h.b.hosts()}[H0] == "UNREACHABLE"
+    # an executor exit is not an agent loss
+    h.event({"type": "FAILURE", "failure": {"agent_id": {"value": S2}, "executor_id": {"value": "e"}, "status": 0}})
+    assert H2 in {o.hostname for o in h.b.offers()}
+
+
+# --- launch ---------------------------------------------------------------------------------------------------
+
+
+def test_launch_one_accept_per_agent_with_task_infos() -> None:
+    h = Harness()
+    first = h.ready()
+    offer_of = {o["agent_id"]["value"]: o["id"]["value"] for o in first}
+    h.b.launch([spec("job-0-1", H0, instance=0, ports=(31000,)), spec("job-1-1", H2, instance=1, ports=(31000,)),
+                spec("job-2-1", H0, instance=2, ports=(31001,)), spec("job-3-1", H2, instance=3, ports=(31005,))])
+    accepts = h.t.of("ACCEPT")
+    assert len(accepts) == 2
+    by_agent = {}
+    for a in accepts:
+        assert a["framework_id"] == {"value": FID}
+        acc = a["accept"]
+        (op,) = acc["operations"]
+        assert op["type"] == "LAUNCH"
+        infos = op["launch"]["task_infos"]
+        (aid,) = {ti["agent_id"]["value"] for ti in infos}
+        assert acc["offer_ids"] == [{"value": offer_of[aid]}]
+        assert acc["filters"] == {"refuse_seconds": 1.0}
+        by_agent[aid] = infos
+    assert set(by_agent) == {S0, S2}
+    assert [ti["task_id"]["value"] for ti in by_agent[S0]] == ["job-0-1", "job-2-1"]
+    ti = by_agent[S2][1]
+    assert ti["name"] == "job-3" and ti["task_id"] == {"value": "job-3-1"}
+    res = {r["name"]: r for r in ti["resources"]}
+    assert res["cpus"]["scalar"] == {"value": 4} and res["mem"]["scalar"] == {"value": 64}
+    assert res["ports"]["ranges"] == {"range": [{"begin": 31005, "end": 31005}]}
+    assert all(r["allocation_info"] == {"role": "*"} and r["role"] == "*" for r in ti["resources"])
+    env = {v["name"]: v["value"] for v in ti["command"]["environment"]["variables"]}
+    assert env["RANK"] == "3" and env["PELOTON_HOSTFILE_CONTENT"] == "127.0.0.1 slots=4\n"
+    assert ti["command"]["shell"] is True and ti["command"]["value"].endswith("sleep 9")
+    assert {x["key"]: x["value"] for x in ti["labels"]["labels"]} == {"peloton_job": "job", "peloton_attempt": "1"}
+    # the offers were used: the remainder comes back from the master
+    assert {o.hostname for o in h.b.offers()} == {H1}
+    assert h.b.running_task_ids() == {"job-0-1", "job-1-1", "job-2-1", "job-3-1"}
+    hosts = {x.hostname: x for x in h.b.hosts()}
+    assert hosts[H0].allocated.cpu == 8 and hosts[H0].task_ids == ("job-0-1", "job-2-1")
+
+
+def test_launch_fails_when_offers_were_rescinded() -> None:
+    h = Harness()
+    first = h.ready()
+    h.event({"type": "RESCIND", "rescind": {"offer_id": first[1]["id"]}})  # S0's only offer
+    with pytest.raises(LaunchError) as e:
+        h.b.launch([spec("job-0-1", H2), spec("job-1-1", H0, instance=1)])
+    assert e.value.task_id == "job-1-1" and "no longer hold" in e.value.message
+    assert not h.t.of("ACCEPT"), "nothing may be sent when one agent's offers are gone"
+
+
+def test_launch_fails_on_unoffered_port_and_unknown_host() -> None:
+    h = Harness()
+    h.ready()
+    with pytest.raises(LaunchError, match="ports"):
+        h.b.launch([spec("job-0-1", H0, ports=(40000,))])
+    with pytest.raises(LaunchError, match="not known"):
+        h.b.launch([spec("job-0-1", "elsewhere:1")])
+    assert not h.t.of("ACCEPT")
+
+
+def test_launch_not_subscribed() -> None:
+    h = Harness()
+    with pytest.raises(LaunchError, match="not subscribed"):
+        h.b.launch([spec("job-0-1", H0)])
+
+
+def test_rejected_accept_kills_members_already_sent() -> None:
+    h = Harness()
+    h.ready()
+    h.t.fail_nth["ACCEPT"] = 2
+    with pytest.raises(LaunchError, match="ACCEPT on agent"):
+        h.b.launch([spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
+    killed = {k["kill"]["task_id"]["value"]: k["kill"].get("agent_id") for k in h.t.of("KILL")}
+    assert set(killed) == {"job-0-1", "job-1-1"}
+    assert killed["job-0-1"] == {"value": S0} and killed["job-1-1"] == {"value": S2}
+
+
+# --- status updates and acknowledgements -----------------------------------------------------------------------
+
+
+def test_update_with_uuid_carries_an_ack_token_acknowledged_verbatim() -> None:
+    h = Harness()
+    h.ready()
+    h.b.launch([spec("job-0-1", H0)])
+    st = h.update("job-0-1", "TASK_RUNNING", S0, UUID)
+    assert st.state == TaskState.RUNNING and st.hostname == H0 and st.ack and not st.permanent
+    assert not h.t.of("ACKNOWLEDGE"), "acknowledged before jobmgr persisted it"
+    h.b.acknowledge([st.ack])
+    (ack,) = h.t.of("ACKNOWLEDGE")
+    assert ack == {"type": "ACKNOWLEDGE", "framework_id": {"value": FID},
+                   "acknowledge": {"agent_id": {"value": S0}, "task_id": {"value": "job-0-1"}, "uuid": UUID}}
+
+
+def test_update_without_uuid_needs_no_ack() -> None:
+    h = Harness()
+    h.ready()
+    st = h.update("job-0-1", "TASK_DROPPED", S0, reason="REASON_INVALID_OFFERS", message="Offer is no longer valid")
+    assert st.ack == "" and st.state == TaskState.LOST and st.reason == "TASK_DROPPED: REASON_INVALID_OFFERS"
+
+
+def test_task_error_is_permanent_and_exit_code_parsed() -> None:
+    h = Harness()
+    h.ready()
+    st = h.update("job-0-1", "TASK_ERROR", S0, reason="REASON_TASK_INVALID", message="Task uses invalid resources")
+    assert st.state == TaskState.FAILED and st.permanent and st.ack == ""
+    st = h.update("job-1-1", "TASK_FAILED", S0, UUID, message="Command exited with status 3")
+    assert st.state == TaskState.FAILED and st.exit_code == 3 and not st.permanent
+    st = h.update("job-2-1", "TASK_FINISHED", S0, UUID, message="Command exited with status 0")
+    assert st.state == TaskState.SUCCEEDED and st.exit_code == 0
+    st = h.update("job-3-1", "TASK_FAILED", S0, UUID, message="Failed to launch container")
+    assert st.exit_code is None
+
+
+@pytest.mark.parametrize(("mesos", "ours"), [("TASK_UNREACHABLE", TaskState.LOST), ("TASK_GONE", TaskState.LOST),
+                                             ("TASK_KILLING", TaskState.KILLING), ("TASK_KILLED", TaskState.KILLED),
+                                             ("TASK_STARTING", TaskState.STARTING)])
+def test_state_mapping(mesos: str, ours: TaskState) -> None:
+    h = Harness()
+    h.ready()
+    assert h.update("job-0-1", mesos, S0).state == ours
+
+
+# --- kill -----------------------------------------------------------------------------------------------------
+
+
+def test_kill_resent_every_kill_retry_until_terminal() -> None:
+    h = Harness(kill_retry_s=5.0)
+    h.ready()
+    h.b.launch([spec("job-0-1", H0)])
+    h.update("job-0-1", "TASK_RUNNING", S0, UUID)
+    h.b.kill(["job-0-1"])
+    assert [k["kill"] for k in h.t.of("KILL")] == [{"task_id": {"value": "job-0-1"}, "agent_id": {"value": S0}}]
+    h.tick(4.9)
+    assert len(h.t.of("KILL")) == 1
+    h.tick(0.1)
+    assert len(h.t.of("KILL")) == 2
+    h.tick(2)
+    h.update("job-0-1", "TASK_KILLING", S0, UUID)  # not terminal: keep asking
+    h.tick(3)
+    assert len(h.t.of("KILL")) == 3
+    h.update("job-0-1", "TASK_KILLED", S0, UUID)
+    h.tick(30)
+    assert len(h.t.of("KILL")) == 3
+    h.b.kill(["job-0-1"])  # terminal already: nothing to send
+    assert len(h.t.of("KILL")) == 3
+
+
+def test_kill_of_unknown_task_has_no_agent_id() -> None:
+    h = Harness()
+    h.ready()
+    h.b.kill(["job-9-1"])
+    assert h.t.of("KILL")[-1]["kill"] == {"task_id": {"value": "job-9-1"}}
+    assert "job-9-1" not in h.b.running_task_ids()
+
+
+def test_kill_stops_when_the_master_does_not_know_the_task() -> None:
+    h = Harness(kill_retry_s=5.0)
+    h.ready()
+    h.b.kill(["job-9-1"])  # e.g. a member whose ACCEPT never reached the master (daemon died mid-launch)
+    h.update("job-9-1", "TASK_UNKNOWN", message="Reconciliation: Task is unknown")  # the master's answer
+    for _ in range(6):
+        h.tick(5)
+    assert len(h.t.of("KILL")) == 1, f"{len(h.t.of('KILL'))} KILLs for a task the master does not know"
+
+
+# --- reconciliation -------------------------------------------------------------------------------------------
+
+
+def test_reconciliation_after_subscribed_with_backoff_then_implicit() -> None:
+    h = Harness()
+    h.ready()
+    h.b.launch([spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
+    h.update("job-0-1", "TASK_RUNNING", S0, UUID)
+    h.update("job-1-1", "TASK_RUNNING", S2, UUID)
+    h.event({"type": "DISCONNECTED"})
+    assert not h.b.subscribed
+    h.subscribed()
+    n = len(h.t.of("RECONCILE"))
+    h.tick(0.01)
+    rec = h.t.of("RECONCILE")[n:]
+    assert len(rec) == 1
+    assert rec[0]["reconcile"] == {"tasks": [{"task_id": {"value": "job-0-1"}, "agent_id": {"value": S0}},
+                                             {"task_id": {"value": "job-1-1"}, "agent_id": {"value": S2}}]}
+    sent = [h.clock.t]
+    for _ in range(40):  # 20 s in 0.5 s ticks: re-sent after 2, 4, 8 s
+        h.tick(0.5)
+        if len(h.t.of("RECONCILE")) > n + len(sent):
+            sent.append(h.clock.t)
+    gaps = [round(b - a, 1) for a, b in zip(sent, sent[1:], strict=False)]
+    assert gaps[:3] == [2.0, 4.0, 8.0], gaps
+    h.update("job-0-1", "TASK_RUNNING", S0, reason="REASON_RECONCILIATION")
+    k = len(h.t.of("RECONCILE"))
+    for _ in range(130):  # the next round asks only for what is still unanswered
+        h.tick(0.5)
+        if len(h.t.of("RECONCILE")) > k:
+            break
+    assert h.t.of("RECONCILE")[k]["reconcile"]["tasks"] == [{"task_id": {"value": "job-1-1"},
+                                                             "agent_id": {"value": S2}}]
+    h.update("job-1-1", "TASK_RUNNING", S2, reason="REASON_RECONCILIATION")
+    m = len(h.t.of("RECONCILE"))
+    h.tick(0.5)  # nothing pending: one implicit round, then quiet
+    assert [c["reconcile"] for c in h.t.of("RECONCILE")[m:]] == [{"tasks": []}]
+    h.tick(60)
+    assert len(h.t.of("RECONCILE")) == m + 1
+
+
+def test_no_ticks_while_disconnected() -> None:
+    h = Harness()
+    h.b.kill(["job-0-1"])
+    h.tick(100)
+    assert h.t.calls == []
+
+
+def test_explicit_reconcile_waits_for_answers() -> None:
+    h = Harness()
+    h.ready()
+    h.b.launch([spec("job-0-1", H0)])
+    h.update("job-0-1", "TASK_RUNNING", S0, UUID)
+    h.clock.t += 1  # answers count only when they arrive after the question
+    assert h.b.reconcile(["job-0-1"]) == {}  # no answer within reconcile_wait_s: left out
+    h.clock.t += 1
+
+    def answering(body: dict[str, Any]) -> None:  # the master answers the RECONCILE at once
+        h.t.calls.append(body)
+        if body["type"] == "RECONCILE":
+            h.update("job-0-1", "TASK_RUNNING", S0, reason="REASON_RECONCILIATION")
+
+    h.t.call = answering  # type: ignore[method-assign]
+    got = h.b.reconcile(["job-0-1"])
+    assert got["job-0-1"].state == TaskState.RUNNING
+    assert h.t.of("RECONCILE")[-1]["reconcile"]["tasks"] == [{"task_id": {"value": "job-0-1"},
+                                                              "agent_id": {"value": S0}}]
+
+
+# --- suppress / revive ----------------------------------------------------------------------------------------
+
+
+def test_suppress_after_idle_and_revive_on_demand() -> None:
+    h = Harness(idle_suppress_s=30.0)
+    first = h.ready()
+    assert not h.t.of("SUPPRESS")
+    h.tick(29)
+    assert not h.t.of("SUPPRESS") and not h.t.of("DECLINE")
+    h.tick(2)
+    (decline,) = h.t.of("DECLINE")
+    assert {o["value"] for o in decline["decline"]["offer_ids"]} == {o["id"]["value"] for o in first}
+    assert len(h.t.of("SUPPRESS")) == 1 and h.t.of("SUPPRESS")[0]["suppress"] == {"roles": ["*"]}
+    assert h.b.suppressed
+    h.tick(100)
+    assert len(h.t.of("SUPPRESS")) == 1  # once
+    assert h.b.offers() == []  # demand: revive
+    assert h.t.of("REVIVE")[-1]["revive"] == {"roles": ["*"]} and not h.b.suppressed
+    h.offers(_transcript_offers()[1])
+    assert len(h.b.offers()) == 2
+    assert len(h.t.of("REVIVE")) == 1  # not suppressed any more: no second REVIVE
+
+
+def test_failed_revive_is_retried_on_next_demand() -> None:
+    h = Harness(idle_suppress_s=1.0)
+    h.ready()
+    h.tick(5)
+    assert h.b.suppressed
+    h.t.fail.add("REVIVE")
+    h.b.offers()
+    assert h.b.suppressed
+    h.t.fail.clear()
+    h.b.offers()
+    assert not h.b.suppressed and len(h.t.of("REVIVE")) == 2
+
+
+def test_offers_held_too_long_are_declined() -> None:
+    h = Harness(offer_hold_s=10.0, idle_suppress_s=1000.0)
+    h.ready()
+    h.tick(9)
+    h.b.offers()
+    assert not h.t.of("DECLINE")
+    h.tick(2)
+    assert len(h.t.of("DECLINE")[0]["decline"]["offer_ids"]) == 3 and not h.t.of("SUPPRESS")
+
+
+# --- an agent that comes back under a new id on the same host:port --------------------------------------------
+
+
+def test_launch_uses_the_new_agent_registered_on_a_stale_agents_host_port() -> None:
+    h = Harness()
+    first = h.ready()
+    h.event({"type": "FAILURE", "failure": {"agent_id": {"value": S0}}})  # S0 removed
+    fresh = json.loads(json.dumps(first[1]))  # the agent on 5051 re-registers with a new id
+    assert fresh["agent_id"]["value"] == S0
+    fresh["agent_id"]["value"] = S0 + "-new"
+    fresh["id"]["value"] = "O-new"
+    h.offers([fresh])
+    assert H0 in {o.hostname for o in h.b.offers()}  # offered under the same name
+    h.b.launch([spec("job-0-1", H0)])  # raises LaunchError: resolved to the stale S0, which has no offers
+    assert h.t.of("ACCEPT")[-1]["accept"]["offer_ids"] == [{"value": "O-new"}]
