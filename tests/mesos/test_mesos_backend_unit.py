@@ -14,10 +14,12 @@ from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.hostmgr.backend import LaunchError, LaunchSpec, TaskStatus
 from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
+from peloton.hostmgr.mesos.calls import FrameworkConfig
+from peloton.hostmgr.mesos.protocol import SchedulerProtocol
 
 TRANSCRIPT = Path("/work/shared/mesos-transcripts/05-accept-two-agents.json")
 FID = "1ba6cc5a-71b1-4625-9952-fb54d2771b7b-0002"
-UUID = "ZmFrZS11dWlkLTAwMDAwMQ=="  # opaque to the backend: must come back verbatim
+UUID = "5oNVnS/NQTS2b7IZ8kaB+Q=="  # a valid v4 uuid, base64: must come back verbatim
 
 
 def _transcript_offers() -> list[list[dict[str, Any]]]:
@@ -30,13 +32,24 @@ def _transcript_offers() -> list[list[dict[str, Any]]]:
 
 
 class FakeTransport:
-    def __init__(self, subscribe: Callable[[], dict[str, Any]], on_event: Callable[[dict[str, Any]], None]) -> None:
-        self.subscribe = subscribe
+    """Stands in for client.MesosClient: the same sans-IO protocol core, calls recorded instead of sent."""
+
+    def __init__(self, config: FrameworkConfig, framework_id: str | None,
+                 on_event: Callable[[Any], None]) -> None:
+        self.protocol = SchedulerProtocol(config, framework_id)
         self.on_event = on_event
         self.calls: list[dict[str, Any]] = []
         self.fail: set[str] = set()  # call types answered with an error
         self.fail_nth: dict[str, int] = {}  # call type -> which (1-based) call of that type fails
         self.started = self.stopped = False
+        self.resumed: list[bool] = []
+
+    def subscribe(self) -> dict[str, Any]:
+        return self.protocol.subscribe_call()
+
+    def resume(self, forget_framework_id: bool = False) -> None:
+        self.resumed.append(forget_framework_id)
+        self.protocol.resume(forget_framework_id)
 
     def start(self) -> None:
         self.started = True
@@ -69,8 +82,8 @@ class Harness:
         self.statuses: list[TaskStatus] = []
         self.transport: FakeTransport | None = None
 
-        def factory(sub: Callable[[], dict[str, Any]], ev: Callable[[dict[str, Any]], None]) -> FakeTransport:
-            self.transport = FakeTransport(sub, ev)
+        def factory(config: FrameworkConfig, fid: str | None, ev: Callable[[Any], None]) -> FakeTransport:
+            self.transport = FakeTransport(config, fid, ev)
             return self.transport
 
         o = MesosOptions(reconcile_wait_s=0.2, **opts)

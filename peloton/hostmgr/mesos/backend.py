@@ -1,16 +1,16 @@
 """The `mesos` cluster backend: a framework on a Mesos master, behind the same Backend interface as `local`.
 
-Shell around plain-data pieces (offers.py, the protocol core): it keeps the offer pool per agent, launches a
-gang with one ACCEPT per agent (all members' ids were committed by jobmgr first), turns status updates into
-TaskStatus (acknowledged only after jobmgr persisted them), re-sends kills until a terminal update arrives,
-reconciles after every SUBSCRIBED, and suppresses offers while nothing is pending.
+A shell around the sans-IO protocol core (protocol.py: events in, call bodies out) and the streaming HTTP shell
+(client.py). It keeps the offer pool per agent (offers.py), launches a gang with one ACCEPT per agent (every
+member's id was committed by jobmgr first), turns status updates into TaskStatus (acknowledged only after jobmgr
+persisted them), re-sends kills until a terminal update arrives, reconciles after every SUBSCRIBED, and
+suppresses offers while nothing is pending.
 """
 
 from __future__ import annotations
 
 import json
 import logging
-import re
 import threading
 import time
 from collections.abc import Callable, Sequence
@@ -22,42 +22,40 @@ from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition
 from peloton.hostmgr.backend import HostInfo, LaunchError, LaunchSpec, StatusCallback, TaskStatus
-from peloton.hostmgr.mesos.offers import AgentView, ParsedOffer, covers, flatten_ports, parse_offer, task_resources
+from peloton.hostmgr.mesos import calls
+from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
+from peloton.hostmgr.mesos.events import (
+    Disconnected,
+    Error,
+    Event,
+    Failure,
+    Offers,
+    Rescind,
+    Subscribed,
+    Update,
+)
+from peloton.hostmgr.mesos.offers import AgentView, covers, flatten_ports
+from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 
 log = logging.getLogger(__name__)
 
-# Mesos task state -> ours. UNREACHABLE is not terminal in Mesos, but a gang member that cannot be reached is
-# a failed member: the gang is torn down (and the member killed if it comes back).
-STATE_MAP = {
-    "TASK_STAGING": TaskState.STARTING,
-    "TASK_STARTING": TaskState.STARTING,
-    "TASK_RUNNING": TaskState.RUNNING,
-    "TASK_KILLING": TaskState.KILLING,
-    "TASK_FINISHED": TaskState.SUCCEEDED,
-    "TASK_FAILED": TaskState.FAILED,
-    "TASK_ERROR": TaskState.FAILED,
-    "TASK_KILLED": TaskState.KILLED,
-    "TASK_LOST": TaskState.LOST,
-    "TASK_DROPPED": TaskState.LOST,
-    "TASK_UNREACHABLE": TaskState.LOST,
-    "TASK_GONE": TaskState.LOST,
-    "TASK_GONE_BY_OPERATOR": TaskState.LOST,
-    "TASK_UNKNOWN": TaskState.LOST,
-}
-MESOS_TERMINAL = {"TASK_FINISHED", "TASK_FAILED", "TASK_ERROR", "TASK_KILLED", "TASK_LOST", "TASK_DROPPED",
-                  "TASK_GONE", "TASK_GONE_BY_OPERATOR"}
-_EXIT = re.compile(r"exited with status (\d+)")
-
 
 class Transport(Protocol):
-    """The streaming HTTP shell as the backend needs it."""
+    """The streaming HTTP shell as the backend needs it (client.MesosClient in the daemon)."""
+
+    protocol: SchedulerProtocol
 
     def start(self) -> None: ...
 
     def stop(self) -> None: ...
 
-    def call(self, body: dict[str, Any]) -> None:
+    def resume(self, forget_framework_id: bool = False) -> None: ...
+
+    def call(self, body: dict[str, Any]) -> Any:
         """Send one non-SUBSCRIBE call; raise on a non-2xx answer or a transport error."""
+
+
+TransportFactory = Callable[[FrameworkConfig, "str | None", Callable[[Any], None]], Transport]
 
 
 @dataclass
@@ -67,12 +65,18 @@ class MesosOptions:
     role: str = "*"
     principal: str = ""
     failover_timeout_s: float = 7 * 24 * 3600.0
-    offer_hold_s: float = 120.0  # decline offers held this long without demand
-    idle_suppress_s: float = 30.0  # SUPPRESS after this long without demand
+    offer_hold_s: float = 120.0  # decline offers held this long
+    idle_suppress_s: float = 30.0  # decline everything and SUPPRESS after this long without demand
     kill_retry_s: float = 5.0
     reconcile_wait_s: float = 10.0  # how long reconcile() waits for answers
     implicit_reconcile_s: float = 900.0
     refuse_seconds: float = 1.0
+
+    def framework_config(self) -> FrameworkConfig:
+        return FrameworkConfig(
+            name=self.framework_name, user=self.user, roles=(self.role,), principal=self.principal or None,
+            failover_timeout_s=self.failover_timeout_s,
+        )
 
 
 @dataclass(slots=True)
@@ -93,28 +97,31 @@ class _Reconciliation:
     backoff: float = 2.0
 
 
+def _live(state: str) -> bool:
+    return not is_terminal(state) and state != "TASK_UNKNOWN"
+
+
 class MesosBackend:
     def __init__(
         self,
         opts: MesosOptions,
-        transport_factory: Callable[[Callable[[], dict[str, Any]], Callable[[dict[str, Any]], None]], Transport],
+        transport_factory: TransportFactory,
         load_framework_id: Callable[[], str | None],
         save_framework_id: Callable[[str | None], None],
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.opts = opts
         self.clock = clock
-        self._load_fid = load_framework_id
         self._save_fid = save_framework_id
-        self.framework_id: str | None = load_framework_id()
-        self._transport = transport_factory(self.subscribe_call, self._on_event)
+        self._saved_fid = load_framework_id()
+        self._transport = transport_factory(opts.framework_config(), self._saved_fid, self._on_event)
+        self.protocol = self._transport.protocol
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._on_status: StatusCallback | None = None
         self._agents: dict[str, AgentView] = {}  # agent id -> view
         self._tasks: dict[str, _Task] = {}
         self._answers: dict[str, tuple[float, TaskStatus]] = {}  # task id -> (arrival, latest status)
-        self.subscribed = False
         self.suppressed = False
         self._last_demand = 0.0
         self._reconciliation: _Reconciliation | None = None
@@ -122,37 +129,28 @@ class MesosBackend:
         self._stop = threading.Event()
         self._ticker: threading.Thread | None = None
 
-    # --- framework identity ---------------------------------------------------------------------------------
-    def subscribe_call(self) -> dict[str, Any]:
-        o = self.opts
-        info: dict[str, Any] = {
-            "user": o.user,
-            "name": o.framework_name,
-            "roles": [o.role],
-            "failover_timeout": o.failover_timeout_s,
-            "checkpoint": True,
-            "capabilities": [{"type": t} for t in
-                             ("MULTI_ROLE", "GPU_RESOURCES", "PARTITION_AWARE", "TASK_KILLING_STATE")],
-        }
-        if o.principal:
-            info["principal"] = o.principal
-        body: dict[str, Any] = {"type": "SUBSCRIBE", "subscribe": {"framework_info": info}}
-        if self.framework_id:
-            info["id"] = {"value": self.framework_id}
-            body["framework_id"] = {"value": self.framework_id}
-        return body
+    @property
+    def framework_id(self) -> str | None:
+        return self.protocol.framework_id
 
-    def _call(self, type_: str, payload: dict[str, Any] | None = None) -> bool:
+    @property
+    def subscribed(self) -> bool:
+        return self.protocol.subscribed
+
+    def subscribe_call(self) -> dict[str, Any]:
+        return self.protocol.subscribe_call()
+
+    def _send(self, build: Callable[[], dict[str, Any]]) -> bool:
+        """Build a call with the protocol core and send it; False (logged) when there is no framework id yet or the
+        call failed. Every caller has a retry path (kills, reconciliation and revive are re-sent by `tick`)."""
         if not self.framework_id:
             return False
-        body: dict[str, Any] = {"type": type_, "framework_id": {"value": self.framework_id}}
-        if payload is not None:
-            body[type_.lower()] = payload
         try:
+            body = build()
             self._transport.call(body)
             return True
         except Exception as e:  # noqa: BLE001 - a failed call is retried by the loop that needs it
-            log.warning("mesos %s failed: %s", type_, e)
+            log.warning("mesos call failed: %s", e)
             return False
 
     # --- Backend interface ----------------------------------------------------------------------------------
@@ -198,7 +196,7 @@ class MesosBackend:
                     ports=tuple(ports), labels={**a.attributes, "host": a.hostname}, capacity=a.capacity,
                     has_gpus=a.has_gpus,
                 ))
-        if revive and self._call("REVIVE", {"roles": [self.opts.role]}):
+        if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
             with self._lock:
                 self.suppressed = False
         return out
@@ -207,7 +205,7 @@ class MesosBackend:
         with self._lock:
             out = []
             for a in self._agents.values():
-                mine = [t for t in self._tasks.values() if t.agent_id == a.agent_id and t.state not in MESOS_TERMINAL]
+                mine = [t for t in self._tasks.values() if t.agent_id == a.agent_id and _live(t.state)]
                 alloc = Resources()
                 for t in mine:
                     alloc = alloc + t.resources
@@ -222,7 +220,7 @@ class MesosBackend:
         """One ACCEPT per agent, with every member placed there. A rejected call leaves that agent's members in
         an unknown state: every member already sent is killed and LaunchError raised. Rejections the master
         reports later (TASK_DROPPED/ERROR) arrive as status updates and fail the gang there."""
-        calls: list[tuple[AgentView, list[LaunchSpec], dict[str, Any]]] = []
+        bodies: list[tuple[AgentView, list[LaunchSpec], dict[str, Any]]] = []
         with self._lock:
             if not self.subscribed:
                 raise LaunchError(tasks[0].task_id, "not subscribed to a Mesos master")
@@ -239,26 +237,26 @@ class MesosBackend:
                 for m in members:
                     demand = demand + m.resources
                     ports += m.ports
-                why = covers(a, Resources(demand.cpu, demand.mem, demand.disk, demand.gpu, 0), ports)
+                why = covers(a, demand, ports)
                 if why:
                     raise LaunchError(members[0].task_id, why)
             now = self.clock()
             for agent_id, members in by_agent.items():
                 a = self._agents[agent_id]
                 role = next(iter(a.offers.values())).role
-                offer_ids = [{"value": oid} for oid in a.offers]
-                a.offers = {}  # used: the remainder comes back from the master
-                infos = [self._task_info(a, role, m) for m in members]
+                offer_ids = list(a.offers)
+                try:
+                    infos = [self._task_info(a, role, m) for m in members]
+                except CallError as e:
+                    raise LaunchError(members[0].task_id, str(e)) from None
+                a.clear()  # used: the remainder comes back from the master
                 for m in members:
                     self._tasks[m.task_id] = _Task(m.task_id, a.agent_id, m.resources, "TASK_STAGING", now)
-                calls.append((a, members, {
-                    "offer_ids": offer_ids,
-                    "operations": [{"type": "LAUNCH", "launch": {"task_infos": infos}}],
-                    "filters": {"refuse_seconds": self.opts.refuse_seconds},
-                }))
+                bodies.append((a, members, self.protocol.accept(offer_ids, [calls.launch(infos)],
+                                                                self.opts.refuse_seconds)))
         sent: list[LaunchSpec] = []
-        for a, members, accept in calls:
-            if not self._call("ACCEPT", accept):
+        for a, members, accept in bodies:
+            if not self._send(lambda: accept):  # noqa: B023 - called at once, in this iteration
                 self.kill([m.task_id for m in sent + members])
                 raise LaunchError(members[0].task_id, f"ACCEPT on agent {a.hostname} failed")
             sent += members
@@ -271,23 +269,15 @@ class MesosBackend:
             env["PELOTON_HOSTFILE_CONTENT"] = m.files["hostfile"]
             command = ('printf "%s" "$PELOTON_HOSTFILE_CONTENT" > "$MESOS_SANDBOX/hostfile" && '
                        'export PELOTON_HOSTFILE="$MESOS_SANDBOX/hostfile" && ' + command)
-        info: dict[str, Any] = {
-            "name": f"{m.job_id}-{m.instance}",
-            "task_id": {"value": m.task_id},
-            "agent_id": {"value": a.agent_id},
-            "resources": task_resources(role, m.resources, m.ports),
-            "command": {
-                "shell": True,
-                "value": command,
-                "environment": {"variables": [{"name": k, "value": v} for k, v in sorted(env.items())]},
-            },
-            "labels": {"labels": [{"key": "peloton_job", "value": m.job_id},
-                                  {"key": "peloton_attempt", "value": str(m.attempt)}]},
-        }
-        if m.container_image:
-            info["container"] = {"type": "MESOS",
-                                 "mesos": {"image": {"type": "DOCKER", "docker": {"name": m.container_image}}}}
-        return info
+        r = m.resources
+        return calls.task_info(
+            m.task_id, a.agent_id,
+            calls.task_resources(r.cpu, r.mem, r.disk, r.gpu, m.ports, role=role),
+            calls.command_info(command, dict(sorted(env.items())), user=self.opts.user),
+            name=f"{m.job_id}-{m.instance}",
+            image=m.container_image or None,
+            labels={"peloton_job": m.job_id, "peloton_attempt": str(m.attempt)},
+        )
 
     def kill(self, task_ids: Sequence[str]) -> None:
         now = self.clock()
@@ -297,18 +287,12 @@ class MesosBackend:
                 t = self._tasks.get(tid)
                 if t is None:
                     t = self._tasks[tid] = _Task(tid, "", state="TASK_UNKNOWN", updated_at=now)
-                if t.state in MESOS_TERMINAL:
+                if is_terminal(t.state):
                     continue
                 t.kill_sent_at = now
                 sends.append(t)
         for t in sends:
-            self._send_kill(t)
-
-    def _send_kill(self, t: _Task) -> None:
-        payload: dict[str, Any] = {"task_id": {"value": t.task_id}}
-        if t.agent_id:
-            payload["agent_id"] = {"value": t.agent_id}
-        self._call("KILL", payload)
+            self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None))  # noqa: B023 - called at once
 
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         """Ask the master about each task and wait (bounded) for its answers. Tasks without an answer are left
@@ -317,9 +301,9 @@ class MesosBackend:
             return {}
         start = self.clock()
         with self._lock:
-            payload = {"tasks": [self._reconcile_entry(tid) for tid in task_ids]}
+            entries = [self._reconcile_entry(tid) for tid in task_ids]
         deadline = time.monotonic() + self.opts.reconcile_wait_s
-        self._call("RECONCILE", payload)
+        self._send(lambda: self.protocol.reconcile(entries))
         with self._cond:
             while time.monotonic() < deadline:
                 if all(tid in self._answers and self._answers[tid][0] >= start for tid in task_ids):
@@ -328,23 +312,18 @@ class MesosBackend:
             return {tid: self._answers[tid][1] for tid in task_ids
                     if tid in self._answers and self._answers[tid][0] >= start}
 
-    def _reconcile_entry(self, tid: str) -> dict[str, Any]:
-        e: dict[str, Any] = {"task_id": {"value": tid}}
+    def _reconcile_entry(self, tid: str) -> tuple[str, str | None]:
         t = self._tasks.get(tid)
-        if t is not None and t.agent_id:
-            e["agent_id"] = {"value": t.agent_id}
-        return e
+        return tid, (t.agent_id or None) if t is not None else None
 
     def running_task_ids(self) -> set[str]:
         with self._lock:
-            return {t.task_id for t in self._tasks.values() if t.state not in MESOS_TERMINAL
-                    and t.state != "TASK_UNKNOWN"}
+            return {t.task_id for t in self._tasks.values() if _live(t.state)}
 
     def acknowledge(self, acks: Sequence[str]) -> None:
         for token in acks:
             agent_id, task_id, uuid = json.loads(token)
-            self._call("ACKNOWLEDGE", {"agent_id": {"value": agent_id}, "task_id": {"value": task_id},
-                                       "uuid": uuid})
+            self._send(lambda: self.protocol.acknowledge(agent_id, task_id, uuid))  # noqa: B023 - called at once
 
     def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
         with self._lock:
@@ -357,74 +336,82 @@ class MesosBackend:
         )
 
     # --- events from the master -------------------------------------------------------------------------------
-    def _on_event(self, ev: dict[str, Any]) -> None:
-        kind = ev.get("type")
+    def _on_event(self, ev: Any) -> None:
+        """Typed events from the client; a raw event dict (tests, replays) goes through the protocol core first."""
         now = self.clock()
-        if kind == "SUBSCRIBED":
-            self._on_subscribed(ev["subscribed"], now)
-        elif kind == "OFFERS":
+        if isinstance(ev, dict) and ev.get("type") == "DISCONNECTED":
+            events: list[Event] = [self.protocol.on_disconnected("stream ended")]
+        elif isinstance(ev, dict):
+            events = self.protocol.on_event(ev, now)
+        else:
+            events = [ev]
+        for e in events:
+            self._handle(e, now)
+
+    def _handle(self, ev: Event, now: float) -> None:
+        if isinstance(ev, Subscribed):
+            self._on_subscribed(ev.framework_id, now)
+        elif isinstance(ev, Offers):
             with self._lock:
-                for raw in ev.get("offers", {}).get("offers", []):
-                    self._add_offer(parse_offer(raw, now))
-        elif kind == "RESCIND":
-            oid = ev.get("rescind", {}).get("offer_id", {}).get("value")
+                for o in ev.offers:
+                    self._add_offer(o, now)
+        elif isinstance(ev, Rescind):
             with self._lock:
                 for a in self._agents.values():
-                    a.offers.pop(oid, None)
-        elif kind == "UPDATE":
-            self._on_update(ev["update"]["status"], now)
-        elif kind == "FAILURE":
-            f = ev.get("failure", {})
-            if "executor_id" not in f:  # the agent was removed: its offers are dead
-                aid = f.get("agent_id", {}).get("value")
+                    a.drop(ev.offer_id)
+        elif isinstance(ev, Update):
+            self._on_update(ev.status, now)
+        elif isinstance(ev, Failure):
+            if ev.agent_removed:  # the agent was removed: its offers are dead
                 with self._lock:
-                    gone = self._agents.get(aid)
+                    gone = self._agents.get(ev.agent_id or "")
                     if gone is not None:
-                        gone.offers = {}
+                        gone.clear()
                         gone.reachable = False
-        elif kind == "ERROR":
-            msg = ev.get("error", {}).get("message", "")
-            log.error("mesos master: %s", msg)
-            if "removed" in msg.lower():
+        elif isinstance(ev, Error):
+            log.error("mesos master: %s", ev.message)
+            if ev.framework_removed:
                 # the framework id is dead for good (torn down or failover timeout expired): register anew
-                log.error("framework %s was removed by the master; registering as a new framework", self.framework_id)
-                self.framework_id = None
+                log.error("framework %s was removed by the master; registering as a new framework",
+                          self.framework_id)
                 self._save_fid(None)
+                self._saved_fid = None
+                self._transport.resume(forget_framework_id=True)
+            elif ev.failed_over:
+                log.error("another scheduler subscribed as framework %s: this daemon stops acting for it",
+                          self.framework_id)
             self._disconnected()
-        elif kind == "DISCONNECTED":
+        elif isinstance(ev, Disconnected):
             self._disconnected()
 
     def _disconnected(self) -> None:
         with self._lock:
-            self.subscribed = False
             for a in self._agents.values():
-                a.offers = {}
+                a.clear()
 
-    def _on_subscribed(self, sub: dict[str, Any], now: float) -> None:
-        fid = sub["framework_id"]["value"]
-        if fid != self.framework_id:
+    def _on_subscribed(self, fid: str, now: float) -> None:
+        if fid != self._saved_fid:
             self._save_fid(fid)  # before anything else: a restart must come back as this framework
-            self.framework_id = fid
+            self._saved_fid = fid
         with self._lock:
-            self.subscribed = True
             self.suppressed = False
             for a in self._agents.values():
-                a.offers = {}  # the master discarded them without RESCIND
-            live = {tid for tid, t in self._tasks.items() if t.state not in MESOS_TERMINAL}
+                a.clear()  # the master discarded them without RESCIND
+            live = {tid for tid, t in self._tasks.items() if _live(t.state)}
             self._reconciliation = _Reconciliation(started=now, pending=live, next_send=now)
         log.info("subscribed to mesos as framework %s; reconciling %d tasks", fid, len(live))
 
-    def _add_offer(self, o: ParsedOffer) -> None:
+    def _add_offer(self, o: Any, now: float) -> None:
         a = self._agents.get(o.agent_id)
         if a is None:
             a = self._agents[o.agent_id] = AgentView(o.agent_id, o.hostname, o.agent_port, dict(o.attributes))
         a.attributes = dict(o.attributes)
         a.reachable = True
-        a.offers[o.offer_id] = o
+        a.add(o, now)
         free, _ = a.free()
         mine = Resources()
         for t in self._tasks.values():
-            if t.agent_id == a.agent_id and t.state not in MESOS_TERMINAL:
+            if t.agent_id == a.agent_id and _live(t.state):
                 mine = mine + t.resources
         seen = Resources(free.cpu + mine.cpu, free.mem + mine.mem, free.disk + mine.disk, free.gpu + mine.gpu,
                          len(flatten_ports(r for x in a.offers.values() for r in x.ports)) + mine.ports)
@@ -433,13 +420,9 @@ class MesosBackend:
                                max(c.gpu, seen.gpu), max(c.ports, seen.ports))
         a.has_gpus = a.has_gpus or o.gpus > 0
 
-    def _on_update(self, s: dict[str, Any], now: float) -> None:
-        tid = s["task_id"]["value"]
-        state = s.get("state", "TASK_UNKNOWN")
-        agent_id = s.get("agent_id", {}).get("value", "")
-        uuid = s.get("uuid")
-        reason = s.get("reason", "")
-        message = s.get("message", "")
+    def _on_update(self, s: Any, now: float) -> None:
+        tid, state, agent_id = s.task_id, s.state, s.agent_id or ""
+        reason = s.reason or ""
         with self._cond:
             t = self._tasks.get(tid)
             if t is None:
@@ -447,19 +430,19 @@ class MesosBackend:
             t.agent_id = agent_id or t.agent_id
             t.state = state
             t.updated_at = now
-            if state in MESOS_TERMINAL or state == "TASK_UNKNOWN":
+            if is_terminal(state) or state == "TASK_UNKNOWN":
                 t.kill_sent_at = None  # ended, or the master never knew it: nothing left to kill
             a = self._agents.get(t.agent_id)
             host = self._host_name(a) if a else ""
-            exit_code = None
-            if state == "TASK_FINISHED":
-                exit_code = 0
-            elif state == "TASK_FAILED" and (m := _EXIT.search(message)):
-                exit_code = int(m.group(1))
+            try:
+                ours = mesos_state_to_task_state(state)
+            except ValueError:
+                ours = TaskState.LOST
             st = TaskStatus(
-                task_id=tid, state=STATE_MAP.get(state, TaskState.LOST), time=now, hostname=host,
-                exit_code=exit_code, reason=f"{state}{': ' + reason if reason else ''}", message=message,
-                ack=json.dumps([agent_id, tid, uuid]) if uuid else "", permanent=state == "TASK_ERROR",
+                task_id=tid, state=ours, time=now, hostname=host, exit_code=exit_code(s),
+                reason=f"{state}{': ' + reason if reason else ''}", message=s.message or "",
+                ack=json.dumps([s.agent_id, tid, s.uuid]) if s.needs_ack and s.agent_id else "",
+                permanent=state == "TASK_ERROR",
             )
             self._answers[tid] = (now, st)
             if self._reconciliation is not None:
@@ -480,7 +463,7 @@ class MesosBackend:
         now = self.clock()
         decline: list[str] = []
         kills: list[_Task] = []
-        reconcile: list[dict[str, Any]] | None = None
+        reconcile: list[tuple[str, str | None]] | None = None
         implicit = False
         suppress = False
         with self._lock:
@@ -488,10 +471,10 @@ class MesosBackend:
                 return
             idle = now - self._last_demand > self.opts.idle_suppress_s
             for a in self._agents.values():
-                for oid, o in list(a.offers.items()):
-                    if idle or now - o.received_at > self.opts.offer_hold_s:
+                for oid in list(a.offers):
+                    if idle or now - a.received[oid] > self.opts.offer_hold_s:
                         decline.append(oid)
-                        del a.offers[oid]
+                        a.drop(oid)
             if idle and not self.suppressed:
                 suppress = True
                 self.suppressed = True
@@ -513,21 +496,20 @@ class MesosBackend:
             if implicit:
                 self._last_implicit = now
         if decline:
-            self._call("DECLINE", {"offer_ids": [{"value": o} for o in decline],
-                                   "filters": {"refuse_seconds": 5.0 if suppress else self.opts.refuse_seconds}})
+            self._send(lambda: self.protocol.decline(decline, 5.0 if suppress else self.opts.refuse_seconds))
         if suppress:
-            self._call("SUPPRESS", {"roles": [self.opts.role]})
+            self._send(lambda: self.protocol.suppress([self.opts.role]))
         for t in kills:
-            self._send_kill(t)
+            self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None))  # noqa: B023 - called at once
         if reconcile is not None:
-            self._call("RECONCILE", {"tasks": reconcile})
+            self._send(lambda: self.protocol.reconcile(reconcile))
         if implicit:
-            self._call("RECONCILE", {"tasks": []})
+            self._send(lambda: self.protocol.reconcile([]))
 
 
 def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:
     """Wire the backend for the daemon: framework id kept in the store's meta table, secret read from a file."""
-    from peloton.hostmgr.mesos.transport import MesosTransport
+    from peloton.hostmgr.mesos.client import MesosClient
     from peloton.store import repo
     from peloton.store.db import transaction
 
@@ -550,7 +532,8 @@ def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:
         principal=settings.principal, failover_timeout_s=settings.failover_timeout_s,
     )
 
-    def transport(subscribe: Callable[[], dict[str, Any]], on_event: Callable[[dict[str, Any]], None]) -> Transport:
-        return MesosTransport(settings.masters, subscribe, on_event, principal=settings.principal, secret=secret)
+    def transport(config: FrameworkConfig, fid: str | None, on_event: Callable[[Any], None]) -> Transport:
+        return MesosClient(settings.masters, config, on_event, framework_id=fid,
+                           principal=settings.principal or None, secret=secret or None)
 
     return MesosBackend(opts, transport, load, save)

@@ -1,0 +1,398 @@
+"""MesosClient (the HTTP shell) against tiny in-test HTTP masters on 127.0.0.1 streaming chunked RecordIO."""
+
+from __future__ import annotations
+
+import json
+import queue
+import socket
+import threading
+import time
+from collections.abc import Callable, Iterator
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+import pytest
+
+from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig, subscribe
+from peloton.hostmgr.mesos.client import MesosClient, MesosHTTPError, NotSubscribedError
+from peloton.hostmgr.mesos.events import (
+    Disconnected,
+    Error,
+    Event,
+    Heartbeat,
+    Offers,
+    Subscribed,
+    SubscribeRefused,
+    Update,
+)
+from peloton.hostmgr.mesos.recordio import encode
+
+pytestmark = pytest.mark.timeout(30)
+
+JSON = dict[str, Any]
+with open("/work/shared/mesos-transcripts/01-subscribe.json") as _f:
+    OFFERS_01 = next(r["event"] for r in json.load(_f)["exchanges"][0]["response"]["stream"]["records"]
+                     if r.get("event", {}).get("type") == "OFFERS")
+
+
+def subscribed(fid: str = "fw-1", hb: float = 15.0) -> JSON:
+    return {"type": "SUBSCRIBED", "subscribed": {"framework_id": {"value": fid}, "heartbeat_interval_seconds": hb,
+                                                 "master_info": {"id": "m", "ip": 16777343, "port": 5050,
+                                                                 "address": {"hostname": "m", "ip": "127.0.0.1",
+                                                                             "port": 5050}}}}
+
+
+HEARTBEAT = {"type": "HEARTBEAT"}
+
+
+class Stream:
+    """A SUBSCRIBE answered 200: send `events`, then `then`: "hold" (heartbeats every hb s, plus pushed events),
+    "close" (end the body), or "silent" (send nothing, keep the connection open)."""
+
+    def __init__(self, events: list[JSON], then: str = "hold", hb: float = 0.0, stream_id: str = "stream-1") -> None:
+        self.events, self.then, self.hb, self.stream_id = events, then, hb, stream_id
+
+
+class FakeMaster:
+    def __init__(self) -> None:
+        self.subscribe_plan: list[Any] = []  # Stream | (status, text) | ("redirect", location); last one repeats
+        self.call_statuses: list[tuple[int, str]] = []  # popped per call; default 202
+        self.requests: list[tuple[JSON, dict[str, str], tuple[str, int]]] = []
+        self.push: queue.Queue[JSON] = queue.Queue()
+        self.stopped = threading.Event()
+        self.lock = threading.Lock()
+        master = self
+
+        class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, format: str, *args: Any) -> None:
+                pass
+
+            def do_POST(self) -> None:
+                n = int(self.headers.get("Content-Length", "0"))
+                body = json.loads(self.rfile.read(n))
+                with master.lock:
+                    master.requests.append((body, dict(self.headers.items()), self.client_address))
+                if body.get("type") == "SUBSCRIBE":
+                    master.subscribe(self)
+                else:
+                    master.answer_call(self)
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server.daemon_threads = True
+        self.port = self.server.server_address[1]
+        self.url = f"http://127.0.0.1:{self.port}"
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
+
+    # --- request handling ---------------------------------------------------------------------------------------
+    def _next_plan(self) -> Any:
+        with self.lock:
+            return self.subscribe_plan.pop(0) if len(self.subscribe_plan) > 1 else self.subscribe_plan[0]
+
+    @staticmethod
+    def _plain(h: BaseHTTPRequestHandler, status: int, text: str, extra: dict[str, str] | None = None) -> None:
+        data = text.encode()
+        h.send_response(status)
+        for k, v in (extra or {}).items():
+            h.send_header(k, v)
+        if data:
+            h.send_header("Content-Type", "text/plain; charset=utf-8")
+        h.send_header("Content-Length", str(len(data)))
+        h.end_headers()
+        h.wfile.write(data)
+
+    def answer_call(self, h: BaseHTTPRequestHandler) -> None:
+        with self.lock:
+            status, text = self.call_statuses.pop(0) if self.call_statuses else (202, "")
+        self._plain(h, status, text)
+
+    def subscribe(self, h: BaseHTTPRequestHandler) -> None:
+        plan = self._next_plan()
+        if isinstance(plan, tuple) and plan[0] == "redirect":
+            self._plain(h, 307, "", {"Location": plan[1]})
+            return
+        if isinstance(plan, tuple):
+            self._plain(h, plan[0], plan[1])
+            h.close_connection = True
+            return
+        assert isinstance(plan, Stream)
+        h.close_connection = True
+        h.send_response(200)
+        h.send_header("Transfer-Encoding", "chunked")
+        h.send_header("Mesos-Stream-Id", plan.stream_id)
+        h.send_header("Content-Type", "application/json")
+        h.end_headers()
+        try:
+            for ev in plan.events:
+                self._write(h, ev)
+            if plan.then == "close":
+                h.wfile.write(b"0\r\n\r\n")
+                h.wfile.flush()
+                return
+            last = time.monotonic()
+            while not self.stopped.is_set():
+                try:
+                    ev = self.push.get(timeout=0.02)
+                    self._write(h, ev)
+                except queue.Empty:
+                    if plan.then == "hold" and plan.hb and time.monotonic() - last > plan.hb:
+                        self._write(h, HEARTBEAT)
+                        last = time.monotonic()
+                # a closed client connection: stop
+                h.connection.settimeout(0.0)
+                try:
+                    if h.connection.recv(1, socket.MSG_PEEK) == b"":
+                        return
+                except (BlockingIOError, InterruptedError):
+                    pass
+                finally:
+                    h.connection.settimeout(None)
+        except OSError:
+            return
+
+    @staticmethod
+    def _write(h: BaseHTTPRequestHandler, ev: JSON) -> None:
+        """One record, split into 7-byte HTTP chunks (chunk and record boundaries unrelated)."""
+        data = encode(json.dumps(ev, separators=(",", ":"), ensure_ascii=False).encode())
+        for i in range(0, len(data), 7):
+            piece = data[i : i + 7]
+            h.wfile.write(f"{len(piece):x}\r\n".encode() + piece + b"\r\n")
+        h.wfile.flush()
+
+    # --- test helpers -------------------------------------------------------------------------------------------
+    def bodies(self, type_: str) -> list[tuple[JSON, dict[str, str], tuple[str, int]]]:
+        with self.lock:
+            return [r for r in self.requests if r[0].get("type") == type_]
+
+    def stop(self) -> None:
+        self.stopped.set()
+        self.server.shutdown()
+        self.server.server_close()
+
+
+class Recorder:
+    def __init__(self) -> None:
+        self.events: list[Event] = []
+        self.cond = threading.Condition()
+
+    def __call__(self, ev: Event) -> None:
+        with self.cond:
+            self.events.append(ev)
+            self.cond.notify_all()
+
+    def wait(self, pred: Callable[[list[Event]], bool], timeout: float = 5.0) -> list[Event]:
+        with self.cond:
+            assert self.cond.wait_for(lambda: pred(self.events), timeout), f"timed out; events: {self.events}"
+            return list(self.events)
+
+    def count(self, kind: type) -> int:
+        with self.cond:
+            return sum(isinstance(e, kind) for e in self.events)
+
+
+CONFIG = FrameworkConfig(name="peloton-test", user="svc", roles=("*",))
+
+
+@pytest.fixture
+def masters() -> Iterator[Callable[[], FakeMaster]]:
+    made: list[FakeMaster] = []
+
+    def make() -> FakeMaster:
+        m = FakeMaster()
+        made.append(m)
+        return m
+
+    yield make
+    for m in made:
+        m.stop()
+
+
+@pytest.fixture
+def clients() -> Iterator[Callable[..., tuple[MesosClient, Recorder]]]:
+    made: list[MesosClient] = []
+
+    def make(urls: list[str], **kw: Any) -> tuple[MesosClient, Recorder]:
+        rec = Recorder()
+        opts: dict[str, Any] = {"backoff_min_s": 0.01, "backoff_max_s": 0.05, "request_timeout_s": 5.0,
+                                "connect_timeout_s": 2.0}
+        opts.update(kw)
+        c = MesosClient(urls, CONFIG, rec, **opts)
+        made.append(c)
+        c.start()
+        return c, rec
+
+    yield make
+    for c in made:
+        c.stop()
+
+
+def n_of(kind: type, n: int = 1) -> Callable[[list[Event]], bool]:
+    return lambda evs: sum(isinstance(e, kind) for e in evs) >= n
+
+
+# --- tests ----------------------------------------------------------------------------------------------------------
+
+
+def test_subscribe_stream_id_and_calls(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    update = {"type": "UPDATE", "update": {"status": {"task_id": {"value": "t1"}, "state": "TASK_FAILED",
+                                                      "message": "ünïcødé ☃ exited with status 3",
+                                                      "agent_id": {"value": "S1"}, "uuid": "zIaD0u+PR5aIi30SKZmmxw=="}}}
+    m.subscribe_plan = [Stream([subscribed(), HEARTBEAT, OFFERS_01, update], hb=0.05)]
+    c, rec = clients([m.url])
+    evs = rec.wait(n_of(Update))
+    assert [type(e) for e in evs[:4]] == [Subscribed, Heartbeat, Offers, Update]
+    offers = next(e for e in evs if isinstance(e, Offers))
+    assert len(offers.offers) == 3 and c.subscribed and c.protocol.stream_id == "stream-1"
+    upd = next(e for e in evs if isinstance(e, Update))
+    assert upd.status.message.startswith("ünïcødé ☃")
+
+    (sub_body, sub_headers, _), = m.bodies("SUBSCRIBE")
+    assert sub_headers["Content-Type"] == "application/json" and sub_headers["Accept"] == "application/json"
+    assert "Mesos-Stream-Id" not in sub_headers and "Authorization" not in sub_headers
+    assert sub_body == subscribe(CONFIG, None)
+
+    ack = c.protocol.acknowledge_update(upd.status)
+    assert ack is not None
+    assert c.call(ack) == (202, "")
+    assert c.call(c.protocol.decline([offers.offers[0].id], 1)) == (202, "")
+    calls = [r for r in m.requests if r[0]["type"] != "SUBSCRIBE"]
+    assert [b["type"] for b, _, _ in calls] == ["ACKNOWLEDGE", "DECLINE"]
+    for body, headers, _ in calls:
+        assert headers["Mesos-Stream-Id"] == "stream-1" and headers["Content-Type"] == "application/json"
+        assert body["framework_id"] == {"value": "fw-1"}
+    assert calls[0][2] == calls[1][2]  # one keep-alive connection for calls
+
+    m.call_statuses = [(400, "Framework cannot be found")]
+    with pytest.raises(MesosHTTPError) as err:
+        c.call(c.protocol.revive())
+    assert err.value.status == 400 and "Framework cannot be found" in err.value.text
+
+    m.call_statuses = [(503, "Master has not finished recovery"), (503, "again"), (202, "")]
+    before = len(m.requests)
+    assert c.call(c.protocol.suppress())[0] == 202
+    assert len(m.requests) - before == 3
+
+    with pytest.raises(CallError):
+        c.call({"type": "UNKNOWN", "framework_id": {"value": "fw-1"}})  # would crash a real master
+    with pytest.raises(CallError):
+        c.call(c.protocol.subscribe_call())
+
+
+def test_call_before_subscribing(clients: Any) -> None:
+    c, _ = clients(["http://127.0.0.1:9"])  # nothing listens there
+    with pytest.raises(NotSubscribedError):
+        c.call({"type": "REVIVE", "framework_id": {"value": "f"}})
+
+
+def test_redirect_with_protocol_relative_location(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    follower, leader = masters(), masters()
+    follower.subscribe_plan = [("redirect", f"//127.0.0.1:{leader.port}/api/v1/scheduler")]
+    leader.subscribe_plan = [Stream([subscribed()])]
+    c, rec = clients([follower.url])
+    rec.wait(n_of(Subscribed))
+    assert c.leader == leader.url
+    assert c.call(c.protocol.revive()) == (202, "")
+    assert leader.bodies("REVIVE") and not follower.bodies("REVIVE")
+
+
+def test_503_then_success_and_dead_masters_in_turn(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [(503, "Master has not finished recovery"), Stream([subscribed()])]
+    dead = "http://127.0.0.1:9"
+    c, rec = clients([dead, m.url])
+    evs = rec.wait(n_of(Subscribed))
+    refused = [e for e in evs if isinstance(e, SubscribeRefused)]
+    assert any(e.status == 0 and e.master == dead for e in refused)
+    assert any(e.status == 503 and "recovery" in e.text for e in refused)
+    assert c.leader == m.url
+
+
+def test_basic_auth_on_every_request(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()])]
+    c, rec = clients([m.url], principal="p", secret="s")
+    rec.wait(n_of(Subscribed))
+    c.call(c.protocol.revive(["*"]))
+    assert {h.get("Authorization") for _, h, _ in m.requests} == {"Basic cDpz"}
+
+
+def test_resubscribe_after_the_master_closes_the_stream(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed("fw-7"), HEARTBEAT], then="close"),
+                        Stream([subscribed("fw-7")], stream_id="stream-2")]
+    c, rec = clients([m.url])
+    evs = rec.wait(n_of(Subscribed, 2))
+    kinds = [type(e) for e in evs]
+    assert kinds.index(Disconnected) > kinds.index(Subscribed)
+    dis = next(e for e in evs if isinstance(e, Disconnected))
+    assert dis.will_retry and "EOF" in dis.reason
+    first, second = m.bodies("SUBSCRIBE")[:2]
+    assert "framework_id" not in first[0]
+    assert second[0]["framework_id"] == {"value": "fw-7"} == second[0]["subscribe"]["framework_info"]["id"]
+    assert c.protocol.stream_id == "stream-2"
+
+
+def test_silence_triggers_the_watchdog(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed(hb=0.2)], then="silent"), Stream([subscribed(hb=0.2)], hb=0.05)]
+    t0 = time.monotonic()
+    c, rec = clients([m.url], heartbeat_miss_factor=2.0)
+    evs = rec.wait(n_of(Subscribed, 2))
+    dis = next(e for e in evs if isinstance(e, Disconnected))
+    assert "no event" in dis.reason or "no complete event" in dis.reason
+    assert 0.35 < time.monotonic() - t0 < 5
+    time.sleep(0.6)  # heartbeats keep the second stream alive
+    assert rec.count(Disconnected) == 1 and c.subscribed
+
+
+def test_fatal_error_stops_resubscribing_until_resume(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed(), {"type": "ERROR", "error": {"message": "Framework failed over"}}]),
+                        Stream([subscribed()])]
+    c, rec = clients([m.url])
+    evs = rec.wait(n_of(Disconnected))
+    assert any(isinstance(e, Error) and e.failed_over for e in evs)
+    assert not next(e for e in evs if isinstance(e, Disconnected)).will_retry
+    time.sleep(0.3)
+    assert len(m.bodies("SUBSCRIBE")) == 1 and not c.subscribed
+    c.resume()
+    rec.wait(n_of(Subscribed, 2))
+    assert len(m.bodies("SUBSCRIBE")) == 2
+
+
+def test_pushed_events_and_stop(masters: Callable[[], FakeMaster], clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()])]
+    c, rec = clients([m.url])
+    rec.wait(n_of(Subscribed))
+    m.push.put({"type": "RESCIND", "rescind": {"offer_id": {"value": "O1"}}})
+    m.push.put({"type": "SOMETHING_NEW"})
+    rec.wait(lambda evs: len(evs) >= 3)
+    t0 = time.monotonic()
+    c.stop()
+    assert time.monotonic() - t0 < 2
+    assert c._thread is not None and not c._thread.is_alive()
+    assert not any(isinstance(e, Disconnected) and e.will_retry for e in rec.events)
+
+
+def test_a_failing_handler_does_not_kill_the_stream(masters: Callable[[], FakeMaster]) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed(), HEARTBEAT, HEARTBEAT])]
+    seen: list[Event] = []
+
+    def handler(ev: Event) -> None:
+        seen.append(ev)
+        raise RuntimeError("boom")
+
+    c = MesosClient([m.url], CONFIG, handler, backoff_min_s=0.01)
+    c.start()
+    try:
+        deadline = time.monotonic() + 5
+        while len(seen) < 3 and time.monotonic() < deadline:
+            time.sleep(0.01)
+        assert [type(e) for e in seen[:3]] == [Subscribed, Heartbeat, Heartbeat]
+        assert len(m.bodies("SUBSCRIBE")) == 1
+    finally:
+        c.stop()
