@@ -57,6 +57,7 @@ class HostInfo:
     labels: dict[str, str] = field(default_factory=dict)
     state: str = "UP"
     task_ids: tuple[str, ...] = ()
+    holds_offer: bool = False  # the backend holds an unused offer for this host (Mesos)
 
 
 class LaunchError(Exception):

@@ -106,7 +106,7 @@ class HostManager:
         with self._lock:
             self._leases.expire(self.clock())
             held = self._leases.held_hosts()
-        return [(h, h.hostname in held) for h in self.backend.hosts()]
+        return [(h, h.holds_offer or h.hostname in held) for h in self.backend.hosts()]
 
     # --- launch and kill ----------------------------------------------------------------------------------
     def launch_gang(self, lease_id: str, tasks: Sequence[LaunchSpec]) -> None:

@@ -640,3 +640,49 @@ def test_agent_reregistered_under_new_id_is_used(fake_master_factory: Factory,
     tasks = wait_whole(fake, d, job)
     assert {agent_of(fake, t["task_id"]) for t in tasks} == {new.agent_id, fake.agents[1].agent_id}
     finish_and_succeed(fake, d, job, tasks)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# agent loss mid-launch: members accepted but not yet running when their agent goes away
+# --------------------------------------------------------------------------------------------------------------
+
+
+def test_agent_loss_mid_launch_restarts_the_gang_whole(fake_master_factory: Factory,
+                                                       start_daemon: Callable[..., MesosDaemon],
+                                                       tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(3), launch_delay=3.0)  # members sit in STAGING for 3 s
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    wait_until(lambda: len(launched(fake, job)) == 4, 20, 0.05, "the gang's ACCEPTs")
+    first = launched(fake, job)
+    victim = agent_of(fake, first[0])
+    on_victim = {t for t in first if agent_of(fake, t) == victim}
+    fake.lose_agent(victim)
+    second = wait_whole(fake, d, job, timeout=40, min_attempt=2, ignore_unreachable=True)
+    assert {t["attempt"] for t in second} == {2}
+    assert victim not in {agent_of(fake, t["task_id"]) for t in second}
+    assert set(first) - on_victim <= killed_ids(fake)  # the members that were still launching elsewhere
+    finish_and_succeed(fake, d, job, second)
+
+
+def test_host_list_shows_agents_with_attributes_and_held_offers(fake_master_factory: Factory,
+                                                                start_daemon: Callable[..., MesosDaemon],
+                                                                tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    job = d.create(GANG.replace("instances: 4", "instances: 2"), tmp_path)
+    wait_whole(fake, d, job)
+
+    def hosts() -> list[dict[str, Any]] | None:
+        hs = json.loads(d.cli("host", "list", "-o", "json").stdout).get("hosts", [])
+        return hs if len(hs) == 2 and any(h["task_ids"] for h in hs) else None
+
+    hs = wait_until(hosts, 20, 0.2, "two agents in host list")
+    assert {h["hostname"] for h in hs} == {"127.0.0.1:5051", "127.0.0.1:5052"}
+    assert {h["labels"]["rack"] for h in hs} == {"r0", "r1"}
+    assert all(float(h["capacity"]["cpu"]) == 8 for h in hs)
+    busy = [h for h in hs if h["task_ids"]]
+    assert sum(float(h["allocated"]["cpu"]) for h in busy) == 8  # 2 members x 4 cpu
+    assert all(isinstance(h["offer_held"], bool) for h in hs)

@@ -212,7 +212,7 @@ class MesosBackend:
                 out.append(HostInfo(
                     hostname=self._host_name(a), address=a.hostname, capacity=a.capacity, allocated=alloc,
                     labels=dict(a.attributes), state="UP" if a.reachable else "UNREACHABLE",
-                    task_ids=tuple(sorted(t.task_id for t in mine)),
+                    task_ids=tuple(sorted(t.task_id for t in mine)), holds_offer=bool(a.offers),
                 ))
             return out
 
