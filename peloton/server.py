@@ -13,6 +13,7 @@ import time
 from concurrent import futures
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -33,7 +34,7 @@ from peloton.api.v1 import (
 )
 from peloton.config import split_hostport
 from peloton.domain.resources import Resources
-from peloton.errors import FailedPrecondition
+from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
@@ -49,6 +50,7 @@ from peloton.store import db, repo
 log = logging.getLogger("peloton.server")
 
 HEALTH_SERVICE = "peloton"
+ROLES = frozenset({"jobmgr", "resmgr", "placement", "hostmgr"})
 
 
 @dataclass
@@ -63,6 +65,23 @@ class ServerConfig:
     workers: int = 32
     backend: str = "local"  # local | mesos
     mesos: MesosSettings | None = None
+    # Which components this process runs; the others are reached over gRPC at the given addresses.
+    roles: frozenset[str] = ROLES
+    resmgr_address: str = ""
+    hostmgr_address: str = ""
+
+    def check(self) -> None:
+        unknown = self.roles - ROLES
+        if unknown or not self.roles:
+            raise InvalidArgument(f"--role: unknown role(s) {sorted(unknown)}; known: {', '.join(sorted(ROLES))}",
+                                  field="--role")
+        needs_resmgr = self.roles & {"jobmgr", "placement"}
+        if needs_resmgr and "resmgr" not in self.roles and not self.resmgr_address:
+            raise InvalidArgument("--resmgr: the address of the resmgr process is required without --role resmgr",
+                                  field="--resmgr")
+        if needs_resmgr and "hostmgr" not in self.roles and not self.hostmgr_address:
+            raise InvalidArgument("--hostmgr: the address of the hostmgr process is required without --role hostmgr",
+                                  field="--hostmgr")
 
 
 @dataclass
@@ -105,66 +124,77 @@ class Daemon:
 
     def start(self) -> str:
         cfg = self.cfg
+        cfg.check()
+        roles = cfg.roles
         self._lock_data_dir()
-        url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
-        db.upgrade(url)
-        self.engine = db.make_engine(url)
-        self.sessions = db.make_sessions(self.engine)
-        with db.transaction(self.sessions) as s:
-            repo.ensure_root_pool(s, time.time())
-
-        self.hostmgr = HostManager(self._make_backend())
-        self.hostmgr.start()
-
-        def load_pools():  # type: ignore[no-untyped-def]
+        self.engine = None
+        if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos":
+            url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
+            db.upgrade(url)
+            self.engine = db.make_engine(url)
+            self.sessions = db.make_sessions(self.engine)
             with db.transaction(self.sessions) as s:
-                return repo.list_pools(s)
-
-        self.resmgr = ResourceManager(load_pools)
+                repo.ensure_root_pool(s, time.time())
 
         self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(self.hostmgr), self.server)
-        host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
-        internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(self.resmgr),
+        services: list[tuple[Any, str]] = []
+        self.hostmgr: HostManager | None = None
+        if "hostmgr" in roles:
+            self.hostmgr = HostManager(self._make_backend())
+            self.hostmgr.start()
+            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(self.hostmgr),
                                                                         self.server)
-        respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(ResourcePoolServicer(self.resmgr, self.sessions),
-                                                                   self.server)
+            host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
+            services += [(internal_pb2.DESCRIPTOR, "HostManagerInternal"), (host_pb2.DESCRIPTOR, "HostService")]
+        if "resmgr" in roles:
+            def load_pools():  # type: ignore[no-untyped-def]
+                with db.transaction(self.sessions) as s:
+                    return repo.list_pools(s)
+
+            self.resmgr = ResourceManager(load_pools)
+            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(self.resmgr),
+                                                                            self.server)
+            respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
+                ResourcePoolServicer(self.resmgr, self.sessions), self.server)
+            services += [(internal_pb2.DESCRIPTOR, "ResourceManagerInternal"),
+                         (respool_pb2.DESCRIPTOR, "ResourcePoolService")]
         host, port = split_hostport(cfg.listen, "--listen")
         bound = self.server.add_insecure_port(f"{host}:{port}")
         if bound == 0:
             raise FailedPrecondition(f"--listen: cannot bind {cfg.listen}")
         self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
 
-        self.channel = grpc.insecure_channel(self.address)
-        resmgr_stub = internal_pb2_grpc.ResourceManagerInternalStub(self.channel)
-        hostmgr_stub = internal_pb2_grpc.HostManagerInternalStub(self.channel)
-        self.jobmgr = JobManager(self.sessions, resmgr_stub, hostmgr_stub)
-        job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr), self.server)
-        task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
-        names = [
-            d.services_by_name[n].full_name
-            for d, n in (
-                (job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService"),
-                (respool_pb2.DESCRIPTOR, "ResourcePoolService"), (host_pb2.DESCRIPTOR, "HostService"),
-                (internal_pb2.DESCRIPTOR, "ResourceManagerInternal"), (internal_pb2.DESCRIPTOR, "HostManagerInternal"),
-            )
-        ]
+        # the components talk gRPC even inside one process: splitting them changes addresses, not contracts
+        self.channels = [grpc.insecure_channel(self.address)]
+        resmgr_ch = self.channels[0] if "resmgr" in roles else self._channel(cfg.resmgr_address)
+        hostmgr_ch = self.channels[0] if "hostmgr" in roles else self._channel(cfg.hostmgr_address)
+        resmgr_stub = internal_pb2_grpc.ResourceManagerInternalStub(resmgr_ch)
+        hostmgr_stub = internal_pb2_grpc.HostManagerInternalStub(hostmgr_ch)
+        self.jobmgr: JobManager | None = None
+        if "jobmgr" in roles:
+            self.jobmgr = JobManager(self.sessions, resmgr_stub, hostmgr_stub)
+            job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr), self.server)
+            task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
+            services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
+        names = [d.services_by_name[n].full_name for d, n in services]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
         self.server.start()
 
-        # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
-        self.jobmgr.recover()
-        placement = PlacementEngine(resmgr_stub, hostmgr_stub)
-        self.loops = [
-            Loop("placement", placement.run_once, 0.05),
-            Loop("launcher", self.jobmgr.launch_once, 0.05),
-            Loop("task-events", self.jobmgr.events_once, 0.05),
-            Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
-        ]
+        self.loops = []
+        if self.jobmgr is not None:
+            # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
+            self._recover(self.jobmgr)
+            self.loops += [
+                Loop("launcher", self.jobmgr.launch_once, 0.05),
+                Loop("task-events", self.jobmgr.events_once, 0.05),
+                Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
+            ]
+        if "placement" in roles:
+            self.loops.append(Loop("placement", PlacementEngine(resmgr_stub, hostmgr_stub).run_once, 0.05))
         self.loops.append(Loop("health", self._update_health, 5.0))
         for lp in self.loops:
             lp.start()
@@ -175,6 +205,24 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
+
+    def _channel(self, address: str) -> grpc.Channel:
+        ch = grpc.insecure_channel(address)
+        self.channels.append(ch)
+        return ch
+
+    def _recover(self, jm: JobManager, timeout_s: float = 120.0) -> None:
+        """Recovery needs the host manager and resmgr; in a split deployment they may still be starting."""
+        deadline = time.monotonic() + timeout_s
+        while True:
+            try:
+                jm.recover()
+                return
+            except grpc.RpcError as e:
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:  # type: ignore[attr-defined]
+                    raise
+                log.info("recovery waits for resmgr/hostmgr to come up")
+                time.sleep(1.0)
 
     def _update_health(self) -> bool:
         """NOT_SERVING while any loop is dead or stuck (no heartbeat for a minute): operators see it in health."""
@@ -191,9 +239,12 @@ class Daemon:
         for lp in self.loops:
             lp.stop(timeout=3)
         self.server.stop(grace=2).wait(5)
-        self.channel.close()
-        self.hostmgr.stop()
-        self.engine.dispose()
+        for ch in self.channels:
+            ch.close()
+        if self.hostmgr is not None:
+            self.hostmgr.stop()
+        if self.engine is not None:
+            self.engine.dispose()
         self._stopped.set()
 
     def serve_forever(self) -> None:

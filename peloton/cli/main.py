@@ -305,6 +305,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         listen=a.listen, db_url=a.db, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
         local_hosts=a.local_hosts, local_host_resources=res, local_port_base=a.local_port_base,
         metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
+        roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
+        resmgr_address=a.resmgr, hostmgr_address=a.hostmgr,
     )
     run_server(cfg)
     return 0
@@ -341,6 +343,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--role", default="jobmgr,resmgr,placement,hostmgr",
+                   help="components this process runs (comma-separated; default: all four in one daemon)")
+    s.add_argument("--resmgr", default="", help="HOST:PORT of the resmgr process when this one does not run it")
+    s.add_argument("--hostmgr", default="", help="HOST:PORT of the hostmgr process when this one does not run it")
     s.add_argument("--backend", default="local", choices=["local", "mesos"],
                    help="local: run tasks on this machine (default); mesos: register as a Mesos framework")
     s.add_argument("--mesos-master", default="", help="comma-separated master URLs: http://m1:5050,http://m2:5050")

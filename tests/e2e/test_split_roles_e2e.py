@@ -1,0 +1,70 @@
+"""The components as separate processes: the same gRPC contracts between them, only the addresses change."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import PELOTON, Daemon
+
+pytestmark = pytest.mark.e2e
+
+
+class RoleDaemon(Daemon):
+    """A daemon process running only some components (`extra` flags pick them and their peers)."""
+
+    extra: list[str]
+
+    def start(self, timeout: float = 60.0) -> None:
+        import re
+        import subprocess
+        import time
+
+        self.data_dir.mkdir(parents=True, exist_ok=True)
+        log = open(self.log_path, "a")  # noqa: SIM115
+        self.proc = subprocess.Popen(
+            [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir", str(self.data_dir),
+             "--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
+             "--local-port-base", str(self.port_base), "--metrics-listen", "", *self.extra],
+            stdout=subprocess.PIPE, stderr=log, text=True,
+        )
+        assert self.proc.stdout is not None
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            line = self.proc.stdout.readline()
+            if not line:
+                break
+            m = re.search(r"serving on (\S+)", line)
+            if m:
+                self.address = m.group(1)
+                return
+        raise AssertionError(f"daemon did not start; log:\n{self.log()}")
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_hostmgr_in_its_own_process(db_url: str, tmp_path: Path) -> None:
+    hostmgr = RoleDaemon(tmp_path / "hostmgr", db_url)
+    hostmgr.extra = ["--role", "hostmgr"]
+    hostmgr.start()
+    rest = RoleDaemon(tmp_path / "rest", db_url)
+    rest.extra = ["--role", "jobmgr,resmgr,placement", "--hostmgr", hostmgr.address]
+    try:
+        rest.start()
+        job = rest.create(f"""
+name: split
+instances: 2
+task: {{command: "{sys.executable} -c 'import os; print(os.environ[\\"RANK\\"])'", resources: {{cpu: 1, mem: 64Mi}}}}
+""", tmp_path)
+        r = rest.cli("job", "wait", job, "--timeout", "60", check=False, timeout=90)
+        assert r.returncode == 0, (r.stderr, rest.log()[-3000:], hostmgr.log()[-3000:])
+        assert rest.cli("task", "logs", job, "1").stdout.strip() == "1"
+        # hosts are served by the hostmgr process
+        assert "local-1" in hostmgr.cli("host", "list").stdout
+        # a process without a role it needs refuses to start, naming the flag
+        bad = rest.cli("server", "--role", "jobmgr", "--resmgr", "", check=False)
+        assert bad.returncode == 2 and "--resmgr" in bad.stderr
+    finally:
+        rest.stop()
+        hostmgr.stop()
