@@ -46,15 +46,19 @@ class Daemon:
             # a task port range of its own (each simulated host takes 1000 ports), so daemons never collide
             self.port_base = random.randrange(20000, 40000, 2000)
 
+    def server_args(self) -> list[str]:
+        """What the daemon runs with besides address, store and data dir (variants override it)."""
+        return ["--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
+                "--local-port-base", str(self.port_base)]
+
     def start(self, timeout: float = 60.0) -> None:
         self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir", str(self.data_dir),
-             "--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
-             "--local-port-base", str(self.port_base), "--metrics-listen", "", "--log-level", "info"],
-            stdout=subprocess.PIPE, stderr=log, text=True,
-        )
+        with open(self.log_path, "a") as log:  # the child keeps its own descriptor
+            self.proc = subprocess.Popen(
+                [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir",
+                 str(self.data_dir), "--metrics-listen", "", "--log-level", "info", *self.server_args()],
+                stdout=subprocess.PIPE, stderr=log, text=True,
+            )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
@@ -65,7 +69,7 @@ class Daemon:
             if m:
                 self.address = m.group(1)
                 return
-        raise AssertionError(f"daemon did not start; log:\n{self.log()}")
+        raise AssertionError(f"daemon did not start; log:\n{self.log()[-4000:]}")
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import PELOTON, Daemon
+from tests.e2e.harness import Daemon
 
 pytestmark = pytest.mark.e2e
 
@@ -17,30 +17,8 @@ class RoleDaemon(Daemon):
 
     extra: list[str]
 
-    def start(self, timeout: float = 60.0) -> None:
-        import re
-        import subprocess
-        import time
-
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "a")  # noqa: SIM115
-        self.proc = subprocess.Popen(
-            [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir", str(self.data_dir),
-             "--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
-             "--local-port-base", str(self.port_base), "--metrics-listen", "", *self.extra],
-            stdout=subprocess.PIPE, stderr=log, text=True,
-        )
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"serving on (\S+)", line)
-            if m:
-                self.address = m.group(1)
-                return
-        raise AssertionError(f"daemon did not start; log:\n{self.log()}")
+    def server_args(self) -> list[str]:
+        return [*super().server_args(), *self.extra]
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)

@@ -9,9 +9,7 @@ every task id was launched at most once (nothing duplicated), and the gang then 
 from __future__ import annotations
 
 import json
-import re
 import signal
-import subprocess
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -21,7 +19,7 @@ from typing import Any
 import pytest
 
 from tests.dbutil import drop_postgres_db, fresh_postgres_url, require_postgres
-from tests.e2e.harness import PELOTON, Daemon, pid_alive, wait_until
+from tests.e2e.harness import Daemon, pid_alive, wait_until
 from tests.mesos.conftest import default_agents
 from tests.mesos.fake_master import TERMINAL_STATES, FakeAgent, FakeMaster
 
@@ -58,26 +56,8 @@ def cpu_agents(n: int, ids: bool = False) -> list[FakeAgent]:
 class MesosDaemon(Daemon):
     masters: str = ""
 
-    def start(self, timeout: float = 60.0) -> None:
-        self.data_dir.mkdir(parents=True, exist_ok=True)
-        log = open(self.log_path, "a")  # noqa: SIM115 - the child owns it
-        self.proc = subprocess.Popen(
-            [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir", str(self.data_dir),
-             "--backend", "mesos", "--mesos-master", self.masters, "--metrics-listen", "", "--log-level", "info"],
-            stdout=subprocess.PIPE, stderr=log, text=True,
-        )
-        log.close()
-        assert self.proc.stdout is not None
-        deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
-            line = self.proc.stdout.readline()
-            if not line:
-                break
-            m = re.search(r"serving on (\S+)", line)
-            if m:
-                self.address = m.group(1)
-                return
-        raise AssertionError(f"daemon did not start; log:\n{self.log()[-4000:]}")
+    def server_args(self) -> list[str]:
+        return ["--backend", "mesos", "--mesos-master", self.masters]
 
     def close(self) -> None:
         """Stop for good, whatever state it is in (used by the fixture, also after a failure)."""
