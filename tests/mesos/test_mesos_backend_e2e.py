@@ -666,3 +666,20 @@ def test_host_list_shows_agents_with_attributes_and_held_offers(fake_master_fact
     busy = [h for h in hs if h["task_ids"]]
     assert sum(float(h["allocated"]["cpu"]) for h in busy) == 8  # 2 members x 4 cpu
     assert all(isinstance(h["offer_held"], bool) for h in hs)
+
+
+def test_gang_not_running_within_launch_timeout_is_torn_down_and_requeued(
+        fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    fake = fake_master_factory(cpu_agents(2), launch_delay=600.0)  # the first attempt never leaves STAGING
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    job = d.create(GANG + "gang: {launch_timeout: 2s}\n", tmp_path)
+    wait_until(lambda: len(launched(fake, job)) == 4, 20, 0.05, "the first attempt's ACCEPTs")
+    first = launched(fake, job)
+    fake.launch_delay = 0.01  # the next attempt starts normally
+    second = wait_whole(fake, d, job, timeout=40, min_attempt=2)
+    assert {t["attempt"] for t in second} == {2}
+    assert set(first) <= killed_ids(fake)  # every member of the slow attempt was killed
+    reason = d.job(job)["status"]["gangs"][0]["reason"]
+    assert "launch timeout" in reason or reason == "", reason
+    finish_and_succeed(fake, d, job, second)

@@ -300,9 +300,16 @@ class MesosBackend:
         if not task_ids:
             return {}
         start = self.clock()
-        with self._lock:
-            entries = [self._reconcile_entry(tid) for tid in task_ids]
         deadline = time.monotonic() + self.opts.reconcile_wait_s
+        with self._cond:
+            for tid in task_ids:  # remember them: every SUBSCRIBED reconciles them again until answered
+                if tid not in self._tasks:
+                    self._tasks[tid] = _Task(tid, "", state="TASK_STAGING", updated_at=start)
+            if self._reconciliation is not None:
+                self._reconciliation.pending.update(tid for tid in task_ids if tid not in self._answers)
+            while not self.subscribed and time.monotonic() < deadline:  # just started: the stream is coming up
+                self._cond.wait(0.2)
+            entries = [self._reconcile_entry(tid) for tid in task_ids]
         self._send(lambda: self.protocol.reconcile(entries))
         with self._cond:
             while time.monotonic() < deadline:
@@ -399,6 +406,7 @@ class MesosBackend:
                 a.clear()  # the master discarded them without RESCIND
             live = {tid for tid, t in self._tasks.items() if _live(t.state)}
             self._reconciliation = _Reconciliation(started=now, pending=live, next_send=now)
+            self._cond.notify_all()
         log.info("subscribed to mesos as framework %s; reconciling %d tasks", fid, len(live))
 
     def _add_offer(self, o: Any, now: float) -> None:
