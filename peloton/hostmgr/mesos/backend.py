@@ -14,7 +14,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
 from peloton.domain.placement import HostOffer
@@ -34,7 +34,7 @@ from peloton.hostmgr.mesos.events import (
     Subscribed,
     Update,
 )
-from peloton.hostmgr.mesos.offers import AgentView, covers, flatten_ports
+from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 
 log = logging.getLogger(__name__)
@@ -188,14 +188,9 @@ class MesosBackend:
             revive = self.suppressed and self.subscribed
             out = []
             for a in self._agents.values():
-                if not a.offers or not a.reachable:
-                    continue
-                free, ports = a.free()
-                out.append(HostOffer(
-                    hostname=self._host_name(a), address=a.hostname, free=free, gpu_ids=tuple(range(free.gpu)),
-                    ports=tuple(ports), labels={**a.attributes, "host": a.hostname}, capacity=a.capacity,
-                    has_gpus=a.has_gpus,
-                ))
+                ho = a.host_offer(self._host_name(a)) if a.reachable else None
+                if ho is not None:
+                    out.append(replace(ho, labels={**ho.labels, "host": a.hostname}))
         if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
             with self._lock:
                 self.suppressed = False
@@ -421,8 +416,7 @@ class MesosBackend:
         for t in self._tasks.values():
             if t.agent_id == a.agent_id and _live(t.state):
                 mine = mine + t.resources
-        seen = Resources(free.cpu + mine.cpu, free.mem + mine.mem, free.disk + mine.disk, free.gpu + mine.gpu,
-                         len(flatten_ports(r for x in a.offers.values() for r in x.ports)) + mine.ports)
+        seen = free + mine
         c = a.capacity
         a.capacity = Resources(max(c.cpu, seen.cpu), max(c.mem, seen.mem), max(c.disk, seen.disk),
                                max(c.gpu, seen.gpu), max(c.ports, seen.ports))

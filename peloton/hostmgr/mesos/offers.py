@@ -5,23 +5,13 @@ Offers arrive parsed (events.Offer); an agent's free resources are the sum of it
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.hostmgr.mesos.events import Offer
-
-MAX_PORTS_PER_OFFER = 1000
-
-
-def flatten_ports(ranges: Iterable[tuple[int, int]], limit: int = MAX_PORTS_PER_OFFER) -> list[int]:
-    out: list[int] = []
-    for b, e in ranges:
-        for p in range(b, e + 1):
-            out.append(p)
-            if len(out) >= limit:
-                return out
-    return out
+from peloton.hostmgr.mesos.protocol import offers_to_host_offer
 
 
 @dataclass(slots=True)
@@ -50,13 +40,16 @@ class AgentView:
         self.offers.clear()
         self.received.clear()
 
+    def host_offer(self, name: str) -> HostOffer | None:
+        """The pooled offers as one HostOffer named `name` (None without offers)."""
+        if not self.offers:
+            return None
+        return offers_to_host_offer(name, list(self.offers.values()), capacity=self.capacity,
+                                    has_gpus=self.has_gpus)
+
     def free(self) -> tuple[Resources, list[int]]:
-        cpu = sum(o.cpus for o in self.offers.values())
-        mem = sum(o.mem for o in self.offers.values())
-        disk = sum(o.disk for o in self.offers.values())
-        gpus = int(sum(o.gpus for o in self.offers.values()))
-        ports = flatten_ports(r for o in self.offers.values() for r in o.ports)
-        return Resources(cpu, mem, disk, gpus, len(ports)), ports
+        ho = self.host_offer(self.hostname)
+        return (ho.free, list(ho.ports)) if ho is not None else (Resources(), [])
 
 
 def covers(agent: AgentView, demand: Resources, ports: Sequence[int]) -> str | None:
