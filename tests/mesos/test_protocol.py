@@ -34,7 +34,6 @@ from peloton.hostmgr.mesos.protocol import (
     is_terminal,
     master_base,
     mesos_state_to_task_state,
-    offer_to_host_resources,
     offers_to_host_offer,
     parse_offer,
     redirect_base,
@@ -380,10 +379,10 @@ def test_offers_with_gpus_ports_attributes() -> None:
     assert gpu.role == "*" and gpu.agent_port == 5053 and gpu.hostname == "127.0.0.1"
     assert gpu.agent_address == "127.0.0.1" and gpu.framework_id and len(gpu.resources) == 5
     assert by_agent["agent1"].gpus == 0
-    res, ngpu, ports = offer_to_host_resources(gpu)
-    assert res == Resources(cpu=8, mem=16384, disk=100000, gpu=4, ports=1000) and ngpu == 4
-    assert ports[0] == 31000 and len(ports) == 1000  # 1001 offered, capped
-    assert len(offer_to_host_resources(gpu, max_ports=10)[2]) == 10
+    one = offers_to_host_offer("agent3:5053", [gpu])
+    assert one.free == Resources(cpu=8, mem=16384, disk=100000, gpu=4, ports=1000)
+    assert one.ports[0] == 31000 and len(one.ports) == 1000  # 1001 offered, capped
+    assert len(offers_to_host_offer("agent3:5053", [gpu], max_ports=10).ports) == 10
     ho = offers_to_host_offer("agent3:5053", [gpu])
     assert ho.hostname == "agent3:5053" and ho.address == "127.0.0.1" and ho.gpu_ids == (0, 1, 2, 3)
     assert ho.free.gpu == len(ho.gpu_ids) and ho.free.ports == len(ho.ports) and ho.has_gpus

@@ -9,7 +9,7 @@ is a function or method of this module so it can be tested without a network.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -74,13 +74,11 @@ __all__ = [
     "is_terminal",
     "master_base",
     "mesos_state_to_task_state",
-    "offer_to_host_resources",
     "offers_to_host_offer",
     "parse_event",
     "parse_offer",
     "parse_task_status",
     "redirect_base",
-    "status_fields",
     "validate_call",
 ]
 
@@ -218,10 +216,6 @@ class SchedulerProtocol:
             raise CallError("LAUNCH_GROUP needs a framework id (not subscribed yet)")
         return calls.default_executor(executor_id, self.framework_id, role)
 
-    def allocation_role(self, offer: Offer) -> str | None:
-        """What to put in allocation_info.role of launched resources: the offer's role for a MULTI_ROLE
-        framework, nothing otherwise."""
-        return offer.role if self.config.multi_role else None
 
 
 # --- pure helpers for the shell ---------------------------------------------------------------------------------
@@ -339,15 +333,6 @@ def _flatten(ranges: Iterable[tuple[int, int]], limit: int) -> list[int]:
     return out
 
 
-def offer_to_host_resources(offer: Offer, max_ports: int = MAX_PORTS_PER_OFFER) -> tuple[Resources, int, list[int]]:
-    """An offer's free resources as (Resources(cpu, mem MiB, disk MiB, gpu, ports count), gpu count, ports).
-    Mesos mem/disk are MB and used as MiB (Mesos means MiB). Fractional gpus round down. Ports are flattened
-    from the ranges and capped at `max_ports`."""
-    gpus = int(offer.gpus)
-    ports = _flatten(offer.ports, max_ports)
-    return Resources(cpu=offer.cpus, mem=offer.mem, disk=offer.disk, gpu=gpus, ports=len(ports)), gpus, ports
-
-
 def offers_to_host_offer(hostname: str, offers: Sequence[Offer], max_ports: int = MAX_PORTS_PER_OFFER,
                          capacity: Resources | None = None, has_gpus: bool | None = None) -> HostOffer:
     """Several offers of ONE agent and ONE role (an agent's free resources may be split over offers) summed into
@@ -382,12 +367,3 @@ def offers_to_host_offer(hostname: str, offers: Sequence[Offer], max_ports: int 
     )
 
 
-def status_fields(status: MesosTaskStatus) -> Mapping[str, Any]:
-    """The parts of an update a TaskStatus needs (state, reason text, exit code, permanence)."""
-    return {
-        "state": mesos_state_to_task_state(status.state),
-        "reason": f"{status.state}: {status.reason}" if status.reason else status.state,
-        "message": status.message,
-        "exit_code": exit_code(status),
-        "permanent": status.state == "TASK_ERROR",
-    }
