@@ -38,8 +38,11 @@ class JobRow(Base):
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
     updated_at: Mapped[float] = mapped_column(Double, nullable=False)
     completed_at: Mapped[float] = mapped_column(Double, nullable=False)
+    # the caller's idempotency key for CreateJob: a retry with the same key returns the same job
+    request_id: Mapped[str | None] = mapped_column(String(128), nullable=True)
 
     __table_args__ = (
+        Index("ix_jobs_request_id", "request_id", unique=True),
         Index("ix_jobs_state", "state"),
         Index("ix_jobs_owner", "owner"),
         Index("ix_jobs_respool", "respool"),

@@ -13,34 +13,64 @@ import json
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from sqlalchemy import Row, delete, exists, func, insert, select, tuple_, update
+from sqlalchemy import (
+    Row,
+    Table,
+    delete,
+    exists,
+    func,
+    insert,
+    select,
+    tuple_,
+    update,
+)
+from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
-from sqlalchemy.orm.exc import StaleDataError
 
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
 from peloton.domain.resources import Resources
 from peloton.domain.spec import spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
+from peloton.store import bulk
 from peloton.store.models import GangRow, JobRow, MetaRow, ResourcePoolRow, TaskEventRow, TaskRow
 
-_JOBS = JobRow.__table__
-_GANGS = GangRow.__table__
-_TASKS = TaskRow.__table__
-_EVENTS = TaskEventRow.__table__
-_POOLS = ResourcePoolRow.__table__
-_META = MetaRow.__table__
+_JOBS: Table = JobRow.__table__  # type: ignore[assignment]
+_GANGS: Table = GangRow.__table__  # type: ignore[assignment]
+_TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
+_EVENTS: Table = TaskEventRow.__table__  # type: ignore[assignment]
+_POOLS: Table = ResourcePoolRow.__table__  # type: ignore[assignment]
+_META: Table = MetaRow.__table__  # type: ignore[assignment]
 
 # Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
 _KEY_CHUNK = 2000
+_JOB_COLS = ("state", "desired", "reason", "updated_at", "completed_at")
+_GANG_COLS = ("state", "attempt", "reason", "launch_deadline", "updated_at")
+_TASK_COLS = ("attempt", "state", "host", "address", "ports", "gpu_ids", "exit_code", "reason", "message",
+              "started_at", "finished_at", "updated_at")  # the order of _task_mutable
 _NO_SYNC = {"synchronize_session": False}
 _JOB_TERMINAL = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value)
+
+
+def _update(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ...], rows: Sequence[Sequence[Any]],
+            what: str) -> None:
+    """UPDATE rows by primary key (each row: key values, then `cols`' values); NotFound (naming `what`) if a row
+    does not exist (the caller must roll back: other rows may have been written)."""
+    n = bulk.update_rows(s, table, keys, cols, rows)
+    if n != len(rows):
+        sample = ", ".join("/".join(str(v) for v in r[:len(keys)]) for r in rows[:5])
+        raise NotFound(f"{len(rows) - n} of the {what} to update do not exist (batch of {len(rows)}: {sample})")
 
 
 # --- conversions ------------------------------------------------------------------------------------------
 def _dumps(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+def _int_list(xs: Sequence[int]) -> str:
+    """json.dumps of a list of ints, without json's overhead (it runs for every task row written)."""
+    return "[" + ",".join(str(int(x)) for x in xs) + "]"
 
 
 def _job_to_dict(job: Job) -> dict[str, Any]:
@@ -58,6 +88,7 @@ def _job_to_dict(job: Job) -> dict[str, Any]:
         "created_at": job.created_at,
         "updated_at": job.updated_at,
         "completed_at": job.completed_at,
+        "request_id": job.request_id or None,
     }
 
 
@@ -71,6 +102,7 @@ def _job_from_row(r: Row[Any]) -> Job:
         created_at=r.created_at,
         updated_at=r.updated_at,
         completed_at=r.completed_at,
+        request_id=r.request_id or "",
     )
 
 
@@ -78,7 +110,7 @@ def _gang_to_dict(g: Gang) -> dict[str, Any]:
     return {
         "job_id": g.job_id,
         "idx": g.index,
-        "instances": _dumps([int(i) for i in g.instances]),
+        "instances": _int_list(g.instances),
         "state": GangState(g.state).value,
         "attempt": g.attempt,
         "reason": g.reason,
@@ -106,8 +138,8 @@ def _task_mutable(t: Task) -> dict[str, Any]:
         "state": TaskState(t.state).value,
         "host": t.host,
         "address": t.address,
-        "ports": _dumps([int(p) for p in t.ports]),
-        "gpu_ids": _dumps([int(g) for g in t.gpu_ids]),
+        "ports": _int_list(t.ports),
+        "gpu_ids": _int_list(t.gpu_ids),
         "exit_code": t.exit_code,
         "reason": t.reason,
         "message": t.message,
@@ -205,18 +237,38 @@ def _pool_exists(s: Session, path: str) -> bool:
 
 
 # --- jobs -------------------------------------------------------------------------------------------------
+def _core(s: Session) -> Connection:
+    """The session's connection: bulk statements on hot paths skip the ORM layer (no entities involved)."""
+    return s.connection()
+
+
 def insert_job(s: Session, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
-    """Insert a job with all its gangs and tasks (multi-row inserts). AlreadyExists if the id is taken."""
-    if _job_exists(s, job.id):
-        raise AlreadyExists(f"job {job.id!r} already exists", field="id")
+    """Insert a job with all its gangs and tasks (multi-row inserts). AlreadyExists if the id is taken (the
+    transaction is then unusable: the caller rolls back)."""
     try:
-        s.execute(insert(JobRow), [_job_to_dict(job)])
-    except IntegrityError as e:  # lost a race with a concurrent insert of the same id
+        _core(s).execute(insert(_JOBS), [_job_to_dict(job)])
+    except IntegrityError as e:
         raise AlreadyExists(f"job {job.id!r} already exists", field="id") from e
+    insert_job_rows(s, gangs, tasks)
+
+
+def insert_job_rows(s: Session, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
+    """More gangs and tasks of a job already inserted (a big job goes in several transactions)."""
     if gangs:
-        s.execute(insert(GangRow), [_gang_to_dict(g) for g in gangs])
+        _insert_rows(s, _GANGS, [_gang_to_dict(g) for g in gangs])
     if tasks:
-        s.execute(insert(TaskRow), [_task_to_dict(t) for t in tasks])
+        _insert_rows(s, _TASKS, [_task_to_dict(t) for t in tasks])
+
+
+def _insert_rows(s: Session, table: Table, rows: list[dict[str, Any]]) -> None:
+    if rows:
+        cols = tuple(rows[0])
+        bulk.insert_rows(s, table, cols, [tuple(r[c] for c in cols) for r in rows])
+
+
+def job_id_for_request(s: Session, request_id: str) -> str | None:
+    """The job created with this idempotency key, if any."""
+    return s.execute(select(_JOBS.c.id).where(_JOBS.c.request_id == request_id)).scalar_one_or_none()
 
 
 def get_job(s: Session, job_id: str) -> Job:
@@ -244,9 +296,12 @@ def list_jobs(
     respool: str | None = None,
     name_contains: str | None = None,
     limit: int = 100,
+    after: tuple[float, str] | None = None,
 ) -> list[Job]:
-    """Newest first."""
+    """Newest first; `after` = (created_at, id) of the last job of the previous page."""
     q = select(_JOBS)
+    if after is not None:
+        q = q.where((_JOBS.c.created_at < after[0]) | ((_JOBS.c.created_at == after[0]) & (_JOBS.c.id < after[1])))
     if states is not None:
         q = q.where(_JOBS.c.state.in_([JobState(st).value for st in states]))
     if owner is not None:
@@ -262,20 +317,13 @@ def list_jobs(
 
 def update_job(s: Session, job: Job) -> None:
     """Write state, desired, reason, updated_at, completed_at of `job`. NotFound if absent."""
-    res = s.execute(
-        update(JobRow)
-        .where(JobRow.id == job.id)
-        .values(
-            state=JobState(job.state).value,
-            desired=job.desired,
-            reason=job.reason,
-            updated_at=job.updated_at,
-            completed_at=job.completed_at,
-        )
-        .execution_options(**_NO_SYNC)
-    )
-    if getattr(res, "rowcount", 1) == 0:
-        raise NotFound(f"job {job.id!r} not found", field="id")
+    update_jobs(s, [job])
+
+
+def update_jobs(s: Session, jobs: Sequence[Job]) -> None:
+    """Batch write of state, desired, reason, updated_at, completed_at. NotFound if a job does not exist."""
+    _update(s, _JOBS, ("id",), _JOB_COLS,
+            [(j.id, JobState(j.state).value, j.desired, j.reason, j.updated_at, j.completed_at) for j in jobs], "jobs")
 
 
 def delete_job(s: Session, job_id: str) -> None:
@@ -288,10 +336,19 @@ def delete_job(s: Session, job_id: str) -> None:
 
 
 # --- gangs ------------------------------------------------------------------------------------------------
-def get_gangs(s: Session, job_id: str) -> list[Gang]:
-    """Ordered by index."""
-    rows = s.execute(select(_GANGS).where(_GANGS.c.job_id == job_id).order_by(_GANGS.c.idx)).all()
-    return [_gang_from_row(r) for r in rows]
+def get_gangs(s: Session, job_id: str, limit: int | None = None) -> list[Gang]:
+    """Ordered by index (the first `limit`)."""
+    q = select(_GANGS).where(_GANGS.c.job_id == job_id).order_by(_GANGS.c.idx)
+    if limit is not None:
+        q = q.limit(limit)
+    return [_gang_from_row(r) for r in s.execute(q).all()]
+
+
+def gang_state_counts(s: Session, job_id: str) -> dict[str, int]:
+    """state -> number of the job's gangs in it."""
+    rows = s.execute(select(_GANGS.c.state, func.count()).where(_GANGS.c.job_id == job_id)
+                     .group_by(_GANGS.c.state)).all()
+    return {state: int(n) for state, n in rows}
 
 
 def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
@@ -308,37 +365,47 @@ def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
 def update_gangs(s: Session, gangs: Sequence[Gang]) -> None:
     """Batch write of state, attempt, reason, launch_deadline, updated_at. NotFound if a gang does not exist
     (the caller must roll back: other rows of the batch may have been written)."""
-    if not gangs:
-        return
-    params = [
-        {
-            "job_id": g.job_id,
-            "idx": g.index,
-            "state": GangState(g.state).value,
-            "attempt": g.attempt,
-            "reason": g.reason,
-            "launch_deadline": g.launch_deadline,
-            "updated_at": g.updated_at,
-        }
-        for g in gangs
-    ]
-    try:
-        s.execute(update(GangRow), params)  # ORM bulk UPDATE by primary key: one executemany
-    except StaleDataError as e:
-        keys = ", ".join(g.gang_id for g in gangs[:5])
-        raise NotFound(f"one or more of the gangs to update do not exist (batch of {len(gangs)}: {keys}...)") from e
+    _update(s, _GANGS, ("job_id", "idx"), _GANG_COLS,
+            [(g.job_id, g.index, GangState(g.state).value, g.attempt, g.reason, g.launch_deadline, g.updated_at)
+             for g in gangs], "gangs")
 
 
 # --- tasks ------------------------------------------------------------------------------------------------
-def get_tasks(s: Session, job_id: str, instances: Sequence[int] | None = None) -> list[Task]:
-    """Ordered by instance. NotFound is not raised; an unknown job gives []."""
+def get_tasks(s: Session, job_id: str, instances: Sequence[int] | None = None, *, after: int | None = None,
+              limit: int | None = None) -> list[Task]:
+    """Ordered by instance (from the first after `after`, at most `limit`). An unknown job gives []."""
     q = select(_TASKS).where(_TASKS.c.job_id == job_id)
     if instances is not None:
         wanted = sorted({int(i) for i in instances})
         if not wanted:
             return []
         q = q.where(_TASKS.c.instance.in_(wanted))
-    return [_task_from_row(r) for r in s.execute(q.order_by(_TASKS.c.instance)).all()]
+    if after is not None:
+        q = q.where(_TASKS.c.instance > after)
+    q = q.order_by(_TASKS.c.instance)
+    if limit is not None:
+        q = q.limit(limit)
+    return [_task_from_row(r) for r in s.execute(q).all()]
+
+
+def get_job_records(s: Session, job_ids: Sequence[str]) -> dict[str, tuple[Job, list[Gang], list[Task]]]:
+    """Jobs with all their gangs and tasks, in three queries per chunk of jobs (not three per job)."""
+    out: dict[str, tuple[Job, list[Gang], list[Task]]] = {}
+    ids = list(dict.fromkeys(job_ids))
+    for start in range(0, len(ids), _KEY_CHUNK):
+        chunk = ids[start:start + _KEY_CHUNK]
+        jobs = get_jobs(s, chunk)
+        for jid, job in jobs.items():
+            out[jid] = (job, [], [])
+        if not jobs:
+            continue
+        for r in s.execute(select(_GANGS).where(_GANGS.c.job_id.in_(list(jobs))).order_by(_GANGS.c.job_id,
+                                                                                         _GANGS.c.idx)):
+            out[r.job_id][1].append(_gang_from_row(r))
+        for r in s.execute(select(_TASKS).where(_TASKS.c.job_id.in_(list(jobs))).order_by(_TASKS.c.job_id,
+                                                                                         _TASKS.c.instance)):
+            out[r.job_id][2].append(_task_from_row(r))
+    return out
 
 
 def get_tasks_by_keys(s: Session, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Task]:
@@ -357,14 +424,8 @@ def update_tasks(s: Session, tasks: Sequence[Task]) -> None:
     """Batch write of every mutable field of each task (attempt, state, host, address, ports, gpu_ids,
     exit_code, reason, message, started_at, finished_at, updated_at). NotFound if a task does not exist
     (the caller must roll back: other rows of the batch may have been written)."""
-    if not tasks:
-        return
-    params = [{"job_id": t.job_id, "instance": t.instance, **_task_mutable(t)} for t in tasks]
-    try:
-        s.execute(update(TaskRow), params)  # ORM bulk UPDATE by primary key: one executemany
-    except StaleDataError as e:
-        keys = ", ".join(f"{t.job_id}/{t.instance}" for t in tasks[:5])
-        raise NotFound(f"one or more of the tasks to update do not exist (batch of {len(tasks)}: {keys}...)") from e
+    _update(s, _TASKS, ("job_id", "instance"), _TASK_COLS,
+            [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks], "tasks")
 
 
 def task_state_counts(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:
@@ -388,17 +449,21 @@ def append_task_events(s: Session, events: Sequence[TaskEvent]) -> None:
     """Multi-row insert."""
     if not events:
         return
-    s.execute(insert(TaskEventRow), [_event_to_dict(e) for e in events])
+    _insert_rows(s, _EVENTS, [_event_to_dict(e) for e in events])
 
 
-def get_task_events(s: Session, job_id: str, instance: int) -> list[TaskEvent]:
-    """Oldest first."""
-    rows = s.execute(
-        select(_EVENTS)
-        .where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)
-        .order_by(_EVENTS.c.time, _EVENTS.c.id)
-    ).all()
-    return [_event_from_row(r) for r in rows]
+def get_task_events(s: Session, job_id: str, instance: int, newest: int | None = None) -> list[TaskEvent]:
+    """Oldest first (only the `newest` ones when given)."""
+    q = select(_EVENTS).where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)
+    if newest is not None:
+        q = q.order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc()).limit(newest)
+        return [_event_from_row(r) for r in reversed(s.execute(q).all())]
+    return [_event_from_row(r) for r in s.execute(q.order_by(_EVENTS.c.time, _EVENTS.c.id)).all()]
+
+
+def count_task_events(s: Session, job_id: str, instance: int) -> int:
+    return int(s.execute(select(func.count()).select_from(_EVENTS)
+                         .where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)).scalar_one())
 
 
 # --- resource pools ---------------------------------------------------------------------------------------
