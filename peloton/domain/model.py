@@ -32,6 +32,7 @@ class Job:
     created_at: float = 0.0
     updated_at: float = 0.0
     completed_at: float = 0.0
+    request_id: str = ""  # the caller's idempotency key for its creation ("" when none was given)
 
 
 @dataclass(slots=True)

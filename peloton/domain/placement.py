@@ -14,7 +14,9 @@ class HostOffer:
 
     hostname: str
     address: str  # reachable address for peers (127.0.0.1 on the local backend)
-    free: Resources  # free.gpu == len(gpu_ids), free.ports == len(ports)
+    # free.gpu and free.ports are counts. The id lists are filled where concrete ids matter (the host manager's
+    # own book); placement works on the counts alone.
+    free: Resources
     gpu_ids: tuple[int, ...] = ()
     ports: tuple[int, ...] = ()
     labels: dict[str, str] = field(default_factory=dict)
@@ -53,6 +55,9 @@ class GangRequest:
 
 @dataclass(frozen=True, slots=True)
 class MemberAssignment:
+    """Where one member goes. The placer decides the host and the counts; the host manager's claim fills in the
+    concrete GPU ids and ports (empty until then)."""
+
     instance: int
     task_id: str
     hostname: str
@@ -64,10 +69,12 @@ class MemberAssignment:
 
 @dataclass(frozen=True, slots=True)
 class GangPlacement:
+    """A whole gang's assignment. Identified by (gang_id, attempt): the host manager holds its resources under
+    that key (a claim) from the moment placement claims them until the launch or the claim's expiry."""
+
     gang_id: str
     job_id: str
     attempt: int
-    lease_id: str
     members: tuple[MemberAssignment, ...]
 
 

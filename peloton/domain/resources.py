@@ -7,10 +7,11 @@ import re
 from dataclasses import dataclass
 from decimal import Decimal
 
+from peloton.domain.checks import show
 from peloton.errors import InvalidArgument
 
 _UNITS_MIB = {"": 1.0, "Ki": 1 / 1024, "Mi": 1.0, "Gi": 1024.0, "Ti": 1024.0 * 1024}
-_QUANTITY = re.compile(r"^\s*([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti)?\s*$")
+_QUANTITY = re.compile(r"([0-9]+(?:\.[0-9]+)?)\s*(Ki|Mi|Gi|Ti)?")  # fullmatch, on the stripped text
 
 
 def parse_mib(value: str | int | float, field: str) -> float:
@@ -18,20 +19,27 @@ def parse_mib(value: str | int | float, field: str) -> float:
     if isinstance(value, bool):
         raise InvalidArgument(f"{field}: expected a quantity like 512Mi or 16Gi, got {value!r}", field=field)
     if isinstance(value, (int, float)):
-        if not math.isfinite(value):
-            raise InvalidArgument(f"{field}: must be a finite quantity, got {value}", field=field)
-        if value < 0:
-            raise InvalidArgument(f"{field}: must not be negative, got {value}", field=field)
-        return float(value)
+        try:
+            mib = float(value)
+        except OverflowError:  # an int beyond float
+            raise InvalidArgument(f"{field}: too large", field=field) from None
+        if not math.isfinite(mib):
+            raise InvalidArgument(f"{field}: must be a finite quantity, got {mib}", field=field)
+        if mib < 0:
+            raise InvalidArgument(f"{field}: must not be negative, got {mib:g}", field=field)
+        return mib
     text = str(value).strip()
     if text == "":
         return 0.0
     if text.startswith("-"):
-        raise InvalidArgument(f"{field}: must not be negative, got {value!r}", field=field)
-    m = _QUANTITY.match(text)
+        raise InvalidArgument(f"{field}: must not be negative, got {show(value)}", field=field)
+    m = _QUANTITY.fullmatch(text)
     if not m:
-        raise InvalidArgument(f"{field}: expected a quantity like 512Mi or 16Gi, got {value!r}", field=field)
-    return float(m.group(1)) * _UNITS_MIB[m.group(2) or ""]
+        raise InvalidArgument(f"{field}: expected a quantity like 512Mi or 16Gi, got {show(value)}", field=field)
+    mib = float(m.group(1)) * _UNITS_MIB[m.group(2) or ""]
+    if not math.isfinite(mib):  # float() of 400 digits is inf, it does not raise
+        raise InvalidArgument(f"{field}: too large, got {show(value)}", field=field)
+    return mib
 
 
 def format_mib(mib: float) -> str:

@@ -2,18 +2,21 @@
 
 from __future__ import annotations
 
-import math
 import re
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
+from peloton.domain import checks, limits
 from peloton.domain.resources import Resources
-from peloton.errors import InvalidArgument
+
+if TYPE_CHECKING:
+    from peloton.domain.model import ResourcePool
 
 ON_MEMBER_FAILURE = ("restart_gang", "fail_job")
 STRATEGIES = ("pack", "spread")
 CONSTRAINT_OPS = ("eq", "ne", "exists", "in")
-_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-_POOL_PATH = re.compile(r"^/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?$")
+_ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let "FOO\n" through
+_POOL_PATH = re.compile(r"/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?")  # fullmatch
 
 DEFAULT_LAUNCH_TIMEOUT_S = 300.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -67,71 +70,107 @@ class JobSpec:
 
 
 def validate_pool_path(path: str, field_name: str) -> None:
-    if not _POOL_PATH.match(path) or any(part in (".", "..") for part in path.split("/")):
-        raise InvalidArgument(
-            f"{field_name}: {path!r} is not a pool path like / or /team/sub", field=field_name
-        )
+    """`/` or `/a/b`: segments of letters, digits, `_`, `.`, `-` (not `.` or `..`), within the length limits."""
+    if len(path) > limits.MAX_POOL_PATH_CHARS:
+        raise checks.bad(field_name, f"longer than {limits.MAX_POOL_PATH_CHARS} characters ({len(path)})")
+    if not _POOL_PATH.fullmatch(path) or any(part in (".", "..") for part in path.split("/")):
+        raise checks.bad(field_name, f"{checks.show(path)} is not a pool path like / or /team/sub")
+    for part in path.split("/"):
+        if len(part) > limits.MAX_POOL_SEGMENT_CHARS:
+            raise checks.bad(field_name, f"a name between slashes is longer than {limits.MAX_POOL_SEGMENT_CHARS} "
+                                         f"characters ({len(part)})")
+
+
+def validate_pool(pool: ResourcePool) -> ResourcePool:
+    """A pool to create: its path (not /), and reservation, limit and share within the pool limits."""
+    validate_pool_path(pool.path, "pool.path")
+    if pool.path == "/":
+        raise checks.bad("pool.path", "the root pool / always exists")
+    for name, res in (("reservation", pool.reservation), ("limit", pool.limit)):
+        if res is None:
+            continue
+        f = f"pool.{name}"
+        checks.number(res.cpu, f"{f}.cpu", minimum=0, maximum=limits.MAX_POOL_CPU, granularity=limits.MIN_CPU,
+                      unit="cores")
+        checks.number(res.mem, f"{f}.mem", minimum=0, maximum=limits.MAX_POOL_MEM_MIB,
+                      granularity=limits.MIN_MEM_MIB, unit="MiB")
+        checks.number(res.disk, f"{f}.disk", minimum=0, maximum=limits.MAX_POOL_DISK_MIB,
+                      granularity=limits.MIN_MEM_MIB, unit="MiB")
+        checks.integer(res.gpu, f"{f}.gpu", minimum=0, maximum=limits.MAX_POOL_GPU)
+        checks.integer(res.ports, f"{f}.ports", minimum=0, maximum=limits.MAX_POOL_PORTS)
+    checks.number(pool.share, "pool.share", minimum=limits.MIN_POOL_SHARE, maximum=limits.MAX_POOL_SHARE)
+    return pool
 
 
 def validate(spec: JobSpec) -> JobSpec:
-    """Check every field; raise InvalidArgument naming the first field at fault."""
-
-    def bad(f: str, why: str) -> InvalidArgument:
-        return InvalidArgument(f"{f}: {why}", field=f)
-
+    """Check every field against peloton/domain/limits.py; raise InvalidArgument naming the first field at fault."""
+    bad = checks.bad
     if not spec.name.strip():
         raise bad("name", "must not be empty")
-    if len(spec.name) > 200:
-        raise bad("name", "longer than 200 characters")
-    if spec.instances < 1:
-        raise bad("instances", f"must be at least 1, got {spec.instances}")
-    if spec.instances > 100_000:
-        raise bad("instances", f"at most 100000, got {spec.instances}")
-    if not spec.command.strip():
-        raise bad("task.command", "must not be empty")
-    r = spec.resources
-    for dim, v in (("cpu", r.cpu), ("mem", r.mem), ("disk", r.disk)):
-        if not math.isfinite(v):
-            raise bad(f"task.resources.{dim}", f"must be a finite number, got {v}")
-    for dim, v in (("cpu", r.cpu), ("mem", r.mem), ("disk", r.disk), ("gpu", r.gpu), ("ports", r.ports)):
-        if v < 0:
-            raise bad(f"task.resources.{dim}", f"must not be negative, got {v}")
-    if r.cpu <= 0:
-        raise bad("task.resources.cpu", "must be greater than 0")
-    if r.ports > 64:
-        raise bad("task.resources.ports", f"at most 64 ports per task, got {r.ports}")
-    for k in spec.env:
-        if not _ENV_NAME.match(k):
-            raise bad(f"task.env.{k}", "not a valid environment variable name")
+    checks.text(spec.name, "name", max_chars=limits.MAX_JOB_NAME_CHARS)
+    checks.text(spec.owner, "owner", max_chars=limits.MAX_OWNER_CHARS)
     validate_pool_path(spec.respool, "respool")
-    if spec.min_available < 0:
-        raise bad("gang.min_available", f"must not be negative, got {spec.min_available}")
+    checks.integer(spec.instances, "instances", minimum=1, maximum=limits.MAX_INSTANCES)
+    checks.integer(spec.min_available, "gang.min_available", minimum=0, maximum=limits.INT32_MAX)
     if spec.min_available > spec.instances:
-        raise bad(
-            "gang.min_available",
-            f"{spec.min_available} is more than instances ({spec.instances})",
-        )
+        raise bad("gang.min_available", f"{spec.min_available} is more than instances ({spec.instances})")
+    if spec.gang_size > limits.MAX_GANG_SIZE:
+        f = "gang.min_available" if spec.min_available else "instances"
+        raise bad(f, f"a gang of {spec.gang_size} members is more than {limits.MAX_GANG_SIZE}; a larger job must be "
+                     f"elastic (gang.min_available at most {limits.MAX_GANG_SIZE})")
     if spec.on_member_failure not in ON_MEMBER_FAILURE:
         raise bad("gang.on_member_failure", f"must be one of {', '.join(ON_MEMBER_FAILURE)}")
-    if not math.isfinite(spec.launch_timeout_s) or not math.isfinite(spec.max_runtime_s):
-        raise bad("gang.launch_timeout" if not math.isfinite(spec.launch_timeout_s) else "sla.max_runtime",
-                  "must be finite")
+    checks.number(spec.launch_timeout_s, "gang.launch_timeout", minimum=0, maximum=limits.MAX_LAUNCH_TIMEOUT_S,
+                  unit="s")
     if spec.launch_timeout_s <= 0:
         raise bad("gang.launch_timeout", "must be greater than 0")
-    if spec.max_runtime_s < 0:
-        raise bad("sla.max_runtime", "must not be negative")
-    if spec.max_attempts < 1:
-        raise bad("retry.max_attempts", f"must be at least 1, got {spec.max_attempts}")
+    checks.integer(spec.priority, "sla.priority", minimum=limits.INT32_MIN, maximum=limits.INT32_MAX)
+    checks.number(spec.max_runtime_s, "sla.max_runtime", minimum=0, maximum=limits.MAX_RUNTIME_S, unit="s")
+    checks.integer(spec.max_attempts, "retry.max_attempts", minimum=1, maximum=limits.MAX_ATTEMPTS)
+    _validate_task(spec)
     if spec.strategy not in STRATEGIES:
-        raise bad("placement.strategy", f"must be one of {', '.join(STRATEGIES)}, got {spec.strategy!r}")
+        raise bad("placement.strategy", f"must be one of {', '.join(STRATEGIES)}, got {checks.show(spec.strategy)}")
+    if len(spec.constraints) > limits.MAX_CONSTRAINTS:
+        raise bad("placement.constraints", f"at most {limits.MAX_CONSTRAINTS}, got {len(spec.constraints)}")
     for i, c in enumerate(spec.constraints):
+        f = f"placement.constraints[{i}]"
         if not c.attribute:
-            raise bad(f"placement.constraints[{i}].attribute", "must not be empty")
+            raise bad(f"{f}.attribute", "must not be empty")
+        checks.text(c.attribute, f"{f}.attribute", max_chars=limits.MAX_CONSTRAINT_ATTRIBUTE_CHARS)
         if c.op not in CONSTRAINT_OPS:
-            raise bad(f"placement.constraints[{i}].op", f"must be one of {', '.join(CONSTRAINT_OPS)}")
+            raise bad(f"{f}.op", f"must be one of {', '.join(CONSTRAINT_OPS)}")
+        checks.text(c.value, f"{f}.value", max_chars=limits.MAX_CONSTRAINT_VALUE_CHARS)
         if c.op != "exists" and not c.value:
-            raise bad(f"placement.constraints[{i}].value", "must not be empty")
+            raise bad(f"{f}.value", "must not be empty")
     return spec
+
+
+def _validate_task(spec: JobSpec) -> None:
+    bad = checks.bad
+    if not spec.command.strip():
+        raise bad("task.command", "must not be empty")
+    total = checks.text(spec.command, "task.command", max_bytes=limits.MAX_COMMAND_BYTES) + 1
+    if len(spec.env) > limits.MAX_ENV_ENTRIES:
+        raise bad("task.env", f"at most {limits.MAX_ENV_ENTRIES} variables, got {len(spec.env)}")
+    for k, v in spec.env.items():
+        f = f"task.env.{checks.key(k)}"
+        if len(k) > limits.MAX_ENV_NAME_CHARS:
+            raise bad(f, f"name longer than {limits.MAX_ENV_NAME_CHARS} characters ({len(k)})")
+        if not _ENV_NAME.fullmatch(k):
+            raise bad(f, "not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        total += len(k) + 2 + checks.text(v, f, max_bytes=limits.MAX_ENV_VALUE_BYTES)
+    if total > limits.MAX_COMMAND_AND_ENV_BYTES:
+        raise bad("task.env", f"the command and environment together are {total} bytes, more than "
+                              f"{limits.MAX_COMMAND_AND_ENV_BYTES}")
+    r = spec.resources
+    checks.number(r.cpu, "task.resources.cpu", minimum=limits.MIN_CPU, maximum=limits.MAX_TASK_CPU, unit="cores")
+    checks.number(r.mem, "task.resources.mem", minimum=0, maximum=limits.MAX_TASK_MEM_MIB,
+                  granularity=limits.MIN_MEM_MIB, unit="MiB")
+    checks.number(r.disk, "task.resources.disk", minimum=0, maximum=limits.MAX_TASK_DISK_MIB,
+                  granularity=limits.MIN_MEM_MIB, unit="MiB")
+    checks.integer(r.gpu, "task.resources.gpu", minimum=0, maximum=limits.MAX_TASK_GPU)
+    checks.integer(r.ports, "task.resources.ports", minimum=0, maximum=limits.MAX_TASK_PORTS)
+    checks.text(spec.container_image, "task.container.image", max_chars=limits.MAX_CONTAINER_IMAGE_CHARS)
 
 
 def gang_partition(spec: JobSpec) -> list[list[int]]:

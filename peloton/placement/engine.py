@@ -1,5 +1,11 @@
-"""Placement engine shell: dequeue admitted gangs from resmgr, lease offers from hostmgr, decide with the
-pure placer, hold exactly what was chosen, hand the placements back to resmgr. One round = many gangs."""
+"""Placement engine shell. One round: take admitted gangs from resmgr (long poll), bring its own copy of the
+cluster's free resources up to date with the hosts that changed since the last round (SyncHosts), decide with the
+pure placer, claim what it decided in the host manager (which re-checks each gang whole against the truth and
+picks the concrete GPUs and ports), and hand claimed placements and failures back to resmgr. Many gangs a round;
+the copy of the cluster persists between rounds, so a round costs what changed, not the size of the cluster.
+
+Single-threaded: the engine's HostIndex belongs to the loop thread.
+"""
 
 from __future__ import annotations
 
@@ -9,14 +15,15 @@ from prometheus_client import Counter, Histogram
 
 from peloton.api import convert
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.placement.index import HostIndex
 from peloton.placement.placer import place
 
 log = logging.getLogger(__name__)
 
-ROUNDS = Histogram("peloton_placement_round_seconds", "Duration of one placement round")
+ROUNDS = Histogram("peloton_placement_round_seconds", "Duration of one placement round",
+                   buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 GANGS = Counter("peloton_placement_gangs_total", "Gangs considered by placement", ["result"])
-
-LEASE_SECONDS = 30
+SYNCED_HOSTS = Counter("peloton_placement_synced_hosts_total", "Host states brought up to date from hostmgr")
 
 
 class PlacementEngine:
@@ -24,13 +31,30 @@ class PlacementEngine:
         self,
         resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
         hostmgr: internal_pb2_grpc.HostManagerInternalStub,
-        batch: int = 200,
+        batch: int = 500,
         poll_ms: int = 1000,
     ) -> None:
         self.resmgr = resmgr
         self.hostmgr = hostmgr
         self.batch = batch
         self.poll_ms = poll_ms
+        self.index = HostIndex()
+        self._stream_id = ""
+        self._version = 0
+
+    def _sync(self) -> None:
+        r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=self._version,
+                                                                  stream_id=self._stream_id), timeout=30)
+        offers = [convert.offer_from_proto(o) for o in r.hosts]
+        if r.full:
+            self.index = HostIndex(offers)
+        else:
+            for o in offers:
+                self.index.upsert(o)
+            for name in r.removed:
+                self.index.remove(name)
+        self._stream_id, self._version = r.stream_id, r.version
+        SYNCED_HOSTS.inc(len(offers))
 
     def run_once(self) -> bool:
         resp = self.resmgr.DequeueGangs(
@@ -41,27 +65,36 @@ class PlacementEngine:
             return False
         with ROUNDS.time():
             gangs = [convert.gang_request_from_proto(g) for g in resp.gangs]
-            lease = self.hostmgr.AcquireHostOffers(
-                internal_pb2.AcquireHostOffersRequest(lease_seconds=LEASE_SECONDS), timeout=10
-            )
-            offers = [convert.offer_from_proto(o) for o in lease.offers]
-            placements, failures = place(gangs, offers, lease.lease_id)
-            # hold exactly what was chosen until jobmgr launches it; everything else goes back at once
-            self.hostmgr.ReleaseHostOffers(
-                internal_pb2.ReleaseHostOffersRequest(
-                    lease_id=lease.lease_id, keep=[convert.placement_to_proto(p) for p in placements]
-                ),
-                timeout=10,
-            )
+            try:
+                self._sync()
+                placements, failures = place(gangs, self.index)
+                claimed: list[internal_pb2.Placement] = []
+                refused: list[internal_pb2.Failure] = []
+                if placements:
+                    c = self.hostmgr.ClaimPlacements(internal_pb2.ClaimPlacementsRequest(
+                        placements=[convert.placement_to_proto(p) for p in placements]), timeout=30)
+                    claimed, refused = list(c.claimed), list(c.refused)
+                    if refused:
+                        # the hosts changed under us: give back what the copy took; the next sync corrects it
+                        gone = {(f.gang_id, f.attempt) for f in refused}
+                        for p in placements:
+                            if (p.gang_id, p.attempt) in gone:
+                                self.index.release(p)
+            except Exception:
+                # nothing was decided: every gang goes back to its queue at once
+                self._version = 0  # and the next round starts from a full copy
+                self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(failures=[
+                    internal_pb2.Failure(gang_id=g.gang_id, job_id=g.job_id, attempt=g.attempt, stale=True,
+                                         reason="placement round failed") for g in gangs]), timeout=30)
+                raise
             self.resmgr.SetPlacements(
                 internal_pb2.SetPlacementsRequest(
-                    placements=[convert.placement_to_proto(p) for p in placements],
-                    failures=[convert.failure_to_proto(f) for f in failures],
-                ),
-                timeout=10,
+                    placements=claimed, failures=[convert.failure_to_proto(f) for f in failures] + refused),
+                timeout=30,
             )
-        GANGS.labels("placed").inc(len(placements))
+        GANGS.labels("placed").inc(len(claimed))
         GANGS.labels("unplaced").inc(len(failures))
-        if placements:
-            log.info("placed %d gangs (%d unplaced)", len(placements), len(failures))
-        return bool(placements)
+        GANGS.labels("stale").inc(len(refused))
+        if claimed:
+            log.debug("placed %d gangs (%d unplaced, %d stale)", len(claimed), len(failures), len(refused))
+        return True

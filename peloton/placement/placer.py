@@ -1,379 +1,316 @@
-"""The placement decision: gangs onto host offers, every member or none.
+"""The placement decision: gangs onto hosts, every member or none.
 
-Pure: no I/O, no clock. Given the same gangs and offers it returns the same answer.
+Pure: no I/O, no clock, no threads. Given the same gangs and the same host states it returns the same answer.
 
-Per call, each host's free resources, GPU ids and ports live in a mutable `_Host`; a gang that cannot be placed
-whole is rolled back from an undo log holding only the hosts it touched, so a call costs about
-O(gangs x members x hosts) and never copies every host per gang.
+The hosts live in a `HostIndex` (peloton/placement/index.py) that the placement engine keeps across rounds; `place`
+deducts what it decides from it, so the next round starts from there plus whatever the host manager upserted. The
+decision works on counts: a member's GPUs and ports are numbers here, and the host manager picks the concrete ids
+when it claims the placement.
+
+A gang is tried member by member. A host the gang uses is taken out of its class for the rest of the try (so "a host
+this gang has not used yet" is any host still in a class) and carries an undo record; when the gang is whole the
+hosts are filed under their new free state, otherwise they are restored exactly. New hosts are chosen by comparing
+classes of identical free state, not hosts, so one gang costs about O(classes + members), not O(hosts).
+
+Quality rules (the tests hold them):
+- pack: fewest hosts. Stay on the host being filled, then the other hosts the gang already uses, then the host that
+  fits the most of the remaining members; among those, for GPU work the fewest GPUs left first (whole free GPU hosts
+  stay whole), then a host in a rack the gang already uses (fewest racks), then the least capacity left (best fit),
+  then hostname.
+- spread: each member on the host with the fewest members of this gang so far, then the most free resources, then
+  hostname.
+- GPU hosts are kept for GPU work: members without GPUs use hosts without GPUs first and GPU hosts only when nothing
+  else fits; GPU members only go to GPU hosts.
+- constraints restrict the hosts of a gang.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 
-from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, MemberAssignment, PlacementFailure
-from peloton.domain.resources import Resources
+from peloton.domain.placement import (
+    GangPlacement,
+    GangRequest,
+    HostOffer,
+    MemberAssignment,
+    MemberRequest,
+    PlacementFailure,
+)
 from peloton.domain.spec import Constraint
+from peloton.placement.index import ClassKey, ClassView, HostClass, HostIndex, HostState, Vec, Weights, to_vec
 
-__all__ = ["place", "can_ever_fit", "SHORT_DIMENSIONS"]
+__all__ = ["place", "can_ever_fit", "SHORT_DIMENSIONS", "HostIndex"]
 
-_EPS = 1e-9
 SHORT_DIMENSIONS = ("cpu", "mem", "disk", "gpu", "ports", "constraint")
 
-_Snapshot = tuple[float, float, float, int, int, int, int]
+_UNBOUNDED = 1 << 62  # how many members of size zero fit anywhere
+# Host tiers in order of preference (has_gpus): GPU members only on GPU hosts; others on GPU hosts last.
+_GPU_LEVELS = (True,)
+_CPU_LEVELS = (False, True)
 
 
-class _Host:
-    """Mutable free state of one host for the duration of one `place` call."""
-
-    __slots__ = (
-        "idx",
-        "offer",
-        "name",
-        "cpu",
-        "mem",
-        "disk",
-        "gpu",
-        "ports",
-        "gpu_ids",
-        "gpu_next",
-        "port_list",
-        "port_next",
-        "has_gpus",
-    )
-
-    def __init__(self, idx: int, offer: HostOffer) -> None:
-        self.idx = idx
-        self.offer = offer
-        self.name = offer.hostname
-        free = offer.free
-        self.cpu = free.cpu
-        self.mem = free.mem
-        self.disk = free.disk
-        # Only concrete ids can be handed out: the usable count is the smaller of the count and the id list.
-        # The sorted lists are built on first use (most hosts of a big cluster are never touched in a call).
-        self.gpu = max(0, min(free.gpu, len(offer.gpu_ids)))
-        self.ports = max(0, min(free.ports, len(offer.ports)))
-        self.gpu_ids: list[int] | None = None
-        self.port_list: list[int] | None = None
-        self.gpu_next = 0
-        self.port_next = 0
-        self.has_gpus = offer.has_gpus or free.gpu > 0 or offer.capacity.gpu > 0 or bool(offer.gpu_ids)
-
-    def materialize(self) -> bool:
-        """Build the sorted id lists; True if duplicates in the offer lowered a count (the caller re-checks)."""
-        if self.gpu_ids is not None and self.port_list is not None:
-            return False
-        offer = self.offer
-        self.gpu_ids = sorted(set(offer.gpu_ids))
-        self.port_list = sorted(set(offer.ports))
-        gpu = max(0, min(self.gpu, len(self.gpu_ids)))
-        ports = max(0, min(self.ports, len(self.port_list)))
-        changed = gpu != self.gpu or ports != self.ports
-        self.gpu, self.ports = gpu, ports
-        return changed
-
-    def snapshot(self) -> _Snapshot:
-        return (self.cpu, self.mem, self.disk, self.gpu, self.ports, self.gpu_next, self.port_next)
-
-    def restore(self, s: _Snapshot) -> None:
-        self.cpu, self.mem, self.disk, self.gpu, self.ports, self.gpu_next, self.port_next = s
-
-    def fits(self, r: Resources) -> bool:
-        return (
-            r.cpu <= self.cpu + _EPS
-            and r.mem <= self.mem + _EPS
-            and r.disk <= self.disk + _EPS
-            and r.gpu <= self.gpu
-            and r.ports <= self.ports
-        )
-
-    def short_of(self, r: Resources) -> list[str]:
-        out = []
-        if r.cpu > self.cpu + _EPS:
-            out.append("cpu")
-        if r.mem > self.mem + _EPS:
-            out.append("mem")
-        if r.disk > self.disk + _EPS:
-            out.append("disk")
-        if r.gpu > self.gpu:
-            out.append("gpu")
-        if r.ports > self.ports:
-            out.append("ports")
-        return out
+def _fits(h: HostState | HostClass, r: Vec) -> bool:
+    return r[0] <= h.cpu and r[1] <= h.mem and r[2] <= h.disk and r[3] <= h.gpu and r[4] <= h.ports
 
 
-class _Norm:
-    """Per-call scale of each dimension so that cores, MiB and GPUs can be summed into one score."""
+def _short_of(h: HostState | HostClass, r: Vec) -> list[str]:
+    out = []
+    if r[0] > h.cpu:
+        out.append("cpu")
+    if r[1] > h.mem:
+        out.append("mem")
+    if r[2] > h.disk:
+        out.append("disk")
+    if r[3] > h.gpu:
+        out.append("gpu")
+    if r[4] > h.ports:
+        out.append("ports")
+    return out
 
-    __slots__ = ("cpu", "mem", "disk", "gpu")
 
-    def __init__(self, offers: Sequence[HostOffer]) -> None:
-        mc = mm = md = mg = 0.0
-        for o in offers:
-            mc = max(mc, o.capacity.cpu, o.free.cpu)
-            mm = max(mm, o.capacity.mem, o.free.mem)
-            md = max(md, o.capacity.disk, o.free.disk)
-            mg = max(mg, o.capacity.gpu, o.free.gpu)
-        self.cpu = 1.0 / mc if mc > 0 else 0.0
-        self.mem = 1.0 / mm if mm > 0 else 0.0
-        self.disk = 1.0 / md if md > 0 else 0.0
-        self.gpu = 1.0 / mg if mg > 0 else 0.0
+def _cap(c: HostClass, r: Vec) -> int:
+    """How many members of size `r` fit on a host of class `c`."""
+    if not _fits(c, r):
+        return 0
+    k = _UNBOUNDED
+    if r[0] > 0:
+        k = min(k, c.cpu // r[0])
+    if r[1] > 0:
+        k = min(k, c.mem // r[1])
+    if r[2] > 0:
+        k = min(k, c.disk // r[2])
+    if r[3] > 0:
+        k = min(k, c.gpu // r[3])
+    if r[4] > 0:
+        k = min(k, c.ports // r[4])
+    return k
 
-    def free_score(self, h: _Host) -> float:
-        return h.cpu * self.cpu + h.mem * self.mem + h.disk * self.disk + h.gpu * self.gpu
+
+def _score(h: HostState, w: Weights) -> int:
+    """Free resources as one number (spread prefers the emptiest host); HostClass.score for a single host."""
+    return h.cpu * w[0] + h.mem * w[1] + h.disk * w[2] + h.gpu * w[3]
+
+
+def _rack_pick(c: HostClass, racks: list[str]) -> tuple[int, str]:
+    """(0, the lowest hostname of `c` in one of `racks`), else (1, the lowest hostname of `c`)."""
+    name: str | None = None
+    for rack in racks:
+        rl = c.racks.get(rack)
+        if rl is not None and (name is None or rl.first() < name):
+            name = rl.first()
+    return (1, c.names.first()) if name is None else (0, name)
+
+
+def _how_many(c: HostClass, reqs: list[Vec], start: int) -> tuple[int, int, int, int, int]:
+    """How many of reqs[start:] fit on a host of class `c` one after the other, and what it has left after them."""
+    cpu, mem, disk, gpu, ports = c.cpu, c.mem, c.disk, c.gpu, c.ports
+    k = 0
+    for j in range(start, len(reqs)):
+        r = reqs[j]
+        if not (r[0] <= cpu and r[1] <= mem and r[2] <= disk and r[3] <= gpu and r[4] <= ports):
+            break
+        cpu -= r[0]
+        mem -= r[1]
+        disk -= r[2]
+        gpu -= r[3]
+        ports -= r[4]
+        k += 1
+    return k, cpu, mem, disk, gpu
 
 
 class _Attempt:
-    """One gang being tried: its tentative assignments and the undo log of the hosts it touched."""
+    """One gang being tried: the hosts it took (with their state before), members per host, racks in use."""
 
-    __slots__ = ("gang", "undo", "count", "used", "assignments")
+    __slots__ = ("view", "used", "before", "count", "racks", "pairs")
 
-    def __init__(self, gang: GangRequest) -> None:
-        self.gang = gang
-        self.undo: dict[int, _Snapshot] = {}
-        self.count: dict[int, int] = {}  # host idx -> members of this gang on it
-        self.used: list[_Host] = []  # hosts in order of first use
-        self.assignments: list[MemberAssignment] = []
+    def __init__(self, view: ClassView) -> None:
+        self.view = view
+        self.used: list[HostState] = []  # in order of first use
+        self.before: list[Vec] = []  # free state of used[i] before this gang
+        self.count: dict[str, int] = {}  # hostname -> members of this gang on it
+        self.racks: list[str] = []  # racks in order of first use
+        self.pairs: list[tuple[MemberRequest, HostState]] = []
 
-    def assign(self, h: _Host, instance: int, task_id: str, r: Resources) -> None:
-        if h.idx not in self.undo:
-            self.undo[h.idx] = h.snapshot()
+    def assign(self, h: HostState, r: Vec, member: MemberRequest) -> None:
+        n = self.count.get(h.name)
+        if n is None:
+            self.view.take(h)
             self.used.append(h)
-        h.materialize()
-        assert h.gpu_ids is not None and h.port_list is not None
-        h.cpu -= r.cpu
-        h.mem -= r.mem
-        h.disk -= r.disk
-        gpu_ids: tuple[int, ...] = ()
-        ports: tuple[int, ...] = ()
-        if r.gpu > 0:
-            gpu_ids = tuple(h.gpu_ids[h.gpu_next : h.gpu_next + r.gpu])
-            h.gpu_next += r.gpu
-            h.gpu -= r.gpu
-        if r.ports > 0:
-            ports = tuple(h.port_list[h.port_next : h.port_next + r.ports])
-            h.port_next += r.ports
-            h.ports -= r.ports
-        self.count[h.idx] = self.count.get(h.idx, 0) + 1
-        self.assignments.append(
-            MemberAssignment(
-                instance=instance,
-                task_id=task_id,
-                hostname=h.name,
-                address=h.offer.address,
-                resources=r,
-                gpu_ids=gpu_ids,
-                ports=ports,
-            )
-        )
+            self.before.append(h.free())
+            n = 0
+            if h.rack and h.rack not in self.racks:
+                self.racks.append(h.rack)
+        self.count[h.name] = n + 1
+        h.cpu -= r[0]
+        h.mem -= r[1]
+        h.disk -= r[2]
+        h.gpu -= r[3]
+        h.ports -= r[4]
+        self.pairs.append((member, h))
 
-    def rollback(self, hosts: list[_Host]) -> None:
-        for idx, snap in self.undo.items():
-            hosts[idx].restore(snap)
-        self.undo.clear()
+    def commit(self) -> None:
+        self.view.settle(self.used)
+
+    def rollback(self) -> None:
+        for h, v in zip(self.used, self.before, strict=True):
+            h.cpu, h.mem, h.disk, h.gpu, h.ports = v
+        self.view.settle(self.used)
 
 
-def _satisfies(offer: HostOffer, constraints: tuple[Constraint, ...]) -> bool:
-    return all(c.matches(offer.labels) for c in constraints)
-
-
-def _how_many(h: _Host, members: list[Resources], start: int) -> tuple[int, float, float, float, int]:
-    """How many of members[start:] fit on `h` one after the other, and what the host has left after them."""
-    cpu, mem, disk, gpu, ports = h.cpu, h.mem, h.disk, h.gpu, h.ports
-    k = 0
-    for j in range(start, len(members)):
-        r = members[j]
-        if not (
-            r.cpu <= cpu + _EPS and r.mem <= mem + _EPS and r.disk <= disk + _EPS and r.gpu <= gpu and r.ports <= ports
-        ):
-            break
-        cpu -= r.cpu
-        mem -= r.mem
-        disk -= r.disk
-        gpu -= r.gpu
-        ports -= r.ports
-        k += 1
-    return max(k, 1), cpu, mem, disk, gpu
-
-
-class _Tiers:
-    """The hosts a gang may use (its constraints hold there), split so that GPU hosts are kept for GPU work."""
-
-    __slots__ = ("cpu_hosts", "gpu_hosts")
-
-    def __init__(self, eligible: list[_Host]) -> None:
-        self.cpu_hosts = [h for h in eligible if not h.has_gpus]
-        self.gpu_hosts = [h for h in eligible if h.has_gpus]
-
-    def levels(self, r: Resources) -> list[tuple[bool, list[_Host]]]:
-        """(GPU hosts?, hosts) in order of preference for a member of size `r`."""
-        if r.gpu > 0:
-            return [(True, self.gpu_hosts)]
-        return [(False, self.cpu_hosts), (True, self.gpu_hosts)]
-
-
-def _pack_pick(
-    att: _Attempt,
-    tiers: _Tiers,
-    norm: _Norm,
-    reqs: list[Resources],
-    i: int,
-    homogeneous: bool,
-    current: _Host | None,
-    exhausted: set[bool],
-) -> _Host | None:
+def _pack_new_host(
+    tier: dict[ClassKey, HostClass], reqs: list[Vec], i: int, sid: int, homogeneous: bool, racks: list[str], w: Weights
+) -> str | None:
+    """The best host of `tier` for members i.. of a pack gang, compared class by class: most of the remaining members,
+    then (GPU work) fewest GPUs left, then in a rack the gang uses, then least capacity left, then hostname."""
     r = reqs[i]
-    for gpu_level, tier in tiers.levels(r):
-        if gpu_level in exhausted:
-            continue
-        # Locality first: the host this gang is filling, then the other hosts it already uses.
-        if current is not None and current.has_gpus == gpu_level and current.fits(r):
-            return current
-        for h in att.used:
-            if h.has_gpus == gpu_level and h.fits(r):
-                return h
-        chosen: _Host | None = None
-        best_key: tuple[int, int, float, str, int] | None = None
-        rc, rm, rd, rg, rp = r.cpu, r.mem, r.disk, r.gpu, r.ports
-        ncpu, nmem, ndisk = norm.cpu, norm.mem, norm.disk
-        cap = len(reqs) - i
-        for h in tier:
-            if not (
-                rc <= h.cpu + _EPS and rm <= h.mem + _EPS and rd <= h.disk + _EPS and rg <= h.gpu and rp <= h.ports
-            ):
+    remaining = len(reqs) - i
+    rg = r[3]
+    best: tuple[int, int, int, int, str] | None = None  # (-members, GPUs left, not in a used rack, left, hostname)
+    if homogeneous:
+        # For equal member counts "capacity left" orders like the class's own free capacity (`base`): it is that
+        # minus the same k x the member size everywhere. Cheap rejections first: this loop is the hot path.
+        best_k = 0
+        best_gl = 0
+        best_base = 0
+        for c in tier.values():
+            cap = c.caps.get(sid)
+            if cap is None:
+                cap = c.caps[sid] = _cap(c, r)
+            if cap < best_k or not cap:
                 continue
-            if homogeneous:
-                k = cap
-                if rc > 0:
-                    k = min(k, int((h.cpu + _EPS) / rc))
-                if rm > 0:
-                    k = min(k, int((h.mem + _EPS) / rm))
-                if rd > 0:
-                    k = min(k, int((h.disk + _EPS) / rd))
-                if rg > 0:
-                    k = min(k, h.gpu // rg)
-                if rp > 0:
-                    k = min(k, h.ports // rp)
-                if k < 1:
-                    k = 1
-                left = (h.cpu - k * rc) * ncpu + (h.mem - k * rm) * nmem + (h.disk - k * rd) * ndisk
-                gpu_left = h.gpu - k * rg if rg > 0 else 0
-            else:
-                k, cpu, mem, disk, gpu = _how_many(h, reqs, i)
-                left = cpu * ncpu + mem * nmem + disk * ndisk
-                gpu_left = gpu if rg > 0 else 0
-            key = (-k, gpu_left, left, h.name, h.idx)
-            if best_key is None or key < best_key:
-                best_key, chosen = key, h
-        if chosen is not None:
-            return chosen
-        if homogeneous:
-            exhausted.add(gpu_level)  # hosts only shrink: no later member of this gang fits this level either
-    return None
+            k = cap if cap < remaining else remaining
+            if k < best_k:
+                continue
+            gl = c.gpu - k * rg if rg else 0
+            if k == best_k and (gl > best_gl or (gl == best_gl and not racks and c.base > best_base)):
+                continue
+            rank, name = _rack_pick(c, racks) if racks else (1, c.names.first())
+            key = (-k, gl, rank, c.base, name)
+            if best is None or key < best:
+                best, best_k, best_gl, best_base = key, k, gl, c.base
+    else:
+        for c in tier.values():
+            k, cpu, mem, disk, gpu = _how_many(c, reqs, i)
+            if not k:
+                continue
+            rank, name = _rack_pick(c, racks) if racks else (1, c.names.first())
+            key = (-k, gpu if rg else 0, rank, cpu * w[0] + mem * w[1] + disk * w[2], name)
+            if best is None or key < best:
+                best = key
+    return None if best is None else best[4]
 
 
-def _pack(att: _Attempt, tiers: _Tiers, norm: _Norm, homogeneous: bool) -> int | None:
-    """Fill as few hosts as possible; returns None when every member was placed, else the first unplaceable index.
-
-    For each member: stay on the host this gang is filling while the member fits, then any other host the gang
-    already uses, then the host that can take the most of the remaining members, tie-broken by the least
-    capacity left afterwards (best fit; for GPU work the fewest GPUs left first), then by hostname.
-    """
-    members = att.gang.members
-    reqs = [m.resources for m in members]
-    current: _Host | None = None
+def _pack(
+    att: _Attempt, view: ClassView, reqs: list[Vec], members: Sequence[MemberRequest], homogeneous: bool, w: Weights
+) -> int | None:
+    """Fill as few hosts (and racks) as possible; None when every member was placed, else the first unplaceable
+    index."""
+    current: HostState | None = None
     exhausted: set[bool] = set()
+    sid = view.index.shape_id(reqs[0]) if homogeneous else -1
     for i, r in enumerate(reqs):
-        while True:
-            chosen = _pack_pick(att, tiers, norm, reqs, i, homogeneous, current, exhausted)
-            if chosen is None:
-                return i
-            if not chosen.materialize() or chosen.fits(r):
+        chosen: HostState | None = None
+        for level in _GPU_LEVELS if r[3] > 0 else _CPU_LEVELS:
+            if level in exhausted:
+                continue
+            if current is not None and current.has_gpus == level and _fits(current, r):
+                chosen = current
                 break
+            for h in att.used:
+                if h.has_gpus == level and _fits(h, r):
+                    chosen = h
+                    break
+            if chosen is not None:
+                break
+            name = _pack_new_host(view.tiers[level], reqs, i, sid, homogeneous, att.racks, w)
+            if name is not None:
+                chosen = view.hosts[name]
+                break
+            if homogeneous:
+                exhausted.add(level)  # hosts only shrink while a gang is tried: no later member fits this tier
+        if chosen is None:
+            return i
         current = chosen
-        att.assign(chosen, members[i].instance, members[i].task_id, r)
+        att.assign(chosen, r, members[i])
     return None
 
 
-def _spread_pick(
-    att: _Attempt,
-    tiers: _Tiers,
-    norm: _Norm,
-    r: Resources,
-    homogeneous: bool,
-    ordered: dict[bool, list[_Host]],
-    cursor: dict[bool, int],
-) -> _Host | None:
-    for gpu_level, tier in tiers.levels(r):
-        hosts = ordered.get(gpu_level)
-        if hosts is None:
-            # Hosts this gang has not used yet do not change while it is placed, so one sort serves the gang.
-            hosts = sorted(tier, key=lambda h: (-norm.free_score(h), h.name, h.idx))
-            ordered[gpu_level] = hosts
-        j = cursor.get(gpu_level, 0) if homogeneous else 0
-        count = att.count
-        while j < len(hosts):
-            h = hosts[j]
-            if h.idx not in count and h.fits(r):
-                break
-            j += 1
-        if homogeneous:
-            # Unused hosts before the cursor cannot take this size, and they do not change during this gang.
-            cursor[gpu_level] = j
-        if j < len(hosts):
-            return hosts[j]
-        chosen: _Host | None = None
-        best_key: tuple[int, float, str, int] | None = None
-        for h in att.used:
-            if h.has_gpus == gpu_level and h.fits(r):
-                key = (count[h.idx], -norm.free_score(h), h.name, h.idx)
-                if best_key is None or key < best_key:
-                    best_key, chosen = key, h
-        if chosen is not None:
-            return chosen
-    return None
-
-
-def _spread(att: _Attempt, tiers: _Tiers, norm: _Norm, homogeneous: bool) -> int | None:
+def _spread(
+    att: _Attempt, view: ClassView, reqs: list[Vec], members: Sequence[MemberRequest], homogeneous: bool, w: Weights
+) -> int | None:
     """Each member on the host with the fewest members of this gang so far, then the most free resources, then
-    hostname. Returns None when every member was placed, else the first unplaceable index."""
-    ordered: dict[bool, list[_Host]] = {}
+    hostname. None when every member was placed, else the first unplaceable index."""
+    ordered: dict[bool, list[tuple[int, ClassKey, HostClass]]] = {}
     cursor: dict[bool, int] = {}
-    for i, m in enumerate(att.gang.members):
-        r = m.resources
-        while True:
-            chosen = _spread_pick(att, tiers, norm, r, homogeneous, ordered, cursor)
-            if chosen is None:
-                return i
-            if not chosen.materialize() or chosen.fits(r):
+    for i, r in enumerate(reqs):
+        chosen: HostState | None = None
+        for level in _GPU_LEVELS if r[3] > 0 else _CPU_LEVELS:
+            classes = ordered.get(level)
+            if classes is None:
+                # A copy: taking hosts may drop emptied classes from the view's order while the cursor walks it.
+                # Classes only lose hosts while a gang is tried, so the order stays valid for the whole gang.
+                classes = ordered[level] = list(view.order[level])
+            j = cursor.get(level, 0) if homogeneous else 0
+            n = len(classes)
+            while j < n:
+                c = classes[j][2]
+                if c.names and _fits(c, r):
+                    break
+                j += 1
+            if homogeneous:
+                # Classes before the cursor are empty or too small for this size, and stay so during this gang.
+                cursor[level] = j
+            if j < n:
+                s, _, c = classes[j]
+                name = c.names.first()
+                j += 1
+                while j < n and classes[j][0] == s:  # equal scores: the lowest hostname, whichever class
+                    c = classes[j][2]
+                    if c.names and c.names.first() < name and _fits(c, r):
+                        name = c.names.first()
+                    j += 1
+                chosen = view.hosts[name]
                 break
-        att.assign(chosen, m.instance, m.task_id, r)
+            best: tuple[int, int, str] | None = None
+            for h in att.used:
+                if h.has_gpus == level and _fits(h, r):
+                    key = (att.count[h.name], -_score(h, w), h.name)
+                    if best is None or key < best:
+                        best, chosen = key, h
+            if chosen is not None:
+                break
+        if chosen is None:
+            return i
+        att.assign(chosen, r, members[i])
     return None
 
 
-def _explain(
-    gang: GangRequest, failed_at: int, placed: int, hosts: list[_Host], eligible_flags: list[bool]
-) -> PlacementFailure:
+def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassView, att: _Attempt) -> PlacementFailure:
+    """Why the gang failed at member `failed_at`, counted over every host as it stood then (with this gang's own
+    tentative members still on the hosts it used)."""
     member = gang.members[failed_at].resources
+    r = to_vec(member)
     counts: dict[str, int] = {}
-    failed_constraints: list[Constraint] = []
-    for h, ok in zip(hosts, eligible_flags, strict=True):
-        dims = h.short_of(member)
-        if not ok:
-            dims.append("constraint")
-            for c in gang.constraints:
-                if not c.matches(h.offer.labels) and c not in failed_constraints:
-                    failed_constraints.append(c)
-        for d in dims:
+    for c in index.classes():
+        for d in _short_of(c, r):
+            counts[d] = counts.get(d, 0) + len(c.names)
+    for h in att.used:
+        for d in _short_of(h, r):
             counts[d] = counts.get(d, 0) + 1
+    failed_constraints: list[Constraint] = []
+    ineligible = len(index) - view.eligible
+    if ineligible:
+        counts["constraint"] = ineligible
+        for con in dict.fromkeys(gang.constraints):
+            if index.fails_somewhere(con):
+                failed_constraints.append(con)
     short = {d: counts[d] for d in SHORT_DIMENSIONS if d in counts}
     n = len(gang.members)
     if all(m.resources == member for m in gang.members):
         need = f"gang of {n} needs {member.describe()} each"
     else:
         need = f"gang of {n}: instance {gang.members[failed_at].instance} needs {member.describe()}"
-    if not hosts:
+    if not len(index):
         why = "no hosts offered"
     elif short:
         parts = []
@@ -389,53 +326,69 @@ def _explain(
         gang_id=gang.gang_id,
         job_id=gang.job_id,
         attempt=gang.attempt,
-        reason=f"{need}; placed {placed} of {n}; {why}",
+        reason=f"{need}; placed {len(att.pairs)} of {n}; {why}",
         short_hosts=short,
     )
 
 
+def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | PlacementFailure | None:
+    """Place one gang. Kept: its resources stay deducted and the placement is returned. Not kept (a probe): the
+    index is restored and None stands for success. A failure always leaves the index as it was."""
+    members = gang.members
+    if not members:
+        return GangPlacement(gang.gang_id, gang.job_id, gang.attempt, ()) if keep else None
+    first = members[0].resources
+    homogeneous = all(m.resources is first or m.resources == first for m in members)
+    reqs = [to_vec(first)] * len(members) if homogeneous else [to_vec(m.resources) for m in members]
+    view = index.view(gang.constraints)
+    att = _Attempt(view)
+    w = index.weights()
+    if gang.strategy == "spread":
+        failed_at = _spread(att, view, reqs, members, homogeneous, w)
+    else:
+        failed_at = _pack(att, view, reqs, members, homogeneous, w)
+    if failed_at is not None:
+        failure = _explain(gang, failed_at, index, view, att)
+        att.rollback()
+        return failure
+    if not keep:
+        att.rollback()
+        return None
+    att.commit()
+    return GangPlacement(
+        gang_id=gang.gang_id,
+        job_id=gang.job_id,
+        attempt=gang.attempt,
+        members=tuple(
+            MemberAssignment(
+                instance=m.instance, task_id=m.task_id, hostname=h.name, address=h.address, resources=m.resources
+            )
+            for m, h in att.pairs
+        ),
+    )
+
+
 def place(
-    gangs: Sequence[GangRequest], offers: Sequence[HostOffer], lease_id: str
+    gangs: Sequence[GangRequest], hosts: HostIndex | Sequence[HostOffer]
 ) -> tuple[list[GangPlacement], list[PlacementFailure]]:
-    """Place each gang whole or not at all, in the given order; a placed gang's resources are gone for later ones."""
-    hosts = [_Host(i, o) for i, o in enumerate(offers)]
-    norm = _Norm(offers)
-    all_tiers: _Tiers | None = None
+    """Place each gang whole or not at all, in the given order. A placed gang's resources are deducted from `hosts`
+    (an index is updated in place; a list of offers is copied into a fresh index first, so the caller's list is
+    untouched); a gang that fails leaves the hosts exactly as they were."""
+    index = hosts if isinstance(hosts, HostIndex) else HostIndex(hosts)
     placements: list[GangPlacement] = []
     failures: list[PlacementFailure] = []
     for gang in gangs:
-        if gang.constraints:
-            flags = [_satisfies(h.offer, gang.constraints) for h in hosts]
-            tiers = _Tiers([h for h, ok in zip(hosts, flags, strict=True) if ok])
-        else:
-            flags = []
-            if all_tiers is None:
-                all_tiers = _Tiers(hosts)
-            tiers = all_tiers
-        first = gang.members[0].resources if gang.members else Resources()
-        homogeneous = all(m.resources == first for m in gang.members)
-        att = _Attempt(gang)
-        if gang.strategy == "spread":
-            failed_at = _spread(att, tiers, norm, homogeneous)
-        else:
-            failed_at = _pack(att, tiers, norm, homogeneous)
-        if failed_at is None:
-            placements.append(
-                GangPlacement(
-                    gang_id=gang.gang_id,
-                    job_id=gang.job_id,
-                    attempt=gang.attempt,
-                    lease_id=lease_id,
-                    members=tuple(att.assignments),
-                )
-            )
-            continue
-        failures.append(_explain(gang, failed_at, len(att.assignments), hosts, flags or [True] * len(hosts)))
-        att.rollback(hosts)
+        out = _try(gang, index, keep=True)
+        if isinstance(out, GangPlacement):
+            placements.append(out)
+        elif out is not None:
+            failures.append(out)
     return placements, failures
 
 
-def can_ever_fit(gang: GangRequest, capacities: Sequence[HostOffer]) -> PlacementFailure | None:
-    """Whether `gang` fits the cluster when it is empty (offers at full capacity): None if so, else why not."""
-    _, failures = place([gang], capacities, lease_id="")
-    return failures[0] if failures else None
+def can_ever_fit(gang: GangRequest, capacities: HostIndex | Sequence[HostOffer]) -> PlacementFailure | None:
+    """Whether `gang` fits the hosts as given (used with full capacities: could it ever run here?). None if so, else
+    why not. The index is left exactly as it was."""
+    index = capacities if isinstance(capacities, HostIndex) else HostIndex(capacities)
+    out = _try(gang, index, keep=False)
+    return out if isinstance(out, PlacementFailure) else None

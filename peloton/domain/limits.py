@@ -1,0 +1,90 @@
+"""Every limit on what a caller may send, in one place. The validator owns them; the rest of the daemon relies on them.
+
+Why these numbers:
+
+- Strings that land in a store column (job name, owner, pool path, job id) are counted in characters, as
+  PostgreSQL's varchar(n) counts them, and each limit is at most its column's length (peloton/store/models.py),
+  so SQLite (which enforces no length) and PostgreSQL (which does) give the same answer: the validator's.
+- Strings that reach the kernel at launch (the command, the environment) are counted in UTF-8 bytes. Linux
+  refuses an exec whose single argv/env string is over MAX_ARG_STRLEN (131072 bytes with its NUL) or whose
+  strings together are over ARG_MAX (2 MiB with the usual 8 MiB stack) with "Argument list too long". A task's
+  environment is the daemon's own, plus `task.env`, plus the training variables (PELOTON_PEERS alone is up to
+  ~22 bytes a member of the gang); the limits below keep the caller's part to a quarter of ARG_MAX, and each
+  string to half of MAX_ARG_STRLEN.
+- No string anywhere may hold a NUL character: a C string (argv, env) ends at the first NUL, and PostgreSQL
+  rejects NUL in text.
+- Numbers must be finite, and positive quantities no smaller than a granularity: a denormal cpu (5e-324) once
+  overflowed the placer (1 / cpu is infinite).
+- Durations are protobuf Durations: seconds within +-315576000000 and nanos within +-999999999 of the same
+  sign (checked before any conversion), then within the documented range.
+
+docs/job-spec.md ("Limits") lists every one of these; keep the two in step.
+"""
+
+from __future__ import annotations
+
+KiB = 1024
+MiB = 1024 * KiB
+
+# --- strings: characters (store columns) --------------------------------------------------------------------------
+MAX_JOB_NAME_CHARS = 200  # jobs.name is varchar(256)
+MAX_OWNER_CHARS = 256  # jobs.owner is varchar(256)
+MAX_POOL_PATH_CHARS = 512  # resource_pools.path and jobs.respool are varchar(512)
+MAX_POOL_SEGMENT_CHARS = 128  # one name between slashes in a pool path
+MAX_JOB_ID_CHARS = 128  # jobs.id is varchar(128); the daemon's ids are 12 hex characters
+MAX_REQUEST_ID_CHARS = 128  # CreateJobRequest.request_id (jobs.request_id is String(128))
+MAX_CONTAINER_IMAGE_CHARS = 1024
+MAX_CONSTRAINT_ATTRIBUTE_CHARS = 256
+MAX_CONSTRAINT_VALUE_CHARS = 1024  # `in` takes a comma-separated list
+MAX_ENV_NAME_CHARS = 256  # names are ASCII ([A-Za-z_][A-Za-z0-9_]*): characters are bytes
+MAX_NAME_CONTAINS_CHARS = MAX_JOB_NAME_CHARS  # ListJobs name filter: longer can match no job
+
+# --- strings: UTF-8 bytes (what reaches exec) ---------------------------------------------------------------------
+MAX_COMMAND_BYTES = 64 * KiB  # one argv string of `/bin/sh -c COMMAND`
+MAX_ENV_VALUE_BYTES = 64 * KiB  # one `NAME=value` string stays under MAX_ARG_STRLEN (128 KiB)
+# command + NUL, and `NAME=value` + NUL for every task.env entry, together
+MAX_COMMAND_AND_ENV_BYTES = 256 * KiB
+
+# --- counts -------------------------------------------------------------------------------------------------------
+MAX_INSTANCES = 100_000
+# Members of one gang (min_available, or instances when it is 0). Every member's environment lists every member
+# (PELOTON_PEERS, `address:port,` ~22 bytes each with IPv4 addresses): 4096 members keep it near 90 KiB, under
+# MAX_ARG_STRLEN. A larger job can be elastic: a gang of at most this many, then gangs of one.
+MAX_GANG_SIZE = 4096
+MAX_ATTEMPTS = 10_000  # retry.max_attempts
+MAX_ENV_ENTRIES = 1024
+MAX_CONSTRAINTS = 64
+INT32_MIN = -(2**31)
+INT32_MAX = 2**31 - 1  # sla.priority: any int32 (the store's Integer column)
+
+# --- resources of one task (per member) ---------------------------------------------------------------------------
+MIN_CPU = 0.001  # cores; cpu must be at least this (it must be > 0)
+MAX_TASK_CPU = 4096.0  # cores
+MIN_MEM_MIB = 1 / 1024  # 1 KiB: a positive mem or disk below this is refused (0 is fine)
+MAX_TASK_MEM_MIB = 64.0 * 1024 * 1024  # 64Ti
+MAX_TASK_DISK_MIB = 1024.0 * 1024 * 1024  # 1024Ti
+MAX_TASK_GPU = 256
+MAX_TASK_PORTS = 64
+
+# --- resource pools (reservation and limit: totals over many tasks) ----------------------------------------------
+MAX_POOL_CPU = 10_000_000.0  # cores
+MAX_POOL_MEM_MIB = float(2**40)  # 1 EiB = 1048576Ti
+MAX_POOL_DISK_MIB = float(2**40)
+MAX_POOL_GPU = 1_000_000
+MAX_POOL_PORTS = 100_000_000
+MIN_POOL_SHARE = 0.001  # a share of 0 (or absent) in a request means the default, 1
+MAX_POOL_SHARE = 1_000_000.0
+
+# --- durations (seconds) ------------------------------------------------------------------------------------------
+PROTO_DURATION_MAX_SECONDS = 315_576_000_000  # google.protobuf.Duration: +-10000 years
+PROTO_DURATION_MAX_NANOS = 999_999_999
+MAX_LAUNCH_TIMEOUT_S = 7 * 24 * 3600.0  # gang.launch_timeout: > 0 and at most 7 days
+MAX_RUNTIME_S = 365 * 24 * 3600.0  # sla.max_runtime: >= 0 (0: none) and at most 365 days
+
+# --- requests -----------------------------------------------------------------------------------------------------
+DEFAULT_LIST_LIMIT = 100  # ListJobs.limit 0
+MAX_LIST_LIMIT = 10_000  # ListJobs.limit
+MAX_STATE_FILTERS = 32  # ListJobs.states entries
+# CreateJob: the serialized JobSpec. Every other limit together stays well under it; it bounds the work done on
+# a request before validation (gRPC itself refuses any message over 4 MiB).
+MAX_SPEC_BYTES = 1 * MiB
