@@ -1,9 +1,10 @@
-"""The interface every cluster backend (local, mesos, sim) implements, and the plain data it speaks."""
+"""The interface every cluster backend (local, sim, mesos) implements, and the plain data it speaks."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field
+from enum import StrEnum
 from typing import Protocol
 
 from peloton.domain.placement import HostOffer
@@ -13,7 +14,7 @@ from peloton.domain.states import TaskState
 
 @dataclass(frozen=True, slots=True)
 class LaunchSpec:
-    """One member to start on a host, with the exact GPUs and ports the placement chose."""
+    """One member to start on a host, with the exact GPUs and ports its claim holds."""
 
     task_id: str
     job_id: str
@@ -27,6 +28,32 @@ class LaunchSpec:
     ports: tuple[int, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # extra files written into the sandbox (hostfile)
     container_image: str = ""  # Mesos containerizer image; the local backend runs on the host
+
+
+@dataclass(frozen=True, slots=True)
+class GangLaunch:
+    """Every member of one gang attempt: the unit a backend starts whole or not at all."""
+
+    gang_id: str
+    attempt: int
+    tasks: tuple[LaunchSpec, ...]
+
+
+class LaunchOutcome(StrEnum):
+    OK = "OK"  # every member started (its RUNNING status is on its way)
+    REFUSED = "REFUSED"  # nothing was started: the system refused (stale claim, killed before launch, host gone)
+    FAILED = "FAILED"  # a member could not be started; the others were stopped; the gang's policy applies
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchResult:
+    gang_id: str
+    attempt: int
+    outcome: LaunchOutcome
+    task_id: str = ""  # the member at fault (FAILED)
+    message: str = ""
+    # True when starting the same task again cannot succeed (a command that cannot be executed at all)
+    permanent: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +76,17 @@ class TaskStatus:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningTask:
+    """A task the backend accounts for on a host (started, or registered and about to start)."""
+
+    task_id: str
+    hostname: str
+    resources: Resources
+    gpu_ids: tuple[int, ...] = ()
+    ports: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
 class HostInfo:
     hostname: str
     address: str
@@ -63,46 +101,57 @@ class HostInfo:
 class LaunchError(Exception):
     """A member could not be started; `task_id` names it."""
 
-    def __init__(self, task_id: str, message: str) -> None:
+    def __init__(self, task_id: str, message: str, *, permanent: bool = False) -> None:
         super().__init__(f"{task_id}: {message}")
         self.task_id = task_id
         self.message = message
+        self.permanent = permanent
 
 
 StatusCallback = Callable[[TaskStatus], None]
+HostsCallback = Callable[[Collection[str]], None]
 
 
 class Backend(Protocol):
-    """A cluster backend. Implementations are thread-safe; they call `on_status` from their own threads."""
+    """A cluster backend. Thread-safe; it calls its callbacks from its own threads, never while holding a lock
+    of its own, so the callee may call back into it."""
 
-    def start(self, on_status: StatusCallback) -> None:
-        """Begin monitoring (and adopt tasks a previous daemon left running)."""
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback) -> None:
+        """Begin monitoring (and adopt tasks a previous daemon left running). `on_hosts_changed(names)` tells the
+        host manager that the free resources of these hosts changed for a reason it cannot see itself (offers
+        arriving or rescinded, a host lost or added); launches and status updates need no such call."""
 
     def stop(self) -> None:
         """Stop monitoring. Running tasks are NOT killed: a restarted daemon adopts them."""
 
-    def offers(self) -> list[HostOffer]:
-        """Free resources of every host now (leases are the caller's business)."""
+    def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
+        """The free resources of these hosts (all when None) as the backend accounts for them now: capacity minus
+        every task it runs or has registered. `with_ids` fills the concrete free GPU ids and ports (costly on
+        hosts with large port ranges: only for the few hosts being claimed)."""
 
     def hosts(self) -> list[HostInfo]:
         ...
 
-    def launch(self, tasks: Sequence[LaunchSpec]) -> None:
-        """Start every task, or none: on any failure kill those already started and raise LaunchError.
-        A RUNNING status is reported for each task that started."""
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        """Start every member of each gang, or none of that gang; one result per gang, in order. Before anything
+        is started the backend accounts for all members (so their resources are never free in between); a gang it
+        cannot account for is REFUSED, one with a member that will not start is FAILED (the others stopped). A
+        member killed before it started is never started. RUNNING is reported for each member once its command
+        has started."""
 
     def kill(self, task_ids: Sequence[str]) -> None:
-        """Ask each task to stop (SIGTERM to its process group, SIGKILL after a grace period).
-        Unknown ids are ignored. Each task's end is reported as a status (KILLED)."""
+        """Ask each task to stop (SIGTERM to its process group, SIGKILL after a grace period). A task registered but
+        not started yet is never started. Unknown ids are ignored. Each task's end is reported (KILLED)."""
 
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         """Current status of each id: RUNNING, a terminal state, or LOST if the backend knows nothing of it."""
 
-    def running_task_ids(self) -> set[str]:
-        ...
+    def running(self) -> list[RunningTask]:
+        """Every task the backend accounts for (running, or registered and about to start)."""
 
     def acknowledge(self, acks: Sequence[str]) -> None:
         """The updates carrying these `ack` tokens are persisted; the backend may acknowledge them upstream."""
 
-    def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
-        """The last `tail_bytes` of the task's stdout or stderr. NotFound if the task is unknown."""
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """Up to `max_bytes` of the task's stdout or stderr from byte `offset` (negative: that many bytes before the
+        end), and the offset just after what was returned. NotFound if the task is unknown."""

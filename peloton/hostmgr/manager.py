@@ -1,140 +1,271 @@
-"""Host manager shell: one backend, the lease book, and the ordered log of task status events that jobmgr
-long-polls. Thread-safe."""
+"""Host manager shell: one backend, the claims placed gangs hold until they launch, the versioned view of every
+host's free resources that placement syncs from, and the ordered log of task status events that jobmgr
+long-polls. Thread-safe.
+
+Locks: `_lock` guards the claims, host versions and kill tombstones (memory only); `_events` has its own
+condition. The backend is called with `_lock` held only for its in-memory reads (`offers`), never for I/O: launch,
+kill and reconcile run outside it. Lock order: `_lock` before the backend's own lock; backends never call back
+while holding theirs.
+"""
 
 from __future__ import annotations
 
-import collections
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections import OrderedDict
+from collections.abc import Callable, Collection, Sequence
+from dataclasses import dataclass
 
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 
-from peloton.domain.placement import HostOffer, MemberAssignment
-from peloton.hostmgr.backend import Backend, HostInfo, LaunchError, LaunchSpec, TaskStatus
-from peloton.hostmgr.leases import LeaseBook
+from peloton.domain.placement import GangPlacement, HostOffer, PlacementFailure
+from peloton.hostmgr.backend import Backend, GangLaunch, HostInfo, LaunchOutcome, LaunchResult, TaskStatus
+from peloton.hostmgr.claims import ClaimBook, ClaimKey
 
 log = logging.getLogger(__name__)
 
 TASK_STATUSES = Counter("peloton_hostmgr_task_status_total", "Task status updates from the backend", ["state"])
 LAUNCHES = Counter("peloton_hostmgr_gang_launches_total", "Gang launches", ["result"])
+CLAIMS = Counter("peloton_hostmgr_claims_total", "Placements claimed or refused at claim time", ["result"])
+LAUNCH_SECONDS = Histogram("peloton_hostmgr_launch_seconds", "Time the backend takes to start a batch of gangs")
 
-EVENT_LOG_SIZE = 200_000
+EVENT_LOG_LIMIT = 500_000  # unacknowledged status events kept; beyond it the oldest go and jobmgr reconciles
+TOMBSTONE_S = 600.0  # a task id killed before its launch is refused for this long
+DEFAULT_CLAIM_TTL_S = 60.0
+
+
+@dataclass(frozen=True, slots=True)
+class HostSync:
+    """What changed since a version: the free resources (counts) of every host that changed."""
+
+    stream_id: str
+    version: int
+    full: bool  # `offers` is every host (the caller replaces its view)
+    offers: list[HostOffer]
+    removed: list[str]
 
 
 class HostManager:
-    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
+                 claim_ttl_s: float = DEFAULT_CLAIM_TTL_S) -> None:
         self.backend = backend
         self.clock = clock
+        self.claim_ttl_s = claim_ttl_s
         self.stream_id = uuid.uuid4().hex
-        self._leases = LeaseBook()
         self._lock = threading.Lock()
-        self._events: collections.deque[tuple[int, TaskStatus]] = collections.deque(maxlen=EVENT_LOG_SIZE)
-        self._seq = 0
-        self._acked_seq = 0
+        self._claims = ClaimBook()
+        self._version = 1  # a sync answers at least 1, so "since 0" always means "everything"
+        self._versions: dict[str, int] = {}  # host -> version of its last change, in version order
+        self._capacity_version = 1
+        self._tombstones: OrderedDict[str, float] = OrderedDict()  # killed task id -> when
         self._cond = threading.Condition()
+        self._events: list[TaskStatus] = []  # seq = _first_seq + index
+        self._first_seq = 1
+        self._acked_seq = 0
 
     def start(self) -> None:
-        self.backend.start(self._on_status)
+        self.backend.start(self._on_status, self._on_hosts_changed)
 
     def stop(self) -> None:
         self.backend.stop()
 
+    # --- versions -----------------------------------------------------------------------------------------
+    def _touch_locked(self, hosts: Collection[str]) -> None:
+        for h in hosts:
+            self._version += 1
+            self._versions.pop(h, None)
+            self._versions[h] = self._version
+
+    def _on_hosts_changed(self, hosts: Collection[str]) -> None:
+        with self._lock:
+            self._touch_locked(hosts)
+            self._capacity_version += 1
+
     # --- status events ------------------------------------------------------------------------------------
     def _on_status(self, status: TaskStatus) -> None:
         TASK_STATUSES.labels(status.state.value).inc()
+        if status.state.terminal and status.hostname:
+            with self._lock:
+                self._touch_locked((status.hostname,))
         with self._cond:
-            self._seq += 1
-            self._events.append((self._seq, status))
+            self._events.append(status)
+            if len(self._events) > EVENT_LOG_LIMIT:
+                drop = len(self._events) - EVENT_LOG_LIMIT
+                del self._events[:drop]
+                self._first_seq += drop
+                log.error("status event log over %d events: the oldest %d were dropped (jobmgr reconciles)",
+                          EVENT_LOG_LIMIT, drop)
             self._cond.notify_all()
 
-    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> list[tuple[int, TaskStatus]]:
+    @property
+    def last_seq(self) -> int:
+        return self._first_seq + len(self._events) - 1
+
+    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> tuple[list[tuple[int, TaskStatus]], bool]:
+        """Events after `after_seq` (long poll), and whether some were lost (after_seq is older than the log)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self._seq <= after_seq:
+            while self.last_seq <= after_seq:
                 left = deadline - time.monotonic()
                 if left <= 0:
-                    return []
+                    return [], False
                 self._cond.wait(left)
-            out = []
-            for seq, st in self._events:
-                if seq > after_seq:
-                    out.append((seq, st))
-                    if len(out) >= max_events:
-                        break
-            return out
+            gap = after_seq + 1 < self._first_seq
+            start = max(after_seq + 1, self._first_seq)
+            i = start - self._first_seq
+            chunk = self._events[i:i + max_events]
+            return [(start + k, st) for k, st in enumerate(chunk)], gap
 
     def ack_events(self, up_to_seq: int) -> int:
-        """Acknowledge upstream every update up to `up_to_seq` (they are persisted). Returns how many."""
+        """Every update up to `up_to_seq` is persisted: acknowledge them upstream and forget them."""
         with self._cond:
             if up_to_seq <= self._acked_seq:
                 return 0
-            acks = [st.ack for seq, st in self._events if self._acked_seq < seq <= up_to_seq and st.ack]
+            n = min(up_to_seq, self.last_seq) - self._first_seq + 1
+            done = self._events[:max(0, n)]
+            del self._events[:max(0, n)]
+            self._first_seq += max(0, n)
             self._acked_seq = up_to_seq
+        acks = [st.ack for st in done if st.ack]
         if acks:
             self.backend.acknowledge(acks)
         return len(acks)
 
-    # --- offers and leases --------------------------------------------------------------------------------
-    def acquire_offers(self, lease_s: float) -> tuple[str, list[HostOffer]]:
-        free = self.backend.offers()
+    # --- placement side -----------------------------------------------------------------------------------
+    def sync(self, since: int, stream_id: str) -> HostSync:
+        """Free resources (counts) of the hosts that changed after version `since` of stream `stream_id`; every
+        host when the stream is another one (this host manager restarted) or `since` is 0."""
         with self._lock:
-            return self._leases.acquire(free, self.clock(), lease_s)
+            self._touch_locked(self._claims.expire(self.clock()))
+            full = since <= 0 or stream_id != self.stream_id
+            names: list[str] | None = None
+            if not full:
+                names = []
+                for h, v in reversed(self._versions.items()):
+                    if v <= since:
+                        break
+                    names.append(h)
+            version = self._version
+            offers = self.backend.offers(names)
+            out = [self._claims.free(o) for o in offers]
+        removed = sorted(set(names) - {o.hostname for o in offers}) if names else []
+        return HostSync(self.stream_id, version, full, out, removed)
 
-    def retain(self, lease_id: str, keep: Sequence[MemberAssignment]) -> None:
+    def claim(self, placements: Sequence[GangPlacement]) -> tuple[list[GangPlacement], list[PlacementFailure]]:
+        """Hold each placement whole (choosing its GPU ids and ports) or refuse it."""
+        claimed: list[GangPlacement] = []
+        refused: list[PlacementFailure] = []
+        hosts = {m.hostname for p in placements for m in p.members}
         with self._lock:
-            self._leases.retain(lease_id, keep, self.clock())
+            now = self.clock()
+            self._touch_locked(self._claims.expire(now))
+            offers = {o.hostname: o for o in self.backend.offers(hosts, with_ids=True)}
+            for p in placements:
+                r = self._claims.claim(p, offers, now, self.claim_ttl_s)
+                if isinstance(r, str):
+                    refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, r))
+                else:
+                    claimed.append(r)
+                    self._touch_locked({m.hostname for m in r.members})
+        CLAIMS.labels("claimed").inc(len(claimed))
+        CLAIMS.labels("refused").inc(len(refused))
+        return claimed, refused
 
-    def capacity(self) -> list[HostOffer]:
-        return [
-            HostOffer(
-                hostname=h.hostname,
-                address=h.address,
-                free=h.capacity,
-                gpu_ids=tuple(range(h.capacity.gpu)),
-                ports=tuple(range(h.capacity.ports)),
-                labels=dict(h.labels),
-                capacity=h.capacity,
-                has_gpus=h.capacity.gpu > 0,
-            )
+    def release_claims(self, keys: Sequence[ClaimKey]) -> None:
+        with self._lock:
+            for key in keys:
+                self._touch_locked(self._claims.release(key))
+
+    def held_hosts(self) -> set[str]:
+        with self._lock:
+            self._touch_locked(self._claims.expire(self.clock()))
+            return self._claims.held_hosts()
+
+    # --- launch and kill ----------------------------------------------------------------------------------
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        """Start each gang whole, or refuse it (stale claim, a member killed before its launch), or report it
+        failed. The claim is dropped only after the backend accounts for the members."""
+        results: dict[ClaimKey, LaunchResult] = {}
+        go: list[GangLaunch] = []
+        with self._lock:
+            now = self.clock()
+            self._expire_tombstones_locked(now)
+            for g in gangs:
+                key = (g.gang_id, g.attempt)
+                killed = [t.task_id for t in g.tasks if t.task_id in self._tombstones]
+                why = f"{killed[0]} was killed before its launch" if killed else None
+                if why is None:
+                    why = self._claims.begin_launch(key, g.tasks, now)
+                else:
+                    self._touch_locked(self._claims.release(key))
+                if why is not None:
+                    results[key] = LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, message=why)
+                else:
+                    go.append(g)
+        started: list[LaunchResult] = []
+        if go:
+            with LAUNCH_SECONDS.time():
+                try:
+                    started = self.backend.launch(go)
+                finally:
+                    with self._lock:
+                        for g in go:
+                            self._touch_locked(self._claims.release((g.gang_id, g.attempt)))
+        late: list[str] = []
+        with self._lock:
+            for r, g in zip(started, go, strict=True):
+                results[(g.gang_id, g.attempt)] = r
+                if r.outcome == LaunchOutcome.OK:
+                    late += [t.task_id for t in g.tasks if t.task_id in self._tombstones]
+        if late:  # killed while the backend was starting them: they must not run on
+            self.backend.kill(late)
+        out = [results[(g.gang_id, g.attempt)] for g in gangs]
+        for r in out:
+            LAUNCHES.labels(r.outcome.value.lower()).inc()
+        return out
+
+    def kill(self, task_ids: Sequence[str]) -> None:
+        if not task_ids:
+            return
+        with self._lock:
+            now = self.clock()
+            for tid in task_ids:
+                self._tombstones[tid] = now
+                self._tombstones.move_to_end(tid)
+        self.backend.kill(task_ids)
+
+    def _expire_tombstones_locked(self, now: float) -> None:
+        while self._tombstones:
+            tid, t = next(iter(self._tombstones.items()))
+            if now - t < TOMBSTONE_S and len(self._tombstones) <= 1_000_000:
+                break
+            self._tombstones.popitem(last=False)
+
+    def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
+        return self.backend.reconcile(task_ids)
+
+    def running_task_ids(self) -> list[str]:
+        return sorted(t.task_id for t in self.backend.running())
+
+    # --- views --------------------------------------------------------------------------------------------
+    def capacity(self, if_version: int = 0) -> tuple[int, list[HostOffer] | None]:
+        """Every host at full capacity (for "can this gang ever fit?"), or None when unchanged since
+        `if_version`."""
+        with self._lock:
+            version = self._capacity_version
+        if if_version == version:
+            return version, None
+        return version, [
+            HostOffer(hostname=h.hostname, address=h.address, free=h.capacity, labels=dict(h.labels),
+                      capacity=h.capacity, has_gpus=h.capacity.gpu > 0)
             for h in self.backend.hosts()
         ]
 
     def hosts(self) -> list[tuple[HostInfo, bool]]:
-        with self._lock:
-            self._leases.expire(self.clock())
-            held = self._leases.held_hosts()
+        held = self.held_hosts()
         return [(h, h.holds_offer or h.hostname in held) for h in self.backend.hosts()]
 
-    # --- launch and kill ----------------------------------------------------------------------------------
-    def launch_gang(self, lease_id: str, tasks: Sequence[LaunchSpec]) -> None:
-        """All members or none. Raises Conflict (stale lease) or LaunchError (a member could not start)."""
-        members = [
-            MemberAssignment(t.instance, t.task_id, t.hostname, "", t.resources, t.gpu_ids, t.ports) for t in tasks
-        ]
-        with self._lock:
-            self._leases.consume(lease_id, members, self.clock())
-        try:
-            self.backend.launch(tasks)
-        except LaunchError:
-            LAUNCHES.labels("failed").inc()
-            raise
-        LAUNCHES.labels("ok").inc()
-
-    def kill(self, task_ids: Sequence[str]) -> None:
-        if task_ids:
-            self.backend.kill(task_ids)
-
-    def reconcile(self, task_ids: Sequence[str], kill_unknown: bool) -> dict[str, TaskStatus]:
-        if kill_unknown:
-            wanted = set(task_ids)
-            strays = sorted(self.backend.running_task_ids() - wanted)
-            if strays:
-                log.warning("killing %d tasks no job claims: %s", len(strays), ", ".join(strays[:10]))
-                self.backend.kill(strays)
-        return self.backend.reconcile(task_ids)
-
-    def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
-        return self.backend.read_log(task_id, stream, tail_bytes)
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        return self.backend.read_log(task_id, stream, offset, max_bytes)

@@ -2,15 +2,17 @@
 
 from __future__ import annotations
 
+import bisect
+
 import grpc
 
 from peloton.api import convert
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import host_pb2, host_pb2_grpc, internal_pb2, internal_pb2_grpc
-from peloton.hostmgr.backend import LaunchError
 from peloton.hostmgr.manager import HostManager
 
 MAX_LOG_BYTES = 4 * 1024 * 1024
+MAX_RUNNING_PAGE = 10_000
 
 
 class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
@@ -18,30 +20,36 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         self.hm = hm
 
     @grpc_errors
-    def AcquireHostOffers(self, request, context):  # type: ignore[no-untyped-def]
-        lease_id, offers = self.hm.acquire_offers(request.lease_seconds or 30)
-        return internal_pb2.AcquireHostOffersResponse(
-            lease_id=lease_id, offers=[convert.offer_to_proto(o) for o in offers]
+    def SyncHosts(self, request, context):  # type: ignore[no-untyped-def]
+        r = self.hm.sync(request.since_version, request.stream_id)
+        return internal_pb2.SyncHostsResponse(stream_id=r.stream_id, version=r.version, full=r.full,
+                                              hosts=[convert.offer_to_proto(o) for o in r.offers],
+                                              removed=r.removed)
+
+    @grpc_errors
+    def ClaimPlacements(self, request, context):  # type: ignore[no-untyped-def]
+        claimed, refused = self.hm.claim([convert.placement_from_proto(p) for p in request.placements])
+        return internal_pb2.ClaimPlacementsResponse(
+            claimed=[convert.placement_to_proto(p) for p in claimed],
+            refused=[convert.failure_to_proto(f, stale=True) for f in refused],
         )
 
     @grpc_errors
-    def ReleaseHostOffers(self, request, context):  # type: ignore[no-untyped-def]
-        keep = [m for p in request.keep for m in convert.placement_from_proto(p).members]
-        self.hm.retain(request.lease_id, keep)
-        return internal_pb2.ReleaseHostOffersResponse()
+    def ReleaseClaims(self, request, context):  # type: ignore[no-untyped-def]
+        self.hm.release_claims([(k.gang_id, k.attempt) for k in request.gangs])
+        return internal_pb2.ReleaseClaimsResponse()
 
     @grpc_errors
     def ClusterCapacity(self, request, context):  # type: ignore[no-untyped-def]
-        return internal_pb2.ClusterCapacityResponse(hosts=[convert.offer_to_proto(o) for o in self.hm.capacity()])
+        version, hosts = self.hm.capacity(request.if_version)
+        if hosts is None:
+            return internal_pb2.ClusterCapacityResponse(version=version, unchanged=True)
+        return internal_pb2.ClusterCapacityResponse(version=version, hosts=[convert.offer_to_proto(o) for o in hosts])
 
     @grpc_errors
-    def LaunchGang(self, request, context):  # type: ignore[no-untyped-def]
-        tasks = [convert.launch_from_proto(t) for t in request.tasks]
-        try:
-            self.hm.launch_gang(request.lease_id, tasks)
-        except LaunchError as e:
-            return internal_pb2.LaunchGangResponse(ok=False, failed_task_id=e.task_id, message=e.message)
-        return internal_pb2.LaunchGangResponse(ok=True)
+    def LaunchGangs(self, request, context):  # type: ignore[no-untyped-def]
+        results = self.hm.launch([convert.gang_launch_from_proto(g) for g in request.gangs])
+        return internal_pb2.LaunchGangsResponse(results=[convert.launch_result_to_proto(r) for r in results])
 
     @grpc_errors
     def KillTasks(self, request, context):  # type: ignore[no-untyped-def]
@@ -51,9 +59,9 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
     @grpc_errors
     def WaitTaskEvents(self, request, context):  # type: ignore[no-untyped-def]
         timeout = min(max(request.timeout_ms, 0), 30_000) / 1000.0
-        events = self.hm.wait_events(request.after_seq, request.max_events or 1000, timeout)
+        events, gap = self.hm.wait_events(request.after_seq, request.max_events or 1000, timeout)
         return internal_pb2.WaitTaskEventsResponse(
-            events=[convert.status_to_proto(st, seq) for seq, st in events], stream_id=self.hm.stream_id
+            events=[convert.status_to_proto(st, seq) for seq, st in events], stream_id=self.hm.stream_id, gap=gap
         )
 
     @grpc_errors
@@ -63,13 +71,23 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
 
     @grpc_errors
     def ReconcileTasks(self, request, context):  # type: ignore[no-untyped-def]
-        statuses = self.hm.reconcile(list(request.task_ids), request.kill_unknown)
+        statuses = self.hm.reconcile(list(request.task_ids))
         return internal_pb2.ReconcileTasksResponse(statuses=[convert.status_to_proto(s) for s in statuses.values()])
 
     @grpc_errors
+    def ListRunningTasks(self, request, context):  # type: ignore[no-untyped-def]
+        ids = self.hm.running_task_ids()
+        start = bisect.bisect_right(ids, request.page_token) if request.page_token else 0
+        size = min(request.page_size or MAX_RUNNING_PAGE, MAX_RUNNING_PAGE)
+        page = ids[start:start + size]
+        more = start + size < len(ids)
+        return internal_pb2.ListRunningTasksResponse(task_ids=page, next_page_token=page[-1] if more else "")
+
+    @grpc_errors
     def ReadTaskLog(self, request, context):  # type: ignore[no-untyped-def]
-        tail = request.tail_bytes if 0 < request.tail_bytes <= MAX_LOG_BYTES else MAX_LOG_BYTES
-        return internal_pb2.ReadTaskLogResponse(content=self.hm.read_log(request.task_id, request.stream or "stdout", tail))
+        size = request.max_bytes if 0 < request.max_bytes <= MAX_LOG_BYTES else MAX_LOG_BYTES
+        content, nxt = self.hm.read_log(request.task_id, request.stream or "stdout", request.offset, size)
+        return internal_pb2.ReadTaskLogResponse(content=content, next_offset=nxt)
 
 
 class HostServicer(host_pb2_grpc.HostServiceServicer):

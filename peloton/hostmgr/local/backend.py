@@ -1,77 +1,75 @@
 """The local backend: runs every task as a process group on this machine, split into one or more simulated hosts.
 
 Files under `data_dir`:
-  sandboxes/<task_id>/        one per task: task.json (spec, full env), pids, exit, stdout, stderr, runner.log,
-                              final.json (the terminal status reported), spec.files, and work/ (the cwd)
-  local-running.json          index of running tasks (pid, process start time, kill request), rewritten atomically;
-                              a restarted daemon adopts the tasks listed in it.
+  sandboxes/<task_id>/   one per task: stdout, stderr, pids (the wrapper's pid), exit (the command's exit status),
+                         the files of the launch (hostfile), and work/ (the command's cwd)
+  journal                what was started and how it ended (see journal.py); a restarted daemon replays it and
+                         adopts the tasks still running
 
 A task's environment is the daemon's plus spec.env, CUDA_VISIBLE_DEVICES (its GPU ids; empty when it has none),
-PELOTON_SANDBOX, and PELOTON_HOSTFILE when spec.files has a "hostfile"; its cwd is <sandbox>/work.
+PELOTON_SANDBOX, and PELOTON_HOSTFILE when the launch carries a "hostfile"; its cwd is <sandbox>/work. The task runs
+under a small `/bin/sh` wrapper started in a new session by a spawner process (spawner.py, spawn.py), so the
+wrapper leads the task's process group and survives the daemon being killed; the daemon watches it through a
+pidfd (monitor.py) and reads how it ended from its sandbox (wrapper.py).
 
-Each task runs under `python -m peloton.hostmgr.local.runner <sandbox>` started in a new session, so the wrapper
-leads the task's process group (pgid == wrapper pid) and survives the daemon being killed.
+Concurrency: `_lock` guards the in-memory book (hosts' usage, tasks) only. Spawning, sandbox files, journal writes
+and signals to finished groups happen outside it; status callbacks are made with no lock held. A launch registers
+every member of a gang in the book first (so its resources are never free in between), makes the journal durable
+once for the whole batch, then has a spawner start the gang's members.
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import logging
 import os
-import shutil
 import signal
 import socket
-import subprocess
-import sys
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-import peloton
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
-from peloton.hostmgr.backend import HostInfo, LaunchError, LaunchSpec, StatusCallback, TaskStatus
-from peloton.hostmgr.local import runner
+from peloton.hostmgr.backend import (
+    GangLaunch,
+    HostInfo,
+    HostsCallback,
+    LaunchOutcome,
+    LaunchResult,
+    LaunchSpec,
+    RunningTask,
+    StatusCallback,
+    TaskStatus,
+)
+from peloton.hostmgr.local import wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
+from peloton.hostmgr.local.journal import Journal, Record
+from peloton.hostmgr.local.monitor import ProcessMonitor
+from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started
+from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang
 
 log = logging.getLogger(__name__)
 
 LOCAL_ADDRESS = "127.0.0.1"
-INDEX_FILE = "local-running.json"
+JOURNAL_FILE = "journal"
+OLD_INDEX_FILE = "local-running.json"  # the index of releases before the journal: read once, then removed
 SANDBOXES_DIR = "sandboxes"
-FINAL_FILE = "final.json"
-RUNNER_LOG = "runner.log"
-MAX_OFFER_PORTS = 1000  # a whole per-host range: a gang may need many ports on one host
 _FINISHED_CACHE = 10_000
 _STREAMS = ("stdout", "stderr")
-_RESERVED_FILES = frozenset(
-    {runner.TASK_FILE, runner.PIDS_FILE, runner.EXIT_FILE, runner.STDOUT_FILE, runner.STDERR_FILE, runner.WORK_DIR,
-     FINAL_FILE, RUNNER_LOG}
-)
+_RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
+                             wrapper.WORK_DIR})
+PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
+TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent a second time after this long (see kill)
+_TERM_AGAIN = "\0term"  # timer key suffix (task ids never contain NUL)
 
-
-@dataclass(frozen=True, slots=True)
-class LocalHostConfig:
-    """One (possibly simulated) host of the local backend. `port_range` is inclusive."""
-
-    hostname: str
-    resources: Resources
-    gpu_ids: tuple[int, ...] = ()
-    port_range: tuple[int, int] = (31000, 31999)
-    labels: dict[str, str] = field(default_factory=dict)
-    address: str = LOCAL_ADDRESS
-
-    @property
-    def capacity(self) -> Resources:
-        lo, hi = self.port_range
-        return replace(self.resources, gpu=len(self.gpu_ids), ports=max(0, hi - lo + 1))
+LocalHostConfig = HostConfig  # the name earlier releases used
 
 
 def make_local_hosts(
@@ -81,7 +79,7 @@ def make_local_hosts(
     ports_per_host: int = 1000,
     *,
     data_dir: Path | None = None,
-) -> list[LocalHostConfig]:
+) -> list[HostConfig]:
     """The hosts of the local backend.
 
     n None: the one real host, named after this machine, with its resources (or `resources`) and detected GPUs.
@@ -97,7 +95,6 @@ def make_local_hosts(
             f"port ranges {port_base}..{port_base + count * ports_per_host - 1} do not fit in 1..65535",
             field="port_base",
         )
-    hosts: list[LocalHostConfig] = []
     if n is None:
         detected = detect_gpus()
         if resources is None:
@@ -107,103 +104,23 @@ def make_local_hosts(
             res = resources
             gpu_ids = tuple(detected[: res.gpu]) if len(detected) >= res.gpu else tuple(range(res.gpu))
         name = socket.gethostname() or "local-0"
-        hosts.append(
-            LocalHostConfig(
-                hostname=name,
-                resources=replace(res, gpu=len(gpu_ids), ports=0),
-                gpu_ids=gpu_ids,
-                port_range=(port_base, port_base + ports_per_host - 1),
-                labels={"host": name, "rack": "local"},
-            )
-        )
-        return hosts
+        return [HostConfig(hostname=name, resources=replace(res, gpu=len(gpu_ids), ports=0), gpu_ids=gpu_ids,
+                           port_range=(port_base, port_base + ports_per_host - 1),
+                           labels={"host": name, "rack": "local"}, address=LOCAL_ADDRESS)]
     res = resources if resources is not None else machine_resources(data_dir)
+    hosts = []
     for i in range(n):
         name = f"local-{i}"
         lo = port_base + i * ports_per_host
-        hosts.append(
-            LocalHostConfig(
-                hostname=name,
-                resources=replace(res, ports=0),
-                gpu_ids=tuple(range(res.gpu)),
-                port_range=(lo, lo + ports_per_host - 1),
-                labels={"host": name, "rack": "local"},
-            )
-        )
+        hosts.append(HostConfig(hostname=name, resources=replace(res, ports=0), gpu_ids=tuple(range(res.gpu)),
+                                port_range=(lo, lo + ports_per_host - 1), labels={"host": name, "rack": "local"},
+                                address=LOCAL_ADDRESS))
     return hosts
 
 
-def proc_start_time(pid: int) -> int | None:
-    """Field 22 (starttime) of /proc/<pid>/stat; None if the process does not exist or is a zombie."""
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii", errors="replace") as f:
-            text = f.read()
-    except OSError:
-        return None
-    rest = text[text.rfind(")") + 2 :].split()
-    # rest[0] is field 3 (state), so field 22 is rest[19].
-    if len(rest) < 20 or rest[0] in ("Z", "X"):
-        return None
-    try:
-        return int(rest[19])
-    except ValueError:
-        return None
-
-
-def _pid_alive(pid: int, start_time: int | None) -> bool:
-    """The process `pid` exists, is not a zombie, and (when known) started at `start_time` (not a reused pid)."""
-    if pid <= 0:
-        return False
-    st = proc_start_time(pid)
-    if st is not None:
-        return start_time is None or st == start_time
-    if os.path.exists("/proc/self/stat"):
-        return False  # /proc works, so the process is gone (or a zombie)
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    return True
-
-
-def _write_json_atomic(path: Path, data: object, mode: int = 0o644) -> None:
-    tmp = path.with_name(f".{path.name}.tmp.{os.getpid()}.{threading.get_ident()}")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        json.dump(data, f)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
-
-
-def _read_json(path: Path) -> Any:
-    try:
-        return json.loads(path.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return None
-
-
-def _resources_to_json(r: Resources) -> dict[str, float | int]:
-    return {"cpu": r.cpu, "mem": r.mem, "disk": r.disk, "gpu": r.gpu, "ports": r.ports}
-
-
-def _resources_from_json(d: Any) -> Resources:
-    if not isinstance(d, dict):
-        return Resources()
-    return Resources(
-        cpu=float(d.get("cpu", 0.0)),
-        mem=float(d.get("mem", 0.0)),
-        disk=float(d.get("disk", 0.0)),
-        gpu=int(d.get("gpu", 0)),
-        ports=int(d.get("ports", 0)),
-    )
-
-
 @dataclass(slots=True)
-class _Running:
-    """The runtime record of one running task."""
+class _Task:
+    """The book's record of one task of this backend."""
 
     task_id: str
     job_id: str
@@ -211,346 +128,402 @@ class _Running:
     attempt: int
     hostname: str
     sandbox: Path
-    resources: Resources  # as accounted: gpu == len(gpu_ids), ports == len(ports)
-    gpu_ids: tuple[int, ...]
-    ports: tuple[int, ...]
-    pid: int  # the wrapper's pid == the task's process group id
-    start_time: int | None  # /proc/<pid>/stat field 22, to detect pid reuse
-    popen: subprocess.Popen[bytes] | None = None  # set when the wrapper is our child
-    announced: bool = True  # RUNNING reported; terminal states wait for it
-    kill_requested_wall: float | None = None  # time.time() of the kill request
-    kill_requested_mono: float | None = None
+    usage: RunningTask
+    pid: int = 0  # the wrapper's pid == the task's process group id (0: not spawned yet)
+    announced: bool = True  # RUNNING reported; a terminal status waits for it
+    deferred: TaskStatus | None = None  # a terminal status that arrived before RUNNING was reported
+    aborted: bool = False  # stopped as part of a failed launch: its end is not reported
+    kill_wall: float | None = None  # time.time() of the kill request
     sigkill_sent: bool = False
+    exited: bool = False
 
-    def index_entry(self) -> dict[str, Any]:
-        return {
-            "sandbox": str(self.sandbox),
-            "hostname": self.hostname,
-            "pid": self.pid,
-            "start_time": self.start_time,
-            "kill_requested": self.kill_requested_wall,
-        }
+    def record(self) -> Record:
+        r = self.usage.resources
+        rec: Record = {"op": "start", "task": self.task_id, "job": self.job_id, "instance": self.instance,
+                       "attempt": self.attempt, "host": self.hostname, "sandbox": str(self.sandbox),
+                       "res": [r.cpu, r.mem, r.disk, r.gpu, r.ports], "gpus": list(self.usage.gpu_ids),
+                       "ports": list(self.usage.ports)}
+        if self.pid:
+            rec["pid"] = self.pid
+        if self.kill_wall is not None:
+            rec["kill"] = self.kill_wall
+        return rec
+
+
+@dataclass(slots=True)
+class _Launch:
+    gang: GangLaunch
+    tasks: list[_Task] = field(default_factory=list)
 
 
 class LocalBackend:
-    """Backend running tasks as local process groups. Thread-safe; reports statuses from its monitor thread
-    (and RUNNING from the thread calling launch)."""
+    """Backend running tasks as local process groups. Thread-safe."""
 
     def __init__(
         self,
         data_dir: Path,
-        hosts: list[LocalHostConfig],
+        hosts: list[HostConfig],
         *,
         clock: Callable[[], float] = time.time,
         kill_grace_s: float = 5.0,
-        poll_interval_s: float = 0.2,
+        spawners: int = 4,
     ) -> None:
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
-        self._hosts: dict[str, LocalHostConfig] = {}
+        self._hosts: dict[str, HostUsage] = {}
         for h in hosts:
             if h.hostname in self._hosts:
                 raise InvalidArgument(f"duplicate local host name {h.hostname!r}", field="hosts")
-            self._hosts[h.hostname] = h
+            self._hosts[h.hostname] = HostUsage(h)
         self._data_dir = Path(data_dir)
         self._sandboxes = self._data_dir / SANDBOXES_DIR
         self._sandboxes.mkdir(parents=True, exist_ok=True)
-        self._index_path = self._data_dir / INDEX_FILE
         self._clock = clock
         self._kill_grace_s = kill_grace_s
-        self._poll_interval_s = poll_interval_s
         self._lock = threading.Lock()
-        self._running: dict[str, _Running] = {}
-        self._launching: dict[str, dict[str, Any]] = {}  # index entries written before spawning
+        self._tasks: dict[str, _Task] = {}
         self._finished: OrderedDict[str, TaskStatus] = OrderedDict()
-        self._pending: list[TaskStatus] = []  # statuses found at adoption, reported by the monitor
-        self._reap: list[subprocess.Popen[bytes]] = []  # our wrappers still to be waited for
         self._on_status: StatusCallback | None = None
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None
+        self._journal = Journal(self._data_dir / JOURNAL_FILE, self._snapshot)
+        self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
+        self._spawners = SpawnerPool(spawners)
+        self._started = False
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
-    def start(self, on_status: StatusCallback) -> None:
-        """Adopt the tasks a previous daemon left (statuses reported by the monitor thread), then start monitoring."""
-        with self._lock:
-            if self._thread is not None:
-                raise RuntimeError("LocalBackend already started")
-            self._on_status = on_status
-            self._adopt_locked()
-            self._stop.clear()
-            self._thread = threading.Thread(target=self._monitor, name="local-backend-monitor", daemon=True)
-            self._thread.start()
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None) -> None:
+        """Adopt the tasks a previous daemon left, report how the others ended while it was down, then monitor."""
+        if self._started:
+            raise RuntimeError("LocalBackend already started")
+        self._started = True
+        self._on_status = on_status
+        statuses = self._adopt()
+        self._journal.start()  # compacts: only the live tasks remain
+        self._monitor.start()
+        for st in statuses:
+            self._report(st)
 
     def stop(self) -> None:
-        """Stop the monitor thread. Tasks keep running; a new LocalBackend on the same data_dir adopts them."""
-        self._stop.set()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout=max(5.0, self._poll_interval_s * 5))
-        with self._lock:
-            self._thread = None
+        """Stop monitoring. Tasks keep running; a new LocalBackend on the same data_dir adopts them."""
+        self._spawners.close()
+        self._monitor.stop()
+        self._journal.stop()
 
     # ----------------------------------------------------------------------------------------------- queries
 
-    def offers(self) -> list[HostOffer]:
+    def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         with self._lock:
-            out: list[HostOffer] = []
-            usage = self._usage_all_locked()
-            for h in self._hosts.values():
-                allocated, used_gpus, used_ports = usage.get(h.hostname, (Resources(), set(), set()))
-                cap = h.capacity
-                free_gpus = tuple(g for g in h.gpu_ids if g not in used_gpus)
-                free_ports: list[int] = []
-                lo, hi = h.port_range
-                for p in range(lo, hi + 1):
-                    if p not in used_ports:
-                        free_ports.append(p)
-                        if len(free_ports) >= MAX_OFFER_PORTS:
-                            break
-                free = Resources(
-                    cpu=max(0.0, cap.cpu - allocated.cpu),
-                    mem=max(0.0, cap.mem - allocated.mem),
-                    disk=max(0.0, cap.disk - allocated.disk),
-                    gpu=len(free_gpus),
-                    ports=len(free_ports),
-                )
-                out.append(
-                    HostOffer(
-                        hostname=h.hostname,
-                        address=h.address,
-                        free=free,
-                        gpu_ids=free_gpus,
-                        ports=tuple(free_ports),
-                        labels=dict(h.labels),
-                        capacity=cap,
-                        has_gpus=bool(h.gpu_ids),
-                    )
-                )
-            return out
+            if hostnames is None:
+                return [h.offer(with_ids) for h in self._hosts.values()]
+            return [self._hosts[n].offer(with_ids) for n in hostnames if n in self._hosts]
 
     def hosts(self) -> list[HostInfo]:
         with self._lock:
-            out: list[HostInfo] = []
-            usage = self._usage_all_locked()
-            for h in self._hosts.values():
-                allocated, _, _ = usage.get(h.hostname, (Resources(), set(), set()))
-                ids = tuple(sorted(t.task_id for t in self._running.values() if t.hostname == h.hostname))
-                out.append(
-                    HostInfo(
-                        hostname=h.hostname,
-                        address=h.address,
-                        capacity=h.capacity,
-                        allocated=allocated,
-                        labels=dict(h.labels),
-                        state="UP",
-                        task_ids=ids,
-                    )
-                )
-            return out
+            return [
+                HostInfo(hostname=h.config.hostname, address=h.config.address, capacity=h.capacity,
+                         allocated=h.allocated, labels=dict(h.config.labels), state="UP" if h.up else "DOWN",
+                         task_ids=tuple(sorted(h.tasks)))
+                for h in self._hosts.values()
+            ]
+
+    def running(self) -> list[RunningTask]:
+        with self._lock:
+            return [t.usage for t in self._tasks.values() if not t.aborted]
 
     def acknowledge(self, acks: Sequence[str]) -> None:
         """Nothing to acknowledge: local statuses are not resent."""
 
-    def running_task_ids(self) -> set[str]:
-        with self._lock:
-            return set(self._running)
-
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         now = self._clock()
         out: dict[str, TaskStatus] = {}
+        unknown: list[str] = []
         with self._lock:
             for tid in task_ids:
-                rt = self._running.get(tid)
-                if rt is not None:
-                    out[tid] = TaskStatus(tid, TaskState.RUNNING, now, rt.hostname)
-                    continue
+                t = self._tasks.get(tid)
+                if t is not None:
+                    if t.pid and t.announced and not t.aborted:
+                        out[tid] = TaskStatus(tid, TaskState.RUNNING, now, t.hostname)
+                    continue  # being launched: its status is on its way
                 done = self._finished.get(tid)
                 if done is not None:
                     out[tid] = done
-                    continue
-                st = self._status_from_sandbox(tid, now)
-                if st is not None:
-                    out[tid] = st
-                    continue
-                out[tid] = TaskStatus(tid, TaskState.LOST, now, reason="unknown to the local backend")
+                else:
+                    unknown.append(tid)
+        for tid in unknown:  # ended long ago (or before a restart): the sandbox may still tell
+            sandbox = self._sandbox_path(tid)
+            rec = wrapper.read_exit(sandbox) if sandbox is not None else None
+            out[tid] = (self._status_from_exit(tid, "", rec, None) if rec is not None
+                        else TaskStatus(tid, TaskState.LOST, now, reason="unknown to the local backend"))
         return out
 
-    def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         if stream not in _STREAMS:
             raise InvalidArgument(f"stream must be one of {', '.join(_STREAMS)}, got {stream!r}", field="stream")
         sandbox = self._sandbox_path(task_id)
         if sandbox is None or not sandbox.is_dir():
             raise NotFound(f"no sandbox for task {task_id!r}")
-        path = sandbox / stream
         try:
-            with open(path, "rb") as f:
-                if tail_bytes > 0:
-                    f.seek(0, os.SEEK_END)
-                    size = f.tell()
-                    f.seek(max(0, size - tail_bytes))
-                return f.read()
+            with open(sandbox / stream, "rb") as f:
+                size = f.seek(0, os.SEEK_END)
+                start = max(0, size + offset) if offset < 0 else min(offset, size)
+                f.seek(start)
+                data = f.read(max(0, max_bytes))
         except FileNotFoundError:
-            return b""
+            return b"", 0
+        return data, start + len(data)
 
     # ----------------------------------------------------------------------------------------------- launch / kill
 
-    def launch(self, tasks: Sequence[LaunchSpec]) -> None:
-        if not tasks:
-            return
-        started: list[_Running] = []
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        results: dict[int, LaunchResult] = {}
+        launches: dict[int, _Launch] = {}
         with self._lock:
-            self._validate_locked(tasks)
-            # Record intent before spawning: a daemon killed mid-spawn finds these at its next start, reads the
-            # wrapper's pid from the sandbox and adopts (or reports) the task instead of leaving an orphan.
-            self._launching = {
-                t.task_id: {"sandbox": str(self._sandboxes / t.task_id), "hostname": t.hostname, "pid": 0,
-                            "start_time": None, "kill_requested": None}
-                for t in tasks
-            }
-            self._write_index_locked()
+            for i, g in enumerate(gangs):
+                why = self._refusal_locked(g)
+                if why is not None:
+                    tid, msg = why
+                    results[i] = LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, tid, msg)
+                    continue
+                lg = _Launch(g)
+                for spec in g.tasks:
+                    t = _Task(spec.task_id, spec.job_id, spec.instance, spec.attempt, spec.hostname,
+                              self._sandboxes / spec.task_id, accounted(spec), announced=False)
+                    self._tasks[t.task_id] = t
+                    self._hosts[t.hostname].add(t.usage)
+                    self._finished.pop(t.task_id, None)
+                    lg.tasks.append(t)
+                launches[i] = lg
+        if launches:
+            # one fsync for the whole batch: a daemon killed from here on knows what it may have started
             try:
-                for spec in tasks:
-                    started.append(self._spawn_locked(spec))
-            except Exception as e:  # noqa: BLE001 - any spawn failure makes the whole batch fail
-                self._abort_locked(started)
-                for spec in tasks[: len(started) + 1]:
-                    shutil.rmtree(self._sandboxes / spec.task_id, ignore_errors=True)
-                failed = tasks[len(started)].task_id
-                self._launching = {}
-                self._write_index_locked()
-                raise LaunchError(failed, f"could not start: {e}") from e
-            self._launching = {}
-            for rt in started:
-                rt.announced = False
-                self._running[rt.task_id] = rt
-                self._finished.pop(rt.task_id, None)
-            self._write_index_locked()
-            cb = self._on_status
-        now = self._clock()
+                self._journal.append([t.record() for lg in launches.values() for t in lg.tasks], durable=True)
+            except OSError as e:
+                for i, lg in launches.items():
+                    self._unregister(lg.tasks)
+                    results[i] = LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED,
+                                              message=f"cannot record the launch: {e}")
+                launches = {}
+        for i, lg in launches.items():
+            results[i] = self._start_gang(lg)
+        return [results[i] for i in range(len(gangs))]
+
+    def _refusal_locked(self, g: GangLaunch) -> tuple[str, str] | None:
+        for spec in g.tasks:
+            if self._sandbox_path(spec.task_id) is None:
+                return spec.task_id, "invalid task id for a sandbox directory name"
+            if spec.task_id in self._tasks:
+                return spec.task_id, "task is already running"
+            for name in spec.files:
+                if self._bad_file_name(name):
+                    return spec.task_id, f"invalid sandbox file name {name!r}"
+        return check_gang(self._hosts, g.tasks)
+
+    def _start_gang(self, lg: _Launch) -> LaunchResult:
+        with self._lock:
+            killed = any(t.kill_wall is not None for t in lg.tasks)
+        if killed:
+            return self._abort(lg, None)
+        specs = {s.task_id: s for s in lg.gang.tasks}
         try:
-            if cb is not None:
-                for rt in started:
-                    self._call(cb, TaskStatus(rt.task_id, TaskState.RUNNING, now, rt.hostname))
-        finally:
+            results = self._spawners.spawn([{"sandbox": str(t.sandbox), "command": specs[t.task_id].command,
+                                             "env": self._env(t, specs[t.task_id]),
+                                             "files": specs[t.task_id].files} for t in lg.tasks])
+        except SpawnerDied as e:
+            # what it started before it went is unknown to us: the wrappers wrote their pids; stop them
+            log.error("local backend: a spawner died while starting gang %s: %s", lg.gang.gang_id, e)
+            for t in lg.tasks:
+                pid = wrapper.read_pid(t.sandbox)
+                if pid and wrapper.is_wrapper(pid, t.sandbox):
+                    with contextlib.suppress(OSError):
+                        os.killpg(pid, signal.SIGKILL)
+            return self._abort(lg, (lg.tasks[0].task_id, f"the process starting tasks died: {e}", False))
+        failure: tuple[str, str, bool] | None = None
+        pids: list[Record] = []
+        for t, r in zip(lg.tasks, results, strict=False):
+            if isinstance(r, NotStarted):
+                failure = (t.task_id, r.message, r.permanent)
+                break
+            assert isinstance(r, Started)
             with self._lock:
-                for rt in started:
-                    rt.announced = True
+                t.pid = r.pid
+                killed = killed or t.kill_wall is not None
+            pids.append({"op": "pid", "task": t.task_id, "pid": r.pid})
+            if r.pidfd is None:
+                self._on_exit(t.task_id)  # over already: handled like any exit
+            else:
+                self._monitor.watch_fd(t.task_id, r.pidfd)
+        if pids:
+            self._journal.append(pids)
+        if failure is None and not killed:
+            return self._announce(lg)
+        return self._abort(lg, failure)
+
+    def _announce(self, lg: _Launch) -> LaunchResult:
+        """Every member's command has started: report RUNNING, then whatever ended meanwhile."""
+        now = self._clock()
+        with self._lock:
+            deferred = []
+            for t in lg.tasks:
+                t.announced = True
+                if t.deferred is not None:
+                    deferred.append(t.deferred)
+                    t.deferred = None
+        for t in lg.tasks:
+            self._report(TaskStatus(t.task_id, TaskState.RUNNING, now, t.hostname))
+        for st in deferred:
+            self._report(st)
+        return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.OK)
+
+    def _abort(self, lg: _Launch, failure: tuple[str, str, bool] | None) -> LaunchResult:
+        """Stop what was started of a gang that cannot start whole. A failed member: the gang FAILED, nothing of it
+        reported. A kill that came first: REFUSED, and every member reported KILLED (it never ran, or was stopped
+        before the gang came up)."""
+        now = self._clock()
+        with self._lock:
+            spawned = [t for t in lg.tasks if t.pid and not t.exited]
+            for t in lg.tasks:
+                t.aborted = True
+            never = [t for t in lg.tasks if not t.pid or t.exited]
+        for t in spawned:
+            with contextlib.suppress(OSError):
+                os.killpg(t.pid, signal.SIGKILL)  # its exit is handled (and unregistered) by the monitor
+        self._unregister(never)
+        if failure is not None:
+            tid, msg, permanent = failure
+            return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.FAILED, tid, msg, permanent)
+        for t in lg.tasks:
+            self._report(TaskStatus(t.task_id, TaskState.KILLED, now, t.hostname, reason="killed",
+                                    message="killed before the gang started"))
+        return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED,
+                            message="killed before it started")
 
     def kill(self, task_ids: Sequence[str]) -> None:
+        records: list[Record] = []
+        signal_now: list[_Task] = []
+        wall, mono = time.time(), time.monotonic()
         with self._lock:
-            changed = False
             for tid in task_ids:
-                rt = self._running.get(tid)
-                if rt is None or rt.kill_requested_wall is not None:
+                t = self._tasks.get(tid)
+                if t is None or t.kill_wall is not None or t.aborted:
                     continue
-                rt.kill_requested_wall = time.time()
-                rt.kill_requested_mono = time.monotonic()
-                changed = True
-                self._signal_group_locked(rt, signal.SIGTERM)
-            if changed:
-                self._write_index_locked()
-
-    def poll_once(self) -> None:
-        """One monitoring pass (the monitor thread calls this every poll interval); reports what it finds."""
-        with self._lock:
-            statuses = self._pending
-            self._pending = []
-            statuses.extend(self._poll_locked())
-            cb = self._on_status
-        if cb is not None:
-            for st in statuses:
-                self._call(cb, st)
+                t.kill_wall = wall
+                records.append({"op": "kill", "task": tid, "kill": wall})
+                if t.pid:
+                    signal_now.append(t)
+        for t in signal_now:
+            self._signal(t, signal.SIGTERM)
+            # a SIGTERM that lands while the wrapper is forking the command's shell is caught by the wrapper's
+            # inherited handler in the child and lost; the window is microseconds wide, so one repeat suffices
+            self._monitor.call_at(mono + TERM_AGAIN_S, t.task_id + _TERM_AGAIN)
+            self._monitor.call_at(mono + self._kill_grace_s, t.task_id)
+        self._journal.append(records)
 
     # ----------------------------------------------------------------------------------------------- internals
 
-    def _call(self, cb: StatusCallback, st: TaskStatus) -> None:
+    @staticmethod
+    def _env(t: _Task, spec: LaunchSpec) -> dict[str, str]:
+        """What the task's environment adds to the daemon's (the spawner has the daemon's)."""
+        env = dict(spec.env)
+        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
+        env["PELOTON_SANDBOX"] = str(t.sandbox)
+        if "hostfile" in spec.files and "PELOTON_HOSTFILE" not in spec.env:
+            env["PELOTON_HOSTFILE"] = str(t.sandbox / "hostfile")
+        return env
+
+    def _report(self, st: TaskStatus) -> None:
+        cb = self._on_status
+        if cb is None:
+            return
         try:
             cb(st)
         except Exception:  # noqa: BLE001 - a failing callback must not kill the monitor
             log.exception("local backend: status callback failed for %s", st.task_id)
 
-    def _monitor(self) -> None:
-        while not self._stop.is_set():
-            try:
-                self.poll_once()
-            except Exception:  # noqa: BLE001
-                log.exception("local backend: monitor pass failed")
-            self._stop.wait(self._poll_interval_s)
+    def _signal(self, t: _Task, sig: int) -> None:
+        """Signal the task's process group, unless its wrapper is gone (its pid may belong to a stranger now)."""
+        if t.exited or not t.pid:
+            return
+        with contextlib.suppress(OSError):
+            os.killpg(t.pid, sig)
+
+    def _on_timer(self, key: str) -> None:
+        again = key.endswith(_TERM_AGAIN)
+        task_id = key[: -len(_TERM_AGAIN)] if again else key
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None or t.exited or t.sigkill_sent:
+                return
+            if not again:
+                t.sigkill_sent = True
+        self._signal(t, signal.SIGTERM if again else signal.SIGKILL)
+
+    def _on_exit(self, task_id: str) -> None:
+        """The wrapper has exited: reap it, read how the command ended, report."""
+        with self._lock:
+            t = self._tasks.get(task_id)
+            if t is None or t.exited:
+                return
+            t.exited = True
+        # anything the command left in its group goes (the wrapper does this itself when it can)
+        with contextlib.suppress(OSError):
+            os.killpg(t.pid, signal.SIGKILL)
+        st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
+        self._unregister([t])
+        if t.aborted:
+            return
+        self._journal.append([{"op": "end", "task": t.task_id, "final": _status_to_json(st)}])
+        with self._lock:
+            self._remember_locked(st)
+            if not t.announced:
+                t.deferred = st  # reported right after RUNNING
+                return
+        self._report(st)
+
+    def _unregister(self, tasks: Sequence[_Task]) -> None:
+        with self._lock:
+            for t in tasks:
+                if self._tasks.get(t.task_id) is t:
+                    del self._tasks[t.task_id]
+                    h = self._hosts.get(t.hostname)
+                    if h is not None:
+                        h.remove(t.task_id)
+
+    def _remember_locked(self, st: TaskStatus) -> None:
+        self._finished[st.task_id] = st
+        self._finished.move_to_end(st.task_id)
+        while len(self._finished) > _FINISHED_CACHE:
+            self._finished.popitem(last=False)
+
+    def _status_from_exit(self, task_id: str, hostname: str, rec: wrapper.ExitRecord | None,
+                          kill_requested: float | None) -> TaskStatus:
+        now = self._clock()
+        if rec is None:
+            if kill_requested is not None:
+                return TaskStatus(task_id, TaskState.KILLED, now, hostname, reason="killed", message="killed")
+            return TaskStatus(task_id, TaskState.LOST, now, hostname, reason="process vanished",
+                              message="the task's process ended without a result")
+        if kill_requested is not None:
+            if rec.exit_code == 0 and rec.finished_at < kill_requested:
+                return TaskStatus(task_id, TaskState.SUCCEEDED, now, hostname, exit_code=0)
+            return TaskStatus(task_id, TaskState.KILLED, now, hostname, exit_code=rec.exit_code, reason="killed",
+                              message="killed")
+        if rec.exit_code is not None:
+            if rec.exit_code == 0:
+                return TaskStatus(task_id, TaskState.SUCCEEDED, now, hostname, exit_code=0)
+            msg = f"exit code {rec.exit_code}"
+            if rec.exit_code == 127:
+                msg += " (command not found)"
+            elif rec.exit_code == 126:
+                msg += " (command not executable)"
+            return TaskStatus(task_id, TaskState.FAILED, now, hostname, exit_code=rec.exit_code, reason="failed",
+                              message=msg)
+        return TaskStatus(task_id, TaskState.FAILED, now, hostname, reason="signaled",
+                          message=f"killed by signal {rec.signal}")
 
     def _sandbox_path(self, task_id: str) -> Path | None:
         if not task_id or "/" in task_id or "\\" in task_id or task_id in (".", "..") or "\0" in task_id:
             return None
         return self._sandboxes / task_id
-
-    def _usage_all_locked(self) -> dict[str, tuple[Resources, set[int], set[int]]]:
-        """hostname -> (allocated resources, GPU ids in use, ports in use), in one pass over the running tasks."""
-        out: dict[str, tuple[Resources, set[int], set[int]]] = {}
-        for rt in self._running.values():
-            allocated, gpus, ports = out.get(rt.hostname, (Resources(), set(), set()))
-            gpus.update(rt.gpu_ids)
-            ports.update(rt.ports)
-            out[rt.hostname] = (allocated + rt.resources, gpus, ports)
-        return out
-
-    def _validate_locked(self, tasks: Sequence[LaunchSpec]) -> None:
-        batch_ids: set[str] = set()
-        extra: dict[str, Resources] = {}
-        batch_gpus: dict[str, set[int]] = {}
-        batch_ports: dict[str, set[int]] = {}
-        usage = self._usage_all_locked()
-        for spec in tasks:
-            tid = spec.task_id
-            if self._sandbox_path(tid) is None:
-                raise LaunchError(tid, "invalid task id for a sandbox directory name")
-            if tid in batch_ids:
-                raise LaunchError(tid, "task id appears twice in the launch")
-            if tid in self._running:
-                raise LaunchError(tid, "task is already running")
-            batch_ids.add(tid)
-            host = self._hosts.get(spec.hostname)
-            if host is None:
-                raise LaunchError(tid, f"unknown host {spec.hostname!r}")
-            allocated, used_gpus, used_ports = usage.get(host.hostname, (Resources(), set(), set()))
-            bg = batch_gpus.setdefault(host.hostname, set())
-            bp = batch_ports.setdefault(host.hostname, set())
-            if len(spec.gpu_ids) != spec.resources.gpu:
-                raise LaunchError(
-                    tid, f"asks for {spec.resources.gpu} GPUs but was given {len(spec.gpu_ids)} GPU ids"
-                )
-            if len(set(spec.gpu_ids)) != len(spec.gpu_ids):
-                raise LaunchError(tid, f"duplicate GPU ids {list(spec.gpu_ids)}")
-            for g in spec.gpu_ids:
-                if g not in host.gpu_ids:
-                    raise LaunchError(tid, f"host {host.hostname} has no GPU {g}")
-                if g in used_gpus or g in bg:
-                    raise LaunchError(tid, f"GPU {g} on host {host.hostname} is already in use")
-            if len(set(spec.ports)) != len(spec.ports):
-                raise LaunchError(tid, f"duplicate ports {list(spec.ports)}")
-            if len(spec.ports) < spec.resources.ports:
-                raise LaunchError(tid, f"asks for {spec.resources.ports} ports but was given {len(spec.ports)}")
-            lo, hi = host.port_range
-            for p in spec.ports:
-                if not lo <= p <= hi:
-                    raise LaunchError(tid, f"port {p} is outside the range {lo}-{hi} of host {host.hostname}")
-                if p in used_ports or p in bp:
-                    raise LaunchError(tid, f"port {p} on host {host.hostname} is already in use")
-            for name in spec.files:
-                if self._bad_file_name(name):
-                    raise LaunchError(tid, f"invalid sandbox file name {name!r}")
-            need = Resources(spec.resources.cpu, spec.resources.mem, spec.resources.disk)
-            prior = extra.get(host.hostname, Resources())
-            cap = host.capacity
-            free = Resources(cap.cpu - allocated.cpu - prior.cpu, cap.mem - allocated.mem - prior.mem,
-                             cap.disk - allocated.disk - prior.disk)
-            if not need.fits_in(free):
-                short = ",".join(need.short_of(free))
-                raise LaunchError(
-                    tid, f"needs {need.describe()} but host {host.hostname} has only {free.describe()} free ({short})"
-                )
-            extra[host.hostname] = prior + need
-            bg.update(spec.gpu_ids)
-            bp.update(spec.ports)
 
     @staticmethod
     def _bad_file_name(name: str) -> bool:
@@ -561,294 +534,129 @@ class LocalBackend:
             return True
         return parts[0] in _RESERVED_FILES
 
-    def _spawn_locked(self, spec: LaunchSpec) -> _Running:
-        sandbox = self._sandboxes / spec.task_id
-        if sandbox.exists():
-            shutil.rmtree(sandbox)  # a previous try of the same task id; it is not running
-        (sandbox / runner.WORK_DIR).mkdir(parents=True)
-        for name, content in spec.files.items():
-            p = sandbox / name
-            p.parent.mkdir(parents=True, exist_ok=True)
-            p.write_text(content, encoding="utf-8")
-        env = dict(os.environ)
-        env.update(spec.env)
-        env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
-        env["PELOTON_SANDBOX"] = str(sandbox)
-        if "hostfile" in spec.files and "PELOTON_HOSTFILE" not in spec.env:
-            env["PELOTON_HOSTFILE"] = str(sandbox / "hostfile")
-        accounted = replace(spec.resources, gpu=len(spec.gpu_ids), ports=len(spec.ports))
-        task_doc = {
-            "task_id": spec.task_id,
-            "job_id": spec.job_id,
-            "instance": spec.instance,
-            "attempt": spec.attempt,
-            "hostname": spec.hostname,
-            "command": spec.command,
-            "env": env,
-            "resources": _resources_to_json(accounted),
-            "gpu_ids": list(spec.gpu_ids),
-            "ports": list(spec.ports),
-        }
-        # The env holds a copy of the daemon's environment: keep it private.
-        _write_json_atomic(sandbox / runner.TASK_FILE, task_doc, mode=0o600)
-        wrapper_env = dict(os.environ)
-        pkg_root = str(Path(peloton.__file__).resolve().parent.parent)
-        pp = wrapper_env.get("PYTHONPATH", "")
-        wrapper_env["PYTHONPATH"] = pkg_root + (os.pathsep + pp if pp else "")
-        with open(sandbox / RUNNER_LOG, "ab") as rlog:
-            popen = subprocess.Popen(
-                [sys.executable, "-m", "peloton.hostmgr.local.runner", str(sandbox)],
-                start_new_session=True,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=rlog,
-                close_fds=True,
-                cwd=str(sandbox),
-                env=wrapper_env,
-            )
-        return _Running(
-            task_id=spec.task_id,
-            job_id=spec.job_id,
-            instance=spec.instance,
-            attempt=spec.attempt,
-            hostname=spec.hostname,
-            sandbox=sandbox,
-            resources=accounted,
-            gpu_ids=tuple(spec.gpu_ids),
-            ports=tuple(spec.ports),
-            pid=popen.pid,
-            start_time=proc_start_time(popen.pid),
-            popen=popen,
-        )
+    def _snapshot(self) -> list[Record]:
+        with self._lock:
+            return [t.record() for t in self._tasks.values() if not t.aborted]
 
-    def _abort_locked(self, started: list[_Running]) -> None:
-        for rt in started:
-            with contextlib.suppress(OSError):
-                os.killpg(rt.pid, signal.SIGKILL)
-            if rt.popen is not None:
-                with contextlib.suppress(Exception):
-                    rt.popen.wait(timeout=5)
-                if rt.popen.returncode is None:
-                    self._reap.append(rt.popen)
+    # ----------------------------------------------------------------------------------------------- adoption
 
-    def _alive_locked(self, rt: _Running) -> bool:
-        if rt.popen is not None:
-            return rt.popen.poll() is None
-        return _pid_alive(rt.pid, rt.start_time)
-
-    def _signal_group_locked(self, rt: _Running, sig: int) -> None:
-        """Signal the task's process group, unless its wrapper is gone and its pid may have been reused."""
-        # A dead wrapper's pid is not reused while its group has members; if another process holds it now, the
-        # group is empty and signalling it would hit a stranger.
-        wrapper_gone = rt.popen.poll() is not None if rt.popen is not None else not _pid_alive(rt.pid, rt.start_time)
-        if wrapper_gone and proc_start_time(rt.pid) is not None:
-            return
-        with contextlib.suppress(OSError):
-            os.killpg(rt.pid, sig)
-
-    def _poll_locked(self) -> list[TaskStatus]:
-        still: list[subprocess.Popen[bytes]] = []
-        for p in self._reap:
-            if p.poll() is None:
-                still.append(p)
-        self._reap = still
+    def _adopt(self) -> list[TaskStatus]:
+        """Replay the journal: adopt live tasks, and work out how the others ended while no daemon watched."""
+        entries = self._journal.replay()
+        entries.update(self._old_index_entries())
+        now = self._clock()
         out: list[TaskStatus] = []
-        mono = time.monotonic()
-        for rt in list(self._running.values()):
-            if self._alive_locked(rt):
-                # The wrapper lives until the command has ended and the exit file is written, so only a gone
-                # wrapper needs a look at the sandbox.
-                if (
-                    rt.kill_requested_mono is not None
-                    and not rt.sigkill_sent
-                    and mono - rt.kill_requested_mono >= self._kill_grace_s
-                ):
-                    self._signal_group_locked(rt, signal.SIGKILL)
-                    rt.sigkill_sent = True
+        for tid, e in entries.items():
+            if "final" in e:  # ended and reported before
+                final = _status_from_json(tid, str(e.get("host") or ""), e["final"], now)
+                if final is not None:
+                    self._remember_locked(final)
                 continue
-            if not rt.announced:
-                continue
-            exit_doc = _read_json(rt.sandbox / runner.EXIT_FILE)
-            if isinstance(exit_doc, dict):
-                st = self._status_from_exit(rt.task_id, rt.hostname, exit_doc, rt.kill_requested_wall)
-            else:
-                # Wrapper gone without recording an exit: make sure nothing of the group lingers.
-                self._signal_group_locked(rt, signal.SIGKILL)
-                if rt.kill_requested_wall is not None:
-                    st = TaskStatus(rt.task_id, TaskState.KILLED, self._clock(), rt.hostname, reason="killed",
-                                    message="killed")
-                else:
-                    st = TaskStatus(rt.task_id, TaskState.LOST, self._clock(), rt.hostname,
-                                    reason="process vanished", message="the task's process ended without a result")
-            out.append(st)
-            self._finish_locked(rt, st)
-        if out:
-            self._write_index_locked()
-        return out
-
-    def _finish_locked(self, rt: _Running, st: TaskStatus) -> None:
-        self._running.pop(rt.task_id, None)
-        self._remember_locked(st)
-        with contextlib.suppress(OSError):
-            _write_json_atomic(rt.sandbox / FINAL_FILE, _status_to_json(st))
-
-    def _remember_locked(self, st: TaskStatus) -> None:
-        self._finished[st.task_id] = st
-        self._finished.move_to_end(st.task_id)
-        while len(self._finished) > _FINISHED_CACHE:
-            self._finished.popitem(last=False)
-
-    def _status_from_exit(
-        self, task_id: str, hostname: str, doc: dict[str, Any], kill_requested: float | None
-    ) -> TaskStatus:
-        now = self._clock()
-        code = doc.get("exit_code")
-        sig = doc.get("signal")
-        finished_at = doc.get("finished_at")
-        err = str(doc.get("error") or "")
-        if kill_requested is not None:
-            if code == 0 and isinstance(finished_at, (int, float)) and finished_at < kill_requested:
-                return TaskStatus(task_id, TaskState.SUCCEEDED, now, hostname, exit_code=0)
-            return TaskStatus(
-                task_id, TaskState.KILLED, now, hostname,
-                exit_code=code if isinstance(code, int) else None, reason="killed", message="killed",
-            )
-        if isinstance(code, int):
-            if code == 0:
-                return TaskStatus(task_id, TaskState.SUCCEEDED, now, hostname, exit_code=0)
-            msg = f"exit code {code}" + (f": {err}" if err else "")
-            return TaskStatus(task_id, TaskState.FAILED, now, hostname, exit_code=code, reason="failed", message=msg)
-        if isinstance(sig, int):
-            return TaskStatus(
-                task_id, TaskState.FAILED, now, hostname, reason="signaled", message=f"killed by signal {sig}"
-            )
-        return TaskStatus(task_id, TaskState.FAILED, now, hostname, reason="failed", message="unknown exit status")
-
-    def _status_from_sandbox(self, task_id: str, now: float) -> TaskStatus | None:
-        sandbox = self._sandbox_path(task_id)
-        if sandbox is None or not sandbox.is_dir():
-            return None
-        final = _read_json(sandbox / FINAL_FILE)
-        if isinstance(final, dict):
-            st = _status_from_json(final)
-            if st is not None:
-                return st
-        exit_doc = _read_json(sandbox / runner.EXIT_FILE)
-        if isinstance(exit_doc, dict):
-            task_doc = _read_json(sandbox / runner.TASK_FILE)
-            hostname = str(task_doc.get("hostname", "")) if isinstance(task_doc, dict) else ""
-            return self._status_from_exit(task_id, hostname, exit_doc, None)
-        return None
-
-    @staticmethod
-    def _wrapper_pid_from_sandbox(sandbox: Path, wait_s: float = 2.0) -> int:
-        deadline = time.monotonic() + wait_s
-        while True:
-            doc = _read_json(sandbox / runner.PIDS_FILE)
-            if isinstance(doc, dict) and isinstance(doc.get("wrapper_pid"), int):
-                return int(doc["wrapper_pid"])
-            if not (sandbox / runner.TASK_FILE).exists() or time.monotonic() >= deadline:
-                return 0  # the wrapper never started
-            time.sleep(0.05)
-
-    def _write_index_locked(self) -> None:
-        tasks = dict(self._launching)
-        tasks.update({tid: rt.index_entry() for tid, rt in self._running.items()})
-        doc = {"tasks": tasks}
-        try:
-            _write_json_atomic(self._index_path, doc)
-        except OSError:
-            log.exception("local backend: could not write %s", self._index_path)
-
-    def _adopt_locked(self) -> None:
-        doc = _read_json(self._index_path)
-        entries = doc.get("tasks") if isinstance(doc, dict) else None
-        if not isinstance(entries, dict):
-            return
-        now = self._clock()
-        for tid, entry in entries.items():
-            if tid in self._running or not isinstance(entry, dict):
-                continue
-            sandbox = self._sandbox_path(str(tid))
+            sandbox = self._sandbox_path(tid)
             if sandbox is None:
                 continue
-            task_doc = _read_json(sandbox / runner.TASK_FILE)
-            task_doc = task_doc if isinstance(task_doc, dict) else {}
-            hostname = str(entry.get("hostname") or task_doc.get("hostname") or "")
-            pid = int(entry.get("pid") or 0)
-            start_time = entry.get("start_time")
-            start_time = int(start_time) if isinstance(start_time, int) else None
-            if pid == 0:  # spawned (or about to be) when the previous daemon died: the wrapper knows its pid
-                pid = self._wrapper_pid_from_sandbox(sandbox)
-                start_time = proc_start_time(pid) if pid else None
-            kill_req = entry.get("kill_requested")
-            kill_req = float(kill_req) if isinstance(kill_req, (int, float)) else None
-            alive = _pid_alive(pid, start_time)
-            exit_doc = _read_json(sandbox / runner.EXIT_FILE)
+            hostname = str(e.get("host") or "")
+            pid = int(e.get("pid") or 0)
+            if pid == 0 and sandbox.is_dir():
+                pid = self._wait_for_pid(sandbox)
+            kill_wall = float(e["kill"]) if isinstance(e.get("kill"), (int, float)) else None
+            pidfd = _open_wrapper(pid, sandbox) if pid > 0 else None
+            alive = pidfd is not None
+            host = self._hosts.get(hostname)
             st: TaskStatus | None = None
-            if isinstance(exit_doc, dict):
-                st = self._status_from_exit(tid, hostname, exit_doc, kill_req)
-            elif not alive:
-                if kill_req is not None:
-                    st = TaskStatus(tid, TaskState.KILLED, now, hostname, reason="killed", message="killed")
-                else:
-                    st = TaskStatus(tid, TaskState.LOST, now, hostname, reason="process vanished",
-                                    message="the task's process ended while the daemon was down")
-            elif hostname not in self._hosts:
+            if not alive:
+                st = self._status_from_exit(tid, hostname, wrapper.read_exit(sandbox), kill_wall)
+                if st.state == TaskState.LOST:
+                    st = replace(st, message="the task's process ended while the daemon was down" if pid else
+                                 "never started: the daemon stopped while launching it")
+            elif host is None:
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
+                os.close(pidfd)  # type: ignore[arg-type]
                 st = TaskStatus(tid, TaskState.KILLED, now, hostname, reason="host removed",
                                 message=f"host {hostname!r} is no longer configured")
             if st is not None:
-                self._pending.append(st)
+                out.append(st)
                 self._remember_locked(st)
-                with contextlib.suppress(OSError):
-                    _write_json_atomic(sandbox / FINAL_FILE, _status_to_json(st))
                 continue
-            rt = _Running(
-                task_id=tid,
-                job_id=str(task_doc.get("job_id", "")),
-                instance=int(task_doc.get("instance", 0)),
-                attempt=int(task_doc.get("attempt", 0)),
-                hostname=hostname,
-                sandbox=sandbox,
-                resources=_resources_from_json(task_doc.get("resources")),
-                gpu_ids=tuple(int(g) for g in task_doc.get("gpu_ids") or ()),
-                ports=tuple(int(p) for p in task_doc.get("ports") or ()),
-                pid=pid,
-                start_time=start_time,
-                popen=None,
-                kill_requested_wall=kill_req,
-                kill_requested_mono=time.monotonic() if kill_req is not None else None,
-            )
-            self._running[tid] = rt
+            res = e.get("res") or [0, 0, 0, 0, 0]
+            usage = RunningTask(tid, hostname, Resources(float(res[0]), float(res[1]), float(res[2]), int(res[3]),
+                                                         int(res[4])),
+                                tuple(int(g) for g in e.get("gpus") or ()), tuple(int(p) for p in e.get("ports") or ()))
+            t = _Task(tid, str(e.get("job", "")), int(e.get("instance", 0)), int(e.get("attempt", 0)), hostname,
+                      sandbox, usage, pid=pid, kill_wall=kill_wall)
+            self._tasks[tid] = t
+            assert host is not None and pidfd is not None
+            host.add(usage)
+            self._monitor.watch_fd(tid, pidfd)  # an end meanwhile is seen as soon as the monitor runs
+            if kill_wall is not None:
+                self._monitor.call_at(time.monotonic() + self._kill_grace_s, tid)
             log.info("local backend: adopted running task %s (pid %d) on %s", tid, pid, hostname)
-        self._write_index_locked()
+        return out
+
+    @staticmethod
+    def _wait_for_pid(sandbox: Path) -> int:
+        deadline = time.monotonic() + PID_WAIT_S
+        while True:
+            pid = wrapper.read_pid(sandbox)
+            if pid or time.monotonic() >= deadline:
+                return pid
+            time.sleep(0.05)
+
+    def _old_index_entries(self) -> dict[str, Record]:
+        """Tasks listed by the index file of earlier releases (local-running.json), as journal entries."""
+        import json
+
+        path = self._data_dir / OLD_INDEX_FILE
+        try:
+            doc = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, ValueError):
+            return {}
+        out: dict[str, Record] = {}
+        for tid, e in (doc.get("tasks") or {}).items() if isinstance(doc, dict) else ():
+            if not isinstance(e, dict):
+                continue
+            sandbox = self._sandbox_path(str(tid))
+            task_doc: dict[str, Any] = {}
+            with contextlib.suppress(OSError, ValueError):
+                task_doc = json.loads((sandbox / "task.json").read_text()) if sandbox else {}
+            r = task_doc.get("resources") or {}
+            out[str(tid)] = {
+                "task": str(tid), "job": task_doc.get("job_id", ""), "instance": task_doc.get("instance", 0),
+                "attempt": task_doc.get("attempt", 0), "host": e.get("hostname") or task_doc.get("hostname", ""),
+                "res": [r.get("cpu", 0.0), r.get("mem", 0.0), r.get("disk", 0.0), r.get("gpu", 0), r.get("ports", 0)],
+                "gpus": task_doc.get("gpu_ids") or [], "ports": task_doc.get("ports") or [],
+                "pid": e.get("pid") or 0, "kill": e.get("kill_requested"),
+            }
+        with contextlib.suppress(OSError):
+            path.rename(path.with_name(OLD_INDEX_FILE + ".migrated"))
+        return out
+
+
+def _open_wrapper(pid: int, sandbox: Path) -> int | None:
+    """A pidfd of `pid` if it is (still) the wrapper of `sandbox`, else None. Opened before the check, so that the
+    descriptor refers to the very process checked, whatever happens to the pid later."""
+    try:
+        fd = os.pidfd_open(pid)
+    except OSError:
+        return None
+    if wrapper.is_wrapper(pid, sandbox):
+        return fd
+    os.close(fd)
+    return None
 
 
 def _status_to_json(st: TaskStatus) -> dict[str, Any]:
-    return {
-        "task_id": st.task_id,
-        "state": st.state.value,
-        "time": st.time,
-        "hostname": st.hostname,
-        "exit_code": st.exit_code,
-        "reason": st.reason,
-        "message": st.message,
-    }
+    return {"state": st.state.value, "exit_code": st.exit_code, "reason": st.reason, "message": st.message}
 
 
-def _status_from_json(d: dict[str, Any]) -> TaskStatus | None:
+def _status_from_json(task_id: str, hostname: str, d: Any, now: float) -> TaskStatus | None:
+    if not isinstance(d, dict):
+        return None
     try:
         code = d.get("exit_code")
-        return TaskStatus(
-            task_id=str(d["task_id"]),
-            state=TaskState(str(d["state"])),
-            time=float(d.get("time", 0.0)),
-            hostname=str(d.get("hostname", "")),
-            exit_code=int(code) if isinstance(code, int) else None,
-            reason=str(d.get("reason", "")),
-            message=str(d.get("message", "")),
-        )
-    except (KeyError, ValueError, TypeError):
+        return TaskStatus(task_id, TaskState(str(d["state"])), now, hostname,
+                          exit_code=code if isinstance(code, int) else None, reason=str(d.get("reason", "")),
+                          message=str(d.get("message", "")))
+    except (KeyError, ValueError):
         return None

@@ -13,7 +13,7 @@ import json
 import logging
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -21,7 +21,18 @@ from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition
-from peloton.hostmgr.backend import HostInfo, LaunchError, LaunchSpec, StatusCallback, TaskStatus
+from peloton.hostmgr.backend import (
+    GangLaunch,
+    HostInfo,
+    HostsCallback,
+    LaunchError,
+    LaunchOutcome,
+    LaunchResult,
+    LaunchSpec,
+    RunningTask,
+    StatusCallback,
+    TaskStatus,
+)
 from peloton.hostmgr.mesos import calls
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
 from peloton.hostmgr.mesos.events import (
@@ -119,6 +130,7 @@ class MesosBackend:
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
         self._on_status: StatusCallback | None = None
+        self._on_hosts_changed: HostsCallback | None = None
         self._agents: dict[str, AgentView] = {}  # agent id -> view
         self._tasks: dict[str, _Task] = {}
         self._answers: dict[str, tuple[float, TaskStatus]] = {}  # task id -> (arrival, latest status)
@@ -154,8 +166,9 @@ class MesosBackend:
             return False
 
     # --- Backend interface ----------------------------------------------------------------------------------
-    def start(self, on_status: StatusCallback) -> None:
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None) -> None:
         self._on_status = on_status
+        self._on_hosts_changed = on_hosts_changed
         self._transport.start()
         self._ticker = threading.Thread(target=self._tick_loop, name="mesos-ticker", daemon=True)
         self._ticker.start()
@@ -181,14 +194,24 @@ class MesosBackend:
                 fallback = fallback or a
         return fallback
 
-    def offers(self) -> list[HostOffer]:
+    def _hosts_changed(self, agents: Sequence[AgentView]) -> None:
+        """Tell the host manager (called with no lock held)."""
+        if self._on_hosts_changed is not None and agents:
+            with self._lock:
+                names = [self._host_name(a) for a in agents]
+            self._on_hosts_changed(names)
+
+    def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         now = self.clock()
         with self._lock:
             self._last_demand = now
             revive = self.suppressed and self.subscribed
             out = []
             for a in self._agents.values():
-                ho = a.host_offer(self._host_name(a)) if a.reachable else None
+                name = self._host_name(a)
+                if hostnames is not None and name not in hostnames:
+                    continue
+                ho = a.host_offer(name) if a.reachable else None
                 if ho is not None:
                     out.append(replace(ho, labels={**ho.labels, "host": a.hostname}))
         if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
@@ -211,19 +234,36 @@ class MesosBackend:
                 ))
             return out
 
-    def launch(self, tasks: Sequence[LaunchSpec]) -> None:
-        """One ACCEPT per agent, with every member placed there. A rejected call leaves that agent's members in
-        an unknown state: every member already sent is killed and LaunchError raised. Rejections the master
-        reports later (TASK_DROPPED/ERROR) arrive as status updates and fail the gang there."""
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        """Each gang whole: refused when the offers no longer cover it (nothing sent), failed when an ACCEPT was
+        rejected after others of the gang went out (those members are killed)."""
+        results = []
+        for g in gangs:
+            try:
+                self._launch_gang(g.tasks)
+                results.append(LaunchResult(g.gang_id, g.attempt, LaunchOutcome.OK))
+            except _Refused as e:
+                results.append(LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, e.task_id, e.message))
+            except LaunchError as e:
+                results.append(LaunchResult(g.gang_id, g.attempt, LaunchOutcome.FAILED, e.task_id, e.message,
+                                            e.permanent))
+        return results
+
+    def _launch_gang(self, tasks: Sequence[LaunchSpec]) -> None:
+        """One ACCEPT per agent, with every member placed there. Nothing is sent unless the pooled offers of every
+        agent cover its members (else _Refused). A rejected call leaves that agent's members in an unknown state:
+        every member already sent is killed and LaunchError raised. Rejections the master reports later
+        (TASK_DROPPED/ERROR) arrive as status updates and fail the gang there."""
         bodies: list[tuple[AgentView, list[LaunchSpec], dict[str, Any]]] = []
+        used: list[AgentView] = []
         with self._lock:
             if not self.subscribed:
-                raise LaunchError(tasks[0].task_id, "not subscribed to a Mesos master")
+                raise _Refused(tasks[0].task_id, "not subscribed to a Mesos master")
             by_agent: dict[str, list[LaunchSpec]] = {}
             for t in tasks:
                 a = self._agent_by_name(t.hostname)
                 if a is None:
-                    raise LaunchError(t.task_id, f"agent {t.hostname} is not known (no offers)")
+                    raise _Refused(t.task_id, f"agent {t.hostname} is not known (no offers)")
                 by_agent.setdefault(a.agent_id, []).append(t)
             for agent_id, members in by_agent.items():
                 a = self._agents[agent_id]
@@ -234,7 +274,7 @@ class MesosBackend:
                     ports += m.ports
                 why = covers(a, demand, ports)
                 if why:
-                    raise LaunchError(members[0].task_id, why)
+                    raise _Refused(members[0].task_id, why)
             now = self.clock()
             for agent_id, members in by_agent.items():
                 a = self._agents[agent_id]
@@ -243,12 +283,14 @@ class MesosBackend:
                 try:
                     infos = [self._task_info(a, role, m) for m in members]
                 except CallError as e:
-                    raise LaunchError(members[0].task_id, str(e)) from None
+                    raise LaunchError(members[0].task_id, str(e), permanent=True) from None
                 a.clear()  # used: the remainder comes back from the master
+                used.append(a)
                 for m in members:
                     self._tasks[m.task_id] = _Task(m.task_id, a.agent_id, m.resources, "TASK_STAGING", now)
                 bodies.append((a, members, self.protocol.accept(offer_ids, [calls.launch(infos)],
                                                                 self.opts.refuse_seconds)))
+        self._hosts_changed(used)
         sent: list[LaunchSpec] = []
         for a, members, accept in bodies:
             if not self._send(lambda: accept):  # noqa: B023 - called at once, in this iteration
@@ -318,16 +360,21 @@ class MesosBackend:
         t = self._tasks.get(tid)
         return tid, (t.agent_id or None) if t is not None else None
 
-    def running_task_ids(self) -> set[str]:
+    def running(self) -> list[RunningTask]:
         with self._lock:
-            return {t.task_id for t in self._tasks.values() if _live(t.state)}
+            out = []
+            for t in self._tasks.values():
+                if _live(t.state):
+                    a = self._agents.get(t.agent_id)
+                    out.append(RunningTask(t.task_id, self._host_name(a) if a else "", t.resources))
+            return out
 
     def acknowledge(self, acks: Sequence[str]) -> None:
         for token in acks:
             agent_id, task_id, uuid = json.loads(token)
             self._send(lambda: self.protocol.acknowledge(agent_id, task_id, uuid))  # noqa: B023 - called at once
 
-    def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         with self._lock:
             t = self._tasks.get(task_id)
             a = self._agents.get(t.agent_id) if t else None
@@ -357,10 +404,14 @@ class MesosBackend:
             with self._lock:
                 for o in ev.offers:
                     self._add_offer(o, now)
+                changed = [self._agents[o.agent_id] for o in ev.offers]
+            self._hosts_changed(changed)
         elif isinstance(ev, Rescind):
             with self._lock:
-                for a in self._agents.values():
+                changed = [a for a in self._agents.values() if ev.offer_id in a.offers]
+                for a in changed:
                     a.drop(ev.offer_id)
+            self._hosts_changed(changed)
         elif isinstance(ev, Update):
             self._on_update(ev.status, now)
         elif isinstance(ev, Failure):
@@ -370,6 +421,7 @@ class MesosBackend:
                     if gone is not None:
                         gone.clear()
                         gone.reachable = False
+                self._hosts_changed([gone] if gone is not None else [])
         elif isinstance(ev, Error):
             log.error("mesos master: %s", ev.message)
             if ev.framework_removed:
@@ -388,8 +440,10 @@ class MesosBackend:
 
     def _disconnected(self) -> None:
         with self._lock:
-            for a in self._agents.values():
+            changed = list(self._agents.values())
+            for a in changed:
                 a.clear()
+        self._hosts_changed(changed)
 
     def _on_subscribed(self, fid: str, now: float) -> None:
         if fid != self._saved_fid:
@@ -397,11 +451,13 @@ class MesosBackend:
             self._saved_fid = fid
         with self._lock:
             self.suppressed = False
-            for a in self._agents.values():
+            cleared = list(self._agents.values())
+            for a in cleared:
                 a.clear()  # the master discarded them without RESCIND
             live = {tid for tid, t in self._tasks.items() if _live(t.state)}
             self._reconciliation = _Reconciliation(started=now, pending=live, next_send=now)
             self._cond.notify_all()
+        self._hosts_changed(cleared)
         log.info("subscribed to mesos as framework %s; reconciling %d tasks", fid, len(live))
 
     def _add_offer(self, o: Any, now: float) -> None:
@@ -464,6 +520,7 @@ class MesosBackend:
     def tick(self) -> None:
         now = self.clock()
         decline: list[str] = []
+        declined: list[AgentView] = []
         kills: list[_Task] = []
         reconcile: list[tuple[str, str | None]] | None = None
         implicit = False
@@ -477,6 +534,7 @@ class MesosBackend:
                     if idle or now - a.received[oid] > self.opts.offer_hold_s:
                         decline.append(oid)
                         a.drop(oid)
+                        declined.append(a)
             if idle and not self.suppressed:
                 suppress = True
                 self.suppressed = True
@@ -498,6 +556,7 @@ class MesosBackend:
             if implicit:
                 self._last_implicit = now
         if decline:
+            self._hosts_changed(list({id(a): a for a in declined}.values()))
             self._send(lambda: self.protocol.decline(decline, 5.0 if suppress else self.opts.refuse_seconds))
         if suppress:
             self._send(lambda: self.protocol.suppress([self.opts.role]))
@@ -507,6 +566,10 @@ class MesosBackend:
             self._send(lambda: self.protocol.reconcile(reconcile))
         if implicit:
             self._send(lambda: self.protocol.reconcile([]))
+
+
+class _Refused(LaunchError):
+    """Nothing of the gang was sent: the launch is refused, not failed."""
 
 
 def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:

@@ -1,0 +1,153 @@
+"""The local backend's journal: an append-only file of what it started and how each task ended, which a restarted
+daemon replays to adopt the tasks still running.
+
+One JSON object per line, each with an `op`:
+- `start`: a task registered before its launch (task id, host, sandbox, resources, GPU ids, ports);
+- `pid`: the wrapper's pid (a reused pid is told from ours by its command line, which names the sandbox);
+- `kill`: when a kill was requested (a task that then ends with exit code 0 after that time still SUCCEEDED);
+- `end`: the final status reported.
+Replay is idempotent (a record about an unknown task is ignored, a repeated one overwrites), so compaction may run
+while records keep arriving.
+
+One writer thread appends: records that arrive together are written with one write and, when any of them asked to
+be durable, one fsync (group commit). A launch waits for its `start` records to be durable before it spawns, so a
+daemon killed mid-launch knows every task it may have started. Other records need no fsync: a process crash keeps
+the page cache, and a machine crash ends every local task anyway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+import os
+import threading
+from collections.abc import Callable
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Any
+
+log = logging.getLogger(__name__)
+
+Record = dict[str, Any]
+COMPACT_AFTER = 20_000  # records appended before the journal is rewritten with only the live tasks
+
+
+class Journal:
+    def __init__(self, path: Path, snapshot: Callable[[], list[Record]]) -> None:
+        """`snapshot()` returns the records that describe the live tasks now (used to compact)."""
+        self.path = path
+        self._snapshot = snapshot
+        self._cond = threading.Condition()
+        self._queue: list[tuple[list[Record], Future[None] | None]] = []
+        self._stop = False
+        self._thread: threading.Thread | None = None
+        self._fd = -1
+        self._appended = 0
+        self.fsyncs = 0  # for tests and benchmarks: one per durable batch
+
+    # --- before start ---------------------------------------------------------------------------------------
+    def replay(self) -> dict[str, Record]:
+        """task id -> its merged record (every field seen, later records win), for tasks started and not ended,
+        plus `end` entries for tasks that ended (field `final`)."""
+        tasks: dict[str, Record] = {}
+        try:
+            f = open(self.path, encoding="utf-8", errors="replace")  # noqa: SIM115 - closed below
+        except FileNotFoundError:
+            return tasks
+        with f:
+            for line in f:
+                try:
+                    rec = json.loads(line)
+                except ValueError:
+                    continue  # a torn last line after a crash
+                if not isinstance(rec, dict) or not isinstance(rec.get("task"), str):
+                    continue
+                op, tid = rec.get("op"), rec["task"]
+                if op == "start":
+                    tasks[tid] = {k: v for k, v in rec.items() if k != "op"}
+                elif tid in tasks and op in ("pid", "kill", "end"):
+                    tasks[tid].update({k: v for k, v in rec.items() if k not in ("op", "task")})
+        return tasks
+
+    # --- running --------------------------------------------------------------------------------------------
+    def start(self) -> None:
+        self._rewrite(self._snapshot())
+        self._thread = threading.Thread(target=self._run, name="local-journal", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(10)
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+
+    def append(self, records: list[Record], *, durable: bool = False) -> None:
+        """Queue records; with `durable`, wait until they are on disk (raises OSError if they could not be)."""
+        if not records:
+            return
+        fut: Future[None] | None = Future() if durable else None
+        with self._cond:
+            if self._stop:
+                raise OSError("the local backend journal is stopped")
+            self._queue.append((records, fut))
+            self._cond.notify()
+        if fut is not None:
+            fut.result()
+
+    def _run(self) -> None:
+        while True:
+            with self._cond:
+                while not self._queue and not self._stop:
+                    self._cond.wait()
+                batch, self._queue = self._queue, []
+                stopping = self._stop
+            if batch:
+                self._write(batch)
+            if stopping and not batch:
+                return
+            if self._appended >= COMPACT_AFTER:
+                try:
+                    self._rewrite(self._snapshot())
+                except OSError:
+                    log.exception("local backend: could not compact the journal %s", self.path)
+
+    def _write(self, batch: list[tuple[list[Record], Future[None] | None]]) -> None:
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for recs, _ in batch for r in recs)
+        err: OSError | None = None
+        try:
+            os.write(self._fd, data.encode())
+            if any(f is not None for _, f in batch):
+                os.fsync(self._fd)
+                self.fsyncs += 1
+        except OSError as e:
+            log.exception("local backend: could not write the journal %s", self.path)
+            err = e
+        self._appended += sum(len(recs) for recs, _ in batch)
+        for _, f in batch:
+            if f is not None:
+                if err is None:
+                    f.set_result(None)
+                else:
+                    f.set_exception(err)
+
+    def _rewrite(self, records: list[Record]) -> None:
+        """Replace the journal by `records` (the live tasks), atomically."""
+        tmp = self.path.with_name(self.path.name + ".tmp")
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        try:
+            os.write(fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+            os.fsync(fd)
+        finally:
+            os.close(fd)
+        os.replace(tmp, self.path)
+        new = os.open(self.path, os.O_WRONLY | os.O_APPEND)
+        old, self._fd = self._fd, new
+        if old >= 0:
+            with contextlib.suppress(OSError):
+                os.close(old)
+        self._appended = 0

@@ -1,0 +1,134 @@
+"""Watches task processes without polling: one thread waits in epoll on a pidfd per process (readable once the
+process has exited; works for adopted processes that are not our children) and on an eventfd that wakes it for
+new work, with timers for kill escalation. An idle daemon spends no CPU here."""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import logging
+import os
+import select
+import threading
+import time
+from collections.abc import Callable
+
+log = logging.getLogger(__name__)
+
+
+class ProcessMonitor:
+    def __init__(self, on_exit: Callable[[str], None], on_timer: Callable[[str], None]) -> None:
+        """`on_exit(key)` when the watched process has exited; `on_timer(key)` when a timer set with `call_at`
+        is due. Both run on the monitor thread, with no lock of the monitor held."""
+        self._on_exit = on_exit
+        self._on_timer = on_timer
+        self._ep = select.epoll()
+        self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
+        self._ep.register(self._wake, select.EPOLLIN)
+        self._lock = threading.Lock()
+        self._fds: dict[int, str] = {}  # pidfd -> key
+        self._keys: dict[str, int] = {}  # key -> pidfd
+        self._timers: list[tuple[float, str]] = []
+        self._stop = False
+        self._thread: threading.Thread | None = None
+
+    def watch(self, key: str, pid: int) -> bool:
+        """Start watching process `pid` under `key`; False if it is already gone."""
+        try:
+            fd = os.pidfd_open(pid)
+        except ProcessLookupError:
+            return False
+        self.watch_fd(key, fd)
+        return True
+
+    def watch_fd(self, key: str, fd: int) -> None:
+        """Start watching the process of pidfd `fd` under `key` (the monitor owns the descriptor from now on)."""
+        os.set_inheritable(fd, False)
+        with self._lock:
+            old = self._keys.pop(key, None)
+            if old is not None:
+                self._fds.pop(old, None)
+            self._fds[fd] = key
+            self._keys[key] = fd
+        if old is not None:
+            self._close(old)
+        self._ep.register(fd, select.EPOLLIN)
+
+    def unwatch(self, key: str) -> None:
+        with self._lock:
+            fd = self._keys.pop(key, None)
+            if fd is not None:
+                self._fds.pop(fd, None)
+        if fd is not None:
+            self._close(fd)
+
+    def call_at(self, when: float, key: str) -> None:
+        """Call `on_timer(key)` at monotonic time `when`."""
+        with self._lock:
+            heapq.heappush(self._timers, (when, key))
+        os.eventfd_write(self._wake, 1)
+
+    def watching(self) -> int:
+        with self._lock:
+            return len(self._keys)
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="local-monitor", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop = True
+        os.eventfd_write(self._wake, 1)
+        if self._thread is not None and self._thread is not threading.current_thread():
+            self._thread.join(5)
+        with self._lock:
+            fds = list(self._fds)
+            self._fds.clear()
+            self._keys.clear()
+        for fd in fds:
+            self._close(fd)
+
+    def _close(self, fd: int) -> None:
+        with contextlib.suppress(OSError, ValueError):
+            self._ep.unregister(fd)
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+    def _run(self) -> None:
+        while not self._stop:
+            with self._lock:
+                timeout = max(0.0, self._timers[0][0] - time.monotonic()) if self._timers else -1.0
+            try:
+                events = self._ep.poll(timeout)
+            except InterruptedError:
+                continue
+            exited: list[str] = []
+            with self._lock:
+                for fd, _ in events:
+                    if fd == self._wake:
+                        with contextlib.suppress(BlockingIOError):
+                            os.eventfd_read(self._wake)
+                        continue
+                    key = self._fds.pop(fd, None)
+                    if key is not None:
+                        self._keys.pop(key, None)
+                        exited.append(key)
+                    with contextlib.suppress(OSError, ValueError):
+                        self._ep.unregister(fd)
+                    with contextlib.suppress(OSError):
+                        os.close(fd)
+                due: list[str] = []
+                now = time.monotonic()
+                while self._timers and self._timers[0][0] <= now:
+                    due.append(heapq.heappop(self._timers)[1])
+            for key in exited:
+                self._safe(self._on_exit, key)
+            for key in due:
+                self._safe(self._on_timer, key)
+
+    @staticmethod
+    def _safe(fn: Callable[[str], None], key: str) -> None:
+        try:
+            fn(key)
+        except Exception:  # noqa: BLE001 - one bad task must not stop the monitor
+            log.exception("local backend monitor: handling %s failed", key)
