@@ -6,8 +6,14 @@ Rules (design.md §2):
 - a member that fails, is lost, or is killed by someone else applies the gang's policy: `restart_gang` kills the
   other members and re-queues the whole gang as a new attempt (new task ids) until `retry.max_attempts`;
   `fail_job` (or attempts exhausted) kills the rest and fails the job;
-- a launch that fails or times out counts as a failed attempt;
+- a launch that fails or times out counts as a failed attempt; a launch the system itself refused before starting
+  anything (a stale claim, a host that changed) does not: the gang goes back to its queue as the same attempt;
 - after a daemon restart a gang is adopted whole when every member runs, else torn down and re-queued.
+
+Every record a rule changes is registered in the returned Effects (`tasks`, `gangs`, `jobs`), so the caller writes
+exactly those rows: a status update of one member of a 100,000-instance job writes a handful of rows, not the job.
+The job's state is derived from counters the JobView keeps up to date (`gang_counts`, `unsucceeded`), so it costs
+O(1), not a walk over every gang.
 """
 
 from __future__ import annotations
@@ -16,6 +22,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from peloton.domain.model import Gang, Job, Task, TaskEvent, gang_id_for, task_id_for
+from peloton.domain.placement import GangPlacement
 from peloton.domain.spec import JobSpec, gang_partition
 from peloton.domain.states import (
     TASK_TERMINAL,
@@ -29,6 +36,8 @@ from peloton.domain.states import (
 from peloton.hostmgr.backend import TaskStatus
 
 G, T = GangState, TaskState
+_UNSUCCESSFUL = frozenset({T.FAILED, T.LOST, T.KILLED})
+_NOT_LAUNCHED = frozenset({T.INITIALIZED, T.PENDING, T.READY, T.PLACING, T.PLACED})
 
 
 def parse_task_id(task_id: str) -> tuple[str, int, int]:
@@ -51,12 +60,33 @@ class GangView:
 
 @dataclass(slots=True)
 class JobView:
+    """A job with every gang and task, plus counters kept current by the rules below (never set a gang's or a
+    task's state directly: go through the rules, or the counters drift)."""
+
     job: Job
     gangs: dict[int, GangView]
+    tasks: dict[int, Task] = field(init=False)  # instance -> task, every gang's
+    gang_counts: dict[GangState, int] = field(init=False)
+    unsucceeded: int = field(init=False)  # tasks in FAILED, LOST or KILLED
+
+    def __post_init__(self) -> None:
+        self.tasks = {}
+        self.gang_counts = dict.fromkeys(GangState, 0)
+        self.unsucceeded = 0
+        for gv in self.gangs.values():
+            self.gang_counts[gv.gang.state] += 1
+            for t in gv.tasks.values():
+                self.tasks[t.instance] = t
+                if t.state in _UNSUCCESSFUL:
+                    self.unsucceeded += 1
 
     @property
     def spec(self) -> JobSpec:
         return self.job.spec
+
+    def gang_of(self, instance: int) -> GangView | None:
+        t = self.tasks.get(instance)
+        return self.gangs.get(t.gang_index) if t is not None else None
 
 
 @dataclass(slots=True)
@@ -67,6 +97,10 @@ class Effects:
     adopt: list[tuple[str, int]] = field(default_factory=list)  # (job_id, gang_index) running after recovery
     events: list[TaskEvent] = field(default_factory=list)
     restarts: int = 0  # gangs re-queued as a new attempt
+    # the records changed, for the caller to write (keyed so that a record changed twice is written once)
+    tasks: dict[tuple[str, int], Task] = field(default_factory=dict)
+    gangs: dict[tuple[str, int], Gang] = field(default_factory=dict)
+    jobs: dict[str, Job] = field(default_factory=dict)
 
     def merge(self, o: Effects) -> None:
         self.kill += o.kill
@@ -75,11 +109,30 @@ class Effects:
         self.adopt += o.adopt
         self.events += o.events
         self.restarts += o.restarts
+        self.tasks.update(o.tasks)
+        self.gangs.update(o.gangs)
+        self.jobs.update(o.jobs)
+
+    def touch_task(self, t: Task) -> None:
+        self.tasks[(t.job_id, t.instance)] = t
+
+    def touch_gang(self, g: Gang) -> None:
+        self.gangs[(g.job_id, g.index)] = g
+
+    def touch_job(self, j: Job) -> None:
+        self.jobs[j.id] = j
 
 
-def _set_task(t: Task, state: TaskState, now: float, eff: Effects, *, reason: str = "", message: str = "",
-              exit_code: int | None = None, host: str | None = None) -> None:
+def _count_task(jv: JobView, old: TaskState, new: TaskState) -> None:
+    jv.unsucceeded += (new in _UNSUCCESSFUL) - (old in _UNSUCCESSFUL)
+
+
+def _set_task(jv: JobView, t: Task, state: TaskState, now: float, eff: Effects, *, reason: str = "",
+              message: str = "", exit_code: int | None = None, host: str | None = None,
+              event_reason: str | None = None) -> None:
+    """Move a task to `state` and record the event (`event_reason` for the history only, not kept on the task)."""
     check_task(t.state, state)
+    _count_task(jv, t.state, state)
     t.state = state
     t.updated_at = now
     if reason or message:
@@ -90,50 +143,67 @@ def _set_task(t: Task, state: TaskState, now: float, eff: Effects, *, reason: st
         t.started_at = now
     if state in TASK_TERMINAL:
         t.finished_at = now
+    eff.touch_task(t)
     eff.events.append(TaskEvent(t.job_id, t.instance, t.attempt, state, now, host if host is not None else t.host,
-                                reason, message, exit_code))
+                                reason if event_reason is None else event_reason, message, exit_code))
 
 
-def _set_gang(g: Gang, state: GangState, now: float, reason: str | None = None) -> None:
+def _set_gang(jv: JobView, g: Gang, state: GangState, now: float, eff: Effects, reason: str | None = None) -> None:
     check_gang(g.state, state)
+    jv.gang_counts[g.state] -= 1
+    jv.gang_counts[state] += 1
     g.state = state
     g.updated_at = now
     if reason is not None:
         g.reason = reason
+    eff.touch_gang(g)
 
 
-def _kill_members(gv: GangView, now: float, eff: Effects, reason: str) -> None:
+def _reset_task(jv: JobView, t: Task, attempt: int, now: float, eff: Effects, reason: str, message: str) -> None:
+    """Back to PENDING with nothing assigned, as `attempt` (a new task id when the attempt changes)."""
+    _count_task(jv, t.state, T.PENDING)
+    t.attempt = attempt
+    t.state = T.PENDING
+    t.host, t.address, t.ports, t.gpu_ids = "", "", [], []
+    t.exit_code, t.reason, t.message = None, "", ""
+    t.started_at = t.finished_at = 0.0
+    t.updated_at = now
+    eff.touch_task(t)
+    eff.events.append(TaskEvent(t.job_id, t.instance, t.attempt, T.PENDING, now, "", reason, message))
+
+
+def _kill_members(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str) -> None:
     for t in gv.members():
         if t.state in TASK_TERMINAL or t.state == T.KILLING:
             continue
         if t.state in (T.INITIALIZED, T.PENDING, T.READY, T.PLACING, T.PLACED):
-            _set_task(t, T.KILLED, now, eff, reason=reason)  # never launched: nothing to kill
+            _set_task(jv, t, T.KILLED, now, eff, reason=reason)  # never launched: nothing to kill
         else:
-            _set_task(t, T.KILLING, now, eff, reason=reason)
+            _set_task(jv, t, T.KILLING, now, eff, reason=reason)
             eff.kill.append(t.task_id)
 
 
 def _finish_if_quiet(jv: JobView, gv: GangView, now: float, eff: Effects) -> None:
     if gv.gang.state != G.DONE and gv.all_members(*TASK_TERMINAL):
-        _set_gang(gv.gang, G.DONE, now)
+        _set_gang(jv, gv.gang, G.DONE, now, eff)
         eff.release.append((gv.gang.gang_id, gv.gang.attempt))
+
+
+def _requeue(jv: JobView, gv: GangView, now: float, eff: Effects, attempt: int, reason: str, event_reason: str,
+             message: str) -> None:
+    g = gv.gang
+    g.attempt = attempt
+    _set_gang(jv, g, G.QUEUED, now, eff, reason=reason)
+    g.launch_deadline = 0.0
+    for t in gv.members():
+        _reset_task(jv, t, attempt, now, eff, event_reason, message)
+    eff.enqueue.append((jv.job.id, g.index))
 
 
 def _new_attempt(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str) -> None:
     g = gv.gang
     eff.release.append((g.gang_id, g.attempt))
-    g.attempt += 1
-    _set_gang(g, G.QUEUED, now, reason=f"attempt {g.attempt}: {reason}")
-    g.launch_deadline = 0.0
-    for t in gv.members():
-        t.attempt = g.attempt
-        t.state = T.PENDING  # a new task id: the old attempt's record lives on in the events
-        t.host, t.address, t.ports, t.gpu_ids = "", "", [], []
-        t.exit_code, t.reason, t.message = None, "", ""
-        t.started_at = t.finished_at = 0.0
-        t.updated_at = now
-        eff.events.append(TaskEvent(t.job_id, t.instance, t.attempt, T.PENDING, now, "", "new attempt", reason))
-    eff.enqueue.append((jv.job.id, g.index))
+    _requeue(jv, gv, now, eff, g.attempt + 1, f"attempt {g.attempt + 1}: {reason}", "new attempt", reason)
     eff.restarts += 1
 
 
@@ -141,7 +211,8 @@ def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str
                 permanent: bool = False) -> None:
     """Apply the gang's failure policy: kill the rest; restart as a new attempt, or fail the job.
     A `permanent` failure (the task itself is invalid) is never retried unchanged."""
-    _kill_members(gv, now, eff, reason="gang member failed")
+    eff.touch_job(jv.job)
+    _kill_members(jv, gv, now, eff, reason="gang member failed")
     spec = jv.spec
     if (spec.on_member_failure == "restart_gang" and gv.gang.attempt < spec.max_attempts
             and jv.job.desired == "RUNNING" and not permanent):
@@ -153,7 +224,7 @@ def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str
         why = f"gang {gv.gang.index} failed on attempt {gv.gang.attempt} of {spec.max_attempts}: {reason}"
     else:
         why = f"gang {gv.gang.index} failed: {reason}"
-    _set_gang(gv.gang, G.ABORTING, now, reason=why)
+    _set_gang(jv, gv.gang, G.ABORTING, now, eff, reason=why)
     if not jv.job.reason:
         jv.job.reason = why
     _finish_if_quiet(jv, gv, now, eff)
@@ -168,13 +239,13 @@ def stop_gang(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str =
     if g.state == G.DONE:
         return
     if g.state in (G.QUEUED, G.ADMITTED):
-        _kill_members(gv, now, eff, reason)
-        _set_gang(g, G.DONE, now, reason=reason)
+        _kill_members(jv, gv, now, eff, reason)
+        _set_gang(jv, g, G.DONE, now, eff, reason=reason)
         eff.release.append((g.gang_id, g.attempt))
         return
-    _kill_members(gv, now, eff, reason)
+    _kill_members(jv, gv, now, eff, reason)
     if g.state != G.ABORTING:
-        _set_gang(g, G.ABORTING, now, reason=reason)
+        _set_gang(jv, g, G.ABORTING, now, eff, reason=reason)
     _finish_if_quiet(jv, gv, now, eff)
 
 
@@ -182,10 +253,11 @@ def stop_job(jv: JobView, now: float) -> Effects:
     eff = Effects()
     if jv.job.state.terminal:
         return eff
+    eff.touch_job(jv.job)
     jv.job.desired = "KILLED"
     for gv in jv.gangs.values():
         stop_gang(jv, gv, now, eff)
-    derive_job_state(jv, now)
+    derive_job_state(jv, now, eff)
     return eff
 
 
@@ -193,7 +265,7 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
     """One status update from the backend for a member of this job."""
     eff = Effects()
     _, instance, attempt = parse_task_id(st.task_id)
-    gv = next((g for g in jv.gangs.values() if instance in g.tasks), None)
+    gv = jv.gang_of(instance)
     t = gv.tasks.get(instance) if gv else None
     if gv is None or t is None:
         return eff
@@ -206,45 +278,109 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
         return eff
     if t.state in TASK_TERMINAL:
         return eff  # duplicate or late update for a finished member
+    if t.state in _NOT_LAUNCHED:
+        # about a task id the backend never started (its launch was refused and the gang re-queued as the same
+        # attempt; a reconciliation answer that arrived after that): nothing to change, but nothing may run
+        if st.state == T.RUNNING:
+            eff.kill.append(st.task_id)
+        return eff
+    eff.touch_job(jv.job)
     g = gv.gang
     expected_stop = t.state == T.KILLING or g.state in (G.ABORTING, G.DONE) or jv.job.desired == "KILLED"
     if st.state == T.RUNNING:
         if t.state not in (T.KILLING, T.RUNNING):
-            _set_task(t, T.RUNNING, now, eff, host=st.hostname)
+            _set_task(jv, t, T.RUNNING, now, eff, host=st.hostname)
             if expected_stop:  # came up after its gang was torn down
-                _set_task(t, T.KILLING, now, eff, reason="gang no longer wanted")
+                _set_task(jv, t, T.KILLING, now, eff, reason="gang no longer wanted")
                 eff.kill.append(t.task_id)
         if g.state in (G.PLACED, G.LAUNCHING) and gv.all_members(T.RUNNING, T.SUCCEEDED):
-            _set_gang(g, G.RUNNING, now, reason="")
+            _set_gang(jv, g, G.RUNNING, now, eff, reason="")
     elif st.state == T.SUCCEEDED:
-        _set_task(t, T.SUCCEEDED, now, eff, exit_code=0, reason=st.reason, message=st.message or "exit code 0")
+        _set_task(jv, t, T.SUCCEEDED, now, eff, exit_code=0, reason=st.reason, message=st.message or "exit code 0")
         if g.state in (G.PLACED, G.LAUNCHING) and gv.all_members(T.RUNNING, T.SUCCEEDED):
-            _set_gang(g, G.RUNNING, now, reason="")
+            _set_gang(jv, g, G.RUNNING, now, eff, reason="")
         _finish_if_quiet(jv, gv, now, eff)
     elif st.state in (T.FAILED, T.LOST, T.KILLED):
         if expected_stop:
             final = T.KILLED if st.state in (T.KILLED, T.LOST) else st.state
-            _set_task(t, final, now, eff, exit_code=st.exit_code, reason=st.reason or t.reason,
+            _set_task(jv, t, final, now, eff, exit_code=st.exit_code, reason=st.reason or t.reason,
                       message=st.message)
             _finish_if_quiet(jv, gv, now, eff)
         else:
-            _set_task(t, st.state, now, eff, exit_code=st.exit_code, reason=st.reason, message=st.message)
+            _set_task(jv, t, st.state, now, eff, exit_code=st.exit_code, reason=st.reason, message=st.message)
             detail = st.message or st.reason or st.state.value.lower()
             gang_failed(jv, gv, now, eff, f"member {instance} {st.state.value}: {detail}", permanent=st.permanent)
-    derive_job_state(jv, now)
+    derive_job_state(jv, now, eff)
     return eff
 
 
-def launch_failed(jv: JobView, gv: GangView, now: float, message: str) -> Effects:
-    """The backend started none of the gang (all-or-none launch failed)."""
+def launch_intent(jv: JobView, p: GangPlacement, now: float) -> Effects | None:
+    """Record the write-ahead intent of a placement: the gang LAUNCHING with its deadline, every member LAUNCHING
+    with its host, address, ports and GPUs. None when the placement is stale (the job was stopped, the gang
+    restarted, or it is not waiting for a placement any more); the caller releases it."""
+    gv = jv.gangs.get(_gang_index(p.gang_id))
+    if (gv is None or jv.job.desired != "RUNNING" or gv.gang.attempt != p.attempt
+            or gv.gang.state not in (G.QUEUED, G.ADMITTED)):
+        return None
+    eff = Effects()
+    eff.touch_job(jv.job)
+    g = gv.gang
+    _set_gang(jv, g, G.LAUNCHING, now, eff, reason="")
+    g.launch_deadline = now + jv.spec.launch_timeout_s
+    for m in p.members:
+        t = gv.tasks[m.instance]
+        t.host, t.address, t.ports, t.gpu_ids = m.hostname, m.address, list(m.ports), list(m.gpu_ids)
+        _set_task(jv, t, T.LAUNCHING, now, eff, host=m.hostname, event_reason="placed")
+    derive_job_state(jv, now, eff)
+    return eff
+
+
+def launch_refused(jv: JobView, gv: GangView, attempt: int, now: float, reason: str) -> Effects:
+    """The backend refused the launch before starting any member (a stale claim, a host that changed, a member
+    killed before it was launched). Not the job's fault: the gang goes back to its queue as the same attempt
+    (same task ids; nothing of them ever ran). A gang being torn down just ends."""
+    eff = Effects()
+    g = gv.gang
+    if g.attempt != attempt or g.state not in (G.PLACED, G.LAUNCHING, G.ABORTING):
+        return eff
+    eff.touch_job(jv.job)
+    if g.state == G.ABORTING or jv.job.desired != "RUNNING":
+        for t in gv.members():
+            if t.state not in TASK_TERMINAL:
+                _set_task(jv, t, T.KILLED, now, eff, reason=t.reason or "killed before it was launched",
+                          message="never started")
+        _finish_if_quiet(jv, gv, now, eff)
+    else:
+        _requeue(jv, gv, now, eff, g.attempt, f"re-queued: launch refused: {reason}", "launch refused",
+                 f"{reason}; re-queued without counting an attempt")
+    derive_job_state(jv, now, eff)
+    return eff
+
+
+def launch_failed(jv: JobView, gv: GangView, now: float, message: str, *, permanent: bool = False) -> Effects:
+    """A member could not be started; the backend stopped the rest (all-or-none launch failed)."""
     eff = Effects()
     if gv.gang.state not in (G.PLACED, G.LAUNCHING):
         return eff
     for t in gv.members():
         if t.state not in TASK_TERMINAL:
-            _set_task(t, T.FAILED, now, eff, reason="launch failed", message=message)
-    gang_failed(jv, gv, now, eff, f"launch failed: {message}")
-    derive_job_state(jv, now)
+            _set_task(jv, t, T.FAILED, now, eff, reason="launch failed", message=message)
+    gang_failed(jv, gv, now, eff, f"launch failed: {message}", permanent=permanent)
+    derive_job_state(jv, now, eff)
+    return eff
+
+
+def set_pending_reason(jv: JobView, gang_index: int, attempt: int, reason: str, now: float) -> Effects:
+    """Why a queued gang is still waiting (admission or placement), shown by `job get`."""
+    eff = Effects()
+    gv = jv.gangs.get(gang_index)
+    if gv is None:
+        return eff
+    g = gv.gang
+    if g.attempt == attempt and g.state in (G.QUEUED, G.ADMITTED) and g.reason != reason:
+        g.reason = reason
+        g.updated_at = now
+        eff.touch_gang(g)
     return eff
 
 
@@ -255,7 +391,7 @@ def check_launch_deadline(jv: JobView, gv: GangView, now: float) -> Effects:
         return eff
     slow = [t.instance for t in gv.members() if t.state not in (T.RUNNING, T.SUCCEEDED)]
     gang_failed(jv, gv, now, eff, f"launch timeout: members {slow} not running after {jv.spec.launch_timeout_s:g}s")
-    derive_job_state(jv, now)
+    derive_job_state(jv, now, eff)
     return eff
 
 
@@ -281,45 +417,46 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
             if st is None:
                 continue
             if st.state == T.RUNNING and t.state != T.RUNNING and t.state != T.KILLING:
-                _set_task(t, T.RUNNING, now, eff, host=st.hostname)
+                _set_task(jv, t, T.RUNNING, now, eff, host=st.hostname)
             elif st.state in TASK_TERMINAL:
                 final = st.state
                 if t.state == T.KILLING or g.state == G.ABORTING or jv.job.desired == "KILLED":
                     final = T.KILLED if st.state in (T.KILLED, T.LOST) else st.state
-                _set_task(t, final, now, eff, exit_code=st.exit_code, reason=st.reason or "found at recovery",
+                _set_task(jv, t, final, now, eff, exit_code=st.exit_code, reason=st.reason or "found at recovery",
                           message=st.message)
         if jv.job.desired == "KILLED" or g.state == G.ABORTING:
             stop_gang(jv, gv, now, eff, reason=g.reason or "job stopped")
             continue
         if gv.all_members(T.RUNNING, T.SUCCEEDED):
             if g.state != G.RUNNING:
-                _set_gang(g, G.RUNNING, now, reason="")
+                _set_gang(jv, g, G.RUNNING, now, eff, reason="")
             _finish_if_quiet(jv, gv, now, eff)
             if g.state != G.DONE:  # a gang that finished while we were down holds nothing any more
                 eff.adopt.append((jv.job.id, g.index))
             continue
         lost = [t.instance for t in gv.members() if t.state not in (T.RUNNING, T.SUCCEEDED)]
         gang_failed(jv, gv, now, eff, f"found partial after daemon restart (members {lost} not running)")
-    derive_job_state(jv, now)
+    derive_job_state(jv, now, eff)
     return eff
 
 
-def derive_job_state(jv: JobView, now: float) -> None:
+def derive_job_state(jv: JobView, now: float, eff: Effects | None = None) -> None:
+    """The job's state from its gangs, in O(1) from the view's counters. A change is registered in `eff`."""
     job = jv.job
     if job.state.terminal:
         return
-    gangs = list(jv.gangs.values())
-    if all(gv.gang.state == G.DONE for gv in gangs):
+    counts = jv.gang_counts
+    if counts[G.DONE] == len(jv.gangs):
         if job.desired == "KILLED":
             new = JobState.KILLED
-        elif all(t.state == T.SUCCEEDED for gv in gangs for t in gv.members()):
+        elif jv.unsucceeded == 0:  # every gang DONE means every task terminal
             new = JobState.SUCCEEDED
         else:
             new = JobState.FAILED
         job.completed_at = now
     elif job.desired == "KILLED":
         new = JobState.KILLING
-    elif any(gv.gang.state == G.RUNNING for gv in gangs):
+    elif counts[G.RUNNING]:
         new = JobState.RUNNING
     else:
         new = JobState.PENDING
@@ -327,10 +464,12 @@ def derive_job_state(jv: JobView, now: float) -> None:
         check_job(job.state, new)
         job.state = new
         job.updated_at = now
+        if eff is not None:
+            eff.touch_job(job)
 
 
 def new_job_records(job_id: str, spec: JobSpec, now: float) -> tuple[Job, list[Gang], list[Task]]:
-    """The rows CreateJob writes: the job, its gangs (attempt 1, QUEUED) and one task per instance."""
+    """The rows CreateJob writes: the job, its gangs (attempt 1, QUEUED) and one task per instance. Linear."""
     job = Job(job_id, spec, JobState.PENDING, "RUNNING", "", now, now)
     gangs, tasks = [], []
     for idx, instances in enumerate(gang_partition(spec)):
@@ -340,8 +479,20 @@ def new_job_records(job_id: str, spec: JobSpec, now: float) -> tuple[Job, list[G
     return job, gangs, tasks
 
 
+def new_job_view(job: Job, gangs: list[Gang], tasks: list[Task]) -> JobView:
+    """The view of records made by `new_job_records` (or loaded): tasks grouped by gang in one pass."""
+    by_gang: dict[int, dict[int, Task]] = {g.index: {} for g in gangs}
+    for t in tasks:
+        by_gang[t.gang_index][t.instance] = t
+    return JobView(job, {g.index: GangView(g, by_gang[g.index]) for g in gangs})
+
+
+def _gang_index(gang_id: str) -> int:
+    return int(gang_id.rpartition("/")[2])
+
+
 __all__ = [
     "Effects", "GangView", "JobView", "apply_status", "check_launch_deadline", "derive_job_state",
-    "gang_failed", "gang_id_for", "launch_failed", "new_job_records", "parse_task_id", "recover", "stop_gang",
-    "stop_job", "task_id_for",
+    "gang_failed", "gang_id_for", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
+    "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

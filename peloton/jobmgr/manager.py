@@ -1,18 +1,23 @@
-"""Job manager shell: the job API's logic, recovery, and the loops that launch placements, apply status
-updates and reconcile. Decisions come from gang_policy (pure); this module loads, commits and calls out.
+"""Job manager shell: the job API's logic, recovery, and the loops that apply status updates and reconcile.
+Decisions come from gang_policy (pure); changes go through the writer (group commit, see writer.py); placements
+are launched by the launcher pool (launcher.py); side effects are sent by SideEffects (effects.py).
 
-Every mutation follows one pattern: under the job manager's lock, in one transaction, load the affected jobs
-whole, apply pure rules, write back in batches, commit; then perform the side effects (kill, release, enqueue).
-A crash between commit and side effects is repaired by recovery at the next start.
+Who owns what:
+- the writer thread owns the cache of active jobs and is the only one to change job, gang and task records;
+- reads (GetJob, ListJobs, ...) use their own read sessions and never wait for the writer;
+- request threads and loops hand the writer functions and wait for the commit; none holds a lock across I/O.
 """
 
 from __future__ import annotations
 
+import base64
+import json
 import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass, field, replace
 
 import grpc
 from prometheus_client import Counter
@@ -21,14 +26,18 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
-from peloton.domain.model import Job, Task, TaskEvent, gang_id_for, split_gang_id
-from peloton.domain.placement import GangPlacement, GangRequest, MemberRequest, PlacementFailure
+from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
+from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.spec import JobSpec, validate
 from peloton.domain.states import GangState, JobState, TaskState
-from peloton.errors import Conflict, FailedPrecondition, InvalidArgument, NotFound
-from peloton.hostmgr.backend import LaunchSpec
+from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
-from peloton.jobmgr.training_env import hostfile, training_env
+from peloton.jobmgr.effects import Outbox, SideEffects
+from peloton.jobmgr.launcher import Launcher
+from peloton.jobmgr.watch import JobChange, WatchHub
+from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
+from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
 from peloton.store import repo
@@ -37,353 +46,375 @@ from peloton.store.db import transaction
 log = logging.getLogger(__name__)
 
 JOBS_CREATED = Counter("peloton_jobs_created_total", "Jobs accepted")
-GANG_LAUNCHES = Counter("peloton_jobmgr_gang_launches_total", "Gang launch attempts", ["result"])
 GANG_RESTARTS = Counter("peloton_jobmgr_gang_restarts_total", "Gangs re-queued as a new attempt")
 
 ACTIVE = (GangState.PLACED, GangState.LAUNCHING, GangState.RUNNING, GangState.ABORTING)
-RECONCILE_MIN_AGE_S = 10.0
+TRANSITIONAL = (TaskState.LAUNCHING, TaskState.LAUNCHED, TaskState.STARTING, TaskState.KILLING)
+RECONCILE_MIN_AGE_S = 10.0  # a member in a transitional state this long is asked about
+FULL_RECONCILE_S = 600.0  # every live member is asked about this often
+QUEUE_CHECK_S = 30.0  # QUEUED gangs resmgr does not know are re-enqueued this often
+BIG_JOB_ROWS = 5_000  # a job with more rows is inserted in chunks, each its own transaction
+INSERT_CHUNK = 5_000
+RPC_CHUNK = 5_000
+CAPACITY_TTL_S = 1.0
+POOLS_TTL_S = 1.0  # a pool's new limit applies to creates at most this much later
+DEFAULT_PAGE = 100
+MAX_PAGE = 1000
+DEFAULT_TASK_PAGE = 1000
+MAX_TASK_PAGE = 10_000
+LOG_READ_MAX = 1024 * 1024
+MAX_GANGS_SHOWN = 1000  # gangs in a GetJob answer (a 100,000-instance elastic job has 100,000 gangs)
+MAX_EVENTS_SHOWN = 1000  # newest events of a task in a GetTask answer
+MAX_PAGE_BYTES = 2 * 1024 * 1024  # a ListJobs page stops growing here (a job spec may be 1 MiB)
+
+
+@dataclass(frozen=True, slots=True)
+class JobRecord:
+    job: Job
+    gangs: list[Gang]  # GetJob: the first MAX_GANGS_SHOWN
+    task_states: dict[str, int]
+    gang_states: dict[str, int] = field(default_factory=dict)  # GetJob: every gang
+
+
+def _token(obj: object) -> str:
+    return base64.urlsafe_b64encode(json.dumps(obj, separators=(",", ":")).encode()).decode()
+
+
+def _untoken(token: str, field: str) -> object:
+    try:
+        return json.loads(base64.urlsafe_b64decode(token.encode()))
+    except (ValueError, UnicodeError):
+        raise InvalidArgument(f"{field}: not a page token of this API", field=field) from None
+
+
+def gang_request(jv: policy.JobView, index: int) -> GangRequest:
+    gv = jv.gangs[index]
+    spec = jv.spec
+    return GangRequest(
+        gang_id=gv.gang.gang_id, job_id=jv.job.id, attempt=gv.gang.attempt,
+        members=tuple(MemberRequest(t.instance, t.task_id, spec.resources) for t in gv.members()),
+        priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
+        enqueued_at=gv.gang.updated_at,
+    )
 
 
 class JobManager:
     def __init__(
         self,
         sessions: sessionmaker[Session],
+        read_sessions: sessionmaker[Session],
         resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
         hostmgr: internal_pb2_grpc.HostManagerInternalStub,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.sessions = sessions
+        self.read_sessions = read_sessions
         self.resmgr = resmgr
         self.hostmgr = hostmgr
         self.clock = clock
-        self._mutex = threading.RLock()
+        self.hub = WatchHub()
+        self.effects = SideEffects(resmgr, hostmgr)
+        self.writer = Writer(sessions, self.hub.publish, self._perform, clock)
+        self.launcher = Launcher(self.writer, resmgr, hostmgr)
         self._after_seq = 0
         self._stream_id = ""
+        self._full_reconcile_at = 0.0
+        self._queue_check_at = 0.0
+        self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
+        self._cap_refresh = threading.Lock()  # one capacity refresh at a time
+        self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
+        self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
 
-    # --- loading ----------------------------------------------------------------------------------------------
-    def _load(self, s: Session, job_ids: Iterable[str]) -> dict[str, policy.JobView]:
-        jobs = repo.get_jobs(s, set(job_ids))
-        out: dict[str, policy.JobView] = {}
-        for jid, job in jobs.items():
-            tasks = {t.instance: t for t in repo.get_tasks(s, jid)}
-            gangs = {g.index: policy.GangView(g, {i: tasks[i] for i in g.instances}) for g in repo.get_gangs(s, jid)}
-            out[jid] = policy.JobView(job, gangs)
-        return out
+    def start(self) -> None:
+        self.writer.start()
+        self.effects.start()
 
-    def _save(self, s: Session, views: Iterable[policy.JobView], events: Sequence[TaskEvent]) -> None:
-        views = list(views)
-        for jv in views:
-            repo.update_job(s, jv.job)
-        repo.update_gangs(s, [gv.gang for jv in views for gv in jv.gangs.values()])
-        repo.update_tasks(s, [t for jv in views for gv in jv.gangs.values() for t in gv.tasks.values()])
-        if events:
-            repo.append_task_events(s, events)
+    def stop(self) -> None:
+        self.writer.stop()
+        self.effects.stop()
 
-    def _gang_request(self, jv: policy.JobView, index: int) -> GangRequest:
-        gv = jv.gangs[index]
-        spec = jv.spec
-        return GangRequest(
-            gang_id=gv.gang.gang_id,
-            job_id=jv.job.id,
-            attempt=gv.gang.attempt,
-            members=tuple(MemberRequest(t.instance, t.task_id, spec.resources) for t in gv.members()),
-            priority=spec.priority,
-            respool=spec.respool,
-            strategy=spec.strategy,
-            constraints=spec.constraints,
-            enqueued_at=gv.gang.updated_at,
-        )
-
-    def _perform(self, eff: policy.Effects, views: dict[str, policy.JobView]) -> None:
-        """Side effects after commit. Failures are logged: recovery and reconciliation repair them."""
-        try:
-            if eff.kill:
-                self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=eff.kill), timeout=30)
-            if eff.release:
-                self.resmgr.RemoveGangs(
-                    internal_pb2.RemoveGangsRequest(
-                        gangs=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in eff.release]
-                    ),
-                    timeout=30,
-                )
-            reqs = [convert.gang_request_to_proto(self._gang_request(views[j], i)) for j, i in eff.enqueue]
-            for j, i in eff.adopt:
-                p = convert.gang_request_to_proto(self._gang_request(views[j], i))
+    # --- side effects (writer thread) ---------------------------------------------------------------------
+    def _perform(self, eff: policy.Effects, views: Views) -> None:
+        out = Outbox(kill=list(eff.kill), release=list(eff.release))
+        for j, i in eff.enqueue:
+            if j in views:
+                out.enqueue.append(convert.gang_request_to_proto(gang_request(views[j], i)))
+        for j, i in eff.adopt:
+            if j in views:
+                p = convert.gang_request_to_proto(gang_request(views[j], i))
                 p.running = True
-                reqs.append(p)
-            if reqs:
-                self.resmgr.EnqueueGangs(internal_pb2.EnqueueGangsRequest(gangs=reqs), timeout=30)
-        except grpc.RpcError as e:
-            log.error("side effects failed (recovery will repair): %s", from_rpc_error(e).message)
+                out.enqueue.append(p)
+        if eff.restarts:
+            GANG_RESTARTS.inc(eff.restarts)
+        self.effects.submit(out)
 
-    def _mutate(self, job_ids: Iterable[str], fn: Callable[[dict[str, policy.JobView], float], policy.Effects]) -> None:
-        with self._mutex:
-            now = self.clock()
-            with transaction(self.sessions) as s:
-                views = self._load(s, job_ids)
-                eff = fn(views, now)
-                self._save(s, views.values(), eff.events)
-            if eff.restarts:
-                GANG_RESTARTS.inc(eff.restarts)
-            self._perform(eff, views)
-
-    # --- public API -----------------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec) -> str:
+    # --- create -------------------------------------------------------------------------------------------
+    def create_job(self, spec: JobSpec, request_id: str = "") -> str:
+        """The new job's id. With `request_id`, a repeat of a create that succeeded returns that job."""
         validate(spec)
-        with transaction(self.sessions) as s:
-            pools = {p.path: p for p in repo.list_pools(s)}
+        if request_id:
+            existing = self._created_for(request_id, spec)
+            if existing is not None:
+                return existing
+        pools = self._pools(spec.respool)
         if spec.respool not in pools:
             raise InvalidArgument(f"respool: resource pool {spec.respool} does not exist", field="respool")
-        gang_total = spec.resources.scale(spec.gang_size)
-        why = exceeds_limit_forever(gang_total, spec.respool, pools)
+        why = exceeds_limit_forever(spec.resources.scale(spec.gang_size), spec.respool, pools)
         if why:
             raise InvalidArgument(f"instances: {why}", field="instances")
         self._check_fits_cluster(spec)
         job_id = uuid.uuid4().hex[:12]
         now = self.clock()
         job, gangs, tasks = policy.new_job_records(job_id, spec, now)
+        job.request_id = request_id
+        jv = policy.new_job_view(job, gangs, tasks)
         events = [TaskEvent(job_id, t.instance, 1, TaskState.PENDING, now, reason="job created") for t in tasks]
-        with self._mutex:
-            with transaction(self.sessions) as s:
-                repo.insert_job(s, job, gangs, tasks)
-                repo.append_task_events(s, events)
-            view = policy.JobView(job, {g.index: policy.GangView(g, {t.instance: t for t in tasks
-                                                                      if t.gang_index == g.index}) for g in gangs})
-            self._perform(policy.Effects(enqueue=[(job_id, g.index) for g in gangs]), {job_id: view})
+        rows = 1 + len(gangs) + 2 * len(tasks)
+        try:
+            if rows <= BIG_JOB_ROWS:
+                self.writer.run(Mutation(Kind.CREATE, view=jv, events=events, rows=rows))
+            else:
+                self._insert_in_chunks(jv, events)
+                self.writer.run(Mutation(Kind.CREATE, view=jv, inserted=True, rows=1))
+        except AlreadyExists:
+            existing = self._created_for(request_id, spec) if request_id else None
+            if existing is None:  # the same key, used by a concurrent create that is still being written
+                raise
+            return existing
         JOBS_CREATED.inc()
         log.info("job %s created: %s, %d instances in %d gangs", job_id, spec.name, spec.instances, len(gangs))
         return job_id
 
-    def _check_fits_cluster(self, spec: JobSpec) -> None:
+    def _created_for(self, request_id: str, spec: JobSpec) -> str | None:
+        """The job an earlier create with this key made (same spec), None if there is none; AlreadyExists when
+        the key was used for another spec."""
+        with transaction(self.read_sessions) as s:
+            job_id = repo.job_id_for_request(s, request_id)
+            if job_id is None:
+                return None
+            job = repo.get_job(s, job_id)
+        if job.spec != spec:
+            raise AlreadyExists(f"request_id: {request_id!r} was already used to create job {job_id} with another "
+                                "spec", field="request_id")
+        log.info("job %s: a repeated create (request %s) answered with the existing job", job_id, request_id)
+        return job_id
+
+    def _insert_in_chunks(self, jv: policy.JobView, events: list[TaskEvent]) -> None:
+        """A big job's rows in transactions of bounded size, so no other writer waits long for any of them. The
+        job stays INITIALIZED (invisible to the scheduler) until the writer activates it; one left INITIALIZED
+        by a crash is deleted at the next start."""
+        gangs = [gv.gang for gv in jv.gangs.values()]
+        tasks = list(jv.tasks.values())
+        with transaction(self.sessions) as s:
+            repo.insert_job(s, replace(jv.job, state=JobState.INITIALIZED), [], [])
         try:
-            cap = self.hostmgr.ClusterCapacity(internal_pb2.ClusterCapacityRequest(), timeout=10)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        hosts = [convert.offer_from_proto(o) for o in cap.hosts]
-        if not hosts:
+            for start in range(0, len(gangs), INSERT_CHUNK):
+                with transaction(self.sessions) as s:
+                    repo.insert_job_rows(s, gangs[start:start + INSERT_CHUNK], [])
+            for start in range(0, len(tasks), INSERT_CHUNK):
+                with transaction(self.sessions) as s:
+                    repo.insert_job_rows(s, [], tasks[start:start + INSERT_CHUNK])
+            for start in range(0, len(events), INSERT_CHUNK):
+                with transaction(self.sessions) as s:
+                    repo.append_task_events(s, events[start:start + INSERT_CHUNK])
+        except BaseException:
+            try:
+                with transaction(self.sessions) as s:
+                    repo.delete_job(s, jv.job.id)
+            except Exception:  # noqa: BLE001 - the next start deletes it
+                log.warning("could not remove the partial job %s; the next start does", jv.job.id)
+            raise
+
+    def _pools(self, wanted: str) -> dict[str, ResourcePool]:
+        """The pools, read at most every POOLS_TTL_S (every create needs them), and at once when `wanted` is not
+        among those read (a pool just created)."""
+        pools, at = self._pool_cache
+        if wanted not in pools or time.monotonic() - at > POOLS_TTL_S:
+            with transaction(self.read_sessions) as s:
+                pools = {p.path: p for p in repo.list_pools(s)}
+            self._pool_cache = (pools, time.monotonic())
+        return pools
+
+    def _capacity(self) -> HostIndex | None:
+        """Every host's full capacity, asked of the host manager at most every CAPACITY_TTL_S and rebuilt only when
+        it changed. One thread refreshes at a time; the others meanwhile judge by the index they have (rebuilding
+        10,000 hosts takes ~0.2 s, and a herd of creates each doing it was most of their time)."""
+        version, index, checked = self._cap
+        if index is not None and time.monotonic() - checked < CAPACITY_TTL_S:
+            return index
+        if not self._cap_refresh.acquire(blocking=index is None):
+            return index
+        try:
+            version, index, checked = self._cap
+            now = time.monotonic()
+            if index is not None and now - checked < CAPACITY_TTL_S:
+                return index  # another thread refreshed it while this one waited
+            try:
+                r = self.hostmgr.ClusterCapacity(internal_pb2.ClusterCapacityRequest(if_version=version), timeout=10)
+            except grpc.RpcError as e:
+                raise from_rpc_error(e) from None
+            if not r.unchanged:
+                version, index = r.version, HostIndex([convert.offer_from_proto(o) for o in r.hosts])
+            with self._cap_lock:
+                self._cap = (version, index, now)
+            return index
+        finally:
+            self._cap_refresh.release()
+
+    def _check_fits_cluster(self, spec: JobSpec) -> None:
+        index = self._capacity()
+        if index is None or not len(index):
             return  # no host known yet (a cluster backend still connecting): cannot judge
         probe = GangRequest(
             gang_id="probe/0", job_id="probe", attempt=1,
             members=tuple(MemberRequest(i, f"probe-{i}-1", spec.resources) for i in range(spec.gang_size)),
             strategy=spec.strategy, constraints=spec.constraints,
         )
-        failure = can_ever_fit(probe, hosts)
+        with self._cap_lock:
+            failure = can_ever_fit(probe, index)
         if failure is not None:
             raise InvalidArgument(
                 f"instances: the gang can never fit this cluster even when it is empty: {failure.reason}",
                 field="instances",
             )
 
-    def get_job(self, job_id: str) -> tuple[Job, list, dict[str, int]]:  # type: ignore[type-arg]
-        with transaction(self.sessions) as s:
+    # --- reads (own sessions; never wait for the writer) -----------------------------------------------------
+    def get_job(self, job_id: str) -> JobRecord:
+        with transaction(self.read_sessions) as s:
             job = repo.get_job(s, job_id)
-            gangs = repo.get_gangs(s, job_id)
+            gangs = repo.get_gangs(s, job_id, limit=MAX_GANGS_SHOWN)
             counts = repo.task_state_counts(s, [job_id]).get(job_id, {})
-        return job, gangs, counts
+            gang_states = repo.gang_state_counts(s, job_id)
+        return JobRecord(job, gangs, counts, gang_states)
 
-    def list_jobs(self, states: Sequence[str], owner: str, respool: str, name_contains: str, limit: int
-                  ) -> list[tuple[Job, list, dict[str, int]]]:  # type: ignore[type-arg]
+    def list_jobs(self, states: Sequence[str], owner: str, respool: str, name_contains: str, page_size: int,
+                  page_token: str) -> tuple[list[JobRecord], str]:
         try:
             st = [JobState(x.upper()) for x in states] or None
         except ValueError:
-            raise InvalidArgument(f"states: unknown job state in {list(states)}", field="states") from None
-        with transaction(self.sessions) as s:
+            raise InvalidArgument(f"states: unknown job state in {list(states)} (known: "
+                                  f"{', '.join(s.value for s in JobState)})", field="states") from None
+        size = min(page_size or DEFAULT_PAGE, MAX_PAGE)
+        after = None
+        if page_token:
+            tok = _untoken(page_token, "page_token")
+            if not (isinstance(tok, list) and len(tok) == 2 and isinstance(tok[0], (int, float))
+                    and isinstance(tok[1], str)):
+                raise InvalidArgument("page_token: not a page token of this API", field="page_token")
+            after = (float(tok[0]), tok[1])
+        with transaction(self.read_sessions) as s:
             jobs = repo.list_jobs(s, states=st, owner=owner or None, respool=respool or None,
-                                  name_contains=name_contains or None, limit=limit or 100)
+                                  name_contains=name_contains or None, limit=size + 1, after=after)
+            more = len(jobs) > size
+            jobs = jobs[:size]
             counts = repo.task_state_counts(s, [j.id for j in jobs])
-        return [(j, [], counts.get(j.id, {})) for j in jobs]
+        nxt = self.page_token(jobs[-1]) if more and jobs else ""
+        return [JobRecord(j, [], counts.get(j.id, {})) for j in jobs], nxt
 
-    def stop_job(self, job_id: str) -> None:
-        with transaction(self.sessions) as s:
-            repo.get_job(s, job_id)  # NotFound
+    @staticmethod
+    def page_token(last: Job) -> str:
+        """The token of the ListJobs page that starts after `last`."""
+        return _token([last.created_at, last.id])
 
-        def fn(views: dict[str, policy.JobView], now: float) -> policy.Effects:
-            return policy.stop_job(views[job_id], now)
-
-        self._mutate([job_id], fn)
-
-    def delete_job(self, job_id: str) -> None:
-        with self._mutex, transaction(self.sessions) as s:
-            job = repo.get_job(s, job_id)
-            if not job.state.terminal:
-                raise FailedPrecondition(f"job {job_id} is {job.state.value}; stop it before deleting it")
-            repo.delete_job(s, job_id)
-
-    def list_tasks(self, job_id: str) -> list[Task]:
-        with transaction(self.sessions) as s:
+    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str]:
+        size = min(page_size or DEFAULT_TASK_PAGE, MAX_TASK_PAGE)
+        after = None
+        if page_token:
+            tok = _untoken(page_token, "page_token")
+            if not isinstance(tok, int) or isinstance(tok, bool):
+                raise InvalidArgument("page_token: not a page token of this API", field="page_token")
+            after = tok
+        with transaction(self.read_sessions) as s:
             repo.get_job(s, job_id)
-            return repo.get_tasks(s, job_id)
+            tasks = repo.get_tasks(s, job_id, after=after, limit=size + 1)
+        more = len(tasks) > size
+        tasks = tasks[:size]
+        return tasks, (_token(tasks[-1].instance) if more and tasks else "")
 
     def get_task(self, job_id: str, instance: int) -> tuple[Task, list[TaskEvent]]:
-        with transaction(self.sessions) as s:
+        with transaction(self.read_sessions) as s:
             tasks = repo.get_tasks(s, job_id, [instance])
             if not tasks:
                 repo.get_job(s, job_id)
                 raise NotFound(f"job {job_id} has no instance {instance}")
-            return tasks[0], repo.get_task_events(s, job_id, instance)
+            return tasks[0], repo.get_task_events(s, job_id, instance, newest=MAX_EVENTS_SHOWN)
 
-    def task_log(self, job_id: str, instance: int, attempt: int, stream: str, tail: int) -> tuple[str, bytes]:
+    def count_task_events(self, job_id: str, instance: int) -> int:
+        with transaction(self.read_sessions) as s:
+            return repo.count_task_events(s, job_id, instance)
+
+    def task_log(self, job_id: str, instance: int, attempt: int, stream: str, tail: int, offset: int | None
+                 ) -> tuple[str, bytes, int, str]:
+        """(task id, content, offset after it, the attempt's state)."""
         if stream not in ("", "stdout", "stderr"):
             raise InvalidArgument("stream: must be stdout or stderr", field="stream")
         task, events = self.get_task(job_id, instance)
         attempt = attempt or task.attempt
         ran = {e.attempt for e in events if e.state in (TaskState.LAUNCHING, TaskState.RUNNING)}
         if attempt not in ran:
-            raise FailedPrecondition(f"task {job_id}-{instance}-{attempt} has not been launched; no logs yet")
+            known = sorted(ran)
+            if attempt > task.attempt:
+                raise NotFound(f"task {job_id}-{instance} has no attempt {attempt} (attempts so far: "
+                               f"{task.attempt})", field="attempt")
+            raise FailedPrecondition(f"attempt {attempt} of task {job_id}-{instance} was never launched; no logs"
+                                     + (f" (launched attempts: {known})" if known else ""))
+        state = task.state.value if attempt == task.attempt else next(
+            (e.state.value for e in reversed(events) if e.attempt == attempt), "")
         task_id = policy.task_id_for(job_id, instance, attempt)
+        req = internal_pb2.ReadTaskLogRequest(task_id=task_id, stream=stream or "stdout")
+        if offset is None:
+            req.offset, req.max_bytes = -tail, tail
+        else:
+            req.offset, req.max_bytes = offset, LOG_READ_MAX
         try:
-            r = self.hostmgr.ReadTaskLog(
-                internal_pb2.ReadTaskLogRequest(task_id=task_id, stream=stream or "stdout", tail_bytes=tail),
-                timeout=30,
-            )
+            r = self.hostmgr.ReadTaskLog(req, timeout=30)
         except grpc.RpcError as e:
             raise from_rpc_error(e) from None
-        return task_id, r.content
+        return task_id, r.content, r.next_offset, state
 
-    # --- recovery ---------------------------------------------------------------------------------------------
-    def recover(self) -> None:
-        """At start: re-queue queued gangs, adopt whole running gangs, tear down partial ones."""
-        with transaction(self.sessions) as s:
-            open_gangs = repo.gangs_in_states(s, [st for st in GangState if st != GangState.DONE])
-        job_ids = sorted({g.job_id for g in open_gangs})
-        if not job_ids:
-            self._reconcile_backend([])
-            return
-        with transaction(self.sessions) as s:
-            views = self._load(s, job_ids)
-        live = [t.task_id for jv in views.values() for gv in jv.gangs.values() if gv.gang.state in ACTIVE
-                for t in gv.members() if not t.state.terminal]
-        statuses = self._reconcile_backend(live)
+    def snapshot(self, job_ids: Sequence[str], tasks: bool) -> list[JobChange]:
+        """The current state of these jobs (and their tasks), for a watch that starts or cannot resume."""
+        out = []
+        with transaction(self.read_sessions) as s:
+            jobs = repo.get_jobs(s, job_ids)
+            for jid in job_ids:
+                job = jobs.get(jid)
+                if job is None:
+                    out.append(JobChange(jid, "", "", "", deleted=True))
+                    continue
+                out.append(JobChange.of(job, repo.get_tasks(s, jid) if tasks else ()))
+        return out
 
-        def fn(vs: dict[str, policy.JobView], now: float) -> policy.Effects:
-            eff = policy.Effects()
-            for jv in vs.values():
-                eff.merge(policy.recover(jv, statuses, now))
-            return eff
+    # --- stop, delete ---------------------------------------------------------------------------------------
+    def stop_job(self, job_id: str) -> bool:
+        """Stop every gang of the job. False when it had already finished (nothing to do)."""
+        def check(views: Views) -> None:
+            if job_id not in views:
+                raise NotFound(f"job {job_id!r} not found", field="id")
 
-        self._mutate(job_ids, fn)
-        log.info("recovery: %d jobs with open gangs, %d live tasks reconciled", len(job_ids), len(live))
+        was: list[bool] = []
 
-    def _reconcile_backend(self, task_ids: list[str]) -> dict:  # type: ignore[type-arg]
-        r = self.hostmgr.ReconcileTasks(
-            internal_pb2.ReconcileTasksRequest(task_ids=task_ids, kill_unknown=True), timeout=60
-        )
-        return {p.task_id: convert.status_from_proto(p) for p in r.statuses}
+        def apply(views: Views, now: float) -> policy.Effects:
+            jv = views[job_id]
+            was.append(jv.job.state.terminal)
+            return policy.stop_job(jv, now)
 
-    # --- loop: placements -> write-ahead intent -> launch --------------------------------------------------------
-    def launch_once(self, timeout_ms: int = 1000) -> bool:
-        resp = self.resmgr.GetPlacements(internal_pb2.GetPlacementsRequest(max=100, timeout_ms=timeout_ms),
-                                         timeout=timeout_ms / 1000 + 10)
-        if resp.pending:
-            self._record_pending([convert.failure_from_proto(f) for f in resp.pending])
-        placements = [convert.placement_from_proto(p) for p in resp.placements]
-        if not placements:
-            return bool(resp.pending)
-        accepted: list[tuple[GangPlacement, policy.JobView]] = []
+        self.writer.mutate([job_id], apply, check)
+        return not was[0]
 
-        def intent(views: dict[str, policy.JobView], now: float) -> policy.Effects:
-            eff = policy.Effects()
-            for p in placements:
-                jv = views.get(p.job_id)
-                _, idx = split_gang_id(p.gang_id)
-                gv = jv.gangs.get(idx) if jv else None
-                if (jv is None or gv is None or jv.job.desired != "RUNNING" or gv.gang.attempt != p.attempt
-                        or gv.gang.state not in (GangState.QUEUED, GangState.ADMITTED)):
-                    continue  # stale placement; its lease expires on its own
-                g = gv.gang
-                g.state, g.reason, g.updated_at = GangState.LAUNCHING, "", now
-                g.launch_deadline = now + jv.spec.launch_timeout_s
-                for m in p.members:
-                    t = gv.tasks[m.instance]
-                    t.host, t.address, t.ports, t.gpu_ids = m.hostname, m.address, list(m.ports), list(m.gpu_ids)
-                    t.state, t.updated_at = TaskState.LAUNCHING, now
-                    eff.events.append(TaskEvent(t.job_id, t.instance, t.attempt, TaskState.LAUNCHING, now,
-                                                m.hostname, "placed"))
-                policy.derive_job_state(jv, now)
-                accepted.append((p, jv))
-            return eff
+    def delete_job(self, job_id: str) -> None:
+        def check(views: Views) -> None:
+            jv = views.get(job_id)
+            if jv is None:
+                raise NotFound(f"job {job_id!r} not found", field="id")
+            if not jv.job.state.terminal:
+                raise FailedPrecondition(f"job {job_id} is {jv.job.state.value}; stop it before deleting it")
 
-        self._mutate({p.job_id for p in placements}, intent)
-        for p, jv in accepted:
-            self._launch(p, jv)
-        return True
+        self.writer.run(Mutation(Kind.DELETE, [job_id], check=check))
 
-    def _launch(self, p: GangPlacement, jv: policy.JobView) -> None:
-        envs = training_env(jv.job.id, p.attempt, p.members)
-        files = {"hostfile": hostfile(p.members)}
-        tasks = [
-            LaunchSpec(
-                task_id=m.task_id, job_id=jv.job.id, instance=m.instance, attempt=p.attempt, hostname=m.hostname,
-                command=jv.spec.command, env={**jv.spec.env, **envs[m.instance]}, resources=m.resources,
-                gpu_ids=m.gpu_ids, ports=m.ports, files=files, container_image=jv.spec.container_image,
-            )
-            for m in p.members
-        ]
-        message = ""
-        try:
-            r = self.hostmgr.LaunchGang(
-                internal_pb2.LaunchGangRequest(lease_id=p.lease_id, tasks=[convert.launch_to_proto(t) for t in tasks]),
-                timeout=60,
-            )
-            if r.ok:
-                GANG_LAUNCHES.labels("ok").inc()
-                return
-            message = f"{r.failed_task_id}: {r.message}"
-        except grpc.RpcError as e:
-            err = from_rpc_error(e)
-            message = err.message
-            if not isinstance(err, Conflict):
-                log.error("launch of gang %s failed: %s", p.gang_id, message)
-        GANG_LAUNCHES.labels("failed").inc()
-        _, idx = split_gang_id(p.gang_id)
-
-        def fn(views: dict[str, policy.JobView], now: float) -> policy.Effects:
-            v = views[jv.job.id]
-            if v.gangs[idx].gang.attempt != p.attempt:
-                return policy.Effects()
-            return policy.launch_failed(v, v.gangs[idx], now, message)
-
-        self._mutate([jv.job.id], fn)
-
-    def _record_pending(self, pending: Sequence[PlacementFailure]) -> None:
-        with self._mutex, transaction(self.sessions) as s:
-            changed = []
-            by_job: dict[str, list] = {}  # type: ignore[type-arg]
-            for f in pending:
-                by_job.setdefault(f.job_id, []).append(f)
-            for jid, fs in by_job.items():
-                gangs = {g.gang_id: g for g in repo.get_gangs(s, jid)}
-                for f in fs:
-                    g = gangs.get(f.gang_id)
-                    if g and g.attempt == f.attempt and g.state in (GangState.QUEUED, GangState.ADMITTED):
-                        g.reason = f.reason
-                        g.updated_at = self.clock()
-                        changed.append(g)
-            repo.update_gangs(s, changed)
-
-    # --- loop: status updates ------------------------------------------------------------------------------------
-    def events_once(self, timeout_ms: int = 1000) -> bool:
-        r = self.hostmgr.WaitTaskEvents(
-            internal_pb2.WaitTaskEventsRequest(after_seq=self._after_seq, max_events=2000, timeout_ms=timeout_ms),
-            timeout=timeout_ms / 1000 + 10,
-        )
-        if r.stream_id != self._stream_id:
-            if self._stream_id:
-                log.warning("host manager restarted: reconciling")
-            self._stream_id = r.stream_id
-            if self._after_seq and not r.events:
-                self._after_seq = 0
-                return True
-        if not r.events:
-            return False
-        self.apply_statuses([convert.status_from_proto(e) for e in r.events])
-        self._after_seq = r.events[-1].seq
-        # only now, with the updates committed, may the backend acknowledge them upstream
-        self.hostmgr.AckTaskEvents(internal_pb2.AckTaskEventsRequest(up_to_seq=self._after_seq), timeout=30)
-        return True
-
-    def apply_statuses(self, statuses: Sequence) -> None:  # type: ignore[type-arg]
-        by_job: dict[str, list] = {}  # type: ignore[type-arg]
+    # --- status updates ---------------------------------------------------------------------------------------
+    def apply_statuses(self, statuses: Sequence[TaskStatus]) -> None:
+        by_job: dict[str, list[TaskStatus]] = {}
         for st in statuses:
             try:
                 jid, _, _ = policy.parse_task_id(st.task_id)
@@ -391,8 +422,10 @@ class JobManager:
                 log.warning("status for a task id that is not ours: %s", st.task_id)
                 continue
             by_job.setdefault(jid, []).append(st)
+        if not by_job:
+            return
 
-        def fn(views: dict[str, policy.JobView], now: float) -> policy.Effects:
+        def apply(views: Views, now: float) -> policy.Effects:
             eff = policy.Effects()
             for jid, sts in by_job.items():
                 jv = views.get(jid)
@@ -403,37 +436,135 @@ class JobManager:
                     eff.merge(policy.apply_status(jv, st, now))
             return eff
 
-        self._mutate(by_job, fn)
+        self.writer.mutate(list(by_job), apply)
 
-    # --- loop: reconciliation and launch deadlines --------------------------------------------------------------
+    def events_once(self, timeout_ms: int = 1000) -> bool:
+        r = self.hostmgr.WaitTaskEvents(
+            internal_pb2.WaitTaskEventsRequest(after_seq=self._after_seq, max_events=2000, timeout_ms=timeout_ms),
+            timeout=timeout_ms / 1000 + 10,
+        )
+        if r.stream_id != self._stream_id:
+            if self._stream_id:
+                log.warning("host manager restarted: reconciling every live task")
+                self._full_reconcile_at = 0.0
+            self._stream_id = r.stream_id
+            if self._after_seq and not r.events:
+                self._after_seq = 0
+                return True
+        if r.gap:
+            log.error("status updates were lost (too many unacknowledged): reconciling every live task")
+            self._full_reconcile_at = 0.0
+        if not r.events:
+            return False
+        self.apply_statuses([convert.status_from_proto(e) for e in r.events])
+        self._after_seq = r.events[-1].seq
+        # only now, with the updates committed, may the backend acknowledge them upstream
+        self.hostmgr.AckTaskEvents(internal_pb2.AckTaskEventsRequest(up_to_seq=self._after_seq), timeout=30)
+        return True
+
+    # --- recovery -----------------------------------------------------------------------------------------------
+    def recover(self) -> None:
+        """At start (and when the daemon becomes the store's owner again): forget what is cached, load every
+        job with an open gang, kill tasks no job claims, ask the backend about every live member, then adopt
+        whole gangs, tear down partial ones and re-queue the queued."""
+        with transaction(self.sessions) as s:
+            for j in repo.list_jobs(s, states=[JobState.INITIALIZED], limit=1_000_000):
+                log.warning("deleting job %s: its creation was interrupted", j.id)
+                repo.delete_job(s, j.id)
+        with transaction(self.read_sessions) as s:
+            job_ids = sorted({g.job_id for g in repo.gangs_in_states(s, [st for st in GangState
+                                                                        if st != GangState.DONE])})
+        self.writer.read(lambda views: self.writer.clear())
+        live: list[str] = self.writer.read(
+            lambda views: [t.task_id for jv in views.values() for gv in jv.gangs.values() if gv.gang.state in ACTIVE
+                           for t in gv.members() if not t.state.terminal], job_ids)
+        running = self._list_running()
+        strays = sorted(set(running) - set(live))
+        if strays:
+            log.warning("killing %d tasks no job claims: %s", len(strays), ", ".join(strays[:10]))
+            for i in range(0, len(strays), RPC_CHUNK):
+                self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=strays[i:i + RPC_CHUNK]), timeout=30)
+        statuses = self._reconcile(live)
+
+        def apply(views: Views, now: float) -> policy.Effects:
+            eff = policy.Effects()
+            for jv in views.values():
+                eff.merge(policy.recover(jv, statuses, now))
+            return eff
+
+        if job_ids:
+            self.writer.mutate(job_ids, apply)
+        self._full_reconcile_at = self.clock() + FULL_RECONCILE_S
+        log.info("recovery: %d jobs with open gangs, %d live tasks reconciled, %d strays killed", len(job_ids),
+                 len(live), len(strays))
+
+    def _list_running(self) -> list[str]:
+        out: list[str] = []
+        token = ""
+        while True:
+            r = self.hostmgr.ListRunningTasks(internal_pb2.ListRunningTasksRequest(page_token=token), timeout=60)
+            out += r.task_ids
+            token = r.next_page_token
+            if not token:
+                return out
+
+    def _reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
+        out: dict[str, TaskStatus] = {}
+        for i in range(0, len(task_ids), RPC_CHUNK):
+            r = self.hostmgr.ReconcileTasks(internal_pb2.ReconcileTasksRequest(task_ids=task_ids[i:i + RPC_CHUNK]),
+                                            timeout=60)
+            out.update({p.task_id: convert.status_from_proto(p) for p in r.statuses})
+        return out
+
+    # --- loop: reconciliation, launch deadlines, the queue check ------------------------------------------------
     def reconcile_once(self) -> bool:
         now = self.clock()
-        with transaction(self.sessions) as s:
-            gangs = repo.gangs_in_states(s, list(ACTIVE))
-            views = self._load(s, {g.job_id for g in gangs})
-        stale = [t for jv in views.values() for gv in jv.gangs.values() if gv.gang.state in ACTIVE
-                 for t in gv.members() if not t.state.terminal and now - t.updated_at > RECONCILE_MIN_AGE_S]
-        late = [(jv.job.id, gv.gang.index) for jv in views.values() for gv in jv.gangs.values()
-                if gv.gang.state in (GangState.PLACED, GangState.LAUNCHING) and gv.gang.launch_deadline
-                and now >= gv.gang.launch_deadline]
+        full = now >= self._full_reconcile_at
+        queue_check = now >= self._queue_check_at
+
+        def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]]]:
+            stale, late, held = [], [], []
+            for jv in views.values():
+                for gv in jv.gangs.values():
+                    g = gv.gang
+                    if queue_check and g.state in (GangState.QUEUED, *ACTIVE) and now - g.updated_at > QUEUE_CHECK_S:
+                        held.append((g.gang_id, g.attempt))
+                    if g.state in ACTIVE:
+                        for t in gv.members():
+                            if t.state.terminal:
+                                continue
+                            if full or (t.state in TRANSITIONAL and now - t.updated_at > RECONCILE_MIN_AGE_S):
+                                stale.append(t)
+                        if g.state in (GangState.PLACED, GangState.LAUNCHING) and g.launch_deadline \
+                                and now >= g.launch_deadline:
+                            late.append((jv.job.id, g.index))
+            return [replace(t) for t in stale], late, held
+
+        stale, late, held = self.writer.read(scan)
+        if full:
+            self._full_reconcile_at = now + FULL_RECONCILE_S
+        if queue_check:
+            self._queue_check_at = now + QUEUE_CHECK_S
         if late:
-            def fn(vs: dict[str, policy.JobView], t: float) -> policy.Effects:
+            def deadlines(vs: Views, t: float) -> policy.Effects:
                 eff = policy.Effects()
                 for jid, idx in late:
-                    eff.merge(policy.check_launch_deadline(vs[jid], vs[jid].gangs[idx], t))
+                    if jid in vs:
+                        eff.merge(policy.check_launch_deadline(vs[jid], vs[jid].gangs[idx], t))
                 return eff
 
-            self._mutate({j for j, _ in late}, fn)
+            self.writer.mutate({j for j, _ in late}, deadlines)
+        if held:
+            self._requeue_unknown(held)
         if not stale:
             return False
-        statuses = self._reconcile_backend_only([t.task_id for t in stale])
+        statuses = self._reconcile([t.task_id for t in stale])
         by_id = {t.task_id: t for t in stale}
         drift = [st for tid, st in statuses.items()
-                 if by_id.get(tid) is not None and st.state != by_id[tid].state
+                 if tid in by_id and st.state != by_id[tid].state
                  and not (st.state == TaskState.RUNNING and by_id[tid].state == TaskState.KILLING)]
         again = [tid for tid, st in statuses.items()
-                 if st.state == TaskState.RUNNING and by_id.get(tid) is not None
-                 and by_id[tid].state == TaskState.KILLING]
+                 if st.state == TaskState.RUNNING and tid in by_id and by_id[tid].state == TaskState.KILLING]
         if again:  # a kill that did not take (or was lost): ask again
             self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=again), timeout=30)
         if drift:
@@ -441,9 +572,63 @@ class JobManager:
             self.apply_statuses(drift)
         return False
 
-    def _reconcile_backend_only(self, task_ids: list[str]) -> dict:  # type: ignore[type-arg]
-        r = self.hostmgr.ReconcileTasks(internal_pb2.ReconcileTasksRequest(task_ids=task_ids), timeout=60)
-        return {p.task_id: convert.status_from_proto(p) for p in r.statuses}
+    def _requeue_unknown(self, keys: list[tuple[str, int]]) -> None:
+        """Gangs resmgr should hold (queued: in its queue; launching or running: their allocation) and does not
+        (an enqueue was lost, or resmgr restarted on its own): queue them again, or register their allocation
+        again, as recovery would."""
+        unknown: list[tuple[str, int]] = []
+        for i in range(0, len(keys), RPC_CHUNK):
+            r = self.resmgr.CheckGangs(internal_pb2.CheckGangsRequest(gangs=[
+                internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in keys[i:i + RPC_CHUNK]]), timeout=30)
+            unknown += [(k.gang_id, k.attempt) for k in r.unknown]
+        if not unknown:
+            return
+
+        def apply(views: Views, now: float) -> policy.Effects:
+            eff = policy.Effects()
+            for gid, attempt in unknown:
+                jid, _, idx = gid.rpartition("/")
+                jv = views.get(jid)
+                gv = jv.gangs.get(int(idx)) if jv is not None else None
+                if gv is None or gv.gang.attempt != attempt:
+                    continue  # moved on since the scan
+                if gv.gang.state == GangState.QUEUED:
+                    eff.enqueue.append((jid, gv.gang.index))
+                elif gv.gang.state in ACTIVE:
+                    eff.adopt.append((jid, gv.gang.index))
+            if eff.enqueue or eff.adopt:
+                log.warning("the resource manager did not know %d queued and %d running gangs (lost enqueues, or "
+                            "it restarted): queued again / allocations registered again: %s", len(eff.enqueue),
+                            len(eff.adopt), ", ".join(f"{j}/{i}" for j, i in (eff.enqueue + eff.adopt)[:10]))
+            return eff
+
+        self.writer.mutate({g.rpartition("/")[0] for g, _ in unknown}, apply)
+
+    def watch(self, job_ids: Sequence[str], tasks: bool, stream_id: str, after: int,
+              alive: Callable[[], bool], heartbeat_s: float = 5.0) -> Iterator[tuple[list[JobChange], int, bool, bool]]:
+        """(changes, revision, snapshot?, resync?) for a WatchJobs stream, until `alive()` is false."""
+        ids = list(dict.fromkeys(job_ids))
+        if not self.hub.can_resume(stream_id, after) or not stream_id:
+            rev = self.hub.revision
+            if ids:
+                yield self.snapshot(ids, tasks), rev, True, False
+            elif stream_id:
+                yield [], rev, False, True
+            else:
+                yield [], rev, False, False
+            after = rev
+        wanted = set(ids)
+        while alive() and not self.hub.closed:
+            changes, rev, lost = self.hub.wait(after, heartbeat_s, wanted, tasks)
+            if lost:
+                if ids:
+                    rev = self.hub.revision
+                    yield self.snapshot(ids, tasks), rev, True, False
+                else:
+                    yield [], rev, False, True
+            else:
+                yield changes, rev, False, False
+            after = rev
 
 
-__all__ = ["JobManager", "gang_id_for"]
+__all__ = ["JobManager", "JobRecord", "gang_id_for", "gang_request"]

@@ -2,44 +2,76 @@
 
 from __future__ import annotations
 
-from peloton.api import convert
-from peloton.api.status import grpc_errors
+import threading
+from collections.abc import Iterator
+
+import grpc
+from prometheus_client import Gauge
+
+from peloton.api import convert, request_checks
+from peloton.api.request_checks import job_id as _job_id
+from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
-from peloton.errors import InvalidArgument
-from peloton.jobmgr.manager import JobManager
+from peloton.errors import InvalidArgument, Unavailable
+from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
+from peloton.jobmgr.watch import WATCHERS, JobChange
 
 DEFAULT_LOG_TAIL = 1024 * 1024
+MAX_LOG_TAIL = 1024 * 1024
+MAX_WATCHERS = 256  # open WatchJobs streams; each holds a server thread
+MAX_WATCH_JOBS = 1000
+
+OPEN_WATCHES = Gauge("peloton_jobmgr_watch_limit", "Most WatchJobs streams served at once")
 
 
-def _job_id(value: str) -> str:
-    if not value:
-        raise InvalidArgument("job_id: must not be empty", field="job_id")
-    return value
+def _change_to_proto(c: JobChange) -> job_pb2.JobChange:
+    p = job_pb2.JobChange(job_id=c.job_id, state=c.state, desired_state=c.desired, reason=c.reason, deleted=c.deleted)
+    for t in c.tasks:
+        pt = p.tasks.add(instance=t.instance, task_id=t.task_id, attempt=t.attempt, state=t.state, host=t.host,
+                         reason=t.reason, message=t.message)
+        if t.exit_code is not None:
+            pt.exit_code = t.exit_code
+    return p
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, jm: JobManager) -> None:
+    def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS) -> None:
         self.jm = jm
+        self._watchers = threading.BoundedSemaphore(max_watchers)
+        OPEN_WATCHES.set(max_watchers)
 
     @grpc_errors
     def CreateJob(self, request, context):  # type: ignore[no-untyped-def]
         if not request.HasField("spec"):
             raise InvalidArgument("spec: required", field="spec")
-        job_id = self.jm.create_job(convert.spec_from_proto(request.spec))
+        request_checks.spec_size(request.spec)
+        request_id = request_checks.request_id(request.request_id)
+        job_id = self.jm.create_job(convert.spec_from_proto(request.spec), request_id)
         return job_pb2.CreateJobResponse(job_id=job_id)
 
     @grpc_errors
     def GetJob(self, request, context):  # type: ignore[no-untyped-def]
-        job, gangs, counts = self.jm.get_job(_job_id(request.job_id))
-        return job_pb2.GetJobResponse(job=convert.job_to_proto(job, gangs, counts))
+        r = self.jm.get_job(_job_id(request.job_id))
+        return job_pb2.GetJobResponse(job=convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states))
 
     @grpc_errors
     def ListJobs(self, request, context):  # type: ignore[no-untyped-def]
-        if request.limit < 0:
-            raise InvalidArgument("limit: must not be negative", field="limit")
-        rows = self.jm.list_jobs(list(request.states), request.owner, request.respool, request.name_contains,
+        request_checks.list_jobs(request.states, request.owner, request.respool, request.name_contains,
                                  request.limit)
-        return job_pb2.ListJobsResponse(jobs=[convert.job_to_proto(j, g, c) for j, g, c in rows])
+        request_checks.page(request.page_size, request.page_token)
+        rows, nxt = self.jm.list_jobs(list(request.states), request.owner, request.respool, request.name_contains,
+                                      request.page_size or request.limit, request.page_token)
+        out = job_pb2.ListJobsResponse()
+        size = 0
+        for i, r in enumerate(rows):
+            job = convert.job_to_proto(r.job, r.gangs, r.task_states)
+            size += job.ByteSize()
+            if i and size > MAX_PAGE_BYTES:  # large specs: the page ends here, the next starts with this job
+                nxt = self.jm.page_token(rows[i - 1].job)
+                break
+            out.jobs.append(job)
+        out.next_page_token = nxt
+        return out
 
     @grpc_errors
     def StopJob(self, request, context):  # type: ignore[no-untyped-def]
@@ -51,6 +83,29 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         self.jm.delete_job(_job_id(request.job_id))
         return job_pb2.DeleteJobResponse()
 
+    @grpc_stream_errors
+    def WatchJobs(self, request: job_pb2.WatchJobsRequest, context: grpc.ServicerContext
+                  ) -> Iterator[job_pb2.WatchJobsResponse]:
+        if len(request.job_ids) > MAX_WATCH_JOBS:
+            raise InvalidArgument(f"job_ids: at most {MAX_WATCH_JOBS} jobs per watch", field="job_ids")
+        for i, j in enumerate(request.job_ids):
+            _job_id(j, f"job_ids[{i}]")
+        request_checks.text_field(request.stream_id, "stream_id", 64)
+        if request.after_revision < 0:
+            raise InvalidArgument("after_revision: must not be negative", field="after_revision")
+        if not self._watchers.acquire(blocking=False):
+            raise Unavailable("too many open watches; retry later")
+        WATCHERS.inc()
+        try:
+            for changes, rev, snapshot, resync in self.jm.watch(list(request.job_ids), request.tasks,
+                                                               request.stream_id, request.after_revision,
+                                                               context.is_active):
+                yield job_pb2.WatchJobsResponse(stream_id=self.jm.hub.stream_id, revision=rev, snapshot=snapshot,
+                                                resync=resync, changes=[_change_to_proto(c) for c in changes])
+        finally:
+            WATCHERS.dec()
+            self._watchers.release()
+
 
 class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, jm: JobManager) -> None:
@@ -58,17 +113,28 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
 
     @grpc_errors
     def ListTasks(self, request, context):  # type: ignore[no-untyped-def]
-        return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t) for t in self.jm.list_tasks(_job_id(request.job_id))])
+        request_checks.page(request.page_size, request.page_token)
+        tasks, nxt = self.jm.list_tasks(_job_id(request.job_id), request.page_size, request.page_token)
+        return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t) for t in tasks], next_page_token=nxt)
 
     @grpc_errors
     def GetTask(self, request, context):  # type: ignore[no-untyped-def]
-        task, events = self.jm.get_task(_job_id(request.job_id), request.instance)
-        return task_pb2.GetTaskResponse(task=convert.task_to_proto(task, events))
+        job_id, instance = _job_id(request.job_id), request_checks.instance(request.instance)
+        task, events = self.jm.get_task(job_id, instance)
+        p = convert.task_to_proto(task, events)
+        p.events_total = len(events) if len(events) < MAX_EVENTS_SHOWN else self.jm.count_task_events(job_id, instance)
+        return task_pb2.GetTaskResponse(task=p)
 
     @grpc_errors
     def GetTaskLogs(self, request, context):  # type: ignore[no-untyped-def]
-        if request.tail_bytes < 0:
-            raise InvalidArgument("tail_bytes: must not be negative", field="tail_bytes")
-        task_id, content = self.jm.task_log(_job_id(request.job_id), request.instance, request.attempt,
-                                            request.stream, request.tail_bytes or DEFAULT_LOG_TAIL)
-        return task_pb2.GetTaskLogsResponse(task_id=task_id, content=content)
+        if not 0 <= request.tail_bytes <= MAX_LOG_TAIL:
+            # an answer must fit a client's default 4 MiB message: more is read in pages, with `offset`
+            raise InvalidArgument(f"tail_bytes: must be 0..{MAX_LOG_TAIL} (read more with offset), got "
+                                  f"{request.tail_bytes}", field="tail_bytes")
+        offset = request.offset if request.HasField("offset") else None
+        if offset is not None and offset < 0:
+            raise InvalidArgument("offset: must not be negative", field="offset")
+        task_id, content, nxt, state = self.jm.task_log(
+            _job_id(request.job_id), request_checks.instance(request.instance), request_checks.attempt(request.attempt),
+            request.stream, request.tail_bytes or DEFAULT_LOG_TAIL, offset)
+        return task_pb2.GetTaskLogsResponse(task_id=task_id, content=content, next_offset=nxt, task_state=state)

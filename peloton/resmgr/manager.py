@@ -1,17 +1,31 @@
-"""Resource manager state: the gang queue, the allocations per pool, and placements waiting for jobmgr.
+"""Resource manager state: the gang queue, the allocations per pool, and placements on their way to jobmgr.
 
-In memory by design: the job manager owns the durable gang records and re-enqueues on start (recovery), so
-a restart of resmgr loses nothing.
+In memory by design: the job manager owns the durable gang records; it re-enqueues queued gangs and re-registers
+the allocations of running ones at its start (recovery) and every 30 s for any gang resmgr does not know (the
+reconciler's queue check), so a restart of resmgr on its own loses nothing.
+
+A gang's entry goes WAITING (in the priority queue) -> PLACING (handed to placement, its allocation counted) ->
+READY (placed and claimed) -> HANDED (given to jobmgr) and is dropped only when jobmgr acknowledges that the
+launch intent is durable; a placement jobmgr could not record goes back to WAITING (AckPlacements retry), and one
+handed out and never acknowledged (jobmgr died) goes back after HANDED_TIMEOUT_S. A placement is never lost.
+
+Back-pressure: at most MAX_IN_FLIGHT gangs are PLACING, READY or HANDED at once. Placement runs ahead of the
+launchers otherwise (a 100,000-instance elastic job), and placements that wait longer than their claim lives are
+refused at launch and placed again, forever. READY placements are handed out highest priority first.
+
+One condition guards everything (memory only); callers long-poll on it.
 """
 
 from __future__ import annotations
 
+import heapq
 import threading
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from enum import Enum
 
-from prometheus_client import Gauge
+from prometheus_client import Gauge, Histogram
 
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
@@ -19,15 +33,37 @@ from peloton.domain.resources import Resources
 from peloton.resmgr.admission import admit, ancestors
 
 QUEUED = Gauge("peloton_resmgr_queued_gangs", "Gangs waiting for admission or placement")
+QUEUE_WAIT = Histogram("peloton_resmgr_queue_wait_seconds", "From enqueue to admission (handed to placement)",
+                       buckets=(0.001, 0.005, 0.01, 0.05, 0.1, 0.5, 1, 5, 30, 300, 3600))
 RETRY_AFTER_FAILED_PLACEMENT_S = 1.0
+MAX_IN_FLIGHT = 1024  # gangs admitted and not yet durably launching (see the module docstring)
+HANDED_TIMEOUT_S = 60.0
+UNPARK_EVERY_S = 0.05
+
+GangKey = tuple[str, int]  # (gang id, attempt)
+
+
+class _State(Enum):
+    WAITING = 1
+    PLACING = 2
+    READY = 3
+    HANDED = 4
 
 
 @dataclass(slots=True)
 class _Entry:
     req: GangRequest
-    placing: bool = False
+    seq: int  # tells a live heap item from a stale one
+    state: _State = _State.WAITING
     not_before: float = 0.0
+    hold: bool = False  # parked for a back-off that freed capacity must not cut short (the store is failing)
     reason: str = ""
+    placement: GangPlacement | None = None
+    handed_at: float = 0.0
+    queued_at: float = 0.0
+
+    def order(self) -> tuple[int, float, str]:
+        return -self.req.priority, self.req.enqueued_at, self.req.gang_id
 
 
 class ResourceManager:
@@ -35,10 +71,18 @@ class ResourceManager:
         self._load_pools = load_pools
         self.clock = clock
         self._cond = threading.Condition()
-        self._queue: dict[str, _Entry] = {}
-        self._ready: dict[str, GangPlacement] = {}
+        self._entries: dict[str, _Entry] = {}  # gang id -> its current attempt's entry
+        self._heap: list[tuple[tuple[int, float, str], int, str]] = []  # WAITING entries by order
+        self._parked: list[tuple[float, int, str]] = []  # WAITING entries not before a time
+        self._ready: list[tuple[tuple[int, float, str], int, str]] = []  # READY entries by order (lazy heap)
+        self._handed: dict[str, None] = {}  # HANDED gang ids, oldest first
+        self._in_flight: set[str] = set()  # PLACING, READY or HANDED
+        self._unpark = False  # capacity freed: move every parked entry back (at most every UNPARK_EVERY_S)
+        self._last_unpark = float("-inf")
+        self._seq = 0
         self._reasons: dict[str, PlacementFailure] = {}
         self._alloc: dict[str, tuple[str, Resources, int]] = {}  # gang id -> (pool, resources, attempt)
+        self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
         self._pools: dict[str, ResourcePool] = {}
         self.refresh_pools()
 
@@ -46,61 +90,180 @@ class ResourceManager:
         pools = {p.path: p for p in self._load_pools()}
         with self._cond:
             self._pools = pools
-            for e in self._queue.values():
-                e.not_before = 0.0
+            self._unpark = True
             self._cond.notify_all()
 
     def pools(self) -> dict[str, ResourcePool]:
         with self._cond:
             return dict(self._pools)
 
+    def reset(self) -> None:
+        """Forget everything (the job manager recovers and enqueues again)."""
+        with self._cond:
+            self._entries.clear()
+            self._ready.clear()
+            self._handed.clear()
+            self._in_flight.clear()
+            self._heap.clear()
+            self._parked.clear()
+            self._reasons.clear()
+            self._alloc.clear()
+            self._allocated.clear()
+            QUEUED.set(0)
+            self._cond.notify_all()
+
+    # --- bookkeeping ------------------------------------------------------------------------------------------
+    def _drop_locked(self, gang_id: str) -> None:
+        self._entries.pop(gang_id, None)  # its heap items (waiting, ready) go stale
+        self._handed.pop(gang_id, None)
+        self._in_flight.discard(gang_id)
+
+    def _push_locked(self, e: _Entry, now: float, hold: bool = False) -> None:
+        """Back to WAITING: in the queue, or parked until e.not_before (`hold`: even when capacity frees)."""
+        e.hold = hold
+        self._handed.pop(e.req.gang_id, None)
+        self._in_flight.discard(e.req.gang_id)
+        self._seq += 1
+        e.seq = self._seq
+        e.state = _State.WAITING
+        e.placement = None
+        if e.not_before > now:
+            heapq.heappush(self._parked, (e.not_before, e.seq, e.req.gang_id))
+        else:
+            heapq.heappush(self._heap, (e.order(), e.seq, e.req.gang_id))
+
+    def _allocate_locked(self, g: GangRequest) -> None:
+        self._release_alloc_locked(g.gang_id, g.attempt)
+        total = g.total
+        self._alloc[g.gang_id] = (g.respool, total, g.attempt)
+        for p in ancestors(g.respool):
+            self._allocated[p] = self._allocated.get(p, Resources()) + total
+
+    def _release_alloc_locked(self, gang_id: str, up_to_attempt: int) -> bool:
+        a = self._alloc.get(gang_id)
+        if a is None or a[2] > up_to_attempt:
+            return False
+        del self._alloc[gang_id]
+        pool, total, _ = a
+        for p in ancestors(pool):
+            rest = self._allocated.get(p, Resources()) - total
+            if rest.cpu <= 1e-9 and rest.mem <= 1e-9 and rest.disk <= 1e-9 and rest.gpu <= 0 and rest.ports <= 0:
+                self._allocated.pop(p, None)
+            else:
+                self._allocated[p] = rest
+        return True
+
+    def _capacity_freed_locked(self) -> None:
+        self._unpark = True
+
     # --- jobmgr side ----------------------------------------------------------------------------------------
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest] = ()) -> None:
+        """Queue each gang attempt. Idempotent: an attempt already known (queued, placing, placed or handed out)
+        is left alone; a newer attempt replaces an older one."""
+        now = self.clock()
         with self._cond:
             for g in gangs:
-                cur = self._queue.get(g.gang_id)
-                if cur is not None and cur.req.attempt > g.attempt:
+                cur = self._entries.get(g.gang_id)
+                if cur is not None and cur.req.attempt >= g.attempt:
                     continue
-                self._queue[g.gang_id] = _Entry(g)
-                self._ready.pop(g.gang_id, None)
-                self._alloc.pop(g.gang_id, None)
+                if self._release_alloc_locked(g.gang_id, g.attempt):
+                    self._capacity_freed_locked()
+                self._drop_locked(g.gang_id)
+                e = _Entry(g, 0, queued_at=now)
+                self._entries[g.gang_id] = e
+                self._push_locked(e, now)
             for g in running:
-                self._alloc[g.gang_id] = (g.respool, g.total, g.attempt)
-            QUEUED.set(len(self._queue))
+                self._allocate_locked(g)
+            QUEUED.set(len(self._entries))
             self._cond.notify_all()
 
     def remove(self, gang_ids: Sequence[tuple[str, int]]) -> None:
-        """Drop gangs (up to the given attempt) from the queue and ready list and release their allocation."""
+        """Drop gangs (up to the given attempt) from the queue and release their allocation."""
         with self._cond:
             for gid, attempt in gang_ids:
-                e = self._queue.get(gid)
+                e = self._entries.get(gid)
                 if e is not None and e.req.attempt <= attempt:
-                    del self._queue[gid]
-                p = self._ready.get(gid)
-                if p is not None and p.attempt <= attempt:
-                    del self._ready[gid]
-                a = self._alloc.get(gid)
-                if a is not None and a[2] <= attempt:
-                    del self._alloc[gid]
+                    self._drop_locked(gid)
+                self._release_alloc_locked(gid, attempt)
                 self._reasons.pop(gid, None)
-            for e in self._queue.values():  # capacity may have freed: retry parked gangs now
-                e.not_before = 0.0
-            QUEUED.set(len(self._queue))
+            self._capacity_freed_locked()
+            QUEUED.set(len(self._entries))
             self._cond.notify_all()
 
+    def unknown(self, keys: Sequence[GangKey]) -> list[GangKey]:
+        """The gang attempts resmgr neither holds in any state nor counts an allocation for (it restarted, or an
+        enqueue was lost): the caller re-enqueues the queued ones and re-registers the running ones."""
+        with self._cond:
+            out = []
+            for gid, attempt in keys:
+                e = self._entries.get(gid)
+                a = self._alloc.get(gid)
+                if (e is None or e.req.attempt < attempt) and (a is None or a[2] < attempt):
+                    out.append((gid, attempt))
+            return out
+
     def take_placements(self, max_n: int, timeout_s: float) -> tuple[list[GangPlacement], list[PlacementFailure]]:
+        """Placed gangs for jobmgr, kept (HANDED) until `ack_placements`; plus the newest pending reasons."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while not self._ready and not self._reasons:
+            while True:
+                self._expire_handed_locked()
+                self._trim_ready_locked()
+                if self._ready or self._reasons:
+                    break
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return [], []
-                self._cond.wait(left)
-            ids = list(self._ready)[:max_n]
-            placements = [self._ready.pop(i) for i in ids]
+                self._cond.wait(min(left, HANDED_TIMEOUT_S))
+            now = self.clock()
+            out: list[GangPlacement] = []
+            while self._ready and len(out) < max_n:
+                _, seq, gid = heapq.heappop(self._ready)
+                e = self._entries.get(gid)
+                if e is None or e.seq != seq or e.state != _State.READY:
+                    continue
+                assert e.placement is not None
+                e.state = _State.HANDED
+                e.handed_at = now
+                self._handed[gid] = None
+                out.append(e.placement)
             reasons = list(self._reasons.values())
             self._reasons.clear()
-            return placements, reasons
+            return out, reasons
+
+    def ack_placements(self, done: Sequence[GangKey], retry: Sequence[GangKey]) -> None:
+        now = self.clock()
+        with self._cond:
+            for gid, attempt in done:
+                e = self._entries.get(gid)
+                if e is not None and e.req.attempt == attempt and e.state == _State.HANDED:
+                    self._drop_locked(gid)
+            for gid, attempt in retry:
+                e = self._entries.get(gid)
+                if e is not None and e.req.attempt == attempt and e.state == _State.HANDED:
+                    self._release_alloc_locked(gid, attempt)
+                    e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
+                    self._push_locked(e, now, hold=True)
+            self._capacity_freed_locked()
+            QUEUED.set(len(self._entries))
+            self._cond.notify_all()
+
+    def _trim_ready_locked(self) -> None:
+        while self._ready:
+            _, seq, gid = self._ready[0]
+            e = self._entries.get(gid)
+            if e is not None and e.seq == seq and e.state == _State.READY:
+                return
+            heapq.heappop(self._ready)
+
+    def _expire_handed_locked(self) -> None:
+        now = self.clock()
+        for gid in list(self._handed):
+            e = self._entries[gid]
+            if now - e.handed_at <= HANDED_TIMEOUT_S:
+                break  # oldest first
+            self._release_alloc_locked(gid, e.req.attempt)
+            self._push_locked(e, now)
 
     # --- placement side -------------------------------------------------------------------------------------
     def dequeue(self, max_n: int, timeout_s: float) -> list[GangRequest]:
@@ -116,27 +279,52 @@ class ResourceManager:
                 if left <= 0:
                     return []
                 # wake when something is enqueued/removed, or when a parked gang may be retried
-                now = self.clock()
-                parked = [e.not_before - now for e in self._queue.values() if not e.placing and e.not_before > now]
-                self._cond.wait(min([left, *parked]) if parked else left)
+                wait = left
+                if self._parked:
+                    wait = min(wait, max(0.0, self._parked[0][0] - self.clock()))
+                if self._unpark and self._parked:
+                    wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
+                self._cond.wait(wait)
 
     def _admit_locked(self, max_n: int) -> list[GangRequest]:
         now = self.clock()
-        waiting = sorted(
-            (e for e in self._queue.values() if not e.placing and e.not_before <= now),
-            key=lambda e: (-e.req.priority, e.req.enqueued_at, e.req.gang_id),
-        )
+        mono = time.monotonic()  # the rate limit protects the CPU: real time, whatever the scheduling clock
+        if self._unpark and mono - self._last_unpark >= UNPARK_EVERY_S:
+            parked, self._parked = self._parked, []
+            for item in parked:
+                e = self._entries.get(item[2])
+                if e is None or e.seq != item[1] or e.state != _State.WAITING:
+                    continue
+                if e.hold and e.not_before > now:
+                    self._parked.append(item)
+                    continue
+                e.not_before = 0.0
+                heapq.heappush(self._heap, (e.order(), e.seq, e.req.gang_id))
+            heapq.heapify(self._parked)
+            self._unpark = False
+            self._last_unpark = mono
+        while self._parked and self._parked[0][0] <= now:
+            _, seq, gid = heapq.heappop(self._parked)
+            e = self._entries.get(gid)
+            if e is not None and e.seq == seq and e.state == _State.WAITING:
+                heapq.heappush(self._heap, (e.order(), e.seq, gid))
         out: list[GangRequest] = []
-        for e in waiting:
-            if len(out) >= max_n:
-                break
-            reason = admit(e.req.total, e.req.respool, self._pools, self._allocated_locked())
+        max_n = min(max_n, MAX_IN_FLIGHT - len(self._in_flight))  # back-pressure: launchers are behind
+        while self._heap and len(out) < max_n:
+            _, seq, gid = heapq.heappop(self._heap)
+            e = self._entries.get(gid)
+            if e is None or e.seq != seq or e.state != _State.WAITING:
+                continue  # stale heap item
+            reason = admit(e.req.total, e.req.respool, self._pools, self._allocated)
             if reason is not None:
                 self._set_reason_locked(e, reason)
                 e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
+                self._push_locked(e, now)
                 continue
-            e.placing = True
-            self._alloc[e.req.gang_id] = (e.req.respool, e.req.total, e.req.attempt)
+            e.state = _State.PLACING
+            self._in_flight.add(gid)
+            self._allocate_locked(e.req)
+            QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             out.append(e.req)
         return out
 
@@ -146,37 +334,37 @@ class ResourceManager:
             self._reasons[e.req.gang_id] = PlacementFailure(e.req.gang_id, e.req.job_id, e.req.attempt, reason)
             self._cond.notify_all()
 
-    def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure]) -> None:
+    def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
+                       stale: Sequence[PlacementFailure] = ()) -> None:
+        """Placed (and claimed) gangs go to jobmgr; failed ones back to the queue with their reason (retried after
+        a back-off), stale ones (refused at claim) back at once."""
         now = self.clock()
         with self._cond:
             for p in placements:
-                e = self._queue.get(p.gang_id)
-                if e is None or e.req.attempt != p.attempt:
-                    continue  # removed (job stopped) while placing; the lease expires on its own
-                del self._queue[p.gang_id]
-                self._ready[p.gang_id] = p
-            for f in failures:
-                e = self._queue.get(f.gang_id)
-                if e is None or e.req.attempt != f.attempt:
+                e = self._entries.get(p.gang_id)
+                if e is None or e.req.attempt != p.attempt or e.state != _State.PLACING:
+                    continue  # removed (job stopped) while placing; jobmgr never sees it, the claim expires
+                e.state = _State.READY
+                e.placement = p
+                heapq.heappush(self._ready, (e.order(), e.seq, p.gang_id))
+            for f, backoff in [(f, RETRY_AFTER_FAILED_PLACEMENT_S) for f in failures] + [(f, 0.0) for f in stale]:
+                e = self._entries.get(f.gang_id)
+                if e is None or e.req.attempt != f.attempt or e.state != _State.PLACING:
                     continue
-                e.placing = False
-                e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
-                self._alloc.pop(f.gang_id, None)
-                self._set_reason_locked(e, f.reason)
-            QUEUED.set(len(self._queue))
+                self._release_alloc_locked(f.gang_id, f.attempt)
+                e.not_before = now + backoff
+                if backoff:
+                    self._set_reason_locked(e, f.reason)
+                self._push_locked(e, now)
+            QUEUED.set(len(self._entries))
             self._cond.notify_all()
 
     # --- views ----------------------------------------------------------------------------------------------
-    def _allocated_locked(self) -> dict[str, Resources]:
-        out: dict[str, Resources] = {}
-        for pool, r, _ in self._alloc.values():
-            for p in ancestors(pool):
-                out[p] = out.get(p, Resources()) + r
-        return out
-
     def usage(self) -> tuple[dict[str, Resources], dict[str, int]]:
+        """(what each pool's gangs hold, with its descendants'; gangs of each pool waiting to be placed)"""
         with self._cond:
             queued: dict[str, int] = {}
-            for e in self._queue.values():
-                queued[e.req.respool] = queued.get(e.req.respool, 0) + 1
-            return self._allocated_locked(), queued
+            for e in self._entries.values():
+                if e.state in (_State.WAITING, _State.PLACING):
+                    queued[e.req.respool] = queued.get(e.req.respool, 0) + 1
+            return dict(self._allocated), queued

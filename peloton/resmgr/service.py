@@ -7,12 +7,12 @@ from dataclasses import replace
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton.api import convert
+from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
 from peloton.domain.resources import Resources
-from peloton.domain.spec import validate_pool_path
-from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.domain.spec import validate_pool
+from peloton.errors import FailedPrecondition
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import repo
 from peloton.store.db import transaction
@@ -38,7 +38,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
     def SetPlacements(self, request, context):  # type: ignore[no-untyped-def]
         self.rm.set_placements(
             [convert.placement_from_proto(p) for p in request.placements],
-            [convert.failure_from_proto(f) for f in request.failures],
+            [convert.failure_from_proto(f) for f in request.failures if not f.stale],
+            [convert.failure_from_proto(f) for f in request.failures if f.stale],
         )
         return internal_pb2.SetPlacementsResponse()
 
@@ -51,6 +52,17 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             placements=[convert.placement_to_proto(p) for p in placements],
             pending=[convert.failure_to_proto(f) for f in pending],
         )
+
+    @grpc_errors
+    def AckPlacements(self, request, context):  # type: ignore[no-untyped-def]
+        self.rm.ack_placements([(k.gang_id, k.attempt) for k in request.done],
+                               [(k.gang_id, k.attempt) for k in request.retry])
+        return internal_pb2.AckPlacementsResponse()
+
+    @grpc_errors
+    def CheckGangs(self, request, context):  # type: ignore[no-untyped-def]
+        unknown = self.rm.unknown([(k.gang_id, k.attempt) for k in request.gangs])
+        return internal_pb2.CheckGangsResponse(unknown=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in unknown])
 
     @grpc_errors
     def RemoveGangs(self, request, context):  # type: ignore[no-untyped-def]
@@ -77,17 +89,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
 
     @grpc_errors
     def CreatePool(self, request, context):  # type: ignore[no-untyped-def]
-        pool = convert.pool_from_proto(request.pool)
-        validate_pool_path(pool.path, "pool.path")
-        if pool.path == "/":
-            raise InvalidArgument("pool.path: the root pool / always exists", field="pool.path")
-        for dim in ("cpu", "mem", "disk", "gpu"):
-            if getattr(pool.reservation, dim) < 0:
-                raise InvalidArgument(f"pool.reservation.{dim}: must not be negative", field=f"pool.reservation.{dim}")
-            if pool.limit is not None and getattr(pool.limit, dim) < 0:
-                raise InvalidArgument(f"pool.limit.{dim}: must not be negative", field=f"pool.limit.{dim}")
-        if pool.share < 0:
-            raise InvalidArgument("pool.share: must not be negative", field="pool.share")
+        pool = validate_pool(convert.pool_from_proto(request.pool))
         with transaction(self.sessions) as s:
             repo.create_pool(s, replace(pool, created_at=time.time()))
         self.rm.refresh_pools()
@@ -96,7 +98,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
     @grpc_errors
     def GetPool(self, request, context):  # type: ignore[no-untyped-def]
         with transaction(self.sessions) as s:
-            pool = repo.get_pool(s, request.path)
+            pool = repo.get_pool(s, request_checks.pool_path(request.path))
         allocated, _ = self.rm.usage()
         return respool_pb2.GetPoolResponse(pool=convert.pool_to_proto(pool, allocated.get(pool.path, Resources())))
 
@@ -111,6 +113,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
 
     @grpc_errors
     def DeletePool(self, request, context):  # type: ignore[no-untyped-def]
+        request_checks.pool_path(request.path)
         _, queued = self.rm.usage()
         if queued.get(request.path):
             raise FailedPrecondition(f"pool {request.path} has {queued[request.path]} queued gangs")

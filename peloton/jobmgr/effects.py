@@ -1,0 +1,118 @@
+"""The side effects of committed changes, sent on their own thread in commit order: kills to the host manager;
+releases, enqueues and adoptions to resmgr. Everything that arrived since the last send goes in one call per
+kind (in bounded chunks). A call that fails is retried with back-off until it goes through: every one of them is
+idempotent, and a lost enqueue would leave a gang waiting for the periodic check, a lost release would keep its
+allocation."""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import grpc
+from prometheus_client import Gauge
+
+from peloton.api.status import from_rpc_error
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+
+log = logging.getLogger(__name__)
+
+PENDING = Gauge("peloton_jobmgr_pending_side_effects", "Kills, releases and enqueues not yet sent")
+CHUNK = 1000
+
+
+@dataclass(slots=True)
+class Outbox:
+    kill: list[str] = field(default_factory=list)
+    release: list[tuple[str, int]] = field(default_factory=list)
+    enqueue: list[internal_pb2.GangRequest] = field(default_factory=list)  # `running` set: adoptions
+
+    def __len__(self) -> int:
+        return len(self.kill) + len(self.release) + len(self.enqueue)
+
+    def merge(self, o: Outbox) -> None:
+        self.kill += o.kill
+        self.release += o.release
+        self.enqueue += o.enqueue
+
+
+class SideEffects:
+    def __init__(self, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
+                 hostmgr: internal_pb2_grpc.HostManagerInternalStub, on_error: Callable[[], None] | None = None):
+        self.resmgr = resmgr
+        self.hostmgr = hostmgr
+        self._on_error = on_error
+        self._cond = threading.Condition()
+        self._pending = Outbox()
+        self._stop = False
+        self._busy = False
+        self._thread: threading.Thread | None = None
+
+    def start(self) -> None:
+        self._thread = threading.Thread(target=self._run, name="jobmgr-side-effects", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        with self._cond:
+            self._stop = True
+            self._cond.notify_all()
+        if self._thread is not None:
+            self._thread.join(5)
+
+    def submit(self, out: Outbox) -> None:
+        if not len(out):
+            return
+        with self._cond:
+            self._pending.merge(out)
+            PENDING.set(len(self._pending))
+            self._cond.notify()
+
+    def drain(self, timeout: float) -> bool:
+        """Wait until everything submitted so far was sent (tests, shutdown)."""
+        with self._cond:
+            return self._cond.wait_for(lambda: not len(self._pending) and not self._busy, timeout)
+
+    def _run(self) -> None:
+        backoff = 0.05
+        while True:
+            with self._cond:
+                while not len(self._pending) and not self._stop:
+                    self._cond.wait()
+                if self._stop:
+                    return
+                out, self._pending = self._pending, Outbox()
+                self._busy = True
+            try:
+                self._send(out)
+                backoff = 0.05
+            except grpc.RpcError as e:
+                log.warning("side effects not sent yet (retrying in %.1fs): %s", backoff, from_rpc_error(e).message)
+                with self._cond:
+                    out.merge(self._pending)
+                    self._pending = out
+                if self._on_error is not None:
+                    self._on_error()
+                with self._cond:
+                    self._busy = False
+                    self._cond.wait(backoff)
+                backoff = min(backoff * 2, 5.0)
+                continue
+            with self._cond:
+                self._busy = False
+                PENDING.set(len(self._pending))
+                self._cond.notify_all()
+
+    def _send(self, out: Outbox) -> None:
+        """Each part is removed from `out` once sent, so a retry sends only what is left."""
+        while out.kill:
+            self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=out.kill[:CHUNK]), timeout=30)
+            del out.kill[:CHUNK]
+        while out.release:
+            keys = [internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in out.release[:CHUNK]]
+            self.resmgr.RemoveGangs(internal_pb2.RemoveGangsRequest(gangs=keys), timeout=30)
+            del out.release[:CHUNK]
+        while out.enqueue:
+            self.resmgr.EnqueueGangs(internal_pb2.EnqueueGangsRequest(gangs=out.enqueue[:CHUNK]), timeout=30)
+            del out.enqueue[:CHUNK]

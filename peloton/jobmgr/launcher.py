@@ -1,0 +1,161 @@
+"""The launcher: placements in, running gangs out. Several launcher loops run this at once (a pool), each on its
+own batch of placements, so gangs of different jobs are launched concurrently.
+
+One pass: take claimed placements from resmgr (long poll) -> record the write-ahead intent of the whole batch in
+one commit (gang LAUNCHING, every member's host, ports, GPUs) -> tell resmgr which intents are durable (only now
+does it forget them; if the commit failed, they go back to its queue and their claims are released) -> build each
+member's environment and ask the host manager to start the batch, each gang whole -> apply what could not start:
+a launch the system refused goes back to the queue without costing an attempt, a member that would not start
+fails the attempt.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Sequence
+
+import grpc
+from prometheus_client import Counter, Histogram
+
+from peloton.api import convert
+from peloton.api.status import from_rpc_error
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.model import split_gang_id
+from peloton.domain.placement import GangPlacement, PlacementFailure
+from peloton.domain.spec import JobSpec
+from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
+from peloton.jobmgr import gang_policy as policy
+from peloton.jobmgr.training_env import hostfile, training_env
+from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
+
+log = logging.getLogger(__name__)
+
+GANG_LAUNCHES = Counter("peloton_jobmgr_gang_launches_total", "Gang launch attempts", ["result"])
+LAUNCH_PASS = Histogram("peloton_jobmgr_launch_seconds", "From placements received to the launch answered",
+                        buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
+BATCH = 64  # placements per pass
+
+
+def _key(p: GangPlacement) -> internal_pb2.GangKey:
+    return internal_pb2.GangKey(gang_id=p.gang_id, attempt=p.attempt)
+
+
+class Launcher:
+    def __init__(self, writer: Writer, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
+                 hostmgr: internal_pb2_grpc.HostManagerInternalStub) -> None:
+        self.writer = writer
+        self.resmgr = resmgr
+        self.hostmgr = hostmgr
+
+    def launch_once(self, timeout_ms: int = 1000) -> bool:
+        resp = self.resmgr.GetPlacements(internal_pb2.GetPlacementsRequest(max=BATCH, timeout_ms=timeout_ms),
+                                         timeout=timeout_ms / 1000 + 10)
+        if resp.pending:
+            self._record_pending([convert.failure_from_proto(f) for f in resp.pending])
+        placements = [convert.placement_from_proto(p) for p in resp.placements]
+        if not placements:
+            return bool(resp.pending)
+        with LAUNCH_PASS.time():
+            self._launch(placements)
+        return True
+
+    def _record_pending(self, pending: Sequence[PlacementFailure]) -> None:
+        def apply(views: Views, now: float) -> policy.Effects:
+            eff = policy.Effects()
+            for f in pending:
+                jv = views.get(f.job_id)
+                if jv is not None:
+                    _, idx = split_gang_id(f.gang_id)
+                    eff.merge(policy.set_pending_reason(jv, idx, f.attempt, f.reason, now))
+            return eff
+
+        self.writer.submit(Mutation(Kind.APPLY, {f.job_id for f in pending}, apply=apply))  # nobody waits
+
+    def _launch(self, placements: list[GangPlacement]) -> None:
+        accepted: list[tuple[GangPlacement, JobSpec]] = []
+
+        def intent(views: Views, now: float) -> policy.Effects:
+            eff = policy.Effects()
+            for p in placements:
+                jv = views.get(p.job_id)
+                e = policy.launch_intent(jv, p, now) if jv is not None else None
+                if e is not None:
+                    eff.merge(e)
+                    accepted.append((p, jv.spec))  # type: ignore[union-attr]
+            return eff
+
+        try:
+            self.writer.mutate({p.job_id for p in placements}, intent)
+        except Exception:
+            # nothing recorded: the placements go back to resmgr's queue, their claims are released
+            accepted.clear()
+            self._ack(done=[], retry=placements)
+            raise
+        ok = {(p.gang_id, p.attempt) for p, _ in accepted}
+        stale = [p for p in placements if (p.gang_id, p.attempt) not in ok]
+        self._ack(done=placements, retry=[], release=stale)
+        if not accepted:
+            return
+        gangs = [self._gang_launch(p, spec) for p, spec in accepted]
+        try:
+            r = self.hostmgr.LaunchGangs(internal_pb2.LaunchGangsRequest(
+                gangs=[convert.gang_launch_to_proto(g) for g in gangs]), timeout=60)
+            results = [convert.launch_result_from_proto(x) for x in r.results]
+        except grpc.RpcError as e:
+            # the outcome is unknown (the host manager may have started some): the gangs stay LAUNCHING; the
+            # reconciler asks the backend about their members and the launch deadline ends them if need be
+            log.error("launching %d gangs: %s", len(gangs), from_rpc_error(e).message)
+            GANG_LAUNCHES.labels("unknown").inc(len(gangs))
+            return
+        for res in results:
+            GANG_LAUNCHES.labels(res.outcome.value.lower()).inc()
+        bad = [res for res in results if res.outcome != LaunchOutcome.OK]
+        if bad:
+            self._apply_results(bad)
+
+    def _ack(self, done: Sequence[GangPlacement], retry: Sequence[GangPlacement],
+             release: Sequence[GangPlacement] = ()) -> None:
+        try:
+            self.resmgr.AckPlacements(internal_pb2.AckPlacementsRequest(
+                done=[_key(p) for p in done], retry=[_key(p) for p in retry]), timeout=30)
+        except grpc.RpcError as e:  # resmgr times them out back to its queue; the intent check rejects repeats
+            log.warning("acknowledging placements: %s", from_rpc_error(e).message)
+        gone = [*retry, *release]
+        if gone:
+            try:
+                self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=[_key(p) for p in gone]),
+                                           timeout=30)
+            except grpc.RpcError as e:  # claims expire on their own
+                log.warning("releasing claims: %s", from_rpc_error(e).message)
+
+    @staticmethod
+    def _gang_launch(p: GangPlacement, spec: JobSpec) -> GangLaunch:
+        envs = training_env(p.job_id, p.attempt, p.members)
+        files = {"hostfile": hostfile(p.members)}
+        return GangLaunch(p.gang_id, p.attempt, tuple(
+            LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,
+                       hostname=m.hostname, command=spec.command, env={**spec.env, **envs[m.instance]},
+                       resources=m.resources, gpu_ids=m.gpu_ids, ports=m.ports, files=files,
+                       container_image=spec.container_image)
+            for m in p.members))
+
+    def _apply_results(self, results: Sequence[LaunchResult]) -> None:
+        def apply(views: Views, now: float) -> policy.Effects:
+            eff = policy.Effects()
+            for r in results:
+                job_id, idx = split_gang_id(r.gang_id)
+                jv = views.get(job_id)
+                gv = jv.gangs.get(idx) if jv is not None else None
+                if jv is None or gv is None or gv.gang.attempt != r.attempt:
+                    continue
+                if r.outcome == LaunchOutcome.REFUSED:
+                    log.info("launch of gang %s attempt %d refused: %s", r.gang_id, r.attempt, r.message)
+                    eff.merge(policy.launch_refused(jv, gv, r.attempt, now, r.message))
+                else:
+                    log.warning("launch of gang %s failed: %s: %s", r.gang_id, r.task_id, r.message)
+                    eff.merge(policy.launch_failed(jv, gv, now, f"{r.task_id}: {r.message}",
+                                                   permanent=r.permanent))
+            return eff
+
+        self.writer.mutate({split_gang_id(r.gang_id)[0] for r in results}, apply)
+
