@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
+from fractions import Fraction
+
+from google.protobuf import duration_pb2
 
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.domain.checks import duration_seconds
+from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
 from peloton.domain.placement import (
     GangPlacement,
@@ -17,11 +23,15 @@ from peloton.domain.placement import (
 from peloton.domain.resources import Resources, format_mib, parse_mib
 from peloton.domain.spec import DEFAULT_LAUNCH_TIMEOUT_S, DEFAULT_MAX_ATTEMPTS, Constraint, JobSpec
 from peloton.domain.states import TaskState
-from peloton.hostmgr.backend import HostInfo, LaunchSpec, TaskStatus
+from peloton.errors import InvalidArgument
+from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 
 
 # --- public resources ---------------------------------------------------------------------------------------
 def resources_from_proto(r: job_pb2.Resources, field: str) -> Resources:
+    """Quantities parsed, and every number finite; the limits are the validator's (spec.validate, validate_pool)."""
+    if not math.isfinite(r.cpu):
+        raise InvalidArgument(f"{field}.cpu: must be a finite number, got {r.cpu}", field=f"{field}.cpu")
     return Resources(
         cpu=r.cpu,
         mem=parse_mib(r.mem, f"{field}.mem"),
@@ -52,17 +62,33 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
         min_available=p.gang.min_available,
         on_member_failure=p.gang.on_member_failure or "restart_gang",
         launch_timeout_s=(
-            p.gang.launch_timeout.ToTimedelta().total_seconds()
+            _seconds(p.gang.launch_timeout, "gang.launch_timeout")
             if p.gang.HasField("launch_timeout")
             else DEFAULT_LAUNCH_TIMEOUT_S
         ),
         priority=p.sla.priority,
         preemptible=p.sla.preemptible,
-        max_runtime_s=p.sla.max_runtime.ToTimedelta().total_seconds() if p.sla.HasField("max_runtime") else 0.0,
+        max_runtime_s=_seconds(p.sla.max_runtime, "sla.max_runtime") if p.sla.HasField("max_runtime") else 0.0,
         max_attempts=p.retry.max_attempts if p.HasField("retry") and p.retry.max_attempts else DEFAULT_MAX_ATTEMPTS,
         strategy=p.placement.strategy or "pack",
         constraints=tuple(Constraint(c.attribute, c.op or "eq", c.value) for c in p.placement.constraints),
     )
+
+
+def _seconds(d: duration_pb2.Duration, field: str) -> float:
+    """Checked before any conversion (ToTimedelta overflows, and drops nanoseconds)."""
+    return duration_seconds(d.seconds, d.nanos, field)
+
+
+_MAX_NANOS = PROTO_DURATION_MAX_SECONDS * 1_000_000_000 + PROTO_DURATION_MAX_NANOS
+
+
+def _nanos(seconds: float) -> int:
+    """The nearest nanosecond, so that _seconds gives back the same float; clamped to the Duration range (a spec
+    stored before the limits existed may be out of it)."""
+    if not math.isfinite(seconds):
+        return _MAX_NANOS if seconds > 0 else 0
+    return max(-_MAX_NANOS, min(_MAX_NANOS, round(Fraction(seconds) * 1_000_000_000)))
 
 
 def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
@@ -74,11 +100,11 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
         p.task.container.image = s.container_image
     p.gang.min_available = s.min_available or s.instances
     p.gang.on_member_failure = s.on_member_failure
-    p.gang.launch_timeout.FromNanoseconds(int(s.launch_timeout_s * 1e9))
+    p.gang.launch_timeout.FromNanoseconds(_nanos(s.launch_timeout_s))
     p.sla.priority = s.priority
     p.sla.preemptible = s.preemptible
     if s.max_runtime_s:
-        p.sla.max_runtime.FromNanoseconds(int(s.max_runtime_s * 1e9))
+        p.sla.max_runtime.FromNanoseconds(_nanos(s.max_runtime_s))
     p.retry.max_attempts = s.max_attempts
     p.placement.strategy = s.strategy
     for c in s.constraints:
@@ -86,7 +112,9 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     return p
 
 
-def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int]) -> job_pb2.Job:
+def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
+                 gang_states: dict[str, int] | None = None) -> job_pb2.Job:
+    """`gangs`: those to list (GetJob: the first ones); `gang_states`: the count of every gang by state."""
     status = job_pb2.JobStatus(
         state=job.state.value,
         desired_state=job.desired,
@@ -96,6 +124,9 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int]) -
         completed_at=job.completed_at,
     )
     status.task_states.update(task_states)
+    if gang_states is not None:
+        status.gang_states.update(gang_states)
+        status.gang_count = sum(gang_states.values())
     for g in gangs:
         status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt, reason=g.reason)
     return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
@@ -207,7 +238,6 @@ def placement_to_proto(p: GangPlacement) -> internal_pb2.Placement:
         gang_id=p.gang_id,
         job_id=p.job_id,
         attempt=p.attempt,
-        lease_id=p.lease_id,
         members=[
             internal_pb2.Assignment(
                 instance=m.instance,
@@ -228,7 +258,6 @@ def placement_from_proto(p: internal_pb2.Placement) -> GangPlacement:
         gang_id=p.gang_id,
         job_id=p.job_id,
         attempt=p.attempt,
-        lease_id=p.lease_id,
         members=tuple(
             MemberAssignment(
                 instance=m.instance,
@@ -244,14 +273,31 @@ def placement_from_proto(p: internal_pb2.Placement) -> GangPlacement:
     )
 
 
-def failure_to_proto(f: PlacementFailure) -> internal_pb2.Failure:
-    out = internal_pb2.Failure(gang_id=f.gang_id, job_id=f.job_id, attempt=f.attempt, reason=f.reason)
+def failure_to_proto(f: PlacementFailure, stale: bool = False) -> internal_pb2.Failure:
+    out = internal_pb2.Failure(gang_id=f.gang_id, job_id=f.job_id, attempt=f.attempt, reason=f.reason, stale=stale)
     out.short_hosts.update(f.short_hosts)
     return out
 
 
 def failure_from_proto(p: internal_pb2.Failure) -> PlacementFailure:
     return PlacementFailure(p.gang_id, p.job_id, p.attempt, p.reason, dict(p.short_hosts))
+
+
+def gang_launch_to_proto(g: GangLaunch) -> internal_pb2.GangLaunch:
+    return internal_pb2.GangLaunch(gang_id=g.gang_id, attempt=g.attempt, tasks=[launch_to_proto(t) for t in g.tasks])
+
+
+def gang_launch_from_proto(p: internal_pb2.GangLaunch) -> GangLaunch:
+    return GangLaunch(p.gang_id, p.attempt, tuple(launch_from_proto(t) for t in p.tasks))
+
+
+def launch_result_to_proto(r: LaunchResult) -> internal_pb2.LaunchResult:
+    return internal_pb2.LaunchResult(gang_id=r.gang_id, attempt=r.attempt, outcome=r.outcome.value,
+                                     task_id=r.task_id, message=r.message, permanent=r.permanent)
+
+
+def launch_result_from_proto(p: internal_pb2.LaunchResult) -> LaunchResult:
+    return LaunchResult(p.gang_id, p.attempt, LaunchOutcome(p.outcome), p.task_id, p.message, p.permanent)
 
 
 def offer_to_proto(o: HostOffer) -> internal_pb2.HostOffer:

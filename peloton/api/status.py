@@ -32,22 +32,98 @@ def code_for(err: errors.PelotonError) -> grpc.StatusCode:
 
 
 F = TypeVar("F", bound=Callable[..., Any])
+RETRY_AFTER_MS = "1000"  # the hint sent with UNAVAILABLE (trailing metadata `retry-after-ms`)
+
+
+def _abort(context: grpc.ServicerContext, fn: Callable[..., Any], e: Exception) -> None:
+    if isinstance(e, errors.PelotonError):
+        code = code_for(e)
+        if code == grpc.StatusCode.UNAVAILABLE:
+            context.set_trailing_metadata((("retry-after-ms", RETRY_AFTER_MS),))
+        context.abort(code, bounded(e.message))
+    log.exception("internal error in %s", fn.__qualname__)
+    context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}; see the daemon log")
 
 
 def grpc_errors(fn: F) -> F:
-    """Decorate a servicer method: PelotonError → its status code and message; anything else → INTERNAL."""
+    """Decorate a servicer method: PelotonError → its status code and message (UNAVAILABLE with a retry hint);
+    anything else → INTERNAL."""
 
     @functools.wraps(fn)
     def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
         try:
             return fn(self, request, context)
-        except errors.PelotonError as e:
-            context.abort(code_for(e), e.message)
-        except Exception:
-            log.exception("internal error in %s", fn.__qualname__)
-            context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}; see the daemon log")
+        except Exception as e:  # noqa: BLE001 - mapped to a status, never lost
+            _abort(context, fn, e)
 
     return wrapper  # type: ignore[return-value]
+
+
+def grpc_stream_errors(fn: F) -> F:
+    """`grpc_errors` for a server-streaming method (a generator)."""
+
+    @functools.wraps(fn)
+    def wrapper(self: Any, request: Any, context: grpc.ServicerContext) -> Any:
+        try:
+            yield from fn(self, request, context)
+        except Exception as e:  # noqa: BLE001 - mapped to a status, never lost
+            _abort(context, fn, e)
+
+    return wrapper  # type: ignore[return-value]
+
+
+MAX_MESSAGE_BYTES = 1024
+
+
+def bounded(message: str) -> str:
+    """A status message short enough for its header: gRPC drops a long one (the caller then sees
+    RESOURCE_EXHAUSTED, not the error). Errors name their field first, so the cut keeps it."""
+    raw = message.encode("utf-8", "replace")
+    if len(raw) <= MAX_MESSAGE_BYTES:
+        return message
+    return raw[:MAX_MESSAGE_BYTES].decode("utf-8", "ignore") + "..."
+
+
+class _Undecodable:
+    def __init__(self, why: str) -> None:
+        self.why = why
+
+
+class RejectUndecodableRequests(grpc.ServerInterceptor):
+    """A request that does not parse (bad UTF-8 in a string field, truncated bytes) is the caller's fault:
+    INVALID_ARGUMENT, where gRPC would answer INTERNAL ("Exception deserializing request!"). Unary requests only
+    (every peloton RPC); streaming ones pass unchanged."""
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None or handler.request_deserializer is None or handler.request_streaming:
+            return handler
+        deserialize = handler.request_deserializer
+        method = details.method
+
+        def safe_deserialize(data: bytes) -> Any:
+            try:
+                return deserialize(data)
+            except Exception as e:  # noqa: BLE001 - whatever the parser says, the bytes were bad
+                return _Undecodable(str(e))
+
+        def guard(behaviour: Callable[..., Any]) -> Callable[..., Any]:
+            def run(request: Any, context: grpc.ServicerContext) -> Any:
+                if isinstance(request, _Undecodable):
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
+                                  bounded(f"request: not a valid request of {method}: {request.why}"))
+                return behaviour(request, context)
+
+            return run
+
+        if handler.unary_unary is not None:
+            return grpc.unary_unary_rpc_method_handler(guard(handler.unary_unary), request_deserializer=safe_deserialize,
+                                                       response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            return grpc.unary_stream_rpc_method_handler(guard(handler.unary_stream),
+                                                        request_deserializer=safe_deserialize,
+                                                        response_serializer=handler.response_serializer)
+        return handler
 
 
 def from_rpc_error(e: grpc.RpcError) -> errors.PelotonError:

@@ -83,21 +83,19 @@ class Assignment(_message.Message):
     def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., hostname: _Optional[str] = ..., address: _Optional[str] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ...) -> None: ...
 
 class Placement(_message.Message):
-    __slots__ = ("gang_id", "job_id", "attempt", "lease_id", "members")
+    __slots__ = ("gang_id", "job_id", "attempt", "members")
     GANG_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
-    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     job_id: str
     attempt: int
-    lease_id: str
     members: _containers.RepeatedCompositeFieldContainer[Assignment]
-    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., lease_id: _Optional[str] = ..., members: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
 
 class Failure(_message.Message):
-    __slots__ = ("gang_id", "job_id", "attempt", "reason", "short_hosts")
+    __slots__ = ("gang_id", "job_id", "attempt", "reason", "short_hosts", "stale")
     class ShortHostsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -110,12 +108,14 @@ class Failure(_message.Message):
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     SHORT_HOSTS_FIELD_NUMBER: _ClassVar[int]
+    STALE_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     job_id: str
     attempt: int
     reason: str
     short_hosts: _containers.ScalarMap[str, int]
-    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., short_hosts: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    stale: bool
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., short_hosts: _Optional[_Mapping[str, int]] = ..., stale: _Optional[bool] = ...) -> None: ...
 
 class EnqueueGangsRequest(_message.Message):
     __slots__ = ("gangs",)
@@ -177,6 +177,30 @@ class GangKey(_message.Message):
     attempt: int
     def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ...) -> None: ...
 
+class AckPlacementsRequest(_message.Message):
+    __slots__ = ("done", "retry")
+    DONE_FIELD_NUMBER: _ClassVar[int]
+    RETRY_FIELD_NUMBER: _ClassVar[int]
+    done: _containers.RepeatedCompositeFieldContainer[GangKey]
+    retry: _containers.RepeatedCompositeFieldContainer[GangKey]
+    def __init__(self, done: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ..., retry: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
+
+class AckPlacementsResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class CheckGangsRequest(_message.Message):
+    __slots__ = ("gangs",)
+    GANGS_FIELD_NUMBER: _ClassVar[int]
+    gangs: _containers.RepeatedCompositeFieldContainer[GangKey]
+    def __init__(self, gangs: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
+
+class CheckGangsResponse(_message.Message):
+    __slots__ = ("unknown",)
+    UNKNOWN_FIELD_NUMBER: _ClassVar[int]
+    unknown: _containers.RepeatedCompositeFieldContainer[GangKey]
+    def __init__(self, unknown: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
+
 class RemoveGangsRequest(_message.Message):
     __slots__ = ("gangs",)
     GANGS_FIELD_NUMBER: _ClassVar[int]
@@ -234,41 +258,67 @@ class HostOffer(_message.Message):
     has_gpus: bool
     def __init__(self, hostname: _Optional[str] = ..., address: _Optional[str] = ..., free: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., labels: _Optional[_Mapping[str, str]] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ..., has_gpus: _Optional[bool] = ...) -> None: ...
 
-class AcquireHostOffersRequest(_message.Message):
-    __slots__ = ("lease_seconds",)
-    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
-    lease_seconds: int
-    def __init__(self, lease_seconds: _Optional[int] = ...) -> None: ...
+class SyncHostsRequest(_message.Message):
+    __slots__ = ("since_version", "stream_id")
+    SINCE_VERSION_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    since_version: int
+    stream_id: str
+    def __init__(self, since_version: _Optional[int] = ..., stream_id: _Optional[str] = ...) -> None: ...
 
-class AcquireHostOffersResponse(_message.Message):
-    __slots__ = ("lease_id", "offers")
-    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
-    OFFERS_FIELD_NUMBER: _ClassVar[int]
-    lease_id: str
-    offers: _containers.RepeatedCompositeFieldContainer[HostOffer]
-    def __init__(self, lease_id: _Optional[str] = ..., offers: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ...) -> None: ...
+class SyncHostsResponse(_message.Message):
+    __slots__ = ("stream_id", "version", "full", "hosts", "removed")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    FULL_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    version: int
+    full: bool
+    hosts: _containers.RepeatedCompositeFieldContainer[HostOffer]
+    removed: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, stream_id: _Optional[str] = ..., version: _Optional[int] = ..., full: _Optional[bool] = ..., hosts: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ..., removed: _Optional[_Iterable[str]] = ...) -> None: ...
 
-class ReleaseHostOffersRequest(_message.Message):
-    __slots__ = ("lease_id", "keep")
-    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
-    KEEP_FIELD_NUMBER: _ClassVar[int]
-    lease_id: str
-    keep: _containers.RepeatedCompositeFieldContainer[Placement]
-    def __init__(self, lease_id: _Optional[str] = ..., keep: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ...) -> None: ...
+class ClaimPlacementsRequest(_message.Message):
+    __slots__ = ("placements",)
+    PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
+    placements: _containers.RepeatedCompositeFieldContainer[Placement]
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ...) -> None: ...
 
-class ReleaseHostOffersResponse(_message.Message):
+class ClaimPlacementsResponse(_message.Message):
+    __slots__ = ("claimed", "refused")
+    CLAIMED_FIELD_NUMBER: _ClassVar[int]
+    REFUSED_FIELD_NUMBER: _ClassVar[int]
+    claimed: _containers.RepeatedCompositeFieldContainer[Placement]
+    refused: _containers.RepeatedCompositeFieldContainer[Failure]
+    def __init__(self, claimed: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., refused: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ...) -> None: ...
+
+class ReleaseClaimsRequest(_message.Message):
+    __slots__ = ("gangs",)
+    GANGS_FIELD_NUMBER: _ClassVar[int]
+    gangs: _containers.RepeatedCompositeFieldContainer[GangKey]
+    def __init__(self, gangs: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
+
+class ReleaseClaimsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class ClusterCapacityRequest(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("if_version",)
+    IF_VERSION_FIELD_NUMBER: _ClassVar[int]
+    if_version: int
+    def __init__(self, if_version: _Optional[int] = ...) -> None: ...
 
 class ClusterCapacityResponse(_message.Message):
-    __slots__ = ("hosts",)
+    __slots__ = ("hosts", "version", "unchanged")
     HOSTS_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    UNCHANGED_FIELD_NUMBER: _ClassVar[int]
     hosts: _containers.RepeatedCompositeFieldContainer[HostOffer]
-    def __init__(self, hosts: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ...) -> None: ...
+    version: int
+    unchanged: bool
+    def __init__(self, hosts: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ..., version: _Optional[int] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
     __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files", "container_image")
@@ -312,23 +362,43 @@ class LaunchTask(_message.Message):
     container_image: str
     def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ..., container_image: _Optional[str] = ...) -> None: ...
 
-class LaunchGangRequest(_message.Message):
-    __slots__ = ("lease_id", "tasks")
-    LEASE_ID_FIELD_NUMBER: _ClassVar[int]
+class GangLaunch(_message.Message):
+    __slots__ = ("gang_id", "attempt", "tasks")
+    GANG_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     TASKS_FIELD_NUMBER: _ClassVar[int]
-    lease_id: str
+    gang_id: str
+    attempt: int
     tasks: _containers.RepeatedCompositeFieldContainer[LaunchTask]
-    def __init__(self, lease_id: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[LaunchTask, _Mapping]]] = ...) -> None: ...
+    def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ..., tasks: _Optional[_Iterable[_Union[LaunchTask, _Mapping]]] = ...) -> None: ...
 
-class LaunchGangResponse(_message.Message):
-    __slots__ = ("ok", "failed_task_id", "message")
-    OK_FIELD_NUMBER: _ClassVar[int]
-    FAILED_TASK_ID_FIELD_NUMBER: _ClassVar[int]
+class LaunchGangsRequest(_message.Message):
+    __slots__ = ("gangs",)
+    GANGS_FIELD_NUMBER: _ClassVar[int]
+    gangs: _containers.RepeatedCompositeFieldContainer[GangLaunch]
+    def __init__(self, gangs: _Optional[_Iterable[_Union[GangLaunch, _Mapping]]] = ...) -> None: ...
+
+class LaunchResult(_message.Message):
+    __slots__ = ("gang_id", "attempt", "outcome", "task_id", "message", "permanent")
+    GANG_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    OUTCOME_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
     MESSAGE_FIELD_NUMBER: _ClassVar[int]
-    ok: bool
-    failed_task_id: str
+    PERMANENT_FIELD_NUMBER: _ClassVar[int]
+    gang_id: str
+    attempt: int
+    outcome: str
+    task_id: str
     message: str
-    def __init__(self, ok: _Optional[bool] = ..., failed_task_id: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+    permanent: bool
+    def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ..., outcome: _Optional[str] = ..., task_id: _Optional[str] = ..., message: _Optional[str] = ..., permanent: _Optional[bool] = ...) -> None: ...
+
+class LaunchGangsResponse(_message.Message):
+    __slots__ = ("results",)
+    RESULTS_FIELD_NUMBER: _ClassVar[int]
+    results: _containers.RepeatedCompositeFieldContainer[LaunchResult]
+    def __init__(self, results: _Optional[_Iterable[_Union[LaunchResult, _Mapping]]] = ...) -> None: ...
 
 class KillTasksRequest(_message.Message):
     __slots__ = ("task_ids",)
@@ -373,20 +443,20 @@ class WaitTaskEventsRequest(_message.Message):
     def __init__(self, after_seq: _Optional[int] = ..., max_events: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class WaitTaskEventsResponse(_message.Message):
-    __slots__ = ("events", "stream_id")
+    __slots__ = ("events", "stream_id", "gap")
     EVENTS_FIELD_NUMBER: _ClassVar[int]
     STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    GAP_FIELD_NUMBER: _ClassVar[int]
     events: _containers.RepeatedCompositeFieldContainer[TaskStatusEvent]
     stream_id: str
-    def __init__(self, events: _Optional[_Iterable[_Union[TaskStatusEvent, _Mapping]]] = ..., stream_id: _Optional[str] = ...) -> None: ...
+    gap: bool
+    def __init__(self, events: _Optional[_Iterable[_Union[TaskStatusEvent, _Mapping]]] = ..., stream_id: _Optional[str] = ..., gap: _Optional[bool] = ...) -> None: ...
 
 class ReconcileTasksRequest(_message.Message):
-    __slots__ = ("task_ids", "kill_unknown")
+    __slots__ = ("task_ids",)
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
-    KILL_UNKNOWN_FIELD_NUMBER: _ClassVar[int]
     task_ids: _containers.RepeatedScalarFieldContainer[str]
-    kill_unknown: bool
-    def __init__(self, task_ids: _Optional[_Iterable[str]] = ..., kill_unknown: _Optional[bool] = ...) -> None: ...
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ReconcileTasksResponse(_message.Message):
     __slots__ = ("statuses",)
@@ -404,18 +474,38 @@ class AckTaskEventsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
+class ListRunningTasksRequest(_message.Message):
+    __slots__ = ("page_token", "page_size")
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    page_token: str
+    page_size: int
+    def __init__(self, page_token: _Optional[str] = ..., page_size: _Optional[int] = ...) -> None: ...
+
+class ListRunningTasksResponse(_message.Message):
+    __slots__ = ("task_ids", "next_page_token")
+    TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
+    task_ids: _containers.RepeatedScalarFieldContainer[str]
+    next_page_token: str
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
+
 class ReadTaskLogRequest(_message.Message):
-    __slots__ = ("task_id", "stream", "tail_bytes")
+    __slots__ = ("task_id", "stream", "offset", "max_bytes")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
-    TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     stream: str
-    tail_bytes: int
-    def __init__(self, task_id: _Optional[str] = ..., stream: _Optional[str] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+    offset: int
+    max_bytes: int
+    def __init__(self, task_id: _Optional[str] = ..., stream: _Optional[str] = ..., offset: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class ReadTaskLogResponse(_message.Message):
-    __slots__ = ("content",)
+    __slots__ = ("content", "next_offset")
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
     content: bytes
-    def __init__(self, content: _Optional[bytes] = ...) -> None: ...
+    next_offset: int
+    def __init__(self, content: _Optional[bytes] = ..., next_offset: _Optional[int] = ...) -> None: ...

@@ -54,6 +54,11 @@ class ResourceManagerInternalStub:
                 request_serializer=peloton_dot_v1_dot_internal__pb2.GetPlacementsRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.GetPlacementsResponse.FromString,
                 _registered_method=True)
+        self.AckPlacements = channel.unary_unary(
+                '/peloton.v1.ResourceManagerInternal/AckPlacements',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.AckPlacementsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.AckPlacementsResponse.FromString,
+                _registered_method=True)
         self.RemoveGangs = channel.unary_unary(
                 '/peloton.v1.ResourceManagerInternal/RemoveGangs',
                 request_serializer=peloton_dot_v1_dot_internal__pb2.RemoveGangsRequest.SerializeToString,
@@ -63,6 +68,11 @@ class ResourceManagerInternalStub:
                 '/peloton.v1.ResourceManagerInternal/GetPoolUsage',
                 request_serializer=peloton_dot_v1_dot_internal__pb2.GetPoolUsageRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.GetPoolUsageResponse.FromString,
+                _registered_method=True)
+        self.CheckGangs = channel.unary_unary(
+                '/peloton.v1.ResourceManagerInternal/CheckGangs',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.CheckGangsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.CheckGangsResponse.FromString,
                 _registered_method=True)
 
 
@@ -93,6 +103,12 @@ class ResourceManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def AckPlacements(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def RemoveGangs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -100,6 +116,12 @@ class ResourceManagerInternalServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetPoolUsage(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CheckGangs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -128,6 +150,11 @@ def add_ResourceManagerInternalServicer_to_server(servicer, server):
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.GetPlacementsRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.GetPlacementsResponse.SerializeToString,
             ),
+            'AckPlacements': grpc.unary_unary_rpc_method_handler(
+                    servicer.AckPlacements,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.AckPlacementsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.AckPlacementsResponse.SerializeToString,
+            ),
             'RemoveGangs': grpc.unary_unary_rpc_method_handler(
                     servicer.RemoveGangs,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.RemoveGangsRequest.FromString,
@@ -137,6 +164,11 @@ def add_ResourceManagerInternalServicer_to_server(servicer, server):
                     servicer.GetPoolUsage,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.GetPoolUsageRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.GetPoolUsageResponse.SerializeToString,
+            ),
+            'CheckGangs': grpc.unary_unary_rpc_method_handler(
+                    servicer.CheckGangs,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.CheckGangsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.CheckGangsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +290,33 @@ class ResourceManagerInternal:
             _registered_method=True)
 
     @staticmethod
+    def AckPlacements(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ResourceManagerInternal/AckPlacements',
+            peloton_dot_v1_dot_internal__pb2.AckPlacementsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.AckPlacementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def RemoveGangs(request,
             target,
             options=(),
@@ -311,6 +370,33 @@ class ResourceManagerInternal:
             metadata,
             _registered_method=True)
 
+    @staticmethod
+    def CheckGangs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ResourceManagerInternal/CheckGangs',
+            peloton_dot_v1_dot_internal__pb2.CheckGangsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.CheckGangsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
 
 class HostManagerInternalStub:
     """Missing associated documentation comment in .proto file."""
@@ -321,25 +407,30 @@ class HostManagerInternalStub:
         Args:
             channel: A grpc.Channel.
         """
-        self.AcquireHostOffers = channel.unary_unary(
-                '/peloton.v1.HostManagerInternal/AcquireHostOffers',
-                request_serializer=peloton_dot_v1_dot_internal__pb2.AcquireHostOffersRequest.SerializeToString,
-                response_deserializer=peloton_dot_v1_dot_internal__pb2.AcquireHostOffersResponse.FromString,
+        self.SyncHosts = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/SyncHosts',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.SyncHostsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.SyncHostsResponse.FromString,
                 _registered_method=True)
-        self.ReleaseHostOffers = channel.unary_unary(
-                '/peloton.v1.HostManagerInternal/ReleaseHostOffers',
-                request_serializer=peloton_dot_v1_dot_internal__pb2.ReleaseHostOffersRequest.SerializeToString,
-                response_deserializer=peloton_dot_v1_dot_internal__pb2.ReleaseHostOffersResponse.FromString,
+        self.ClaimPlacements = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/ClaimPlacements',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.ClaimPlacementsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.ClaimPlacementsResponse.FromString,
+                _registered_method=True)
+        self.ReleaseClaims = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/ReleaseClaims',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.ReleaseClaimsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.ReleaseClaimsResponse.FromString,
                 _registered_method=True)
         self.ClusterCapacity = channel.unary_unary(
                 '/peloton.v1.HostManagerInternal/ClusterCapacity',
                 request_serializer=peloton_dot_v1_dot_internal__pb2.ClusterCapacityRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.ClusterCapacityResponse.FromString,
                 _registered_method=True)
-        self.LaunchGang = channel.unary_unary(
-                '/peloton.v1.HostManagerInternal/LaunchGang',
-                request_serializer=peloton_dot_v1_dot_internal__pb2.LaunchGangRequest.SerializeToString,
-                response_deserializer=peloton_dot_v1_dot_internal__pb2.LaunchGangResponse.FromString,
+        self.LaunchGangs = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/LaunchGangs',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.LaunchGangsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.LaunchGangsResponse.FromString,
                 _registered_method=True)
         self.KillTasks = channel.unary_unary(
                 '/peloton.v1.HostManagerInternal/KillTasks',
@@ -361,6 +452,11 @@ class HostManagerInternalStub:
                 request_serializer=peloton_dot_v1_dot_internal__pb2.ReconcileTasksRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.ReconcileTasksResponse.FromString,
                 _registered_method=True)
+        self.ListRunningTasks = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/ListRunningTasks',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.ListRunningTasksRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.ListRunningTasksResponse.FromString,
+                _registered_method=True)
         self.ReadTaskLog = channel.unary_unary(
                 '/peloton.v1.HostManagerInternal/ReadTaskLog',
                 request_serializer=peloton_dot_v1_dot_internal__pb2.ReadTaskLogRequest.SerializeToString,
@@ -371,13 +467,19 @@ class HostManagerInternalStub:
 class HostManagerInternalServicer:
     """Missing associated documentation comment in .proto file."""
 
-    def AcquireHostOffers(self, request, context):
+    def SyncHosts(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def ReleaseHostOffers(self, request, context):
+    def ClaimPlacements(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ReleaseClaims(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -389,7 +491,7 @@ class HostManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
-    def LaunchGang(self, request, context):
+    def LaunchGangs(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -420,6 +522,12 @@ class HostManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListRunningTasks(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def ReadTaskLog(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -429,25 +537,30 @@ class HostManagerInternalServicer:
 
 def add_HostManagerInternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
-            'AcquireHostOffers': grpc.unary_unary_rpc_method_handler(
-                    servicer.AcquireHostOffers,
-                    request_deserializer=peloton_dot_v1_dot_internal__pb2.AcquireHostOffersRequest.FromString,
-                    response_serializer=peloton_dot_v1_dot_internal__pb2.AcquireHostOffersResponse.SerializeToString,
+            'SyncHosts': grpc.unary_unary_rpc_method_handler(
+                    servicer.SyncHosts,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.SyncHostsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.SyncHostsResponse.SerializeToString,
             ),
-            'ReleaseHostOffers': grpc.unary_unary_rpc_method_handler(
-                    servicer.ReleaseHostOffers,
-                    request_deserializer=peloton_dot_v1_dot_internal__pb2.ReleaseHostOffersRequest.FromString,
-                    response_serializer=peloton_dot_v1_dot_internal__pb2.ReleaseHostOffersResponse.SerializeToString,
+            'ClaimPlacements': grpc.unary_unary_rpc_method_handler(
+                    servicer.ClaimPlacements,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.ClaimPlacementsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.ClaimPlacementsResponse.SerializeToString,
+            ),
+            'ReleaseClaims': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReleaseClaims,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.ReleaseClaimsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.ReleaseClaimsResponse.SerializeToString,
             ),
             'ClusterCapacity': grpc.unary_unary_rpc_method_handler(
                     servicer.ClusterCapacity,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.ClusterCapacityRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.ClusterCapacityResponse.SerializeToString,
             ),
-            'LaunchGang': grpc.unary_unary_rpc_method_handler(
-                    servicer.LaunchGang,
-                    request_deserializer=peloton_dot_v1_dot_internal__pb2.LaunchGangRequest.FromString,
-                    response_serializer=peloton_dot_v1_dot_internal__pb2.LaunchGangResponse.SerializeToString,
+            'LaunchGangs': grpc.unary_unary_rpc_method_handler(
+                    servicer.LaunchGangs,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.LaunchGangsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.LaunchGangsResponse.SerializeToString,
             ),
             'KillTasks': grpc.unary_unary_rpc_method_handler(
                     servicer.KillTasks,
@@ -469,6 +582,11 @@ def add_HostManagerInternalServicer_to_server(servicer, server):
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.ReconcileTasksRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.ReconcileTasksResponse.SerializeToString,
             ),
+            'ListRunningTasks': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListRunningTasks,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.ListRunningTasksRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.ListRunningTasksResponse.SerializeToString,
+            ),
             'ReadTaskLog': grpc.unary_unary_rpc_method_handler(
                     servicer.ReadTaskLog,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.ReadTaskLogRequest.FromString,
@@ -486,7 +604,7 @@ class HostManagerInternal:
     """Missing associated documentation comment in .proto file."""
 
     @staticmethod
-    def AcquireHostOffers(request,
+    def SyncHosts(request,
             target,
             options=(),
             channel_credentials=None,
@@ -499,9 +617,9 @@ class HostManagerInternal:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/peloton.v1.HostManagerInternal/AcquireHostOffers',
-            peloton_dot_v1_dot_internal__pb2.AcquireHostOffersRequest.SerializeToString,
-            peloton_dot_v1_dot_internal__pb2.AcquireHostOffersResponse.FromString,
+            '/peloton.v1.HostManagerInternal/SyncHosts',
+            peloton_dot_v1_dot_internal__pb2.SyncHostsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.SyncHostsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -513,7 +631,7 @@ class HostManagerInternal:
             _registered_method=True)
 
     @staticmethod
-    def ReleaseHostOffers(request,
+    def ClaimPlacements(request,
             target,
             options=(),
             channel_credentials=None,
@@ -526,9 +644,36 @@ class HostManagerInternal:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/peloton.v1.HostManagerInternal/ReleaseHostOffers',
-            peloton_dot_v1_dot_internal__pb2.ReleaseHostOffersRequest.SerializeToString,
-            peloton_dot_v1_dot_internal__pb2.ReleaseHostOffersResponse.FromString,
+            '/peloton.v1.HostManagerInternal/ClaimPlacements',
+            peloton_dot_v1_dot_internal__pb2.ClaimPlacementsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.ClaimPlacementsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReleaseClaims(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostManagerInternal/ReleaseClaims',
+            peloton_dot_v1_dot_internal__pb2.ReleaseClaimsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.ReleaseClaimsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -567,7 +712,7 @@ class HostManagerInternal:
             _registered_method=True)
 
     @staticmethod
-    def LaunchGang(request,
+    def LaunchGangs(request,
             target,
             options=(),
             channel_credentials=None,
@@ -580,9 +725,9 @@ class HostManagerInternal:
         return grpc.experimental.unary_unary(
             request,
             target,
-            '/peloton.v1.HostManagerInternal/LaunchGang',
-            peloton_dot_v1_dot_internal__pb2.LaunchGangRequest.SerializeToString,
-            peloton_dot_v1_dot_internal__pb2.LaunchGangResponse.FromString,
+            '/peloton.v1.HostManagerInternal/LaunchGangs',
+            peloton_dot_v1_dot_internal__pb2.LaunchGangsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.LaunchGangsResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -691,6 +836,33 @@ class HostManagerInternal:
             '/peloton.v1.HostManagerInternal/ReconcileTasks',
             peloton_dot_v1_dot_internal__pb2.ReconcileTasksRequest.SerializeToString,
             peloton_dot_v1_dot_internal__pb2.ReconcileTasksResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListRunningTasks(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostManagerInternal/ListRunningTasks',
+            peloton_dot_v1_dot_internal__pb2.ListRunningTasksRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.ListRunningTasksResponse.FromString,
             options,
             channel_credentials,
             insecure,

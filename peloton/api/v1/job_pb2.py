@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14peloton/v1/job.proto\x12\npeloton.v1\x1a\x1egoogle/protobuf/duration.proto\"O\n\tResources\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x0b\n\x03mem\x18\x02 \x01(\t\x12\x0c\n\x04\x64isk\x18\x03 \x01(\t\x12\x0b\n\x03gpu\x18\x04 \x01(\x05\x12\r\n\x05ports\x18\x05 \x01(\x05\"\x1a\n\tContainer\x12\r\n\x05image\x18\x01 \x01(\t\"\xc7\x01\n\x08TaskSpec\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\t\x12*\n\x03\x65nv\x18\x02 \x03(\x0b\x32\x1d.peloton.v1.TaskSpec.EnvEntry\x12(\n\tresources\x18\x03 \x01(\x0b\x32\x15.peloton.v1.Resources\x12(\n\tcontainer\x18\x04 \x01(\x0b\x32\x15.peloton.v1.Container\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x08GangSpec\x12\x15\n\rmin_available\x18\x01 \x01(\x05\x12\x19\n\x11on_member_failure\x18\x02 \x01(\t\x12\x31\n\x0elaunch_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"`\n\x07SlaSpec\x12\x10\n\x08priority\x18\x01 \x01(\x05\x12\x13\n\x0bpreemptible\x18\x02 \x01(\x08\x12.\n\x0bmax_runtime\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"!\n\tRetrySpec\x12\x14\n\x0cmax_attempts\x18\x01 \x01(\x05\":\n\nConstraint\x12\x11\n\tattribute\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"N\n\rPlacementSpec\x12\x10\n\x08strategy\x18\x01 \x01(\t\x12+\n\x0b\x63onstraints\x18\x02 \x03(\x0b\x32\x16.peloton.v1.Constraint\"\x88\x02\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07respool\x18\x03 \x01(\t\x12\x11\n\tinstances\x18\x04 \x01(\x05\x12\"\n\x04gang\x18\x05 \x01(\x0b\x32\x14.peloton.v1.GangSpec\x12 \n\x03sla\x18\x06 \x01(\x0b\x32\x13.peloton.v1.SlaSpec\x12\"\n\x04task\x18\x07 \x01(\x0b\x32\x14.peloton.v1.TaskSpec\x12,\n\tplacement\x18\x08 \x01(\x0b\x32\x19.peloton.v1.PlacementSpec\x12$\n\x05retry\x18\t \x01(\x0b\x32\x15.peloton.v1.RetrySpec\"^\n\nGangStatus\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\tinstances\x18\x02 \x03(\x05\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x95\x02\n\tJobStatus\x12\r\n\x05state\x18\x01 \x01(\t\x12\x15\n\rdesired_state\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12%\n\x05gangs\x18\x04 \x03(\x0b\x32\x16.peloton.v1.GangStatus\x12:\n\x0btask_states\x18\x05 \x03(\x0b\x32%.peloton.v1.JobStatus.TaskStatesEntry\x12\x12\n\ncreated_at\x18\x06 \x01(\x01\x12\x12\n\nupdated_at\x18\x07 \x01(\x01\x12\x14\n\x0c\x63ompleted_at\x18\x08 \x01(\x01\x1a\x31\n\x0fTaskStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"[\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.peloton.v1.JobSpec\x12%\n\x06status\x18\x03 \x01(\x0b\x32\x15.peloton.v1.JobStatus\"5\n\x10\x43reateJobRequest\x12!\n\x04spec\x18\x01 \x01(\x0b\x32\x13.peloton.v1.JobSpec\"#\n\x11\x43reateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.peloton.v1.Job\"g\n\x0fListJobsRequest\x12\x0e\n\x06states\x18\x01 \x03(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07respool\x18\x03 \x01(\t\x12\x15\n\rname_contains\x18\x04 \x01(\t\x12\r\n\x05limit\x18\x05 \x01(\x05\"1\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.peloton.v1.Job\" \n\x0eStopJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x11\n\x0fStopJobResponse\"\"\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x13\n\x11\x44\x65leteJobResponse2\xec\x02\n\nJobService\x12H\n\tCreateJob\x12\x1c.peloton.v1.CreateJobRequest\x1a\x1d.peloton.v1.CreateJobResponse\x12?\n\x06GetJob\x12\x19.peloton.v1.GetJobRequest\x1a\x1a.peloton.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.peloton.v1.ListJobsRequest\x1a\x1c.peloton.v1.ListJobsResponse\x12\x42\n\x07StopJob\x12\x1a.peloton.v1.StopJobRequest\x1a\x1b.peloton.v1.StopJobResponse\x12H\n\tDeleteJob\x12\x1c.peloton.v1.DeleteJobRequest\x1a\x1d.peloton.v1.DeleteJobResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14peloton/v1/job.proto\x12\npeloton.v1\x1a\x1egoogle/protobuf/duration.proto\"O\n\tResources\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x0b\n\x03mem\x18\x02 \x01(\t\x12\x0c\n\x04\x64isk\x18\x03 \x01(\t\x12\x0b\n\x03gpu\x18\x04 \x01(\x05\x12\r\n\x05ports\x18\x05 \x01(\x05\"\x1a\n\tContainer\x12\r\n\x05image\x18\x01 \x01(\t\"\xc7\x01\n\x08TaskSpec\x12\x0f\n\x07\x63ommand\x18\x01 \x01(\t\x12*\n\x03\x65nv\x18\x02 \x03(\x0b\x32\x1d.peloton.v1.TaskSpec.EnvEntry\x12(\n\tresources\x18\x03 \x01(\x0b\x32\x15.peloton.v1.Resources\x12(\n\tcontainer\x18\x04 \x01(\x0b\x32\x15.peloton.v1.Container\x1a*\n\x08\x45nvEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"o\n\x08GangSpec\x12\x15\n\rmin_available\x18\x01 \x01(\x05\x12\x19\n\x11on_member_failure\x18\x02 \x01(\t\x12\x31\n\x0elaunch_timeout\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"`\n\x07SlaSpec\x12\x10\n\x08priority\x18\x01 \x01(\x05\x12\x13\n\x0bpreemptible\x18\x02 \x01(\x08\x12.\n\x0bmax_runtime\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"!\n\tRetrySpec\x12\x14\n\x0cmax_attempts\x18\x01 \x01(\x05\":\n\nConstraint\x12\x11\n\tattribute\x18\x01 \x01(\t\x12\n\n\x02op\x18\x02 \x01(\t\x12\r\n\x05value\x18\x03 \x01(\t\"N\n\rPlacementSpec\x12\x10\n\x08strategy\x18\x01 \x01(\t\x12+\n\x0b\x63onstraints\x18\x02 \x03(\x0b\x32\x16.peloton.v1.Constraint\"\x88\x02\n\x07JobSpec\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07respool\x18\x03 \x01(\t\x12\x11\n\tinstances\x18\x04 \x01(\x05\x12\"\n\x04gang\x18\x05 \x01(\x0b\x32\x14.peloton.v1.GangSpec\x12 \n\x03sla\x18\x06 \x01(\x0b\x32\x13.peloton.v1.SlaSpec\x12\"\n\x04task\x18\x07 \x01(\x0b\x32\x14.peloton.v1.TaskSpec\x12,\n\tplacement\x18\x08 \x01(\x0b\x32\x19.peloton.v1.PlacementSpec\x12$\n\x05retry\x18\t \x01(\x0b\x32\x15.peloton.v1.RetrySpec\"^\n\nGangStatus\x12\r\n\x05index\x18\x01 \x01(\x05\x12\x11\n\tinstances\x18\x02 \x03(\x05\x12\r\n\x05state\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x0e\n\x06reason\x18\x05 \x01(\t\"\x98\x03\n\tJobStatus\x12\r\n\x05state\x18\x01 \x01(\t\x12\x15\n\rdesired_state\x18\x02 \x01(\t\x12\x0e\n\x06reason\x18\x03 \x01(\t\x12%\n\x05gangs\x18\x04 \x03(\x0b\x32\x16.peloton.v1.GangStatus\x12:\n\x0btask_states\x18\x05 \x03(\x0b\x32%.peloton.v1.JobStatus.TaskStatesEntry\x12\x12\n\ncreated_at\x18\x06 \x01(\x01\x12\x12\n\nupdated_at\x18\x07 \x01(\x01\x12\x14\n\x0c\x63ompleted_at\x18\x08 \x01(\x01\x12\x12\n\ngang_count\x18\t \x01(\x05\x12:\n\x0bgang_states\x18\n \x03(\x0b\x32%.peloton.v1.JobStatus.GangStatesEntry\x1a\x31\n\x0fTaskStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x1a\x31\n\x0fGangStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"[\n\x03Job\x12\n\n\x02id\x18\x01 \x01(\t\x12!\n\x04spec\x18\x02 \x01(\x0b\x32\x13.peloton.v1.JobSpec\x12%\n\x06status\x18\x03 \x01(\x0b\x32\x15.peloton.v1.JobStatus\"I\n\x10\x43reateJobRequest\x12!\n\x04spec\x18\x01 \x01(\x0b\x32\x13.peloton.v1.JobSpec\x12\x12\n\nrequest_id\x18\x02 \x01(\t\"#\n\x11\x43reateJobResponse\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x1f\n\rGetJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\".\n\x0eGetJobResponse\x12\x1c\n\x03job\x18\x01 \x01(\x0b\x32\x0f.peloton.v1.Job\"\x8e\x01\n\x0fListJobsRequest\x12\x0e\n\x06states\x18\x01 \x03(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07respool\x18\x03 \x01(\t\x12\x15\n\rname_contains\x18\x04 \x01(\t\x12\r\n\x05limit\x18\x05 \x01(\x05\x12\x11\n\tpage_size\x18\x06 \x01(\x05\x12\x12\n\npage_token\x18\x07 \x01(\t\"J\n\x10ListJobsResponse\x12\x1d\n\x04jobs\x18\x01 \x03(\x0b\x32\x0f.peloton.v1.Job\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\" \n\x0eStopJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x11\n\x0fStopJobResponse\"\"\n\x10\x44\x65leteJobRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\"\x13\n\x11\x44\x65leteJobResponse\"]\n\x10WatchJobsRequest\x12\x0f\n\x07job_ids\x18\x01 \x03(\t\x12\r\n\x05tasks\x18\x02 \x01(\x08\x12\x11\n\tstream_id\x18\x03 \x01(\t\x12\x16\n\x0e\x61\x66ter_revision\x18\x04 \x01(\x03\"\xa4\x01\n\nTaskChange\x12\x10\n\x08instance\x18\x01 \x01(\x05\x12\x0f\n\x07task_id\x18\x02 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\r\n\x05state\x18\x04 \x01(\t\x12\x0c\n\x04host\x18\x05 \x01(\t\x12\x16\n\texit_code\x18\x06 \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x0f\n\x07message\x18\x08 \x01(\tB\x0c\n\n_exit_code\"\x89\x01\n\tJobChange\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\r\n\x05state\x18\x02 \x01(\t\x12\x15\n\rdesired_state\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\x12%\n\x05tasks\x18\x05 \x03(\x0b\x32\x16.peloton.v1.TaskChange\x12\x0f\n\x07\x64\x65leted\x18\x06 \x01(\x08\"\x82\x01\n\x11WatchJobsResponse\x12\x11\n\tstream_id\x18\x01 \x01(\t\x12\x10\n\x08revision\x18\x02 \x01(\x03\x12&\n\x07\x63hanges\x18\x03 \x03(\x0b\x32\x15.peloton.v1.JobChange\x12\x10\n\x08snapshot\x18\x04 \x01(\x08\x12\x0e\n\x06resync\x18\x05 \x01(\x08\x32\xb8\x03\n\nJobService\x12H\n\tCreateJob\x12\x1c.peloton.v1.CreateJobRequest\x1a\x1d.peloton.v1.CreateJobResponse\x12?\n\x06GetJob\x12\x19.peloton.v1.GetJobRequest\x1a\x1a.peloton.v1.GetJobResponse\x12\x45\n\x08ListJobs\x12\x1b.peloton.v1.ListJobsRequest\x1a\x1c.peloton.v1.ListJobsResponse\x12\x42\n\x07StopJob\x12\x1a.peloton.v1.StopJobRequest\x1a\x1b.peloton.v1.StopJobResponse\x12H\n\tDeleteJob\x12\x1c.peloton.v1.DeleteJobRequest\x1a\x1d.peloton.v1.DeleteJobResponse\x12J\n\tWatchJobs\x12\x1c.peloton.v1.WatchJobsRequest\x1a\x1d.peloton.v1.WatchJobsResponse0\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,6 +36,8 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_TASKSPEC_ENVENTRY']._serialized_options = b'8\001'
   _globals['_JOBSTATUS_TASKSTATESENTRY']._loaded_options = None
   _globals['_JOBSTATUS_TASKSTATESENTRY']._serialized_options = b'8\001'
+  _globals['_JOBSTATUS_GANGSTATESENTRY']._loaded_options = None
+  _globals['_JOBSTATUS_GANGSTATESENTRY']._serialized_options = b'8\001'
   _globals['_RESOURCES']._serialized_start=68
   _globals['_RESOURCES']._serialized_end=147
   _globals['_CONTAINER']._serialized_start=149
@@ -59,31 +61,41 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GANGSTATUS']._serialized_start=1032
   _globals['_GANGSTATUS']._serialized_end=1126
   _globals['_JOBSTATUS']._serialized_start=1129
-  _globals['_JOBSTATUS']._serialized_end=1406
-  _globals['_JOBSTATUS_TASKSTATESENTRY']._serialized_start=1357
-  _globals['_JOBSTATUS_TASKSTATESENTRY']._serialized_end=1406
-  _globals['_JOB']._serialized_start=1408
-  _globals['_JOB']._serialized_end=1499
-  _globals['_CREATEJOBREQUEST']._serialized_start=1501
-  _globals['_CREATEJOBREQUEST']._serialized_end=1554
-  _globals['_CREATEJOBRESPONSE']._serialized_start=1556
-  _globals['_CREATEJOBRESPONSE']._serialized_end=1591
-  _globals['_GETJOBREQUEST']._serialized_start=1593
-  _globals['_GETJOBREQUEST']._serialized_end=1624
-  _globals['_GETJOBRESPONSE']._serialized_start=1626
-  _globals['_GETJOBRESPONSE']._serialized_end=1672
-  _globals['_LISTJOBSREQUEST']._serialized_start=1674
-  _globals['_LISTJOBSREQUEST']._serialized_end=1777
-  _globals['_LISTJOBSRESPONSE']._serialized_start=1779
-  _globals['_LISTJOBSRESPONSE']._serialized_end=1828
-  _globals['_STOPJOBREQUEST']._serialized_start=1830
-  _globals['_STOPJOBREQUEST']._serialized_end=1862
-  _globals['_STOPJOBRESPONSE']._serialized_start=1864
-  _globals['_STOPJOBRESPONSE']._serialized_end=1881
-  _globals['_DELETEJOBREQUEST']._serialized_start=1883
-  _globals['_DELETEJOBREQUEST']._serialized_end=1917
-  _globals['_DELETEJOBRESPONSE']._serialized_start=1919
-  _globals['_DELETEJOBRESPONSE']._serialized_end=1938
-  _globals['_JOBSERVICE']._serialized_start=1941
-  _globals['_JOBSERVICE']._serialized_end=2305
+  _globals['_JOBSTATUS']._serialized_end=1537
+  _globals['_JOBSTATUS_TASKSTATESENTRY']._serialized_start=1437
+  _globals['_JOBSTATUS_TASKSTATESENTRY']._serialized_end=1486
+  _globals['_JOBSTATUS_GANGSTATESENTRY']._serialized_start=1488
+  _globals['_JOBSTATUS_GANGSTATESENTRY']._serialized_end=1537
+  _globals['_JOB']._serialized_start=1539
+  _globals['_JOB']._serialized_end=1630
+  _globals['_CREATEJOBREQUEST']._serialized_start=1632
+  _globals['_CREATEJOBREQUEST']._serialized_end=1705
+  _globals['_CREATEJOBRESPONSE']._serialized_start=1707
+  _globals['_CREATEJOBRESPONSE']._serialized_end=1742
+  _globals['_GETJOBREQUEST']._serialized_start=1744
+  _globals['_GETJOBREQUEST']._serialized_end=1775
+  _globals['_GETJOBRESPONSE']._serialized_start=1777
+  _globals['_GETJOBRESPONSE']._serialized_end=1823
+  _globals['_LISTJOBSREQUEST']._serialized_start=1826
+  _globals['_LISTJOBSREQUEST']._serialized_end=1968
+  _globals['_LISTJOBSRESPONSE']._serialized_start=1970
+  _globals['_LISTJOBSRESPONSE']._serialized_end=2044
+  _globals['_STOPJOBREQUEST']._serialized_start=2046
+  _globals['_STOPJOBREQUEST']._serialized_end=2078
+  _globals['_STOPJOBRESPONSE']._serialized_start=2080
+  _globals['_STOPJOBRESPONSE']._serialized_end=2097
+  _globals['_DELETEJOBREQUEST']._serialized_start=2099
+  _globals['_DELETEJOBREQUEST']._serialized_end=2133
+  _globals['_DELETEJOBRESPONSE']._serialized_start=2135
+  _globals['_DELETEJOBRESPONSE']._serialized_end=2154
+  _globals['_WATCHJOBSREQUEST']._serialized_start=2156
+  _globals['_WATCHJOBSREQUEST']._serialized_end=2249
+  _globals['_TASKCHANGE']._serialized_start=2252
+  _globals['_TASKCHANGE']._serialized_end=2416
+  _globals['_JOBCHANGE']._serialized_start=2419
+  _globals['_JOBCHANGE']._serialized_end=2556
+  _globals['_WATCHJOBSRESPONSE']._serialized_start=2559
+  _globals['_WATCHJOBSRESPONSE']._serialized_end=2689
+  _globals['_JOBSERVICE']._serialized_start=2692
+  _globals['_JOBSERVICE']._serialized_end=3132
 # @@protoc_insertion_point(module_scope)

@@ -129,8 +129,15 @@ class GangStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., instances: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("state", "desired_state", "reason", "gangs", "task_states", "created_at", "updated_at", "completed_at")
+    __slots__ = ("state", "desired_state", "reason", "gangs", "task_states", "created_at", "updated_at", "completed_at", "gang_count", "gang_states")
     class TaskStatesEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: int
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[int] = ...) -> None: ...
+    class GangStatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -145,6 +152,8 @@ class JobStatus(_message.Message):
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     UPDATED_AT_FIELD_NUMBER: _ClassVar[int]
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
+    GANG_COUNT_FIELD_NUMBER: _ClassVar[int]
+    GANG_STATES_FIELD_NUMBER: _ClassVar[int]
     state: str
     desired_state: str
     reason: str
@@ -153,7 +162,9 @@ class JobStatus(_message.Message):
     created_at: float
     updated_at: float
     completed_at: float
-    def __init__(self, state: _Optional[str] = ..., desired_state: _Optional[str] = ..., reason: _Optional[str] = ..., gangs: _Optional[_Iterable[_Union[GangStatus, _Mapping]]] = ..., task_states: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., completed_at: _Optional[float] = ...) -> None: ...
+    gang_count: int
+    gang_states: _containers.ScalarMap[str, int]
+    def __init__(self, state: _Optional[str] = ..., desired_state: _Optional[str] = ..., reason: _Optional[str] = ..., gangs: _Optional[_Iterable[_Union[GangStatus, _Mapping]]] = ..., task_states: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., completed_at: _Optional[float] = ..., gang_count: _Optional[int] = ..., gang_states: _Optional[_Mapping[str, int]] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "spec", "status")
@@ -166,10 +177,12 @@ class Job(_message.Message):
     def __init__(self, id: _Optional[str] = ..., spec: _Optional[_Union[JobSpec, _Mapping]] = ..., status: _Optional[_Union[JobStatus, _Mapping]] = ...) -> None: ...
 
 class CreateJobRequest(_message.Message):
-    __slots__ = ("spec",)
+    __slots__ = ("spec", "request_id")
     SPEC_FIELD_NUMBER: _ClassVar[int]
+    REQUEST_ID_FIELD_NUMBER: _ClassVar[int]
     spec: JobSpec
-    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ...) -> None: ...
+    request_id: str
+    def __init__(self, spec: _Optional[_Union[JobSpec, _Mapping]] = ..., request_id: _Optional[str] = ...) -> None: ...
 
 class CreateJobResponse(_message.Message):
     __slots__ = ("job_id",)
@@ -190,24 +203,30 @@ class GetJobResponse(_message.Message):
     def __init__(self, job: _Optional[_Union[Job, _Mapping]] = ...) -> None: ...
 
 class ListJobsRequest(_message.Message):
-    __slots__ = ("states", "owner", "respool", "name_contains", "limit")
+    __slots__ = ("states", "owner", "respool", "name_contains", "limit", "page_size", "page_token")
     STATES_FIELD_NUMBER: _ClassVar[int]
     OWNER_FIELD_NUMBER: _ClassVar[int]
     RESPOOL_FIELD_NUMBER: _ClassVar[int]
     NAME_CONTAINS_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     states: _containers.RepeatedScalarFieldContainer[str]
     owner: str
     respool: str
     name_contains: str
     limit: int
-    def __init__(self, states: _Optional[_Iterable[str]] = ..., owner: _Optional[str] = ..., respool: _Optional[str] = ..., name_contains: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, states: _Optional[_Iterable[str]] = ..., owner: _Optional[str] = ..., respool: _Optional[str] = ..., name_contains: _Optional[str] = ..., limit: _Optional[int] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListJobsResponse(_message.Message):
-    __slots__ = ("jobs",)
+    __slots__ = ("jobs", "next_page_token")
     JOBS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     jobs: _containers.RepeatedCompositeFieldContainer[Job]
-    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, jobs: _Optional[_Iterable[_Union[Job, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class StopJobRequest(_message.Message):
     __slots__ = ("job_id",)
@@ -228,3 +247,65 @@ class DeleteJobRequest(_message.Message):
 class DeleteJobResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class WatchJobsRequest(_message.Message):
+    __slots__ = ("job_ids", "tasks", "stream_id", "after_revision")
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    AFTER_REVISION_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    tasks: bool
+    stream_id: str
+    after_revision: int
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ..., tasks: _Optional[bool] = ..., stream_id: _Optional[str] = ..., after_revision: _Optional[int] = ...) -> None: ...
+
+class TaskChange(_message.Message):
+    __slots__ = ("instance", "task_id", "attempt", "state", "host", "exit_code", "reason", "message")
+    INSTANCE_FIELD_NUMBER: _ClassVar[int]
+    TASK_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    instance: int
+    task_id: str
+    attempt: int
+    state: str
+    host: str
+    exit_code: int
+    reason: str
+    message: str
+    def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., state: _Optional[str] = ..., host: _Optional[str] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ...) -> None: ...
+
+class JobChange(_message.Message):
+    __slots__ = ("job_id", "state", "desired_state", "reason", "tasks", "deleted")
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    DESIRED_STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    TASKS_FIELD_NUMBER: _ClassVar[int]
+    DELETED_FIELD_NUMBER: _ClassVar[int]
+    job_id: str
+    state: str
+    desired_state: str
+    reason: str
+    tasks: _containers.RepeatedCompositeFieldContainer[TaskChange]
+    deleted: bool
+    def __init__(self, job_id: _Optional[str] = ..., state: _Optional[str] = ..., desired_state: _Optional[str] = ..., reason: _Optional[str] = ..., tasks: _Optional[_Iterable[_Union[TaskChange, _Mapping]]] = ..., deleted: _Optional[bool] = ...) -> None: ...
+
+class WatchJobsResponse(_message.Message):
+    __slots__ = ("stream_id", "revision", "changes", "snapshot", "resync")
+    STREAM_ID_FIELD_NUMBER: _ClassVar[int]
+    REVISION_FIELD_NUMBER: _ClassVar[int]
+    CHANGES_FIELD_NUMBER: _ClassVar[int]
+    SNAPSHOT_FIELD_NUMBER: _ClassVar[int]
+    RESYNC_FIELD_NUMBER: _ClassVar[int]
+    stream_id: str
+    revision: int
+    changes: _containers.RepeatedCompositeFieldContainer[JobChange]
+    snapshot: bool
+    resync: bool
+    def __init__(self, stream_id: _Optional[str] = ..., revision: _Optional[int] = ..., changes: _Optional[_Iterable[_Union[JobChange, _Mapping]]] = ..., snapshot: _Optional[bool] = ..., resync: _Optional[bool] = ...) -> None: ...

@@ -59,6 +59,11 @@ class JobServiceStub:
                 request_serializer=peloton_dot_v1_dot_job__pb2.DeleteJobRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_job__pb2.DeleteJobResponse.FromString,
                 _registered_method=True)
+        self.WatchJobs = channel.unary_stream(
+                '/peloton.v1.JobService/WatchJobs',
+                request_serializer=peloton_dot_v1_dot_job__pb2.WatchJobsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_job__pb2.WatchJobsResponse.FromString,
+                _registered_method=True)
 
 
 class JobServiceServicer:
@@ -96,6 +101,13 @@ class JobServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def WatchJobs(self, request, context):
+        """A stream of state changes; an empty message every few seconds when nothing changes (a heartbeat).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_JobServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -123,6 +135,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.DeleteJob,
                     request_deserializer=peloton_dot_v1_dot_job__pb2.DeleteJobRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_job__pb2.DeleteJobResponse.SerializeToString,
+            ),
+            'WatchJobs': grpc.unary_stream_rpc_method_handler(
+                    servicer.WatchJobs,
+                    request_deserializer=peloton_dot_v1_dot_job__pb2.WatchJobsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_job__pb2.WatchJobsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -260,6 +277,33 @@ class JobService:
             '/peloton.v1.JobService/DeleteJob',
             peloton_dot_v1_dot_job__pb2.DeleteJobRequest.SerializeToString,
             peloton_dot_v1_dot_job__pb2.DeleteJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def WatchJobs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/peloton.v1.JobService/WatchJobs',
+            peloton_dot_v1_dot_job__pb2.WatchJobsRequest.SerializeToString,
+            peloton_dot_v1_dot_job__pb2.WatchJobsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -25,7 +25,7 @@ class TaskEvent(_message.Message):
     def __init__(self, attempt: _Optional[int] = ..., state: _Optional[str] = ..., time: _Optional[float] = ..., host: _Optional[str] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., exit_code: _Optional[int] = ...) -> None: ...
 
 class TaskInfo(_message.Message):
-    __slots__ = ("job_id", "instance", "task_id", "attempt", "gang_index", "state", "host", "address", "ports", "gpus", "exit_code", "reason", "message", "started_at", "finished_at", "events")
+    __slots__ = ("job_id", "instance", "task_id", "attempt", "gang_index", "state", "host", "address", "ports", "gpus", "exit_code", "reason", "message", "started_at", "finished_at", "events", "events_total")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
@@ -42,6 +42,7 @@ class TaskInfo(_message.Message):
     STARTED_AT_FIELD_NUMBER: _ClassVar[int]
     FINISHED_AT_FIELD_NUMBER: _ClassVar[int]
     EVENTS_FIELD_NUMBER: _ClassVar[int]
+    EVENTS_TOTAL_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     instance: int
     task_id: str
@@ -58,19 +59,26 @@ class TaskInfo(_message.Message):
     started_at: float
     finished_at: float
     events: _containers.RepeatedCompositeFieldContainer[TaskEvent]
-    def __init__(self, job_id: _Optional[str] = ..., instance: _Optional[int] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., gang_index: _Optional[int] = ..., state: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ...) -> None: ...
+    events_total: int
+    def __init__(self, job_id: _Optional[str] = ..., instance: _Optional[int] = ..., task_id: _Optional[str] = ..., attempt: _Optional[int] = ..., gang_index: _Optional[int] = ..., state: _Optional[str] = ..., host: _Optional[str] = ..., address: _Optional[str] = ..., ports: _Optional[_Iterable[int]] = ..., gpus: _Optional[_Iterable[int]] = ..., exit_code: _Optional[int] = ..., reason: _Optional[str] = ..., message: _Optional[str] = ..., started_at: _Optional[float] = ..., finished_at: _Optional[float] = ..., events: _Optional[_Iterable[_Union[TaskEvent, _Mapping]]] = ..., events_total: _Optional[int] = ...) -> None: ...
 
 class ListTasksRequest(_message.Message):
-    __slots__ = ("job_id",)
+    __slots__ = ("job_id", "page_size", "page_token")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    PAGE_SIZE_FIELD_NUMBER: _ClassVar[int]
+    PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     job_id: str
-    def __init__(self, job_id: _Optional[str] = ...) -> None: ...
+    page_size: int
+    page_token: str
+    def __init__(self, job_id: _Optional[str] = ..., page_size: _Optional[int] = ..., page_token: _Optional[str] = ...) -> None: ...
 
 class ListTasksResponse(_message.Message):
-    __slots__ = ("tasks",)
+    __slots__ = ("tasks", "next_page_token")
     TASKS_FIELD_NUMBER: _ClassVar[int]
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _ClassVar[int]
     tasks: _containers.RepeatedCompositeFieldContainer[TaskInfo]
-    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ...) -> None: ...
+    next_page_token: str
+    def __init__(self, tasks: _Optional[_Iterable[_Union[TaskInfo, _Mapping]]] = ..., next_page_token: _Optional[str] = ...) -> None: ...
 
 class GetTaskRequest(_message.Message):
     __slots__ = ("job_id", "instance")
@@ -87,23 +95,29 @@ class GetTaskResponse(_message.Message):
     def __init__(self, task: _Optional[_Union[TaskInfo, _Mapping]] = ...) -> None: ...
 
 class GetTaskLogsRequest(_message.Message):
-    __slots__ = ("job_id", "instance", "attempt", "stream", "tail_bytes")
+    __slots__ = ("job_id", "instance", "attempt", "stream", "tail_bytes", "offset")
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     STREAM_FIELD_NUMBER: _ClassVar[int]
     TAIL_BYTES_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
     job_id: str
     instance: int
     attempt: int
     stream: str
     tail_bytes: int
-    def __init__(self, job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., tail_bytes: _Optional[int] = ...) -> None: ...
+    offset: int
+    def __init__(self, job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., stream: _Optional[str] = ..., tail_bytes: _Optional[int] = ..., offset: _Optional[int] = ...) -> None: ...
 
 class GetTaskLogsResponse(_message.Message):
-    __slots__ = ("task_id", "content")
+    __slots__ = ("task_id", "content", "next_offset", "task_state")
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     CONTENT_FIELD_NUMBER: _ClassVar[int]
+    NEXT_OFFSET_FIELD_NUMBER: _ClassVar[int]
+    TASK_STATE_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     content: bytes
-    def __init__(self, task_id: _Optional[str] = ..., content: _Optional[bytes] = ...) -> None: ...
+    next_offset: int
+    task_state: str
+    def __init__(self, task_id: _Optional[str] = ..., content: _Optional[bytes] = ..., next_offset: _Optional[int] = ..., task_state: _Optional[str] = ...) -> None: ...

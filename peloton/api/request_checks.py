@@ -1,0 +1,78 @@
+"""Checks of the request fields of the public RPCs (ids, instance numbers, filters, page size, spec size), so that
+the servicers hand the managers and the store only what the limits allow (peloton/domain/limits.py): the same
+answer on SQLite and PostgreSQL, and INVALID_ARGUMENT naming the field rather than a store error."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from peloton.api.v1 import job_pb2
+from peloton.domain import checks, limits
+from peloton.domain.spec import validate_pool_path
+from peloton.domain.states import JobState
+
+_JOB_STATES = {s.value for s in JobState}
+
+
+def job_id(value: str, field: str = "job_id") -> str:
+    if not value:
+        raise checks.bad(field, "must not be empty")
+    checks.text(value, field, max_chars=limits.MAX_JOB_ID_CHARS)
+    return value
+
+
+def request_id(value: str, field: str = "request_id") -> str:
+    """A caller's idempotency key: optional, printable, at most 128 characters (the column's length)."""
+    checks.text(value, field, max_chars=limits.MAX_REQUEST_ID_CHARS)
+    if value and not value.isprintable():
+        raise checks.bad(field, "must be printable text (for example a UUID)")
+    return value
+
+
+def instance(value: int, field: str = "instance") -> int:
+    checks.integer(value, field, minimum=0, maximum=limits.INT32_MAX)
+    return value
+
+
+def attempt(value: int, field: str = "attempt") -> int:
+    """0: the current attempt."""
+    checks.integer(value, field, minimum=0, maximum=limits.INT32_MAX)
+    return value
+
+
+def pool_path(value: str, field: str = "path") -> str:
+    validate_pool_path(value, field)
+    return value
+
+
+def spec_size(spec: job_pb2.JobSpec, field: str = "spec") -> None:
+    size = spec.ByteSize()
+    if size > limits.MAX_SPEC_BYTES:
+        raise checks.bad(field, f"{size} bytes serialized, more than the {limits.MAX_SPEC_BYTES} a job spec may have")
+
+
+def list_jobs(states: Sequence[str], owner: str, respool: str, name_contains: str, limit: int) -> None:
+    """The filters and page size of ListJobs ("" and 0 mean no filter and the default page)."""
+    if len(states) > limits.MAX_STATE_FILTERS:
+        raise checks.bad("states", f"at most {limits.MAX_STATE_FILTERS} states, got {len(states)}")
+    for i, st in enumerate(states):
+        if st.upper() not in _JOB_STATES:
+            raise checks.bad(f"states[{i}]", f"unknown job state {checks.show(st)} "
+                                             f"(known: {', '.join(s.value for s in JobState)})")
+    checks.text(owner, "owner", max_chars=limits.MAX_OWNER_CHARS)
+    if respool:
+        validate_pool_path(respool, "respool")
+    checks.text(name_contains, "name_contains", max_chars=limits.MAX_NAME_CONTAINS_CHARS)
+    checks.integer(limit, "limit", minimum=0, maximum=limits.MAX_LIST_LIMIT)
+
+
+def page(page_size: int, page_token: str) -> None:
+    """A page request: size 0 (the default) up to the largest page; a token no longer than any this API makes."""
+    checks.integer(page_size, "page_size", minimum=0, maximum=limits.MAX_LIST_LIMIT)
+    checks.text(page_token, "page_token", max_chars=1024)
+
+
+def text_field(value: str, field: str, max_chars: int) -> str:
+    """Any other short text of a request: no NUL, at most `max_chars`."""
+    checks.text(value, field, max_chars=max_chars)
+    return value

@@ -1,0 +1,226 @@
+"""`peloton job ...`: create, get (--watch), list, stop, delete, wait."""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+import uuid
+from typing import TYPE_CHECKING, Any
+
+from peloton.api.v1 import job_pb2
+from peloton.cli import render
+from peloton.cli.exits import EXIT_ERROR, EXIT_TIMEOUT
+from peloton.errors import InvalidArgument, NotFound, Unavailable
+
+if TYPE_CHECKING:
+    from peloton.api.v1 import task_pb2
+    from peloton.cli.client import Client
+    from peloton.cli.reconnect import Reconnect
+
+CLEAR_SCREEN = "\x1b[H\x1b[2J"
+
+
+CREATE_RETRY_S = 30.0  # how long `job create` keeps trying a daemon that answers UNAVAILABLE
+
+
+def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
+    from peloton.api.specfile import parse_spec
+
+    try:
+        if a.file == "-":
+            text = sys.stdin.read()
+        else:
+            with open(a.file, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as e:
+        raise InvalidArgument(f"-f: cannot read {a.file}: {e.strerror}") from None
+    spec = parse_spec(text, source=a.file)
+    # One key for every try of this command: a retry after UNAVAILABLE (the daemon restarting, its store away)
+    # returns the job a first try may have created instead of creating another.
+    request = job_pb2.CreateJobRequest(spec=spec, request_id=uuid.uuid4().hex)
+    deadline = time.monotonic() + CREATE_RETRY_S
+    delay = 0.25
+    while True:
+        try:
+            r = c.call(c.jobs.CreateJob, request)
+            break
+        except Unavailable as e:
+            if time.monotonic() + delay > deadline:
+                raise
+            print(f"peloton: {e.message}; trying again", file=sys.stderr)
+            time.sleep(delay)
+            delay = min(delay * 2, 5.0)
+    print(r.job_id)
+    return 0
+
+
+def fetch_job(c: Client, job_id: str) -> tuple[job_pb2.Job, list[task_pb2.TaskInfo]]:
+    """The job and every task of it (following the pages). The two calls go out together."""
+    from peloton.api.v1 import task_pb2
+
+    pending = c.jobs.GetJob.future(job_pb2.GetJobRequest(job_id=job_id), timeout=c.timeout)
+    first = c.tasks.ListTasks.future(task_pb2.ListTasksRequest(job_id=job_id), timeout=c.timeout)
+    try:
+        job = _result(c, pending).job
+        page = _result(c, first)
+    finally:
+        pending.cancel()
+        first.cancel()
+    tasks = list(page.tasks)
+    while page.next_page_token:
+        page = c.call(c.tasks.ListTasks, task_pb2.ListTasksRequest(job_id=job_id, page_token=page.next_page_token))
+        tasks += page.tasks
+    return job, tasks
+
+
+def _result(c: Client, future: Any) -> Any:
+    import grpc
+
+    try:
+        return future.result()
+    except grpc.RpcError as e:
+        raise c.error(e) from None
+
+
+def cmd_job_get(c: Client, a: argparse.Namespace) -> int:
+    if a.watch:
+        return _watch_job(c, a)
+    job, tasks = fetch_job(c, a.job_id)
+    _show(a, job, tasks, None)
+    return 0
+
+
+def _show(a: argparse.Namespace, job: job_pb2.Job, tasks: list[task_pb2.TaskInfo], previous: bytes | None
+          ) -> bytes:
+    """Print the view (once more, under --watch: after a clear-screen on a terminal, else after a blank line), unless
+    nothing in it changed since `previous`. Returns what it showed, for the next comparison."""
+    key = b"\0".join([job.SerializeToString(deterministic=True)]
+                     + [t.SerializeToString(deterministic=True) for t in tasks])
+    if key == previous:
+        return key
+    if a.output == "json":
+        doc = render.job_json(job, tasks)
+        print(render.dumps(doc, compact=True) if a.watch else render.dumps(doc), flush=True)
+        return key
+    view = render.job_view(job, tasks)
+    if a.watch and sys.stdout.isatty():
+        print(CLEAR_SCREEN + view + f"\n\n(watching; updated {time.strftime('%H:%M:%S')}; Ctrl-C to stop)",
+              flush=True)
+    else:
+        print(("\n" if previous is not None else "") + view, flush=True)
+    return key
+
+
+def _watch_job(c: Client, a: argparse.Namespace) -> int:
+    """`job get --watch`: the view again whenever the job or one of its tasks changes, until the job ends. Each
+    change (a burst of them comes in one message) makes it fetch the whole view again: simple, and right however
+    much changed. A daemon away (a restart) is waited for, as `job wait` does."""
+    from peloton.cli.reconnect import Reconnect
+
+    reconnect = Reconnect(c.address, a.reconnect_grace)
+    while True:
+        try:
+            job, tasks = fetch_job(c, a.job_id)
+            break
+        except Unavailable as e:
+            reconnect.failed(e.message)
+    reconnect.ok()
+    shown = _show(a, job, tasks, None)
+    if job.status.state in render.JOB_TERMINAL:
+        return 0
+    stale = False
+    for resp in c.watch_jobs([a.job_id], True, reconnect):
+        if any(ch.job_id == a.job_id and ch.deleted for ch in resp.changes):
+            print(f"peloton: job {a.job_id} was deleted", file=sys.stderr)
+            return EXIT_ERROR
+        if not (resp.changes or resp.snapshot or stale):
+            continue  # a heartbeat
+        try:
+            job, tasks = fetch_job(c, a.job_id)
+        except Unavailable:  # the stream is back but the daemon is not ready: again at the next message
+            stale = True
+            continue
+        except NotFound:
+            print(f"peloton: job {a.job_id} was deleted", file=sys.stderr)
+            return EXIT_ERROR
+        stale = False
+        shown = _show(a, job, tasks, shown)
+        if job.status.state in render.JOB_TERMINAL:
+            return 0
+    return 0  # not reached: the watch ends only by raising
+
+
+def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
+    if a.limit < 0:
+        raise InvalidArgument(f"--limit: must not be negative, got {a.limit}")
+    r = job_pb2.ListJobsResponse()
+    token = ""
+    while not a.limit or len(r.jobs) < a.limit:
+        size = 1000 if not a.limit else min(1000, a.limit - len(r.jobs))
+        page = c.call(c.jobs.ListJobs, job_pb2.ListJobsRequest(
+            states=a.state or [], owner=a.owner or "", respool=a.respool or "", page_size=size, page_token=token))
+        r.jobs.extend(page.jobs)
+        token = page.next_page_token
+        if not token:
+            break
+    if a.output == "json":
+        print(render.json_list("jobs", r.jobs))
+        return 0
+    rows = []
+    for j in r.jobs:
+        counts = ", ".join(f"{k.lower()}={v}" for k, v in sorted(j.status.task_states.items()))
+        rows.append([j.id, j.spec.name, j.status.state, j.spec.instances, j.spec.owner or "-", j.spec.respool,
+                     render.ago(j.status.created_at), counts])
+    print(render.table(rows, ["ID", "NAME", "STATE", "INSTANCES", "OWNER", "POOL", "CREATED", "TASKS"]))
+    return 0
+
+
+def cmd_job_stop(c: Client, a: argparse.Namespace) -> int:
+    c.call(c.jobs.StopJob, job_pb2.StopJobRequest(job_id=a.job_id))
+    print(f"stopping job {a.job_id}", file=sys.stderr)
+    return 0
+
+
+def cmd_job_delete(c: Client, a: argparse.Namespace) -> int:
+    c.call(c.jobs.DeleteJob, job_pb2.DeleteJobRequest(job_id=a.job_id))
+    print(f"deleted job {a.job_id}", file=sys.stderr)
+    return 0
+
+
+def cmd_job_wait(c: Client, a: argparse.Namespace) -> int:
+    """Exit 0 only when the job SUCCEEDED; 1 when it ended otherwise; 124 on timeout; 69 (raised as
+    DaemonUnreachable) when the daemon stayed unreachable for the grace period."""
+    from peloton.cli.reconnect import Reconnect, WatchTimeout
+
+    if a.wait_timeout < 0:
+        raise InvalidArgument(f"--timeout: must not be negative, got {a.wait_timeout:g}")
+    deadline = time.monotonic() + a.wait_timeout if a.wait_timeout else None
+    seen: list[str] = []
+    try:
+        return _wait(c, a.job_id, Reconnect(c.address, a.reconnect_grace, deadline), deadline, seen)
+    except WatchTimeout:
+        print(f"peloton: timed out after {a.wait_timeout:g}s waiting for job {a.job_id}"
+              + (f" (state {seen[-1]})" if seen else ""), file=sys.stderr)
+        return EXIT_TIMEOUT
+
+
+def _wait(c: Client, job_id: str, reconnect: Reconnect, deadline: float | None, seen: list[str]) -> int:
+    """Print each state the job goes through (into `seen` too) until it ends; its exit code."""
+    for resp in c.watch_jobs([job_id], False, reconnect, deadline):
+        for ch in resp.changes:
+            if ch.job_id != job_id:
+                continue
+            if ch.deleted:
+                if not seen:
+                    raise NotFound(f"job {job_id!r} not found")
+                print(f"{job_id}: deleted before its end was seen (last state {seen[-1]})", file=sys.stderr)
+                return EXIT_ERROR
+            if not seen or ch.state != seen[-1]:
+                print(f"{job_id}: {ch.state}", file=sys.stderr, flush=True)
+                seen.append(ch.state)
+            if ch.state in render.JOB_TERMINAL:
+                if ch.state != "SUCCEEDED" and ch.reason:
+                    print(f"{job_id}: {ch.reason}", file=sys.stderr)
+                return 0 if ch.state == "SUCCEEDED" else EXIT_ERROR
+    return EXIT_ERROR  # not reached: the watch ends only by raising
