@@ -40,8 +40,14 @@ proto-check: $(STAMP)
 pg:
 	@bash scripts/ensure_postgres.sh
 
-bench: $(STAMP)
-	$(BIN)/python benchmarks/placement_bench.py
+## The four benchmarks of the hot-path issue, short settings (about 8 minutes on 2 cores), each printing a table and
+## writing JSON under benchmarks/results/. Bigger runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS (see
+## benchmarks/README.md), e.g. `make bench MEMORY_ARGS='--tasks 100000'`.
+bench: $(STAMP) pg
+	$(BIN)/python benchmarks/placement_bench.py $(PLACEMENT_ARGS)
+	$(BIN)/python benchmarks/local_bench.py $(LOCAL_ARGS)
+	$(BIN)/python benchmarks/sim_bench.py $(SIM_ARGS)
+	$(BIN)/python benchmarks/memory_bench.py $(MEMORY_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

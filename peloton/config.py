@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import os
-from pathlib import Path
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (the CLI imports this module)
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 DEFAULT_LISTEN = "127.0.0.1:5391"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:5392"
@@ -11,6 +15,8 @@ DEFAULT_METRICS_LISTEN = "127.0.0.1:5392"
 
 def default_data_dir() -> Path:
     """$PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton (per user)."""
+    from pathlib import Path  # here: the CLI's client commands do without pathlib
+
     if os.environ.get("PELOTON_DATA_DIR"):
         return Path(os.environ["PELOTON_DATA_DIR"])
     base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")

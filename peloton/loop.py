@@ -8,13 +8,39 @@ import threading
 import time
 from collections.abc import Callable
 
+import grpc
 from prometheus_client import Counter, Gauge
+
+from peloton.errors import Unavailable
 
 log = logging.getLogger(__name__)
 
 LOOP_RUNS = Counter("peloton_loop_runs_total", "Iterations of each periodic loop", ["loop"])
 LOOP_ERRORS = Counter("peloton_loop_errors_total", "Iterations that raised", ["loop"])
+MAX_BACKOFF_S = 10.0
 LOOP_HEARTBEAT = Gauge("peloton_loop_heartbeat_timestamp_seconds", "Last completed iteration", ["loop"])
+
+
+def _unavailable(e: BaseException) -> bool:
+    if isinstance(e, Unavailable):
+        return True
+    code = getattr(e, "code", None)
+    if callable(code):
+        try:
+            return code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+        except Exception:  # noqa: BLE001 - not a gRPC error after all
+            return False
+    return False
+
+
+def _message(e: BaseException) -> str:
+    details = getattr(e, "details", None)
+    if callable(details):
+        try:
+            return str(details())
+        except Exception:  # noqa: BLE001
+            pass
+    return str(e)
 
 
 class Loop:
@@ -54,14 +80,25 @@ class Loop:
             try:
                 did_work = bool(self._run_once())
                 self.consecutive_errors = 0
-            except Exception:
+            except Exception as e:  # noqa: BLE001 - a loop never dies of an error: it backs off and tries again
                 self.consecutive_errors += 1
                 LOOP_ERRORS.labels(self.name).inc()
-                log.exception("loop %s failed (%d in a row)", self.name, self.consecutive_errors)
+                if _unavailable(e):  # expected while a dependency (the store, a component) is away: one line
+                    if self.consecutive_errors in (1, 10) or self.consecutive_errors % 100 == 0:
+                        log.warning("loop %s: %s (%d in a row; backing off)", self.name, _message(e),
+                                    self.consecutive_errors)
+                else:
+                    log.exception("loop %s failed (%d in a row)", self.name, self.consecutive_errors)
             self.last_heartbeat = time.time()
             LOOP_RUNS.labels(self.name).inc()
             LOOP_HEARTBEAT.labels(self.name).set(self.last_heartbeat)
             if not did_work:
-                # back off on repeated errors so a broken dependency is not hammered
-                wait = self.interval_s * min(2 ** min(self.consecutive_errors, 5), 30)
-                self._stop.wait(wait)
+                self._stop.wait(self.backoff_s())
+
+    def backoff_s(self) -> float:
+        """The wait before the next iteration: the interval, doubled for each error in a row (a broken dependency
+        is not hammered) up to MAX_BACKOFF_S, so that a loop resumes soon after its dependency returns and its
+        heartbeat stays well inside the health check's 60 s."""
+        if not self.consecutive_errors:
+            return self.interval_s
+        return min(self.interval_s * 2 ** min(self.consecutive_errors, 10), max(self.interval_s, MAX_BACKOFF_S))

@@ -1,6 +1,7 @@
-"""The all-in-one daemon: store, host manager (local backend), resource manager, placement engine and job
-manager in one process behind one gRPC server. The components still talk to each other over gRPC, through the
-same server, so splitting them into processes later changes wiring, not contracts."""
+"""The daemon: store, host manager (local, sim or Mesos backend), resource manager, placement engine and job
+manager, all four in one process by default (`--role` runs a subset). The components speak the internal services'
+contracts to each other: through the in-process transport (peloton/api/local.py) inside one process, over gRPC
+between processes, so splitting them changes wiring, not contracts."""
 
 from __future__ import annotations
 
@@ -8,10 +9,11 @@ import fcntl
 import logging
 import os
 import signal
+import sys
 import threading
 import time
 from concurrent import futures
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +22,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from peloton.api.local import LocalStub
+from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
     host_pb2,
     host_pb2_grpc,
@@ -39,17 +43,23 @@ from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
+from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
 from peloton.jobmgr.manager import JobManager
-from peloton.jobmgr.service import JobServicer, TaskServicer
+from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.loop import Loop
+from peloton.ownership import StoreGuard
 from peloton.placement.engine import PlacementEngine
 from peloton.resmgr.manager import ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
 from peloton.store import db, repo
+from peloton.store.lock import Owner, StoreLock, refusal, store_lock
 
 log = logging.getLogger("peloton.server")
 
 HEALTH_SERVICE = "peloton"
+# Messages between components and to clients: internal calls are sent in bounded chunks well under this.
+MESSAGE_LIMITS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
+                  ("grpc.max_send_message_length", 64 * 1024 * 1024)]
 ROLES = frozenset({"jobmgr", "resmgr", "placement", "hostmgr"})
 
 
@@ -62,13 +72,16 @@ class ServerConfig:
     local_host_resources: Resources | None = None
     local_port_base: int = 31000
     metrics_listen: str = ""
-    workers: int = 32
-    backend: str = "local"  # local | mesos
+    workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
+    launchers: int = 4  # launcher loops: batches of placements launched concurrently
+    standby: bool = False  # another daemon acts on the store: wait for it to go instead of refusing to start
+    backend: str = "local"  # local | mesos | sim
     mesos: MesosSettings | None = None
     # Which components this process runs; the others are reached over gRPC at the given addresses.
     roles: frozenset[str] = ROLES
     resmgr_address: str = ""
     hostmgr_address: str = ""
+    sim: SimSettings | None = None  # --backend sim: its hosts (None: SimSettings' defaults)
 
     def check(self) -> None:
         unknown = self.roles - ROLES
@@ -100,19 +113,54 @@ class Daemon:
         self.cfg = cfg
         self.loops: list[Loop] = []
         self._stopped = threading.Event()
+        self.store_lock: StoreLock | None = None
 
     def _lock_data_dir(self) -> None:
+        """One daemon per data dir (its local backend's tasks are that daemon's). A standby waits for it."""
         self.cfg.data_dir.mkdir(parents=True, exist_ok=True)
         self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            raise FailedPrecondition(
-                f"another peloton daemon is running with data dir {self.cfg.data_dir}"
-            ) from None
+        while True:
+            try:
+                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return
+            except BlockingIOError:
+                if not self.cfg.standby:
+                    raise FailedPrecondition(
+                        f"another peloton daemon is running with data dir {self.cfg.data_dir}; stop it first, or "
+                        "start this one with --standby to take over when it goes", field="--data-dir") from None
+            print(f"peloton: standing by: another daemon uses data dir {self.cfg.data_dir}", flush=True)
+            while True:
+                try:
+                    fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    return
+                except BlockingIOError:
+                    if self._stopped.wait(1.0):
+                        raise FailedPrecondition("stopped while standing by") from None
+
+    def _take_store_lock(self, url: str) -> None:
+        """Only one daemon acts on a store: take its lock, or refuse to start naming the holder (or, standing by,
+        wait for the holder to go)."""
+        self.owner = Owner.me(self.cfg.listen)
+        lock = store_lock(url)
+        what = _describe_store(url)
+        if not lock.try_acquire(self.owner):
+            holder = lock.holder()
+            if not self.cfg.standby:
+                lock.release()
+                raise refusal(holder, what)
+            who = holder.describe() if holder is not None else "another daemon"
+            print(f"peloton: standing by: {who} acts on {what}", flush=True)
+            log.warning("standing by: %s acts on %s; taking over when it goes", who, what)
+            while not lock.try_acquire(self.owner):
+                if self._stopped.wait(1.0):
+                    raise FailedPrecondition("stopped while standing by")
+            log.warning("took over the store lock of %s", what)
+        self.store_lock = lock
 
     def _make_backend(self) -> Backend:
         cfg = self.cfg
+        if cfg.backend == "sim":
+            return make_sim_backend(cfg.sim or SimSettings())
         if cfg.backend == "mesos":
             from peloton.hostmgr.mesos.backend import make_mesos_backend
 
@@ -122,6 +170,19 @@ class Daemon:
                                  data_dir=cfg.data_dir)
         return LocalBackend(cfg.data_dir / "local", hosts)
 
+    def _add_sim_service(self) -> list[tuple[Any, str]]:
+        """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other
+        daemons answer UNIMPLEMENTED."""
+        assert self.hostmgr is not None
+        backend = self.hostmgr.backend
+        if not isinstance(backend, SimBackend):
+            return []
+        from peloton.api.v1 import sim_pb2, sim_pb2_grpc
+        from peloton.hostmgr.sim.service import SimServicer
+
+        sim_pb2_grpc.add_SimServiceServicer_to_server(SimServicer(backend), self.server)
+        return [(sim_pb2.DESCRIPTOR, "SimService")]
+
     def start(self) -> str:
         cfg = self.cfg
         cfg.check()
@@ -130,51 +191,80 @@ class Daemon:
         self.engine = None
         if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos":
             url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
+            if "jobmgr" in roles:
+                # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
+                # under the daemon that acts on the store
+                self._take_store_lock(url)
             db.upgrade(url)
+            if self.store_lock is not None:
+                self.store_lock.record(self.owner)
             self.engine = db.make_engine(url)
             self.sessions = db.make_sessions(self.engine)
+            self.read_sessions = db.make_read_sessions(self.engine)
             with db.transaction(self.sessions) as s:
                 repo.ensure_root_pool(s, time.time())
 
-        self.server = grpc.server(futures.ThreadPoolExecutor(max_workers=cfg.workers, thread_name_prefix="grpc"))
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
+            options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
+            maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
+            interceptors=[RejectUndecodableRequests()],
+        )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         services: list[tuple[Any, str]] = []
         self.hostmgr: HostManager | None = None
         if "hostmgr" in roles:
             self.hostmgr = HostManager(self._make_backend())
-            self.hostmgr.start()
-            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(self.hostmgr),
-                                                                        self.server)
+            hostmgr_servicer = HostManagerServicer(self.hostmgr)
+            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(hostmgr_servicer, self.server)
             host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
             services += [(internal_pb2.DESCRIPTOR, "HostManagerInternal"), (host_pb2.DESCRIPTOR, "HostService")]
+            services += self._add_sim_service()
         if "resmgr" in roles:
             def load_pools():  # type: ignore[no-untyped-def]
                 with db.transaction(self.sessions) as s:
                     return repo.list_pools(s)
 
             self.resmgr = ResourceManager(load_pools)
-            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(self.resmgr),
-                                                                            self.server)
+            resmgr_servicer = ResourceManagerServicer(self.resmgr)
+            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(resmgr_servicer, self.server)
             respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
                 ResourcePoolServicer(self.resmgr, self.sessions), self.server)
             services += [(internal_pb2.DESCRIPTOR, "ResourceManagerInternal"),
                          (respool_pb2.DESCRIPTOR, "ResourcePoolService")]
         host, port = split_hostport(cfg.listen, "--listen")
-        bound = self.server.add_insecure_port(f"{host}:{port}")
+        try:
+            bound = self.server.add_insecure_port(f"{host}:{port}")
+        except RuntimeError:
+            bound = 0
         if bound == 0:
-            raise FailedPrecondition(f"--listen: cannot bind {cfg.listen}")
+            raise FailedPrecondition(f"--listen: cannot listen on {cfg.listen} (address in use, or not ours)",
+                                     field="--listen")
         self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
+        if self.store_lock is not None:  # the address a refused daemon names is the one actually served
+            self.owner = replace(self.owner, address=self.address)
+            self.store_lock.record(self.owner)
+        if cfg.metrics_listen:  # now, before anything runs: a port in use refuses the start, not a later step
+            mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
+            try:
+                self.metrics_server, _ = start_http_server(mport, addr=mhost)
+            except OSError as e:
+                raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",
+                                         field="--metrics-listen") from None
+        if self.hostmgr is not None:  # only once the ports are ours: a refused start leaves the backend untouched
+            self.hostmgr.start()
 
-        # the components talk gRPC even inside one process: splitting them changes addresses, not contracts
-        self.channels = [grpc.insecure_channel(self.address)]
-        resmgr_ch = self.channels[0] if "resmgr" in roles else self._channel(cfg.resmgr_address)
-        hostmgr_ch = self.channels[0] if "hostmgr" in roles else self._channel(cfg.hostmgr_address)
-        resmgr_stub = internal_pb2_grpc.ResourceManagerInternalStub(resmgr_ch)
-        hostmgr_stub = internal_pb2_grpc.HostManagerInternalStub(hostmgr_ch)
+        # The components speak the internal services' contracts to each other: over gRPC to another process, and
+        # through the in-process transport (same messages, servicers and errors, no network) inside this one.
+        self.channels: list[grpc.Channel] = []
+        resmgr_stub: Any = (LocalStub(resmgr_servicer) if "resmgr" in roles else
+                            internal_pb2_grpc.ResourceManagerInternalStub(self._channel(cfg.resmgr_address)))
+        hostmgr_stub: Any = (LocalStub(hostmgr_servicer) if "hostmgr" in roles else
+                             internal_pb2_grpc.HostManagerInternalStub(self._channel(cfg.hostmgr_address)))
         self.jobmgr: JobManager | None = None
         if "jobmgr" in roles:
-            self.jobmgr = JobManager(self.sessions, resmgr_stub, hostmgr_stub)
+            self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub)
             job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr), self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
@@ -185,29 +275,34 @@ class Daemon:
         self.server.start()
 
         self.loops = []
+        self.guard: StoreGuard | None = None
         if self.jobmgr is not None:
+            self.jobmgr.start()
             # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
             self._recover(self.jobmgr)
+            # the loops long-poll their input (placements, status events): they wake when there is work
+            self.loops += [Loop(f"launcher-{i}", self.jobmgr.launcher.launch_once, 0.05) for i in range(cfg.launchers)]
             self.loops += [
-                Loop("launcher", self.jobmgr.launch_once, 0.05),
                 Loop("task-events", self.jobmgr.events_once, 0.05),
                 Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
             ]
+            assert self.store_lock is not None
+            jm = self.jobmgr
+            self.guard = StoreGuard(self.store_lock, self.read_sessions, self.owner, jm.writer.pause,
+                                    lambda: self._regained(jm), lambda: None if self._update_health() else None)
+            self.loops.append(Loop("store", self.guard.run_once, 1.0))
         if "placement" in roles:
             self.loops.append(Loop("placement", PlacementEngine(resmgr_stub, hostmgr_stub).run_once, 0.05))
         self.loops.append(Loop("health", self._update_health, 5.0))
         for lp in self.loops:
             lp.start()
-        if cfg.metrics_listen:
-            mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
-            start_http_server(mport, addr=mhost)
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
 
     def _channel(self, address: str) -> grpc.Channel:
-        ch = grpc.insecure_channel(address)
+        ch = grpc.insecure_channel(address, options=MESSAGE_LIMITS)
         self.channels.append(ch)
         return ch
 
@@ -224,10 +319,24 @@ class Daemon:
                 log.info("recovery waits for resmgr/hostmgr to come up")
                 time.sleep(1.0)
 
+    def _regained(self, jm: JobManager) -> None:
+        """The store lock is ours again: what happened meanwhile is read back exactly as after a restart."""
+        if "resmgr" in self.cfg.roles:
+            self.resmgr.reset()
+        jm.writer.resume()
+        try:
+            jm.recover()
+        except Exception:
+            jm.writer.pause("this daemon is recovering after losing its hold on the store; retry later")
+            raise
+
     def _update_health(self) -> bool:
-        """NOT_SERVING while any loop is dead or stuck (no heartbeat for a minute): operators see it in health."""
+        """NOT_SERVING while any loop is dead or stuck (no heartbeat for a minute), the store does not answer, or
+        this daemon does not hold the store lock: operators see it in health."""
         now = time.time()
         ok = all(lp.healthy(now) for lp in self.loops if lp.name != "health")
+        if self.guard is not None:
+            ok = ok and self.guard.healthy
         status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
         self.health.set(HEALTH_SERVICE, status)
         self.health.set("", status)
@@ -236,13 +345,22 @@ class Daemon:
     def stop(self) -> None:
         """Stop serving. Running tasks keep running: the next start adopts them."""
         self.health.enter_graceful_shutdown()
+        if self.jobmgr is not None:
+            self.jobmgr.hub.close()  # open watches end now instead of holding the shutdown for its grace period
         for lp in self.loops:
             lp.stop(timeout=3)
         self.server.stop(grace=2).wait(5)
+        if getattr(self, "metrics_server", None) is not None:
+            self.metrics_server.shutdown()
+            self.metrics_server.server_close()
+        if self.jobmgr is not None:
+            self.jobmgr.stop()
         for ch in self.channels:
             ch.close()
         if self.hostmgr is not None:
             self.hostmgr.stop()
+        if self.store_lock is not None:
+            self.store_lock.release()
         if self.engine is not None:
             self.engine.dispose()
         self._stopped.set()
@@ -257,7 +375,24 @@ class Daemon:
         self._stopped.wait()
 
 
+def _describe_store(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return f"the SQLite store {u.database}"
+    return f"the PostgreSQL database {u.database} at {u.host or 'localhost'}:{u.port or 5432}"
+
+
+GIL_SWITCH_INTERVAL_S = 0.0005
+
+
 def run_server(cfg: ServerConfig) -> None:
+    # The threads that do I/O (the writer's store round trips, RPCs) give up the interpreter lock at each call and
+    # then wait for a busy thread to hand it back: up to the switch interval (5 ms by default) every time, which
+    # made a group commit of a few round trips take ~20 ms. A shorter interval bounds that wait (measured:
+    # docs/performance.md).
+    sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     d = Daemon(cfg)
     address = d.start()
     print(f"peloton: serving on {address} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)

@@ -1,0 +1,84 @@
+"""The daemon's hold on its store, watched: whether the store answers, and whether this daemon still holds the
+store lock (peloton/store/lock.py) and may act on it.
+
+A daemon that loses the lock (PostgreSQL restarted or unreachable, the lock's connection cut) stops acting at once:
+its job manager refuses every change (UNAVAILABLE) until the lock is taken again, and then it recovers exactly as
+after a restart (whatever another daemon may have done meanwhile is read back from the store and the backend) before
+it acts again. A daemon whose store is down stays NOT_SERVING until it answers again; nothing is lost meanwhile:
+status updates wait in the host manager unacknowledged, placements go back to their queue.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+from collections.abc import Callable
+
+from sqlalchemy import text
+from sqlalchemy.orm import Session, sessionmaker
+
+from peloton.store.db import transaction
+from peloton.store.lock import Owner, StoreLock
+
+log = logging.getLogger(__name__)
+
+
+class StoreGuard:
+    def __init__(self, lock: StoreLock, sessions: sessionmaker[Session], owner: Owner,
+                 on_lost: Callable[[str], None], on_regained: Callable[[], None],
+                 on_change: Callable[[], None] = lambda: None) -> None:
+        """`on_lost(why)` stops acting; `on_regained()` recovers and acts again (if it raises, it is tried again
+        later); `on_change()` is told whenever `healthy` may have changed."""
+        self.lock = lock
+        self.sessions = sessions
+        self.owner = owner
+        self._on_lost = on_lost
+        self._on_regained = on_regained
+        self._on_change = on_change
+        self._mu = threading.Lock()
+        self.locked = True  # the daemon starts only once it holds the lock
+        self.acting = True
+        self.store_ok = True
+
+    @property
+    def healthy(self) -> bool:
+        return self.acting and self.store_ok
+
+    def run_once(self) -> bool:
+        with self._mu:
+            before = self.healthy
+            self.store_ok = self._ping()
+            if self.locked and not self.lock.held():
+                self.locked = False
+            if self.acting and not self.locked:
+                self.acting = False
+                why = "this daemon lost its hold on the store (its lock's connection went away); retry later"
+                log.error("%s: stopped acting until it holds the store lock again", why.split(";")[0])
+                self._on_lost(why)
+            if not self.locked and self.store_ok:
+                self.locked = self.lock.try_acquire(self.owner)
+                if not self.locked:
+                    holder = self.lock.holder()
+                    if holder is not None and holder.pid != self.owner.pid:
+                        log.warning("the store lock is held by %s: standing by", holder.describe())
+            if self.locked and not self.acting and self.store_ok:
+                try:
+                    self._on_regained()
+                    self.acting = True
+                    log.warning("this daemon holds the store lock again: recovered, acting")
+                except Exception:  # noqa: BLE001 - tried again on the next round
+                    log.exception("recovery after regaining the store lock failed; trying again")
+            changed = before != self.healthy
+        if changed:
+            self._on_change()
+        return False
+
+    def _ping(self) -> bool:
+        try:
+            with transaction(self.sessions) as s:
+                s.execute(text("SELECT 1"))
+            return True
+        except Exception as e:  # noqa: BLE001 - any failure means the store does not answer
+            if self.store_ok:
+                log.error("the store does not answer: %s", e)
+            return False
