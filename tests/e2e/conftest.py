@@ -5,29 +5,27 @@ from pathlib import Path
 
 import pytest
 
-from tests.dbutil import drop_postgres_db, fresh_postgres_url
-from tests.e2e.harness import Daemon
+from tests.dbutil import postgres_database
+from tests.e2e.harness import Daemon, kill_sandboxed_processes
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
 def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
+    """An empty database. PostgreSQL unreachable: the test fails (skips with PELOTON_TEST_ALLOW_NO_PG=1)."""
     if request.param == "sqlite":
         yield f"sqlite:///{tmp_path}/peloton.db"
         return
-    url = fresh_postgres_url()
-    try:
+    with postgres_database() as url:
         yield url
-    finally:
-        drop_postgres_db(url)
 
 
 @pytest.fixture
 def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(tmp_path / "data", db_url)
-    d.start()
     try:
+        d.start()  # (a start that times out leaves the process running: stopped below too)
         yield d
     finally:
         d.stop()
-        running = d.data_dir / "local"
-        _ = running
+        # tasks outlive the daemon by design (adoption); a test must not leave them running
+        kill_sandboxed_processes(d.data_dir)

@@ -51,11 +51,14 @@ class Daemon:
         return ["--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
                 "--local-port-base", str(self.port_base)]
 
-    def start(self, timeout: float = 60.0) -> None:
+    def start(self, timeout: float = 60.0, same_address: bool = False) -> None:
+        """Start the daemon (again): on a free port, or with `same_address` on the one it had (a restart its
+        clients should not notice but for the pause)."""
+        listen = self.address if same_address and self.address else "127.0.0.1:0"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
-                [*PELOTON, "server", "--listen", "127.0.0.1:0", "--db", self.db_url, "--data-dir",
+                [*PELOTON, "server", "--listen", listen, "--db", self.db_url, "--data-dir",
                  str(self.data_dir), "--metrics-listen", "", "--log-level", "info", *self.server_args()],
                 stdout=subprocess.PIPE, stderr=log, text=True,
             )
@@ -95,6 +98,11 @@ class Daemon:
             raise AssertionError(f"peloton {' '.join(args)} -> {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
         return r
 
+    def popen(self, *args: str) -> subprocess.Popen[str]:
+        """The CLI in the background (stdout and stderr piped, text)."""
+        return subprocess.Popen([*PELOTON, "--address", self.address, *args], stdout=subprocess.PIPE,
+                                stderr=subprocess.PIPE, text=True)
+
     def create(self, spec: str, tmp: Path) -> str:
         f = tmp / f"spec-{time.monotonic_ns()}.yaml"
         f.write_text(spec)
@@ -132,3 +140,61 @@ def pid_alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except OSError:
         return False
+
+
+SANDBOX_VAR = b"PELOTON_SANDBOX="
+
+
+def _inside(path: str, root: Path) -> bool:
+    """`path` is `root` or below it (compared by path components, also after resolving symlinks)."""
+    p = os.path.normpath(path)
+    r = os.path.normpath(str(root))
+    if os.path.commonpath([p, r]) == r:
+        return True
+    rp, rr = os.path.realpath(p), os.path.realpath(r)
+    return os.path.commonpath([rp, rr]) == rr
+
+
+def sandboxed_pids(root: Path) -> list[int]:
+    """Pids of the live processes whose environment has PELOTON_SANDBOX pointing at or inside `root`.
+
+    Reads /proc/<pid>/environ (the environment the process was started with), so it depends on nothing the
+    backend writes; processes that vanish meanwhile or whose environment cannot be read are ignored."""
+    me = os.getpid()
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) == me:
+            continue
+        try:
+            with open(f"/proc/{entry}/environ", "rb") as f:
+                environ = f.read()
+        except OSError:  # gone, or not ours to read
+            continue
+        for var in environ.split(b"\0"):
+            if var.startswith(SANDBOX_VAR):
+                if _inside(os.fsdecode(var[len(SANDBOX_VAR):]), root) and pid_alive(int(entry)):
+                    found.append(int(entry))
+                break
+    return found
+
+
+def kill_sandboxed_processes(root: Path, timeout: float = 10.0) -> list[int]:
+    """SIGKILL the process group of every process whose PELOTON_SANDBOX is inside `root` (a test's data dir), so
+    tasks a test leaves behind (the local backend starts each one in a session of its own, to outlive the daemon)
+    do not outlive the test. Waits until they are gone; returns the pids that were found.
+
+    Call it after the daemon is stopped: a running daemon could start new tasks meanwhile."""
+    own_group = os.getpgid(0)
+    found = sandboxed_pids(root)
+    for pid in found:
+        try:
+            pgid = os.getpgid(pid)
+            if pgid == own_group:  # never the test runner's own group: only that process
+                os.kill(pid, signal.SIGKILL)
+            else:
+                os.killpg(pgid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            continue
+    wait_until(lambda: not any(pid_alive(p) for p in found), timeout, 0.05,
+               f"the processes of sandboxes under {root} to die")
+    return found

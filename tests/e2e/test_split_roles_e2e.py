@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Daemon
+from tests.e2e.harness import Daemon, kill_sandboxed_processes
 
 pytestmark = pytest.mark.e2e
 
@@ -25,10 +25,10 @@ class RoleDaemon(Daemon):
 def test_hostmgr_in_its_own_process(db_url: str, tmp_path: Path) -> None:
     hostmgr = RoleDaemon(tmp_path / "hostmgr", db_url)
     hostmgr.extra = ["--role", "hostmgr"]
-    hostmgr.start()
     rest = RoleDaemon(tmp_path / "rest", db_url)
-    rest.extra = ["--role", "jobmgr,resmgr,placement", "--hostmgr", hostmgr.address]
     try:
+        hostmgr.start()
+        rest.extra = ["--role", "jobmgr,resmgr,placement", "--hostmgr", hostmgr.address]
         rest.start()
         job = rest.create(f"""
 name: split
@@ -46,3 +46,4 @@ task: {{command: "{sys.executable} -c 'import os; print(os.environ[\\"RANK\\"])'
     finally:
         rest.stop()
         hostmgr.stop()
+        kill_sandboxed_processes(tmp_path)  # the tasks the hostmgr process started, if the test failed early

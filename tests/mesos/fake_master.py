@@ -1,7 +1,7 @@
 """A test double of the Apache Mesos master's v1 scheduler HTTP API (``POST /api/v1/scheduler``).
 
 Stdlib only, independent of ``peloton``. It speaks the wire protocol as recorded from a real master
-(``/work/shared/mesos-transcripts``): exact status codes, reasons, header sets and orders, plain-text error
+(``tests/mesos/transcripts/``): exact status codes, reasons, header sets and orders, plain-text error
 bodies, chunked RecordIO event streams (one record per chunk, or split by ``chunk_size``), and the event
 shapes of SUBSCRIBED / HEARTBEAT / OFFERS / RESCIND / UPDATE / FAILURE / ERROR / UPDATE_OPERATION_STATUS.
 

@@ -26,13 +26,17 @@ from peloton.hostmgr.mesos.events import (
     Update,
 )
 from peloton.hostmgr.mesos.recordio import encode
+from tests.mesos.transcript_dir import load_transcript
 
 pytestmark = pytest.mark.timeout(30)
 
 JSON = dict[str, Any]
-with open("/work/shared/mesos-transcripts/01-subscribe.json") as _f:
-    OFFERS_01 = next(r["event"] for r in json.load(_f)["exchanges"][0]["response"]["stream"]["records"]
-                     if r.get("event", {}).get("type") == "OFFERS")
+
+
+def offers_01() -> JSON:
+    """The first OFFERS event the real master sent (recording 01-subscribe)."""
+    records = load_transcript("01-subscribe.json")["exchanges"][0]["response"]["stream"]["records"]
+    return next(r["event"] for r in records if r.get("event", {}).get("type") == "OFFERS")
 
 
 def subscribed(fid: str = "fw-1", hb: float = 15.0) -> JSON:
@@ -239,7 +243,7 @@ def test_subscribe_stream_id_and_calls(masters: Callable[[], FakeMaster], client
     update = {"type": "UPDATE", "update": {"status": {"task_id": {"value": "t1"}, "state": "TASK_FAILED",
                                                       "message": "ünïcødé ☃ exited with status 3",
                                                       "agent_id": {"value": "S1"}, "uuid": "zIaD0u+PR5aIi30SKZmmxw=="}}}
-    m.subscribe_plan = [Stream([subscribed(), HEARTBEAT, OFFERS_01, update], hb=0.05)]
+    m.subscribe_plan = [Stream([subscribed(), HEARTBEAT, offers_01(), update], hb=0.05)]
     c, rec = clients([m.url])
     evs = rec.wait(n_of(Update))
     assert [type(e) for e in evs[:4]] == [Subscribed, Heartbeat, Offers, Update]

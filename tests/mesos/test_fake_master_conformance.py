@@ -30,7 +30,6 @@ Deliberate deviations from the recordings (everything else is compared):
 from __future__ import annotations
 
 import json
-import os
 import re
 import threading
 import time
@@ -40,9 +39,8 @@ from typing import Any
 import pytest
 
 from tests.mesos.fake_master import FakeAgent, FakeMaster, send_call, subscribe
+from tests.mesos.transcript_dir import parametrize_files, require, transcript_files
 
-TRANSCRIPTS = Path(os.environ.get("MESOS_TRANSCRIPTS", "/work/shared/mesos-transcripts"))
-FILES = sorted(TRANSCRIPTS.glob("[0-9][0-9]-*.json"))
 SCALE = 0.1
 RESOLVE_TIMEOUT = 3.0
 
@@ -51,8 +49,13 @@ SKIP_EXCHANGES = {("03-http-errors", 48): "GET /health after the master crash (d
 EXPECT_OVERRIDE = {("03-http-errors", 47): (501, "Not Implemented", "Received an unexpected 'UNKNOWN' call")}
 # streams whose end is not compared (recorded end caused by the master crash)
 NO_END_CHECK = {("03-http-errors", "s1")}
-
-pytestmark = pytest.mark.skipif(not FILES, reason=f"no transcripts under {TRANSCRIPTS}")
+# the recordings, as the README of tests/mesos/transcripts/ lists them
+RECORDINGS = [
+    "01-subscribe", "02-subscribe-no-gpu-cap", "03-http-errors", "04-launch-ack", "05-accept-two-agents",
+    "06-accept-invalid-offer", "07-launch-invalid-resources", "08-launch-group", "09-kill", "10-reconcile",
+    "11-decline-suppress-revive", "12-offer-rescind", "13-framework-failover", "14-agent-loss", "15-teardown",
+    "16-heartbeat", "17-misc-calls",
+]
 
 
 class LiveStream:
@@ -512,9 +515,14 @@ def _compare_exchange(rp: Replay, ex: dict[str, Any], live: Any, problems: list[
             problems.append(f"{label}: body {body!r} != {rp.map_text(exp_body)!r}")
 
 
-@pytest.mark.parametrize("path", FILES, ids=[p.stem for p in FILES])
-def test_replay_transcript(path: Path) -> None:
-    rp = Replay(path)
+def test_every_recording_is_there() -> None:
+    """A recording that went missing would otherwise just mean one replay fewer."""
+    assert [p.stem for p in transcript_files()] == RECORDINGS
+
+
+@pytest.mark.parametrize("path", parametrize_files())
+def test_replay_transcript(path: Path | None) -> None:
+    rp = Replay(require(path))
     try:
         rp.run()
     finally:

@@ -5,28 +5,35 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from pathlib import Path
 from typing import Any
 
 import pytest
 
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.hostmgr.backend import LaunchError, LaunchSpec, TaskStatus
+from peloton.hostmgr.backend import GangLaunch, LaunchError, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
 from peloton.hostmgr.mesos.calls import FrameworkConfig
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol
+from tests.mesos.transcript_dir import load_transcript
 
-TRANSCRIPT = Path("/work/shared/mesos-transcripts/05-accept-two-agents.json")
 FID = "1ba6cc5a-71b1-4625-9952-fb54d2771b7b-0002"
 UUID = "5oNVnS/NQTS2b7IZ8kaB+Q=="  # a valid v4 uuid, base64: must come back verbatim
 
 
+def launch(b: MesosBackend, specs: list[LaunchSpec]) -> LaunchResult:
+    """Launch one gang; a result other than OK is raised as LaunchError (with `.outcome`)."""
+    (r,) = b.launch([GangLaunch(specs[0].job_id + "/0", specs[0].attempt, tuple(specs))])
+    if r.outcome != LaunchOutcome.OK:
+        err = LaunchError(r.task_id, r.message, permanent=r.permanent)
+        err.outcome = r.outcome  # type: ignore[attr-defined]
+        raise err
+    return r
+
+
 def _transcript_offers() -> list[list[dict[str, Any]]]:
     """The two OFFERS events of the first subscription: 3 agents (S1 with gpus), then remainders of S2 and S0."""
-    if not TRANSCRIPT.exists():
-        pytest.skip(f"{TRANSCRIPT} is not available")
-    data = json.loads(TRANSCRIPT.read_text())
+    data = load_transcript("05-accept-two-agents.json")  # fails the test when it is missing
     recs = data["exchanges"][0]["response"]["stream"]["records"]
     return [r["event"]["offers"]["offers"] for r in recs if r.get("event", {}).get("type") == "OFFERS"]
 
@@ -239,7 +246,7 @@ def test_launch_one_accept_per_agent_with_task_infos() -> None:
     h = Harness()
     first = h.ready()
     offer_of = {o["agent_id"]["value"]: o["id"]["value"] for o in first}
-    h.b.launch([spec("job-0-1", H0, instance=0, ports=(31000,)), spec("job-1-1", H2, instance=1, ports=(31000,)),
+    launch(h.b, [spec("job-0-1", H0, instance=0, ports=(31000,)), spec("job-1-1", H2, instance=1, ports=(31000,)),
                 spec("job-2-1", H0, instance=2, ports=(31001,)), spec("job-3-1", H2, instance=3, ports=(31005,))])
     accepts = h.t.of("ACCEPT")
     assert len(accepts) == 2
@@ -268,7 +275,7 @@ def test_launch_one_accept_per_agent_with_task_infos() -> None:
     assert {x["key"]: x["value"] for x in ti["labels"]["labels"]} == {"peloton_job": "job", "peloton_attempt": "1"}
     # the offers were used: the remainder comes back from the master
     assert {o.hostname for o in h.b.offers()} == {H1}
-    assert h.b.running_task_ids() == {"job-0-1", "job-1-1", "job-2-1", "job-3-1"}
+    assert {t.task_id for t in h.b.running()} == {"job-0-1", "job-1-1", "job-2-1", "job-3-1"}
     hosts = {x.hostname: x for x in h.b.hosts()}
     assert hosts[H0].allocated.cpu == 8 and hosts[H0].task_ids == ("job-0-1", "job-2-1")
 
@@ -278,8 +285,9 @@ def test_launch_fails_when_offers_were_rescinded() -> None:
     first = h.ready()
     h.event({"type": "RESCIND", "rescind": {"offer_id": first[1]["id"]}})  # S0's only offer
     with pytest.raises(LaunchError) as e:
-        h.b.launch([spec("job-0-1", H2), spec("job-1-1", H0, instance=1)])
+        launch(h.b, [spec("job-0-1", H2), spec("job-1-1", H0, instance=1)])
     assert e.value.task_id == "job-1-1" and "no longer hold" in e.value.message
+    assert e.value.outcome == LaunchOutcome.REFUSED  # type: ignore[attr-defined]  # nothing was sent
     assert not h.t.of("ACCEPT"), "nothing may be sent when one agent's offers are gone"
 
 
@@ -287,24 +295,25 @@ def test_launch_fails_on_unoffered_port_and_unknown_host() -> None:
     h = Harness()
     h.ready()
     with pytest.raises(LaunchError, match="ports"):
-        h.b.launch([spec("job-0-1", H0, ports=(40000,))])
+        launch(h.b, [spec("job-0-1", H0, ports=(40000,))])
     with pytest.raises(LaunchError, match="not known"):
-        h.b.launch([spec("job-0-1", "elsewhere:1")])
+        launch(h.b, [spec("job-0-1", "elsewhere:1")])
     assert not h.t.of("ACCEPT")
 
 
 def test_launch_not_subscribed() -> None:
     h = Harness()
     with pytest.raises(LaunchError, match="not subscribed"):
-        h.b.launch([spec("job-0-1", H0)])
+        launch(h.b, [spec("job-0-1", H0)])
 
 
 def test_rejected_accept_kills_members_already_sent() -> None:
     h = Harness()
     h.ready()
     h.t.fail_nth["ACCEPT"] = 2
-    with pytest.raises(LaunchError, match="ACCEPT on agent"):
-        h.b.launch([spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
+    with pytest.raises(LaunchError, match="ACCEPT on agent") as e:
+        launch(h.b, [spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
+    assert e.value.outcome == LaunchOutcome.FAILED  # type: ignore[attr-defined]  # one ACCEPT went out
     killed = {k["kill"]["task_id"]["value"]: k["kill"].get("agent_id") for k in h.t.of("KILL")}
     assert set(killed) == {"job-0-1", "job-1-1"}
     assert killed["job-0-1"] == {"value": S0} and killed["job-1-1"] == {"value": S2}
@@ -316,7 +325,7 @@ def test_rejected_accept_kills_members_already_sent() -> None:
 def test_update_with_uuid_carries_an_ack_token_acknowledged_verbatim() -> None:
     h = Harness()
     h.ready()
-    h.b.launch([spec("job-0-1", H0)])
+    launch(h.b, [spec("job-0-1", H0)])
     st = h.update("job-0-1", "TASK_RUNNING", S0, UUID)
     assert st.state == TaskState.RUNNING and st.hostname == H0 and st.ack and not st.permanent
     assert not h.t.of("ACKNOWLEDGE"), "acknowledged before jobmgr persisted it"
@@ -361,7 +370,7 @@ def test_state_mapping(mesos: str, ours: TaskState) -> None:
 def test_kill_resent_every_kill_retry_until_terminal() -> None:
     h = Harness(kill_retry_s=5.0)
     h.ready()
-    h.b.launch([spec("job-0-1", H0)])
+    launch(h.b, [spec("job-0-1", H0)])
     h.update("job-0-1", "TASK_RUNNING", S0, UUID)
     h.b.kill(["job-0-1"])
     assert [k["kill"] for k in h.t.of("KILL")] == [{"task_id": {"value": "job-0-1"}, "agent_id": {"value": S0}}]
@@ -385,7 +394,7 @@ def test_kill_of_unknown_task_has_no_agent_id() -> None:
     h.ready()
     h.b.kill(["job-9-1"])
     assert h.t.of("KILL")[-1]["kill"] == {"task_id": {"value": "job-9-1"}}
-    assert "job-9-1" not in h.b.running_task_ids()
+    assert "job-9-1" not in {t.task_id for t in h.b.running()}
 
 
 def test_kill_stops_when_the_master_does_not_know_the_task() -> None:
@@ -404,7 +413,7 @@ def test_kill_stops_when_the_master_does_not_know_the_task() -> None:
 def test_reconciliation_after_subscribed_with_backoff_then_implicit() -> None:
     h = Harness()
     h.ready()
-    h.b.launch([spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
+    launch(h.b, [spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
     h.update("job-0-1", "TASK_RUNNING", S0, UUID)
     h.update("job-1-1", "TASK_RUNNING", S2, UUID)
     h.event({"type": "DISCONNECTED"})
@@ -449,7 +458,7 @@ def test_no_ticks_while_disconnected() -> None:
 def test_explicit_reconcile_waits_for_answers() -> None:
     h = Harness()
     h.ready()
-    h.b.launch([spec("job-0-1", H0)])
+    launch(h.b, [spec("job-0-1", H0)])
     h.update("job-0-1", "TASK_RUNNING", S0, UUID)
     h.clock.t += 1  # answers count only when they arrive after the question
     assert h.b.reconcile(["job-0-1"]) == {}  # no answer within reconcile_wait_s: left out
@@ -526,5 +535,5 @@ def test_launch_uses_the_new_agent_registered_on_a_stale_agents_host_port() -> N
     fresh["id"]["value"] = "O-new"
     h.offers([fresh])
     assert H0 in {o.hostname for o in h.b.offers()}  # offered under the same name
-    h.b.launch([spec("job-0-1", H0)])  # raises LaunchError: resolved to the stale S0, which has no offers
+    launch(h.b, [spec("job-0-1", H0)])  # raises LaunchError: resolved to the stale S0, which has no offers
     assert h.t.of("ACCEPT")[-1]["accept"]["offer_ids"] == [{"value": "O-new"}]

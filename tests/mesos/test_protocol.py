@@ -1,9 +1,8 @@
-"""The sans-IO Mesos protocol core, checked against the recordings of a real master (shared/mesos-transcripts)."""
+"""The sans-IO Mesos protocol core, checked against the recordings of a real master (tests/mesos/transcripts/)."""
 
 from __future__ import annotations
 
 import base64
-import glob
 import json
 from collections.abc import Iterator
 from typing import Any
@@ -39,23 +38,17 @@ from peloton.hostmgr.mesos.protocol import (
     redirect_base,
     validate_call,
 )
+from tests.mesos.transcript_dir import load_transcript, transcript_files
 
-TRANSCRIPT_DIR = "/work/shared/mesos-transcripts"
-FILES = sorted(glob.glob(f"{TRANSCRIPT_DIR}/*.json"))
 JSON = dict[str, Any]
-
-
-def load(name: str) -> JSON:
-    with open(f"{TRANSCRIPT_DIR}/{name}") as f:
-        data: JSON = json.load(f)
-    return data
+load = load_transcript
 
 
 def all_exchanges() -> Iterator[tuple[str, JSON]]:
-    for path in FILES:
+    for path in transcript_files():  # fails the test when there are none
         with open(path) as f:
             for ex in json.load(f)["exchanges"]:
-                yield path.rsplit("/", 1)[-1], ex
+                yield path.name, ex
 
 
 def accepted_calls(type_: str) -> list[tuple[str, JSON]]:

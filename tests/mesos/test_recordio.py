@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import glob
 import json
 
 import pytest
@@ -10,8 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from peloton.hostmgr.mesos.recordio import RecordIODecoder, RecordIOError, encode
-
-TRANSCRIPTS = sorted(glob.glob("/work/shared/mesos-transcripts/*.json"))
+from tests.mesos.transcript_dir import transcript_files
 
 
 def _split(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -98,7 +96,7 @@ def test_recorded_master_bytes() -> None:
     """Re-framing the recorded events reproduces the master's bytes: the recorded lengths and the first bytes
     of each de-chunked JSON stream (the sample is a prefix, so the decoder must hold it back, not fail)."""
     checked = 0
-    for path in TRANSCRIPTS:
+    for path in transcript_files():  # fails the test when there are none
         with open(path) as f:
             exchanges = json.load(f)["exchanges"]
         for ex in exchanges:

@@ -349,3 +349,18 @@ def test_transaction_commits(sessions: Sessions) -> None:
         assert repo.get_meta(s2, "k") == "v"
     finally:
         s2.close()
+
+
+def test_a_big_batch_round_trips_every_character(sessions: Sessions) -> None:
+    """Batches above a few hundred rows go another way on PostgreSQL (COPY): the same values come back."""
+    job = Job("big", JobSpec(name="big", instances=1, command="true", resources=Resources(cpu=1)),
+              JobState.PENDING, created_at=1.0, updated_at=1.0)
+    awkward = ["tab\there", "line\nbreak", "back\\slash", "\\N", "quote\"'", "uni\u00e9\u4e2d\U0001f600", "", "\r"]
+    events = [TaskEvent("big", i, 1, TaskState.RUNNING, 1.5 + i / 3, f"h{i}", awkward[i % len(awkward)],
+                        awkward[(i + 3) % len(awkward)], None if i % 2 else i) for i in range(700)]
+    with db.transaction(sessions) as s:
+        repo.insert_job(s, job, [], [])
+        repo.append_task_events(s, events)
+    with db.transaction(sessions) as s:
+        back = [e for i in range(700) for e in repo.get_task_events(s, "big", i)]
+    assert back == events

@@ -9,12 +9,14 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from peloton.domain.model import gang_id_for, task_id_for
+from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.domain.states import TASK_TERMINAL, GangState, JobState, TaskState
 from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.gang_policy import Effects, GangView, JobView
+from tests.unit.test_states import DOC_JOB
 
 G, T, J = GangState, TaskState, JobState
 JOB = "job1"
@@ -31,22 +33,18 @@ def make_spec(instances: int = 3, **kw: object) -> JobSpec:
 
 def make_view(spec: JobSpec | None = None, now: float = T0) -> JobView:
     spec = spec or make_spec()
-    job, gangs, tasks = policy.new_job_records(JOB, spec, now)
-    by_inst = {t.instance: t for t in tasks}
-    return JobView(job, {g.index: GangView(g, {i: by_inst[i] for i in g.instances}) for g in gangs})
+    return policy.new_job_view(*policy.new_job_records(JOB, spec, now))
 
 
 def place(jv: JobView, idx: int = 0, now: float = T0 + 1) -> GangView:
-    """What JobManager.launch_once's `intent` does for an accepted placement."""
+    """What the launcher does for an accepted placement: the write-ahead intent."""
     gv = jv.gangs[idx]
     g = gv.gang
     assert g.state in (G.QUEUED, G.ADMITTED)
-    g.state, g.reason, g.updated_at = G.LAUNCHING, "", now
-    g.launch_deadline = now + jv.spec.launch_timeout_s
-    for t in gv.members():
-        t.host, t.address, t.ports, t.gpu_ids = f"host-{t.instance}", "127.0.0.1", [31000 + t.instance], []
-        t.state, t.updated_at = T.LAUNCHING, now
-    policy.derive_job_state(jv, now)
+    members = tuple(MemberAssignment(t.instance, t.task_id, f"host-{t.instance}", "127.0.0.1", jv.spec.resources,
+                                     (), (31000 + t.instance,)) for t in gv.members())
+    eff = policy.launch_intent(jv, GangPlacement(g.gang_id, JOB, g.attempt, members), now)
+    assert eff is not None
     return gv
 
 
@@ -648,9 +646,56 @@ op_strategy = st.one_of(
     st.tuples(st.just("place"), st.integers(0, 5)),
     st.tuples(st.just("deadline"), st.floats(0, 200)),
     st.tuples(st.just("launch_failed"), st.integers(0, 5)),
+    st.tuples(st.just("refused"), st.integers(0, 5)),
     st.tuples(st.just("stop"), st.integers(0, 7)),  # acts when 0: stopping ends everything, so rarely
     st.tuples(st.just("recover"), st.lists(st.sampled_from([None, *STATUS_STATES]), min_size=4, max_size=4)),
 )
+
+
+def _documented_job_state(jv: JobView) -> JobState:
+    """The job state docs/architecture.md derives from the gangs: all gangs DONE -> KILLED (desired KILLED),
+    SUCCEEDED (every task succeeded) or FAILED; otherwise KILLING if stopped, RUNNING if any gang runs, else
+    PENDING."""
+    gangs = list(jv.gangs.values())
+    if all(gv.gang.state == G.DONE for gv in gangs):
+        if jv.job.desired == "KILLED":
+            return J.KILLED
+        return J.SUCCEEDED if all(t.state == T.SUCCEEDED for gv in gangs for t in gv.members()) else J.FAILED
+    if jv.job.desired == "KILLED":
+        return J.KILLING
+    return J.RUNNING if any(gv.gang.state == G.RUNNING for gv in gangs) else J.PENDING
+
+
+def _records(jv: JobView) -> dict[object, tuple[object, ...]]:
+    """Every record of the view as plain values, keyed like Effects' registers."""
+    out: dict[object, tuple[object, ...]] = {("job", jv.job.id): dataclasses.astuple(dataclasses.replace(jv.job, spec=None))}  # type: ignore[arg-type]
+    for gv in jv.gangs.values():
+        out[("gang", gv.gang.job_id, gv.gang.index)] = dataclasses.astuple(gv.gang)
+        for t in gv.tasks.values():
+            out[("task", t.job_id, t.instance)] = dataclasses.astuple(t)
+    return out
+
+
+def _check_tracked(before: dict[object, tuple[object, ...]], jv: JobView, eff: Effects) -> None:
+    """Every record a rule changed is registered in its Effects: the writer writes exactly those rows."""
+    tracked = ({("job", j) for j in eff.jobs} | {("gang", *k) for k in eff.gangs} | {("task", *k) for k in eff.tasks})
+    changed = {k for k, v in _records(jv).items() if before.get(k) != v}
+    assert changed <= tracked, f"changed but not registered for writing: {sorted(map(str, changed - tracked))}"
+
+
+def _check_counters(jv: JobView) -> None:
+    """The counters derive_job_state relies on match a recount."""
+    fresh = JobView(jv.job, jv.gangs)
+    assert jv.gang_counts == fresh.gang_counts and jv.unsucceeded == fresh.unsucceeded
+
+
+def _intent(jv: JobView, idx: int, now: float) -> Effects:
+    gv = jv.gangs[idx]
+    members = tuple(MemberAssignment(t.instance, t.task_id, "h", "127.0.0.1", jv.spec.resources, (), ())
+                    for t in gv.members())
+    eff = policy.launch_intent(jv, GangPlacement(gv.gang.gang_id, JOB, gv.gang.attempt, members), now)
+    assert eff is not None
+    return eff
 
 
 def _check_invariants(jv: JobView) -> None:
@@ -689,12 +734,14 @@ def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: 
     jv = make_view(spec)
     now = T0
     terminal_snapshot = None
-    seen: set[JobState] = set()
+    history = [jv.job.state]  # every job state the walk passes through, in order
     _check_invariants(jv)
     for op in ops:
         now += 1.0
         kind = op[0]
         gvs = list(jv.gangs.values())
+        before = _records(jv)
+        eff = Effects()
         if kind == "status":
             _, inst, state, stale, _ = op
             inst %= instances
@@ -713,17 +760,20 @@ def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: 
         elif kind == "place":
             gv = gvs[op[1] % len(gvs)]
             if gv.gang.state == G.QUEUED and jv.job.desired == "RUNNING":
-                place(jv, gv.gang.index, now)
+                eff = _intent(jv, gv.gang.index, now)
         elif kind == "deadline":
             for gv in gvs:
-                policy.check_launch_deadline(jv, gv, now + op[1])
+                eff.merge(policy.check_launch_deadline(jv, gv, now + op[1]))
         elif kind == "launch_failed":
             gv = gvs[op[1] % len(gvs)]
             if gv.gang.state in (G.PLACED, G.LAUNCHING) and all(t.state == T.LAUNCHING for t in gv.members()):
-                policy.launch_failed(jv, gv, now, "launch failed")
+                eff = policy.launch_failed(jv, gv, now, "launch failed")
+        elif kind == "refused":
+            gv = gvs[op[1] % len(gvs)]
+            eff = policy.launch_refused(jv, gv, gv.gang.attempt, now, "claim expired")
         elif kind == "stop":
             if op[1] == 0:
-                policy.stop_job(jv, now)
+                eff = policy.stop_job(jv, now)
         elif kind == "recover":  # a daemon restart: the backend reports what it knows of live members
             found = {}
             for gv in gvs:
@@ -739,12 +789,35 @@ def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: 
             assert all(jv.gangs[i].gang.state in (G.RUNNING, G.ABORTING, G.DONE) for i in adopted)
             assert len(eff.adopt) == len(adopted)
         _check_invariants(jv)
-        seen.add(jv.job.state)
+        _check_tracked(before, jv, eff)
+        _check_counters(jv)
+        if jv.job.state != history[-1]:
+            history.append(jv.job.state)
+        if terminal_snapshot is None:  # (a terminal job never changes again: checked below)
+            gang_states = [gv.gang.state for gv in jv.gangs.values()]
+            assert jv.job.state == _documented_job_state(jv), (jv.job.state, jv.job.desired, gang_states)
         if terminal_snapshot is not None:
             assert snapshot(jv)[0] == terminal_snapshot, "a terminal job changed"
         elif jv.job.state.terminal:
             terminal_snapshot = snapshot(jv)[0]
-    assert seen <= set(JobState)
+    # created PENDING, and each change of state is one the documented job state machine allows
+    assert history[0] == J.PENDING
+    for frm, to in zip(history, history[1:], strict=False):
+        assert to.value in DOC_JOB[frm.value], f"job went {frm.value} -> {to.value}: {[s.value for s in history]}"
+
+
+def test_a_status_about_a_refused_launch_changes_nothing() -> None:
+    """The reconciler asked about a LAUNCHING member; meanwhile the launch was refused and the gang went back to
+    its queue as the same attempt (same task id); the backend's "unknown: LOST" answer must not apply."""
+    jv = make_view()
+    gv = place(jv)
+    policy.launch_refused(jv, gv, 1, T0 + 2, "the claim expired")
+    assert gv.gang.state == G.QUEUED and states(gv) == [T.PENDING] * 3
+    before = snapshot(jv)
+    eff = apply(jv, 0, T.LOST, now=T0 + 3)
+    assert snapshot(jv) == before and eff == Effects()
+    eff = apply(jv, 1, T.RUNNING, now=T0 + 3)  # cannot happen; if it did, it must not run on
+    assert eff.kill == ["job1-1-1"] and snapshot(jv) == before
 
 
 def test_effects_merge_concatenates() -> None:

@@ -1,94 +1,241 @@
-"""HostManager: the status-event log, acknowledgement after persistence, and leases over a backend."""
+"""HostManager: the status-event log, acknowledgement after persistence, host versions for placement, claims,
+launches (refused when stale or killed first) over a fake backend."""
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import threading
+from collections.abc import Collection, Sequence
 
-import pytest
-
-from peloton.domain.placement import HostOffer, MemberAssignment
+from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.errors import Conflict
-from peloton.hostmgr.backend import HostInfo, LaunchSpec, StatusCallback, TaskStatus
+from peloton.hostmgr.backend import (
+    GangLaunch,
+    HostInfo,
+    HostsCallback,
+    LaunchOutcome,
+    LaunchResult,
+    LaunchSpec,
+    RunningTask,
+    StatusCallback,
+    TaskStatus,
+)
 from peloton.hostmgr.manager import HostManager
 
 
 class FakeBackend:
+    """Two hosts with 2 GPUs and ports 31000-31001 each; launches register what they take."""
+
     def __init__(self) -> None:
         self.cb: StatusCallback | None = None
+        self.hosts_cb: HostsCallback | None = None
         self.acked: list[list[str]] = []
         self.launched: list[str] = []
+        self.killed: list[str] = []
+        self.used: dict[str, list[RunningTask]] = {"h1": [], "h2": []}
+        self.during_launch: list[object] = []  # run while "starting" (to interleave other calls)
 
-    def start(self, on_status: StatusCallback) -> None:
-        self.cb = on_status
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback) -> None:
+        self.cb, self.hosts_cb = on_status, on_hosts_changed
 
     def stop(self) -> None:
         pass
 
-    def offers(self) -> list[HostOffer]:
-        r = Resources(cpu=4, mem=1024, gpu=2, ports=2)
-        return [HostOffer("h1", "10.0.0.1", r, (0, 1), (31000, 31001), {}, r, True)]
+    def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
+        out = []
+        for h in sorted(self.used):
+            if hostnames is not None and h not in hostnames:
+                continue
+            taken = self.used[h]
+            gpus = tuple(g for g in (0, 1) if not any(g in t.gpu_ids for t in taken))
+            ports = tuple(p for p in (31000, 31001) if not any(p in t.ports for t in taken))
+            cap = Resources(cpu=4, mem=1024, gpu=2, ports=2)
+            free = Resources(4 - sum(t.resources.cpu for t in taken), 1024, 0, len(gpus), len(ports))
+            out.append(HostOffer(h, f"10.0.0.{h[1]}", free, gpus if with_ids else (), ports if with_ids else (),
+                                 {"rack": "r1"}, cap, True))
+        return out
 
     def hosts(self) -> list[HostInfo]:
-        return []
+        cap = Resources(cpu=4, mem=1024, gpu=2, ports=2)
+        return [HostInfo(h, "", cap, Resources(), {"rack": "r1"}) for h in sorted(self.used)]
 
-    def launch(self, tasks: Sequence[LaunchSpec]) -> None:
-        self.launched += [t.task_id for t in tasks]
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        for fn in self.during_launch:
+            fn()  # type: ignore[operator]
+        for g in gangs:
+            for t in g.tasks:
+                self.used[t.hostname].append(RunningTask(t.task_id, t.hostname, t.resources, t.gpu_ids, t.ports))
+                self.launched.append(t.task_id)
+        return [LaunchResult(g.gang_id, g.attempt, LaunchOutcome.OK) for g in gangs]
 
     def kill(self, task_ids: Sequence[str]) -> None:
-        pass
+        self.killed += task_ids
 
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         return {}
 
-    def running_task_ids(self) -> set[str]:
-        return set()
+    def running(self) -> list[RunningTask]:
+        return [t for ts in self.used.values() for t in ts]
 
     def acknowledge(self, acks: Sequence[str]) -> None:
         self.acked.append(list(acks))
 
-    def read_log(self, task_id: str, stream: str, tail_bytes: int) -> bytes:
-        return b""
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        return b"", 0
+
+    def end(self, task_id: str) -> None:
+        for h, ts in self.used.items():
+            for t in ts:
+                if t.task_id == task_id:
+                    ts.remove(t)
+                    assert self.cb is not None
+                    self.cb(TaskStatus(task_id, TaskState.SUCCEEDED, 1.0, h))
+                    return
+
+
+def make(now: list[float] | None = None) -> tuple[HostManager, FakeBackend]:
+    be = FakeBackend()
+    clock = now or [100.0]
+    hm = HostManager(be, clock=lambda: clock[0], claim_ttl_s=30)
+    hm.start()
+    return hm, be
+
+
+def placed(gang: str, hosts: list[str], gpu: int = 1, attempt: int = 1) -> GangPlacement:
+    job = gang.split("/")[0]
+    r = Resources(1, 10, 0, gpu, 1)
+    return GangPlacement(gang, job, attempt, tuple(MemberAssignment(i, f"{job}-{i}-{attempt}", h, "", r)
+                                                   for i, h in enumerate(hosts)))
+
+
+def launch_of(p: GangPlacement) -> GangLaunch:
+    return GangLaunch(p.gang_id, p.attempt, tuple(
+        LaunchSpec(m.task_id, p.job_id, m.instance, p.attempt, m.hostname, "true", {}, m.resources, m.gpu_ids,
+                   m.ports) for m in p.members))
 
 
 def test_updates_are_acknowledged_only_after_the_caller_says_they_are_persisted() -> None:
-    be = FakeBackend()
-    hm = HostManager(be, clock=lambda: 100.0)
-    hm.start()
+    hm, be = make()
     assert be.cb is not None
     be.cb(TaskStatus("j-0-1", TaskState.RUNNING, 1.0, ack="a1"))
     be.cb(TaskStatus("j-1-1", TaskState.RUNNING, 1.0))  # nothing to acknowledge (no uuid)
     be.cb(TaskStatus("j-2-1", TaskState.RUNNING, 1.0, ack="a3"))
-    events = hm.wait_events(0, 10, 0.1)
-    assert [seq for seq, _ in events] == [1, 2, 3]
+    events, gap = hm.wait_events(0, 10, 0.1)
+    assert [seq for seq, _ in events] == [1, 2, 3] and not gap
+    assert [seq for seq, _ in hm.wait_events(1, 1, 0.1)[0]] == [2]
     assert be.acked == []
     assert hm.ack_events(2) == 1
     assert be.acked == [["a1"]]
     assert hm.ack_events(2) == 0  # never twice
+    assert [seq for seq, _ in hm.wait_events(0, 10, 0.1)[0]] == [3]  # acknowledged events are forgotten
     assert hm.ack_events(3) == 1
     assert be.acked == [["a1"], ["a3"]]
-    assert hm.wait_events(3, 10, 0.05) == []
+    assert hm.wait_events(3, 10, 0.05) == ([], False)
 
 
-def test_launch_consumes_the_lease_and_a_stale_lease_is_a_conflict() -> None:
+def test_a_consumer_behind_the_dropped_events_is_told_of_the_gap(monkeypatch) -> None:  # type: ignore[no-untyped-def]
+    import peloton.hostmgr.manager as mod
+
+    monkeypatch.setattr(mod, "EVENT_LOG_LIMIT", 3)
+    hm, be = make()
+    assert be.cb is not None
+    for i in range(5):
+        be.cb(TaskStatus(f"j-{i}-1", TaskState.RUNNING, 1.0))
+    events, gap = hm.wait_events(0, 10, 0.1)
+    assert gap and [seq for seq, _ in events] == [3, 4, 5]
+    assert hm.wait_events(3, 10, 0.1)[1] is False
+
+
+def test_wait_events_wakes_on_a_new_event() -> None:
+    hm, be = make()
+    assert be.cb is not None
+    threading.Timer(0.05, be.cb, args=(TaskStatus("j-0-1", TaskState.RUNNING, 1.0),)).start()
+    events, _ = hm.wait_events(0, 10, 5.0)
+    assert [st.task_id for _, st in events] == ["j-0-1"]
+
+
+def test_sync_sends_every_host_first_then_only_what_changed() -> None:
+    hm, be = make()
+    first = hm.sync(0, "")
+    assert first.full and sorted(o.hostname for o in first.offers) == ["h1", "h2"]
+    assert all(o.gpu_ids == () and o.free.gpu == 2 for o in first.offers)  # counts only
+    assert hm.sync(first.version, first.stream_id).offers == []
+    claimed, refused = hm.claim([placed("a/0", ["h1"])])
+    assert refused == [] and len(claimed) == 1
+    d = hm.sync(first.version, first.stream_id)
+    assert not d.full and [(o.hostname, o.free.gpu, o.free.cpu) for o in d.offers] == [("h1", 1, 3)]
+    assert hm.sync(d.version, "another-stream").full  # a host manager that restarted: everything again
+    assert be.hosts_cb is not None
+    be.hosts_cb(["h2"])  # a change the backend saw (offers, a host lost)
+    assert [o.hostname for o in hm.sync(d.version, d.stream_id).offers] == ["h2"]
+
+
+def test_claims_hold_whole_gangs_with_concrete_ids_and_refuse_what_no_longer_fits() -> None:
+    hm, _ = make()
+    claimed, refused = hm.claim([placed("a/0", ["h1", "h1"]), placed("b/0", ["h1"]), placed("c/0", ["h2", "h1"])])
+    assert [p.gang_id for p in claimed] == ["a/0"] and {f.gang_id for f in refused} == {"b/0", "c/0"}
+    assert [m.gpu_ids for m in claimed[0].members] == [(0,), (1,)]
+    assert [m.ports for m in claimed[0].members] == [(31000,), (31001,)]
+    assert claimed[0].members[0].address == "10.0.0.1"
+    assert "h1" in refused[0].reason
+
+
+def test_launch_drops_the_claim_only_after_the_backend_accounts_for_the_members() -> None:
+    """No moment where a gang's GPUs are neither claimed nor in use: a claim racing the launch never gets them."""
+    hm, be = make()
+    (a,), _ = hm.claim([placed("a/0", ["h1", "h1"])])
+    racing: list[tuple[list[GangPlacement], list[object]]] = []
+    be.during_launch.append(lambda: racing.append(hm.claim([placed("x/0", ["h1"])])))  # type: ignore[arg-type]
+    (r,) = hm.launch([launch_of(a)])
+    assert r.outcome == LaunchOutcome.OK and be.launched == ["a-0-1", "a-1-1"]
+    assert racing[0][0] == [] and len(racing[0][1]) == 1  # refused: the GPUs were still claimed
+    assert hm.claim([placed("y/0", ["h1"])])[0] == []  # and now they are in use
+    be.end("a-0-1")
+    assert len(hm.claim([placed("z/0", ["h1"])])[0]) == 1
+
+
+def test_a_stale_or_unknown_claim_is_refused_and_nothing_starts() -> None:
     now = [100.0]
-    be = FakeBackend()
-    hm = HostManager(be, clock=lambda: now[0])
-    lease, offers = hm.acquire_offers(30)
-    assert offers[0].gpu_ids == (0, 1)
-    _, again = hm.acquire_offers(30)
-    assert again[0].gpu_ids == () and again[0].free.gpu == 0  # held by the first lease
-    spec = LaunchSpec("j-0-1", "j", 0, 1, "h1", "true", {}, Resources(cpu=1, mem=10, gpu=1, ports=1), (0,), (31000,))
-    hm.retain(lease, [MemberAssignment(0, "j-0-1", "h1", "10.0.0.1", spec.resources, (0,), (31000,))])
-    hm.launch_gang(lease, [spec])
-    assert be.launched == ["j-0-1"]
-    with pytest.raises(Conflict):
-        hm.launch_gang(lease, [spec])  # consumed
-    lease2, _ = hm.acquire_offers(1)
-    now[0] += 5
-    with pytest.raises(Conflict):
-        hm.launch_gang(lease2, [spec])  # expired
+    hm, be = make(now)
+    (a,), _ = hm.claim([placed("a/0", ["h1"])])
+    now[0] += 31  # the claim expired
+    (r,) = hm.launch([launch_of(a)])
+    assert r.outcome == LaunchOutcome.REFUSED and "expired" in r.message and be.launched == []
+    (b,), _ = hm.claim([placed("b/0", ["h2"])])
+    hm.release_claims([("b/0", 1)])
+    assert hm.launch([launch_of(b)])[0].outcome == LaunchOutcome.REFUSED
+    (c,), _ = hm.claim([placed("c/0", ["h2"])])
+    assert hm.launch([launch_of(c)])[0].outcome == LaunchOutcome.OK
+    assert hm.launch([launch_of(c)])[0].outcome == LaunchOutcome.REFUSED  # never launched twice
+
+
+def test_a_task_killed_before_its_launch_is_never_started() -> None:
+    hm, be = make()
+    (a,), _ = hm.claim([placed("a/0", ["h1", "h2"])])
+    hm.kill(["a-1-1"])  # the job was stopped while its placement was on its way
+    (r,) = hm.launch([launch_of(a)])
+    assert r.outcome == LaunchOutcome.REFUSED and "killed before its launch" in r.message
+    assert be.launched == [] and hm.held_hosts() == set()
+
+
+def test_a_kill_racing_the_launch_stops_what_was_started() -> None:
+    hm, be = make()
+    (a,), _ = hm.claim([placed("a/0", ["h1"])])
+    be.during_launch.append(lambda: hm.kill(["a-0-1"]))
+    (r,) = hm.launch([launch_of(a)])
+    assert r.outcome == LaunchOutcome.OK
+    assert be.killed.count("a-0-1") == 2  # once by the kill itself (unknown then), once after the launch
+
+
+def test_capacity_is_sent_again_only_when_it_changed() -> None:
+    hm, be = make()
+    v, hosts = hm.capacity(0)
+    assert hosts is not None and [h.hostname for h in hosts] == ["h1", "h2"] and hosts[0].free.gpu == 2
+    assert hm.capacity(v) == (v, None)
+    assert be.hosts_cb is not None
+    be.hosts_cb(["h1"])
+    v2, hosts2 = hm.capacity(v)
+    assert v2 != v and hosts2 is not None
 
 
 def test_a_permanent_member_failure_fails_the_job_instead_of_restarting() -> None:
@@ -98,10 +245,9 @@ def test_a_permanent_member_failure_fails_the_job_instead_of_restarting() -> Non
 
     spec = JobSpec(name="x", instances=2, command="true", resources=R(cpu=1), max_attempts=3)
     job, gangs, tasks = policy.new_job_records("abc", spec, 1.0)
-    jv = policy.JobView(job, {0: policy.GangView(gangs[0], {t.instance: t for t in tasks})})
-    for t in tasks:
-        t.state, t.host = TaskState.LAUNCHING, "h"
-    gangs[0].state = policy.G.LAUNCHING
+    jv = policy.new_job_view(job, gangs, tasks)
+    members = tuple(MemberAssignment(t.instance, t.task_id, "h", "", spec.resources) for t in tasks)
+    assert policy.launch_intent(jv, GangPlacement("abc/0", "abc", 1, members), 1.5) is not None
     eff = policy.apply_status(jv, TaskStatus("abc-0-1", TaskState.FAILED, 2.0, "h", reason="TASK_ERROR",
                                              message="invalid", permanent=True), 2.0)
     assert gangs[0].attempt == 1 and not eff.enqueue

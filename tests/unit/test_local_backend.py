@@ -7,20 +7,18 @@ import json
 import os
 import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 
-import peloton.hostmgr.local.backend as backend_mod
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
-from peloton.hostmgr.backend import LaunchError, LaunchSpec, TaskStatus
+from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.hostmgr.local import spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend, LocalHostConfig, make_local_hosts
 from peloton.hostmgr.local.gpus import (
     detect_gpu_model,
@@ -107,43 +105,51 @@ def spec(task_id: str, command: str, host: str = "local-0", *, gpu_ids: tuple[in
     )
 
 
+def gang(*specs: LaunchSpec, gang_id: str = "job1/0") -> GangLaunch:
+    return GangLaunch(gang_id, 1, tuple(specs))
+
+
+def launch(b: LocalBackend, *specs: LaunchSpec) -> LaunchResult:
+    (r,) = b.launch([gang(*specs)])
+    return r
+
+
+def kill_leftovers(root: Path) -> None:
+    """SIGKILL the process group of every wrapper whose pid a sandbox under `root` recorded."""
+    for pids in root.glob("**/sandboxes/*/pids"):
+        pid = wrapper.read_pid(pids.parent)
+        if pid and not group_gone(pid):
+            with contextlib.suppress(OSError):
+                os.killpg(pid, signal.SIGKILL)
+
+
 @pytest.fixture
 def make_backend(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalBackend, Recorder]]]:
     made: list[LocalBackend] = []
 
     def make(n: int = 2, resources: Resources = HOST_RES, grace: float = 5.0,
              hosts: list[LocalHostConfig] | None = None) -> tuple[LocalBackend, Recorder]:
-        b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources),
-                         kill_grace_s=grace, poll_interval_s=0.05)
+        b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources), kill_grace_s=grace)
         rec = Recorder()
         b.start(rec)
         made.append(b)
         return b, rec
 
     yield make
-    # Kill every process group any backend of the test still knows of.
     for b in made:
         b.stop()
-    for sandbox in (tmp_path / "sandboxes").glob("*"):
-        pids = sandbox / "pids"
-        if pids.exists():
-            try:
-                pgid = int(json.loads(pids.read_text())["wrapper_pid"])
-            except (ValueError, KeyError):
-                continue
-            if not (sandbox / "exit").exists() or not group_gone(pgid):
-                try:
-                    os.killpg(pgid, signal.SIGKILL)
-                except OSError:
-                    pass
-    for b in made:
-        for rt in b._running.values():
-            if rt.popen is not None:
-                rt.popen.wait(timeout=5)
+    kill_leftovers(tmp_path)
+    with contextlib.suppress(ChildProcessError):
+        while os.waitpid(-1, os.WNOHANG)[0]:  # reap the wrappers this test process spawned
+            pass
 
 
 def wrapper_pgid(backend: LocalBackend, task_id: str) -> int:
-    return backend._running[task_id].pid
+    return backend._tasks[task_id].pid
+
+
+def running_ids(b: LocalBackend) -> set[str]:
+    return {t.task_id for t in b.running()}
 
 
 # ------------------------------------------------------------------------------------------------ pure helpers
@@ -196,84 +202,233 @@ def test_single_real_host() -> None:
 
 def test_two_tasks_run_and_succeed_with_stdout(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend()
-    b.launch([
-        spec("t-a", "echo hello-a; cat $PELOTON_HOSTFILE", "local-0", files={"hostfile": "h1 slots=1\n"}),
-        spec("t-b", "echo hello-b >&2; echo $MY_VAR; pwd", "local-1", env={"MY_VAR": "v1"}),
-    ])
+    r = launch(b,
+               spec("t-a", "echo hello-a; cat $PELOTON_HOSTFILE", "local-0", files={"hostfile": "h1 slots=1\n"}),
+               spec("t-b", "echo hello-b >&2; echo $MY_VAR; pwd", "local-1", env={"MY_VAR": "v1"}))
+    assert r == LaunchResult("job1/0", 1, LaunchOutcome.OK)
     assert [s.state for s in rec.of("t-a")][:1] == [TaskState.RUNNING]
     assert rec.of("t-a")[0].hostname == "local-0"
     a = rec.wait_terminal("t-a")
     bb = rec.wait_terminal("t-b")
     assert a.state == TaskState.SUCCEEDED and a.exit_code == 0
     assert bb.state == TaskState.SUCCEEDED and bb.hostname == "local-1"
-    assert b.read_log("t-a", "stdout", 0) == b"hello-a\nh1 slots=1\n"
-    assert b.read_log("t-b", "stderr", 0) == b"hello-b\n"
-    out = b.read_log("t-b", "stdout", 0).decode().splitlines()
+    assert b.read_log("t-a", "stdout", 0, 1 << 20) == (b"hello-a\nh1 slots=1\n", 19)
+    assert b.read_log("t-b", "stderr", 0, 100)[0] == b"hello-b\n"
+    out = b.read_log("t-b", "stdout", 0, 100)[0].decode().splitlines()
     assert out[0] == "v1"
     assert out[1].endswith("sandboxes/t-b/work")
-    assert b.read_log("t-a", "stdout", 3) == b"=1\n"
-    assert b.running_task_ids() == set()
+    assert b.read_log("t-a", "stdout", -3, 100) == (b"=1\n", 19)  # the last 3 bytes
+    assert b.read_log("t-a", "stdout", 8, 4) == (b"h1 s", 12)  # from an offset, bounded
+    assert b.read_log("t-a", "stdout", 99, 4) == (b"", 19)
+    assert running_ids(b) == set()
     with pytest.raises(NotFound):
-        b.read_log("nope", "stdout", 10)
+        b.read_log("nope", "stdout", 0, 10)
     with pytest.raises(InvalidArgument):
-        b.read_log("t-a", "stdin", 10)
+        b.read_log("t-a", "stdin", 0, 10)
     rc = b.reconcile(["t-a", "nope"])
     assert rc["t-a"].state == TaskState.SUCCEEDED
     assert rc["nope"].state == TaskState.LOST and rc["nope"].reason == "unknown to the local backend"
 
 
-def test_nonzero_exit_fails(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+def test_nonzero_exit_fails_and_says_why(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend()
-    b.launch([spec("t-f", "exit 3")])
+    launch(b, spec("t-f", "exit 3"))
     st = rec.wait_terminal("t-f")
-    assert st.state == TaskState.FAILED and st.exit_code == 3 and "exit code 3" in st.message
+    assert st.state == TaskState.FAILED and st.exit_code == 3 and st.message == "exit code 3"
+    launch(b, spec("t-nf", "no-such-command-here"))
+    st = rec.wait_terminal("t-nf")
+    assert st.state == TaskState.FAILED and st.exit_code == 127 and "command not found" in st.message
+    assert b"no-such-command-here" in b.read_log("t-nf", "stderr", 0, 1000)[0]
+
+
+def test_running_is_reported_once_the_command_was_executed(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    """RUNNING means exec succeeded: at that moment the task's process is already the shell running the command
+    (not a wrapper interpreter still starting up)."""
+    b, _ = make_backend(n=1)
+    seen: list[str] = []
+
+    def on_status(st: TaskStatus) -> None:
+        if st.state == TaskState.RUNNING:
+            seen.append(os.readlink(f"/proc/{b._tasks[st.task_id].pid}/exe"))
+
+    b._on_status = on_status
+    launch(b, spec("r", "sleep 30"))
+    assert seen and os.path.realpath(wrapper.SHELL) == os.path.realpath(seen[0])
+    b.kill(["r"])
+
+
+def test_a_task_that_ends_at_once_reports_running_first(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    b, rec = make_backend(n=1)
+    for i in range(5):
+        launch(b, spec(f"q{i}", "true"))
+    for i in range(5):
+        rec.wait_terminal(f"q{i}")
+        assert [s.state for s in rec.of(f"q{i}")] == [TaskState.RUNNING, TaskState.SUCCEEDED]
 
 
 def test_cuda_visible_devices_per_task(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend(n=1)
-    b.launch([
-        spec("g0", "echo $CUDA_VISIBLE_DEVICES", gpu_ids=(0,)),
-        spec("g1", "echo $CUDA_VISIBLE_DEVICES", gpu_ids=(1,)),
-        spec("g-none", "echo x${CUDA_VISIBLE_DEVICES}x"),
-    ])
+    launch(b, spec("g0", "echo $CUDA_VISIBLE_DEVICES", gpu_ids=(0,)),
+           spec("g1", "echo $CUDA_VISIBLE_DEVICES", gpu_ids=(1,)),
+           spec("g-none", "echo x${CUDA_VISIBLE_DEVICES}x"))
     for tid in ("g0", "g1", "g-none"):
         assert rec.wait_terminal(tid).state == TaskState.SUCCEEDED
-    assert b.read_log("g0", "stdout", 0) == b"0\n"
-    assert b.read_log("g1", "stdout", 0) == b"1\n"
-    assert b.read_log("g-none", "stdout", 0) == b"xx\n"
+    assert b.read_log("g0", "stdout", 0, 100)[0] == b"0\n"
+    assert b.read_log("g1", "stdout", 0, 100)[0] == b"1\n"
+    assert b.read_log("g-none", "stdout", 0, 100)[0] == b"xx\n"
 
 
-def test_launch_is_all_or_none(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+def test_tasks_start_with_default_signal_dispositions(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    """Python ignores SIGPIPE; a task must not inherit that (`producer | head` must end the producer)."""
+    b, rec = make_backend(n=1)
+    launch(b, spec("pipe", "kill -PIPE $$; echo survived"))
+    st = rec.wait_terminal("pipe")
+    assert st.state == TaskState.FAILED and st.message == "killed by signal 13"
+    assert b.read_log("pipe", "stdout", 0, 100)[0] == b""
+
+
+def test_a_spawner_that_died_is_replaced(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    b, rec = make_backend(n=1)
+    assert launch(b, spec("before", "true")).outcome == LaunchOutcome.OK
+    for sp in list(b._spawners._all):
+        sp.proc.kill()
+        sp.proc.wait(5)
+    assert launch(b, spec("after", "true")).outcome == LaunchOutcome.OK
+    assert rec.wait_terminal("after").state == TaskState.SUCCEEDED
+
+
+def test_tasks_inherit_no_descriptor_of_the_daemon(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    b, rec = make_backend(n=1)
+    launch(b, spec("fds", "ls /proc/$$/fd"))
+    assert rec.wait_terminal("fds").state == TaskState.SUCCEEDED
+    assert sorted(b.read_log("fds", "stdout", 0, 1000)[0].split()) == [b"0", b"1", b"2"]
+
+
+def test_a_gang_that_cannot_be_accounted_for_is_refused_and_nothing_starts(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
     b, rec = make_backend(n=2)
     good = spec("ok", "sleep 30", "local-0")
-    bad_batches = [
+    bad_gangs = [
         [good, spec("big", "true", "local-1", cpu=100)],
         [good, spec("nohost", "true", "local-9")],
         [good, spec("gpu-dup", "true", "local-1", gpu_ids=(1,)), spec("gpu-dup2", "true", "local-1", gpu_ids=(1,))],
         [good, spec("nogpu", "true", "local-1", gpu_ids=(7,))],
         [good, spec("port-out", "true", "local-1", ports=(31000,))],  # local-1 owns 32000..32999
         [good, spec("ok", "true", "local-1")],
+        [good, spec("bad/id", "true", "local-1")],
+        [good, spec("file", "true", "local-1", files={"../escape": "x"})],
     ]
-    for batch in bad_batches:
-        with pytest.raises(LaunchError) as ei:
-            b.launch(batch)
-        assert ei.value.task_id == batch[-1].task_id
-        assert b.running_task_ids() == set()
+    for members in bad_gangs:
+        r = launch(b, *members)
+        assert r.outcome == LaunchOutcome.REFUSED and r.task_id == members[-1].task_id, r
+        assert running_ids(b) == set()
         assert not (b._sandboxes / "ok").exists()
     assert rec.statuses == []
-    # A GPU or port already held by a running task is refused too, and nothing of the batch starts.
-    b.launch([spec("holder", "sleep 30", "local-0", gpu_ids=(0,), ports=(31005,))])
+    # A GPU or port held by a running task is refused too, and nothing of the gang starts.
+    assert launch(b, spec("holder", "sleep 30", "local-0", gpu_ids=(0,), ports=(31005,))).outcome == LaunchOutcome.OK
     for clash in (spec("c1", "true", "local-0", gpu_ids=(0,)), spec("c2", "true", "local-0", ports=(31005,))):
-        with pytest.raises(LaunchError):
-            b.launch([spec("fine", "true", "local-1"), clash])
-        assert b.running_task_ids() == {"holder"}
+        assert launch(b, spec("fine", "true", "local-1"), clash).outcome == LaunchOutcome.REFUSED
+        assert running_ids(b) == {"holder"}
     b.kill(["holder"])
     assert rec.wait_terminal("holder").state == TaskState.KILLED
 
 
+def test_one_gang_refused_does_not_stop_the_others_of_a_batch(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    b, rec = make_backend(n=1)
+    results = b.launch([gang(spec("a", "true"), gang_id="j/0"), gang(spec("b", "true", cpu=99), gang_id="j/1"),
+                        gang(spec("c", "true"), gang_id="j/2")])
+    assert [r.outcome for r in results] == [LaunchOutcome.OK, LaunchOutcome.REFUSED, LaunchOutcome.OK]
+    assert rec.wait_terminal("a").state == rec.wait_terminal("c").state == TaskState.SUCCEEDED
+
+
+def test_one_fsync_per_launch_batch(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    b, rec = make_backend(n=2)
+    before = b._journal.fsyncs
+    results = b.launch([gang(*[spec(f"m{g}-{i}", "true", f"local-{i % 2}", cpu=0.1) for i in range(4)],
+                             gang_id=f"j/{g}") for g in range(3)])
+    assert all(r.outcome == LaunchOutcome.OK for r in results)
+    assert b._journal.fsyncs - before == 1
+    for g in range(3):
+        for i in range(4):
+            assert rec.wait_terminal(f"m{g}-{i}").state == TaskState.SUCCEEDED
+
+
+def test_a_member_that_cannot_be_started_fails_the_gang_and_stops_the_rest(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    b, rec = make_backend(n=2)
+    r = launch(b, spec("first", "sleep 30", "local-0"), spec("second", "echo a\0b", "local-1"))
+    assert r.outcome == LaunchOutcome.FAILED and r.task_id == "second" and r.permanent
+    assert "cannot be started" in r.message
+    wait_for(lambda: running_ids(b) == set())
+    time.sleep(0.2)
+    assert rec.statuses == []  # nothing of a failed launch is reported: the launch result says it all
+    huge = "x" * (200 * 1024)
+    r = launch(b, spec("huge", "true", env={"BIG": huge}))
+    assert r.outcome == LaunchOutcome.FAILED and r.permanent and "too large" in r.message
+    # nothing is held: the same tasks launch fine afterwards
+    assert launch(b, spec("first", "true", "local-0"), spec("second", "true", "local-1")).outcome == LaunchOutcome.OK
+    assert rec.wait_terminal("first").state == TaskState.SUCCEEDED
+    assert rec.wait_terminal("second").state == TaskState.SUCCEEDED
+
+
+def test_a_member_killed_before_it_started_never_starts(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b, rec = make_backend(n=1)
+    real_append = b._journal.append
+
+    def append_then_kill(records: list[dict[str, object]], *, durable: bool = False) -> None:
+        real_append(records, durable=durable)
+        if durable:  # registered and recorded, not started yet: the job is stopped now
+            b.kill(["k0", "k1"])
+
+    monkeypatch.setattr(b._journal, "append", append_then_kill)
+    r = launch(b, spec("k0", "sleep 30"), spec("k1", "sleep 30"))
+    monkeypatch.undo()
+    assert r.outcome == LaunchOutcome.REFUSED and "killed before" in r.message
+    for tid in ("k0", "k1"):
+        assert rec.wait_terminal(tid).state == TaskState.KILLED
+        assert not (b._sandboxes / tid / "pids").exists()  # never started
+    assert running_ids(b) == set()
+
+
+def test_a_gang_killed_while_it_is_being_started_is_stopped_at_once(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    b, rec = make_backend(n=1)
+    real_spawn = b._spawners.spawn
+
+    def spawn_then_kill(tasks: list[dict[str, object]]) -> list[object]:
+        out = real_spawn(tasks)
+        b.kill(["s0", "s1"])  # the job is stopped while its members are being started
+        return out  # type: ignore[return-value]
+
+    monkeypatch.setattr(b._spawners, "spawn", spawn_then_kill)
+    t0 = time.monotonic()
+    r = launch(b, spec("s0", "sleep 30"), spec("s1", "sleep 30"))
+    monkeypatch.undo()
+    assert r.outcome == LaunchOutcome.REFUSED
+    pgids = [wrapper.read_pid(b._sandboxes / t) for t in ("s0", "s1")]
+    for tid in ("s0", "s1"):
+        assert rec.wait_terminal(tid).state == TaskState.KILLED
+    wait_for(lambda: all(group_gone(p) for p in pgids if p))
+    wait_for(lambda: running_ids(b) == set())
+    assert time.monotonic() - t0 < 5  # SIGKILLed at once, not after the grace period
+
+
 def test_kill_stops_the_whole_process_group(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend(grace=2.0)
-    b.launch([spec("k", "sleep 100 & sleep 100")])
+    launch(b, spec("k", "sleep 100 & sleep 100"))
     pgid = wrapper_pgid(b, "k")
     sandbox = b._sandboxes / "k"
     wait_for(lambda: (sandbox / "pids").exists())
@@ -282,38 +437,62 @@ def test_kill_stops_the_whole_process_group(make_backend: Callable[..., tuple[Lo
     st = rec.wait_terminal("k")
     assert st.state == TaskState.KILLED
     wait_for(lambda: group_gone(pgid))
-    assert b.running_task_ids() == set()
+    assert running_ids(b) == set()
+
+
+def test_a_sigterm_lost_at_an_exec_is_sent_again(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    """A SIGTERM that lands while a process is being replaced (the wrapper forking the command's shell; here the
+    command itself) must not leave the task running until the SIGKILL escalation: it is sent again."""
+    b, rec = make_backend(grace=30.0)
+    launch(b, spec("slippery", "trap : TERM; echo ready; sleep 30; exec sleep 30"))
+    wait_for(lambda: b.read_log("slippery", "stdout", 0, 100)[0] == b"ready\n")
+    t0 = time.monotonic()
+    b.kill(["slippery"])
+    assert rec.wait_terminal("slippery").state == TaskState.KILLED
+    assert time.monotonic() - t0 < 10  # long before the 30 s escalation
 
 
 def test_kill_escalates_to_sigkill(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend(grace=0.3)
-    b.launch([spec("stubborn", "trap '' TERM; echo ready; sleep 100 & wait")])
+    launch(b, spec("stubborn", "trap '' TERM; echo ready; sleep 100 & wait"))
     pgid = wrapper_pgid(b, "stubborn")
-    wait_for(lambda: b.read_log("stubborn", "stdout", 0) == b"ready\n")
+    wait_for(lambda: b.read_log("stubborn", "stdout", 0, 100)[0] == b"ready\n")
     b.kill(["stubborn"])
     st = rec.wait_terminal("stubborn")
     assert st.state == TaskState.KILLED
     wait_for(lambda: group_gone(pgid))
 
 
+def test_a_task_that_finished_before_its_kill_succeeded(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    b, rec = make_backend(n=1)
+    launch(b, spec("done", "true"))
+    assert rec.wait_terminal("done").state == TaskState.SUCCEEDED
+    b.kill(["done"])  # too late: nothing happens
+    assert [s.state for s in rec.of("done")] == [TaskState.RUNNING, TaskState.SUCCEEDED]
+
+
 def test_offers_reflect_allocations(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend(n=2)
-    before = {o.hostname: o for o in b.offers()}
+    before = {o.hostname: o for o in b.offers(with_ids=True)}
     o0 = before["local-0"]
     assert o0.free.cpu == 4 and o0.free.gpu == 2 and o0.gpu_ids == (0, 1)
     assert o0.ports == tuple(range(31000, 32000)) and o0.free.ports == 1000
     assert o0.has_gpus and o0.capacity.ports == 1000 and o0.address == "127.0.0.1"
-    b.launch([spec("a", "sleep 30", "local-0", cpu=3, mem=1000, gpu_ids=(1,), ports=(31000, 31002))])
-    o0 = {o.hostname: o for o in b.offers()}["local-0"]
+    counts = b.offers(["local-0"])
+    assert [o.hostname for o in counts] == ["local-0"] and counts[0].gpu_ids == () and counts[0].free == o0.free
+    launch(b, spec("a", "sleep 30", "local-0", cpu=3, mem=1000, gpu_ids=(1,), ports=(31000, 31002)))
+    o0 = {o.hostname: o for o in b.offers(with_ids=True)}["local-0"]
     assert o0.free.cpu == 1 and o0.free.mem == 4096 - 1000
     assert o0.gpu_ids == (0,) and o0.free.gpu == 1
     assert 31000 not in o0.ports and 31002 not in o0.ports and 31001 in o0.ports and len(o0.ports) == 998
-    assert {o.hostname: o for o in b.offers()}["local-1"] == before["local-1"]
+    assert {o.hostname: o for o in b.offers(with_ids=True)}["local-1"] == before["local-1"]
     (h0,) = [h for h in b.hosts() if h.hostname == "local-0"]
     assert h0.task_ids == ("a",) and h0.allocated.cpu == 3 and h0.allocated.gpu == 1
     b.kill(["a"])
     rec.wait_terminal("a")
-    assert {o.hostname: o for o in b.offers()} == before
+    assert {o.hostname: o for o in b.offers(with_ids=True)} == before
 
 
 # ------------------------------------------------------------------------------------------------ adoption
@@ -323,41 +502,53 @@ def test_restarted_backend_adopts_running_task(
     tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]
 ) -> None:
     a, rec_a = make_backend(n=1, grace=1.0)
-    a.launch([
-        spec("long", "sleep 30", gpu_ids=(0,), ports=(31001,)),
-        spec("quick", "sleep 0.5; exit 4"),
-    ])
+    launch(a, spec("long", "sleep 30", gpu_ids=(0,), ports=(31001,)), spec("quick", "sleep 0.5; exit 4"))
     pgid = wrapper_pgid(a, "long")
     a.stop()  # the daemon "dies": nothing is killed
     wait_for(lambda: (tmp_path / "sandboxes" / "quick" / "exit").exists())
     assert not group_gone(pgid)
 
     b, rec_b = make_backend(n=1, grace=1.0)
-    assert b.running_task_ids() == {"long"}
+    assert running_ids(b) == {"long"}
     rc = b.reconcile(["long", "quick"])
     assert rc["long"].state == TaskState.RUNNING
     assert rc["quick"].state == TaskState.FAILED and rc["quick"].exit_code == 4
     # The task that ended while the daemon was down is reported by the new backend.
     assert rec_b.wait_terminal("quick").state == TaskState.FAILED
-    o0 = b.offers()[0]
+    o0 = b.offers(with_ids=True)[0]
     assert o0.gpu_ids == (1,) and 31001 not in o0.ports
     b.kill(["long"])
     assert rec_b.wait_terminal("long").state == TaskState.KILLED
-    # (The wrapper is a child of this test process via backend A, so it stays a zombie; group_gone allows that.)
     wait_for(lambda: group_gone(pgid))
     assert rec_a.terminal("long") is None
+    # the journal was compacted to the live tasks at the restart, then records what happened since
+    lines = [json.loads(x) for x in (tmp_path / "journal").read_text().splitlines()]
+    assert {r["task"] for r in lines} == {"long"}
+
+
+def test_a_kill_requested_before_a_restart_is_carried_out_after_it(
+    tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    a, _ = make_backend(n=1, grace=0.3)
+    launch(a, spec("stubborn", "trap '' TERM; echo ready; sleep 100 & wait"))
+    pgid = wrapper_pgid(a, "stubborn")
+    wait_for(lambda: a.read_log("stubborn", "stdout", 0, 100)[0] == b"ready\n")
+    a.kill(["stubborn"])
+    a.stop()  # before the SIGKILL escalation
+    b, rec_b = make_backend(n=1, grace=0.3)
+    assert rec_b.wait_terminal("stubborn").state == TaskState.KILLED
+    wait_for(lambda: group_gone(pgid))
 
 
 def test_adopted_task_whose_process_vanished_is_lost(
     tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]
 ) -> None:
     a, _ = make_backend(n=1)
-    a.launch([spec("gone", "sleep 30")])
-    rt = a._running["gone"]
+    launch(a, spec("gone", "sleep 30"))
+    pid = wrapper_pgid(a, "gone")
     a.stop()
-    os.killpg(rt.pid, signal.SIGKILL)  # wrapper killed before it could record an exit
-    assert rt.popen is not None
-    rt.popen.wait(timeout=5)
+    os.killpg(pid, signal.SIGKILL)  # wrapper killed before it could record an exit
+    wait_for(lambda: not wrapper.is_wrapper(pid, tmp_path / "sandboxes" / "gone"))
     b, rec_b = make_backend(n=1)
     st = rec_b.wait_terminal("gone")
     assert st.state == TaskState.LOST and st.reason == "process vanished"
@@ -368,51 +559,21 @@ def test_adopted_task_on_a_removed_host_is_killed(
     tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]
 ) -> None:
     a, _ = make_backend(n=2)
-    a.launch([spec("orphan", "sleep 30", "local-1")])
+    launch(a, spec("orphan", "sleep 30", "local-1"))
     pgid = wrapper_pgid(a, "orphan")
     a.stop()
     b, rec_b = make_backend(n=1)  # local-1 is gone from the configuration
     st = rec_b.wait_terminal("orphan")
     assert st.state == TaskState.KILLED and st.reason == "host removed"
-    assert b.running_task_ids() == set()
+    assert running_ids(b) == set()
     wait_for(lambda: group_gone(pgid))
 
 
 def test_death_by_foreign_signal_fails(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend()
-    b.launch([spec("sig", "kill -9 $$")])
+    launch(b, spec("sig", "kill -9 $$"))
     st = rec.wait_terminal("sig")
     assert st.state == TaskState.FAILED and st.message == "killed by signal 9"
-
-
-def test_spawn_failure_kills_what_started(
-    make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    b, rec = make_backend()
-    real_popen = subprocess.Popen
-    started: list[subprocess.Popen[bytes]] = []
-
-    def flaky_popen(*args: Any, **kwargs: Any) -> subprocess.Popen[bytes]:
-        if started:
-            raise OSError("no more processes")
-        p = real_popen(*args, **kwargs)
-        started.append(p)
-        return p
-
-    monkeypatch.setattr(backend_mod.subprocess, "Popen", flaky_popen)
-    with pytest.raises(LaunchError) as ei:
-        b.launch([spec("first", "sleep 30", "local-0"), spec("second", "sleep 30", "local-1")])
-    monkeypatch.undo()
-    assert ei.value.task_id == "second"
-    assert b.running_task_ids() == set()
-    assert len(started) == 1 and started[0].poll() is not None
-    wait_for(lambda: group_gone(started[0].pid))
-    assert rec.statuses == []
-    assert b.reconcile(["first"])["first"].state == TaskState.LOST
-    # Nothing is held: the same batch launches fine afterwards.
-    b.launch([spec("first", "true", "local-0"), spec("second", "true", "local-1")])
-    assert rec.wait_terminal("first").state == TaskState.SUCCEEDED
-    assert rec.wait_terminal("second").state == TaskState.SUCCEEDED
 
 
 def test_detect_gpus_with_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
@@ -435,37 +596,104 @@ def test_detect_gpus_with_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.
     assert detect_gpus() == []
 
 
-def test_task_spawned_but_not_yet_indexed_is_adopted_after_a_crash(tmp_path: Path) -> None:
-    """A daemon killed between writing its launch intent and recording the spawned pid must not orphan the task."""
-    import json
+def _journal_start(data: Path, task_id: str, host: str) -> None:
+    data.mkdir(parents=True, exist_ok=True)
+    with open(data / "journal", "a") as f:
+        f.write(json.dumps({"op": "start", "task": task_id, "job": "j", "instance": 0, "attempt": 1, "host": host,
+                            "sandbox": str(data / "sandboxes" / task_id), "res": [1, 64, 0, 0, 0], "gpus": [],
+                            "ports": []}) + "\n")
 
-    from peloton.hostmgr.local import runner
 
+def test_task_spawned_but_not_yet_journaled_with_its_pid_is_adopted_after_a_crash(tmp_path: Path) -> None:
+    """A daemon killed between recording the launch and recording the spawned pid must not orphan the task: the
+    wrapper wrote its pid into the sandbox."""
     hosts = make_local_hosts(1, Resources(cpu=2, mem=1024))
     data = tmp_path / "local"
     sandbox = data / "sandboxes" / "j-0-1"
-    (sandbox / runner.WORK_DIR).mkdir(parents=True)
-    (sandbox / runner.TASK_FILE).write_text(json.dumps({
-        "task_id": "j-0-1", "job_id": "j", "instance": 0, "attempt": 1, "hostname": hosts[0].hostname,
-        "command": "sleep 30", "env": dict(os.environ), "resources": {"cpu": 1, "mem": 64, "disk": 0, "gpu": 0,
-                                                                      "ports": 0},
-        "gpu_ids": [], "ports": [],
-    }))
-    proc = subprocess.Popen([sys.executable, "-m", "peloton.hostmgr.local.runner", str(sandbox)],
-                            start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    (sandbox / wrapper.WORK_DIR).mkdir(parents=True)
+    _journal_start(data, "j-0-1", hosts[0].hostname)
+    pid = spawner.spawn(str(sandbox), "sleep 30", dict(os.environ))
     try:
-        (data / "local-running.json").write_text(json.dumps({"tasks": {"j-0-1": {
-            "sandbox": str(sandbox), "hostname": hosts[0].hostname, "pid": 0, "start_time": None,
-            "kill_requested": None}}}))
-        b = LocalBackend(data, hosts, poll_interval_s=0.05)
-        b.start(lambda st: None)
+        b = LocalBackend(data, hosts)
+        rec = Recorder()
+        b.start(rec)
         try:
             assert b.reconcile(["j-0-1"])["j-0-1"].state == TaskState.RUNNING
-            assert "j-0-1" in b.running_task_ids()
-        finally:
+            assert running_ids(b) == {"j-0-1"}
             b.kill(["j-0-1"])
+            assert rec.wait_terminal("j-0-1").state == TaskState.KILLED
+        finally:
             b.stop()
     finally:
         with contextlib.suppress(ProcessLookupError):
+            os.killpg(pid, signal.SIGKILL)
+        os.waitpid(pid, 0)
+
+
+def test_a_launch_recorded_but_never_spawned_is_lost_with_a_clear_message(tmp_path: Path) -> None:
+    hosts = make_local_hosts(1, Resources(cpu=2, mem=1024))
+    data = tmp_path / "local"
+    _journal_start(data, "j-0-1", hosts[0].hostname)
+    b = LocalBackend(data, hosts)
+    rec = Recorder()
+    b.start(rec)
+    try:
+        st = rec.wait_terminal("j-0-1")
+        assert st.state == TaskState.LOST and "never started" in st.message
+    finally:
+        b.stop()
+
+
+def test_tasks_of_an_earlier_release_are_adopted(tmp_path: Path) -> None:
+    """Upgrading the daemon while tasks run: the index and JSON files of the Python runner of earlier releases
+    are read once."""
+    hosts = make_local_hosts(1, Resources(cpu=2, mem=1024))
+    data = tmp_path / "local"
+    old = data / "sandboxes" / "old-0-1"
+    (old / "work").mkdir(parents=True)
+    # an earlier release's runner: `python -m peloton.hostmgr.local.runner <sandbox>` (its command line names it)
+    proc = subprocess.Popen(["/bin/sh", "-c", "sleep 30; true", "runner", str(old)], start_new_session=True)
+    done = data / "sandboxes" / "old-1-1"
+    (done / "work").mkdir(parents=True)
+    (done / "exit").write_text(json.dumps({"exit_code": 0, "signal": None, "finished_at": time.time()}))
+    for sb in (old, done):
+        (sb / "task.json").write_text(json.dumps({"task_id": sb.name, "job_id": "old", "instance": 0, "attempt": 1,
+                                                  "hostname": hosts[0].hostname, "resources": {"cpu": 1, "mem": 64},
+                                                  "gpu_ids": [], "ports": []}))
+    (data / "local-running.json").write_text(json.dumps({"tasks": {
+        "old-0-1": {"sandbox": str(old), "hostname": hosts[0].hostname, "pid": proc.pid, "start_time": None,
+                    "kill_requested": None},
+        "old-1-1": {"sandbox": str(done), "hostname": hosts[0].hostname, "pid": 999_999_999, "start_time": None,
+                    "kill_requested": None},
+    }}))
+    b = LocalBackend(data, hosts)
+    rec = Recorder()
+    b.start(rec)
+    try:
+        assert running_ids(b) == {"old-0-1"}
+        assert rec.wait_terminal("old-1-1").state == TaskState.SUCCEEDED
+        assert not (data / "local-running.json").exists()
+        b.kill(["old-0-1"])
+        assert rec.wait_terminal("old-0-1").state == TaskState.KILLED
+    finally:
+        b.stop()
+        with contextlib.suppress(ProcessLookupError):
             os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(10)
+
+
+def test_the_journal_is_compacted_while_running(
+    tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import peloton.hostmgr.local.journal as journal_mod
+
+    monkeypatch.setattr(journal_mod, "COMPACT_AFTER", 10)
+    b, rec = make_backend(n=1)
+    launch(b, spec("keeper", "sleep 30"))
+    for i in range(8):
+        launch(b, spec(f"x{i}", "true"))
+        rec.wait_terminal(f"x{i}")
+    wait_for(lambda: len((tmp_path / "journal").read_text().splitlines()) < 10)
+    replayed = b._journal.replay()
+    assert "keeper" in replayed and "final" not in replayed["keeper"]
+    b.kill(["keeper"])

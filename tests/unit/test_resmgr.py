@@ -5,6 +5,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import (
     GangPlacement,
@@ -14,7 +16,7 @@ from peloton.domain.placement import (
     PlacementFailure,
 )
 from peloton.domain.resources import Resources
-from peloton.resmgr.manager import RETRY_AFTER_FAILED_PLACEMENT_S, ResourceManager
+from peloton.resmgr.manager import HANDED_TIMEOUT_S, RETRY_AFTER_FAILED_PLACEMENT_S, ResourceManager
 
 SHORT = 0.05
 
@@ -37,8 +39,8 @@ def gang(job: str, *, attempt: int = 1, n: int = 2, cpu: float = 1, gpu: int = 0
     )
 
 
-def placement(g: GangRequest, lease: str = "lease1") -> GangPlacement:
-    return GangPlacement(g.gang_id, g.job_id, g.attempt, lease, tuple(
+def placement(g: GangRequest) -> GangPlacement:
+    return GangPlacement(g.gang_id, g.job_id, g.attempt, tuple(
         MemberAssignment(m.instance, m.task_id, "h1", "127.0.0.1", m.resources) for m in g.members))
 
 
@@ -319,3 +321,114 @@ def test_refresh_pools_applies_a_new_limit_and_unparks() -> None:
     pools.pools[1] = ResourcePool("/team", limit=Resources(cpu=8))
     rm.refresh_pools()
     assert rm.dequeue(10, SHORT) == [b]
+
+
+# --- placements are kept until the job manager says what became of them -----------------------------------
+def _placed(rm: ResourceManager, g: GangRequest) -> GangPlacement:
+    rm.enqueue([g])
+    assert rm.dequeue(10, SHORT) == [g]
+    p = placement(g)
+    rm.set_placements([p], [])
+    assert rm.take_placements(10, SHORT)[0] == [p]
+    return p
+
+
+def test_a_handed_out_placement_is_kept_until_acknowledged_done() -> None:
+    rm, _, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team")
+    _placed(rm, a)
+    assert rm.unknown([("a/0", 1)]) == []  # still held: the periodic check does not re-enqueue it
+    rm.enqueue([a])  # a repeat of the same attempt changes nothing
+    assert rm.dequeue(10, SHORT) == []
+    rm.ack_placements(done=[("a/0", 1)], retry=[])
+    assert rm.usage()[0]["/team"].cpu == 4  # the launched gang keeps its allocation until it is removed
+    assert rm.unknown([("a/0", 1)]) == []  # known by its allocation: the periodic check leaves it alone
+    assert rm.unknown([("a/0", 2)]) == [("a/0", 2)]  # a newer attempt is not
+    assert rm.take_placements(10, SHORT) == ([], [])
+    rm.reset()  # a restarted resmgr: neither queued nor allocated
+    assert rm.unknown([("a/0", 1)]) == [("a/0", 1)]
+
+
+def test_a_placement_whose_intent_failed_goes_back_to_the_queue() -> None:
+    rm, clock, _ = make(TEAM)
+    a = gang("a", n=2, cpu=2, pool="/team")
+    _placed(rm, a)
+    rm.ack_placements(done=[], retry=[("a/0", 1)])
+    assert rm.usage()[0].get("/team", Resources()).cpu == 0  # its allocation is given back
+    assert rm.dequeue(10, SHORT) == []  # after the back-off
+    clock.t += RETRY_AFTER_FAILED_PLACEMENT_S + 0.01
+    assert rm.dequeue(10, SHORT) == [a]
+
+
+def test_a_placement_never_acknowledged_goes_back_to_the_queue() -> None:
+    rm, clock, _ = make()
+    a = gang("a")
+    _placed(rm, a)
+    clock.t += HANDED_TIMEOUT_S + 1
+    assert rm.take_placements(10, SHORT) == ([], [])  # expires the hand-over
+    assert rm.dequeue(10, SHORT) == [a]
+
+
+def test_acks_for_other_attempts_or_states_are_ignored() -> None:
+    rm, _, _ = make()
+    a = gang("a")
+    _placed(rm, a)
+    rm.ack_placements(done=[("a/0", 2)], retry=[("a/0", 7), ("zz/0", 1)])
+    assert rm.unknown([("a/0", 1)]) == []
+
+
+def test_stale_failures_are_retried_at_once_without_a_reason() -> None:
+    rm, _, _ = make()
+    a = gang("a")
+    rm.enqueue([a])
+    assert rm.dequeue(10, SHORT) == [a]
+    rm.set_placements([], [], stale=[failure(a, "host h1 changed since placement")])
+    assert rm.take_placements(10, SHORT) == ([], [])  # no user-visible reason: it was not the gang's fault
+    assert rm.dequeue(10, SHORT) == [a]  # no back-off
+
+
+def test_unknown_lists_what_resmgr_does_not_hold() -> None:
+    rm, _, _ = make()
+    rm.enqueue([gang("a", attempt=2)])
+    assert rm.unknown([("a/0", 1), ("a/0", 2), ("a/0", 3), ("b/0", 1)]) == [("a/0", 3), ("b/0", 1)]
+
+
+def test_reset_forgets_everything() -> None:
+    rm, _, _ = make(TEAM)
+    _placed(rm, gang("a", n=1, pool="/team"))
+    rm.enqueue([gang("b")])
+    rm.reset()
+    assert rm.usage() == ({}, {}) and rm.dequeue(10, SHORT) == []
+
+
+def test_no_more_than_the_window_is_in_flight_at_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Back-pressure: placement cannot run ahead of the launchers by more than MAX_IN_FLIGHT gangs (else claims
+    expire while they wait, are refused at launch, placed again, and expire again)."""
+    import peloton.resmgr.manager as mod
+
+    monkeypatch.setattr(mod, "MAX_IN_FLIGHT", 3)
+    rm, _, _ = make()
+    gs = [gang(f"j{i}", at=i) for i in range(5)]
+    rm.enqueue(gs)
+    assert [g.job_id for g in rm.dequeue(10, SHORT)] == ["j0", "j1", "j2"]
+    assert rm.dequeue(10, SHORT) == []  # full: nothing more until some launch is durable
+    rm.set_placements([placement(g) for g in gs[:3]], [])
+    handed, _ = rm.take_placements(10, SHORT)
+    assert rm.dequeue(10, SHORT) == []  # handed out, not yet recorded
+    rm.ack_placements(done=[(handed[0].gang_id, 1)], retry=[])
+    assert [g.job_id for g in rm.dequeue(10, SHORT)] == ["j3"]
+    rm.remove([("j1/0", 1)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT)] == ["j4"]
+
+
+def test_ready_placements_are_handed_out_highest_priority_first() -> None:
+    rm, _, _ = make()
+    low, high = gang("low", priority=0, at=1), gang("high", priority=9, at=2)
+    rm.enqueue([low])
+    rm.dequeue(10, SHORT)
+    rm.set_placements([placement(low)], [])
+    rm.enqueue([high])
+    rm.dequeue(10, SHORT)
+    rm.set_placements([placement(high)], [])
+    assert [p.job_id for p in rm.take_placements(1, SHORT)[0]] == ["high"]
+    assert [p.job_id for p in rm.take_placements(1, SHORT)[0]] == ["low"]

@@ -26,7 +26,7 @@ from peloton.domain.resources import Resources, format_mib, parse_mib
 from peloton.domain.spec import Constraint, JobSpec, validate
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
-from peloton.hostmgr.backend import LaunchSpec, TaskStatus
+from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 
 GOOD = """
 name: train-resnet
@@ -276,7 +276,7 @@ gang_requests = st.builds(
     constraints=st.lists(cons, max_size=3).map(tuple), enqueued_at=st.floats(0, 2e9),
 )
 assignments = st.builds(MemberAssignment, small, names, names, names, res, int_tuples, int_tuples)
-placements = st.builds(GangPlacement, names, names, ints, names, st.lists(assignments, max_size=4).map(tuple))
+placements = st.builds(GangPlacement, names, names, ints, st.lists(assignments, max_size=4).map(tuple))
 failures = st.builds(PlacementFailure, names, names, ints, names, st.dictionaries(names, ints, max_size=3))
 offers = st.builds(HostOffer, names, names, res, int_tuples, int_tuples, st.dictionaries(names, names, max_size=3),
                    res, st.booleans())
@@ -297,6 +297,11 @@ def test_internal_conversions_round_trip(g: GangRequest, p: GangPlacement, f: Pl
     assert convert.launch_from_proto(convert.launch_to_proto(ls)) == ls
     assert convert.status_from_proto(convert.status_to_proto(s, seq=7)) == s
     assert convert.status_to_proto(s, seq=7).seq == 7
+    gl = GangLaunch(p.gang_id, p.attempt, (ls,))
+    assert convert.gang_launch_from_proto(convert.gang_launch_to_proto(gl)) == gl
+    for outcome in LaunchOutcome:
+        r = LaunchResult(g.gang_id, g.attempt, outcome, ls.task_id, s.message, bool(g.attempt % 2))
+        assert convert.launch_result_from_proto(convert.launch_result_to_proto(r)) == r
 
 
 def test_status_exit_code_zero_is_kept_and_none_stays_none() -> None:

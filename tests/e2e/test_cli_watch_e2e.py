@@ -1,0 +1,174 @@
+"""End to end: the commands that follow something through the daemon's watch stream (`job wait`, `job get
+--watch`, `task logs -f`), against the real daemon, across a kill -9 and restart of it; and the exits of the CLI
+(codes, Ctrl-C, a closed pipe; lists)."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import Daemon, wait_until
+
+pytestmark = pytest.mark.e2e
+sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+
+
+def finish(p: subprocess.Popen[str], timeout: float = 90) -> tuple[int, str, str]:
+    out, err = p.communicate(timeout=timeout)
+    return p.returncode, out, err
+
+
+@sqlite_only
+def test_job_wait_exit_codes(daemon: Daemon, tmp_path: Path) -> None:
+    ok = daemon.create("name: ok\ninstances: 2\ntask: {command: 'sleep 1; echo ok', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                       tmp_path)
+    bad = daemon.create("name: bad\ninstances: 1\nretry: {max_attempts: 1}\n"
+                        "task: {command: 'sleep 1; exit 3', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+    slow = daemon.create("name: slow\ninstances: 1\ntask: {command: 'sleep 300', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                         tmp_path)
+    waits = {job: daemon.popen("job", "wait", job, "--timeout", t) for job, t in ((ok, "60"), (bad, "60"),
+                                                                                 (slow, "3"))}
+    code, out, err = finish(waits[ok])
+    assert (code, out) == (0, ""), err
+    assert f"{ok}: SUCCEEDED" in err.splitlines()
+    code, out, err = finish(waits[bad])
+    assert code == 1, err
+    assert f"{bad}: FAILED" in err and "exit code 3" in err
+    code, out, err = finish(waits[slow])
+    assert code == 124, err
+    assert f"timed out after 3s waiting for job {slow} (state RUNNING)" in err
+    # an ended job answers at once; an unknown one is an error
+    assert daemon.cli("job", "wait", ok).returncode == 0
+    r = daemon.cli("job", "wait", "0123456789ab", check=False)
+    assert r.returncode == 1 and "not found" in r.stderr
+    # Ctrl-C: exit 130, quietly
+    followers = [daemon.popen("job", "wait", slow), daemon.popen("job", "get", slow, "--watch"),
+                 daemon.popen("task", "logs", slow, "0", "-f")]
+    time.sleep(2)
+    for p in followers:
+        p.send_signal(signal.SIGINT)
+    for p in followers:
+        code, _, err = finish(p, 30)
+        assert code == 130 and "Traceback" not in err and "KeyboardInterrupt" not in err, (p.args, err)
+    daemon.cli("job", "stop", slow)
+    # every page in one document; --limit 0: every job
+    assert {j["id"] for j in json.loads(daemon.cli("job", "list", "--limit", "0", "-o", "json").stdout)["jobs"]} \
+        == {ok, bad, slow}
+    assert len(json.loads(daemon.cli("job", "list", "--limit", "2", "-o", "json").stdout)["jobs"]) == 2
+    assert daemon.cli("job", "list", "--limit", "-1", check=False).returncode == 2
+
+    # a reader that goes away: no traceback, the exit status of a process ended by SIGPIPE
+    for args in (["job", "get", ok], ["job", "list", "-o", "json"], ["task", "logs", ok, "0", "-f"]):
+        p = daemon.popen(*args)
+        assert p.stdout is not None
+        p.stdout.close()  # before it writes
+        _, err = p.communicate(timeout=60)
+        assert p.returncode == 141 and "Traceback" not in err and "Exception" not in err, (args, err)
+
+
+@sqlite_only
+def test_job_get_watch_shows_the_job_until_it_ends(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create("name: w\ninstances: 2\ntask: {command: 'sleep 2; echo ok', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                        tmp_path)
+    text = daemon.popen("job", "get", job, "--watch")
+    as_json = daemon.popen("job", "get", job, "--watch", "-o", "json")
+    code, out, err = finish(text)
+    assert code == 0, err
+    views = out.split("\n\n")  # not a terminal: each view appended after a blank line
+    assert len(views) >= 2, out
+    assert all(v.startswith(f"Job:       {job}  w\n") for v in views)
+    assert "State:     SUCCEEDED" in views[-1] and "State:     SUCCEEDED" not in views[0]
+    assert views[-1].count("SUCCEEDED  local-") == 2 and "gang 0 (instances 0-1): DONE" in views[-1]
+    assert len(set(views)) == len(views)  # a view is printed again only when something in it changed
+    code, out, err = finish(as_json)
+    assert code == 0, err
+    docs = [json.loads(line) for line in out.splitlines()]  # one document a line
+    assert docs[-1]["status"]["state"] == "SUCCEEDED" and len(docs[-1]["tasks"]) == 2
+    # an ended job: one view, at once
+    r = daemon.cli("job", "get", job, "--watch", timeout=30)
+    assert r.stdout.count("Job:") == 1
+
+
+@sqlite_only
+def test_task_logs_follow_prints_output_as_it_appears(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create("name: talk\ninstances: 1\ntask:\n  command: "
+                        "'for i in 1 2 3; do echo line$i; echo err$i >&2; sleep 2; done'\n"
+                        "  resources: {cpu: 0.5, mem: 64Mi}\n", tmp_path)
+    out = daemon.popen("task", "logs", job, "0", "-f")  # at once: it waits for the launch
+    err = daemon.popen("task", "logs", job, "0", "--follow", "--stderr")
+    arrived: list[tuple[float, str]] = []
+
+    def read() -> None:
+        assert out.stdout is not None
+        for line in out.stdout:
+            arrived.append((time.monotonic(), line.rstrip("\n")))
+
+    reader = threading.Thread(target=read)
+    reader.start()
+    reader.join(60)
+    assert out.wait(10) == 0, out.stderr.read() if out.stderr else ""
+    ended = time.monotonic()
+    assert [line for _, line in arrived] == ["line1", "line2", "line3"]
+    assert arrived[2][0] - arrived[0][0] >= 1.0  # printed as the task wrote them, not all at the end
+    assert ended - arrived[2][0] < 10  # and it stopped once the task ended
+    code, stderr_out, _ = finish(err)
+    assert (code, stderr_out) == (0, "err1\nerr2\nerr3\n")
+    daemon.wait_state(job, "SUCCEEDED")
+    # an attempt that has ended: its log, and done
+    r = daemon.cli("task", "logs", job, "0", "-f", "--attempt", "1", timeout=30)
+    assert r.stdout == "line1\nline2\nline3\n"
+
+
+def test_followers_survive_a_daemon_restart(daemon: Daemon, tmp_path: Path) -> None:
+    """kill -9 of the daemon and a restart on the same address: `job wait` still answers with the job's real
+    outcome, `job get --watch` and `task logs -f` carry on to the end."""
+    good = daemon.create("name: good\ninstances: 2\n"
+                         "task: {command: 'echo start; sleep 10; echo done', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+    bad = daemon.create("name: bad\ninstances: 1\nretry: {max_attempts: 1}\n"
+                        "task: {command: 'sleep 10; exit 3', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+    daemon.wait_state(good, "RUNNING")
+    daemon.wait_state(bad, "RUNNING")
+    wait_good = daemon.popen("job", "wait", good, "--timeout", "120")
+    wait_bad = daemon.popen("job", "wait", bad, "--timeout", "120")
+    watch = daemon.popen("job", "get", good, "--watch")
+    follow = daemon.popen("task", "logs", good, "1", "-f")
+    time.sleep(3)  # they are all following
+    assert all(p.poll() is None for p in (wait_good, wait_bad, watch, follow))
+    daemon.kill9()
+    time.sleep(2)  # down for a while: they retry
+    daemon.start(same_address=True)
+    code, out, err = finish(wait_good, 120)
+    assert code == 0, (err, daemon.job(good))
+    assert "retrying for up to 60s" in err and "reconnected to the daemon" in err
+    assert err.splitlines()[-1] == f"{good}: SUCCEEDED"
+    code, out, err = finish(wait_bad, 120)
+    assert code == 1, (err, daemon.job(bad))
+    assert f"{bad}: FAILED" in err and "exit code 3" in err
+    code, out, err = finish(watch, 60)
+    assert code == 0, err
+    assert "State:     SUCCEEDED" in out.split("\n\n")[-1]
+    code, out, err = finish(follow, 60)
+    assert (code, out) == (0, "start\ndone\n"), err
+    wait_until(lambda: daemon.state(good) == "SUCCEEDED", 10)
+
+
+@sqlite_only
+def test_job_wait_gives_up_on_a_daemon_that_stays_away(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create("name: s\ninstances: 1\ntask: {command: 'sleep 300', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                        tmp_path)
+    daemon.wait_state(job, "RUNNING")
+    p = daemon.popen("job", "wait", job, "--reconnect-grace", "3")
+    time.sleep(1)
+    started = time.monotonic()
+    daemon.stop()
+    code, out, err = finish(p, 60)
+    assert code == 69, err
+    assert 3 <= time.monotonic() - started < 30
+    assert "gave up after 3s without the peloton daemon" in err.splitlines()[-1]
+    assert f"{job}: FAILED" not in err

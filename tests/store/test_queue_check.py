@@ -1,0 +1,86 @@
+"""The reconciler's queue check, through the real components in one daemon (sim backend) on both stores: when the
+resource manager forgets what it held (it restarted on its own, or an enqueue was lost), queued gangs are queued
+again and running gangs' allocations registered again, without a restart of the job manager."""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import grpc
+import pytest
+
+import peloton.jobmgr.manager as jobmgr_manager
+from peloton.api.v1 import job_pb2, job_pb2_grpc
+from peloton.domain.resources import Resources
+from peloton.hostmgr.sim.backend import SimSettings
+from peloton.server import Daemon, ServerConfig
+
+
+@pytest.fixture
+def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
+    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen="",
+                            backend="sim", sim=SimSettings(hosts=1, resources=Resources(cpu=8, mem=8192, gpu=2),
+                                                           racks=1)))
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()
+
+
+def spec(name: str) -> job_pb2.JobSpec:
+    s = job_pb2.JobSpec(name=name, instances=2)  # one gang of two, the whole (one-host) cluster's GPUs
+    s.task.command = "train.py"
+    s.task.resources.cpu = 1
+    s.task.resources.mem = "1Gi"
+    s.task.resources.gpu = 1
+    return s
+
+
+def wait(pred, what: str, timeout: float = 20.0):  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        v = pred()
+        if v:
+            return v
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def test_the_queue_check_repairs_a_resource_manager_that_forgot_everything(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    with grpc.insecure_channel(daemon.address) as ch:
+        jobs = job_pb2_grpc.JobServiceStub(ch)
+
+        def state(job_id: str) -> str:
+            return str(jobs.GetJob(job_pb2.GetJobRequest(job_id=job_id), timeout=10).job.status.state)
+
+        running = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("running")), timeout=10).job_id
+        wait(lambda: state(running) == "RUNNING", "the first job to run")
+        waiting = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("waiting")), timeout=10).job_id
+        wait(lambda: daemon.resmgr.usage()[1].get("/", 0) == 1, "the second gang to be queued")
+        assert daemon.resmgr.usage()[0]["/"].gpu == 2
+
+        daemon.resmgr.reset()  # what a restart of the resmgr process leaves behind
+        assert daemon.resmgr.usage() == ({}, {})
+        # the check looks at gangs unchanged for QUEUE_CHECK_S; here, at once
+        monkeypatch.setattr(jobmgr_manager, "QUEUE_CHECK_S", 0.0)
+        assert daemon.jobmgr is not None
+        daemon.jobmgr._queue_check_at = 0.0  # noqa: SLF001 - due now
+        daemon.jobmgr.reconcile_once()
+        assert daemon.jobmgr.effects.drain(10)
+        allocated, queued = daemon.resmgr.usage()
+        assert allocated["/"].gpu == 2  # the running gang's allocation, registered again
+        assert queued == {"/": 1}  # the waiting gang, queued again
+        assert state(waiting) == "PENDING"  # and still waiting: the running gang holds the GPUs
+
+        daemon.jobmgr._queue_check_at = 0.0  # noqa: SLF001 - a second check finds nothing to repair
+        daemon.jobmgr.reconcile_once()
+        assert daemon.jobmgr.effects.drain(10)
+        assert daemon.resmgr.usage()[1] == {"/": 1} and daemon.resmgr.usage()[0]["/"].gpu == 2
+
+        jobs.StopJob(job_pb2.StopJobRequest(job_id=running), timeout=10)
+        wait(lambda: state(waiting) == "RUNNING", "the queued job to run once the GPUs are free")
+        assert state(running) == "KILLED"

@@ -1,0 +1,128 @@
+"""The launcher: placements are acknowledged to resmgr only once their intent is durable; what could not be
+recorded goes back to the queue and its claim is released; stale placements are released; a refused launch goes
+back to the queue without costing an attempt; a failed one costs one."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from peloton.api import convert
+from peloton.api.v1 import internal_pb2
+from peloton.domain.placement import GangPlacement, MemberAssignment
+from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec
+from peloton.domain.states import GangState, TaskState
+from peloton.errors import Unavailable
+from peloton.hostmgr.backend import LaunchOutcome, LaunchResult
+from peloton.jobmgr import gang_policy as policy
+from peloton.jobmgr.launcher import Launcher
+from peloton.jobmgr.writer import Views
+
+
+class FakeWriter:
+    def __init__(self, views: Views, fail: Exception | None = None) -> None:
+        self.views = views
+        self.fail = fail
+
+    def mutate(self, job_ids: Any, apply: Callable[[Views, float], policy.Effects], check: Any = None
+               ) -> policy.Effects:
+        if self.fail is not None:
+            raise self.fail
+        return apply({j: self.views[j] for j in job_ids if j in self.views}, 100.0)
+
+    def submit(self, m: Any) -> None:
+        m.apply({j: self.views[j] for j in m.job_ids if j in self.views}, 100.0)
+
+
+class FakeResmgr:
+    def __init__(self, placements: list[GangPlacement]) -> None:
+        self.placements = placements
+        self.acks: list[tuple[list[tuple[str, int]], list[tuple[str, int]]]] = []
+
+    def GetPlacements(self, req: Any, timeout: float) -> internal_pb2.GetPlacementsResponse:
+        out = internal_pb2.GetPlacementsResponse(placements=[convert.placement_to_proto(p) for p in self.placements])
+        self.placements = []
+        return out
+
+    def AckPlacements(self, req: internal_pb2.AckPlacementsRequest, timeout: float) -> None:
+        self.acks.append(([(k.gang_id, k.attempt) for k in req.done], [(k.gang_id, k.attempt) for k in req.retry]))
+
+
+class FakeHostmgr:
+    def __init__(self, outcome: LaunchOutcome = LaunchOutcome.OK, message: str = "") -> None:
+        self.outcome = outcome
+        self.message = message
+        self.released: list[tuple[str, int]] = []
+        self.launched: list[list[str]] = []
+
+    def ReleaseClaims(self, req: internal_pb2.ReleaseClaimsRequest, timeout: float) -> None:
+        self.released += [(k.gang_id, k.attempt) for k in req.gangs]
+
+    def LaunchGangs(self, req: internal_pb2.LaunchGangsRequest, timeout: float) -> internal_pb2.LaunchGangsResponse:
+        self.launched += [[t.task_id for t in g.tasks] for g in req.gangs]
+        return internal_pb2.LaunchGangsResponse(results=[
+            convert.launch_result_to_proto(LaunchResult(g.gang_id, g.attempt, self.outcome,
+                                                        g.tasks[0].task_id, self.message))
+            for g in req.gangs])
+
+
+def job(job_id: str) -> policy.JobView:
+    spec = JobSpec(name="x", instances=2, command="true", resources=Resources(cpu=1, mem=64))
+    return policy.new_job_view(*policy.new_job_records(job_id, spec, 1.0))
+
+
+def placed(jv: policy.JobView) -> GangPlacement:
+    g = jv.gangs[0].gang
+    return GangPlacement(g.gang_id, jv.job.id, g.attempt, tuple(
+        MemberAssignment(t.instance, t.task_id, "h1", "10.0.0.1", Resources(cpu=1, mem=64), (), (31000 + t.instance,))
+        for t in jv.gangs[0].members()))
+
+
+def run(views: Views, placements: list[GangPlacement], writer_fail: Exception | None = None,
+        hm: FakeHostmgr | None = None) -> tuple[FakeResmgr, FakeHostmgr]:
+    rm, hm = FakeResmgr(placements), hm or FakeHostmgr()
+    Launcher(FakeWriter(views, writer_fail), rm, hm).launch_once(timeout_ms=0)  # type: ignore[arg-type]
+    return rm, hm
+
+
+def test_intents_are_acknowledged_once_durable_then_launched() -> None:
+    a = job("a")
+    rm, hm = run({"a": a}, [placed(a)])
+    assert rm.acks == [([("a/0", 1)], [])]
+    assert hm.launched == [["a-0-1", "a-1-1"]] and hm.released == []
+    assert a.gangs[0].gang.state == GangState.LAUNCHING and a.tasks[1].ports == [31001]
+
+
+def test_a_store_that_is_down_sends_the_placements_back_and_releases_their_claims() -> None:
+    a, b = job("a"), job("b")
+    rm, hm = FakeResmgr([placed(a), placed(b)]), FakeHostmgr()
+    with pytest.raises(Unavailable):
+        Launcher(FakeWriter({}, Unavailable("store down")), rm, hm).launch_once(timeout_ms=0)  # type: ignore[arg-type]
+    assert rm.acks == [([], [("a/0", 1), ("b/0", 1)])]  # back to resmgr's queue, none forgotten
+    assert sorted(hm.released) == [("a/0", 1), ("b/0", 1)] and hm.launched == []
+
+
+def test_stale_placements_are_forgotten_and_their_claims_released() -> None:
+    a, stopped = job("a"), job("s")
+    policy.stop_job(stopped, 5.0)
+    rm, hm = run({"a": a, "s": stopped}, [placed(a), placed(stopped)])
+    assert rm.acks == [([("a/0", 1), ("s/0", 1)], [])]
+    assert hm.released == [("s/0", 1)] and hm.launched == [["a-0-1", "a-1-1"]]
+
+
+def test_a_refused_launch_goes_back_to_the_queue_as_the_same_attempt() -> None:
+    a = job("a")
+    run({"a": a}, [placed(a)], hm=FakeHostmgr(LaunchOutcome.REFUSED, "the claim expired"))
+    g = a.gangs[0].gang
+    assert g.state == GangState.QUEUED and g.attempt == 1 and "launch refused" in g.reason
+    assert all(t.state == TaskState.PENDING and t.host == "" for t in a.gangs[0].members())
+
+
+def test_a_failed_launch_costs_an_attempt() -> None:
+    a = job("a")
+    run({"a": a}, [placed(a)], hm=FakeHostmgr(LaunchOutcome.FAILED, "cannot start"))
+    g = a.gangs[0].gang
+    assert g.state == GangState.QUEUED and g.attempt == 2 and "launch failed" in g.reason
