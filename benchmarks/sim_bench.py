@@ -1,0 +1,281 @@
+"""Benchmark 2: end to end on the sim backend (10,000 in-memory hosts, cpu=64 mem=256Gi gpu=8, 40 racks), driven over
+gRPC as a user's program would, on PostgreSQL (or SQLite). Prints a table and writes JSON; asserts nothing.
+
+    .venv/bin/python benchmarks/sim_bench.py [--store postgresql|sqlite] [--seconds 30] [--clients 8]
+        [--hosts 10000] [--samples 20] [--profile FILE]
+
+Measures:
+- closed loop: `--clients` gRPC clients, each submitting a gang of `--size` 1-GPU members, waiting until every
+  member runs (the job RUNNING on the WatchJobs stream), then submitting the next, for `--seconds`: tasks/s and
+  gangs/s from submit to RUNNING, and the latency of each gang under that load. Members run `--duration` (sim time,
+  PELOTON_SIM_DURATION in task.env) and then succeed, so the cluster never fills;
+- over the closed loop, until its last gang has ended: store statements and commits per gang (the daemon's
+  `peloton_store_statements_total{kind}`), daemon CPU ms per gang, and the CPU time of the daemon, of the
+  clients (this process), of PostgreSQL and of the whole machine, to show who used the cores;
+- gang latency, request -> every member RUNNING, by gang size with one request outstanding (each gang's members
+  run `--latency-duration` and the next request waits until the gang has ended, so the daemon is otherwise idle);
+- the job manager's writer over the closed loop (`peloton_jobmgr_commit_seconds`, `..._mutations`): group
+  commits, their mean time and size, and the fraction of the time it was committing (near 100%: it is the
+  bottleneck);
+- daemon RSS after the run, and its peak.
+
+Targets of the hot-path issue (not asserted): >= 10,000 tasks/s end to end; p99 < 10 ms up to 16 members.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import (  # noqa: E402
+    CpuMeter,
+    Daemon,
+    JobWatch,
+    cpu_rows,
+    gang_spec,
+    profile_rows,
+    profile_summary,
+    running,
+    summary,
+    table,
+    write_results,
+)
+from peloton.api.v1 import job_pb2, job_pb2_grpc  # noqa: E402
+
+ENDED = ("SUCCEEDED", "FAILED", "KILLED")
+# The job manager's writer (one thread, group commits): how busy it was tells whether it is the bottleneck.
+WRITER = ("peloton_jobmgr_commit_seconds_sum", "peloton_jobmgr_commit_seconds_count",
+          "peloton_jobmgr_commit_mutations_sum")
+
+
+def writer_snapshot(d: Daemon) -> list[float]:
+    return [d.metric(name) for name in WRITER]
+
+
+def writer_figures(before: list[float], after: list[float], wall: float) -> dict[str, float]:
+    secs, commits, mutations = (b - a for a, b in zip(before, after, strict=True))
+    return {"group_commits": commits, "commit_ms_mean": 1000 * secs / max(commits, 1),
+            "mutations_per_commit": mutations / max(commits, 1), "busy_fraction": secs / max(wall, 1e-9)}
+
+
+# Where one gang's time goes when it is alone (the latency samples): the stages' own histograms.
+STAGES = {
+    "commit": "peloton_jobmgr_commit_seconds",  # a group commit (create, intent, RUNNING statuses, end)
+    "placement_round": "peloton_placement_round_seconds",  # sync, place, claim, hand back
+    "launcher_pass": "peloton_jobmgr_launch_seconds",  # placements received -> intent committed -> launch answered
+    "backend_launch": "peloton_hostmgr_launch_seconds",  # the backend starting a batch
+    "queue_wait": "peloton_resmgr_queue_wait_seconds",  # enqueue -> handed to placement
+}
+
+
+def stage_snapshot(d: Daemon) -> dict[str, tuple[float, float]]:
+    return {k: (d.metric(f"{m}_sum"), d.metric(f"{m}_count")) for k, m in STAGES.items()}
+
+
+def stage_figures(before: dict[str, tuple[float, float]], after: dict[str, tuple[float, float]],
+                  gangs: int) -> dict[str, dict[str, float]]:
+    out = {}
+    for k in STAGES:
+        secs, n = after[k][0] - before[k][0], after[k][1] - before[k][1]
+        out[k] = {"mean_ms": 1000 * secs / max(n, 1), "per_gang": n / max(gangs, 1)}
+    return out
+
+
+def sim_args(hosts: int, resources: str, racks: int) -> list[str]:
+    return ["--backend", "sim", "--sim-hosts", str(hosts), "--sim-host-resources", resources,
+            "--sim-racks", str(racks)]
+
+
+def spec(size: int, duration: str) -> job_pb2.JobSpec:
+    return gang_spec(size, "sim", gpu=1, cpu=1.0, mem="1Gi", env={"PELOTON_SIM_DURATION": duration},
+                     name=f"sim-bench-{size}")
+
+
+def create(stub: job_pb2_grpc.JobServiceStub, s: job_pb2.JobSpec) -> str:
+    return str(stub.CreateJob(job_pb2.CreateJobRequest(spec=s), timeout=60).job_id)
+
+
+def latency_by_size(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, sizes: list[int], n: int,
+                    duration: str) -> dict[str, dict[str, Any]]:
+    """One request outstanding: submit, wait for RUNNING (the sample), wait for the gang to end, next."""
+    out: dict[str, dict[str, Any]] = {}
+    for size in sizes:
+        samples, accept = [], []
+        for _ in range(n):
+            t0 = time.perf_counter()
+            jid = create(stub, spec(size, duration))
+            accept.append(time.perf_counter() - t0)
+            state, t1 = watch.when(jid, "RUNNING", *ENDED).result(60)
+            if state != "RUNNING" and state != "SUCCEEDED":
+                raise RuntimeError(f"gang of {size} ended {state} before running (job {jid})")
+            samples.append(t1 - t0)
+            watch.when(jid, *ENDED).result(60)
+        out[str(size)] = {**summary(samples), "create_p50_ms": summary(accept)["p50_ms"],
+                          "create_p99_ms": summary(accept)["p99_ms"]}
+    return out
+
+
+def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, clients: int, seconds: float,
+                size: int, duration: str, duration_s: float) -> dict[str, Any]:
+    stop = time.monotonic() + seconds
+    lat: list[float] = []
+    ids: list[str] = []
+    errors: list[str] = []
+    lock = threading.Lock()
+    s = spec(size, duration)
+
+    def loop() -> None:
+        try:
+            while time.monotonic() < stop:
+                t0 = time.perf_counter()
+                jid = create(stub, s)
+                state, t1 = watch.when(jid, "RUNNING", *ENDED).result(120)
+                with lock:
+                    ids.append(jid)
+                    if state in ("RUNNING", "SUCCEEDED"):
+                        lat.append(t1 - t0)
+                    else:
+                        errors.append(f"{jid}: {state}")
+        except Exception as e:  # noqa: BLE001 - reported, the others go on
+            with lock:
+                errors.append(f"{type(e).__name__}: {e}")
+
+    stmts0 = d.metric("peloton_store_statements_total", kind="statement")
+    commits0 = d.metric("peloton_store_statements_total", kind="commit")
+    writer0 = writer_snapshot(d)
+    meter = CpuMeter(d)
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=loop) for _ in range(clients)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    elapsed = time.perf_counter() - t0
+    # The gangs' whole lives count for the store and the CPU: wait until the last one has ended.
+    drain0 = time.perf_counter()
+    for jid in ids:
+        watch.when(jid, *ENDED).result(duration_s + 120)
+    drain = time.perf_counter() - drain0
+    cpu = meter.stop()
+    writer = writer_figures(writer0, writer_snapshot(d), cpu["wall_s"])
+    stmts = d.metric("peloton_store_statements_total", kind="statement") - stmts0
+    commits = d.metric("peloton_store_statements_total", kind="commit") - commits0
+    gangs = len(lat)
+    per = max(gangs, 1)
+    return {
+        "clients": clients, "gang_size": size, "member_duration": duration, "seconds": elapsed,
+        "gangs": gangs, "tasks": gangs * size, "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed,
+        "latency": summary(lat), "errors": errors[:20], "error_count": len(errors),
+        "drain_s": drain, "store_statements_per_gang": stmts / per, "store_commits_per_gang": commits / per,
+        "daemon_cpu_ms_per_gang": 1000 * cpu["daemon_cpu_s"] / per,
+        "clients_cpu_ms_per_gang": 1000 * cpu["clients_cpu_s"] / per,
+        "postgres_db_cpu_ms_per_gang": 1000 * cpu["postgres_db_cpu_s"] / per,
+        "cpu": cpu, "writer": writer,
+    }
+
+
+def parse_seconds(text: str) -> float:
+    for suffix, mult in (("ms", 0.001), ("s", 1.0), ("m", 60.0), ("h", 3600.0)):
+        if text.endswith(suffix):
+            return float(text[: -len(suffix)]) * mult
+    return float(text)
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--store", choices=["postgresql", "sqlite"], default="postgresql")
+    ap.add_argument("--hosts", type=int, default=10_000)
+    ap.add_argument("--host-resources", default="cpu=64,mem=256Gi,gpu=8")
+    ap.add_argument("--racks", type=int, default=40)
+    ap.add_argument("--clients", type=int, default=8, help="closed-loop gRPC clients")
+    ap.add_argument("--seconds", type=float, default=30.0, help="length of the closed loop")
+    ap.add_argument("--size", type=int, default=8, help="members per gang in the closed loop")
+    ap.add_argument("--duration", default="2s", help="how long each closed-loop member runs (PELOTON_SIM_DURATION)")
+    ap.add_argument("--sizes", default="1,2,4,8,16", help="gang sizes of the latency measurement")
+    ap.add_argument("--samples", type=int, default=20, help="latency samples per gang size")
+    ap.add_argument("--latency-duration", default="100ms", help="how long each member of a latency sample runs")
+    ap.add_argument("--json", default=None, help="where to write the figures (default benchmarks/results/)")
+    ap.add_argument("--profile", default=None, help="py-spy the daemon (GIL samples) during the closed loop into "
+                                                    "this file")
+    a = ap.parse_args()
+    sizes = [int(x) for x in a.sizes.split(",") if x]
+
+    d = Daemon(sim_args(a.hosts, a.host_resources, a.racks), store=a.store)
+    t_start = time.perf_counter()
+    with running(d):
+        started_s = time.perf_counter() - t_start
+        rss_idle = d.rss_mib()
+        ch = grpc.insecure_channel(d.address)
+        stub = job_pb2_grpc.JobServiceStub(ch)
+        watch = JobWatch(ch)
+        latency_by_size(stub, watch, [8], 5, a.latency_duration)  # warm-up: the first gang builds the index
+        stages0 = stage_snapshot(d)
+        lat = latency_by_size(stub, watch, sizes, a.samples, a.latency_duration)
+        stages = stage_figures(stages0, stage_snapshot(d), a.samples * len(sizes))
+        with d.profiled(a.profile):
+            loop = closed_loop(stub, watch, d, a.clients, a.seconds, a.size, a.duration, parse_seconds(a.duration))
+        res = {
+            "store": a.store,
+            "workload": f"sim backend, {a.hosts} hosts ({a.host_resources}, {a.racks} racks); gangs of 1-GPU "
+                        f"members (cpu=1, mem=1Gi)",
+            "daemon_start_s": started_s,
+            "latency_by_size": lat,
+            "latency_stages": stages,
+            "closed_loop": loop,
+            "daemon_rss_idle_mib": rss_idle,
+            "daemon_rss_mib": d.rss_mib(),
+            "daemon_rss_peak_mib": d.rss_peak_mib(),
+            "loop_errors": d.metric("peloton_loop_errors_total"),
+            "gang_launches": {k: d.metric("peloton_hostmgr_gang_launches_total", result=k)
+                              for k in ("ok", "refused", "failed")},
+            "profile": profile_summary(a.profile) if a.profile else None,
+            "parameters": vars(a),
+        }
+        watch.close()
+        ch.close()
+
+    t = res["closed_loop"]
+    rows = [(f"latency size {s:>2} p50 / p99", f"{v['p50_ms']:.1f} / {v['p99_ms']:.1f} ms   (CreateJob alone "
+                                                 f"{v['create_p50_ms']:.1f} / {v['create_p99_ms']:.1f} ms, n={v['n']})")
+            for s, v in lat.items()]
+    rows.append(("  one gang alone, stage means", ", ".join(
+        f"{k.replace('_', ' ')} {v['mean_ms']:.1f} ms x{v['per_gang']:.1f}" for k, v in res["latency_stages"].items())))
+    rows += [
+        (f"closed loop, {t['clients']} clients x gangs of {t['gang_size']}",
+         f"{t['tasks_per_s']:,.0f} tasks/s  ({t['gangs_per_s']:.1f} gangs/s, {t['gangs']} gangs in "
+         f"{t['seconds']:.1f} s)"),
+        ("  latency under load p50 / p99", f"{t['latency']['p50_ms']:.1f} / {t['latency']['p99_ms']:.1f} ms"),
+        ("  store statements / commits per gang",
+         f"{t['store_statements_per_gang']:.1f} / {t['store_commits_per_gang']:.1f}"),
+        ("  daemon CPU per gang", f"{t['daemon_cpu_ms_per_gang']:.1f} ms"),
+        ("  clients CPU per gang", f"{t['clients_cpu_ms_per_gang']:.1f} ms"),
+        ("  postgres (this db) CPU per gang", f"{t['postgres_db_cpu_ms_per_gang']:.1f} ms"),
+        ("  jobmgr writer: group commits", f"{t['writer']['group_commits']:.0f}, {t['writer']['commit_ms_mean']:.1f} ms "
+                                            f"and {t['writer']['mutations_per_commit']:.1f} mutations each, busy "
+                                            f"{t['writer']['busy_fraction']:.0%} of the time"),
+        ("  until the last gang ended", f"{t['drain_s']:.1f} s after the loop"),
+        *cpu_rows(t["cpu"]),
+        ("  errors", f"{t['error_count']} {t['errors'][:3] if t['errors'] else ''}".strip()),
+        ("daemon start", f"{res['daemon_start_s']:.1f} s"),
+        ("daemon RSS idle / after / peak",
+         f"{res['daemon_rss_idle_mib']:.0f} / {res['daemon_rss_mib']:.0f} / {res['daemon_rss_peak_mib']:.0f} MiB"),
+        ("daemon loop errors", f"{res['loop_errors']:.0f}"),
+        ("gang launches ok / refused / failed", " / ".join(f"{v:,.0f}" for v in res["gang_launches"].values())),
+    ]
+    if res["profile"]:
+        rows += profile_rows(res["profile"])
+    print(f"sim backend end to end, {a.store}: {res['workload']}")
+    print(table(rows))
+    print(f"  json: {write_results(f'sim-{a.store}', res, a.json)}")
+
+
+if __name__ == "__main__":
+    main()
