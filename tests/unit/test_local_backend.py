@@ -18,6 +18,7 @@ from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.hostmgr.local import backend as local_backend_module
 from peloton.hostmgr.local import spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend, LocalHostConfig, make_local_hosts
 from peloton.hostmgr.local.gpus import (
@@ -440,9 +441,14 @@ def test_kill_stops_the_whole_process_group(make_backend: Callable[..., tuple[Lo
     assert running_ids(b) == set()
 
 
-def test_a_sigterm_lost_at_an_exec_is_sent_again(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+def test_a_sigterm_lost_at_an_exec_is_sent_again(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
+) -> None:
     """A SIGTERM that lands while a process is being replaced (the wrapper forking the command's shell; here the
     command itself) must not leave the task running until the SIGKILL escalation: it is sent again."""
+    # here the window (the shell running its trap, then exec) is as long as the scheduler makes it, far wider than
+    # the wrapper's fork-to-exec: give the repeat time enough that a loaded machine still lands it after the exec
+    monkeypatch.setattr(local_backend_module, "TERM_AGAIN_S", 1.0)
     b, rec = make_backend(grace=30.0)
     launch(b, spec("slippery", "trap : TERM; echo ready; sleep 30; exec sleep 30"))
     wait_for(lambda: b.read_log("slippery", "stdout", 0, 100)[0] == b"ready\n")
