@@ -174,9 +174,13 @@ class HostManager:
         return claimed, refused
 
     def release_claims(self, keys: Sequence[ClaimKey]) -> None:
+        """Drop claims nobody will launch. One whose launch is in progress stays: it is dropped once the backend
+        accounts for its members (a late release must not free what a launch is about to use)."""
         with self._lock:
             for key in keys:
-                self._touch_locked(self._claims.release(key))
+                c = self._claims.get(key)
+                if c is not None and not c.launching:
+                    self._touch_locked(self._claims.release(key))
 
     def held_hosts(self) -> set[str]:
         with self._lock:

@@ -23,6 +23,8 @@ log = logging.getLogger(__name__)
 ROUNDS = Histogram("peloton_placement_round_seconds", "Duration of one placement round",
                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
 GANGS = Counter("peloton_placement_gangs_total", "Gangs considered by placement", ["result"])
+ORPHANED_CLAIMS = Counter("peloton_placement_orphaned_claims_released_total",
+                          "Claims of placements dropped before launch (job stopped, resmgr reset), released")
 SYNCED_HOSTS = Counter("peloton_placement_synced_hosts_total", "Host states brought up to date from hostmgr")
 
 
@@ -61,8 +63,12 @@ class PlacementEngine:
             internal_pb2.DequeueGangsRequest(max_gangs=self.batch, timeout_ms=self.poll_ms),
             timeout=self.poll_ms / 1000 + 10,
         )
+        if resp.release_claims:
+            # before this round claims anything: a gang placed again claims under the same key
+            self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=resp.release_claims), timeout=30)
+            ORPHANED_CLAIMS.inc(len(resp.release_claims))
         if not resp.gangs:
-            return False
+            return bool(resp.release_claims)
         with ROUNDS.time():
             gangs = [convert.gang_request_from_proto(g) for g in resp.gangs]
             try:

@@ -9,6 +9,12 @@ READY (placed and claimed) -> HANDED (given to jobmgr) and is dropped only when 
 launch intent is durable; a placement jobmgr could not record goes back to WAITING (AckPlacements retry), and one
 handed out and never acknowledged (jobmgr died) goes back after HANDED_TIMEOUT_S. A placement is never lost.
 
+A placement dropped before jobmgr took it (its job stopped while it was being placed or waited READY, or resmgr
+was reset when the daemon regained the store) holds a claim in the host manager that nobody will launch: its key
+is kept as an orphaned claim and handed to the placement engine with its next dequeue, which releases it before it
+claims anything else. Otherwise the claim would hold the hosts until it expires (a minute), so that after a store
+outage, say, the cluster would sit idle with a queue waiting.
+
 Back-pressure: at most MAX_IN_FLIGHT gangs are PLACING, READY or HANDED at once. Placement runs ahead of the
 launchers otherwise (a 100,000-instance elastic job), and placements that wait longer than their claim lives are
 refused at launch and placed again, forever. READY placements are handed out highest priority first.
@@ -39,6 +45,7 @@ RETRY_AFTER_FAILED_PLACEMENT_S = 1.0
 MAX_IN_FLIGHT = 1024  # gangs admitted and not yet durably launching (see the module docstring)
 HANDED_TIMEOUT_S = 60.0
 UNPARK_EVERY_S = 0.05
+MAX_ORPHANED_CLAIMS = 100_000  # kept for the placement engine to release; beyond this the oldest just expire
 
 GangKey = tuple[str, int]  # (gang id, attempt)
 
@@ -81,6 +88,7 @@ class ResourceManager:
         self._last_unpark = float("-inf")
         self._seq = 0
         self._reasons: dict[str, PlacementFailure] = {}
+        self._orphaned: dict[GangKey, None] = {}  # claims of placements dropped before jobmgr took them, oldest first
         self._alloc: dict[str, tuple[str, Resources, int]] = {}  # gang id -> (pool, resources, attempt)
         self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
         self._pools: dict[str, ResourcePool] = {}
@@ -98,8 +106,12 @@ class ResourceManager:
             return dict(self._pools)
 
     def reset(self) -> None:
-        """Forget everything (the job manager recovers and enqueues again)."""
+        """Forget everything (the job manager recovers and enqueues again) but the claims of the placements
+        jobmgr had not taken: those are released by the placement engine's next round."""
         with self._cond:
+            for e in self._entries.values():
+                if e.state == _State.READY and e.placement is not None:
+                    self._orphan_locked(e.placement)
             self._entries.clear()
             self._ready.clear()
             self._handed.clear()
@@ -113,7 +125,22 @@ class ResourceManager:
             self._cond.notify_all()
 
     # --- bookkeeping ------------------------------------------------------------------------------------------
+    def _orphan_locked(self, p: GangPlacement) -> None:
+        self._orphaned[(p.gang_id, p.attempt)] = None
+        while len(self._orphaned) > MAX_ORPHANED_CLAIMS:
+            del self._orphaned[next(iter(self._orphaned))]
+
+    def take_orphaned_claims(self) -> list[GangKey]:
+        """The claims of placements dropped before jobmgr took them, for the placement engine to release."""
+        with self._cond:
+            out = list(self._orphaned)
+            self._orphaned.clear()
+            return out
+
     def _drop_locked(self, gang_id: str) -> None:
+        e = self._entries.get(gang_id)
+        if e is not None and e.state == _State.READY and e.placement is not None:
+            self._orphan_locked(e.placement)  # HANDED ones are jobmgr's: its launcher releases what it drops
         self._entries.pop(gang_id, None)  # its heap items (waiting, ready) go stale
         self._handed.pop(gang_id, None)
         self._in_flight.discard(gang_id)
@@ -273,7 +300,7 @@ class ResourceManager:
         with self._cond:
             while True:
                 out = self._admit_locked(max_n)
-                if out:
+                if out or self._orphaned:
                     return out
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -343,7 +370,8 @@ class ResourceManager:
             for p in placements:
                 e = self._entries.get(p.gang_id)
                 if e is None or e.req.attempt != p.attempt or e.state != _State.PLACING:
-                    continue  # removed (job stopped) while placing; jobmgr never sees it, the claim expires
+                    self._orphan_locked(p)  # removed (job stopped, resmgr reset) while placing: nobody launches it
+                    continue
                 e.state = _State.READY
                 e.placement = p
                 heapq.heappush(self._ready, (e.order(), e.seq, p.gang_id))

@@ -32,7 +32,9 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
     @grpc_errors
     def DequeueGangs(self, request, context):  # type: ignore[no-untyped-def]
         gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0)
-        return internal_pb2.DequeueGangsResponse(gangs=[convert.gang_request_to_proto(g) for g in gangs])
+        return internal_pb2.DequeueGangsResponse(
+            gangs=[convert.gang_request_to_proto(g) for g in gangs],
+            release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()])
 
     @grpc_errors
     def SetPlacements(self, request, context):  # type: ignore[no-untyped-def]

@@ -27,7 +27,7 @@ from tests.faults.tcp_proxy import TcpProxy
 pytestmark = pytest.mark.e2e
 
 SPEC = job_pb2.JobSpec(name="x", instances=2)
-SPEC.task.command = "sleep 2"
+SPEC.task.command = "sleep 1"
 SPEC.task.resources.cpu = 0.5
 SPEC.task.resources.mem = "64Mi"
 
@@ -74,7 +74,7 @@ def submitter(stub: job_pb2_grpc.JobServiceStub, obs: Observed, stop: threading.
                 assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e  # type: ignore[attr-defined]
                 time.sleep(0.3)
         n += 1
-        time.sleep(0.3)
+        time.sleep(0.4)  # a little over what the host runs (2 one-second jobs at a time): a queue, not a long backlog
 
 
 def reader(stub: job_pb2_grpc.JobServiceStub, obs: Observed, stop: threading.Event) -> None:
@@ -104,9 +104,9 @@ def health_watcher(channel: grpc.Channel, obs: Observed, stop: threading.Event) 
 
 def test_store_restarted_and_stopped_under_load(store_behind_proxy: tuple[str, TcpProxy], tmp_path: Path) -> None:
     url, proxy = store_behind_proxy
-    # room for 4 jobs at a time, fewer than are submitted: gangs wait for placements, so placements are in flight
+    # room for 2 jobs at a time, fewer than are submitted: gangs wait for placements, so placements are in flight
     # (claimed, handed to the job manager) whenever the store goes away
-    d = Daemon(tmp_path / "data", url, hosts=2, host_resources="cpu=2,mem=8Gi")
+    d = Daemon(tmp_path / "data", url, hosts=1, host_resources="cpu=2,mem=8Gi")
     d.start()
     obs = Observed()
     stop = threading.Event()
@@ -141,7 +141,9 @@ def test_store_restarted_and_stopped_under_load(store_behind_proxy: tuple[str, T
                       for j in submitted.values()]
             return all(s in ("SUCCEEDED", "FAILED", "KILLED") for s in states)
 
+        t0 = time.monotonic()
         wait_until(all_done, timeout=180, interval=1.0, what="every submitted job to finish")
+        print(f"\n{len(submitted)} jobs submitted; the queue drained {time.monotonic() - t0:.1f} s after the last")
         jobs = []
         token = ""
         while True:

@@ -194,6 +194,20 @@ def test_launch_drops_the_claim_only_after_the_backend_accounts_for_the_members(
     assert len(hm.claim([placed("z/0", ["h1"])])[0]) == 1
 
 
+def test_releasing_a_claim_frees_its_hosts_but_not_while_its_launch_is_in_progress() -> None:
+    hm, be = make()
+    (a,), _ = hm.claim([placed("a/0", ["h1", "h1"])])
+    assert hm.claim([placed("x/0", ["h1"])])[0] == []  # both GPUs of h1 are claimed
+    hm.release_claims([("a/0", 1), ("unknown/0", 1)])
+    (a,), _ = hm.claim([placed("a/0", ["h1", "h1"])])  # free again: claimed anew under the same key
+    # a late release (of an earlier placement with the same key) arrives while this one is being launched
+    be.during_launch.append(lambda: hm.release_claims([("a/0", 1)]))
+    racing: list[tuple[list[GangPlacement], list[object]]] = []
+    be.during_launch.append(lambda: racing.append(hm.claim([placed("y/0", ["h1"])])))  # type: ignore[arg-type]
+    assert hm.launch([launch_of(a)])[0].outcome == LaunchOutcome.OK
+    assert racing[0][0] == []  # the launching claim still held h1's GPUs
+
+
 def test_a_stale_or_unknown_claim_is_refused_and_nothing_starts() -> None:
     now = [100.0]
     hm, be = make(now)

@@ -280,6 +280,50 @@ def test_stale_placements_and_failures_are_ignored() -> None:
     rm.remove([("a/0", 2)])
     rm.set_placements([placement(a2)], [])  # removed (job stopped) while placing
     assert rm.take_placements(10, SHORT) == ([], [])
+    # nobody will launch either placement: their claims are handed out for release
+    assert rm.take_orphaned_claims() == [("a/0", 1), ("a/0", 2)]
+    assert rm.take_orphaned_claims() == []
+
+
+def test_claims_of_placements_dropped_before_jobmgr_took_them_are_orphaned() -> None:
+    rm, _, _ = make()
+    ready, handed, replaced, queued = gang("ready", at=1), gang("handed"), gang("replaced", at=2), gang("queued", at=3)
+    rm.enqueue([handed])
+    assert rm.dequeue(10, SHORT) == [handed]
+    rm.set_placements([placement(handed)], [])
+    assert rm.take_placements(10, SHORT)[0] == [placement(handed)]
+    rm.enqueue([ready, replaced, queued])
+    assert rm.dequeue(2, SHORT) == [ready, replaced]
+    rm.set_placements([placement(ready), placement(replaced)], [])
+    rm.remove([("ready/0", 1), ("handed/0", 1), ("queued/0", 1)])
+    rm.enqueue([gang("replaced", attempt=2)])  # a newer attempt replaces the READY one
+    # the HANDED placement is jobmgr's (its launcher releases what it does not launch); a queued gang held none
+    assert rm.take_orphaned_claims() == [("ready/0", 1), ("replaced/0", 1)]
+
+
+def test_reset_orphans_the_claims_of_ready_placements() -> None:
+    rm, _, _ = make()
+    a, b = gang("a", at=1), gang("b", at=2)
+    rm.enqueue([a, b])
+    assert rm.dequeue(10, SHORT) == [a, b]
+    rm.set_placements([placement(a)], [])  # READY; b is still being placed
+    rm.reset()
+    rm.enqueue([a, b])  # the job manager's recovery queues them again, same attempts
+    rm.set_placements([placement(b)], [])  # b's round ends after the reset: its entry is not PLACING any more
+    assert rm.take_orphaned_claims() == [("a/0", 1), ("b/0", 1)]
+    assert rm.dequeue(10, SHORT) == [a, b]  # placed again (the engine releases the orphans first)
+
+
+def test_an_orphaned_claim_wakes_a_waiting_dequeue() -> None:
+    rm, _, _ = make()
+    a = gang("a")
+    rm.enqueue([a])
+    rm.dequeue(10, SHORT)
+    rm.set_placements([placement(a)], [])
+    threading.Timer(0.05, rm.remove, args=([("a/0", 1)],)).start()
+    t0 = time.monotonic()
+    assert rm.dequeue(10, 5.0) == []
+    assert time.monotonic() - t0 < 3 and rm.take_orphaned_claims() == [("a/0", 1)]
 
 
 def test_enqueue_with_running_counts_the_allocation() -> None:

@@ -136,10 +136,12 @@ class DequeueGangsRequest(_message.Message):
     def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class DequeueGangsResponse(_message.Message):
-    __slots__ = ("gangs",)
+    __slots__ = ("gangs", "release_claims")
     GANGS_FIELD_NUMBER: _ClassVar[int]
+    RELEASE_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     gangs: _containers.RepeatedCompositeFieldContainer[GangRequest]
-    def __init__(self, gangs: _Optional[_Iterable[_Union[GangRequest, _Mapping]]] = ...) -> None: ...
+    release_claims: _containers.RepeatedCompositeFieldContainer[GangKey]
+    def __init__(self, gangs: _Optional[_Iterable[_Union[GangRequest, _Mapping]]] = ..., release_claims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
 
 class SetPlacementsRequest(_message.Message):
     __slots__ = ("placements", "failures")

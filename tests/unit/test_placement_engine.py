@@ -1,0 +1,91 @@
+"""The placement engine between a real resmgr and a real host manager (over a fake backend), spoken to over real
+gRPC: placements are claimed and handed to resmgr, and the claim of a placement resmgr dropped before jobmgr took
+it (job stopped, resmgr reset) is released before the next claims instead of holding the hosts until it expires."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from concurrent import futures
+
+import grpc
+import pytest
+
+from peloton.api.v1 import internal_pb2_grpc
+from peloton.domain.model import ResourcePool
+from peloton.domain.placement import GangRequest, MemberRequest
+from peloton.domain.resources import Resources
+from peloton.hostmgr.manager import HostManager
+from peloton.hostmgr.service import HostManagerServicer
+from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.manager import ResourceManager
+from peloton.resmgr.service import ResourceManagerServicer
+from tests.unit.test_hostmgr_manager import FakeBackend
+
+SHORT = 0.05
+
+
+def gang(job: str, n: int = 2) -> GangRequest:
+    """A gang that takes both GPUs of both hosts of the fake backend (n=2: each member takes 2 GPUs)."""
+    r = Resources(cpu=1, mem=10, gpu=2)
+    return GangRequest(gang_id=f"{job}/0", job_id=job, attempt=1,
+                       members=tuple(MemberRequest(i, f"{job}-{i}-1", r) for i in range(n)))
+
+
+@pytest.fixture
+def parts() -> Iterator[tuple[PlacementEngine, ResourceManager, HostManager]]:
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
+    hm = HostManager(FakeBackend(), clock=lambda: 1000.0, claim_ttl_s=3600)  # claims never expire here
+    hm.start()
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
+    internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    engine = PlacementEngine(internal_pb2_grpc.ResourceManagerInternalStub(channel),
+                             internal_pb2_grpc.HostManagerInternalStub(channel), poll_ms=50)
+    try:
+        yield engine, rm, hm
+    finally:
+        channel.close()
+        server.stop(None)
+        hm.stop()
+
+
+def test_a_gang_is_placed_claimed_and_handed_to_resmgr(
+        parts: tuple[PlacementEngine, ResourceManager, HostManager]) -> None:
+    engine, rm, hm = parts
+    rm.enqueue([gang("a")])
+    assert engine.run_once()
+    (p,), _ = rm.take_placements(10, SHORT)
+    assert p.gang_id == "a/0" and sorted(m.gpu_ids for m in p.members) == [(0, 1), (0, 1)]
+    assert hm.held_hosts() == {"h1", "h2"}
+
+
+@pytest.mark.parametrize("drop", ["job stopped", "resmgr reset"])
+def test_the_claim_of_a_dropped_placement_is_released_before_the_next_claims(
+        parts: tuple[PlacementEngine, ResourceManager, HostManager], drop: str) -> None:
+    engine, rm, hm = parts
+    rm.enqueue([gang("a")])
+    assert engine.run_once()  # placed and claimed: every GPU of the cluster; READY in resmgr
+    if drop == "job stopped":
+        rm.remove([("a/0", 1)])
+    else:
+        rm.reset()  # the daemon regained the store; its recovery enqueues what is still queued
+    rm.enqueue([gang("b")])
+    assert engine.run_once()
+    placed, pending = rm.take_placements(10, SHORT)
+    assert [p.gang_id for p in placed] == ["b/0"] and pending == []  # not refused: a's claim was released
+    assert hm.held_hosts() == {"h1", "h2"}  # by b's claim alone
+    assert rm.take_orphaned_claims() == []
+
+
+def test_a_round_with_only_orphaned_claims_releases_them(
+        parts: tuple[PlacementEngine, ResourceManager, HostManager]) -> None:
+    engine, rm, hm = parts
+    rm.enqueue([gang("a")])
+    assert engine.run_once()
+    rm.remove([("a/0", 1)])
+    assert engine.run_once()  # no gangs to place, but work was done
+    assert hm.held_hosts() == set()
+    assert not engine.run_once()  # an idle round
