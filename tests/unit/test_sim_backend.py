@@ -3,10 +3,8 @@ injected clock and `run_due` (no timer thread) except where the thread itself is
 
 from __future__ import annotations
 
-import gc
 import threading
 import time
-import tracemalloc
 from collections.abc import Callable, Collection
 
 import pytest
@@ -471,16 +469,14 @@ def test_make_sim_backend_from_settings() -> None:
     assert b.seed == 4
 
 
-def test_memory_and_offer_cost_with_100k_running_tasks() -> None:
-    """Not a limit, a figure to report: the memory the backend's book takes per 100,000 running tasks (each with a
-    GPU, a port and a duration), and what offers() for a few hosts costs once they run."""
-    n_hosts, per_host = 10_000, 10
+def test_a_cluster_full_of_running_tasks_is_accounted_on_every_host() -> None:
+    """10,000 running tasks on 1,000 hosts (each with a GPU, a port and a duration): every launch accepted, every
+    task listed, and offers() for a few hosts shows what they take (the daemon's memory at scale is measured by
+    benchmarks/memory_bench.py, not here)."""
+    n_hosts, per_host = 1_000, 10
     b = SimBackend(make_sim_hosts(n_hosts, Resources(cpu=64, mem=256 * 1024, gpu=8), racks=40), seed=1,
                    clock=Clock(), timer_thread=False)
     b.start(lambda st: None, lambda names: None)
-    gc.collect()
-    tracemalloc.start()
-    before = tracemalloc.get_traced_memory()[0]
     env = {"PELOTON_SIM_DURATION": "10m-20m"}
     gangs = [GangLaunch(f"job{h}/0", 1, tuple(
         LaunchSpec(task_id=f"{h:06x}abcdef-{i}-1", job_id=f"{h:06x}abcdef", instance=i, attempt=1,
@@ -488,21 +484,12 @@ def test_memory_and_offer_cost_with_100k_running_tasks() -> None:
                    resources=Resources(cpu=1, mem=1024, gpu=1 if i < 8 else 0, ports=1),
                    gpu_ids=(i,) if i < 8 else (), ports=(31000 + i,))
         for i in range(per_host))) for h in range(n_hosts)]
-    for k in range(0, len(gangs), 1000):
-        assert {r.outcome for r in b.launch(gangs[k:k + 1000])} == {LaunchOutcome.OK}
-    del gangs  # what a launch leaves behind is what counts: the specs came and went over gRPC
-    gc.collect()
-    used = tracemalloc.get_traced_memory()[0] - before
-    tracemalloc.stop()
+    for k in range(0, len(gangs), 100):
+        assert {r.outcome for r in b.launch(gangs[k:k + 100])} == {LaunchOutcome.OK}
     assert len(b.running()) == n_hosts * per_host
-    names = [f"sim-{h:05d}" for h in range(0, n_hosts, 1000)]
-    t0 = time.perf_counter()
-    for _ in range(100):
-        offers = b.offers(names)
-    per_call = (time.perf_counter() - t0) / 100
+    offers = b.offers([f"sim-{h:05d}" for h in range(0, n_hosts, 100)], with_ids=True)
     assert [o.free.cpu for o in offers] == [54.0] * 10
-    print(f"\nsim backend: {used / 1e6:.1f} MB for {n_hosts * per_host} running tasks "
-          f"({used / (n_hosts * per_host):.0f} B/task); offers(10 hosts) {per_call * 1e6:.0f} us")
+    assert all(o.free.gpu == 0 and o.gpu_ids == () and 31000 not in o.ports for o in offers)
 
 
 # --------------------------------------------------------------------------------------------------- server flags
