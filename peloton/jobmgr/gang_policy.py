@@ -249,16 +249,40 @@ def stop_gang(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str =
     _finish_if_quiet(jv, gv, now, eff)
 
 
-def stop_job(jv: JobView, now: float) -> Effects:
+def stop_job(jv: JobView, now: float, gangs: range | None = None) -> Effects:
+    """The job's desired state becomes KILLED and the gangs with an index in `gangs` (every gang when None) are
+    stopped. A big job is stopped a range at a time, each its own commit; once KILLED is desired, recovery and
+    the reconciler finish whatever a crash or an outage left running (see `needs_stopping`)."""
     eff = Effects()
     if jv.job.state.terminal:
         return eff
-    eff.touch_job(jv.job)
-    jv.job.desired = "KILLED"
-    for gv in jv.gangs.values():
-        stop_gang(jv, gv, now, eff)
+    first = jv.job.desired != "KILLED"
+    if first:
+        eff.touch_job(jv.job)
+        jv.job.desired = "KILLED"
+    if gangs is None:
+        for gv in jv.gangs.values():
+            stop_gang(jv, gv, now, eff)
+    else:
+        for i in gangs:
+            one = jv.gangs.get(i)
+            if one is not None:
+                stop_gang(jv, one, now, eff)
+        if first:
+            # the queue gives up every queued gang at once (ranges not stopped yet included), so that placement
+            # does not keep placing gangs whose launch would be refused; each is marked DONE when its range comes
+            eff.release += [(gv.gang.gang_id, gv.gang.attempt) for gv in jv.gangs.values()
+                            if gv.gang.state == G.QUEUED and gv.gang.index not in gangs]
     derive_job_state(jv, now, eff)
     return eff
+
+
+def needs_stopping(jv: JobView) -> bool:
+    """KILLED is desired and a gang has not been told to stop (a stop in ranges cut short)."""
+    if jv.job.desired != "KILLED" or jv.job.state.terminal:
+        return False
+    c = jv.gang_counts
+    return c[G.DONE] + c[G.ABORTING] < len(jv.gangs)
 
 
 def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:

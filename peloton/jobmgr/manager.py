@@ -55,6 +55,7 @@ FULL_RECONCILE_S = 600.0  # every live member is asked about this often
 QUEUE_CHECK_S = 30.0  # QUEUED gangs resmgr does not know are re-enqueued this often
 BIG_JOB_ROWS = 5_000  # a job with more rows is inserted in chunks, each its own transaction
 INSERT_CHUNK = 5_000
+STOP_CHUNK = 500  # gangs stopped per commit: stopping a 100,000-gang job does not hold other writes up
 RPC_CHUNK = 5_000
 CAPACITY_TTL_S = 1.0
 POOLS_TTL_S = 1.0  # a pool's new limit applies to creates at most this much later
@@ -124,6 +125,8 @@ class JobManager:
         self._cap_refresh = threading.Lock()  # one capacity refresh at a time
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
+        self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)
+        self._stopping_lock = threading.Lock()
 
     def start(self) -> None:
         self.writer.start()
@@ -217,6 +220,8 @@ class JobManager:
             for start in range(0, len(events), INSERT_CHUNK):
                 with transaction(self.sessions) as s:
                     repo.append_task_events(s, events[start:start + INSERT_CHUNK])
+            with transaction(self.sessions) as s:
+                repo.refresh_job_statistics(s)
         except BaseException:
             try:
                 with transaction(self.sessions) as s:
@@ -387,20 +392,43 @@ class JobManager:
 
     # --- stop, delete ---------------------------------------------------------------------------------------
     def stop_job(self, job_id: str) -> bool:
-        """Stop every gang of the job. False when it had already finished (nothing to do)."""
+        """Stop every gang of the job. False when it had already finished (nothing to do). The first commit makes
+        KILLED the job's desired state and stops its first STOP_CHUNK gangs; each further commit stops the next
+        STOP_CHUNK, so other requests get their turn in between. If this is cut short (the store went away), the
+        reconciler finishes it, as recovery does after a crash."""
         def check(views: Views) -> None:
             if job_id not in views:
                 raise NotFound(f"job {job_id!r} not found", field="id")
 
-        was: list[bool] = []
+        seen: list[tuple[bool, int]] = []
 
         def apply(views: Views, now: float) -> policy.Effects:
             jv = views[job_id]
-            was.append(jv.job.state.terminal)
-            return policy.stop_job(jv, now)
+            seen.append((jv.job.state.terminal, max(jv.gangs, default=-1) + 1))
+            return policy.stop_job(jv, now, range(STOP_CHUNK))
 
-        self.writer.mutate([job_id], apply, check)
-        return not was[0]
+        with self._stopping_lock:
+            self._stopping.add(job_id)
+        try:
+            self.writer.mutate([job_id], apply, check)
+            was_terminal, end = seen[0]
+            if not was_terminal:
+                self._stop_gangs(job_id, STOP_CHUNK, end)
+        finally:
+            with self._stopping_lock:
+                self._stopping.discard(job_id)
+        return not was_terminal
+
+    def _stop_gangs(self, job_id: str, start: int, end: int) -> None:
+        """Stop the gangs with an index in [start, end) of a job whose desired state is KILLED, STOP_CHUNK a commit."""
+        for lo in range(start, end, STOP_CHUNK):
+            def apply(views: Views, now: float, gangs: range = range(lo, min(lo + STOP_CHUNK, end))) -> policy.Effects:
+                jv = views.get(job_id)
+                if jv is None or jv.job.desired != "KILLED":
+                    return policy.Effects()  # deleted meanwhile (it had finished)
+                return policy.stop_job(jv, now, gangs)
+
+            self.writer.mutate([job_id], apply)
 
     def delete_job(self, job_id: str) -> None:
         def check(views: Views) -> None:
@@ -522,9 +550,15 @@ class JobManager:
         full = now >= self._full_reconcile_at
         queue_check = now >= self._queue_check_at
 
-        def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]]]:
+        with self._stopping_lock:
+            stopping = set(self._stopping)
+
+        def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]], dict[str, int]]:
             stale, late, held = [], [], []
+            unstopped: dict[str, int] = {}  # job -> gang index end
             for jv in views.values():
+                if jv.job.id not in stopping and policy.needs_stopping(jv):
+                    unstopped[jv.job.id] = max(jv.gangs, default=-1) + 1
                 for gv in jv.gangs.values():
                     g = gv.gang
                     if queue_check and g.state in (GangState.QUEUED, *ACTIVE) and now - g.updated_at > QUEUE_CHECK_S:
@@ -538,9 +572,12 @@ class JobManager:
                         if g.state in (GangState.PLACED, GangState.LAUNCHING) and g.launch_deadline \
                                 and now >= g.launch_deadline:
                             late.append((jv.job.id, g.index))
-            return [replace(t) for t in stale], late, held
+            return [replace(t) for t in stale], late, held, unstopped
 
-        stale, late, held = self.writer.read(scan)
+        stale, late, held, unstopped = self.writer.read(scan)
+        for jid, end in unstopped.items():
+            log.warning("job %s: finishing a stop that was cut short", jid)
+            self._stop_gangs(jid, 0, end)
         if full:
             self._full_reconcile_at = now + FULL_RECONCILE_S
         if queue_check:
@@ -592,7 +629,7 @@ class JobManager:
                 gv = jv.gangs.get(int(idx)) if jv is not None else None
                 if gv is None or gv.gang.attempt != attempt:
                     continue  # moved on since the scan
-                if gv.gang.state == GangState.QUEUED:
+                if gv.gang.state == GangState.QUEUED and jv is not None and jv.job.desired == "RUNNING":
                     eff.enqueue.append((jid, gv.gang.index))
                 elif gv.gang.state in ACTIVE:
                     eff.adopt.append((jid, gv.gang.index))

@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session
 
 from peloton.store.db import STATEMENTS
 
-UPDATE_CHUNK = 1000  # rows per PostgreSQL UPDATE statement
+UPDATE_CHUNK = 250  # rows per PostgreSQL UPDATE statement
 COPY_ABOVE = 500  # rows: COPY beats a rendered multi-row INSERT on PostgreSQL above this
 
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import statistics
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import grpc
@@ -41,7 +41,37 @@ def small_spec(name: str) -> job_pb2.JobSpec:
     return spec
 
 
-def test_a_100k_instance_job_is_accepted_while_other_creates_keep_answering(big_sim: SimDaemon) -> None:
+def creates_meanwhile(stub: job_pb2_grpc.JobServiceStub, work: Callable[[], object], tag: str,
+                      small_ids: list[str]) -> tuple[object, float, list[float]]:
+    """Run `work` in a thread while creating small jobs one after another (at least 5): its result, how long it
+    took, and how long each create took meanwhile."""
+    result: dict[str, object] = {}
+
+    def run() -> None:
+        t0 = time.monotonic()
+        result["value"] = work()
+        result["took"] = time.monotonic() - t0
+
+    t = threading.Thread(target=run)
+    t.start()
+    latencies: list[float] = []
+    while t.is_alive() or len(latencies) < 5:
+        t0 = time.monotonic()
+        small_ids.append(stub.CreateJob(job_pb2.CreateJobRequest(spec=small_spec(f"{tag}-{len(latencies)}")),
+                                        timeout=60).job_id)
+        latencies.append(time.monotonic() - t0)
+        time.sleep(0.1)
+    t.join()
+    assert "took" in result, "the big request failed (see the output above)"
+    return result["value"], float(result["took"]), latencies  # type: ignore[arg-type]
+
+
+def figures(latencies: list[float]) -> str:
+    return (f"{len(latencies)} small creates meanwhile: median {statistics.median(latencies) * 1000:.0f} ms, "
+            f"max {max(latencies) * 1000:.0f} ms")
+
+
+def test_a_100k_instance_job_is_accepted_and_stopped_while_other_creates_keep_answering(big_sim: SimDaemon) -> None:
     channel = grpc.insecure_channel(big_sim.address)
     stub = job_pb2_grpc.JobServiceStub(channel)
     big = job_pb2.JobSpec(name="huge", instances=100_000)
@@ -49,47 +79,30 @@ def test_a_100k_instance_job_is_accepted_while_other_creates_keep_answering(big_
     big.task.command = "train.py"
     big.task.resources.cpu = 0.05  # 500 hosts x 16 cores: room for all of them
     big.task.resources.mem = "16Mi"
-    result: dict[str, object] = {}
-
-    def create_big() -> None:
-        t0 = time.monotonic()
-        result["job_id"] = stub.CreateJob(job_pb2.CreateJobRequest(spec=big), timeout=300).job_id
-        result["accepted_s"] = time.monotonic() - t0
-
-    small_latencies: list[float] = []
     small_ids: list[str] = []
-    t = threading.Thread(target=create_big)
-    t.start()
-    n = 0
-    while t.is_alive() or n < 5:
-        t0 = time.monotonic()
-        small_ids.append(stub.CreateJob(job_pb2.CreateJobRequest(spec=small_spec(f"small-{n}")), timeout=60).job_id)
-        small_latencies.append(time.monotonic() - t0)
-        n += 1
-        time.sleep(0.1)
-    t.join()
-    job_id = str(result["job_id"])
-    job = stub.GetJob(job_pb2.GetJobRequest(job_id=job_id), timeout=30).job
+    job_id, accepted_s, create_latencies = creates_meanwhile(
+        stub, lambda: stub.CreateJob(job_pb2.CreateJobRequest(spec=big), timeout=300).job_id, "small", small_ids)
+    job = stub.GetJob(job_pb2.GetJobRequest(job_id=str(job_id)), timeout=30).job
     assert job.spec.instances == 100_000 and job.status.gang_count == 100_000 and len(job.status.gangs) == 1000
     assert job.ByteSize() < 1024 * 1024  # the answer stays small: the first gangs, and a count of all by state
-    for sid in small_ids:  # other users' jobs were not held up behind it
-        wait_until(lambda sid=sid: stub.GetJob(job_pb2.GetJobRequest(job_id=sid)).job.status.state == "SUCCEEDED",
-                   timeout=120, interval=0.5, what=f"small job {sid} to succeed")
 
     def running() -> int:
-        return int(stub.GetJob(job_pb2.GetJobRequest(job_id=job_id), timeout=30).job.status.task_states["RUNNING"])
+        return int(stub.GetJob(job_pb2.GetJobRequest(job_id=str(job_id)), timeout=30).job.status.task_states["RUNNING"])
 
     t0 = time.monotonic()
     wait_until(lambda: running() >= 1000, timeout=300, interval=0.5, what="the big job's instances to start")
-    print(f"\n100k-instance elastic job on {big_sim.db_url.split(':')[0]}: accepted in {result['accepted_s']:.1f} s; "
-          f"1000 instances running {time.monotonic() - t0:.1f} s later; {len(small_latencies)} small creates "
-          f"meanwhile: median {statistics.median(small_latencies) * 1000:.0f} ms, "
-          f"max {max(small_latencies) * 1000:.0f} ms")
+    print(f"\n100k-instance elastic job on {big_sim.db_url.split(':')[0]}: accepted in {accepted_s:.1f} s "
+          f"({figures(create_latencies)}); 1000 instances running {time.monotonic() - t0:.1f} s later")
+    _, stop_s, stop_latencies = creates_meanwhile(
+        stub, lambda: stub.StopJob(job_pb2.StopJobRequest(job_id=str(job_id)), timeout=300), "during-stop", small_ids)
     t0 = time.monotonic()
-    stub.StopJob(job_pb2.StopJobRequest(job_id=job_id), timeout=120)
-    wait_until(lambda: stub.GetJob(job_pb2.GetJobRequest(job_id=job_id)).job.status.state == "KILLED",
+    wait_until(lambda: stub.GetJob(job_pb2.GetJobRequest(job_id=str(job_id))).job.status.state == "KILLED",
                timeout=300, interval=1.0, what="the big job to be stopped")
-    print(f"stopped (100,000 gangs) in {time.monotonic() - t0:.1f} s")
+    print(f"stopped (100,000 gangs): StopJob took {stop_s:.1f} s ({figures(stop_latencies)}), KILLED "
+          f"{time.monotonic() - t0:.1f} s later")
+    for sid in small_ids:  # other users' jobs were not held up behind it
+        wait_until(lambda sid=sid: stub.GetJob(job_pb2.GetJobRequest(job_id=sid)).job.status.state == "SUCCEEDED",
+                   timeout=120, interval=0.5, what=f"small job {sid} to succeed")
     channel.close()
 
 

@@ -423,6 +423,28 @@ def test_stop_job_twice_and_on_a_finished_job_is_a_no_op() -> None:
     assert snapshot(jv) == before
 
 
+def test_stop_job_a_range_at_a_time_gives_up_every_queued_gang_first() -> None:
+    jv = make_view(make_spec(5, min_available=1))  # five gangs of one
+    place(jv, 0)
+    run_all(jv, 0)
+    assert not policy.needs_stopping(jv)
+    eff = policy.stop_job(jv, T0 + 3, range(0, 2))
+    assert jv.job.desired == "KILLED" and jv.job.state == J.KILLING
+    assert eff.kill == [task_id_for(JOB, 0, 1)]
+    assert [jv.gangs[i].gang.state for i in range(5)] == [G.ABORTING, G.DONE, G.QUEUED, G.QUEUED, G.QUEUED]
+    # gang 1 stopped now; 2..4 given up by the queue at once, marked DONE when their range comes
+    assert sorted(eff.release) == [(gang_id_for(JOB, i), 1) for i in range(1, 5)]
+    assert policy.needs_stopping(jv)
+    eff = policy.stop_job(jv, T0 + 4, range(2, 4))
+    assert sorted(eff.release) == [(gang_id_for(JOB, i), 1) for i in (2, 3)]  # no second mass release
+    assert not eff.jobs  # KILLED was desired already
+    eff = policy.stop_job(jv, T0 + 4, range(4, 6))  # past the last gang: only what exists
+    assert [jv.gangs[i].gang.state for i in range(5)] == [G.ABORTING] + [G.DONE] * 4
+    assert not policy.needs_stopping(jv) and jv.job.state == J.KILLING
+    apply(jv, 0, T.KILLED, now=T0 + 5)
+    assert jv.job.state == J.KILLED and not policy.needs_stopping(jv)
+
+
 def test_member_coming_up_after_stop_is_killed() -> None:
     jv = make_view(make_spec(2))
     gv = place(jv)
