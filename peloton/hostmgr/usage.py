@@ -6,11 +6,12 @@ read (O(ports) only when the concrete free ports are asked for).
 
 from __future__ import annotations
 
+from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
-from peloton.hostmgr.backend import LaunchSpec, RunningTask
+from peloton.hostmgr.backend import HostInfo, LaunchSpec, RunningTask
 
 MAX_OFFER_PORTS = 1000  # concrete free ports listed per host: a gang may need many ports on one host
 
@@ -100,6 +101,12 @@ class HostUsage:
             labels=dict(cfg.labels), capacity=cap, has_gpus=bool(cfg.gpu_ids),
         )
 
+    def info(self) -> HostInfo:
+        cfg = self.config
+        return HostInfo(hostname=cfg.hostname, address=cfg.address, capacity=self.capacity,
+                        allocated=self.allocated, labels=dict(cfg.labels), state="UP" if self.up else "DOWN",
+                        task_ids=tuple(sorted(self.tasks)))
+
     def conflict(self, spec: LaunchSpec, batch: Resources, batch_gpus: set[int], batch_ports: set[int]) -> str | None:
         """Why `spec` cannot be accounted for on this host on top of what it uses and what the rest of its batch
         (`batch`, `batch_gpus`, `batch_ports`) takes; None when it can."""
@@ -132,6 +139,13 @@ class HostUsage:
             short = ",".join(need.short_of(free))
             return f"needs {need.describe()} but host {cfg.hostname} has only {free.describe()} free ({short})"
         return None
+
+
+def offers_of(hosts: Mapping[str, HostUsage], hostnames: Collection[str] | None, with_ids: bool) -> list[HostOffer]:
+    """The offers of the named hosts that exist (every host when None), for a backend's `offers`."""
+    if hostnames is None:
+        return [h.offer(with_ids) for h in hosts.values()]
+    return [hosts[n].offer(with_ids) for n in hostnames if n in hosts]
 
 
 def check_gang(hosts: dict[str, HostUsage], tasks: tuple[LaunchSpec, ...]) -> tuple[str, str] | None:

@@ -42,7 +42,7 @@ from peloton.hostmgr.backend import (
     TaskStatus,
 )
 from peloton.hostmgr.sim.durations import behaviour, format_duration, unit_draw
-from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang
+from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 
 log = logging.getLogger(__name__)
 
@@ -199,18 +199,11 @@ class SimBackend:
 
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         with self._lock:
-            if hostnames is None:
-                return [h.offer(with_ids) for h in self._hosts.values()]
-            return [self._hosts[n].offer(with_ids) for n in hostnames if n in self._hosts]
+            return offers_of(self._hosts, hostnames, with_ids)
 
     def hosts(self) -> list[HostInfo]:
         with self._lock:
-            return [
-                HostInfo(hostname=h.config.hostname, address=h.config.address, capacity=h.capacity,
-                         allocated=h.allocated, labels=dict(h.config.labels), state="UP" if h.up else "DOWN",
-                         task_ids=tuple(sorted(h.tasks)))
-                for h in self._hosts.values()
-            ]
+            return [h.info() for h in self._hosts.values()]
 
     def running(self) -> list[RunningTask]:
         with self._lock:
