@@ -1,4 +1,5 @@
-"""The one place where the error hierarchy meets gRPC status codes (both directions)."""
+"""Where the error hierarchy meets grpcio: servicers' errors become status codes (by the table in codes.py), and a
+failed call of an internal client becomes an error again."""
 
 from __future__ import annotations
 
@@ -10,25 +11,14 @@ from typing import Any, TypeVar
 import grpc
 
 from peloton import errors
+from peloton.api.codes import code_name_for, error_for
 
 log = logging.getLogger(__name__)
 
-_TO_CODE: list[tuple[type[errors.PelotonError], grpc.StatusCode]] = [
-    (errors.InvalidArgument, grpc.StatusCode.INVALID_ARGUMENT),
-    (errors.NotFound, grpc.StatusCode.NOT_FOUND),
-    (errors.AlreadyExists, grpc.StatusCode.ALREADY_EXISTS),
-    (errors.Conflict, grpc.StatusCode.ABORTED),
-    (errors.FailedPrecondition, grpc.StatusCode.FAILED_PRECONDITION),
-    (errors.Unavailable, grpc.StatusCode.UNAVAILABLE),
-]
-_FROM_CODE = {code: cls for cls, code in _TO_CODE}
-
 
 def code_for(err: errors.PelotonError) -> grpc.StatusCode:
-    for cls, code in _TO_CODE:
-        if isinstance(err, cls):
-            return code
-    return grpc.StatusCode.INTERNAL
+    """Which status an error travels as (the table is codes.TO_CODE)."""
+    return grpc.StatusCode[code_name_for(err)]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -130,7 +120,4 @@ def from_rpc_error(e: grpc.RpcError) -> errors.PelotonError:
     """Client side: turn a failed call back into the error hierarchy."""
     code = e.code() if hasattr(e, "code") else grpc.StatusCode.UNKNOWN
     details = e.details() if hasattr(e, "details") else str(e)
-    if code in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED):
-        return errors.Unavailable(details or "daemon unavailable")
-    cls = _FROM_CODE.get(code, errors.PelotonError)
-    return cls(details or code.name)
+    return error_for(code.name, details)

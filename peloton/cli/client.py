@@ -1,7 +1,7 @@
-"""The client side of the daemon's gRPC API, as the commands use it. Importing this module imports grpc; each
-service's generated messages are imported when a command first uses that service. The methods are made from the
-service descriptors in those modules rather than from the generated `*_pb2_grpc` stubs: the same calls, a few ms less
-start-up."""
+"""The client side of the daemon's gRPC API, as the commands use it, over the CLI's own transport (transport.py:
+no grpcio, whose import alone would cost ~60 ms). Each service's generated messages are imported when a command
+first uses that service; the methods are made from the service descriptors in those modules (the generated
+`*_pb2_grpc` stubs would import grpc)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-import grpc
+from peloton.cli.transport import Channel, RpcError, StatusCode
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -19,20 +19,11 @@ if TYPE_CHECKING:
     from peloton.api.v1 import job_pb2
     from peloton.cli.reconnect import Reconnect
 
-# A restarted daemon is found again within about this long: grpc's own reconnect back-off grows to 120 s by
-# default, which would outlast the grace period of `job wait` and its kin.
-CHANNEL_OPTIONS = [
-    ("grpc.initial_reconnect_backoff_ms", 250),
-    ("grpc.min_reconnect_backoff_ms", 250),
-    ("grpc.max_reconnect_backoff_ms", 2000),
-]
-
-
 class Stub:
     """The methods of one service of a generated module (`stub.GetJob(request, timeout=...)`, `.future(...)`),
     made from its descriptor when first used."""
 
-    def __init__(self, channel: grpc.Channel, module: ModuleType, service: str) -> None:
+    def __init__(self, channel: Channel, module: ModuleType, service: str) -> None:
         self._channel = channel
         self._service = module.DESCRIPTOR.services_by_name[service]
 
@@ -51,20 +42,17 @@ class Stub:
         return method
 
 
-def _from_daemon(e: grpc.RpcError) -> bool:
+def _from_daemon(e: RpcError) -> bool:
     """The daemon itself answered (UNAVAILABLE with its retry hint: its store is down, say), as opposed to a
     daemon that could not be reached at all."""
-    try:
-        return any(k == "retry-after-ms" for k, _ in (e.trailing_metadata() or ()))  # type: ignore[attr-defined]
-    except Exception:  # noqa: BLE001 - no metadata to read
-        return False
+    return any(k == "retry-after-ms" for k, _ in e.trailing_metadata())
 
 
 class Client:
     def __init__(self, address: str, timeout: float = 30.0) -> None:
         self.address = address
         self.timeout = timeout
-        self.channel = grpc.insecure_channel(address, options=CHANNEL_OPTIONS)
+        self.channel = Channel(address)
 
     @functools.cached_property
     def jobs(self) -> Any:
@@ -93,18 +81,18 @@ class Client:
     def call(self, method: Callable[..., Any], request: Message) -> Any:
         try:
             return method(request, timeout=self.timeout)
-        except grpc.RpcError as e:
+        except RpcError as e:
             raise self.error(e) from None
 
-    def error(self, e: grpc.RpcError) -> Exception:
+    def error(self, e: RpcError) -> Exception:
         """A failed call as the error hierarchy (UNAVAILABLE says which address could not be reached)."""
-        from peloton.api.status import from_rpc_error
+        from peloton.api.codes import error_for
 
-        err = from_rpc_error(e)
-        code = e.code()  # type: ignore[attr-defined]
-        if code == grpc.StatusCode.UNAVAILABLE and not _from_daemon(e):
+        code = e.code()
+        err = error_for(code.name, e.details())
+        if code == StatusCode.UNAVAILABLE and not _from_daemon(e):
             err.message = f"cannot reach the peloton daemon at {self.address} (is it running? see --address)"
-        elif code == grpc.StatusCode.UNIMPLEMENTED:
+        elif code == StatusCode.UNIMPLEMENTED:
             err.message = f"the daemon at {self.address} does not implement this call (an older release?)"
         return err
 

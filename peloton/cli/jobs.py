@@ -5,7 +5,6 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-import uuid
 from typing import TYPE_CHECKING, Any
 
 from peloton.api.v1 import job_pb2
@@ -38,6 +37,8 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
     spec = parse_spec(text, source=a.file)
     # One key for every try of this command: a retry after UNAVAILABLE (the daemon restarting, its store away)
     # returns the job a first try may have created instead of creating another.
+    import uuid
+
     request = job_pb2.CreateJobRequest(spec=spec, request_id=uuid.uuid4().hex)
     deadline = time.monotonic() + CREATE_RETRY_S
     delay = 0.25
@@ -75,11 +76,11 @@ def fetch_job(c: Client, job_id: str) -> tuple[job_pb2.Job, list[task_pb2.TaskIn
 
 
 def _result(c: Client, future: Any) -> Any:
-    import grpc
+    from peloton.cli.transport import RpcError
 
     try:
         return future.result()
-    except grpc.RpcError as e:
+    except RpcError as e:
         raise c.error(e) from None
 
 

@@ -17,9 +17,9 @@ from peloton.cli.exits import (
 )
 from peloton.errors import FailedPrecondition, InvalidArgument, PelotonError
 
-# Start-up time: parsing the arguments imports nothing heavy; a command imports what it uses when it runs (grpc and
-# the generated code of its service, yaml for `job create`, protobuf's json_format for `-o json`). The names below
-# are what the `server` and `sim` commands in this file use: imported when first used (grpc alone costs ~60 ms).
+# Start-up time: parsing the arguments imports nothing heavy; a command imports what it uses when it runs (the
+# generated code of its service, yaml for `job create`, protobuf's json_format for `-o json`; never grpc, see
+# transport.py). The names below are what the `server` command uses: imported when first used.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
     import logging
@@ -27,7 +27,6 @@ if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any
 
-    import grpc
     from google.protobuf.message import Message
 
     from peloton.cli.client import Client
@@ -44,7 +43,6 @@ else:
 
             return getattr(importlib.import_module(self._name), attr)
 
-    grpc = _Lazy("grpc")
     logging = _Lazy("logging")
 
     def Path(*parts):  # noqa: N802 - pathlib.Path, imported when first called
@@ -87,15 +85,17 @@ def cmd_sim_recover_host(c: Client, a: argparse.Namespace) -> int:
 
 def _sim_method(c: Client, name: str) -> Callable[..., Any]:
     """A SimService method whose UNIMPLEMENTED (a daemon without the sim backend) reads as such."""
-    from peloton.api.v1 import sim_pb2_grpc
+    from peloton.api.v1 import sim_pb2
+    from peloton.cli.client import Stub
+    from peloton.cli.transport import RpcError, StatusCode
 
-    method = getattr(sim_pb2_grpc.SimServiceStub(c.channel), name)
+    method = getattr(Stub(c.channel, sim_pb2, "SimService"), name)
 
     def call(request: Message, timeout: float) -> Any:
         try:
             return method(request, timeout=timeout)
-        except grpc.RpcError as e:
-            if e.code() == grpc.StatusCode.UNIMPLEMENTED:  # type: ignore[attr-defined]
+        except RpcError as e:
+            if e.code() == StatusCode.UNIMPLEMENTED:
                 raise FailedPrecondition("the daemon does not run the sim backend") from None
             raise
 
@@ -345,8 +345,8 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """The `peloton` command: its exit code. Run as the program (`argv` None), a client command ends the process
-    itself once its output is flushed (os._exit): tearing down grpc and the interpreter takes 20-30 ms, more than
-    some commands take to run. Given `argv`, it returns."""
+    itself once its output is flushed (os._exit): tearing down the interpreter takes milliseconds that a
+    command has no use for. Given `argv`, it returns."""
     import os
 
     args: argparse.Namespace | None = None

@@ -132,9 +132,8 @@ def watch_jobs(open_stream: Callable[[job_pb2.WatchJobsRequest, float | None], C
     snapshot of the jobs when it cannot (it restarted, or the history moved on). A code in RETRY_CODES, a stream
     the daemon ended, or one silent for `silence_s` is retried through `reconnect` (DaemonUnreachable in the end);
     any other error is raised as `error(e)` makes it. WatchTimeout once `deadline` (monotonic) passes."""
-    import grpc
-
     from peloton.api.v1 import job_pb2
+    from peloton.cli.transport import RpcError
 
     ids = list(job_ids)
     stream_id, revision = "", 0
@@ -156,14 +155,14 @@ def watch_jobs(open_stream: Callable[[job_pb2.WatchJobsRequest, float | None], C
                     stream_id, revision = resp.stream_id, resp.revision
                 yield resp
             why = f"the daemon at {reconnect.address} ended the stream"
-        except grpc.RpcError as e:
+        except RpcError as e:
             if deadline is not None and clock() >= deadline - 0.01:
                 raise WatchTimeout from None
-            code = e.code()  # type: ignore[attr-defined]
+            code = e.code()
             if guard is not None and guard.fired:
                 why = f"no word from the daemon at {reconnect.address} for {silence_s:g}s"
             elif code is not None and code.name in RETRY_CODES:
-                details = e.details() or code.name  # type: ignore[attr-defined]
+                details = e.details() or code.name
                 why = f"the watch stream from the daemon at {reconnect.address} failed ({details})"
             else:
                 raise (error(e) if error is not None else e) from None

@@ -17,6 +17,7 @@ from peloton.api.v1 import job_pb2, task_pb2
 from peloton.cli import reconnect as rc
 from peloton.cli.reconnect import DaemonUnreachable, Reconnect, WatchTimeout, watch_jobs
 from peloton.cli.tasks import follow_log
+from peloton.cli.transport import RpcError, StatusCode, UnaryStream, UnaryUnary
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound, Unavailable
 
 
@@ -38,18 +39,6 @@ def reconnect(clock: FakeClock, grace: float = 60.0, deadline: float | None = No
               notes: list[str] | None = None) -> Reconnect:
     return Reconnect("d:1", grace, deadline, notify=(notes.append if notes is not None else None), clock=clock,
                      sleep=clock.sleep, jitter=lambda: 1.0)
-
-
-class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str = "") -> None:
-        super().__init__(details)
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 class FakeCall:
@@ -89,7 +78,7 @@ def resp(stream: str, rev: int, state: str = "", snapshot: bool = False) -> job_
     return r
 
 
-UNAVAILABLE = FakeRpcError(grpc.StatusCode.UNAVAILABLE, "Socket closed")
+UNAVAILABLE = RpcError(StatusCode.UNAVAILABLE, "Socket closed")
 
 
 # --- Reconnect: back-off and grace ------------------------------------------------------------------------------
@@ -172,7 +161,7 @@ def test_unreachable_for_the_grace_period_raises_daemon_unreachable() -> None:
 
 def test_a_refused_request_is_not_retried() -> None:
     clock = FakeClock()
-    daemon = FakeDaemon(FakeRpcError(grpc.StatusCode.INVALID_ARGUMENT, "job_ids: at most 1000 jobs per watch"))
+    daemon = FakeDaemon(RpcError(StatusCode.INVALID_ARGUMENT, "job_ids: at most 1000 jobs per watch"))
     with pytest.raises(InvalidArgument, match="at most 1000"):
         list(watch_jobs(daemon, ["j1"], False, reconnect(clock), clock=clock, silence_s=None,
                         error=lambda e: InvalidArgument(e.details())))
@@ -182,7 +171,7 @@ def test_a_refused_request_is_not_retried() -> None:
 def test_the_deadline_bounds_each_stream_and_ends_the_watch() -> None:
     clock = FakeClock()
     deadline = clock.now + 1.0
-    expired = FakeRpcError(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+    expired = RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
 
     class Expiring(FakeCall):
         def __iter__(self) -> Iterator[job_pb2.WatchJobsResponse]:
@@ -211,7 +200,7 @@ def test_a_silent_stream_is_cancelled_and_opened_again() -> None:
         def __iter__(self) -> Iterator[job_pb2.WatchJobsResponse]:
             yield resp("s1", 2, "RUNNING", snapshot=True)
             assert self.gone.wait(10)
-            raise FakeRpcError(grpc.StatusCode.CANCELLED, "Locally cancelled")
+            raise RpcError(StatusCode.CANCELLED, "Locally cancelled")
 
         def cancel(self) -> bool:
             self.gone.set()
@@ -335,6 +324,17 @@ def test_retry_codes_are_grpc_codes() -> None:
     assert rc.RETRY_CODES.issubset(c.name for c in grpc.StatusCode)
 
 
+def test_no_client_command_imports_grpc() -> None:
+    """grpcio costs ~60 ms to import: the CLI speaks gRPC through its own transport (transport.py)."""
+    code = ("import sys; import peloton.cli.main as m; "
+            "import peloton.cli.client, peloton.cli.jobs, peloton.cli.tasks, peloton.cli.admin, peloton.cli.render; "
+            "c = peloton.cli.client.Client('127.0.0.1:1'); c.jobs.GetJob; c.tasks.ListTasks; c.pools; c.hosts; "
+            "m.main(['--address', '127.0.0.1:1', 'job', 'list']); "
+            "print(sorted(n for n in sys.modules if n == 'grpc' or n.startswith(('grpc.', 'asyncio'))))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]"
+
+
 @pytest.mark.parametrize("mem", ["", "0", "0Mi", "0Gi", "64Mi", "1024Mi", "1.5Gi", "0.5Mi", "2048", "16Gi", "1Ti", "0064Mi"])
 def test_quantities_print_as_the_daemon_writes_them(mem: str) -> None:
     from peloton.cli.render import quantity
@@ -353,11 +353,12 @@ def test_the_client_stubs_have_the_generated_stubs_methods() -> None:
     for ours, generated in ((c.jobs, job_pb2_grpc.JobServiceStub), (c.tasks, task_pb2_grpc.TaskServiceStub),
                             (c.pools, respool_pb2_grpc.ResourcePoolServiceStub),
                             (c.hosts, host_pb2_grpc.HostServiceStub)):
-        names = [n for n in vars(generated(c.channel)) if n[0].isupper()]
+        names = [n for n in vars(generated(grpc.insecure_channel("127.0.0.1:1"))) if n[0].isupper()]
         assert names and all(callable(getattr(ours, n)) for n in names)
         assert set(ours._service.methods_by_name) == set(names)
-    assert isinstance(c.jobs.WatchJobs, grpc.UnaryStreamMultiCallable)
-    assert isinstance(c.jobs.GetJob, grpc.UnaryUnaryMultiCallable)
+    assert isinstance(c.jobs.WatchJobs, UnaryStream)
+    assert isinstance(c.jobs.GetJob, UnaryUnary)
+    assert c.jobs.GetJob.path == "/peloton.v1.JobService/GetJob"
     with pytest.raises(AttributeError):
         c.jobs.NoSuchCall  # noqa: B018
 

@@ -1,0 +1,595 @@
+"""The CLI's gRPC transport: unary and server-streaming calls over HTTP/2 on a plain socket, standard library only.
+
+Why not grpcio: `import grpc` alone costs ~60 ms (its core and `asyncio`), more than half of what a CLI command may
+take in all (`peloton job get` answers in under 100 ms). The daemon is a real grpcio server; this speaks the same
+wire protocol (gRPC over HTTP/2, https://github.com/grpc/grpc/blob/master/doc/PROTOCOL-HTTP2.md) as its client
+would, for the calls a CLI makes: one connection, calls multiplexed on it as streams, no compression, no retries
+(the commands that ride out a restart do that themselves, see reconnect.py). The interface is grpcio's, as far as
+the commands use it: `channel.unary_unary(path, serializer, deserializer)(request, timeout=...)`, `.future(...)`,
+`channel.unary_stream(...)(...)` iterated and `.cancel()`ed, errors raised as `RpcError` with `code()`,
+`details()` and `trailing_metadata()`.
+
+One thread drives a channel (a call's frames are read when some call waits for them); `cancel()` may come from
+another thread, which then breaks the connection to wake the reader. The next call dials again."""
+
+from __future__ import annotations
+
+import enum
+import socket
+import struct
+import threading
+import time
+from collections import deque
+from collections.abc import Callable, Iterator
+
+from peloton.cli import hpack
+
+TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
+if TYPE_CHECKING:
+    from typing import Any
+
+PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
+DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+END_STREAM = ACK = 0x1
+END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
+SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 2, 4, 5
+SETTINGS_HEADER_TABLE_SIZE = 1
+CANCEL = 8  # the RST_STREAM error code
+MAX_WINDOW = 2**31 - 1
+REFILL = 2**30  # give the peer more window once this much of it is used (a long watch stream goes on for days)
+MAX_RECEIVE_BYTES = 4 * 1024 * 1024  # one response message, as grpcio's client allows by default
+USER_AGENT = "peloton-cli"
+_HEAD = struct.Struct(">BBI")  # a frame header after its 24-bit length: type, flags, stream id
+
+
+class StatusCode(enum.IntEnum):
+    """gRPC's status codes, with grpcio's names."""
+
+    OK = 0
+    CANCELLED = 1
+    UNKNOWN = 2
+    INVALID_ARGUMENT = 3
+    DEADLINE_EXCEEDED = 4
+    NOT_FOUND = 5
+    ALREADY_EXISTS = 6
+    PERMISSION_DENIED = 7
+    RESOURCE_EXHAUSTED = 8
+    FAILED_PRECONDITION = 9
+    ABORTED = 10
+    OUT_OF_RANGE = 11
+    UNIMPLEMENTED = 12
+    INTERNAL = 13
+    UNAVAILABLE = 14
+    DATA_LOSS = 15
+    UNAUTHENTICATED = 16
+
+
+# HTTP/2 errors of a stream (RST_STREAM) and HTTP statuses of a non-gRPC answer, as gRPC maps them.
+_RST_CODES = {7: StatusCode.UNAVAILABLE, 8: StatusCode.CANCELLED, 11: StatusCode.RESOURCE_EXHAUSTED,
+              12: StatusCode.PERMISSION_DENIED}
+_HTTP_CODES = {400: StatusCode.INTERNAL, 401: StatusCode.UNAUTHENTICATED, 403: StatusCode.PERMISSION_DENIED,
+               404: StatusCode.UNIMPLEMENTED, 429: StatusCode.UNAVAILABLE, 502: StatusCode.UNAVAILABLE,
+               503: StatusCode.UNAVAILABLE, 504: StatusCode.UNAVAILABLE}
+
+
+class RpcError(Exception):
+    """A call that did not end with OK."""
+
+    def __init__(self, code: StatusCode, details: str, trailing: tuple[tuple[str, str], ...] = ()) -> None:
+        super().__init__(f"{code.name}: {details}")
+        self._code, self._details, self._trailing = code, details, trailing
+
+    def code(self) -> StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._trailing
+
+
+class _ConnectionLost(Exception):
+    pass
+
+
+def _percent_decode(s: str) -> str:
+    """grpc-message is percent-encoded UTF-8."""
+    if "%" not in s:
+        return s
+    raw = s.encode("latin-1")
+    out = bytearray()
+    i = 0
+    while i < len(raw):
+        if raw[i] == 0x25 and _is_hex(raw[i + 1:i + 3]):
+            out.append(int(raw[i + 1:i + 3], 16))
+            i += 3
+        else:
+            out.append(raw[i])
+            i += 1
+    return out.decode("utf-8", "replace")
+
+
+def _is_hex(b: bytes) -> bool:
+    return len(b) == 2 and all(c in b"0123456789abcdefABCDEF" for c in b)
+
+
+def _timeout_header(seconds: float) -> str:
+    ms = max(1, int(seconds * 1000))
+    return f"{ms}m" if ms < 100_000_000 else f"{min(int(seconds), 99_999_999)}S"
+
+
+class _Stream:
+    __slots__ = ("id", "headers", "messages", "buf", "done", "error", "send_window", "received", "cancelled")
+
+    def __init__(self, stream_id: int, send_window: int) -> None:
+        self.id = stream_id
+        self.headers: list[tuple[str, str]] | None = None
+        self.messages: deque[bytes] = deque()
+        self.buf = bytearray()
+        self.done = False
+        self.error: RpcError | None = None
+        self.send_window = send_window
+        self.received = 0
+        self.cancelled = False
+
+
+class Connection:
+    """One HTTP/2 connection to the daemon and the streams open on it."""
+
+    def __init__(self, address: str, timeout: float | None) -> None:
+        self.address = address
+        self.authority, self.sock = _dial(address, timeout)
+        self.sock.settimeout(None)
+        self.streams: dict[int, _Stream] = {}
+        self.next_id = 1
+        self.decoder = hpack.Decoder()
+        self.send_window = 65535  # the connection's, for what we send
+        self.peer_initial_window = 65535
+        self.peer_max_frame = 16384
+        self.received = 0  # of the connection's receive window, since we last refilled it
+        self.inbuf = bytearray()
+        self.closed: str | None = None  # why no more frames can be read or sent
+        self.goaway = False  # the peer takes no new streams
+        self.reader: threading.Thread | None = None  # the thread blocked reading, if any
+        self._send_lock = threading.Lock()
+        self._send(PREFACE
+                   + _frame(SETTINGS, 0, 0, struct.pack(">HIHIHI", SETTINGS_ENABLE_PUSH, 0, SETTINGS_INITIAL_WINDOW_SIZE,
+                                                        MAX_WINDOW, SETTINGS_HEADER_TABLE_SIZE, 4096))
+                   + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535)))
+
+    @property
+    def usable(self) -> bool:
+        return self.closed is None and not self.goaway and self.next_id < 2**31 - 1
+
+    # --- sending ------------------------------------------------------------------------------------------------
+    def _send(self, data: bytes) -> None:
+        try:
+            with self._send_lock:
+                self.sock.sendall(data)
+        except OSError as e:
+            self._lose(f"connection to {self.address} lost: {e.strerror or e}")
+            raise _ConnectionLost from None
+
+    def start(self, path: str, message: bytes, deadline: float | None, metadata: list[tuple[str, str]]) -> _Stream:
+        """Open a stream: the request's headers and its one message."""
+        stream = _Stream(self.next_id, self.peer_initial_window)
+        self.next_id += 2
+        self.streams[stream.id] = stream
+        headers = [(":method", "POST"), (":scheme", "http"), (":path", path), (":authority", self.authority),
+                   ("content-type", "application/grpc"), ("te", "trailers"), ("user-agent", USER_AGENT)]
+        if deadline is not None:
+            headers.append(("grpc-timeout", _timeout_header(deadline - time.monotonic())))
+        headers += metadata
+        block = hpack.encode(headers)
+        out = bytearray()
+        for i in range(0, max(len(block), 1), self.peer_max_frame):
+            kind = HEADERS if i == 0 else CONTINUATION
+            last = i + self.peer_max_frame >= len(block)
+            out += _frame(kind, END_HEADERS if last else 0, stream.id, block[i:i + self.peer_max_frame])
+        payload = memoryview(struct.pack(">BI", 0, len(message)) + message)
+        while True:  # as much of the message as the peer's windows take, the rest once it gives more
+            while payload:
+                n = min(len(payload), self.send_window, stream.send_window, self.peer_max_frame)
+                if n <= 0:
+                    break
+                self.send_window -= n
+                stream.send_window -= n
+                out += _frame(DATA, END_STREAM if n == len(payload) else 0, stream.id, bytes(payload[:n]))
+                payload = payload[n:]
+            if out:
+                self._send(bytes(out))
+                out.clear()
+            if not payload:
+                return stream
+            self.pump(stream, deadline)  # a WINDOW_UPDATE, or the stream ends (refused, say)
+            if stream.done:
+                return stream
+
+    def reset(self, stream: _Stream) -> None:
+        """Cancel a stream this thread no longer reads (RST_STREAM)."""
+        if stream.done or self.closed is not None:
+            stream.done = True
+            return
+        stream.done = True
+        stream.error = RpcError(StatusCode.CANCELLED, "Locally cancelled")
+        self.streams.pop(stream.id, None)
+        try:
+            self._send(_frame(RST_STREAM, 0, stream.id, struct.pack(">I", CANCEL)))
+        except _ConnectionLost:
+            pass
+
+    # --- receiving ----------------------------------------------------------------------------------------------
+    def pump(self, stream: _Stream, deadline: float | None) -> None:
+        """Read and handle one frame (for whichever stream it is). DEADLINE_EXCEEDED (and the stream reset) when
+        `deadline` passes first."""
+        try:
+            kind, flags, sid, payload = self._read_frame(deadline)
+            self._handle(kind, flags, sid, payload)
+        except TimeoutError:
+            self.reset(stream)
+            stream.error = RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        except _ConnectionLost:  # every open stream has its error
+            pass
+
+    def _read_frame(self, deadline: float | None) -> tuple[int, int, int, bytes]:
+        while True:
+            if len(self.inbuf) >= 9:
+                length = int.from_bytes(self.inbuf[:3], "big")
+                if len(self.inbuf) >= 9 + length:
+                    kind, flags, sid = _HEAD.unpack_from(self.inbuf, 3)
+                    payload = bytes(self.inbuf[9:9 + length])
+                    del self.inbuf[:9 + length]
+                    return kind, flags, sid & 0x7FFFFFFF, payload
+            if self.closed is not None:
+                raise _ConnectionLost
+            if deadline is not None:
+                left = deadline - time.monotonic()
+                if left <= 0:
+                    raise TimeoutError
+                self.sock.settimeout(left)
+            else:
+                self.sock.settimeout(None)
+            self.reader = threading.current_thread()
+            try:
+                chunk = self.sock.recv(65536)
+            except TimeoutError:
+                raise
+            except OSError as e:
+                self._lose(f"connection to {self.address} lost: {e.strerror or e}")
+                raise _ConnectionLost from None
+            finally:
+                self.reader = None
+            if not chunk:
+                self._lose(f"connection to {self.address} closed" if not self.goaway else
+                           f"the daemon at {self.address} closed the connection (shutting down?)")
+                raise _ConnectionLost
+            self.inbuf += chunk
+
+    def _handle(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if kind == DATA:
+            self._on_data(flags, sid, payload)
+        elif kind == HEADERS:
+            self._on_headers(flags, sid, payload)
+        elif kind == RST_STREAM:
+            stream = self.streams.pop(sid, None)
+            if stream is not None and not stream.done:
+                code = struct.unpack(">I", payload[:4])[0]
+                stream.done = True
+                stream.error = RpcError(_RST_CODES.get(code, StatusCode.INTERNAL),
+                                        f"stream reset by the daemon (HTTP/2 error {code})")
+        elif kind == SETTINGS:
+            if not flags & ACK:
+                self._on_settings(payload)
+                self._send(_frame(SETTINGS, ACK, 0, b""))
+        elif kind == PING:
+            if not flags & ACK:
+                self._send(_frame(PING, ACK, 0, payload))
+        elif kind == GOAWAY:
+            last = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
+            self.goaway = True
+            for s in list(self.streams.values()):
+                if s.id > last:  # never seen by the daemon: safe to send again
+                    self._fail(s, StatusCode.UNAVAILABLE, f"the daemon at {self.address} is going away")
+        elif kind == WINDOW_UPDATE:
+            increment = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
+            if sid == 0:
+                self.send_window += increment
+            elif sid in self.streams:
+                self.streams[sid].send_window += increment
+        elif kind == PUSH_PROMISE:
+            self._lose("the daemon sent a PUSH_PROMISE, which this client disabled")
+        # PRIORITY and unknown frame types are ignored, as HTTP/2 requires
+
+    def _on_settings(self, payload: bytes) -> None:
+        for i in range(0, len(payload) - 5, 6):
+            key, value = struct.unpack_from(">HI", payload, i)
+            if key == SETTINGS_INITIAL_WINDOW_SIZE:
+                for s in self.streams.values():
+                    s.send_window += value - self.peer_initial_window
+                self.peer_initial_window = value
+            elif key == SETTINGS_MAX_FRAME_SIZE:
+                self.peer_max_frame = value
+
+    def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
+        self.received += len(payload)
+        refill = b""
+        if self.received >= REFILL:
+            refill += _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.received))
+            self.received = 0
+        stream = self.streams.get(sid)
+        if stream is not None:
+            stream.received += len(payload)
+            if stream.received >= REFILL and not flags & END_STREAM:
+                refill += _frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", stream.received))
+                stream.received = 0
+        if refill:
+            self._send(refill)
+        if stream is None or stream.done:
+            return
+        if flags & PADDED:
+            payload = payload[1:len(payload) - payload[0]]
+        stream.buf += payload
+        while len(stream.buf) >= 5:
+            compressed, length = struct.unpack_from(">BI", stream.buf)
+            if compressed:
+                return self._fail(stream, StatusCode.INTERNAL, "the daemon sent a compressed message")
+            if length > MAX_RECEIVE_BYTES:
+                self.reset(stream)
+                stream.error = RpcError(StatusCode.RESOURCE_EXHAUSTED,
+                                        f"response of {length} bytes is over the {MAX_RECEIVE_BYTES} allowed")
+                return None
+            if len(stream.buf) < 5 + length:
+                break
+            stream.messages.append(bytes(stream.buf[5:5 + length]))
+            del stream.buf[:5 + length]
+        if flags & END_STREAM:
+            self._fail(stream, StatusCode.INTERNAL, "the daemon ended the stream without a status")
+        return None
+
+    def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
+        if flags & PADDED:
+            payload = payload[1:len(payload) - payload[0]]
+        if flags & PRIORITY_FLAG:
+            payload = payload[5:]
+        block = bytearray(payload)
+        while not flags & END_HEADERS:  # CONTINUATION frames follow, nothing else may come between
+            kind, flags, _, more = self._read_frame(None)
+            if kind != CONTINUATION:
+                self._lose("the daemon broke a header block")
+                raise _ConnectionLost
+            block += more
+        try:
+            headers = self.decoder.decode(bytes(block))  # always: the table is shared by every stream
+        except hpack.HpackError as e:
+            self._lose(f"bad header block from the daemon: {e}")
+            raise _ConnectionLost from None
+        stream = self.streams.get(sid)
+        if stream is None or stream.done:
+            return
+        if stream.headers is None:
+            stream.headers = headers
+            status = dict(headers).get(":status", "")
+            if status != "200":
+                code = _HTTP_CODES.get(int(status) if status.isdigit() else 0, StatusCode.UNKNOWN)
+                return self._fail(stream, code, f"the daemon answered HTTP {status or '(none)'}, not gRPC")
+            if not flags & END_STREAM:
+                return None
+        if not flags & END_STREAM:
+            return self._fail(stream, StatusCode.INTERNAL, "the daemon sent headers twice")
+        self._finish(stream, headers)
+        return None
+
+    def _finish(self, stream: _Stream, trailers: list[tuple[str, str]]) -> None:
+        self.streams.pop(stream.id, None)
+        stream.done = True
+        status = ""
+        message = ""
+        metadata: list[tuple[str, str]] = []
+        for k, v in trailers:
+            if k == "grpc-status":
+                status = v
+            elif k == "grpc-message":
+                message = _percent_decode(v)
+            elif not k.startswith(":"):
+                metadata.append((k, v))
+        if not status.isdigit():
+            stream.error = RpcError(StatusCode.UNKNOWN, "the daemon's answer has no grpc-status")
+        elif int(status) != 0:
+            try:
+                code = StatusCode(int(status))
+            except ValueError:
+                code = StatusCode.UNKNOWN
+            stream.error = RpcError(code, message, tuple(metadata))
+
+    def _fail(self, stream: _Stream, code: StatusCode, details: str) -> None:
+        if not stream.done:
+            self.reset(stream)
+            stream.error = RpcError(code, details)
+
+    def _lose(self, why: str) -> None:
+        if self.closed is not None:
+            return
+        self.closed = why
+        for s in self.streams.values():
+            if not s.done:
+                s.done = True
+                s.error = (RpcError(StatusCode.CANCELLED, "Locally cancelled") if s.cancelled
+                           else RpcError(StatusCode.UNAVAILABLE, why))
+        self.streams.clear()
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+
+    def close(self) -> None:
+        self._lose("closed")
+
+    def interrupt(self) -> None:
+        """From another thread: wake the reader by breaking the connection."""
+        try:
+            self.sock.shutdown(socket.SHUT_RDWR)
+        except OSError:
+            pass
+
+
+def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
+    return len(payload).to_bytes(3, "big") + bytes((kind, flags)) + sid.to_bytes(4, "big") + payload
+
+
+def _dial(address: str, timeout: float | None) -> tuple[str, socket.socket]:
+    """(authority, connected socket) for HOST:PORT, [V6]:PORT or unix:PATH."""
+    try:
+        if address.startswith("unix:"):
+            path = address[5:].removeprefix("//")
+            sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+            sock.settimeout(timeout)
+            try:
+                sock.connect(path)
+            except OSError:
+                sock.close()
+                raise
+            return "localhost", sock
+        host, _, port = address.rpartition(":")
+        if not host or not port.isdigit():
+            raise RpcError(StatusCode.UNAVAILABLE, f"{address}: not HOST:PORT or unix:PATH")
+        sock = socket.create_connection((host.strip("[]"), int(port)), timeout=timeout)
+        sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
+        return address, sock
+    except OSError as e:
+        raise RpcError(StatusCode.UNAVAILABLE, f"failed to connect to {address}: {e.strerror or e}") from None
+
+
+class Channel:
+    """Calls to one daemon address, on one connection dialled when first needed (and again after it broke)."""
+
+    def __init__(self, address: str, connect_timeout: float = 10.0) -> None:
+        self.address = address
+        self.connect_timeout = connect_timeout
+        self._conn: Connection | None = None
+
+    def connection(self, deadline: float | None) -> Connection:
+        if self._conn is None or not self._conn.usable:
+            timeout = self.connect_timeout
+            if deadline is not None:
+                timeout = max(0.001, min(timeout, deadline - time.monotonic()))
+            self._conn = Connection(self.address, timeout)
+        return self._conn
+
+    def unary_unary(self, path: str, request_serializer: Callable[[Any], bytes],
+                    response_deserializer: Callable[[bytes], Any]) -> UnaryUnary:
+        return UnaryUnary(self, path, request_serializer, response_deserializer)
+
+    def unary_stream(self, path: str, request_serializer: Callable[[Any], bytes],
+                     response_deserializer: Callable[[bytes], Any]) -> UnaryStream:
+        return UnaryStream(self, path, request_serializer, response_deserializer)
+
+    def close(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+
+class Call:
+    """One call in flight: its stream, read when someone waits on it."""
+
+    def __init__(self, channel: Channel, path: str, request: bytes, timeout: float | None,
+                 metadata: list[tuple[str, str]] | None, deserialize: Callable[[bytes], Any]) -> None:
+        self.deserialize = deserialize
+        self.deadline = None if timeout is None else time.monotonic() + timeout
+        self.conn: Connection | None = None
+        try:
+            self.conn = channel.connection(self.deadline)
+            self.stream = self.conn.start(path, request, self.deadline, list(metadata or ()))
+        except (RpcError, _ConnectionLost) as e:  # raised where the answer is waited for, as grpcio does
+            self.stream = _Stream(0, 0)
+            self.stream.done = True
+            self.stream.error = e if isinstance(e, RpcError) else RpcError(
+                StatusCode.UNAVAILABLE, (self.conn.closed if self.conn else None) or "connection lost")
+
+    def next_message(self) -> bytes | None:
+        """The next response message; None once the call ended OK; RpcError if it did not."""
+        s = self.stream
+        while not s.messages and not s.done:
+            assert self.conn is not None
+            self.conn.pump(s, self.deadline)
+        if s.messages and s.error is None:
+            return s.messages.popleft()
+        if s.error is not None:
+            raise s.error
+        return None
+
+    def cancel(self) -> bool:
+        """End the call (from any thread). False when it had ended already."""
+        s = self.stream
+        if s.done:
+            return False
+        s.cancelled = True
+        assert self.conn is not None
+        if self.conn.reader is not None and self.conn.reader is not threading.current_thread():
+            self.conn.interrupt()
+        else:
+            self.conn.reset(s)
+        return True
+
+
+class UnaryUnary:
+    def __init__(self, channel: Channel, path: str, serialize: Callable[[Any], bytes],
+                 deserialize: Callable[[bytes], Any]) -> None:
+        self.channel, self.path, self.serialize, self.deserialize = channel, path, serialize, deserialize
+
+    def __call__(self, request: Any, timeout: float | None = None,
+                 metadata: list[tuple[str, str]] | None = None) -> Any:
+        return self.future(request, timeout, metadata).result()
+
+    def future(self, request: Any, timeout: float | None = None,
+               metadata: list[tuple[str, str]] | None = None) -> UnaryFuture:
+        """Send the request now; `result()` waits for the answer (calls started together run together)."""
+        return UnaryFuture(Call(self.channel, self.path, self.serialize(request), timeout, metadata,
+                                self.deserialize))
+
+
+class UnaryFuture:
+    def __init__(self, call: Call) -> None:
+        self.call = call
+
+    def result(self) -> Any:
+        first = self.call.next_message()
+        if first is None:
+            raise RpcError(StatusCode.INTERNAL, "the daemon sent no response")
+        if self.call.next_message() is not None:
+            raise RpcError(StatusCode.INTERNAL, "the daemon sent more than one response")
+        return self.call.deserialize(first)
+
+    def cancel(self) -> bool:
+        return self.call.cancel()
+
+
+class UnaryStream:
+    def __init__(self, channel: Channel, path: str, serialize: Callable[[Any], bytes],
+                 deserialize: Callable[[bytes], Any]) -> None:
+        self.channel, self.path, self.serialize, self.deserialize = channel, path, serialize, deserialize
+
+    def __call__(self, request: Any, timeout: float | None = None,
+                 metadata: list[tuple[str, str]] | None = None) -> StreamCall:
+        return StreamCall(Call(self.channel, self.path, self.serialize(request), timeout, metadata,
+                               self.deserialize))
+
+
+class StreamCall:
+    """A server-streaming call: iterate for its responses; `cancel()` ends it."""
+
+    def __init__(self, call: Call) -> None:
+        self.call = call
+
+    def __iter__(self) -> Iterator[Any]:
+        return self
+
+    def __next__(self) -> Any:
+        raw = self.call.next_message()
+        if raw is None:
+            raise StopIteration
+        return self.call.deserialize(raw)
+
+    def cancel(self) -> bool:
+        return self.call.cancel()
