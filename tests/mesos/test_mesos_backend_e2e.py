@@ -130,6 +130,13 @@ def launched(fake: FakeMaster, job: str) -> list[str]:
     return [ti["task_id"]["value"] for _, ti in accepted_infos(fake) if ti["task_id"]["value"].startswith(job + "-")]
 
 
+def launched_and_known(fake: FakeMaster, job: str, n: int) -> bool:
+    """`n` tasks of `job` launched, and the master has processed their ACCEPTs (it records a call before it
+    handles it, so a task can be in `launched` a moment before it is in `fake.tasks()`)."""
+    ids = launched(fake, job)
+    return len(ids) == n and set(ids) <= set(fake.tasks())
+
+
 def store_tasks(d: MesosDaemon, job: str) -> list[dict[str, Any]]:
     return d.tasks(job)
 
@@ -634,7 +641,7 @@ def test_agent_loss_mid_launch_restarts_the_gang_whole(fake_master_factory: Fact
     d = start_daemon(fake.url)
     fid_of(fake)
     job = d.create(GANG, tmp_path)
-    wait_until(lambda: len(launched(fake, job)) == 4, 20, 0.05, "the gang's ACCEPTs")
+    wait_until(lambda: launched_and_known(fake, job, 4), 20, 0.05, "the gang's ACCEPTs")
     first = launched(fake, job)
     victim = agent_of(fake, first[0])
     on_victim = {t for t in first if agent_of(fake, t) == victim}
@@ -674,7 +681,7 @@ def test_gang_not_running_within_launch_timeout_is_torn_down_and_requeued(
     d = start_daemon(fake.url)
     fid_of(fake)
     job = d.create(GANG + "gang: {launch_timeout: 2s}\n", tmp_path)
-    wait_until(lambda: len(launched(fake, job)) == 4, 20, 0.05, "the first attempt's ACCEPTs")
+    wait_until(lambda: launched_and_known(fake, job, 4), 20, 0.05, "the first attempt's ACCEPTs")
     first = launched(fake, job)
     fake.launch_delay = 0.01  # the next attempt starts normally
     second = wait_whole(fake, d, job, timeout=40, min_attempt=2)
