@@ -205,10 +205,13 @@ def main() -> None:
     ap.add_argument("--json", default=None, help="where to write the figures (default benchmarks/results/)")
     ap.add_argument("--profile", default=None, help="py-spy the daemon (GIL samples) during the closed loop into "
                                                     "this file")
+    ap.add_argument("--writers", type=int, default=None,
+                    help="the daemon's --jobmgr-writers (default: its own, 2 on PostgreSQL, 1 on SQLite)")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",") if x]
 
-    d = Daemon(sim_args(a.hosts, a.host_resources, a.racks), store=a.store)
+    extra = ["--jobmgr-writers", str(a.writers)] if a.writers is not None else []
+    d = Daemon([*sim_args(a.hosts, a.host_resources, a.racks), *extra], store=a.store)
     t_start = time.perf_counter()
     with running(d):
         started_s = time.perf_counter() - t_start

@@ -63,6 +63,10 @@ MESSAGE_LIMITS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
 ROLES = frozenset({"jobmgr", "resmgr", "placement", "hostmgr"})
 
 
+WRITERS_PG = 2  # the job manager's writers on PostgreSQL (docs/performance.md: measured 1, 2 and 4)
+MAX_WRITERS = 16  # each holds a connection of the pool (10 + 20 overflow) while it commits
+
+
 @dataclass
 class ServerConfig:
     listen: str
@@ -74,6 +78,7 @@ class ServerConfig:
     metrics_listen: str = ""
     workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
     launchers: int = 4  # launcher loops: batches of placements launched concurrently
+    jobmgr_writers: int | None = None  # shards of jobs, one writer thread each; None: 1 on SQLite, WRITERS_PG on PG
     standby: bool = False  # another daemon acts on the store: wait for it to go instead of refusing to start
     backend: str = "local"  # local | mesos | sim
     mesos: MesosSettings | None = None
@@ -83,7 +88,23 @@ class ServerConfig:
     hostmgr_address: str = ""
     sim: SimSettings | None = None  # --backend sim: its hosts (None: SimSettings' defaults)
 
+    def writers(self) -> int:
+        if self.jobmgr_writers is not None:
+            return self.jobmgr_writers
+        return 1 if self._sqlite else WRITERS_PG
+
+    @property
+    def _sqlite(self) -> bool:
+        return self.db_url is None or self.db_url.startswith("sqlite")
+
     def check(self) -> None:
+        if self.jobmgr_writers is not None:
+            if not 1 <= self.jobmgr_writers <= MAX_WRITERS:
+                raise InvalidArgument(f"--jobmgr-writers: must be between 1 and {MAX_WRITERS}, got "
+                                      f"{self.jobmgr_writers}", field="--jobmgr-writers")
+            if self.jobmgr_writers > 1 and self._sqlite:
+                raise InvalidArgument("--jobmgr-writers: SQLite commits one transaction at a time; more than one "
+                                      "writer needs PostgreSQL (--db postgresql://...)", field="--jobmgr-writers")
         unknown = self.roles - ROLES
         if unknown or not self.roles:
             raise InvalidArgument(f"--role: unknown role(s) {sorted(unknown)}; known: {', '.join(sorted(ROLES))}",
@@ -264,7 +285,8 @@ class Daemon:
                              internal_pb2_grpc.HostManagerInternalStub(self._channel(cfg.hostmgr_address)))
         self.jobmgr: JobManager | None = None
         if "jobmgr" in roles:
-            self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub)
+            self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
+                                     writers=cfg.writers())
             job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr), self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]

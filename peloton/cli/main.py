@@ -198,6 +198,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
         roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
+        jobmgr_writers=a.jobmgr_writers,
     )
     run_server(cfg)
     return 0
@@ -238,6 +239,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="components this process runs (comma-separated; default: all four in one daemon)")
     s.add_argument("--resmgr", default="", help="HOST:PORT of the resmgr process when this one does not run it")
     s.add_argument("--hostmgr", default="", help="HOST:PORT of the hostmgr process when this one does not run it")
+    s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
+                   help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
+                        "SQLite, which allows no more, 2 on PostgreSQL)")
     s.add_argument("--standby", action="store_true",
                    help="when another daemon acts on the same store, wait for it to go and take over instead of "
                         "refusing to start")

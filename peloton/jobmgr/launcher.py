@@ -26,7 +26,7 @@ from peloton.domain.spec import JobSpec
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, training_env
-from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
+from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ def _key(p: GangPlacement) -> internal_pb2.GangKey:
 
 
 class Launcher:
-    def __init__(self, writer: Writer, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
+    def __init__(self, writer: Writers, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
                  hostmgr: internal_pb2_grpc.HostManagerInternalStub) -> None:
         self.writer = writer
         self.resmgr = resmgr
@@ -72,16 +72,21 @@ class Launcher:
         self.writer.submit(Mutation(Kind.APPLY, {f.job_id for f in pending}, apply=apply))  # nobody waits
 
     def _launch(self, placements: list[GangPlacement]) -> None:
-        accepted: list[tuple[GangPlacement, JobSpec]] = []
+        # `intent` runs once per shard of jobs, and again when a writer's batch failed: then for the same jobs,
+        # which it decides afresh (a stop committed in between makes a placement stale)
+        accepted: dict[tuple[str, int], tuple[GangPlacement, JobSpec]] = {}
 
         def intent(views: Views, now: float) -> policy.Effects:
             eff = policy.Effects()
             for p in placements:
                 jv = views.get(p.job_id)
-                e = policy.launch_intent(jv, p, now) if jv is not None else None
+                if jv is None:
+                    continue
+                accepted.pop((p.gang_id, p.attempt), None)
+                e = policy.launch_intent(jv, p, now)
                 if e is not None:
                     eff.merge(e)
-                    accepted.append((p, jv.spec))  # type: ignore[union-attr]
+                    accepted[(p.gang_id, p.attempt)] = (p, jv.spec)
             return eff
 
         try:
@@ -91,12 +96,11 @@ class Launcher:
             accepted.clear()
             self._ack(done=[], retry=placements)
             raise
-        ok = {(p.gang_id, p.attempt) for p, _ in accepted}
-        stale = [p for p in placements if (p.gang_id, p.attempt) not in ok]
+        stale = [p for p in placements if (p.gang_id, p.attempt) not in accepted]
         self._ack(done=placements, retry=[], release=stale)
         if not accepted:
             return
-        gangs = [self._gang_launch(p, spec) for p, spec in accepted]
+        gangs = [self._gang_launch(p, spec) for p, spec in accepted.values()]
         try:
             r = self.hostmgr.LaunchGangs(internal_pb2.LaunchGangsRequest(
                 gangs=[convert.gang_launch_to_proto(g) for g in gangs]), timeout=60)

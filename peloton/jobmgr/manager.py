@@ -16,7 +16,7 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
 import grpc
@@ -36,7 +36,7 @@ from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.watch import JobChange, WatchHub
-from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
+from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -107,7 +107,9 @@ class JobManager:
         resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
         hostmgr: internal_pb2_grpc.HostManagerInternalStub,
         clock: Callable[[], float] = time.time,
+        writers: int = 1,
     ) -> None:
+        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite)."""
         self.sessions = sessions
         self.read_sessions = read_sessions
         self.resmgr = resmgr
@@ -115,7 +117,7 @@ class JobManager:
         self.clock = clock
         self.hub = WatchHub()
         self.effects = SideEffects(resmgr, hostmgr)
-        self.writer = Writer(sessions, self.hub.publish, self._perform, clock)
+        self.writer = Writers(writers, sessions, self.hub.publish, self._perform, clock)
         self.launcher = Launcher(self.writer, resmgr, hostmgr)
         self._after_seq = 0
         self._stream_id = ""
@@ -453,18 +455,21 @@ class JobManager:
         if not by_job:
             return
 
-        def apply(views: Views, now: float) -> policy.Effects:
-            eff = policy.Effects()
-            for jid, sts in by_job.items():
-                jv = views.get(jid)
-                if jv is None:  # job deleted: nothing of it may run
-                    eff.kill += [st.task_id for st in sts if st.state == TaskState.RUNNING]
-                    continue
-                for st in sts:
-                    eff.merge(policy.apply_status(jv, st, now))
-            return eff
+        def statuses_of(part: Mapping[str, list[TaskStatus]]) -> Callable[[Views, float], policy.Effects]:
+            def apply(views: Views, now: float) -> policy.Effects:
+                eff = policy.Effects()
+                for jid, sts in part.items():
+                    jv = views.get(jid)
+                    if jv is None:  # job deleted: nothing of it may run
+                        eff.kill += [st.task_id for st in sts if st.state == TaskState.RUNNING]
+                        continue
+                    for st in sts:
+                        eff.merge(policy.apply_status(jv, st, now))
+                return eff
 
-        self.writer.mutate(list(by_job), apply)
+            return apply
+
+        self.writer.mutate_by_job(by_job, statuses_of)  # by shard: a job missing from a shard's views is deleted
 
     def events_once(self, timeout_ms: int = 1000) -> bool:
         r = self.hostmgr.WaitTaskEvents(
@@ -502,10 +507,10 @@ class JobManager:
         with transaction(self.read_sessions) as s:
             job_ids = sorted({g.job_id for g in repo.gangs_in_states(s, [st for st in GangState
                                                                         if st != GangState.DONE])})
-        self.writer.read(lambda views: self.writer.clear())
-        live: list[str] = self.writer.read(
+        self.writer.clear()
+        live: list[str] = [tid for part in self.writer.read_each(
             lambda views: [t.task_id for jv in views.values() for gv in jv.gangs.values() if gv.gang.state in ACTIVE
-                           for t in gv.members() if not t.state.terminal], job_ids)
+                           for t in gv.members() if not t.state.terminal], job_ids) for tid in part]
         running = self._list_running()
         strays = sorted(set(running) - set(live))
         if strays:
@@ -574,7 +579,12 @@ class JobManager:
                             late.append((jv.job.id, g.index))
             return [replace(t) for t in stale], late, held, unstopped
 
-        stale, late, held, unstopped = self.writer.read(scan)
+        stale, late, held, unstopped = [], [], [], {}
+        for part in self.writer.read_each(scan):  # every shard's cache, each on its writer thread
+            stale += part[0]
+            late += part[1]
+            held += part[2]
+            unstopped.update(part[3])
         for jid, end in unstopped.items():
             log.warning("job %s: finishing a stop that was cut short", jid)
             self._stop_gangs(jid, 0, end)

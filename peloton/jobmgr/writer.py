@@ -19,7 +19,8 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Collection, Iterable
+import zlib
+from collections.abc import Callable, Collection, Iterable, Mapping
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from enum import Enum
@@ -44,6 +45,7 @@ ROWS = Counter("peloton_jobmgr_rows_written_total", "Rows written by the job man
 
 Views = dict[str, policy.JobView]
 T = TypeVar("T")
+U = TypeVar("U")
 
 MAX_BATCH = 512  # mutations per commit
 MAX_BATCH_ROWS = 20_000  # rows of created jobs per commit (big jobs are inserted in chunks beforehand)
@@ -73,9 +75,12 @@ class Mutation(Generic[T]):
 class Writer:
     def __init__(self, sessions: sessionmaker[Session],
                  publish: Callable[[Iterable[policy.JobView], policy.Effects, list[str]], None],
-                 perform: Callable[[policy.Effects, Views], None], clock: Callable[[], float] = time.time) -> None:
+                 perform: Callable[[policy.Effects, Views], None], clock: Callable[[], float] = time.time,
+                 name: str = "jobmgr-writer") -> None:
         """`publish(changed views, effects, deleted job ids)` tells watchers what a commit changed;
-        `perform(effects, views)` hands the side effects on. Both run on the writer thread and must not block."""
+        `perform(effects, views)` hands the side effects on. Both run on the writer thread and must not block
+        (with several shards, on several threads at once: both must be thread-safe)."""
+        self.name = name
         self.sessions = sessions
         self._publish = publish
         self._perform = perform
@@ -91,7 +96,7 @@ class Writer:
 
     # --- lifecycle ----------------------------------------------------------------------------------------
     def start(self) -> None:
-        self._thread = threading.Thread(target=self._run, name="jobmgr-writer", daemon=True)
+        self._thread = threading.Thread(target=self._run, name=self.name, daemon=True)
         self._thread.start()
 
     def stop(self) -> None:
@@ -305,3 +310,153 @@ class Writer:
             repo.append_task_events(s, eff.events)
             ROWS.labels("task_events").inc(len(eff.events))
 
+
+
+def shard_of(job_id: str, shards: int) -> int:
+    return zlib.crc32(job_id.encode()) % shards
+
+
+class Writers:
+    """The job manager's writers, one per shard of jobs: a job's changes always go through the writer of its
+    shard, so they are serialized per job (in commit order), while the shards commit concurrently, each on its own
+    connection. SQLite has one writer at a time anyway: one shard there.
+
+    A mutation on jobs of several shards is split: each shard runs it (check, apply or query) on its own jobs in its
+    own transaction, and the caller gets the merged Effects (a query: the results in a list, see `read_each`) once
+    all are committed, or the first error. The parts are therefore not atomic with each other; every multi-job
+    change (status updates, launch intents, deadlines, recovery) is a set of per-job changes that stand alone.
+
+    So a function given to `mutate` for several jobs sees, on each call, only the jobs of one shard: a job missing
+    from its views may be another shard's. One that acts on a job's absence (a deleted job's tasks are killed) must
+    use `mutate_by_job`, which hands each shard's call only that shard's items."""
+
+    def __init__(self, shards: int, sessions: sessionmaker[Session],
+                 publish: Callable[[Iterable[policy.JobView], policy.Effects, list[str]], None],
+                 perform: Callable[[policy.Effects, Views], None], clock: Callable[[], float] = time.time) -> None:
+        if shards < 1:
+            raise ValueError("at least one writer")
+        self.shards = [Writer(sessions, publish, perform, clock, name=f"jobmgr-writer-{i}") for i in range(shards)]
+
+    # --- lifecycle: every shard ---------------------------------------------------------------------------
+    def start(self) -> None:
+        for w in self.shards:
+            w.start()
+
+    def stop(self) -> None:
+        for w in self.shards:
+            w.stop()
+
+    def pause(self, why: str) -> None:
+        for w in self.shards:
+            w.pause(why)
+
+    def resume(self) -> None:
+        for w in self.shards:
+            w.resume()
+
+    @property
+    def alive(self) -> bool:
+        return all(w.alive for w in self.shards)
+
+    @property
+    def last_error(self) -> BaseException | None:
+        return next((w.last_error for w in self.shards if w.last_error is not None), None)
+
+    def clear(self) -> None:
+        """Drop every shard's cache (each on its own thread), e.g. before recovery."""
+        futures: list[Future[None]] = []
+        for w in self.shards:
+            futures.append(w.submit(Mutation(Kind.QUERY, query=_clearing(w))))
+        for f in futures:
+            f.result()
+
+    # --- routing ------------------------------------------------------------------------------------------
+    def _writer(self, job_id: str) -> Writer:
+        return self.shards[shard_of(job_id, len(self.shards))]
+
+    def _split(self, job_ids: Collection[str]) -> dict[int, list[str]]:
+        parts: dict[int, list[str]] = {}
+        for jid in job_ids:
+            parts.setdefault(shard_of(jid, len(self.shards)), []).append(jid)
+        return parts
+
+    def submit(self, m: Mutation[Any]) -> Future[Any]:
+        """Queue `m` on the writer(s) of its jobs. Split over shards, the Future's result is the merged Effects of
+        an APPLY, the list of the shards' results of a QUERY, None for a DELETE."""
+        if m.kind == Kind.CREATE:
+            assert m.view is not None
+            return self._writer(m.view.job.id).submit(m)
+        if len(self.shards) == 1:
+            return self.shards[0].submit(m)
+        parts = self._split(m.job_ids)
+        if not parts:  # a query of no particular job: the first shard answers (see read_each for all)
+            return self.shards[0].submit(m)
+        if len(parts) == 1:
+            (i, ids), = parts.items()
+            return self.shards[i].submit(m)
+        subs = [self.shards[i].submit(Mutation(m.kind, ids, check=m.check, apply=m.apply, query=m.query))
+                for i, ids in parts.items()]
+        return _joined(m, subs)
+
+    def run(self, m: Mutation[T], timeout: float | None = None) -> T:
+        return self.submit(m).result(timeout)  # type: ignore[no-any-return]
+
+    def mutate(self, job_ids: Collection[str], apply: Callable[[Views, float], policy.Effects],
+               check: Callable[[Views], None] | None = None) -> policy.Effects:
+        return self.run(Mutation(Kind.APPLY, job_ids, check=check, apply=apply))
+
+    def mutate_by_job(self, items: Mapping[str, U],
+                      make: Callable[[Mapping[str, U]], Callable[[Views, float], policy.Effects]]) -> policy.Effects:
+        """`make(part)` is the apply function of one shard's part of `items` (keyed by job id): in it, a job of
+        `part` missing from the views is gone from the store. The merged Effects of every part."""
+        parts = self._split(items)
+        futures: list[Future[policy.Effects]] = [self.shards[i].submit(Mutation(Kind.APPLY, ids, apply=make({j: items[j] for j in ids})))
+                   for i, ids in parts.items()]
+        eff = policy.Effects()
+        for f in futures:
+            eff.merge(f.result())
+        return eff
+
+    def read_each(self, query: Callable[[Views], T], job_ids: Collection[str] | None = None) -> list[T]:
+        """`query` run on each shard's cache, on its thread (with `job_ids` loaded if they exist; None: every
+        shard, over what it has cached): one result per shard that was asked."""
+        targets: list[tuple[Writer, Collection[str]]]
+        if job_ids is None:
+            targets = [(w, ()) for w in self.shards]
+        else:
+            targets = [(self.shards[i], ids) for i, ids in self._split(job_ids).items()]
+        futures = [w.submit(Mutation(Kind.QUERY, ids, query=query)) for w, ids in targets]
+        return [f.result() for f in futures]
+
+
+def _clearing(w: Writer) -> Callable[[Views], None]:
+    return lambda views: w.clear()
+
+
+def _joined(m: Mutation[Any], subs: list[Future[Any]]) -> Future[Any]:
+    """One Future for the parts of a split mutation: done when every part is."""
+    out = m.future
+    left = [len(subs)]
+    lock = threading.Lock()
+
+    def done(_: Future[Any]) -> None:
+        with lock:
+            left[0] -= 1
+            if left[0]:
+                return
+        errors = [f.exception() for f in subs if f.exception() is not None]
+        if errors:
+            out.set_exception(errors[0])  # type: ignore[arg-type]
+        elif m.kind == Kind.APPLY:
+            eff = policy.Effects()
+            for f in subs:
+                eff.merge(f.result())
+            out.set_result(eff)
+        elif m.kind == Kind.QUERY:
+            out.set_result([f.result() for f in subs])
+        else:
+            out.set_result(None)
+
+    for f in subs:
+        f.add_done_callback(done)
+    return out
