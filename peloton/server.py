@@ -22,12 +22,12 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
     host_pb2,
     host_pb2_grpc,
-    internal_pb2,
     internal_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
@@ -39,6 +39,7 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.files import private_dir, private_file, tighten
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
@@ -87,6 +88,22 @@ class ServerConfig:
     resmgr_address: str = ""
     hostmgr_address: str = ""
     sim: SimSettings | None = None  # --backend sim: its hosts (None: SimSettings' defaults)
+    # The internal services, for the other processes of a split deployment (never on `listen`): where, and the
+    # shared secret every component presents. Defaults: unix:<data-dir>/internal.sock, <data-dir>/internal.secret.
+    internal_listen: str = ""
+    internal_secret_file: Path | None = None
+    insecure: bool = False  # serve on an address other machines can reach, without TLS or authentication
+    task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
+
+    def serves_internal(self) -> bool:
+        """Another process will call this one's resmgr or hostmgr (a split deployment), or the operator asked."""
+        return bool(self.internal_listen) or (self.roles != ROLES and bool(self.roles & {"resmgr", "hostmgr"}))
+
+    def internal_address(self) -> str:
+        return self.internal_listen or f"unix:{self.data_dir / 'internal.sock'}"
+
+    def secret_file(self) -> Path:
+        return self.internal_secret_file or self.data_dir / "internal.secret"
 
     def writers(self) -> int:
         if self.jobmgr_writers is not None:
@@ -116,6 +133,13 @@ class ServerConfig:
         if needs_resmgr and "hostmgr" not in self.roles and not self.hostmgr_address:
             raise InvalidArgument("--hostmgr: the address of the hostmgr process is required without --role hostmgr",
                                   field="--hostmgr")
+        for flag, address in (("--listen", self.listen), ("--internal-listen", self.internal_listen)):
+            if address and not self.insecure and not _local_only(address):
+                raise InvalidArgument(
+                    f"{flag}: {address} can be reached from other machines, and this daemon has no TLS or "
+                    "authentication yet (docs/security.md): anyone who reaches it can run commands as the daemon's "
+                    "user. Listen on 127.0.0.1 or a unix: socket, or pass --insecure to serve it anyway",
+                    field=flag)
 
 
 @dataclass
@@ -137,8 +161,9 @@ class Daemon:
         self.store_lock: StoreLock | None = None
 
     def _lock_data_dir(self) -> None:
-        """One daemon per data dir (its local backend's tasks are that daemon's). A standby waits for it."""
-        self.cfg.data_dir.mkdir(parents=True, exist_ok=True)
+        """One daemon per data dir (its local backend's tasks are that daemon's). A standby waits for it. The data
+        dir is owner-only (files.py)."""
+        private_dir(self.cfg.data_dir)
         self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
         while True:
             try:
@@ -189,7 +214,7 @@ class Daemon:
             return make_mesos_backend(cfg.mesos, self.sessions)
         hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
                                  data_dir=cfg.data_dir)
-        return LocalBackend(cfg.data_dir / "local", hosts)
+        return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other
@@ -216,6 +241,11 @@ class Daemon:
                 # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
                 # under the daemon that acts on the store
                 self._take_store_lock(url)
+            sqlite_file = db.sqlite_path(url)
+            if sqlite_file is not None:  # owner-only before SQLite creates it (its -wal and -shm follow its mode)
+                private_file(sqlite_file)
+                for extra in ("-wal", "-shm"):
+                    tighten(sqlite_file.with_name(sqlite_file.name + extra))
             db.upgrade(url)
             if self.store_lock is not None:
                 self.store_lock.record(self.owner)
@@ -238,9 +268,8 @@ class Daemon:
         if "hostmgr" in roles:
             self.hostmgr = HostManager(self._make_backend())
             hostmgr_servicer = HostManagerServicer(self.hostmgr)
-            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(hostmgr_servicer, self.server)
             host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
-            services += [(internal_pb2.DESCRIPTOR, "HostManagerInternal"), (host_pb2.DESCRIPTOR, "HostService")]
+            services += [(host_pb2.DESCRIPTOR, "HostService")]
             services += self._add_sim_service()
         if "resmgr" in roles:
             def load_pools():  # type: ignore[no-untyped-def]
@@ -249,11 +278,14 @@ class Daemon:
 
             self.resmgr = ResourceManager(load_pools)
             resmgr_servicer = ResourceManagerServicer(self.resmgr)
-            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(resmgr_servicer, self.server)
             respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
                 ResourcePoolServicer(self.resmgr, self.sessions), self.server)
-            services += [(internal_pb2.DESCRIPTOR, "ResourceManagerInternal"),
-                         (respool_pb2.DESCRIPTOR, "ResourcePoolService")]
+            services += [(respool_pb2.DESCRIPTOR, "ResourcePoolService")]
+        self.internal_server: grpc.Server | None = None
+        if cfg.serves_internal():
+            self.internal_server = self._serve_internal(
+                hostmgr_servicer if self.hostmgr is not None else None,
+                resmgr_servicer if "resmgr" in roles else None)
         host, port = split_hostport(cfg.listen, "--listen")
         try:
             bound = self.server.add_insecure_port(f"{host}:{port}")
@@ -263,6 +295,11 @@ class Daemon:
             raise FailedPrecondition(f"--listen: cannot listen on {cfg.listen} (address in use, or not ours)",
                                      field="--listen")
         self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
+        for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
+            if addr and not _local_only(addr):  # only with --insecure (check)
+                log.warning("INSECURE (--insecure): %s %s is reachable from other machines without TLS or "
+                            "authentication; anyone who reaches it can run commands as this daemon's user "
+                            "(docs/security.md)", flag, addr)
         if self.store_lock is not None:  # the address a refused daemon names is the one actually served
             self.owner = replace(self.owner, address=self.address)
             self.store_lock.record(self.owner)
@@ -324,9 +361,40 @@ class Daemon:
         return self.address
 
     def _channel(self, address: str) -> grpc.Channel:
+        """To another process's internal services, presenting the components' shared secret."""
+        secret = load_secret(self.cfg.secret_file(), create=False)
         ch = grpc.insecure_channel(address, options=MESSAGE_LIMITS)
         self.channels.append(ch)
-        return ch
+        return grpc.intercept_channel(ch, SendSecret(secret))
+
+    def _serve_internal(self, hostmgr: HostManagerServicer | None,
+                        resmgr: ResourceManagerServicer | None) -> grpc.Server:
+        """The internal services of the components this process runs, for the other processes of a split
+        deployment: on their own listener, only to callers with the shared secret (never on the public port)."""
+        cfg = self.cfg
+        secret = load_secret(cfg.secret_file(), create=True)
+        server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="grpc-internal"),
+                             options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
+                             interceptors=[RequireSecret(secret), RejectUndecodableRequests()])
+        if hostmgr is not None:
+            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(hostmgr, server)
+        if resmgr is not None:
+            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(resmgr, server)
+        address = cfg.internal_address()
+        if address.startswith("unix:"):
+            Path(address[5:]).unlink(missing_ok=True)  # left by a daemon that died (the data-dir lock is ours)
+        try:
+            bound = server.add_insecure_port(address)
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise FailedPrecondition(f"--internal-listen: cannot listen on {address} (address in use, or not ours)",
+                                     field="--internal-listen")
+        if address.startswith("unix:"):
+            os.chmod(address[5:], 0o600)
+        server.start()
+        log.info("internal services for the other components on %s (shared secret %s)", address, cfg.secret_file())
+        return server
 
     def _recover(self, jm: JobManager, timeout_s: float = 120.0) -> None:
         """Recovery needs the host manager and resmgr; in a split deployment they may still be starting."""
@@ -372,6 +440,9 @@ class Daemon:
         for lp in self.loops:
             lp.stop(timeout=3)
         self.server.stop(grace=2).wait(5)
+        internal = getattr(self, "internal_server", None)
+        if internal is not None:
+            internal.stop(grace=1).wait(5)
         if getattr(self, "metrics_server", None) is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
@@ -395,6 +466,14 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self._stopped.wait()
+
+
+def _local_only(address: str) -> bool:
+    """A unix: socket, or an address only this machine can reach (loopback)."""
+    if address.startswith("unix:"):
+        return True
+    host = address.rpartition(":")[0].strip("[]")
+    return host in ("localhost", "::1") or host.startswith("127.")
 
 
 def _describe_store(url: str) -> str:

@@ -163,6 +163,7 @@ def _add_sim_parsers(sub: Any) -> None:
 
 def cmd_server(a: argparse.Namespace) -> int:
     from peloton.domain.resources import parse_resources_flag
+    from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
 
     logging.basicConfig(level=getattr(logging, a.log_level.upper()),
@@ -198,7 +199,9 @@ def cmd_server(a: argparse.Namespace) -> int:
         metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
         roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
-        jobmgr_writers=a.jobmgr_writers,
+        jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
+        internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
+        task_env_allow=parse_allow(a.task_env_allow),
     )
     run_server(cfg)
     return 0
@@ -239,6 +242,20 @@ def build_parser() -> argparse.ArgumentParser:
                    help="components this process runs (comma-separated; default: all four in one daemon)")
     s.add_argument("--resmgr", default="", help="HOST:PORT of the resmgr process when this one does not run it")
     s.add_argument("--hostmgr", default="", help="HOST:PORT of the hostmgr process when this one does not run it")
+    s.add_argument("--internal-listen", default="", metavar="ADDRESS",
+                   help="where the internal services of this process's resmgr/hostmgr are served for the other "
+                        "processes of a split deployment (default with --role: unix:<data-dir>/internal.sock); never "
+                        "on --listen")
+    s.add_argument("--internal-secret-file", default=None, metavar="FILE",
+                   help="the secret every component of a split deployment presents to the others (default "
+                        "<data-dir>/internal.secret, created owner-only when missing by a process that serves the "
+                        "internal services); give all processes the same file")
+    s.add_argument("--insecure", action="store_true",
+                   help="serve --listen / --internal-listen on an address other machines can reach although there "
+                        "is no TLS or authentication (refused without it)")
+    s.add_argument("--task-env-allow", default="", metavar="NAME[,PREFIX*]",
+                   help="local backend: variables of the daemon's environment tasks inherit besides PATH, HOME, "
+                        "USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM (e.g. LD_LIBRARY_PATH,NCCL_*)")
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")

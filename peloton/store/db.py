@@ -41,6 +41,14 @@ def _is_sqlite(url: str) -> bool:
     return make_url(url).get_backend_name() == "sqlite"
 
 
+def sqlite_path(url: str) -> Path | None:
+    """The database file of a SQLite URL (None for another store, or an in-memory database)."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return None
+    return Path(u.database)
+
+
 def _normalize(url: str) -> str:
     """`postgresql://...` means psycopg2 (SQLAlchemy 2.1 would otherwise pick psycopg 3)."""
     u = make_url(url)

@@ -14,7 +14,16 @@ import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection_pb2, reflection_pb2_grpc
 
-from peloton.api.v1 import host_pb2, host_pb2_grpc, job_pb2, job_pb2_grpc, respool_pb2, respool_pb2_grpc
+from peloton.api.v1 import (
+    host_pb2,
+    host_pb2_grpc,
+    internal_pb2,
+    internal_pb2_grpc,
+    job_pb2,
+    job_pb2_grpc,
+    respool_pb2,
+    respool_pb2_grpc,
+)
 from peloton.domain.resources import Resources
 from peloton.server import Daemon, ServerConfig
 
@@ -125,6 +134,20 @@ def test_reflection_lists_the_public_services(api: Api) -> None:
     names = {s.name for r in responses for s in r.list_services_response.service}
     assert {"peloton.v1.JobService", "peloton.v1.TaskService", "peloton.v1.ResourcePoolService",
             "peloton.v1.HostService", "grpc.health.v1.Health"} <= names
+    assert not any("Internal" in n for n in names)
+
+
+def test_the_internal_services_are_not_served_to_clients(api: Api) -> None:
+    """One process: the components call each other in process; nothing internal listens anywhere."""
+    calls: list[tuple[Callable[..., Any], Any]] = [
+        (internal_pb2_grpc.HostManagerInternalStub(api.channel).KillTasks, internal_pb2.KillTasksRequest()),
+        (internal_pb2_grpc.ResourceManagerInternalStub(api.channel).RemoveGangs, internal_pb2.RemoveGangsRequest()),
+    ]
+    for call, request in calls:
+        with pytest.raises(grpc.RpcError) as e:
+            call(request, timeout=RPC_TIMEOUT)
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+    assert not list(api.daemon.cfg.data_dir.glob("internal.*"))
 
 
 # --- invalid jobs -------------------------------------------------------------------------------------------

@@ -1,12 +1,17 @@
-"""The components as separate processes: the same gRPC contracts between them, only the addresses change."""
+"""The components as separate processes: the same gRPC contracts between them, only the addresses change; the
+internal services are served on their own listener, to the components' shared secret only."""
 
 from __future__ import annotations
 
+import stat
 import sys
 from pathlib import Path
 
+import grpc
 import pytest
 
+from peloton.api.component_auth import METADATA_KEY
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from tests.e2e.harness import Daemon, kill_sandboxed_processes
 
 pytestmark = pytest.mark.e2e
@@ -28,7 +33,11 @@ def test_hostmgr_in_its_own_process(db_url: str, tmp_path: Path) -> None:
     rest = RoleDaemon(tmp_path / "rest", db_url)
     try:
         hostmgr.start()
-        rest.extra = ["--role", "jobmgr,resmgr,placement", "--hostmgr", hostmgr.address]
+        socket = tmp_path / "hostmgr" / "internal.sock"  # the default: unix:<data-dir>/internal.sock
+        secret = tmp_path / "hostmgr" / "internal.secret"  # created by the process that serves
+        assert stat.S_IMODE(socket.stat().st_mode) == 0o600 and stat.S_IMODE(secret.stat().st_mode) == 0o600
+        rest.extra = ["--role", "jobmgr,resmgr,placement", "--hostmgr", f"unix:{socket}",
+                      "--internal-secret-file", str(secret)]
         rest.start()
         job = rest.create(f"""
 name: split
@@ -43,6 +52,29 @@ task: {{command: "{sys.executable} -c 'import os; print(os.environ[\\"RANK\\"])'
         # a process without a role it needs refuses to start, naming the flag
         bad = rest.cli("server", "--role", "jobmgr", "--resmgr", "", check=False)
         assert bad.returncode == 2 and "--resmgr" in bad.stderr
+        # the internal services: not on the public port; on their own socket only with the shared secret
+        request = internal_pb2.ListRunningTasksRequest()
+        with grpc.insecure_channel(hostmgr.address) as ch:
+            with pytest.raises(grpc.RpcError) as e:
+                internal_pb2_grpc.HostManagerInternalStub(ch).ListRunningTasks(request, timeout=10)
+            assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED
+        with grpc.insecure_channel(f"unix:{socket}") as ch:
+            stub = internal_pb2_grpc.HostManagerInternalStub(ch)
+            for metadata in ((), ((METADATA_KEY, "not-the-secret-0123456789"),)):
+                with pytest.raises(grpc.RpcError) as e:
+                    stub.ListRunningTasks(request, timeout=10, metadata=metadata)
+                assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED
+            stub.ListRunningTasks(request, timeout=10, metadata=((METADATA_KEY, secret.read_text().strip()),))
+        # the peer's secret must be the one it serves with
+        other = tmp_path / "other.secret"
+        other.write_text("x" * 64)
+        other.chmod(0o600)
+        wrong = RoleDaemon(tmp_path / "wrong", db_url)
+        r = wrong.cli("server", "--listen", "127.0.0.1:0", "--data-dir", str(tmp_path / "wrong"), "--db", db_url,
+                      "--role", "placement", "--resmgr", f"unix:{tmp_path / 'nowhere.sock'}",
+                      "--hostmgr", f"unix:{socket}", "--internal-secret-file", str(tmp_path / "missing.secret"),
+                      check=False)
+        assert r.returncode != 0 and "--internal-secret-file" in r.stderr and "does not exist" in r.stderr
     finally:
         rest.stop()
         hostmgr.stop()

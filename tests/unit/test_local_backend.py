@@ -6,6 +6,7 @@ import contextlib
 import json
 import os
 import signal
+import stat
 import subprocess
 import threading
 import time
@@ -129,8 +130,10 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalBackend, R
     made: list[LocalBackend] = []
 
     def make(n: int = 2, resources: Resources = HOST_RES, grace: float = 5.0,
-             hosts: list[LocalHostConfig] | None = None) -> tuple[LocalBackend, Recorder]:
-        b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources), kill_grace_s=grace)
+             hosts: list[LocalHostConfig] | None = None, env_allow: tuple[str, ...] = ()
+             ) -> tuple[LocalBackend, Recorder]:
+        b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources), kill_grace_s=grace,
+                         env_allow=env_allow)
         rec = Recorder()
         b.start(rec)
         made.append(b)
@@ -302,6 +305,39 @@ def test_a_spawner_that_died_is_replaced(make_backend: Callable[..., tuple[Local
         sp.proc.wait(5)
     assert launch(b, spec("after", "true")).outcome == LaunchOutcome.OK
     assert rec.wait_terminal("after").state == TaskState.SUCCEEDED
+
+
+def test_tasks_inherit_only_the_allowed_part_of_the_daemons_environment(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAEMON_DB_PASSWORD", "hunter2")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    monkeypatch.setenv("LC_ALL", "C")
+    show = 'echo "[$DAEMON_DB_PASSWORD] [$NCCL_DEBUG] [$LC_ALL] [$MINE] [$PATH]"'
+    b, rec = make_backend(n=1)
+    launch(b, spec("plain", show, env={"MINE": "m"}))
+    assert rec.wait_terminal("plain").state == TaskState.SUCCEEDED
+    assert b.read_log("plain", "stdout", 0, 10_000)[0] == f"[] [] [C] [m] [{os.environ['PATH']}]\n".encode()
+
+
+def test_more_of_the_daemons_environment_can_be_allowed(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("DAEMON_DB_PASSWORD", "hunter2")
+    monkeypatch.setenv("NCCL_DEBUG", "INFO")
+    b, rec = make_backend(n=1, env_allow=("NCCL_*",))
+    launch(b, spec("allowed", 'echo "[$DAEMON_DB_PASSWORD] [$NCCL_DEBUG]"'))
+    assert rec.wait_terminal("allowed").state == TaskState.SUCCEEDED
+    assert b.read_log("allowed", "stdout", 0, 10_000)[0] == b"[] [INFO]\n"
+
+
+def test_sandboxes_are_owner_only(make_backend: Callable[..., tuple[LocalBackend, Recorder]],
+                                  tmp_path: Path) -> None:
+    b, rec = make_backend(n=1)
+    launch(b, spec("private", "echo secret output", files={"hostfile": "local-0 slots=1\n"}))
+    assert rec.wait_terminal("private").state == TaskState.SUCCEEDED
+    box = tmp_path / "sandboxes" / "private"
+    for path, mode in ((tmp_path, 0o700), (tmp_path / "sandboxes", 0o700), (box, 0o700), (box / "work", 0o700),
+                       (box / "stdout", 0o600), (box / "stderr", 0o600), (box / "hostfile", 0o600)):
+        assert stat.S_IMODE(path.stat().st_mode) == mode, path
 
 
 def test_tasks_inherit_no_descriptor_of_the_daemon(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:

@@ -40,3 +40,38 @@ def test_writers_that_cannot_work_are_refused_by_name(db_url: str | None, writer
     with pytest.raises(InvalidArgument, match=error) as e:
         cfg(db_url, writers).check()
     assert e.value.message.startswith("--jobmgr-writers:")
+
+
+@pytest.mark.parametrize(("flag", "address"), [
+    ("--listen", "0.0.0.0:5391"), ("--listen", "10.1.2.3:5391"), ("--listen", "[::]:5391"),
+    ("--listen", "node-a.example.com:5391"), ("--internal-listen", "0.0.0.0:5393"),
+])
+def test_an_address_other_machines_reach_needs_insecure(flag: str, address: str) -> None:
+    c = cfg(None, None)
+    if flag == "--listen":
+        c.listen = address
+    else:
+        c.internal_listen = address
+    with pytest.raises(InvalidArgument, match="no TLS or authentication") as e:
+        c.check()
+    assert e.value.message.startswith(f"{flag}: {address}")
+    c.insecure = True
+    c.check()  # said explicitly: served (and the log says so loudly)
+
+
+@pytest.mark.parametrize("address", ["127.0.0.1:5391", "127.0.0.1:0", "localhost:5391", "[::1]:5391"])
+def test_local_addresses_need_nothing(address: str) -> None:
+    c = cfg(None, None)
+    c.listen = address
+    c.internal_listen = "unix:/tmp/x.sock"
+    c.check()
+
+
+def test_the_internal_listener_is_served_only_for_a_split_deployment() -> None:
+    c = cfg(None, None)
+    assert not c.serves_internal()  # one process: the components call each other in process
+    c.roles = frozenset({"hostmgr"})
+    assert c.serves_internal() and c.internal_address() == "unix:/nonexistent/internal.sock"
+    assert c.secret_file() == Path("/nonexistent/internal.secret")
+    c.roles = frozenset({"placement"})
+    assert not c.serves_internal()  # it calls the others; nothing of it is called

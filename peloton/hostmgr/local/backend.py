@@ -6,7 +6,8 @@ Files under `data_dir`:
   journal                what was started and how it ended (see journal.py); a restarted daemon replays it and
                          adopts the tasks still running
 
-A task's environment is the daemon's plus spec.env, CUDA_VISIBLE_DEVICES (its GPU ids; empty when it has none),
+A task's environment is the allow-listed part of the daemon's (task_env.py: PATH, HOME, LANG, ... and
+`--task-env-allow`) plus spec.env, CUDA_VISIBLE_DEVICES (its GPU ids; empty when it has none),
 PELOTON_SANDBOX, and PELOTON_HOSTFILE when the launch carries a "hostfile"; its cwd is <sandbox>/work. The task runs
 under a small `/bin/sh` wrapper started in a new session by a spawner process (spawner.py, spawn.py), so the
 wrapper leads the task's process group and survives the daemon being killed; the daemon watches it through a
@@ -37,6 +38,7 @@ from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
+from peloton.files import tighten
 from peloton.hostmgr.backend import (
     GangLaunch,
     HostInfo,
@@ -53,6 +55,7 @@ from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
 from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started
+from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 
 log = logging.getLogger(__name__)
@@ -167,7 +170,9 @@ class LocalBackend:
         clock: Callable[[], float] = time.time,
         kill_grace_s: float = 5.0,
         spawners: int = 4,
+        env_allow: tuple[str, ...] = (),
     ) -> None:
+        """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
         self._hosts: dict[str, HostUsage] = {}
@@ -177,7 +182,9 @@ class LocalBackend:
             self._hosts[h.hostname] = HostUsage(h)
         self._data_dir = Path(data_dir)
         self._sandboxes = self._data_dir / SANDBOXES_DIR
-        self._sandboxes.mkdir(parents=True, exist_ok=True)
+        for d in (self._data_dir, self._sandboxes):  # owner-only: tasks' logs and files
+            d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            tighten(d)
         self._clock = clock
         self._kill_grace_s = kill_grace_s
         self._lock = threading.Lock()
@@ -186,7 +193,7 @@ class LocalBackend:
         self._on_status: StatusCallback | None = None
         self._journal = Journal(self._data_dir / JOURNAL_FILE, self._snapshot)
         self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
-        self._spawners = SpawnerPool(spawners)
+        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
         self._started = False
 
     # ----------------------------------------------------------------------------------------------- lifecycle

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.hostmgr.local import spawner as spawner_main
+from peloton.hostmgr.local.task_env import inherited
 
 log = logging.getLogger(__name__)
 
@@ -42,13 +43,14 @@ class SpawnerDied(Exception):
 
 
 class _Spawner:
-    def __init__(self) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         os.set_inheritable(child.fileno(), True)
         try:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(Path(spawner_main.__file__).resolve()), str(child.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),), close_fds=True,
+                env=env,  # what every task starts from (task_env.py): not the daemon's whole environment
             )
         finally:
             child.close()
@@ -98,7 +100,10 @@ class _Spawner:
 
 
 class SpawnerPool:
-    def __init__(self, size: int = 4) -> None:
+    def __init__(self, size: int = 4, env: dict[str, str] | None = None) -> None:
+        """`env`: the environment of the spawners, which every task starts from (default: the allow-listed part
+        of the daemon's, task_env.py)."""
+        self._env = env if env is not None else inherited(os.environ)
         self._sem = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._idle: list[_Spawner] = []
@@ -120,7 +125,7 @@ class SpawnerPool:
                 sp.close()
                 sp = None
             if sp is None:
-                sp = _Spawner()
+                sp = _Spawner(self._env)
                 with self._lock:
                     self._all.append(sp)
             ok = False

@@ -86,11 +86,12 @@ def prepare(sandbox: str, files: dict[str, str]) -> None:
     it is not running)."""
     if os.path.exists(sandbox):
         shutil.rmtree(sandbox)
-    os.makedirs(os.path.join(sandbox, WORK_DIR))
+    os.makedirs(sandbox, 0o700)  # owner-only: the logs and files of a task are its submitter's business
+    os.mkdir(os.path.join(sandbox, WORK_DIR), 0o700)
     for name, content in files.items():
         path = os.path.join(sandbox, name)
-        os.makedirs(os.path.dirname(path), exist_ok=True)
-        with open(path, "w", encoding="utf-8") as f:
+        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
             f.write(content)
 
 

@@ -1,0 +1,106 @@
+"""The components' own credential on the internal services (ResourceManagerInternal, HostManagerInternal).
+
+Those services are never served on the public API port: in one process the components call each other in process,
+and split over processes they are served on a separate listener (`--internal-listen`) that answers only callers
+presenting the shared secret of `--internal-secret-file` (metadata `x-peloton-component`). Without it a client
+could hold every host, kill other users' tasks or take their placements (docs/security.md)."""
+
+from __future__ import annotations
+
+import hmac
+import os
+import secrets
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import grpc
+
+from peloton.errors import FailedPrecondition
+
+METADATA_KEY = "x-peloton-component"
+
+
+def load_secret(path: Path, create: bool) -> str:
+    """The secret in `path`; with `create`, a new one is written there (owner-only) when the file does not exist.
+    FailedPrecondition naming --internal-secret-file when it is missing, empty or readable by others."""
+    if create:
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:
+            pass
+        except OSError as e:
+            raise FailedPrecondition(f"--internal-secret-file: cannot create {path}: {e.strerror}",
+                                     field="--internal-secret-file") from None
+        else:
+            with os.fdopen(fd, "w") as f:
+                f.write(secrets.token_hex(32) + "\n")
+    try:
+        st = path.stat()
+        value = path.read_text().strip()
+    except FileNotFoundError:
+        raise FailedPrecondition(
+            f"--internal-secret-file: {path} does not exist; give every process of the deployment the same file "
+            "(the process that serves the internal services creates it when it is missing)",
+            field="--internal-secret-file") from None
+    except OSError as e:
+        raise FailedPrecondition(f"--internal-secret-file: cannot read {path}: {e.strerror}",
+                                 field="--internal-secret-file") from None
+    if st.st_mode & 0o077:
+        raise FailedPrecondition(f"--internal-secret-file: {path} is readable by others (mode "
+                                 f"{st.st_mode & 0o777:o}); chmod 600 it", field="--internal-secret-file")
+    if len(value) < 16:
+        raise FailedPrecondition(f"--internal-secret-file: {path} holds no secret (at least 16 characters)",
+                                 field="--internal-secret-file")
+    return value
+
+
+class RequireSecret(grpc.ServerInterceptor):
+    """Answers UNAUTHENTICATED to every call without the shared secret."""
+
+    def __init__(self, secret: str) -> None:
+        self._secret = secret.encode()
+
+        def deny(request: Any, context: grpc.ServicerContext) -> Any:
+            context.abort(grpc.StatusCode.UNAUTHENTICATED,
+                          "the internal services answer only the daemon's own components (their shared secret, "
+                          "--internal-secret-file)")
+
+        self._deny = grpc.unary_unary_rpc_method_handler(deny)
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        for key, value in details.invocation_metadata or ():
+            if key == METADATA_KEY:
+                raw = value.encode() if isinstance(value, str) else value
+                if hmac.compare_digest(raw, self._secret):
+                    return continuation(details)
+                break
+        return self._deny
+
+
+class _Call:
+    def __init__(self, details: grpc.ClientCallDetails, metadata: list[tuple[str, str]]) -> None:
+        self.method = details.method
+        self.timeout = details.timeout
+        self.metadata = metadata
+        self.credentials = details.credentials
+        self.wait_for_ready = getattr(details, "wait_for_ready", None)
+        self.compression = getattr(details, "compression", None)
+
+
+class SendSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
+    """Adds the shared secret to every call of a component's channel to another component."""
+
+    def __init__(self, secret: str) -> None:
+        self._entry = (METADATA_KEY, secret)
+
+    def _with_secret(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
+        return _Call(details, [*(details.metadata or ()), self._entry])  # type: ignore[return-value]
+
+    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
+                              request: Any) -> Any:
+        return continuation(self._with_secret(details), request)
+
+    def intercept_unary_stream(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
+                               request: Any) -> Any:
+        return continuation(self._with_secret(details), request)
