@@ -23,10 +23,6 @@ def default_data_dir() -> Path:
     return Path(base) / "peloton"
 
 
-def default_address() -> str:
-    return os.environ.get("PELOTON_ADDRESS") or DEFAULT_LISTEN
-
-
 def split_hostport(value: str, field: str) -> tuple[str, int]:
     from peloton.errors import InvalidArgument
 

@@ -94,6 +94,17 @@ class ServerConfig:
     internal_secret_file: Path | None = None
     insecure: bool = False  # serve on an address other machines can reach, without TLS or authentication
     task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
+    # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
+    # clients with a certificate of that CA are served (their certificate's subject is who they are).
+    tls_cert: Path | None = None
+    tls_key: Path | None = None
+    tls_client_ca: Path | None = None
+    metrics_tls: bool = False
+
+    @property
+    def authenticated(self) -> bool:
+        """Every caller of the public API proves who it is (today: mutual TLS)."""
+        return self.tls_cert is not None and self.tls_client_ca is not None
 
     def serves_internal(self) -> bool:
         """Another process will call this one's resmgr or hostmgr (a split deployment), or the operator asked."""
@@ -133,13 +144,49 @@ class ServerConfig:
         if needs_resmgr and "hostmgr" not in self.roles and not self.hostmgr_address:
             raise InvalidArgument("--hostmgr: the address of the hostmgr process is required without --role hostmgr",
                                   field="--hostmgr")
-        for flag, address in (("--listen", self.listen), ("--internal-listen", self.internal_listen)):
-            if address and not self.insecure and not _local_only(address):
-                raise InvalidArgument(
-                    f"{flag}: {address} can be reached from other machines, and this daemon has no TLS or "
-                    "authentication yet (docs/security.md): anyone who reaches it can run commands as the daemon's "
-                    "user. Listen on 127.0.0.1 or a unix: socket, or pass --insecure to serve it anyway",
-                    field=flag)
+        self._check_tls()
+        if self.listen and not self.insecure and not self.authenticated and not _local_only(self.listen):
+            raise InvalidArgument(
+                f"--listen: {self.listen} can be reached from other machines, and this daemon has no TLS with client "
+                "certificates (--tls-cert, --tls-key, --tls-client-ca; docs/security.md): anyone who reaches it could "
+                "run commands as the daemon's user. Listen on 127.0.0.1 or a unix: socket, set up TLS, or pass "
+                "--insecure to serve it anyway", field="--listen")
+        if self.internal_listen and not self.insecure and not _local_only(self.internal_listen):
+            raise InvalidArgument(
+                f"--internal-listen: {self.internal_listen} can be reached from other machines, and the internal "
+                "services have no TLS yet, so the components' secret would cross the network in clear "
+                "(docs/security.md). Use a unix: socket or 127.0.0.1, or pass --insecure", field="--internal-listen")
+
+    def _check_tls(self) -> None:
+        if (self.tls_cert is None) != (self.tls_key is None):
+            raise InvalidArgument("--tls-cert, --tls-key: give both or neither", field="--tls-cert")
+        if self.tls_cert is None and self.tls_client_ca is not None:
+            raise InvalidArgument("--tls-client-ca: needs --tls-cert and --tls-key (mutual TLS is TLS)",
+                                  field="--tls-client-ca")
+        if self.metrics_tls and self.tls_cert is None:
+            raise InvalidArgument("--metrics-tls: needs --tls-cert and --tls-key", field="--metrics-tls")
+        for flag, path in (("--tls-cert", self.tls_cert), ("--tls-key", self.tls_key),
+                           ("--tls-client-ca", self.tls_client_ca)):
+            if path is not None and not path.is_file():
+                raise InvalidArgument(f"{flag}: {path} is not a readable file", field=flag)
+        if self.tls_key is not None and self.tls_key.stat().st_mode & 0o077:
+            raise InvalidArgument(f"--tls-key: {self.tls_key} is readable by others (mode "
+                                  f"{self.tls_key.stat().st_mode & 0o777:o}); chmod 600 it", field="--tls-key")
+        if self.tls_cert is not None:
+            import ssl
+
+            ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+            try:
+                ctx.load_cert_chain(self.tls_cert, self.tls_key)
+            except (ssl.SSLError, OSError) as e:
+                raise InvalidArgument(f"--tls-cert: {self.tls_cert} and --tls-key {self.tls_key} are not a PEM "
+                                      f"certificate and its key: {e}", field="--tls-cert") from None
+            if self.tls_client_ca is not None:
+                try:
+                    ctx.load_verify_locations(self.tls_client_ca)
+                except (ssl.SSLError, OSError) as e:
+                    raise InvalidArgument(f"--tls-client-ca: {self.tls_client_ca} is not a PEM CA certificate: {e}",
+                                          field="--tls-client-ca") from None
 
 
 @dataclass
@@ -288,7 +335,8 @@ class Daemon:
                 resmgr_servicer if "resmgr" in roles else None)
         host, port = split_hostport(cfg.listen, "--listen")
         try:
-            bound = self.server.add_insecure_port(f"{host}:{port}")
+            bound = (self.server.add_secure_port(f"{host}:{port}", self._tls_credentials()) if cfg.tls_cert
+                     else self.server.add_insecure_port(f"{host}:{port}"))
         except RuntimeError:
             bound = 0
         if bound == 0:
@@ -296,7 +344,7 @@ class Daemon:
                                      field="--listen")
         self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
         for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
-            if addr and not _local_only(addr):  # only with --insecure (check)
+            if addr and not _local_only(addr) and not (flag == "--listen" and cfg.authenticated):  # --insecure
                 log.warning("INSECURE (--insecure): %s %s is reachable from other machines without TLS or "
                             "authentication; anyone who reaches it can run commands as this daemon's user "
                             "(docs/security.md)", flag, addr)
@@ -306,7 +354,13 @@ class Daemon:
         if cfg.metrics_listen:  # now, before anything runs: a port in use refuses the start, not a later step
             mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
             try:
-                self.metrics_server, _ = start_http_server(mport, addr=mhost)
+                tls: dict[str, Any] = {}
+                if cfg.metrics_tls:
+                    assert cfg.tls_cert is not None and cfg.tls_key is not None
+                    tls = {"certfile": str(cfg.tls_cert), "keyfile": str(cfg.tls_key)}
+                    if cfg.tls_client_ca is not None:
+                        tls |= {"client_cafile": str(cfg.tls_client_ca), "client_auth_required": True}
+                self.metrics_server, _ = start_http_server(mport, addr=mhost, **tls)
             except OSError as e:
                 raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",
                                          field="--metrics-listen") from None
@@ -359,6 +413,16 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
+
+    def _tls_credentials(self) -> grpc.ServerCredentials:
+        cfg = self.cfg
+        assert cfg.tls_cert is not None and cfg.tls_key is not None
+        try:
+            pair = (cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())
+            ca = cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca is not None else None
+        except OSError as e:
+            raise FailedPrecondition(f"--tls-cert: cannot read the TLS files: {e}", field="--tls-cert") from None
+        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
     def _channel(self, address: str) -> grpc.Channel:
         """To another process's internal services, presenting the components' shared secret."""

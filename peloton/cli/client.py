@@ -9,7 +9,8 @@ import functools
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
-from peloton.cli.transport import Channel, RpcError, StatusCode
+from peloton.cli.connection import Target
+from peloton.cli.transport import Channel, RpcError, StatusCode, Tls
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -49,10 +50,14 @@ def _from_daemon(e: RpcError) -> bool:
 
 
 class Client:
-    def __init__(self, address: str, timeout: float = 30.0) -> None:
-        self.address = address
+    def __init__(self, target: Target | str, timeout: float = 30.0) -> None:
+        """`target`: where the daemon is and how to reach it (connection.resolve), or just its address."""
+        if isinstance(target, str):
+            target = Target(target)
+        self.address = target.address
         self.timeout = timeout
-        self.channel = Channel(address)
+        tls = Tls(target.tls_ca, target.client_cert, target.client_key) if target.tls else None
+        self.channel = Channel(target.address, tls=tls)
 
     @functools.cached_property
     def jobs(self) -> Any:
@@ -91,7 +96,8 @@ class Client:
         code = e.code()
         err = error_for(code.name, e.details())
         if code == StatusCode.UNAVAILABLE and not _from_daemon(e):
-            err.message = f"cannot reach the peloton daemon at {self.address} (is it running? see --address)"
+            err.message = (f"cannot reach the peloton daemon at {self.address} (is it running? see --address): "
+                           f"{e.details()}")
         elif code == StatusCode.UNIMPLEMENTED:
             err.message = f"the daemon at {self.address} does not implement this call (an older release?)"
         return err

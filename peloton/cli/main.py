@@ -202,8 +202,24 @@ def cmd_server(a: argparse.Namespace) -> int:
         jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
         internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
         task_env_allow=parse_allow(a.task_env_allow),
+        tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
+        tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
     )
     run_server(cfg)
+    return 0
+
+
+def cmd_certs_init(a: argparse.Namespace) -> int:
+    from peloton import certs
+
+    w = certs.init(Path(a.dir), [n for v in a.name for n in v.split(",") if n], a.client, force=a.force)
+    d = w.directory
+    print(f"""wrote {d}/ca.pem (the CA), server.pem + server-key.pem ({", ".join(w.server_names)}),
+client.pem + client-key.pem (client {w.client_name!r}); keys are mode 0600.
+
+serve:   peloton server --tls-cert {d}/server.pem --tls-key {d}/server-key.pem --tls-client-ca {d}/ca.pem
+connect: peloton --tls-ca {d}/ca.pem --client-cert {d}/client.pem --client-key {d}/client-key.pem job list
+         (or the same in a context of ~/.config/peloton/config.toml: tls-ca, client-cert, client-key)""")
     return 0
 
 
@@ -219,9 +235,20 @@ def cmd_db_upgrade(a: argparse.Namespace) -> int:
 
 # --- parser ---------------------------------------------------------------------------------------------------
 def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="peloton", description="Gang-scheduling workload manager for GPU clusters")
+    p = argparse.ArgumentParser(prog="peloton", description="Gang-scheduling workload manager for GPU clusters",
+                                allow_abbrev=False)  # `certs init --client` is not a prefix of --client-cert
     p.add_argument("--version", action="version", version=f"peloton {__version__}")
-    p.add_argument("--address", default=None, help="daemon HOST:PORT (default: $PELOTON_ADDRESS or 127.0.0.1:5391)")
+    p.add_argument("--address", default=None,
+                   help="daemon HOST:PORT or unix:PATH (default: $PELOTON_ADDRESS, the config's context, or "
+                        "127.0.0.1:5391)")
+    p.add_argument("--context", default=None, metavar="NAME",
+                   help="context of ~/.config/peloton/config.toml to use (default: $PELOTON_CONTEXT, or its "
+                        "current-context)")
+    p.add_argument("--tls-ca", default=None, metavar="FILE",
+                   help="talk TLS, trusting the CA in FILE for the daemon's certificate ($PELOTON_TLS_CA)")
+    p.add_argument("--client-cert", default=None, metavar="FILE",
+                   help="client certificate for mutual TLS ($PELOTON_CLIENT_CERT; with --client-key)")
+    p.add_argument("--client-key", default=None, metavar="FILE", help="its key ($PELOTON_CLIENT_KEY)")
     p.add_argument("--rpc-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="group", required=True)
 
@@ -273,8 +300,26 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds Mesos keeps our tasks while the framework is disconnected (default: one week)")
     s.add_argument("--mesos-framework-name", default="peloton")
     s.add_argument("--mesos-user", default="root", help="user tasks run as on the agents")
+    s.add_argument("--tls-cert", default=None, metavar="FILE",
+                   help="serve the API over TLS with this certificate (PEM; with --tls-key)")
+    s.add_argument("--tls-key", default=None, metavar="FILE", help="its private key (PEM, mode 0600)")
+    s.add_argument("--tls-client-ca", default=None, metavar="FILE",
+                   help="mutual TLS: serve only clients with a certificate of this CA (their subject names them)")
+    s.add_argument("--metrics-tls", action="store_true",
+                   help="serve the metrics endpoint over TLS too (same certificate; and client CA if given)")
     _add_sim_server_flags(s)
     s.set_defaults(server_fn=cmd_server)
+
+    c = sub.add_parser("certs", help="certificates for TLS").add_subparsers(dest="cmd", required=True)
+    ci = c.add_parser("init", help="write a private CA, a server and a client certificate into DIR")
+    ci.add_argument("dir", metavar="DIR")
+    ci.add_argument("--name", action="append", default=[], metavar="HOST",
+                    help="a name or IP address clients use for the daemon (repeatable; localhost, 127.0.0.1 "
+                         "and ::1 are always included)")
+    ci.add_argument("--client", default="admin", metavar="NAME",
+                    help="the client certificate's subject: who its holder is (default %(default)s)")
+    ci.add_argument("--force", action="store_true", help="replace certificates already in DIR")
+    ci.set_defaults(server_fn=cmd_certs_init)
 
     d = sub.add_parser("db", help="database maintenance").add_subparsers(dest="cmd", required=True)
     up = d.add_parser("upgrade", help="apply migrations")
@@ -398,8 +443,9 @@ def _run(args: argparse.Namespace) -> int:
         if hasattr(args, "server_fn"):
             return int(args.server_fn(args))
         from peloton.cli.client import Client
+        from peloton.cli.connection import resolve
 
-        client = Client(args.address or config.default_address(), timeout=args.rpc_timeout)
+        client = Client(resolve(args), timeout=args.rpc_timeout)
         return int(_command(args.fn)(client, args))
     except InvalidArgument as e:
         print(f"peloton: error: {e.message}", file=sys.stderr)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -52,7 +53,7 @@ def test_an_address_other_machines_reach_needs_insecure(flag: str, address: str)
         c.listen = address
     else:
         c.internal_listen = address
-    with pytest.raises(InvalidArgument, match="no TLS or authentication") as e:
+    with pytest.raises(InvalidArgument, match="can be reached from other machines") as e:
         c.check()
     assert e.value.message.startswith(f"{flag}: {address}")
     c.insecure = True
@@ -75,3 +76,40 @@ def test_the_internal_listener_is_served_only_for_a_split_deployment() -> None:
     assert c.secret_file() == Path("/nonexistent/internal.secret")
     c.roles = frozenset({"placement"})
     assert not c.serves_internal()  # it calls the others; nothing of it is called
+
+
+def test_mutual_tls_may_serve_other_machines_and_its_files_are_checked(tmp_path: Path) -> None:
+    from peloton import certs
+
+    certs.init(tmp_path, [])
+    c = cfg(None, None)
+    c.listen = "0.0.0.0:5391"
+    c.tls_cert, c.tls_key = tmp_path / "server.pem", tmp_path / "server-key.pem"
+    with pytest.raises(InvalidArgument, match="--listen: .*no TLS with client certificates"):
+        c.check()  # TLS alone authenticates nobody
+    c.tls_client_ca = tmp_path / "ca.pem"
+    c.check()
+    c.metrics_tls = True
+    c.check()
+    c.internal_listen = "0.0.0.0:5393"  # the internal services have no TLS yet
+    with pytest.raises(InvalidArgument, match="--internal-listen: .*in clear"):
+        c.check()
+
+
+@pytest.mark.parametrize(("change", "error"), [
+    (lambda c, d: setattr(c, "tls_key", None), "--tls-cert, --tls-key: give both or neither"),
+    (lambda c, d: (setattr(c, "tls_cert", None), setattr(c, "tls_key", None)), "--tls-client-ca: needs --tls-cert"),
+    (lambda c, d: setattr(c, "tls_cert", d / "missing.pem"), "--tls-cert: .*missing.pem is not a readable file"),
+    (lambda c, d: (d / "server-key.pem").chmod(0o644), "--tls-key: .*readable by others"),
+    (lambda c, d: setattr(c, "tls_cert", d / "ca.pem"), "--tls-cert: .*are not a PEM certificate and its key"),
+    (lambda c, d: setattr(c, "tls_client_ca", d / "server-key.pem"), "--tls-client-ca: .*not a PEM CA"),
+])
+def test_tls_settings_that_cannot_work_are_refused_by_flag(tmp_path: Path, change: Any, error: str) -> None:
+    from peloton import certs
+
+    certs.init(tmp_path, [])
+    c = cfg(None, None)
+    c.tls_cert, c.tls_key, c.tls_client_ca = tmp_path / "server.pem", tmp_path / "server-key.pem", tmp_path / "ca.pem"
+    change(c, tmp_path)
+    with pytest.raises(InvalidArgument, match=error):
+        c.check()

@@ -10,12 +10,13 @@ import threading
 import time
 from collections.abc import Iterator
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
 import pytest
 
-from peloton.cli.transport import Channel, RpcError, StatusCode
+from peloton.cli.transport import Channel, RpcError, StatusCode, Tls
 
 
 def _raw(b: bytes) -> bytes:
@@ -237,3 +238,65 @@ def test_unix_socket() -> None:
 
 def test_status_codes_are_grpcs() -> None:
     assert {c.name: c.value[0] for c in grpc.StatusCode} == {c.name: c.value for c in StatusCode}
+
+
+# --- TLS -------------------------------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    from peloton import certs
+
+    d = tmp_path_factory.mktemp("pki")
+    certs.init(d / "ours", [], client="alice")
+    certs.init(d / "theirs", [], client="mallory")  # another CA
+    return d
+
+
+def _tls_server(pki: Path, mutual: bool) -> tuple[grpc.Server, int]:
+    ours = pki / "ours"
+    creds = grpc.ssl_server_credentials([((ours / "server-key.pem").read_bytes(), (ours / "server.pem").read_bytes())],
+                                        root_certificates=(ours / "ca.pem").read_bytes() if mutual else None,
+                                        require_client_auth=mutual)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    handlers = {"Unary": grpc.unary_unary_rpc_method_handler(Echo().unary, request_deserializer=_raw,
+                                                             response_serializer=_raw)}
+    server.add_generic_rpc_handlers((grpc.method_handlers_generic_handler("test.Echo", handlers),))
+    port = server.add_secure_port("0.0.0.0:0", creds)  # 127.0.0.2 too: a loopback address not in the certificate
+    server.start()
+    return server, port
+
+
+def test_tls_with_the_daemons_ca(pki: Path) -> None:
+    server, port = _tls_server(pki, mutual=False)
+    try:
+        for host in ("127.0.0.1", "localhost"):
+            ch = Channel(f"{host}:{port}", tls=Tls(ca=str(pki / "ours" / "ca.pem")))
+            assert _unary(ch)(b"echo:secret", timeout=5) == b"secret"
+        for ca, host, why in ((pki / "theirs" / "ca.pem", "127.0.0.1", "unable to get local issuer"),
+                              (pki / "ours" / "ca.pem", "127.0.0.2", "IP address mismatch")):
+            with pytest.raises(RpcError) as e:
+                _unary(Channel(f"{host}:{port}", tls=Tls(ca=str(ca))))(b"echo:x", timeout=5)
+            assert e.value.code() == StatusCode.UNAVAILABLE and why in e.value.details()
+        with pytest.raises(RpcError) as e:  # plain HTTP/2 to a TLS port
+            _unary(Channel(f"127.0.0.1:{port}"))(b"echo:x", timeout=5)
+        assert e.value.code() == StatusCode.UNAVAILABLE and "does the daemon use TLS" in e.value.details()
+    finally:
+        server.stop(None)
+
+
+def test_mutual_tls_needs_a_client_certificate_of_the_ca(pki: Path) -> None:
+    server, port = _tls_server(pki, mutual=True)
+    ca = str(pki / "ours" / "ca.pem")
+    try:
+        ours = Tls(ca, str(pki / "ours" / "client.pem"), str(pki / "ours" / "client-key.pem"))
+        assert _unary(Channel(f"127.0.0.1:{port}", tls=ours))(b"echo:in", timeout=5) == b"in"
+        theirs = Tls(ca, str(pki / "theirs" / "client.pem"), str(pki / "theirs" / "client-key.pem"))
+        for tls in (Tls(ca), theirs):
+            with pytest.raises(RpcError) as e:
+                _unary(Channel(f"127.0.0.1:{port}", tls=tls))(b"echo:x", timeout=5)
+            assert e.value.code() == StatusCode.UNAVAILABLE
+        with pytest.raises(RpcError) as e:
+            _unary(Channel(f"127.0.0.1:{port}", tls=Tls(ca, str(pki / "missing.pem"), str(pki / "missing.pem"))))(
+                b"echo:x", timeout=5)
+        assert "cannot load the TLS files (--tls-ca" in e.value.details()
+    finally:
+        server.stop(None)

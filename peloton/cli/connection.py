@@ -1,0 +1,118 @@
+"""Which daemon a client command talks to, and how: the address and TLS files, from flags, then environment
+variables, then a context of the client config file, then the defaults.
+
+The config file (`$PELOTON_CONFIG`, else `$XDG_CONFIG_HOME/peloton/config.toml`, else
+`~/.config/peloton/config.toml`) holds named contexts, like kubectl's; one is current:
+
+    current-context = "prod"
+
+    [contexts.prod]
+    address = "peloton.example.com:5391"
+    tls-ca = "/etc/peloton/ca.pem"          # relative paths are relative to the config file
+    client-cert = "~/.peloton/client.pem"
+    client-key = "~/.peloton/client-key.pem"
+
+`--context NAME` (or `$PELOTON_CONTEXT`) picks another. Standard library only (tomllib is read only when the file
+exists)."""
+
+from __future__ import annotations
+
+import os
+
+from peloton import config
+from peloton.errors import InvalidArgument
+
+TYPE_CHECKING = False
+if TYPE_CHECKING:
+    import argparse
+
+KEYS = ("address", "tls-ca", "client-cert", "client-key")
+ENV = {"address": "PELOTON_ADDRESS", "tls-ca": "PELOTON_TLS_CA", "client-cert": "PELOTON_CLIENT_CERT",
+       "client-key": "PELOTON_CLIENT_KEY"}
+
+
+class Target:
+    def __init__(self, address: str, tls_ca: str | None = None, client_cert: str | None = None,
+                 client_key: str | None = None, context: str | None = None) -> None:
+        self.address, self.tls_ca, self.client_cert, self.client_key = address, tls_ca, client_cert, client_key
+        self.context = context
+
+    @property
+    def tls(self) -> bool:
+        return bool(self.tls_ca or self.client_cert)
+
+
+def config_path() -> str:
+    if os.environ.get("PELOTON_CONFIG"):
+        return os.environ["PELOTON_CONFIG"]
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return os.path.join(base, "peloton", "config.toml")
+
+
+def read_contexts(path: str) -> tuple[str | None, dict[str, dict[str, str]]]:
+    """(current context, contexts) of the config file at `path`; (None, {}) when there is none."""
+    try:
+        with open(path, "rb") as f:
+            raw = f.read()
+    except FileNotFoundError:
+        return None, {}
+    except OSError as e:
+        raise InvalidArgument(f"{path}: cannot read the client config: {e.strerror}", field="config") from None
+    import tomllib
+
+    try:
+        doc = tomllib.loads(raw.decode("utf-8"))
+    except (tomllib.TOMLDecodeError, UnicodeDecodeError) as e:
+        raise InvalidArgument(f"{path}: not valid TOML: {e}", field="config") from None
+    unknown = set(doc) - {"current-context", "contexts"}
+    if unknown:
+        raise InvalidArgument(f"{path}: unknown key {sorted(unknown)[0]!r} (known: current-context, contexts)",
+                              field="config")
+    current = doc.get("current-context")
+    if current is not None and not isinstance(current, str):
+        raise InvalidArgument(f"{path}: current-context: must be a string", field="current-context")
+    contexts = doc.get("contexts", {})
+    if not isinstance(contexts, dict):
+        raise InvalidArgument(f"{path}: contexts: must be a table of [contexts.NAME]", field="contexts")
+    out: dict[str, dict[str, str]] = {}
+    base = os.path.dirname(os.path.abspath(path))
+    for name, ctx in contexts.items():
+        if not isinstance(ctx, dict):
+            raise InvalidArgument(f"{path}: contexts.{name}: must be a table", field=f"contexts.{name}")
+        for key, value in ctx.items():
+            if key not in KEYS:
+                raise InvalidArgument(f"{path}: contexts.{name}.{key}: unknown key (known: {', '.join(KEYS)})",
+                                      field=f"contexts.{name}.{key}")
+            if not isinstance(value, str) or not value:
+                raise InvalidArgument(f"{path}: contexts.{name}.{key}: must be a non-empty string",
+                                      field=f"contexts.{name}.{key}")
+        out[name] = {k: (v if k == "address" else os.path.join(base, os.path.expanduser(v)))
+                     for k, v in ctx.items()}
+    if current is not None and current not in out:
+        raise InvalidArgument(f"{path}: current-context: no context {current!r} (contexts: "
+                              f"{', '.join(sorted(out)) or 'none'})", field="current-context")
+    return current, out
+
+
+def resolve(a: argparse.Namespace) -> Target:
+    """Flags, then environment variables, then the context, then the defaults."""
+    flags = {"address": a.address, "tls-ca": a.tls_ca, "client-cert": a.client_cert, "client-key": a.client_key}
+    wanted = a.context or os.environ.get("PELOTON_CONTEXT")
+    ctx: dict[str, str] = {}
+    name: str | None = None
+    path = config_path()
+    current, contexts = read_contexts(path)
+    if wanted:
+        if wanted not in contexts:
+            raise InvalidArgument(f"--context: no context {wanted!r} in {path} (contexts: "
+                                  f"{', '.join(sorted(contexts)) or 'none'})", field="--context")
+        name = wanted
+    elif current:
+        name = current
+    if name is not None:
+        ctx = contexts[name]
+    value = {k: flags[k] or os.environ.get(ENV[k]) or ctx.get(k) for k in KEYS}
+    if bool(value["client-cert"]) != bool(value["client-key"]):
+        raise InvalidArgument("--client-cert, --client-key: give both or neither", field="--client-cert")
+    return Target(value["address"] or config.DEFAULT_LISTEN, value["tls-ca"], value["client-cert"],
+                  value["client-key"], name)

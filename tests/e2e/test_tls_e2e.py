@@ -1,0 +1,108 @@
+"""TLS through the real daemon and the real CLI: `peloton certs init`, a daemon serving mutual TLS (and its
+metrics over TLS), the CLI with its flags, its environment and a config context; clients without the right
+credentials are turned away; an address other machines can reach is served without --insecure only so."""
+
+from __future__ import annotations
+
+import os
+import socket
+import ssl
+import subprocess
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import PELOTON, Daemon
+
+pytestmark = pytest.mark.e2e
+
+
+class TlsDaemon(Daemon):
+    certs: Path
+    metrics_port: int = 0
+
+    def server_args(self) -> list[str]:
+        c = self.certs
+        return [*super().server_args(), "--tls-cert", str(c / "server.pem"), "--tls-key", str(c / "server-key.pem"),
+                "--tls-client-ca", str(c / "ca.pem"), "--metrics-tls"]
+
+
+def run(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*PELOTON, *args], capture_output=True, text=True, timeout=60,
+                          env={**os.environ, **(env or {})})
+
+
+def test_mutual_tls_end_to_end(tmp_path: Path, db_url: str) -> None:
+    certs = tmp_path / "certs"
+    r = run("certs", "init", str(certs), "--name", "node-a.example.com", "--client", "alice")
+    assert r.returncode == 0, r.stderr
+    assert "--tls-client-ca" in r.stdout and (certs / "client-key.pem").exists()
+    again = run("certs", "init", str(certs))
+    assert again.returncode != 0 and "already holds" in again.stderr  # nothing replaced by mistake
+
+    d = TlsDaemon(tmp_path / "data", db_url)
+    d.certs = certs
+    try:
+        d.start()
+        creds = ["--tls-ca", str(certs / "ca.pem"), "--client-cert", str(certs / "client.pem"),
+                 "--client-key", str(certs / "client-key.pem")]
+        spec = tmp_path / "job.yaml"
+        spec.write_text('name: tls\ninstances: 2\ntask: {command: "echo over-tls", resources: {cpu: 1, mem: 64Mi}}\n')
+        r = run("--address", d.address, *creds, "job", "create", "-f", str(spec))
+        assert r.returncode == 0, r.stderr
+        job = r.stdout.strip()
+        assert run("--address", d.address, *creds, "job", "wait", job, "--timeout", "60").returncode == 0
+        # the same through the environment, and through a context of the config file
+        env = {"PELOTON_ADDRESS": d.address, "PELOTON_TLS_CA": str(certs / "ca.pem"),
+               "PELOTON_CLIENT_CERT": str(certs / "client.pem"), "PELOTON_CLIENT_KEY": str(certs / "client-key.pem")}
+        assert "over-tls" in run("task", "logs", job, "0", env=env).stdout
+        config = tmp_path / "config.toml"
+        config.write_text(f'current-context = "secure"\n[contexts.secure]\naddress = "{d.address}"\n'
+                          f'tls-ca = "certs/ca.pem"\nclient-cert = "certs/client.pem"\n'
+                          f'client-key = "certs/client-key.pem"\n')
+        r = run("job", "get", job, env={"PELOTON_CONFIG": str(config)})
+        assert r.returncode == 0 and "SUCCEEDED" in r.stdout, r.stderr
+
+        # turned away: plain text, TLS without a client certificate, a certificate of another CA
+        other = tmp_path / "other"
+        assert run("certs", "init", str(other), "--client", "mallory").returncode == 0
+        for bad, hint in (([], "does the daemon use TLS"),
+                          (["--tls-ca", str(certs / "ca.pem")], "client certificate"),
+                          (["--tls-ca", str(certs / "ca.pem"), "--client-cert", str(other / "client.pem"),
+                            "--client-key", str(other / "client-key.pem")], "cannot reach")):
+            r = run("--address", d.address, *bad, "job", "list")
+            assert r.returncode != 0 and hint in r.stderr, (bad, r.stderr)
+    finally:
+        d.stop()
+
+
+def test_metrics_over_tls_and_a_public_address_without_insecure(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    assert run("certs", "init", str(certs)).returncode == 0
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    proc = subprocess.Popen(
+        [*PELOTON, "server", "--listen", "0.0.0.0:0", "--data-dir", str(tmp_path / "data"), "--backend", "sim",
+         "--metrics-listen", f"127.0.0.1:{port}", "--metrics-tls", "--tls-cert", str(certs / "server.pem"),
+         "--tls-key", str(certs / "server-key.pem"), "--tls-client-ca", str(certs / "ca.pem")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on" in line, proc.stderr.read() if proc.stderr else ""
+        ctx = ssl.create_default_context(cafile=str(certs / "ca.pem"))
+        ctx.load_cert_chain(str(certs / "client.pem"), str(certs / "client-key.pem"))
+        body = urllib.request.urlopen(f"https://127.0.0.1:{port}/metrics", context=ctx, timeout=10).read()
+        assert b"peloton_" in body
+        with pytest.raises(Exception):  # noqa: B017 - plain HTTP to a TLS port: refused one way or another
+            urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read()
+    finally:
+        proc.terminate()
+        proc.wait(30)
+    # TLS without client certificates is not enough to serve other machines
+    r = subprocess.run([*PELOTON, "server", "--listen", "0.0.0.0:0", "--data-dir", str(tmp_path / "data2"),
+                        "--backend", "sim", "--metrics-listen", "", "--tls-cert", str(certs / "server.pem"),
+                        "--tls-key", str(certs / "server-key.pem")], capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--listen: 0.0.0.0:0 can be reached from other machines" in r.stderr
