@@ -17,10 +17,15 @@ def default_data_dir() -> Path:
     """$PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton (per user)."""
     from pathlib import Path  # here: the CLI's client commands do without pathlib
 
+    return Path(default_data_dir_path())
+
+
+def default_data_dir_path() -> str:
+    """default_data_dir() as a string, without importing pathlib (the CLI looks for the daemon's socket there)."""
     if os.environ.get("PELOTON_DATA_DIR"):
-        return Path(os.environ["PELOTON_DATA_DIR"])
-    base = os.environ.get("XDG_DATA_HOME") or str(Path.home() / ".local" / "share")
-    return Path(base) / "peloton"
+        return os.environ["PELOTON_DATA_DIR"]
+    base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
+    return os.path.join(base, "peloton")
 
 
 def split_hostport(value: str, field: str) -> tuple[str, int]:

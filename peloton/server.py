@@ -66,6 +66,7 @@ ROLES = frozenset({"jobmgr", "resmgr", "placement", "hostmgr"})
 
 WRITERS_PG = 2  # the job manager's writers on PostgreSQL (docs/performance.md: measured 1, 2 and 4)
 MAX_WRITERS = 16  # each holds a connection of the pool (10 + 20 overflow) while it commits
+MAX_SOCKET_PATH = 107  # sun_path, less its terminating NUL
 
 
 @dataclass
@@ -96,6 +97,8 @@ class ServerConfig:
     task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
+    # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
+    unix_socket: str | None = None
     tls_cert: Path | None = None
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
@@ -105,6 +108,11 @@ class ServerConfig:
     def authenticated(self) -> bool:
         """Every caller of the public API proves who it is (today: mutual TLS)."""
         return self.tls_cert is not None and self.tls_client_ca is not None
+
+    def unix_socket_path(self) -> Path | None:
+        if self.unix_socket == "":
+            return None
+        return Path(self.unix_socket) if self.unix_socket else self.data_dir / "peloton.sock"
 
     def serves_internal(self) -> bool:
         """Another process will call this one's resmgr or hostmgr (a split deployment), or the operator asked."""
@@ -343,6 +351,7 @@ class Daemon:
             raise FailedPrecondition(f"--listen: cannot listen on {cfg.listen} (address in use, or not ours)",
                                      field="--listen")
         self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
+        self.unix_socket = self._serve_unix_socket()
         for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
             if addr and not _local_only(addr) and not (flag == "--listen" and cfg.authenticated):  # --insecure
                 log.warning("INSECURE (--insecure): %s %s is reachable from other machines without TLS or "
@@ -413,6 +422,30 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
+
+    def _serve_unix_socket(self) -> Path | None:
+        """The public API on a Unix socket only the daemon's user can open (the CLI's default when it exists)."""
+        cfg = self.cfg
+        path = cfg.unix_socket_path()
+        if path is None:
+            return None
+        if len(str(path)) > MAX_SOCKET_PATH:
+            if cfg.unix_socket is None:  # the default: skip it rather than refuse to start
+                log.warning("not serving the API on %s: the path is longer than a Unix socket's %d bytes (give "
+                            "--unix-socket a shorter one)", path, MAX_SOCKET_PATH)
+                return None
+            raise InvalidArgument(f"--unix-socket: {path} is longer than a Unix socket's {MAX_SOCKET_PATH} bytes",
+                                  field="--unix-socket")
+        if path.is_socket():
+            path.unlink()  # left by a daemon that died (the data-dir lock is ours now)
+        try:
+            bound = self.server.add_insecure_port(f"unix:{path}")
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise FailedPrecondition(f"--unix-socket: cannot listen on {path}", field="--unix-socket")
+        os.chmod(path, 0o600)
+        return path
 
     def _tls_credentials(self) -> grpc.ServerCredentials:
         cfg = self.cfg
@@ -560,5 +593,6 @@ def run_server(cfg: ServerConfig) -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     d = Daemon(cfg)
     address = d.start()
-    print(f"peloton: serving on {address} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)
+    also = f" and unix:{d.unix_socket}" if d.unix_socket else ""
+    print(f"peloton: serving on {address}{also} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)
     d.serve_forever()

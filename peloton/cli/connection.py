@@ -1,5 +1,6 @@
 """Which daemon a client command talks to, and how: the address and TLS files, from flags, then environment
-variables, then a context of the client config file, then the defaults.
+variables, then a context of the client config file, then the defaults (the daemon's Unix socket in the default
+data dir when this user may open it, else 127.0.0.1:5391).
 
 The config file (`$PELOTON_CONFIG`, else `$XDG_CONFIG_HOME/peloton/config.toml`, else
 `~/.config/peloton/config.toml`) holds named contexts, like kubectl's; one is current:
@@ -114,5 +115,14 @@ def resolve(a: argparse.Namespace) -> Target:
     value = {k: flags[k] or os.environ.get(ENV[k]) or ctx.get(k) for k in KEYS}
     if bool(value["client-cert"]) != bool(value["client-key"]):
         raise InvalidArgument("--client-cert, --client-key: give both or neither", field="--client-cert")
-    return Target(value["address"] or config.DEFAULT_LISTEN, value["tls-ca"], value["client-cert"],
+    return Target(value["address"] or default_address(), value["tls-ca"], value["client-cert"],
                   value["client-key"], name)
+
+
+def default_address() -> str:
+    """The daemon's owner-only Unix socket in the default data dir when this user can open it (`make run`, then
+    any command), else the default TCP address."""
+    sock = os.path.join(config.default_data_dir_path(), "peloton.sock")
+    if os.path.exists(sock) and os.access(sock, os.R_OK | os.W_OK):
+        return f"unix:{sock}"
+    return config.DEFAULT_LISTEN

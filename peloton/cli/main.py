@@ -202,7 +202,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
         internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
         task_env_allow=parse_allow(a.task_env_allow),
-        tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
+        unix_socket=a.unix_socket, tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
     )
     run_server(cfg)
@@ -300,6 +300,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="seconds Mesos keeps our tasks while the framework is disconnected (default: one week)")
     s.add_argument("--mesos-framework-name", default="peloton")
     s.add_argument("--mesos-user", default="root", help="user tasks run as on the agents")
+    s.add_argument("--unix-socket", default=None, metavar="PATH",
+                   help="serve the API on this Unix socket too, owner-only (default <data-dir>/peloton.sock, which "
+                        "the CLI of the same user uses by default; '' for none)")
     s.add_argument("--tls-cert", default=None, metavar="FILE",
                    help="serve the API over TLS with this certificate (PEM; with --tls-key)")
     s.add_argument("--tls-key", default=None, metavar="FILE", help="its private key (PEM, mode 0600)")

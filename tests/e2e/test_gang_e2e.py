@@ -184,3 +184,20 @@ task:
     for name, pid in pids.items():
         if name.endswith("-1"):
             wait_until(lambda pid=pid: not pid_alive(pid), 15, what=f"{name} gone")
+
+
+def test_the_cli_uses_the_daemons_unix_socket_by_default(daemon: Daemon, tmp_path: Path) -> None:
+    """The daemon serves its API on <data-dir>/peloton.sock too, owner-only; the same user's CLI, given no address,
+    finds it through the data dir (the daemon's TCP port here is a random one the CLI could not guess)."""
+    import os
+    import stat
+    import subprocess
+
+    from tests.e2e.harness import PELOTON
+
+    sock = daemon.data_dir / "peloton.sock"
+    assert stat.S_ISSOCK(sock.stat().st_mode) and stat.S_IMODE(sock.stat().st_mode) == 0o600
+    env = {k: v for k, v in os.environ.items() if k not in ("PELOTON_ADDRESS", "PELOTON_CONTEXT")}
+    env |= {"PELOTON_DATA_DIR": str(daemon.data_dir), "PELOTON_CONFIG": str(tmp_path / "none.toml")}
+    r = subprocess.run([*PELOTON, "host", "list"], capture_output=True, text=True, env=env, timeout=60)
+    assert r.returncode == 0 and "local-0" in r.stdout, r.stderr

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,7 @@ def config(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     p.write_text(CONFIG)
     monkeypatch.setenv("PELOTON_CONFIG", str(p))
     monkeypatch.setenv("HOME", "/home/u")
+    monkeypatch.setenv("PELOTON_DATA_DIR", str(p.parent / "no-daemon-here"))
     for v in ("PELOTON_ADDRESS", "PELOTON_CONTEXT", "PELOTON_TLS_CA", "PELOTON_CLIENT_CERT", "PELOTON_CLIENT_KEY"):
         monkeypatch.delenv(v, raising=False)
     return p
@@ -60,6 +62,7 @@ def test_flags_then_environment_then_context(config: Path, monkeypatch: pytest.M
 
 def test_no_config_file_means_the_defaults(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PELOTON_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("PELOTON_DATA_DIR", str(tmp_path / "data"))
     monkeypatch.delenv("PELOTON_ADDRESS", raising=False)
     monkeypatch.delenv("PELOTON_CONTEXT", raising=False)
     t = resolve(args())
@@ -87,3 +90,22 @@ def test_a_bad_config_file_is_named(tmp_path: Path, monkeypatch: pytest.MonkeyPa
 def test_a_client_certificate_needs_its_key(config: Path) -> None:
     with pytest.raises(InvalidArgument, match="--client-cert, --client-key: give both"):
         resolve(args(context="dev", client_cert="c.pem"))
+
+
+def test_the_daemons_unix_socket_is_the_default_when_it_may_be_opened(tmp_path: Path,
+                                                                      monkeypatch: pytest.MonkeyPatch) -> None:
+    import socket
+
+    monkeypatch.setenv("PELOTON_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("PELOTON_DATA_DIR", str(tmp_path))
+    for v in ("PELOTON_ADDRESS", "PELOTON_CONTEXT"):
+        monkeypatch.delenv(v, raising=False)
+    assert resolve(args()).address == "127.0.0.1:5391"
+    with socket.socket(socket.AF_UNIX) as s:
+        s.bind(str(tmp_path / "peloton.sock"))
+        (tmp_path / "peloton.sock").chmod(0o600)
+        assert resolve(args()).address == f"unix:{tmp_path / 'peloton.sock'}"
+        assert resolve(args(address="127.0.0.1:7")).address == "127.0.0.1:7"  # said otherwise: as said
+        (tmp_path / "peloton.sock").chmod(0o000)  # another user's daemon (root would still be allowed)
+        expected = f"unix:{tmp_path / 'peloton.sock'}" if os.geteuid() == 0 else "127.0.0.1:5391"
+        assert resolve(args()).address == expected

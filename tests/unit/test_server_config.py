@@ -113,3 +113,28 @@ def test_tls_settings_that_cannot_work_are_refused_by_flag(tmp_path: Path, chang
     change(c, tmp_path)
     with pytest.raises(InvalidArgument, match=error):
         c.check()
+
+
+def test_the_unix_socket_of_the_api() -> None:
+    c = cfg(None, None)
+    assert c.unix_socket_path() == Path("/nonexistent/peloton.sock")  # the default, in the data dir
+    c.unix_socket = ""
+    assert c.unix_socket_path() is None  # none
+    c.unix_socket = "/run/peloton/api.sock"
+    assert c.unix_socket_path() == Path("/run/peloton/api.sock")
+
+
+def test_a_data_dir_too_deep_for_the_default_socket_still_serves_tcp(tmp_path: Path) -> None:
+    from peloton.server import Daemon
+
+    deep = tmp_path / ("d" * 120)
+    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=None, data_dir=deep, metrics_listen="", backend="sim"))
+    d.start()
+    try:
+        assert d.unix_socket is None and d.address.startswith("127.0.0.1:")
+    finally:
+        d.stop()
+    given = ServerConfig(listen="127.0.0.1:0", db_url=None, data_dir=tmp_path / "d2", metrics_listen="",
+                         backend="sim", unix_socket=str(deep / "api.sock"))
+    with pytest.raises(InvalidArgument, match="--unix-socket: .* is longer than a Unix socket's 107 bytes"):
+        Daemon(given).start()
