@@ -6,6 +6,7 @@ over time, and a malformed event must never take the subscription down. `parse_e
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
@@ -37,6 +38,9 @@ __all__ = [
     "parse_offer",
     "parse_task_status",
 ]
+
+MAX_GPUS_PER_AGENT = 1024  # an offer claiming more is malformed (gpu ids are listed, one per GPU)
+MAX_SCALAR = 1e15  # cpus, mem (MB), disk (MB): a larger (or negative, or non-finite) quantity is malformed
 
 FRAMEWORK_FAILED_OVER = "Framework failed over"
 FRAMEWORK_REMOVED = "Framework has been removed"
@@ -280,9 +284,29 @@ def attribute_value(a: Mapping[str, Any]) -> str:
     return ""
 
 
+def _quantity(value: Any, name: str) -> float:
+    """A scalar resource as the master sends it; ValueError (the offer is dropped) unless it is a finite number
+    between 0 and MAX_SCALAR (gpus: MAX_GPUS_PER_AGENT), so nothing odd reaches placement."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name}: not a number: {value!r}")
+    v = float(value)
+    limit = MAX_GPUS_PER_AGENT if name == "gpus" else MAX_SCALAR
+    if not math.isfinite(v) or v < 0 or v > limit:
+        raise ValueError(f"{name}: {v} is not a quantity between 0 and {limit:g}")
+    return v
+
+
+def _port_range(r: Any) -> tuple[int, int]:
+    b, e = _dict(r).get("begin"), _dict(r).get("end")
+    if not (isinstance(b, int) and isinstance(e, int)) or isinstance(b, bool) or isinstance(e, bool) \
+            or not 1 <= b <= e <= 65535:
+        raise ValueError(f"ports: {b!r}-{e!r} is not a range of ports 1-65535")
+    return b, e
+
+
 def parse_offer(o: Mapping[str, Any]) -> Offer:
-    """One Offer JSON object -> Offer. Raises KeyError/ValueError/TypeError only if id or agent_id is missing
-    or a quantity is not a number."""
+    """One Offer JSON object -> Offer. Raises KeyError/ValueError/TypeError when id or agent_id is missing, or a
+    quantity or port range is not one (parse_event then drops this offer and keeps the others)."""
     offer_id = _id(o["id"])
     agent_id = _id(o["agent_id"])
     if not offer_id or not agent_id:
@@ -298,9 +322,9 @@ def parse_offer(o: Mapping[str, Any]) -> Offer:
         name = str(r.get("name", ""))
         kind = r.get("type")
         if kind == "SCALAR":
-            scalars[name] = scalars.get(name, 0.0) + float(_dict(r.get("scalar")).get("value", 0.0))
+            scalars[name] = scalars.get(name, 0.0) + _quantity(_dict(r.get("scalar")).get("value", 0.0), name)
         elif kind == "RANGES" and name == "ports":
-            ports += [(int(x["begin"]), int(x["end"])) for x in _list(_dict(r.get("ranges")).get("range"))]
+            ports += [_port_range(x) for x in _list(_dict(r.get("ranges")).get("range"))]
         if not role:
             role = str(_dict(r.get("allocation_info")).get("role", "") or "")
     url = _dict(o.get("url"))

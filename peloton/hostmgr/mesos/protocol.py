@@ -155,7 +155,7 @@ class SchedulerProtocol:
         """One RecordIO payload (UTF-8 JSON) -> typed events. Never raises."""
         try:
             obj = json.loads(record)
-        except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        except (ValueError, RecursionError) as e:  # not UTF-8 or JSON, a number too long, nested too deep
             self.last_event_at = now
             return [Unknown(type="", raw=record[:200], error=f"record is not JSON: {e}")]
         return self.on_event(obj, now)
