@@ -1,4 +1,4 @@
-"""The one error hierarchy. Mapped to gRPC status codes in one place: peloton/api/status.py."""
+"""The one error hierarchy. Mapped to gRPC status codes in one place: the table of peloton/api/codes.py."""
 
 from __future__ import annotations
 
@@ -34,3 +34,11 @@ class Conflict(PelotonError):
 
 class Unavailable(PelotonError):
     """A dependency (backend, component) is not reachable right now."""
+
+
+class Unauthenticated(PelotonError):
+    """The caller did not prove who it is (no or an unknown token, no client certificate)."""
+
+
+class PermissionDenied(PelotonError):
+    """The caller is known but lacks the permission the message names."""

@@ -22,6 +22,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from peloton.api.auth import Authenticator, Authorize
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
@@ -45,6 +46,7 @@ from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
+from peloton.identity import Principals
 from peloton.jobmgr.manager import JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.loop import Loop
@@ -103,11 +105,20 @@ class ServerConfig:
     tls_key: Path | None = None
     tls_client_ca: Path | None = None
     metrics_tls: bool = False
+    # Principals, their roles and token hashes (identity.py); None: <data-dir>/principals.json when it exists.
+    principals_file: Path | None = None
+
+    def principals_path(self) -> Path | None:
+        if self.principals_file is not None:
+            return self.principals_file
+        default = self.data_dir / "principals.json"
+        return default if default.exists() else None
 
     @property
     def authenticated(self) -> bool:
-        """Every caller of the public API proves who it is (today: mutual TLS)."""
-        return self.tls_cert is not None and self.tls_client_ca is not None
+        """Every caller of the public API over the network proves who it is, over TLS: a client certificate of
+        --tls-client-ca, or a token of the principals file."""
+        return self.tls_cert is not None and (self.tls_client_ca is not None or self.principals_path() is not None)
 
     def unix_socket_path(self) -> Path | None:
         if self.unix_socket == "":
@@ -156,9 +167,9 @@ class ServerConfig:
         if self.listen and not self.insecure and not self.authenticated and not _local_only(self.listen):
             raise InvalidArgument(
                 f"--listen: {self.listen} can be reached from other machines, and this daemon has no TLS with client "
-                "certificates (--tls-cert, --tls-key, --tls-client-ca; docs/security.md): anyone who reaches it could "
-                "run commands as the daemon's user. Listen on 127.0.0.1 or a unix: socket, set up TLS, or pass "
-                "--insecure to serve it anyway", field="--listen")
+                "certificates or tokens (--tls-cert, --tls-key, and --tls-client-ca or --principals-file; "
+                "docs/security.md): anyone who reaches it could run commands as the daemon's user. Listen on "
+                "127.0.0.1 or a unix: socket, set up TLS, or pass --insecure to serve it anyway", field="--listen")
         if self.internal_listen and not self.insecure and not _local_only(self.internal_listen):
             raise InvalidArgument(
                 f"--internal-listen: {self.internal_listen} can be reached from other machines, and the internal "
@@ -310,11 +321,18 @@ class Daemon:
             with db.transaction(self.sessions) as s:
                 repo.ensure_root_pool(s, time.time())
 
+        path = cfg.principals_path()
+        self.authenticator = Authenticator(Principals(path) if path is not None else None,
+                                           mutual_tls=cfg.tls_client_ca is not None)
+        if self.authenticator.enabled:
+            log.info("authentication on: %s", ", ".join(
+                w for w, on in ((f"tokens of {path}", path is not None),
+                                ("client certificates of --tls-client-ca", cfg.tls_client_ca is not None)) if on))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
             options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
             maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
-            interceptors=[RejectUndecodableRequests()],
+            interceptors=[Authorize(self.authenticator), RejectUndecodableRequests()],
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

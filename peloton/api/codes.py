@@ -12,6 +12,8 @@ TO_CODE: tuple[tuple[type[errors.PelotonError], str], ...] = (
     (errors.Conflict, "ABORTED"),
     (errors.FailedPrecondition, "FAILED_PRECONDITION"),
     (errors.Unavailable, "UNAVAILABLE"),
+    (errors.Unauthenticated, "UNAUTHENTICATED"),
+    (errors.PermissionDenied, "PERMISSION_DENIED"),
 )
 _FROM_CODE = {code: cls for cls, code in TO_CODE}
 

@@ -57,7 +57,8 @@ class Client:
         self.address = target.address
         self.timeout = timeout
         tls = Tls(target.tls_ca, target.client_cert, target.client_key) if target.tls else None
-        self.channel = Channel(target.address, tls=tls)
+        auth = [("authorization", f"Bearer {target.token}")] if target.token else []
+        self.channel = Channel(target.address, tls=tls, metadata=auth)
 
     @functools.cached_property
     def jobs(self) -> Any:

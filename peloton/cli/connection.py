@@ -12,6 +12,7 @@ The config file (`$PELOTON_CONFIG`, else `$XDG_CONFIG_HOME/peloton/config.toml`,
     tls-ca = "/etc/peloton/ca.pem"          # relative paths are relative to the config file
     client-cert = "~/.peloton/client.pem"
     client-key = "~/.peloton/client-key.pem"
+    token = "pt_..."                         # or a bearer token (`peloton token create`)
 
 `--context NAME` (or `$PELOTON_CONTEXT`) picks another. Standard library only (tomllib is read only when the file
 exists)."""
@@ -27,16 +28,18 @@ TYPE_CHECKING = False
 if TYPE_CHECKING:
     import argparse
 
-KEYS = ("address", "tls-ca", "client-cert", "client-key")
+KEYS = ("address", "tls-ca", "client-cert", "client-key", "token")
 ENV = {"address": "PELOTON_ADDRESS", "tls-ca": "PELOTON_TLS_CA", "client-cert": "PELOTON_CLIENT_CERT",
-       "client-key": "PELOTON_CLIENT_KEY"}
+       "client-key": "PELOTON_CLIENT_KEY", "token": "PELOTON_TOKEN"}
+PATHS = ("tls-ca", "client-cert", "client-key")
 
 
 class Target:
     def __init__(self, address: str, tls_ca: str | None = None, client_cert: str | None = None,
-                 client_key: str | None = None, context: str | None = None) -> None:
+                 client_key: str | None = None, context: str | None = None, token: str | None = None) -> None:
         self.address, self.tls_ca, self.client_cert, self.client_key = address, tls_ca, client_cert, client_key
         self.context = context
+        self.token = token
 
     @property
     def tls(self) -> bool:
@@ -87,8 +90,7 @@ def read_contexts(path: str) -> tuple[str | None, dict[str, dict[str, str]]]:
             if not isinstance(value, str) or not value:
                 raise InvalidArgument(f"{path}: contexts.{name}.{key}: must be a non-empty string",
                                       field=f"contexts.{name}.{key}")
-        out[name] = {k: (v if k == "address" else os.path.join(base, os.path.expanduser(v)))
-                     for k, v in ctx.items()}
+        out[name] = {k: (os.path.join(base, os.path.expanduser(v)) if k in PATHS else v) for k, v in ctx.items()}
     if current is not None and current not in out:
         raise InvalidArgument(f"{path}: current-context: no context {current!r} (contexts: "
                               f"{', '.join(sorted(out)) or 'none'})", field="current-context")
@@ -97,7 +99,8 @@ def read_contexts(path: str) -> tuple[str | None, dict[str, dict[str, str]]]:
 
 def resolve(a: argparse.Namespace) -> Target:
     """Flags, then environment variables, then the context, then the defaults."""
-    flags = {"address": a.address, "tls-ca": a.tls_ca, "client-cert": a.client_cert, "client-key": a.client_key}
+    flags = {"address": a.address, "tls-ca": a.tls_ca, "client-cert": a.client_cert, "client-key": a.client_key,
+             "token": getattr(a, "token", None)}
     wanted = a.context or os.environ.get("PELOTON_CONTEXT")
     ctx: dict[str, str] = {}
     name: str | None = None
@@ -116,7 +119,7 @@ def resolve(a: argparse.Namespace) -> Target:
     if bool(value["client-cert"]) != bool(value["client-key"]):
         raise InvalidArgument("--client-cert, --client-key: give both or neither", field="--client-cert")
     return Target(value["address"] or default_address(), value["tls-ca"], value["client-cert"],
-                  value["client-key"], name)
+                  value["client-key"], name, value["token"])
 
 
 def default_address() -> str:

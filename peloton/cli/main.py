@@ -204,6 +204,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         task_env_allow=parse_allow(a.task_env_allow),
         unix_socket=a.unix_socket, tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
+        principals_file=Path(a.principals_file) if a.principals_file else None,
     )
     run_server(cfg)
     return 0
@@ -220,6 +221,18 @@ client.pem + client-key.pem (client {w.client_name!r}); keys are mode 0600.
 serve:   peloton server --tls-cert {d}/server.pem --tls-key {d}/server-key.pem --tls-client-ca {d}/ca.pem
 connect: peloton --tls-ca {d}/ca.pem --client-cert {d}/client.pem --client-key {d}/client-key.pem job list
          (or the same in a context of ~/.config/peloton/config.toml: tls-ca, client-cert, client-key)""")
+    return 0
+
+
+def cmd_token_create(a: argparse.Namespace) -> int:
+    from peloton.identity import add_token
+
+    path = Path(a.principals_file) if a.principals_file else \
+        (Path(a.data_dir) if a.data_dir else config.default_data_dir()) / "principals.json"
+    token = add_token(path, a.name, a.role)
+    print(token)
+    print(f"peloton: token for {a.name} added to {path} (only its hash is kept: this is the one time it is shown; "
+          "a running daemon picks it up within a second)", file=sys.stderr)
     return 0
 
 
@@ -249,6 +262,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--client-cert", default=None, metavar="FILE",
                    help="client certificate for mutual TLS ($PELOTON_CLIENT_CERT; with --client-key)")
     p.add_argument("--client-key", default=None, metavar="FILE", help="its key ($PELOTON_CLIENT_KEY)")
+    p.add_argument("--token", default=None, metavar="TOKEN",
+                   help="bearer token of a principal (`peloton token create`; $PELOTON_TOKEN; prefer the environment "
+                        "or a context: a flag shows in the process list)")
     p.add_argument("--rpc-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
     sub = p.add_subparsers(dest="group", required=True)
 
@@ -306,6 +322,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--tls-cert", default=None, metavar="FILE",
                    help="serve the API over TLS with this certificate (PEM; with --tls-key)")
     s.add_argument("--tls-key", default=None, metavar="FILE", help="its private key (PEM, mode 0600)")
+    s.add_argument("--principals-file", default=None, metavar="FILE",
+                   help="principals, roles and token hashes (default <data-dir>/principals.json when it exists); "
+                        "with it, every call must be authenticated (docs/security.md)")
     s.add_argument("--tls-client-ca", default=None, metavar="FILE",
                    help="mutual TLS: serve only clients with a certificate of this CA (their subject names them)")
     s.add_argument("--metrics-tls", action="store_true",
@@ -323,6 +342,16 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the client certificate's subject: who its holder is (default %(default)s)")
     ci.add_argument("--force", action="store_true", help="replace certificates already in DIR")
     ci.set_defaults(server_fn=cmd_certs_init)
+
+    t = sub.add_parser("token", help="bearer tokens of principals").add_subparsers(dest="cmd", required=True)
+    tc = t.add_parser("create", help="add a token for a principal to the principals file and print it (once)")
+    tc.add_argument("name", metavar="NAME", help="the principal, e.g. alice or ci-bot")
+    tc.add_argument("--role", action="append", default=[], choices=["admin", "operator", "submitter", "viewer"],
+                    help="its role (repeatable); required for a new principal, replaces an existing one's roles")
+    tc.add_argument("--principals-file", default=None, metavar="FILE",
+                    help="default <data-dir>/principals.json, which a daemon with that data dir reads")
+    tc.add_argument("--data-dir", default=None)
+    tc.set_defaults(server_fn=cmd_token_create)
 
     d = sub.add_parser("db", help="database maintenance").add_subparsers(dest="cmd", required=True)
     up = d.add_parser("upgrade", help="apply migrations")

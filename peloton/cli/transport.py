@@ -524,10 +524,13 @@ def _connect(address: str, timeout: float | None) -> tuple[str, socket.socket]:
 class Channel:
     """Calls to one daemon address, on one connection dialled when first needed (and again after it broke)."""
 
-    def __init__(self, address: str, connect_timeout: float = 10.0, tls: Tls | None = None) -> None:
+    def __init__(self, address: str, connect_timeout: float = 10.0, tls: Tls | None = None,
+                 metadata: list[tuple[str, str]] | None = None) -> None:
+        """`metadata`: sent with every call (a bearer token)."""
         self.address = address
         self.connect_timeout = connect_timeout
         self.tls = tls
+        self.metadata = list(metadata or ())
         self._conn: Connection | None = None
 
     def connection(self, deadline: float | None) -> Connection:
@@ -562,7 +565,7 @@ class Call:
         self.conn: Connection | None = None
         try:
             self.conn = channel.connection(self.deadline)
-            self.stream = self.conn.start(path, request, self.deadline, list(metadata or ()))
+            self.stream = self.conn.start(path, request, self.deadline, [*channel.metadata, *(metadata or ())])
         except (RpcError, _ConnectionLost) as e:  # raised where the answer is waited for, as grpcio does
             self.stream = _Stream(0, 0)
             self.stream.done = True

@@ -2,17 +2,19 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections.abc import Iterator
 
 import grpc
 from prometheus_client import Gauge
 
+from peloton import identity
 from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
-from peloton.errors import InvalidArgument, Unavailable
+from peloton.errors import InvalidArgument, PermissionDenied, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
 
@@ -20,6 +22,7 @@ DEFAULT_LOG_TAIL = 1024 * 1024
 MAX_LOG_TAIL = 1024 * 1024
 MAX_WATCHERS = 256  # open WatchJobs streams; each holds a server thread
 MAX_WATCH_JOBS = 1000
+REDACTED = "<redacted>"  # an environment value the caller may not see
 
 OPEN_WATCHES = Gauge("peloton_jobmgr_watch_limit", "Most WatchJobs streams served at once")
 
@@ -34,6 +37,17 @@ def _change_to_proto(c: JobChange) -> job_pb2.JobChange:
     return p
 
 
+def _shown(job: job_pb2.Job) -> job_pb2.Job:
+    """The job as the caller may see it: the environment's values only for its owner and for principals with
+    job.secrets.any; others see the names, each value replaced by REDACTED."""
+    who = identity.caller()
+    if not job.spec.task.env or who.may_see_secrets(job.spec.owner):
+        return job
+    for name in list(job.spec.task.env):  # not while iterating the map itself
+        job.spec.task.env[name] = REDACTED
+    return job
+
+
 class JobServicer(job_pb2_grpc.JobServiceServicer):
     def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS) -> None:
         self.jm = jm
@@ -46,13 +60,20 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             raise InvalidArgument("spec: required", field="spec")
         request_checks.spec_size(request.spec)
         request_id = request_checks.request_id(request.request_id)
-        job_id = self.jm.create_job(convert.spec_from_proto(request.spec), request_id)
+        spec = convert.spec_from_proto(request.spec)
+        who = identity.caller()
+        if who is not identity.OPEN:  # the owner is the caller (an admin may create a job for someone else)
+            if spec.owner and spec.owner != who.name and "admin" not in who.roles:
+                raise PermissionDenied(f"owner: {who.name} may not create a job owned by {spec.owner!r} (only an "
+                                       "admin may; leave owner out, it is the caller)", field="owner")
+            spec = dataclasses.replace(spec, owner=spec.owner or who.name)
+        job_id = self.jm.create_job(spec, request_id)
         return job_pb2.CreateJobResponse(job_id=job_id)
 
     @grpc_errors
     def GetJob(self, request, context):  # type: ignore[no-untyped-def]
         r = self.jm.get_job(_job_id(request.job_id))
-        return job_pb2.GetJobResponse(job=convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states))
+        return job_pb2.GetJobResponse(job=_shown(convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states)))
 
     @grpc_errors
     def ListJobs(self, request, context):  # type: ignore[no-untyped-def]
@@ -64,7 +85,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         out = job_pb2.ListJobsResponse()
         size = 0
         for i, r in enumerate(rows):
-            job = convert.job_to_proto(r.job, r.gangs, r.task_states)
+            job = _shown(convert.job_to_proto(r.job, r.gangs, r.task_states))
             size += job.ByteSize()
             if i and size > MAX_PAGE_BYTES:  # large specs: the page ends here, the next starts with this job
                 nxt = self.jm.page_token(rows[i - 1].job)
@@ -75,13 +96,26 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
     @grpc_errors
     def StopJob(self, request, context):  # type: ignore[no-untyped-def]
-        self.jm.stop_job(_job_id(request.job_id))
+        job_id = _job_id(request.job_id)
+        self._may_control(job_id, "stop")
+        self.jm.stop_job(job_id)
         return job_pb2.StopJobResponse()
 
     @grpc_errors
     def DeleteJob(self, request, context):  # type: ignore[no-untyped-def]
-        self.jm.delete_job(_job_id(request.job_id))
+        job_id = _job_id(request.job_id)
+        self._may_control(job_id, "delete")
+        self.jm.delete_job(job_id)
         return job_pb2.DeleteJobResponse()
+
+    def _may_control(self, job_id: str, what: str) -> None:
+        who = identity.caller()
+        if who.can(identity.JOB_CONTROL_ANY):
+            return
+        owner = self.jm.get_job(job_id).job.spec.owner
+        if not who.may_control(owner):
+            raise PermissionDenied(f"{who.name} may not {what} job {job_id}, owned by {owner or 'nobody'}: that needs "
+                                   f"the permission {identity.JOB_CONTROL_ANY} (role operator or admin)")
 
     @grpc_stream_errors
     def WatchJobs(self, request: job_pb2.WatchJobsRequest, context: grpc.ServicerContext
@@ -134,6 +168,13 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         offset = request.offset if request.HasField("offset") else None
         if offset is not None and offset < 0:
             raise InvalidArgument("offset: must not be negative", field="offset")
+        who = identity.caller()
+        if not who.can(identity.JOB_SECRETS_ANY):
+            owner = self.jm.get_job(_job_id(request.job_id)).job.spec.owner
+            if not who.may_see_secrets(owner):
+                raise PermissionDenied(f"{who.name} may not read the logs of job {request.job_id}, owned by {owner}: "
+                                       f"that needs the permission {identity.JOB_SECRETS_ANY} (role operator or "
+                                       "admin)")
         task_id, content, nxt, state = self.jm.task_log(
             _job_id(request.job_id), request_checks.instance(request.instance), request_checks.attempt(request.attempt),
             request.stream, request.tail_bytes or DEFAULT_LOG_TAIL, offset)

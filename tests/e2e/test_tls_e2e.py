@@ -106,3 +106,37 @@ def test_metrics_over_tls_and_a_public_address_without_insecure(tmp_path: Path) 
                         "--backend", "sim", "--metrics-listen", "", "--tls-cert", str(certs / "server.pem"),
                         "--tls-key", str(certs / "server-key.pem")], capture_output=True, text=True, timeout=60)
     assert r.returncode == 2 and "--listen: 0.0.0.0:0 can be reached from other machines" in r.stderr
+
+
+def test_tokens_over_tls_through_the_cli(tmp_path: Path) -> None:
+    """TLS without client certificates plus tokens is authenticated: served to other machines without
+    --insecure. `peloton token create` writes the principals file the daemon reads; the CLI sends the token."""
+    certs = tmp_path / "certs"
+    assert run("certs", "init", str(certs)).returncode == 0
+    data = tmp_path / "data"
+    r = run("token", "create", "ci-bot", "--role", "submitter", "--data-dir", str(data))
+    assert r.returncode == 0 and "only its hash is kept" in r.stderr
+    token = r.stdout.strip()
+    proc = subprocess.Popen(
+        [*PELOTON, "server", "--listen", "0.0.0.0:0", "--data-dir", str(data), "--backend", "sim", "--metrics-listen",
+         "", "--unix-socket", "", "--tls-cert", str(certs / "server.pem"), "--tls-key", str(certs / "server-key.pem")],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on" in line, proc.stderr.read() if proc.stderr else ""
+        address = line.split("serving on ")[1].split()[0]
+        env = {"PELOTON_ADDRESS": address, "PELOTON_TLS_CA": str(certs / "ca.pem")}
+        denied = run("job", "list", env=env)
+        assert denied.returncode != 0 and "no credentials" in denied.stderr
+        spec = tmp_path / "job.yaml"
+        spec.write_text('name: bot\ninstances: 1\ntask: {command: "train.py", resources: {cpu: 1, mem: 64Mi}}\n')
+        created = run("job", "create", "-f", str(spec), env={**env, "PELOTON_TOKEN": token})
+        assert created.returncode == 0, created.stderr
+        shown = run("job", "get", created.stdout.strip(), "-o", "json", env={**env, "PELOTON_TOKEN": token})
+        assert '"owner": "ci-bot"' in shown.stdout
+        refused = run("pool", "create", "/bots", env={**env, "PELOTON_TOKEN": token})
+        assert refused.returncode != 0 and "ci-bot may not call CreatePool" in refused.stderr
+    finally:
+        proc.terminate()
+        proc.wait(30)

@@ -1,0 +1,135 @@
+"""Authentication and authorization of the public API: who each call is from (identity.Principal), and whether
+its method's permission (identity.METHODS) is one of theirs. Servicers read the caller with identity.caller() for
+what depends on the object (a job's owner).
+
+With authentication on (a principals file, or mutual TLS), a call is from:
+  - the daemon's own user, when it came over the owner-only Unix socket (admin);
+  - the principal of its bearer token (`authorization: Bearer pt_...`), if the token is known;
+  - the subject (common name) of its client certificate, with the roles the principals file gives that name
+    (every role, when there is no principals file: whoever holds a certificate of the CA is trusted);
+  - nobody: UNAUTHENTICATED.
+With it off, every call is from `anonymous`, an admin (the single-user default: loopback and owner-only socket)."""
+
+from __future__ import annotations
+
+import getpass
+import logging
+from collections.abc import Callable
+from typing import Any
+
+import grpc
+
+from peloton import identity
+from peloton.api.status import bounded
+from peloton.errors import PermissionDenied, Unauthenticated
+from peloton.identity import Principal, Principals
+
+log = logging.getLogger(__name__)
+
+
+class Authenticator:
+    def __init__(self, principals: Principals | None, mutual_tls: bool) -> None:
+        self.principals = principals
+        self.mutual_tls = mutual_tls
+        self.enabled = principals is not None or mutual_tls
+        try:
+            self.owner = getpass.getuser()
+        except (KeyError, OSError):
+            self.owner = "daemon-user"
+
+    def principal(self, context: grpc.ServicerContext) -> Principal:
+        if not self.enabled:
+            return identity.OPEN
+        if context.peer().startswith("unix:"):
+            return Principal(self.owner, frozenset({"admin"}), "unix socket")
+        for key, value in context.invocation_metadata() or ():
+            if key == "authorization":
+                scheme, _, token = str(value).partition(" ")
+                if scheme.lower() != "bearer" or not token:
+                    raise Unauthenticated("authorization: expected \"Bearer <token>\"")
+                p = self.principals.by_token(token.strip()) if self.principals is not None else None
+                if p is None:
+                    raise Unauthenticated("the token is not known to this daemon (revoked, or for another cluster)")
+                return p
+        names = (context.auth_context() or {}).get("x509_common_name") or []
+        if names:
+            name = names[0].decode() if isinstance(names[0], bytes) else str(names[0])
+            roles = self.principals.roles_of(name) if self.principals is not None else frozenset({"admin"})
+            return Principal(name, roles, "certificate")
+        raise Unauthenticated("no credentials: give a token (--token, $PELOTON_TOKEN) or a client certificate "
+                              "(--client-cert)")
+
+    def check(self, method: str, context: grpc.ServicerContext) -> Principal | None:
+        """The caller of `method`, or None when the method needs nothing (health, reflection)."""
+        if method.startswith(identity.PUBLIC_SERVICES):
+            return None
+        p = self.principal(context)
+        needed = identity.METHODS.get(method)
+        if needed is None:  # a method the table does not know: admins only
+            if "admin" not in p.roles:
+                raise PermissionDenied(f"{p.name} may not call {method}: only an admin may")
+        else:
+            p.require(needed, f"call {method.rsplit('/', 1)[-1]}")
+        return p
+
+
+class Authorize(grpc.ServerInterceptor):
+    """Runs Authenticator.check before every call; the servicer then finds the caller in identity.caller()."""
+
+    def __init__(self, auth: Authenticator) -> None:
+        self.auth = auth
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        handler = continuation(details)
+        if handler is None:
+            return None
+        method = details.method
+        auth = self.auth
+
+        def admit(context: grpc.ServicerContext) -> Principal | None:
+            try:
+                return auth.check(method, context)
+            except Unauthenticated as e:
+                context.abort(grpc.StatusCode.UNAUTHENTICATED, bounded(e.message))
+            except PermissionDenied as e:
+                context.abort(grpc.StatusCode.PERMISSION_DENIED, bounded(e.message))
+            raise AssertionError("unreachable")  # context.abort raises
+
+        if handler.unary_unary is not None:
+            behaviour = handler.unary_unary
+
+            def unary(request: Any, context: grpc.ServicerContext) -> Any:
+                p = admit(context)
+                token = identity.CALLER.set(p) if p is not None else None
+                try:
+                    return behaviour(request, context)
+                finally:
+                    _reset(token)
+
+            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
+                                                       response_serializer=handler.response_serializer)
+        if handler.unary_stream is not None:
+            stream_behaviour = handler.unary_stream
+
+            def stream(request: Any, context: grpc.ServicerContext) -> Any:
+                p = admit(context)
+                token = identity.CALLER.set(p) if p is not None else None
+                try:
+                    yield from stream_behaviour(request, context)
+                finally:
+                    _reset(token)
+
+            return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+                                                        response_serializer=handler.response_serializer)
+        if handler.stream_stream is not None and method.startswith(identity.PUBLIC_SERVICES):
+            return handler  # reflection
+        log.warning("refusing %s: a streaming kind the authorization does not cover", method)
+        return None
+
+
+def _reset(token: Any) -> None:
+    if token is not None:
+        try:
+            identity.CALLER.reset(token)
+        except ValueError:  # a stream closed from another context: that context's value is not ours to reset
+            pass

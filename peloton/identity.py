@@ -1,0 +1,254 @@
+"""Who a caller is and what it may do: principals, roles, permissions, tokens. Pure apart from reading the
+principals file; the gRPC side (authenticating a call, checking its method's permission) is api/auth.py.
+
+Roles (cluster-wide for now; per-pool access lists are not built yet, docs/security.md):
+  admin      everything
+  operator   every job (read, control, see its secrets and logs), hosts; pools read-only
+  submitter  create jobs, read every job, control and see the secrets and logs of its own
+  viewer     read jobs, pools and hosts; never a job's environment values or logs
+
+The principals file (JSON, owner-only), written by `peloton token create`:
+  {"principals": {"alice": {"roles": ["admin"], "tokens": ["sha256:<hex>", ...]}, ...}}
+Only a token's hash is kept. A principal named by a client certificate (mutual TLS) gets its roles from the
+same file."""
+
+from __future__ import annotations
+
+import contextvars
+import hashlib
+import hmac
+import json
+import logging
+import os
+import secrets
+import threading
+import time
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+
+log = logging.getLogger(__name__)
+
+JOB_CREATE = "job.create"
+JOB_READ = "job.read"
+JOB_CONTROL_OWN = "job.control.own"  # stop and delete one's own jobs
+JOB_CONTROL_ANY = "job.control.any"
+JOB_SECRETS_ANY = "job.secrets.any"  # the environment values and logs of any job (one's own are always visible)
+POOL_READ = "pool.read"
+POOL_WRITE = "pool.write"
+HOST_READ = "host.read"
+HOST_OPERATE = "host.operate"  # failure injection of the sim backend (drain, later)
+ALL = frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ, POOL_WRITE,
+                 HOST_READ, HOST_OPERATE})
+
+ROLES: dict[str, frozenset[str]] = {
+    "admin": ALL,
+    "operator": frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ,
+                           HOST_READ, HOST_OPERATE}),
+    "submitter": frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, POOL_READ, HOST_READ}),
+    "viewer": frozenset({JOB_READ, POOL_READ, HOST_READ}),
+}
+
+# What each RPC needs (anything not listed: admin only). Health and reflection need nothing.
+PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
+                   "/grpc.reflection.v1.ServerReflection/")
+METHODS: dict[str, str] = {
+    "/peloton.v1.JobService/CreateJob": JOB_CREATE,
+    "/peloton.v1.JobService/GetJob": JOB_READ,
+    "/peloton.v1.JobService/ListJobs": JOB_READ,
+    "/peloton.v1.JobService/WatchJobs": JOB_READ,
+    "/peloton.v1.JobService/StopJob": JOB_CONTROL_OWN,  # and the job's owner, unless job.control.any
+    "/peloton.v1.JobService/DeleteJob": JOB_CONTROL_OWN,
+    "/peloton.v1.TaskService/ListTasks": JOB_READ,
+    "/peloton.v1.TaskService/GetTask": JOB_READ,
+    "/peloton.v1.TaskService/GetTaskLogs": JOB_READ,  # and the job's owner, unless job.secrets.any
+    "/peloton.v1.ResourcePoolService/CreatePool": POOL_WRITE,
+    "/peloton.v1.ResourcePoolService/DeletePool": POOL_WRITE,
+    "/peloton.v1.ResourcePoolService/GetPool": POOL_READ,
+    "/peloton.v1.ResourcePoolService/ListPools": POOL_READ,
+    "/peloton.v1.HostService/ListHosts": HOST_READ,
+    "/peloton.v1.SimService/FailHost": HOST_OPERATE,
+    "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
+}
+TOKEN_PREFIX = "pt_"
+
+
+@dataclass(frozen=True)
+class Principal:
+    name: str
+    roles: frozenset[str]
+    via: str  # how it was established: "token", "certificate", "unix socket", "open" (no authentication)
+    permissions: frozenset[str] = field(init=False)
+
+    def __post_init__(self) -> None:
+        perms: set[str] = set()
+        for r in self.roles:
+            perms |= ROLES.get(r, frozenset())
+        object.__setattr__(self, "permissions", frozenset(perms))
+
+    def can(self, permission: str) -> bool:
+        return permission in self.permissions
+
+    def require(self, permission: str, what: str = "") -> None:
+        if not self.can(permission):
+            raise PermissionDenied(f"{self.name} may not {what or permission}: that needs the permission "
+                                   f"{permission} ({_roles_with(permission)}), and {self.name} has "
+                                   f"{', '.join(sorted(self.roles)) or 'no role'}")
+
+    def may_control(self, owner: str) -> bool:
+        return self.can(JOB_CONTROL_ANY) or (self.can(JOB_CONTROL_OWN) and owner == self.name)
+
+    def may_see_secrets(self, owner: str) -> bool:
+        return self.can(JOB_SECRETS_ANY) or owner == self.name
+
+
+def _roles_with(permission: str) -> str:
+    return "role " + " or ".join(r for r, p in ROLES.items() if permission in p)
+
+
+OPEN = Principal("anonymous", frozenset({"admin"}), "open")
+CALLER: contextvars.ContextVar[Principal] = contextvars.ContextVar("peloton_caller", default=OPEN)
+
+
+def caller() -> Principal:
+    """The principal of the call being served (OPEN when authentication is off, or for in-process calls)."""
+    return CALLER.get()
+
+
+def hash_token(token: str) -> str:
+    return "sha256:" + hashlib.sha256(token.encode()).hexdigest()
+
+
+def new_token() -> str:
+    return TOKEN_PREFIX + secrets.token_urlsafe(32)
+
+
+@dataclass(frozen=True)
+class Entry:
+    roles: frozenset[str]
+    tokens: tuple[str, ...]
+
+
+def parse_principals(text: str, where: str) -> dict[str, Entry]:
+    """The principals file's content; InvalidArgument naming the file and the key at fault."""
+    try:
+        doc = json.loads(text)
+    except ValueError as e:
+        raise InvalidArgument(f"{where}: not JSON: {e}", field="principals") from None
+    if not isinstance(doc, dict) or set(doc) - {"principals"} or not isinstance(doc.get("principals", {}), dict):
+        raise InvalidArgument(f"{where}: expected {{\"principals\": {{NAME: {{...}}}}}}", field="principals")
+    out: dict[str, Entry] = {}
+    for name, spec in doc.get("principals", {}).items():
+        if not isinstance(spec, dict) or set(spec) - {"roles", "tokens"}:
+            raise InvalidArgument(f"{where}: principals.{name}: expected {{\"roles\": [...], \"tokens\": [...]}}",
+                                  field=f"principals.{name}")
+        roles, tokens = spec.get("roles", []), spec.get("tokens", [])
+        if not isinstance(roles, list) or any(r not in ROLES for r in roles):
+            raise InvalidArgument(f"{where}: principals.{name}.roles: {roles!r}: each one of "
+                                  f"{', '.join(ROLES)}", field=f"principals.{name}.roles")
+        if not isinstance(tokens, list) or any(not isinstance(t, str) or not t.startswith("sha256:")
+                                               for t in tokens):
+            raise InvalidArgument(f"{where}: principals.{name}.tokens: hashes (\"sha256:...\") only",
+                                  field=f"principals.{name}.tokens")
+        out[name] = Entry(frozenset(roles), tuple(tokens))
+    return out
+
+
+class Principals:
+    """The principals file, read again when it changes (checked at most once a second), so a new token works
+    without a restart. A file that became unreadable or invalid keeps the last good version (logged)."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self._lock = threading.Lock()
+        self._checked = 0.0
+        self._mtime = 0.0
+        self._entries: dict[str, Entry] = {}
+        self._by_hash: dict[str, str] = {}
+        self._load(strict=True)
+
+    def _load(self, strict: bool) -> None:
+        mtime = self._mtime
+        try:
+            st = self.path.stat()
+            mtime = st.st_mtime
+            if st.st_mode & 0o077:
+                raise FailedPrecondition(f"--principals-file: {self.path} is readable by others (mode "
+                                         f"{st.st_mode & 0o777:o}); chmod 600 it", field="--principals-file")
+            entries = parse_principals(self.path.read_text(), str(self.path))
+        except (OSError, InvalidArgument, FailedPrecondition) as e:
+            if strict:
+                if isinstance(e, OSError):
+                    raise FailedPrecondition(f"--principals-file: cannot read {self.path}: {e}",
+                                             field="--principals-file") from None
+                raise
+            log.error("principals file %s not reloaded (keeping the last good one): %s", self.path, e)
+            self._mtime = mtime  # not again until it changes
+            return
+        self._mtime = mtime
+        self._entries = entries
+        self._by_hash = {h: name for name, e in entries.items() for h in e.tokens}
+
+    def _fresh(self) -> None:
+        now = time.monotonic()
+        if now - self._checked < 1.0:
+            return
+        self._checked = now
+        try:
+            mtime = self.path.stat().st_mtime
+        except OSError:
+            return
+        if mtime != self._mtime:
+            self._load(strict=False)
+
+    def by_token(self, token: str) -> Principal | None:
+        with self._lock:
+            self._fresh()
+            h = hash_token(token)
+            for known, name in self._by_hash.items():
+                if hmac.compare_digest(known, h):
+                    return Principal(name, self._entries[name].roles, "token")
+            return None
+
+    def roles_of(self, name: str) -> frozenset[str]:
+        with self._lock:
+            self._fresh()
+            e = self._entries.get(name)
+            return e.roles if e is not None else frozenset()
+
+
+def add_token(path: Path, name: str, roles: Iterable[str]) -> str:
+    """Create a token for `name` (a new principal gets `roles`; given roles replace an existing one's) in the
+    principals file (created owner-only); returns the token, which is stored only as its hash."""
+    if not name or len(name) > 128 or any(c.isspace() or c in "/,=\"" for c in name):
+        raise InvalidArgument(f"NAME: {name!r} is not a principal name (1-128 characters, no spaces, / , = \")",
+                              field="NAME")
+    roles = list(dict.fromkeys(roles))
+    for r in roles:
+        if r not in ROLES:
+            raise InvalidArgument(f"--role: {r!r} is not one of {', '.join(ROLES)}", field="--role")
+    doc: dict[str, dict[str, dict[str, list[str]]]] = {"principals": {}}
+    if path.exists():
+        parse_principals(path.read_text(), str(path))  # refuse to rewrite a file that is not valid
+        doc = json.loads(path.read_text())
+        doc.setdefault("principals", {})
+    entry = doc["principals"].setdefault(name, {"roles": [], "tokens": []})
+    if roles:
+        entry["roles"] = roles
+    elif not entry.get("roles"):
+        raise InvalidArgument(f"--role: {name} is a new principal: give it a role ({', '.join(ROLES)})",
+                              field="--role")
+    token = new_token()
+    entry.setdefault("tokens", []).append(hash_token(token))
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    tmp = path.with_name(path.name + ".tmp")
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    with os.fdopen(fd, "w") as f:
+        json.dump(doc, f, indent=2, sort_keys=True)
+        f.write("\n")
+        f.flush()
+        os.fsync(f.fileno())
+    os.replace(tmp, path)
+    return token

@@ -1,0 +1,170 @@
+"""Who may do what, through the real daemon (gRPC over a socket, sim backend) on SQLite and PostgreSQL: every role
+against every mutating RPC (a table), owner-only stop/delete/logs, the owner set from the caller, environment
+values hidden from others, and calls without credentials."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+import grpc
+import pytest
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from peloton.api.v1 import (
+    job_pb2,
+    job_pb2_grpc,
+    respool_pb2,
+    respool_pb2_grpc,
+    sim_pb2,
+    sim_pb2_grpc,
+    task_pb2,
+    task_pb2_grpc,
+)
+from peloton.domain.resources import Resources
+from peloton.hostmgr.sim.backend import SimSettings
+from peloton.identity import add_token
+from peloton.server import Daemon, ServerConfig
+from tests.dbutil import postgres_database
+
+ROLES = ("admin", "operator", "submitter", "viewer")
+OK, DENIED = "ok", "denied"
+T = 15.0
+
+
+@dataclass
+class Cluster:
+    daemon: Daemon
+    channel: grpc.Channel
+    tokens: dict[str, str]  # principal -> token; principals are named after their role, plus "bob" (submitter)
+
+    def md(self, who: str | None) -> tuple[tuple[str, str], ...]:
+        return (("authorization", f"Bearer {self.tokens[who]}"),) if who else ()
+
+    def jobs(self) -> job_pb2_grpc.JobServiceStub:
+        return job_pb2_grpc.JobServiceStub(self.channel)
+
+    def create(self, who: str, owner: str = "", env: dict[str, str] | None = None) -> str:
+        spec = job_pb2.JobSpec(name="p", instances=1, owner=owner)
+        spec.task.command = "train.py"
+        spec.task.resources.cpu = 1
+        spec.task.resources.mem = "64Mi"
+        spec.task.env.update(env or {"PELOTON_SIM_DURATION": "1h"})
+        return str(self.jobs().CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=T, metadata=self.md(who)).job_id)
+
+
+@pytest.fixture(params=["sqlite", "postgresql"], scope="module")
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    tmp = tmp_path_factory.mktemp("perm")
+    principals = tmp / "principals.json"
+    tokens = {role: add_token(principals, role, [role]) for role in ROLES}
+    tokens["bob"] = add_token(principals, "bob", ["submitter"])
+
+    def start(db_url: str) -> Iterator[Cluster]:
+        d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp / "data", metrics_listen="",
+                                backend="sim", unix_socket="", principals_file=principals,
+                                sim=SimSettings(hosts=4, resources=Resources(cpu=64, mem=65536), racks=1)))
+        address = d.start()
+        channel = grpc.insecure_channel(address)
+        try:
+            yield Cluster(d, channel, tokens)
+        finally:
+            channel.close()
+            d.stop()
+
+    if request.param == "sqlite":
+        yield from start(f"sqlite:///{tmp}/p.db")
+    else:
+        with postgres_database() as url:
+            yield from start(url)
+
+
+def outcome(fn: Any, request: Any, md: Any) -> str:
+    try:
+        fn(request, timeout=T, metadata=md)
+        return OK
+    except grpc.RpcError as e:
+        if e.code() == grpc.StatusCode.PERMISSION_DENIED:
+            return DENIED
+        raise
+
+
+# role -> expected outcome of: create job, stop own, stop another's, delete another's, read logs of another's,
+# create pool, delete pool, fail a sim host
+TABLE = {
+    "admin": (OK, OK, OK, OK, OK, OK, OK, OK),
+    "operator": (OK, OK, OK, OK, OK, DENIED, DENIED, OK),
+    "submitter": (OK, OK, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED),
+    "viewer": (DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED),
+}
+
+
+@pytest.mark.parametrize("role", ROLES)
+def test_every_role_against_every_mutating_call(cluster: Cluster, role: str) -> None:
+    jobs = cluster.jobs()
+    md = cluster.md(role)
+    own = cluster.create(role if role != "viewer" else "submitter")  # a viewer owns nothing: try someone's
+    others = [cluster.create("bob") for _ in range(2)]
+    jobs.StopJob(job_pb2.StopJobRequest(job_id=others[1]), timeout=T, metadata=cluster.md("bob"))  # deletable
+    spec = job_pb2.JobSpec(name="new", instances=1)
+    spec.task.command, spec.task.resources.cpu, spec.task.resources.mem = "train.py", 1, "64Mi"
+    pools = respool_pb2_grpc.ResourcePoolServiceStub(cluster.channel)
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path=f"/gone-{role}")), timeout=T,
+                     metadata=cluster.md("admin"))
+    got = (
+        outcome(jobs.CreateJob, job_pb2.CreateJobRequest(spec=spec), md),
+        outcome(jobs.StopJob, job_pb2.StopJobRequest(job_id=own), md),
+        outcome(jobs.StopJob, job_pb2.StopJobRequest(job_id=others[0]), md),
+        outcome(jobs.DeleteJob, job_pb2.DeleteJobRequest(job_id=others[1]), md),
+        outcome(task_pb2_grpc.TaskServiceStub(cluster.channel).GetTaskLogs,
+                task_pb2.GetTaskLogsRequest(job_id=others[0], instance=0), md),
+        outcome(pools.CreatePool, respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path=f"/t-{role}")), md),
+        outcome(pools.DeletePool, respool_pb2.DeletePoolRequest(path=f"/gone-{role}"), md),
+        outcome(sim_pb2_grpc.SimServiceStub(cluster.channel).RecoverHost,
+                sim_pb2.RecoverHostRequest(hostname="sim-00000"), md),
+    )
+    assert got == TABLE[role]
+
+
+def test_reads_are_open_to_every_role_but_not_to_strangers(cluster: Cluster) -> None:
+    jobs = cluster.jobs()
+    job = cluster.create("bob")
+    for role in ROLES:
+        assert jobs.GetJob(job_pb2.GetJobRequest(job_id=job), timeout=T, metadata=cluster.md(role)).job.id == job
+        assert jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=T, metadata=cluster.md(role)).jobs
+    for md, why in (((), "no credentials"), ((("authorization", "Bearer pt_nope"),), "not known"),
+                    ((("authorization", "Basic dXNlcjpwYXNz"),), "Bearer")):
+        with pytest.raises(grpc.RpcError) as e:
+            jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=T, metadata=md)
+        assert e.value.code() == grpc.StatusCode.UNAUTHENTICATED and why in e.value.details()
+    health = health_pb2_grpc.HealthStub(cluster.channel).Check(health_pb2.HealthCheckRequest(), timeout=T)
+    assert health.status == health_pb2.HealthCheckResponse.SERVING  # load balancers need no token
+
+
+def test_the_owner_is_the_caller(cluster: Cluster) -> None:
+    jobs = cluster.jobs()
+    mine = cluster.create("bob")
+    assert jobs.GetJob(job_pb2.GetJobRequest(job_id=mine), timeout=T, metadata=cluster.md("bob")).job.spec.owner == "bob"
+    with pytest.raises(grpc.RpcError) as e:
+        cluster.create("bob", owner="submitter")
+    assert e.value.code() == grpc.StatusCode.PERMISSION_DENIED and e.value.details().startswith("owner:")
+    theirs = cluster.create("admin", owner="bob")  # an admin may create on someone's behalf
+    assert jobs.GetJob(job_pb2.GetJobRequest(job_id=theirs), timeout=T,
+                       metadata=cluster.md("admin")).job.spec.owner == "bob"
+
+
+def test_environment_values_are_shown_to_the_owner_operators_and_admins_only(cluster: Cluster) -> None:
+    jobs = cluster.jobs()
+    job = cluster.create("bob", env={"PELOTON_SIM_DURATION": "1h", "API_KEY": "hunter2"})
+    seen = {who: dict(jobs.GetJob(job_pb2.GetJobRequest(job_id=job), timeout=T, metadata=cluster.md(who))
+                      .job.spec.task.env) for who in ("bob", "admin", "operator", "submitter", "viewer")}
+    for who in ("bob", "admin", "operator"):
+        assert seen[who]["API_KEY"] == "hunter2", who
+    for who in ("submitter", "viewer"):
+        assert seen[who] == {"PELOTON_SIM_DURATION": "<redacted>", "API_KEY": "<redacted>"}, who
+    listed = {j.id: j for j in jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=T,
+                                             metadata=cluster.md("viewer")).jobs}
+    assert listed[job].spec.task.env["API_KEY"] == "<redacted>"
+    assert "hunter2" not in json.dumps(str(listed[job]))

@@ -1,0 +1,124 @@
+"""Principals, roles and tokens (identity.py) and how a call is authenticated (api/auth.py), without a daemon."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from peloton import identity
+from peloton.api.auth import Authenticator
+from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unauthenticated
+from peloton.identity import Principal, Principals, add_token, parse_principals
+
+
+def test_add_token_keeps_only_the_hash_owner_only(tmp_path: Path) -> None:
+    path = tmp_path / "d" / "principals.json"
+    token = add_token(path, "alice", ["submitter"])
+    assert token.startswith("pt_") and len(token) > 40
+    text = path.read_text()
+    assert token not in text and identity.hash_token(token) in text
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    second = add_token(path, "alice", [])  # another token, same roles
+    doc = json.loads(path.read_text())
+    assert doc["principals"]["alice"] == {"roles": ["submitter"],
+                                          "tokens": [identity.hash_token(token), identity.hash_token(second)]}
+    with pytest.raises(InvalidArgument, match="--role: bob is a new principal: give it a role"):
+        add_token(path, "bob", [])
+    with pytest.raises(InvalidArgument, match="--role: 'root' is not one of"):
+        add_token(path, "bob", ["root"])
+    with pytest.raises(InvalidArgument, match="NAME: "):
+        add_token(path, "a b", ["viewer"])
+
+
+@pytest.mark.parametrize(("text", "error"), [
+    ("{", "not JSON"),
+    ('{"users": {}}', "expected"),
+    ('{"principals": {"a": {"roles": ["root"]}}}', r"principals.a.roles: \['root'\]"),
+    ('{"principals": {"a": {"roles": ["admin"], "tokens": ["plain-token"]}}}', "principals.a.tokens: hashes"),
+    ('{"principals": {"a": {"role": ["admin"]}}}', "principals.a: expected"),
+])
+def test_a_bad_principals_file_is_named(text: str, error: str) -> None:
+    with pytest.raises(InvalidArgument, match=error):
+        parse_principals(text, "/etc/p.json")
+
+
+def test_a_new_token_works_without_a_restart_and_a_broken_file_keeps_the_last_good_one(tmp_path: Path) -> None:
+    path = tmp_path / "principals.json"
+    first = add_token(path, "alice", ["viewer"])
+    p = Principals(path)
+    assert p.by_token(first) == Principal("alice", frozenset({"viewer"}), "token")
+    time.sleep(0.01)
+    second = add_token(path, "bob", ["operator"])
+    os.utime(path, (time.time() + 5, time.time() + 5))
+    p._checked = 0.0  # the once-a-second check is due
+    assert p.by_token(second) is not None and p.roles_of("bob") == frozenset({"operator"})
+    path.write_text("{ broken")
+    os.utime(path, (time.time() + 10, time.time() + 10))
+    p._checked = 0.0
+    assert p.by_token(first) is not None  # kept
+    assert p.by_token("pt_unknown") is None
+
+
+def test_a_principals_file_others_can_read_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "principals.json"
+    add_token(path, "alice", ["viewer"])
+    path.chmod(0o644)
+    with pytest.raises(FailedPrecondition, match="--principals-file: .* readable by others"):
+        Principals(path)
+
+
+def test_permission_messages_name_what_is_missing() -> None:
+    viewer = Principal("vic", frozenset({"viewer"}), "token")
+    with pytest.raises(PermissionDenied, match="vic may not .*job.create .role admin or operator or submitter.*viewer"):
+        viewer.require(identity.JOB_CREATE)
+    sub = Principal("alice", frozenset({"submitter"}), "token")
+    assert sub.may_control("alice") and not sub.may_control("bob") and sub.may_see_secrets("alice")
+    op = Principal("olga", frozenset({"operator"}), "certificate")
+    assert op.may_control("bob") and op.may_see_secrets("bob") and not op.can(identity.POOL_WRITE)
+
+
+class FakeContext:
+    def __init__(self, peer: str = "ipv4:127.0.0.1:5", metadata: Any = (), cn: str | None = None) -> None:
+        self._peer, self._md, self._cn = peer, metadata, cn
+
+    def peer(self) -> str:
+        return self._peer
+
+    def invocation_metadata(self) -> Any:
+        return self._md
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {"x509_common_name": [self._cn.encode()]} if self._cn else {}
+
+
+def test_how_a_call_is_authenticated(tmp_path: Path) -> None:
+    path = tmp_path / "principals.json"
+    token = add_token(path, "alice", ["submitter"])
+    add_token(path, "carol", ["operator"])
+    auth = Authenticator(Principals(path), mutual_tls=True)
+    assert auth.principal(FakeContext(metadata=(("authorization", f"Bearer {token}"),))).name == "alice"
+    assert auth.principal(FakeContext(cn="carol")).roles == frozenset({"operator"})  # roles from the file
+    assert auth.principal(FakeContext(cn="dave")).roles == frozenset()  # a certificate, but no role: nothing
+    owner = auth.principal(FakeContext(peer="unix:/data/peloton.sock"))
+    assert owner.via == "unix socket" and "admin" in owner.roles
+    with pytest.raises(Unauthenticated, match="no credentials"):
+        auth.principal(FakeContext())
+    # mutual TLS without a principals file: every holder of a certificate of the CA is trusted
+    assert "admin" in Authenticator(None, mutual_tls=True).principal(FakeContext(cn="eve")).roles
+    # authentication off: everyone is the open admin
+    assert Authenticator(None, mutual_tls=False).principal(FakeContext()) is identity.OPEN
+
+
+def test_every_public_method_has_a_permission() -> None:
+    from peloton.api.v1 import host_pb2, job_pb2, respool_pb2, sim_pb2, task_pb2
+
+    for module in (job_pb2, task_pb2, respool_pb2, host_pb2, sim_pb2):
+        for service in module.DESCRIPTOR.services_by_name.values():
+            for m in service.methods:
+                assert f"/{service.full_name}/{m.name}" in identity.METHODS, m.full_name
