@@ -42,3 +42,11 @@ class Unauthenticated(PelotonError):
 
 class PermissionDenied(PelotonError):
     """The caller is known but lacks the permission the message names."""
+
+
+class ResourceExhausted(PelotonError):
+    """A limit on how much or how fast one caller may ask was reached; `retry_after_s` when waiting helps."""
+
+    def __init__(self, message: str, *, field: str | None = None, retry_after_s: float | None = None) -> None:
+        super().__init__(message, field=field)
+        self.retry_after_s = retry_after_s

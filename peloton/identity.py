@@ -72,6 +72,11 @@ METHODS: dict[str, str] = {
     "/peloton.v1.SimService/FailHost": HOST_OPERATE,
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
 }
+# The calls that change something: what the per-principal rate limit counts (--rate-limit).
+MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobService/StopJob",
+                      "/peloton.v1.JobService/DeleteJob", "/peloton.v1.ResourcePoolService/CreatePool",
+                      "/peloton.v1.ResourcePoolService/DeletePool", "/peloton.v1.SimService/FailHost",
+                      "/peloton.v1.SimService/RecoverHost"})
 TOKEN_PREFIX = "pt_"
 
 

@@ -52,6 +52,7 @@ from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.loop import Loop
 from peloton.ownership import StoreGuard
 from peloton.placement.engine import PlacementEngine
+from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
 from peloton.store import db, repo
@@ -69,6 +70,9 @@ ROLES = frozenset({"jobmgr", "resmgr", "placement", "hostmgr"})
 WRITERS_PG = 2  # the job manager's writers on PostgreSQL (docs/performance.md: measured 1, 2 and 4)
 MAX_WRITERS = 16  # each holds a connection of the pool (10 + 20 overflow) while it commits
 MAX_SOCKET_PATH = 107  # sun_path, less its terminating NUL
+DEFAULT_RATE_LIMIT = 50.0
+RATE_BURST_S = 4.0  # a bucket holds this many seconds' worth of calls (at least 10)
+DEFAULT_MAX_WAITING_JOBS = 10_000
 
 
 @dataclass
@@ -107,6 +111,9 @@ class ServerConfig:
     metrics_tls: bool = False
     # Principals, their roles and token hashes (identity.py); None: <data-dir>/principals.json when it exists.
     principals_file: Path | None = None
+    # Bounds per authenticated principal (off without authentication: one trusted user)
+    rate_limit: float = DEFAULT_RATE_LIMIT  # changing calls a second, bursts of RATE_BURST_S of them; 0: none
+    max_waiting_jobs: int = DEFAULT_MAX_WAITING_JOBS  # jobs not started yet; 0: no limit
 
     def principals_path(self) -> Path | None:
         if self.principals_file is not None:
@@ -164,6 +171,7 @@ class ServerConfig:
             raise InvalidArgument("--hostmgr: the address of the hostmgr process is required without --role hostmgr",
                                   field="--hostmgr")
         self._check_tls()
+        self._check_bounds()
         if self.listen and not self.insecure and not self.authenticated and not _local_only(self.listen):
             raise InvalidArgument(
                 f"--listen: {self.listen} can be reached from other machines, and this daemon has no TLS with client "
@@ -175,6 +183,16 @@ class ServerConfig:
                 f"--internal-listen: {self.internal_listen} can be reached from other machines, and the internal "
                 "services have no TLS yet, so the components' secret would cross the network in clear "
                 "(docs/security.md). Use a unix: socket or 127.0.0.1, or pass --insecure", field="--internal-listen")
+
+    def _check_bounds(self) -> None:
+        import math
+
+        if not math.isfinite(self.rate_limit) or self.rate_limit < 0:
+            raise InvalidArgument(f"--rate-limit: must be 0 (none) or a positive number of calls a second, got "
+                                  f"{self.rate_limit}", field="--rate-limit")
+        if self.max_waiting_jobs < 0:
+            raise InvalidArgument(f"--max-waiting-jobs: must be 0 (none) or positive, got {self.max_waiting_jobs}",
+                                  field="--max-waiting-jobs")
 
     def _check_tls(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -322,8 +340,10 @@ class Daemon:
                 repo.ensure_root_pool(s, time.time())
 
         path = cfg.principals_path()
+        limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
+                   else None)
         self.authenticator = Authenticator(Principals(path) if path is not None else None,
-                                           mutual_tls=cfg.tls_client_ca is not None)
+                                           mutual_tls=cfg.tls_client_ca is not None, limiter=limiter)
         if self.authenticator.enabled:
             log.info("authentication on: %s", ", ".join(
                 w for w, on in ((f"tokens of {path}", path is not None),
@@ -405,7 +425,9 @@ class Daemon:
         if "jobmgr" in roles:
             self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
                                      writers=cfg.writers())
-            job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr), self.server)
+            max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
+            job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr, max_waiting_jobs=max_waiting),
+                                                          self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
         names = [d.services_by_name[n].full_name for d, n in services]

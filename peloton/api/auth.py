@@ -14,6 +14,8 @@ from __future__ import annotations
 
 import getpass
 import logging
+import threading
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -21,17 +23,23 @@ import grpc
 
 from peloton import identity
 from peloton.api.status import bounded
-from peloton.errors import PermissionDenied, Unauthenticated
+from peloton.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from peloton.identity import Principal, Principals
+from peloton.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
 
 
 class Authenticator:
-    def __init__(self, principals: Principals | None, mutual_tls: bool) -> None:
+    def __init__(self, principals: Principals | None, mutual_tls: bool, limiter: RateLimiter | None = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        """`limiter`: per-principal rate of mutating calls, applied when authentication is on."""
         self.principals = principals
         self.mutual_tls = mutual_tls
         self.enabled = principals is not None or mutual_tls
+        self.limiter = limiter
+        self.clock = clock
+        self._limit_lock = threading.Lock()
         try:
             self.owner = getpass.getuser()
         except (KeyError, OSError):
@@ -70,6 +78,13 @@ class Authenticator:
                 raise PermissionDenied(f"{p.name} may not call {method}: only an admin may")
         else:
             p.require(needed, f"call {method.rsplit('/', 1)[-1]}")
+        if self.limiter is not None and self.enabled and method in identity.MUTATING:
+            with self._limit_lock:
+                wait = self.limiter.allow(p.name, self.clock())
+            if wait is not None:
+                raise ResourceExhausted(
+                    f"rate limit: {p.name} made more than {self.limiter.rate:g} changing calls a second "
+                    f"(--rate-limit); retry in {wait:.1f}s", retry_after_s=wait)
         return p
 
 
@@ -93,6 +108,10 @@ class Authorize(grpc.ServerInterceptor):
                 context.abort(grpc.StatusCode.UNAUTHENTICATED, bounded(e.message))
             except PermissionDenied as e:
                 context.abort(grpc.StatusCode.PERMISSION_DENIED, bounded(e.message))
+            except ResourceExhausted as e:
+                if e.retry_after_s is not None:
+                    context.set_trailing_metadata((("retry-after-ms", str(max(1, round(e.retry_after_s * 1000)))),))
+                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, bounded(e.message))
             raise AssertionError("unreachable")  # context.abort raises
 
         if handler.unary_unary is not None:

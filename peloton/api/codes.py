@@ -14,6 +14,7 @@ TO_CODE: tuple[tuple[type[errors.PelotonError], str], ...] = (
     (errors.Unavailable, "UNAVAILABLE"),
     (errors.Unauthenticated, "UNAUTHENTICATED"),
     (errors.PermissionDenied, "PERMISSION_DENIED"),
+    (errors.ResourceExhausted, "RESOURCE_EXHAUSTED"),
 )
 _FROM_CODE = {code: cls for cls, code in TO_CODE}
 

@@ -30,6 +30,8 @@ def _abort(context: grpc.ServicerContext, fn: Callable[..., Any], e: Exception) 
         code = code_for(e)
         if code == grpc.StatusCode.UNAVAILABLE:
             context.set_trailing_metadata((("retry-after-ms", RETRY_AFTER_MS),))
+        elif isinstance(e, errors.ResourceExhausted) and e.retry_after_s is not None:
+            context.set_trailing_metadata((("retry-after-ms", str(max(1, round(e.retry_after_s * 1000)))),))
         context.abort(code, bounded(e.message))
     log.exception("internal error in %s", fn.__qualname__)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}; see the daemon log")

@@ -204,7 +204,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         task_env_allow=parse_allow(a.task_env_allow),
         unix_socket=a.unix_socket, tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
-        principals_file=Path(a.principals_file) if a.principals_file else None,
+        principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
+        max_waiting_jobs=a.max_waiting_jobs,
     )
     run_server(cfg)
     return 0
@@ -325,6 +326,12 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--principals-file", default=None, metavar="FILE",
                    help="principals, roles and token hashes (default <data-dir>/principals.json when it exists); "
                         "with it, every call must be authenticated (docs/security.md)")
+    s.add_argument("--rate-limit", type=float, default=50.0, metavar="N",
+                   help="with authentication: changing calls (create, stop, delete, pools) a principal may make a "
+                        "second, in bursts of 4 s worth; beyond, RESOURCE_EXHAUSTED (default %(default)g; 0: none)")
+    s.add_argument("--max-waiting-jobs", type=int, default=10_000, metavar="N",
+                   help="with authentication: jobs a principal may have waiting to start (default %(default)d; 0: "
+                        "none)")
     s.add_argument("--tls-client-ca", default=None, metavar="FILE",
                    help="mutual TLS: serve only clients with a certificate of this CA (their subject names them)")
     s.add_argument("--metrics-tls", action="store_true",

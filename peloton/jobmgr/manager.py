@@ -346,6 +346,11 @@ class JobManager:
                 raise NotFound(f"job {job_id} has no instance {instance}")
             return tasks[0], repo.get_task_events(s, job_id, instance, newest=MAX_EVENTS_SHOWN)
 
+    def count_waiting(self, owner: str) -> int:
+        """Jobs of `owner` not started yet (INITIALIZED or PENDING), from a read session."""
+        with transaction(self.read_sessions) as s:
+            return repo.count_jobs(s, owner=owner, states=[JobState.INITIALIZED, JobState.PENDING])
+
     def count_task_events(self, job_id: str, instance: int) -> int:
         with transaction(self.read_sessions) as s:
             return repo.count_task_events(s, job_id, instance)

@@ -14,7 +14,7 @@ from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
-from peloton.errors import InvalidArgument, PermissionDenied, Unavailable
+from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
 
@@ -49,8 +49,10 @@ def _shown(job: job_pb2.Job) -> job_pb2.Job:
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS) -> None:
+    def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS, max_waiting_jobs: int = 0) -> None:
+        """`max_waiting_jobs`: jobs one authenticated principal may have waiting (not started); 0: no limit."""
         self.jm = jm
+        self.max_waiting_jobs = max_waiting_jobs
         self._watchers = threading.BoundedSemaphore(max_watchers)
         OPEN_WATCHES.set(max_watchers)
 
@@ -67,6 +69,11 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                 raise PermissionDenied(f"owner: {who.name} may not create a job owned by {spec.owner!r} (only an "
                                        "admin may; leave owner out, it is the caller)", field="owner")
             spec = dataclasses.replace(spec, owner=spec.owner or who.name)
+            if self.max_waiting_jobs and self.jm.count_waiting(spec.owner) >= self.max_waiting_jobs:
+                raise ResourceExhausted(
+                    f"jobs: {spec.owner} has {self.max_waiting_jobs} jobs waiting to start, the most one principal "
+                    "may (--max-waiting-jobs); wait for some to start, or stop some", field="jobs",
+                    retry_after_s=5.0)
         job_id = self.jm.create_job(spec, request_id)
         return job_pb2.CreateJobResponse(job_id=job_id)
 

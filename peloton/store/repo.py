@@ -325,6 +325,13 @@ def list_jobs(
     return [_job_from_row(r) for r in s.execute(q).all()]
 
 
+def count_jobs(s: Session, *, owner: str, states: Sequence[JobState]) -> int:
+    """How many jobs of `owner` are in one of `states` (indexed by owner)."""
+    q = select(func.count()).select_from(_JOBS).where(
+        _JOBS.c.owner == owner, _JOBS.c.state.in_([JobState(st).value for st in states]))
+    return int(s.execute(q).scalar_one())
+
+
 def update_job(s: Session, job: Job) -> None:
     """Write state, desired, reason, updated_at, completed_at of `job`. NotFound if absent."""
     update_jobs(s, [job])

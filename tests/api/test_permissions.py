@@ -5,8 +5,10 @@ values hidden from others, and calls without credentials."""
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -168,3 +170,70 @@ def test_environment_values_are_shown_to_the_owner_operators_and_admins_only(clu
                                              metadata=cluster.md("viewer")).jobs}
     assert listed[job].spec.task.env["API_KEY"] == "<redacted>"
     assert "hunter2" not in json.dumps(str(listed[job]))
+
+
+@pytest.fixture(params=["sqlite", "postgresql"])
+def bounded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]:
+    principals = tmp_path / "principals.json"
+    tokens = {who: add_token(principals, who, [role])
+              for who, role in (("alice", "submitter"), ("bob", "submitter"), ("admin", "admin"))}
+
+    def start(db_url: str) -> Iterator[Cluster]:
+        d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen="",
+                                backend="sim", unix_socket="", principals_file=principals, rate_limit=1.0,
+                                max_waiting_jobs=3,
+                                sim=SimSettings(hosts=1, resources=Resources(cpu=1, mem=1024), racks=1)))
+        channel = grpc.insecure_channel(d.start())
+        try:
+            yield Cluster(d, channel, tokens)
+        finally:
+            channel.close()
+            d.stop()
+
+    if request.param == "sqlite":
+        yield from start(f"sqlite:///{tmp_path}/p.db")
+    else:
+        with postgres_database() as url:
+            yield from start(url)
+
+
+def test_waiting_jobs_and_the_rate_of_changes_are_bounded_per_principal(bounded: Cluster) -> None:
+    jobs = bounded.jobs()
+    blocker = bounded.create("admin")  # the cluster's one cpu, for an hour: every other job waits
+    deadline = time.monotonic() + 30
+    while jobs.GetJob(job_pb2.GetJobRequest(job_id=blocker), timeout=T,
+                      metadata=bounded.md("admin")).job.status.state != "RUNNING":
+        assert time.monotonic() < deadline
+        time.sleep(0.05)
+    spec = job_pb2.JobSpec(name="wait", instances=1)
+    spec.task.command, spec.task.resources.cpu, spec.task.resources.mem = "train.py", 1, "64Mi"
+
+    def create(who: str) -> Any:
+        return jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=T, metadata=bounded.md(who))
+
+    for _ in range(3):
+        create("alice")
+    with pytest.raises(grpc.RpcError) as e:
+        create("alice")
+    assert e.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+    assert e.value.details().startswith("jobs: alice has 3 jobs waiting to start")
+    create("bob")  # another principal's own allowance
+    # the rate: a bucket of 10 (at 1 a second); alice has used 4 of it, bob 1
+    waiting = [j.id for j in jobs.ListJobs(job_pb2.ListJobsRequest(owner="alice"), timeout=T,
+                                          metadata=bounded.md("alice")).jobs]
+    codes = []
+    for i in range(14):
+        try:
+            jobs.StopJob(job_pb2.StopJobRequest(job_id=waiting[i % len(waiting)]), timeout=T,
+                         metadata=bounded.md("alice"))
+            codes.append("ok")
+        except grpc.RpcError as err:
+            codes.append(err.code().name)
+            assert "rate limit: alice made more than 1 changing calls a second" in err.details()
+            assert any(k == "retry-after-ms" for k, _ in err.trailing_metadata())
+    oks = codes.index("RESOURCE_EXHAUSTED")
+    assert 6 <= oks <= 9  # what was left of the 10 (a token comes back each second meanwhile)
+    assert codes[oks:].count("ok") <= 2  # then refused, but for a refill
+    # reads are not counted
+    for _ in range(20):
+        jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=T, metadata=bounded.md("alice"))

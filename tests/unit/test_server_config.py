@@ -138,3 +138,14 @@ def test_a_data_dir_too_deep_for_the_default_socket_still_serves_tcp(tmp_path: P
                          backend="sim", unix_socket=str(deep / "api.sock"))
     with pytest.raises(InvalidArgument, match="--unix-socket: .* is longer than a Unix socket's 107 bytes"):
         Daemon(given).start()
+
+
+@pytest.mark.parametrize(("field", "value", "error"), [
+    ("rate_limit", -1.0, "--rate-limit: must be 0"), ("rate_limit", float("nan"), "--rate-limit"),
+    ("max_waiting_jobs", -5, "--max-waiting-jobs: must be 0"),
+])
+def test_bounds_that_make_no_sense_are_refused(field: str, value: float, error: str) -> None:
+    c = cfg(None, None)
+    setattr(c, field, value)
+    with pytest.raises(InvalidArgument, match=error):
+        c.check()
