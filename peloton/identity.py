@@ -3,7 +3,7 @@ principals file; the gRPC side (authenticating a call, checking its method's per
 
 Roles (cluster-wide for now; per-pool access lists are not built yet, docs/security.md):
   admin      everything
-  operator   every job (read, control, see its secrets and logs), hosts; pools read-only
+  operator   every job (read, control, see its secrets and logs), hosts, the audit log; pools read-only
   submitter  create jobs, read every job, control and see the secrets and logs of its own
   viewer     read jobs, pools and hosts; never a job's environment values or logs
 
@@ -40,13 +40,14 @@ POOL_READ = "pool.read"
 POOL_WRITE = "pool.write"
 HOST_READ = "host.read"
 HOST_OPERATE = "host.operate"  # failure injection of the sim backend (drain, later)
+AUDIT_READ = "audit.read"
 ALL = frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ, POOL_WRITE,
-                 HOST_READ, HOST_OPERATE})
+                 HOST_READ, HOST_OPERATE, AUDIT_READ})
 
 ROLES: dict[str, frozenset[str]] = {
     "admin": ALL,
     "operator": frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ,
-                           HOST_READ, HOST_OPERATE}),
+                           HOST_READ, HOST_OPERATE, AUDIT_READ}),
     "submitter": frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, POOL_READ, HOST_READ}),
     "viewer": frozenset({JOB_READ, POOL_READ, HOST_READ}),
 }
@@ -71,6 +72,7 @@ METHODS: dict[str, str] = {
     "/peloton.v1.HostService/ListHosts": HOST_READ,
     "/peloton.v1.SimService/FailHost": HOST_OPERATE,
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
+    "/peloton.v1.AuditService/ListAuditEvents": AUDIT_READ,
 }
 # The calls that change something: what the per-principal rate limit counts (--rate-limit).
 MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobService/StopJob",
@@ -162,14 +164,15 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
 
 
 class Principals:
-    """The principals file, read again when it changes (checked at most once a second), so a new token works
-    without a restart. A file that became unreadable or invalid keeps the last good version (logged)."""
+    """The principals file, read again when it changes (checked at most once a second, and at once for a token
+    it does not know), so a new token works without a restart and a removed one stops working within a second. A
+    file that became unreadable or invalid keeps the last good version (logged)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
         self._checked = 0.0
-        self._mtime = 0.0
+        self._mtime: tuple[int, int, int] = (0, 0, 0)  # of the version loaded: a rewrite changes one of them
         self._entries: dict[str, Entry] = {}
         self._by_hash: dict[str, str] = {}
         self._load(strict=True)
@@ -178,7 +181,7 @@ class Principals:
         mtime = self._mtime
         try:
             st = self.path.stat()
-            mtime = st.st_mtime
+            mtime = (st.st_mtime_ns, st.st_ino, st.st_size)
             if st.st_mode & 0o077:
                 raise FailedPrecondition(f"--principals-file: {self.path} is readable by others (mode "
                                          f"{st.st_mode & 0o777:o}); chmod 600 it", field="--principals-file")
@@ -196,26 +199,34 @@ class Principals:
         self._entries = entries
         self._by_hash = {h: name for name, e in entries.items() for h in e.tokens}
 
-    def _fresh(self) -> None:
+    def _fresh(self, now_please: bool = False) -> None:
         now = time.monotonic()
-        if now - self._checked < 1.0:
+        if now - self._checked < 1.0 and not now_please:
             return
         self._checked = now
         try:
-            mtime = self.path.stat().st_mtime
+            st = self.path.stat()
         except OSError:
             return
-        if mtime != self._mtime:
+        if (st.st_mtime_ns, st.st_ino, st.st_size) != self._mtime:
             self._load(strict=False)
 
     def by_token(self, token: str) -> Principal | None:
+        """The token's principal; an unknown token has the file checked again at once (a token just created)."""
         with self._lock:
             self._fresh()
-            h = hash_token(token)
-            for known, name in self._by_hash.items():
-                if hmac.compare_digest(known, h):
-                    return Principal(name, self._entries[name].roles, "token")
-            return None
+            found = self._find(token)
+            if found is None:
+                self._fresh(now_please=True)
+                found = self._find(token)
+            return found
+
+    def _find(self, token: str) -> Principal | None:
+        h = hash_token(token)
+        for known, name in self._by_hash.items():
+            if hmac.compare_digest(known, h):
+                return Principal(name, self._entries[name].roles, "token")
+        return None
 
     def roles_of(self, name: str) -> frozenset[str]:
         with self._lock:

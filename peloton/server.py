@@ -22,11 +22,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import start_http_server
 
+from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     host_pb2,
     host_pb2_grpc,
     internal_pb2_grpc,
@@ -339,6 +342,10 @@ class Daemon:
             with db.transaction(self.sessions) as s:
                 repo.ensure_root_pool(s, time.time())
 
+        self.audit: AuditLog | None = None
+        if self.engine is not None:  # the audit log lives in the store
+            self.audit = AuditLog(self.sessions)
+            self.audit.start()
         path = cfg.principals_path()
         limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
                    else None)
@@ -352,11 +359,15 @@ class Daemon:
             futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
             options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
             maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
-            interceptors=[Authorize(self.authenticator), RejectUndecodableRequests()],
+            interceptors=[Authorize(self.authenticator, self.audit), RejectUndecodableRequests()],
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         services: list[tuple[Any, str]] = []
+        if self.audit is not None:
+            audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(self.audit, self.read_sessions),
+                                                             self.server)
+            services.append((audit_pb2.DESCRIPTOR, "AuditService"))
         self.hostmgr: HostManager | None = None
         if "hostmgr" in roles:
             self.hostmgr = HostManager(self._make_backend())
@@ -585,6 +596,8 @@ class Daemon:
             self.metrics_server.server_close()
         if self.jobmgr is not None:
             self.jobmgr.stop()
+        if getattr(self, "audit", None) is not None:
+            self.audit.stop()  # type: ignore[union-attr]  # (not set when start failed early)
         for ch in self.channels:
             ch.close()
         if self.hostmgr is not None:

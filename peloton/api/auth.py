@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from peloton import identity
+from peloton.api.audit import AuditLog, code_name, object_of
 from peloton.api.status import bounded
 from peloton.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from peloton.identity import Principal, Principals
@@ -72,6 +73,11 @@ class Authenticator:
         if method.startswith(identity.PUBLIC_SERVICES):
             return None
         p = self.principal(context)
+        self.authorize(method, p)
+        return p
+
+    def authorize(self, method: str, p: Principal) -> None:
+        """PermissionDenied unless `p` may call `method`; ResourceExhausted beyond its rate of changing calls."""
         needed = identity.METHODS.get(method)
         if needed is None:  # a method the table does not know: admins only
             if "admin" not in p.roles:
@@ -85,45 +91,63 @@ class Authenticator:
                 raise ResourceExhausted(
                     f"rate limit: {p.name} made more than {self.limiter.rate:g} changing calls a second "
                     f"(--rate-limit); retry in {wait:.1f}s", retry_after_s=wait)
-        return p
 
 
 class Authorize(grpc.ServerInterceptor):
-    """Runs Authenticator.check before every call; the servicer then finds the caller in identity.caller()."""
+    """Runs the Authenticator before every call; the servicer then finds the caller in identity.caller(). With an
+    audit log, records every refused call and every changing call with how it ended."""
 
-    def __init__(self, auth: Authenticator) -> None:
+    def __init__(self, auth: Authenticator, audit: AuditLog | None = None) -> None:
         self.auth = auth
+        self.audit = audit
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
         if handler is None:
             return None
         method = details.method
-        auth = self.auth
+        if method.startswith(identity.PUBLIC_SERVICES):
+            return handler
+        auth, audit = self.auth, self.audit
+        changing = method in identity.MUTATING
 
-        def admit(context: grpc.ServicerContext) -> Principal | None:
+        def admit(request: Any, context: grpc.ServicerContext) -> Principal:
+            p: Principal | None = None
             try:
-                return auth.check(method, context)
-            except Unauthenticated as e:
-                context.abort(grpc.StatusCode.UNAUTHENTICATED, bounded(e.message))
-            except PermissionDenied as e:
-                context.abort(grpc.StatusCode.PERMISSION_DENIED, bounded(e.message))
-            except ResourceExhausted as e:
-                if e.retry_after_s is not None:
+                p = auth.principal(context)
+                auth.authorize(method, p)
+                return p
+            except (Unauthenticated, PermissionDenied, ResourceExhausted) as e:
+                code = {Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
+                        PermissionDenied: grpc.StatusCode.PERMISSION_DENIED}.get(type(e),
+                                                                                 grpc.StatusCode.RESOURCE_EXHAUSTED)
+                if audit is not None:
+                    audit.record(p.name if p else "-", p.via if p else context.peer(), method,
+                                 object_of(request), False, code.name, e.message)
+                if isinstance(e, ResourceExhausted) and e.retry_after_s is not None:
                     context.set_trailing_metadata((("retry-after-ms", str(max(1, round(e.retry_after_s * 1000)))),))
-                context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, bounded(e.message))
+                context.abort(code, bounded(e.message))
             raise AssertionError("unreachable")  # context.abort raises
+
+        def done(p: Principal, request: Any, response: Any, context: grpc.ServicerContext, failed: bool) -> None:
+            if audit is not None and changing and auth.enabled:
+                audit.record(p.name, p.via, method, object_of(request, response), True, code_name(context, failed),
+                             (context.details() or "") if failed and hasattr(context, "details") else "")
 
         if handler.unary_unary is not None:
             behaviour = handler.unary_unary
 
             def unary(request: Any, context: grpc.ServicerContext) -> Any:
-                p = admit(context)
-                token = identity.CALLER.set(p) if p is not None else None
+                p = admit(request, context)
+                token = identity.CALLER.set(p)
+                response, failed = None, True
                 try:
-                    return behaviour(request, context)
+                    response = behaviour(request, context)
+                    failed = False
+                    return response
                 finally:
                     _reset(token)
+                    done(p, request, response, context, failed)
 
             return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
                                                        response_serializer=handler.response_serializer)
@@ -131,8 +155,8 @@ class Authorize(grpc.ServerInterceptor):
             stream_behaviour = handler.unary_stream
 
             def stream(request: Any, context: grpc.ServicerContext) -> Any:
-                p = admit(context)
-                token = identity.CALLER.set(p) if p is not None else None
+                p = admit(request, context)
+                token = identity.CALLER.set(p)
                 try:
                     yield from stream_behaviour(request, context)
                 finally:
@@ -140,15 +164,12 @@ class Authorize(grpc.ServerInterceptor):
 
             return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
                                                         response_serializer=handler.response_serializer)
-        if handler.stream_stream is not None and method.startswith(identity.PUBLIC_SERVICES):
-            return handler  # reflection
         log.warning("refusing %s: a streaming kind the authorization does not cover", method)
         return None
 
 
 def _reset(token: Any) -> None:
-    if token is not None:
-        try:
-            identity.CALLER.reset(token)
-        except ValueError:  # a stream closed from another context: that context's value is not ours to reset
-            pass
+    try:
+        identity.CALLER.reset(token)
+    except ValueError:  # a stream closed from another context: that context's value is not ours to reset
+        pass

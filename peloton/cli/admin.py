@@ -1,4 +1,4 @@
-"""`peloton pool ...` and `peloton host list`."""
+"""`peloton pool ...`, `peloton host list` and `peloton audit`."""
 
 from __future__ import annotations
 
@@ -90,4 +90,23 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
              ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
     print(render.table(rows, ["HOST", "ADDRESS", "STATE", "CAPACITY", "ALLOCATED", "TASKS", "OFFER HELD",
                               "LABELS"]))
+    return 0
+
+
+def cmd_audit(c: Client, a: argparse.Namespace) -> int:
+    import time
+
+    from peloton.api.v1 import audit_pb2
+    from peloton.cli.client import Stub
+    from peloton.hostmgr.sim.durations import parse_duration
+
+    since = time.time() - parse_duration(a.since, "--since") if a.since else 0.0
+    r = c.call(Stub(c.channel, audit_pb2, "AuditService").ListAuditEvents, audit_pb2.ListAuditEventsRequest(
+        principal=a.principal or "", object=a.object or "", since=since, denied_only=a.denied, limit=a.limit))
+    if a.output == "json":
+        print(render.json_message(r))
+        return 0
+    rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), e.principal, e.via, e.method, e.object or "-",
+             "allowed" if e.allowed else "DENIED", e.code, e.message[:80]] for e in r.events]
+    print(render.table(rows, ["TIME", "PRINCIPAL", "VIA", "CALL", "OBJECT", "DECISION", "RESULT", "MESSAGE"]))
     return 0

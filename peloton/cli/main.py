@@ -444,6 +444,15 @@ def build_parser() -> argparse.ArgumentParser:
     x = h.add_parser("list")
     out(x)
     x.set_defaults(fn="admin:cmd_host_list")
+
+    x = sub.add_parser("audit", help="the audit log: changing and refused calls, newest first (admin, operator)")
+    x.add_argument("--principal", default=None, help="only this principal's calls")
+    x.add_argument("--object", default=None, metavar="ID", help="only calls about this job id, pool path or host")
+    x.add_argument("--since", default=None, metavar="DURATION", help="only the last DURATION (30s, 15m, 2h)")
+    x.add_argument("--denied", action="store_true", help="only refused calls")
+    x.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default %(default)s)")
+    out(x)
+    x.set_defaults(fn="admin:cmd_audit")
     _add_sim_parsers(sub)
     return p
 

@@ -88,6 +88,21 @@ class TaskEvent:
 
 
 @dataclass(frozen=True, slots=True)
+class AuditEvent:
+    """One call recorded in the audit log: who, how authenticated, what, about which object, the outcome."""
+
+    at: float
+    principal: str
+    via: str
+    method: str
+    object: str
+    allowed: bool
+    code: str
+    message: str = ""
+    id: int = 0  # given by the store
+
+
+@dataclass(frozen=True, slots=True)
 class ResourcePool:
     path: str
     reservation: Resources = Resources()

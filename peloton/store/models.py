@@ -7,7 +7,7 @@ Every schema change needs a new migration in migrations/versions/ (a test compar
 
 from __future__ import annotations
 
-from sqlalchemy import Double, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy import Boolean, Double, ForeignKey, Index, Integer, MetaData, String, Text
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -120,3 +120,22 @@ class MetaRow(Base):
 
     key: Mapped[str] = mapped_column(String(256), primary_key=True)
     value: Mapped[str] = mapped_column(Text, nullable=False)
+
+
+class AuditEventRow(Base):
+    """Who did what, when, to which object, and whether it was allowed (identity.py, api/audit.py)."""
+
+    __tablename__ = "audit_events"
+
+    id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
+    at: Mapped[float] = mapped_column(Double, nullable=False)
+    principal: Mapped[str] = mapped_column(String(128), nullable=False)
+    via: Mapped[str] = mapped_column(String(32), nullable=False)
+    method: Mapped[str] = mapped_column(String(128), nullable=False)
+    object: Mapped[str] = mapped_column(String(512), nullable=False)
+    allowed: Mapped[bool] = mapped_column(Boolean, nullable=False)
+    code: Mapped[str] = mapped_column(String(32), nullable=False)
+    message: Mapped[str] = mapped_column(Text, nullable=False)
+
+    __table_args__ = (Index("ix_audit_events_at", "at"), Index("ix_audit_events_principal", "principal", "at"),
+                      Index("ix_audit_events_object", "object", "at"))

@@ -29,13 +29,13 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.model import AuditEvent, Gang, Job, ResourcePool, Task, TaskEvent
 from peloton.domain.resources import Resources
 from peloton.domain.spec import spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
 from peloton.store import bulk
-from peloton.store.models import GangRow, JobRow, MetaRow, ResourcePoolRow, TaskEventRow, TaskRow
+from peloton.store.models import AuditEventRow, GangRow, JobRow, MetaRow, ResourcePoolRow, TaskEventRow, TaskRow
 
 _JOBS: Table = JobRow.__table__  # type: ignore[assignment]
 _GANGS: Table = GangRow.__table__  # type: ignore[assignment]
@@ -43,6 +43,7 @@ _TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
 _EVENTS: Table = TaskEventRow.__table__  # type: ignore[assignment]
 _POOLS: Table = ResourcePoolRow.__table__  # type: ignore[assignment]
 _META: Table = MetaRow.__table__  # type: ignore[assignment]
+_AUDIT: Table = AuditEventRow.__table__  # type: ignore[assignment]
 
 # Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
 _KEY_CHUNK = 2000
@@ -467,6 +468,35 @@ def append_task_events(s: Session, events: Sequence[TaskEvent]) -> None:
     if not events:
         return
     _insert_rows(s, _EVENTS, [_event_to_dict(e) for e in events])
+
+
+def append_audit_events(s: Session, events: Sequence[AuditEvent]) -> None:
+    """Multi-row insert (ids come from the store)."""
+    if events:
+        _insert_rows(s, _AUDIT, [{"at": e.at, "principal": e.principal[:128], "via": e.via[:32],
+                                  "method": e.method[:128], "object": e.object[:512], "allowed": e.allowed,
+                                  "code": e.code[:32], "message": e.message[:4096]} for e in events])
+
+
+def list_audit_events(s: Session, *, principal: str = "", obj: str = "", since: float = 0.0, until: float = 0.0,
+                      denied_only: bool = False, limit: int = 100, before_id: int = 0) -> list[AuditEvent]:
+    """Newest first (by id, which follows insertion)."""
+    q = select(_AUDIT)
+    if principal:
+        q = q.where(_AUDIT.c.principal == principal)
+    if obj:
+        q = q.where(_AUDIT.c.object == obj)
+    if since:
+        q = q.where(_AUDIT.c.at >= since)
+    if until:
+        q = q.where(_AUDIT.c.at < until)
+    if denied_only:
+        q = q.where(_AUDIT.c.allowed.is_(False))
+    if before_id:
+        q = q.where(_AUDIT.c.id < before_id)
+    q = q.order_by(_AUDIT.c.id.desc()).limit(max(0, int(limit)))
+    return [AuditEvent(at=r.at, principal=r.principal, via=r.via, method=r.method, object=r.object,
+                       allowed=bool(r.allowed), code=r.code, message=r.message, id=r.id) for r in s.execute(q).all()]
 
 
 def get_task_events(s: Session, job_id: str, instance: int, newest: int | None = None) -> list[TaskEvent]:

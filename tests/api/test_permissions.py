@@ -237,3 +237,34 @@ def test_waiting_jobs_and_the_rate_of_changes_are_bounded_per_principal(bounded:
     # reads are not counted
     for _ in range(20):
         jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=T, metadata=bounded.md("alice"))
+
+
+def test_the_audit_log_records_changes_and_refusals(cluster: Cluster) -> None:
+    from peloton.api.v1 import audit_pb2, audit_pb2_grpc
+
+    jobs = cluster.jobs()
+    job = cluster.create("bob")
+    with pytest.raises(grpc.RpcError):
+        jobs.StopJob(job_pb2.StopJobRequest(job_id=job), timeout=T, metadata=cluster.md("viewer"))
+    with pytest.raises(grpc.RpcError):
+        jobs.StopJob(job_pb2.StopJobRequest(job_id=job), timeout=T)  # no credentials
+    jobs.StopJob(job_pb2.StopJobRequest(job_id=job), timeout=T, metadata=cluster.md("bob"))
+    audit = audit_pb2_grpc.AuditServiceStub(cluster.channel)
+    about = audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(object=job), timeout=T,
+                                  metadata=cluster.md("operator")).events
+    seen = [(e.principal, e.method, e.allowed, e.code) for e in reversed(about)]
+    assert seen == [("bob", "JobService/CreateJob", True, "OK"),
+                    ("viewer", "JobService/StopJob", False, "PERMISSION_DENIED"),
+                    ("-", "JobService/StopJob", False, "UNAUTHENTICATED"),
+                    ("bob", "JobService/StopJob", True, "OK")]
+    assert about[-1].via == "token" and about[-1].at > 0 and "job.control.own" in about[2].message
+    assert about[1].via.startswith("ipv")  # an unauthenticated caller: its peer address
+    denied = audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(principal="viewer", denied_only=True), timeout=T,
+                                   metadata=cluster.md("admin")).events
+    assert denied and all(not e.allowed and e.principal == "viewer" for e in denied)
+    with pytest.raises(grpc.RpcError) as err:
+        audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(), timeout=T, metadata=cluster.md("submitter"))
+    assert err.value.code() == grpc.StatusCode.PERMISSION_DENIED
+    with pytest.raises(grpc.RpcError) as err:
+        audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(limit=5000), timeout=T, metadata=cluster.md("admin"))
+    assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("limit:")

@@ -137,6 +137,12 @@ def test_tokens_over_tls_through_the_cli(tmp_path: Path) -> None:
         assert '"owner": "ci-bot"' in shown.stdout
         refused = run("pool", "create", "/bots", env={**env, "PELOTON_TOKEN": token})
         assert refused.returncode != 0 and "ci-bot may not call CreatePool" in refused.stderr
+        admin = run("token", "create", "root", "--role", "admin", "--data-dir", str(data)).stdout.strip()
+        audit = run("audit", "--since", "5m", env={**env, "PELOTON_TOKEN": admin})
+        assert audit.returncode == 0, audit.stderr
+        lines = audit.stdout.splitlines()
+        assert any("ci-bot" in ln and "CreateJob" in ln and "allowed" in ln for ln in lines), audit.stdout
+        assert any("ci-bot" in ln and "CreatePool" in ln and "DENIED" in ln for ln in lines), audit.stdout
     finally:
         proc.terminate()
         proc.wait(30)

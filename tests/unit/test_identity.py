@@ -53,11 +53,9 @@ def test_a_new_token_works_without_a_restart_and_a_broken_file_keeps_the_last_go
     first = add_token(path, "alice", ["viewer"])
     p = Principals(path)
     assert p.by_token(first) == Principal("alice", frozenset({"viewer"}), "token")
-    time.sleep(0.01)
     second = add_token(path, "bob", ["operator"])
-    os.utime(path, (time.time() + 5, time.time() + 5))
-    p._checked = 0.0  # the once-a-second check is due
-    assert p.by_token(second) is not None and p.roles_of("bob") == frozenset({"operator"})
+    assert p.by_token(second) is not None  # an unknown token has the file read again at once
+    assert p.roles_of("bob") == frozenset({"operator"})
     path.write_text("{ broken")
     os.utime(path, (time.time() + 10, time.time() + 10))
     p._checked = 0.0
