@@ -23,7 +23,7 @@ import grpc
 
 from peloton import identity
 from peloton.api.audit import AuditLog, code_name, object_of
-from peloton.api.status import bounded
+from peloton.api.status import bounded, retry_after
 from peloton.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from peloton.identity import Principal, Principals
 from peloton.ratelimit import RateLimiter
@@ -125,7 +125,7 @@ class Authorize(grpc.ServerInterceptor):
                     audit.record(p.name if p else "-", p.via if p else context.peer(), method,
                                  object_of(request), False, code.name, e.message)
                 if isinstance(e, ResourceExhausted) and e.retry_after_s is not None:
-                    context.set_trailing_metadata((("retry-after-ms", str(max(1, round(e.retry_after_s * 1000)))),))
+                    context.set_trailing_metadata(retry_after(e.retry_after_s))
                 context.abort(code, bounded(e.message))
             raise AssertionError("unreachable")  # context.abort raises
 

@@ -31,7 +31,7 @@ def _abort(context: grpc.ServicerContext, fn: Callable[..., Any], e: Exception) 
         if code == grpc.StatusCode.UNAVAILABLE:
             context.set_trailing_metadata((("retry-after-ms", RETRY_AFTER_MS),))
         elif isinstance(e, errors.ResourceExhausted) and e.retry_after_s is not None:
-            context.set_trailing_metadata((("retry-after-ms", str(max(1, round(e.retry_after_s * 1000)))),))
+            context.set_trailing_metadata(retry_after(e.retry_after_s))
         context.abort(code, bounded(e.message))
     log.exception("internal error in %s", fn.__qualname__)
     context.abort(grpc.StatusCode.INTERNAL, f"internal error in {fn.__name__}; see the daemon log")
@@ -65,6 +65,11 @@ def grpc_stream_errors(fn: F) -> F:
 
 
 MAX_MESSAGE_BYTES = 1024
+
+
+def retry_after(seconds: float) -> tuple[tuple[str, str], ...]:
+    """The trailing metadata that tells a client when to try again."""
+    return (("retry-after-ms", str(max(1, round(seconds * 1000)))),)
 
 
 def bounded(message: str) -> str:

@@ -64,19 +64,24 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     tokens = {role: add_token(principals, role, [role]) for role in ROLES}
     tokens["bob"] = add_token(principals, "bob", ["submitter"])
 
+    yield from running(request.param, tmp, principals, tokens,
+                       sim=SimSettings(hosts=4, resources=Resources(cpu=64, mem=65536), racks=1))
+
+
+def running(store: str, tmp: Path, principals: Path, tokens: dict[str, str], **settings: Any) -> Iterator[Cluster]:
+    """A daemon on `store` (a fresh PostgreSQL database, or SQLite in `tmp`) reading `principals`, over TCP."""
+
     def start(db_url: str) -> Iterator[Cluster]:
         d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp / "data", metrics_listen="",
-                                backend="sim", unix_socket="", principals_file=principals,
-                                sim=SimSettings(hosts=4, resources=Resources(cpu=64, mem=65536), racks=1)))
-        address = d.start()
-        channel = grpc.insecure_channel(address)
+                                backend="sim", unix_socket="", principals_file=principals, **settings))
+        channel = grpc.insecure_channel(d.start())
         try:
             yield Cluster(d, channel, tokens)
         finally:
             channel.close()
             d.stop()
 
-    if request.param == "sqlite":
+    if store == "sqlite":
         yield from start(f"sqlite:///{tmp}/p.db")
     else:
         with postgres_database() as url:
@@ -178,23 +183,8 @@ def bounded(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Cluster]
     tokens = {who: add_token(principals, who, [role])
               for who, role in (("alice", "submitter"), ("bob", "submitter"), ("admin", "admin"))}
 
-    def start(db_url: str) -> Iterator[Cluster]:
-        d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen="",
-                                backend="sim", unix_socket="", principals_file=principals, rate_limit=1.0,
-                                max_waiting_jobs=3,
-                                sim=SimSettings(hosts=1, resources=Resources(cpu=1, mem=1024), racks=1)))
-        channel = grpc.insecure_channel(d.start())
-        try:
-            yield Cluster(d, channel, tokens)
-        finally:
-            channel.close()
-            d.stop()
-
-    if request.param == "sqlite":
-        yield from start(f"sqlite:///{tmp_path}/p.db")
-    else:
-        with postgres_database() as url:
-            yield from start(url)
+    yield from running(request.param, tmp_path, principals, tokens, rate_limit=1.0, max_waiting_jobs=3,
+                       sim=SimSettings(hosts=1, resources=Resources(cpu=1, mem=1024), racks=1))
 
 
 def test_waiting_jobs_and_the_rate_of_changes_are_bounded_per_principal(bounded: Cluster) -> None:
