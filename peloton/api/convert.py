@@ -166,11 +166,13 @@ def pool_from_proto(p: respool_pb2.ResourcePool) -> ResourcePool:
         reservation=resources_from_proto(p.reservation, "pool.reservation"),
         limit=resources_from_proto(p.limit, "pool.limit") if p.HasField("limit") else None,
         share=p.share or 1.0,
+        submitters=tuple(p.submitters),
     )
 
 
 def pool_to_proto(p: ResourcePool, allocated: Resources | None = None) -> respool_pb2.ResourcePool:
-    out = respool_pb2.ResourcePool(path=p.path, reservation=resources_to_proto(p.reservation), share=p.share)
+    out = respool_pb2.ResourcePool(path=p.path, reservation=resources_to_proto(p.reservation), share=p.share,
+                                   submitters=list(p.submitters))
     if p.limit is not None:
         out.limit.CopyFrom(resources_to_proto(p.limit))
     if allocated is not None:

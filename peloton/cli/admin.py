@@ -39,7 +39,8 @@ def _parse_res_flag(text: str | None, field: str) -> job_pb2.Resources | None:
 def cmd_pool_create(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
-    pool = respool_pb2.ResourcePool(path=a.path, share=a.share)
+    pool = respool_pb2.ResourcePool(path=a.path, share=a.share,
+                                    submitters=[p.strip() for p in a.submitters.split(",") if p.strip()])
     lim = _parse_res_flag(a.limit, "--limit")
     res = _parse_res_flag(a.reservation, "--reservation")
     if lim is not None:
@@ -58,9 +59,9 @@ def cmd_pool_list(c: Client, a: argparse.Namespace) -> int:
     if a.output == "json":
         print(render.json_message(r))
         return 0
-    rows = [[p.path, render.resources(p.limit) if p.HasField("limit") else "-", render.resources(p.allocated)]
-            for p in r.pools]
-    print(render.table(rows, ["PATH", "LIMIT", "ALLOCATED"]))
+    rows = [[p.path, render.resources(p.limit) if p.HasField("limit") else "-", render.resources(p.allocated),
+             ",".join(p.submitters) or "-"] for p in r.pools]
+    print(render.table(rows, ["PATH", "LIMIT", "ALLOCATED", "SUBMITTERS"]))
     return 0
 
 

@@ -429,6 +429,9 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--limit", help="cpu=N,mem=Q,gpu=N (0 or absent: unlimited in that dimension)")
     x.add_argument("--reservation")
     x.add_argument("--share", type=float, default=1.0)
+    x.add_argument("--submitters", default="", metavar="P[,P]",
+                   help="principals who may submit jobs to this pool and its subtree (default: as the parent; "
+                        "operators and admins always may)")
     x.set_defaults(fn="admin:cmd_pool_create")
     x = rp.add_parser("list")
     out(x)

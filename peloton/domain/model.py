@@ -109,6 +109,9 @@ class ResourcePool:
     limit: Resources | None = None  # None: no limit
     share: float = 1.0
     created_at: float = 0.0
+    # Who may submit jobs to this pool and its subtree (principals); empty: as the parent says (the root's
+    # empty list: anyone with job.create). Operators and admins are never refused.
+    submitters: tuple[str, ...] = ()
 
     @property
     def parent(self) -> str | None:

@@ -98,6 +98,13 @@ def validate_pool(pool: ResourcePool) -> ResourcePool:
                       granularity=limits.MIN_MEM_MIB, unit="MiB")
         checks.integer(res.gpu, f"{f}.gpu", minimum=0, maximum=limits.MAX_POOL_GPU)
         checks.integer(res.ports, f"{f}.ports", minimum=0, maximum=limits.MAX_POOL_PORTS)
+    if len(pool.submitters) > limits.MAX_POOL_SUBMITTERS:
+        raise checks.bad("pool.submitters", f"at most {limits.MAX_POOL_SUBMITTERS} principals, got "
+                                            f"{len(pool.submitters)}")
+    for i, name in enumerate(pool.submitters):
+        checks.text(name, f"pool.submitters[{i}]", max_chars=limits.MAX_PRINCIPAL_CHARS)
+        if not name or any(c.isspace() or c in "/,=\"" for c in name):
+            raise checks.bad(f"pool.submitters[{i}]", f"{checks.show(name)} is not a principal name")
     checks.number(pool.share, "pool.share", minimum=limits.MIN_POOL_SHARE, maximum=limits.MAX_POOL_SHARE)
     return pool
 

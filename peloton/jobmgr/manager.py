@@ -242,6 +242,18 @@ class JobManager:
             self._pool_cache = (pools, time.monotonic())
         return pools
 
+    def access_list(self, pool: str) -> tuple[str, tuple[str, ...]]:
+        """Who may submit to `pool`: (the pool whose list applies, the list), the nearest one up the tree with a
+        non-empty list; ("", ()) when none has one (anyone with job.create). NotFound-free: an unknown pool has
+        no list here (create_job refuses it, naming respool)."""
+        pools = self._pools(pool)
+        path: str | None = pool
+        while path is not None and path in pools:
+            if pools[path].submitters:
+                return path, pools[path].submitters
+            path = pools[path].parent
+        return "", ()
+
     def _capacity(self) -> HostIndex | None:
         """Every host's full capacity, asked of the host manager at most every CAPACITY_TTL_S and rebuilt only when
         it changed. One thread refreshes at a time; the others meanwhile judge by the index they have (rebuilding

@@ -69,6 +69,12 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                 raise PermissionDenied(f"owner: {who.name} may not create a job owned by {spec.owner!r} (only an "
                                        "admin may; leave owner out, it is the caller)", field="owner")
             spec = dataclasses.replace(spec, owner=spec.owner or who.name)
+            if not who.can(identity.JOB_CONTROL_ANY):  # operators and admins are never refused by a pool
+                where, allowed = self.jm.access_list(spec.respool)
+                if allowed and who.name not in allowed:
+                    raise PermissionDenied(
+                        f"respool: {who.name} may not submit to {spec.respool}: the access list of {where} allows "
+                        f"{', '.join(allowed[:10])}{' ...' if len(allowed) > 10 else ''}", field="respool")
             if self.max_waiting_jobs and self.jm.count_waiting(spec.owner) >= self.max_waiting_jobs:
                 raise ResourceExhausted(
                     f"jobs: {spec.owner} has {self.max_waiting_jobs} jobs waiting to start, the most one principal "

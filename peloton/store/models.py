@@ -113,6 +113,7 @@ class ResourcePoolRow(Base):
     limit_: Mapped[str | None] = mapped_column("limit", Text, nullable=True)  # JSON object, NULL = no limit
     share: Mapped[float] = mapped_column(Double, nullable=False)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    submitters: Mapped[str] = mapped_column(Text, nullable=False, server_default="[]")  # JSON list of principals
 
 
 class MetaRow(Base):

@@ -227,6 +227,7 @@ def _pool_from_row(r: Row[Any]) -> ResourcePool:
         limit=None if limit is None else _res_from_json(limit),
         share=m["share"],
         created_at=m["created_at"],
+        submitters=tuple(json.loads(m["submitters"] or "[]")),
     )
 
 
@@ -531,6 +532,7 @@ def create_pool(s: Session, pool: ResourcePool) -> None:
                 "limit_": None if pool.limit is None else _res_to_json(pool.limit),
                 "share": pool.share,
                 "created_at": pool.created_at,
+                "submitters": json.dumps(list(pool.submitters)),
             }
         ],
     )

@@ -258,3 +258,35 @@ def test_the_audit_log_records_changes_and_refusals(cluster: Cluster) -> None:
     with pytest.raises(grpc.RpcError) as err:
         audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(limit=5000), timeout=T, metadata=cluster.md("admin"))
     assert err.value.code() == grpc.StatusCode.INVALID_ARGUMENT and err.value.details().startswith("limit:")
+
+
+def test_a_pools_access_list_decides_who_submits_to_its_subtree(cluster: Cluster) -> None:
+    pools = respool_pb2_grpc.ResourcePoolServiceStub(cluster.channel)
+    admin = cluster.md("admin")
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(
+        path="/research", submitters=["bob"])), timeout=T, metadata=admin)
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path="/research/vision")),
+                     timeout=T, metadata=admin)  # no list of its own: the parent's applies
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(
+        path="/research/open", submitters=["submitter", "bob"])), timeout=T, metadata=admin)
+    got = pools.GetPool(respool_pb2.GetPoolRequest(path="/research"), timeout=T, metadata=cluster.md("viewer")).pool
+    assert list(got.submitters) == ["bob"]
+
+    def create(who: str, pool: str) -> str:
+        spec = job_pb2.JobSpec(name="acl", instances=1, respool=pool)
+        spec.task.command, spec.task.resources.cpu, spec.task.resources.mem = "train.py", 1, "64Mi"
+        try:
+            cluster.jobs().CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=T, metadata=cluster.md(who))
+            return OK
+        except grpc.RpcError as e:
+            assert e.code() == grpc.StatusCode.PERMISSION_DENIED, e.details()
+            assert e.details().startswith("respool: ")
+            return DENIED
+
+    assert [create(w, "/research/vision") for w in ("bob", "submitter", "operator", "admin")] == [OK, DENIED, OK, OK]
+    assert [create(w, "/research/open") for w in ("bob", "submitter")] == [OK, OK]
+    assert create("submitter", "/") == OK  # the root has no list: anyone with job.create
+    with pytest.raises(grpc.RpcError) as e:
+        pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(
+            path="/bad", submitters=["a b"])), timeout=T, metadata=admin)
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("pool.submitters[0]")
