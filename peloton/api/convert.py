@@ -57,6 +57,7 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
         instances=p.instances,
         command=p.task.command,
         env=dict(p.task.env),
+        env_files=dict(p.task.env_files),
         resources=resources_from_proto(p.task.resources, "task.resources"),
         container_image=p.task.container.image,
         min_available=p.gang.min_available,
@@ -95,6 +96,7 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     p = job_pb2.JobSpec(name=s.name, owner=s.owner, respool=s.respool, instances=s.instances)
     p.task.command = s.command
     p.task.env.update(s.env)
+    p.task.env_files.update(s.env_files)
     p.task.resources.CopyFrom(resources_to_proto(s.resources))
     if s.container_image:
         p.task.container.image = s.container_image

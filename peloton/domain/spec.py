@@ -53,6 +53,7 @@ class JobSpec:
     owner: str = ""
     respool: str = "/"
     env: dict[str, str] = field(default_factory=dict)
+    env_files: dict[str, str] = field(default_factory=dict)  # NAME -> file the member reads NAME from at start
     container_image: str = ""
     min_available: int = 0  # 0 means "all instances"
     on_member_failure: str = "restart_gang"
@@ -169,6 +170,17 @@ def _validate_task(spec: JobSpec) -> None:
     if total > limits.MAX_COMMAND_AND_ENV_BYTES:
         raise bad("task.env", f"the command and environment together are {total} bytes, more than "
                               f"{limits.MAX_COMMAND_AND_ENV_BYTES}")
+    if len(spec.env_files) > limits.MAX_ENV_FILES:
+        raise bad("task.env_files", f"at most {limits.MAX_ENV_FILES} variables, got {len(spec.env_files)}")
+    for k, path in spec.env_files.items():
+        f = f"task.env_files.{checks.key(k)}"
+        if len(k) > limits.MAX_ENV_NAME_CHARS or not _ENV_NAME.fullmatch(k):
+            raise bad(f, "not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
+        if k in spec.env:
+            raise bad(f, f"{k} is also in task.env: give it one way")
+        checks.text(path, f, max_chars=limits.MAX_ENV_FILE_PATH_CHARS)
+        if not path.startswith("/") or any(c in path for c in "\n\r"):
+            raise bad(f, f"{checks.show(path)} is not an absolute path on one line")
     r = spec.resources
     checks.number(r.cpu, "task.resources.cpu", minimum=limits.MIN_CPU, maximum=limits.MAX_TASK_CPU, unit="cores")
     checks.number(r.mem, "task.resources.mem", minimum=0, maximum=limits.MAX_TASK_MEM_MIB,
@@ -200,6 +212,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "owner": spec.owner,
         "respool": spec.respool,
         "env": dict(spec.env),
+        "env_files": dict(spec.env_files),
         "container_image": spec.container_image,
         "min_available": spec.min_available,
         "on_member_failure": spec.on_member_failure,
@@ -223,6 +236,7 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         owner=d.get("owner", ""),
         respool=d.get("respool", "/"),
         env=dict(d.get("env", {})),
+        env_files=dict(d.get("env_files", {})),
         container_image=d.get("container_image", ""),
         min_available=int(d.get("min_available", 0)),
         on_member_failure=d.get("on_member_failure", "restart_gang"),

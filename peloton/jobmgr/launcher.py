@@ -25,7 +25,7 @@ from peloton.domain.placement import GangPlacement, PlacementFailure
 from peloton.domain.spec import JobSpec
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.jobmgr import gang_policy as policy
-from peloton.jobmgr.training_env import hostfile, training_env
+from peloton.jobmgr.training_env import hostfile, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 
 log = logging.getLogger(__name__)
@@ -138,7 +138,7 @@ class Launcher:
         files = {"hostfile": hostfile(p.members)}
         return GangLaunch(p.gang_id, p.attempt, tuple(
             LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,
-                       hostname=m.hostname, command=spec.command, env={**spec.env, **envs[m.instance]},
+                       hostname=m.hostname, command=with_env_files(spec.command, spec.env_files), env={**spec.env, **envs[m.instance]},
                        resources=m.resources, gpu_ids=m.gpu_ids, ports=m.ports, files=files,
                        container_image=spec.container_image)
             for m in p.members))

@@ -10,7 +10,7 @@ from collections.abc import Sequence
 
 from peloton.domain.placement import MemberAssignment
 
-__all__ = ["training_env", "hostfile", "ranked", "slots_by_address"]
+__all__ = ["training_env", "hostfile", "ranked", "slots_by_address", "with_env_files"]
 
 
 def ranked(members: Sequence[MemberAssignment]) -> list[MemberAssignment]:
@@ -73,3 +73,17 @@ def training_env(job_id: str, attempt: int, members: Sequence[MemberAssignment])
                 env["MASTER_PORT"] = str(master.ports[0])
         out[m.instance] = env
     return out
+
+
+def with_env_files(command: str, env_files: dict[str, str]) -> str:
+    """`command` preceded by what sets each NAME of `env_files` to its file's content, read by the member itself
+    at start (so the secret never passes through the daemon, its store or the API). A file it cannot read ends the
+    member at once (exit 126) naming the variable and the file, on stderr. POSIX sh; the paths are quoted."""
+    if not env_files:
+        return command
+    lines = []
+    for name, path in sorted(env_files.items()):
+        q = "'" + path.replace("'", "'\\''") + "'"
+        lines.append(f'{name}="$(cat -- {q})" || {{ echo "peloton: cannot read {name} from {q}" >&2; exit 126; }}; '
+                     f"export {name}")
+    return "\n".join(lines) + "\n" + command

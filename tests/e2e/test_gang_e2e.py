@@ -201,3 +201,34 @@ def test_the_cli_uses_the_daemons_unix_socket_by_default(daemon: Daemon, tmp_pat
     env |= {"PELOTON_DATA_DIR": str(daemon.data_dir), "PELOTON_CONFIG": str(tmp_path / "none.toml")}
     r = subprocess.run([*PELOTON, "host", "list"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0 and "local-0" in r.stdout, r.stderr
+
+
+def test_a_secret_comes_from_a_file_the_member_reads(daemon: Daemon, tmp_path: Path) -> None:
+    """task.env_files: the member sets the variable from the file when it starts; the spec, the store and the API
+    hold only the path."""
+    secret = tmp_path / "api-key"
+    secret.write_text("hunter2\n")
+    job = daemon.create(f"""
+name: secret
+instances: 2
+task:
+  command: 'echo "key=$API_KEY"'
+  env_files: {{API_KEY: "{secret}"}}
+  resources: {{cpu: 1, mem: 64Mi}}
+""", tmp_path)
+    assert daemon.cli("job", "wait", job, "--timeout", "60", check=False).returncode == 0
+    assert daemon.cli("task", "logs", job, "1").stdout == "key=hunter2\n"
+    shown = daemon.cli("job", "get", job, "-o", "json").stdout
+    assert str(secret) in shown and "hunter2" not in shown
+    if daemon.db_url.startswith("sqlite:///"):  # the store holds the path only
+        db = Path(daemon.db_url.removeprefix("sqlite:///"))
+        assert str(secret).encode() in db.read_bytes() + Path(f"{db}-wal").read_bytes()
+        assert b"hunter2" not in db.read_bytes() + Path(f"{db}-wal").read_bytes()
+    missing = daemon.create(f"""
+name: no-secret
+instances: 1
+retry: {{max_attempts: 1}}
+task: {{command: "echo never", env_files: {{TOKEN: "{tmp_path / 'absent'}"}}, resources: {{cpu: 1, mem: 64Mi}}}}
+""", tmp_path)
+    assert daemon.cli("job", "wait", missing, "--timeout", "60", check=False).returncode != 0
+    assert "peloton: cannot read TOKEN from" in daemon.cli("task", "logs", missing, "0", "--stderr").stdout

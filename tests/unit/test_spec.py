@@ -47,6 +47,12 @@ BAD: list[tuple[str, dict[str, Any]]] = [
     ("task.resources.ports", {"resources": Resources(cpu=1, ports=-1)}),
     ("task.resources.ports", {"resources": Resources(cpu=1, ports=65)}),
     ("task.env.1BAD", {"env": {"1BAD": "x"}}),
+    ("task.env_files.1BAD", {"env_files": {"1BAD": "/s"}}),
+    ("task.env_files.KEY", {"env_files": {"KEY": "relative/path"}}),
+    ("task.env_files.KEY", {"env_files": {"KEY": "/two\nlines"}}),
+    ("task.env_files.LR", {"env_files": {"LR": "/s"}}),  # also in env
+    ("task.env_files.KEY", {"env_files": {"KEY": "/" + "p" * 1024}}),
+    ("task.env_files", {"env_files": {f"K{i}": "/s" for i in range(17)}}),
     ("respool", {"respool": "team"}),
     ("respool", {"respool": "/team/"}),
     ("gang.min_available", {"min_available": -1}),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import random
+from pathlib import Path
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
@@ -150,3 +151,21 @@ def test_property_ranks_and_slots_consistent(placement: list[tuple[str, list[int
         assert int(e["LOCAL_WORLD_SIZE"]) == slots[m.address]
         assert 0 <= int(e["LOCAL_RANK"]) < slots[m.address]
         assert e["PELOTON_PEERS"].split(",")[int(e["RANK"])] == (f"{m.address}:{m.ports[0]}" if m.ports else m.address)
+
+
+def test_env_files_are_read_by_the_member_itself(tmp_path: Path) -> None:
+    import subprocess
+
+    from peloton.jobmgr.training_env import with_env_files
+
+    odd = tmp_path / "it's a secret"
+    odd.write_text("s3cr3t 'quoted' $HOME\n")
+    (tmp_path / "b").write_text("two")
+    cmd = with_env_files('echo "[$API_KEY] [$B]"', {"API_KEY": str(odd), "B": str(tmp_path / "b")})
+    assert "s3cr3t" not in cmd  # the command carries paths, never values
+    r = subprocess.run(["/bin/sh", "-c", cmd], capture_output=True, text=True, env={"PATH": "/usr/bin:/bin"})
+    assert r.returncode == 0 and r.stdout == "[s3cr3t 'quoted' $HOME] [two]\n"
+    missing = with_env_files("echo never", {"TOKEN": str(tmp_path / "nope")})
+    r = subprocess.run(["/bin/sh", "-c", missing], capture_output=True, text=True)
+    assert r.returncode == 126 and r.stdout == "" and "peloton: cannot read TOKEN from" in r.stderr
+    assert with_env_files("true", {}) == "true"

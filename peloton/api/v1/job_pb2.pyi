@@ -30,8 +30,15 @@ class Container(_message.Message):
     def __init__(self, image: _Optional[str] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("command", "env", "resources", "container")
+    __slots__ = ("command", "env", "resources", "container", "env_files")
     class EnvEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    class EnvFilesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
         VALUE_FIELD_NUMBER: _ClassVar[int]
@@ -42,11 +49,13 @@ class TaskSpec(_message.Message):
     ENV_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
+    ENV_FILES_FIELD_NUMBER: _ClassVar[int]
     command: str
     env: _containers.ScalarMap[str, str]
     resources: Resources
     container: Container
-    def __init__(self, command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ...) -> None: ...
+    env_files: _containers.ScalarMap[str, str]
+    def __init__(self, command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., env_files: _Optional[_Mapping[str, str]] = ...) -> None: ...
 
 class GangSpec(_message.Message):
     __slots__ = ("min_available", "on_member_failure", "launch_timeout")
