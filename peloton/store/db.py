@@ -154,7 +154,19 @@ def is_unavailable(e: BaseException) -> bool:
         return True
     if isinstance(e, DBAPIError):
         return bool(e.connection_invalidated) or isinstance(e, (OperationalError, InterfaceError))
-    return False
+    # the bulk writers (bulk.py) use the DB-API cursor itself: its errors come unwrapped
+    return isinstance(e, _DBAPI_UNAVAILABLE)
+
+
+def _dbapi_unavailable() -> tuple[type[BaseException], ...]:
+    import sqlite3
+
+    import psycopg2
+
+    return (sqlite3.OperationalError, sqlite3.InterfaceError, psycopg2.OperationalError, psycopg2.InterfaceError)
+
+
+_DBAPI_UNAVAILABLE = _dbapi_unavailable()
 
 
 @contextlib.contextmanager

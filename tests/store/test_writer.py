@@ -10,6 +10,8 @@ from concurrent.futures import Future
 from typing import Any
 
 import pytest
+import sqlalchemy
+from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.domain.model import TaskEvent
@@ -202,3 +204,28 @@ def test_many_callers_at_once(writer: tuple[Writer, Recorded]) -> None:
         f.result(20)
     assert time.monotonic() - t0 < 20
     assert w.read(lambda views: [j for j in ids if j in views]) == []
+
+
+def test_a_connection_lost_in_a_bulk_statement_is_an_outage_not_a_bug(sessions: sessionmaker[Session],
+                                                                       db_url: str) -> None:
+    """The bulk writers use the DB-API cursor, whose errors come unwrapped by SQLAlchemy: a connection cut
+    in the middle of one is still StoreUnavailable (the caller retries), never INTERNAL. PostgreSQL: the server
+    really ends the session; SQLite: the driver's own OperationalError (a lock timeout, say)."""
+    import sqlite3
+
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    table = MetaRow.__table__
+    with pytest.raises(StoreUnavailable), db.transaction(sessions) as s:
+        if db_url.startswith("postgresql"):
+            pid = s.execute(text("SELECT pg_backend_pid()")).scalar_one()
+            admin = sqlalchemy.create_engine(db_url)
+            with admin.connect() as c:
+                c.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            admin.dispose()
+            bulk.insert_rows(s, table, ("key", "value"), [("k", "v")])  # type: ignore[arg-type]
+        else:
+            raise sqlite3.OperationalError("database is locked")
+    with db.transaction(sessions) as s:  # and the store is usable again
+        assert repo.get_meta(s, "k") is None
