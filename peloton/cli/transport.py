@@ -296,6 +296,9 @@ class Connection:
                 elif not self.answered and self.scheme == "http":
                     why = (f"connection to {self.address} closed before any answer (does the daemon use TLS? "
                            "see --tls-ca)")
+                elif not self.answered:  # TLS 1.3: a refused client certificate may end as a plain close
+                    why = (f"connection to {self.address} closed before any answer (does the daemon want a client "
+                           "certificate? see --client-cert)")
                 else:
                     why = f"connection to {self.address} closed"
                 self._lose(why)
