@@ -68,14 +68,6 @@ class Authenticator:
         raise Unauthenticated("no credentials: give a token (--token, $PELOTON_TOKEN) or a client certificate "
                               "(--client-cert)")
 
-    def check(self, method: str, context: grpc.ServicerContext) -> Principal | None:
-        """The caller of `method`, or None when the method needs nothing (health, reflection)."""
-        if method.startswith(identity.PUBLIC_SERVICES):
-            return None
-        p = self.principal(context)
-        self.authorize(method, p)
-        return p
-
     def authorize(self, method: str, p: Principal) -> None:
         """PermissionDenied unless `p` may call `method`; ResourceExhausted beyond its rate of changing calls."""
         needed = identity.METHODS.get(method)

@@ -601,11 +601,18 @@ class Call:
         return True
 
 
-class UnaryUnary:
+class _Method:
+    """One method of a service on a channel: what starts a call of it."""
+
     def __init__(self, channel: Channel, path: str, serialize: Callable[[Any], bytes],
                  deserialize: Callable[[bytes], Any]) -> None:
         self.channel, self.path, self.serialize, self.deserialize = channel, path, serialize, deserialize
 
+    def _start(self, request: Any, timeout: float | None, metadata: list[tuple[str, str]] | None) -> Call:
+        return Call(self.channel, self.path, self.serialize(request), timeout, metadata, self.deserialize)
+
+
+class UnaryUnary(_Method):
     def __call__(self, request: Any, timeout: float | None = None,
                  metadata: list[tuple[str, str]] | None = None) -> Any:
         return self.future(request, timeout, metadata).result()
@@ -613,8 +620,7 @@ class UnaryUnary:
     def future(self, request: Any, timeout: float | None = None,
                metadata: list[tuple[str, str]] | None = None) -> UnaryFuture:
         """Send the request now; `result()` waits for the answer (calls started together run together)."""
-        return UnaryFuture(Call(self.channel, self.path, self.serialize(request), timeout, metadata,
-                                self.deserialize))
+        return UnaryFuture(self._start(request, timeout, metadata))
 
 
 class UnaryFuture:
@@ -633,15 +639,10 @@ class UnaryFuture:
         return self.call.cancel()
 
 
-class UnaryStream:
-    def __init__(self, channel: Channel, path: str, serialize: Callable[[Any], bytes],
-                 deserialize: Callable[[bytes], Any]) -> None:
-        self.channel, self.path, self.serialize, self.deserialize = channel, path, serialize, deserialize
-
+class UnaryStream(_Method):
     def __call__(self, request: Any, timeout: float | None = None,
                  metadata: list[tuple[str, str]] | None = None) -> StreamCall:
-        return StreamCall(Call(self.channel, self.path, self.serialize(request), timeout, metadata,
-                               self.deserialize))
+        return StreamCall(self._start(request, timeout, metadata))
 
 
 class StreamCall:
