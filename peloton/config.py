@@ -11,10 +11,12 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:5391"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:5392"
+ROOT_DATA_DIR = "/var/lib/peloton"
 
 
 def default_data_dir() -> Path:
-    """$PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton (per user)."""
+    """$PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton (per user), or /var/lib/peloton
+    for root (whose tasks run as other users, who must pass through the directories above their sandboxes)."""
     from pathlib import Path  # here: the CLI's client commands do without pathlib
 
     return Path(default_data_dir_path())
@@ -24,6 +26,8 @@ def default_data_dir_path() -> str:
     """default_data_dir() as a string, without importing pathlib (the CLI looks for the daemon's socket there)."""
     if os.environ.get("PELOTON_DATA_DIR"):
         return os.environ["PELOTON_DATA_DIR"]
+    if not os.environ.get("XDG_DATA_HOME") and os.geteuid() == 0:
+        return ROOT_DATA_DIR
     base = os.environ.get("XDG_DATA_HOME") or os.path.join(os.path.expanduser("~"), ".local", "share")
     return os.path.join(base, "peloton")
 

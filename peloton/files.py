@@ -1,6 +1,10 @@
 """Owner-only files: the data dir (the store, the local backend's journal, sandboxes and task logs) is created 0700
 and its files 0600, and a daemon tightens what it finds looser at start, so no other local user can read a job's
-environment, its logs or the store. Group and other bits are removed; the owner's are kept."""
+environment, its logs or the store. Group and other bits are removed; the owner's are kept.
+
+A daemon running as root runs tasks as other users (task.user), who must reach their sandboxes: it keeps the
+directories on the way traversable (0711: others may pass through by exact name, never list or read); every file
+stays 0600 and each sandbox 0700, owned by its task's user."""
 
 from __future__ import annotations
 
@@ -12,27 +16,61 @@ from pathlib import Path
 log = logging.getLogger(__name__)
 
 
-def tighten(path: Path) -> bool:
-    """Remove group and other permissions from `path` (not following a symlink). True when it had some."""
+TRAVERSE = 0o011  # group and other may pass through a directory, not list it
+
+
+def tasks_run_as_others() -> bool:
+    """Whether this process can start tasks as other users (it runs as root)."""
+    return os.geteuid() == 0
+
+
+def warn_untraversable(path: Path) -> None:
+    """A root daemon's tasks run as other users: say so when one of the directories above `path` keeps them out
+    (their sandbox still works, being entered before the switch, but not the absolute PELOTON_SANDBOX and
+    PELOTON_HOSTFILE paths)."""
+    if not tasks_run_as_others():
+        return
+    for d in path.resolve().parents:
+        try:
+            mode = d.stat().st_mode
+        except OSError:
+            continue
+        if not mode & 0o001:
+            log.warning("%s is not traversable by other users (mode %o): tasks running as other users cannot open "
+                        "$PELOTON_SANDBOX or $PELOTON_HOSTFILE by path under %s; give it o+x or use a --data-dir "
+                        "such as /var/lib/peloton", d, stat.S_IMODE(mode), path)
+            return
+
+
+def tighten(path: Path, keep_traverse: bool = False) -> bool:
+    """Remove group and other permissions from `path` (not following a symlink), but for a directory's traverse
+    bits when `keep_traverse`. True when it had some."""
     try:
         st = path.lstat()
     except FileNotFoundError:
         return False
-    if stat.S_ISLNK(st.st_mode) or not st.st_mode & 0o077:
+    keep = TRAVERSE if keep_traverse and stat.S_ISDIR(st.st_mode) else 0
+    extra = st.st_mode & 0o077 & ~keep
+    if stat.S_ISLNK(st.st_mode) or not extra:
         return False
     mode = stat.S_IMODE(st.st_mode)
-    os.chmod(path, mode & ~0o077)
-    log.warning("tightened %s from %o to %o (owner-only: docs/security.md)", path, mode, mode & ~0o077)
+    os.chmod(path, mode & ~extra)
+    log.warning("tightened %s from %o to %o (owner-only: docs/security.md)", path, mode, mode & ~extra)
     return True
 
 
-def private_dir(path: Path) -> None:
-    """`path` exists as a directory only its owner can enter; the entries directly in it lose group and other
-    permissions too (what is deeper cannot be reached through it by anyone else)."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o700)
-    tighten(path)
+def private_dir(path: Path, traversable: bool = False) -> None:
+    """`path` exists as a directory only its owner can enter (or, `traversable`, pass through: 0711); the entries
+    directly in it lose group and other permissions too (what is deeper cannot be reached through it by anyone
+    else), directories keeping their traverse bits when `traversable`."""
+    path.mkdir(parents=True, exist_ok=True, mode=0o711 if traversable else 0o700)
+    tighten(path, keep_traverse=traversable)
+    if traversable:
+        mode = stat.S_IMODE(path.stat().st_mode)
+        if mode & TRAVERSE != TRAVERSE:
+            os.chmod(path, mode | TRAVERSE)
     for child in path.iterdir():
-        tighten(child)
+        tighten(child, keep_traverse=traversable)
 
 
 def private_file(path: Path) -> None:

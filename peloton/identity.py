@@ -8,8 +8,9 @@ Roles (cluster-wide for now; per-pool access lists are not built yet, docs/secur
   viewer     read jobs, pools and hosts; never a job's environment values or logs
 
 The principals file (JSON, owner-only), written by `peloton token create`:
-  {"principals": {"alice": {"roles": ["admin"], "tokens": ["sha256:<hex>", ...]}, ...}}
-Only a token's hash is kept. A principal named by a client certificate (mutual TLS) gets its roles from the
+  {"principals": {"alice": {"roles": ["admin"], "tokens": ["sha256:<hex>", ...], "users": ["alice", "ml"]}, ...}}
+Only a token's hash is kept. `users`: the Unix users the principal's jobs may run as (`task.user`); absent: only
+the user named like the principal. Admins may name any user. A principal named by a client certificate (mutual TLS) gets its roles from the
 same file."""
 
 from __future__ import annotations
@@ -87,6 +88,7 @@ class Principal:
     name: str
     roles: frozenset[str]
     via: str  # how it was established: "token", "certificate", "unix socket", "open" (no authentication)
+    users: frozenset[str] = frozenset()  # the Unix users its jobs may run as besides its own name (task.user)
     permissions: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -109,6 +111,10 @@ class Principal:
 
     def may_see_secrets(self, owner: str) -> bool:
         return self.can(JOB_SECRETS_ANY) or owner == self.name
+
+    def may_run_as(self, user: str) -> bool:
+        """Whether this principal's jobs may run as the Unix user `user` (root is the pool's business too)."""
+        return "admin" in self.roles or user == self.name or user in self.users
 
 
 def _roles_with(permission: str) -> str:
@@ -136,6 +142,7 @@ def new_token() -> str:
 class Entry:
     roles: frozenset[str]
     tokens: tuple[str, ...]
+    users: frozenset[str] = frozenset()
 
 
 def parse_principals(text: str, where: str) -> dict[str, Entry]:
@@ -148,10 +155,10 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
         raise InvalidArgument(f"{where}: expected {{\"principals\": {{NAME: {{...}}}}}}", field="principals")
     out: dict[str, Entry] = {}
     for name, spec in doc.get("principals", {}).items():
-        if not isinstance(spec, dict) or set(spec) - {"roles", "tokens"}:
-            raise InvalidArgument(f"{where}: principals.{name}: expected {{\"roles\": [...], \"tokens\": [...]}}",
-                                  field=f"principals.{name}")
-        roles, tokens = spec.get("roles", []), spec.get("tokens", [])
+        if not isinstance(spec, dict) or set(spec) - {"roles", "tokens", "users"}:
+            raise InvalidArgument(f"{where}: principals.{name}: expected {{\"roles\": [...], \"tokens\": [...], "
+                                  f"\"users\": [...]}}", field=f"principals.{name}")
+        roles, tokens, users = spec.get("roles", []), spec.get("tokens", []), spec.get("users", [])
         if not isinstance(roles, list) or any(r not in ROLES for r in roles):
             raise InvalidArgument(f"{where}: principals.{name}.roles: {roles!r}: each one of "
                                   f"{', '.join(ROLES)}", field=f"principals.{name}.roles")
@@ -159,7 +166,10 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
                                                for t in tokens):
             raise InvalidArgument(f"{where}: principals.{name}.tokens: hashes (\"sha256:...\") only",
                                   field=f"principals.{name}.tokens")
-        out[name] = Entry(frozenset(roles), tuple(tokens))
+        if not isinstance(users, list) or any(not isinstance(u, str) or not u for u in users):
+            raise InvalidArgument(f"{where}: principals.{name}.users: a list of Unix user names",
+                                  field=f"principals.{name}.users")
+        out[name] = Entry(frozenset(roles), tuple(tokens), frozenset(users))
     return out
 
 
@@ -225,14 +235,15 @@ class Principals:
         h = hash_token(token)
         for known, name in self._by_hash.items():
             if hmac.compare_digest(known, h):
-                return Principal(name, self._entries[name].roles, "token")
+                e = self._entries[name]
+                return Principal(name, e.roles, "token", e.users)
         return None
 
-    def roles_of(self, name: str) -> frozenset[str]:
+    def entry_of(self, name: str) -> Entry:
+        """The roles and users of the principal `name` (none for a name the file does not know)."""
         with self._lock:
             self._fresh()
-            e = self._entries.get(name)
-            return e.roles if e is not None else frozenset()
+            return self._entries.get(name) or Entry(frozenset(), ())
 
 
 def add_token(path: Path, name: str, roles: Iterable[str]) -> str:

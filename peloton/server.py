@@ -43,7 +43,7 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
-from peloton.files import private_dir, private_file, tighten
+from peloton.files import private_dir, private_file, tasks_run_as_others, tighten, warn_untraversable
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
@@ -104,6 +104,7 @@ class ServerConfig:
     internal_secret_file: Path | None = None
     insecure: bool = False  # serve on an address other machines can reach, without TLS or authentication
     task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
+    default_task_user: str | None = None  # local backend: who runs tasks naming no user (None: nobody as root)
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -237,7 +238,7 @@ class MesosSettings:
     secret_file: str = ""
     failover_timeout_s: float = 7 * 24 * 3600.0
     framework_name: str = "peloton"
-    user: str = "root"
+    user: str = "nobody"  # the framework's user, which tasks naming no task.user run as
 
 
 class Daemon:
@@ -250,7 +251,7 @@ class Daemon:
     def _lock_data_dir(self) -> None:
         """One daemon per data dir (its local backend's tasks are that daemon's). A standby waits for it. The data
         dir is owner-only (files.py)."""
-        private_dir(self.cfg.data_dir)
+        private_dir(self.cfg.data_dir, traversable=tasks_run_as_others())
         self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
         while True:
             try:
@@ -301,7 +302,12 @@ class Daemon:
             return make_mesos_backend(cfg.mesos, self.sessions)
         hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
                                  data_dir=cfg.data_dir)
-        return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow)
+        if cfg.default_task_user == "root" and tasks_run_as_others():
+            log.warning("--default-task-user root: tasks of jobs that name no user run as root, whatever their pool "
+                        "allows (docs/security.md)")
+        warn_untraversable(cfg.data_dir)
+        return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow,
+                            default_user=cfg.default_task_user)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other
@@ -347,6 +353,8 @@ class Daemon:
             self.audit = AuditLog(self.sessions)
             self.audit.start()
         path = cfg.principals_path()
+        if path is None and self._root_runs_tasks():
+            path = self._lock_to_root()
         limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
                    else None)
         self.authenticator = Authenticator(Principals(path) if path is not None else None,
@@ -473,6 +481,34 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
+
+    def _root_runs_tasks(self) -> bool:
+        """A root daemon running tasks on this machine, with no authentication of its own: any local user who
+        reaches its loopback port would be an admin, and could run commands as any user (root included, in a pool
+        it allows root in)."""
+        cfg = self.cfg
+        return (cfg.backend == "local" and "hostmgr" in cfg.roles and tasks_run_as_others()
+                and cfg.tls_client_ca is None)
+
+    def _lock_to_root(self) -> Path | None:
+        """Turn authentication on with an empty principals file (so only root, through the owner-only Unix socket,
+        may call until tokens are made), unless --insecure."""
+        cfg = self.cfg
+        if cfg.insecure:
+            log.warning("INSECURE (--insecure): this daemon runs as root without authentication: any local user "
+                        "who reaches %s can run commands as any user (docs/security.md)", cfg.listen)
+            return None
+        path = cfg.data_dir / "principals.json"
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        except FileExistsError:  # made meanwhile: use it
+            return path
+        with os.fdopen(fd, "w") as f:
+            f.write('{"principals": {}}\n')
+        log.warning("running as root: authentication is on, with no principals yet (%s): only root, through the "
+                    "Unix socket, may call this daemon until tokens are made (peloton token create NAME --role "
+                    "ROLE; docs/security.md)", path)
+        return path
 
     def _serve_unix_socket(self) -> Path | None:
         """The public API on a Unix socket only the daemon's user can open (the CLI's default when it exists)."""

@@ -63,8 +63,10 @@ class Authenticator:
         names = (context.auth_context() or {}).get("x509_common_name") or []
         if names:
             name = names[0].decode() if isinstance(names[0], bytes) else str(names[0])
-            roles = self.principals.roles_of(name) if self.principals is not None else frozenset({"admin"})
-            return Principal(name, roles, "certificate")
+            if self.principals is None:  # without a file, a certificate of the trusted CA is an admin
+                return Principal(name, frozenset({"admin"}), "certificate")
+            e = self.principals.entry_of(name)
+            return Principal(name, e.roles, "certificate", e.users)
         raise Unauthenticated("no credentials: give a token (--token, $PELOTON_TOKEN) or a client certificate "
                               "(--client-cert)")
 

@@ -60,6 +60,7 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
         env_files=dict(p.task.env_files),
         resources=resources_from_proto(p.task.resources, "task.resources"),
         container_image=p.task.container.image,
+        user=p.task.user,
         min_available=p.gang.min_available,
         on_member_failure=p.gang.on_member_failure or "restart_gang",
         launch_timeout_s=(
@@ -100,6 +101,7 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     p.task.resources.CopyFrom(resources_to_proto(s.resources))
     if s.container_image:
         p.task.container.image = s.container_image
+    p.task.user = s.user
     p.gang.min_available = s.min_available or s.instances
     p.gang.on_member_failure = s.on_member_failure
     p.gang.launch_timeout.FromNanoseconds(_nanos(s.launch_timeout_s))
@@ -169,12 +171,13 @@ def pool_from_proto(p: respool_pb2.ResourcePool) -> ResourcePool:
         limit=resources_from_proto(p.limit, "pool.limit") if p.HasField("limit") else None,
         share=p.share or 1.0,
         submitters=tuple(p.submitters),
+        allow_root=p.allow_root,
     )
 
 
 def pool_to_proto(p: ResourcePool, allocated: Resources | None = None) -> respool_pb2.ResourcePool:
     out = respool_pb2.ResourcePool(path=p.path, reservation=resources_to_proto(p.reservation), share=p.share,
-                                   submitters=list(p.submitters))
+                                   submitters=list(p.submitters), allow_root=p.allow_root)
     if p.limit is not None:
         out.limit.CopyFrom(resources_to_proto(p.limit))
     if allocated is not None:
@@ -343,6 +346,7 @@ def launch_to_proto(t: LaunchSpec) -> internal_pb2.LaunchTask:
         gpu_ids=t.gpu_ids,
         ports=t.ports,
         container_image=t.container_image,
+        user=t.user,
     )
     p.env.update(t.env)
     p.files.update(t.files)
@@ -363,6 +367,7 @@ def launch_from_proto(p: internal_pb2.LaunchTask) -> LaunchSpec:
         ports=tuple(p.ports),
         files=dict(p.files),
         container_image=p.container_image,
+        user=p.user,
     )
 
 

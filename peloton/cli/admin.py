@@ -39,7 +39,7 @@ def _parse_res_flag(text: str | None, field: str) -> job_pb2.Resources | None:
 def cmd_pool_create(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
-    pool = respool_pb2.ResourcePool(path=a.path, share=a.share,
+    pool = respool_pb2.ResourcePool(path=a.path, share=a.share, allow_root=a.allow_root,
                                     submitters=[p.strip() for p in a.submitters.split(",") if p.strip()])
     lim = _parse_res_flag(a.limit, "--limit")
     res = _parse_res_flag(a.reservation, "--reservation")

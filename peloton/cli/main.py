@@ -201,7 +201,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
         jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
         internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
-        task_env_allow=parse_allow(a.task_env_allow),
+        task_env_allow=parse_allow(a.task_env_allow), default_task_user=a.default_task_user,
         unix_socket=a.unix_socket, tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
@@ -275,7 +275,9 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("server", help="run the daemon")
     s.add_argument("--listen", default=config.DEFAULT_LISTEN, help="gRPC HOST:PORT (default %(default)s)")
     s.add_argument("--db", default=None, help="database URL (default: SQLite in the data dir)")
-    s.add_argument("--data-dir", default=None, help="default: $PELOTON_DATA_DIR or ~/.local/share/peloton")
+    s.add_argument("--data-dir", default=None,
+                   help="default: $PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton "
+                        "(/var/lib/peloton for root)")
     s.add_argument("--local-hosts", type=int, default=None, help="simulate N hosts on this machine")
     s.add_argument("--local-host-resources", default=None, help="size of each simulated host: cpu=8,mem=16Gi,gpu=2")
     s.add_argument("--local-port-base", type=int, default=31000, help="first port of host 0's range (1000 per host)")
@@ -300,6 +302,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--task-env-allow", default="", metavar="NAME[,PREFIX*]",
                    help="local backend: variables of the daemon's environment tasks inherit besides PATH, HOME, "
                         "USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM (e.g. LD_LIBRARY_PATH,NCCL_*)")
+    s.add_argument("--default-task-user", default=None, metavar="USER",
+                   help="local backend: the user that runs tasks whose job names no task.user (default: nobody "
+                        "when the daemon runs as root, else the daemon's own user; root here is logged)")
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")
@@ -316,7 +321,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mesos-failover-timeout", type=float, default=7 * 24 * 3600.0,
                    help="seconds Mesos keeps our tasks while the framework is disconnected (default: one week)")
     s.add_argument("--mesos-framework-name", default="peloton")
-    s.add_argument("--mesos-user", default="root", help="user tasks run as on the agents")
+    s.add_argument("--mesos-user", default="nobody",
+                   help="the framework's user: tasks whose job names no task.user run as it on the agents (root "
+                        "here is logged: such tasks then run as root whatever their pool allows)")
     s.add_argument("--unix-socket", default=None, metavar="PATH",
                    help="serve the API on this Unix socket too, owner-only (default <data-dir>/peloton.sock, which "
                         "the CLI of the same user uses by default; '' for none)")
@@ -432,6 +439,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("--submitters", default="", metavar="P[,P]",
                    help="principals who may submit jobs to this pool and its subtree (default: as the parent; "
                         "operators and admins always may)")
+    x.add_argument("--allow-root", action="store_true",
+                   help="jobs in this pool and its subtree may run tasks as root (task.user: root); off by default")
     x.set_defaults(fn="admin:cmd_pool_create")
     x = rp.add_parser("list")
     out(x)

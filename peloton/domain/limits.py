@@ -36,6 +36,7 @@ MAX_POOL_SUBMITTERS = 1000  # principals in one pool's access list
 MAX_JOB_ID_CHARS = 128  # jobs.id is varchar(128); the daemon's ids are 12 hex characters
 MAX_REQUEST_ID_CHARS = 128  # CreateJobRequest.request_id (jobs.request_id is String(128))
 MAX_CONTAINER_IMAGE_CHARS = 1024
+MAX_USER_CHARS = 32  # a task's user name (useradd's limit on Linux)
 MAX_CONSTRAINT_ATTRIBUTE_CHARS = 256
 MAX_CONSTRAINT_VALUE_CHARS = 1024  # `in` takes a comma-separated list
 MAX_ENV_NAME_CHARS = 256  # names are ASCII ([A-Za-z_][A-Za-z0-9_]*): characters are bytes

@@ -112,6 +112,8 @@ class ResourcePool:
     # Who may submit jobs to this pool and its subtree (principals); empty: as the parent says (the root's
     # empty list: anyone with job.create). Operators and admins are never refused.
     submitters: tuple[str, ...] = ()
+    # Whether jobs in this pool and its subtree may run tasks as root (`task.user: root`); never by default.
+    allow_root: bool = False
 
     @property
     def parent(self) -> str | None:

@@ -16,6 +16,7 @@ ON_MEMBER_FAILURE = ("restart_gang", "fail_job")
 STRATEGIES = ("pack", "spread")
 CONSTRAINT_OPS = ("eq", "ne", "exists", "in")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let "FOO\n" through
+_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")  # fullmatch: POSIX portable user names (and Samba's $)
 _POOL_PATH = re.compile(r"/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?")  # fullmatch
 
 DEFAULT_LAUNCH_TIMEOUT_S = 300.0
@@ -55,6 +56,7 @@ class JobSpec:
     env: dict[str, str] = field(default_factory=dict)
     env_files: dict[str, str] = field(default_factory=dict)  # NAME -> file the member reads NAME from at start
     container_image: str = ""
+    user: str = ""  # the user the members run as; empty: the backend's default (never root unless the pool allows)
     min_available: int = 0  # 0 means "all instances"
     on_member_failure: str = "restart_gang"
     launch_timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S
@@ -190,6 +192,11 @@ def _validate_task(spec: JobSpec) -> None:
     checks.integer(r.gpu, "task.resources.gpu", minimum=0, maximum=limits.MAX_TASK_GPU)
     checks.integer(r.ports, "task.resources.ports", minimum=0, maximum=limits.MAX_TASK_PORTS)
     checks.text(spec.container_image, "task.container.image", max_chars=limits.MAX_CONTAINER_IMAGE_CHARS)
+    if spec.user:
+        checks.text(spec.user, "task.user", max_chars=limits.MAX_USER_CHARS)
+        if not _USER.fullmatch(spec.user):
+            raise bad("task.user", f"{checks.show(spec.user)} is not a user name (letters, digits, _ . -, not "
+                                   "starting with a digit, . or -)")
 
 
 def gang_partition(spec: JobSpec) -> list[list[int]]:
@@ -214,6 +221,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "env": dict(spec.env),
         "env_files": dict(spec.env_files),
         "container_image": spec.container_image,
+        "user": spec.user,
         "min_available": spec.min_available,
         "on_member_failure": spec.on_member_failure,
         "launch_timeout_s": spec.launch_timeout_s,
@@ -238,6 +246,7 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         env=dict(d.get("env", {})),
         env_files=dict(d.get("env_files", {})),
         container_image=d.get("container_image", ""),
+        user=d.get("user", ""),
         min_available=int(d.get("min_available", 0)),
         on_member_failure=d.get("on_member_failure", "restart_gang"),
         launch_timeout_s=float(d.get("launch_timeout_s", DEFAULT_LAUNCH_TIMEOUT_S)),

@@ -28,6 +28,7 @@ class LaunchSpec:
     ports: tuple[int, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # extra files written into the sandbox (hostfile)
     container_image: str = ""  # Mesos containerizer image; the local backend runs on the host
+    user: str = ""  # empty: the backend's default user; uid 0 only when this names root (the pool allowed it)
 
 
 @dataclass(frozen=True, slots=True)

@@ -140,7 +140,7 @@ class Launcher:
             LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,
                        hostname=m.hostname, command=with_env_files(spec.command, spec.env_files), env={**spec.env, **envs[m.instance]},
                        resources=m.resources, gpu_ids=m.gpu_ids, ports=m.ports, files=files,
-                       container_image=spec.container_image)
+                       container_image=spec.container_image, user=spec.user)
             for m in p.members))
 
     def _apply_results(self, results: Sequence[LaunchResult]) -> None:

@@ -254,6 +254,16 @@ class JobManager:
             path = pools[path].parent
         return "", ()
 
+    def root_allowed(self, pool: str) -> bool:
+        """Whether jobs in `pool` may run tasks as root: the pool or one of its ancestors allows it."""
+        pools = self._pools(pool)
+        path: str | None = pool
+        while path is not None and path in pools:
+            if pools[path].allow_root:
+                return True
+            path = pools[path].parent
+        return False
+
     def _capacity(self) -> HostIndex | None:
         """Every host's full capacity, asked of the host manager at most every CAPACITY_TTL_S and rebuilt only when
         it changed. One thread refreshes at a time; the others meanwhile judge by the index they have (rebuilding

@@ -75,11 +75,19 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                     raise PermissionDenied(
                         f"respool: {who.name} may not submit to {spec.respool}: the access list of {where} allows "
                         f"{', '.join(allowed[:10])}{' ...' if len(allowed) > 10 else ''}", field="respool")
+            if spec.user and not who.may_run_as(spec.user):
+                raise PermissionDenied(
+                    f"task.user: {who.name} may not run tasks as {spec.user!r}: only as {who.name}"
+                    f"{''.join(', ' + u for u in sorted(who.users))} (the principals file's users for {who.name}; "
+                    "an admin may name any user)", field="task.user")
             if self.max_waiting_jobs and self.jm.count_waiting(spec.owner) >= self.max_waiting_jobs:
                 raise ResourceExhausted(
                     f"jobs: {spec.owner} has {self.max_waiting_jobs} jobs waiting to start, the most one principal "
                     "may (--max-waiting-jobs); wait for some to start, or stop some", field="jobs",
                     retry_after_s=5.0)
+        if spec.user == "root" and not self.jm.root_allowed(spec.respool):
+            raise PermissionDenied(f"task.user: pool {spec.respool} does not allow tasks to run as root (an admin "
+                                   "may allow it: peloton pool create --allow-root)", field="task.user")
         job_id = self.jm.create_job(spec, request_id)
         return job_pb2.CreateJobResponse(job_id=job_id)
 

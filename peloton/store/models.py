@@ -7,7 +7,7 @@ Every schema change needs a new migration in migrations/versions/ (a test compar
 
 from __future__ import annotations
 
-from sqlalchemy import Boolean, Double, ForeignKey, Index, Integer, MetaData, String, Text
+from sqlalchemy import Boolean, Double, ForeignKey, Index, Integer, MetaData, String, Text, false
 from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column
 
 NAMING_CONVENTION = {
@@ -114,6 +114,7 @@ class ResourcePoolRow(Base):
     share: Mapped[float] = mapped_column(Double, nullable=False)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
     submitters: Mapped[str] = mapped_column(Text, nullable=False, server_default="[]")  # JSON list of principals
+    allow_root: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
 
 
 class MetaRow(Base):

@@ -228,6 +228,7 @@ def _pool_from_row(r: Row[Any]) -> ResourcePool:
         share=m["share"],
         created_at=m["created_at"],
         submitters=tuple(json.loads(m["submitters"] or "[]")),
+        allow_root=bool(m["allow_root"]),
     )
 
 
@@ -533,6 +534,7 @@ def create_pool(s: Session, pool: ResourcePool) -> None:
                 "share": pool.share,
                 "created_at": pool.created_at,
                 "submitters": json.dumps(list(pool.submitters)),
+                "allow_root": pool.allow_root,
             }
         ],
     )

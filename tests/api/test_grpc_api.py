@@ -26,6 +26,7 @@ from peloton.api.v1 import (
 )
 from peloton.domain.resources import Resources
 from peloton.server import Daemon, ServerConfig
+from tests.asroot import AS_ROOT_SETTINGS
 
 RPC_TIMEOUT = 15.0
 
@@ -52,6 +53,7 @@ def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
         local_host_resources=Resources(cpu=4, mem=4096, gpu=2),
         local_port_base=random.randrange(42000, 58001, 2000),
         metrics_listen="",
+        **AS_ROOT_SETTINGS,
     )
     d = Daemon(cfg)
     address = d.start()

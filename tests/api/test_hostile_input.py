@@ -26,6 +26,7 @@ from peloton.api.v1 import job_pb2, job_pb2_grpc, respool_pb2, respool_pb2_grpc,
 from peloton.domain import limits as L
 from peloton.domain.resources import Resources
 from peloton.server import Daemon, ServerConfig
+from tests.asroot import AS_ROOT_SETTINGS
 from tests.dbutil import postgres_database
 
 RPC_TIMEOUT = 30.0
@@ -75,7 +76,7 @@ def _start(store: str, db_url: str, tmp: Path, port_base: int) -> Api:
         # every per-task ceiling fits one host: a spec at the limits is accepted, not "can never fit"
         local_host_resources=Resources(cpu=L.MAX_TASK_CPU, mem=L.MAX_TASK_MEM_MIB, disk=L.MAX_TASK_DISK_MIB,
                                        gpu=L.MAX_TASK_GPU),
-        local_port_base=port_base, metrics_listen="",
+        local_port_base=port_base, metrics_listen="", **AS_ROOT_SETTINGS,
     )
     d = Daemon(cfg)
     address = d.start()

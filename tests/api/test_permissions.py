@@ -63,6 +63,9 @@ def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFac
     principals = tmp / "principals.json"
     tokens = {role: add_token(principals, role, [role]) for role in ROLES}
     tokens["bob"] = add_token(principals, "bob", ["submitter"])
+    doc = json.loads(principals.read_text())
+    doc["principals"]["bob"]["users"] = ["ml-team"]  # Unix users bob's jobs may run as, besides "bob"
+    principals.write_text(json.dumps(doc))
 
     yield from running(request.param, tmp, principals, tokens,
                        sim=SimSettings(hosts=4, resources=Resources(cpu=64, mem=65536), racks=1))
@@ -290,3 +293,37 @@ def test_a_pools_access_list_decides_who_submits_to_its_subtree(cluster: Cluster
         pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(
             path="/bad", submitters=["a b"])), timeout=T, metadata=admin)
     assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and e.value.details().startswith("pool.submitters[0]")
+
+
+def test_task_user_is_the_principals_own_and_root_needs_a_pool_that_allows_it(cluster: Cluster) -> None:
+    pools = respool_pb2_grpc.ResourcePoolServiceStub(cluster.channel)
+    admin = cluster.md("admin")
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path="/ops", allow_root=True)),
+                     timeout=T, metadata=admin)
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path="/ops/infra")),
+                     timeout=T, metadata=admin)  # allowed by its parent
+    assert pools.GetPool(respool_pb2.GetPoolRequest(path="/ops"), timeout=T, metadata=admin).pool.allow_root
+
+    def create(who: str, user: str, pool: str = "/") -> str:
+        spec = job_pb2.JobSpec(name="user", instances=1, respool=pool)
+        spec.task.command, spec.task.resources.cpu, spec.task.resources.mem = "train.py", 1, "64Mi"
+        spec.task.user = user
+        try:
+            job_id = cluster.jobs().CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=T,
+                                              metadata=cluster.md(who)).job_id
+        except grpc.RpcError as e:
+            assert e.details().startswith("task.user: "), e.details()
+            return f"{e.code().name}: {e.details()}"
+        got = cluster.jobs().GetJob(job_pb2.GetJobRequest(job_id=job_id), timeout=T, metadata=cluster.md(who))
+        assert got.job.spec.task.user == user
+        return OK
+
+    assert create("bob", "bob") == OK and create("bob", "ml-team") == OK and create("bob", "") == OK
+    assert create("bob", "alice") == ("PERMISSION_DENIED: task.user: bob may not run tasks as 'alice': only as bob, "
+                                      "ml-team (the principals file's users for bob; an admin may name any user)")
+    assert create("operator", "alice").startswith("PERMISSION_DENIED: task.user: operator may not run tasks as")
+    assert create("admin", "alice") == OK
+    assert create("admin", "root").startswith("PERMISSION_DENIED: task.user: pool / does not allow tasks to run "
+                                              "as root")
+    assert create("admin", "root", "/ops") == OK and create("admin", "root", "/ops/infra") == OK
+    assert create("admin", "bad user").startswith("INVALID_ARGUMENT: task.user: 'bad user' is not a user name")

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 PELOTON = [sys.executable, "-m", "peloton.cli.main"]
+from tests.asroot import AS_ROOT_FLAGS  # noqa: E402 - after PELOTON, which it does not need
 
 
 def wait_until(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "condition") -> Any:
@@ -38,6 +39,7 @@ class Daemon:
     port_base: int = 0
     proc: subprocess.Popen[str] | None = None
     address: str = ""
+    secure_defaults: bool = False  # as root, without tests/asroot.py's overrides: a root daemon's own defaults
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -59,7 +61,9 @@ class Daemon:
         with open(self.log_path, "a") as log:  # the child keeps its own descriptor
             self.proc = subprocess.Popen(
                 [*PELOTON, "server", "--listen", listen, "--db", self.db_url, "--data-dir",
-                 str(self.data_dir), "--metrics-listen", "", "--log-level", "info", *self.server_args()],
+                 str(self.data_dir), "--metrics-listen", "", "--log-level", "info",
+                 *([] if self.secure_defaults else AS_ROOT_FLAGS),
+                 *self.server_args()],
                 stdout=subprocess.PIPE, stderr=log, text=True,
             )
         assert self.proc.stdout is not None

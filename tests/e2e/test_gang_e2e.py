@@ -2,6 +2,10 @@
 
 from __future__ import annotations
 
+import json
+import os
+import pwd
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -191,7 +195,6 @@ def test_the_cli_uses_the_daemons_unix_socket_by_default(daemon: Daemon, tmp_pat
     finds it through the data dir (the daemon's TCP port here is a random one the CLI could not guess)."""
     import os
     import stat
-    import subprocess
 
     from tests.e2e.harness import PELOTON
 
@@ -232,3 +235,22 @@ task: {{command: "echo never", env_files: {{TOKEN: "{tmp_path / 'absent'}"}}, re
 """, tmp_path)
     assert daemon.cli("job", "wait", missing, "--timeout", "60", check=False).returncode != 0
     assert "peloton: cannot read TOKEN from" in daemon.cli("task", "logs", missing, "0", "--stderr").stdout
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a daemon switches a task's user only when it runs as root")
+def test_members_run_as_the_user_the_job_names(daemon: Daemon, tmp_path: Path) -> None:
+    """task.user through the CLI and the daemon: the members run as that user (its uid, groups and home), the
+    job's `peloton task logs` still read their output."""
+    job = daemon.create("""
+name: as-nobody
+instances: 2
+task:
+  user: nobody
+  command: 'echo "$(id -un) $HOME"; test -w . && echo writable'
+  resources: {cpu: 1, mem: 64Mi}
+""", tmp_path)
+    assert daemon.cli("job", "wait", job, "--timeout", "60", check=False).returncode == 0
+    home = pwd.getpwnam("nobody").pw_dir
+    for i in ("0", "1"):
+        assert daemon.cli("task", "logs", job, i).stdout == f"nobody {home}\nwritable\n"
+    assert json.loads(daemon.cli("job", "get", job, "-o", "json").stdout)["spec"]["task"]["user"] == "nobody"

@@ -3,6 +3,7 @@ the recorded transcript 05-accept-two-agents), and a fake clock advanced by hand
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Callable
 from typing import Any
@@ -278,6 +279,16 @@ def test_launch_one_accept_per_agent_with_task_infos() -> None:
     assert {t.task_id for t in h.b.running()} == {"job-0-1", "job-1-1", "job-2-1", "job-3-1"}
     hosts = {x.hostname: x for x in h.b.hosts()}
     assert hosts[H0].allocated.cpu == 8 and hosts[H0].task_ids == ("job-0-1", "job-2-1")
+
+
+def test_a_task_runs_as_its_jobs_user_else_as_the_frameworks() -> None:
+    h = Harness(user="svc-gang")
+    h.ready()
+    launch(h.b, [dataclasses.replace(spec("job-0-1", H0), user="alice"), spec("job-1-1", H2, instance=1)])
+    users = {ti["task_id"]["value"]: ti["command"]["user"]
+             for a in h.t.of("ACCEPT") for ti in a["accept"]["operations"][0]["launch"]["task_infos"]}
+    assert users == {"job-0-1": "alice", "job-1-1": "svc-gang"}
+    assert MesosOptions().user == "nobody"  # never root unless the operator says so (--mesos-user)
 
 
 def test_launch_fails_when_offers_were_rescinded() -> None:

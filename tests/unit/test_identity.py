@@ -42,6 +42,8 @@ def test_add_token_keeps_only_the_hash_owner_only(tmp_path: Path) -> None:
     ('{"principals": {"a": {"roles": ["root"]}}}', r"principals.a.roles: \['root'\]"),
     ('{"principals": {"a": {"roles": ["admin"], "tokens": ["plain-token"]}}}', "principals.a.tokens: hashes"),
     ('{"principals": {"a": {"role": ["admin"]}}}', "principals.a: expected"),
+    ('{"principals": {"a": {"roles": ["admin"], "users": "alice"}}}', "principals.a.users: a list"),
+    ('{"principals": {"a": {"roles": ["admin"], "users": [""]}}}', "principals.a.users: a list"),
 ])
 def test_a_bad_principals_file_is_named(text: str, error: str) -> None:
     with pytest.raises(InvalidArgument, match=error):
@@ -55,7 +57,7 @@ def test_a_new_token_works_without_a_restart_and_a_broken_file_keeps_the_last_go
     assert p.by_token(first) == Principal("alice", frozenset({"viewer"}), "token")
     second = add_token(path, "bob", ["operator"])
     assert p.by_token(second) is not None  # an unknown token has the file read again at once
-    assert p.roles_of("bob") == frozenset({"operator"})
+    assert p.entry_of("bob").roles == frozenset({"operator"})
     path.write_text("{ broken")
     os.utime(path, (time.time() + 10, time.time() + 10))
     p._checked = 0.0
@@ -120,3 +122,19 @@ def test_every_public_method_has_a_permission() -> None:
         for service in module.DESCRIPTOR.services_by_name.values():
             for m in service.methods:
                 assert f"/{service.full_name}/{m.name}" in identity.METHODS, m.full_name
+
+
+def test_who_may_run_as_which_user(tmp_path: Path) -> None:
+    path = tmp_path / "principals.json"
+    add_token(path, "alice", ["submitter"])
+    doc = json.loads(path.read_text())
+    doc["principals"]["alice"]["users"] = ["ml-team"]
+    path.write_text(json.dumps(doc))
+    p = Principals(path)
+    alice = p.by_token(add_token(path, "alice", []))
+    assert alice is not None and alice.users == frozenset({"ml-team"})
+    assert alice.may_run_as("alice") and alice.may_run_as("ml-team")
+    assert not alice.may_run_as("bob") and not alice.may_run_as("root")
+    assert p.entry_of("alice").users == frozenset({"ml-team"}) and p.entry_of("nobody-known").roles == frozenset()
+    admin = Principal("root-admin", frozenset({"admin"}), "token")
+    assert admin.may_run_as("anyone")

@@ -32,6 +32,7 @@ from peloton.hostmgr.local.gpus import (
 )
 
 DEADLINE_S = 10.0
+TEST_TASK_USER = "root" if os.geteuid() == 0 else None  # as in tests/e2e/harness.py (AS_ROOT_FLAGS)
 HOST_RES = Resources(cpu=4, mem=4096, disk=1024, gpu=2)
 
 
@@ -133,7 +134,7 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalBackend, R
              hosts: list[LocalHostConfig] | None = None, env_allow: tuple[str, ...] = ()
              ) -> tuple[LocalBackend, Recorder]:
         b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources), kill_grace_s=grace,
-                         env_allow=env_allow)
+                         env_allow=env_allow, default_user=TEST_TASK_USER)
         rec = Recorder()
         b.start(rec)
         made.append(b)
@@ -335,7 +336,8 @@ def test_sandboxes_are_owner_only(make_backend: Callable[..., tuple[LocalBackend
     launch(b, spec("private", "echo secret output", files={"hostfile": "local-0 slots=1\n"}))
     assert rec.wait_terminal("private").state == TaskState.SUCCEEDED
     box = tmp_path / "sandboxes" / "private"
-    for path, mode in ((tmp_path, 0o700), (tmp_path / "sandboxes", 0o700), (box, 0o700), (box / "work", 0o700),
+    way = 0o711 if os.geteuid() == 0 else 0o700  # traversable by the users a root daemon runs tasks as (files.py)
+    for path, mode in ((tmp_path, way), (tmp_path / "sandboxes", way), (box, 0o700), (box / "work", 0o700),
                        (box / "stdout", 0o600), (box / "stderr", 0o600), (box / "hostfile", 0o600)):
         assert stat.S_IMODE(path.stat().st_mode) == mode, path
 

@@ -323,7 +323,7 @@ class ClusterCapacityResponse(_message.Message):
     def __init__(self, hosts: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ..., version: _Optional[int] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
-    __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files", "container_image")
+    __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files", "container_image", "user")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -350,6 +350,7 @@ class LaunchTask(_message.Message):
     PORTS_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_IMAGE_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     instance: int
@@ -362,7 +363,8 @@ class LaunchTask(_message.Message):
     ports: _containers.RepeatedScalarFieldContainer[int]
     files: _containers.ScalarMap[str, str]
     container_image: str
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ..., container_image: _Optional[str] = ...) -> None: ...
+    user: str
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ..., container_image: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
 
 class GangLaunch(_message.Message):
     __slots__ = ("gang_id", "attempt", "tasks")

@@ -30,7 +30,7 @@ class Container(_message.Message):
     def __init__(self, image: _Optional[str] = ...) -> None: ...
 
 class TaskSpec(_message.Message):
-    __slots__ = ("command", "env", "resources", "container", "env_files")
+    __slots__ = ("command", "env", "resources", "container", "env_files", "user")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -50,12 +50,14 @@ class TaskSpec(_message.Message):
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_FIELD_NUMBER: _ClassVar[int]
     ENV_FILES_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     command: str
     env: _containers.ScalarMap[str, str]
     resources: Resources
     container: Container
     env_files: _containers.ScalarMap[str, str]
-    def __init__(self, command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., env_files: _Optional[_Mapping[str, str]] = ...) -> None: ...
+    user: str
+    def __init__(self, command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[Resources, _Mapping]] = ..., container: _Optional[_Union[Container, _Mapping]] = ..., env_files: _Optional[_Mapping[str, str]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class GangSpec(_message.Message):
     __slots__ = ("min_available", "on_member_failure", "launch_timeout")

@@ -8,20 +8,22 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResourcePool(_message.Message):
-    __slots__ = ("path", "reservation", "limit", "share", "allocated", "submitters")
+    __slots__ = ("path", "reservation", "limit", "share", "allocated", "submitters", "allow_root")
     PATH_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
     SHARE_FIELD_NUMBER: _ClassVar[int]
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
     SUBMITTERS_FIELD_NUMBER: _ClassVar[int]
+    ALLOW_ROOT_FIELD_NUMBER: _ClassVar[int]
     path: str
     reservation: _job_pb2.Resources
     limit: _job_pb2.Resources
     share: float
     allocated: _job_pb2.Resources
     submitters: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, path: _Optional[str] = ..., reservation: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., limit: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., share: _Optional[float] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., submitters: _Optional[_Iterable[str]] = ...) -> None: ...
+    allow_root: bool
+    def __init__(self, path: _Optional[str] = ..., reservation: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., limit: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., share: _Optional[float] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., submitters: _Optional[_Iterable[str]] = ..., allow_root: _Optional[bool] = ...) -> None: ...
 
 class CreatePoolRequest(_message.Message):
     __slots__ = ("pool",)

@@ -17,6 +17,10 @@ Concurrency: `_lock` guards the in-memory book (hosts' usage, tasks) only. Spawn
 and signals to finished groups happen outside it; status callbacks are made with no lock held. A launch registers
 every member of a gang in the book first (so its resources are never free in between), makes the journal durable
 once for the whole batch, then has a spawner start the gang's members.
+
+Users: a task runs as its spec's `user`, else as the backend's default user (`nobody` when the daemon runs as root,
+the daemon's own user otherwise). A root daemon gives the sandbox to that user and keeps the directories above it
+traversable (files.py); it reads the sandbox's files without following links (wrapper.open_task_file).
 """
 
 from __future__ import annotations
@@ -37,8 +41,8 @@ from typing import Any
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.errors import InvalidArgument, NotFound
-from peloton.files import tighten
+from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
+from peloton.files import private_dir, tasks_run_as_others
 from peloton.hostmgr.backend import (
     GangLaunch,
     HostInfo,
@@ -64,6 +68,7 @@ LOCAL_ADDRESS = "127.0.0.1"
 JOURNAL_FILE = "journal"
 OLD_INDEX_FILE = "local-running.json"  # the index of releases before the journal: read once, then removed
 SANDBOXES_DIR = "sandboxes"
+DEFAULT_ROOT_TASK_USER = "nobody"  # who runs a task that names no user when the daemon runs as root
 _FINISHED_CACHE = 10_000
 _STREAMS = ("stdout", "stderr")
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
@@ -171,8 +176,11 @@ class LocalBackend:
         kill_grace_s: float = 5.0,
         spawners: int = 4,
         env_allow: tuple[str, ...] = (),
+        default_user: str | None = None,
     ) -> None:
-        """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW."""
+        """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
+        `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
+        daemon's own user); `root` here is the operator's explicit choice to run such tasks as root."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
         self._hosts: dict[str, HostUsage] = {}
@@ -180,11 +188,12 @@ class LocalBackend:
             if h.hostname in self._hosts:
                 raise InvalidArgument(f"duplicate local host name {h.hostname!r}", field="hosts")
             self._hosts[h.hostname] = HostUsage(h)
+        self._default_user = (DEFAULT_ROOT_TASK_USER if tasks_run_as_others() else "") if default_user is None \
+            else default_user
         self._data_dir = Path(data_dir)
         self._sandboxes = self._data_dir / SANDBOXES_DIR
-        for d in (self._data_dir, self._sandboxes):  # owner-only: tasks' logs and files
-            d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            tighten(d)
+        for d in (self._data_dir, self._sandboxes):  # owner-only (tasks' logs and files), or traversable by a task
+            private_dir(d, traversable=tasks_run_as_others())  # user to its own sandbox (files.py)
         self._clock = clock
         self._kill_grace_s = kill_grace_s
         self._lock = threading.Lock()
@@ -263,13 +272,16 @@ class LocalBackend:
         if sandbox is None or not sandbox.is_dir():
             raise NotFound(f"no sandbox for task {task_id!r}")
         try:
-            with open(sandbox / stream, "rb") as f:
+            with os.fdopen(wrapper.open_task_file(sandbox / stream), "rb") as f:
                 size = f.seek(0, os.SEEK_END)
                 start = max(0, size + offset) if offset < 0 else min(offset, size)
                 f.seek(start)
                 data = f.read(max(0, max_bytes))
         except FileNotFoundError:
             return b"", 0
+        except OSError as e:  # the task replaced its log with a symlink, a FIFO, ...
+            raise FailedPrecondition(f"the {stream} of task {task_id} cannot be read: "
+                                     f"{e.strerror or e}") from None
         return data, start + len(data)
 
     # ----------------------------------------------------------------------------------------------- launch / kill
@@ -327,7 +339,8 @@ class LocalBackend:
         try:
             results = self._spawners.spawn([{"sandbox": str(t.sandbox), "command": specs[t.task_id].command,
                                              "env": self._env(t, specs[t.task_id]),
-                                             "files": specs[t.task_id].files} for t in lg.tasks])
+                                             "files": specs[t.task_id].files,
+                                             **self._user(specs[t.task_id])} for t in lg.tasks])
         except SpawnerDied as e:
             # what it started before it went is unknown to us: the wrappers wrote their pids; stop them
             log.error("local backend: a spawner died while starting gang %s: %s", lg.gang.gang_id, e)
@@ -419,6 +432,12 @@ class LocalBackend:
         self._journal.append(records)
 
     # ----------------------------------------------------------------------------------------------- internals
+
+    def _user(self, spec: LaunchSpec) -> dict[str, object]:
+        """Who the spawner runs the task as, and whether that may be uid 0: when the job names root (its pool
+        allowed it at submit), or when the operator made root the default user."""
+        user = spec.user or self._default_user
+        return {"user": user, "root_allowed": spec.user == "root" or (not spec.user and user == "root")}
 
     @staticmethod
     def _env(t: _Task, spec: LaunchSpec) -> dict[str, str]:

@@ -19,6 +19,15 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
 - writes the command's exit status to `exit` (the file's mtime is when it ended);
 - SIGKILLs its whole process group, like a container being torn down, so nothing the command left behind runs on.
 posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING).
+
+A task with a user (task.user) other than the spawner's own is started by fork instead (posix_spawn cannot change
+user; this process has a single thread, so fork is safe): the child, still root, enters the sandbox, then drops to
+the user's groups, gid and uid, opens the logs as that user and executes the same wrapper with `.` for the
+sandbox, so the task needs no permission on the directories above its sandbox (its absolute path is the last
+argument, for is_wrapper). A close-on-exec pipe carries an error of the child back before exec. The sandbox, its
+`work/` and files are the user's (0700/0600); HOME, USER and LOGNAME are the user's unless the job sets them. uid
+0 is refused unless the task names root explicitly (its pool allows it: checked at submit) or the daemon's
+--default-task-user is root.
 """
 
 from __future__ import annotations
@@ -26,6 +35,7 @@ from __future__ import annotations
 import errno
 import json
 import os
+import pwd
 import shutil
 import signal
 import socket
@@ -39,12 +49,14 @@ STDOUT_FILE = "stdout"
 STDERR_FILE = "stderr"
 WORK_DIR = "work"
 
-WRAPPER = """cd "$1" || exit 127
+# `cd -P`: physical, so `cd work` and `cd ..` are chdir() of those relative names, which a task user who may not
+# pass through the directories above its sandbox can do (a logical cd would chdir to the full path).
+WRAPPER = """cd -P "$1" || exit 127
 echo $$ > pids
 trap : TERM
-cd work && /bin/sh -c "$2"
+cd -P work && /bin/sh -c "$2"
 rc=$?
-cd .. && echo $rc > exit
+cd -P .. && echo $rc > exit
 kill -KILL 0
 """
 
@@ -68,6 +80,94 @@ def spawn(sandbox: str, command: str, env: dict[str, str]) -> int:
     )
 
 
+def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd) -> int:
+    """spawn(), as the user `who` (the spawner runs as root). Raises OSError as spawn() does, the failed step
+    named in its message."""
+    groups = os.getgrouplist(who.pw_name, who.pw_gid)
+    rfd, wfd = os.pipe2(os.O_CLOEXEC)
+    pid = os.fork()
+    if pid == 0:  # the child: no return from here
+        step = "chdir"
+        try:
+            os.close(rfd)
+            os.chdir(sandbox)
+            step = "setsid"
+            os.setsid()
+            for s in _DEFAULT_SIGNALS:
+                signal.signal(s, signal.SIG_DFL)
+            signal.pthread_sigmask(signal.SIG_SETMASK, [])
+            step = "setgroups"
+            os.setgroups(groups)
+            step = "setgid"
+            os.setgid(who.pw_gid)
+            step = "setuid"
+            os.setuid(who.pw_uid)
+            step = "open the logs"
+            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, STDOUT_FILE, _OUT_FLAGS | os.O_NOFOLLOW),
+                                    (2, STDERR_FILE, _OUT_FLAGS | os.O_NOFOLLOW)):
+                opened = os.open(path, flags, 0o600)
+                os.dup2(opened, fd)
+                os.close(opened)
+            step = "exec"
+            os.execve(SHELL, [SHELL, "-c", WRAPPER, "peloton-task", ".", command, sandbox], env)
+        except BaseException as e:  # noqa: BLE001 - reported to the parent, whatever it is
+            code = e.errno if isinstance(e, OSError) and e.errno else errno.EIO
+            with _suppressed():
+                os.write(wfd, f"{code} {step}".encode())
+        finally:
+            os._exit(127)
+    os.close(wfd)
+    try:
+        report = os.read(rfd, 256)  # nothing (EOF at exec) when the wrapper runs
+    finally:
+        os.close(rfd)
+    if report:
+        code_text, _, step = report.decode(errors="replace").partition(" ")
+        code = int(code_text) if code_text.isdigit() else errno.EIO
+        raise OSError(code, f"{step} as {who.pw_name}: {os.strerror(code)}")
+    return pid
+
+
+class _suppressed:
+    """contextlib.suppress(BaseException) without importing contextlib (the spawner starts with -S, lean)."""
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, *exc: object) -> bool:
+        return True
+
+
+class Refused(Exception):
+    """A task that must not start as its user (permanent)."""
+
+
+def run_as(user: str, root_allowed: bool) -> pwd.struct_passwd | None:
+    """The user a task switches to; None: it runs as the spawner's own user. Raises Refused."""
+    if not user:
+        return None
+    try:
+        who = pwd.getpwnam(user)
+    except KeyError:
+        raise Refused(f"task.user: there is no user {user!r} on this host") from None
+    if who.pw_uid == 0 and not root_allowed:
+        raise Refused(f"task.user: {user} is uid 0; a task runs as root only when it names root in a pool that "
+                      "allows it (or when the daemon's --default-task-user is root)")
+    me = os.geteuid()
+    if who.pw_uid == me:
+        return None
+    if me != 0:
+        raise Refused(f"task.user: cannot run as {user}: the daemon runs as {_name_of(me)}, not root")
+    return who
+
+
+def _name_of(uid: int) -> str:
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return f"uid {uid}"
+
+
 def describe(e: BaseException) -> tuple[str, bool]:
     """(message, permanent) for a task that could not be started."""
     if isinstance(e, ValueError):  # an embedded NUL byte in the command or the environment
@@ -75,37 +175,54 @@ def describe(e: BaseException) -> tuple[str, bool]:
     if isinstance(e, OSError):
         if e.errno == errno.E2BIG:
             return "the command and its environment are too large to start (Argument list too long)", True
-        if e.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC):
+        if e.errno in (errno.ENOENT, errno.EACCES, errno.ENOEXEC, errno.EPERM):
             return f"cannot start {SHELL}: {e.strerror}", True
         return f"cannot start the task: {e.strerror or e}", False
     return f"cannot start the task: {e}", False
 
 
-def prepare(sandbox: str, files: dict[str, str]) -> None:
+def prepare(sandbox: str, files: dict[str, str], who: pwd.struct_passwd | None = None) -> None:
     """A fresh sandbox with its `work/` and the launch's files (an earlier try of the same task id is removed:
-    it is not running)."""
-    if os.path.exists(sandbox):
-        shutil.rmtree(sandbox)
+    it is not running), all given to the user `who` when the task runs as another user."""
+    if os.path.lexists(sandbox):
+        shutil.rmtree(sandbox)  # never follows a symlink the task's user left inside
     os.makedirs(sandbox, 0o700)  # owner-only: the logs and files of a task are its submitter's business
-    os.mkdir(os.path.join(sandbox, WORK_DIR), 0o700)
+    made = [sandbox, os.path.join(sandbox, WORK_DIR)]
+    os.mkdir(made[1], 0o700)
     for name, content in files.items():
         path = os.path.join(sandbox, name)
-        os.makedirs(os.path.dirname(path), 0o700, exist_ok=True)
+        parent = os.path.dirname(path)
+        if not os.path.isdir(parent):
+            os.makedirs(parent, 0o700)
+            made.append(parent)
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
             f.write(content)
+        made.append(path)
+    if who is not None:  # nobody else can reach it yet: the sandboxes directory is the daemon's
+        for path in made:
+            os.chown(path, who.pw_uid, who.pw_gid, follow_symlinks=False)
 
 
 def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, object], int | None]:
     """Start one task: (its reply entry, its pidfd or None)."""
     sandbox = str(task["sandbox"])
     try:
-        prepare(sandbox, dict(task.get("files") or {}))  # type: ignore[call-overload]
+        who = run_as(str(task.get("user") or ""), bool(task.get("root_allowed")))
+    except Refused as e:
+        return {"error": str(e), "permanent": True}, None
+    try:
+        prepare(sandbox, dict(task.get("files") or {}), who)  # type: ignore[call-overload]
     except OSError as e:
         return {"error": f"cannot prepare the sandbox: {e}", "permanent": False}, None
     env = dict(base_env)
+    if who is not None:  # not the daemon's home
+        env.update(HOME=who.pw_dir, USER=who.pw_name, LOGNAME=who.pw_name)
     env.update(task.get("env") or {})  # type: ignore[call-overload]
     try:
-        pid = spawn(sandbox, str(task["command"]), env)
+        if who is None:
+            pid = spawn(sandbox, str(task["command"]), env)
+        else:
+            pid = spawn_as(sandbox, str(task["command"]), env, who)
     except (ValueError, OSError) as e:
         msg, permanent = describe(e)
         return {"error": msg, "permanent": permanent}, None

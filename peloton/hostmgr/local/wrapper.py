@@ -4,8 +4,11 @@ earlier releases, and a check that a pid is still the wrapper of a given sandbox
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 import signal
+import stat
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -13,7 +16,30 @@ from pathlib import Path
 from peloton.hostmgr.local.spawner import EXIT_FILE, PIDS_FILE, SHELL, STDERR_FILE, STDOUT_FILE, WORK_DIR
 
 __all__ = ["EXIT_FILE", "PIDS_FILE", "SHELL", "STDERR_FILE", "STDOUT_FILE", "WORK_DIR", "ExitRecord", "is_wrapper",
-           "read_exit", "read_pid"]
+           "open_task_file", "read_exit", "read_pid"]
+
+_SMALL = 4096  # the most read of `pids` and `exit`
+
+
+def open_task_file(path: Path) -> int:
+    """A descriptor to read a file of a sandbox, which the task's user owns and could have replaced: never through
+    a symlink (a root daemon would read what it points at for the user), never a FIFO or device (opening one can
+    block, reading one can go on for ever). Raises OSError."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            raise OSError(errno.EINVAL, f"{path} is not a regular file")
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
+
+
+def _read_small(path: Path) -> tuple[str, float]:
+    """The text of a small sandbox file and its mtime. Raises OSError."""
+    with os.fdopen(open_task_file(path), "rb") as f:
+        data = f.read(_SMALL)
+        return data.decode("utf-8", errors="replace").strip(), os.fstat(f.fileno()).st_mtime
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,10 +52,8 @@ class ExitRecord:
 def read_exit(sandbox: Path) -> ExitRecord | None:
     """The command's end as the wrapper recorded it; None if it has not (the wrapper died first, or was never
     started)."""
-    path = sandbox / EXIT_FILE
     try:
-        text = path.read_text(encoding="utf-8", errors="replace").strip()
-        finished = path.stat().st_mtime
+        text, finished = _read_small(sandbox / EXIT_FILE)
     except OSError:
         return None
     if text.startswith("{"):
@@ -53,7 +77,7 @@ def read_exit(sandbox: Path) -> ExitRecord | None:
 def read_pid(sandbox: Path) -> int:
     """The wrapper's pid as it wrote it (0 if not written)."""
     try:
-        text = (sandbox / PIDS_FILE).read_text(encoding="utf-8").strip()
+        text, _ = _read_small(sandbox / PIDS_FILE)
     except OSError:
         return 0
     if text.startswith("{"):

@@ -72,7 +72,7 @@ TransportFactory = Callable[[FrameworkConfig, "str | None", Callable[[Any], None
 @dataclass
 class MesosOptions:
     framework_name: str = "peloton"
-    user: str = "root"
+    user: str = "nobody"  # the framework's user: tasks naming no task.user run as it
     role: str = "*"
     principal: str = ""
     failover_timeout_s: float = 7 * 24 * 3600.0
@@ -310,7 +310,7 @@ class MesosBackend:
         return calls.task_info(
             m.task_id, a.agent_id,
             calls.task_resources(r.cpu, r.mem, r.disk, r.gpu, m.ports, role=role),
-            calls.command_info(command, dict(sorted(env.items())), user=self.opts.user),
+            calls.command_info(command, dict(sorted(env.items())), user=m.user or self.opts.user),
             name=f"{m.job_id}-{m.instance}",
             image=m.container_image or None,
             labels={"peloton_job": m.job_id, "peloton_attempt": str(m.attempt)},
@@ -592,6 +592,9 @@ def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:
     if settings.secret_file:
         with open(settings.secret_file) as f:
             secret = f.read().strip()
+    if settings.user == "root":
+        log.warning("--mesos-user root: tasks of jobs that name no user run as root on the agents, whatever their "
+                    "pool allows (docs/security.md)")
     opts = MesosOptions(
         framework_name=settings.framework_name, user=settings.user, role=settings.role,
         principal=settings.principal, failover_timeout_s=settings.failover_timeout_s,

@@ -1,0 +1,13 @@
+"""How the suite runs its daemons when it runs as root (as on CI): its tasks write into the tests' private
+temporary directories, so they run as root, and its clients call over TCP without tokens. Both are an operator's
+explicit choices (`--default-task-user root`, `--insecure`); the secure defaults of a root daemon, which these
+override, have their own tests (tests/unit/test_task_user.py, tests/e2e/test_ownership_e2e.py)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+AS_ROOT = os.geteuid() == 0
+AS_ROOT_FLAGS: list[str] = ["--default-task-user", "root", "--insecure"] if AS_ROOT else []
+AS_ROOT_SETTINGS: dict[str, Any] = {"default_task_user": "root", "insecure": True} if AS_ROOT else {}
