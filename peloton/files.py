@@ -36,7 +36,7 @@ def warn_untraversable(path: Path) -> None:
         except OSError:
             continue
         if not mode & 0o001:
-            log.warning("%s is not traversable by other users (mode %o): tasks running as other users cannot open "
+            log.warning("%s does not let other users pass (mode %o): tasks running as other users cannot open "
                         "$PELOTON_SANDBOX or $PELOTON_HOSTFILE by path under %s; give it o+x or use a --data-dir "
                         "such as /var/lib/peloton", d, stat.S_IMODE(mode), path)
             return

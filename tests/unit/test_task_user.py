@@ -18,6 +18,7 @@ from peloton.errors import FailedPrecondition
 from peloton.hostmgr.backend import LaunchOutcome, LaunchSpec
 from peloton.hostmgr.local import spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
+from tests.asroot import let_others_pass
 from tests.unit.test_local_backend import HOST_RES, Recorder, kill_leftovers, launch, spec
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="switching a task's user needs a daemon running as root")
@@ -29,6 +30,8 @@ DAEMON = pwd.getpwnam("daemon")  # another unprivileged user every Debian has
 @pytest.fixture
 def backend(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalBackend, Recorder]]]:
     made: list[LocalBackend] = []
+
+    let_others_pass(tmp_path)  # task users enter their sandboxes themselves
 
     def make(default_user: str | None = None) -> tuple[LocalBackend, Recorder]:
         b = LocalBackend(tmp_path / "local", make_local_hosts(1, HOST_RES), default_user=default_user)
@@ -49,9 +52,8 @@ def out(b: LocalBackend, task_id: str, stream: str = "stdout") -> str:
 
 def test_a_task_naming_no_user_runs_as_nobody_in_a_sandbox_it_owns(
         backend: Callable[..., tuple[LocalBackend, Recorder]], tmp_path: Path) -> None:
-    # tmp_path's parents are root's alone (0700): the task still reaches its sandbox, entered before the switch
     b, rec = backend()
-    launch(b, spec("t1", 'id -un; echo "$HOME $USER $LOGNAME"; cat ../hostfile; touch made-here; pwd',
+    launch(b, spec("t1", 'id -un; echo "$HOME $USER $LOGNAME"; cat "$PELOTON_HOSTFILE"; touch made-here; pwd',
                    files={"hostfile": "local-0 slots=1\n"}))
     st = rec.wait_terminal("t1")
     assert st.state == TaskState.SUCCEEDED, (st, out(b, "t1", "stderr"))
@@ -100,6 +102,21 @@ def test_root_only_when_the_job_names_it_or_the_operator_made_it_the_default(
     b2, rec2 = backend(default_user="root")
     launch(b2, spec("default-root", "id -u"))
     assert rec2.wait_terminal("default-root").state == TaskState.SUCCEEDED and out(b2, "default-root") == "0\n"
+
+
+def test_a_task_needs_no_permission_on_the_directories_above_its_sandbox(tmp_path: Path) -> None:
+    private = tmp_path / "private"
+    private.mkdir(mode=0o700)  # nobody may not pass: the task is started inside its sandbox, before the switch
+    b = LocalBackend(private / "local", make_local_hosts(1, HOST_RES))
+    rec = Recorder()
+    b.start(rec)
+    try:
+        launch(b, spec("t5", 'id -un; cat ../hostfile; cat "$PELOTON_HOSTFILE" 2>/dev/null || echo unreachable',
+                       files={"hostfile": "local-0 slots=1\n"}))
+        assert rec.wait_terminal("t5").state == TaskState.SUCCEEDED
+        assert out(b, "t5") == "nobody\nlocal-0 slots=1\nunreachable\n"  # the absolute path needs o+x above
+    finally:
+        b.stop()
 
 
 def test_a_daemon_that_is_not_root_refuses_another_user(monkeypatch: pytest.MonkeyPatch) -> None:

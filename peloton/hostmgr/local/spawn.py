@@ -50,6 +50,7 @@ class _Spawner:
             self.proc = subprocess.Popen(
                 [sys.executable, "-I", "-S", str(Path(spawner_main.__file__).resolve()), str(child.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),), close_fds=True,
+                start_new_session=True,  # Ctrl-C at the daemon's terminal is the daemon's business
                 env=env,  # what every task starts from (task_env.py): not the daemon's whole environment
             )
         finally:

@@ -20,14 +20,11 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
 - SIGKILLs its whole process group, like a container being torn down, so nothing the command left behind runs on.
 posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING).
 
-A task with a user (task.user) other than the spawner's own is started by fork instead (posix_spawn cannot change
-user; this process has a single thread, so fork is safe): the child, still root, enters the sandbox, then drops to
-the user's groups, gid and uid, opens the logs as that user and executes the same wrapper with `.` for the
-sandbox, so the task needs no permission on the directories above its sandbox (its absolute path is the last
-argument, for is_wrapper). A close-on-exec pipe carries an error of the child back before exec. The sandbox, its
-`work/` and files are the user's (0700/0600); HOME, USER and LOGNAME are the user's unless the job sets them. uid
-0 is refused unless the task names root explicitly (its pool allows it: checked at submit) or the daemon's
---default-task-user is root.
+A task with a user (task.user) other than the spawner's own is started by subprocess's fork and exec instead
+(spawn_as: posix_spawn cannot change user), whose child enters the sandbox before it drops to the user, so the
+task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
+user's (0700/0600); HOME, USER and LOGNAME are the user's unless the job sets them. uid 0 is refused unless the
+task names root explicitly (its pool allows it: checked at submit) or the daemon's --default-task-user is root.
 """
 
 from __future__ import annotations
@@ -40,6 +37,7 @@ import shutil
 import signal
 import socket
 import struct
+import subprocess
 import sys
 
 SHELL = "/bin/sh"
@@ -49,8 +47,8 @@ STDOUT_FILE = "stdout"
 STDERR_FILE = "stderr"
 WORK_DIR = "work"
 
-# `cd -P`: physical, so `cd work` and `cd ..` are chdir() of those relative names, which a task user who may not
-# pass through the directories above its sandbox can do (a logical cd would chdir to the full path).
+# `cd -P`: physical, so `cd ..` is the sandbox whatever `work` was made into meanwhile (a logical cd would go by
+# the path it came by).
 WRAPPER = """cd -P "$1" || exit 127
 echo $$ > pids
 trap : TERM
@@ -59,6 +57,7 @@ rc=$?
 cd -P .. && echo $rc > exit
 kill -KILL 0
 """
+
 
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 _HEADER = struct.Struct("!I")
@@ -81,61 +80,30 @@ def spawn(sandbox: str, command: str, env: dict[str, str]) -> int:
 
 
 def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd) -> int:
-    """spawn(), as the user `who` (the spawner runs as root). Raises OSError as spawn() does, the failed step
-    named in its message."""
-    groups = os.getgrouplist(who.pw_name, who.pw_gid)
-    rfd, wfd = os.pipe2(os.O_CLOEXEC)
-    pid = os.fork()
-    if pid == 0:  # the child: no return from here
-        step = "chdir"
-        try:
-            os.close(rfd)
-            os.chdir(sandbox)
-            step = "setsid"
-            os.setsid()
-            for s in _DEFAULT_SIGNALS:
-                signal.signal(s, signal.SIG_DFL)
-            signal.pthread_sigmask(signal.SIG_SETMASK, [])
-            step = "setgroups"
-            os.setgroups(groups)
-            step = "setgid"
-            os.setgid(who.pw_gid)
-            step = "setuid"
-            os.setuid(who.pw_uid)
-            step = "open the logs"
-            for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, STDOUT_FILE, _OUT_FLAGS | os.O_NOFOLLOW),
-                                    (2, STDERR_FILE, _OUT_FLAGS | os.O_NOFOLLOW)):
-                opened = os.open(path, flags, 0o600)
-                os.dup2(opened, fd)
-                os.close(opened)
-            step = "exec"
-            os.execve(SHELL, [SHELL, "-c", WRAPPER, "peloton-task", ".", command, sandbox], env)
-        except BaseException as e:  # noqa: BLE001 - reported to the parent, whatever it is
-            code = e.errno if isinstance(e, OSError) and e.errno else errno.EIO
-            with _suppressed():
-                os.write(wfd, f"{code} {step}".encode())
-        finally:
-            os._exit(127)
-    os.close(wfd)
+    """spawn(), as the user `who` (the spawner runs as root). posix_spawn cannot change user, so this is
+    subprocess's fork and exec, whose child runs C only: it enters the sandbox (still root: the user needs no
+    permission on the directories above it), drops to the user's groups, gid and uid, and executes the wrapper with
+    `.` for the sandbox (its absolute path is the last argument, for is_wrapper). The logs are created here, as
+    root, only if nothing is in their place (O_EXCL, O_NOFOLLOW: the user owns the sandbox already), and given to
+    the user. Raises OSError as spawn()."""
+    new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW
+    logs = []
     try:
-        report = os.read(rfd, 256)  # nothing (EOF at exec) when the wrapper runs
+        for name in (STDOUT_FILE, STDERR_FILE):
+            logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
+            os.fchown(logs[-1], who.pw_uid, who.pw_gid)
+        p = subprocess.Popen(
+            [SHELL, "-c", WRAPPER, "peloton-task", ".", command, sandbox], executable=SHELL, cwd=sandbox, env=env,
+            stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
+            restore_signals=True, user=who.pw_uid, group=who.pw_gid,
+            extra_groups=os.getgrouplist(who.pw_name, who.pw_gid))
+    except subprocess.SubprocessError as e:
+        raise OSError(errno.EIO, str(e)) from None
     finally:
-        os.close(rfd)
-    if report:
-        code_text, _, step = report.decode(errors="replace").partition(" ")
-        code = int(code_text) if code_text.isdigit() else errno.EIO
-        raise OSError(code, f"{step} as {who.pw_name}: {os.strerror(code)}")
-    return pid
-
-
-class _suppressed:
-    """contextlib.suppress(BaseException) without importing contextlib (the spawner starts with -S, lean)."""
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, *exc: object) -> bool:
-        return True
+        for fd in logs:
+            os.close(fd)
+    p.returncode = 0  # the daemon watches it through a pidfd: Popen must not keep it to wait for
+    return p.pid
 
 
 class Refused(Exception):
@@ -278,10 +246,11 @@ def _ints(fds: list[int]) -> bytes:
 
 
 def main() -> int:
-    # Children are reaped by the kernel (the daemon learns of their end through the pidfds and the exit files);
-    # Ctrl-C at the daemon's terminal is the daemon's business, not the spawner's.
+    # Children are reaped by the kernel (the daemon learns of their end through the pidfds and the exit files).
+    # SIGINT stays at its default, for the tasks started by fork to inherit: the spawner is in a session of its
+    # own (spawn.py), so Ctrl-C at the daemon's terminal never reaches it.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
     sock = socket.socket(fileno=fd)
