@@ -52,6 +52,7 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/sim_bench.py $(SIM_ARGS)
 	$(BIN)/python benchmarks/memory_bench.py $(MEMORY_ARGS)
 	$(BIN)/python benchmarks/cli_bench.py $(CLI_ARGS)
+	$(BIN)/python benchmarks/scheduling_bench.py $(SCHEDULING_ARGS)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -67,6 +67,7 @@ METHODS: dict[str, str] = {
     "/peloton.v1.TaskService/GetTask": JOB_READ,
     "/peloton.v1.TaskService/GetTaskLogs": JOB_READ,  # and the job's owner, unless job.secrets.any
     "/peloton.v1.ResourcePoolService/CreatePool": POOL_WRITE,
+    "/peloton.v1.ResourcePoolService/UpdatePool": POOL_WRITE,
     "/peloton.v1.ResourcePoolService/DeletePool": POOL_WRITE,
     "/peloton.v1.ResourcePoolService/GetPool": POOL_READ,
     "/peloton.v1.ResourcePoolService/ListPools": POOL_READ,
@@ -74,10 +75,12 @@ METHODS: dict[str, str] = {
     "/peloton.v1.SimService/FailHost": HOST_OPERATE,
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
     "/peloton.v1.AuditService/ListAuditEvents": AUDIT_READ,
+    "/peloton.v1.ClusterService/GetClusterInfo": HOST_READ,  # every role: who am I, how is this daemon set up
 }
 # The calls that change something: what the per-principal rate limit counts (--rate-limit).
 MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobService/StopJob",
                       "/peloton.v1.JobService/DeleteJob", "/peloton.v1.ResourcePoolService/CreatePool",
+                      "/peloton.v1.ResourcePoolService/UpdatePool",
                       "/peloton.v1.ResourcePoolService/DeletePool", "/peloton.v1.SimService/FailHost",
                       "/peloton.v1.SimService/RecoverHost"})
 TOKEN_PREFIX = "pt_"

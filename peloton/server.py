@@ -24,12 +24,15 @@ from prometheus_client import start_http_server
 
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
+from peloton.api.cluster import ClusterFacts, ClusterServicer
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
     audit_pb2,
     audit_pb2_grpc,
+    cluster_pb2,
+    cluster_pb2_grpc,
     host_pb2,
     host_pb2_grpc,
     internal_pb2_grpc,
@@ -353,6 +356,7 @@ class Daemon:
             self.audit = AuditLog(self.sessions)
             self.audit.start()
         path = cfg.principals_path()
+        self._insecure: list[str] = []  # logged once the ports are ours, and shown by `peloton cluster info`
         if path is None and self._root_runs_tasks():
             path = self._lock_to_root()
         limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
@@ -411,9 +415,11 @@ class Daemon:
         self.unix_socket = self._serve_unix_socket()
         for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
             if addr and not _local_only(addr) and not (flag == "--listen" and cfg.authenticated):  # --insecure
-                log.warning("INSECURE (--insecure): %s %s is reachable from other machines without TLS or "
-                            "authentication; anyone who reaches it can run commands as this daemon's user "
-                            "(docs/security.md)", flag, addr)
+                self._insecure.append(f"INSECURE (--insecure): {flag} {addr} is reachable from other machines "
+                                      "without TLS or authentication; anyone who reaches it can run commands as "
+                                      "this daemon's user (docs/security.md)")
+        for warning in self._insecure:
+            log.warning("%s", warning)
         if self.store_lock is not None:  # the address a refused daemon names is the one actually served
             self.owner = replace(self.owner, address=self.address)
             self.store_lock.record(self.owner)
@@ -449,6 +455,16 @@ class Daemon:
                                                           self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
+        self.started_at = time.time()
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(ClusterFacts(
+            roles=sorted(roles),
+            store=_describe_store(cfg.db_url or db.default_sqlite_url(cfg.data_dir)) if self.engine is not None else "",
+            backend=cfg.backend if self.hostmgr is not None else "", started_at=self.started_at,
+            addresses=[self.address] + ([f"unix:{self.unix_socket}"] if self.unix_socket else []),
+            tls=cfg.tls_cert is not None, mutual_tls=cfg.tls_client_ca is not None, tokens=path is not None,
+            insecure=bool(self._insecure), warnings=tuple(self._insecure)),
+            hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0), self.server)
+        services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
         names = [d.services_by_name[n].full_name for d, n in services]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
@@ -495,8 +511,9 @@ class Daemon:
         may call until tokens are made), unless --insecure."""
         cfg = self.cfg
         if cfg.insecure:
-            log.warning("INSECURE (--insecure): this daemon runs as root without authentication: any local user "
-                        "who reaches %s can run commands as any user (docs/security.md)", cfg.listen)
+            self._insecure.append("INSECURE (--insecure): this daemon runs as root without authentication: any "
+                                  "local user who reaches its TCP port can run commands as any user "
+                                  "(docs/security.md)")
             return None
         path = cfg.data_dir / "principals.json"
         try:

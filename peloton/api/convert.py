@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from fractions import Fraction
+from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
@@ -25,6 +26,9 @@ from peloton.domain.spec import DEFAULT_LAUNCH_TIMEOUT_S, DEFAULT_MAX_ATTEMPTS, 
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+
+if TYPE_CHECKING:
+    from peloton.resmgr.manager import PoolUsage
 
 
 # --- public resources ---------------------------------------------------------------------------------------
@@ -69,7 +73,7 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
             else DEFAULT_LAUNCH_TIMEOUT_S
         ),
         priority=p.sla.priority,
-        preemptible=p.sla.preemptible,
+        preemptible=p.sla.preemptible if p.sla.HasField("preemptible") else True,
         max_runtime_s=_seconds(p.sla.max_runtime, "sla.max_runtime") if p.sla.HasField("max_runtime") else 0.0,
         max_attempts=p.retry.max_attempts if p.HasField("retry") and p.retry.max_attempts else DEFAULT_MAX_ATTEMPTS,
         strategy=p.placement.strategy or "pack",
@@ -172,16 +176,23 @@ def pool_from_proto(p: respool_pb2.ResourcePool) -> ResourcePool:
         share=p.share or 1.0,
         submitters=tuple(p.submitters),
         allow_root=p.allow_root,
+        reservation_type=p.reservation_type or "elastic",
     )
 
 
-def pool_to_proto(p: ResourcePool, allocated: Resources | None = None) -> respool_pb2.ResourcePool:
+def pool_to_proto(p: ResourcePool, usage: PoolUsage | None = None) -> respool_pb2.ResourcePool:
     out = respool_pb2.ResourcePool(path=p.path, reservation=resources_to_proto(p.reservation), share=p.share,
-                                   submitters=list(p.submitters), allow_root=p.allow_root)
+                                   submitters=list(p.submitters), allow_root=p.allow_root,
+                                   reservation_type=p.reservation_type)
     if p.limit is not None:
         out.limit.CopyFrom(resources_to_proto(p.limit))
-    if allocated is not None:
-        out.allocated.CopyFrom(resources_to_proto(allocated))
+    if usage is not None:
+        out.allocated.CopyFrom(resources_to_proto(usage.allocated))
+        out.demand.CopyFrom(resources_to_proto(usage.demand))
+        out.queued_gangs = usage.queued
+        if usage.entitlement is not None:
+            e = usage.entitlement
+            out.entitlement.CopyFrom(respool_pb2.Entitlement(cpu=e.cpu, mem_mib=e.mem, disk_mib=e.disk, gpu=e.gpu))
     return out
 
 
@@ -223,6 +234,7 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
         constraints=[internal_pb2.InternalConstraint(attribute=c.attribute, op=c.op, value=c.value)
                      for c in g.constraints],
         enqueued_at=g.enqueued_at,
+        preemptible=g.preemptible,
     )
 
 
@@ -237,6 +249,7 @@ def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
         strategy=p.strategy,
         constraints=tuple(Constraint(c.attribute, c.op, c.value) for c in p.constraints),
         enqueued_at=p.enqueued_at,
+        preemptible=p.preemptible,
     )
 
 

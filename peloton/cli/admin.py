@@ -3,22 +3,22 @@
 from __future__ import annotations
 
 import argparse
+import sys
+import time
 from typing import TYPE_CHECKING
 
 from peloton.cli import render
 from peloton.errors import InvalidArgument
 
 if TYPE_CHECKING:
-    from peloton.api.v1 import job_pb2
+    from collections.abc import Sequence
+
+    from peloton.api.v1 import job_pb2, respool_pb2
     from peloton.cli.client import Client
 
 
-def _parse_res_flag(text: str | None, field: str) -> job_pb2.Resources | None:
-    from peloton.api.v1 import job_pb2
-
-    if not text:
-        return None
-    out = job_pb2.Resources()
+def _set_res(out: job_pb2.Resources, text: str, field: str) -> None:
+    """`cpu=N,mem=Q,disk=Q,gpu=N` (any subset) onto `out`: the dimensions named are replaced, the others kept."""
     for part in text.split(","):
         k, sep, v = part.partition("=")
         if not sep or k.strip() not in ("cpu", "mem", "disk", "gpu"):
@@ -33,21 +33,53 @@ def _parse_res_flag(text: str | None, field: str) -> job_pb2.Resources | None:
                 setattr(out, k, v)
         except ValueError:
             raise InvalidArgument(f"{field}.{k}: not a number: {v!r}") from None
-    return out
+
+
+def _apply_pool_flags(pool: respool_pb2.ResourcePool, a: argparse.Namespace) -> None:
+    """The flags given (None: not given, keep what the pool has) onto `pool`."""
+    if a.share is not None:
+        pool.share = a.share
+    if a.submitters is not None:
+        del pool.submitters[:]
+        pool.submitters.extend(p.strip() for p in a.submitters.split(",") if p.strip())
+    if a.allow_root is not None:
+        pool.allow_root = a.allow_root
+    if a.reservation_type is not None:
+        pool.reservation_type = a.reservation_type
+    if a.reservation:
+        _set_res(pool.reservation, a.reservation, "--reservation")
+    if a.limit == "none":
+        pool.ClearField("limit")
+    elif a.limit:
+        _set_res(pool.limit, a.limit, "--limit")
+
+
+def _warn(warnings: Sequence[str]) -> None:
+    for w in warnings:
+        print(f"peloton: warning: {w}", file=sys.stderr)
 
 
 def cmd_pool_create(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
-    pool = respool_pb2.ResourcePool(path=a.path, share=a.share, allow_root=a.allow_root,
-                                    submitters=[p.strip() for p in a.submitters.split(",") if p.strip()])
-    lim = _parse_res_flag(a.limit, "--limit")
-    res = _parse_res_flag(a.reservation, "--reservation")
-    if lim is not None:
-        pool.limit.CopyFrom(lim)
-    if res is not None:
-        pool.reservation.CopyFrom(res)
-    c.call(c.pools.CreatePool, respool_pb2.CreatePoolRequest(pool=pool))
+    pool = respool_pb2.ResourcePool(path=a.path)
+    _apply_pool_flags(pool, a)
+    r = c.call(c.pools.CreatePool, respool_pb2.CreatePoolRequest(pool=pool))
+    _warn(r.warnings)
+    print(a.path)
+    return 0
+
+
+def cmd_pool_update(c: Client, a: argparse.Namespace) -> int:
+    """Read the pool, change what the flags say, write it back whole."""
+    from peloton.api.v1 import respool_pb2
+
+    pool = c.call(c.pools.GetPool, respool_pb2.GetPoolRequest(path=a.path)).pool
+    for output_only in ("allocated", "demand", "entitlement", "queued_gangs"):
+        pool.ClearField(output_only)
+    _apply_pool_flags(pool, a)
+    r = c.call(c.pools.UpdatePool, respool_pb2.UpdatePoolRequest(pool=pool))
+    _warn(r.warnings)
     print(a.path)
     return 0
 
@@ -59,17 +91,57 @@ def cmd_pool_list(c: Client, a: argparse.Namespace) -> int:
     if a.output == "json":
         print(render.json_message(r))
         return 0
-    rows = [[p.path, render.resources(p.limit) if p.HasField("limit") else "-", render.resources(p.allocated),
-             ",".join(p.submitters) or "-"] for p in r.pools]
-    print(render.table(rows, ["PATH", "LIMIT", "ALLOCATED", "SUBMITTERS"]))
+    rows = [[p.path, _compact(p.reservation) + (" static" if p.reservation_type == "static" else ""),
+             _compact(p.limit) if p.HasField("limit") else "-", f"{p.share:g}", _compact(p.allocated),
+             _compact(p.demand), _ent(p) if p.HasField("entitlement") else "?", p.queued_gangs] for p in r.pools]
+    print(render.table(rows, ["PATH", "RESERVATION", "LIMIT", "SHARE", "ALLOCATED", "DEMAND", "ENTITLEMENT",
+                              "QUEUED"]))
     return 0
 
 
 def cmd_pool_get(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
-    print(render.json_message(c.call(c.pools.GetPool, respool_pb2.GetPoolRequest(path=a.path)).pool))
+    p = c.call(c.pools.GetPool, respool_pb2.GetPoolRequest(path=a.path)).pool
+    if a.output == "json":
+        print(render.json_message(p))
+        return 0
+    print(f"pool {p.path}: share {p.share:g}, reservation {p.reservation_type or 'elastic'}, "
+          f"{p.queued_gangs} gang(s) queued; submitters {','.join(p.submitters) or '(as the parent)'}; tasks as "
+          f"root {'allowed' if p.allow_root else 'not allowed'}")
+    e = p.entitlement if p.HasField("entitlement") else None
+    rows = []
+    for dim, field, ent in (("cpu", "cpu", e.cpu if e else None), ("mem", "mem", e.mem_mib if e else None),
+                            ("disk", "disk", e.disk_mib if e else None), ("gpu", "gpu", e.gpu if e else None)):
+        def q(r: job_pb2.Resources, f: str = field) -> str:
+            v = getattr(r, f)
+            return render.quantity(v) if f in ("mem", "disk") else f"{v:g}"
+
+        limit = q(p.limit) if p.HasField("limit") and not _zero(getattr(p.limit, field)) else "-"
+        shown = "-" if ent is None else (render.mib(ent) if dim in ("mem", "disk") else f"{ent:.4g}")
+        rows.append([dim, q(p.reservation), limit, q(p.demand), q(p.allocated), shown])
+    print(render.table(rows, ["RESOURCE", "RESERVATION", "LIMIT", "DEMAND", "ALLOCATED", "ENTITLEMENT"]))
     return 0
+
+
+def _zero(v: float | str) -> bool:
+    return v in (0, "", "0", "0Mi")
+
+
+def _compact(r: job_pb2.Resources) -> str:
+    """Only the dimensions that are set: `cpu=32,gpu=16`; `-` for none."""
+    parts = [f"{k}={v}" for k, v in (("cpu", f"{r.cpu:g}"), ("mem", r.mem and render.quantity(r.mem)),
+                                      ("disk", r.disk and render.quantity(r.disk)), ("gpu", str(r.gpu)))
+             if not _zero(v)]
+    return ",".join(parts) or "-"
+
+
+def _ent(p: respool_pb2.ResourcePool) -> str:
+    e = p.entitlement
+    parts = [f"{k}={v}" for k, v, raw in (("cpu", f"{e.cpu:.4g}", e.cpu), ("mem", render.mib(e.mem_mib), e.mem_mib),
+                                           ("disk", render.mib(e.disk_mib), e.disk_mib), ("gpu", f"{e.gpu:.4g}", e.gpu))
+             if raw]
+    return ",".join(parts) or "0"
 
 
 def cmd_pool_delete(c: Client, a: argparse.Namespace) -> int:
@@ -110,4 +182,31 @@ def cmd_audit(c: Client, a: argparse.Namespace) -> int:
     rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), e.principal, e.via, e.method, e.object or "-",
              "allowed" if e.allowed else "DENIED", e.code, e.message[:80]] for e in r.events]
     print(render.table(rows, ["TIME", "PRINCIPAL", "VIA", "CALL", "OBJECT", "DECISION", "RESULT", "MESSAGE"]))
+    return 0
+def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
+    from peloton.api.v1 import cluster_pb2
+    from peloton.cli.client import Stub
+
+    r = c.call(Stub(c.channel, cluster_pb2, "ClusterService").GetClusterInfo, cluster_pb2.GetClusterInfoRequest())
+    if a.output == "json":
+        print(render.json_message(r))
+        return 0
+    s = r.security
+    auth = ", ".join(w for w, on in (("tokens", s.tokens), ("client certificates", s.mutual_tls)) if on)
+    rows = [
+        ("version", r.version),
+        ("serving", ", ".join(r.addresses) or "-"),
+        ("roles", ", ".join(r.roles)),
+        ("store", r.store or "- (no store in this process)"),
+        ("backend", f"{r.backend} ({r.hosts} hosts)" if r.backend else "- (no host manager in this process)"),
+        ("up", f"{render.ago(r.started_at)} (since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started_at))})"),
+        ("TLS", ("mutual" if s.mutual_tls else "on") if s.tls else "off"),
+        ("authentication", auth or "off: every caller is an admin"),
+        ("you", f"{s.caller} ({', '.join(s.caller_roles) or 'no role'}; by {s.caller_via})"),
+    ]
+    width = max(len(k) for k, _ in rows)
+    for k, v in rows:
+        print(f"{k + ':':<{width + 1}}  {v}")
+    for w in s.warnings:
+        print(w)
     return 0

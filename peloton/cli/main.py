@@ -431,26 +431,46 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(fn="tasks:cmd_task_logs")
 
     rp = sub.add_parser("pool", help="resource pools").add_subparsers(dest="cmd", required=True)
-    x = rp.add_parser("create")
-    x.add_argument("path")
-    x.add_argument("--limit", help="cpu=N,mem=Q,gpu=N (0 or absent: unlimited in that dimension)")
-    x.add_argument("--reservation")
-    x.add_argument("--share", type=float, default=1.0)
-    x.add_argument("--submitters", default="", metavar="P[,P]",
-                   help="principals who may submit jobs to this pool and its subtree (default: as the parent; "
-                        "operators and admins always may)")
-    x.add_argument("--allow-root", action="store_true",
-                   help="jobs in this pool and its subtree may run tasks as root (task.user: root); off by default")
-    x.set_defaults(fn="admin:cmd_pool_create")
-    x = rp.add_parser("list")
+    for verb in ("create", "update"):
+        x = rp.add_parser(verb, help="create a pool" if verb == "create" else
+                          "change a pool: what a flag names is replaced, the rest kept")
+        x.add_argument("path", metavar="PATH", help="e.g. /research/vision")
+        x.add_argument("--reservation", metavar="R",
+                       help="guaranteed to the pool: cpu=N,mem=Q,disk=Q,gpu=N (default none)")
+        x.add_argument("--limit", metavar="R", help="never exceeded: cpu=N,mem=Q,disk=Q,gpu=N (0 or absent: "
+                                                    "unlimited in that dimension" + ("; none: no limit)" if
+                                                                                    verb == "update" else ")"))
+        x.add_argument("--share", type=float, default=None, metavar="W",
+                       help="weight for what is left once reservations are met (default 1)")
+        kind = x.add_mutually_exclusive_group()
+        kind.add_argument("--static", dest="reservation_type", action="store_const", const="static",
+                          default=None, help="the reservation is held for the pool even when it is idle")
+        kind.add_argument("--elastic", dest="reservation_type", action="store_const", const="elastic",
+                          help="what the pool does not use of its reservation is lent to others (the default)")
+        x.add_argument("--submitters", default=None, metavar="P[,P]",
+                       help="principals who may submit jobs to this pool and its subtree (default: as the parent; "
+                            "operators and admins always may; '' clears the list)")
+        root = x.add_mutually_exclusive_group()
+        root.add_argument("--allow-root", dest="allow_root", action="store_const", const=True, default=None,
+                          help="jobs in this pool and its subtree may run tasks as root (task.user: root)")
+        root.add_argument("--no-allow-root", dest="allow_root", action="store_const", const=False,
+                          help="they may not (the default)")
+        x.set_defaults(fn=f"admin:cmd_pool_{verb}")
+    x = rp.add_parser("list", help="every pool: reservation, limit, share, allocation, demand, entitlement, queue")
     out(x)
     x.set_defaults(fn="admin:cmd_pool_list")
-    x = rp.add_parser("get")
-    x.add_argument("path")
+    x = rp.add_parser("get", help="one pool, per resource")
+    x.add_argument("path", metavar="PATH")
+    out(x)
     x.set_defaults(fn="admin:cmd_pool_get")
     x = rp.add_parser("delete")
     x.add_argument("path")
     x.set_defaults(fn="admin:cmd_pool_delete")
+
+    cl = sub.add_parser("cluster", help="the daemon itself").add_subparsers(dest="cmd", required=True)
+    x = cl.add_parser("info", help="version, roles, store, backend, uptime, how it is secured, and who you are")
+    out(x)
+    x.set_defaults(fn="admin:cmd_cluster_info")
 
     h = sub.add_parser("host", help="hosts").add_subparsers(dest="cmd", required=True)
     x = h.add_parser("list")

@@ -65,6 +65,13 @@ def quantity(q: str) -> str:
     return format_mib(parse_mib(q or "0", "mem"))
 
 
+def mib(v: float) -> str:
+    """A fractional MiB amount (an entitlement) as a quantity, to a tenth of a MiB."""
+    from peloton.domain.resources import format_mib
+
+    return format_mib(round(v, 1))
+
+
 def resources(r: job_pb2.Resources) -> str:
     parts = [f"cpu={r.cpu:g}", f"mem={quantity(r.mem)}"]
     if r.gpu:

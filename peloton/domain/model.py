@@ -114,6 +114,8 @@ class ResourcePool:
     submitters: tuple[str, ...] = ()
     # Whether jobs in this pool and its subtree may run tasks as root (`task.user: root`); never by default.
     allow_root: bool = False
+    # elastic: what the pool does not use of its reservation is lent to others; static: held even when idle
+    reservation_type: str = "elastic"
 
     @property
     def parent(self) -> str | None:

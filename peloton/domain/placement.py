@@ -44,13 +44,15 @@ class GangRequest:
     strategy: str = "pack"
     constraints: tuple[Constraint, ...] = ()
     enqueued_at: float = 0.0
+    preemptible: bool = True
+    # every member's resources together: computed once (admission looks at it for each waiting gang every round)
+    total: Resources = field(init=False, repr=False, compare=False)
 
-    @property
-    def total(self) -> Resources:
+    def __post_init__(self) -> None:
         t = Resources()
         for m in self.members:
             t = t + m.resources
-        return t
+        object.__setattr__(self, "total", t)
 
 
 @dataclass(frozen=True, slots=True)

@@ -61,7 +61,7 @@ class JobSpec:
     on_member_failure: str = "restart_gang"
     launch_timeout_s: float = DEFAULT_LAUNCH_TIMEOUT_S
     priority: int = 0
-    preemptible: bool = False
+    preemptible: bool = True  # its gangs may be preempted whole; if not, admitted only within its pool's reservation
     max_runtime_s: float = 0.0
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     strategy: str = "pack"
@@ -84,11 +84,14 @@ def validate_pool_path(path: str, field_name: str) -> None:
                                          f"characters ({len(part)})")
 
 
-def validate_pool(pool: ResourcePool) -> ResourcePool:
-    """A pool to create: its path (not /), and reservation, limit and share within the pool limits."""
+def validate_pool(pool: ResourcePool, updating: bool = False) -> ResourcePool:
+    """A pool to create (not /) or to update: its path, and reservation, limit and share within the pool limits.
+    The root may be updated (its limit, access list, allow_root) but reserves nothing: it is the whole cluster."""
     validate_pool_path(pool.path, "pool.path")
-    if pool.path == "/":
-        raise checks.bad("pool.path", "the root pool / always exists")
+    if pool.path == "/" and not updating:
+        raise checks.bad("pool.path", "the root pool / always exists (peloton pool update / changes it)")
+    if pool.path == "/" and pool.reservation != Resources():
+        raise checks.bad("pool.reservation", "the root pool / reserves nothing: it is the whole cluster")
     for name, res in (("reservation", pool.reservation), ("limit", pool.limit)):
         if res is None:
             continue
@@ -208,10 +211,16 @@ def gang_partition(spec: JobSpec) -> list[list[int]]:
     return gangs
 
 
+# The store's spec form: 2 since sla.preemptible is acted on (and defaults to true). Specs stored before had
+# `preemptible: false` whether or not the user said so, and it meant nothing then: they read as preemptible.
+SPEC_FORM = 2
+
+
 def spec_to_dict(spec: JobSpec) -> dict[str, object]:
     """Plain-JSON form used by the store (not the API's JSON form)."""
     r = spec.resources
     return {
+        "form": SPEC_FORM,
         "name": spec.name,
         "instances": spec.instances,
         "command": spec.command,
@@ -251,7 +260,7 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         on_member_failure=d.get("on_member_failure", "restart_gang"),
         launch_timeout_s=float(d.get("launch_timeout_s", DEFAULT_LAUNCH_TIMEOUT_S)),
         priority=int(d.get("priority", 0)),
-        preemptible=bool(d.get("preemptible", False)),
+        preemptible=bool(d.get("preemptible", True)) if d.get("form", 1) >= 2 else True,
         max_runtime_s=float(d.get("max_runtime_s", 0.0)),
         max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
         strategy=d.get("strategy", "pack"),

@@ -419,6 +419,25 @@ def check_launch_deadline(jv: JobView, gv: GangView, now: float) -> Effects:
     return eff
 
 
+def running_since(gv: GangView) -> float:
+    """When the gang began to run whole: its last member's start (0: not all have started)."""
+    starts = [t.started_at for t in gv.members()]
+    return max(starts) if starts and all(starts) else 0.0
+
+
+def check_max_runtime(jv: JobView, gv: GangView, now: float) -> Effects:
+    """A gang running longer than sla.max_runtime is killed whole and its job fails, saying why (not retried:
+    another attempt would run as long)."""
+    eff = Effects()
+    limit, since = jv.spec.max_runtime_s, running_since(gv)
+    if gv.gang.state != G.RUNNING or not limit or not since or now - since < limit:
+        return eff
+    gang_failed(jv, gv, now, eff, f"sla.max_runtime exceeded: it ran {now - since:.0f}s, the limit is {limit:g}s",
+                permanent=True)
+    derive_job_state(jv, now, eff)
+    return eff
+
+
 def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effects:
     """After a daemon restart: adopt every active gang whose members all run (or succeeded); otherwise tear it
     down and re-queue it. Queued gangs are re-enqueued."""
@@ -516,7 +535,7 @@ def _gang_index(gang_id: str) -> int:
 
 
 __all__ = [
-    "Effects", "GangView", "JobView", "apply_status", "check_launch_deadline", "derive_job_state",
+    "Effects", "GangView", "JobView", "apply_status", "check_launch_deadline", "check_max_runtime", "derive_job_state",
     "gang_failed", "gang_id_for", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
     "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

@@ -28,6 +28,7 @@ from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
 from peloton.domain.placement import GangRequest, MemberRequest
+from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate
 from peloton.domain.states import GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
@@ -95,7 +96,7 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
         gang_id=gv.gang.gang_id, job_id=jv.job.id, attempt=gv.gang.attempt,
         members=tuple(MemberRequest(t.instance, t.task_id, spec.resources) for t in gv.members()),
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
-        enqueued_at=gv.gang.updated_at,
+        enqueued_at=gv.gang.updated_at, preemptible=spec.preemptible,
     )
 
 
@@ -162,8 +163,7 @@ class JobManager:
             if existing is not None:
                 return existing
         pools = self._pools(spec.respool)
-        if spec.respool not in pools:
-            raise InvalidArgument(f"respool: resource pool {spec.respool} does not exist", field="respool")
+        check_job_pool(pools, spec.respool)
         why = exceeds_limit_forever(spec.resources.scale(spec.gang_size), spec.respool, pools)
         if why:
             raise InvalidArgument(f"instances: {why}", field="instances")
@@ -568,6 +568,22 @@ class JobManager:
             if not token:
                 return out
 
+    def _check_gangs(self, gangs: Sequence[tuple[str, int]],
+                     check: Callable[[policy.JobView, policy.GangView, float], policy.Effects]) -> None:
+        """Apply a time rule (launch deadline, max runtime) to the gangs the scan found past it; the rule checks
+        again inside the mutation, where the gang may have moved on."""
+        if not gangs:
+            return
+
+        def apply(vs: Views, t: float) -> policy.Effects:
+            eff = policy.Effects()
+            for jid, idx in gangs:
+                if jid in vs:
+                    eff.merge(check(vs[jid], vs[jid].gangs[idx], t))
+            return eff
+
+        self.writer.mutate({j for j, _ in gangs}, apply)
+
     def _reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         out: dict[str, TaskStatus] = {}
         for i in range(0, len(task_ids), RPC_CHUNK):
@@ -585,8 +601,9 @@ class JobManager:
         with self._stopping_lock:
             stopping = set(self._stopping)
 
-        def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]], dict[str, int]]:
-            stale, late, held = [], [], []
+        def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]], dict[str, int],
+                                        list[tuple[str, int]]]:
+            stale, late, held, overdue = [], [], [], []
             unstopped: dict[str, int] = {}  # job -> gang index end
             for jv in views.values():
                 if jv.job.id not in stopping and policy.needs_stopping(jv):
@@ -604,14 +621,18 @@ class JobManager:
                         if g.state in (GangState.PLACED, GangState.LAUNCHING) and g.launch_deadline \
                                 and now >= g.launch_deadline:
                             late.append((jv.job.id, g.index))
-            return [replace(t) for t in stale], late, held, unstopped
+                        limit = jv.spec.max_runtime_s
+                        if limit and g.state == GangState.RUNNING and 0 < policy.running_since(gv) <= now - limit:
+                            overdue.append((jv.job.id, g.index))
+            return [replace(t) for t in stale], late, held, unstopped, overdue
 
-        stale, late, held, unstopped = [], [], [], {}
+        stale, late, held, unstopped, overdue = [], [], [], {}, []
         for part in self.writer.read_each(scan):  # every shard's cache, each on its writer thread
             stale += part[0]
             late += part[1]
             held += part[2]
             unstopped.update(part[3])
+            overdue += part[4]
         for jid, end in unstopped.items():
             log.warning("job %s: finishing a stop that was cut short", jid)
             self._stop_gangs(jid, 0, end)
@@ -619,15 +640,8 @@ class JobManager:
             self._full_reconcile_at = now + FULL_RECONCILE_S
         if queue_check:
             self._queue_check_at = now + QUEUE_CHECK_S
-        if late:
-            def deadlines(vs: Views, t: float) -> policy.Effects:
-                eff = policy.Effects()
-                for jid, idx in late:
-                    if jid in vs:
-                        eff.merge(policy.check_launch_deadline(vs[jid], vs[jid].gangs[idx], t))
-                return eff
-
-            self.writer.mutate({j for j, _ in late}, deadlines)
+        self._check_gangs(late, policy.check_launch_deadline)
+        self._check_gangs(overdue, policy.check_max_runtime)
         if held:
             self._requeue_unknown(held)
         if not stale:

@@ -15,6 +15,7 @@ from prometheus_client import Counter, Histogram
 
 from peloton.api import convert
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import place
 
@@ -43,6 +44,8 @@ class PlacementEngine:
         self.index = HostIndex()
         self._stream_id = ""
         self._version = 0
+        self._capacity: dict[str, Resources] = {}  # every host's total (not its free part)
+        self._total: Resources | None = None  # their sum, what the pools' entitlements divide; None: not synced
 
     def _sync(self) -> None:
         r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=self._version,
@@ -50,17 +53,34 @@ class PlacementEngine:
         offers = [convert.offer_from_proto(o) for o in r.hosts]
         if r.full:
             self.index = HostIndex(offers)
+            self._capacity = {o.hostname: o.capacity for o in offers}
+            total = Resources()
+            for c in self._capacity.values():
+                total = total + c
+            self._total = total
         else:
-            for o in offers:
+            total = self._total or Resources()
+            for o in offers:  # mostly free resources changing: the capacity seldom does
                 self.index.upsert(o)
+                old = self._capacity.get(o.hostname)
+                if old != o.capacity:
+                    total = total + o.capacity - (old or Resources())
+                    self._capacity[o.hostname] = o.capacity
             for name in r.removed:
                 self.index.remove(name)
+                gone = self._capacity.pop(name, None)
+                if gone is not None:
+                    total = total - gone
+            self._total = total
         self._stream_id, self._version = r.stream_id, r.version
         SYNCED_HOSTS.inc(len(offers))
 
     def run_once(self) -> bool:
+        self._sync()  # the capacity resmgr divides among the pools (cheap: only what changed)
         resp = self.resmgr.DequeueGangs(
-            internal_pb2.DequeueGangsRequest(max_gangs=self.batch, timeout_ms=self.poll_ms),
+            internal_pb2.DequeueGangsRequest(
+                max_gangs=self.batch, timeout_ms=self.poll_ms,
+                capacity=convert.vec_to_proto(self._total) if self._total is not None else None),
             timeout=self.poll_ms / 1000 + 10,
         )
         if resp.release_claims:

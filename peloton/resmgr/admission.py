@@ -1,24 +1,44 @@
 """Admission of a whole gang against its pool and every ancestor. Pure.
 
-This release enforces each pool's `limit` (hierarchically: a gang counts against its pool and all ancestors).
-Reservations and shares are stored and shown but not yet used to divide capacity (a later issue).
+A gang counts against its pool and all its ancestors. It is admitted when, whole, it fits
+- in every `limit` on the way to the root (`admit`);
+- in the entitlement of every pool on the way but the root (`entitled`; entitlement.py computes them; the root's is
+  the cluster, where placement decides);
+- and, when it is not preemptible, in its own pool's reservation (`within_reservation`): work that cannot be
+  preempted never sits on capacity borrowed from another pool. The root reserves nothing and takes anything.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 from peloton.domain.model import ResourcePool
-from peloton.domain.resources import Resources
+from peloton.domain.resources import Resources, format_mib
+
+if TYPE_CHECKING:
+    from peloton.resmgr.entitlement import Entitlement
+
+_DIMS = ("cpu", "mem", "disk", "gpu")
+_EPS = 1e-6
+_NONE = Resources()
 
 
 def ancestors(path: str) -> list[str]:
     """'/a/b' -> ['/a/b', '/a', '/']."""
+    return list(chain(path))
+
+
+@functools.lru_cache(maxsize=65536)
+def chain(path: str) -> tuple[str, ...]:
+    """ancestors() as a tuple, remembered (admission walks it for every waiting gang every round)."""
     out = [path]
     while path != "/":
         path = path.rsplit("/", 1)[0] or "/"
         out.append(path)
-    return out
+    return tuple(out)
 
 
 def admit(
@@ -31,7 +51,7 @@ def admit(
     its descendants hold now."""
     if pool_path not in pools:
         return f"resource pool {pool_path} does not exist"
-    for p in ancestors(pool_path):
+    for p in chain(pool_path):
         pool = pools.get(p)
         if pool is None or pool.limit is None:
             continue
@@ -49,7 +69,7 @@ def admit(
 
 def exceeds_limit_forever(gang_total: Resources, pool_path: str, pools: Mapping[str, ResourcePool]) -> str | None:
     """A gang larger than a limit on its path can never be admitted."""
-    for p in ancestors(pool_path):
+    for p in chain(pool_path):
         pool = pools.get(p)
         if pool is None or pool.limit is None:
             continue
@@ -63,3 +83,58 @@ def exceeds_limit_forever(gang_total: Resources, pool_path: str, pools: Mapping[
 def _limited(limit: Resources, dim: str) -> bool:
     # a zero in a limit means "not limited in this dimension" so `limit: {gpu: 8}` limits only GPUs
     return bool(getattr(limit, dim))
+
+
+def entitled(gang_total: Resources, pool_path: str, ent: Mapping[str, Entitlement],
+             allocated: Mapping[str, Resources]) -> str | None:
+    """None when the gang fits in the entitlement of its pool and every ancestor below the root (no entitlements
+    known: nothing to check); otherwise why it waits, naming the pool, the dimensions and the amounts."""
+    if not ent:
+        return None
+    for p in chain(pool_path):
+        e = ent.get(p)
+        if p == "/" or e is None:
+            continue
+        used = allocated.get(p, _NONE)
+        if (used.cpu + gang_total.cpu <= e.cpu + _EPS and used.mem + gang_total.mem <= e.mem + _EPS
+                and used.disk + gang_total.disk <= e.disk + _EPS and used.gpu + gang_total.gpu <= _whole(e, "gpu")):
+            continue
+        return _over_entitlement(p, (e.cpu, e.mem, e.disk, e.gpu), (used.cpu, used.mem, used.disk, used.gpu),
+                                 (gang_total.cpu, gang_total.mem, gang_total.disk, gang_total.gpu))
+    return None
+
+
+@functools.lru_cache(maxsize=4096)
+def _over_entitlement(pool: str, ent: tuple[float, ...], used: tuple[float, ...], need: tuple[float, ...]) -> str:
+    """The reason, formatted once per distinct case (many waiting gangs of a pool share it)."""
+    whole = (ent[0], ent[1], ent[2], math.floor(ent[3] + _EPS))
+    short = [i for i in range(4) if used[i] + need[i] > whole[i] + _EPS]
+    return ("waiting for admission: over pool " + pool + "'s entitlement in " + ", ".join(
+        f"{_DIMS[i]} (entitled to {_show(_DIMS[i], ent[i])} now, holds {_show(_DIMS[i], used[i])}, the gang needs "
+        f"{_show(_DIMS[i], need[i])})" for i in short))
+
+
+def within_reservation(gang_total: Resources, pool_path: str, pools: Mapping[str, ResourcePool],
+                       pinned: Mapping[str, Resources]) -> str | None:
+    """None when a non-preemptible gang fits in its pool's reservation beside the pool's other non-preemptible
+    gangs (`pinned`); the root takes anything. Otherwise why it waits."""
+    pool = pools.get(pool_path)
+    if pool_path == "/" or pool is None:
+        return None
+    used = pinned.get(pool_path, Resources())
+    short = [d for d in _DIMS if getattr(used, d) + getattr(gang_total, d) > getattr(pool.reservation, d) + _EPS]
+    if not short:
+        return None
+    return ("waiting for admission: the gang is not preemptible, so it runs only within pool " + pool_path
+            + "'s reservation, short in " + ", ".join(
+                f"{d} (reserves {_show(d, getattr(pool.reservation, d))}, its non-preemptible gangs hold "
+                f"{_show(d, getattr(used, d))}, the gang needs {_show(d, getattr(gang_total, d))})" for d in short))
+
+
+def _whole(e: Entitlement, dim: str) -> float:
+    v = float(getattr(e, dim))
+    return float(math.floor(v + _EPS)) if dim == "gpu" else v
+
+
+def _show(dim: str, v: float) -> str:
+    return format_mib(v) if dim in ("mem", "disk") else f"{v:.4g}"

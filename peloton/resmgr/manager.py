@@ -19,6 +19,12 @@ Back-pressure: at most MAX_IN_FLIGHT gangs are PLACING, READY or HANDED at once.
 launchers otherwise (a 100,000-instance elastic job), and placements that wait longer than their claim lives are
 refused at launch and placed again, forever. READY placements are handed out highest priority first.
 
+Admission (admission.py, entitlement.py): a gang is admitted when it fits, whole, in its pool's limit and in the
+entitlement of its pool and every ancestor below the root (the root's entitlement is the cluster: whether a gang
+fits there is placement's business), and, when it is not preemptible, in its own pool's reservation. The
+entitlements are recomputed when their inputs change (a gang enqueued or gone, an allocation released, the pools,
+the cluster's capacity, which the placement engine reports with each dequeue), at most once per admission round.
+
 One condition guards everything (memory only); callers long-poll on it.
 """
 
@@ -36,7 +42,8 @@ from prometheus_client import Gauge, Histogram
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import admit, ancestors
+from peloton.resmgr.admission import admit, chain, entitled, within_reservation
+from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
 
 QUEUED = Gauge("peloton_resmgr_queued_gangs", "Gangs waiting for admission or placement")
 QUEUE_WAIT = Histogram("peloton_resmgr_queue_wait_seconds", "From enqueue to admission (handed to placement)",
@@ -48,6 +55,25 @@ UNPARK_EVERY_S = 0.05
 MAX_ORPHANED_CLAIMS = 100_000  # kept for the placement engine to release; beyond this the oldest just expire
 
 GangKey = tuple[str, int]  # (gang id, attempt)
+DIMS = ("cpu", "mem", "disk", "gpu")
+_ZERO = Resources()
+# Per pool, as of the last computation of the entitlements (at most once per admission round, when an input changed)
+POOL_ENTITLEMENT = Gauge("peloton_pool_entitlement", "What the pool may use now (GPUs fractional); cpu in cores, "
+                         "mem and disk in MiB", ["pool", "resource"])
+POOL_ALLOCATION = Gauge("peloton_pool_allocation", "What the gangs of the pool and its subtree hold", ["pool", "resource"])
+POOL_DEMAND = Gauge("peloton_pool_demand", "What the waiting gangs of the pool and its subtree ask for",
+                    ["pool", "resource"])
+POOL_QUEUED = Gauge("peloton_pool_queued_gangs", "Gangs of the pool waiting for admission or placement", ["pool"])
+
+
+@dataclass(frozen=True, slots=True)
+class PoolUsage:
+    """One pool as the resource manager sees it now (allocation and demand include its subtree)."""
+
+    allocated: Resources
+    demand: Resources
+    entitlement: Entitlement | None  # None: the cluster's capacity is not known yet
+    queued: int  # its own gangs waiting to be admitted or placed
 
 
 class _State(Enum):
@@ -68,6 +94,7 @@ class _Entry:
     placement: GangPlacement | None = None
     handed_at: float = 0.0
     queued_at: float = 0.0
+    in_demand: bool = False  # counted in its pool's demand (WAITING)
 
     def order(self) -> tuple[int, float, str]:
         return -self.req.priority, self.req.enqueued_at, self.req.gang_id
@@ -89,17 +116,31 @@ class ResourceManager:
         self._seq = 0
         self._reasons: dict[str, PlacementFailure] = {}
         self._orphaned: dict[GangKey, None] = {}  # claims of placements dropped before jobmgr took them, oldest first
-        self._alloc: dict[str, tuple[str, Resources, int]] = {}  # gang id -> (pool, resources, attempt)
+        self._alloc: dict[str, tuple[str, Resources, int, bool]] = {}  # gang id -> (pool, total, attempt, preemptible)
         self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
+        self._own_alloc: dict[str, Resources] = {}  # pool -> what its own gangs hold
+        self._pinned: dict[str, Resources] = {}  # pool -> what its own non-preemptible gangs hold
+        self._demand: dict[str, Resources] = {}  # pool -> what its own WAITING gangs ask for
+        self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
+        self._ent: dict[str, Entitlement] = {}
+        self._ent_dirty = True
         self._pools: dict[str, ResourcePool] = {}
         self.refresh_pools()
 
     def refresh_pools(self) -> None:
         pools = {p.path: p for p in self._load_pools()}
         with self._cond:
+            for gone in set(self._pools) - set(pools):
+                _forget_metrics(gone)
             self._pools = pools
-            self._unpark = True
+            self._changed_locked()
             self._cond.notify_all()
+
+    def _changed_locked(self) -> None:
+        """An input of the entitlements changed: recompute them before the next admission, and give the parked
+        gangs another look."""
+        self._ent_dirty = True
+        self._unpark = True
 
     def pools(self) -> dict[str, ResourcePool]:
         with self._cond:
@@ -121,6 +162,10 @@ class ResourceManager:
             self._reasons.clear()
             self._alloc.clear()
             self._allocated.clear()
+            self._own_alloc.clear()
+            self._pinned.clear()
+            self._demand.clear()
+            self._changed_locked()
             QUEUED.set(0)
             self._cond.notify_all()
 
@@ -139,6 +184,8 @@ class ResourceManager:
 
     def _drop_locked(self, gang_id: str) -> None:
         e = self._entries.get(gang_id)
+        if e is not None:
+            self._undemand_locked(e)
         if e is not None and e.state == _State.READY and e.placement is not None:
             self._orphan_locked(e.placement)  # HANDED ones are jobmgr's: its launcher releases what it drops
         self._entries.pop(gang_id, None)  # its heap items (waiting, ready) go stale
@@ -154,30 +201,41 @@ class ResourceManager:
         e.seq = self._seq
         e.state = _State.WAITING
         e.placement = None
+        if not e.in_demand:
+            e.in_demand = True
+            _add(self._demand, e.req.respool, e.req.total)
         if e.not_before > now:
             heapq.heappush(self._parked, (e.not_before, e.seq, e.req.gang_id))
         else:
             heapq.heappush(self._heap, (e.order(), e.seq, e.req.gang_id))
 
+    def _undemand_locked(self, e: _Entry) -> None:
+        if e.in_demand:
+            e.in_demand = False
+            _sub(self._demand, e.req.respool, e.req.total)
+
     def _allocate_locked(self, g: GangRequest) -> None:
         self._release_alloc_locked(g.gang_id, g.attempt)
         total = g.total
-        self._alloc[g.gang_id] = (g.respool, total, g.attempt)
-        for p in ancestors(g.respool):
-            self._allocated[p] = self._allocated.get(p, Resources()) + total
+        self._alloc[g.gang_id] = (g.respool, total, g.attempt, g.preemptible)
+        for p in chain(g.respool):
+            _add(self._allocated, p, total)
+        _add(self._own_alloc, g.respool, total)
+        if not g.preemptible:
+            _add(self._pinned, g.respool, total)
 
     def _release_alloc_locked(self, gang_id: str, up_to_attempt: int) -> bool:
         a = self._alloc.get(gang_id)
         if a is None or a[2] > up_to_attempt:
             return False
         del self._alloc[gang_id]
-        pool, total, _ = a
-        for p in ancestors(pool):
-            rest = self._allocated.get(p, Resources()) - total
-            if rest.cpu <= 1e-9 and rest.mem <= 1e-9 and rest.disk <= 1e-9 and rest.gpu <= 0 and rest.ports <= 0:
-                self._allocated.pop(p, None)
-            else:
-                self._allocated[p] = rest
+        pool, total, _, preemptible = a
+        for p in chain(pool):
+            _sub(self._allocated, p, total)
+        _sub(self._own_alloc, pool, total)
+        if not preemptible:
+            _sub(self._pinned, pool, total)
+        self._ent_dirty = True  # what the pool wants went down
         return True
 
     def _capacity_freed_locked(self) -> None:
@@ -201,6 +259,7 @@ class ResourceManager:
                 self._push_locked(e, now)
             for g in running:
                 self._allocate_locked(g)
+            self._changed_locked()  # new demand: the entitlements move
             QUEUED.set(len(self._entries))
             self._cond.notify_all()
 
@@ -213,7 +272,7 @@ class ResourceManager:
                     self._drop_locked(gid)
                 self._release_alloc_locked(gid, attempt)
                 self._reasons.pop(gid, None)
-            self._capacity_freed_locked()
+            self._changed_locked()
             QUEUED.set(len(self._entries))
             self._cond.notify_all()
 
@@ -293,11 +352,14 @@ class ResourceManager:
             self._push_locked(e, now)
 
     # --- placement side -------------------------------------------------------------------------------------
-    def dequeue(self, max_n: int, timeout_s: float) -> list[GangRequest]:
+    def dequeue(self, max_n: int, timeout_s: float, capacity: Resources | None = None) -> list[GangRequest]:
         """Admitted gangs in priority order (highest first, then oldest). Their allocation is recorded now so
-        admission of the next gang sees it."""
+        admission of the next gang sees it. `capacity`: the cluster's, as the placement engine knows it."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if capacity is not None and capacity != self._capacity:
+                self._capacity = capacity
+                self._changed_locked()
             while True:
                 out = self._admit_locked(max_n)
                 if out or self._orphaned:
@@ -337,17 +399,23 @@ class ResourceManager:
                 heapq.heappush(self._heap, (e.order(), e.seq, gid))
         out: list[GangRequest] = []
         max_n = min(max_n, MAX_IN_FLIGHT - len(self._in_flight))  # back-pressure: launchers are behind
+        self._entitlements_locked()  # (only when an input changed)
         while self._heap and len(out) < max_n:
             _, seq, gid = heapq.heappop(self._heap)
             e = self._entries.get(gid)
             if e is None or e.seq != seq or e.state != _State.WAITING:
                 continue  # stale heap item
-            reason = admit(e.req.total, e.req.respool, self._pools, self._allocated)
+            g = e.req
+            reason = (admit(g.total, g.respool, self._pools, self._allocated)
+                      or entitled(g.total, g.respool, self._ent, self._allocated)
+                      or (None if g.preemptible else within_reservation(g.total, g.respool, self._pools,
+                                                                        self._pinned)))
             if reason is not None:
                 self._set_reason_locked(e, reason)
                 e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
                 self._push_locked(e, now)
                 continue
+            self._undemand_locked(e)
             e.state = _State.PLACING
             self._in_flight.add(gid)
             self._allocate_locked(e.req)
@@ -387,12 +455,89 @@ class ResourceManager:
             QUEUED.set(len(self._entries))
             self._cond.notify_all()
 
+    def _entitlements_locked(self) -> None:
+        """Recompute the entitlements if an input changed (a few pools: microseconds to a millisecond), and publish
+        them with the pools' allocation, demand and queue as metrics."""
+        if not self._ent_dirty:
+            return
+        self._ent_dirty = False
+        if self._capacity is None or "/" not in self._pools:
+            self._ent = {}
+            return
+        policies = {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
+                    for p in self._pools.values()}
+        self._ent = entitlements(policies, self._capacity, self._demand, self._own_alloc)
+        demand = _subtree_sums(self._demand, self._pools)
+        queued = self._queued_locked()
+        for path in self._pools:  # every pool, so a figure that fell to 0 says 0
+            ent, alloc, want = self._ent.get(path), self._allocated.get(path, _ZERO), demand.get(path, _ZERO)
+            for dim in DIMS:
+                POOL_ENTITLEMENT.labels(path, dim).set(getattr(ent, dim) if ent is not None else 0.0)
+                POOL_ALLOCATION.labels(path, dim).set(getattr(alloc, dim))
+                POOL_DEMAND.labels(path, dim).set(getattr(want, dim))
+            POOL_QUEUED.labels(path).set(queued.get(path, 0))
+
+    def _queued_locked(self) -> dict[str, int]:
+        queued: dict[str, int] = {}
+        for e in self._entries.values():
+            if e.state in (_State.WAITING, _State.PLACING):
+                queued[e.req.respool] = queued.get(e.req.respool, 0) + 1
+        return queued
+
     # --- views ----------------------------------------------------------------------------------------------
     def usage(self) -> tuple[dict[str, Resources], dict[str, int]]:
         """(what each pool's gangs hold, with its descendants'; gangs of each pool waiting to be placed)"""
         with self._cond:
-            queued: dict[str, int] = {}
-            for e in self._entries.values():
-                if e.state in (_State.WAITING, _State.PLACING):
-                    queued[e.req.respool] = queued.get(e.req.respool, 0) + 1
-            return dict(self._allocated), queued
+            return dict(self._allocated), self._queued_locked()
+
+    def pool_usage(self) -> dict[str, PoolUsage]:
+        """Every pool's allocation, demand (with its subtree's), entitlement and queue, for GetPool/ListPools."""
+        with self._cond:
+            self._entitlements_locked()
+            queued = self._queued_locked()
+            demand = _subtree_sums(self._demand, self._pools)
+            out = {}
+            for path in self._pools:
+                out[path] = PoolUsage(self._allocated.get(path, Resources()), demand.get(path, Resources()),
+                                      self._ent.get(path) if self._capacity is not None else None,
+                                      queued.get(path, 0))
+            return out
+
+    def capacity(self) -> Resources | None:
+        """The cluster's capacity as last reported by the placement engine (None: not yet)."""
+        with self._cond:
+            return self._capacity
+
+
+def _add(book: dict[str, Resources], key: str, r: Resources) -> None:
+    book[key] = book.get(key, Resources()) + r
+
+
+def _sub(book: dict[str, Resources], key: str, r: Resources) -> None:
+    rest = book.get(key, Resources()) - r
+    if rest.cpu <= 1e-9 and rest.mem <= 1e-9 and rest.disk <= 1e-9 and rest.gpu <= 0 and rest.ports <= 0:
+        book.pop(key, None)
+    else:
+        book[key] = rest
+
+
+def _subtree_sums(own: dict[str, Resources], pools: dict[str, ResourcePool]) -> dict[str, Resources]:
+    out: dict[str, Resources] = {}
+    for path, r in own.items():
+        for p in chain(path):
+            if p in pools or p == path:
+                _add(out, p, r)
+    return out
+
+
+def _forget_metrics(pool: str) -> None:
+    for dim in DIMS:
+        for g in (POOL_ENTITLEMENT, POOL_ALLOCATION, POOL_DEMAND):
+            try:
+                g.remove(pool, dim)
+            except KeyError:
+                pass
+    try:
+        POOL_QUEUED.remove(pool)
+    except KeyError:
+        pass

@@ -10,9 +10,10 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
+from peloton.domain.pools import check_pool
 from peloton.domain.resources import Resources
 from peloton.domain.spec import validate_pool
-from peloton.errors import FailedPrecondition
+from peloton.errors import FailedPrecondition, NotFound
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import repo
 from peloton.store.db import transaction
@@ -31,7 +32,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
 
     @grpc_errors
     def DequeueGangs(self, request, context):  # type: ignore[no-untyped-def]
-        gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0)
+        gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0,
+                                convert.vec_from_proto(request.capacity) if request.HasField("capacity") else None)
         return internal_pb2.DequeueGangsResponse(
             gangs=[convert.gang_request_to_proto(g) for g in gangs],
             release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()])
@@ -92,26 +94,38 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
     @grpc_errors
     def CreatePool(self, request, context):  # type: ignore[no-untyped-def]
         pool = validate_pool(convert.pool_from_proto(request.pool))
-        with transaction(self.sessions) as s:
+        with transaction(self.sessions) as s:  # checked against the tree in the transaction that writes it
+            pools = {p.path: p for p in repo.list_pools(s)}
+            busy = repo.unfinished_jobs_in(s, pool.parent) if pool.parent and pool.path not in pools else 0
+            warnings = check_pool(pools, pool, self.rm.capacity(), busy=busy)
             repo.create_pool(s, replace(pool, created_at=time.time()))
         self.rm.refresh_pools()
-        return respool_pb2.CreatePoolResponse()
+        return respool_pb2.CreatePoolResponse(warnings=warnings)
+
+    @grpc_errors
+    def UpdatePool(self, request, context):  # type: ignore[no-untyped-def]
+        pool = validate_pool(convert.pool_from_proto(request.pool), updating=True)
+        with transaction(self.sessions) as s:
+            pools = {p.path: p for p in repo.list_pools(s)}
+            if pool.path not in pools:
+                raise NotFound(f"resource pool {pool.path!r} not found", field="pool.path")
+            warnings = check_pool(pools, pool, self.rm.capacity())
+            repo.update_pool(s, pool)
+        self.rm.refresh_pools()
+        return respool_pb2.UpdatePoolResponse(warnings=warnings)
 
     @grpc_errors
     def GetPool(self, request, context):  # type: ignore[no-untyped-def]
         with transaction(self.sessions) as s:
             pool = repo.get_pool(s, request_checks.pool_path(request.path))
-        allocated, _ = self.rm.usage()
-        return respool_pb2.GetPoolResponse(pool=convert.pool_to_proto(pool, allocated.get(pool.path, Resources())))
+        return respool_pb2.GetPoolResponse(pool=convert.pool_to_proto(pool, self.rm.pool_usage().get(pool.path)))
 
     @grpc_errors
     def ListPools(self, request, context):  # type: ignore[no-untyped-def]
         with transaction(self.sessions) as s:
             pools = repo.list_pools(s)
-        allocated, _ = self.rm.usage()
-        return respool_pb2.ListPoolsResponse(
-            pools=[convert.pool_to_proto(p, allocated.get(p.path, Resources())) for p in pools]
-        )
+        usage = self.rm.pool_usage()
+        return respool_pb2.ListPoolsResponse(pools=[convert.pool_to_proto(p, usage.get(p.path)) for p in pools])
 
     @grpc_errors
     def DeletePool(self, request, context):  # type: ignore[no-untyped-def]

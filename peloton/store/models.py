@@ -115,6 +115,7 @@ class ResourcePoolRow(Base):
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
     submitters: Mapped[str] = mapped_column(Text, nullable=False, server_default="[]")  # JSON list of principals
     allow_root: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
+    reservation_type: Mapped[str] = mapped_column(String(16), nullable=False, server_default="elastic")
 
 
 class MetaRow(Base):

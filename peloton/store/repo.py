@@ -229,6 +229,7 @@ def _pool_from_row(r: Row[Any]) -> ResourcePool:
         created_at=m["created_at"],
         submitters=tuple(json.loads(m["submitters"] or "[]")),
         allow_root=bool(m["allow_root"]),
+        reservation_type=m["reservation_type"],
     )
 
 
@@ -535,9 +536,33 @@ def create_pool(s: Session, pool: ResourcePool) -> None:
                 "created_at": pool.created_at,
                 "submitters": json.dumps(list(pool.submitters)),
                 "allow_root": pool.allow_root,
+                "reservation_type": pool.reservation_type,
             }
         ],
     )
+
+
+def update_pool(s: Session, pool: ResourcePool) -> None:
+    """Replace everything but the path (and parent, creation time) of an existing pool. NotFound if absent."""
+    if not _pool_exists(s, pool.path):
+        raise NotFound(f"resource pool {pool.path!r} not found", field="path")
+    s.execute(
+        update(ResourcePoolRow).where(ResourcePoolRow.path == pool.path).values(
+            reservation=_res_to_json(pool.reservation),
+            limit_=None if pool.limit is None else _res_to_json(pool.limit),
+            share=pool.share,
+            submitters=json.dumps(list(pool.submitters)),
+            allow_root=pool.allow_root,
+            reservation_type=pool.reservation_type,
+        ).execution_options(**_NO_SYNC)
+    )
+
+
+def unfinished_jobs_in(s: Session, path: str) -> int:
+    """Jobs of pool `path` (not its subtree) that have not ended."""
+    return int(s.execute(
+        select(func.count()).select_from(_JOBS).where(_JOBS.c.respool == path, _JOBS.c.state.not_in(_JOB_TERMINAL))
+    ).scalar_one())
 
 
 def get_pool(s: Session, path: str) -> ResourcePool:
@@ -564,9 +589,7 @@ def delete_pool(s: Session, path: str) -> None:
         raise FailedPrecondition(
             f"resource pool {path!r} has child pools ({', '.join(children)}); delete them first", field="path"
         )
-    busy = s.execute(
-        select(func.count()).select_from(_JOBS).where(_JOBS.c.respool == path, _JOBS.c.state.not_in(_JOB_TERMINAL))
-    ).scalar_one()
+    busy = unfinished_jobs_in(s, path)
     if busy:
         raise FailedPrecondition(f"resource pool {path!r} has {busy} unfinished job(s)", field="path")
     s.execute(delete(ResourcePoolRow).where(ResourcePoolRow.path == path).execution_options(**_NO_SYNC))

@@ -91,6 +91,14 @@ def spec(name: str = "t", *, instances: int = 1, command: str = "true", cpu: flo
     return s
 
 
+def wait_for(pred: Any, timeout: float = 30.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not pred():
+        if time.monotonic() > deadline:
+            raise AssertionError("condition not met within the deadline")
+        time.sleep(0.1)
+
+
 def wait_state(api: Api, job_id: str, states: set[str], timeout: float = 30.0) -> job_pb2.Job:
     deadline = time.monotonic() + timeout
     job = None
@@ -276,6 +284,43 @@ def test_delete_of_a_pool_with_children_is_refused(api: Api) -> None:
     assert err.code() == grpc.StatusCode.FAILED_PRECONDITION
     api.pools.DeletePool(respool_pb2.DeletePoolRequest(path="/p/c"), timeout=RPC_TIMEOUT)
     api.pools.DeletePool(respool_pb2.DeletePoolRequest(path="/p"), timeout=RPC_TIMEOUT)
+
+
+def test_pool_update_and_the_tree_rules(api: Api) -> None:
+    """UpdatePool replaces a pool's settings; every change is checked against the tree (nothing written when
+    refused); reservations beyond the cluster are accepted with a warning; Get/List show the live figures."""
+    def pool(path: str, **kw: Any) -> respool_pb2.ResourcePool:
+        p = respool_pb2.ResourcePool(path=path, **{k: v for k, v in kw.items() if k not in ("res", "lim")})
+        for field, values in (("reservation", kw.get("res")), ("limit", kw.get("lim"))):
+            for k, v in (values or {}).items():
+                setattr(getattr(p, field), k, v)
+        return p
+
+    # the cluster (2 hosts x 4 cpu, 2 gpu) is known once the placement engine has reported it
+    wait_for(lambda: api.pools.GetPool(respool_pb2.GetPoolRequest(path="/"), timeout=RPC_TIMEOUT).pool
+             .HasField("entitlement"))
+    r = api.pools.CreatePool(respool_pb2.CreatePoolRequest(pool=pool("/lab", res={"cpu": 100, "gpu": 2})),
+                             timeout=RPC_TIMEOUT)
+    assert [w.split(":")[0] for w in r.warnings] == ["the top-level pools reserve 100 cpu in all, more than the "
+                                                     "cluster has now (8)"]
+    for bad, field in ((pool("/lab", res={"cpu": 100, "gpu": 2}, lim={"gpu": 1}), "pool.limit.gpu"),
+                       (pool("/lab", reservation_type="fixed"), "pool.reservation_type"),
+                       (pool("/", res={"cpu": 1}), "pool.reservation")):
+        err = call_error(api.pools.UpdatePool, respool_pb2.UpdatePoolRequest(pool=bad))
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and err.details().startswith(field), err.details()
+    err = call_error(api.pools.UpdatePool, respool_pb2.UpdatePoolRequest(pool=pool("/nowhere")))
+    assert err.code() == grpc.StatusCode.NOT_FOUND
+    err = call_error(api.pools.CreatePool, respool_pb2.CreatePoolRequest(pool=pool("/lab/x", res={"gpu": 3})))
+    assert err.code() == grpc.StatusCode.INVALID_ARGUMENT
+    assert err.details() == "pool.reservation.gpu: /lab/x and its siblings would reserve 3 in all, more than /lab " \
+                            "reserves (2)"
+    api.pools.UpdatePool(respool_pb2.UpdatePoolRequest(pool=pool("/lab", res={"cpu": 4, "gpu": 2}, share=3,
+                                                                 reservation_type="static", submitters=["alice"])),
+                         timeout=RPC_TIMEOUT)
+    got = api.pools.GetPool(respool_pb2.GetPoolRequest(path="/lab"), timeout=RPC_TIMEOUT).pool
+    assert (got.share, got.reservation_type, list(got.submitters), got.reservation.cpu) == (3, "static", ["alice"], 4)
+    assert got.entitlement.gpu == 2 and got.entitlement.cpu == 4  # static: held while idle
+    api.pools.DeletePool(respool_pb2.DeletePoolRequest(path="/lab"), timeout=RPC_TIMEOUT)
 
 
 def test_a_gang_over_its_pool_limit_is_invalid_argument(api: Api) -> None:

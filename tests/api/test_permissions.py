@@ -104,10 +104,10 @@ def outcome(fn: Any, request: Any, md: Any) -> str:
 # role -> expected outcome of: create job, stop own, stop another's, delete another's, read logs of another's,
 # create pool, delete pool, fail a sim host
 TABLE = {
-    "admin": (OK, OK, OK, OK, OK, OK, OK, OK),
-    "operator": (OK, OK, OK, OK, OK, DENIED, DENIED, OK),
-    "submitter": (OK, OK, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED),
-    "viewer": (DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED),
+    "admin": (OK, OK, OK, OK, OK, OK, OK, OK, OK),
+    "operator": (OK, OK, OK, OK, OK, DENIED, DENIED, DENIED, OK),
+    "submitter": (OK, OK, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED),
+    "viewer": (DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED, DENIED),
 }
 
 
@@ -131,6 +131,8 @@ def test_every_role_against_every_mutating_call(cluster: Cluster, role: str) -> 
         outcome(task_pb2_grpc.TaskServiceStub(cluster.channel).GetTaskLogs,
                 task_pb2.GetTaskLogsRequest(job_id=others[0], instance=0), md),
         outcome(pools.CreatePool, respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path=f"/t-{role}")), md),
+        outcome(pools.UpdatePool, respool_pb2.UpdatePoolRequest(pool=respool_pb2.ResourcePool(
+            path=f"/gone-{role}", share=2)), md),
         outcome(pools.DeletePool, respool_pb2.DeletePoolRequest(path=f"/gone-{role}"), md),
         outcome(sim_pb2_grpc.SimServiceStub(cluster.channel).RecoverHost,
                 sim_pb2.RecoverHostRequest(hostname="sim-00000"), md),
@@ -325,5 +327,8 @@ def test_task_user_is_the_principals_own_and_root_needs_a_pool_that_allows_it(cl
     assert create("admin", "alice") == OK
     assert create("admin", "root").startswith("PERMISSION_DENIED: task.user: pool / does not allow tasks to run "
                                               "as root")
-    assert create("admin", "root", "/ops") == OK and create("admin", "root", "/ops/infra") == OK
+    assert create("admin", "root", "/ops/infra") == OK  # allowed by its parent
+    pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path="/sre", allow_root=True)),
+                     timeout=T, metadata=admin)
+    assert create("admin", "root", "/sre") == OK
     assert create("admin", "bad user").startswith("INVALID_ARGUMENT: task.user: 'bad user' is not a user name")

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.asroot import let_others_pass
 from tests.e2e.harness import Daemon, pid_alive, wait_until
 
 pytestmark = pytest.mark.e2e
@@ -241,6 +242,7 @@ task: {{command: "echo never", env_files: {{TOKEN: "{tmp_path / 'absent'}"}}, re
 def test_members_run_as_the_user_the_job_names(daemon: Daemon, tmp_path: Path) -> None:
     """task.user through the CLI and the daemon: the members run as that user (its uid, groups and home), the
     job's `peloton task logs` still read their output."""
+    let_others_pass(daemon.data_dir)  # the members enter their sandboxes as nobody
     job = daemon.create("""
 name: as-nobody
 instances: 2
@@ -254,3 +256,18 @@ task:
     for i in ("0", "1"):
         assert daemon.cli("task", "logs", job, i).stdout == f"nobody {home}\nwritable\n"
     assert json.loads(daemon.cli("job", "get", job, "-o", "json").stdout)["spec"]["task"]["user"] == "nobody"
+
+
+def test_a_gang_past_its_max_runtime_is_killed_whole_and_the_job_says_why(daemon: Daemon, tmp_path: Path) -> None:
+    job = daemon.create("""
+name: too-long
+instances: 2
+sla: {max_runtime: 2s}
+task: {command: 'sleep 120', resources: {cpu: 1, mem: 64Mi}}
+""", tmp_path)
+    daemon.wait_state(job, "RUNNING")
+    started = time.monotonic()
+    j = daemon.wait_state(job, "FAILED", timeout=30)  # the reconciler looks every 5 s
+    assert time.monotonic() - started < 20
+    assert "sla.max_runtime exceeded" in j["status"]["reason"], j["status"]
+    assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}

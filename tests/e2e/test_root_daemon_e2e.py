@@ -14,6 +14,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.asroot import let_others_pass
 from tests.e2e.harness import PELOTON, Daemon, kill_sandboxed_processes
 
 pytestmark = [pytest.mark.e2e,
@@ -23,6 +24,7 @@ pytestmark = [pytest.mark.e2e,
 @pytest.fixture
 def root_daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(tmp_path / "data", db_url, secure_defaults=True)
+    let_others_pass(tmp_path)  # as /var/lib is: tasks run as nobody, who enters its sandbox itself
     try:
         d.start()
         yield d
@@ -55,6 +57,9 @@ def test_a_root_daemon_locks_itself_to_root_until_tokens_are_made(root_daemon: D
     assert job, "root could not create a job through the socket"
     assert cli("job", "wait", job, "--timeout", "60", env=local).returncode == 0
     assert cli("task", "logs", job, "0", env=local).stdout == "nobody\n"  # a task naming no user
+
+    info = cli("cluster", "info", env=local).stdout
+    assert "authentication:  tokens" in info and "(admin; by unix socket)" in info, info
 
     # a token for a submitter: it may submit, but not as root, nor as another user
     token = cli("token", "create", "alice", "--role", "submitter", "--data-dir", str(d.data_dir)).stdout.strip()

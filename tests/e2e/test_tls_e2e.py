@@ -133,6 +133,10 @@ def test_tokens_over_tls_through_the_cli(tmp_path: Path) -> None:
         spec.write_text('name: bot\ninstances: 1\ntask: {command: "train.py", resources: {cpu: 1, mem: 64Mi}}\n')
         created = run("job", "create", "-f", str(spec), env={**env, "PELOTON_TOKEN": token})
         assert created.returncode == 0, created.stderr
+        info = run("cluster", "info", env={**env, "PELOTON_TOKEN": token}).stdout
+        for line in ("TLS:             on", "authentication:  tokens", "you:             ci-bot (submitter; by token)"):
+            assert line in info.splitlines(), info
+        assert "INSECURE" not in info
         shown = run("job", "get", created.stdout.strip(), "-o", "json", env={**env, "PELOTON_TOKEN": token})
         assert '"owner": "ci-bot"' in shown.stdout
         refused = run("pool", "create", "/bots", env={**env, "PELOTON_TOKEN": token})
@@ -146,3 +150,25 @@ def test_tokens_over_tls_through_the_cli(tmp_path: Path) -> None:
     finally:
         proc.terminate()
         proc.wait(30)
+
+
+def test_an_insecure_daemon_says_so_in_its_log_and_in_cluster_info(tmp_path: Path) -> None:
+    proc = subprocess.Popen(
+        [*PELOTON, "server", "--listen", "0.0.0.0:0", "--insecure", "--data-dir", str(tmp_path / "data"), "--backend",
+         "sim", "--metrics-listen", "", "--unix-socket", ""], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on" in line, proc.stderr.read() if proc.stderr else ""
+        address = line.split("serving on ")[1].split()[0]
+        info = run("cluster", "info", env={"PELOTON_ADDRESS": address})
+        assert info.returncode == 0, info.stderr
+        assert ("INSECURE (--insecure): --listen 0.0.0.0:0 is reachable from other machines without TLS or "
+                "authentication") in info.stdout
+        assert "authentication:  off: every caller is an admin" in info.stdout
+        as_json = run("cluster", "info", "-o", "json", env={"PELOTON_ADDRESS": address}).stdout
+        assert '"insecure": true' in as_json and '"backend": "sim"' in as_json
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "INSECURE (--insecure): --listen 0.0.0.0:0" in err

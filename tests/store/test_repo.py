@@ -314,6 +314,26 @@ def test_delete_pool_rules(sessions: Sessions) -> None:
         assert [p.path for p in repo.list_pools(s)] == ["/"]
 
 
+def test_update_pool_replaces_all_but_the_path(sessions: Sessions) -> None:
+    with db.transaction(sessions) as s:
+        repo.ensure_root_pool(s, 1.0)
+        repo.create_pool(s, ResourcePool("/a", created_at=2.0))
+    changed = ResourcePool("/a", Resources(4, 512, 0, 2, 0), Resources(8, 1024, 0, 4, 0), 3.0, 2.0,
+                           submitters=("alice",), allow_root=True, reservation_type="static")
+    with db.transaction(sessions) as s:
+        repo.update_pool(s, changed)
+    with db.transaction(sessions) as s:
+        assert repo.get_pool(s, "/a") == changed
+        repo.update_pool(s, ResourcePool("/a", created_at=99.0))  # back to the defaults; created_at is kept
+    with db.transaction(sessions) as s:
+        assert repo.get_pool(s, "/a") == ResourcePool("/a", created_at=2.0)
+        with pytest.raises(NotFound, match="/nope"):
+            repo.update_pool(s, ResourcePool("/nope"))
+    add_job(sessions, "j1", respool="/a")
+    with db.transaction(sessions) as s:
+        assert repo.unfinished_jobs_in(s, "/a") == 1 and repo.unfinished_jobs_in(s, "/") == 0
+
+
 # --- meta -------------------------------------------------------------------------------------------------
 def test_meta(sessions: Sessions) -> None:
     with db.transaction(sessions) as s:

@@ -540,6 +540,32 @@ def test_launch_deadline_on_the_last_attempt_fails_the_job() -> None:
     assert jv.job.state == J.FAILED
 
 
+def test_max_runtime_kills_the_gang_whole_and_fails_the_job_saying_why() -> None:
+    jv = make_view(make_spec(3, max_runtime_s=100.0, max_attempts=3))
+    gv = place(jv, now=T0)
+    apply(jv, 0, T.RUNNING, T0 + 2)
+    apply(jv, 1, T.RUNNING, T0 + 2)
+    assert policy.running_since(gv) == 0.0  # not running whole yet: no clock
+    assert policy.check_max_runtime(jv, gv, T0 + 1e6) == Effects()
+    apply(jv, 2, T.RUNNING, T0 + 5)
+    assert policy.running_since(gv) == T0 + 5
+    assert policy.check_max_runtime(jv, gv, T0 + 104.9) == Effects()
+    eff = policy.check_max_runtime(jv, gv, T0 + 105)
+    assert sorted(eff.kill) == sorted(task_id_for(JOB, i, 1) for i in range(3))
+    assert gv.gang.state == G.ABORTING and gv.gang.attempt == 1  # not retried: another attempt would run as long
+    assert "sla.max_runtime exceeded: it ran 100s, the limit is 100s" in jv.job.reason
+    for i in range(3):
+        apply(jv, i, T.KILLED, T0 + 106)
+    assert jv.job.state == J.FAILED
+
+
+def test_no_max_runtime_means_no_limit() -> None:
+    jv = make_view()
+    gv = place(jv, now=T0)
+    run_all(jv)
+    assert policy.check_max_runtime(jv, gv, T0 + 1e9) == Effects()
+
+
 # --- recovery -----------------------------------------------------------------------------------------------
 def _statuses(jv: JobView, per_instance: dict[int, TaskState]) -> dict[str, TaskStatus]:
     out = {}

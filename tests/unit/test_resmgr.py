@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 import time
 
@@ -476,3 +477,92 @@ def test_ready_placements_are_handed_out_highest_priority_first() -> None:
     rm.set_placements([placement(high)], [])
     assert [p.job_id for p in rm.take_placements(1, SHORT)[0]] == ["high"]
     assert [p.job_id for p in rm.take_placements(1, SHORT)[0]] == ["low"]
+
+
+# --- entitlement ------------------------------------------------------------------------------------------------
+A = ResourcePool("/a", reservation=Resources(gpu=4))
+B = ResourcePool("/b", reservation=Resources(gpu=4))
+CLUSTER = Resources(cpu=64, mem=65536, gpu=8)
+
+
+def reasons(rm: ResourceManager) -> dict[str, str]:
+    return {f.job_id: f.reason for f in rm.take_placements(10, SHORT)[1]}
+
+
+def test_without_a_known_capacity_entitlement_is_not_enforced() -> None:
+    rm, _, _ = make(A, B)
+    rm.enqueue([gang(f"a{i}", n=1, gpu=4, pool="/a", at=i) for i in range(3)])
+    assert len(rm.dequeue(10, SHORT)) == 3  # placement is the judge
+    assert rm.pool_usage()["/a"].entitlement is None
+
+
+def test_pools_share_the_cluster_by_entitlement_and_idle_capacity_is_lent() -> None:
+    rm, _, _ = make(A, B)
+    rm.enqueue([gang(f"a{i}", n=1, gpu=4, pool="/a", at=i) for i in range(3)] + [gang("b0", n=1, gpu=4, pool="/b",
+                                                                                        at=9)])
+    got = rm.dequeue(10, SHORT, CLUSTER)
+    assert sorted(g.job_id for g in got) == ["a0", "b0"]  # 4 GPUs each: their reservations
+    why = reasons(rm)
+    assert why["a1"] == ("waiting for admission: over pool /a's entitlement in gpu (entitled to 4 now, holds 4, the "
+                         "gang needs 4)")
+    usage = rm.pool_usage()
+    assert usage["/a"].entitlement is not None and usage["/a"].entitlement.gpu == 4
+    assert usage["/a"].demand == Resources(cpu=2, mem=512, gpu=8) and usage["/a"].queued == 3  # a0 is placing
+    assert usage["/a"].allocated == Resources(cpu=1, mem=256, gpu=4)
+    assert usage["/"].demand == Resources(cpu=2, mem=512, gpu=8)
+    # b's gang ends: its reservation is lent to a, whose next gang is admitted at once
+    rm.remove([("b0/0", 1)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a1"]
+    assert rm.pool_usage()["/a"].entitlement.gpu == 8  # type: ignore[union-attr]
+
+
+def test_a_static_reservation_is_held_while_its_pool_is_idle() -> None:
+    rm, _, pools = make(A, ResourcePool("/b", reservation=Resources(gpu=4), reservation_type="static"))
+    rm.enqueue([gang(f"a{i}", n=1, gpu=4, pool="/a", at=i) for i in range(2)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a0"]
+    pools.pools[2] = B  # elastic now: lent
+    rm.refresh_pools()
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a1"]
+
+
+def test_more_capacity_admits_more_and_the_root_is_left_to_placement() -> None:
+    rm, _, _ = make(A, B)
+    rm.enqueue([gang(f"a{i}", n=1, gpu=4, pool="/a", at=i) for i in range(3)] +
+               [gang(f"r{i}", n=1, gpu=8, pool="/", at=10 + i) for i in range(2)])
+    assert sorted(g.job_id for g in rm.dequeue(10, SHORT, Resources(cpu=64, mem=65536, gpu=4))) == ["a0", "r0", "r1"]
+    assert [g.job_id for g in rm.dequeue(10, SHORT, Resources(cpu=64, mem=65536, gpu=12))] == ["a1"]
+
+
+def test_a_non_preemptible_gang_runs_only_within_its_pools_reservation() -> None:
+    rm, _, _ = make(ResourcePool("/a", reservation=Resources(cpu=8, mem=8192, gpu=4)), B)
+    pinned = [dataclasses.replace(gang(f"p{i}", n=1, gpu=3, pool="/a", at=i), preemptible=False) for i in range(2)]
+    rm.enqueue(pinned)
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["p0"]
+    assert reasons(rm)["p1"] == (
+        "waiting for admission: the gang is not preemptible, so it runs only within pool /a's reservation, short "
+        "in gpu (reserves 4, its non-preemptible gangs hold 3, the gang needs 3)")
+    root = dataclasses.replace(gang("r", n=1, gpu=1, at=5), preemptible=False)
+    rm.enqueue([root])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["r"]  # the root reserves nothing, takes anything
+
+
+def test_pool_metrics_follow_the_entitlements_and_fall_back_to_zero() -> None:
+    from prometheus_client import REGISTRY
+
+    def metric(name: str, **labels: str) -> float | None:
+        return REGISTRY.get_sample_value(name, labels)
+
+    rm, _, _ = make(ResourcePool("/m1", reservation=Resources(gpu=4)), ResourcePool("/m2", reservation=Resources(gpu=4)))
+    rm.enqueue([gang("m", n=2, gpu=2, pool="/m1")])
+    rm.dequeue(10, SHORT, CLUSTER)
+    rm.enqueue([gang("w", n=1, gpu=8, pool="/m1", at=5)])
+    rm.dequeue(10, SHORT, CLUSTER)
+    assert metric("peloton_pool_allocation", pool="/m1", resource="gpu") == 4
+    assert metric("peloton_pool_demand", pool="/m1", resource="gpu") == 8
+    assert metric("peloton_pool_queued_gangs", pool="/m1") == 2  # m is placing, w waits
+    assert metric("peloton_pool_entitlement", pool="/m1", resource="gpu") == 8  # m2 idle: lent
+    rm.remove([("m/0", 1), ("w/0", 1)])
+    rm.dequeue(10, SHORT, CLUSTER)
+    assert metric("peloton_pool_allocation", pool="/m1", resource="gpu") == 0
+    assert metric("peloton_pool_demand", pool="/m1", resource="gpu") == 0
+    assert metric("peloton_pool_queued_gangs", pool="/m1") == 0

@@ -27,6 +27,8 @@ from peloton.domain.spec import Constraint, JobSpec, validate
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.resmgr.entitlement import Entitlement
+from peloton.resmgr.manager import PoolUsage
 
 GOOD = """
 name: train-resnet
@@ -254,9 +256,13 @@ def test_resources_proto_round_trip_and_field_names_in_errors() -> None:
 
 
 def test_pool_round_trip() -> None:
-    p = ResourcePool("/team", reservation=Resources(cpu=2, mem=1024), limit=Resources(gpu=4), share=2.0)
-    back = convert.pool_from_proto(convert.pool_to_proto(p, Resources(cpu=1)))
-    assert back == p
+    p = ResourcePool("/team", reservation=Resources(cpu=2, mem=1024), limit=Resources(gpu=4), share=2.0,
+                     submitters=("alice",), allow_root=True, reservation_type="static")
+    usage = PoolUsage(Resources(cpu=1), Resources(gpu=2), Entitlement(cpu=3.5, mem=100.25, gpu=1.5), 4)
+    shown = convert.pool_to_proto(p, usage)
+    assert convert.pool_from_proto(shown) == p  # the output-only fields are not read back
+    assert (shown.allocated.cpu, shown.demand.gpu, shown.queued_gangs) == (1, 2, 4)
+    assert (shown.entitlement.cpu, shown.entitlement.mem_mib, shown.entitlement.gpu) == (3.5, 100.25, 1.5)
     nolimit = ResourcePool("/x")
     assert convert.pool_from_proto(convert.pool_to_proto(nolimit)).limit is None
 

@@ -41,7 +41,7 @@ class Member(_message.Message):
     def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
 
 class GangRequest(_message.Message):
-    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running")
+    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running", "preemptible")
     GANG_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -52,6 +52,7 @@ class GangRequest(_message.Message):
     CONSTRAINTS_FIELD_NUMBER: _ClassVar[int]
     ENQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     job_id: str
     attempt: int
@@ -62,7 +63,8 @@ class GangRequest(_message.Message):
     constraints: _containers.RepeatedCompositeFieldContainer[InternalConstraint]
     enqueued_at: float
     running: bool
-    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ...) -> None: ...
+    preemptible: bool
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ..., preemptible: _Optional[bool] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("instance", "task_id", "hostname", "address", "resources", "gpu_ids", "ports")
@@ -128,12 +130,14 @@ class EnqueueGangsResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class DequeueGangsRequest(_message.Message):
-    __slots__ = ("max_gangs", "timeout_ms")
+    __slots__ = ("max_gangs", "timeout_ms", "capacity")
     MAX_GANGS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CAPACITY_FIELD_NUMBER: _ClassVar[int]
     max_gangs: int
     timeout_ms: int
-    def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    capacity: ResourceVector
+    def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
 
 class DequeueGangsResponse(_message.Message):
     __slots__ = ("gangs", "release_claims")

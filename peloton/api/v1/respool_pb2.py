@@ -25,7 +25,7 @@ _sym_db = _symbol_database.Default()
 from peloton.api.v1 import job_pb2 as peloton_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peloton/v1/respool.proto\x12\npeloton.v1\x1a\x14peloton/v1/job.proto\"\xcf\x01\n\x0cResourcePool\x12\x0c\n\x04path\x18\x01 \x01(\t\x12*\n\x0breservation\x18\x02 \x01(\x0b\x32\x15.peloton.v1.Resources\x12$\n\x05limit\x18\x03 \x01(\x0b\x32\x15.peloton.v1.Resources\x12\r\n\x05share\x18\x04 \x01(\x01\x12(\n\tallocated\x18\x05 \x01(\x0b\x32\x15.peloton.v1.Resources\x12\x12\n\nsubmitters\x18\x06 \x03(\t\x12\x12\n\nallow_root\x18\x07 \x01(\x08\";\n\x11\x43reatePoolRequest\x12&\n\x04pool\x18\x01 \x01(\x0b\x32\x18.peloton.v1.ResourcePool\"\x14\n\x12\x43reatePoolResponse\"\x1e\n\x0eGetPoolRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"9\n\x0fGetPoolResponse\x12&\n\x04pool\x18\x01 \x01(\x0b\x32\x18.peloton.v1.ResourcePool\"\x12\n\x10ListPoolsRequest\"<\n\x11ListPoolsResponse\x12\'\n\x05pools\x18\x01 \x03(\x0b\x32\x18.peloton.v1.ResourcePool\"!\n\x11\x44\x65letePoolRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x14\n\x12\x44\x65letePoolResponse2\xbd\x02\n\x13ResourcePoolService\x12K\n\nCreatePool\x12\x1d.peloton.v1.CreatePoolRequest\x1a\x1e.peloton.v1.CreatePoolResponse\x12\x42\n\x07GetPool\x12\x1a.peloton.v1.GetPoolRequest\x1a\x1b.peloton.v1.GetPoolResponse\x12H\n\tListPools\x12\x1c.peloton.v1.ListPoolsRequest\x1a\x1d.peloton.v1.ListPoolsResponse\x12K\n\nDeletePool\x12\x1d.peloton.v1.DeletePoolRequest\x1a\x1e.peloton.v1.DeletePoolResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peloton/v1/respool.proto\x12\npeloton.v1\x1a\x14peloton/v1/job.proto\"\xd4\x02\n\x0cResourcePool\x12\x0c\n\x04path\x18\x01 \x01(\t\x12*\n\x0breservation\x18\x02 \x01(\x0b\x32\x15.peloton.v1.Resources\x12$\n\x05limit\x18\x03 \x01(\x0b\x32\x15.peloton.v1.Resources\x12\r\n\x05share\x18\x04 \x01(\x01\x12(\n\tallocated\x18\x05 \x01(\x0b\x32\x15.peloton.v1.Resources\x12\x12\n\nsubmitters\x18\x06 \x03(\t\x12\x12\n\nallow_root\x18\x07 \x01(\x08\x12\x18\n\x10reservation_type\x18\x08 \x01(\t\x12%\n\x06\x64\x65mand\x18\t \x01(\x0b\x32\x15.peloton.v1.Resources\x12,\n\x0b\x65ntitlement\x18\n \x01(\x0b\x32\x17.peloton.v1.Entitlement\x12\x14\n\x0cqueued_gangs\x18\x0b \x01(\x05\"J\n\x0b\x45ntitlement\x12\x0b\n\x03\x63pu\x18\x01 \x01(\x01\x12\x0f\n\x07mem_mib\x18\x02 \x01(\x01\x12\x10\n\x08\x64isk_mib\x18\x03 \x01(\x01\x12\x0b\n\x03gpu\x18\x04 \x01(\x01\";\n\x11\x43reatePoolRequest\x12&\n\x04pool\x18\x01 \x01(\x0b\x32\x18.peloton.v1.ResourcePool\"&\n\x12\x43reatePoolResponse\x12\x10\n\x08warnings\x18\x01 \x03(\t\";\n\x11UpdatePoolRequest\x12&\n\x04pool\x18\x01 \x01(\x0b\x32\x18.peloton.v1.ResourcePool\"&\n\x12UpdatePoolResponse\x12\x10\n\x08warnings\x18\x01 \x03(\t\"\x1e\n\x0eGetPoolRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"9\n\x0fGetPoolResponse\x12&\n\x04pool\x18\x01 \x01(\x0b\x32\x18.peloton.v1.ResourcePool\"\x12\n\x10ListPoolsRequest\"<\n\x11ListPoolsResponse\x12\'\n\x05pools\x18\x01 \x03(\x0b\x32\x18.peloton.v1.ResourcePool\"!\n\x11\x44\x65letePoolRequest\x12\x0c\n\x04path\x18\x01 \x01(\t\"\x14\n\x12\x44\x65letePoolResponse2\x8a\x03\n\x13ResourcePoolService\x12K\n\nCreatePool\x12\x1d.peloton.v1.CreatePoolRequest\x1a\x1e.peloton.v1.CreatePoolResponse\x12K\n\nUpdatePool\x12\x1d.peloton.v1.UpdatePoolRequest\x1a\x1e.peloton.v1.UpdatePoolResponse\x12\x42\n\x07GetPool\x12\x1a.peloton.v1.GetPoolRequest\x1a\x1b.peloton.v1.GetPoolResponse\x12H\n\tListPools\x12\x1c.peloton.v1.ListPoolsRequest\x1a\x1d.peloton.v1.ListPoolsResponse\x12K\n\nDeletePool\x12\x1d.peloton.v1.DeletePoolRequest\x1a\x1e.peloton.v1.DeletePoolResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -33,23 +33,29 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peloton.v1.respool_pb2', _g
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_RESOURCEPOOL']._serialized_start=63
-  _globals['_RESOURCEPOOL']._serialized_end=270
-  _globals['_CREATEPOOLREQUEST']._serialized_start=272
-  _globals['_CREATEPOOLREQUEST']._serialized_end=331
-  _globals['_CREATEPOOLRESPONSE']._serialized_start=333
-  _globals['_CREATEPOOLRESPONSE']._serialized_end=353
-  _globals['_GETPOOLREQUEST']._serialized_start=355
-  _globals['_GETPOOLREQUEST']._serialized_end=385
-  _globals['_GETPOOLRESPONSE']._serialized_start=387
-  _globals['_GETPOOLRESPONSE']._serialized_end=444
-  _globals['_LISTPOOLSREQUEST']._serialized_start=446
-  _globals['_LISTPOOLSREQUEST']._serialized_end=464
-  _globals['_LISTPOOLSRESPONSE']._serialized_start=466
-  _globals['_LISTPOOLSRESPONSE']._serialized_end=526
-  _globals['_DELETEPOOLREQUEST']._serialized_start=528
-  _globals['_DELETEPOOLREQUEST']._serialized_end=561
-  _globals['_DELETEPOOLRESPONSE']._serialized_start=563
-  _globals['_DELETEPOOLRESPONSE']._serialized_end=583
-  _globals['_RESOURCEPOOLSERVICE']._serialized_start=586
-  _globals['_RESOURCEPOOLSERVICE']._serialized_end=903
+  _globals['_RESOURCEPOOL']._serialized_end=403
+  _globals['_ENTITLEMENT']._serialized_start=405
+  _globals['_ENTITLEMENT']._serialized_end=479
+  _globals['_CREATEPOOLREQUEST']._serialized_start=481
+  _globals['_CREATEPOOLREQUEST']._serialized_end=540
+  _globals['_CREATEPOOLRESPONSE']._serialized_start=542
+  _globals['_CREATEPOOLRESPONSE']._serialized_end=580
+  _globals['_UPDATEPOOLREQUEST']._serialized_start=582
+  _globals['_UPDATEPOOLREQUEST']._serialized_end=641
+  _globals['_UPDATEPOOLRESPONSE']._serialized_start=643
+  _globals['_UPDATEPOOLRESPONSE']._serialized_end=681
+  _globals['_GETPOOLREQUEST']._serialized_start=683
+  _globals['_GETPOOLREQUEST']._serialized_end=713
+  _globals['_GETPOOLRESPONSE']._serialized_start=715
+  _globals['_GETPOOLRESPONSE']._serialized_end=772
+  _globals['_LISTPOOLSREQUEST']._serialized_start=774
+  _globals['_LISTPOOLSREQUEST']._serialized_end=792
+  _globals['_LISTPOOLSRESPONSE']._serialized_start=794
+  _globals['_LISTPOOLSRESPONSE']._serialized_end=854
+  _globals['_DELETEPOOLREQUEST']._serialized_start=856
+  _globals['_DELETEPOOLREQUEST']._serialized_end=889
+  _globals['_DELETEPOOLRESPONSE']._serialized_start=891
+  _globals['_DELETEPOOLRESPONSE']._serialized_end=911
+  _globals['_RESOURCEPOOLSERVICE']._serialized_start=914
+  _globals['_RESOURCEPOOLSERVICE']._serialized_end=1308
 # @@protoc_insertion_point(module_scope)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class ResourcePool(_message.Message):
-    __slots__ = ("path", "reservation", "limit", "share", "allocated", "submitters", "allow_root")
+    __slots__ = ("path", "reservation", "limit", "share", "allocated", "submitters", "allow_root", "reservation_type", "demand", "entitlement", "queued_gangs")
     PATH_FIELD_NUMBER: _ClassVar[int]
     RESERVATION_FIELD_NUMBER: _ClassVar[int]
     LIMIT_FIELD_NUMBER: _ClassVar[int]
@@ -16,6 +16,10 @@ class ResourcePool(_message.Message):
     ALLOCATED_FIELD_NUMBER: _ClassVar[int]
     SUBMITTERS_FIELD_NUMBER: _ClassVar[int]
     ALLOW_ROOT_FIELD_NUMBER: _ClassVar[int]
+    RESERVATION_TYPE_FIELD_NUMBER: _ClassVar[int]
+    DEMAND_FIELD_NUMBER: _ClassVar[int]
+    ENTITLEMENT_FIELD_NUMBER: _ClassVar[int]
+    QUEUED_GANGS_FIELD_NUMBER: _ClassVar[int]
     path: str
     reservation: _job_pb2.Resources
     limit: _job_pb2.Resources
@@ -23,7 +27,23 @@ class ResourcePool(_message.Message):
     allocated: _job_pb2.Resources
     submitters: _containers.RepeatedScalarFieldContainer[str]
     allow_root: bool
-    def __init__(self, path: _Optional[str] = ..., reservation: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., limit: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., share: _Optional[float] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., submitters: _Optional[_Iterable[str]] = ..., allow_root: _Optional[bool] = ...) -> None: ...
+    reservation_type: str
+    demand: _job_pb2.Resources
+    entitlement: Entitlement
+    queued_gangs: int
+    def __init__(self, path: _Optional[str] = ..., reservation: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., limit: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., share: _Optional[float] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., submitters: _Optional[_Iterable[str]] = ..., allow_root: _Optional[bool] = ..., reservation_type: _Optional[str] = ..., demand: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., entitlement: _Optional[_Union[Entitlement, _Mapping]] = ..., queued_gangs: _Optional[int] = ...) -> None: ...
+
+class Entitlement(_message.Message):
+    __slots__ = ("cpu", "mem_mib", "disk_mib", "gpu")
+    CPU_FIELD_NUMBER: _ClassVar[int]
+    MEM_MIB_FIELD_NUMBER: _ClassVar[int]
+    DISK_MIB_FIELD_NUMBER: _ClassVar[int]
+    GPU_FIELD_NUMBER: _ClassVar[int]
+    cpu: float
+    mem_mib: float
+    disk_mib: float
+    gpu: float
+    def __init__(self, cpu: _Optional[float] = ..., mem_mib: _Optional[float] = ..., disk_mib: _Optional[float] = ..., gpu: _Optional[float] = ...) -> None: ...
 
 class CreatePoolRequest(_message.Message):
     __slots__ = ("pool",)
@@ -32,8 +52,22 @@ class CreatePoolRequest(_message.Message):
     def __init__(self, pool: _Optional[_Union[ResourcePool, _Mapping]] = ...) -> None: ...
 
 class CreatePoolResponse(_message.Message):
-    __slots__ = ()
-    def __init__(self) -> None: ...
+    __slots__ = ("warnings",)
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class UpdatePoolRequest(_message.Message):
+    __slots__ = ("pool",)
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    pool: ResourcePool
+    def __init__(self, pool: _Optional[_Union[ResourcePool, _Mapping]] = ...) -> None: ...
+
+class UpdatePoolResponse(_message.Message):
+    __slots__ = ("warnings",)
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, warnings: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class GetPoolRequest(_message.Message):
     __slots__ = ("path",)

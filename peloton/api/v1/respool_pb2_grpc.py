@@ -39,6 +39,11 @@ class ResourcePoolServiceStub:
                 request_serializer=peloton_dot_v1_dot_respool__pb2.CreatePoolRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_respool__pb2.CreatePoolResponse.FromString,
                 _registered_method=True)
+        self.UpdatePool = channel.unary_unary(
+                '/peloton.v1.ResourcePoolService/UpdatePool',
+                request_serializer=peloton_dot_v1_dot_respool__pb2.UpdatePoolRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_respool__pb2.UpdatePoolResponse.FromString,
+                _registered_method=True)
         self.GetPool = channel.unary_unary(
                 '/peloton.v1.ResourcePoolService/GetPool',
                 request_serializer=peloton_dot_v1_dot_respool__pb2.GetPoolRequest.SerializeToString,
@@ -60,6 +65,12 @@ class ResourcePoolServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def CreatePool(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdatePool(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -90,6 +101,11 @@ def add_ResourcePoolServiceServicer_to_server(servicer, server):
                     servicer.CreatePool,
                     request_deserializer=peloton_dot_v1_dot_respool__pb2.CreatePoolRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_respool__pb2.CreatePoolResponse.SerializeToString,
+            ),
+            'UpdatePool': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdatePool,
+                    request_deserializer=peloton_dot_v1_dot_respool__pb2.UpdatePoolRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_respool__pb2.UpdatePoolResponse.SerializeToString,
             ),
             'GetPool': grpc.unary_unary_rpc_method_handler(
                     servicer.GetPool,
@@ -134,6 +150,33 @@ class ResourcePoolService:
             '/peloton.v1.ResourcePoolService/CreatePool',
             peloton_dot_v1_dot_respool__pb2.CreatePoolRequest.SerializeToString,
             peloton_dot_v1_dot_respool__pb2.CreatePoolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdatePool(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ResourcePoolService/UpdatePool',
+            peloton_dot_v1_dot_respool__pb2.UpdatePoolRequest.SerializeToString,
+            peloton_dot_v1_dot_respool__pb2.UpdatePoolResponse.FromString,
             options,
             channel_credentials,
             insecure,

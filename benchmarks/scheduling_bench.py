@@ -1,0 +1,153 @@
+"""The resource manager's scheduling round on a shared cluster: 100 pools, 10,000 waiting gangs, the capacity of
+1,000 hosts. Prints a table and writes JSON; asserts nothing (tests never time anything).
+
+    .venv/bin/python benchmarks/scheduling_bench.py [--pools 100] [--gangs 10000] [--hosts 1000]
+
+The pools are 10 top-level pools (each reserving a tenth of the cluster's GPUs, some static) with 9 leaves each
+(reserving part of their parent's, shares 1-3). Gangs of 1-16 members of one GPU each, priorities 0-3, wait spread
+over the leaves; a quarter of the cluster is already allocated. Measures, each the median of repeated runs:
+- the entitlement of every pool (entitlement.py) from scratch;
+- one admission round as the placement engine asks for it (`dequeue` of 500 gangs, entitlements recomputed since a
+  gang was enqueued): the gangs admitted and the time;
+- a round in which nothing can be admitted (every pool at its entitlement): every waiting gang is looked at.
+Placement itself is placement_bench.py's; head-of-line reservation and victim choice are not built yet.
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import table, write_results  # noqa: E402
+from peloton.domain.model import ResourcePool  # noqa: E402
+from peloton.domain.placement import GangPlacement, GangRequest, MemberRequest  # noqa: E402
+from peloton.domain.resources import Resources  # noqa: E402
+from peloton.resmgr import manager as resmgr_manager  # noqa: E402
+from peloton.resmgr.entitlement import PoolPolicy, entitlements  # noqa: E402
+from peloton.resmgr.manager import ResourceManager  # noqa: E402
+
+HOST = Resources(cpu=64, mem=256 * 1024, gpu=8)
+MEMBER = Resources(cpu=8, mem=32 * 1024, gpu=1)
+
+
+def tree(n_pools: int, capacity: Resources, rng: random.Random) -> list[ResourcePool]:
+    tops = max(1, n_pools // 10)
+    leaves_per = max(1, n_pools // tops - 1)
+    pools = [ResourcePool("/")]
+    top_gpu = capacity.gpu // (tops + 1)
+    for t in range(tops):
+        static = t % 4 == 0
+        pools.append(ResourcePool(f"/t{t}", reservation=Resources(gpu=top_gpu), share=rng.choice([1.0, 2.0]),
+                                  reservation_type="static" if static else "elastic"))
+        leaf_gpu = top_gpu // (leaves_per + 1)
+        for leaf in range(leaves_per):
+            pools.append(ResourcePool(f"/t{t}/l{leaf}", reservation=Resources(gpu=leaf_gpu),
+                                      share=float(rng.randint(1, 3))))
+    return pools[:n_pools + 1]
+
+
+def gangs(n: int, leaves: list[str], rng: random.Random, start: int = 0) -> list[GangRequest]:
+    out = []
+    for i in range(start, start + n):
+        size = rng.choice([1, 1, 2, 4, 8, 16])
+        out.append(GangRequest(gang_id=f"j{i}/0", job_id=f"j{i}", attempt=1,
+                               members=tuple(MemberRequest(m, f"j{i}-{m}-1", MEMBER) for m in range(size)),
+                               priority=rng.randint(0, 3), respool=rng.choice(leaves), enqueued_at=float(i)))
+    return out
+
+
+def median_ms(fn, repeat: int) -> float:  # type: ignore[no-untyped-def]
+    xs = []
+    for _ in range(repeat):
+        t0 = time.perf_counter()
+        fn()
+        xs.append(time.perf_counter() - t0)
+    return statistics.median(xs) * 1000
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--pools", type=int, default=100)
+    ap.add_argument("--gangs", type=int, default=10_000)
+    ap.add_argument("--hosts", type=int, default=1_000)
+    ap.add_argument("--repeat", type=int, default=20)
+    ap.add_argument("--json", default=None)
+    a = ap.parse_args()
+    rng = random.Random(7)
+    capacity = HOST.scale(a.hosts)
+    pools = tree(a.pools, capacity, rng)
+    leaves = [p.path for p in pools if not any(q.parent == p.path for q in pools)]
+    # a quarter of the cluster already runs (so entitlements are not all demand)
+    running = []
+    budget = capacity.gpu // 4
+    for g in gangs(10 * a.gangs, leaves, rng, start=10**7):
+        if g.total.gpu > budget:
+            continue
+        budget -= g.total.gpu
+        running.append(g)
+        if budget <= 0:
+            break
+    waiting = gangs(a.gangs, leaves, rng)
+
+    policies = {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
+                for p in pools}
+    demand: dict[str, Resources] = {}
+    alloc: dict[str, Resources] = {}
+    for g in waiting:
+        demand[g.respool] = demand.get(g.respool, Resources()) + g.total
+    for g in running:
+        alloc[g.respool] = alloc.get(g.respool, Resources()) + g.total
+    ent_ms = median_ms(lambda: entitlements(policies, capacity, demand, alloc), a.repeat)
+
+    resmgr_manager.RETRY_AFTER_FAILED_PLACEMENT_S = 1e-6  # every round looks at every waiting gang again
+    resmgr_manager.UNPARK_EVERY_S = 0.0
+    def launched(rm: ResourceManager, got: list[GangRequest]) -> None:
+        """What the placement engine and the job manager do with admitted gangs: they run, and hold their
+        allocation (leaving the in-flight window)."""
+        rm.set_placements([GangPlacement(g.gang_id, g.job_id, g.attempt, ()) for g in got], [])
+        placed, _ = rm.take_placements(len(got), 0.0)
+        rm.ack_placements([(p.gang_id, p.attempt) for p in placed], [])
+
+    admitted, round_ms, blocked_ms, looked_at = [], [], [], []
+    for _ in range(max(3, a.repeat // 4)):
+        rm = ResourceManager(lambda: pools)
+        rm.enqueue(waiting, running)
+        t0 = time.perf_counter()
+        got = rm.dequeue(500, 0.0, capacity)
+        round_ms.append((time.perf_counter() - t0) * 1000)
+        admitted.append(len(got))
+        launched(rm, got)
+        while got := rm.dequeue(500, 0.0, capacity):  # admit what fits, until every pool is at its entitlement
+            launched(rm, got)
+        looked_at.append(sum(1 for e in rm._entries.values() if e.state.name == "WAITING"))
+        rm.enqueue(gangs(1, leaves, rng, start=10**8))  # an input changed: entitlements are recomputed
+        t0 = time.perf_counter()
+        rm.dequeue(500, 0.0, capacity)
+        blocked_ms.append((time.perf_counter() - t0) * 1000)
+    results = {
+        "pools": len(pools), "waiting_gangs": len(waiting), "running_gangs": len(running), "hosts": a.hosts,
+        "entitlement_ms": ent_ms,
+        "admission_round_ms": statistics.median(round_ms), "admitted_in_round": statistics.median(admitted),
+        "blocked_round_ms": statistics.median(blocked_ms), "blocked_round_gangs": statistics.median(looked_at),
+    }
+    print(f"scheduling round: {len(pools)} pools, {len(waiting)} waiting gangs, {len(running)} running, "
+          f"{a.hosts} hosts")
+    print(table([
+        ("entitlement of every pool", f"{ent_ms:.2f} ms"),
+        ("admission round (dequeue of 500)", f"{results['admission_round_ms']:.1f} ms, "
+                                             f"{results['admitted_in_round']:.0f} gangs admitted"),
+        ("round with every pool at its entitlement", f"{results['blocked_round_ms']:.1f} ms "
+                                                     f"({results['blocked_round_gangs']:.0f} gangs looked at)"),
+    ]))
+    print(f"  json: {write_results('scheduling', results, a.json)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,43 @@
+"""ClusterService: what this daemon is and how it is set up (`peloton cluster info`). Thin: the daemon hands it
+the facts at start; only the caller and the host count are read per call."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from peloton import __version__, identity
+from peloton.api.status import grpc_errors
+from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
+
+
+@dataclass(frozen=True)
+class ClusterFacts:
+    roles: Sequence[str]
+    store: str
+    backend: str
+    started_at: float
+    addresses: Sequence[str]
+    tls: bool = False
+    mutual_tls: bool = False
+    tokens: bool = False
+    insecure: bool = False
+    warnings: Sequence[str] = field(default_factory=tuple)
+
+
+class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
+    def __init__(self, facts: ClusterFacts, hosts: Callable[[], int] = lambda: 0) -> None:
+        self.facts = facts
+        self.hosts = hosts
+
+    @grpc_errors
+    def GetClusterInfo(self, request, context):  # type: ignore[no-untyped-def]
+        f = self.facts
+        who = identity.caller()
+        return cluster_pb2.GetClusterInfoResponse(
+            version=__version__, roles=list(f.roles), store=f.store, backend=f.backend, started_at=f.started_at,
+            addresses=list(f.addresses), hosts=self.hosts(),
+            security=cluster_pb2.Security(
+                tls=f.tls, mutual_tls=f.mutual_tls, tokens=f.tokens, insecure=f.insecure, caller=who.name,
+                caller_roles=sorted(who.roles), caller_via=who.via, warnings=list(f.warnings)),
+        )

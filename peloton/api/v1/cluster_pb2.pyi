@@ -1,0 +1,51 @@
+from google.protobuf.internal import containers as _containers
+from google.protobuf import descriptor as _descriptor
+from google.protobuf import message as _message
+from collections.abc import Iterable as _Iterable, Mapping as _Mapping
+from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
+
+DESCRIPTOR: _descriptor.FileDescriptor
+
+class GetClusterInfoRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class GetClusterInfoResponse(_message.Message):
+    __slots__ = ("version", "roles", "store", "backend", "started_at", "addresses", "security", "hosts")
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
+    STORE_FIELD_NUMBER: _ClassVar[int]
+    BACKEND_FIELD_NUMBER: _ClassVar[int]
+    STARTED_AT_FIELD_NUMBER: _ClassVar[int]
+    ADDRESSES_FIELD_NUMBER: _ClassVar[int]
+    SECURITY_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    version: str
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    store: str
+    backend: str
+    started_at: float
+    addresses: _containers.RepeatedScalarFieldContainer[str]
+    security: Security
+    hosts: int
+    def __init__(self, version: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., store: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[float] = ..., addresses: _Optional[_Iterable[str]] = ..., security: _Optional[_Union[Security, _Mapping]] = ..., hosts: _Optional[int] = ...) -> None: ...
+
+class Security(_message.Message):
+    __slots__ = ("tls", "mutual_tls", "tokens", "insecure", "caller", "caller_roles", "caller_via", "warnings")
+    TLS_FIELD_NUMBER: _ClassVar[int]
+    MUTUAL_TLS_FIELD_NUMBER: _ClassVar[int]
+    TOKENS_FIELD_NUMBER: _ClassVar[int]
+    INSECURE_FIELD_NUMBER: _ClassVar[int]
+    CALLER_FIELD_NUMBER: _ClassVar[int]
+    CALLER_ROLES_FIELD_NUMBER: _ClassVar[int]
+    CALLER_VIA_FIELD_NUMBER: _ClassVar[int]
+    WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    tls: bool
+    mutual_tls: bool
+    tokens: bool
+    insecure: bool
+    caller: str
+    caller_roles: _containers.RepeatedScalarFieldContainer[str]
+    caller_via: str
+    warnings: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, tls: _Optional[bool] = ..., mutual_tls: _Optional[bool] = ..., tokens: _Optional[bool] = ..., insecure: _Optional[bool] = ..., caller: _Optional[str] = ..., caller_roles: _Optional[_Iterable[str]] = ..., caller_via: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
