@@ -71,6 +71,7 @@ METHODS: dict[str, str] = {
     "/peloton.v1.ResourcePoolService/DeletePool": POOL_WRITE,
     "/peloton.v1.ResourcePoolService/GetPool": POOL_READ,
     "/peloton.v1.ResourcePoolService/ListPools": POOL_READ,
+    "/peloton.v1.ResourcePoolService/ListQueue": POOL_READ,
     "/peloton.v1.HostService/ListHosts": HOST_READ,
     "/peloton.v1.SimService/FailHost": HOST_OPERATE,
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,

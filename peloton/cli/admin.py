@@ -144,6 +144,29 @@ def _ent(p: respool_pb2.ResourcePool) -> str:
     return ",".join(parts) or "0"
 
 
+def cmd_queue(c: Client, a: argparse.Namespace) -> int:
+    """The gangs waiting for admission or placement, in queue order, like squeue."""
+    from peloton.api.v1 import respool_pb2
+
+    r = c.call(c.pools.ListQueue, respool_pb2.ListQueueRequest(pool=a.pool or "", limit=a.limit))
+    if a.output == "json":
+        print(render.json_message(r))
+        return 0
+    now = time.time()
+    rows = [[g.pool, g.position, g.job_id, g.gang_id.rsplit("/", 1)[-1], g.priority, g.members,
+             _compact(g.resources), _waited(now - g.enqueued_at), g.state, g.reason or "-"] for g in r.gangs]
+    print(render.table(rows, ["POOL", "POS", "JOB", "GANG", "PRIO", "SIZE", "RESOURCES", "WAITING", "STATE",
+                              "REASON"]))
+    if r.total > len(r.gangs):
+        print(f"({r.total - len(r.gangs)} more; --limit)", file=sys.stderr)
+    return 0
+
+
+def _waited(s: float) -> str:
+    s = max(0.0, s)
+    return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
+
+
 def cmd_pool_delete(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 

@@ -467,6 +467,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("path")
     x.set_defaults(fn="admin:cmd_pool_delete")
 
+    x = sub.add_parser("queue", help="the gangs waiting for admission or placement, in queue order, and why")
+    x.add_argument("pool", nargs="?", metavar="POOL", help="this pool and its subtree (default: every pool)")
+    x.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N gangs (default 1000)")
+    out(x)
+    x.set_defaults(fn="admin:cmd_queue")
+
     cl = sub.add_parser("cluster", help="the daemon itself").add_subparsers(dest="cmd", required=True)
     x = cl.add_parser("info", help="version, roles, store, backend, uptime, how it is secured, and who you are")
     out(x)

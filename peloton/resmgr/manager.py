@@ -67,6 +67,24 @@ POOL_QUEUED = Gauge("peloton_pool_queued_gangs", "Gangs of the pool waiting for 
 
 
 @dataclass(frozen=True, slots=True)
+class QueuedGang:
+    """A gang waiting or being placed, as `peloton queue` shows it."""
+
+    gang_id: str
+    job_id: str
+    attempt: int
+    pool: str
+    priority: int
+    members: int
+    total: Resources
+    queued_at: float
+    state: str  # waiting | placing
+    reason: str
+    position: int  # in its own pool's queue, 1 = next
+    preemptible: bool
+
+
+@dataclass(frozen=True, slots=True)
 class PoolUsage:
     """One pool as the resource manager sees it now (allocation and demand include its subtree)."""
 
@@ -502,6 +520,25 @@ class ResourceManager:
                                       self._ent.get(path) if self._capacity is not None else None,
                                       queued.get(path, 0))
             return out
+
+    def queue(self, pool: str = "", limit: int = 1000) -> tuple[list[QueuedGang], int]:
+        """The gangs waiting or being placed, in queue order (priority, then submission time), of `pool` and its
+        subtree ("": every pool), with each one's position in its own pool's queue; and how many there are."""
+        under = pool.rstrip("/") + "/" if pool else ""
+        with self._cond:
+            waiting = [e for e in self._entries.values() if e.state in (_State.WAITING, _State.PLACING)
+                       and (not pool or e.req.respool == pool or e.req.respool.startswith(under))]
+            waiting.sort(key=_Entry.order)
+            position: dict[str, int] = {}
+            out: list[QueuedGang] = []
+            for e in waiting:
+                position[e.req.respool] = position.get(e.req.respool, 0) + 1
+                if len(out) < limit:
+                    g = e.req
+                    out.append(QueuedGang(g.gang_id, g.job_id, g.attempt, g.respool, g.priority, len(g.members),
+                                          g.total, e.queued_at, "waiting" if e.state == _State.WAITING else "placing",
+                                          e.reason, position[g.respool], g.preemptible))
+            return out, len(waiting)
 
     def capacity(self) -> Resources | None:
         """The cluster's capacity as last reported by the placement engine (None: not yet)."""

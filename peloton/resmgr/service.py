@@ -13,7 +13,7 @@ from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool
 from peloton.domain.pools import check_pool
 from peloton.domain.resources import Resources
 from peloton.domain.spec import validate_pool
-from peloton.errors import FailedPrecondition, NotFound
+from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import repo
 from peloton.store.db import transaction
@@ -126,6 +126,20 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
             pools = repo.list_pools(s)
         usage = self.rm.pool_usage()
         return respool_pb2.ListPoolsResponse(pools=[convert.pool_to_proto(p, usage.get(p.path)) for p in pools])
+
+    @grpc_errors
+    def ListQueue(self, request, context):  # type: ignore[no-untyped-def]
+        pool = request_checks.pool_path(request.pool, "pool") if request.pool else ""
+        if pool and pool not in self.rm.pools():
+            raise NotFound(f"pool: resource pool {pool} does not exist", field="pool")
+        limit = request.limit or 1000
+        if not 0 < limit <= 100_000:
+            raise InvalidArgument(f"limit: between 1 and 100000, got {request.limit}", field="limit")
+        gangs, total = self.rm.queue(pool, limit)
+        return respool_pb2.ListQueueResponse(total=total, gangs=[respool_pb2.QueuedGang(
+            gang_id=g.gang_id, job_id=g.job_id, attempt=g.attempt, pool=g.pool, priority=g.priority,
+            members=g.members, resources=convert.resources_to_proto(g.total), enqueued_at=g.queued_at,
+            state=g.state, reason=g.reason, position=g.position, preemptible=g.preemptible) for g in gangs])
 
     @grpc_errors
     def DeletePool(self, request, context):  # type: ignore[no-untyped-def]

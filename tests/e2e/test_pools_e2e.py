@@ -77,3 +77,25 @@ def _spec(tmp: Path, pool: str, command: str = "true") -> Path:
     f.write_text(f"name: p\nrespool: {pool}\ninstances: 1\n"
                  f"task: {{command: '{command}', resources: {{cpu: 1, mem: 64Mi}}}}\n")
     return f
+
+
+def test_the_queue_shows_who_waits_in_order_and_why(daemon: Daemon, tmp_path: Path) -> None:
+    d = daemon
+    d.cli("pool", "create", "/q", "--limit", "cpu=1")
+    first = d.cli("job", "create", "-f", str(_spec(tmp_path, "/q", "sleep 60"))).stdout.strip()
+    d.wait_state(first, "RUNNING")
+    waiting = [d.cli("job", "create", "-f", str(_spec(tmp_path, "/q", "sleep 60"))).stdout.strip() for _ in range(2)]
+
+    def rows() -> list[list[str]]:
+        out = d.cli("queue", "/q").stdout.splitlines()
+        return [line.split(None, 9) for line in out[1:]]
+
+    got = wait_until(lambda: rows() if len(rows()) == 2 and all(r[8] == "waiting" for r in rows()) else None,
+                     what="two gangs waiting in /q")
+    assert [(r[0], r[1], r[2]) for r in got] == [("/q", "1", waiting[0]), ("/q", "2", waiting[1])]
+    assert all(r[9].startswith("waiting for admission: pool /q limit") for r in got), got
+    assert json.loads(d.cli("queue", "-o", "json").stdout)["total"] == 2
+    missing = d.cli("queue", "/nope", check=False)
+    assert missing.returncode == 1 and "pool: resource pool /nope does not exist" in missing.stderr
+    for j in (first, *waiting):
+        d.cli("job", "stop", j)

@@ -566,3 +566,20 @@ def test_pool_metrics_follow_the_entitlements_and_fall_back_to_zero() -> None:
     assert metric("peloton_pool_allocation", pool="/m1", resource="gpu") == 0
     assert metric("peloton_pool_demand", pool="/m1", resource="gpu") == 0
     assert metric("peloton_pool_queued_gangs", pool="/m1") == 0
+
+
+def test_the_queue_in_order_with_positions_per_pool_and_a_subtree_filter() -> None:
+    rm, _, _ = make(TEAM, ResourcePool("/team/a"), ResourcePool("/other"))
+    rm.enqueue([gang("big", n=4, cpu=1, pool="/team", at=1), gang("t1", n=1, cpu=1, pool="/team", at=2),
+                gang("t2", n=1, cpu=1, pool="/team", at=3, priority=7), gang("o1", n=1, pool="/other", at=4),
+                gang("ta", n=1, pool="/team/a", at=5)])
+    rm.dequeue(1, SHORT)  # t2 (priority 7) is admitted first: placing
+    everything, total = rm.queue()
+    assert total == 5
+    assert [(g.job_id, g.pool, g.position, g.state) for g in everything] == [
+        ("t2", "/team", 1, "placing"), ("big", "/team", 2, "waiting"), ("t1", "/team", 3, "waiting"),
+        ("o1", "/other", 1, "waiting"), ("ta", "/team/a", 1, "waiting")]
+    assert everything[1].members == 4 and everything[1].total == Resources(cpu=4, mem=1024)
+    team, total = rm.queue("/team", limit=2)
+    assert [g.job_id for g in team] == ["t2", "big"] and total == 4  # /team/a is in its subtree, /other is not
+    assert rm.queue("/team/a")[0][0].job_id == "ta"

@@ -91,6 +91,50 @@ class ListPoolsResponse(_message.Message):
     pools: _containers.RepeatedCompositeFieldContainer[ResourcePool]
     def __init__(self, pools: _Optional[_Iterable[_Union[ResourcePool, _Mapping]]] = ...) -> None: ...
 
+class QueuedGang(_message.Message):
+    __slots__ = ("gang_id", "job_id", "attempt", "pool", "priority", "members", "resources", "enqueued_at", "state", "reason", "position", "preemptible")
+    GANG_ID_FIELD_NUMBER: _ClassVar[int]
+    JOB_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    PRIORITY_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    ENQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
+    STATE_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    POSITION_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    gang_id: str
+    job_id: str
+    attempt: int
+    pool: str
+    priority: int
+    members: int
+    resources: _job_pb2.Resources
+    enqueued_at: float
+    state: str
+    reason: str
+    position: int
+    preemptible: bool
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., pool: _Optional[str] = ..., priority: _Optional[int] = ..., members: _Optional[int] = ..., resources: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., enqueued_at: _Optional[float] = ..., state: _Optional[str] = ..., reason: _Optional[str] = ..., position: _Optional[int] = ..., preemptible: _Optional[bool] = ...) -> None: ...
+
+class ListQueueRequest(_message.Message):
+    __slots__ = ("pool", "limit")
+    POOL_FIELD_NUMBER: _ClassVar[int]
+    LIMIT_FIELD_NUMBER: _ClassVar[int]
+    pool: str
+    limit: int
+    def __init__(self, pool: _Optional[str] = ..., limit: _Optional[int] = ...) -> None: ...
+
+class ListQueueResponse(_message.Message):
+    __slots__ = ("gangs", "total")
+    GANGS_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    gangs: _containers.RepeatedCompositeFieldContainer[QueuedGang]
+    total: int
+    def __init__(self, gangs: _Optional[_Iterable[_Union[QueuedGang, _Mapping]]] = ..., total: _Optional[int] = ...) -> None: ...
+
 class DeletePoolRequest(_message.Message):
     __slots__ = ("path",)
     PATH_FIELD_NUMBER: _ClassVar[int]

@@ -59,6 +59,11 @@ class ResourcePoolServiceStub:
                 request_serializer=peloton_dot_v1_dot_respool__pb2.DeletePoolRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_respool__pb2.DeletePoolResponse.FromString,
                 _registered_method=True)
+        self.ListQueue = channel.unary_unary(
+                '/peloton.v1.ResourcePoolService/ListQueue',
+                request_serializer=peloton_dot_v1_dot_respool__pb2.ListQueueRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_respool__pb2.ListQueueResponse.FromString,
+                _registered_method=True)
 
 
 class ResourcePoolServiceServicer:
@@ -94,6 +99,12 @@ class ResourcePoolServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListQueue(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourcePoolServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -121,6 +132,11 @@ def add_ResourcePoolServiceServicer_to_server(servicer, server):
                     servicer.DeletePool,
                     request_deserializer=peloton_dot_v1_dot_respool__pb2.DeletePoolRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_respool__pb2.DeletePoolResponse.SerializeToString,
+            ),
+            'ListQueue': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListQueue,
+                    request_deserializer=peloton_dot_v1_dot_respool__pb2.ListQueueRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_respool__pb2.ListQueueResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -258,6 +274,33 @@ class ResourcePoolService:
             '/peloton.v1.ResourcePoolService/DeletePool',
             peloton_dot_v1_dot_respool__pb2.DeletePoolRequest.SerializeToString,
             peloton_dot_v1_dot_respool__pb2.DeletePoolResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListQueue(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ResourcePoolService/ListQueue',
+            peloton_dot_v1_dot_respool__pb2.ListQueueRequest.SerializeToString,
+            peloton_dot_v1_dot_respool__pb2.ListQueueResponse.FromString,
             options,
             channel_credentials,
             insecure,
