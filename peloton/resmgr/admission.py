@@ -61,7 +61,7 @@ def admit(
         short = [d for d in short if _limited(pool.limit, d)]
         if short:
             return (
-                f"waiting for admission: pool {p} limit {pool.limit.describe()} would be exceeded in "
+                f"waiting for admission: pool {p} limit {_limits(pool.limit)} would be exceeded in "
                 f"{', '.join(short)} (allocated {used.describe()}, gang needs {gang_total.describe()})"
             )
     return None
@@ -76,8 +76,13 @@ def exceeds_limit_forever(gang_total: Resources, pool_path: str, pools: Mapping[
         short = [d for d in gang_total.short_of(Resources(pool.limit.cpu, pool.limit.mem, pool.limit.disk,
                                                             pool.limit.gpu, 10**9)) if _limited(pool.limit, d)]
         if short:
-            return f"gang needs {gang_total.describe()}, more than pool {p} limit {pool.limit.describe()} ({', '.join(short)})"
+            return f"gang needs {gang_total.describe()}, more than pool {p} limit {_limits(pool.limit)} ({', '.join(short)})"
     return None
+
+
+def _limits(limit: Resources) -> str:
+    """Only the dimensions a limit limits (`gpu=8`, not `cpu=0,mem=0Mi,gpu=8`: a 0 there is no limit)."""
+    return ",".join(f"{d}={_show(d, getattr(limit, d))}" for d in _DIMS if getattr(limit, d)) or "none"
 
 
 def _limited(limit: Resources, dim: str) -> bool:
