@@ -87,21 +87,23 @@ def check_pool(pools: Mapping[str, ResourcePool], pool: ResourcePool, capacity: 
     return warnings
 
 
-def _fits(parent: ResourcePool, kids: list[ResourcePool], field: str, who: str) -> None:
-    for dim in DIMS:
-        total = sum(getattr(k.reservation, dim) for k in kids)
-        have = getattr(parent.reservation, dim)
-        if total > have + _EPS:
-            raise checks.bad(f"{field}.{dim}", f"{who} would reserve {show(dim, total)} in all, more than "
-                                               f"{parent.path} reserves ({show(dim, have)})")
-
-
-def _over_capacity(kids: list[ResourcePool], capacity: Resources) -> list[str]:
+def _overreserved(kids: list[ResourcePool], have: Resources) -> list[tuple[str, float, float]]:
+    """(dimension, what `kids` reserve together, what `have` has) where they reserve more than it has."""
     out = []
     for dim in DIMS:
         total = sum(getattr(k.reservation, dim) for k in kids)
-        have = getattr(capacity, dim)
-        if total > have + _EPS:
-            out.append(f"the top-level pools reserve {show(dim, total)} {dim} in all, more than the cluster has now "
-                       f"({show(dim, have)}): their reservations are scaled down while it is this small")
+        if total > getattr(have, dim) + _EPS:
+            out.append((dim, total, getattr(have, dim)))
     return out
+
+
+def _fits(parent: ResourcePool, kids: list[ResourcePool], field: str, who: str) -> None:
+    for dim, total, have in _overreserved(kids, parent.reservation)[:1]:
+        raise checks.bad(f"{field}.{dim}", f"{who} would reserve {show(dim, total)} in all, more than "
+                                           f"{parent.path} reserves ({show(dim, have)})")
+
+
+def _over_capacity(kids: list[ResourcePool], capacity: Resources) -> list[str]:
+    return [f"the top-level pools reserve {show(dim, total)} {dim} in all, more than the cluster has now "
+            f"({show(dim, have)}): their reservations are scaled down while it is this small"
+            for dim, total, have in _overreserved(kids, capacity)]
