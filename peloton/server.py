@@ -59,7 +59,7 @@ from peloton.loop import Loop
 from peloton.ownership import StoreGuard
 from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
-from peloton.resmgr.manager import ResourceManager
+from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
 from peloton.store import db, repo
 from peloton.store.lock import Owner, StoreLock, refusal, store_lock
@@ -108,6 +108,7 @@ class ServerConfig:
     insecure: bool = False  # serve on an address other machines can reach, without TLS or authentication
     task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
     default_task_user: str | None = None  # local backend: who runs tasks naming no user (None: nobody as root)
+    preemption_settle_s: float | None = DEFAULT_PREEMPTION_SETTLE_S  # None: never preempt
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -392,7 +393,7 @@ class Daemon:
                 with db.transaction(self.sessions) as s:
                     return repo.list_pools(s)
 
-            self.resmgr = ResourceManager(load_pools)
+            self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s)
             resmgr_servicer = ResourceManagerServicer(self.resmgr)
             respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
                 ResourcePoolServicer(self.resmgr, self.sessions), self.server)

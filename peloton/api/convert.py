@@ -22,13 +22,20 @@ from peloton.domain.placement import (
     PlacementFailure,
 )
 from peloton.domain.resources import Resources, format_mib, parse_mib
-from peloton.domain.spec import DEFAULT_LAUNCH_TIMEOUT_S, DEFAULT_MAX_ATTEMPTS, Constraint, JobSpec
+from peloton.domain.spec import (
+    DEFAULT_LAUNCH_TIMEOUT_S,
+    DEFAULT_MAX_ATTEMPTS,
+    DEFAULT_PREEMPTION_GRACE_S,
+    Constraint,
+    JobSpec,
+)
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 
 if TYPE_CHECKING:
     from peloton.resmgr.manager import PoolUsage
+    from peloton.resmgr.preemption import Holding
 
 
 # --- public resources ---------------------------------------------------------------------------------------
@@ -75,6 +82,8 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
         priority=p.sla.priority,
         preemptible=p.sla.preemptible if p.sla.HasField("preemptible") else True,
         max_runtime_s=_seconds(p.sla.max_runtime, "sla.max_runtime") if p.sla.HasField("max_runtime") else 0.0,
+        preemption_grace_s=(_seconds(p.sla.preemption_grace, "sla.preemption_grace")
+                            if p.sla.HasField("preemption_grace") else DEFAULT_PREEMPTION_GRACE_S),
         max_attempts=p.retry.max_attempts if p.HasField("retry") and p.retry.max_attempts else DEFAULT_MAX_ATTEMPTS,
         strategy=p.placement.strategy or "pack",
         constraints=tuple(Constraint(c.attribute, c.op or "eq", c.value) for c in p.placement.constraints),
@@ -113,6 +122,7 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     p.sla.preemptible = s.preemptible
     if s.max_runtime_s:
         p.sla.max_runtime.FromNanoseconds(_nanos(s.max_runtime_s))
+    p.sla.preemption_grace.FromNanoseconds(_nanos(s.preemption_grace_s))
     p.retry.max_attempts = s.max_attempts
     p.placement.strategy = s.strategy
     for c in s.constraints:
@@ -136,7 +146,8 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         status.gang_states.update(gang_states)
         status.gang_count = sum(gang_states.values())
     for g in gangs:
-        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt, reason=g.reason)
+        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt, reason=g.reason,
+                         preemptions=g.preemptions)
     return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
 
 
@@ -225,7 +236,8 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
         job_id=g.job_id,
         attempt=g.attempt,
         members=[
-            internal_pb2.Member(instance=m.instance, task_id=m.task_id, resources=vec_to_proto(m.resources))
+            internal_pb2.Member(instance=m.instance, task_id=m.task_id, resources=vec_to_proto(m.resources),
+                                hostname=m.hostname)
             for m in g.members
         ],
         priority=g.priority,
@@ -235,6 +247,7 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
                      for c in g.constraints],
         enqueued_at=g.enqueued_at,
         preemptible=g.preemptible,
+        running_since=g.running_since,
     )
 
 
@@ -243,13 +256,15 @@ def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
         gang_id=p.gang_id,
         job_id=p.job_id,
         attempt=p.attempt,
-        members=tuple(MemberRequest(m.instance, m.task_id, vec_from_proto(m.resources)) for m in p.members),
+        members=tuple(MemberRequest(m.instance, m.task_id, vec_from_proto(m.resources), m.hostname)
+                      for m in p.members),
         priority=p.priority,
         respool=p.respool,
         strategy=p.strategy,
         constraints=tuple(Constraint(c.attribute, c.op, c.value) for c in p.constraints),
         enqueued_at=p.enqueued_at,
         preemptible=p.preemptible,
+        running_since=p.running_since,
     )
 
 
@@ -411,3 +426,13 @@ def status_from_proto(p: internal_pb2.TaskStatusEvent) -> TaskStatus:
         message=p.message,
         permanent=p.permanent,
     )
+
+
+def probe_to_proto(gang: GangRequest, candidates: Sequence[tuple[str, Holding]], need: Resources
+                   ) -> internal_pb2.PreemptionProbe:
+    return internal_pb2.PreemptionProbe(
+        gang=gang_request_to_proto(gang), need=vec_to_proto(need),
+        candidates=[internal_pb2.Victim(gang_id=gid, attempt=h.attempt, members=[
+            internal_pb2.Assignment(hostname=host, resources=vec_to_proto(r)) for host, r in h.usage])
+            for gid, h in candidates])
+

@@ -13,7 +13,7 @@ from peloton.domain import checks
 from peloton.errors import InvalidArgument
 
 _QUANTITY_FIELDS = ("mem", "disk")
-_DURATION_FIELDS = (("gang", "launch_timeout"), ("sla", "max_runtime"))
+_DURATION_FIELDS = (("gang", "launch_timeout"), ("sla", "max_runtime"), ("sla", "preemption_grace"))
 
 
 def _normalize(doc: dict[str, Any]) -> dict[str, Any]:

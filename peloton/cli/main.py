@@ -206,6 +206,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs,
+        preemption_settle_s=None if a.no_preemption else a.preemption_settle,
     )
     run_server(cfg)
     return 0
@@ -248,6 +249,16 @@ def cmd_db_upgrade(a: argparse.Namespace) -> int:
 
 
 # --- parser ---------------------------------------------------------------------------------------------------
+def _seconds_arg(text: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds") from None
+    if not 0 <= v <= 86400:
+        raise argparse.ArgumentTypeError(f"{text} is not between 0 and 86400 seconds")
+    return v
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="peloton", description="Gang-scheduling workload manager for GPU clusters",
                                 allow_abbrev=False)  # `certs init --client` is not a prefix of --client-cert
@@ -305,6 +316,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--default-task-user", default=None, metavar="USER",
                    help="local backend: the user that runs tasks whose job names no task.user (default: nobody "
                         "when the daemon runs as root, else the daemon's own user; root here is logged)")
+    s.add_argument("--preemption-settle", type=_seconds_arg, default=10.0, metavar="SECONDS",
+                   help="how long a gang waits (within its pool's entitlement with no hosts free, or behind "
+                        "lower-priority gangs of its pool) before it may preempt others (default: 10)")
+    s.add_argument("--no-preemption", action="store_true",
+                   help="never preempt: gangs wait for capacity to free up on its own")
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")

@@ -45,6 +45,7 @@ class Gang:
     reason: str = ""  # why pending / why aborted
     launch_deadline: float = 0.0  # clock time by which every member must run
     updated_at: float = 0.0
+    preemptions: int = 0  # runs ended by a preemption: `attempt - preemptions` is what counts against max_attempts
 
     @property
     def gang_id(self) -> str:

@@ -29,6 +29,7 @@ class MemberRequest:
     instance: int
     task_id: str
     resources: Resources
+    hostname: str = ""  # a running gang's (re-registered after a restart): where it holds `resources`
 
 
 @dataclass(frozen=True, slots=True)
@@ -45,6 +46,7 @@ class GangRequest:
     constraints: tuple[Constraint, ...] = ()
     enqueued_at: float = 0.0
     preemptible: bool = True
+    running_since: float = 0.0  # a running gang's (re-registered after a restart): when it began to run
     # every member's resources together: computed once (admission looks at it for each waiting gang every round)
     total: Resources = field(init=False, repr=False, compare=False)
 

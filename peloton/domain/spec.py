@@ -21,6 +21,7 @@ _POOL_PATH = re.compile(r"/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?")  # fullmatch
 
 DEFAULT_LAUNCH_TIMEOUT_S = 300.0
 DEFAULT_MAX_ATTEMPTS = 3
+DEFAULT_PREEMPTION_GRACE_S = 30.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -63,6 +64,7 @@ class JobSpec:
     priority: int = 0
     preemptible: bool = True  # its gangs may be preempted whole; if not, admitted only within its pool's reservation
     max_runtime_s: float = 0.0
+    preemption_grace_s: float = DEFAULT_PREEMPTION_GRACE_S  # SIGTERM to SIGKILL when a gang is preempted
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     strategy: str = "pack"
     constraints: tuple[Constraint, ...] = ()
@@ -139,6 +141,8 @@ def validate(spec: JobSpec) -> JobSpec:
         raise bad("gang.launch_timeout", "must be greater than 0")
     checks.integer(spec.priority, "sla.priority", minimum=limits.INT32_MIN, maximum=limits.INT32_MAX)
     checks.number(spec.max_runtime_s, "sla.max_runtime", minimum=0, maximum=limits.MAX_RUNTIME_S, unit="s")
+    checks.number(spec.preemption_grace_s, "sla.preemption_grace", minimum=0, maximum=limits.MAX_PREEMPTION_GRACE_S,
+                  unit="s")
     checks.integer(spec.max_attempts, "retry.max_attempts", minimum=1, maximum=limits.MAX_ATTEMPTS)
     _validate_task(spec)
     if spec.strategy not in STRATEGIES:
@@ -237,6 +241,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "priority": spec.priority,
         "preemptible": spec.preemptible,
         "max_runtime_s": spec.max_runtime_s,
+        "preemption_grace_s": spec.preemption_grace_s,
         "max_attempts": spec.max_attempts,
         "strategy": spec.strategy,
         "constraints": [{"attribute": c.attribute, "op": c.op, "value": c.value} for c in spec.constraints],
@@ -262,6 +267,7 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         priority=int(d.get("priority", 0)),
         preemptible=bool(d.get("preemptible", True)) if d.get("form", 1) >= 2 else True,
         max_runtime_s=float(d.get("max_runtime_s", 0.0)),
+        preemption_grace_s=float(d.get("preemption_grace_s", DEFAULT_PREEMPTION_GRACE_S)),
         max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
         strategy=d.get("strategy", "pack"),
         constraints=tuple(Constraint(c["attribute"], c["op"], c["value"]) for c in d.get("constraints", [])),

@@ -47,14 +47,16 @@ TASK_TRANSITIONS: dict[TaskState, frozenset[TaskState]] = {
     T.READY: frozenset({T.PLACING, T.PLACED, T.LAUNCHING, T.PENDING, T.KILLED}),
     T.PLACING: frozenset({T.PLACED, T.READY, T.PENDING, T.KILLED}),
     T.PLACED: frozenset({T.LAUNCHING, T.PENDING, T.KILLED}),
-    T.LAUNCHING: frozenset({T.LAUNCHED, T.STARTING, T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.KILLED,
-                            T.SUCCEEDED, T.PENDING}),
-    T.LAUNCHED: frozenset({T.STARTING, T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.KILLED, T.SUCCEEDED,
+    T.LAUNCHING: frozenset({T.LAUNCHED, T.STARTING, T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.PREEMPTING,
+                            T.KILLED, T.SUCCEEDED, T.PENDING}),
+    T.LAUNCHED: frozenset({T.STARTING, T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.PREEMPTING, T.KILLED,
+                           T.SUCCEEDED, T.PENDING}),
+    T.STARTING: frozenset({T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.PREEMPTING, T.KILLED, T.SUCCEEDED,
                            T.PENDING}),
-    T.STARTING: frozenset({T.RUNNING, T.FAILED, T.LOST, T.KILLING, T.KILLED, T.SUCCEEDED, T.PENDING}),
     T.RUNNING: frozenset({T.SUCCEEDED, T.FAILED, T.LOST, T.KILLING, T.PREEMPTING, T.KILLED, T.PENDING}),
     T.KILLING: frozenset({T.KILLED, T.SUCCEEDED, T.FAILED, T.LOST, T.PENDING}),
-    T.PREEMPTING: frozenset({T.KILLED, T.SUCCEEDED, T.FAILED, T.LOST, T.PENDING}),
+    # SIGTERM sent with the job's grace period; KILLING when the job is stopped meanwhile (the kill is already sent)
+    T.PREEMPTING: frozenset({T.KILLED, T.SUCCEEDED, T.FAILED, T.LOST, T.PENDING, T.KILLING}),
     T.SUCCEEDED: frozenset({T.PENDING}),
     T.FAILED: frozenset({T.PENDING}),
     T.LOST: frozenset({T.PENDING}),
@@ -65,26 +67,37 @@ assert set(TASK_TRANSITIONS) == set(TaskState)
 
 class GangState(StrEnum):
     QUEUED = "QUEUED"  # waiting in resmgr for admission and placement
+    PREEMPTED = "PREEMPTED"  # as QUEUED, after a preemption ended its last run (which used up no attempt)
     ADMITTED = "ADMITTED"
     PLACED = "PLACED"  # placement accepted; unused by the current flows, which commit the intent as LAUNCHING
     LAUNCHING = "LAUNCHING"  # write-ahead intent committed (hosts, ports, GPUs, task ids); launch may be in flight
     RUNNING = "RUNNING"  # every member runs (or has already succeeded)
+    PREEMPTING = "PREEMPTING"  # preempted: members have SIGTERM and their grace period; goes to PREEMPTED
     ABORTING = "ABORTING"  # members being killed; goes to QUEUED as the next attempt, or DONE
     DONE = "DONE"
 
     @property
     def active(self) -> bool:
         """Members may hold resources on hosts."""
-        return self in (GangState.PLACED, GangState.LAUNCHING, GangState.RUNNING, GangState.ABORTING)
+        return self in GANG_ACTIVE
+
+    @property
+    def waiting(self) -> bool:
+        """In resmgr's queue: waiting for admission and placement."""
+        return self in GANG_WAITING
 
 
 G = GangState
+GANG_ACTIVE = frozenset({G.PLACED, G.LAUNCHING, G.RUNNING, G.PREEMPTING, G.ABORTING})
+GANG_WAITING = frozenset({G.QUEUED, G.PREEMPTED, G.ADMITTED})
 GANG_TRANSITIONS: dict[GangState, frozenset[GangState]] = {
     G.QUEUED: frozenset({G.ADMITTED, G.PLACED, G.LAUNCHING, G.DONE}),
+    G.PREEMPTED: frozenset({G.ADMITTED, G.PLACED, G.LAUNCHING, G.DONE}),
     G.ADMITTED: frozenset({G.QUEUED, G.PLACED, G.LAUNCHING, G.DONE}),
     G.PLACED: frozenset({G.LAUNCHING, G.RUNNING, G.ABORTING, G.QUEUED, G.DONE}),
-    G.LAUNCHING: frozenset({G.RUNNING, G.ABORTING, G.QUEUED, G.DONE}),
-    G.RUNNING: frozenset({G.ABORTING, G.QUEUED, G.DONE}),
+    G.LAUNCHING: frozenset({G.RUNNING, G.PREEMPTING, G.ABORTING, G.QUEUED, G.DONE}),
+    G.RUNNING: frozenset({G.PREEMPTING, G.ABORTING, G.QUEUED, G.DONE}),
+    G.PREEMPTING: frozenset({G.PREEMPTED, G.ABORTING, G.DONE}),
     G.ABORTING: frozenset({G.QUEUED, G.DONE}),
     G.DONE: frozenset(),
 }

@@ -140,8 +140,9 @@ class Backend(Protocol):
         member killed before it started is never started. RUNNING is reported for each member once its command
         has started."""
 
-    def kill(self, task_ids: Sequence[str]) -> None:
-        """Ask each task to stop (SIGTERM to its process group, SIGKILL after a grace period). A task registered but
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
+        """Ask each task to stop (SIGTERM to its process group, SIGKILL after `grace_s`, or the backend's default
+        grace period when None: a preemption gives the job's sla.preemption_grace). A task registered but
         not started yet is never started. Unknown ids are ignored. Each task's end is reported (KILLED)."""
 
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:

@@ -230,7 +230,7 @@ class HostManager:
             LAUNCHES.labels(r.outcome.value.lower()).inc()
         return out
 
-    def kill(self, task_ids: Sequence[str]) -> None:
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         if not task_ids:
             return
         with self._lock:
@@ -238,7 +238,7 @@ class HostManager:
             for tid in task_ids:
                 self._tombstones[tid] = now
                 self._tombstones.move_to_end(tid)
-        self.backend.kill(task_ids)
+        self.backend.kill(task_ids, grace_s)
 
     def _expire_tombstones_locked(self, now: float) -> None:
         while self._tombstones:

@@ -53,7 +53,7 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
 
     @grpc_errors
     def KillTasks(self, request, context):  # type: ignore[no-untyped-def]
-        self.hm.kill(list(request.task_ids))
+        self.hm.kill(list(request.task_ids), request.grace_s or None)
         return internal_pb2.KillTasksResponse()
 
     @grpc_errors

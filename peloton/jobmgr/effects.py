@@ -26,14 +26,16 @@ CHUNK = 1000
 @dataclass(slots=True)
 class Outbox:
     kill: list[str] = field(default_factory=list)
+    preempt: list[tuple[str, float]] = field(default_factory=list)  # (task id, grace seconds): a gentler kill
     release: list[tuple[str, int]] = field(default_factory=list)
     enqueue: list[internal_pb2.GangRequest] = field(default_factory=list)  # `running` set: adoptions
 
     def __len__(self) -> int:
-        return len(self.kill) + len(self.release) + len(self.enqueue)
+        return len(self.kill) + len(self.preempt) + len(self.release) + len(self.enqueue)
 
     def merge(self, o: Outbox) -> None:
         self.kill += o.kill
+        self.preempt += o.preempt
         self.release += o.release
         self.enqueue += o.enqueue
 
@@ -109,6 +111,12 @@ class SideEffects:
         while out.kill:
             self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=out.kill[:CHUNK]), timeout=30)
             del out.kill[:CHUNK]
+        while out.preempt:
+            grace = out.preempt[0][1]
+            batch = [tid for tid, g in out.preempt if g == grace][:CHUNK]
+            self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=batch, grace_s=grace), timeout=30)
+            sent = set(batch)
+            out.preempt = [x for x in out.preempt if x[0] not in sent]
         while out.release:
             keys = [internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in out.release[:CHUNK]]
             self.resmgr.RemoveGangs(internal_pb2.RemoveGangsRequest(gangs=keys), timeout=30)

@@ -8,7 +8,11 @@ Rules (design.md §2):
   `fail_job` (or attempts exhausted) kills the rest and fails the job;
 - a launch that fails or times out counts as a failed attempt; a launch the system itself refused before starting
   anything (a stale claim, a host that changed) does not: the gang goes back to its queue as the same attempt;
-- after a daemon restart a gang is adopted whole when every member runs, else torn down and re-queued.
+- after a daemon restart a gang is adopted whole when every member runs, else torn down and re-queued;
+- a preempted gang (resmgr chose it, whole) gets SIGTERM on every member with the job's grace period, goes
+  PREEMPTING, and once every member has ended goes back to its queue as PREEMPTED: a new run (new task ids) that
+  uses up no attempt of `retry.max_attempts` (`Gang.preemptions` counts such runs). A daemon crash meanwhile is
+  recovered like this too: the members still running are told again, and the gang is never adopted half-killed.
 
 Every record a rule changes is registered in the returned Effects (`tasks`, `gangs`, `jobs`), so the caller writes
 exactly those rows: a status update of one member of a 100,000-instance job writes a handful of rows, not the job.
@@ -92,6 +96,7 @@ class JobView:
 @dataclass(slots=True)
 class Effects:
     kill: list[str] = field(default_factory=list)  # task ids
+    preempt: list[tuple[str, float]] = field(default_factory=list)  # (task id, grace seconds before SIGKILL)
     release: list[tuple[str, int]] = field(default_factory=list)  # (gang_id, attempt) to drop from resmgr
     enqueue: list[tuple[str, int]] = field(default_factory=list)  # (job_id, gang_index) to (re-)queue
     adopt: list[tuple[str, int]] = field(default_factory=list)  # (job_id, gang_index) running after recovery
@@ -104,6 +109,7 @@ class Effects:
 
     def merge(self, o: Effects) -> None:
         self.kill += o.kill
+        self.preempt += o.preempt
         self.release += o.release
         self.enqueue += o.enqueue
         self.adopt += o.adopt
@@ -172,39 +178,77 @@ def _reset_task(jv: JobView, t: Task, attempt: int, now: float, eff: Effects, re
     eff.events.append(TaskEvent(t.job_id, t.instance, t.attempt, T.PENDING, now, "", reason, message))
 
 
-def _kill_members(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str) -> None:
+def _kill_members(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str, *,
+                  grace_s: float | None = None) -> None:
+    """Stop every live member: KILLING, or PREEMPTING when `grace_s` is given (SIGTERM, then SIGKILL after it)."""
     for t in gv.members():
-        if t.state in TASK_TERMINAL or t.state == T.KILLING:
+        if t.state in TASK_TERMINAL or t.state == T.KILLING or (grace_s is not None and t.state == T.PREEMPTING):
             continue
-        if t.state in (T.INITIALIZED, T.PENDING, T.READY, T.PLACING, T.PLACED):
+        if t.state in _NOT_LAUNCHED:
             _set_task(jv, t, T.KILLED, now, eff, reason=reason)  # never launched: nothing to kill
+        elif grace_s is not None:
+            _set_task(jv, t, T.PREEMPTING, now, eff, reason=reason)
+            eff.preempt.append((t.task_id, grace_s))
         else:
             _set_task(jv, t, T.KILLING, now, eff, reason=reason)
             eff.kill.append(t.task_id)
 
 
 def _finish_if_quiet(jv: JobView, gv: GangView, now: float, eff: Effects) -> None:
-    if gv.gang.state != G.DONE and gv.all_members(*TASK_TERMINAL):
-        _set_gang(jv, gv.gang, G.DONE, now, eff)
-        eff.release.append((gv.gang.gang_id, gv.gang.attempt))
+    g = gv.gang
+    if g.state == G.DONE or not gv.all_members(*TASK_TERMINAL):
+        return
+    if g.state == G.PREEMPTING and jv.job.desired == "RUNNING":
+        # its run is over: back to the queue as a new run, keeping its place (the job's submission time)
+        eff.release.append((g.gang_id, g.attempt))
+        g.preemptions += 1
+        _requeue(jv, gv, now, eff, g.attempt + 1, g.reason, "preempted",
+                 "preempted; queued again without using up an attempt", state=G.PREEMPTED)
+        return
+    _set_gang(jv, g, G.DONE, now, eff)
+    eff.release.append((g.gang_id, g.attempt))
 
 
 def _requeue(jv: JobView, gv: GangView, now: float, eff: Effects, attempt: int, reason: str, event_reason: str,
-             message: str) -> None:
+             message: str, state: GangState = G.QUEUED) -> None:
     g = gv.gang
     g.attempt = attempt
-    _set_gang(jv, g, G.QUEUED, now, eff, reason=reason)
+    _set_gang(jv, g, state, now, eff, reason=reason)
     g.launch_deadline = 0.0
     for t in gv.members():
         _reset_task(jv, t, attempt, now, eff, event_reason, message)
     eff.enqueue.append((jv.job.id, g.index))
 
 
+def attempts_used(g: Gang) -> int:
+    """The runs that count against retry.max_attempts: every run but those a preemption ended."""
+    return g.attempt - g.preemptions
+
+
 def _new_attempt(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str) -> None:
     g = gv.gang
     eff.release.append((g.gang_id, g.attempt))
-    _requeue(jv, gv, now, eff, g.attempt + 1, f"attempt {g.attempt + 1}: {reason}", "new attempt", reason)
+    nxt = attempts_used(g) + 1
+    _requeue(jv, gv, now, eff, g.attempt + 1, f"attempt {nxt}: {reason}", "new attempt", reason)
     eff.restarts += 1
+
+
+def preempt_gang(jv: JobView, gv: GangView, attempt: int, now: float, reason: str) -> Effects:
+    """Preempt the gang whole, as resmgr decided for `attempt`: SIGTERM to every member, the job's
+    sla.preemption_grace to checkpoint, then SIGKILL; once all have ended it goes back to its queue (PREEMPTED).
+    Nothing happens when the gang has moved on (another run, finished, being stopped) or is not preemptible."""
+    eff = Effects()
+    g = gv.gang
+    if (g.attempt != attempt or g.state not in (G.LAUNCHING, G.RUNNING) or jv.job.desired != "RUNNING"
+            or not jv.spec.preemptible):
+        return eff
+    eff.touch_job(jv.job)
+    why = f"preempted: {reason}"
+    _set_gang(jv, g, G.PREEMPTING, now, eff, reason=why)
+    _kill_members(jv, gv, now, eff, why, grace_s=jv.spec.preemption_grace_s)
+    _finish_if_quiet(jv, gv, now, eff)
+    derive_job_state(jv, now, eff)
+    return eff
 
 
 def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str, *,
@@ -214,14 +258,15 @@ def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str
     eff.touch_job(jv.job)
     _kill_members(jv, gv, now, eff, reason="gang member failed")
     spec = jv.spec
-    if (spec.on_member_failure == "restart_gang" and gv.gang.attempt < spec.max_attempts
+    used = attempts_used(gv.gang)
+    if (spec.on_member_failure == "restart_gang" and used < spec.max_attempts
             and jv.job.desired == "RUNNING" and not permanent):
         _new_attempt(jv, gv, now, eff, reason)
         return
     if permanent:
         why = f"gang {gv.gang.index} failed and will not be retried unchanged: {reason}"
     elif spec.on_member_failure == "restart_gang":
-        why = f"gang {gv.gang.index} failed on attempt {gv.gang.attempt} of {spec.max_attempts}: {reason}"
+        why = f"gang {gv.gang.index} failed on attempt {used} of {spec.max_attempts}: {reason}"
     else:
         why = f"gang {gv.gang.index} failed: {reason}"
     _set_gang(jv, gv.gang, G.ABORTING, now, eff, reason=why)
@@ -238,7 +283,7 @@ def stop_gang(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str =
     g = gv.gang
     if g.state == G.DONE:
         return
-    if g.state in (G.QUEUED, G.ADMITTED):
+    if g.state.waiting:
         _kill_members(jv, gv, now, eff, reason)
         _set_gang(jv, g, G.DONE, now, eff, reason=reason)
         eff.release.append((g.gang_id, g.attempt))
@@ -272,7 +317,7 @@ def stop_job(jv: JobView, now: float, gangs: range | None = None) -> Effects:
             # the queue gives up every queued gang at once (ranges not stopped yet included), so that placement
             # does not keep placing gangs whose launch would be refused; each is marked DONE when its range comes
             eff.release += [(gv.gang.gang_id, gv.gang.attempt) for gv in jv.gangs.values()
-                            if gv.gang.state == G.QUEUED and gv.gang.index not in gangs]
+                            if gv.gang.state.waiting and gv.gang.index not in gangs]
     derive_job_state(jv, now, eff)
     return eff
 
@@ -310,13 +355,14 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
         return eff
     eff.touch_job(jv.job)
     g = gv.gang
-    expected_stop = t.state == T.KILLING or g.state in (G.ABORTING, G.DONE) or jv.job.desired == "KILLED"
+    expected_stop = (t.state in (T.KILLING, T.PREEMPTING) or g.state in (G.ABORTING, G.PREEMPTING, G.DONE)
+                     or jv.job.desired == "KILLED")
     if st.state == T.RUNNING:
-        if t.state not in (T.KILLING, T.RUNNING):
+        if t.state not in (T.KILLING, T.PREEMPTING, T.RUNNING):
             _set_task(jv, t, T.RUNNING, now, eff, host=st.hostname)
             if expected_stop:  # came up after its gang was torn down
-                _set_task(jv, t, T.KILLING, now, eff, reason="gang no longer wanted")
-                eff.kill.append(t.task_id)
+                _kill_members(jv, gv, now, eff, "gang no longer wanted",
+                              grace_s=jv.spec.preemption_grace_s if g.state == G.PREEMPTING else None)
         if g.state in (G.PLACED, G.LAUNCHING) and gv.all_members(T.RUNNING, T.SUCCEEDED):
             _set_gang(jv, g, G.RUNNING, now, eff, reason="")
     elif st.state == T.SUCCEEDED:
@@ -344,7 +390,7 @@ def launch_intent(jv: JobView, p: GangPlacement, now: float) -> Effects | None:
     restarted, or it is not waiting for a placement any more); the caller releases it."""
     gv = jv.gangs.get(_gang_index(p.gang_id))
     if (gv is None or jv.job.desired != "RUNNING" or gv.gang.attempt != p.attempt
-            or gv.gang.state not in (G.QUEUED, G.ADMITTED)):
+            or not gv.gang.state.waiting):
         return None
     eff = Effects()
     eff.touch_job(jv.job)
@@ -401,7 +447,9 @@ def set_pending_reason(jv: JobView, gang_index: int, attempt: int, reason: str, 
     if gv is None:
         return eff
     g = gv.gang
-    if g.attempt == attempt and g.state in (G.QUEUED, G.ADMITTED) and g.reason != reason:
+    if g.state == G.PREEMPTED:
+        reason = f"preempted, queued again; {reason}"  # why it was preempted: in its members' history
+    if g.attempt == attempt and g.state.waiting and g.reason != reason:
         g.reason = reason
         g.updated_at = now
         eff.touch_gang(g)
@@ -446,7 +494,7 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
         g = gv.gang
         if g.state == G.DONE:
             continue
-        if g.state in (G.QUEUED, G.ADMITTED):
+        if g.state.waiting:
             if jv.job.desired == "KILLED":
                 stop_gang(jv, gv, now, eff)
             else:
@@ -459,16 +507,28 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
             st = statuses.get(t.task_id)
             if st is None:
                 continue
-            if st.state == T.RUNNING and t.state != T.RUNNING and t.state != T.KILLING:
+            if st.state == T.RUNNING and t.state not in (T.RUNNING, T.KILLING, T.PREEMPTING):
                 _set_task(jv, t, T.RUNNING, now, eff, host=st.hostname)
             elif st.state in TASK_TERMINAL:
                 final = st.state
-                if t.state == T.KILLING or g.state == G.ABORTING or jv.job.desired == "KILLED":
+                if (t.state in (T.KILLING, T.PREEMPTING) or g.state in (G.ABORTING, G.PREEMPTING)
+                        or jv.job.desired == "KILLED"):
                     final = T.KILLED if st.state in (T.KILLED, T.LOST) else st.state
                 _set_task(jv, t, final, now, eff, exit_code=st.exit_code, reason=st.reason or "found at recovery",
                           message=st.message)
         if jv.job.desired == "KILLED" or g.state == G.ABORTING:
             stop_gang(jv, gv, now, eff, reason=g.reason or "job stopped")
+            continue
+        if g.state == G.PREEMPTING:
+            # a preemption the crash interrupted: finish it (the members still running are told again; their
+            # grace starts over) and keep its allocation counted until it has ended
+            for t in gv.members():
+                if t.state == T.PREEMPTING:
+                    eff.preempt.append((t.task_id, jv.spec.preemption_grace_s))
+            _kill_members(jv, gv, now, eff, g.reason, grace_s=jv.spec.preemption_grace_s)
+            _finish_if_quiet(jv, gv, now, eff)
+            if g.state == G.PREEMPTING:
+                eff.adopt.append((jv.job.id, g.index))
             continue
         if gv.all_members(T.RUNNING, T.SUCCEEDED):
             if g.state != G.RUNNING:
@@ -535,7 +595,7 @@ def _gang_index(gang_id: str) -> int:
 
 
 __all__ = [
-    "Effects", "GangView", "JobView", "apply_status", "check_launch_deadline", "check_max_runtime", "derive_job_state",
+    "Effects", "GangView", "JobView", "apply_status", "attempts_used", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
     "gang_failed", "gang_id_for", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
     "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

@@ -52,9 +52,11 @@ class Launcher:
                                          timeout=timeout_ms / 1000 + 10)
         if resp.pending:
             self._record_pending([convert.failure_from_proto(f) for f in resp.pending])
+        if resp.preempt:
+            self._preempt([(p.gang_id, p.attempt, p.reason) for p in resp.preempt])
         placements = [convert.placement_from_proto(p) for p in resp.placements]
         if not placements:
-            return bool(resp.pending)
+            return bool(resp.pending) or bool(resp.preempt)
         with LAUNCH_PASS.time():
             self._launch(placements)
         return True
@@ -70,6 +72,28 @@ class Launcher:
             return eff
 
         self.writer.submit(Mutation(Kind.APPLY, {f.job_id for f in pending}, apply=apply))  # nobody waits
+
+    def _preempt(self, victims: Sequence[tuple[str, int, str]]) -> None:
+        """Preempt each (gang id, attempt) whole, as resmgr decided; one still running as that attempt only. A
+        lost order is given again: resmgr asks anew when the waiting gang still waits."""
+        by_job: dict[str, list[tuple[int, int, str]]] = {}
+        for gid, attempt, reason in victims:
+            job_id, idx = split_gang_id(gid)
+            by_job.setdefault(job_id, []).append((idx, attempt, reason))
+
+        def apply(views: Views, now: float) -> policy.Effects:
+            eff = policy.Effects()
+            for job_id, gangs in by_job.items():
+                jv = views.get(job_id)
+                if jv is None:
+                    continue
+                for idx, attempt, reason in gangs:
+                    gv = jv.gangs.get(idx)
+                    if gv is not None:
+                        eff.merge(policy.preempt_gang(jv, gv, attempt, now, reason))
+            return eff
+
+        self.writer.submit(Mutation(Kind.APPLY, set(by_job), apply=apply))
 
     def _launch(self, placements: list[GangPlacement]) -> None:
         # `intent` runs once per shard of jobs, and again when a writer's batch failed: then for the same jobs,
@@ -138,7 +162,8 @@ class Launcher:
         files = {"hostfile": hostfile(p.members)}
         return GangLaunch(p.gang_id, p.attempt, tuple(
             LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,
-                       hostname=m.hostname, command=with_env_files(spec.command, spec.env_files), env={**spec.env, **envs[m.instance]},
+                       hostname=m.hostname, command=with_env_files(spec.command, spec.env_files),
+                       env={**spec.env, **envs[m.instance], "PELOTON_PREEMPTION_GRACE": f"{spec.preemption_grace_s:g}"},
                        resources=m.resources, gpu_ids=m.gpu_ids, ports=m.ports, files=files,
                        container_image=spec.container_image, user=spec.user)
             for m in p.members))

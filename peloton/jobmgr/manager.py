@@ -30,7 +30,7 @@ from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate
-from peloton.domain.states import GangState, JobState, TaskState
+from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
@@ -49,8 +49,10 @@ log = logging.getLogger(__name__)
 JOBS_CREATED = Counter("peloton_jobs_created_total", "Jobs accepted")
 GANG_RESTARTS = Counter("peloton_jobmgr_gang_restarts_total", "Gangs re-queued as a new attempt")
 
-ACTIVE = (GangState.PLACED, GangState.LAUNCHING, GangState.RUNNING, GangState.ABORTING)
-TRANSITIONAL = (TaskState.LAUNCHING, TaskState.LAUNCHED, TaskState.STARTING, TaskState.KILLING)
+ACTIVE = GANG_ACTIVE
+STOPPING = (TaskState.KILLING, TaskState.PREEMPTING)  # a kill was sent
+TRANSITIONAL = (TaskState.LAUNCHING, TaskState.LAUNCHED, TaskState.STARTING, TaskState.KILLING,
+                TaskState.PREEMPTING)
 RECONCILE_MIN_AGE_S = 10.0  # a member in a transitional state this long is asked about
 FULL_RECONCILE_S = 600.0  # every live member is asked about this often
 QUEUE_CHECK_S = 30.0  # QUEUED gangs resmgr does not know are re-enqueued this often
@@ -90,13 +92,15 @@ def _untoken(token: str, field: str) -> object:
 
 
 def gang_request(jv: policy.JobView, index: int) -> GangRequest:
+    """The gang as resmgr queues it: in its pool's queue by priority, then the job's submission time (a gang
+    restarted or preempted keeps its place); a running one (adopted) with its hosts and start, for victim choice."""
     gv = jv.gangs[index]
     spec = jv.spec
     return GangRequest(
         gang_id=gv.gang.gang_id, job_id=jv.job.id, attempt=gv.gang.attempt,
-        members=tuple(MemberRequest(t.instance, t.task_id, spec.resources) for t in gv.members()),
+        members=tuple(MemberRequest(t.instance, t.task_id, spec.resources, t.host) for t in gv.members()),
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
-        enqueued_at=gv.gang.updated_at, preemptible=spec.preemptible,
+        enqueued_at=jv.job.created_at, preemptible=spec.preemptible, running_since=policy.running_since(gv),
     )
 
 
@@ -141,7 +145,7 @@ class JobManager:
 
     # --- side effects (writer thread) ---------------------------------------------------------------------
     def _perform(self, eff: policy.Effects, views: Views) -> None:
-        out = Outbox(kill=list(eff.kill), release=list(eff.release))
+        out = Outbox(kill=list(eff.kill), preempt=list(eff.preempt), release=list(eff.release))
         for j, i in eff.enqueue:
             if j in views:
                 out.enqueue.append(convert.gang_request_to_proto(gang_request(views[j], i)))
@@ -610,7 +614,7 @@ class JobManager:
                     unstopped[jv.job.id] = max(jv.gangs, default=-1) + 1
                 for gv in jv.gangs.values():
                     g = gv.gang
-                    if queue_check and g.state in (GangState.QUEUED, *ACTIVE) and now - g.updated_at > QUEUE_CHECK_S:
+                    if queue_check and (g.state.waiting or g.state in ACTIVE) and now - g.updated_at > QUEUE_CHECK_S:
                         held.append((g.gang_id, g.attempt))
                     if g.state in ACTIVE:
                         for t in gv.members():
@@ -650,9 +654,9 @@ class JobManager:
         by_id = {t.task_id: t for t in stale}
         drift = [st for tid, st in statuses.items()
                  if tid in by_id and st.state != by_id[tid].state
-                 and not (st.state == TaskState.RUNNING and by_id[tid].state == TaskState.KILLING)]
+                 and not (st.state == TaskState.RUNNING and by_id[tid].state in STOPPING)]
         again = [tid for tid, st in statuses.items()
-                 if st.state == TaskState.RUNNING and tid in by_id and by_id[tid].state == TaskState.KILLING]
+                 if st.state == TaskState.RUNNING and tid in by_id and by_id[tid].state in STOPPING]
         if again:  # a kill that did not take (or was lost): ask again
             self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=again), timeout=30)
         if drift:
@@ -680,7 +684,7 @@ class JobManager:
                 gv = jv.gangs.get(int(idx)) if jv is not None else None
                 if gv is None or gv.gang.attempt != attempt:
                     continue  # moved on since the scan
-                if gv.gang.state == GangState.QUEUED and jv is not None and jv.job.desired == "RUNNING":
+                if gv.gang.state.waiting and jv is not None and jv.job.desired == "RUNNING":
                     eff.enqueue.append((jid, gv.gang.index))
                 elif gv.gang.state in ACTIVE:
                     eff.adopt.append((jid, gv.gang.index))

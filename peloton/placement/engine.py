@@ -10,6 +10,7 @@ Single-threaded: the engine's HostIndex belongs to the loop thread.
 from __future__ import annotations
 
 import logging
+from collections.abc import Sequence
 
 from prometheus_client import Counter, Histogram
 
@@ -18,6 +19,7 @@ from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import place
+from peloton.placement.victims import Candidate, choose_victims
 
 log = logging.getLogger(__name__)
 
@@ -27,6 +29,8 @@ GANGS = Counter("peloton_placement_gangs_total", "Gangs considered by placement"
 ORPHANED_CLAIMS = Counter("peloton_placement_orphaned_claims_released_total",
                           "Claims of placements dropped before launch (job stopped, resmgr reset), released")
 SYNCED_HOSTS = Counter("peloton_placement_synced_hosts_total", "Host states brought up to date from hostmgr")
+PROBES = Counter("peloton_placement_preemption_probes_total", "Waiting gangs checked for victims, by result",
+                 ["result"])
 
 
 class PlacementEngine:
@@ -87,8 +91,11 @@ class PlacementEngine:
             # before this round claims anything: a gang placed again claims under the same key
             self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=resp.release_claims), timeout=30)
             ORPHANED_CLAIMS.inc(len(resp.release_claims))
+        preemptions = self._choose_victims(resp.probes) if resp.probes else []
         if not resp.gangs:
-            return bool(resp.release_claims)
+            if preemptions:
+                self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(preemptions=preemptions), timeout=30)
+            return bool(resp.release_claims) or bool(resp.probes)
         with ROUNDS.time():
             gangs = [convert.gang_request_from_proto(g) for g in resp.gangs]
             try:
@@ -115,7 +122,8 @@ class PlacementEngine:
                 raise
             self.resmgr.SetPlacements(
                 internal_pb2.SetPlacementsRequest(
-                    placements=claimed, failures=[convert.failure_to_proto(f) for f in failures] + refused),
+                    placements=claimed, failures=[convert.failure_to_proto(f) for f in failures] + refused,
+                    preemptions=preemptions),
                 timeout=30,
             )
         GANGS.labels("placed").inc(len(claimed))
@@ -124,3 +132,28 @@ class PlacementEngine:
         if claimed:
             log.debug("placed %d gangs (%d unplaced, %d stale)", len(claimed), len(failures), len(refused))
         return True
+
+    def _choose_victims(self, probes: Sequence[internal_pb2.PreemptionProbe]) -> list[internal_pb2.Preemption]:
+        """For each waiting gang resmgr sent, the victims whose removal lets the placer place it (on this round's
+        copy of the hosts, left as it was)."""
+        out = []
+        for probe in probes:
+            gang = convert.gang_request_from_proto(probe.gang)
+            victims = choose_victims(gang, _candidates(probe), convert.vec_from_proto(probe.need), self.index)
+            PROBES.labels("victims" if victims else "none").inc()
+            if victims:
+                out.append(internal_pb2.Preemption(
+                    gang=internal_pb2.GangKey(gang_id=gang.gang_id, attempt=gang.attempt),
+                    victims=[internal_pb2.GangKey(gang_id=v.gang_id, attempt=v.attempt) for v in victims]))
+        return out
+
+
+def _candidates(p: internal_pb2.PreemptionProbe) -> list[Candidate]:
+    out = []
+    for v in p.candidates:
+        usage = tuple((m.hostname, convert.vec_from_proto(m.resources)) for m in v.members)
+        total = Resources()
+        for _, r in usage:
+            total = total + r
+        out.append(Candidate(v.gang_id, v.attempt, usage, total))
+    return out

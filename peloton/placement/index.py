@@ -304,14 +304,19 @@ class HostIndex:
         """Give back what `placement` took from this index (its claim was refused later). Only for a placement whose
         hosts have not been upserted since: an upsert is the authoritative state and already accounts for it.
         Hosts removed meanwhile are skipped."""
+        self.shift([(m.hostname, m.resources) for m in placement.members], 1)
+
+    def shift(self, usage: Iterable[tuple[str, Resources]], sign: int) -> None:
+        """Add (sign 1) or take away (sign -1) resources on hosts: what a gang holds, given back in a what-if (victim
+        choice frees a running gang's hosts, tries the placer, and takes them back). Unknown hosts are skipped."""
         back: dict[str, list[int]] = {}
-        for m in placement.members:
-            if m.hostname not in self._hosts:
+        for hostname, r in usage:
+            if hostname not in self._hosts:
                 continue
-            v = to_vec(m.resources)
-            acc = back.setdefault(m.hostname, [0, 0, 0, 0, 0])
+            v = to_vec(r)
+            acc = back.setdefault(hostname, [0, 0, 0, 0, 0])
             for d in range(5):
-                acc[d] += v[d]
+                acc[d] += sign * v[d]
         for name, add in back.items():
             h = self._hosts[name]
             self._detach(h)

@@ -25,6 +25,13 @@ fits there is placement's business), and, when it is not preemptible, in its own
 entitlements are recomputed when their inputs change (a gang enqueued or gone, an allocation released, the pools,
 the cluster's capacity, which the placement engine reports with each dequeue), at most once per admission round.
 
+Preemption (preemption.py, placement/victims.py): a gang that has waited a settling window (`preemption_settle_s`)
+while within its pool's entitlement with no hosts fitting it (reclaim), or behind lower-priority gangs of its own
+pool (priority), and is the first of its pool's queue, is sent to the placement engine as a probe with its
+candidate victims. The engine picks the victims with the placer; resmgr records them as preempting, orders jobmgr
+(with the placements) to preempt each whole, and the waiting gang says which gangs it waits for until their
+allocations are released. An order jobmgr did not act on is given again after ORDER_AGAIN_S.
+
 One condition guards everything (memory only); callers long-poll on it.
 """
 
@@ -37,13 +44,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
-from prometheus_client import Gauge, Histogram
+from prometheus_client import Counter, Gauge, Histogram
 
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
 from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
+from peloton.resmgr.preemption import Holding, priority_candidates, reclaim_candidates, shortfall
 
 QUEUED = Gauge("peloton_resmgr_queued_gangs", "Gangs waiting for admission or placement")
 QUEUE_WAIT = Histogram("peloton_resmgr_queue_wait_seconds", "From enqueue to admission (handed to placement)",
@@ -64,6 +72,24 @@ POOL_ALLOCATION = Gauge("peloton_pool_allocation", "What the gangs of the pool a
 POOL_DEMAND = Gauge("peloton_pool_demand", "What the waiting gangs of the pool and its subtree ask for",
                     ["pool", "resource"])
 POOL_QUEUED = Gauge("peloton_pool_queued_gangs", "Gangs of the pool waiting for admission or placement", ["pool"])
+PREEMPTIONS = Counter("peloton_preemptions_total", "Gangs chosen for preemption, by kind (reclaim: for another pool "
+                      "below its entitlement; priority: for a higher-priority gang of the same pool)", ["pool", "kind"])
+DEFAULT_PREEMPTION_SETTLE_S = 10.0  # a gang waits this long before it may preempt (no action on a blip)
+PROBE_EVERY_S = 1.0  # a waiting gang asks the placement engine for victims at most this often
+PROBE_ROUND_EVERY_S = 0.25  # the starved gangs are looked over at most this often
+MAX_PROBES = 8  # per dequeue
+MAX_CANDIDATES = 256  # per probe
+ORDER_AGAIN_S = 60.0  # a preemption order not acted on (jobmgr restarted) is given again after this long
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A waiting gang that only preemption can start, with its candidate victims (most preferred first) and what
+    they must free besides hosts."""
+
+    gang: GangRequest
+    candidates: tuple[tuple[str, Holding], ...]
+    need: Resources
 
 
 @dataclass(frozen=True, slots=True)
@@ -113,15 +139,22 @@ class _Entry:
     handed_at: float = 0.0
     queued_at: float = 0.0
     in_demand: bool = False  # counted in its pool's demand (WAITING)
+    starved_since: float = 0.0  # first refused (admission) or unplaced: the settling window runs from here
+    block: str = ""  # what refused it last: pool (entitlement/limit) | reservation | hosts
+    probed_at: float = float("-inf")
+    waits_for: tuple[str, ...] = ()  # the gangs preempted for it
 
     def order(self) -> tuple[int, float, str]:
         return -self.req.priority, self.req.enqueued_at, self.req.gang_id
 
 
 class ResourceManager:
-    def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time):
+    def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
+                 preemption_settle_s: float | None = DEFAULT_PREEMPTION_SETTLE_S):
+        """`preemption_settle_s`: how long a gang waits before it may preempt; None: never preempt."""
         self._load_pools = load_pools
         self.clock = clock
+        self._settle_s = preemption_settle_s
         self._cond = threading.Condition()
         self._entries: dict[str, _Entry] = {}  # gang id -> its current attempt's entry
         self._heap: list[tuple[tuple[int, float, str], int, str]] = []  # WAITING entries by order
@@ -134,7 +167,13 @@ class ResourceManager:
         self._seq = 0
         self._reasons: dict[str, PlacementFailure] = {}
         self._orphaned: dict[GangKey, None] = {}  # claims of placements dropped before jobmgr took them, oldest first
-        self._alloc: dict[str, tuple[str, Resources, int, bool]] = {}  # gang id -> (pool, total, attempt, preemptible)
+        self._alloc: dict[str, Holding] = {}  # gang id -> what it holds, where, since when
+        self._pool_gangs: dict[str, dict[str, None]] = {}  # pool -> ids of its own gangs in _alloc
+        self._starved: dict[str, None] = {}  # ids of WAITING gangs refused or unplaced (they may preempt)
+        self._preempting: dict[str, tuple[int, float, str]] = {}  # victim -> (attempt, ordered at, reason)
+        self._orders: dict[str, tuple[int, str]] = {}  # victim -> (attempt, reason) for jobmgr's next take
+        self._probes: list[Probe] = []
+        self._next_probe_round = float("-inf")
         self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
         self._own_alloc: dict[str, Resources] = {}  # pool -> what its own gangs hold
         self._pinned: dict[str, Resources] = {}  # pool -> what its own non-preemptible gangs hold
@@ -179,6 +218,11 @@ class ResourceManager:
             self._parked.clear()
             self._reasons.clear()
             self._alloc.clear()
+            self._pool_gangs.clear()
+            self._starved.clear()
+            self._preempting.clear()
+            self._orders.clear()
+            self._probes.clear()
             self._allocated.clear()
             self._own_alloc.clear()
             self._pinned.clear()
@@ -207,6 +251,7 @@ class ResourceManager:
         if e is not None and e.state == _State.READY and e.placement is not None:
             self._orphan_locked(e.placement)  # HANDED ones are jobmgr's: its launcher releases what it drops
         self._entries.pop(gang_id, None)  # its heap items (waiting, ready) go stale
+        self._starved.pop(gang_id, None)
         self._handed.pop(gang_id, None)
         self._in_flight.discard(gang_id)
 
@@ -235,7 +280,10 @@ class ResourceManager:
     def _allocate_locked(self, g: GangRequest) -> None:
         self._release_alloc_locked(g.gang_id, g.attempt)
         total = g.total
-        self._alloc[g.gang_id] = (g.respool, total, g.attempt, g.preemptible)
+        usage = tuple((m.hostname, m.resources) for m in g.members) if all(m.hostname for m in g.members) else ()
+        self._alloc[g.gang_id] = Holding(g.respool, total, g.attempt, g.preemptible, g.priority, g.running_since,
+                                         usage if g.members else ())
+        self._pool_gangs.setdefault(g.respool, {})[g.gang_id] = None
         for p in chain(g.respool):
             _add(self._allocated, p, total)
         _add(self._own_alloc, g.respool, total)
@@ -244,10 +292,17 @@ class ResourceManager:
 
     def _release_alloc_locked(self, gang_id: str, up_to_attempt: int) -> bool:
         a = self._alloc.get(gang_id)
-        if a is None or a[2] > up_to_attempt:
+        if a is None or a.attempt > up_to_attempt:
             return False
         del self._alloc[gang_id]
-        pool, total, _, preemptible = a
+        pool, total, preemptible = a.pool, a.total, a.preemptible
+        mine = self._pool_gangs.get(pool)
+        if mine is not None:
+            mine.pop(gang_id, None)
+            if not mine:
+                del self._pool_gangs[pool]
+        self._preempting.pop(gang_id, None)
+        self._orders.pop(gang_id, None)
         for p in chain(pool):
             _sub(self._allocated, p, total)
         _sub(self._own_alloc, pool, total)
@@ -302,7 +357,7 @@ class ResourceManager:
             for gid, attempt in keys:
                 e = self._entries.get(gid)
                 a = self._alloc.get(gid)
-                if (e is None or e.req.attempt < attempt) and (a is None or a[2] < attempt):
+                if (e is None or e.req.attempt < attempt) and (a is None or a.attempt < attempt):
                     out.append((gid, attempt))
             return out
 
@@ -313,7 +368,8 @@ class ResourceManager:
             while True:
                 self._expire_handed_locked()
                 self._trim_ready_locked()
-                if self._ready or self._reasons:
+                self._order_again_locked()
+                if self._ready or self._reasons or self._orders:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -334,6 +390,20 @@ class ResourceManager:
             reasons = list(self._reasons.values())
             self._reasons.clear()
             return out, reasons
+
+    def take_preemptions(self) -> list[tuple[str, int, str]]:
+        """The gangs to preempt, each (gang id, attempt, reason), for jobmgr (with its placements)."""
+        with self._cond:
+            out = [(gid, attempt, reason) for gid, (attempt, reason) in self._orders.items()]
+            self._orders.clear()
+            return out
+
+    def _order_again_locked(self) -> None:
+        now = self.clock()
+        for gid, (attempt, at, reason) in self._preempting.items():
+            if now - at >= ORDER_AGAIN_S:
+                self._preempting[gid] = (attempt, now, reason)
+                self._orders[gid] = (attempt, reason)
 
     def ack_placements(self, done: Sequence[GangKey], retry: Sequence[GangKey]) -> None:
         now = self.clock()
@@ -380,7 +450,7 @@ class ResourceManager:
                 self._changed_locked()
             while True:
                 out = self._admit_locked(max_n)
-                if out or self._orphaned:
+                if out or self._orphaned or self._probes:
                     return out
                 left = deadline - time.monotonic()
                 if left <= 0:
@@ -391,6 +461,8 @@ class ResourceManager:
                     wait = min(wait, max(0.0, self._parked[0][0] - self.clock()))
                 if self._unpark and self._parked:
                     wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
+                if self._starved and self._settle_s is not None:
+                    wait = min(wait, max(0.05, self._next_probe_round - self.clock()))
                 self._cond.wait(wait)
 
     def _admit_locked(self, max_n: int) -> list[GangRequest]:
@@ -425,10 +497,12 @@ class ResourceManager:
                 continue  # stale heap item
             g = e.req
             reason = (admit(g.total, g.respool, self._pools, self._allocated)
-                      or entitled(g.total, g.respool, self._ent, self._allocated)
-                      or (None if g.preemptible else within_reservation(g.total, g.respool, self._pools,
-                                                                        self._pinned)))
+                      or entitled(g.total, g.respool, self._ent, self._allocated))
+            block = "pool"
+            if reason is None and not g.preemptible:
+                reason, block = within_reservation(g.total, g.respool, self._pools, self._pinned), "reservation"
             if reason is not None:
+                self._starve_locked(e, now, block)
                 self._set_reason_locked(e, reason)
                 e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
                 self._push_locked(e, now)
@@ -439,18 +513,111 @@ class ResourceManager:
             self._allocate_locked(e.req)
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             out.append(e.req)
+        self._probe_locked(now)
         return out
 
+    # --- preemption -----------------------------------------------------------------------------------------
+    def _starve_locked(self, e: _Entry, now: float, block: str) -> None:
+        e.block = block
+        if not e.starved_since:
+            e.starved_since = now
+            self._starved[e.req.gang_id] = None
+
+    def _pending_victims_locked(self, e: _Entry) -> list[str]:
+        if not e.waits_for:
+            return []
+        left = [v for v in e.waits_for if v in self._preempting]
+        if not left:
+            e.waits_for = ()
+        return left
+
+    def _probe_locked(self, now: float) -> None:
+        """Find the gangs that only preemption can start: the first starved gang of each pool's queue, past the
+        settling window, not already waiting for victims. Each becomes a probe for the placement engine."""
+        if self._settle_s is None or not self._starved or now < self._next_probe_round or self._capacity is None:
+            return
+        self._next_probe_round = now + PROBE_ROUND_EVERY_S
+        heads: dict[str, _Entry] = {}
+        for gid in list(self._starved):
+            e = self._entries.get(gid)
+            if e is None or not e.starved_since:
+                del self._starved[gid]
+                continue
+            if e.state != _State.WAITING:
+                continue
+            cur = heads.get(e.req.respool)
+            if cur is None or e.order() < cur.order():
+                heads[e.req.respool] = e
+        for e in sorted(heads.values(), key=_Entry.order):
+            if len(self._probes) >= MAX_PROBES:
+                break
+            if (now - e.starved_since < self._settle_s or now - e.probed_at < PROBE_EVERY_S
+                    or e.block == "reservation" or self._pending_victims_locked(e)):
+                continue
+            e.probed_at = now
+            g = e.req
+            excluded = self._preempting
+            cands: list[str] = []
+            if e.block == "hosts":  # within its entitlement: other pools over theirs give back first
+                need = Resources()
+                cands = reclaim_candidates(g.total, g.respool, self._alloc, self._pool_gangs, self._own_alloc,
+                                           self._ent, self._capacity, excluded)
+            else:
+                need = shortfall(g.total, g.respool, self._pools, self._ent, self._allocated)
+            cands += priority_candidates(g.priority, g.respool, self._alloc, self._pool_gangs.get(g.respool, ()),
+                                         excluded)
+            if cands:
+                self._probes.append(Probe(g, tuple((c, self._alloc[c]) for c in cands[:MAX_CANDIDATES]), need))
+
+    def take_probes(self) -> list[Probe]:
+        """The probes for the placement engine (taken with a dequeue)."""
+        with self._cond:
+            out, self._probes = self._probes, []
+            return out
+
+    def _preempt_locked(self, gang_id: str, attempt: int, victims: Sequence[tuple[str, int]], now: float) -> None:
+        """The placement engine chose `victims` for the waiting gang: order them preempted, unless anything moved
+        on meanwhile (then the gang simply asks again)."""
+        e = self._entries.get(gang_id)
+        if e is None or e.req.attempt != attempt or e.state != _State.WAITING or not victims:
+            return
+        for gid, a in victims:
+            h = self._alloc.get(gid)
+            if h is None or h.attempt != a or gid in self._preempting or not h.preemptible:
+                return
+        names = []
+        for gid, a in victims:
+            h = self._alloc[gid]
+            kind = "priority" if h.pool == e.req.respool else "reclaim"
+            reason = (f"for gang {gang_id} of pool {e.req.respool} (priority {e.req.priority})" if kind == "priority"
+                      else f"pool {h.pool} is over its entitlement and pool {e.req.respool} needs its share back "
+                           f"for gang {gang_id}")
+            self._preempting[gid] = (a, now, reason)
+            self._orders[gid] = (a, reason)
+            PREEMPTIONS.labels(h.pool, kind).inc()
+            names.append(gid)
+        e.waits_for = tuple(names)
+        self._set_reason_locked(e, "")
+        self._cond.notify_all()
+
     def _set_reason_locked(self, e: _Entry, reason: str) -> None:
+        left = self._pending_victims_locked(e)
+        if left:
+            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
+            reason = f"waiting for preempted gangs to exit: {', '.join(left[:5])}{more}"
+        if not reason:
+            return
         if e.reason != reason:
             e.reason = reason
             self._reasons[e.req.gang_id] = PlacementFailure(e.req.gang_id, e.req.job_id, e.req.attempt, reason)
             self._cond.notify_all()
 
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
-                       stale: Sequence[PlacementFailure] = ()) -> None:
+                       stale: Sequence[PlacementFailure] = (),
+                       preemptions: Sequence[tuple[GangKey, Sequence[GangKey]]] = ()) -> None:
         """Placed (and claimed) gangs go to jobmgr; failed ones back to the queue with their reason (retried after
-        a back-off), stale ones (refused at claim) back at once."""
+        a back-off), stale ones (refused at claim) back at once. `preemptions`: victims the placement engine chose
+        for a waiting gang (a probe's answer)."""
         now = self.clock()
         with self._cond:
             for p in placements:
@@ -460,6 +627,11 @@ class ResourceManager:
                     continue
                 e.state = _State.READY
                 e.placement = p
+                self._starved.pop(p.gang_id, None)
+                h = self._alloc.get(p.gang_id)
+                if h is not None and h.attempt == p.attempt:
+                    h.usage = tuple((m.hostname, m.resources) for m in p.members)
+                    h.since = now
                 heapq.heappush(self._ready, (e.order(), e.seq, p.gang_id))
             for f, backoff in [(f, RETRY_AFTER_FAILED_PLACEMENT_S) for f in failures] + [(f, 0.0) for f in stale]:
                 e = self._entries.get(f.gang_id)
@@ -468,8 +640,11 @@ class ResourceManager:
                 self._release_alloc_locked(f.gang_id, f.attempt)
                 e.not_before = now + backoff
                 if backoff:
+                    self._starve_locked(e, now, "hosts")
                     self._set_reason_locked(e, f.reason)
                 self._push_locked(e, now)
+            for (gid, attempt), victims in preemptions:
+                self._preempt_locked(gid, attempt, victims, now)
             QUEUED.set(len(self._entries))
             self._cond.notify_all()
 

@@ -36,7 +36,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
                                 convert.vec_from_proto(request.capacity) if request.HasField("capacity") else None)
         return internal_pb2.DequeueGangsResponse(
             gangs=[convert.gang_request_to_proto(g) for g in gangs],
-            release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()])
+            release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()],
+            probes=[convert.probe_to_proto(p.gang, p.candidates, p.need) for p in self.rm.take_probes()])
 
     @grpc_errors
     def SetPlacements(self, request, context):  # type: ignore[no-untyped-def]
@@ -44,6 +45,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             [convert.placement_from_proto(p) for p in request.placements],
             [convert.failure_from_proto(f) for f in request.failures if not f.stale],
             [convert.failure_from_proto(f) for f in request.failures if f.stale],
+            [((p.gang.gang_id, p.gang.attempt), [(v.gang_id, v.attempt) for v in p.victims])
+             for p in request.preemptions],
         )
         return internal_pb2.SetPlacementsResponse()
 
@@ -55,6 +58,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
         return internal_pb2.GetPlacementsResponse(
             placements=[convert.placement_to_proto(p) for p in placements],
             pending=[convert.failure_to_proto(f) for f in pending],
+            preempt=[internal_pb2.PreemptGang(gang_id=g, attempt=a, reason=r) for g, a, r in self.rm.take_preemptions()],
         )
 
     @grpc_errors

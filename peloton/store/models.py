@@ -61,6 +61,7 @@ class GangRow(Base):
     reason: Mapped[str] = mapped_column(Text, nullable=False)
     launch_deadline: Mapped[float] = mapped_column(Double, nullable=False)
     updated_at: Mapped[float] = mapped_column(Double, nullable=False)
+    preemptions: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
 
     __table_args__ = (Index("ix_gangs_state", "state"),)
 

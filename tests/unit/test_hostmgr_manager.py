@@ -68,7 +68,7 @@ class FakeBackend:
                 self.launched.append(t.task_id)
         return [LaunchResult(g.gang_id, g.attempt, LaunchOutcome.OK) for g in gangs]
 
-    def kill(self, task_ids: Sequence[str]) -> None:
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         self.killed += task_ids
 
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:

@@ -31,17 +31,19 @@ class InternalConstraint(_message.Message):
     def __init__(self, attribute: _Optional[str] = ..., op: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
 
 class Member(_message.Message):
-    __slots__ = ("instance", "task_id", "resources")
+    __slots__ = ("instance", "task_id", "resources", "hostname")
     INSTANCE_FIELD_NUMBER: _ClassVar[int]
     TASK_ID_FIELD_NUMBER: _ClassVar[int]
     RESOURCES_FIELD_NUMBER: _ClassVar[int]
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
     instance: int
     task_id: str
     resources: ResourceVector
-    def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
+    hostname: str
+    def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., hostname: _Optional[str] = ...) -> None: ...
 
 class GangRequest(_message.Message):
-    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running", "preemptible")
+    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running", "preemptible", "running_since")
     GANG_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -53,6 +55,7 @@ class GangRequest(_message.Message):
     ENQUEUED_AT_FIELD_NUMBER: _ClassVar[int]
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
+    RUNNING_SINCE_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     job_id: str
     attempt: int
@@ -64,7 +67,8 @@ class GangRequest(_message.Message):
     enqueued_at: float
     running: bool
     preemptible: bool
-    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ..., preemptible: _Optional[bool] = ...) -> None: ...
+    running_since: float
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ..., preemptible: _Optional[bool] = ..., running_since: _Optional[float] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("instance", "task_id", "hostname", "address", "resources", "gpu_ids", "ports")
@@ -140,20 +144,56 @@ class DequeueGangsRequest(_message.Message):
     def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
 
 class DequeueGangsResponse(_message.Message):
-    __slots__ = ("gangs", "release_claims")
+    __slots__ = ("gangs", "release_claims", "probes")
     GANGS_FIELD_NUMBER: _ClassVar[int]
     RELEASE_CLAIMS_FIELD_NUMBER: _ClassVar[int]
+    PROBES_FIELD_NUMBER: _ClassVar[int]
     gangs: _containers.RepeatedCompositeFieldContainer[GangRequest]
     release_claims: _containers.RepeatedCompositeFieldContainer[GangKey]
-    def __init__(self, gangs: _Optional[_Iterable[_Union[GangRequest, _Mapping]]] = ..., release_claims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
+    probes: _containers.RepeatedCompositeFieldContainer[PreemptionProbe]
+    def __init__(self, gangs: _Optional[_Iterable[_Union[GangRequest, _Mapping]]] = ..., release_claims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[PreemptionProbe, _Mapping]]] = ...) -> None: ...
+
+class Victim(_message.Message):
+    __slots__ = ("gang_id", "attempt", "members")
+    GANG_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    gang_id: str
+    attempt: int
+    members: _containers.RepeatedCompositeFieldContainer[Assignment]
+    def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+
+class PreemptionProbe(_message.Message):
+    __slots__ = ("gang", "candidates", "need", "kind")
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    CANDIDATES_FIELD_NUMBER: _ClassVar[int]
+    NEED_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    gang: GangRequest
+    candidates: _containers.RepeatedCompositeFieldContainer[Victim]
+    need: ResourceVector
+    kind: str
+    def __init__(self, gang: _Optional[_Union[GangRequest, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Victim, _Mapping]]] = ..., need: _Optional[_Union[ResourceVector, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
+
+class Preemption(_message.Message):
+    __slots__ = ("gang", "victims", "kind")
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    VICTIMS_FIELD_NUMBER: _ClassVar[int]
+    KIND_FIELD_NUMBER: _ClassVar[int]
+    gang: GangKey
+    victims: _containers.RepeatedCompositeFieldContainer[GangKey]
+    kind: str
+    def __init__(self, gang: _Optional[_Union[GangKey, _Mapping]] = ..., victims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ..., kind: _Optional[str] = ...) -> None: ...
 
 class SetPlacementsRequest(_message.Message):
-    __slots__ = ("placements", "failures")
+    __slots__ = ("placements", "failures", "preemptions")
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     placements: _containers.RepeatedCompositeFieldContainer[Placement]
     failures: _containers.RepeatedCompositeFieldContainer[Failure]
-    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ...) -> None: ...
+    preemptions: _containers.RepeatedCompositeFieldContainer[Preemption]
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preemptions: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ...) -> None: ...
 
 class SetPlacementsResponse(_message.Message):
     __slots__ = ()
@@ -168,12 +208,24 @@ class GetPlacementsRequest(_message.Message):
     def __init__(self, max: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
 
 class GetPlacementsResponse(_message.Message):
-    __slots__ = ("placements", "pending")
+    __slots__ = ("placements", "pending", "preempt")
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
+    PREEMPT_FIELD_NUMBER: _ClassVar[int]
     placements: _containers.RepeatedCompositeFieldContainer[Placement]
     pending: _containers.RepeatedCompositeFieldContainer[Failure]
-    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ...) -> None: ...
+    preempt: _containers.RepeatedCompositeFieldContainer[PreemptGang]
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preempt: _Optional[_Iterable[_Union[PreemptGang, _Mapping]]] = ...) -> None: ...
+
+class PreemptGang(_message.Message):
+    __slots__ = ("gang_id", "attempt", "reason")
+    GANG_ID_FIELD_NUMBER: _ClassVar[int]
+    ATTEMPT_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    gang_id: str
+    attempt: int
+    reason: str
+    def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class GangKey(_message.Message):
     __slots__ = ("gang_id", "attempt")
@@ -409,10 +461,12 @@ class LaunchGangsResponse(_message.Message):
     def __init__(self, results: _Optional[_Iterable[_Union[LaunchResult, _Mapping]]] = ...) -> None: ...
 
 class KillTasksRequest(_message.Message):
-    __slots__ = ("task_ids",)
+    __slots__ = ("task_ids", "grace_s")
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    GRACE_S_FIELD_NUMBER: _ClassVar[int]
     task_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    grace_s: float
+    def __init__(self, task_ids: _Optional[_Iterable[str]] = ..., grace_s: _Optional[float] = ...) -> None: ...
 
 class KillTasksResponse(_message.Message):
     __slots__ = ()

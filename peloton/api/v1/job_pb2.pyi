@@ -70,14 +70,16 @@ class GangSpec(_message.Message):
     def __init__(self, min_available: _Optional[int] = ..., on_member_failure: _Optional[str] = ..., launch_timeout: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class SlaSpec(_message.Message):
-    __slots__ = ("priority", "preemptible", "max_runtime")
+    __slots__ = ("priority", "preemptible", "max_runtime", "preemption_grace")
     PRIORITY_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
     MAX_RUNTIME_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTION_GRACE_FIELD_NUMBER: _ClassVar[int]
     priority: int
     preemptible: bool
     max_runtime: _duration_pb2.Duration
-    def __init__(self, priority: _Optional[int] = ..., preemptible: _Optional[bool] = ..., max_runtime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+    preemption_grace: _duration_pb2.Duration
+    def __init__(self, priority: _Optional[int] = ..., preemptible: _Optional[bool] = ..., max_runtime: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ..., preemption_grace: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
 
 class RetrySpec(_message.Message):
     __slots__ = ("max_attempts",)
@@ -126,18 +128,20 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., respool: _Optional[str] = ..., instances: _Optional[int] = ..., gang: _Optional[_Union[GangSpec, _Mapping]] = ..., sla: _Optional[_Union[SlaSpec, _Mapping]] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., placement: _Optional[_Union[PlacementSpec, _Mapping]] = ..., retry: _Optional[_Union[RetrySpec, _Mapping]] = ...) -> None: ...
 
 class GangStatus(_message.Message):
-    __slots__ = ("index", "instances", "state", "attempt", "reason")
+    __slots__ = ("index", "instances", "state", "attempt", "reason", "preemptions")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
+    PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     index: int
     instances: _containers.RepeatedScalarFieldContainer[int]
     state: str
     attempt: int
     reason: str
-    def __init__(self, index: _Optional[int] = ..., instances: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ...) -> None: ...
+    preemptions: int
+    def __init__(self, index: _Optional[int] = ..., instances: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., preemptions: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("state", "desired_state", "reason", "gangs", "task_states", "created_at", "updated_at", "completed_at", "gang_count", "gang_states")

@@ -142,6 +142,7 @@ class _Task:
     deferred: TaskStatus | None = None  # a terminal status that arrived before RUNNING was reported
     aborted: bool = False  # stopped as part of a failed launch: its end is not reported
     kill_wall: float | None = None  # time.time() of the kill request
+    kill_grace: float | None = None  # its SIGTERM-to-SIGKILL grace (None: the backend's default)
     sigkill_sent: bool = False
     exited: bool = False
 
@@ -155,6 +156,8 @@ class _Task:
             rec["pid"] = self.pid
         if self.kill_wall is not None:
             rec["kill"] = self.kill_wall
+        if self.kill_grace is not None:
+            rec["grace"] = self.kill_grace
         return rec
 
 
@@ -410,17 +413,18 @@ class LocalBackend:
         return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED,
                             message="killed before it started")
 
-    def kill(self, task_ids: Sequence[str]) -> None:
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         records: list[Record] = []
         signal_now: list[_Task] = []
         wall, mono = time.time(), time.monotonic()
+        grace = self._kill_grace_s if grace_s is None else grace_s
         with self._lock:
             for tid in task_ids:
                 t = self._tasks.get(tid)
                 if t is None or t.kill_wall is not None or t.aborted:
                     continue
-                t.kill_wall = wall
-                records.append({"op": "kill", "task": tid, "kill": wall})
+                t.kill_wall, t.kill_grace = wall, grace_s
+                records.append({"op": "kill", "task": tid, "kill": wall, "grace": grace})
                 if t.pid:
                     signal_now.append(t)
         for t in signal_now:
@@ -428,7 +432,7 @@ class LocalBackend:
             # a SIGTERM that lands while the wrapper is forking the command's shell is caught by the wrapper's
             # inherited handler in the child and lost; the window is microseconds wide, so one repeat suffices
             self._monitor.call_at(mono + TERM_AGAIN_S, t.task_id + _TERM_AGAIN)
-            self._monitor.call_at(mono + self._kill_grace_s, t.task_id)
+            self._monitor.call_at(mono + grace, t.task_id)
         self._journal.append(records)
 
     # ----------------------------------------------------------------------------------------------- internals
@@ -579,6 +583,7 @@ class LocalBackend:
             if pid == 0 and sandbox.is_dir():
                 pid = self._wait_for_pid(sandbox)
             kill_wall = float(e["kill"]) if isinstance(e.get("kill"), (int, float)) else None
+            kill_grace = float(e["grace"]) if isinstance(e.get("grace"), (int, float)) else None
             pidfd = _open_wrapper(pid, sandbox) if pid > 0 else None
             alive = pidfd is not None
             host = self._hosts.get(hostname)
@@ -603,13 +608,14 @@ class LocalBackend:
                                                          int(res[4])),
                                 tuple(int(g) for g in e.get("gpus") or ()), tuple(int(p) for p in e.get("ports") or ()))
             t = _Task(tid, str(e.get("job", "")), int(e.get("instance", 0)), int(e.get("attempt", 0)), hostname,
-                      sandbox, usage, pid=pid, kill_wall=kill_wall)
+                      sandbox, usage, pid=pid, kill_wall=kill_wall, kill_grace=kill_grace)
             self._tasks[tid] = t
             assert host is not None and pidfd is not None
             host.add(usage)
             self._monitor.watch_fd(tid, pidfd)  # an end meanwhile is seen as soon as the monitor runs
-            if kill_wall is not None:
-                self._monitor.call_at(time.monotonic() + self._kill_grace_s, tid)
+            if kill_wall is not None:  # what is left of its grace (the daemon was down for part of it)
+                grace = self._kill_grace_s if kill_grace is None else kill_grace
+                self._monitor.call_at(time.monotonic() + max(0.0, kill_wall + grace - time.time()), tid)
             log.info("local backend: adopted running task %s (pid %d) on %s", tid, pid, hostname)
         return out
 

@@ -316,7 +316,7 @@ class MesosBackend:
             labels={"peloton_job": m.job_id, "peloton_attempt": str(m.attempt)},
         )
 
-    def kill(self, task_ids: Sequence[str]) -> None:
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         now = self.clock()
         sends = []
         with self._lock:
@@ -329,7 +329,8 @@ class MesosBackend:
                 t.kill_sent_at = now
                 sends.append(t)
         for t in sends:
-            self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None))  # noqa: B023 - called at once
+            # the executor sends SIGTERM, then SIGKILL after the grace (a KillPolicy); absent: the task's own
+            self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None, grace_s))  # noqa: B023
 
     def reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         """Ask the master about each task and wait (bounded) for its answers. Tasks without an answer are left

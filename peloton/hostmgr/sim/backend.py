@@ -338,8 +338,8 @@ class SimBackend:
             self._report(st)
         return LaunchResult(g.gang_id, g.attempt, LaunchOutcome.OK)
 
-    def kill(self, task_ids: Sequence[str]) -> None:
-        """End each task now with KILLED (a simulated task stops at once). A task whose gang has not started yet
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
+        """End each task now with KILLED (a simulated task stops at once, whatever its grace). A task whose gang has not started yet
         is never started. Unknown ids are ignored."""
         out: list[TaskStatus] = []
         with self._lock:

@@ -1,0 +1,194 @@
+"""Whole-gang preemption through the CLI and the real daemon (SQLite and PostgreSQL; the local backend with two
+simulated hosts of 4 cpu, 4Gi, 2 GPUs: 4 GPUs in all). The settling window is 1 s here (10 s by default).
+
+- reclaim: pool /b fills the cluster while /a is idle; /a submits and gets its reservation back within settling
+  window + grace + a few seconds; /b's victim is preempted whole (no gang is ever seen RUNNING with a member that
+  is not), its members had their grace (one traps SIGTERM and writes a file), and it runs again later as a new
+  run that used up no attempt (its job allows one);
+- priority: a high-priority gang preempts the lower-priority gang of its pool that has run the shortest time;
+- kill -9 of the daemon while a victim is in its grace period: the preemption is finished after the restart.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.harness import Daemon, kill_sandboxed_processes, wait_until
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class PreemptDaemon(Daemon):
+    def server_args(self) -> list[str]:
+        return [*super().server_args(), "--preemption-settle", "1"]
+
+
+@pytest.fixture
+def pd(db_url: str, tmp_path: Path) -> Iterator[PreemptDaemon]:
+    d = PreemptDaemon(tmp_path / "data", db_url)
+    try:
+        d.start()
+        yield d
+    finally:
+        d.stop()
+        kill_sandboxed_processes(d.data_dir)
+
+
+def _job(pool: str, name: str, command: str, *, priority: int = 0, grace: str = "5s", attempts: int = 1) -> str:
+    return (f"name: {name}\nrespool: {pool}\ninstances: 2\n"
+            f"sla: {{priority: {priority}, preemption_grace: {grace}}}\nretry: {{max_attempts: {attempts}}}\n"
+            f"task: {{command: '{command}', resources: {{cpu: 0.5, mem: 64Mi, gpu: 1}}}}\n")
+
+
+class GangSampler:
+    """Samples every job's gangs until stopped; records any gang seen RUNNING with a member that is not."""
+
+    def __init__(self, d: Daemon, jobs: list[str]) -> None:
+        self.d, self.jobs, self.partial, self.samples = d, jobs, [], 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            for j in list(self.jobs):
+                r = self.d.cli("job", "get", j, "-o", "json", check=False)
+                if r.returncode != 0:
+                    continue  # the daemon is restarting
+                got: dict[str, Any] = json.loads(r.stdout)
+                for g in got["status"].get("gangs", []):
+                    members = [t for t in got.get("tasks", []) if t["instance"] in g["instances"]]
+                    if g["state"] == "RUNNING" and any(t["state"] not in ("RUNNING", "SUCCEEDED") for t in members):
+                        self.partial.append((j, g, [t["state"] for t in members]))
+                self.samples += 1
+            time.sleep(0.1)
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(30)
+
+
+def _preempted_because(d: Daemon, job: str) -> str:
+    """The reason member 0's history gives for its preemption."""
+    events = json.loads(d.cli("task", "get", job, "0", "-o", "json").stdout)["events"]
+    why = [e["reason"] for e in events if e["state"] == "PREEMPTING"]
+    assert why, events
+    return str(why[0])
+
+
+def _gang(d: Daemon, job: str) -> dict[str, Any]:
+    return d.job(job)["status"]["gangs"][0]  # type: ignore[no-any-return]
+
+
+def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: PreemptDaemon,
+                                                                            tmp_path: Path) -> None:
+    d = pd
+    wait_until(lambda: "entitlement" in json.loads(d.cli("pool", "get", "/", "-o", "json").stdout),
+               what="the cluster's capacity reported")
+    d.cli("pool", "create", "/a", "--reservation", "gpu=2")
+    d.cli("pool", "create", "/b")
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    marks.chmod(0o777)
+    # each /b member writes a file when it gets SIGTERM (with the grace it was given), then exits
+    trap = (f"trap \"echo $PELOTON_PREEMPTION_GRACE > {marks}/term-$PELOTON_TASK_ID; exit 0\" TERM; "
+            f"echo up > {marks}/up-$PELOTON_TASK_ID; sleep 300 & wait")
+    b1 = d.create(_job("/b", "b1", trap), tmp_path)
+    d.wait_state(b1, "RUNNING")
+    b2 = d.create(_job("/b", "b2", trap), tmp_path)
+    d.wait_state(b2, "RUNNING")  # /b holds all 4 GPUs: /a is idle, so /b is entitled to them
+    sampler = GangSampler(d, [b1, b2])
+    try:
+        t0 = time.monotonic()
+        a = d.create(_job("/a", "a", "sleep 4"), tmp_path)
+        sampler.jobs.append(a)
+        d.wait_state(a, "RUNNING", timeout=1 + 5 + 20)
+        took = time.monotonic() - t0
+        # the shortest-running of /b's gangs (b2) was preempted, whole; b1 runs on
+        g2 = _gang(d, b2)
+        assert g2["state"] in ("PREEMPTED", "ADMITTED", "LAUNCHING", "RUNNING"), g2
+        assert g2["preemptions"] == 1 and g2["attempt"] == 2, g2
+        assert _gang(d, b1)["state"] == "RUNNING" and _gang(d, b1)["attempt"] == 1
+        # its members had SIGTERM and were told their grace
+        for i in (0, 1):
+            assert (marks / f"term-{b2}-{i}-1").read_text().strip() == "5"
+        assert not list(marks.glob(f"term-{b1}-*"))
+        assert _gang(d, b2)["reason"].startswith("preempted, queued again; waiting for admission: over pool /b's "
+                                                 "entitlement"), _gang(d, b2)
+        # the history says why
+        assert _preempted_because(d, b2) == (f"preempted: pool /b is over its entitlement and pool /a needs its "
+                                             f"share back for gang {a}/0")
+        # /a runs at its reservation
+        pool_a = json.loads(d.cli("pool", "get", "/a", "-o", "json").stdout)
+        assert pool_a["allocated"]["gpu"] == 2
+        # once /a is done, b2 runs again as run 2, although its job allows a single attempt
+        d.wait_state(a, "SUCCEEDED", timeout=30)
+        wait_until(lambda: (marks / f"up-{b2}-0-2").exists() and (marks / f"up-{b2}-1-2").exists(), 30,
+                   what="b2's second run")
+        d.wait_state(b2, "RUNNING")
+        assert {t["attempt"] for t in d.tasks(b2)} == {2}
+    finally:
+        sampler.stop()
+    assert sampler.samples > 10 and not sampler.partial, sampler.partial
+    print(f"reclaim: /a running {took:.1f}s after its submission (settle 1s, grace 5s)")
+    for j in (b1, b2):
+        d.cli("job", "stop", j)
+
+
+def test_priority_preempts_the_lower_priority_gang_that_ran_shortest(pd: PreemptDaemon, tmp_path: Path) -> None:
+    d = pd
+    low1 = d.create(_job("/", "low1", "sleep 300", priority=1), tmp_path)
+    d.wait_state(low1, "RUNNING")
+    low2 = d.create(_job("/", "low2", "sleep 300", priority=1), tmp_path)
+    d.wait_state(low2, "RUNNING")
+    # equal priority waits: it never preempts
+    same = d.create(_job("/", "same", "sleep 300", priority=1), tmp_path)
+    high = d.create(_job("/", "high", "sleep 300", priority=5, grace="1s"), tmp_path)
+    d.wait_state(high, "RUNNING", timeout=20)
+    assert _gang(d, low2)["preemptions"] == 1 and _gang(d, low2)["state"] == "PREEMPTED"
+    assert _gang(d, low1)["state"] == "RUNNING" and _gang(d, same)["state"] == "QUEUED"
+    assert _gang(d, low2)["reason"].startswith("preempted, queued again; "), _gang(d, low2)
+    assert _preempted_because(d, low2) == f"preempted: for gang {high}/0 of pool / (priority 5)"
+    queue = d.cli("queue").stdout
+    assert low2 in queue and same in queue, queue
+    for j in (low1, low2, same, high):
+        d.cli("job", "stop", j)
+
+
+def test_kill9_during_a_preemption_finishes_it_after_the_restart(pd: PreemptDaemon, tmp_path: Path) -> None:
+    d = pd
+    # the victim ignores SIGTERM: it holds its GPUs for its whole grace, and is then killed
+    victim = d.create(_job("/", "victim", "trap \"\" TERM; sleep 300", grace="8s"), tmp_path)
+    d.wait_state(victim, "RUNNING")
+    filler = d.create(_job("/", "filler", "sleep 300", priority=0), tmp_path)
+    d.wait_state(filler, "RUNNING")
+    # the filler ran shorter, so it would go first: make the victim the only lower-priority gang
+    d.cli("job", "stop", filler)
+    d.wait_state(filler, "KILLED")
+    other = d.create(_job("/", "other", "sleep 300", priority=9), tmp_path)
+    d.wait_state(other, "RUNNING")
+    high = d.create(_job("/", "high", "sleep 300", priority=5), tmp_path)
+    wait_until(lambda: _gang(d, victim)["state"] == "PREEMPTING", 20, what="the victim preempting")
+    d.kill9()
+    d.start()
+    sampler = GangSampler(d, [victim, high, other])
+    try:
+        d.wait_state(high, "RUNNING", timeout=30)
+        g = _gang(d, victim)
+        assert g["state"] == "PREEMPTED" and g["preemptions"] == 1, g
+        assert {t["state"] for t in d.tasks(victim)} == {"PENDING"}
+        assert _gang(d, other)["attempt"] == 1
+    finally:
+        sampler.stop()
+    assert not sampler.partial, sampler.partial
+    for j in (victim, high, other):
+        d.cli("job", "stop", j)
