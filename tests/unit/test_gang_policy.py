@@ -40,7 +40,7 @@ def place(jv: JobView, idx: int = 0, now: float = T0 + 1) -> GangView:
     """What the launcher does for an accepted placement: the write-ahead intent."""
     gv = jv.gangs[idx]
     g = gv.gang
-    assert g.state in (G.QUEUED, G.ADMITTED)
+    assert g.state.waiting
     members = tuple(MemberAssignment(t.instance, t.task_id, f"host-{t.instance}", "127.0.0.1", jv.spec.resources,
                                      (), (31000 + t.instance,)) for t in gv.members())
     eff = policy.launch_intent(jv, GangPlacement(g.gang_id, JOB, g.attempt, members), now)
@@ -875,3 +875,99 @@ def test_effects_merge_concatenates() -> None:
     assert a.restarts == 3
     assert a.kill == ["a", "b"] and a.release == [("g", 1), ("h", 2)]
     assert a.enqueue == [("j", 0), ("j", 2)] and a.adopt == [("j", 1), ("j", 3)]
+
+
+# --- preemption ---------------------------------------------------------------------------------------------
+def test_a_preempted_gang_gets_its_grace_then_goes_back_to_its_queue_without_using_an_attempt() -> None:
+    jv = make_view(make_spec(2, max_attempts=1, preemption_grace_s=7.0))
+    gv = place(jv, now=T0)
+    run_all(jv)
+    eff = policy.preempt_gang(jv, gv, 1, T0 + 10, "for gang x/0 of pool / (priority 5)")
+    assert eff.preempt == [(task_id_for(JOB, 0, 1), 7.0), (task_id_for(JOB, 1, 1), 7.0)] and eff.kill == []
+    assert gv.gang.state == G.PREEMPTING and states(gv) == [T.PREEMPTING] * 2
+    assert gv.gang.reason == "preempted: for gang x/0 of pool / (priority 5)"
+    assert eff.events[-1].reason == "preempted: for gang x/0 of pool / (priority 5)"
+    # a second order for the same run changes nothing; one for another run neither
+    assert policy.preempt_gang(jv, gv, 1, T0 + 11, "again") == Effects()
+    # a member that checkpoints and exits 0 in its grace, one killed at its end: the run is over, whole
+    apply(jv, 0, T.SUCCEEDED, T0 + 12, exit_code=0)
+    assert gv.gang.state == G.PREEMPTING
+    eff = apply(jv, 1, T.KILLED, T0 + 17)
+    assert gv.gang.state == G.PREEMPTED and gv.gang.attempt == 2 and gv.gang.preemptions == 1
+    assert policy.attempts_used(gv.gang) == 1
+    assert states(gv) == [T.PENDING] * 2 and {t.task_id for t in gv.members()} == {f"{JOB}-0-2", f"{JOB}-1-2"}
+    assert eff.release == [(gv.gang.gang_id, 1)] and eff.enqueue == [(JOB, 0)]
+    assert jv.job.state == J.PENDING and jv.unsucceeded == 0
+    # why it waits now keeps saying it was preempted
+    policy.set_pending_reason(jv, 0, 2, "waiting for admission: over pool /b's entitlement", T0 + 18)
+    assert gv.gang.reason == "preempted, queued again; waiting for admission: over pool /b's entitlement"
+    # run 2 is placed and fails: its job allows one attempt, and this is the first that counts
+    place(jv, now=T0 + 20)
+    run_all(jv, now=T0 + 21)
+    apply(jv, 0, T.FAILED, T0 + 22)
+    assert gv.gang.state == G.ABORTING and "failed on attempt 1 of 1" in jv.job.reason
+
+
+def test_preemption_is_refused_for_another_run_a_stopped_job_or_a_gang_not_running() -> None:
+    jv = make_view(make_spec(2))
+    gv = jv.gangs[0]
+    assert policy.preempt_gang(jv, gv, 1, T0, "x") == Effects()  # queued: nothing to preempt
+    place(jv)
+    run_all(jv)
+    assert policy.preempt_gang(jv, gv, 2, T0, "x") == Effects()
+    pinned = make_view(make_spec(2, preemptible=False))
+    place(pinned)
+    run_all(pinned)
+    assert policy.preempt_gang(pinned, pinned.gangs[0], 1, T0, "x") == Effects()
+    policy.stop_job(jv, T0 + 3)
+    assert policy.preempt_gang(jv, gv, 1, T0 + 4, "x") == Effects()
+
+
+def test_a_job_stopped_during_a_preemption_ends_and_is_not_queued_again() -> None:
+    jv = make_view(make_spec(2))
+    gv = place(jv)
+    run_all(jv)
+    policy.preempt_gang(jv, gv, 1, T0 + 5, "x")
+    eff = policy.stop_job(jv, T0 + 6)
+    assert gv.gang.state == G.ABORTING and states(gv) == [T.KILLING] * 2
+    assert sorted(eff.kill) == [f"{JOB}-0-1", f"{JOB}-1-1"]
+    apply(jv, 0, T.KILLED, T0 + 7)
+    eff = apply(jv, 1, T.KILLED, T0 + 7)
+    assert gv.gang.state == G.DONE and eff.enqueue == [] and jv.job.state == J.KILLED
+
+
+def test_a_member_seen_running_again_during_a_preemption_stays_preempting() -> None:
+    jv = make_view(make_spec(2))
+    gv = place(jv)
+    apply(jv, 0, T.RUNNING)  # member 1 still launching
+    policy.preempt_gang(jv, gv, 1, T0 + 5, "x")
+    assert states(gv) == [T.PREEMPTING, T.PREEMPTING]
+    eff = apply(jv, 1, T.RUNNING, T0 + 6)  # its RUNNING arrives late: still to be stopped
+    assert states(gv) == [T.PREEMPTING, T.PREEMPTING] and eff.kill == [] and eff.preempt == []
+
+
+def test_recover_finishes_a_preemption_the_crash_interrupted() -> None:
+    jv = make_view(make_spec(3, preemption_grace_s=9.0))
+    gv = place(jv)
+    run_all(jv)
+    policy.preempt_gang(jv, gv, 1, T0 + 5, "x")
+    # down meanwhile: member 0 ended; 1 and 2 still in their grace
+    ids = [t.task_id for t in gv.members()]
+    statuses = {ids[0]: TaskStatus(ids[0], T.KILLED, T0 + 6, "host-0"),
+                ids[1]: TaskStatus(ids[1], T.RUNNING, T0 + 6, "host-1"),
+                ids[2]: TaskStatus(ids[2], T.RUNNING, T0 + 6, "host-2")}
+    eff = policy.recover(jv, statuses, T0 + 7)
+    assert gv.gang.state == G.PREEMPTING and states(gv) == [T.KILLED, T.PREEMPTING, T.PREEMPTING]
+    assert eff.preempt == [(ids[1], 9.0), (ids[2], 9.0)]  # told again (a kill lost in the crash)
+    assert eff.adopt == [(JOB, 0)] and eff.enqueue == []  # its allocation stays counted until it has ended
+    apply(jv, 1, T.KILLED, T0 + 8)
+    apply(jv, 2, T.KILLED, T0 + 9)
+    assert gv.gang.state == G.PREEMPTED and gv.gang.preemptions == 1
+    # all ended while the daemon was down: queued again at recovery
+    jv = make_view(make_spec(2))
+    gv = place(jv)
+    run_all(jv)
+    policy.preempt_gang(jv, gv, 1, T0 + 5, "x")
+    ids = [t.task_id for t in gv.members()]
+    eff = policy.recover(jv, {i: TaskStatus(i, T.KILLED, T0 + 6, "h") for i in ids}, T0 + 7)
+    assert gv.gang.state == G.PREEMPTED and eff.enqueue == [(JOB, 0)] and eff.adopt == []
