@@ -148,6 +148,9 @@ class _Entry:
         return -self.req.priority, self.req.enqueued_at, self.req.gang_id
 
 
+_Item = tuple[tuple[int, float, str], int, str]  # (order, seq, gang id): a queue's heap item
+
+
 class ResourceManager:
     def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
                  preemption_settle_s: float | None = DEFAULT_PREEMPTION_SETTLE_S):
@@ -157,7 +160,7 @@ class ResourceManager:
         self._settle_s = preemption_settle_s
         self._cond = threading.Condition()
         self._entries: dict[str, _Entry] = {}  # gang id -> its current attempt's entry
-        self._heap: list[tuple[tuple[int, float, str], int, str]] = []  # WAITING entries by order
+        self._queues: dict[str, list[_Item]] = {}  # pool -> its WAITING entries by order (a heap; lazy deletion)
         self._parked: list[tuple[float, int, str]] = []  # WAITING entries not before a time
         self._ready: list[tuple[tuple[int, float, str], int, str]] = []  # READY entries by order (lazy heap)
         self._handed: dict[str, None] = {}  # HANDED gang ids, oldest first
@@ -214,7 +217,7 @@ class ResourceManager:
             self._ready.clear()
             self._handed.clear()
             self._in_flight.clear()
-            self._heap.clear()
+            self._queues.clear()
             self._parked.clear()
             self._reasons.clear()
             self._alloc.clear()
@@ -270,7 +273,22 @@ class ResourceManager:
         if e.not_before > now:
             heapq.heappush(self._parked, (e.not_before, e.seq, e.req.gang_id))
         else:
-            heapq.heappush(self._heap, (e.order(), e.seq, e.req.gang_id))
+            self._queue_locked(e)
+
+    def _queue_locked(self, e: _Entry) -> None:
+        heapq.heappush(self._queues.setdefault(e.req.respool, []), (e.order(), e.seq, e.req.gang_id))
+
+    def _head_locked(self, pool: str) -> _Item | None:
+        """The first live item of the pool's queue (stale ones dropped); None, and the queue forgotten, if none."""
+        q = self._queues.get(pool)
+        while q:
+            item = q[0]
+            e = self._entries.get(item[2])
+            if e is not None and e.seq == item[1] and e.state == _State.WAITING:
+                return item
+            heapq.heappop(q)
+        self._queues.pop(pool, None)
+        return None
 
     def _undemand_locked(self, e: _Entry) -> None:
         if e.in_demand:
@@ -478,7 +496,7 @@ class ResourceManager:
                     self._parked.append(item)
                     continue
                 e.not_before = 0.0
-                heapq.heappush(self._heap, (e.order(), e.seq, e.req.gang_id))
+                self._queue_locked(e)
             heapq.heapify(self._parked)
             self._unpark = False
             self._last_unpark = mono
@@ -486,30 +504,47 @@ class ResourceManager:
             _, seq, gid = heapq.heappop(self._parked)
             e = self._entries.get(gid)
             if e is not None and e.seq == seq and e.state == _State.WAITING:
-                heapq.heappush(self._heap, (e.order(), e.seq, gid))
+                self._queue_locked(e)
         out: list[GangRequest] = []
         max_n = min(max_n, MAX_IN_FLIGHT - len(self._in_flight))  # back-pressure: launchers are behind
         self._entitlements_locked()  # (only when an input changed)
-        while self._heap and len(out) < max_n:
-            _, seq, gid = heapq.heappop(self._heap)
-            e = self._entries.get(gid)
-            if e is None or e.seq != seq or e.state != _State.WAITING:
-                continue  # stale heap item
+        # the pools' queues merged by their heads: a round costs O(pools + admitted), not O(waiting gangs)
+        heads: list[tuple[tuple[int, float, str], str]] = []
+        for pool in list(self._queues):
+            head = self._head_locked(pool)
+            if head is not None:
+                heads.append((head[0], pool))
+        heapq.heapify(heads)
+        while heads and len(out) < max_n:
+            _, pool = heapq.heappop(heads)
+            head = self._head_locked(pool)
+            if head is None:
+                continue
+            e = self._entries[head[2]]
             g = e.req
             reason = (admit(g.total, g.respool, self._pools, self._allocated)
                       or entitled(g.total, g.respool, self._ent, self._allocated))
-            block = "pool"
-            if reason is None and not g.preemptible:
-                reason, block = within_reservation(g.total, g.respool, self._pools, self._pinned), "reservation"
             if reason is not None:
-                self._starve_locked(e, now, block)
+                # the pool's first gang does not fit its pool's limit or entitlement: the gangs behind it wait
+                # too (else a stream of small gangs would take every freed share and it would never run)
+                self._starve_locked(e, now, "pool")
                 self._set_reason_locked(e, reason)
-                e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
-                self._push_locked(e, now)
                 continue
+            heapq.heappop(self._queues[pool])
+            nxt = self._head_locked(pool)
+            if nxt is not None:
+                heapq.heappush(heads, (nxt[0], pool))
+            if not g.preemptible:
+                reason = within_reservation(g.total, g.respool, self._pools, self._pinned)
+                if reason is not None:  # its own rule: the gangs behind it go on
+                    self._starve_locked(e, now, "reservation")
+                    self._set_reason_locked(e, reason)
+                    e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
+                    self._push_locked(e, now)
+                    continue
             self._undemand_locked(e)
             e.state = _State.PLACING
-            self._in_flight.add(gid)
+            self._in_flight.add(g.gang_id)
             self._allocate_locked(e.req)
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             out.append(e.req)
@@ -705,14 +740,20 @@ class ResourceManager:
                        and (not pool or e.req.respool == pool or e.req.respool.startswith(under))]
             waiting.sort(key=_Entry.order)
             position: dict[str, int] = {}
+            first: dict[str, str] = {}  # pool -> its first waiting gang
             out: list[QueuedGang] = []
             for e in waiting:
-                position[e.req.respool] = position.get(e.req.respool, 0) + 1
+                g = e.req
+                position[g.respool] = position.get(g.respool, 0) + 1
+                reason = e.reason
+                if e.state == _State.WAITING:
+                    head = first.setdefault(g.respool, g.gang_id)
+                    if not reason and head != g.gang_id:
+                        reason = f"waiting behind {head}, the first gang of pool {g.respool}'s queue"
                 if len(out) < limit:
-                    g = e.req
                     out.append(QueuedGang(g.gang_id, g.job_id, g.attempt, g.respool, g.priority, len(g.members),
                                           g.total, e.queued_at, "waiting" if e.state == _State.WAITING else "placing",
-                                          e.reason, position[g.respool], g.preemptible))
+                                          reason, position[g.respool], g.preemptible))
             return out, len(waiting)
 
     def capacity(self) -> Resources | None:

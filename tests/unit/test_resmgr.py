@@ -583,3 +583,21 @@ def test_the_queue_in_order_with_positions_per_pool_and_a_subtree_filter() -> No
     team, total = rm.queue("/team", limit=2)
     assert [g.job_id for g in team] == ["t2", "big"] and total == 4  # /team/a is in its subtree, /other is not
     assert rm.queue("/team/a")[0][0].job_id == "ta"
+
+
+def test_a_pools_first_gang_over_its_entitlement_holds_back_the_smaller_gangs_behind_it() -> None:
+    rm, _, _ = make(A, B)
+    rm.enqueue([gang("a0", n=1, gpu=3, pool="/a", at=0)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a0"]
+    # /b asks for its reservation: /a is entitled to 4 now and holds 3; its next gang needs 4
+    rm.enqueue([gang("b0", n=1, gpu=4, pool="/b", at=1), gang("a1", n=1, gpu=4, pool="/a", at=2),
+                gang("a2", n=1, gpu=1, pool="/a", at=3)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["b0"]
+    queued = {q.job_id: q for q in rm.queue("/a")[0]}
+    assert queued["a1"].reason.startswith("waiting for admission: over pool /a's entitlement")
+    # a2 would fit, but it does not overtake a1 (which would starve)
+    assert (queued["a2"].position, queued["a2"].state) == (3, "waiting")  # a0 is 1: being placed
+    assert queued["a2"].reason == "waiting behind a1/0, the first gang of pool /a's queue"
+    # a higher-priority gang goes first
+    rm.enqueue([gang("a3", n=1, gpu=1, pool="/a", at=4, priority=5)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a3"]
