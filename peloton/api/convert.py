@@ -248,6 +248,7 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
         enqueued_at=g.enqueued_at,
         preemptible=g.preemptible,
         running_since=g.running_since,
+        max_runtime_s=g.max_runtime_s,
     )
 
 
@@ -265,6 +266,7 @@ def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
         enqueued_at=p.enqueued_at,
         preemptible=p.preemptible,
         running_since=p.running_since,
+        max_runtime_s=p.max_runtime_s,
     )
 
 
@@ -428,11 +430,15 @@ def status_from_proto(p: internal_pb2.TaskStatusEvent) -> TaskStatus:
     )
 
 
-def probe_to_proto(gang: GangRequest, candidates: Sequence[tuple[str, Holding]], need: Resources
-                   ) -> internal_pb2.PreemptionProbe:
+def probe_to_proto(gang: GangRequest, candidates: Sequence[tuple[str, Holding]], need: Resources,
+                   ending: Sequence[tuple[str, Holding]] = ()) -> internal_pb2.PreemptionProbe:
     return internal_pb2.PreemptionProbe(
         gang=gang_request_to_proto(gang), need=vec_to_proto(need),
-        candidates=[internal_pb2.Victim(gang_id=gid, attempt=h.attempt, members=[
-            internal_pb2.Assignment(hostname=host, resources=vec_to_proto(r)) for host, r in h.usage])
-            for gid, h in candidates])
+        candidates=[_victim_to_proto(gid, h) for gid, h in candidates],
+        ending=[_victim_to_proto(gid, h) for gid, h in ending])
+
+
+def _victim_to_proto(gid: str, h: Holding) -> internal_pb2.Victim:
+    return internal_pb2.Victim(gang_id=gid, attempt=h.attempt, ends_at=h.ends_at or 0.0, members=[
+        internal_pb2.Assignment(hostname=host, resources=vec_to_proto(r)) for host, r in h.usage])
 

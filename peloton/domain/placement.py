@@ -47,6 +47,7 @@ class GangRequest:
     enqueued_at: float = 0.0
     preemptible: bool = True
     running_since: float = 0.0  # a running gang's (re-registered after a restart): when it began to run
+    max_runtime_s: float = 0.0  # sla.max_runtime (0: none): it ends by then at the latest (backfill, reservations)
     # every member's resources together: computed once (admission looks at it for each waiting gang every round)
     total: Resources = field(init=False, repr=False, compare=False)
 

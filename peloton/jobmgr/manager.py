@@ -101,6 +101,7 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
         members=tuple(MemberRequest(t.instance, t.task_id, spec.resources, t.host) for t in gv.members()),
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
         enqueued_at=jv.job.created_at, preemptible=spec.preemptible, running_since=policy.running_since(gv),
+        max_runtime_s=spec.max_runtime_s,
     )
 
 

@@ -10,7 +10,8 @@ Single-threaded: the engine's HostIndex belongs to the loop thread.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Histogram
 
@@ -18,7 +19,7 @@ from peloton.api import convert
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
-from peloton.placement.placer import place
+from peloton.placement.reservation import Reservation, place_around, reserve, reserve_after
 from peloton.placement.victims import Candidate, choose_victims
 
 log = logging.getLogger(__name__)
@@ -40,6 +41,7 @@ class PlacementEngine:
         hostmgr: internal_pb2_grpc.HostManagerInternalStub,
         batch: int = 500,
         poll_ms: int = 1000,
+        clock: Callable[[], float] = time.time,
     ) -> None:
         self.resmgr = resmgr
         self.hostmgr = hostmgr
@@ -50,6 +52,9 @@ class PlacementEngine:
         self._version = 0
         self._capacity: dict[str, Resources] = {}  # every host's total (not its free part)
         self._total: Resources | None = None  # their sum, what the pools' entitlements divide; None: not synced
+        self.clock = clock
+        # hosts kept for waiting gangs (resmgr lists the live ones with every dequeue)
+        self.reservations: dict[tuple[str, int], Reservation] = {}
 
     def _sync(self) -> None:
         r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=self._version,
@@ -91,16 +96,20 @@ class PlacementEngine:
             # before this round claims anything: a gang placed again claims under the same key
             self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=resp.release_claims), timeout=30)
             ORPHANED_CLAIMS.inc(len(resp.release_claims))
-        preemptions = self._choose_victims(resp.probes) if resp.probes else []
+        live = {(k.gang_id, k.attempt) for k in resp.reserving}
+        for key in [k for k in self.reservations if k not in live]:
+            del self.reservations[key]
+        preemptions, reservations = self._probe(resp.probes) if resp.probes else ([], [])
         if not resp.gangs:
-            if preemptions:
-                self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(preemptions=preemptions), timeout=30)
+            if preemptions or reservations:
+                self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(
+                    preemptions=preemptions, reservations=reservations), timeout=30)
             return bool(resp.release_claims) or bool(resp.probes)
         with ROUNDS.time():
             gangs = [convert.gang_request_from_proto(g) for g in resp.gangs]
             try:
                 self._sync()
-                placements, failures = place(gangs, self.index)
+                placements, failures = place_around(gangs, self.index, self.reservations, self.clock())
                 claimed: list[internal_pb2.Placement] = []
                 refused: list[internal_pb2.Failure] = []
                 if placements:
@@ -123,7 +132,7 @@ class PlacementEngine:
             self.resmgr.SetPlacements(
                 internal_pb2.SetPlacementsRequest(
                     placements=claimed, failures=[convert.failure_to_proto(f) for f in failures] + refused,
-                    preemptions=preemptions),
+                    preemptions=preemptions, reservations=reservations),
                 timeout=30,
             )
         GANGS.labels("placed").inc(len(claimed))
@@ -133,24 +142,37 @@ class PlacementEngine:
             log.debug("placed %d gangs (%d unplaced, %d stale)", len(claimed), len(failures), len(refused))
         return True
 
-    def _choose_victims(self, probes: Sequence[internal_pb2.PreemptionProbe]) -> list[internal_pb2.Preemption]:
-        """For each waiting gang resmgr sent, the victims whose removal lets the placer place it (on this round's
-        copy of the hosts, left as it was)."""
-        out = []
+    def _probe(self, probes: Sequence[internal_pb2.PreemptionProbe]
+               ) -> tuple[list[internal_pb2.Preemption], list[internal_pb2.Reservation]]:
+        """For each waiting gang resmgr sent: the victims whose removal lets the placer place it, if any will do,
+        and the hosts it is to get (kept from other gangs until it is placed). On this round's copy of the hosts,
+        left as it was."""
+        preemptions, reservations = [], []
         for probe in probes:
             gang = convert.gang_request_from_proto(probe.gang)
-            victims = choose_victims(gang, _candidates(probe), convert.vec_from_proto(probe.need), self.index)
+            key = internal_pb2.GangKey(gang_id=gang.gang_id, attempt=gang.attempt)
+            victims = choose_victims(gang, _candidates(probe.candidates), convert.vec_from_proto(probe.need),
+                                     self.index) if probe.candidates else None
             PROBES.labels("victims" if victims else "none").inc()
             if victims:
-                out.append(internal_pb2.Preemption(
-                    gang=internal_pb2.GangKey(gang_id=gang.gang_id, attempt=gang.attempt),
-                    victims=[internal_pb2.GangKey(gang_id=v.gang_id, attempt=v.attempt) for v in victims]))
-        return out
+                preemptions.append(internal_pb2.Preemption(gang=key, victims=[
+                    internal_pb2.GangKey(gang_id=v.gang_id, attempt=v.attempt) for v in victims]))
+                r = reserve_after(gang, victims, self.index)
+            else:
+                ending = [(c, v.ends_at) for c, v in zip(_candidates(probe.ending), probe.ending, strict=True)]
+                r = reserve(gang, ending, self.index)
+            if r is None:
+                self.reservations.pop((gang.gang_id, gang.attempt), None)
+                continue
+            self.reservations[(gang.gang_id, gang.attempt)] = r
+            reservations.append(internal_pb2.Reservation(gang=key, hosts=sorted(r.hosts),
+                                                         expected_start=r.start or 0.0))
+        return preemptions, reservations
 
 
-def _candidates(p: internal_pb2.PreemptionProbe) -> list[Candidate]:
+def _candidates(victims: Sequence[internal_pb2.Victim]) -> list[Candidate]:
     out = []
-    for v in p.candidates:
+    for v in victims:
         usage = tuple((m.hostname, convert.vec_from_proto(m.resources)) for m in v.members)
         total = Resources()
         for _, r in usage:

@@ -306,6 +306,44 @@ class HostIndex:
         Hosts removed meanwhile are skipped."""
         self.shift([(m.hostname, m.resources) for m in placement.members], 1)
 
+    def hide(self, names: Iterable[str]) -> dict[str, Vec]:
+        """Take away whatever is free on these hosts (kept for a waiting gang), so that the placer sees them full;
+        `unhide` gives it back. Unknown hosts are skipped."""
+        hidden: dict[str, Vec] = {}
+        for name in names:
+            h = self._hosts.get(name)
+            if h is None or name in hidden:
+                continue
+            v = h.free()
+            if any(v):
+                self._add(h, v, -1)
+                hidden[name] = v
+        return hidden
+
+    def unhide(self, hidden: dict[str, Vec]) -> None:
+        self.add_free(hidden, 1)
+
+    def add_free(self, amounts: dict[str, Vec], sign: int) -> None:
+        """Add (1) or take away (-1) these amounts of free resources on these hosts (a what-if); unknown hosts are
+        skipped."""
+        for name, v in amounts.items():
+            h = self._hosts.get(name)
+            if h is not None:
+                self._add(h, v, sign)
+
+    def _add(self, h: HostState, v: Vec, sign: int) -> None:
+        self._detach(h)
+        h.cpu += sign * v[0]
+        h.mem += sign * v[1]
+        h.disk += sign * v[2]
+        h.gpu += sign * v[3]
+        h.ports += sign * v[4]
+        self._attach(h)
+
+    def states(self) -> Iterator[HostState]:
+        """Every host (read only: change them through the index)."""
+        return iter(self._hosts.values())
+
     def shift(self, usage: Iterable[tuple[str, Resources]], sign: int) -> None:
         """Add (sign 1) or take away (sign -1) resources on hosts: what a gang holds, given back in a what-if (victim
         choice frees a running gang's hosts, tries the placer, and takes them back). Unknown hosts are skipped."""
@@ -318,14 +356,7 @@ class HostIndex:
             for d in range(5):
                 acc[d] += sign * v[d]
         for name, add in back.items():
-            h = self._hosts[name]
-            self._detach(h)
-            h.cpu += add[0]
-            h.mem += add[1]
-            h.disk += add[2]
-            h.gpu += add[3]
-            h.ports += add[4]
-            self._attach(h)
+            self._add(self._hosts[name], (add[0], add[1], add[2], add[3], add[4]), 1)
 
     # --- reading ------------------------------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
+from peloton.placement.reservation import Reservation, describe
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
 from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
 from peloton.resmgr.preemption import Holding, priority_candidates, reclaim_candidates, shortfall
@@ -79,6 +80,8 @@ PROBE_EVERY_S = 1.0  # a waiting gang asks the placement engine for victims at m
 PROBE_ROUND_EVERY_S = 0.25  # the starved gangs are looked over at most this often
 MAX_PROBES = 8  # per dequeue
 MAX_CANDIDATES = 256  # per probe
+MAX_ENDING = 4096  # gangs with a max_runtime sent with a probe (the earliest ends)
+RESERVATION_REFRESH_S = 5.0  # a gang holding a reservation asks again this often (its expected start moves)
 ORDER_AGAIN_S = 60.0  # a preemption order not acted on (jobmgr restarted) is given again after this long
 
 
@@ -90,6 +93,7 @@ class Probe:
     gang: GangRequest
     candidates: tuple[tuple[str, Holding], ...]
     need: Resources
+    ending: tuple[tuple[str, Holding], ...] = ()  # placed gangs with a max_runtime, earliest end first
 
 
 @dataclass(frozen=True, slots=True)
@@ -143,6 +147,7 @@ class _Entry:
     block: str = ""  # what refused it last: pool (entitlement/limit) | reservation | hosts
     probed_at: float = float("-inf")
     waits_for: tuple[str, ...] = ()  # the gangs preempted for it
+    reservation: Reservation | None = None  # the hosts the placement engine keeps for it
 
     def order(self) -> tuple[int, float, str]:
         return -self.req.priority, self.req.enqueued_at, self.req.gang_id
@@ -172,6 +177,8 @@ class ResourceManager:
         self._orphaned: dict[GangKey, None] = {}  # claims of placements dropped before jobmgr took them, oldest first
         self._alloc: dict[str, Holding] = {}  # gang id -> what it holds, where, since when
         self._pool_gangs: dict[str, dict[str, None]] = {}  # pool -> ids of its own gangs in _alloc
+        self._ending: dict[str, None] = {}  # ids of gangs in _alloc with a max_runtime
+        self._reserving: dict[str, None] = {}  # ids of waiting gangs that hold a reservation
         self._starved: dict[str, None] = {}  # ids of WAITING gangs refused or unplaced (they may preempt)
         self._preempting: dict[str, tuple[int, float, str]] = {}  # victim -> (attempt, ordered at, reason)
         self._orders: dict[str, tuple[int, str]] = {}  # victim -> (attempt, reason) for jobmgr's next take
@@ -222,6 +229,8 @@ class ResourceManager:
             self._reasons.clear()
             self._alloc.clear()
             self._pool_gangs.clear()
+            self._ending.clear()
+            self._reserving.clear()
             self._starved.clear()
             self._preempting.clear()
             self._orders.clear()
@@ -255,6 +264,7 @@ class ResourceManager:
             self._orphan_locked(e.placement)  # HANDED ones are jobmgr's: its launcher releases what it drops
         self._entries.pop(gang_id, None)  # its heap items (waiting, ready) go stale
         self._starved.pop(gang_id, None)
+        self._reserving.pop(gang_id, None)
         self._handed.pop(gang_id, None)
         self._in_flight.discard(gang_id)
 
@@ -300,8 +310,10 @@ class ResourceManager:
         total = g.total
         usage = tuple((m.hostname, m.resources) for m in g.members) if all(m.hostname for m in g.members) else ()
         self._alloc[g.gang_id] = Holding(g.respool, total, g.attempt, g.preemptible, g.priority, g.running_since,
-                                         usage if g.members else ())
+                                         usage if g.members else (), g.max_runtime_s)
         self._pool_gangs.setdefault(g.respool, {})[g.gang_id] = None
+        if g.max_runtime_s:
+            self._ending[g.gang_id] = None
         for p in chain(g.respool):
             _add(self._allocated, p, total)
         _add(self._own_alloc, g.respool, total)
@@ -321,6 +333,7 @@ class ResourceManager:
                 del self._pool_gangs[pool]
         self._preempting.pop(gang_id, None)
         self._orders.pop(gang_id, None)
+        self._ending.pop(gang_id, None)
         for p in chain(pool):
             _sub(self._allocated, p, total)
         _sub(self._own_alloc, pool, total)
@@ -586,7 +599,8 @@ class ResourceManager:
         for e in sorted(heads.values(), key=_Entry.order):
             if len(self._probes) >= MAX_PROBES:
                 break
-            if (now - e.starved_since < self._settle_s or now - e.probed_at < PROBE_EVERY_S
+            every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
+            if (now - e.starved_since < self._settle_s or now - e.probed_at < every
                     or e.block == "reservation" or self._pending_victims_locked(e)):
                 continue
             e.probed_at = now
@@ -601,8 +615,25 @@ class ResourceManager:
                 need = shortfall(g.total, g.respool, self._pools, self._ent, self._allocated)
             cands += priority_candidates(g.priority, g.respool, self._alloc, self._pool_gangs.get(g.respool, ()),
                                          excluded)
-            if cands:
-                self._probes.append(Probe(g, tuple((c, self._alloc[c]) for c in cands[:MAX_CANDIDATES]), need))
+            ending: tuple[tuple[str, Holding], ...] = ()
+            if e.block == "hosts":  # entitled, no hosts: the hosts that free up earliest are kept for it
+                ends = [(h.ends_at, gid, h) for gid in self._ending if (h := self._alloc[gid]).ends_at is not None]
+                ending = tuple((gid, h) for _, gid, h in heapq.nsmallest(MAX_ENDING, ends))
+            if cands or e.block == "hosts":
+                self._probes.append(Probe(g, tuple((c, self._alloc[c]) for c in cands[:MAX_CANDIDATES]), need,
+                                          ending))
+
+    def reserving(self) -> list[GangKey]:
+        """The waiting gangs the placement engine keeps hosts for (it forgets any other reservation)."""
+        with self._cond:
+            out = []
+            for gid in list(self._reserving):
+                e = self._entries.get(gid)
+                if e is None or e.reservation is None or e.state not in (_State.WAITING, _State.PLACING):
+                    del self._reserving[gid]
+                else:
+                    out.append((gid, e.req.attempt))
+            return out
 
     def take_probes(self) -> list[Probe]:
         """The probes for the placement engine (taken with a dequeue)."""
@@ -640,6 +671,8 @@ class ResourceManager:
         if left:
             more = f" and {len(left) - 5} more" if len(left) > 5 else ""
             reason = f"waiting for preempted gangs to exit: {', '.join(left[:5])}{more}"
+        elif e.reservation is not None and e.block == "hosts":
+            reason = describe(e.reservation, self.clock())
         if not reason:
             return
         if e.reason != reason:
@@ -649,10 +682,12 @@ class ResourceManager:
 
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
                        stale: Sequence[PlacementFailure] = (),
-                       preemptions: Sequence[tuple[GangKey, Sequence[GangKey]]] = ()) -> None:
+                       preemptions: Sequence[tuple[GangKey, Sequence[GangKey]]] = (),
+                       reservations: Sequence[tuple[GangKey, Sequence[str], float]] = ()) -> None:
         """Placed (and claimed) gangs go to jobmgr; failed ones back to the queue with their reason (retried after
-        a back-off), stale ones (refused at claim) back at once. `preemptions`: victims the placement engine chose
-        for a waiting gang (a probe's answer)."""
+        a back-off), stale ones (refused at claim) back at once. `preemptions` and `reservations`: a probe's
+        answers, the victims the placement engine chose for a waiting gang and the hosts it keeps for it
+        (hosts, expected start or 0)."""
         now = self.clock()
         with self._cond:
             for p in placements:
@@ -663,6 +698,8 @@ class ResourceManager:
                 e.state = _State.READY
                 e.placement = p
                 self._starved.pop(p.gang_id, None)
+                self._reserving.pop(p.gang_id, None)
+                e.reservation = None
                 h = self._alloc.get(p.gang_id)
                 if h is not None and h.attempt == p.attempt:
                     h.usage = tuple((m.hostname, m.resources) for m in p.members)
@@ -680,6 +717,12 @@ class ResourceManager:
                 self._push_locked(e, now)
             for (gid, attempt), victims in preemptions:
                 self._preempt_locked(gid, attempt, victims, now)
+            for (gid, attempt), hosts, start in reservations:
+                e = self._entries.get(gid)
+                if e is not None and e.req.attempt == attempt and e.state in (_State.WAITING, _State.PLACING):
+                    e.reservation = Reservation(frozenset(hosts), start or None)
+                    self._reserving[gid] = None
+                    self._set_reason_locked(e, "")
             QUEUED.set(len(self._entries))
             self._cond.notify_all()
 

@@ -40,6 +40,12 @@ class Holding:
     priority: int = 0
     since: float = 0.0  # when it was placed (or began to run, for a gang adopted after a restart)
     usage: tuple[tuple[str, Resources], ...] = ()  # (hostname, resources) per member; () until placed
+    max_runtime_s: float = 0.0  # its sla.max_runtime (0: none)
+
+    @property
+    def ends_at(self) -> float | None:
+        """When it ends at the latest (placed, with a max_runtime); None: not known."""
+        return self.since + self.max_runtime_s if self.max_runtime_s and self.since and self.usage else None
 
 
 def _victim_order(item: tuple[str, Holding]) -> tuple[int, float, str]:

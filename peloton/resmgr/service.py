@@ -37,7 +37,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
         return internal_pb2.DequeueGangsResponse(
             gangs=[convert.gang_request_to_proto(g) for g in gangs],
             release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()],
-            probes=[convert.probe_to_proto(p.gang, p.candidates, p.need) for p in self.rm.take_probes()])
+            probes=[convert.probe_to_proto(p.gang, p.candidates, p.need, p.ending) for p in self.rm.take_probes()],
+            reserving=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.reserving()])
 
     @grpc_errors
     def SetPlacements(self, request, context):  # type: ignore[no-untyped-def]
@@ -47,6 +48,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             [convert.failure_from_proto(f) for f in request.failures if f.stale],
             [((p.gang.gang_id, p.gang.attempt), [(v.gang_id, v.attempt) for v in p.victims])
              for p in request.preemptions],
+            [((r.gang.gang_id, r.gang.attempt), list(r.hosts), r.expected_start) for r in request.reservations],
         )
         return internal_pb2.SetPlacementsResponse()
 

@@ -192,3 +192,53 @@ def test_kill9_during_a_preemption_finishes_it_after_the_restart(pd: PreemptDaem
     assert not sampler.partial, sampler.partial
     for j in (victim, high, other):
         d.cli("job", "stop", j)
+
+
+def test_a_big_gang_is_not_starved_by_a_stream_of_small_ones(pd: PreemptDaemon, tmp_path: Path) -> None:
+    """Every GPU of both hosts for one gang, while 1-GPU gangs (3 s each) keep arriving: the hosts are reserved for
+    it and it starts within settle + the small gangs' run + a few seconds."""
+    d = pd
+    small = "name: small\ninstances: 1\ntask: {command: 'sleep 3', resources: {cpu: 0.5, mem: 32Mi, gpu: 1}}\n"
+    stop = threading.Event()
+    smalls: list[str] = []
+
+    def stream() -> None:
+        while not stop.is_set():
+            smalls.append(d.create(small, tmp_path))
+            time.sleep(0.5)
+
+    feeder = threading.Thread(target=stream, daemon=True)
+    feeder.start()
+    try:
+        wait_until(lambda: len(smalls) >= 6, 20, what="the stream going")
+        big = d.create(_job("/", "big", "sleep 2").replace("gpu: 1", "gpu: 2"), tmp_path)
+        t0, before = time.monotonic(), len(smalls)
+        wait_until(lambda: "waiting for reserved hosts" in d.cli("queue").stdout, 15, what="the reservation")
+        d.wait_state(big, "RUNNING", "SUCCEEDED", timeout=15)
+        took = time.monotonic() - t0
+        assert len(smalls) >= before + 3  # the stream went on meanwhile
+    finally:
+        stop.set()
+        feeder.join(30)
+    print(f"starvation: the big gang ran {took:.1f}s after its submission (settle 1s, small gangs of 3s)")
+    for j in smalls:
+        d.cli("job", "stop", j)
+
+
+def test_backfill_uses_reserved_hosts_only_for_gangs_that_end_in_time(pd: PreemptDaemon, tmp_path: Path) -> None:
+    d = pd
+    one = "instances: 1\ntask: {{command: 'sleep {s}', resources: {{cpu: 0.5, mem: 32Mi, gpu: 1}}}}\n"
+    blocker = d.create("name: blocker\nsla: {max_runtime: 14s}\n" + one.format(s=10), tmp_path)
+    d.wait_state(blocker, "RUNNING")
+    big = d.create(_job("/", "big", "sleep 1").replace("gpu: 1", "gpu: 2"), tmp_path)  # every GPU of both hosts
+    wait_until(lambda: "expected to start in" in d.cli("queue").stdout, 15, what="the reservation with a start")
+    quick = d.create("name: quick\nsla: {max_runtime: 2s}\n" + one.format(s=1), tmp_path)
+    slow = d.create("name: slow\n" + one.format(s=1), tmp_path)  # no max_runtime: never backfills
+    d.wait_state(quick, "SUCCEEDED", timeout=15)
+    assert d.state(big) == "PENDING" and d.state(slow) == "PENDING"
+    assert "kept for gangs ahead in their queues" in _gang(d, slow)["reason"], _gang(d, slow)
+    d.wait_state(big, "RUNNING", "SUCCEEDED", timeout=20)  # once the blocker ends
+    d.wait_state(slow, "SUCCEEDED", timeout=20)
+    first = {j: json.loads(d.cli("task", "get", j, "0", "-o", "json").stdout)["events"] for j in (big, slow)}
+    started = {j: min(e["time"] for e in ev if e["state"] == "RUNNING") for j, ev in first.items()}
+    assert started[slow] > started[big]

@@ -43,7 +43,7 @@ class Member(_message.Message):
     def __init__(self, instance: _Optional[int] = ..., task_id: _Optional[str] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., hostname: _Optional[str] = ...) -> None: ...
 
 class GangRequest(_message.Message):
-    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running", "preemptible", "running_since")
+    __slots__ = ("gang_id", "job_id", "attempt", "members", "priority", "respool", "strategy", "constraints", "enqueued_at", "running", "preemptible", "running_since", "max_runtime_s")
     GANG_ID_FIELD_NUMBER: _ClassVar[int]
     JOB_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
@@ -56,6 +56,7 @@ class GangRequest(_message.Message):
     RUNNING_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIBLE_FIELD_NUMBER: _ClassVar[int]
     RUNNING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    MAX_RUNTIME_S_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     job_id: str
     attempt: int
@@ -68,7 +69,8 @@ class GangRequest(_message.Message):
     running: bool
     preemptible: bool
     running_since: float
-    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ..., preemptible: _Optional[bool] = ..., running_since: _Optional[float] = ...) -> None: ...
+    max_runtime_s: float
+    def __init__(self, gang_id: _Optional[str] = ..., job_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Member, _Mapping]]] = ..., priority: _Optional[int] = ..., respool: _Optional[str] = ..., strategy: _Optional[str] = ..., constraints: _Optional[_Iterable[_Union[InternalConstraint, _Mapping]]] = ..., enqueued_at: _Optional[float] = ..., running: _Optional[bool] = ..., preemptible: _Optional[bool] = ..., running_since: _Optional[float] = ..., max_runtime_s: _Optional[float] = ...) -> None: ...
 
 class Assignment(_message.Message):
     __slots__ = ("instance", "task_id", "hostname", "address", "resources", "gpu_ids", "ports")
@@ -144,56 +146,70 @@ class DequeueGangsRequest(_message.Message):
     def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
 
 class DequeueGangsResponse(_message.Message):
-    __slots__ = ("gangs", "release_claims", "probes")
+    __slots__ = ("gangs", "release_claims", "probes", "reserving")
     GANGS_FIELD_NUMBER: _ClassVar[int]
     RELEASE_CLAIMS_FIELD_NUMBER: _ClassVar[int]
     PROBES_FIELD_NUMBER: _ClassVar[int]
+    RESERVING_FIELD_NUMBER: _ClassVar[int]
     gangs: _containers.RepeatedCompositeFieldContainer[GangRequest]
     release_claims: _containers.RepeatedCompositeFieldContainer[GangKey]
     probes: _containers.RepeatedCompositeFieldContainer[PreemptionProbe]
-    def __init__(self, gangs: _Optional[_Iterable[_Union[GangRequest, _Mapping]]] = ..., release_claims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[PreemptionProbe, _Mapping]]] = ...) -> None: ...
+    reserving: _containers.RepeatedCompositeFieldContainer[GangKey]
+    def __init__(self, gangs: _Optional[_Iterable[_Union[GangRequest, _Mapping]]] = ..., release_claims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ..., probes: _Optional[_Iterable[_Union[PreemptionProbe, _Mapping]]] = ..., reserving: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
 
 class Victim(_message.Message):
-    __slots__ = ("gang_id", "attempt", "members")
+    __slots__ = ("gang_id", "attempt", "members", "ends_at")
     GANG_ID_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     MEMBERS_FIELD_NUMBER: _ClassVar[int]
+    ENDS_AT_FIELD_NUMBER: _ClassVar[int]
     gang_id: str
     attempt: int
     members: _containers.RepeatedCompositeFieldContainer[Assignment]
-    def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ...) -> None: ...
+    ends_at: float
+    def __init__(self, gang_id: _Optional[str] = ..., attempt: _Optional[int] = ..., members: _Optional[_Iterable[_Union[Assignment, _Mapping]]] = ..., ends_at: _Optional[float] = ...) -> None: ...
 
 class PreemptionProbe(_message.Message):
-    __slots__ = ("gang", "candidates", "need", "kind")
+    __slots__ = ("gang", "candidates", "need", "ending")
     GANG_FIELD_NUMBER: _ClassVar[int]
     CANDIDATES_FIELD_NUMBER: _ClassVar[int]
     NEED_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
+    ENDING_FIELD_NUMBER: _ClassVar[int]
     gang: GangRequest
     candidates: _containers.RepeatedCompositeFieldContainer[Victim]
     need: ResourceVector
-    kind: str
-    def __init__(self, gang: _Optional[_Union[GangRequest, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Victim, _Mapping]]] = ..., need: _Optional[_Union[ResourceVector, _Mapping]] = ..., kind: _Optional[str] = ...) -> None: ...
+    ending: _containers.RepeatedCompositeFieldContainer[Victim]
+    def __init__(self, gang: _Optional[_Union[GangRequest, _Mapping]] = ..., candidates: _Optional[_Iterable[_Union[Victim, _Mapping]]] = ..., need: _Optional[_Union[ResourceVector, _Mapping]] = ..., ending: _Optional[_Iterable[_Union[Victim, _Mapping]]] = ...) -> None: ...
+
+class Reservation(_message.Message):
+    __slots__ = ("gang", "hosts", "expected_start")
+    GANG_FIELD_NUMBER: _ClassVar[int]
+    HOSTS_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_START_FIELD_NUMBER: _ClassVar[int]
+    gang: GangKey
+    hosts: _containers.RepeatedScalarFieldContainer[str]
+    expected_start: float
+    def __init__(self, gang: _Optional[_Union[GangKey, _Mapping]] = ..., hosts: _Optional[_Iterable[str]] = ..., expected_start: _Optional[float] = ...) -> None: ...
 
 class Preemption(_message.Message):
-    __slots__ = ("gang", "victims", "kind")
+    __slots__ = ("gang", "victims")
     GANG_FIELD_NUMBER: _ClassVar[int]
     VICTIMS_FIELD_NUMBER: _ClassVar[int]
-    KIND_FIELD_NUMBER: _ClassVar[int]
     gang: GangKey
     victims: _containers.RepeatedCompositeFieldContainer[GangKey]
-    kind: str
-    def __init__(self, gang: _Optional[_Union[GangKey, _Mapping]] = ..., victims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ..., kind: _Optional[str] = ...) -> None: ...
+    def __init__(self, gang: _Optional[_Union[GangKey, _Mapping]] = ..., victims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
 
 class SetPlacementsRequest(_message.Message):
-    __slots__ = ("placements", "failures", "preemptions")
+    __slots__ = ("placements", "failures", "preemptions", "reservations")
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
     placements: _containers.RepeatedCompositeFieldContainer[Placement]
     failures: _containers.RepeatedCompositeFieldContainer[Failure]
     preemptions: _containers.RepeatedCompositeFieldContainer[Preemption]
-    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preemptions: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ...) -> None: ...
+    reservations: _containers.RepeatedCompositeFieldContainer[Reservation]
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preemptions: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ...) -> None: ...
 
 class SetPlacementsResponse(_message.Message):
     __slots__ = ()
