@@ -9,8 +9,12 @@ over the leaves; a quarter of the cluster is already allocated. Measures, each t
 - the entitlement of every pool (entitlement.py) from scratch;
 - one admission round as the placement engine asks for it (`dequeue` of 500 gangs, entitlements recomputed since a
   gang was enqueued): the gangs admitted and the time;
-- a round in which nothing can be admitted (every pool at its entitlement): every waiting gang is looked at.
-Placement itself is placement_bench.py's; head-of-line reservation and victim choice are not built yet.
+- a round in which nothing can be admitted (every pool at its entitlement): the first gang of each pool's queue
+  is looked at (the gangs behind it wait);
+- a round on a full cluster (the gangs placed on 1,000 hosts of 8 GPUs by the placer, a third with a max_runtime)
+  in which the first gangs of the pools' queues fit no host: admission, the probes for preemption and
+  reservation (resmgr), and the victim choice and reservation for each probe with the placer (placement
+  engine), as one round does them. The gangs placed are timed in placement_bench.py.
 """
 
 from __future__ import annotations
@@ -26,8 +30,18 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import table, write_results  # noqa: E402
 from peloton.domain.model import ResourcePool  # noqa: E402
-from peloton.domain.placement import GangPlacement, GangRequest, MemberRequest  # noqa: E402
+from peloton.domain.placement import (  # noqa: E402
+    GangPlacement,
+    GangRequest,
+    HostOffer,
+    MemberRequest,
+    PlacementFailure,
+)
 from peloton.domain.resources import Resources  # noqa: E402
+from peloton.placement.index import HostIndex  # noqa: E402
+from peloton.placement.placer import place  # noqa: E402
+from peloton.placement.reservation import reserve, reserve_after  # noqa: E402
+from peloton.placement.victims import Candidate, choose_victims  # noqa: E402
 from peloton.resmgr import manager as resmgr_manager  # noqa: E402
 from peloton.resmgr.entitlement import PoolPolicy, entitlements  # noqa: E402
 from peloton.resmgr.manager import ResourceManager  # noqa: E402
@@ -125,12 +139,16 @@ def main() -> int:
         launched(rm, got)
         while got := rm.dequeue(500, 0.0, capacity):  # admit what fits, until every pool is at its entitlement
             launched(rm, got)
-        looked_at.append(sum(1 for e in rm._entries.values() if e.state.name == "WAITING"))
+        looked_at.append(len(rm._queues))
         rm.enqueue(gangs(1, leaves, rng, start=10**8))  # an input changed: entitlements are recomputed
         t0 = time.perf_counter()
         rm.dequeue(500, 0.0, capacity)
         blocked_ms.append((time.perf_counter() - t0) * 1000)
+    probe_ms, admission_part, probes_n, victims_n, reserved_n = _full_cluster_round(a, pools, leaves, rng)
     results = {
+        "full_round_ms": statistics.median(probe_ms), "full_round_admission_ms": statistics.median(admission_part),
+        "full_round_probes": statistics.median(probes_n), "full_round_victim_sets": statistics.median(victims_n),
+        "full_round_reservations": statistics.median(reserved_n),
         "pools": len(pools), "waiting_gangs": len(waiting), "running_gangs": len(running), "hosts": a.hosts,
         "entitlement_ms": ent_ms,
         "admission_round_ms": statistics.median(round_ms), "admitted_in_round": statistics.median(admitted),
@@ -143,10 +161,67 @@ def main() -> int:
         ("admission round (dequeue of 500)", f"{results['admission_round_ms']:.1f} ms, "
                                              f"{results['admitted_in_round']:.0f} gangs admitted"),
         ("round with every pool at its entitlement", f"{results['blocked_round_ms']:.1f} ms "
-                                                     f"({results['blocked_round_gangs']:.0f} gangs looked at)"),
+                                                     f"({results['blocked_round_gangs']:.0f} pools' first gangs "
+                                                     f"looked at)"),
+        ("full cluster: admission, probes, victims, reservations",
+         f"{results['full_round_ms']:.1f} ms ({results['full_round_admission_ms']:.1f} ms in resmgr; "
+         f"{results['full_round_probes']:.0f} probes: {results['full_round_victim_sets']:.0f} victim sets, "
+         f"{results['full_round_reservations']:.0f} reservations)"),
     ]))
     print(f"  json: {write_results('scheduling', results, a.json)}")
     return 0
+
+
+def _full_cluster_round(a: argparse.Namespace, pools: list[ResourcePool], leaves: list[str], rng: random.Random
+                        ) -> tuple[list[float], list[float], list[int], list[int], list[int]]:
+    offers = [HostOffer(f"h{i:04d}", "10.0.0.1", HOST, capacity=HOST, has_gpus=True) for i in range(a.hosts)]
+    index = HostIndex(offers)
+    running: list[GangRequest] = []
+    for g in gangs(20 * a.gangs, leaves, rng, start=10**9):  # fill the cluster
+        placed, _ = place([g], index)
+        if not placed:
+            if sum(o.free.gpu for o in index.offers()) < 16:
+                break
+            continue
+        members = tuple(MemberRequest(m.instance, m.task_id, m.resources, m.hostname) for m in placed[0].members)
+        running.append(GangRequest(g.gang_id, g.job_id, 1, members, g.priority, g.respool, enqueued_at=g.enqueued_at,
+                                   running_since=1000.0 + len(running) % 97,
+                                   max_runtime_s=3600.0 if len(running) % 3 == 0 else 0.0))
+    waiting = gangs(a.gangs, leaves, rng, start=10**10)
+    total_ms, admission_ms, probes_n, victims_n, reserved_n = [], [], [], [], []
+    clock = [5000.0]
+    for _ in range(max(3, a.repeat // 4)):
+        clock[0] = 5000.0
+        rm = ResourceManager(lambda: pools, clock=lambda: clock[0], preemption_settle_s=0.0)
+        rm.enqueue(waiting, running)
+        got = rm.dequeue(500, 0.0, HOST.scale(a.hosts))  # what fits its pool's entitlement: no host fits it
+        rm.set_placements([], [PlacementFailure(g.gang_id, g.job_id, g.attempt, "no hosts") for g in got])
+        rm.take_probes()
+        clock[0] += 10.0
+        for e in rm._entries.values():
+            e.not_before = 0.0
+        t0 = time.perf_counter()
+        rm.dequeue(500, 0.0, HOST.scale(a.hosts))
+        probes = rm.take_probes()
+        t1 = time.perf_counter()
+        v = r = 0
+        for p in probes:
+            cands = [Candidate(gid, h.attempt, h.usage, h.total) for gid, h in p.candidates]
+            victims = choose_victims(p.gang, cands, p.need, index) if cands else None
+            if victims:
+                v += 1
+                res = reserve_after(p.gang, victims, index)
+            else:
+                res = reserve(p.gang, [(Candidate(gid, h.attempt, h.usage, h.total), h.ends_at or 0.0)
+                                       for gid, h in p.ending], index)
+            r += res is not None
+        t2 = time.perf_counter()
+        total_ms.append((t2 - t0) * 1000)
+        admission_ms.append((t1 - t0) * 1000)
+        probes_n.append(len(probes))
+        victims_n.append(v)
+        reserved_n.append(r)
+    return total_ms, admission_ms, probes_n, victims_n, reserved_n
 
 
 if __name__ == "__main__":

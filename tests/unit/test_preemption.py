@@ -260,3 +260,60 @@ def test_no_preemption_when_disabled_or_for_a_non_preemptible_gang_beyond_its_re
     clock.t += 100
     rm.dequeue(10, SHORT, CLUSTER)
     assert rm.take_probes() == []  # beyond /a's reservation: preempting /a's own gangs does not change that
+
+
+# --- reservations and backfill ------------------------------------------------------------------------------
+def test_a_reservation_takes_the_hosts_that_free_up_earliest_and_knows_when() -> None:
+    from peloton.placement.reservation import reserve
+
+    index = hosts(3)  # three hosts of 4 GPUs
+    early = occupy(index, "early", [("h0", 4)])
+    late = occupy(index, "late", [("h1", 4)])
+    never = occupy(index, "never", [("h2", 4)])
+    before = sorted((o.hostname, o.free) for o in index.offers())
+    r = reserve(waiting(2, 4), [(late, 500.0), (early, 100.0)], index)  # `never` has no max_runtime
+    assert r is not None and r.hosts == {"h0", "h1"} and r.start == 500.0
+    r = reserve(waiting(1, 4), [(late, 500.0), (early, 100.0)], index)
+    assert r is not None and r.hosts == {"h0"} and r.start == 100.0
+    # without ends known: the hosts with the most free, emptied; no start
+    r = reserve(waiting(3, 4), [(early, 100.0)], index)
+    assert r is not None and r.hosts == {"h0", "h1", "h2"} and r.start is None
+    assert sorted((o.hostname, o.free) for o in index.offers()) == before
+    del never
+
+
+def test_a_gang_that_fits_now_or_never_needs_no_reservation() -> None:
+    from peloton.placement.reservation import reserve
+
+    index = hosts(2)
+    assert reserve(waiting(1, 4), [], index) is None  # fits now
+    assert reserve(waiting(3, 4), [], index) is None  # never: 2 hosts
+
+
+def test_only_gangs_that_end_before_the_expected_start_backfill_into_reserved_hosts() -> None:
+    from peloton.placement.reservation import BACKFILL_SLACK_S, Reservation, describe, may_backfill, place_around
+
+    r = Reservation(frozenset({"h0"}), 1000.0)
+    assert may_backfill(100.0, 1000.0 - 100.0 - BACKFILL_SLACK_S, r)
+    assert not may_backfill(100.0, 1000.0 - 100.0 - BACKFILL_SLACK_S + 1, r)
+    assert not may_backfill(0.0, 0.0, r)  # no max_runtime: never
+    assert not may_backfill(1.0, 0.0, Reservation(frozenset({"h0"}), None))  # start not known: nothing backfills
+    assert describe(r, 900.5) == "waiting for reserved hosts h0 to free up: expected to start in 100s"
+    assert describe(Reservation(frozenset({"h1", "h0"}), None), 0).startswith(
+        "waiting for reserved hosts h0, h1 to free up (start not known")
+
+    index = hosts(2)
+    reserved = {("big/0", 1): Reservation(frozenset({"h0"}), 1000.0)}
+    short = dataclasses.replace(waiting(1, 2), gang_id="s/0", job_id="s", max_runtime_s=50.0)
+    unbounded = dataclasses.replace(waiting(1, 2), gang_id="u/0", job_id="u")
+    big = dataclasses.replace(waiting(1, 4), gang_id="big/0", job_id="big")
+    other = dataclasses.replace(waiting(1, 4), gang_id="o/0", job_id="o")
+    placements, failures = place_around([other, unbounded, short, big], index, reserved, now=900.0)
+    where = {p.gang_id: {m.hostname for m in p.members} for p in placements}
+    # `other` may not use h0: it takes h1; `unbounded` finds nothing left; `short` backfills on h0; `big` may use
+    # its own reservation but h0 is not free enough any more
+    assert where == {"o/0": {"h1"}, "s/0": {"h0"}}
+    assert {f.gang_id for f in failures} == {"u/0", "big/0"}
+    assert next(f for f in failures if f.gang_id == "u/0").reason.endswith(
+        "(1 host(s) kept for gangs ahead in their queues)")
+    assert sorted(o.free.gpu for o in index.offers()) == [0, 2]  # the hiding undone
