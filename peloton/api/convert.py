@@ -146,8 +146,8 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         status.gang_states.update(gang_states)
         status.gang_count = sum(gang_states.values())
     for g in gangs:
-        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt, reason=g.reason,
-                         preemptions=g.preemptions)
+        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt - g.preemptions,
+                         reason=g.reason, preemptions=g.preemptions, run=g.attempt)
     return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
 
 

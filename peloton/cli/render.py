@@ -104,6 +104,8 @@ def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo]) -> str:
     for g in st.gangs:
         members = f"{g.instances[0]}-{g.instances[-1]}" if len(g.instances) > 1 else str(g.instances[0])
         line = f"  gang {g.index} (instances {members}): {g.state}, attempt {g.attempt}"
+        if g.preemptions:
+            line += f" (run {g.run}: preempted {g.preemptions}x, which uses up no attempt)"
         if g.reason and g.state not in ("RUNNING",):
             line += f"\n    why: {g.reason}" if st.state == "PENDING" or g.state == "QUEUED" else f" - {g.reason}"
         lines.append(line)

@@ -116,7 +116,7 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
         # the shortest-running of /b's gangs (b2) was preempted, whole; b1 runs on
         g2 = _gang(d, b2)
         assert g2["state"] in ("PREEMPTED", "ADMITTED", "LAUNCHING", "RUNNING"), g2
-        assert g2["preemptions"] == 1 and g2["attempt"] == 2, g2
+        assert (g2["attempt"], g2["run"], g2["preemptions"]) == (1, 2, 1), g2  # the same attempt, a new run
         assert _gang(d, b1)["state"] == "RUNNING" and _gang(d, b1)["attempt"] == 1
         # its members had SIGTERM and were told their grace
         for i in (0, 1):
@@ -135,7 +135,9 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
         wait_until(lambda: (marks / f"up-{b2}-0-2").exists() and (marks / f"up-{b2}-1-2").exists(), 30,
                    what="b2's second run")
         d.wait_state(b2, "RUNNING")
-        assert {t["attempt"] for t in d.tasks(b2)} == {2}
+        assert {t["attempt"] for t in d.tasks(b2)} == {2}  # a task's attempt is its gang's run (its task id's)
+        assert _gang(d, b2)["attempt"] == 1
+        assert "RUNNING, attempt 1 (run 2: preempted 1x, which uses up no attempt)" in d.cli("job", "get", b2).stdout
     finally:
         sampler.stop()
     assert sampler.samples > 10 and not sampler.partial, sampler.partial

@@ -128,20 +128,22 @@ class JobSpec(_message.Message):
     def __init__(self, name: _Optional[str] = ..., owner: _Optional[str] = ..., respool: _Optional[str] = ..., instances: _Optional[int] = ..., gang: _Optional[_Union[GangSpec, _Mapping]] = ..., sla: _Optional[_Union[SlaSpec, _Mapping]] = ..., task: _Optional[_Union[TaskSpec, _Mapping]] = ..., placement: _Optional[_Union[PlacementSpec, _Mapping]] = ..., retry: _Optional[_Union[RetrySpec, _Mapping]] = ...) -> None: ...
 
 class GangStatus(_message.Message):
-    __slots__ = ("index", "instances", "state", "attempt", "reason", "preemptions")
+    __slots__ = ("index", "instances", "state", "attempt", "reason", "preemptions", "run")
     INDEX_FIELD_NUMBER: _ClassVar[int]
     INSTANCES_FIELD_NUMBER: _ClassVar[int]
     STATE_FIELD_NUMBER: _ClassVar[int]
     ATTEMPT_FIELD_NUMBER: _ClassVar[int]
     REASON_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
+    RUN_FIELD_NUMBER: _ClassVar[int]
     index: int
     instances: _containers.RepeatedScalarFieldContainer[int]
     state: str
     attempt: int
     reason: str
     preemptions: int
-    def __init__(self, index: _Optional[int] = ..., instances: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., preemptions: _Optional[int] = ...) -> None: ...
+    run: int
+    def __init__(self, index: _Optional[int] = ..., instances: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., preemptions: _Optional[int] = ..., run: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
     __slots__ = ("state", "desired_state", "reason", "gangs", "task_states", "created_at", "updated_at", "completed_at", "gang_count", "gang_states")
