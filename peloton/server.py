@@ -108,7 +108,8 @@ class ServerConfig:
     insecure: bool = False  # serve on an address other machines can reach, without TLS or authentication
     task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
     default_task_user: str | None = None  # local backend: who runs tasks naming no user (None: nobody as root)
-    preemption_settle_s: float | None = DEFAULT_PREEMPTION_SETTLE_S  # None: never preempt
+    preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S  # a pool's first gang waits this long to preempt
+    preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -393,7 +394,8 @@ class Daemon:
                 with db.transaction(self.sessions) as s:
                     return repo.list_pools(s)
 
-            self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s)
+            self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
+                                          preemption=cfg.preemption)
             resmgr_servicer = ResourceManagerServicer(self.resmgr)
             respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
                 ResourcePoolServicer(self.resmgr, self.sessions), self.server)

@@ -206,7 +206,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs,
-        preemption_settle_s=None if a.no_preemption else a.preemption_settle,
+        preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
     )
     run_server(cfg)
     return 0
@@ -320,7 +320,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how long a gang waits (within its pool's entitlement with no hosts free, or behind "
                         "lower-priority gangs of its pool) before it may preempt others (default: 10)")
     s.add_argument("--no-preemption", action="store_true",
-                   help="never preempt: gangs wait for capacity to free up on its own")
+                   help="never preempt: gangs wait for capacity to free up on its own (hosts are still reserved "
+                        "for a pool's first gang that no hosts fit)")
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")

@@ -158,11 +158,13 @@ _Item = tuple[tuple[int, float, str], int, str]  # (order, seq, gang id): a queu
 
 class ResourceManager:
     def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
-                 preemption_settle_s: float | None = DEFAULT_PREEMPTION_SETTLE_S):
-        """`preemption_settle_s`: how long a gang waits before it may preempt; None: never preempt."""
+                 preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S, preemption: bool = True):
+        """`preemption_settle_s`: how long a pool's first gang waits before it may preempt or reserve hosts;
+        `preemption` False: it only reserves hosts."""
         self._load_pools = load_pools
         self.clock = clock
         self._settle_s = preemption_settle_s
+        self._preemption = preemption
         self._cond = threading.Condition()
         self._entries: dict[str, _Entry] = {}  # gang id -> its current attempt's entry
         self._queues: dict[str, list[_Item]] = {}  # pool -> its WAITING entries by order (a heap; lazy deletion)
@@ -492,7 +494,7 @@ class ResourceManager:
                     wait = min(wait, max(0.0, self._parked[0][0] - self.clock()))
                 if self._unpark and self._parked:
                     wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
-                if self._starved and self._settle_s is not None:
+                if self._starved:
                     wait = min(wait, max(0.05, self._next_probe_round - self.clock()))
                 self._cond.wait(wait)
 
@@ -582,7 +584,7 @@ class ResourceManager:
     def _probe_locked(self, now: float) -> None:
         """Find the gangs that only preemption can start: the first starved gang of each pool's queue, past the
         settling window, not already waiting for victims. Each becomes a probe for the placement engine."""
-        if self._settle_s is None or not self._starved or now < self._next_probe_round or self._capacity is None:
+        if not self._starved or now < self._next_probe_round or self._capacity is None:
             return
         self._next_probe_round = now + PROBE_ROUND_EVERY_S
         heads: dict[str, _Entry] = {}
@@ -607,14 +609,15 @@ class ResourceManager:
             g = e.req
             excluded = self._preempting
             cands: list[str] = []
-            if e.block == "hosts":  # within its entitlement: other pools over theirs give back first
-                need = Resources()
-                cands = reclaim_candidates(g.total, g.respool, self._alloc, self._pool_gangs, self._own_alloc,
-                                           self._ent, self._capacity, excluded)
-            else:
-                need = shortfall(g.total, g.respool, self._pools, self._ent, self._allocated)
-            cands += priority_candidates(g.priority, g.respool, self._alloc, self._pool_gangs.get(g.respool, ()),
-                                         excluded)
+            need = Resources()
+            if self._preemption:
+                if e.block == "hosts":  # within its entitlement: other pools over theirs give back first
+                    cands = reclaim_candidates(g.total, g.respool, self._alloc, self._pool_gangs, self._own_alloc,
+                                               self._ent, self._capacity, excluded)
+                else:
+                    need = shortfall(g.total, g.respool, self._pools, self._ent, self._allocated)
+                cands += priority_candidates(g.priority, g.respool, self._alloc,
+                                             self._pool_gangs.get(g.respool, ()), excluded)
             ending: tuple[tuple[str, Holding], ...] = ()
             if e.block == "hosts":  # entitled, no hosts: the hosts that free up earliest are kept for it
                 ends = [(h.ends_at, gid, h) for gid in self._ending if (h := self._alloc[gid]).ends_at is not None]

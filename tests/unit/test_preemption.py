@@ -247,12 +247,22 @@ def test_a_higher_priority_gang_over_its_pools_entitlement_preempts_in_its_pool_
 
 def test_no_preemption_when_disabled_or_for_a_non_preemptible_gang_beyond_its_reservation() -> None:
     clock = Clock()
-    rm = ResourceManager(Pools(A, B), clock=clock, preemption_settle_s=None)
+    rm = ResourceManager(Pools(A, B), clock=clock, preemption_settle_s=0.0, preemption=False)
     run(rm, [gang("b0", n=1, gpu=8, pool="/b")])
     rm.enqueue([gang("h", n=1, gpu=4, pool="/b", priority=9, at=5)])
     clock.t += 100
     rm.dequeue(10, SHORT, CLUSTER)
-    assert rm.take_probes() == []
+    assert rm.take_probes() == []  # over its pool's entitlement: only preemption would help
+    a = gang("a", n=1, gpu=4, pool="/a", priority=0, at=6)
+    rm.enqueue([a])
+    assert [g.gang_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a/0"]  # within /a's entitlement
+    rm.set_placements([], [failure(a)])
+    clock.t += 100
+    while rm.dequeue(10, SHORT, CLUSTER):  # tried again at once (something changed): no hosts still
+        rm.set_placements([], [failure(a)])
+        clock.t += 0.5
+    probes = rm.take_probes()  # no hosts: a reservation is asked for, with no victims
+    assert [(p.gang.gang_id, p.candidates) for p in probes] == [("a/0", ())]
     rm = ResourceManager(Pools(A, B), clock=clock, preemption_settle_s=0.0)
     run(rm, [gang("a0", n=1, gpu=4, pool="/a", priority=0)])
     pinned = dataclasses.replace(gang("p", n=1, gpu=4, pool="/a", priority=9, at=5), preemptible=False)
