@@ -400,6 +400,17 @@ def test_kill_resent_every_kill_retry_until_terminal() -> None:
     assert len(h.t.of("KILL")) == 3
 
 
+def test_a_preemptions_kill_carries_its_grace_every_time_it_is_sent() -> None:
+    h = Harness(kill_retry_s=5.0)
+    h.ready()
+    launch(h.b, [spec("job-0-1", H0)])
+    h.update("job-0-1", "TASK_RUNNING", S0, UUID)
+    h.b.kill(["job-0-1"], 30.0)
+    h.tick(5)
+    grace = {"grace_period": {"nanoseconds": 30_000_000_000}}
+    assert [k["kill"].get("kill_policy") for k in h.t.of("KILL")] == [grace, grace]
+
+
 def test_kill_of_unknown_task_has_no_agent_id() -> None:
     h = Harness()
     h.ready()

@@ -98,6 +98,7 @@ class _Task:
     state: str = "TASK_STAGING"
     updated_at: float = 0.0
     kill_sent_at: float | None = None
+    kill_grace: float | None = None  # the kill's grace (a preemption's); sent again with every retry
 
 
 @dataclass(slots=True)
@@ -327,6 +328,7 @@ class MesosBackend:
                 if is_terminal(t.state):
                     continue
                 t.kill_sent_at = now
+                t.kill_grace = grace_s
                 sends.append(t)
         for t in sends:
             # the executor sends SIGTERM, then SIGKILL after the grace (a KillPolicy); absent: the task's own
@@ -561,8 +563,8 @@ class MesosBackend:
             self._send(lambda: self.protocol.decline(decline, 5.0 if suppress else self.opts.refuse_seconds))
         if suppress:
             self._send(lambda: self.protocol.suppress([self.opts.role]))
-        for t in kills:
-            self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None))  # noqa: B023 - called at once
+        for t in kills:  # with the first kill's grace: a retry without it would cut the grace short
+            self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None, t.kill_grace))  # noqa: B023
         if reconcile is not None:
             self._send(lambda: self.protocol.reconcile(reconcile))
         if implicit:
