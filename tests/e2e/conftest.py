@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from tests.dbutil import postgres_database
-from tests.e2e.harness import Daemon, kill_sandboxed_processes
+from tests.e2e.harness import Daemon, serving
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])
@@ -21,11 +21,5 @@ def db_url(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[str]:
 
 @pytest.fixture
 def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(tmp_path / "data", db_url)
-    try:
-        d.start()  # (a start that times out leaves the process running: stopped below too)
+    with serving(Daemon(tmp_path / "data", db_url)) as d:
         yield d
-    finally:
-        d.stop()
-        # tasks outlive the daemon by design (adoption); a test must not leave them running
-        kill_sandboxed_processes(d.data_dir)

@@ -10,7 +10,8 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -202,3 +203,14 @@ def kill_sandboxed_processes(root: Path, timeout: float = 10.0) -> list[int]:
     wait_until(lambda: not any(pid_alive(p) for p in found), timeout, 0.05,
                f"the processes of sandboxes under {root} to die")
     return found
+
+
+@contextmanager
+def serving(d: Daemon) -> Iterator[Daemon]:
+    """`d` started for the block, then stopped, and its tasks (which outlive a daemon by design) killed."""
+    try:
+        d.start()  # (a start that times out leaves the process running: stopped below too)
+        yield d
+    finally:
+        d.stop()
+        kill_sandboxed_processes(d.data_dir)

@@ -21,7 +21,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Daemon, kill_sandboxed_processes, wait_until
+from tests.e2e.harness import Daemon, serving, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -34,13 +34,8 @@ class PreemptDaemon(Daemon):
 
 @pytest.fixture
 def pd(db_url: str, tmp_path: Path) -> Iterator[PreemptDaemon]:
-    d = PreemptDaemon(tmp_path / "data", db_url)
-    try:
-        d.start()
+    with serving(PreemptDaemon(tmp_path / "data", db_url)) as d:
         yield d
-    finally:
-        d.stop()
-        kill_sandboxed_processes(d.data_dir)
 
 
 def _job(pool: str, name: str, command: str, *, priority: int = 0, grace: str = "5s", attempts: int = 1) -> str:

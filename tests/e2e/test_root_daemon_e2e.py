@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.asroot import let_others_pass
-from tests.e2e.harness import PELOTON, Daemon, kill_sandboxed_processes
+from tests.e2e.harness import PELOTON, Daemon, serving
 
 pytestmark = [pytest.mark.e2e,
               pytest.mark.skipif(os.geteuid() != 0, reason="the defaults of a daemon started as root")]
@@ -25,12 +25,8 @@ pytestmark = [pytest.mark.e2e,
 def root_daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
     d = Daemon(tmp_path / "data", db_url, secure_defaults=True)
     let_others_pass(tmp_path)  # as /var/lib is: tasks run as nobody, who enters its sandbox itself
-    try:
-        d.start()
+    with serving(d):
         yield d
-    finally:
-        d.stop()
-        kill_sandboxed_processes(d.data_dir)
 
 
 def cli(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
