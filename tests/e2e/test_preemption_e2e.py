@@ -3,10 +3,14 @@ simulated hosts of 4 cpu, 4Gi, 2 GPUs: 4 GPUs in all). The settling window is 1 
 
 - reclaim: pool /b fills the cluster while /a is idle; /a submits and gets its reservation back within settling
   window + grace + a few seconds; /b's victim is preempted whole (no gang is ever seen RUNNING with a member that
-  is not), its members had their grace (one traps SIGTERM and writes a file), and it runs again later as a new
-  run that used up no attempt (its job allows one);
+  is not), its members had their grace (they trap SIGTERM, "checkpoint" for 6 s, longer than a plain kill allows,
+  and write a file), and it runs again later as a new run that used up no attempt (its job allows one);
 - priority: a high-priority gang preempts the lower-priority gang of its pool that has run the shortest time;
-- kill -9 of the daemon while a victim is in its grace period: the preemption is finished after the restart.
+- kill -9 of the daemon while a victim is in its grace period: the preemption is finished after the restart;
+- starvation: a gang needing every GPU of both hosts starts within a stated bound despite a stream of 1-GPU gangs
+  (head-of-line reservation);
+- backfill: a short gang with a max_runtime runs on the hosts reserved for the waiting big gang, one without does
+  not.
 """
 
 from __future__ import annotations
@@ -94,19 +98,20 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
     marks = tmp_path / "marks"
     marks.mkdir()
     marks.chmod(0o777)
-    # each /b member writes a file when it gets SIGTERM (with the grace it was given), then exits
-    trap = (f"trap \"echo $PELOTON_PREEMPTION_GRACE > {marks}/term-$PELOTON_TASK_ID; exit 0\" TERM; "
+    # each /b member, on SIGTERM, "checkpoints" for 6 s (longer than a plain kill's 5 s grace), then writes a file
+    # with the grace it was told and exits
+    trap = (f"trap \"sleep 6; echo $PELOTON_PREEMPTION_GRACE > {marks}/term-$PELOTON_TASK_ID; exit 0\" TERM; "
             f"echo up > {marks}/up-$PELOTON_TASK_ID; sleep 300 & wait")
-    b1 = d.create(_job("/b", "b1", trap), tmp_path)
+    b1 = d.create(_job("/b", "b1", trap, grace="9s"), tmp_path)
     d.wait_state(b1, "RUNNING")
-    b2 = d.create(_job("/b", "b2", trap), tmp_path)
+    b2 = d.create(_job("/b", "b2", trap, grace="9s"), tmp_path)
     d.wait_state(b2, "RUNNING")  # /b holds all 4 GPUs: /a is idle, so /b is entitled to them
     sampler = GangSampler(d, [b1, b2])
     try:
         t0 = time.monotonic()
         a = d.create(_job("/a", "a", "sleep 4"), tmp_path)
         sampler.jobs.append(a)
-        d.wait_state(a, "RUNNING", timeout=1 + 5 + 20)
+        d.wait_state(a, "RUNNING", timeout=1 + 9 + 20)
         took = time.monotonic() - t0
         # the shortest-running of /b's gangs (b2) was preempted, whole; b1 runs on
         g2 = _gang(d, b2)
@@ -115,7 +120,7 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
         assert _gang(d, b1)["state"] == "RUNNING" and _gang(d, b1)["attempt"] == 1
         # its members had SIGTERM and were told their grace
         for i in (0, 1):
-            assert (marks / f"term-{b2}-{i}-1").read_text().strip() == "5"
+            assert (marks / f"term-{b2}-{i}-1").read_text().strip() == "9"
         assert not list(marks.glob(f"term-{b1}-*"))
         assert _gang(d, b2)["reason"].startswith("preempted, queued again; waiting for admission: over pool /b's "
                                                  "entitlement"), _gang(d, b2)
@@ -136,7 +141,7 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
     finally:
         sampler.stop()
     assert sampler.samples > 10 and not sampler.partial, sampler.partial
-    print(f"reclaim: /a running {took:.1f}s after its submission (settle 1s, grace 5s)")
+    print(f"reclaim: /a running {took:.1f}s after its submission (settle 1s, the victims' checkpoint 6s)")
     for j in (b1, b2):
         d.cli("job", "stop", j)
 
