@@ -215,8 +215,11 @@ def test_a_big_gang_is_not_starved_by_a_stream_of_small_ones(pd: PreemptDaemon, 
         wait_until(lambda: len(smalls) >= 6, 20, what="the stream going")
         big = d.create(_job("/", "big", "sleep 2").replace("gpu: 1", "gpu: 2"), tmp_path)
         t0, before = time.monotonic(), len(smalls)
-        wait_until(lambda: "waiting for reserved hosts" in d.cli("queue").stdout, 15, what="the reservation")
-        d.wait_state(big, "RUNNING", "SUCCEEDED", timeout=15)
+        # the bound: the settling window (1 s), then the small gangs on its hosts end (3 s), plus 12 s of slack for
+        # this 2-core machine's polling and launches; without the reservation it never starts (the stream goes on)
+        bound = 1 + 3 + 12
+        wait_until(lambda: "waiting for reserved hosts" in d.cli("queue").stdout, bound, what="the reservation")
+        d.wait_state(big, "RUNNING", "SUCCEEDED", timeout=bound - (time.monotonic() - t0))
         took = time.monotonic() - t0
         assert len(smalls) >= before + 3  # the stream went on meanwhile
     finally:
