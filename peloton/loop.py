@@ -63,9 +63,16 @@ class Loop:
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        self.signal_stop()
+        self.join(timeout)
+
+    def signal_stop(self) -> None:
+        """Ask the loop to stop after its current pass (see `join`)."""
         self._stop.set()
+
+    def join(self, timeout: float) -> None:
         if self._thread is not None:
-            self._thread.join(timeout)
+            self._thread.join(max(0.0, timeout))
 
     @property
     def stopping(self) -> bool:

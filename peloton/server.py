@@ -641,8 +641,17 @@ class Daemon:
         self.health.enter_graceful_shutdown()
         if self.jobmgr is not None:
             self.jobmgr.hub.close()  # open watches end now instead of holding the shutdown for its grace period
+        # every loop is told at once, then awaited (each may be in a long poll of up to a second): the shutdown
+        # takes the slowest loop's time, not the sum of them all
         for lp in self.loops:
-            lp.stop(timeout=3)
+            lp.signal_stop()
+        if self.resmgr is not None:
+            self.resmgr.close()  # the placement and launcher loops' long polls answer now
+        if self.hostmgr is not None:
+            self.hostmgr.close()  # and the task-events loop's
+        deadline = time.monotonic() + 3
+        for lp in self.loops:
+            lp.join(deadline - time.monotonic())
         self.server.stop(grace=2).wait(5)
         internal = getattr(self, "internal_server", None)
         if internal is not None:

@@ -61,12 +61,19 @@ class HostManager:
         self._capacity_version = 1
         self._tombstones: OrderedDict[str, float] = OrderedDict()  # killed task id -> when
         self._cond = threading.Condition()
+        self._closed = False  # the daemon is stopping: event long polls answer at once
         self._events: list[TaskStatus] = []  # seq = _first_seq + index
         self._first_seq = 1
         self._acked_seq = 0
 
     def start(self) -> None:
         self.backend.start(self._on_status, self._on_hosts_changed)
+
+    def close(self) -> None:
+        """The daemon is stopping: `wait_events` returns now, and later calls at once (the backend runs on)."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def stop(self) -> None:
         self.backend.stop()
@@ -109,7 +116,7 @@ class HostManager:
         with self._cond:
             while self.last_seq <= after_seq:
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._closed:
                     return [], False
                 self._cond.wait(left)
             gap = after_seq + 1 < self._first_seq

@@ -186,6 +186,7 @@ class ResourceManager:
         self._orders: dict[str, tuple[int, str]] = {}  # victim -> (attempt, reason) for jobmgr's next take
         self._probes: list[Probe] = []
         self._next_probe_round = float("-inf")
+        self._closed = False  # the daemon is stopping: long polls answer at once
         self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
         self._own_alloc: dict[str, Resources] = {}  # pool -> what its own gangs hold
         self._pinned: dict[str, Resources] = {}  # pool -> what its own non-preemptible gangs hold
@@ -210,6 +211,12 @@ class ResourceManager:
         gangs another look."""
         self._ent_dirty = True
         self._unpark = True
+
+    def close(self) -> None:
+        """The daemon is stopping: every long poll (dequeue, take_placements) returns now, and later ones at once."""
+        with self._cond:
+            self._closed = True
+            self._cond.notify_all()
 
     def pools(self) -> dict[str, ResourcePool]:
         with self._cond:
@@ -405,7 +412,7 @@ class ResourceManager:
                 if self._ready or self._reasons or self._orders:
                     break
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._closed:
                     return [], []
                 self._cond.wait(min(left, HANDED_TIMEOUT_S))
             now = self.clock()
@@ -486,7 +493,7 @@ class ResourceManager:
                 if out or self._orphaned or self._probes:
                     return out
                 left = deadline - time.monotonic()
-                if left <= 0:
+                if left <= 0 or self._closed:
                     return []
                 # wake when something is enqueued/removed, or when a parked gang may be retried
                 wait = left

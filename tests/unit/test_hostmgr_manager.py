@@ -269,3 +269,18 @@ def test_a_permanent_member_failure_fails_the_job_instead_of_restarting() -> Non
     assert "will not be retried" in job.reason
     policy.apply_status(jv, TaskStatus("abc-1-1", TaskState.KILLED, 3.0, "h"), 3.0)
     assert job.state.value == "FAILED"
+
+
+def test_close_answers_a_waiting_event_poll_at_once() -> None:
+    import threading
+    import time
+
+    hm, _ = make()
+    got: list[object] = []
+    t = threading.Thread(target=lambda: got.append(hm.wait_events(0, 10, 30.0)))
+    t.start()
+    time.sleep(0.1)
+    hm.close()
+    t.join(5)
+    assert got == [([], False)]
+    assert hm.wait_events(0, 10, 30.0) == ([], False)  # later ones at once

@@ -601,3 +601,19 @@ def test_a_pools_first_gang_over_its_entitlement_holds_back_the_smaller_gangs_be
     # a higher-priority gang goes first
     rm.enqueue([gang("a3", n=1, gpu=1, pool="/a", at=4, priority=5)])
     assert [g.job_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a3"]
+
+
+def test_close_answers_every_long_poll_at_once() -> None:
+    rm, _, _ = make()
+    got: list[object] = []
+    threads = [threading.Thread(target=lambda: got.append(rm.dequeue(10, 30.0))),
+               threading.Thread(target=lambda: got.append(rm.take_placements(10, 30.0)))]
+    for t in threads:
+        t.start()
+    time.sleep(0.1)
+    t0 = time.monotonic()
+    rm.close()
+    for t in threads:
+        t.join(5)
+    assert sorted(map(str, got)) == ["([], [])", "[]"] and time.monotonic() - t0 < 5
+    assert rm.dequeue(10, 30.0) == []  # and later ones at once
