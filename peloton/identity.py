@@ -40,7 +40,7 @@ JOB_SECRETS_ANY = "job.secrets.any"  # the environment values and logs of any jo
 POOL_READ = "pool.read"
 POOL_WRITE = "pool.write"
 HOST_READ = "host.read"
-HOST_OPERATE = "host.operate"  # failure injection of the sim backend (drain, later)
+HOST_OPERATE = "host.operate"  # host drain; failure injection of the sim backend
 AUDIT_READ = "audit.read"
 ALL = frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ, POOL_WRITE,
                  HOST_READ, HOST_OPERATE, AUDIT_READ})
@@ -73,6 +73,8 @@ METHODS: dict[str, str] = {
     "/peloton.v1.ResourcePoolService/ListPools": POOL_READ,
     "/peloton.v1.ResourcePoolService/ListQueue": POOL_READ,
     "/peloton.v1.HostService/ListHosts": HOST_READ,
+    "/peloton.v1.HostService/DrainHost": HOST_OPERATE,
+    "/peloton.v1.HostService/UndrainHost": HOST_OPERATE,
     "/peloton.v1.SimService/FailHost": HOST_OPERATE,
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
     "/peloton.v1.AuditService/ListAuditEvents": AUDIT_READ,

@@ -384,7 +384,13 @@ class Daemon:
             services.append((audit_pb2.DESCRIPTOR, "AuditService"))
         self.hostmgr: HostManager | None = None
         if "hostmgr" in roles:
-            self.hostmgr = HostManager(self._make_backend())
+            def save_drains(drains: dict[str, float]) -> None:
+                with db.transaction(self.sessions) as s:
+                    repo.set_drains(s, drains)
+
+            self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains)
+            with db.transaction(self.sessions) as s:
+                self.hostmgr.load_drains(repo.get_drains(s))
             hostmgr_servicer = HostManagerServicer(self.hostmgr)
             host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
             services += [(host_pb2.DESCRIPTOR, "HostService")]

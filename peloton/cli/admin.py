@@ -13,7 +13,7 @@ from peloton.errors import InvalidArgument
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from peloton.api.v1 import job_pb2, respool_pb2
+    from peloton.api.v1 import host_pb2, job_pb2, respool_pb2
     from peloton.cli.client import Client
 
 
@@ -181,11 +181,46 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
     if a.output == "json":
         print(render.json_message(r))
         return 0
-    rows = [[h.hostname, h.address, h.state, render.resources(h.capacity), render.resources(h.allocated),
+    rows = [[h.hostname, h.address, h.state, _drain(h), render.resources(h.capacity), render.resources(h.allocated),
              len(h.task_ids), "yes" if h.offer_held else "no",
              ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
-    print(render.table(rows, ["HOST", "ADDRESS", "STATE", "CAPACITY", "ALLOCATED", "TASKS", "OFFER HELD",
+    print(render.table(rows, ["HOST", "ADDRESS", "STATE", "DRAIN", "CAPACITY", "ALLOCATED", "TASKS", "OFFER HELD",
                               "LABELS"]))
+    return 0
+
+
+def _drain(h: host_pb2.Host) -> str:
+    if not h.drain:
+        return "-"
+    if h.drain == "draining" and h.drain_deadline:
+        left = h.drain_deadline - time.time()
+        return f"draining (preempts in {max(0, round(left))}s)" if left > 0 else "draining (deadline passed)"
+    return str(h.drain)
+
+
+def cmd_host_drain(c: Client, a: argparse.Namespace) -> int:
+    from peloton.api.v1 import host_pb2
+    from peloton.hostmgr.sim.durations import parse_duration
+
+    req = host_pb2.DrainHostRequest(hostname=a.hostname)
+    if a.deadline is not None:
+        req.deadline.FromNanoseconds(round(parse_duration(a.deadline, "--deadline") * 1e9))
+    h = c.call(c.hosts.DrainHost, req).host
+    if a.output == "json":
+        print(render.json_message(h))
+    else:
+        print(f"{h.hostname}: {_drain(h)}, {len(h.task_ids)} task(s) on it")
+    return 0
+
+
+def cmd_host_undrain(c: Client, a: argparse.Namespace) -> int:
+    from peloton.api.v1 import host_pb2
+
+    h = c.call(c.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=a.hostname)).host
+    if a.output == "json":
+        print(render.json_message(h))
+    else:
+        print(f"{h.hostname}: in service")
     return 0
 
 

@@ -496,9 +496,20 @@ def build_parser() -> argparse.ArgumentParser:
     x.set_defaults(fn="admin:cmd_cluster_info")
 
     h = sub.add_parser("host", help="hosts").add_subparsers(dest="cmd", required=True)
-    x = h.add_parser("list")
+    x = h.add_parser("list", help="every host: capacity, allocation, tasks, and whether it is draining")
     out(x)
     x.set_defaults(fn="admin:cmd_host_list")
+    x = h.add_parser("drain", help="take a host out of service: no new gangs on it; at --deadline the gangs still "
+                                   "there are preempted whole (back to their queue, no attempt lost)")
+    x.add_argument("hostname", metavar="HOST")
+    x.add_argument("--deadline", default=None, metavar="DURATION",
+                   help="how long the gangs on the host may run on (30m, 2h); default: until they end")
+    out(x)
+    x.set_defaults(fn="admin:cmd_host_drain")
+    x = h.add_parser("undrain", help="put a drained host back in service")
+    x.add_argument("hostname", metavar="HOST")
+    out(x)
+    x.set_defaults(fn="admin:cmd_host_undrain")
 
     x = sub.add_parser("audit", help="the audit log: changing and refused calls, newest first (admin, operator)")
     x.add_argument("--principal", default=None, help="only this principal's calls")

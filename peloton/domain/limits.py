@@ -85,6 +85,7 @@ PROTO_DURATION_MAX_SECONDS = 315_576_000_000  # google.protobuf.Duration: +-1000
 PROTO_DURATION_MAX_NANOS = 999_999_999
 MAX_LAUNCH_TIMEOUT_S = 7 * 24 * 3600.0  # gang.launch_timeout: > 0 and at most 7 days
 MAX_RUNTIME_S = 365 * 24 * 3600.0  # sla.max_runtime: >= 0 (0: none) and at most 365 days
+MAX_DRAIN_DEADLINE_S = 30 * 24 * 3600.0  # host drain --deadline: at most 30 days
 MAX_PREEMPTION_GRACE_S = 3600.0  # sla.preemption_grace: a preempted gang holds its hosts this long at most
 
 # --- requests -----------------------------------------------------------------------------------------------------

@@ -16,11 +16,13 @@ import time
 import uuid
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client import Counter, Histogram
 
 from peloton.domain.placement import GangPlacement, HostOffer, PlacementFailure
+from peloton.domain.resources import Resources
+from peloton.errors import NotFound
 from peloton.hostmgr.backend import Backend, GangLaunch, HostInfo, LaunchOutcome, LaunchResult, TaskStatus
 from peloton.hostmgr.claims import ClaimBook, ClaimKey
 
@@ -49,10 +51,14 @@ class HostSync:
 
 class HostManager:
     def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
-                 claim_ttl_s: float = DEFAULT_CLAIM_TTL_S) -> None:
+                 claim_ttl_s: float = DEFAULT_CLAIM_TTL_S,
+                 save_drains: Callable[[dict[str, float]], None] | None = None) -> None:
+        """`save_drains`: makes the draining hosts durable (the store); called before a drain takes effect."""
         self.backend = backend
         self.clock = clock
         self.claim_ttl_s = claim_ttl_s
+        self._save_drains = save_drains
+        self._drains: dict[str, float] = {}  # draining host -> its deadline (0: none)
         self.stream_id = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._claims = ClaimBook()
@@ -157,6 +163,9 @@ class HostManager:
             version = self._version
             offers = self.backend.offers(names)
             out = [self._claims.free(o) for o in offers]
+            if self._drains:  # a draining host takes no new gangs: nothing of it is free for placement
+                out = [replace(o, free=Resources(), gpu_ids=(), ports=()) if o.hostname in self._drains else o
+                       for o in out]
         removed = sorted(set(names) - {o.hostname for o in offers}) if names else []
         return HostSync(self.stream_id, version, full, out, removed)
 
@@ -170,6 +179,10 @@ class HostManager:
             self._touch_locked(self._claims.expire(now))
             offers = {o.hostname: o for o in self.backend.offers(hosts, with_ids=True)}
             for p in placements:
+                draining = sorted({m.hostname for m in p.members} & self._drains.keys())
+                if draining:  # placed on a copy older than the drain
+                    refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, f"host {draining[0]} is draining"))
+                    continue
                 r = self._claims.claim(p, offers, now, self.claim_ttl_s)
                 if isinstance(r, str):
                     refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, r))
@@ -273,6 +286,46 @@ class HostManager:
                       capacity=h.capacity, has_gpus=h.capacity.gpu > 0)
             for h in self.backend.hosts()
         ]
+
+    # --- drains -----------------------------------------------------------------------------------------------
+    def load_drains(self, drains: dict[str, float]) -> None:
+        """The draining hosts as the store has them (at start)."""
+        with self._lock:
+            self._drains = dict(drains)
+            self._touch_locked(set(drains))
+
+    def drains(self) -> dict[str, float]:
+        with self._lock:
+            return dict(self._drains)
+
+    def drain(self, hostname: str, deadline: float) -> None:
+        """No new gangs on the host (from the next placement round on); `deadline` (clock time, 0: none) is when
+        the job manager preempts the gangs still running there. NotFound for a host the backend does not know."""
+        self._known(hostname)
+        self._set_drain(hostname, deadline)
+
+    def undrain(self, hostname: str) -> None:
+        """Back in service (a host that is not draining: nothing to do)."""
+        self._set_drain(hostname, None)
+
+    def _set_drain(self, hostname: str, deadline: float | None) -> None:
+        with self._lock:
+            drains = dict(self._drains)
+            if deadline is None:
+                if drains.pop(hostname, None) is None:
+                    return
+            else:
+                drains[hostname] = deadline
+            if self._save_drains is not None:
+                self._save_drains(drains)  # durable before it takes effect (a crash keeps the host drained)
+            self._drains = drains
+            self._touch_locked({hostname})
+
+    def _known(self, hostname: str) -> None:
+        names = [h.hostname for h in self.backend.hosts()]
+        if hostname not in names:
+            shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
+            raise NotFound(f"hostname: no host {hostname} (hosts: {shown or 'none'})", field="hostname")
 
     def hosts(self) -> list[tuple[HostInfo, bool]]:
         held = self.held_hosts()

@@ -9,6 +9,8 @@ import grpc
 from peloton.api import convert
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import host_pb2, host_pb2_grpc, internal_pb2, internal_pb2_grpc
+from peloton.domain import checks, limits
+from peloton.domain.checks import duration_seconds
 from peloton.hostmgr.manager import HostManager
 
 MAX_LOG_BYTES = 4 * 1024 * 1024
@@ -96,4 +98,36 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
 
     @grpc_errors
     def ListHosts(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
-        return host_pb2.ListHostsResponse(hosts=[convert.host_to_proto(h, held) for h, held in self.hm.hosts()])
+        drains = self.hm.drains()
+        return host_pb2.ListHostsResponse(hosts=[convert.host_to_proto(h, held, drains.get(h.hostname))
+                                                 for h, held in self.hm.hosts()])
+
+    @grpc_errors
+    def DrainHost(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+        _hostname(request.hostname)
+        deadline = 0.0
+        if request.HasField("deadline"):
+            after = duration_seconds(request.deadline.seconds, request.deadline.nanos, "deadline")
+            checks.number(after, "deadline", minimum=0, maximum=limits.MAX_DRAIN_DEADLINE_S, unit="s")
+            deadline = self.hm.clock() + after
+        self.hm.drain(request.hostname, deadline)
+        return host_pb2.DrainHostResponse(host=self._host(request.hostname))
+
+    @grpc_errors
+    def UndrainHost(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+        _hostname(request.hostname)
+        self.hm.undrain(request.hostname)
+        return host_pb2.UndrainHostResponse(host=self._host(request.hostname))
+
+    def _host(self, hostname: str) -> host_pb2.Host:
+        drains = self.hm.drains()
+        for h, held in self.hm.hosts():
+            if h.hostname == hostname:
+                return convert.host_to_proto(h, held, drains.get(hostname))
+        return host_pb2.Host(hostname=hostname)  # gone meanwhile
+
+
+def _hostname(name: str) -> None:
+    checks.text(name, "hostname", max_chars=255)
+    if not name.strip():
+        raise checks.bad("hostname", "is required")

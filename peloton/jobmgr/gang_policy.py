@@ -233,14 +233,16 @@ def _new_attempt(jv: JobView, gv: GangView, now: float, eff: Effects, reason: st
     eff.restarts += 1
 
 
-def preempt_gang(jv: JobView, gv: GangView, attempt: int, now: float, reason: str) -> Effects:
+def preempt_gang(jv: JobView, gv: GangView, attempt: int, now: float, reason: str, *,
+                 force: bool = False) -> Effects:
     """Preempt the gang whole, as resmgr decided for `attempt`: SIGTERM to every member, the job's
     sla.preemption_grace to checkpoint, then SIGKILL; once all have ended it goes back to its queue (PREEMPTED).
-    Nothing happens when the gang has moved on (another run, finished, being stopped) or is not preemptible."""
+    Nothing happens when the gang has moved on (another run, finished, being stopped) or is not preemptible
+    (unless `force`d: its host is being taken out of service)."""
     eff = Effects()
     g = gv.gang
     if (g.attempt != attempt or g.state not in (G.LAUNCHING, G.RUNNING) or jv.job.desired != "RUNNING"
-            or not jv.spec.preemptible):
+            or not (jv.spec.preemptible or force)):
         return eff
     eff.touch_job(jv.job)
     why = f"preempted: {reason}"
@@ -277,6 +279,24 @@ def gang_failed(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str
     for other in jv.gangs.values():
         if other is not gv:
             stop_gang(jv, other, now, eff, reason="job failed")
+
+
+def on_hosts(gv: GangView, hosts: frozenset[str]) -> str | None:
+    """The first of `hosts` a live member of this launching or running gang is on (None: none)."""
+    if gv.gang.state not in (G.LAUNCHING, G.RUNNING):
+        return None
+    for t in gv.members():
+        if t.host in hosts and not t.state.terminal:
+            return t.host
+    return None
+
+
+def evict_from_hosts(jv: JobView, gv: GangView, hosts: frozenset[str], now: float) -> Effects:
+    """A drained host's deadline has passed: a gang still on it is preempted whole, preemptible or not."""
+    host = on_hosts(gv, hosts)
+    if host is None:
+        return Effects()
+    return preempt_gang(jv, gv, gv.gang.attempt, now, f"host {host} was drained and its deadline passed", force=True)
 
 
 def stop_gang(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str = "job stopped") -> None:
@@ -595,7 +615,7 @@ def _gang_index(gang_id: str) -> int:
 
 
 __all__ = [
-    "Effects", "GangView", "JobView", "apply_status", "attempts_used", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
+    "Effects", "GangView", "JobView", "apply_status", "attempts_used", "evict_from_hosts", "on_hosts", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
     "gang_failed", "gang_id_for", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
     "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

@@ -598,6 +598,23 @@ class JobManager:
         return out
 
     # --- loop: reconciliation, launch deadlines, the queue check ------------------------------------------------
+    def _evict_from_drained_hosts(self, now: float) -> None:
+        """Gangs still on a host whose drain deadline has passed are preempted whole (they go back to their queue
+        and lose no attempt). The drains are the host manager's, read from the store."""
+        with transaction(self.read_sessions) as s:
+            drains = repo.get_drains(s)
+        due = frozenset(h for h, deadline in drains.items() if deadline and deadline <= now)
+        if not due:
+            return
+        found: list[tuple[str, int]] = []
+        for part in self.writer.read_each(lambda views: [
+                (jv.job.id, gv.gang.index) for jv in views.values() for gv in jv.gangs.values()
+                if policy.on_hosts(gv, due)]):
+            found += part
+        if found:
+            log.info("host drain: preempting %d gangs still on %s", len(found), ", ".join(sorted(due)))
+        self._check_gangs(found, lambda jv, gv, t: policy.evict_from_hosts(jv, gv, due, t))
+
     def reconcile_once(self) -> bool:
         now = self.clock()
         full = now >= self._full_reconcile_at
@@ -647,6 +664,7 @@ class JobManager:
             self._queue_check_at = now + QUEUE_CHECK_S
         self._check_gangs(late, policy.check_launch_deadline)
         self._check_gangs(overdue, policy.check_max_runtime)
+        self._evict_from_drained_hosts(now)
         if held:
             self._requeue_unknown(held)
         if not stale:

@@ -612,3 +612,17 @@ def set_meta(s: Session, key: str, value: str) -> None:
     res = s.execute(update(MetaRow).where(MetaRow.key == key).values(value=value).execution_options(**_NO_SYNC))
     if getattr(res, "rowcount", 0) == 0:
         s.execute(insert(MetaRow), [{"key": key, "value": value}])
+
+
+# --- host drains (a small map kept as one meta row: hosts are few, and drains fewer) ---------------------------
+_DRAINS_KEY = "host_drains"
+
+
+def get_drains(s: Session) -> dict[str, float]:
+    """Draining hosts -> the deadline of each (clock time; 0: none)."""
+    raw = get_meta(s, _DRAINS_KEY)
+    return {str(k): float(v) for k, v in json.loads(raw).items()} if raw else {}
+
+
+def set_drains(s: Session, drains: dict[str, float]) -> None:
+    set_meta(s, _DRAINS_KEY, json.dumps(dict(sorted(drains.items()))))

@@ -971,3 +971,18 @@ def test_recover_finishes_a_preemption_the_crash_interrupted() -> None:
     ids = [t.task_id for t in gv.members()]
     eff = policy.recover(jv, {i: TaskStatus(i, T.KILLED, T0 + 6, "h") for i in ids}, T0 + 7)
     assert gv.gang.state == G.PREEMPTED and eff.enqueue == [(JOB, 0)] and eff.adopt == []
+
+
+def test_a_gang_on_a_drained_host_is_preempted_even_if_not_preemptible() -> None:
+    jv = make_view(make_spec(2, preemptible=False, max_attempts=1))
+    gv = place(jv)  # members on host-0 and host-1
+    run_all(jv)
+    assert policy.on_hosts(gv, frozenset({"host-9"})) is None
+    assert policy.evict_from_hosts(jv, gv, frozenset({"host-9"}), T0 + 5) == Effects()
+    assert policy.preempt_gang(jv, gv, 1, T0 + 5, "x") == Effects()  # not for resmgr's preemption
+    eff = policy.evict_from_hosts(jv, gv, frozenset({"host-1"}), T0 + 5)
+    assert gv.gang.state == G.PREEMPTING and len(eff.preempt) == 2
+    assert gv.gang.reason == "preempted: host host-1 was drained and its deadline passed"
+    apply(jv, 0, T.KILLED, T0 + 6)
+    apply(jv, 1, T.KILLED, T0 + 6)
+    assert gv.gang.state == G.PREEMPTED and policy.attempts_used(gv.gang) == 1

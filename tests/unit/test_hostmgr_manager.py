@@ -284,3 +284,34 @@ def test_close_answers_a_waiting_event_poll_at_once() -> None:
     t.join(5)
     assert got == [([], False)]
     assert hm.wait_events(0, 10, 30.0) == ([], False)  # later ones at once
+
+
+def test_a_draining_host_offers_nothing_refuses_claims_and_is_saved_before_it_counts() -> None:
+    import pytest
+
+    from peloton.errors import NotFound
+
+    saved: list[dict[str, float]] = []
+    hm = HostManager(FakeBackend(), clock=lambda: 100.0, save_drains=lambda d: saved.append(d))
+    hm.start()
+    first = hm.sync(0, "")
+    hm.drain("h1", 160.0)
+    assert saved == [{"h1": 160.0}] and hm.drains() == {"h1": 160.0}
+    s = hm.sync(first.version, first.stream_id)  # the drained host is reported again, with nothing free
+    assert [(o.hostname, o.free.gpu, o.free.cpu) for o in s.offers] == [("h1", 0, 0)]
+    claimed, refused = hm.claim([placed("j/0", ["h1"]), placed("k/0", ["h2"])])
+    assert [p.gang_id for p in claimed] == ["k/0"]
+    assert [(f.gang_id, f.reason) for f in refused] == [("j/0", "host h1 is draining")]
+    with pytest.raises(NotFound, match="hostname: no host h9"):
+        hm.drain("h9", 0.0)
+    hm.undrain("h1")
+    hm.undrain("h1")  # not draining: nothing to save
+    assert saved == [{"h1": 160.0}, {}] and hm.drains() == {}
+    assert {o.hostname: o.free.gpu for o in hm.sync(0, "").offers}["h1"] == 2
+    # a failing store: the drain does not take effect
+    def fail(d: dict[str, float]) -> None:
+        raise OSError("store down")
+    hm2 = HostManager(FakeBackend(), save_drains=fail)
+    with pytest.raises(OSError):
+        hm2.drain("h1", 0.0)
+    assert hm2.drains() == {}

@@ -1,3 +1,6 @@
+import datetime
+
+from google.protobuf import duration_pb2 as _duration_pb2
 from peloton.api.v1 import job_pb2 as _job_pb2
 from google.protobuf.internal import containers as _containers
 from google.protobuf import descriptor as _descriptor
@@ -8,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Host(_message.Message):
-    __slots__ = ("hostname", "address", "capacity", "allocated", "labels", "state", "offer_held", "task_ids")
+    __slots__ = ("hostname", "address", "capacity", "allocated", "labels", "state", "offer_held", "task_ids", "drain", "drain_deadline")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -24,6 +27,8 @@ class Host(_message.Message):
     STATE_FIELD_NUMBER: _ClassVar[int]
     OFFER_HELD_FIELD_NUMBER: _ClassVar[int]
     TASK_IDS_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_FIELD_NUMBER: _ClassVar[int]
+    DRAIN_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     address: str
     capacity: _job_pb2.Resources
@@ -32,7 +37,9 @@ class Host(_message.Message):
     state: str
     offer_held: bool
     task_ids: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, hostname: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., offer_held: _Optional[bool] = ..., task_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+    drain: str
+    drain_deadline: float
+    def __init__(self, hostname: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., offer_held: _Optional[bool] = ..., task_ids: _Optional[_Iterable[str]] = ..., drain: _Optional[str] = ..., drain_deadline: _Optional[float] = ...) -> None: ...
 
 class ListHostsRequest(_message.Message):
     __slots__ = ()
@@ -43,3 +50,29 @@ class ListHostsResponse(_message.Message):
     HOSTS_FIELD_NUMBER: _ClassVar[int]
     hosts: _containers.RepeatedCompositeFieldContainer[Host]
     def __init__(self, hosts: _Optional[_Iterable[_Union[Host, _Mapping]]] = ...) -> None: ...
+
+class DrainHostRequest(_message.Message):
+    __slots__ = ("hostname", "deadline")
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    DEADLINE_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    deadline: _duration_pb2.Duration
+    def __init__(self, hostname: _Optional[str] = ..., deadline: _Optional[_Union[datetime.timedelta, _duration_pb2.Duration, _Mapping]] = ...) -> None: ...
+
+class DrainHostResponse(_message.Message):
+    __slots__ = ("host",)
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    host: Host
+    def __init__(self, host: _Optional[_Union[Host, _Mapping]] = ...) -> None: ...
+
+class UndrainHostRequest(_message.Message):
+    __slots__ = ("hostname",)
+    HOSTNAME_FIELD_NUMBER: _ClassVar[int]
+    hostname: str
+    def __init__(self, hostname: _Optional[str] = ...) -> None: ...
+
+class UndrainHostResponse(_message.Message):
+    __slots__ = ("host",)
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    host: Host
+    def __init__(self, host: _Optional[_Union[Host, _Mapping]] = ...) -> None: ...

@@ -39,12 +39,36 @@ class HostServiceStub:
                 request_serializer=peloton_dot_v1_dot_host__pb2.ListHostsRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_host__pb2.ListHostsResponse.FromString,
                 _registered_method=True)
+        self.DrainHost = channel.unary_unary(
+                '/peloton.v1.HostService/DrainHost',
+                request_serializer=peloton_dot_v1_dot_host__pb2.DrainHostRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_host__pb2.DrainHostResponse.FromString,
+                _registered_method=True)
+        self.UndrainHost = channel.unary_unary(
+                '/peloton.v1.HostService/UndrainHost',
+                request_serializer=peloton_dot_v1_dot_host__pb2.UndrainHostRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_host__pb2.UndrainHostResponse.FromString,
+                _registered_method=True)
 
 
 class HostServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def ListHosts(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DrainHost(self, request, context):
+        """No new gangs on the host; at the deadline, the gangs still running there are preempted whole (back to their
+        queue, no attempt lost). Again on a draining host: the new deadline replaces the old one.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UndrainHost(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +81,16 @@ def add_HostServiceServicer_to_server(servicer, server):
                     servicer.ListHosts,
                     request_deserializer=peloton_dot_v1_dot_host__pb2.ListHostsRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_host__pb2.ListHostsResponse.SerializeToString,
+            ),
+            'DrainHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.DrainHost,
+                    request_deserializer=peloton_dot_v1_dot_host__pb2.DrainHostRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_host__pb2.DrainHostResponse.SerializeToString,
+            ),
+            'UndrainHost': grpc.unary_unary_rpc_method_handler(
+                    servicer.UndrainHost,
+                    request_deserializer=peloton_dot_v1_dot_host__pb2.UndrainHostRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_host__pb2.UndrainHostResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +120,60 @@ class HostService:
             '/peloton.v1.HostService/ListHosts',
             peloton_dot_v1_dot_host__pb2.ListHostsRequest.SerializeToString,
             peloton_dot_v1_dot_host__pb2.ListHostsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DrainHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostService/DrainHost',
+            peloton_dot_v1_dot_host__pb2.DrainHostRequest.SerializeToString,
+            peloton_dot_v1_dot_host__pb2.DrainHostResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UndrainHost(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostService/UndrainHost',
+            peloton_dot_v1_dot_host__pb2.UndrainHostRequest.SerializeToString,
+            peloton_dot_v1_dot_host__pb2.UndrainHostResponse.FromString,
             options,
             channel_credentials,
             insecure,
