@@ -28,7 +28,14 @@ from peloton.errors import Unavailable
 
 STATEMENTS = Counter("peloton_store_statements_total", "SQL statements sent to the store (round trips)", ["kind"])
 
-MIGRATIONS_DIR = Path(peloton.__file__).resolve().parent.parent / "migrations"
+def _migrations_dir() -> Path:
+    """The Alembic scripts: inside the package when installed from a wheel (setup.py puts them there), else the
+    checkout's top-level migrations/ (an editable install, or the source tree)."""
+    packaged = Path(peloton.__file__).resolve().parent / "migrations"
+    return packaged if (packaged / "env.py").is_file() else Path(peloton.__file__).resolve().parent.parent / "migrations"
+
+
+MIGRATIONS_DIR = _migrations_dir()
 
 
 def default_sqlite_url(data_dir: Path) -> str:
