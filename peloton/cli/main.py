@@ -162,12 +162,12 @@ def _add_sim_parsers(sub: Any) -> None:
 
 
 def cmd_server(a: argparse.Namespace) -> int:
+    from peloton import logs
     from peloton.domain.resources import parse_resources_flag
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
 
-    logging.basicConfig(level=getattr(logging, a.log_level.upper()),
-                        format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    logs.configure(a.log_level, a.log_format)
     sim = _sim_settings(a)
     if a.local_hosts is not None and a.local_hosts < 1:
         raise InvalidArgument("--local-hosts: must be at least 1")
@@ -295,6 +295,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--log-format", default="text", choices=["text", "json"],
+                   help="log lines as text (default) or one JSON object each (time, level, logger, message, ids)")
     s.add_argument("--role", default="jobmgr,resmgr,placement,hostmgr",
                    help="components this process runs (comma-separated; default: all four in one daemon)")
     s.add_argument("--resmgr", default="", help="HOST:PORT of the resmgr process when this one does not run it")
