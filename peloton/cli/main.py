@@ -163,6 +163,12 @@ def _add_sim_parsers(sub: Any) -> None:
 
 def cmd_server(a: argparse.Namespace) -> int:
     from peloton import logs
+
+    if a.print_config:
+        from peloton.cli import server_config
+
+        sys.stdout.write(server_config.render(a.server_parser, a))
+        return 0
     from peloton.domain.resources import parse_resources_flag
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
@@ -284,6 +290,12 @@ def build_parser() -> argparse.ArgumentParser:
         sp.add_argument("-o", "--output", choices=["table", "json"], default="table")
 
     s = sub.add_parser("server", help="run the daemon")
+    p.set_defaults(server_parser=s)  # (main layers the config file and the environment under its flags)
+    s.add_argument("--config", default=None, metavar="FILE",
+                   help="a TOML file of settings: keys are these flags' names (metrics-listen = \"...\"); "
+                        "PELOTON_<FLAG> variables override it, flags override both (default: $PELOTON_SERVER_CONFIG)")
+    s.add_argument("--print-config", action="store_true",
+                   help="print the effective settings (file, environment, flags) as TOML and exit")
     s.add_argument("--listen", default=config.DEFAULT_LISTEN, help="gRPC HOST:PORT (default %(default)s)")
     s.add_argument("--db", default=None, help="database URL (default: SQLite in the data dir)")
     s.add_argument("--data-dir", default=None,
@@ -533,7 +545,11 @@ def main(argv: Sequence[str] | None = None) -> int:
 
     args: argparse.Namespace | None = None
     try:
-        args = build_parser().parse_args(argv)
+        parser = build_parser()
+        raw = list(sys.argv[1:] if argv is None else argv)
+        args = parser.parse_args(raw)
+        if getattr(args, "server_fn", None) is cmd_server:
+            args = _with_config(parser, raw, args)
         code = _run(args)
         sys.stdout.flush()  # here, where a closed pipe can still be handled
     except KeyboardInterrupt:
@@ -552,6 +568,18 @@ def main(argv: Sequence[str] | None = None) -> int:
             pass
         os._exit(code)
     return code
+
+
+def _with_config(parser: argparse.ArgumentParser, raw: list[str], args: argparse.Namespace) -> argparse.Namespace:
+    """`peloton server`'s arguments again, with the config file's and the environment's settings under the flags."""
+    from peloton.cli import server_config
+
+    at = raw.index("server")
+    try:
+        layered = server_config.layered(args.server_parser, raw[at + 1:])
+    except InvalidArgument as e:
+        parser.exit(2, f"peloton: error: {e.message}\n")
+    return parser.parse_args([*raw[:at + 1], *layered])
 
 
 def _run(args: argparse.Namespace) -> int:

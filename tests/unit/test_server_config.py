@@ -1,151 +1,83 @@
-"""The daemon's configuration checks that need no daemon: the job manager's writers per store."""
+"""`peloton server` settings: a TOML file, then PELOTON_* variables, then flags (the later wins); checked at start
+with one line naming the file or variable and the key; --print-config shows the result."""
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any
 
 import pytest
 
+from peloton.cli import server_config
+from peloton.cli.main import build_parser, main
 from peloton.errors import InvalidArgument
-from peloton.server import MAX_WRITERS, WRITERS_PG, ServerConfig
-
-PG = "postgresql://postgres@127.0.0.1/peloton"
 
 
-def cfg(db_url: str | None, writers: int | None) -> ServerConfig:
-    return ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=Path("/nonexistent"), jobmgr_writers=writers)
+def server_parser():  # type: ignore[no-untyped-def]
+    return build_parser().parse_args(["server"]).server_parser
 
 
-@pytest.mark.parametrize(("db_url", "writers", "expected"), [
-    (None, None, 1),  # the embedded SQLite default
-    ("sqlite:////tmp/x.db", None, 1),
-    (PG, None, WRITERS_PG),
-    (PG, 1, 1),
-    (PG, MAX_WRITERS, MAX_WRITERS),
-    ("sqlite:////tmp/x.db", 1, 1),
+def effective(argv: list[str], env: dict[str, str]):  # type: ignore[no-untyped-def]
+    p = server_parser()
+    return p.parse_args(server_config.layered(p, argv, env))
+
+
+def test_the_file_then_the_environment_then_the_flags(tmp_path: Path) -> None:
+    f = tmp_path / "peloton.toml"
+    f.write_text('listen = "127.0.0.1:6000"\nmetrics-listen = ""\nrate-limit = 20\ninsecure = true\n'
+                 'task-env-allow = ["LD_LIBRARY_PATH", "NCCL_*"]\nbackend = "sim"\n')
+    a = effective(["--config", str(f)], {})
+    assert (a.listen, a.metrics_listen, a.rate_limit, a.insecure, a.task_env_allow, a.backend) == (
+        "127.0.0.1:6000", "", 20.0, True, "LD_LIBRARY_PATH,NCCL_*", "sim")
+    a = effective(["--config", str(f)], {"PELOTON_LISTEN": "127.0.0.1:7000", "PELOTON_RATE_LIMIT": "5"})
+    assert (a.listen, a.rate_limit) == ("127.0.0.1:7000", 5.0)
+    a = effective(["--config", str(f), "--listen", "127.0.0.1:8000"], {"PELOTON_LISTEN": "127.0.0.1:7000"})
+    assert a.listen == "127.0.0.1:8000"
+    a = effective([], {server_config.CONFIG_ENV: str(f), "PELOTON_STANDBY": "yes", "PELOTON_ADDRESS": "x:1"})
+    assert a.listen == "127.0.0.1:6000" and a.standby  # PELOTON_ADDRESS is the CLI's: not a setting
+
+
+@pytest.mark.parametrize("text,message", [
+    ('listn = "x"', "unknown key 'listn' (did you mean 'listen'?)"),
+    ('rate-limit = "fast"', "rate-limit: must be a number, got 'fast'"),
+    ('backend = "k8s"', "backend: must be one of local, mesos, sim, got 'k8s'"),
+    ("insecure = 1", "insecure: must be true or false, got 1"),
+    ("listen = true", "listen: must be a string, got True"),
+    ("preemption-settle = -1", "preemption-settle: -1 is not between 0 and 86400 seconds"),
+    ("listen = ", "not valid TOML"),
 ])
-def test_writers_per_store(db_url: str | None, writers: int | None, expected: int) -> None:
-    c = cfg(db_url, writers)
-    c.check()
-    assert c.writers() == expected
+def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
+    f = tmp_path / "peloton.toml"
+    f.write_text(text + "\n")
+    with pytest.raises(InvalidArgument) as e:
+        effective(["--config", str(f)], {})
+    assert e.value.message.startswith(f"{f}: ") and message in e.value.message, e.value.message
+    with pytest.raises(InvalidArgument, match="PELOTON_INSECURE: must be true or false"):
+        effective([], {"PELOTON_INSECURE": "maybe"})
+    with pytest.raises(InvalidArgument, match="PELOTON_LOCAL_HOSTS: must be an integer, got 'two'"):
+        effective([], {"PELOTON_LOCAL_HOSTS": "two"})
+    with pytest.raises(InvalidArgument, match="--config: cannot read"):
+        effective(["--config", str(tmp_path / "missing.toml")], {})
 
 
-@pytest.mark.parametrize(("db_url", "writers", "error"), [
-    (None, 2, "more than one writer needs PostgreSQL"),
-    ("sqlite:////tmp/x.db", 4, "more than one writer needs PostgreSQL"),
-    (PG, 0, "must be between 1 and 16, got 0"),
-    (PG, MAX_WRITERS + 1, "must be between 1 and 16"),
-])
-def test_writers_that_cannot_work_are_refused_by_name(db_url: str | None, writers: int, error: str) -> None:
-    with pytest.raises(InvalidArgument, match=error) as e:
-        cfg(db_url, writers).check()
-    assert e.value.message.startswith("--jobmgr-writers:")
+def test_print_config_shows_the_effective_settings(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    f = tmp_path / "peloton.toml"
+    f.write_text('listen = "127.0.0.1:6000"\ninsecure = true\n')
+    monkeypatch.setenv("PELOTON_LOG_FORMAT", "json")
+    assert main(["server", "--config", str(f), "--print-config", "--rate-limit", "7"]) == 0
+    out = capsys.readouterr().out.splitlines()
+    assert {'listen = "127.0.0.1:6000"', "insecure = true", 'log-format = "json"', "rate-limit = 7.0",
+            "# db = (not set)"} <= set(out)
+    # and it reads back as the same settings
+    import tomllib
+    back = tomllib.loads("\n".join(out))
+    assert back["listen"] == "127.0.0.1:6000" and back["rate-limit"] == 7.0
 
 
-@pytest.mark.parametrize(("flag", "address"), [
-    ("--listen", "0.0.0.0:5391"), ("--listen", "10.1.2.3:5391"), ("--listen", "[::]:5391"),
-    ("--listen", "node-a.example.com:5391"), ("--internal-listen", "0.0.0.0:5393"),
-])
-def test_an_address_other_machines_reach_needs_insecure(flag: str, address: str) -> None:
-    c = cfg(None, None)
-    if flag == "--listen":
-        c.listen = address
-    else:
-        c.internal_listen = address
-    with pytest.raises(InvalidArgument, match="can be reached from other machines") as e:
-        c.check()
-    assert e.value.message.startswith(f"{flag}: {address}")
-    c.insecure = True
-    c.check()  # said explicitly: served (and the log says so loudly)
-
-
-@pytest.mark.parametrize("address", ["127.0.0.1:5391", "127.0.0.1:0", "localhost:5391", "[::1]:5391"])
-def test_local_addresses_need_nothing(address: str) -> None:
-    c = cfg(None, None)
-    c.listen = address
-    c.internal_listen = "unix:/tmp/x.sock"
-    c.check()
-
-
-def test_the_internal_listener_is_served_only_for_a_split_deployment() -> None:
-    c = cfg(None, None)
-    assert not c.serves_internal()  # one process: the components call each other in process
-    c.roles = frozenset({"hostmgr"})
-    assert c.serves_internal() and c.internal_address() == "unix:/nonexistent/internal.sock"
-    assert c.secret_file() == Path("/nonexistent/internal.secret")
-    c.roles = frozenset({"placement"})
-    assert not c.serves_internal()  # it calls the others; nothing of it is called
-
-
-def test_mutual_tls_may_serve_other_machines_and_its_files_are_checked(tmp_path: Path) -> None:
-    from peloton import certs
-
-    certs.init(tmp_path, [])
-    c = cfg(None, None)
-    c.listen = "0.0.0.0:5391"
-    c.tls_cert, c.tls_key = tmp_path / "server.pem", tmp_path / "server-key.pem"
-    with pytest.raises(InvalidArgument, match="--listen: .*no TLS with client certificates"):
-        c.check()  # TLS alone authenticates nobody
-    c.tls_client_ca = tmp_path / "ca.pem"
-    c.check()
-    c.metrics_tls = True
-    c.check()
-    c.internal_listen = "0.0.0.0:5393"  # the internal services have no TLS yet
-    with pytest.raises(InvalidArgument, match="--internal-listen: .*in clear"):
-        c.check()
-
-
-@pytest.mark.parametrize(("change", "error"), [
-    (lambda c, d: setattr(c, "tls_key", None), "--tls-cert, --tls-key: give both or neither"),
-    (lambda c, d: (setattr(c, "tls_cert", None), setattr(c, "tls_key", None)), "--tls-client-ca: needs --tls-cert"),
-    (lambda c, d: setattr(c, "tls_cert", d / "missing.pem"), "--tls-cert: .*missing.pem is not a readable file"),
-    (lambda c, d: (d / "server-key.pem").chmod(0o644), "--tls-key: .*readable by others"),
-    (lambda c, d: setattr(c, "tls_cert", d / "ca.pem"), "--tls-cert: .*are not a PEM certificate and its key"),
-    (lambda c, d: setattr(c, "tls_client_ca", d / "server-key.pem"), "--tls-client-ca: .*not a PEM CA"),
-])
-def test_tls_settings_that_cannot_work_are_refused_by_flag(tmp_path: Path, change: Any, error: str) -> None:
-    from peloton import certs
-
-    certs.init(tmp_path, [])
-    c = cfg(None, None)
-    c.tls_cert, c.tls_key, c.tls_client_ca = tmp_path / "server.pem", tmp_path / "server-key.pem", tmp_path / "ca.pem"
-    change(c, tmp_path)
-    with pytest.raises(InvalidArgument, match=error):
-        c.check()
-
-
-def test_the_unix_socket_of_the_api() -> None:
-    c = cfg(None, None)
-    assert c.unix_socket_path() == Path("/nonexistent/peloton.sock")  # the default, in the data dir
-    c.unix_socket = ""
-    assert c.unix_socket_path() is None  # none
-    c.unix_socket = "/run/peloton/api.sock"
-    assert c.unix_socket_path() == Path("/run/peloton/api.sock")
-
-
-def test_a_data_dir_too_deep_for_the_default_socket_still_serves_tcp(tmp_path: Path) -> None:
-    from peloton.server import Daemon
-
-    deep = tmp_path / ("d" * 120)
-    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=None, data_dir=deep, metrics_listen="", backend="sim"))
-    d.start()
-    try:
-        assert d.unix_socket is None and d.address.startswith("127.0.0.1:")
-    finally:
-        d.stop()
-    given = ServerConfig(listen="127.0.0.1:0", db_url=None, data_dir=tmp_path / "d2", metrics_listen="",
-                         backend="sim", unix_socket=str(deep / "api.sock"))
-    with pytest.raises(InvalidArgument, match="--unix-socket: .* is longer than a Unix socket's 107 bytes"):
-        Daemon(given).start()
-
-
-@pytest.mark.parametrize(("field", "value", "error"), [
-    ("rate_limit", -1.0, "--rate-limit: must be 0"), ("rate_limit", float("nan"), "--rate-limit"),
-    ("max_waiting_jobs", -5, "--max-waiting-jobs: must be 0"),
-])
-def test_bounds_that_make_no_sense_are_refused(field: str, value: float, error: str) -> None:
-    c = cfg(None, None)
-    setattr(c, field, value)
-    with pytest.raises(InvalidArgument, match=error):
-        c.check()
+def test_a_bad_setting_stops_the_server_before_it_starts(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "peloton.toml"
+    f.write_text('listn = "x"\n')
+    with pytest.raises(SystemExit) as e:
+        main(["server", "--config", str(f)])
+    assert e.value.code == 2
+    assert capsys.readouterr().err == f"peloton: error: {f}: unknown key 'listn' (did you mean 'listen'?)\n"
