@@ -431,10 +431,10 @@ def launch_refused(jv: JobView, gv: GangView, attempt: int, now: float, reason: 
     (same task ids; nothing of them ever ran). A gang being torn down just ends."""
     eff = Effects()
     g = gv.gang
-    if g.attempt != attempt or g.state not in (G.PLACED, G.LAUNCHING, G.ABORTING):
+    if g.attempt != attempt or g.state not in (G.PLACED, G.LAUNCHING, G.PREEMPTING, G.ABORTING):
         return eff
     eff.touch_job(jv.job)
-    if g.state == G.ABORTING or jv.job.desired != "RUNNING":
+    if g.state in (G.ABORTING, G.PREEMPTING) or jv.job.desired != "RUNNING":  # (a preempted one: queued again)
         for t in gv.members():
             if t.state not in TASK_TERMINAL:
                 _set_task(jv, t, T.KILLED, now, eff, reason=t.reason or "killed before it was launched",

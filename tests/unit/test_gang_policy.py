@@ -986,3 +986,12 @@ def test_a_gang_on_a_drained_host_is_preempted_even_if_not_preemptible() -> None
     apply(jv, 0, T.KILLED, T0 + 6)
     apply(jv, 1, T.KILLED, T0 + 6)
     assert gv.gang.state == G.PREEMPTED and policy.attempts_used(gv.gang) == 1
+
+
+def test_a_gang_preempted_while_its_launch_is_refused_goes_back_to_its_queue() -> None:
+    jv = make_view(make_spec(2))
+    gv = place(jv)  # LAUNCHING: the launch is in flight
+    policy.preempt_gang(jv, gv, 1, T0 + 2, "x")
+    assert gv.gang.state == G.PREEMPTING and states(gv) == [T.PREEMPTING] * 2
+    eff = policy.launch_refused(jv, gv, 1, T0 + 3, "a member was killed before its launch")
+    assert gv.gang.state == G.PREEMPTED and gv.gang.preemptions == 1 and eff.enqueue == [(JOB, 0)]
