@@ -102,6 +102,8 @@ class Effects:
     adopt: list[tuple[str, int]] = field(default_factory=list)  # (job_id, gang_index) running after recovery
     events: list[TaskEvent] = field(default_factory=list)
     restarts: int = 0  # gangs re-queued as a new attempt
+    # gangs that began to run whole: (seconds from the launch intent, seconds from the job's submission)
+    started: list[tuple[float, float]] = field(default_factory=list)
     # the records changed, for the caller to write (keyed so that a record changed twice is written once)
     tasks: dict[tuple[str, int], Task] = field(default_factory=dict)
     gangs: dict[tuple[str, int], Gang] = field(default_factory=dict)
@@ -115,6 +117,7 @@ class Effects:
         self.adopt += o.adopt
         self.events += o.events
         self.restarts += o.restarts
+        self.started += o.started
         self.tasks.update(o.tasks)
         self.gangs.update(o.gangs)
         self.jobs.update(o.jobs)
@@ -192,6 +195,13 @@ def _kill_members(jv: JobView, gv: GangView, now: float, eff: Effects, reason: s
         else:
             _set_task(jv, t, T.KILLING, now, eff, reason=reason)
             eff.kill.append(t.task_id)
+
+
+def _gang_runs(jv: JobView, g: Gang, now: float, eff: Effects) -> None:
+    """Every member runs: the gang is RUNNING (and how long its launch and its whole wait took, for metrics)."""
+    intent = g.launch_deadline - jv.spec.launch_timeout_s if g.launch_deadline else now
+    eff.started.append((max(0.0, now - intent), max(0.0, now - jv.job.created_at)))
+    _set_gang(jv, g, G.RUNNING, now, eff, reason="")
 
 
 def _finish_if_quiet(jv: JobView, gv: GangView, now: float, eff: Effects) -> None:
@@ -384,11 +394,11 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
                 _kill_members(jv, gv, now, eff, "gang no longer wanted",
                               grace_s=jv.spec.preemption_grace_s if g.state == G.PREEMPTING else None)
         if g.state in (G.PLACED, G.LAUNCHING) and gv.all_members(T.RUNNING, T.SUCCEEDED):
-            _set_gang(jv, g, G.RUNNING, now, eff, reason="")
+            _gang_runs(jv, g, now, eff)
     elif st.state == T.SUCCEEDED:
         _set_task(jv, t, T.SUCCEEDED, now, eff, exit_code=0, reason=st.reason, message=st.message or "exit code 0")
         if g.state in (G.PLACED, G.LAUNCHING) and gv.all_members(T.RUNNING, T.SUCCEEDED):
-            _set_gang(jv, g, G.RUNNING, now, eff, reason="")
+            _gang_runs(jv, g, now, eff)
         _finish_if_quiet(jv, gv, now, eff)
     elif st.state in (T.FAILED, T.LOST, T.KILLED):
         if expected_stop:

@@ -32,6 +32,7 @@ from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from peloton.gang_metrics import GANG_STAGE
 from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
@@ -157,6 +158,9 @@ class JobManager:
                 out.enqueue.append(p)
         if eff.restarts:
             GANG_RESTARTS.inc(eff.restarts)
+        for launching, waited in eff.started:
+            GANG_STAGE.labels("launching").observe(launching)
+            GANG_STAGE.labels("submitted_to_running").observe(waited)
         self.effects.submit(out)
 
     # --- create -------------------------------------------------------------------------------------------

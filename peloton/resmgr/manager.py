@@ -49,6 +49,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
+from peloton.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import Reservation, describe
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
 from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
@@ -146,6 +147,7 @@ class _Entry:
     starved_since: float = 0.0  # first refused (admission) or unplaced: the settling window runs from here
     block: str = ""  # what refused it last: pool (entitlement/limit) | reservation | hosts
     probed_at: float = float("-inf")
+    admitted_at: float = 0.0  # when it was first admitted: the placing stage's start
     waits_for: tuple[str, ...] = ()  # the gangs preempted for it
     reservation: Reservation | None = None  # the hosts the placement engine keeps for it
 
@@ -569,6 +571,9 @@ class ResourceManager:
             self._in_flight.add(g.gang_id)
             self._allocate_locked(e.req)
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
+            if not e.admitted_at:  # (a gang that failed placement and is admitted again is not counted again)
+                GANG_STAGE.labels("queued").observe(max(0.0, now - e.queued_at))
+                e.admitted_at = now
             out.append(e.req)
         self._probe_locked(now)
         return out
@@ -707,6 +712,7 @@ class ResourceManager:
                     continue
                 e.state = _State.READY
                 e.placement = p
+                GANG_STAGE.labels("placing").observe(max(0.0, now - e.admitted_at))
                 self._starved.pop(p.gang_id, None)
                 self._reserving.pop(p.gang_id, None)
                 e.reservation = None

@@ -84,7 +84,7 @@ def test_the_dashboard_is_valid_json_and_names_only_exported_metrics() -> None:
     # queue, stage latencies, allocation per pool, hosts' task updates, loops
     assert {"peloton_resmgr_queued_gangs", "peloton_pool_allocation", "peloton_placement_round_seconds_bucket",
             "peloton_jobmgr_launch_seconds_bucket", "peloton_hostmgr_task_status_total",
-            "peloton_loop_heartbeat_timestamp_seconds"} <= shown
+            "peloton_loop_heartbeat_timestamp_seconds", "peloton_gang_stage_seconds_bucket"} <= shown
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")

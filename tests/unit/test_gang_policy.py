@@ -995,3 +995,12 @@ def test_a_gang_preempted_while_its_launch_is_refused_goes_back_to_its_queue() -
     assert gv.gang.state == G.PREEMPTING and states(gv) == [T.PREEMPTING] * 2
     eff = policy.launch_refused(jv, gv, 1, T0 + 3, "a member was killed before its launch")
     assert gv.gang.state == G.PREEMPTED and gv.gang.preemptions == 1 and eff.enqueue == [(JOB, 0)]
+
+
+def test_a_gang_running_whole_reports_its_launch_and_its_wait() -> None:
+    jv = make_view(make_spec(2, launch_timeout_s=60.0), now=T0)
+    place(jv, now=T0 + 10)  # the intent at T0 + 10
+    eff = apply(jv, 0, T.RUNNING, T0 + 11)
+    assert eff.started == []
+    eff = apply(jv, 1, T.RUNNING, T0 + 12.5)
+    assert eff.started == [(2.5, 12.5)]

@@ -617,3 +617,26 @@ def test_close_answers_every_long_poll_at_once() -> None:
         t.join(5)
     assert sorted(map(str, got)) == ["([], [])", "[]"] and time.monotonic() - t0 < 5
     assert rm.dequeue(10, 30.0) == []  # and later ones at once
+
+
+def test_the_queued_and_placing_stages_are_timed_once_per_gang() -> None:
+    from peloton.gang_metrics import GANG_STAGE
+
+    def count(stage: str) -> float:
+        for m in GANG_STAGE.collect():
+            for s in m.samples:
+                if s.name.endswith("_count") and s.labels.get("stage") == stage:
+                    return s.value
+        return 0.0
+
+    rm, clock, _ = make()
+    g = gang("s", at=1)
+    queued, placing = count("queued"), count("placing")
+    rm.enqueue([g])
+    clock.t += 2
+    assert rm.dequeue(10, SHORT) == [g]
+    rm.set_placements([], [failure(g)])  # unplaced: admitted again later, not counted again
+    clock.t += 5
+    assert rm.dequeue(10, SHORT) == [g]
+    rm.set_placements([placement(g)], [])
+    assert count("queued") == queued + 1 and count("placing") == placing + 1
