@@ -53,7 +53,7 @@ from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
 from peloton.identity import Principals
-from peloton.jobmgr.manager import JobManager
+from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.loop import Loop
 from peloton.ownership import StoreGuard
@@ -64,6 +64,7 @@ from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
 from peloton.store import db, repo
 from peloton.store.lock import Owner, StoreLock, refusal, store_lock
 
+AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one transaction
 log = logging.getLogger("peloton.server")
 
 HEALTH_SERVICE = "peloton"
@@ -110,6 +111,8 @@ class ServerConfig:
     default_task_user: str | None = None  # local backend: who runs tasks naming no user (None: nobody as root)
     preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S  # a pool's first gang waits this long to preempt
     preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
+    job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
+    audit_retention_s: float = 90 * 24 * 3600.0  # audit records are deleted after this; 0: kept
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -497,6 +500,10 @@ class Daemon:
             self.guard = StoreGuard(self.store_lock, self.read_sessions, self.owner, jm.writer.pause,
                                     lambda: self._regained(jm), lambda: None if self._update_health() else None)
             self.loops.append(Loop("store", self.guard.run_once, 1.0))
+            kept = [t for t in (cfg.job_retention_s, cfg.audit_retention_s) if t > 0]
+            if kept:  # checked often enough for the shortest retention, at least every 10 minutes
+                self.loops.append(Loop("retention", lambda: self._retention_once(jm),
+                                       max(1.0, min(600.0, min(kept) / 4))))
         if "placement" in roles:
             self.loops.append(Loop("placement", PlacementEngine(resmgr_stub, hostmgr_stub).run_once, 0.05))
         self.loops.append(Loop("health", self._update_health, 5.0))
@@ -641,6 +648,18 @@ class Daemon:
         self.health.set(HEALTH_SERVICE, status)
         self.health.set("", status)
         return False
+
+    def _retention_once(self, jm: JobManager) -> bool:
+        """Jobs that ended longer ago than --job-retention (and their sandboxes), audit records older than
+        --audit-retention: deleted in batches, each job in a short commit of its own. True while there is more."""
+        now, more = time.time(), False
+        if self.cfg.job_retention_s > 0:
+            more = jm.purge_finished(now - self.cfg.job_retention_s) >= RETENTION_BATCH
+        if self.cfg.audit_retention_s > 0:
+            with db.transaction(self.sessions) as s:
+                more = repo.delete_audit_before(s, now - self.cfg.audit_retention_s, AUDIT_RETENTION_BATCH) \
+                    >= AUDIT_RETENTION_BATCH or more
+        return more
 
     def stop(self) -> None:
         """Stop serving. Running tasks keep running: the next start adopts them."""

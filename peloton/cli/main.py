@@ -213,6 +213,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs,
         preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
+        job_retention_s=_retention(a.job_retention, "--job-retention"),
+        audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
     )
     run_server(cfg)
     return 0
@@ -255,6 +257,18 @@ def cmd_db_upgrade(a: argparse.Namespace) -> int:
 
 
 # --- parser ---------------------------------------------------------------------------------------------------
+def _retention(text: str, flag: str) -> float:
+    """A retention period: 0 (keep), or a duration with s, m, h or d (30d, 12h)."""
+    from peloton.hostmgr.sim.durations import parse_duration
+
+    t = text.strip()
+    seconds = float(t[:-1]) * 86400 if t.endswith("d") and t[:-1].replace(".", "", 1).isdigit() \
+        else parse_duration(t, flag)
+    if seconds < 0:
+        raise InvalidArgument(f"{flag}: must not be negative, got {text!r}", field=flag)
+    return seconds
+
+
 def _seconds_arg(text: str) -> float:
     try:
         v = float(text)
@@ -336,6 +350,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--no-preemption", action="store_true",
                    help="never preempt: gangs wait for capacity to free up on its own (hosts are still reserved "
                         "for a pool's first gang that no hosts fit)")
+    s.add_argument("--job-retention", default="30d", metavar="DURATION",
+                   help="finished jobs, their history and their sandboxes are deleted this long after they ended "
+                        "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
+    s.add_argument("--audit-retention", default="90d", metavar="DURATION",
+                   help="audit records are deleted after this long (0: kept; default %(default)s)")
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")

@@ -154,6 +154,10 @@ class Backend(Protocol):
     def acknowledge(self, acks: Sequence[str]) -> None:
         """The updates carrying these `ack` tokens are persisted; the backend may acknowledge them upstream."""
 
+    def remove_sandboxes(self, job_ids: Collection[str]) -> int:
+        """Remove what this machine keeps of these jobs' tasks (their sandboxes: logs and files) once the tasks have
+        ended; a task still running is left alone. How many sandboxes went. (A Mesos agent collects its own.)"""
+
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """Up to `max_bytes` of the task's stdout or stderr from byte `offset` (negative: that many bytes before the
         end), and the offset just after what was returned. NotFound if the task is unknown."""

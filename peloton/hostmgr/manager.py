@@ -327,6 +327,9 @@ class HostManager:
             shown = ", ".join(sorted(names)[:5]) + (", ..." if len(names) > 5 else "")
             raise NotFound(f"hostname: no host {hostname} (hosts: {shown or 'none'})", field="hostname")
 
+    def remove_sandboxes(self, job_ids: Sequence[str]) -> int:
+        return self.backend.remove_sandboxes(job_ids)
+
     def hosts(self) -> list[tuple[HostInfo, bool]]:
         held = self.held_hosts()
         return [(h, h.holds_offer or h.hostname in held) for h in self.backend.hosts()]

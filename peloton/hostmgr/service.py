@@ -92,6 +92,11 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         return internal_pb2.ReadTaskLogResponse(content=content, next_offset=nxt)
 
 
+    @grpc_errors
+    def RemoveSandboxes(self, request, context):  # type: ignore[no-untyped-def]
+        return internal_pb2.RemoveSandboxesResponse(removed=self.hm.remove_sandboxes(list(request.job_ids)))
+
+
 class HostServicer(host_pb2_grpc.HostServiceServicer):
     def __init__(self, hm: HostManager) -> None:
         self.hm = hm

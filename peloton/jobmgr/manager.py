@@ -56,6 +56,7 @@ TRANSITIONAL = (TaskState.LAUNCHING, TaskState.LAUNCHED, TaskState.STARTING, Tas
                 TaskState.PREEMPTING)
 RECONCILE_MIN_AGE_S = 10.0  # a member in a transitional state this long is asked about
 FULL_RECONCILE_S = 600.0  # every live member is asked about this often
+RETENTION_BATCH = 100  # jobs the retention loop deletes in one pass (each its own commit)
 QUEUE_CHECK_S = 30.0  # QUEUED gangs resmgr does not know are re-enqueued this often
 BIG_JOB_ROWS = 5_000  # a job with more rows is inserted in chunks, each its own transaction
 INSERT_CHUNK = 5_000
@@ -477,6 +478,30 @@ class JobManager:
                 raise FailedPrecondition(f"job {job_id} is {jv.job.state.value}; stop it before deleting it")
 
         self.writer.run(Mutation(Kind.DELETE, [job_id], check=check))
+        self._remove_sandboxes([job_id])
+
+    def purge_finished(self, before: float, limit: int = RETENTION_BATCH) -> int:
+        """Delete up to `limit` jobs that ended before `before` (oldest first), each in its own short commit, and
+        their sandboxes: the retention loop's work. How many went."""
+        with transaction(self.read_sessions) as s:
+            ids = repo.finished_before(s, before, limit)
+        gone = []
+        for job_id in ids:
+            try:
+                self.delete_job(job_id)
+            except (NotFound, FailedPrecondition):
+                continue  # deleted meanwhile, or (never) running again
+            gone.append(job_id)
+        if gone:
+            log.info("retention: deleted %d jobs that ended before %s", len(gone),
+                     time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(before)))
+        return len(ids)
+
+    def _remove_sandboxes(self, job_ids: list[str]) -> None:
+        try:
+            self.hostmgr.RemoveSandboxes(internal_pb2.RemoveSandboxesRequest(job_ids=job_ids), timeout=60)
+        except grpc.RpcError as e:  # the records are gone; the files are left (they cost only disk)
+            log.warning("removing the sandboxes of %d deleted jobs: %s", len(job_ids), from_rpc_error(e).message)
 
     # --- status updates ---------------------------------------------------------------------------------------
     def apply_statuses(self, statuses: Sequence[TaskStatus]) -> None:

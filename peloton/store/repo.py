@@ -626,3 +626,21 @@ def get_drains(s: Session) -> dict[str, float]:
 
 def set_drains(s: Session, drains: dict[str, float]) -> None:
     set_meta(s, _DRAINS_KEY, json.dumps(dict(sorted(drains.items()))))
+
+
+# --- retention ----------------------------------------------------------------------------------------------
+def finished_before(s: Session, before: float, limit: int) -> list[str]:
+    """Ids of up to `limit` jobs that ended (SUCCEEDED, FAILED, KILLED) before `before`, oldest first."""
+    done = [JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value]
+    q = (select(JobRow.id).where(JobRow.state.in_(done), JobRow.completed_at < before)
+         .order_by(JobRow.completed_at, JobRow.id).limit(limit))
+    return list(s.execute(q).scalars())
+
+
+def delete_audit_before(s: Session, before: float, limit: int) -> int:
+    """Delete up to `limit` audit records older than `before` (oldest first); how many went."""
+    ids = list(s.execute(select(AuditEventRow.id).where(AuditEventRow.at < before)
+                         .order_by(AuditEventRow.id).limit(limit)).scalars())
+    if ids:
+        s.execute(delete(AuditEventRow).where(AuditEventRow.id.in_(ids)).execution_options(**_NO_SYNC))
+    return len(ids)

@@ -142,9 +142,12 @@ task: {{command: "echo $$ > {marker}/$PELOTON_INSTANCE; sleep 300", resources: {
     daemon.wait_state(job, "KILLED", timeout=30)
     wait_until(lambda: not any(pid_alive(p) for p in pids), 15, what="members gone")
     assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}
-    # a finished job can be deleted; a running one cannot
+    # a finished job can be deleted, with its members' sandboxes; a running one cannot
+    sandboxes = daemon.data_dir / "local" / "sandboxes"
+    assert len(list(sandboxes.glob(f"{job}-*"))) == 4
     daemon.cli("job", "delete", job)
     assert daemon.cli("job", "get", job, check=False).returncode != 0
+    assert list(sandboxes.glob(f"{job}-*")) == []
 
 
 def test_kill9_mid_run_adopts_whole_gang(daemon: Daemon, tmp_path: Path) -> None:

@@ -384,3 +384,23 @@ def test_a_big_batch_round_trips_every_character(sessions: Sessions) -> None:
     with db.transaction(sessions) as s:
         back = [e for i in range(700) for e in repo.get_task_events(s, "big", i)]
     assert back == events
+
+
+# --- retention ----------------------------------------------------------------------------------------------
+def test_finished_jobs_are_found_oldest_first_and_audit_records_deleted_in_batches(sessions: Sessions) -> None:
+    from peloton.domain.model import AuditEvent
+
+    for jid, state, done in [("a", JobState.SUCCEEDED, 50.0), ("b", JobState.FAILED, 10.0),
+                             ("c", JobState.KILLED, 200.0), ("d", JobState.RUNNING, 0.0), ("e", JobState.PENDING, 0.0)]:
+        job, _, _ = add_job(sessions, jid)
+        with db.transaction(sessions) as s:
+            repo.update_job(s, dataclasses.replace(job, state=state, completed_at=done))
+    with db.transaction(sessions) as s:
+        assert repo.finished_before(s, 100.0, 10) == ["b", "a"]  # ended before 100, oldest first; running never
+        assert repo.finished_before(s, 1000.0, 2) == ["b", "a"]
+        repo.append_audit_events(s, [AuditEvent(float(t), "p", "token", "/m", "o", True, "OK") for t in range(10)])
+    with db.transaction(sessions) as s:
+        assert repo.delete_audit_before(s, 7.0, 5) == 5  # the 5 oldest of the 7 older than 7
+    with db.transaction(sessions) as s:
+        assert repo.delete_audit_before(s, 7.0, 5) == 2
+        assert sorted(e.at for e in repo.list_audit_events(s, limit=100)) == [7.0, 8.0, 9.0]

@@ -83,6 +83,9 @@ class FakeBackend:
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         return b"", 0
 
+    def remove_sandboxes(self, job_ids: Collection[str]) -> int:
+        return 0
+
     def end(self, task_id: str) -> None:
         for h, ts in self.used.items():
             for t in ts:

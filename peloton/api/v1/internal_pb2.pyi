@@ -587,3 +587,15 @@ class ReadTaskLogResponse(_message.Message):
     content: bytes
     next_offset: int
     def __init__(self, content: _Optional[bytes] = ..., next_offset: _Optional[int] = ...) -> None: ...
+
+class RemoveSandboxesRequest(_message.Message):
+    __slots__ = ("job_ids",)
+    JOB_IDS_FIELD_NUMBER: _ClassVar[int]
+    job_ids: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, job_ids: _Optional[_Iterable[str]] = ...) -> None: ...
+
+class RemoveSandboxesResponse(_message.Message):
+    __slots__ = ("removed",)
+    REMOVED_FIELD_NUMBER: _ClassVar[int]
+    removed: int
+    def __init__(self, removed: _Optional[int] = ...) -> None: ...

@@ -462,6 +462,11 @@ class HostManagerInternalStub:
                 request_serializer=peloton_dot_v1_dot_internal__pb2.ReadTaskLogRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.ReadTaskLogResponse.FromString,
                 _registered_method=True)
+        self.RemoveSandboxes = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/RemoveSandboxes',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesResponse.FromString,
+                _registered_method=True)
 
 
 class HostManagerInternalServicer:
@@ -534,6 +539,13 @@ class HostManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RemoveSandboxes(self, request, context):
+        """The jobs are gone from the store (deleted, or past their retention): their tasks' sandboxes go too.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HostManagerInternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -591,6 +603,11 @@ def add_HostManagerInternalServicer_to_server(servicer, server):
                     servicer.ReadTaskLog,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.ReadTaskLogRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.ReadTaskLogResponse.SerializeToString,
+            ),
+            'RemoveSandboxes': grpc.unary_unary_rpc_method_handler(
+                    servicer.RemoveSandboxes,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -890,6 +907,33 @@ class HostManagerInternal:
             '/peloton.v1.HostManagerInternal/ReadTaskLog',
             peloton_dot_v1_dot_internal__pb2.ReadTaskLogRequest.SerializeToString,
             peloton_dot_v1_dot_internal__pb2.ReadTaskLogResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RemoveSandboxes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostManagerInternal/RemoveSandboxes',
+            peloton_dot_v1_dot_internal__pb2.RemoveSandboxesRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.RemoveSandboxesResponse.FromString,
             options,
             channel_credentials,
             insecure,

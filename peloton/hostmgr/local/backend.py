@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import shutil
 import signal
 import socket
 import threading
@@ -267,6 +268,27 @@ class LocalBackend:
             out[tid] = (self._status_from_exit(tid, "", rec, None) if rec is not None
                         else TaskStatus(tid, TaskState.LOST, now, reason="unknown to the local backend"))
         return out
+
+    def remove_sandboxes(self, job_ids: Collection[str]) -> int:
+        wanted = set(job_ids)
+        if not wanted:
+            return 0
+        try:
+            names = os.listdir(self._sandboxes)
+        except OSError:
+            return 0
+        removed = 0
+        for name in names:
+            job_id = name.rsplit("-", 2)[0] if name.count("-") >= 2 else ""
+            if job_id not in wanted or self._sandbox_path(name) is None:
+                continue
+            with self._lock:
+                t = self._tasks.get(name)
+                if t is not None and not t.exited:
+                    continue  # still running (a stray the job manager is killing): its sandbox stays
+            shutil.rmtree(self._sandboxes / name, ignore_errors=True)
+            removed += 1
+        return removed
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         if stream not in _STREAMS:

@@ -228,6 +228,9 @@ class SimBackend:
                     message="the sim backend has no record of this task (it keeps tasks in memory only)")
         return out
 
+    def remove_sandboxes(self, job_ids: Collection[str]) -> int:
+        return 0  # simulated tasks have no sandboxes
+
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """A synthetic log: stdout has one line per state change; stderr the reason of an unsuccessful end."""
         if stream not in _STREAMS:
