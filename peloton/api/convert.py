@@ -207,8 +207,10 @@ def pool_to_proto(p: ResourcePool, usage: PoolUsage | None = None) -> respool_pb
     return out
 
 
-def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = None) -> host_pb2.Host:
-    """`drain_deadline`: None when the host is in service, else its drain's deadline (0: none)."""
+def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = None,
+                  health: str = "") -> host_pb2.Host:
+    """`drain_deadline`: None when the host is in service, else its drain's deadline (0: none); `health`: why it is
+    skipped for now ("": it is not)."""
     p = host_pb2.Host(
         hostname=h.hostname,
         address=h.address,
@@ -219,6 +221,7 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
         task_ids=list(h.task_ids),
         drain="" if drain_deadline is None else ("draining" if h.task_ids else "drained"),
         drain_deadline=drain_deadline or 0.0,
+        health=health,
     )
     p.labels.update(h.labels)
     return p

@@ -49,6 +49,20 @@ class HostSync:
     removed: list[str]
 
 
+UNHEALTHY_AFTER = 3  # launches failing on a host in a row (not the tasks' fault) before it is skipped
+UNHEALTHY_S = 60.0  # the first back-off; it doubles while the failures go on
+MAX_UNHEALTHY_S = 900.0
+
+
+@dataclass(slots=True)
+class HostHealth:
+    failures: int = 0  # in a row, since the last start that worked or the last back-off
+    last: str = ""
+    until: float = 0.0  # skipped until then
+    backoff: float = 0.0
+    reported_back: bool = True  # placement told that its back-off ended
+
+
 class HostManager:
     def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
                  claim_ttl_s: float = DEFAULT_CLAIM_TTL_S,
@@ -59,6 +73,7 @@ class HostManager:
         self.claim_ttl_s = claim_ttl_s
         self._save_drains = save_drains
         self._drains: dict[str, float] = {}  # draining host -> its deadline (0: none)
+        self._health: dict[str, HostHealth] = {}  # hosts whose launches failed lately
         self.stream_id = uuid.uuid4().hex
         self._lock = threading.Lock()
         self._claims = ClaimBook()
@@ -152,6 +167,7 @@ class HostManager:
         host when the stream is another one (this host manager restarted) or `since` is 0."""
         with self._lock:
             self._touch_locked(self._claims.expire(self.clock()))
+            closed = self._drains.keys() | self._unhealthy_locked(self.clock())  # (first: it may touch hosts)
             full = since <= 0 or stream_id != self.stream_id
             names: list[str] | None = None
             if not full:
@@ -163,8 +179,8 @@ class HostManager:
             version = self._version
             offers = self.backend.offers(names)
             out = [self._claims.free(o) for o in offers]
-            if self._drains:  # a draining host takes no new gangs: nothing of it is free for placement
-                out = [replace(o, free=Resources(), gpu_ids=(), ports=()) if o.hostname in self._drains else o
+            if closed:  # a draining or unhealthy host takes no new gangs: nothing of it is free for placement
+                out = [replace(o, free=Resources(), gpu_ids=(), ports=()) if o.hostname in closed else o
                        for o in out]
         removed = sorted(set(names) - {o.hostname for o in offers}) if names else []
         return HostSync(self.stream_id, version, full, out, removed)
@@ -178,10 +194,16 @@ class HostManager:
             now = self.clock()
             self._touch_locked(self._claims.expire(now))
             offers = {o.hostname: o for o in self.backend.offers(hosts, with_ids=True)}
+            unhealthy = self._unhealthy_locked(now)
             for p in placements:
-                draining = sorted({m.hostname for m in p.members} & self._drains.keys())
+                hosts_of = {m.hostname for m in p.members}
+                draining = sorted(hosts_of & self._drains.keys())
                 if draining:  # placed on a copy older than the drain
                     refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, f"host {draining[0]} is draining"))
+                    continue
+                sick = sorted(hosts_of & unhealthy)
+                if sick:
+                    refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, f"host {sick[0]} is unhealthy"))
                     continue
                 r = self._claims.claim(p, offers, now, self.claim_ttl_s)
                 if isinstance(r, str):
@@ -239,16 +261,61 @@ class HostManager:
                             self._touch_locked(self._claims.release((g.gang_id, g.attempt)))
         late: list[str] = []
         with self._lock:
+            now = self.clock()
             for r, g in zip(started, go, strict=True):
                 results[(g.gang_id, g.attempt)] = r
                 if r.outcome == LaunchOutcome.OK:
                     late += [t.task_id for t in g.tasks if t.task_id in self._tombstones]
+                self._judge_hosts_locked(g, r, now)
         if late:  # killed while the backend was starting them: they must not run on
             self.backend.kill(late)
         out = [results[(g.gang_id, g.attempt)] for g in gangs]
         for r in out:
             LAUNCHES.labels(r.outcome.value.lower()).inc()
         return out
+
+    def _judge_hosts_locked(self, g: GangLaunch, r: LaunchResult, now: float) -> None:
+        """A host whose launches keep failing (a member that would not start, not the task's own fault) is
+        skipped for a back-off that doubles while it goes on; a launch that starts resets it."""
+        if r.outcome == LaunchOutcome.OK:
+            for host in {t.hostname for t in g.tasks}:
+                if self._health.pop(host, None) is not None:
+                    self._touch_locked({host})
+            return
+        if r.outcome != LaunchOutcome.FAILED or r.permanent:
+            return
+        host = next((t.hostname for t in g.tasks if t.task_id == r.task_id), "")
+        if not host:
+            return
+        h = self._health.setdefault(host, HostHealth())
+        h.failures += 1
+        h.last = r.message or "launch failed"
+        if h.failures >= UNHEALTHY_AFTER and now >= h.until:
+            h.backoff = min(MAX_UNHEALTHY_S, h.backoff * 2) if h.backoff else UNHEALTHY_S
+            h.until = now + h.backoff
+            h.failures = 0
+            h.reported_back = False
+            self._touch_locked({host})
+            log.warning("host %s: %d launches failed in a row (last: %s); skipped for %.0fs", host,
+                        UNHEALTHY_AFTER, h.last, h.backoff)
+
+    def _unhealthy_locked(self, now: float) -> set[str]:
+        """Hosts skipped now; a host whose back-off just ended is reported again to placement."""
+        out = set()
+        for host, h in self._health.items():
+            if h.until > now:
+                out.add(host)
+            elif h.until and not h.reported_back:
+                h.reported_back = True
+                self._touch_locked({host})
+        return out
+
+    def health(self) -> dict[str, str]:
+        """Why each unhealthy host is skipped, and for how long still."""
+        now = self.clock()
+        with self._lock:
+            return {host: f"unhealthy for {h.until - now:.0f}s more: launches kept failing (last: {h.last})"
+                    for host, h in self._health.items() if h.until > now}
 
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         if not task_ids:

@@ -103,9 +103,10 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
 
     @grpc_errors
     def ListHosts(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
-        drains = self.hm.drains()
-        return host_pb2.ListHostsResponse(hosts=[convert.host_to_proto(h, held, drains.get(h.hostname))
-                                                 for h, held in self.hm.hosts()])
+        drains, health = self.hm.drains(), self.hm.health()
+        return host_pb2.ListHostsResponse(hosts=[
+            convert.host_to_proto(h, held, drains.get(h.hostname), health.get(h.hostname, ""))
+            for h, held in self.hm.hosts()])
 
     @grpc_errors
     def DrainHost(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]

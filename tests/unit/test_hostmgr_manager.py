@@ -318,3 +318,52 @@ def test_a_draining_host_offers_nothing_refuses_claims_and_is_saved_before_it_co
     with pytest.raises(OSError):
         hm2.drain("h1", 0.0)
     assert hm2.drains() == {}
+
+
+class FailingBackend(FakeBackend):
+    def __init__(self) -> None:
+        super().__init__()
+        self.fail = True
+        self.permanent = False
+
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        if not self.fail:
+            return super().launch(gangs)
+        return [LaunchResult(g.gang_id, g.attempt, LaunchOutcome.FAILED, g.tasks[0].task_id, "exec: no such file",
+                             self.permanent) for g in gangs]
+
+
+def test_a_host_whose_launches_keep_failing_is_skipped_for_a_growing_back_off() -> None:
+    be = FailingBackend()
+    now = [100.0]
+    hm = HostManager(be, clock=lambda: now[0], claim_ttl_s=30)
+    hm.start()
+
+    def attempt(n: int) -> list[LaunchResult]:
+        p = placed(f"g{n}/0", ["h1"], attempt=1)
+        claimed, refused = hm.claim([p])
+        assert claimed, refused
+        return hm.launch([launch_of(claimed[0])])
+
+    be.permanent = True
+    for n in range(3):  # the task's own fault (a bad spec): not the host's
+        attempt(n)
+    assert hm.health() == {}
+    be.permanent = False
+    for n in range(3, 6):
+        attempt(n)
+    assert list(hm.health()) == ["h1"] and "launches kept failing (last: exec: no such file)" in hm.health()["h1"]
+    s = hm.sync(0, "")
+    assert {o.hostname: o.free.gpu for o in s.offers} == {"h1": 0, "h2": 2}
+    _, refused = hm.claim([placed("x/0", ["h1"])])
+    assert [f.reason for f in refused] == ["host h1 is unhealthy"]
+    now[0] += 61  # the back-off is over: placement hears of the host again
+    s2 = hm.sync(s.version, s.stream_id)
+    assert [(o.hostname, o.free.gpu) for o in s2.offers] == [("h1", 2)] and hm.health() == {}
+    for n in range(6, 9):
+        attempt(n)
+    assert "unhealthy for 120s more" in hm.health()["h1"]  # failing again: twice as long
+    now[0] += 121
+    be.fail = False
+    attempt(9)  # a launch that starts: healthy again
+    assert hm.health() == {} and not hm._health
