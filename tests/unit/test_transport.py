@@ -300,3 +300,22 @@ def test_mutual_tls_needs_a_client_certificate_of_the_ca(pki: Path) -> None:
         assert "cannot load the TLS files (--tls-ca" in e.value.details()
     finally:
         server.stop(None)
+
+
+def test_of_several_addresses_the_client_uses_the_first_that_serves(echo: tuple[Echo, str]) -> None:
+    """An active daemon and standbys (which do not listen until they take over): `--address a,b` finds the one
+    that accepts a connection."""
+    import socket
+
+    from peloton.cli.client import Client
+
+    _, serving = echo
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        closed = f"127.0.0.1:{s.getsockname()[1]}"  # nobody listens there once the socket is closed
+    c = Client(f"{closed}, {serving}")
+    assert c.address == serving and _unary(c.channel)(b"echo:hi", timeout=5) == b"hi"
+    c = Client(f"{serving},{closed}")
+    assert c.address == serving
+    c = Client(f"{closed},unix:/nonexistent/peloton.sock")
+    assert c.address == closed  # none serves: the first, whose call then says it cannot be reached
