@@ -639,14 +639,19 @@ class Daemon:
 
     def _update_health(self) -> bool:
         """NOT_SERVING while any loop is dead or stuck (no heartbeat for a minute), the store does not answer, or
-        this daemon does not hold the store lock: operators see it in health."""
+        this daemon does not hold the store lock: operators see it in health. Each role this process runs has a
+        service of its own too (`peloton.jobmgr`, ...), NOT_SERVING while one of its own loops is stuck."""
         now = time.time()
-        ok = all(lp.healthy(now) for lp in self.loops if lp.name != "health")
-        if self.guard is not None:
-            ok = ok and self.guard.healthy
-        status = health_pb2.HealthCheckResponse.SERVING if ok else health_pb2.HealthCheckResponse.NOT_SERVING
+        stuck = {lp.name for lp in self.loops if lp.name != "health" and not lp.healthy(now)}
+        store_ok = self.guard is None or self.guard.healthy
+        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+        status = serving if not stuck and store_ok else not_serving
         self.health.set(HEALTH_SERVICE, status)
         self.health.set("", status)
+        for role in sorted(self.cfg.roles):
+            mine = {name for name in stuck if _role_of_loop(name) == role}
+            ok = not mine and (store_ok or role != "jobmgr")
+            self.health.set(f"{HEALTH_SERVICE}.{role}", serving if ok else not_serving)
         return False
 
     def _retention_once(self, jm: JobManager) -> bool:
@@ -706,6 +711,11 @@ class Daemon:
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
         self._stopped.wait()
+
+
+def _role_of_loop(name: str) -> str:
+    """Which role a loop works for (its health service)."""
+    return "placement" if name == "placement" else "jobmgr"
 
 
 def _local_only(address: str) -> bool:
