@@ -209,21 +209,18 @@ def cmd_host_drain(c: Client, a: argparse.Namespace) -> int:
     if a.deadline is not None:
         req.deadline.FromNanoseconds(round(parse_duration(a.deadline, "--deadline") * 1e9))
     h = c.call(c.hosts.DrainHost, req).host
-    if a.output == "json":
-        print(render.json_message(h))
-    else:
-        print(f"{h.hostname}: {_drain(h)}, {len(h.task_ids)} task(s) on it")
-    return 0
+    return _show_host(h, a, f"{h.hostname}: {_drain(h)}, {len(h.task_ids)} task(s) on it")
 
 
 def cmd_host_undrain(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import host_pb2
 
     h = c.call(c.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=a.hostname)).host
-    if a.output == "json":
-        print(render.json_message(h))
-    else:
-        print(f"{h.hostname}: in service")
+    return _show_host(h, a, f"{h.hostname}: in service")
+
+
+def _show_host(h: host_pb2.Host, a: argparse.Namespace, line: str) -> int:
+    print(render.json_message(h) if a.output == "json" else line)
     return 0
 
 
