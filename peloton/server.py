@@ -391,9 +391,13 @@ class Daemon:
                 with db.transaction(self.sessions) as s:
                     repo.set_drains(s, drains)
 
-            self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains)
-            with db.transaction(self.sessions) as s:
-                self.hostmgr.load_drains(repo.get_drains(s))
+            # drains are kept in the store when this process has one; a host manager alone on the local or sim
+            # backend has none and keeps them in memory (docs/running.md, "Host maintenance")
+            stored = self.engine is not None
+            self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains if stored else None)
+            if stored:
+                with db.transaction(self.sessions) as s:
+                    self.hostmgr.load_drains(repo.get_drains(s))
             hostmgr_servicer = HostManagerServicer(self.hostmgr)
             host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
             services += [(host_pb2.DESCRIPTOR, "HostService")]
@@ -703,13 +707,18 @@ class Daemon:
             self.engine.dispose()
         self._stopped.set()
 
-    def serve_forever(self) -> None:
+    def stop_on_signals(self) -> None:
+        """SIGTERM and SIGINT stop the daemon gracefully (installed before it says it serves: a signal right after
+        that must not kill it abruptly)."""
         def on_signal(signum: int, frame: object) -> None:
             log.info("signal %d: shutting down (tasks keep running and are adopted on restart)", signum)
             threading.Thread(target=self.stop, daemon=True).start()
 
         signal.signal(signal.SIGTERM, on_signal)
         signal.signal(signal.SIGINT, on_signal)
+
+    def serve_forever(self) -> None:
+        self.stop_on_signals()
         self._stopped.wait()
 
 
@@ -746,6 +755,7 @@ def run_server(cfg: ServerConfig) -> None:
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
     d = Daemon(cfg)
     address = d.start()
+    d.stop_on_signals()
     also = f" and unix:{d.unix_socket}" if d.unix_socket else ""
     print(f"peloton: serving on {address}{also} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)
     d.serve_forever()

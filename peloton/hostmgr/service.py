@@ -93,6 +93,10 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
 
 
     @grpc_errors
+    def ListDrains(self, request, context):  # type: ignore[no-untyped-def]
+        return internal_pb2.ListDrainsResponse(drains=self.hm.drains())
+
+    @grpc_errors
     def RemoveSandboxes(self, request, context):  # type: ignore[no-untyped-def]
         return internal_pb2.RemoveSandboxesResponse(removed=self.hm.remove_sandboxes(list(request.job_ids)))
 

@@ -629,9 +629,8 @@ class JobManager:
     # --- loop: reconciliation, launch deadlines, the queue check ------------------------------------------------
     def _evict_from_drained_hosts(self, now: float) -> None:
         """Gangs still on a host whose drain deadline has passed are preempted whole (they go back to their queue
-        and lose no attempt). The drains are the host manager's, read from the store."""
-        with transaction(self.read_sessions) as s:
-            drains = repo.get_drains(s)
+        and lose no attempt). The drains are the host manager's."""
+        drains = dict(self.hostmgr.ListDrains(internal_pb2.ListDrainsRequest(), timeout=30).drains)
         due = frozenset(h for h, deadline in drains.items() if deadline and deadline <= now)
         if not due:
             return

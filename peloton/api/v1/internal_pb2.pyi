@@ -588,6 +588,23 @@ class ReadTaskLogResponse(_message.Message):
     next_offset: int
     def __init__(self, content: _Optional[bytes] = ..., next_offset: _Optional[int] = ...) -> None: ...
 
+class ListDrainsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListDrainsResponse(_message.Message):
+    __slots__ = ("drains",)
+    class DrainsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: float
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[float] = ...) -> None: ...
+    DRAINS_FIELD_NUMBER: _ClassVar[int]
+    drains: _containers.ScalarMap[str, float]
+    def __init__(self, drains: _Optional[_Mapping[str, float]] = ...) -> None: ...
+
 class RemoveSandboxesRequest(_message.Message):
     __slots__ = ("job_ids",)
     JOB_IDS_FIELD_NUMBER: _ClassVar[int]

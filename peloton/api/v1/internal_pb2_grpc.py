@@ -467,6 +467,11 @@ class HostManagerInternalStub:
                 request_serializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesResponse.FromString,
                 _registered_method=True)
+        self.ListDrains = channel.unary_unary(
+                '/peloton.v1.HostManagerInternal/ListDrains',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.ListDrainsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.ListDrainsResponse.FromString,
+                _registered_method=True)
 
 
 class HostManagerInternalServicer:
@@ -546,6 +551,13 @@ class HostManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListDrains(self, request, context):
+        """The draining hosts and their deadlines (clock time; 0: none): the job manager preempts what is still there.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_HostManagerInternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -608,6 +620,11 @@ def add_HostManagerInternalServicer_to_server(servicer, server):
                     servicer.RemoveSandboxes,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.RemoveSandboxesResponse.SerializeToString,
+            ),
+            'ListDrains': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListDrains,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.ListDrainsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.ListDrainsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -934,6 +951,33 @@ class HostManagerInternal:
             '/peloton.v1.HostManagerInternal/RemoveSandboxes',
             peloton_dot_v1_dot_internal__pb2.RemoveSandboxesRequest.SerializeToString,
             peloton_dot_v1_dot_internal__pb2.RemoveSandboxesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListDrains(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.HostManagerInternal/ListDrains',
+            peloton_dot_v1_dot_internal__pb2.ListDrainsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.ListDrainsResponse.FromString,
             options,
             channel_credentials,
             insecure,
