@@ -20,7 +20,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
-from prometheus_client import start_http_server
+from prometheus_client import disable_created_metrics, start_http_server
 
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
@@ -448,6 +448,9 @@ class Daemon:
                     tls = {"certfile": str(cfg.tls_cert), "keyfile": str(cfg.tls_key)}
                     if cfg.tls_client_ca is not None:
                         tls |= {"client_cafile": str(cfg.tls_client_ca), "client_auth_required": True}
+                # no `_created` series beside every counter and histogram (peloton_jobs_created_created): they
+                # double the scrape for a timestamp nobody graphs
+                disable_created_metrics()
                 self.metrics_server, _ = start_http_server(mport, addr=mhost, **tls)
             except OSError as e:
                 raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",

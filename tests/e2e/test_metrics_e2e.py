@@ -1,0 +1,52 @@
+"""The metrics endpoint of a real daemon (SQLite and PostgreSQL, local backend): after a gang has run, the series a
+dashboard and the alert rules read are there, named by the Prometheus conventions, without `_created` series."""
+
+from __future__ import annotations
+
+import socket
+import urllib.request
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import Daemon, serving
+
+pytestmark = pytest.mark.e2e
+
+
+@dataclass
+class MetricsDaemon(Daemon):
+    metrics_port: int = 0
+
+    def server_args(self) -> list[str]:
+        return [*super().server_args(), "--metrics-listen", f"127.0.0.1:{self.metrics_port}"]
+
+
+@pytest.fixture
+def md(db_url: str, tmp_path: Path) -> Iterator[MetricsDaemon]:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    with serving(MetricsDaemon(tmp_path / "data", db_url, metrics_port=port)) as d:
+        yield d
+
+
+def test_the_metrics_endpoint_after_a_gang_ran(md: MetricsDaemon, tmp_path: Path) -> None:
+    job = md.create("name: m\ninstances: 2\ntask: {command: 'true', resources: {cpu: 0.5, mem: 32Mi}}\n", tmp_path)
+    md.wait_state(job, "SUCCEEDED")
+    body = urllib.request.urlopen(f"http://127.0.0.1:{md.metrics_port}/metrics", timeout=10).read().decode()
+    series = {line.split("{")[0].split(" ")[0] for line in body.splitlines() if line and not line.startswith("#")}
+    assert not [s for s in series if s.endswith("_created")], "no _created series"
+    for name in ("peloton_jobs_created_total", "peloton_gang_stage_seconds_bucket", "peloton_resmgr_queued_gangs",
+                 "peloton_loop_heartbeat_timestamp_seconds", "peloton_jobmgr_gang_launches_total",
+                 "peloton_placement_round_seconds_count", "peloton_hostmgr_task_status_total"):
+        assert name in series, name
+    stages = {line.split('stage="')[1].split('"')[0] for line in body.splitlines()
+              if line.startswith("peloton_gang_stage_seconds_count{")}
+    assert stages >= {"queued", "placing", "launching", "submitted_to_running"}
+    # the conventions: counters end in _total; durations are in seconds (base units)
+    types = dict(line.split()[2:4] for line in body.splitlines() if line.startswith("# TYPE peloton_"))
+    assert all(name.endswith("_total") for name, kind in types.items() if kind == "counter"), types
+    assert not [n for n in types if n.endswith(("_ms", "_milliseconds", "_minutes"))], types
