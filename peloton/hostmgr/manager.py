@@ -167,7 +167,7 @@ class HostManager:
         host when the stream is another one (this host manager restarted) or `since` is 0."""
         with self._lock:
             self._touch_locked(self._claims.expire(self.clock()))
-            closed = self._drains.keys() | self._unhealthy_locked(self.clock())  # (first: it may touch hosts)
+            closed = self._closed_locked(self.clock())  # (first: it may touch hosts)
             full = since <= 0 or stream_id != self.stream_id
             names: list[str] | None = None
             if not full:
@@ -194,16 +194,12 @@ class HostManager:
             now = self.clock()
             self._touch_locked(self._claims.expire(now))
             offers = {o.hostname: o for o in self.backend.offers(hosts, with_ids=True)}
-            unhealthy = self._unhealthy_locked(now)
+            closed = self._closed_locked(now)
             for p in placements:
-                hosts_of = {m.hostname for m in p.members}
-                draining = sorted(hosts_of & self._drains.keys())
-                if draining:  # placed on a copy older than the drain
-                    refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, f"host {draining[0]} is draining"))
-                    continue
-                sick = sorted(hosts_of & unhealthy)
-                if sick:
-                    refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt, f"host {sick[0]} is unhealthy"))
+                shut = sorted({m.hostname for m in p.members} & closed.keys())
+                if shut:  # placed on a copy older than the drain, or than the host's failures
+                    refused.append(PlacementFailure(p.gang_id, p.job_id, p.attempt,
+                                                    f"host {shut[0]} is {closed[shut[0]]}"))
                     continue
                 r = self._claims.claim(p, offers, now, self.claim_ttl_s)
                 if isinstance(r, str):
@@ -299,12 +295,13 @@ class HostManager:
             log.warning("host %s: %d launches failed in a row (last: %s); skipped for %.0fs", host,
                         UNHEALTHY_AFTER, h.last, h.backoff)
 
-    def _unhealthy_locked(self, now: float) -> set[str]:
-        """Hosts skipped now; a host whose back-off just ended is reported again to placement."""
-        out = set()
+    def _closed_locked(self, now: float) -> dict[str, str]:
+        """The hosts no new gang goes to now, and why (draining, unhealthy). A host whose back-off just ended is
+        reported to placement again."""
+        out = dict.fromkeys(self._drains, "draining")
         for host, h in self._health.items():
             if h.until > now:
-                out.add(host)
+                out.setdefault(host, "unhealthy")
             elif h.until and not h.reported_back:
                 h.reported_back = True
                 self._touch_locked({host})
