@@ -33,7 +33,12 @@ class Conflict(PelotonError):
 
 
 class Unavailable(PelotonError):
-    """A dependency (backend, component) is not reachable right now."""
+    """A dependency (backend, component) is not reachable right now. `leader`: another daemon acts on the store,
+    at that address (clients send the call there)."""
+
+    def __init__(self, message: str, *, field: str | None = None, leader: str = "") -> None:
+        super().__init__(message, field=field)
+        self.leader = leader
 
 
 class Unauthenticated(PelotonError):

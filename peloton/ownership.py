@@ -25,10 +25,11 @@ log = logging.getLogger(__name__)
 
 class StoreGuard:
     def __init__(self, lock: StoreLock, sessions: sessionmaker[Session], owner: Owner,
-                 on_lost: Callable[[str], None], on_regained: Callable[[], None],
+                 on_lost: Callable[[str, str], None], on_regained: Callable[[], None],
                  on_change: Callable[[], None] = lambda: None) -> None:
-        """`on_lost(why)` stops acting; `on_regained()` recovers and acts again (if it raises, it is tried again
-        later); `on_change()` is told whenever `healthy` may have changed."""
+        """`on_lost(why, leader)` stops acting (`leader`: the address of the daemon that acts instead, once
+        known); `on_regained()` recovers and acts again (if it raises, it is tried again later); `on_change()` is
+        told whenever `healthy` may have changed."""
         self.lock = lock
         self.sessions = sessions
         self.owner = owner
@@ -39,6 +40,7 @@ class StoreGuard:
         self.locked = True  # the daemon starts only once it holds the lock
         self.acting = True
         self.store_ok = True
+        self._leader: Owner | None = None  # who took the lock from this daemon, last time it looked
 
     @property
     def healthy(self) -> bool:
@@ -47,24 +49,24 @@ class StoreGuard:
     def run_once(self) -> bool:
         with self._mu:
             before = self.healthy
-            self.store_ok = self._ping()
+            # the lease first: a renewal must not wait behind a slow ping (launches stop when it is late)
             if self.locked and not self.lock.held():
                 self.locked = False
+            self.store_ok = self._ping()
             if self.acting and not self.locked:
                 self.acting = False
                 why = "this daemon lost its hold on the store (its lock's connection went away); retry later"
                 log.error("%s: stopped acting until it holds the store lock again", why.split(";")[0])
-                self._on_lost(why)
+                self._on_lost(why, "")
             if not self.locked and self.store_ok:
                 self.locked = self.lock.try_acquire(self.owner)
                 if not self.locked:
-                    holder = self.lock.holder()
-                    if holder is not None and holder.pid != self.owner.pid:
-                        log.warning("the store lock is held by %s: standing by", holder.describe())
+                    self._another_leads(self.lock.holder())
             if self.locked and not self.acting and self.store_ok:
                 try:
                     self._on_regained()
                     self.acting = True
+                    self._leader = None
                     log.warning("this daemon holds the store lock again: recovered, acting")
                 except Exception:  # noqa: BLE001 - tried again on the next round
                     log.exception("recovery after regaining the store lock failed; trying again")
@@ -72,6 +74,15 @@ class StoreGuard:
         if changed:
             self._on_change()
         return False
+
+    def _another_leads(self, holder: Owner | None) -> None:
+        """Another daemon holds the lock: this one stands by, and sends callers there."""
+        if holder is None or (holder.host, holder.pid) == (self.owner.host, self.owner.pid) or holder == self._leader:
+            return
+        self._leader = holder
+        log.warning("the store lock is held by %s: standing by", holder.describe())
+        self._on_lost(f"this daemon is standing by; the leader is {holder.address} ({holder.describe()})",
+                      holder.address)
 
     def _ping(self) -> bool:
         try:

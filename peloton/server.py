@@ -9,6 +9,7 @@ import fcntl
 import logging
 import os
 import signal
+import socket
 import sys
 import threading
 import time
@@ -24,7 +25,7 @@ from prometheus_client import disable_created_metrics, start_http_server
 
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
-from peloton.api.cluster import ClusterFacts, ClusterServicer
+from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
@@ -61,9 +62,21 @@ from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
+from peloton.standby import StandbyServer
 from peloton.store import db, repo
-from peloton.store.lock import Owner, StoreLock, refusal, store_lock
+from peloton.store.fence import EPOCH_KEY, Fence, take_epoch
+from peloton.store.lock import (
+    LEASE_S,
+    OWNER_KEY,
+    Owner,
+    StoreLock,
+    refusal,
+    session_name,
+    standbys,
+    store_lock,
+)
 
+MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
 AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one transaction
 log = logging.getLogger("peloton.server")
 
@@ -95,6 +108,10 @@ class ServerConfig:
     launchers: int = 4  # launcher loops: batches of placements launched concurrently
     jobmgr_writers: int | None = None  # shards of jobs, one writer thread each; None: 1 on SQLite, WRITERS_PG on PG
     standby: bool = False  # another daemon acts on the store: wait for it to go instead of refusing to start
+    # The address other machines reach this daemon's API at, which a standby names to clients as the leader's
+    # ("" : --listen, with this machine's name instead of a wildcard host)
+    advertise_address: str = ""
+    leader_lease_s: float = LEASE_S  # PostgreSQL: a leader silent for longer is replaced by a standby
     backend: str = "local"  # local | mesos | sim
     mesos: MesosSettings | None = None
     # Which components this process runs; the others are reached over gRPC at the given addresses.
@@ -205,6 +222,11 @@ class ServerConfig:
         if self.max_waiting_jobs < 0:
             raise InvalidArgument(f"--max-waiting-jobs: must be 0 (none) or positive, got {self.max_waiting_jobs}",
                                   field="--max-waiting-jobs")
+        if not math.isfinite(self.leader_lease_s) or not MIN_LEASE_S <= self.leader_lease_s <= MAX_LEASE_S:
+            raise InvalidArgument(f"--leader-lease: must be between {MIN_LEASE_S:g} and {MAX_LEASE_S:g} seconds (it is "
+                                  f"renewed every second), got {self.leader_lease_s:g}", field="--leader-lease")
+        if self.advertise_address:
+            split_hostport(self.advertise_address, "--advertise-address")
 
     def _check_tls(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -256,48 +278,88 @@ class Daemon:
         self._stopped = threading.Event()
         self.store_lock: StoreLock | None = None
 
+    def _try_lock_data_dir(self) -> bool:
+        """One daemon per data dir (its local backend's tasks are that daemon's). The data dir is owner-only
+        (files.py)."""
+        if getattr(self, "_lock_file", None) is None:
+            private_dir(self.cfg.data_dir, traversable=tasks_run_as_others())
+            self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
+        try:
+            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            return True
+        except BlockingIOError:
+            return False
+
+    def _data_dir_refusal(self) -> FailedPrecondition:
+        return FailedPrecondition(
+            f"another peloton daemon is running with data dir {self.cfg.data_dir}; stop it first, or start this one "
+            "with --standby to take over when it goes", field="--data-dir")
+
     def _lock_data_dir(self) -> None:
-        """One daemon per data dir (its local backend's tasks are that daemon's). A standby waits for it. The data
-        dir is owner-only (files.py)."""
-        private_dir(self.cfg.data_dir, traversable=tasks_run_as_others())
-        self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
-        while True:
-            try:
-                fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                return
-            except BlockingIOError:
-                if not self.cfg.standby:
-                    raise FailedPrecondition(
-                        f"another peloton daemon is running with data dir {self.cfg.data_dir}; stop it first, or "
-                        "start this one with --standby to take over when it goes", field="--data-dir") from None
-            print(f"peloton: standing by: another daemon uses data dir {self.cfg.data_dir}", flush=True)
-            while True:
-                try:
-                    fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                    return
-                except BlockingIOError:
-                    if self._stopped.wait(1.0):
-                        raise FailedPrecondition("stopped while standing by") from None
+        """A process without the job manager (no store lock): the data dir alone; a standby waits for it."""
+        if self._try_lock_data_dir():
+            return
+        if not self.cfg.standby:
+            raise self._data_dir_refusal()
+        print(f"peloton: standing by: another daemon uses data dir {self.cfg.data_dir}", flush=True)
+        while not self._try_lock_data_dir():
+            if self._stopped.wait(1.0):
+                raise FailedPrecondition("stopped while standing by")
+
+    def _advertise(self, listen: str) -> str:
+        if self.cfg.advertise_address:
+            return self.cfg.advertise_address
+        host, port = listen.rpartition(":")[0], listen.rpartition(":")[2]
+        if host in ("0.0.0.0", "", "[::]", "::"):
+            host = socket.getfqdn()
+        return f"{host}:{port}"
 
     def _take_store_lock(self, url: str) -> None:
-        """Only one daemon acts on a store: take its lock, or refuse to start naming the holder (or, standing by,
-        wait for the holder to go)."""
-        self.owner = Owner.me(self.cfg.listen)
-        lock = store_lock(url)
-        what = _describe_store(url)
-        if not lock.try_acquire(self.owner):
-            holder = lock.holder()
-            if not self.cfg.standby:
-                lock.release()
-                raise refusal(holder, what)
-            who = holder.describe() if holder is not None else "another daemon"
-            print(f"peloton: standing by: {who} acts on {what}", flush=True)
-            log.warning("standing by: %s acts on %s; taking over when it goes", who, what)
-            while not lock.try_acquire(self.owner):
-                if self._stopped.wait(1.0):
-                    raise FailedPrecondition("stopped while standing by")
-            log.warning("took over the store lock of %s", what)
+        """Only one daemon acts on a store (and on a data dir): take both locks, or refuse to start naming the
+        holder, or (--standby) serve redirects to the holder until it goes, then take over."""
+        cfg = self.cfg
+        self.session = session_name()
+        self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s)
+        lock = store_lock(url, self.session)
+        have_dir = self._try_lock_data_dir()
+        if have_dir and lock.try_acquire(self.owner):
+            self.store_lock = lock
+            return
+        if not cfg.standby:
+            holder = lock.holder() if have_dir else None
+            lock.release()
+            raise refusal(holder, _describe_store(url)) if have_dir else self._data_dir_refusal()
+        self._stand_by(lock, url, have_dir)
         self.store_lock = lock
+
+    def _stand_by(self, lock: StoreLock, url: str, have_dir: bool) -> None:
+        """Serve the API's port with redirects to the leader (standby.py) until both locks are ours."""
+        cfg = self.cfg
+        what = _describe_store(url)
+        leader: list[Owner | None] = [lock.holder()]  # read here only: the lock's connection is not shared
+        standby = StandbyServer(cfg.listen, lambda: leader[0],
+                                self._tls_credentials() if cfg.tls_cert else None)
+        self._standby_listen = standby.listen
+        self.owner = replace(self.owner, address=self._advertise(standby.listen))
+        lock.announce_standby(self.owner.address)
+        holder = leader[0]
+        who = holder.describe() if holder is not None else (
+            "another daemon" if have_dir else f"another daemon with data dir {cfg.data_dir}")
+        print(f"peloton: standing by: {who} acts on {what}; answering on {standby.listen} with its address",
+              flush=True)
+        log.warning("standing by: %s acts on %s; taking over when it goes", who, what)
+        try:
+            while True:
+                have_dir = have_dir or self._try_lock_data_dir()
+                if have_dir and lock.try_acquire(self.owner):
+                    break
+                leader[0] = lock.holder()
+                if self._stopped.wait(STANDBY_POLL_S):
+                    lock.release()
+                    raise FailedPrecondition("stopped while standing by")
+        finally:
+            standby.stop()
+        log.warning("took over the store lock of %s", what)
 
     def _make_backend(self) -> Backend:
         cfg = self.cfg
@@ -334,8 +396,12 @@ class Daemon:
         cfg = self.cfg
         cfg.check()
         roles = cfg.roles
-        self._lock_data_dir()
         self.engine = None
+        self.session = ""
+        self.fence: Fence | None = None
+        self._standby_listen = ""
+        if "jobmgr" not in roles:
+            self._lock_data_dir()
         if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos":
             url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
             if "jobmgr" in roles:
@@ -350,9 +416,14 @@ class Daemon:
             db.upgrade(url)
             if self.store_lock is not None:
                 self.store_lock.record(self.owner)
-            self.engine = db.make_engine(url)
+            self.engine = db.make_engine(url, self.session)
             self.sessions = db.make_sessions(self.engine)
             self.read_sessions = db.make_read_sessions(self.engine)
+            if self.store_lock is not None:
+                # every commit of this daemon checks that no other has taken over since (fence.py)
+                self.fence = Fence(take_epoch(self.sessions), self._fenced)
+                self.fence.install(self.sessions)
+                log.info("leading the store as epoch %d", self.fence.epoch)
             with db.transaction(self.sessions) as s:
                 repo.ensure_root_pool(s, time.time())
 
@@ -394,7 +465,9 @@ class Daemon:
             # drains are kept in the store when this process has one; a host manager alone on the local or sim
             # backend has none and keeps them in memory (docs/running.md, "Host maintenance")
             stored = self.engine is not None
-            self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains if stored else None)
+            lock = self.store_lock
+            self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains if stored else None,
+                                       may_act=lock.fresh if lock is not None else lambda: True)
             if stored:
                 with db.transaction(self.sessions) as s:
                     self.hostmgr.load_drains(repo.get_drains(s))
@@ -418,7 +491,8 @@ class Daemon:
             self.internal_server = self._serve_internal(
                 hostmgr_servicer if self.hostmgr is not None else None,
                 resmgr_servicer if "resmgr" in roles else None)
-        host, port = split_hostport(cfg.listen, "--listen")
+        # a standby that took over serves the port it answered on meanwhile
+        host, port = split_hostport(self._standby_listen or cfg.listen, "--listen")
         try:
             bound = (self.server.add_secure_port(f"{host}:{port}", self._tls_credentials()) if cfg.tls_cert
                      else self.server.add_insecure_port(f"{host}:{port}"))
@@ -436,8 +510,8 @@ class Daemon:
                                       "this daemon's user (docs/security.md)")
         for warning in self._insecure:
             log.warning("%s", warning)
-        if self.store_lock is not None:  # the address a refused daemon names is the one actually served
-            self.owner = replace(self.owner, address=self.address)
+        if self.store_lock is not None:  # the address refused daemons and standbys name is the one served
+            self.owner = replace(self.owner, address=self._advertise(f"{host}:{bound}"))
             self.store_lock.record(self.owner)
         if cfg.metrics_listen:  # now, before anything runs: a port in use refuses the start, not a later step
             mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
@@ -482,7 +556,8 @@ class Daemon:
             addresses=[self.address] + ([f"unix:{self.unix_socket}"] if self.unix_socket else []),
             tls=cfg.tls_cert is not None, mutual_tls=cfg.tls_client_ca is not None, tokens=path is not None,
             insecure=bool(self._insecure), warnings=tuple(self._insecure)),
-            hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0), self.server)
+            hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0,
+            leadership=self._leadership), self.server)
         services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
         names = [d.services_by_name[n].full_name for d, n in services]
         reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
@@ -633,8 +708,32 @@ class Daemon:
                 log.info("recovery waits for resmgr/hostmgr to come up")
                 time.sleep(1.0)
 
+    def _leadership(self) -> Leadership | None:
+        """Who leads the store (this daemon, or the one that took over from it), its epoch, and the standbys."""
+        if self.store_lock is None:
+            return None
+        sqlite = db.sqlite_path(self.cfg.db_url or db.default_sqlite_url(self.cfg.data_dir)) is not None
+        with db.transaction(self.read_sessions) as s:
+            # SQLite: one daemon, this one (its lock file, not the store, says who holds the lock)
+            leader = self.owner if sqlite else Owner.from_json(repo.get_meta(s, OWNER_KEY))
+            epoch = int(repo.get_meta(s, EPOCH_KEY) or 0)
+            waiting = [] if sqlite else standbys(s)
+        return Leadership(leader, epoch, waiting)
+
+    def _fenced(self, why: str) -> None:
+        """A commit found a newer epoch: another daemon leads. Stop acting now; the store guard finds the lock
+        gone and stands by."""
+        jm = getattr(self, "jobmgr", None)
+        if jm is not None:
+            jm.writer.pause(why)
+
     def _regained(self, jm: JobManager) -> None:
         """The store lock is ours again: what happened meanwhile is read back exactly as after a restart."""
+        if self.fence is not None:
+            self.fence.take(take_epoch(self.sessions))
+            log.warning("leading the store again as epoch %d", self.fence.epoch)
+        if self.hostmgr is not None:
+            self.hostmgr.backend.lead_again()
         if "resmgr" in self.cfg.roles:
             self.resmgr.reset()
         jm.writer.resume()
@@ -747,6 +846,7 @@ def _describe_store(url: str) -> str:
     return f"the PostgreSQL database {u.database} at {u.host or 'localhost'}:{u.port or 5432}"
 
 
+STANDBY_POLL_S = 0.5  # how often a standby tries the locks (and ends a silent leader's lease)
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 

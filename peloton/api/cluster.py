@@ -9,6 +9,7 @@ from dataclasses import dataclass, field
 from peloton import __version__, identity
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
+from peloton.store.lock import Owner
 
 
 @dataclass(frozen=True)
@@ -25,10 +26,20 @@ class ClusterFacts:
     warnings: Sequence[str] = field(default_factory=tuple)
 
 
+@dataclass(frozen=True)
+class Leadership:
+    """Who acts on the store, as the store says (read per call)."""
+    leader: Owner | None
+    epoch: int
+    standbys: Sequence[tuple[str, float]]  # (address, waiting since)
+
+
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
-    def __init__(self, facts: ClusterFacts, hosts: Callable[[], int] = lambda: 0) -> None:
+    def __init__(self, facts: ClusterFacts, hosts: Callable[[], int] = lambda: 0,
+                 leadership: Callable[[], Leadership | None] = lambda: None) -> None:
         self.facts = facts
         self.hosts = hosts
+        self.leadership = leadership
 
     @grpc_errors
     def GetClusterInfo(self, request, context):  # type: ignore[no-untyped-def]
@@ -40,4 +51,17 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             security=cluster_pb2.Security(
                 tls=f.tls, mutual_tls=f.mutual_tls, tokens=f.tokens, insecure=f.insecure, caller=who.name,
                 caller_roles=sorted(who.roles), caller_via=who.via, warnings=list(f.warnings)),
+            leadership=_leadership_to_proto(self.leadership()),
         )
+
+
+def _leadership_to_proto(lead: Leadership | None) -> cluster_pb2.Leadership | None:
+    if lead is None:
+        return None
+    out = cluster_pb2.Leadership(epoch=lead.epoch, standbys=[
+        cluster_pb2.Standby(address=a, waiting_since=t) for a, t in lead.standbys])
+    if lead.leader is not None:
+        o = lead.leader
+        out.leader, out.leader_host, out.leader_pid = o.address, o.host, o.pid
+        out.leading_since, out.lease_seconds = o.since, o.lease
+    return out

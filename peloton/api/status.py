@@ -29,7 +29,9 @@ def _abort(context: grpc.ServicerContext, fn: Callable[..., Any], e: Exception) 
     if isinstance(e, errors.PelotonError):
         code = code_for(e)
         if code == grpc.StatusCode.UNAVAILABLE:
-            context.set_trailing_metadata((("retry-after-ms", RETRY_AFTER_MS),))
+            leader = getattr(e, "leader", "")
+            context.set_trailing_metadata((("retry-after-ms", RETRY_AFTER_MS),
+                                           *((("peloton-leader", leader),) if leader else ())))
         elif isinstance(e, errors.ResourceExhausted) and e.retry_after_s is not None:
             context.set_trailing_metadata(retry_after(e.retry_after_s))
         context.abort(code, bounded(e.message))

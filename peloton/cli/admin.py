@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from peloton.cli import render
 from peloton.errors import InvalidArgument
@@ -241,6 +241,14 @@ def cmd_audit(c: Client, a: argparse.Namespace) -> int:
              "allowed" if e.allowed else "DENIED", e.code, e.message[:80]] for e in r.events]
     print(render.table(rows, ["TIME", "PRINCIPAL", "VIA", "CALL", "OBJECT", "DECISION", "RESULT", "MESSAGE"]))
     return 0
+def _leadership_rows(lead: Any) -> list[tuple[str, str]]:
+    since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lead.leading_since))
+    leader = (f"{lead.leader} (pid {lead.leader_pid} on {lead.leader_host}, since {since}"
+              + (f", epoch {lead.epoch}, lease {lead.lease_seconds:g}s)" if lead.epoch else ")")) if lead.leader else "-"
+    waiting = [f"{sb.address} (standing by since {render.ago(sb.waiting_since)})" for sb in lead.standbys]
+    return [("leader", leader), ("standbys", ", ".join(waiting) or "none")]
+
+
 def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import cluster_pb2
     from peloton.cli.client import Stub
@@ -262,6 +270,8 @@ def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
         ("authentication", auth or "off: every caller is an admin"),
         ("you", f"{s.caller} ({', '.join(s.caller_roles) or 'no role'}; by {s.caller_via})"),
     ]
+    if r.HasField("leadership"):
+        rows += _leadership_rows(r.leadership)
     width = max(len(k) for k, _ in rows)
     for k, v in rows:
         print(f"{k + ':':<{width + 1}}  {v}")

@@ -6,7 +6,6 @@ first uses that service; the methods are made from the service descriptors in th
 from __future__ import annotations
 
 import functools
-import time
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -50,22 +49,6 @@ def _from_daemon(e: RpcError) -> bool:
     return any(k == "retry-after-ms" for k, _ in e.trailing_metadata())
 
 
-CONNECT_EACH_S = 2.0  # of several addresses, how long each may take to accept a connection
-
-
-def _first_serving(addresses: list[str], tls: Tls | None, auth: list[tuple[str, str]]) -> tuple[str, Channel]:
-    """Of several daemons (an active one and standbys, which do not listen until they take over), the first
-    that accepts a connection; the first address when none does (the call then says it cannot reach it)."""
-    for address in addresses:
-        channel = Channel(address, connect_timeout=CONNECT_EACH_S, tls=tls, metadata=auth)
-        try:
-            channel.connection(time.monotonic() + CONNECT_EACH_S)
-            return address, channel
-        except (OSError, RpcError, ValueError):
-            channel.close()
-    return addresses[0], Channel(addresses[0], tls=tls, metadata=auth)
-
-
 class Client:
     def __init__(self, target: Target | str, timeout: float = 30.0) -> None:
         """`target`: where the daemon is and how to reach it (connection.resolve), or just its address."""
@@ -75,10 +58,14 @@ class Client:
         tls = Tls(target.tls_ca, target.client_cert, target.client_key) if target.tls else None
         auth = [("authorization", f"Bearer {target.token}")] if target.token else []
         addresses = [a.strip() for a in target.address.split(",") if a.strip()] or [target.address]
-        self.address = addresses[0]
-        self.channel = Channel(self.address, tls=tls, metadata=auth)
-        if len(addresses) > 1:
-            self.address, self.channel = _first_serving(addresses, tls, auth)
+        # several: a leader and its standbys; the channel dials the first that answers, and follows a standby's
+        # answer to the leader
+        self.channel = Channel(addresses[0], tls=tls, metadata=auth, others=addresses[1:])
+
+    @property
+    def address(self) -> str:
+        """The daemon's address this client talks to now (a standby's answer moves it to the leader)."""
+        return self.channel.address
 
 
 

@@ -205,6 +205,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
         roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
+        advertise_address=a.advertise_address, leader_lease_s=a.leader_lease,
         jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
         internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
         task_env_allow=parse_allow(a.task_env_allow), default_task_user=a.default_task_user,
@@ -360,7 +361,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "SQLite, which allows no more, 2 on PostgreSQL)")
     s.add_argument("--standby", action="store_true",
                    help="when another daemon acts on the same store, wait for it to go and take over instead of "
-                        "refusing to start")
+                        "refusing to start; meanwhile answer every call with the leader's address")
+    s.add_argument("--advertise-address", default="", metavar="HOST:PORT",
+                   help="where other machines reach this daemon's API: what standbys tell clients when this one "
+                        "leads (default: --listen, with this machine's name for a wildcard host)")
+    s.add_argument("--leader-lease", type=_seconds_arg, default=6.0, metavar="SECONDS",
+                   help="PostgreSQL: a leader that has not renewed its lease for this long (paused, or cut off) is "
+                        "replaced by a standby; it stops acting itself after half of it (default: 6)")
     s.add_argument("--backend", default="local", choices=["local", "mesos", "sim"],
                    help="local: run tasks on this machine (default); mesos: register as a Mesos framework; "
                         "sim: simulated hosts in memory, no processes (scale tests, see --sim-*)")

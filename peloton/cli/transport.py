@@ -20,7 +20,7 @@ import struct
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 from peloton.cli import hpack
 
@@ -525,24 +525,51 @@ def _connect(address: str, timeout: float | None) -> tuple[str, socket.socket]:
 
 
 class Channel:
-    """Calls to one daemon address, on one connection dialled when first needed (and again after it broke)."""
+    """Calls to a daemon, on one connection dialled when first needed (and again after it broke). Given several
+    addresses (a leader and its standbys), each dial tries the current one first, then the others in order: the
+    leader may have died and a standby taken over."""
 
     def __init__(self, address: str, connect_timeout: float = 10.0, tls: Tls | None = None,
-                 metadata: list[tuple[str, str]] | None = None) -> None:
-        """`metadata`: sent with every call (a bearer token)."""
+                 metadata: list[tuple[str, str]] | None = None, others: Sequence[str] = ()) -> None:
+        """`metadata`: sent with every call (a bearer token). `others`: further addresses of the same cluster;
+        with them, each address gets at most CONNECT_EACH_S to accept a connection."""
         self.address = address
-        self.connect_timeout = connect_timeout
+        self.addresses = [address, *(a for a in others if a != address)]
+        self.connect_timeout = min(connect_timeout, CONNECT_EACH_S) if others else connect_timeout
         self.tls = tls
         self.metadata = list(metadata or ())
         self._conn: Connection | None = None
 
     def connection(self, deadline: float | None) -> Connection:
         if self._conn is None or not self._conn.usable:
-            timeout = self.connect_timeout
-            if deadline is not None:
-                timeout = max(0.001, min(timeout, deadline - time.monotonic()))
-            self._conn = Connection(self.address, timeout, self.tls)
+            order = [self.address, *(a for a in self.addresses if a != self.address)]
+            first: RpcError | None = None
+            for address in order:
+                timeout = self.connect_timeout
+                if deadline is not None:
+                    timeout = max(0.001, min(timeout, deadline - time.monotonic()))
+                try:
+                    self._conn = Connection(address, timeout, self.tls)
+                except RpcError as e:
+                    first = first or e
+                    continue
+                except _ConnectionLost:
+                    first = first or RpcError(StatusCode.UNAVAILABLE, f"{address}: the connection was lost")
+                    continue
+                self.address = address
+                return self._conn
+            assert first is not None
+            raise first
         return self._conn
+
+    def follow(self, leader: str) -> bool:
+        """A standby named the leader: send this call and the next ones there. False when it names this very
+        address (it has not learnt of its own takeover yet): the caller retries as for any UNAVAILABLE."""
+        if not leader or leader == self.address:
+            return False
+        self.close()
+        self.address = leader
+        return True
 
     def unary_unary(self, path: str, request_serializer: Callable[[Any], bytes],
                     response_deserializer: Callable[[bytes], Any]) -> UnaryUnary:
@@ -565,6 +592,13 @@ class Call:
                  metadata: list[tuple[str, str]] | None, deserialize: Callable[[bytes], Any]) -> None:
         self.deserialize = deserialize
         self.deadline = None if timeout is None else time.monotonic() + timeout
+        self._again = (channel, path, request, metadata)
+        self._answered = False  # a message came: the call is not sent again elsewhere
+        self._redirected = False
+        self._start()
+
+    def _start(self) -> None:
+        channel, path, request, metadata = self._again
         self.conn: Connection | None = None
         try:
             self.conn = channel.connection(self.deadline)
@@ -576,14 +610,20 @@ class Call:
                 StatusCode.UNAVAILABLE, (self.conn.closed if self.conn else None) or "connection lost")
 
     def next_message(self) -> bytes | None:
-        """The next response message; None once the call ended OK; RpcError if it did not."""
+        """The next response message; None once the call ended OK; RpcError if it did not. A standby's answer
+        (UNAVAILABLE naming the leader) sends the call, once, to the leader it names."""
         s = self.stream
         while not s.messages and not s.done:
             assert self.conn is not None
             self.conn.pump(s, self.deadline)
         if s.messages and s.error is None:
+            self._answered = True
             return s.messages.popleft()
         if s.error is not None:
+            if not self._answered and not self._redirected and self._again[0].follow(_leader_of(s.error)):
+                self._redirected = True
+                self._start()
+                return self.next_message()
             raise s.error
         return None
 
@@ -599,6 +639,16 @@ class Call:
         else:
             self.conn.reset(s)
         return True
+
+
+CONNECT_EACH_S = 2.0  # of several addresses, how long each may take to accept a connection
+LEADER_METADATA = "peloton-leader"  # standby.py
+
+
+def _leader_of(e: RpcError) -> str:
+    if e.code() != StatusCode.UNAVAILABLE:
+        return ""
+    return next((v for k, v in e.trailing_metadata() if k == LEADER_METADATA), "")
 
 
 class _Method:

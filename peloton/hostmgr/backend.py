@@ -125,6 +125,10 @@ class Backend(Protocol):
     def stop(self) -> None:
         """Stop monitoring. Running tasks are NOT killed: a restarted daemon adopts them."""
 
+    def lead_again(self) -> None:
+        """This daemon holds the store lock again after another daemon held it: act for the cluster again (on
+        Mesos, subscribe again after the other one's subscription failed ours over)."""
+
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         """The free resources of these hosts (all when None) as the backend accounts for them now: capacity minus
         every task it runs or has registered. `with_ids` fills the concrete free GPU ids and ports (costly on

@@ -22,7 +22,7 @@ from prometheus_client import Counter, Histogram
 
 from peloton.domain.placement import GangPlacement, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
-from peloton.errors import NotFound
+from peloton.errors import NotFound, Unavailable
 from peloton.hostmgr.backend import Backend, GangLaunch, HostInfo, LaunchOutcome, LaunchResult, TaskStatus
 from peloton.hostmgr.claims import ClaimBook, ClaimKey
 
@@ -66,9 +66,13 @@ class HostHealth:
 class HostManager:
     def __init__(self, backend: Backend, clock: Callable[[], float] = time.time,
                  claim_ttl_s: float = DEFAULT_CLAIM_TTL_S,
-                 save_drains: Callable[[dict[str, float]], None] | None = None) -> None:
-        """`save_drains`: makes the draining hosts durable (the store); called before a drain takes effect."""
+                 save_drains: Callable[[dict[str, float]], None] | None = None,
+                 may_act: Callable[[], bool] = lambda: True) -> None:
+        """`save_drains`: makes the draining hosts durable (the store); called before a drain takes effect.
+        `may_act()`: whether this daemon may still launch and kill (its lease on the store is fresh: a leader that
+        was paused or cut off, and may have been replaced, does neither until it knows)."""
         self.backend = backend
+        self._may_act = may_act
         self.clock = clock
         self.claim_ttl_s = claim_ttl_s
         self._save_drains = save_drains
@@ -229,6 +233,7 @@ class HostManager:
     def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
         """Start each gang whole, or refuse it (stale claim, a member killed before its launch), or report it
         failed. The claim is dropped only after the backend accounts for the members."""
+        self._check_may_act("launch")
         results: dict[ClaimKey, LaunchResult] = {}
         go: list[GangLaunch] = []
         with self._lock:
@@ -317,12 +322,18 @@ class HostManager:
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         if not task_ids:
             return
+        self._check_may_act("kill")
         with self._lock:
             now = self.clock()
             for tid in task_ids:
                 self._tombstones[tid] = now
                 self._tombstones.move_to_end(tid)
         self.backend.kill(task_ids, grace_s)
+
+    def _check_may_act(self, what: str) -> None:
+        if not self._may_act():
+            raise Unavailable(f"this daemon does not {what} now: its lease on the store is not fresh (paused, or the "
+                              "store is slow or gone), and another daemon may have taken over; retry later")
 
     def _expire_tombstones_locked(self, now: float) -> None:
         while self._tombstones:

@@ -91,6 +91,7 @@ class Writer:
         self._queue: list[Mutation[Any]] = []
         self._stop = False
         self._paused: str | None = None  # why mutations are refused (not acting: no store lock)
+        self._leader = ""  # ... and which daemon acts instead, when known
         self._thread: threading.Thread | None = None
         self.last_error: BaseException | None = None
 
@@ -106,10 +107,12 @@ class Writer:
         if self._thread is not None:
             self._thread.join(10)
 
-    def pause(self, why: str) -> None:
-        """Refuse every mutation with Unavailable(why) until `resume` (the daemon does not hold the store lock)."""
+    def pause(self, why: str, leader: str = "") -> None:
+        """Refuse every mutation with Unavailable(why) until `resume` (the daemon does not hold the store lock;
+        `leader`: the address of the daemon that does, when known)."""
         with self._cond:
             self._paused = why
+            self._leader = leader
 
     def resume(self) -> None:
         with self._cond:
@@ -125,7 +128,7 @@ class Writer:
             if self._stop:
                 raise Unavailable("the job manager is shutting down")
             if self._paused is not None:
-                raise Unavailable(self._paused)
+                raise Unavailable(self._paused, leader=self._leader)
             self._queue.append(m)
             self._cond.notify()
         return m.future
@@ -346,9 +349,9 @@ class Writers:
         for w in self.shards:
             w.stop()
 
-    def pause(self, why: str) -> None:
+    def pause(self, why: str, leader: str = "") -> None:
         for w in self.shards:
-            w.pause(why)
+            w.pause(why, leader)
 
     def resume(self) -> None:
         for w in self.shards:

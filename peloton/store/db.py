@@ -78,11 +78,13 @@ def _count_statements(engine: Engine) -> Engine:
     return engine
 
 
-def make_engine(url: str) -> Engine:
-    return _count_statements(_make_engine(url))
+def make_engine(url: str, application_name: str = "") -> Engine:
+    """`application_name` (PostgreSQL): names this daemon's connections, so that a standby taking over from it
+    can end exactly them (lock.py)."""
+    return _count_statements(_make_engine(url, application_name))
 
 
-def _make_engine(url: str) -> Engine:
+def _make_engine(url: str, application_name: str = "") -> Engine:
     url = _normalize(url)
     if _is_sqlite(url):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30.0})
@@ -108,7 +110,9 @@ def _make_engine(url: str) -> Engine:
 
         return engine
     engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
-                           executemany_mode="values_plus_batch", connect_args={"connect_timeout": 5})
+                           executemany_mode="values_plus_batch",
+                           connect_args={"connect_timeout": 5, **({"application_name": application_name}
+                                                                 if application_name else {})})
     _ping_idle_connections(engine)
     return engine
 

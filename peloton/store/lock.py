@@ -7,6 +7,14 @@ the kernel when the process ends.
 
 Whoever holds it writes who they are (host, pid, address, since when) where the next one can read it: the `meta`
 table (PostgreSQL) or the lock file (SQLite), so a refused daemon names the one in the way.
+
+The lease (PostgreSQL). An advisory lock outlives a daemon that is paused (SIGSTOP, a long stall) or whose machine
+was cut off without closing its connection: the kernel still answers for it. So the holder renews a heartbeat in
+the store every second, on the lock's own connection (a renewal that succeeds proves the lock is still held), and
+trusts itself to act only for half a lease after the last renewal it began (`fresh`, its own monotonic clock). A
+standby that finds the heartbeat older than the holder's lease (by the store's clock: one clock for both) ends every
+connection of the holder's (by their application_name), which frees the lock and rolls back whatever the holder had
+in flight, and takes the lock. Epochs (fence.py) refuse the late writes of a holder that wakes up after that.
 """
 
 from __future__ import annotations
@@ -14,7 +22,9 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import json
+import logging
 import os
+import secrets
 import socket
 import time
 from dataclasses import dataclass
@@ -27,8 +37,18 @@ from sqlalchemy.pool import NullPool
 
 from peloton.errors import FailedPrecondition
 
+log = logging.getLogger(__name__)
+
 LOCK_KEY = 0x7065_6C6F_746F_6E  # "peloton": the advisory lock's key
 OWNER_KEY = "daemon.owner"
+HEARTBEAT_KEY = "daemon.heartbeat"  # the store's clock (Unix seconds) at the holder's last renewal
+LEASE_S = 6.0  # a holder silent for longer is ended by a standby (--leader-lease)
+
+
+def session_name() -> str:
+    """The application_name of every store connection of this process: a standby that breaks this daemon's lease
+    ends exactly these (pg_stat_activity), and `peloton cluster info` lists standbys by theirs."""
+    return f"peloton-{secrets.token_hex(6)}"
 
 
 @dataclass(frozen=True, slots=True)
@@ -37,19 +57,23 @@ class Owner:
     pid: int
     address: str
     since: float
+    session: str = ""  # the application_name of its store connections
+    lease: float = LEASE_S
 
     @staticmethod
-    def me(address: str) -> Owner:
-        return Owner(socket.gethostname(), os.getpid(), address, time.time())
+    def me(address: str, session: str = "", lease: float = LEASE_S) -> Owner:
+        return Owner(socket.gethostname(), os.getpid(), address, time.time(), session, lease)
 
     def to_json(self) -> str:
-        return json.dumps({"host": self.host, "pid": self.pid, "address": self.address, "since": self.since})
+        return json.dumps({"host": self.host, "pid": self.pid, "address": self.address, "since": self.since,
+                           "session": self.session, "lease": self.lease})
 
     @staticmethod
     def from_json(text: str | None) -> Owner | None:
         try:
             d = json.loads(text or "")
-            return Owner(str(d["host"]), int(d["pid"]), str(d.get("address", "")), float(d["since"]))
+            return Owner(str(d["host"]), int(d["pid"]), str(d.get("address", "")), float(d["since"]),
+                         str(d.get("session", "")), float(d.get("lease", LEASE_S)))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -71,7 +95,14 @@ class StoreLock(Protocol):
         """Who holds (or last held) the lock, as they recorded it."""
 
     def held(self) -> bool:
-        """Still ours: False once it is lost (the connection holding it went away)."""
+        """Still ours: False once it is lost (the connection holding it went away). Renews the lease."""
+
+    def announce_standby(self, address: str) -> None:
+        """While waiting: let the holder list this daemon as a standby answering on `address`."""
+
+    def fresh(self) -> bool:
+        """Held, as far as this process can tell without asking: the last renewal began less than half a lease
+        ago. A daemon acts on its backend (launches, kills) only while this holds."""
 
     def release(self) -> None:
         ...
@@ -85,38 +116,89 @@ def refusal(holder: Owner | None, what: str) -> FailedPrecondition:
 
 
 class PostgresLock:
-    def __init__(self, url: str) -> None:
+    def __init__(self, url: str, session: str = "") -> None:
+        """`session`: the application_name of this daemon's store connections (session_name())."""
         u = make_url(url)
         if u.drivername == "postgresql":
             u = u.set(drivername="postgresql+psycopg2")
         # its own connection, outside any pool: the lock lives and dies with it
-        self._engine = create_engine(u, poolclass=NullPool,
-                                     connect_args={"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 5,
-                                                   "keepalives_interval": 2, "keepalives_count": 3})
+        args: dict[str, Any] = {"connect_timeout": 5, "keepalives": 1, "keepalives_idle": 5,
+                                "keepalives_interval": 2, "keepalives_count": 3}
+        if session:
+            args["application_name"] = session
+        self._engine = create_engine(u, poolclass=NullPool, connect_args=args)
+        self._session = session
+        self._name = session  # the lock connection's application_name now (a standby's names its address)
         self._conn: Connection | None = None
+        self._lease = LEASE_S
+        self._renewed: float | None = None  # monotonic time at which the last successful renewal began
 
     def _connect(self) -> Connection:
         if self._conn is None:
             self._conn = self._engine.connect().execution_options(isolation_level="AUTOCOMMIT")
+            if self._name != self._session:
+                self._conn.execute(text("SELECT set_config('application_name', :n, false)"), {"n": self._name})
         return self._conn
 
+    def announce_standby(self, address: str) -> None:
+        """Name the lock's connection as a standby answering on `address`: the leader lists it (`standbys`)."""
+        self._rename(f"{STANDBY_PREFIX}{address}"[:63])
+
+    def _rename(self, name: str) -> None:
+        self._name = name
+        if self._conn is not None:
+            with contextlib.suppress(Exception):
+                self._conn.execute(text("SELECT set_config('application_name', :n, false)"), {"n": name})
+
     def try_acquire(self, owner: Owner) -> bool:
+        began = time.monotonic()
         try:
             conn = self._connect()
             got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar())
         except Exception:  # noqa: BLE001 - no store, no lock: the caller retries
             self._drop()
             return False
-        if got:
-            self.record(owner)
-        return got
+        if not got:
+            try:
+                self._end_if_silent(owner)
+            except Exception:  # noqa: BLE001 - the store went away meanwhile: the caller retries
+                self._drop()
+            return False
+        self._lease = owner.lease
+        self._renewed = began
+        if self._name != self._session:
+            self._rename(self._session)  # a standby no more: a later one ends this connection by its name
+        self.record(owner)
+        return True
+
+    def _end_if_silent(self, me: Owner) -> None:
+        """The holder has not renewed its heartbeat for longer than its lease (paused, or its machine cut off
+        with its connections still open): end all its connections, which frees the lock (taken on the next try)
+        and rolls back what it had in flight."""
+        conn = self._connect()
+        if conn.execute(text("SELECT to_regclass('meta')")).scalar() is None:
+            return
+        holder = self.holder()
+        if holder is None or not holder.session or holder.session == me.session:
+            return
+        silent = conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp()) - CAST(value AS DOUBLE PRECISION) "
+                                   "FROM meta WHERE key = :k"), {"k": HEARTBEAT_KEY}).scalar()
+        if silent is None or float(silent) <= holder.lease:
+            return
+        ended = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
+                                  "WHERE application_name = :app AND pid <> pg_backend_pid()"),
+                             {"app": holder.session}).scalar()
+        log.warning("the store lock's holder (%s) has not renewed its lease for %.1f s (lease %.0f s): ended its %s "
+                    "store connection(s) to take over", holder.describe(), float(silent), holder.lease, ended)
 
     def record(self, owner: Owner) -> None:
         conn = self._connect()
         if conn.execute(text("SELECT to_regclass('meta')")).scalar() is None:
             return  # a new database: the holder records itself once it has created the tables
-        conn.execute(text("DELETE FROM meta WHERE key = :k"), {"k": OWNER_KEY})
+        conn.execute(text("DELETE FROM meta WHERE key IN (:k, :h)"), {"k": OWNER_KEY, "h": HEARTBEAT_KEY})
         conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, :v)"), {"k": OWNER_KEY, "v": owner.to_json()})
+        conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, CAST(EXTRACT(EPOCH FROM clock_timestamp()) "
+                          "AS TEXT))"), {"k": HEARTBEAT_KEY})
 
     def holder(self) -> Owner | None:
         try:
@@ -129,13 +211,21 @@ class PostgresLock:
     def held(self) -> bool:
         if self._conn is None:
             return False
+        began = time.monotonic()
         try:
-            # the lock is the session's: it is held exactly as long as this connection is alive
-            self._conn.execute(text("SELECT 1"))
-            return True
+            # the lock is the session's: it is held exactly as long as this connection is alive; renewing the
+            # heartbeat on it proves both
+            self._conn.execute(text("UPDATE meta SET value = CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS TEXT) "
+                                    "WHERE key = :k"), {"k": HEARTBEAT_KEY})
         except Exception:  # noqa: BLE001
             self._drop()
             return False
+        self._renewed = began
+        return True
+
+    def fresh(self) -> bool:
+        return (self._conn is not None and self._renewed is not None
+                and time.monotonic() - self._renewed < self._lease / 2)
 
     def _drop(self) -> None:
         if self._conn is not None:
@@ -149,6 +239,7 @@ class PostgresLock:
         if self._conn is not None:
             with contextlib.suppress(Exception):
                 self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+        self._renewed = None
         self._drop()
         self._engine.dispose()
 
@@ -188,6 +279,12 @@ class FileLock:
     def held(self) -> bool:
         return self._f is not None
 
+    def announce_standby(self, address: str) -> None:
+        pass  # one machine, one file: nobody lists SQLite standbys
+
+    def fresh(self) -> bool:
+        return self._f is not None  # the kernel holds the flock for exactly as long as this process lives
+
     def release(self) -> None:
         if self._f is not None:
             with contextlib.suppress(OSError):
@@ -196,11 +293,22 @@ class FileLock:
             self._f = None
 
 
-def store_lock(url: str) -> StoreLock:
+STANDBY_PREFIX = "peloton-standby "
+
+
+def standbys(conn: Connection | Any) -> list[tuple[str, float]]:
+    """(address, connected since) of each standby waiting for the lock of this PostgreSQL database."""
+    rows = conn.execute(text("SELECT application_name, EXTRACT(EPOCH FROM backend_start) FROM pg_stat_activity "
+                             "WHERE datname = current_database() AND application_name LIKE :p ORDER BY 2"),
+                        {"p": STANDBY_PREFIX + "%"}).all()
+    return [(str(name)[len(STANDBY_PREFIX):], float(since)) for name, since in rows]
+
+
+def store_lock(url: str, session: str = "") -> StoreLock:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         db = u.database or ""
         if not db or db == ":memory:":
             raise FailedPrecondition("--db: an in-memory SQLite database cannot be shared or locked", field="--db")
         return FileLock(Path(db).with_name(Path(db).name + ".lock"))
-    return PostgresLock(url)
+    return PostgresLock(url, session)

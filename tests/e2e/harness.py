@@ -41,6 +41,8 @@ class Daemon:
     proc: subprocess.Popen[str] | None = None
     address: str = ""
     secure_defaults: bool = False  # as root, without tests/asroot.py's overrides: a root daemon's own defaults
+    extra_args: tuple[str, ...] = ()  # more flags for `peloton server`
+    standing_by: str = ""  # what a standby printed when it began to stand by
     log_path: Path = field(init=False)
 
     def __post_init__(self) -> None:
@@ -54,9 +56,10 @@ class Daemon:
         return ["--local-hosts", str(self.hosts), "--local-host-resources", self.host_resources,
                 "--local-port-base", str(self.port_base)]
 
-    def start(self, timeout: float = 60.0, same_address: bool = False) -> None:
+    def start(self, timeout: float = 60.0, same_address: bool = False, standby: bool = False) -> None:
         """Start the daemon (again): on a free port, or with `same_address` on the one it had (a restart its
-        clients should not notice but for the pause)."""
+        clients should not notice but for the pause). With `standby` (--standby), return once it stands by,
+        answering on `address` with the leader's (`wait_serving` then waits for it to take over)."""
         listen = self.address if same_address and self.address else "127.0.0.1:0"
         self.data_dir.mkdir(parents=True, exist_ok=True)
         with open(self.log_path, "a") as log:  # the child keeps its own descriptor
@@ -64,20 +67,30 @@ class Daemon:
                 [*PELOTON, "server", "--listen", listen, "--db", self.db_url, "--data-dir",
                  str(self.data_dir), "--metrics-listen", "", "--log-level", "info",
                  *([] if self.secure_defaults else AS_ROOT_FLAGS),
-                 *self.server_args()],
+                 *self.server_args(), *self.extra_args, *(["--standby"] if standby else [])],
                 stdout=subprocess.PIPE, stderr=log, text=True,
             )
-        assert self.proc.stdout is not None
+        if standby:
+            line = self._line(r"answering on (\S+)", timeout)
+            self.standing_by = line
+            self.address = re.search(r"answering on (\S+)", line).group(1)  # type: ignore[union-attr]
+            return
+        self.wait_serving(timeout)
+
+    def wait_serving(self, timeout: float = 60.0) -> None:
+        """Until it says it serves (a standby: once it took over)."""
+        self.address = re.search(r"serving on (\S+)", self._line(r"serving on (\S+)", timeout)).group(1)  # type: ignore[union-attr]
+
+    def _line(self, pattern: str, timeout: float) -> str:
+        assert self.proc is not None and self.proc.stdout is not None
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             line = self.proc.stdout.readline()
             if not line:
                 break
-            m = re.search(r"serving on (\S+)", line)
-            if m:
-                self.address = m.group(1)
-                return
-        raise AssertionError(f"daemon did not start; log:\n{self.log()[-4000:]}")
+            if re.search(pattern, line):
+                return line
+        raise AssertionError(f"daemon did not print {pattern!r}; log:\n{self.log()[-4000:]}")
 
     def log(self) -> str:
         return self.log_path.read_text() if self.log_path.exists() else ""

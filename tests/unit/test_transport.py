@@ -302,20 +302,73 @@ def test_mutual_tls_needs_a_client_certificate_of_the_ca(pki: Path) -> None:
         server.stop(None)
 
 
-def test_of_several_addresses_the_client_uses_the_first_that_serves(echo: tuple[Echo, str]) -> None:
-    """An active daemon and standbys (which do not listen until they take over): `--address a,b` finds the one
-    that accepts a connection."""
+def _closed_port() -> str:
     import socket
 
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"  # nobody listens there once the socket is closed
+
+
+def test_of_several_addresses_the_client_uses_the_first_that_serves(echo: tuple[Echo, str]) -> None:
+    """A leader and standbys: `--address a,b` dials the first that accepts a connection."""
     from peloton.cli.client import Client
 
     _, serving = echo
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        closed = f"127.0.0.1:{s.getsockname()[1]}"  # nobody listens there once the socket is closed
+    closed = _closed_port()
     c = Client(f"{closed}, {serving}")
-    assert c.address == serving and _unary(c.channel)(b"echo:hi", timeout=5) == b"hi"
+    assert _unary(c.channel)(b"echo:hi", timeout=5) == b"hi" and c.address == serving
     c = Client(f"{serving},{closed}")
-    assert c.address == serving
+    assert _unary(c.channel)(b"echo:hi", timeout=5) == b"hi" and c.address == serving
     c = Client(f"{closed},unix:/nonexistent/peloton.sock")
-    assert c.address == closed  # none serves: the first, whose call then says it cannot be reached
+    with pytest.raises(RpcError) as e:
+        _unary(c.channel)(b"echo:hi", timeout=5)
+    assert e.value.code() == StatusCode.UNAVAILABLE and closed in e.value.details()  # the first one's error
+
+
+def test_a_channel_dials_the_other_addresses_when_its_daemon_goes(echo: tuple[Echo, str]) -> None:
+    """The leader dies and a standby on another address takes over: the next call reaches it."""
+    _, first = echo
+    e2 = Echo()
+    server, port = _server("127.0.0.1:0", e2)
+    try:
+        second = f"127.0.0.1:{port}"
+        ch = Channel(first, others=[second])
+        assert _unary(ch)(b"echo:a", timeout=5) == b"a" and ch.address == first
+        ch.close()  # as when the daemon went: the next call dials again
+        ch.addresses[0] = _closed_port()
+        ch.address = ch.addresses[0]
+        assert _unary(ch)(b"echo:b", timeout=5) == b"b" and ch.address == second
+    finally:
+        server.stop(None)
+
+
+def test_a_standby_sends_calls_to_the_leader_it_names(echo: tuple[Echo, str]) -> None:
+    """A standby answers every call UNAVAILABLE with the leader's address (peloton-leader): unary and streaming
+    calls go there, once, and the channel stays there."""
+    from peloton.standby import StandbyServer
+    from peloton.store.lock import Owner
+
+    _, leader = echo
+    owner = Owner("node-a", 4242, leader, time.time())
+    standby = StandbyServer("127.0.0.1:0", lambda: owner)
+    try:
+        ch = Channel(standby.listen)
+        assert _unary(ch)(b"echo:hi", timeout=5) == b"hi"
+        assert ch.address == leader
+        ch = Channel(standby.listen)
+        assert [m for m in _stream(ch)(b"count:3", timeout=5)] == [b"0", b"1", b"2"]
+        # a standby that knows no leader yet: UNAVAILABLE, with its retry hint, and the channel stays
+        owner = None  # type: ignore[assignment]
+        ch = Channel(standby.listen)
+        with pytest.raises(RpcError) as e:
+            _unary(ch)(b"echo:hi", timeout=5)
+        assert e.value.code() == StatusCode.UNAVAILABLE and "no leader is known yet" in e.value.details()
+        assert ch.address == standby.listen
+        # one naming itself (it took over but still answers as a standby): not followed in a loop
+        owner = Owner("node-b", 1, standby.listen, time.time())
+        with pytest.raises(RpcError) as e:
+            _unary(ch)(b"echo:hi", timeout=5)
+        assert "the leader is " + standby.listen in e.value.details()
+    finally:
+        standby.stop()

@@ -11,7 +11,7 @@ class GetClusterInfoRequest(_message.Message):
     def __init__(self) -> None: ...
 
 class GetClusterInfoResponse(_message.Message):
-    __slots__ = ("version", "roles", "store", "backend", "started_at", "addresses", "security", "hosts")
+    __slots__ = ("version", "roles", "store", "backend", "started_at", "addresses", "security", "hosts", "leadership")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     ROLES_FIELD_NUMBER: _ClassVar[int]
     STORE_FIELD_NUMBER: _ClassVar[int]
@@ -20,6 +20,7 @@ class GetClusterInfoResponse(_message.Message):
     ADDRESSES_FIELD_NUMBER: _ClassVar[int]
     SECURITY_FIELD_NUMBER: _ClassVar[int]
     HOSTS_FIELD_NUMBER: _ClassVar[int]
+    LEADERSHIP_FIELD_NUMBER: _ClassVar[int]
     version: str
     roles: _containers.RepeatedScalarFieldContainer[str]
     store: str
@@ -28,7 +29,34 @@ class GetClusterInfoResponse(_message.Message):
     addresses: _containers.RepeatedScalarFieldContainer[str]
     security: Security
     hosts: int
-    def __init__(self, version: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., store: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[float] = ..., addresses: _Optional[_Iterable[str]] = ..., security: _Optional[_Union[Security, _Mapping]] = ..., hosts: _Optional[int] = ...) -> None: ...
+    leadership: Leadership
+    def __init__(self, version: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., store: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[float] = ..., addresses: _Optional[_Iterable[str]] = ..., security: _Optional[_Union[Security, _Mapping]] = ..., hosts: _Optional[int] = ..., leadership: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
+
+class Leadership(_message.Message):
+    __slots__ = ("leader", "leader_host", "leader_pid", "leading_since", "epoch", "standbys", "lease_seconds")
+    LEADER_FIELD_NUMBER: _ClassVar[int]
+    LEADER_HOST_FIELD_NUMBER: _ClassVar[int]
+    LEADER_PID_FIELD_NUMBER: _ClassVar[int]
+    LEADING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    EPOCH_FIELD_NUMBER: _ClassVar[int]
+    STANDBYS_FIELD_NUMBER: _ClassVar[int]
+    LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    leader: str
+    leader_host: str
+    leader_pid: int
+    leading_since: float
+    epoch: int
+    standbys: _containers.RepeatedCompositeFieldContainer[Standby]
+    lease_seconds: float
+    def __init__(self, leader: _Optional[str] = ..., leader_host: _Optional[str] = ..., leader_pid: _Optional[int] = ..., leading_since: _Optional[float] = ..., epoch: _Optional[int] = ..., standbys: _Optional[_Iterable[_Union[Standby, _Mapping]]] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+
+class Standby(_message.Message):
+    __slots__ = ("address", "waiting_since")
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    WAITING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    address: str
+    waiting_since: float
+    def __init__(self, address: _Optional[str] = ..., waiting_since: _Optional[float] = ...) -> None: ...
 
 class Security(_message.Message):
     __slots__ = ("tls", "mutual_tls", "tokens", "insecure", "caller", "caller_roles", "caller_via", "warnings")

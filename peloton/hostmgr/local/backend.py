@@ -223,6 +223,9 @@ class LocalBackend:
         for st in statuses:
             self._report(st)
 
+    def lead_again(self) -> None:
+        pass  # no other daemon can have acted on this backend's hosts meanwhile
+
     def stop(self) -> None:
         """Stop monitoring. Tasks keep running; a new LocalBackend on the same data_dir adopts them."""
         self._spawners.close()

@@ -174,6 +174,12 @@ class MesosBackend:
         self._ticker = threading.Thread(target=self._tick_loop, name="mesos-ticker", daemon=True)
         self._ticker.start()
 
+    def lead_again(self) -> None:
+        """Another daemon subscribed as this framework while it led (the master failed this one's subscription
+        over, and it halted): subscribe again with the framework id, which fails that one over in turn."""
+        log.warning("leading again: subscribing as framework %s", self.framework_id)
+        self._transport.resume()
+
     def stop(self) -> None:
         self._stop.set()
         self._transport.stop()

@@ -186,6 +186,9 @@ class SimBackend:
             self._thread = threading.Thread(target=self._run_timer, name="sim-timer", daemon=True)
             self._thread.start()
 
+    def lead_again(self) -> None:
+        pass  # no other daemon can have acted on this backend's hosts meanwhile
+
     def stop(self) -> None:
         """Stop the timer. The simulated tasks exist only in memory: a restarted daemon knows none of them (its
         reconciliation finds them LOST and restarts their gangs)."""
