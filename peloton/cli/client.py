@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 from peloton.cli.connection import Target
 from peloton.cli.transport import Channel, RpcError, StatusCode, Tls
+from peloton.errors import Unavailable
 
 if TYPE_CHECKING:
     from types import ModuleType
@@ -105,6 +106,10 @@ class Client:
 
         code = e.code()
         err = error_for(code.name, e.details())
+        if code == StatusCode.CANCELLED and e.details() != "Locally cancelled":
+            # the daemon's server ended the call as it stopped (a restart, a standby handing its port over to the
+            # leader it became): what retries UNAVAILABLE retries this too (job create: with the same request id)
+            return Unavailable(f"the daemon at {self.address} ended the call as it stopped or took over; retry")
         if code == StatusCode.UNAVAILABLE and not _from_daemon(e):
             err.message = (f"cannot reach the peloton daemon at {self.address} (is it running? see --address): "
                            f"{e.details()}")

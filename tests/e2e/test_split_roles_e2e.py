@@ -79,3 +79,49 @@ task: {{command: "{sys.executable} -c 'import os; print(os.environ[\\"RANK\\"])'
         rest.stop()
         hostmgr.stop()
         kill_sandboxed_processes(tmp_path)  # the tasks the hostmgr process started, if the test failed early
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_standby_job_manager_process_takes_over_with_the_hostmgr_apart(db_url: str, tmp_path: Path) -> None:
+    """--role processes: the job manager (with resmgr and placement) has a standby on the same database; the host
+    manager, which runs the tasks, is a process of its own. The leader is killed -9: the standby takes over within
+    10 s and adopts the running gang from the host manager (same tasks, same attempt); new jobs run."""
+    import time
+
+    hostmgr = RoleDaemon(tmp_path / "hostmgr", db_url)
+    hostmgr.extra = ["--role", "hostmgr"]
+    socket, secret = tmp_path / "hostmgr" / "internal.sock", tmp_path / "hostmgr" / "internal.secret"
+    peers = ["--role", "jobmgr,resmgr,placement", "--hostmgr", f"unix:{socket}", "--internal-secret-file",
+             str(secret)]
+    leader, standby = RoleDaemon(tmp_path / "a", db_url), RoleDaemon(tmp_path / "b", db_url)
+    leader.extra, standby.extra = peers, peers
+    spec = """
+name: {name}
+instances: 2
+task: {{command: "sleep 600", resources: {{cpu: 1, mem: 64Mi}}}}
+"""
+    try:
+        hostmgr.start()
+        leader.start()
+        standby.start(standby=True)
+        job = leader.create(spec.format(name="before"), tmp_path)
+        leader.wait_state(job, "RUNNING")
+        before = sorted((t["task_id"], t["attempt"]) for t in leader.tasks(job))
+        leader.kill9()
+        killed_at = time.monotonic()
+        standby.wait_serving()
+        took_over = time.monotonic() - killed_at
+        print(f"\n--role processes: the standby job manager served after {took_over:.2f} s")
+        assert took_over < 10.0
+        assert standby.wait_state(job, "RUNNING")["status"]["task_states"] == {"RUNNING": 2}
+        assert sorted((t["task_id"], t["attempt"]) for t in standby.tasks(job)) == before  # adopted, not rerun
+        after = standby.create(spec.format(name="after"), tmp_path)
+        standby.wait_state(after, "RUNNING")
+        for j in (job, after):
+            standby.cli("job", "stop", j)
+            standby.wait_state(j, "KILLED")
+    finally:
+        standby.stop()
+        leader.stop()
+        hostmgr.stop()
+        kill_sandboxed_processes(tmp_path)

@@ -603,6 +603,12 @@ class FakeMaster:
         with self._lock:
             return [f.framework_id for f in self._frameworks.values() if f.connected]
 
+    def stream_id(self, framework_id: str) -> str | None:
+        """The Mesos-Stream-Id of the framework's current subscription (None when it has none)."""
+        with self._lock:
+            fw = self._frameworks.get(framework_id)
+            return fw.sub.stream_id if fw is not None and fw.connected and fw.sub is not None else None
+
     def tasks(self) -> dict[str, dict[str, Any]]:
         """task id -> {state (agent truth), reported_state, agent_id, framework_id, executor_id, pending}."""
         with self._lock:
