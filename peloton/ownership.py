@@ -14,6 +14,7 @@ import logging
 import threading
 from collections.abc import Callable
 
+from prometheus_client import Gauge
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -21,6 +22,9 @@ from peloton.store.db import transaction
 from peloton.store.lock import Owner, StoreLock
 
 log = logging.getLogger(__name__)
+
+LEADER = Gauge("peloton_leader", "1 while this process leads for the role: a process with the job manager while it "
+               "holds the store lock and acts (all its roles), any other once it serves; 0 standing by", ["role"])
 
 
 class StoreGuard:

@@ -57,7 +57,7 @@ from peloton.identity import Principals
 from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.loop import Loop
-from peloton.ownership import StoreGuard
+from peloton.ownership import LEADER, StoreGuard
 from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
@@ -361,6 +361,26 @@ class Daemon:
             standby.stop()
         log.warning("took over the store lock of %s", what)
 
+    def _serve_metrics(self) -> None:
+        """First of all: a port in use refuses the start, and a standby exports its metrics (peloton_leader 0)."""
+        cfg = self.cfg
+        if cfg.metrics_listen:
+            mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
+            try:
+                tls: dict[str, Any] = {}
+                if cfg.metrics_tls:
+                    assert cfg.tls_cert is not None and cfg.tls_key is not None
+                    tls = {"certfile": str(cfg.tls_cert), "keyfile": str(cfg.tls_key)}
+                    if cfg.tls_client_ca is not None:
+                        tls |= {"client_cafile": str(cfg.tls_client_ca), "client_auth_required": True}
+                # no `_created` series beside every counter and histogram (peloton_jobs_created_created): they
+                # double the scrape for a timestamp nobody graphs
+                disable_created_metrics()
+                self.metrics_server, _ = start_http_server(mport, addr=mhost, **tls)
+            except OSError as e:
+                raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",
+                                         field="--metrics-listen") from None
+
     def _make_backend(self) -> Backend:
         cfg = self.cfg
         if cfg.backend == "sim":
@@ -396,6 +416,9 @@ class Daemon:
         cfg = self.cfg
         cfg.check()
         roles = cfg.roles
+        self._serve_metrics()
+        for role in roles:  # until it acts (a standby never does)
+            LEADER.labels(role).set(0)
         self.engine = None
         self.session = ""
         self.fence: Fence | None = None
@@ -513,22 +536,6 @@ class Daemon:
         if self.store_lock is not None:  # the address refused daemons and standbys name is the one served
             self.owner = replace(self.owner, address=self._advertise(f"{host}:{bound}"))
             self.store_lock.record(self.owner)
-        if cfg.metrics_listen:  # now, before anything runs: a port in use refuses the start, not a later step
-            mhost, mport = split_hostport(cfg.metrics_listen, "--metrics-listen")
-            try:
-                tls: dict[str, Any] = {}
-                if cfg.metrics_tls:
-                    assert cfg.tls_cert is not None and cfg.tls_key is not None
-                    tls = {"certfile": str(cfg.tls_cert), "keyfile": str(cfg.tls_key)}
-                    if cfg.tls_client_ca is not None:
-                        tls |= {"client_cafile": str(cfg.tls_client_ca), "client_auth_required": True}
-                # no `_created` series beside every counter and histogram (peloton_jobs_created_created): they
-                # double the scrape for a timestamp nobody graphs
-                disable_created_metrics()
-                self.metrics_server, _ = start_http_server(mport, addr=mhost, **tls)
-            except OSError as e:
-                raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",
-                                         field="--metrics-listen") from None
         if self.hostmgr is not None:  # only once the ports are ours: a refused start leaves the backend untouched
             self.hostmgr.start()
 
@@ -593,6 +600,8 @@ class Daemon:
             lp.start()
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        for role in roles:
+            LEADER.labels(role).set(1)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
 
@@ -752,6 +761,9 @@ class Daemon:
         store_ok = self.guard is None or self.guard.healthy
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
         status = serving if not stuck and store_ok else not_serving
+        if self.guard is not None:  # a job manager process leads (all its roles) while it acts on the store
+            for role in self.cfg.roles:
+                LEADER.labels(role).set(1 if self.guard.acting else 0)
         self.health.set(HEALTH_SERVICE, status)
         self.health.set("", status)
         for role in sorted(self.cfg.roles):

@@ -11,10 +11,13 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
+import socket
 import subprocess
 import threading
 import time
+import urllib.request
 from pathlib import Path
 from typing import Any
 
@@ -48,12 +51,29 @@ task:
 """
 
 
+def _free_port() -> str:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return f"127.0.0.1:{s.getsockname()[1]}"
+
+
+def _leading(metrics: str) -> float:
+    """peloton_leader{role="jobmgr"} as the daemon's metrics endpoint says."""
+    with urllib.request.urlopen(f"http://{metrics}/metrics", timeout=5) as r:
+        text = r.read().decode()
+    m = re.search(r'^peloton_leader\{role="jobmgr"\} (\S+)$', text, re.M)
+    assert m, text[:2000]
+    return float(m.group(1))
+
+
 def _pair(fake: FakeMaster, url: str, tmp_path: Path, made: list[MesosDaemon],
           *extra: str) -> tuple[MesosDaemon, MesosDaemon]:
-    leader = MesosDaemon(tmp_path / "leader", url, masters=fake.url, extra_args=extra)
+    leader = MesosDaemon(tmp_path / "leader", url, masters=fake.url,
+                         extra_args=(*extra, "--metrics-listen", _free_port()))
     made.append(leader)
     leader.start()
-    standby = MesosDaemon(tmp_path / "standby", url, masters=fake.url, extra_args=extra)
+    standby = MesosDaemon(tmp_path / "standby", url, masters=fake.url,
+                          extra_args=(*extra, "--metrics-listen", _free_port()))
     made.append(standby)
     standby.start(standby=True)
     return leader, standby
@@ -96,6 +116,7 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     assert f"pid {leader.proc.pid}" in standby.standing_by  # type: ignore[union-attr]
 
     # the standby: NOT_SERVING (it does not act), alive as a standby, and every call goes to the leader
+    assert _leading(leader.extra_args[-1]) == 1 and _leading(standby.extra_args[-1]) == 0
     assert _health(standby.address, "peloton") == health_pb2.HealthCheckResponse.NOT_SERVING
     assert _health(standby.address, "peloton.standby") == health_pb2.HealthCheckResponse.SERVING
     info = _info(standby.address)  # answered by the leader, which the CLI was sent to
@@ -155,6 +176,7 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     assert fake.subscribed_frameworks == [fid]  # the standby subscribed as the same framework
     info = _info(standby.address)["leadership"]
     assert info["leader"] == standby.address and info["epoch"] == "2" and not info.get("standbys")
+    assert _leading(standby.extra_args[-1]) == 1
     assert "took over the store lock" in standby.log()
 
 
@@ -199,6 +221,7 @@ def test_a_paused_leader_is_replaced_and_acts_on_nothing_when_it_wakes(
     wait_whole(fake, standby, woken)
     info = _info(leader.address)["leadership"]
     assert info["leader"] == standby.address and info["epoch"] == "2"
+    wait_until(lambda: _leading(leader.extra_args[-1]) == 0, 10, 0.2, "the woken one's peloton_leader to drop to 0")
     time.sleep(3)  # time for any late act of the woken one to show
 
     # nothing of the woken one landed: the master refused its stream's calls, nothing was launched twice or killed

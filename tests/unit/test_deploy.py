@@ -44,7 +44,7 @@ def names_in(expr: str) -> set[str]:
 
 def test_the_registry_is_what_the_docs_list() -> None:
     names = exported()
-    assert {"peloton_preemptions_total", "peloton_loop_heartbeat_timestamp_seconds",
+    assert {"peloton_preemptions_total", "peloton_loop_heartbeat_timestamp_seconds", "peloton_leader",
             "peloton_resmgr_queue_wait_seconds_bucket"} <= names
 
 
@@ -59,7 +59,7 @@ def test_every_alert_rule_names_only_exported_metrics() -> None:
         used = names_in(r["expr"])
         assert used or set(re.findall(r"\b[a-z_]+\b", r["expr"])) & PROMETHEUS_OWN, r
         assert used <= known, f"{r['alert']}: {sorted(used - known)} not exported"
-    assert {r["alert"] for r in rules} >= {"PelotonDown", "PelotonLoopStuck", "PelotonLaunchFailures",
+    assert {r["alert"] for r in rules} >= {"PelotonDown", "PelotonNoLeader", "PelotonLoopStuck", "PelotonLaunchFailures",
                                            "PelotonQueueWaitHigh", "PelotonStoreErrors"}
 
 
