@@ -23,6 +23,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
 
+from peloton import census
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
@@ -602,6 +603,16 @@ class Daemon:
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
         for role in roles:
             LEADER.labels(role).set(1)
+        if self.jobmgr is not None:
+            read = self.read_sessions
+
+            def count() -> dict[str, dict[str, int]]:
+                with db.transaction(read) as s:
+                    return repo.count_by_state(s)
+
+            census.STORE.attach(count)
+        if self.hostmgr is not None:
+            census.CLUSTER.attach(self.hostmgr.census)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
 
@@ -786,6 +797,8 @@ class Daemon:
 
     def stop(self) -> None:
         """Stop serving. Running tasks keep running: the next start adopts them."""
+        census.STORE.attach(None)
+        census.CLUSTER.attach(None)
         self.health.enter_graceful_shutdown()
         if self.jobmgr is not None:
             self.jobmgr.hub.close()  # open watches end now instead of holding the shutdown for its grace period

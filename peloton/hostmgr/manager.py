@@ -30,6 +30,10 @@ log = logging.getLogger(__name__)
 
 TASK_STATUSES = Counter("peloton_hostmgr_task_status_total", "Task status updates from the backend", ["state"])
 LAUNCHES = Counter("peloton_hostmgr_gang_launches_total", "Gang launches", ["result"])
+LAUNCH_FAILURES = Counter("peloton_hostmgr_launch_failures_total", "Gang launches refused or failed, by reason: "
+                          "killed_before_launch, stale_claim, claim_mismatch (refused); task_error (the task's own "
+                          "fault: the gang fails), host_error (the host's: it counts toward the host's health)",
+                          ["reason"])
 CLAIMS = Counter("peloton_hostmgr_claims_total", "Placements claimed or refused at claim time", ["result"])
 LAUNCH_SECONDS = Histogram("peloton_hostmgr_launch_seconds", "Time the backend takes to start a batch of gangs")
 
@@ -273,6 +277,8 @@ class HostManager:
         out = [results[(g.gang_id, g.attempt)] for g in gangs]
         for r in out:
             LAUNCHES.labels(r.outcome.value.lower()).inc()
+            if r.outcome != LaunchOutcome.OK:
+                LAUNCH_FAILURES.labels(_failure_reason(r)).inc()
         return out
 
     def _judge_hosts_locked(self, g: GangLaunch, r: LaunchResult, now: float) -> None:
@@ -405,9 +411,35 @@ class HostManager:
     def remove_sandboxes(self, job_ids: Sequence[str]) -> int:
         return self.backend.remove_sandboxes(job_ids)
 
+    def census(self) -> list[tuple[HostInfo, str]]:
+        """Each host and its state for the metrics: its backend state when not UP (lowercase), else drained or
+        draining, unhealthy, up."""
+        now = self.clock()
+        with self._lock:
+            drains = set(self._drains)
+            unhealthy = {host for host, h in self._health.items() if h.until > now}
+        out = []
+        for h in self.backend.hosts():
+            state = ("drained" if not h.task_ids else "draining") if h.hostname in drains else (
+                "unhealthy" if h.hostname in unhealthy else "up")
+            out.append((h, h.state.lower() if h.state != "UP" else state))
+        return out
+
     def hosts(self) -> list[tuple[HostInfo, bool]]:
         held = self.held_hosts()
         return [(h, h.holds_offer or h.hostname in held) for h in self.backend.hosts()]
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         return self.backend.read_log(task_id, stream, offset, max_bytes)
+
+
+def _failure_reason(r: LaunchResult) -> str:
+    """A bounded label for a launch that did not start (the message itself is free text)."""
+    if r.outcome == LaunchOutcome.FAILED:
+        return "task_error" if r.permanent else "host_error"
+    message = r.message or ""
+    if "killed before its launch" in message:
+        return "killed_before_launch"
+    if "expired or is unknown" in message or "already being launched" in message:
+        return "stale_claim"
+    return "claim_mismatch"

@@ -16,7 +16,7 @@ from typing import Any
 from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
-from prometheus_client import Counter
+from prometheus_client import Counter, Histogram
 from sqlalchemy import Engine, create_engine, event
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
@@ -27,6 +27,10 @@ import peloton
 from peloton.errors import Unavailable
 
 STATEMENTS = Counter("peloton_store_statements_total", "SQL statements sent to the store (round trips)", ["kind"])
+TRANSACTIONS = Histogram("peloton_store_transaction_seconds", "One store transaction, begin to commit (or rollback), "
+                         "by kind (read, write)", ["kind"],
+                         buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
+_TX = {kind: TRANSACTIONS.labels(kind) for kind in ("read", "write")}
 
 def _migrations_dir() -> Path:
     """The Alembic scripts: inside the package when installed from a wheel (setup.py puts them there), else the
@@ -151,12 +155,13 @@ class StoreUnavailable(Unavailable):
 
 def make_sessions(engine: Engine) -> sessionmaker[Session]:
     """Sessions for transactions that write."""
-    return sessionmaker(bind=engine, expire_on_commit=False)
+    return sessionmaker(bind=engine, expire_on_commit=False, info={"kind": "write"})
 
 
 def make_read_sessions(engine: Engine) -> sessionmaker[Session]:
     """Sessions for reads: on SQLite they do not take the write lock."""
-    return sessionmaker(bind=engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False)
+    return sessionmaker(bind=engine.execution_options(**{_READ_ONLY: True}), expire_on_commit=False,
+                        info={"kind": "read"})
 
 
 def is_unavailable(e: BaseException) -> bool:
@@ -185,6 +190,7 @@ def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
     """One transaction: commit on success, rollback on error. A store that cannot be reached raises
     StoreUnavailable."""
     s = sessions()
+    began = time.perf_counter()
     try:
         yield s
         s.commit()
@@ -195,6 +201,7 @@ def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
             raise StoreUnavailable(f"the store is unavailable ({_short(e)}); retry later") from e
         raise
     finally:
+        _TX.get(s.info.get("kind", "write"), _TX["write"]).observe(time.perf_counter() - began)
         with contextlib.suppress(Exception):
             s.close()
 

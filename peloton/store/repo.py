@@ -644,3 +644,16 @@ def delete_audit_before(s: Session, before: float, limit: int) -> int:
     if ids:
         s.execute(delete(AuditEventRow).where(AuditEventRow.id.in_(ids)).execution_options(**_NO_SYNC))
     return len(ids)
+
+
+# --- the census: how many jobs, gangs and tasks are in each state (the metrics' gauges) -------------------------
+
+
+def count_by_state(s: Session) -> dict[str, dict[str, int]]:
+    """{"jobs": {state: n}, "gangs": {...}, "tasks": {...}}: one GROUP BY per table (a scan of each; the metrics
+    endpoint asks at most every CENSUS_EVERY_S)."""
+    out: dict[str, dict[str, int]] = {}
+    for name, table in (("jobs", _JOBS), ("gangs", _GANGS), ("tasks", _TASKS)):
+        rows = s.execute(select(table.c.state, func.count()).group_by(table.c.state)).all()
+        out[name] = {str(state): int(n) for state, n in rows}
+    return out

@@ -50,3 +50,16 @@ def test_the_metrics_endpoint_after_a_gang_ran(md: MetricsDaemon, tmp_path: Path
     types = dict(line.split()[2:4] for line in body.splitlines() if line.startswith("# TYPE peloton_"))
     assert all(name.endswith("_total") for name, kind in types.items() if kind == "counter"), types
     assert not [n for n in types if n.endswith(("_ms", "_milliseconds", "_minutes"))], types
+    # read at scrape time: jobs, gangs and tasks by state from the store, the hosts and what they hold
+    samples = {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+               if line and not line.startswith("#")}
+    assert samples['peloton_jobs{state="SUCCEEDED"}'] == 1
+    assert samples['peloton_gangs{state="DONE"}'] == 1
+    assert samples['peloton_tasks{state="SUCCEEDED"}'] == 2
+    assert samples['peloton_hosts{state="up"}'] == md.hosts  # the harness's simulated local hosts
+    assert samples['peloton_cluster_capacity{resource="cpu"}'] == 4 * md.hosts  # cpu=4 each
+    assert samples['peloton_cluster_capacity{resource="gpu"}'] == 2 * md.hosts
+    assert samples['peloton_cluster_allocated{resource="cpu"}'] == 0  # the gang has ended
+    assert samples['peloton_leader{role="jobmgr"}'] == 1
+    assert samples['peloton_store_transaction_seconds_count{kind="write"}'] > 0
+    assert samples['peloton_store_transaction_seconds_count{kind="read"}'] > 0

@@ -14,6 +14,7 @@ import pytest
 import yaml
 from prometheus_client import REGISTRY
 
+import peloton.hostmgr.mesos.backend  # noqa: F401 - the Mesos backend's metrics (imported when it is used)
 import peloton.server  # noqa: F401 - defines (imports) every metric the daemon exports
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -45,6 +46,9 @@ def names_in(expr: str) -> set[str]:
 def test_the_registry_is_what_the_docs_list() -> None:
     names = exported()
     assert {"peloton_preemptions_total", "peloton_loop_heartbeat_timestamp_seconds", "peloton_leader",
+            "peloton_gangs", "peloton_tasks", "peloton_jobs", "peloton_hosts", "peloton_cluster_capacity",
+            "peloton_hostmgr_launch_failures_total", "peloton_store_transaction_seconds_bucket",
+            "peloton_mesos_connected", "peloton_mesos_events_total",
             "peloton_resmgr_queue_wait_seconds_bucket"} <= names
 
 

@@ -211,9 +211,16 @@ def test_releasing_a_claim_frees_its_hosts_but_not_while_its_launch_is_in_progre
     assert racing[0][0] == []  # the launching claim still held h1's GPUs
 
 
+def _failures(reason: str) -> float:
+    from prometheus_client import REGISTRY
+
+    return REGISTRY.get_sample_value("peloton_hostmgr_launch_failures_total", {"reason": reason}) or 0.0
+
+
 def test_a_stale_or_unknown_claim_is_refused_and_nothing_starts() -> None:
     now = [100.0]
     hm, be = make(now)
+    stale = _failures("stale_claim")
     (a,), _ = hm.claim([placed("a/0", ["h1"])])
     now[0] += 31  # the claim expired
     (r,) = hm.launch([launch_of(a)])
@@ -224,14 +231,17 @@ def test_a_stale_or_unknown_claim_is_refused_and_nothing_starts() -> None:
     (c,), _ = hm.claim([placed("c/0", ["h2"])])
     assert hm.launch([launch_of(c)])[0].outcome == LaunchOutcome.OK
     assert hm.launch([launch_of(c)])[0].outcome == LaunchOutcome.REFUSED  # never launched twice
+    assert _failures("stale_claim") == stale + 3  # counted by reason
 
 
 def test_a_task_killed_before_its_launch_is_never_started() -> None:
     hm, be = make()
     (a,), _ = hm.claim([placed("a/0", ["h1", "h2"])])
     hm.kill(["a-1-1"])  # the job was stopped while its placement was on its way
+    killed = _failures("killed_before_launch")
     (r,) = hm.launch([launch_of(a)])
     assert r.outcome == LaunchOutcome.REFUSED and "killed before its launch" in r.message
+    assert _failures("killed_before_launch") == killed + 1
     assert be.launched == [] and hm.held_hosts() == set()
 
 
@@ -346,12 +356,15 @@ def test_a_host_whose_launches_keep_failing_is_skipped_for_a_growing_back_off() 
         return hm.launch([launch_of(claimed[0])])
 
     be.permanent = True
+    task_errors, host_errors = _failures("task_error"), _failures("host_error")
     for n in range(3):  # the task's own fault (a bad spec): not the host's
         attempt(n)
     assert hm.health() == {}
     be.permanent = False
     for n in range(3, 6):
         attempt(n)
+    assert (_failures("task_error"), _failures("host_error")) == (task_errors + 3, host_errors + 3)
+    assert [(h.hostname, state) for h, state in hm.census()] == [("h1", "unhealthy"), ("h2", "up")]
     assert list(hm.health()) == ["h1"] and "launches kept failing (last: exec: no such file)" in hm.health()["h1"]
     s = hm.sync(0, "")
     assert {o.hostname: o.free.gpu for o in s.offers} == {"h1": 0, "h2": 2}

@@ -17,6 +17,8 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
+from prometheus_client import Counter, Gauge
+
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -49,6 +51,10 @@ from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 
 log = logging.getLogger(__name__)
+
+CONNECTED = Gauge("peloton_mesos_connected", "1 while subscribed to the Mesos master")
+EVENTS = Counter("peloton_mesos_events_total", "Events from the Mesos master (and the stream's ends), by type",
+                 ["type"])
 
 
 class Transport(Protocol):
@@ -410,6 +416,7 @@ class MesosBackend:
             self._handle(e, now)
 
     def _handle(self, ev: Event, now: float) -> None:
+        EVENTS.labels(type(ev).__name__.lower()).inc()
         if isinstance(ev, Subscribed):
             self._on_subscribed(ev.framework_id, now)
         elif isinstance(ev, Offers):
@@ -451,6 +458,7 @@ class MesosBackend:
             self._disconnected()
 
     def _disconnected(self) -> None:
+        CONNECTED.set(0)
         with self._lock:
             changed = list(self._agents.values())
             for a in changed:
@@ -458,6 +466,7 @@ class MesosBackend:
         self._hosts_changed(changed)
 
     def _on_subscribed(self, fid: str, now: float) -> None:
+        CONNECTED.set(1)
         if fid != self._saved_fid:
             self._save_fid(fid)  # before anything else: a restart must come back as this framework
             self._saved_fid = fid

@@ -1,0 +1,100 @@
+"""Gauges read when Prometheus scrapes, not kept up to date on the hot path: jobs, gangs and tasks by state (from
+the store, at most every CENSUS_EVERY_S), and the cluster's hosts, capacity and allocation per resource (from the
+host manager's memory). The collectors are registered at import, so every metric name is in the registry (the
+deploy/ checks read it), and yield samples once the daemon attaches its job manager or host manager."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from prometheus_client import REGISTRY
+from prometheus_client.core import GaugeMetricFamily
+from prometheus_client.registry import Collector
+
+log = logging.getLogger(__name__)
+
+CENSUS_EVERY_S = 15.0  # the store's counts are read again at most this often
+RESOURCES = ("cpu", "mem", "disk", "gpu")  # cpu in cores, mem and disk in MiB, gpu as a count
+
+
+class StoreCensus(Collector):
+    """peloton_jobs, peloton_gangs, peloton_tasks {state}: counted in the store."""
+
+    def __init__(self, every_s: float = CENSUS_EVERY_S) -> None:
+        self.every_s = every_s
+        self._count: Callable[[], dict[str, dict[str, int]]] | None = None
+        self._mu = threading.Lock()
+        self._last: dict[str, dict[str, int]] = {}
+        self._at = 0.0
+
+    def attach(self, count: Callable[[], dict[str, dict[str, int]]] | None) -> None:
+        with self._mu:
+            self._count, self._last, self._at = count, {}, 0.0
+
+    def _counts(self) -> dict[str, dict[str, int]]:
+        with self._mu:  # one scrape counts at a time; the others get its answer
+            if self._count is not None and time.monotonic() - self._at >= self.every_s:
+                try:
+                    self._last = self._count()
+                except Exception as e:  # noqa: BLE001 - the store is away: the last counts, or none
+                    log.debug("census: %s", e)
+                self._at = time.monotonic()
+            return self._last
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        counts = self._counts()
+        for what in ("jobs", "gangs", "tasks"):
+            g = GaugeMetricFamily(f"peloton_{what}", f"{what.capitalize()} in the store, by state (counted at most "
+                                  f"every {self.every_s:g} s)", labels=["state"])
+            for state, n in sorted(counts.get(what, {}).items()):
+                g.add_metric([state], n)
+            yield g
+
+
+class ClusterCensus(Collector):
+    """peloton_hosts {state}, peloton_cluster_capacity / _allocated {resource}, peloton_hostmgr_offers_held."""
+
+    def __init__(self) -> None:
+        self._hosts: Callable[[], list[tuple[Any, str]]] | None = None
+
+    def attach(self, hosts: Callable[[], list[tuple[Any, str]]] | None) -> None:
+        """`hosts()`: (HostInfo, state) for each host; state as `host list` shows it (up, draining, unhealthy...)."""
+        self._hosts = hosts
+
+    def collect(self) -> Iterator[GaugeMetricFamily]:
+        hosts = self._hosts() if self._hosts is not None else []
+        by_state = GaugeMetricFamily("peloton_hosts", "Hosts the host manager knows, by state", labels=["state"])
+        capacity = GaugeMetricFamily("peloton_cluster_capacity", "What the hosts that take new gangs have in all; "
+                                     "cpu in cores, mem and disk in MiB", labels=["resource"])
+        allocated = GaugeMetricFamily("peloton_cluster_allocated", "What the tasks running on all hosts hold; cpu in "
+                                      "cores, mem and disk in MiB", labels=["resource"])
+        offers = GaugeMetricFamily("peloton_hostmgr_offers_held", "Hosts whose offer the backend holds unused (Mesos)")
+        if self._hosts is not None:
+            states: dict[str, int] = {}
+            cap = dict.fromkeys(RESOURCES, 0.0)
+            used = dict.fromkeys(RESOURCES, 0.0)
+            held = 0
+            for h, state in hosts:
+                states[state] = states.get(state, 0) + 1
+                held += bool(h.holds_offer)
+                for r in RESOURCES:
+                    used[r] += float(getattr(h.allocated, r))
+                    if state == "up":
+                        cap[r] += float(getattr(h.capacity, r))
+            for state, n in sorted(states.items()):
+                by_state.add_metric([state], n)
+            for r in RESOURCES:
+                capacity.add_metric([r], cap[r])
+                allocated.add_metric([r], used[r])
+            offers.add_metric([], held)
+        yield from (by_state, capacity, allocated, offers)
+
+
+STORE = StoreCensus()
+CLUSTER = ClusterCensus()
+REGISTRY.register(STORE)
+REGISTRY.register(CLUSTER)
