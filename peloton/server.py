@@ -50,7 +50,7 @@ from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.files import private_dir, private_file, tasks_run_as_others, tighten, warn_untraversable
 from peloton.hostmgr.backend import Backend
-from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
+from peloton.hostmgr.local.backend import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES, LocalBackend, make_local_hosts
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
@@ -78,6 +78,7 @@ from peloton.store.lock import (
 )
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
+MIN_TASK_LOG_BYTES = 1 << 20
 AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one transaction
 log = logging.getLogger("peloton.server")
 
@@ -131,6 +132,8 @@ class ServerConfig:
     preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
     audit_retention_s: float = 90 * 24 * 3600.0  # audit records are deleted after this; 0: kept
+    task_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # local backend: a stream past this is rotated; 0: never
+    task_log_keep: int = DEFAULT_LOG_KEEP  # rotated files kept per stream
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -228,6 +231,12 @@ class ServerConfig:
                                   f"renewed every second), got {self.leader_lease_s:g}", field="--leader-lease")
         if self.advertise_address:
             split_hostport(self.advertise_address, "--advertise-address")
+        if not 1 <= self.task_log_keep <= 100:
+            raise InvalidArgument(f"--task-log-keep: must be between 1 and 100, got {self.task_log_keep}",
+                                  field="--task-log-keep")
+        if self.task_log_max_bytes and self.task_log_max_bytes < MIN_TASK_LOG_BYTES:
+            raise InvalidArgument(f"--task-log-max: must be 0 (never rotate) or at least 1Mi, got "
+                                  f"{self.task_log_max_bytes} bytes", field="--task-log-max")
 
     def _check_tls(self) -> None:
         if (self.tls_cert is None) != (self.tls_key is None):
@@ -398,7 +407,8 @@ class Daemon:
                         "allows (docs/security.md)")
         warn_untraversable(cfg.data_dir)
         return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow,
-                            default_user=cfg.default_task_user)
+                            default_user=cfg.default_task_user, log_max_bytes=cfg.task_log_max_bytes,
+                            log_keep=cfg.task_log_keep)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other

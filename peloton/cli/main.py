@@ -169,7 +169,7 @@ def cmd_server(a: argparse.Namespace) -> int:
 
         sys.stdout.write(server_config.render(a.server_parser, a))
         return 0
-    from peloton.domain.resources import parse_resources_flag
+    from peloton.domain.resources import parse_mib, parse_resources_flag
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
 
@@ -216,6 +216,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
+        task_log_max_bytes=int(parse_mib(a.task_log_max, "--task-log-max") * (1 << 20)),
+        task_log_keep=a.task_log_keep,
     )
     run_server(cfg)
     return 0
@@ -354,6 +356,11 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job-retention", default="30d", metavar="DURATION",
                    help="finished jobs, their history and their sandboxes are deleted this long after they ended "
                         "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
+    s.add_argument("--task-log-max", default="100Mi", metavar="SIZE",
+                   help="local backend: a running task's stdout or stderr larger than this is rotated (moved to "
+                        "stdout.1, ...; checked every 10 s); 0: never (default %(default)s)")
+    s.add_argument("--task-log-keep", type=int, default=2, metavar="N",
+                   help="local backend: rotated files kept per stream, 1 to 100 (default %(default)s)")
     s.add_argument("--audit-retention", default="90d", metavar="DURATION",
                    help="audit records are deleted after this long (0: kept; default %(default)s)")
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",

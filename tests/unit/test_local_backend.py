@@ -12,6 +12,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -131,10 +132,10 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalBackend, R
     made: list[LocalBackend] = []
 
     def make(n: int = 2, resources: Resources = HOST_RES, grace: float = 5.0,
-             hosts: list[LocalHostConfig] | None = None, env_allow: tuple[str, ...] = ()
+             hosts: list[LocalHostConfig] | None = None, env_allow: tuple[str, ...] = (), **kw: Any
              ) -> tuple[LocalBackend, Recorder]:
         b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources), kill_grace_s=grace,
-                         env_allow=env_allow, default_user=TEST_TASK_USER)
+                         env_allow=env_allow, default_user=TEST_TASK_USER, **kw)
         rec = Recorder()
         b.start(rec)
         made.append(b)

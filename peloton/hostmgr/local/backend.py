@@ -39,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from prometheus_client import Counter
+
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -55,7 +57,7 @@ from peloton.hostmgr.backend import (
     StatusCallback,
     TaskStatus,
 )
-from peloton.hostmgr.local import wrapper
+from peloton.hostmgr.local import logrotate, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
@@ -72,6 +74,10 @@ SANDBOXES_DIR = "sandboxes"
 DEFAULT_ROOT_TASK_USER = "nobody"  # who runs a task that names no user when the daemon runs as root
 _FINISHED_CACHE = 10_000
 _STREAMS = ("stdout", "stderr")
+DEFAULT_LOG_MAX_BYTES = 100 << 20  # a stream's current file; with DEFAULT_LOG_KEEP rotated ones, 300 MiB a stream
+DEFAULT_LOG_KEEP = 2
+LOG_CHECK_S = 10.0
+LOGS_ROTATED = Counter("peloton_local_task_logs_rotated_total", "Task stdout/stderr files rotated past the cap")
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
                              wrapper.WORK_DIR})
 PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
@@ -181,10 +187,15 @@ class LocalBackend:
         spawners: int = 4,
         env_allow: tuple[str, ...] = (),
         default_user: str | None = None,
+        log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
+        log_keep: int = DEFAULT_LOG_KEEP,
+        log_check_s: float = LOG_CHECK_S,
     ) -> None:
         """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
         `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
-        daemon's own user); `root` here is the operator's explicit choice to run such tasks as root."""
+        daemon's own user); `root` here is the operator's explicit choice to run such tasks as root.
+        `log_max_bytes`, `log_keep`: a running task's stdout or stderr larger than this is rotated (checked every
+        `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
         self._hosts: dict[str, HostUsage] = {}
@@ -208,6 +219,10 @@ class LocalBackend:
         self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
         self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
         self._started = False
+        self._log_max, self._log_keep, self._log_check_s = log_max_bytes, log_keep, log_check_s
+        self._logs_lock = threading.Lock()  # a rotation and a read of the same files never interleave
+        self._stopping = threading.Event()
+        self._rotator: threading.Thread | None = None
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
@@ -220,6 +235,9 @@ class LocalBackend:
         statuses = self._adopt()
         self._journal.start()  # compacts: only the live tasks remain
         self._monitor.start()
+        if self._log_max > 0:
+            self._rotator = threading.Thread(target=self._rotate_logs, name="local-logrotate", daemon=True)
+            self._rotator.start()
         for st in statuses:
             self._report(st)
 
@@ -228,6 +246,9 @@ class LocalBackend:
 
     def stop(self) -> None:
         """Stop monitoring. Tasks keep running; a new LocalBackend on the same data_dir adopts them."""
+        self._stopping.set()
+        if self._rotator is not None:
+            self._rotator.join(5)
         self._spawners.close()
         self._monitor.stop()
         self._journal.stop()
@@ -300,17 +321,26 @@ class LocalBackend:
         if sandbox is None or not sandbox.is_dir():
             raise NotFound(f"no sandbox for task {task_id!r}")
         try:
-            with os.fdopen(wrapper.open_task_file(sandbox / stream), "rb") as f:
-                size = f.seek(0, os.SEEK_END)
-                start = max(0, size + offset) if offset < 0 else min(offset, size)
-                f.seek(start)
-                data = f.read(max(0, max_bytes))
+            with self._logs_lock:
+                return logrotate.read(sandbox, stream, offset, max_bytes, self._log_keep)
         except FileNotFoundError:
             return b"", 0
         except OSError as e:  # the task replaced its log with a symlink, a FIFO, ...
             raise FailedPrecondition(f"the {stream} of task {task_id} cannot be read: "
                                      f"{e.strerror or e}") from None
-        return data, start + len(data)
+
+    def _rotate_logs(self) -> None:
+        """Every `log_check_s`: the logs of running tasks grown past the cap are rotated (logrotate.py)."""
+        while not self._stopping.wait(self._log_check_s):
+            with self._lock:
+                sandboxes = [t.sandbox for t in self._tasks.values() if not t.exited]
+            for sandbox in sandboxes:
+                for stream in _STREAMS:
+                    with self._logs_lock:
+                        moved = logrotate.rotate(sandbox, stream, self._log_max, self._log_keep)
+                    if moved:
+                        LOGS_ROTATED.inc()
+                        log.info("rotated %s/%s: %d bytes to %s.1", sandbox.name, stream, moved, stream)
 
     # ----------------------------------------------------------------------------------------------- launch / kill
 
