@@ -22,7 +22,7 @@ from prometheus_client import Counter, Gauge
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.errors import FailedPrecondition
+from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.hostmgr.backend import (
     GangLaunch,
     HostInfo,
@@ -35,7 +35,7 @@ from peloton.hostmgr.backend import (
     StatusCallback,
     TaskStatus,
 )
-from peloton.hostmgr.mesos import calls
+from peloton.hostmgr.mesos import calls, files
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
 from peloton.hostmgr.mesos.events import (
     Disconnected,
@@ -47,6 +47,7 @@ from peloton.hostmgr.mesos.events import (
     Subscribed,
     Update,
 )
+from peloton.hostmgr.mesos.files import AgentFiles
 from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 
@@ -127,8 +128,11 @@ class MesosBackend:
         load_framework_id: Callable[[], str | None],
         save_framework_id: Callable[[str | None], None],
         clock: Callable[[], float] = time.time,
+        agent_files: AgentFiles | None = None,
     ) -> None:
+        """`agent_files`: how task logs are read from the agents' sandboxes (files.py)."""
         self.opts = opts
+        self._files = agent_files or AgentFiles()
         self.clock = clock
         self._save_fid = save_framework_id
         self._saved_fid = load_framework_id()
@@ -393,14 +397,19 @@ class MesosBackend:
         return 0  # the agents collect their sandboxes themselves (--gc_delay)
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """From the task's sandbox on its agent, over the agent's files API (files.py)."""
+        if stream not in ("stdout", "stderr"):
+            raise InvalidArgument(f"stream must be stdout or stderr, got {stream!r}", field="stream")
         with self._lock:
             t = self._tasks.get(task_id)
             a = self._agents.get(t.agent_id) if t else None
-        where = f" on agent {a.hostname}:{a.agent_port}" if a else ""
-        raise FailedPrecondition(
-            f"logs of Mesos tasks stay in the agent sandbox{where}: use the Mesos UI or the agent's /files API "
-            f"(task {task_id}, file {stream or 'stdout'})"
-        )
+            fid = self.framework_id
+        if t is None or a is None or not fid or not a.agent_port:
+            raise FailedPrecondition(
+                f"the agent of task {task_id} is not known to this daemon (it ended before the daemon's last start, "
+                "or its agent is gone): use the Mesos UI or the agent's /files API")
+        path = files.sandbox_path(fid, task_id, stream)
+        return files.read_log(self._files.reader(a.address or a.hostname, a.agent_port), path, offset, max_bytes)
 
     # --- events from the master -------------------------------------------------------------------------------
     def _on_event(self, ev: Any) -> None:
@@ -484,7 +493,8 @@ class MesosBackend:
     def _add_offer(self, o: Any, now: float) -> None:
         a = self._agents.get(o.agent_id)
         if a is None:
-            a = self._agents[o.agent_id] = AgentView(o.agent_id, o.hostname, o.agent_port, dict(o.attributes))
+            a = self._agents[o.agent_id] = AgentView(o.agent_id, o.hostname, o.agent_port, dict(o.attributes),
+                                                     address=o.agent_address)
         a.attributes = dict(o.attributes)
         a.reachable = True
         a.add(o, now)
@@ -625,4 +635,11 @@ def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:
         return MesosClient(settings.masters, config, on_event, framework_id=fid,
                            principal=settings.principal or None, secret=secret or None)
 
-    return MesosBackend(opts, transport, load, save)
+    # the agents are asked as the masters are: same scheme, same principal (agents with HTTP authentication)
+    auth = None
+    if settings.principal:
+        import base64
+
+        auth = "Basic " + base64.b64encode(f"{settings.principal}:{secret}".encode()).decode("ascii")
+    scheme = "https" if settings.masters and settings.masters[0].startswith("https://") else "http"
+    return MesosBackend(opts, transport, load, save, agent_files=AgentFiles(scheme, auth))

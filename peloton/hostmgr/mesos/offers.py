@@ -27,6 +27,7 @@ class AgentView:
     capacity: Resources = Resources()
     has_gpus: bool = False
     reachable: bool = True
+    address: str = ""  # url.address.ip (or hostname) of the agent: where its HTTP API answers, with agent_port
 
     def add(self, o: Offer, now: float) -> None:
         self.offers[o.id] = o
