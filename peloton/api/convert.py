@@ -208,9 +208,9 @@ def pool_to_proto(p: ResourcePool, usage: PoolUsage | None = None) -> respool_pb
 
 
 def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = None,
-                  health: str = "") -> host_pb2.Host:
+                  health: str = "", maintenance: bool = False) -> host_pb2.Host:
     """`drain_deadline`: None when the host is in service, else its drain's deadline (0: none); `health`: why it is
-    skipped for now ("": it is not)."""
+    skipped for now ("": it is not); `maintenance`: drained by the cluster manager's maintenance window."""
     p = host_pb2.Host(
         hostname=h.hostname,
         address=h.address,
@@ -222,6 +222,7 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
         drain="" if drain_deadline is None else ("draining" if h.task_ids else "drained"),
         drain_deadline=drain_deadline or 0.0,
         health=health,
+        maintenance=maintenance,
     )
     p.labels.update(h.labels)
     return p

@@ -195,10 +195,12 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
 def _drain(h: host_pb2.Host) -> str:
     if not h.drain:
         return "-"
+    why = " for maintenance" if h.maintenance else ""
     if h.drain == "draining" and h.drain_deadline:
         left = h.drain_deadline - time.time()
-        return f"draining (preempts in {max(0, round(left))}s)" if left > 0 else "draining (deadline passed)"
-    return str(h.drain)
+        return (f"draining{why} (preempts in {max(0, round(left))}s)" if left > 0
+                else f"draining{why} (deadline passed)")
+    return f"{h.drain}{why}"
 
 
 def cmd_host_drain(c: Client, a: argparse.Namespace) -> int:
@@ -216,7 +218,8 @@ def cmd_host_undrain(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import host_pb2
 
     h = c.call(c.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=a.hostname)).host
-    return _show_host(h, a, f"{h.hostname}: in service")
+    return _show_host(h, a, f"{h.hostname}: {_drain(h)} (the cluster manager's maintenance window stays until "
+                            "it is lifted)" if h.maintenance else f"{h.hostname}: in service")
 
 
 def _show_host(h: host_pb2.Host, a: argparse.Namespace, line: str) -> int:

@@ -125,6 +125,11 @@ class Backend(Protocol):
     def stop(self) -> None:
         """Stop monitoring. Running tasks are NOT killed: a restarted daemon adopts them."""
 
+    def maintenance(self) -> dict[str, float]:
+        """Hosts the cluster manager scheduled maintenance on (Mesos maintenance windows), and when each window
+        starts (Unix seconds). They are drained: no new gangs, and the gangs still there are preempted at that
+        time."""
+
     def lead_again(self) -> None:
         """This daemon holds the store lock again after another daemon held it: act for the cluster again (on
         Mesos, subscribe again after the other one's subscription failed ours over)."""

@@ -310,6 +310,8 @@ class HostManager:
         """The hosts no new gang goes to now, and why (draining, unhealthy). A host whose back-off just ended is
         reported to placement again."""
         out = dict.fromkeys(self._drains, "draining")
+        for host in self.backend.maintenance():
+            out.setdefault(host, "draining for maintenance")
         for host, h in self._health.items():
             if h.until > now:
                 out.setdefault(host, "unhealthy")
@@ -376,8 +378,19 @@ class HostManager:
             self._touch_locked(set(drains))
 
     def drains(self) -> dict[str, float]:
+        """Every draining host and its deadline (0: none): the operators' drains, and the hosts in a maintenance
+        window the cluster manager announced (deadline: the window's start; the earlier one when both)."""
+        windows = self.backend.maintenance()
         with self._lock:
-            return dict(self._drains)
+            out = dict(self._drains)
+        for host, start in windows.items():
+            own = out.get(host)
+            out[host] = start if not own else min(own, start)
+        return out
+
+    def maintenance(self) -> set[str]:
+        """The hosts in a maintenance window (Mesos): drained by the cluster manager, not by `host drain`."""
+        return set(self.backend.maintenance())
 
     def drain(self, hostname: str, deadline: float) -> None:
         """No new gangs on the host (from the next placement round on); `deadline` (clock time, 0: none) is when
@@ -415,8 +428,8 @@ class HostManager:
         """Each host and its state for the metrics: its backend state when not UP (lowercase), else drained or
         draining, unhealthy, up."""
         now = self.clock()
+        drains = set(self.drains())
         with self._lock:
-            drains = set(self._drains)
             unhealthy = {host for host, h in self._health.items() if h.until > now}
         out = []
         for h in self.backend.hosts():

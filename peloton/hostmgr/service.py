@@ -107,9 +107,10 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
 
     @grpc_errors
     def ListHosts(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
-        drains, health = self.hm.drains(), self.hm.health()
+        drains, health, windows = self.hm.drains(), self.hm.health(), self.hm.maintenance()
         return host_pb2.ListHostsResponse(hosts=[
-            convert.host_to_proto(h, held, drains.get(h.hostname), health.get(h.hostname, ""))
+            convert.host_to_proto(h, held, drains.get(h.hostname), health.get(h.hostname, ""),
+                                  maintenance=h.hostname in windows)
             for h, held in self.hm.hosts()])
 
     @grpc_errors
@@ -130,10 +131,10 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         return host_pb2.UndrainHostResponse(host=self._host(request.hostname))
 
     def _host(self, hostname: str) -> host_pb2.Host:
-        drains = self.hm.drains()
+        drains, windows = self.hm.drains(), self.hm.maintenance()
         for h, held in self.hm.hosts():
             if h.hostname == hostname:
-                return convert.host_to_proto(h, held, drains.get(hostname))
+                return convert.host_to_proto(h, held, drains.get(hostname), maintenance=hostname in windows)
         return host_pb2.Host(hostname=hostname)  # gone meanwhile
 
 

@@ -229,6 +229,8 @@ class FakeAgent:
     state: str = "ACTIVE"  # ACTIVE | DISCONNECTED | UNREACHABLE
     unreachable_time: int | None = None
     executors: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict, repr=False)
+    unavailability: tuple[int, int] | None = None  # a maintenance window: (start, duration) in nanoseconds
+    inverse_offers: dict[str, str] = field(default_factory=dict, repr=False)  # inverse offer id -> framework id
 
 
 @dataclass
@@ -660,6 +662,48 @@ class FakeMaster:
             for oid in ids:
                 self._rescind(oid)
             return ids
+
+    def schedule_maintenance(self, agent_id: str, start_s: float, duration_s: float = 3600.0) -> list[str]:
+        """A maintenance window on the agent (what an operator's POST /maintenance/schedule does, the agent then
+        DRAINING): its offers carry `unavailability`, and each subscribed framework gets an INVERSE_OFFERS event for
+        it (the agent's whole resources: `resources` empty). Returns the inverse offer ids."""
+        with self._lock:
+            a = self._agent(agent_id)
+            assert a is not None, agent_id
+            a.unavailability = (int(start_s * 1e9), int(duration_s * 1e9))
+            ids = []
+            for fw in [f for f in self._frameworks.values() if f.connected]:
+                iid = f"{self._master_id}-I{self._offer_seq}"
+                self._offer_seq += 1
+                a.inverse_offers[iid] = fw.framework_id
+                ids.append(iid)
+                self._send(fw, {"type": "INVERSE_OFFERS", "inverse_offers": {"inverse_offers": [{
+                    "id": {"value": iid}, "framework_id": {"value": fw.framework_id},
+                    "agent_id": {"value": a.agent_id},
+                    "url": {"scheme": "http", "address": {"hostname": a.hostname, "ip": a.ip, "port": a.port},
+                            "path": "/slave(1)"},
+                    "unavailability": self._unavailability_json(a), "resources": []}]}})
+            return ids
+
+    def cancel_maintenance(self, agent_id: str) -> None:
+        """The window is removed from the schedule: RESCIND_INVERSE_OFFER for each outstanding inverse offer, and
+        offers without `unavailability` from then on."""
+        with self._lock:
+            a = self._agent(agent_id)
+            assert a is not None, agent_id
+            a.unavailability = None
+            for iid, fid in a.inverse_offers.items():
+                fw = self._frameworks.get(fid)
+                if fw is not None and fw.connected:
+                    self._send(fw, {"type": "RESCIND_INVERSE_OFFER",
+                                    "rescind_inverse_offer": {"inverse_offer_id": {"value": iid}}})
+            a.inverse_offers.clear()
+
+    @staticmethod
+    def _unavailability_json(a: FakeAgent) -> dict[str, Any]:
+        assert a.unavailability is not None
+        start, duration = a.unavailability
+        return {"start": {"nanoseconds": start}, "duration": {"nanoseconds": duration}}
 
     def rescind_next_accept(self, agent_id: str) -> None:
         """The next ACCEPT using an offer of this agent finds it rescinded (race): RESCIND, then the tasks
@@ -1277,6 +1321,8 @@ class FakeMaster:
         execs = sorted(e for f, e in a.executors if f == o.framework_id)
         if execs:
             d["executor_ids"] = [{"value": e} for e in execs]
+        if a.unavailability is not None:
+            d["unavailability"] = self._unavailability_json(a)
         d["allocation_info"] = {"role": o.role}
         return d
 

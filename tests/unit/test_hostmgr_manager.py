@@ -34,12 +34,19 @@ class FakeBackend:
         self.killed: list[str] = []
         self.used: dict[str, list[RunningTask]] = {"h1": [], "h2": []}
         self.during_launch: list[object] = []  # run while "starting" (to interleave other calls)
+        self.windows: dict[str, float] = {}  # maintenance the cluster manager announced
 
     def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback) -> None:
         self.cb, self.hosts_cb = on_status, on_hosts_changed
 
     def stop(self) -> None:
         pass
+
+    def lead_again(self) -> None:
+        pass
+
+    def maintenance(self) -> dict[str, float]:
+        return dict(self.windows)
 
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         out = []
@@ -328,6 +335,24 @@ def test_a_draining_host_offers_nothing_refuses_claims_and_is_saved_before_it_co
     with pytest.raises(OSError):
         hm2.drain("h1", 0.0)
     assert hm2.drains() == {}
+
+
+def test_a_host_in_a_maintenance_window_is_drained_until_the_window_is_lifted() -> None:
+    be = FakeBackend()
+    hm = HostManager(be, clock=lambda: 100.0, save_drains=lambda d: None)
+    hm.start()
+    be.windows = {"h1": 500.0}  # the cluster manager announced it (Mesos: inverse offers, unavailability)
+    assert {o.hostname: o.free.gpu for o in hm.sync(0, "").offers} == {"h1": 0, "h2": 2}
+    _, refused = hm.claim([placed("j/0", ["h1"])])
+    assert [f.reason for f in refused] == ["host h1 is draining for maintenance"]
+    assert hm.drains() == {"h1": 500.0} and hm.maintenance() == {"h1"}  # the job manager preempts at 500
+    hm.drain("h1", 300.0)  # an operator's drain too: the earlier deadline counts
+    assert hm.drains() == {"h1": 300.0}
+    hm.undrain("h1")  # lifts the operator's drain, not the window
+    assert hm.drains() == {"h1": 500.0}
+    assert [(h.hostname, state) for h, state in hm.census()] == [("h1", "drained"), ("h2", "up")]
+    be.windows = {}
+    assert hm.drains() == {} and {o.hostname: o.free.gpu for o in hm.sync(0, "").offers}["h1"] == 2
 
 
 class FailingBackend(FakeBackend):

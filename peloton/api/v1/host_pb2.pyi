@@ -11,7 +11,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class Host(_message.Message):
-    __slots__ = ("hostname", "address", "capacity", "allocated", "labels", "state", "offer_held", "task_ids", "drain", "drain_deadline", "health")
+    __slots__ = ("hostname", "address", "capacity", "allocated", "labels", "state", "offer_held", "task_ids", "drain", "drain_deadline", "health", "maintenance")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class Host(_message.Message):
     DRAIN_FIELD_NUMBER: _ClassVar[int]
     DRAIN_DEADLINE_FIELD_NUMBER: _ClassVar[int]
     HEALTH_FIELD_NUMBER: _ClassVar[int]
+    MAINTENANCE_FIELD_NUMBER: _ClassVar[int]
     hostname: str
     address: str
     capacity: _job_pb2.Resources
@@ -41,7 +42,8 @@ class Host(_message.Message):
     drain: str
     drain_deadline: float
     health: str
-    def __init__(self, hostname: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., offer_held: _Optional[bool] = ..., task_ids: _Optional[_Iterable[str]] = ..., drain: _Optional[str] = ..., drain_deadline: _Optional[float] = ..., health: _Optional[str] = ...) -> None: ...
+    maintenance: bool
+    def __init__(self, hostname: _Optional[str] = ..., address: _Optional[str] = ..., capacity: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., allocated: _Optional[_Union[_job_pb2.Resources, _Mapping]] = ..., labels: _Optional[_Mapping[str, str]] = ..., state: _Optional[str] = ..., offer_held: _Optional[bool] = ..., task_ids: _Optional[_Iterable[str]] = ..., drain: _Optional[str] = ..., drain_deadline: _Optional[float] = ..., health: _Optional[str] = ..., maintenance: _Optional[bool] = ...) -> None: ...
 
 class ListHostsRequest(_message.Message):
     __slots__ = ()

@@ -244,6 +244,9 @@ class LocalBackend:
     def lead_again(self) -> None:
         pass  # no other daemon can have acted on this backend's hosts meanwhile
 
+    def maintenance(self) -> dict[str, float]:
+        return {}  # no cluster manager schedules maintenance here: operators drain (`peloton host drain`)
+
     def stop(self) -> None:
         """Stop monitoring. Tasks keep running; a new LocalBackend on the same data_dir adopts them."""
         self._stopping.set()

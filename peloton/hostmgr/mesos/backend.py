@@ -42,8 +42,10 @@ from peloton.hostmgr.mesos.events import (
     Error,
     Event,
     Failure,
+    InverseOffers,
     Offers,
     Rescind,
+    RescindInverseOffer,
     Subscribed,
     Update,
 )
@@ -52,6 +54,8 @@ from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 
 log = logging.getLogger(__name__)
+
+INVERSE_RECHECK_S = 30.0  # an inverse offer declined (our tasks still there) comes back after this
 
 CONNECTED = Gauge("peloton_mesos_connected", "1 while subscribed to the Mesos master")
 EVENTS = Counter("peloton_mesos_events_total", "Events from the Mesos master (and the stream's ends), by type",
@@ -143,6 +147,8 @@ class MesosBackend:
         self._on_status: StatusCallback | None = None
         self._on_hosts_changed: HostsCallback | None = None
         self._agents: dict[str, AgentView] = {}  # agent id -> view
+        self._maintenance: dict[str, float] = {}  # agent id -> its maintenance window's start (Unix seconds)
+        self._inverse: dict[str, str] = {}  # outstanding inverse offer id -> agent id
         self._tasks: dict[str, _Task] = {}
         self._answers: dict[str, tuple[float, TaskStatus]] = {}  # task id -> (arrival, latest status)
         self.suppressed = False
@@ -183,6 +189,11 @@ class MesosBackend:
         self._transport.start()
         self._ticker = threading.Thread(target=self._tick_loop, name="mesos-ticker", daemon=True)
         self._ticker.start()
+
+    def maintenance(self) -> dict[str, float]:
+        with self._lock:
+            return {self._host_name(self._agents[aid]): start for aid, start in self._maintenance.items()
+                    if aid in self._agents}
 
     def lead_again(self) -> None:
         """Another daemon subscribed as this framework while it led (the master failed this one's subscription
@@ -432,8 +443,20 @@ class MesosBackend:
             with self._lock:
                 for o in ev.offers:
                     self._add_offer(o, now)
+                    self._note_window_locked(o.agent_id, o.unavailable_at)
                 changed = [self._agents[o.agent_id] for o in ev.offers]
             self._hosts_changed(changed)
+        elif isinstance(ev, InverseOffers):
+            self._on_inverse_offers(ev)
+        elif isinstance(ev, RescindInverseOffer):
+            with self._lock:
+                aid = self._inverse.pop(ev.inverse_offer_id, None)
+                lifted = aid is not None and aid not in self._inverse.values() and \
+                    self._maintenance.pop(aid, None) is not None
+                agent = self._agents.get(aid or "")
+            if lifted and agent is not None:
+                log.warning("maintenance on agent %s lifted (inverse offer rescinded)", self._host_name(agent))
+                self._hosts_changed([agent])
         elif isinstance(ev, Rescind):
             with self._lock:
                 changed = [a for a in self._agents.values() if ev.offer_id in a.offers]
@@ -465,6 +488,40 @@ class MesosBackend:
             self._disconnected()
         elif isinstance(ev, Disconnected):
             self._disconnected()
+
+    def _note_window_locked(self, agent_id: str, start: float | None) -> None:
+        """An offer says whether maintenance is scheduled on its agent (`unavailability`): so it is, or no longer."""
+        if start is not None:
+            if self._maintenance.get(agent_id) != start:
+                log.warning("maintenance scheduled on agent %s from %s: draining it", agent_id,
+                            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(start)))
+            self._maintenance[agent_id] = start
+        elif self._maintenance.pop(agent_id, None) is not None:
+            log.warning("maintenance on agent %s lifted", agent_id)
+            for iid in [i for i, a in self._inverse.items() if a == agent_id]:
+                del self._inverse[iid]
+
+    def _on_inverse_offers(self, ev: InverseOffers) -> None:
+        """The master asks us to leave agents for maintenance: they are drained (no new gangs; the job manager
+        preempts what is still there when the window starts). Each inverse offer is accepted once none of our
+        tasks is left on its agent, else declined for INVERSE_RECHECK_S (the master asks again then)."""
+        accept: list[str] = []
+        decline: list[str] = []
+        changed: list[AgentView] = []
+        with self._lock:
+            busy = {t.agent_id for t in self._tasks.values() if _live(t.state)}
+            for io in ev.offers:
+                self._inverse[io.id] = io.agent_id
+                self._note_window_locked(io.agent_id, io.start)
+                (decline if io.agent_id in busy else accept).append(io.id)
+                if io.agent_id in self._agents:
+                    changed.append(self._agents[io.agent_id])
+        if accept:
+            self._send(lambda: self.protocol.answer_inverse_offers(accept, vacated=True))
+        if decline:
+            self._send(lambda: self.protocol.answer_inverse_offers(decline, vacated=False,
+                                                                    refuse_seconds=INVERSE_RECHECK_S))
+        self._hosts_changed(changed)
 
     def _disconnected(self) -> None:
         CONNECTED.set(0)

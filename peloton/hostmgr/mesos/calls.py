@@ -313,6 +313,19 @@ def decline(framework_id: str | None, offer_ids: Sequence[str], refuse_seconds: 
     return _call(framework_id, "DECLINE", payload)
 
 
+def inverse_offers(framework_id: str | None, inverse_offer_ids: Sequence[str], *, accept: bool,
+                   refuse_seconds: float | None = None) -> JSON:
+    """ACCEPT_INVERSE_OFFERS (the framework has left the agent: the maintenance may go ahead) or
+    DECLINE_INVERSE_OFFERS (not yet; the master asks again after the filter)."""
+    if not inverse_offer_ids:
+        raise CallError("an inverse offer answer needs at least one inverse offer id")
+    kind = "ACCEPT_INVERSE_OFFERS" if accept else "DECLINE_INVERSE_OFFERS"
+    payload: JSON = {"inverse_offer_ids": [_id(o) for o in inverse_offer_ids]}
+    if (f := _filters(refuse_seconds)) is not None:
+        payload["filters"] = f
+    return _call(framework_id, kind, payload)
+
+
 def kill(framework_id: str | None, task_id: str, agent_id: str | None = None,
          grace_period_s: float | None = None) -> JSON:
     """KILL. Pass the agent id: a WRONG one makes the master drop the kill silently; none at all works."""

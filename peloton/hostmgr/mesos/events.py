@@ -20,6 +20,7 @@ __all__ = [
     "Event",
     "Failure",
     "Heartbeat",
+    "InverseOffer",
     "InverseOffers",
     "MasterInfo",
     "Message",
@@ -98,6 +99,7 @@ class Offer:
     executor_ids: tuple[str, ...] = ()  # our executors already running on the agent
     domain: dict[str, str] = field(default_factory=dict)  # {"region": .., "zone": ..} when the agent has one
     has_unavailability: bool = False  # maintenance is scheduled on the agent
+    unavailable_at: float | None = None  # ... starting then (Unix seconds)
     resources: tuple[JSON, ...] = ()  # the raw Resource objects, to launch "as offered" (see calls.take_resources)
 
 
@@ -198,10 +200,22 @@ class Heartbeat:
 
 
 @dataclass(frozen=True, slots=True)
-class InverseOffers:
-    """Maintenance windows. Not acted on (raw kept for logging)."""
+class InverseOffer:
+    """The master asks the framework to leave an agent for a maintenance window starting at `start` (Unix
+    seconds)."""
 
-    raw: JSON
+    id: str
+    agent_id: str
+    start: float
+    duration: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class InverseOffers:
+    """Maintenance windows (agents DRAINING in the master's maintenance schedule)."""
+
+    offers: tuple[InverseOffer, ...] = ()
+    raw: JSON = field(default_factory=dict)
 
 
 @dataclass(frozen=True, slots=True)
@@ -354,8 +368,20 @@ def parse_offer(o: Mapping[str, Any]) -> Offer:
         executor_ids=tuple(_id(e) for e in _list(o.get("executor_ids")) if _id(e)),
         domain=domain,
         has_unavailability="unavailability" in o,
+        unavailable_at=_window_start(o.get("unavailability")),
         resources=tuple(raw_resources),
     )
+
+
+def _window_start(u: Any) -> float | None:
+    """A maintenance window's start (Unix seconds) from `unavailability: {start: {nanoseconds}}`; None if none."""
+    ns = _dict(_dict(u).get("start")).get("nanoseconds")
+    if isinstance(ns, bool) or not isinstance(ns, (int, float, str)):
+        return None
+    try:
+        return int(ns) / 1e9
+    except ValueError:
+        return None
 
 
 def parse_task_status(s: Mapping[str, Any]) -> MesosTaskStatus:
@@ -442,7 +468,15 @@ def parse_event(event: Any) -> Event:
             msg = _dict(event.get("error")).get("message", event.get("message", ""))
             return Error(message=str(msg))
         if kind == "INVERSE_OFFERS":
-            return InverseOffers(raw=dict(event))
+            items = []
+            for io in _list(_dict(event.get("inverse_offers")).get("inverse_offers")):
+                io = _dict(io)
+                start = _window_start(io.get("unavailability"))
+                if _id(io.get("id")) and _id(io.get("agent_id")) and start is not None:
+                    dur = _dict(_dict(io.get("unavailability")).get("duration")).get("nanoseconds")
+                    items.append(InverseOffer(_id(io.get("id")), _id(io.get("agent_id")), start,
+                                              int(dur) / 1e9 if isinstance(dur, (int, float)) else 0.0))
+            return InverseOffers(offers=tuple(items), raw=dict(event))
         if kind == "RESCIND_INVERSE_OFFER":
             return RescindInverseOffer(_id(_dict(event.get("rescind_inverse_offer")).get("inverse_offer_id")))
         if kind == "UPDATE_OPERATION_STATUS":

@@ -187,6 +187,9 @@ class SchedulerProtocol:
     def kill(self, task_id: str, agent_id: str | None = None, grace_period_s: float | None = None) -> JSON:
         return calls.kill(self.framework_id, task_id, agent_id, grace_period_s)
 
+    def answer_inverse_offers(self, ids: Sequence[str], *, vacated: bool, refuse_seconds: float | None = None) -> JSON:
+        return calls.inverse_offers(self.framework_id, ids, accept=vacated, refuse_seconds=refuse_seconds)
+
     def acknowledge(self, agent_id: str, task_id: str, uuid: str) -> JSON:
         return calls.acknowledge(self.framework_id, agent_id, task_id, uuid)
 

@@ -189,6 +189,9 @@ class SimBackend:
     def lead_again(self) -> None:
         pass  # no other daemon can have acted on this backend's hosts meanwhile
 
+    def maintenance(self) -> dict[str, float]:
+        return {}  # no cluster manager schedules maintenance here: operators drain (`peloton host drain`)
+
     def stop(self) -> None:
         """Stop the timer. The simulated tasks exist only in memory: a restarted daemon knows none of them (its
         reconciliation finds them LOST and restarts their gangs)."""

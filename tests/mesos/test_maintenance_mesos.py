@@ -1,0 +1,92 @@
+"""Mesos maintenance windows: an agent the master announces maintenance on (INVERSE_OFFERS, and `unavailability`
+in its offers) is drained like `peloton host drain --deadline <window start>`: no new gangs, the gangs still
+there preempted whole when the window starts (no attempt used) and placed elsewhere; the inverse offer is declined
+while our tasks are there and accepted once none is; a lifted window (RESCIND_INVERSE_OFFER) puts it back."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+import pytest
+
+from tests.e2e.harness import wait_until
+from tests.mesos.test_mesos_backend_e2e import (
+    Factory,
+    MesosDaemon,
+    agent_of,
+    cpu_agents,
+    daemons,  # noqa: F401 - fixture
+    fid_of,
+    start_daemon,  # noqa: F401 - fixture
+    wait_whole,
+)
+
+pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
+
+BIG = """
+name: big
+instances: 2
+sla: {{preemption_grace: 1s}}
+task:
+  command: sleep 1000
+  resources: {{cpu: 8, mem: 64Mi}}
+"""
+
+
+def _hosts(d: MesosDaemon) -> dict[str, dict[str, object]]:
+    return {h["hostname"]: h for h in json.loads(d.cli("host", "list", "-o", "json").stdout)["hosts"]}
+
+
+def _answers(fake: object, kind: str) -> list[dict[str, object]]:
+    return [c["body"][kind.lower()] for c in fake.calls_of(kind)]  # type: ignore[attr-defined]
+
+
+def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts(
+        fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:  # noqa: F811
+    fake = fake_master_factory(cpu_agents(3, ids=True))
+    d = start_daemon(fake.url)
+    fid_of(fake)
+    job = d.create(BIG.format(), tmp_path)
+    before = wait_whole(fake, d, job)
+    busy = {agent_of(fake, t["task_id"]) for t in before}
+    victim_agent = sorted(busy)[0]
+    idle_agent = ({"agent-S0", "agent-S1", "agent-S2"} - busy).pop()
+    victim_host = next(t["host"] for t in before if agent_of(fake, t["task_id"]) == victim_agent)
+
+    # maintenance on the idle agent: nothing of ours there, the inverse offer is accepted at once
+    (idle_io,) = fake.schedule_maintenance(idle_agent, time.time() + 3600)
+    wait_until(lambda: any(idle_io == i["value"] for a in _answers(fake, "ACCEPT_INVERSE_OFFERS")
+                           for i in a["inverse_offer_ids"]), 10, 0.1, "the idle agent's inverse offer accepted")
+    idle_host = f"127.0.0.1:{next(a.port for a in fake.agents if a.agent_id == idle_agent)}"
+    wait_until(lambda: _hosts(d)[idle_host].get("maintenance"), 10, 0.2, "the idle agent drained")
+    fake.cancel_maintenance(idle_agent)  # lifted (RESCIND_INVERSE_OFFER): in service again
+    wait_until(lambda: not _hosts(d)[idle_host].get("maintenance") and not _hosts(d)[idle_host].get("drain"), 10,
+               0.2, "the idle agent back in service")
+    # ... and on the busy one, starting in 4 s: declined for now (our member is there), drained
+    (busy_io,) = fake.schedule_maintenance(victim_agent, time.time() + 4)
+    declined = wait_until(lambda: [a for a in _answers(fake, "DECLINE_INVERSE_OFFERS")
+                                   if busy_io in [i["value"] for i in a["inverse_offer_ids"]]], 10, 0.1,
+                          "the busy agent's inverse offer declined")
+    assert declined[0]["filters"]["refuse_seconds"] == 30
+    h = wait_until(lambda: (lambda h: h if h.get("maintenance") else None)(_hosts(d)[victim_host]), 10, 0.2,
+                   "host list showing the window")
+    assert h["drain"] == "draining" and h["drain_deadline"] > time.time()
+    assert "draining for maintenance (preempts in" in d.cli("host", "list").stdout
+
+    # the window starts: the gang is preempted whole, and runs again on the two agents in service (same attempt)
+    def moved() -> list[dict[str, object]] | None:
+        ts = wait_whole(fake, d, job, timeout=60)
+        fresh = {t["task_id"] for t in ts}.isdisjoint({t["task_id"] for t in before})
+        return ts if fresh and victim_agent not in {agent_of(fake, str(t["task_id"])) for t in ts} else None
+
+    wait_until(moved, 60, 0.5, "the gang moved off the agent in maintenance")
+    gang = d.job(job)["status"]["gangs"][0]
+    assert gang["attempt"] == 1 and gang["preemptions"] == 1, gang
+
+    # the window is lifted: the agent takes gangs again
+    fake.cancel_maintenance(victim_agent)
+    wait_until(lambda: not _hosts(d)[victim_host].get("maintenance"), 10, 0.2, "the window lifted")
+    assert _hosts(d)[victim_host].get("drain", "") == ""
