@@ -257,7 +257,7 @@ class MesosBackend:
                     alloc = alloc + t.resources
                 out.append(HostInfo(
                     hostname=self._host_name(a), address=a.hostname, capacity=a.capacity, allocated=alloc,
-                    labels=dict(a.attributes), state="UP" if a.reachable else "UNREACHABLE",
+                    labels=dict(a.attributes), state="LOST" if a.lost else "UP" if a.reachable else "UNREACHABLE",
                     task_ids=tuple(sorted(t.task_id for t in mine)), holds_offer=bool(a.offers),
                 ))
             return out
@@ -472,6 +472,7 @@ class MesosBackend:
                     if gone is not None:
                         gone.clear()
                         gone.reachable = False
+                        gone.lost = True  # removed from the cluster (until it offers again)
                 self._hosts_changed([gone] if gone is not None else [])
         elif isinstance(ev, Error):
             log.error("mesos master: %s", ev.message)
@@ -554,6 +555,7 @@ class MesosBackend:
                                                      address=o.agent_address)
         a.attributes = dict(o.attributes)
         a.reachable = True
+        a.lost = False
         a.add(o, now)
         free, _ = a.free()
         mine = Resources()

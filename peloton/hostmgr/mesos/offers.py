@@ -27,6 +27,7 @@ class AgentView:
     capacity: Resources = Resources()
     has_gpus: bool = False
     reachable: bool = True
+    lost: bool = False  # the master removed the agent (FAILURE without an executor): `host list` says LOST
     address: str = ""  # url.address.ip (or hostname) of the agent: where its HTTP API answers, with agent_port
 
     def add(self, o: Offer, now: float) -> None:
