@@ -257,7 +257,7 @@ class MesosBackend:
                     alloc = alloc + t.resources
                 out.append(HostInfo(
                     hostname=self._host_name(a), address=a.hostname, capacity=a.capacity, allocated=alloc,
-                    labels=dict(a.attributes), state="LOST" if a.lost else "UP" if a.reachable else "UNREACHABLE",
+                    labels=dict(a.attributes), state="LOST" if a.lost or not a.reachable else "UP",
                     task_ids=tuple(sorted(t.task_id for t in mine)), holds_offer=bool(a.offers),
                 ))
             return out
