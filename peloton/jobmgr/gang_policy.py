@@ -36,6 +36,7 @@ from peloton.domain.states import (
     check_gang,
     check_job,
     check_task,
+    task_can,
 )
 from peloton.hostmgr.backend import TaskStatus
 
@@ -567,10 +568,28 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
             if g.state != G.DONE:  # a gang that finished while we were down holds nothing any more
                 eff.adopt.append((jv.job.id, g.index))
             continue
+        if g.state == G.LAUNCHING and _still_starting(gv, statuses):
+            # its launch was in flight (a takeover, a restart mid-launch): every member is on its way, so it
+            # goes on as launching; its RUNNING updates follow, and its launch deadline still holds
+            for t in gv.members():
+                st = statuses[t.task_id]
+                if st.state in _ON_THEIR_WAY and st.state != t.state and task_can(t.state, st.state):
+                    _set_task(jv, t, st.state, now, eff, host=st.hostname)
+            eff.adopt.append((jv.job.id, g.index))
+            continue
         lost = [t.instance for t in gv.members() if t.state not in (T.RUNNING, T.SUCCEEDED)]
         gang_failed(jv, gv, now, eff, f"found partial after daemon restart (members {lost} not running)")
     derive_job_state(jv, now, eff)
     return eff
+
+
+_ON_THEIR_WAY = frozenset({T.LAUNCHED, T.STARTING, T.RUNNING})
+
+
+def _still_starting(gv: GangView, statuses: Mapping[str, TaskStatus]) -> bool:
+    """Every member of a launching gang is known to the backend and launched, starting or running."""
+    return all(t.task_id in statuses and statuses[t.task_id].state in _ON_THEIR_WAY and not t.state.terminal
+               for t in gv.members())
 
 
 def derive_job_state(jv: JobView, now: float, eff: Effects | None = None) -> None:

@@ -593,6 +593,22 @@ def test_recover_adopts_a_launching_gang_found_running() -> None:
     assert jv.job.state == J.RUNNING
 
 
+def test_recover_keeps_a_launching_gang_whose_members_are_all_on_their_way() -> None:
+    """A takeover (or restart) in the middle of a launch: every member is known to the backend and starting, so
+    the gang goes on launching (same attempt, adopted); the RUNNING updates that follow make it RUNNING."""
+    jv = make_view()
+    gv = place(jv)
+    eff = policy.recover(jv, _statuses(jv, {0: T.STARTING, 1: T.RUNNING, 2: T.LAUNCHED}), T0 + 100)
+    assert eff.adopt == [(JOB, 0)] and eff.kill == [] and eff.enqueue == []
+    assert gv.gang.state == G.LAUNCHING and gv.gang.attempt == 1
+    assert states(gv) == [T.STARTING, T.RUNNING, T.LAUNCHED]
+    # one member the backend does not know (its launch never went out): partial, torn down as before
+    jv = make_view()
+    gv = place(jv)
+    eff = policy.recover(jv, _statuses(jv, {0: T.STARTING, 1: T.RUNNING}), T0 + 100)
+    assert eff.adopt == [] and eff.enqueue == [(JOB, 0)] and gv.gang.attempt == 2
+
+
 def test_recover_tears_down_a_partial_gang_and_requeues_it() -> None:
     jv = make_view()
     gv = place(jv)
