@@ -17,7 +17,7 @@ from alembic import command
 from alembic.config import Config
 from alembic.runtime.migration import MigrationContext
 from prometheus_client import Counter, Histogram
-from sqlalchemy import Engine, create_engine, event
+from sqlalchemy import Engine, create_engine, event, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -230,9 +230,16 @@ def _connection(url: str) -> Iterator[Connection]:
         engine.dispose()
 
 
+MIGRATION_LOCK_KEY = 0x7065_6C6F_746F_6D  # PostgreSQL: one migrating process at a time (processes of a split deployment)
+
+
 def upgrade(url: str, revision: str = "head") -> None:
-    """Apply the Alembic chain in migrations/ (idempotent)."""
+    """Apply the Alembic chain in migrations/ (idempotent). On PostgreSQL under a transaction-level advisory lock:
+    processes that start together (the roles of a split deployment) migrate one after the other, and the later
+    ones find nothing left to do."""
     with _connection(url) as conn:
+        if conn.dialect.name == "postgresql":
+            conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
         command.upgrade(_alembic_config(conn), revision)
         conn.commit()
 

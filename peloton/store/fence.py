@@ -8,6 +8,9 @@ leader's. The row lock makes it exact: the new leader takes the epoch with `FOR 
 transaction that read the old one to end, so no transaction that checked the old epoch commits after the new one is
 taken.
 
+A process that leads other roles than the job manager (`--role`) takes and checks an epoch for each of them
+(`daemon.epoch.<role>`): a resmgr or hostmgr process replaced by its standby has its late writes refused too.
+
 On SQLite the check is a plain read: every writer there begins with BEGIN IMMEDIATE, so transactions that write
 are serialized anyway (and a SQLite store is used by one daemon at a time: the flock of lock.py).
 """
@@ -15,9 +18,9 @@ are serialized anyway (and a SQLite store is used by one daemon at a time: the f
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Mapping
 
-from sqlalchemy import event, text
+from sqlalchemy import bindparam, event, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.errors import Unavailable
@@ -26,10 +29,13 @@ from peloton.store.db import transaction
 
 log = logging.getLogger(__name__)
 
-EPOCH_KEY = "daemon.epoch"
-_CHECK = text("SELECT value FROM meta WHERE key = :k FOR KEY SHARE")
-_TAKE = text("SELECT value FROM meta WHERE key = :k FOR UPDATE")
-_CHECK_SQLITE = text("SELECT value FROM meta WHERE key = :k")
+EPOCH_KEY = "daemon.epoch"  # the job manager's (the store lock's); each other role has one of its own
+# several keys are locked in one statement, in key order, by both the check and the take: no deadlock between them
+_CHECK = text("SELECT key, value FROM meta WHERE key IN :k ORDER BY key FOR KEY SHARE").bindparams(
+    bindparam("k", expanding=True))
+_TAKE = text("SELECT key, value FROM meta WHERE key IN :k ORDER BY key FOR UPDATE").bindparams(
+    bindparam("k", expanding=True))
+_CHECK_SQLITE = text("SELECT key, value FROM meta WHERE key IN :k").bindparams(bindparam("k", expanding=True))
 _TAKING = "peloton.fence.taking"  # Session.info flag: this transaction takes the next epoch (not checked)
 
 
@@ -37,15 +43,27 @@ class Fenced(Unavailable):
     """This daemon is no longer the store's leader; its transaction was rolled back."""
 
 
-def take_epoch(sessions: sessionmaker[Session]) -> int:
-    """The next epoch, now this daemon's (call once the store lock is held and the schema is current)."""
+def epoch_key(role: str) -> str:
+    return EPOCH_KEY if role == "jobmgr" else f"{EPOCH_KEY}.{role}"
+
+
+def take_epochs(sessions: sessionmaker[Session], roles: Iterable[str] = ("jobmgr",)) -> dict[str, int]:
+    """The next epoch of each role, now this process's (call once it holds the roles' locks and the schema is
+    current): {meta key: epoch}."""
+    keys = sorted(epoch_key(r) for r in roles)
     with transaction(sessions) as s:
         s.info[_TAKING] = True
         sql = _CHECK_SQLITE if s.get_bind().dialect.name == "sqlite" else _TAKE
-        current = s.execute(sql, {"k": EPOCH_KEY}).scalar()
-        epoch = int(current or 0) + 1
-        repo.set_meta(s, EPOCH_KEY, str(epoch))
-    return epoch
+        current: dict[str, str] = {str(k): str(v) for k, v in s.execute(sql, {"k": keys}).all()}
+        out = {k: int(current.get(k) or 0) + 1 for k in keys}
+        for k, epoch in out.items():
+            repo.set_meta(s, k, str(epoch))
+    return out
+
+
+def take_epoch(sessions: sessionmaker[Session]) -> int:
+    """The job manager's next epoch (take_epochs of the job manager alone)."""
+    return take_epochs(sessions)[EPOCH_KEY]
 
 
 def current_epoch(sessions: sessionmaker[Session]) -> int:
@@ -54,20 +72,26 @@ def current_epoch(sessions: sessionmaker[Session]) -> int:
 
 
 class Fence:
-    """Checks, before each commit of `sessions`, that the store's epoch is still `epoch`."""
+    """Checks, before each commit of `sessions`, that the store's epochs are still this process's: `epochs`, an
+    epoch (the job manager's) or {meta key: epoch} for each role the process leads (take_epochs)."""
 
-    def __init__(self, epoch: int, on_fenced: Callable[[str], None] = lambda why: None) -> None:
+    def __init__(self, epochs: int | Mapping[str, int], on_fenced: Callable[[str], None] = lambda why: None) -> None:
         """`on_fenced(why)` is told the first time a commit is refused (the daemon stops acting at once)."""
-        self.epoch = epoch
         self._on_fenced = on_fenced
-        self._told = False
+        self.take(epochs)
+
+    @property
+    def epoch(self) -> int:
+        """The job manager's epoch, else the first role's (what operators see)."""
+        return self.epochs.get(EPOCH_KEY) or next(iter(self.epochs.values()))
 
     def install(self, sessions: sessionmaker[Session]) -> None:
         event.listen(sessions, "before_commit", self._check)
 
-    def take(self, epoch: int) -> None:
-        """This daemon leads again (it took the lock back), as `epoch`."""
-        self.epoch = epoch
+    def take(self, epochs: int | Mapping[str, int]) -> None:
+        """This process leads (again: it took the locks back), as `epochs`."""
+        self.epochs = {EPOCH_KEY: epochs} if isinstance(epochs, int) else dict(epochs)
+        self._keys = sorted(self.epochs)
         self._told = False
 
     def _check(self, session: Session) -> None:
@@ -75,10 +99,14 @@ class Fence:
             return
         session.flush()  # the ORM's pending changes go out first: they are checked with the rest
         sql = _CHECK_SQLITE if session.get_bind().dialect.name == "sqlite" else _CHECK
-        found = session.execute(sql, {"k": EPOCH_KEY}).scalar()
-        if int(found or 0) == self.epoch:
+        found = {k: int(v or 0) for k, v in session.execute(sql, {"k": self._keys}).all()}
+        stale = [k for k in self._keys if found.get(k, 0) != self.epochs[k]]
+        if not stale:
             return
-        why = (f"this daemon is no longer the store's leader (its epoch {self.epoch}, the store's {found}): another "
+        k = stale[0]
+        role = k[len(EPOCH_KEY) + 1:] if k != EPOCH_KEY else ""
+        what = f"the {role} leader" if role else "the store's leader"
+        why = (f"this daemon is no longer {what} (its epoch {self.epochs[k]}, the store's {found.get(k, 0)}): another "
                "daemon took over; retry against it")
         if not self._told:
             self._told = True

@@ -31,17 +31,34 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from sqlalchemy import create_engine, text
+from sqlalchemy import bindparam, create_engine, text
 from sqlalchemy.engine import Connection, make_url
+from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.pool import NullPool
 
 from peloton.errors import FailedPrecondition
 
 log = logging.getLogger(__name__)
 
-LOCK_KEY = 0x7065_6C6F_746F_6E  # "peloton": the advisory lock's key
+LOCK_KEY = 0x7065_6C6F_746F_6E  # "peloton": the advisory lock's key (the job manager's: the store lock)
 OWNER_KEY = "daemon.owner"
 HEARTBEAT_KEY = "daemon.heartbeat"  # the store's clock (Unix seconds) at the holder's last renewal
+# One leader per role: a process takes the lock of each role it runs (PostgreSQL). The job manager's is the store
+# lock above; its rows keep their names.
+ROLE_KEYS = {"jobmgr": LOCK_KEY, "resmgr": LOCK_KEY + 1, "placement": LOCK_KEY + 2, "hostmgr": LOCK_KEY + 3}
+
+
+def owner_key(role: str) -> str:
+    return OWNER_KEY if role == "jobmgr" else f"{OWNER_KEY}.{role}"
+
+
+def heartbeat_key(role: str) -> str:
+    return HEARTBEAT_KEY if role == "jobmgr" else f"{HEARTBEAT_KEY}.{role}"
+
+
+_RENEW = text("UPDATE meta SET value = CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS TEXT) WHERE key IN :k").bindparams(
+    bindparam("k", expanding=True))
+UNDEFINED_TABLE = "42P01"
 LEASE_S = 6.0  # a holder silent for longer is ended by a standby (--leader-lease)
 
 
@@ -116,8 +133,9 @@ def refusal(holder: Owner | None, what: str) -> FailedPrecondition:
 
 
 class PostgresLock:
-    def __init__(self, url: str, session: str = "") -> None:
-        """`session`: the application_name of this daemon's store connections (session_name())."""
+    def __init__(self, url: str, session: str = "", roles: tuple[str, ...] = ("jobmgr",)) -> None:
+        """`session`: the application_name of this daemon's store connections (session_name()); `roles`: the
+        roles whose locks it takes, all or none (a process leads every role it runs)."""
         u = make_url(url)
         if u.drivername == "postgresql":
             u = u.set(drivername="postgresql+psycopg2")
@@ -128,10 +146,13 @@ class PostgresLock:
             args["application_name"] = session
         self._engine = create_engine(u, poolclass=NullPool, connect_args=args)
         self._session = session
+        self.roles = tuple(sorted(roles, key=list(ROLE_KEYS).index))
+        self.contested = self.roles[0]  # the role whose lock another holds (last time it was tried)
         self._name = session  # the lock connection's application_name now (a standby's names its address)
         self._conn: Connection | None = None
         self._lease = LEASE_S
         self._renewed: float | None = None  # monotonic time at which the last successful renewal began
+        self._owner: Owner | None = None  # who this process recorded itself as (again if its rows are missing)
 
     def _connect(self) -> Connection:
         if self._conn is None:
@@ -142,7 +163,7 @@ class PostgresLock:
 
     def announce_standby(self, address: str) -> None:
         """Name the lock's connection as a standby answering on `address`: the leader lists it (`standbys`)."""
-        self._rename(f"{STANDBY_PREFIX}{address}"[:63])
+        self._rename(f"{STANDBY_PREFIX}{_role_code(self.roles)} {address}"[:63])
 
     def _rename(self, name: str) -> None:
         self._name = name
@@ -154,7 +175,17 @@ class PostgresLock:
         began = time.monotonic()
         try:
             conn = self._connect()
-            got = bool(conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": LOCK_KEY}).scalar())
+            taken: list[int] = []
+            got = True
+            for role in self.roles:  # all of them or none: a process leads every role it runs
+                key = ROLE_KEYS[role]
+                if not conn.execute(text("SELECT pg_try_advisory_lock(:k)"), {"k": key}).scalar():
+                    self.contested, got = role, False
+                    break
+                taken.append(key)
+            if not got:
+                for key in taken:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": key})
         except Exception:  # noqa: BLE001 - no store, no lock: the caller retries
             self._drop()
             return False
@@ -182,27 +213,34 @@ class PostgresLock:
         if holder is None or not holder.session or holder.session == me.session:
             return
         silent = conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp()) - CAST(value AS DOUBLE PRECISION) "
-                                   "FROM meta WHERE key = :k"), {"k": HEARTBEAT_KEY}).scalar()
+                                   "FROM meta WHERE key = :k"), {"k": heartbeat_key(self.contested)}).scalar()
         if silent is None or float(silent) <= holder.lease:
             return
         ended = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
                                   "WHERE application_name = :app AND pid <> pg_backend_pid()"),
                              {"app": holder.session}).scalar()
-        log.warning("the store lock's holder (%s) has not renewed its lease for %.1f s (lease %.0f s): ended its %s "
-                    "store connection(s) to take over", holder.describe(), float(silent), holder.lease, ended)
+        log.warning("the %s lock's holder (%s) has not renewed its lease for %.1f s (lease %.0f s): ended its %s "
+                    "store connection(s) to take over", self.contested, holder.describe(), float(silent), holder.lease,
+                    ended)
 
     def record(self, owner: Owner) -> None:
+        self._owner = owner
         conn = self._connect()
         if conn.execute(text("SELECT to_regclass('meta')")).scalar() is None:
             return  # a new database: the holder records itself once it has created the tables
-        conn.execute(text("DELETE FROM meta WHERE key IN (:k, :h)"), {"k": OWNER_KEY, "h": HEARTBEAT_KEY})
-        conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, :v)"), {"k": OWNER_KEY, "v": owner.to_json()})
-        conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, CAST(EXTRACT(EPOCH FROM clock_timestamp()) "
-                          "AS TEXT))"), {"k": HEARTBEAT_KEY})
+        for role in self.roles:
+            conn.execute(text("DELETE FROM meta WHERE key IN (:k, :h)"),
+                         {"k": owner_key(role), "h": heartbeat_key(role)})
+            conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, :v)"),
+                         {"k": owner_key(role), "v": owner.to_json()})
+            conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, CAST(EXTRACT(EPOCH FROM "
+                              "clock_timestamp()) AS TEXT))"), {"k": heartbeat_key(role)})
 
     def holder(self) -> Owner | None:
+        """Who holds the lock of the role last found taken (the first role before any try)."""
         try:
-            row = self._connect().execute(text("SELECT value FROM meta WHERE key = :k"), {"k": OWNER_KEY}).first()
+            row = self._connect().execute(text("SELECT value FROM meta WHERE key = :k"),
+                                          {"k": owner_key(self.contested)}).first()
         except Exception:  # noqa: BLE001
             self._drop()
             return None
@@ -215,11 +253,17 @@ class PostgresLock:
         try:
             # the lock is the session's: it is held exactly as long as this connection is alive; renewing the
             # heartbeat on it proves both
-            self._conn.execute(text("UPDATE meta SET value = CAST(EXTRACT(EPOCH FROM clock_timestamp()) AS TEXT) "
-                                    "WHERE key = :k"), {"k": HEARTBEAT_KEY})
+            renewed = self._conn.execute(_RENEW, {"k": [heartbeat_key(r) for r in self.roles]}).rowcount
+        except ProgrammingError as e:
+            if getattr(e.orig, "pgcode", None) != UNDEFINED_TABLE:
+                self._drop()
+                return False
+            renewed = -1  # no tables yet: a process without a store, started before the one that migrates
         except Exception:  # noqa: BLE001
             self._drop()
             return False
+        if 0 <= renewed < len(self.roles) and self._owner is not None:
+            self.record(self._owner)  # the tables came after the lock: say who leads now that they exist
         self._renewed = began
         return True
 
@@ -238,7 +282,8 @@ class PostgresLock:
     def release(self) -> None:
         if self._conn is not None:
             with contextlib.suppress(Exception):
-                self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
+                for role in self.roles:
+                    self._conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": ROLE_KEYS[role]})
         self._renewed = None
         self._drop()
         self._engine.dispose()
@@ -296,19 +341,52 @@ class FileLock:
 STANDBY_PREFIX = "peloton-standby "
 
 
-def standbys(conn: Connection | Any) -> list[tuple[str, float]]:
-    """(address, connected since) of each standby waiting for the lock of this PostgreSQL database."""
+_CODES = {"jobmgr": "j", "resmgr": "r", "placement": "p", "hostmgr": "h"}
+
+
+def _role_code(roles: tuple[str, ...]) -> str:
+    """`jrph`: the roles in a standby's application_name (63 characters at most)."""
+    return "".join(_CODES[r] for r in ROLE_KEYS if r in roles)
+
+
+def standbys(conn: Connection | Any) -> list[tuple[str, float, tuple[str, ...]]]:
+    """(address, connected since, roles) of each standby waiting for a lock of this PostgreSQL database."""
     rows = conn.execute(text("SELECT application_name, EXTRACT(EPOCH FROM backend_start) FROM pg_stat_activity "
                              "WHERE datname = current_database() AND application_name LIKE :p ORDER BY 2"),
                         {"p": STANDBY_PREFIX + "%"}).all()
-    return [(str(name)[len(STANDBY_PREFIX):], float(since)) for name, since in rows]
+    out = []
+    for name, since in rows:
+        code, _, address = str(name)[len(STANDBY_PREFIX):].partition(" ")
+        roles = tuple(r for r, c in _CODES.items() if c in code)
+        out.append((address, float(since), roles))
+    return out
 
 
-def store_lock(url: str, session: str = "") -> StoreLock:
+def role_leaders(conn: Connection | Any) -> list[tuple[str, Owner, float]]:
+    """(role, its leader, seconds since its last renewal by the store's clock) of each role with a recorded
+    leader (PostgreSQL)."""
+    keys = [k for r in ROLE_KEYS for k in (owner_key(r), heartbeat_key(r))]
+    rows = dict(conn.execute(text("SELECT key, value FROM meta WHERE key IN :k")
+                             .bindparams(bindparam("k", expanding=True)), {"k": keys}).all())
+    now = float(conn.execute(text("SELECT EXTRACT(EPOCH FROM clock_timestamp())")).scalar() or 0.0)
+    out = []
+    for role in ROLE_KEYS:
+        owner = Owner.from_json(rows.get(owner_key(role)))
+        if owner is None:
+            continue
+        try:
+            silent = max(0.0, now - float(rows.get(heartbeat_key(role)) or 0.0))
+        except ValueError:
+            silent = 0.0
+        out.append((role, owner, silent))
+    return out
+
+
+def store_lock(url: str, session: str = "", roles: tuple[str, ...] = ("jobmgr",)) -> StoreLock:
     u = make_url(url)
     if u.get_backend_name() == "sqlite":
         db = u.database or ""
         if not db or db == ":memory:":
             raise FailedPrecondition("--db: an in-memory SQLite database cannot be shared or locked", field="--db")
         return FileLock(Path(db).with_name(Path(db).name + ".lock"))
-    return PostgresLock(url, session)
+    return PostgresLock(url, session, roles)

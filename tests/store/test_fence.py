@@ -14,8 +14,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from peloton.store import db, repo
-from peloton.store.fence import Fence, Fenced, current_epoch, take_epoch
-from peloton.store.lock import HEARTBEAT_KEY, Owner, PostgresLock, standbys
+from peloton.store.fence import Fence, Fenced, current_epoch, take_epoch, take_epochs
+from peloton.store.lock import HEARTBEAT_KEY, Owner, PostgresLock, role_leaders, standbys
 from tests.dbutil import postgres_database
 
 
@@ -161,7 +161,7 @@ def test_standbys_are_listed_by_their_address(pg: str) -> None:
         waiting.announce_standby("node-b:5391")
         eng = create_engine(pg, poolclass=NullPool)
         with eng.connect() as c:
-            assert [a for a, _ in standbys(c)] == ["node-b:5391"]
+            assert [(a, roles) for a, _, roles in standbys(c)] == [("node-b:5391", ("jobmgr",))]
             beat = c.execute(text("SELECT value FROM meta WHERE key = :k"), {"k": HEARTBEAT_KEY}).scalar()
             assert beat is not None and abs(float(beat) - time.time()) < 60
         holder.release()
@@ -172,3 +172,69 @@ def test_standbys_are_listed_by_their_address(pg: str) -> None:
     finally:
         holder.release()
         waiting.release()
+
+
+def test_each_role_has_a_lock_of_its_own_taken_all_or_none(pg: str) -> None:
+    """A split deployment: the job manager's process and a hostmgr process lead at once (their roles' locks); a
+    second hostmgr process waits; a process that runs a role another leads takes none of its locks."""
+    jm = PostgresLock(pg, "peloton-jm", ("jobmgr", "resmgr", "placement"))
+    hm, hm2 = PostgresLock(pg, "peloton-hm", ("hostmgr",)), PostgresLock(pg, "peloton-hm2", ("hostmgr",))
+    greedy = PostgresLock(pg, "peloton-greedy", ("hostmgr", "placement"))
+    alone = PostgresLock(pg, "peloton-pl", ("placement",))
+    eng = create_engine(pg, poolclass=NullPool)
+    try:
+        assert jm.try_acquire(_owner("peloton-jm", 6.0)) and hm.try_acquire(_owner("peloton-hm", 6.0))
+        assert not hm2.try_acquire(_owner("peloton-hm2", 6.0))
+        hm2.announce_standby("node-c:5391")
+        holder = hm2.holder()  # the holder of the role it waits for
+        assert holder is not None and holder.session == "peloton-hm"
+        jm.release()
+        # placement is free now, hostmgr is not: the greedy process takes neither (a process leads all or none)
+        assert not greedy.try_acquire(_owner("peloton-greedy", 6.0))
+        assert alone.try_acquire(_owner("peloton-pl", 6.0))
+        with eng.connect() as c:
+            leaders = {role: o.session for role, o, silent in role_leaders(c) if silent < 60}
+            assert leaders["hostmgr"] == "peloton-hm" and leaders["placement"] == "peloton-pl"
+            assert [(a, roles) for a, _, roles in standbys(c)] == [("node-c:5391", ("hostmgr",))]
+        hm.release()
+        assert hm2.try_acquire(_owner("peloton-hm2", 6.0)) and hm2.held()
+    finally:
+        eng.dispose()
+        for lock in (jm, hm, hm2, greedy, alone):
+            lock.release()
+
+
+def test_a_lock_taken_before_the_tables_exist_records_its_holder_once_they_do() -> None:
+    """A process without a store of its own (placement) may lead before the job manager's process has migrated
+    an empty database: it keeps its lease and says who leads once the tables are there."""
+    with postgres_database() as url:
+        lock = PostgresLock(url, "peloton-early", ("placement",))
+        eng = create_engine(url, poolclass=NullPool)
+        try:
+            assert lock.try_acquire(_owner("peloton-early", 6.0))
+            assert lock.held() and lock.fresh()  # no tables: still held
+            db.upgrade(url)
+            assert lock.held()
+            with eng.connect() as c:
+                assert [(r, o.session) for r, o, _ in role_leaders(c)] == [("placement", "peloton-early")]
+        finally:
+            eng.dispose()
+            lock.release()
+
+
+def test_each_role_is_fenced_by_its_own_epoch(two: tuple[sessionmaker[Session], sessionmaker[Session]]) -> None:
+    """A resmgr process replaced by its standby has its late writes refused; the job manager's epoch, and the
+    commits of the process that leads it, are not touched."""
+    a, b = two
+    fa = Fence(take_epochs(a, ("resmgr",)))
+    fa.install(a)
+    jobs = Fence(take_epoch(b))  # the job manager's process, apart
+    _write(a, "by-resmgr")
+    fb = Fence(take_epochs(b, ("resmgr",)))  # the standby resmgr took over
+    assert fb.epoch == 2 and jobs.epoch == 1 and current_epoch(b) == 1
+    with pytest.raises(Fenced, match=r"no longer the resmgr leader \(its epoch 1, the store's 2\)"):
+        _write(a, "late")
+    assert not _has(b, "late")
+    # a process that leads several roles checks them all in each commit
+    both = Fence(take_epochs(a, ("jobmgr", "resmgr")))
+    assert both.epochs == {"daemon.epoch": 2, "daemon.epoch.resmgr": 3} and both.epoch == 2
