@@ -140,15 +140,17 @@ class HostManager:
         return self._first_seq + len(self._events) - 1
 
     def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> tuple[list[tuple[int, TaskStatus]], bool]:
-        """Events after `after_seq` (long poll), and whether some were lost (after_seq is older than the log)."""
+        """Events after `after_seq` (long poll), and whether some were lost: dropped unacknowledged (the log
+        overflowed) after `after_seq`. Events acknowledged already are not lost (whoever acknowledged them had
+        persisted them): a new job manager starts from 0 and gets what is left."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
-            while self.last_seq <= after_seq:
+            while self.last_seq < max(after_seq + 1, self._first_seq):
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     return [], False
                 self._cond.wait(left)
-            gap = after_seq + 1 < self._first_seq
+            gap = self._first_seq - 1 > max(after_seq, self._acked_seq)
             start = max(after_seq + 1, self._first_seq)
             i = start - self._first_seq
             chunk = self._events[i:i + max_events]

@@ -12,7 +12,8 @@ fails the attempt.
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+import uuid
+from collections.abc import Callable, Sequence
 
 import grpc
 from prometheus_client import Counter, Histogram
@@ -42,14 +43,20 @@ def _key(p: GangPlacement) -> internal_pb2.GangKey:
 
 class Launcher:
     def __init__(self, writer: Writers, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
-                 hostmgr: internal_pb2_grpc.HostManagerInternalStub) -> None:
+                 hostmgr: internal_pb2_grpc.HostManagerInternalStub,
+                 on_resmgr: Callable[[str], None] = lambda incarnation: None) -> None:
+        """`on_resmgr(incarnation)`: told resmgr's incarnation on every answer (a new one: it forgot every gang)."""
         self.writer = writer
         self.resmgr = resmgr
         self.hostmgr = hostmgr
+        self._on_resmgr = on_resmgr
+        self.id = uuid.uuid4().hex  # resmgr hands again what a job manager of another id took and did not ack
 
     def launch_once(self, timeout_ms: int = 1000) -> bool:
-        resp = self.resmgr.GetPlacements(internal_pb2.GetPlacementsRequest(max=BATCH, timeout_ms=timeout_ms),
+        resp = self.resmgr.GetPlacements(internal_pb2.GetPlacementsRequest(max=BATCH, timeout_ms=timeout_ms,
+                                                                           consumer=self.id),
                                          timeout=timeout_ms / 1000 + 10)
+        self._on_resmgr(resp.incarnation)
         if resp.pending:
             self._record_pending([convert.failure_from_proto(f) for f in resp.pending])
         if resp.preempt:

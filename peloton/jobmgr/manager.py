@@ -126,11 +126,13 @@ class JobManager:
         self.hub = WatchHub()
         self.effects = SideEffects(resmgr, hostmgr)
         self.writer = Writers(writers, sessions, self.hub.publish, self._perform, clock)
-        self.launcher = Launcher(self.writer, resmgr, hostmgr)
+        self.launcher = Launcher(self.writer, resmgr, hostmgr, self._resmgr_seen)
         self._after_seq = 0
         self._stream_id = ""
         self._full_reconcile_at = 0.0
         self._queue_check_at = 0.0
+        self._resmgr_incarnation = ""
+        self._check_every_gang = False  # the next queue check asks about every open gang, however recent
         self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
         self._cap_refresh = threading.Lock()  # one capacity refresh at a time
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
@@ -643,10 +645,25 @@ class JobManager:
             log.info("host drain: preempting %d gangs still on %s", len(found), ", ".join(sorted(due)))
         self._check_gangs(found, lambda jv, gv, t: policy.evict_from_hosts(jv, gv, due, t))
 
+    def _resmgr_seen(self, incarnation: str) -> None:
+        """resmgr started afresh (a restart of its process, or its standby took over): it knows none of our gangs
+        until they are enqueued and registered again, which the next queue check does (at once, for every gang)."""
+        if not incarnation or incarnation == self._resmgr_incarnation:
+            return
+        if self._resmgr_incarnation:
+            log.warning("the resource manager started afresh: queueing and registering every open gang again")
+            self._check_every_gang = True
+            self._queue_check_at = 0.0
+        self._resmgr_incarnation = incarnation
+
     def reconcile_once(self) -> bool:
         now = self.clock()
         full = now >= self._full_reconcile_at
         queue_check = now >= self._queue_check_at
+        every_gang = queue_check and self._check_every_gang
+        if every_gang:
+            self._check_every_gang = False
+        min_age = 0.0 if every_gang else QUEUE_CHECK_S
 
         with self._stopping_lock:
             stopping = set(self._stopping)
@@ -660,7 +677,7 @@ class JobManager:
                     unstopped[jv.job.id] = max(jv.gangs, default=-1) + 1
                 for gv in jv.gangs.values():
                     g = gv.gang
-                    if queue_check and (g.state.waiting or g.state in ACTIVE) and now - g.updated_at > QUEUE_CHECK_S:
+                    if queue_check and (g.state.waiting or g.state in ACTIVE) and now - g.updated_at >= min_age:
                         held.append((g.gang_id, g.attempt))
                     if g.state in ACTIVE:
                         for t in gv.members():

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import time
+import uuid
 from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Histogram
@@ -53,6 +54,7 @@ class PlacementEngine:
         self._capacity: dict[str, Resources] = {}  # every host's total (not its free part)
         self._total: Resources | None = None  # their sum, what the pools' entitlements divide; None: not synced
         self.clock = clock
+        self.id = uuid.uuid4().hex  # resmgr takes back what an engine of another id did not place
         # hosts kept for waiting gangs (resmgr lists the live ones with every dequeue)
         self.reservations: dict[tuple[str, int], Reservation] = {}
 
@@ -88,7 +90,7 @@ class PlacementEngine:
         self._sync()  # the capacity resmgr divides among the pools (cheap: only what changed)
         resp = self.resmgr.DequeueGangs(
             internal_pb2.DequeueGangsRequest(
-                max_gangs=self.batch, timeout_ms=self.poll_ms,
+                max_gangs=self.batch, timeout_ms=self.poll_ms, engine=self.id,
                 capacity=convert.vec_to_proto(self._total) if self._total is not None else None),
             timeout=self.poll_ms / 1000 + 10,
         )
@@ -103,7 +105,7 @@ class PlacementEngine:
         if not resp.gangs:
             if preemptions or reservations:
                 self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(
-                    preemptions=preemptions, reservations=reservations), timeout=30)
+                    preemptions=preemptions, reservations=reservations, engine=self.id), timeout=30)
             return bool(resp.release_claims) or bool(resp.probes)
         with ROUNDS.time():
             gangs = [convert.gang_request_from_proto(g) for g in resp.gangs]
@@ -127,12 +129,12 @@ class PlacementEngine:
                 self._version = 0  # and the next round starts from a full copy
                 self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(failures=[
                     internal_pb2.Failure(gang_id=g.gang_id, job_id=g.job_id, attempt=g.attempt, stale=True,
-                                         reason="placement round failed") for g in gangs]), timeout=30)
+                                         reason="placement round failed") for g in gangs], engine=self.id), timeout=30)
                 raise
             self.resmgr.SetPlacements(
                 internal_pb2.SetPlacementsRequest(
                     placements=claimed, failures=[convert.failure_to_proto(f) for f in failures] + refused,
-                    preemptions=preemptions, reservations=reservations),
+                    preemptions=preemptions, reservations=reservations, engine=self.id),
                 timeout=30,
             )
         GANGS.labels("placed").inc(len(claimed))

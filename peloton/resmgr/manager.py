@@ -38,8 +38,10 @@ One condition guards everything (memory only); callers long-poll on it.
 from __future__ import annotations
 
 import heapq
+import logging
 import threading
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from enum import Enum
@@ -54,6 +56,37 @@ from peloton.placement.reservation import Reservation, describe
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
 from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
 from peloton.resmgr.preemption import Holding, priority_candidates, reclaim_candidates, shortfall
+
+log = logging.getLogger(__name__)
+
+MAX_RETIRED = 64  # ids of replaced placement engines / job managers remembered (their late calls are refused)
+
+
+class _Current:
+    """Which caller of a kind (the placement engine, the job manager) is the current one, by the id it sends. A
+    new id replaces the current one for good: the replaced id is retired, and any later call from it (a long
+    poll of a process that died mid-call, a process that was paused) is answered with nothing, so that nothing
+    is handed to a caller that will never act on it."""
+
+    def __init__(self) -> None:
+        self.id = ""
+        self._retired: dict[str, None] = {}
+
+    def asks(self, caller: str) -> tuple[bool, str]:
+        """(whether `caller` may be answered, the id it replaced: "" when none)."""
+        if not caller or caller == self.id:
+            return True, ""
+        if caller in self._retired:
+            return False, ""
+        replaced, self.id = self.id, caller
+        if replaced:
+            self._retired[replaced] = None
+            while len(self._retired) > MAX_RETIRED:
+                del self._retired[next(iter(self._retired))]
+        return True, replaced
+
+    def superseded(self, caller: str) -> bool:
+        return bool(caller) and caller != self.id
 
 QUEUED = Gauge("peloton_resmgr_queued_gangs", "Gangs waiting for admission or placement")
 QUEUE_WAIT = Histogram("peloton_resmgr_queue_wait_seconds", "From enqueue to admission (handed to placement)",
@@ -165,6 +198,7 @@ class ResourceManager:
         `preemption` False: it only reserves hosts."""
         self._load_pools = load_pools
         self.clock = clock
+        self.incarnation = uuid.uuid4().hex  # a new one whenever this forgets every gang (reset)
         self._settle_s = preemption_settle_s
         self._preemption = preemption
         self._cond = threading.Condition()
@@ -189,6 +223,8 @@ class ResourceManager:
         self._probes: list[Probe] = []
         self._next_probe_round = float("-inf")
         self._closed = False  # the daemon is stopping: long polls answer at once
+        self._engine = _Current()  # the placement engine that asks for gangs
+        self._consumer = _Current()  # the job manager that takes placements
         self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
         self._own_alloc: dict[str, Resources] = {}  # pool -> what its own gangs hold
         self._pinned: dict[str, Resources] = {}  # pool -> what its own non-preemptible gangs hold
@@ -228,6 +264,7 @@ class ResourceManager:
         """Forget everything (the job manager recovers and enqueues again) but the claims of the placements
         jobmgr had not taken: those are released by the placement engine's next round."""
         with self._cond:
+            self.incarnation = uuid.uuid4().hex
             for e in self._entries.values():
                 if e.state == _State.READY and e.placement is not None:
                     self._orphan_locked(e.placement)
@@ -403,11 +440,17 @@ class ResourceManager:
                     out.append((gid, attempt))
             return out
 
-    def take_placements(self, max_n: int, timeout_s: float) -> tuple[list[GangPlacement], list[PlacementFailure]]:
-        """Placed gangs for jobmgr, kept (HANDED) until `ack_placements`; plus the newest pending reasons."""
+    def take_placements(self, max_n: int, timeout_s: float,
+                        consumer: str = "") -> tuple[list[GangPlacement], list[PlacementFailure]]:
+        """Placed gangs for jobmgr, kept (HANDED) until `ack_placements`; plus the newest pending reasons.
+        `consumer`: the job manager's id (a new one is handed again what the last one did not acknowledge)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if not self._consumer_asks_locked(consumer):
+                return [], []
             while True:
+                if self._consumer.superseded(consumer):  # replaced while it waited: hand it nothing
+                    return [], []
                 self._expire_handed_locked()
                 self._trim_ready_locked()
                 self._order_again_locked()
@@ -472,6 +515,22 @@ class ResourceManager:
                 return
             heapq.heappop(self._ready)
 
+    def _consumer_asks_locked(self, consumer: str) -> bool:
+        """Another job manager asks for placements than the last one: that one died or was replaced, and what it
+        took and did not acknowledge is handed out again now (same placement, same claims). The new one recovered
+        from the store first: a gang whose launch the last one had recorded is its recovery's business, and a
+        placement for it is acknowledged as done when it comes. False: `consumer` was replaced."""
+        ok, replaced = self._consumer.asks(consumer)
+        if replaced and self._handed:
+            log.warning("a new job manager asks: %d placements the last one took are handed out again",
+                        len(self._handed))
+            for gid in list(self._handed):
+                e = self._entries[gid]
+                self._handed.pop(gid)
+                e.state = _State.READY
+                heapq.heappush(self._ready, (e.order(), e.seq, gid))
+        return ok
+
     def _expire_handed_locked(self) -> None:
         now = self.clock()
         for gid in list(self._handed):
@@ -482,15 +541,21 @@ class ResourceManager:
             self._push_locked(e, now)
 
     # --- placement side -------------------------------------------------------------------------------------
-    def dequeue(self, max_n: int, timeout_s: float, capacity: Resources | None = None) -> list[GangRequest]:
+    def dequeue(self, max_n: int, timeout_s: float, capacity: Resources | None = None,
+                engine: str = "") -> list[GangRequest]:
         """Admitted gangs in priority order (highest first, then oldest). Their allocation is recorded now so
-        admission of the next gang sees it. `capacity`: the cluster's, as the placement engine knows it."""
+        admission of the next gang sees it. `capacity`: the cluster's, as the placement engine knows it;
+        `engine`: the placement engine's id (a new one takes back what the last one was placing)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if not self._engine_asks_locked(engine):
+                return []
             if capacity is not None and capacity != self._capacity:
                 self._capacity = capacity
                 self._changed_locked()
             while True:
+                if self._engine.superseded(engine):  # replaced while it waited: admit nothing for it
+                    return []
                 out = self._admit_locked(max_n)
                 if out or self._orphaned or self._probes:
                     return out
@@ -695,16 +760,40 @@ class ResourceManager:
             self._reasons[e.req.gang_id] = PlacementFailure(e.req.gang_id, e.req.job_id, e.req.attempt, reason)
             self._cond.notify_all()
 
+    def _engine_asks_locked(self, engine: str) -> bool:
+        """A placement engine other than the last one asks: the last one is gone (its process died or its standby
+        took over), so the gangs it was placing go back to the queue at once, and whatever it claimed for them
+        is released by the new one before it claims anything (orphaned claims). False: `engine` was replaced."""
+        ok, replaced = self._engine.asks(engine)
+        if replaced:
+            now = self.clock()
+            back = [e for e in self._entries.values() if e.state == _State.PLACING]
+            for e in back:
+                self._release_alloc_locked(e.req.gang_id, e.req.attempt)
+                self._orphaned[(e.req.gang_id, e.req.attempt)] = None
+                e.not_before = now
+                self._push_locked(e, now)
+            if back:
+                log.warning("a new placement engine asks: %d gangs the last one was placing go back to the queue",
+                            len(back))
+        return ok
+
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
                        stale: Sequence[PlacementFailure] = (),
                        preemptions: Sequence[tuple[GangKey, Sequence[GangKey]]] = (),
-                       reservations: Sequence[tuple[GangKey, Sequence[str], float]] = ()) -> None:
+                       reservations: Sequence[tuple[GangKey, Sequence[str], float]] = (), engine: str = "") -> None:
         """Placed (and claimed) gangs go to jobmgr; failed ones back to the queue with their reason (retried after
         a back-off), stale ones (refused at claim) back at once. `preemptions` and `reservations`: a probe's
         answers, the victims the placement engine chose for a waiting gang and the hosts it keeps for it
-        (hosts, expected start or 0)."""
+        (hosts, expected start or 0). The answers of a replaced engine (`engine` not the last to ask) are
+        dropped, their claims released."""
         now = self.clock()
         with self._cond:
+            if self._engine.superseded(engine):
+                for p in placements:
+                    self._orphan_locked(p)
+                log.warning("dropped the answers of a replaced placement engine (%d placements)", len(placements))
+                return
             for p in placements:
                 e = self._entries.get(p.gang_id)
                 if e is None or e.req.attempt != p.attempt or e.state != _State.PLACING:

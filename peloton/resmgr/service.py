@@ -33,7 +33,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
     @grpc_errors
     def DequeueGangs(self, request, context):  # type: ignore[no-untyped-def]
         gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0,
-                                convert.vec_from_proto(request.capacity) if request.HasField("capacity") else None)
+                                convert.vec_from_proto(request.capacity) if request.HasField("capacity") else None,
+                                engine=request.engine)
         return internal_pb2.DequeueGangsResponse(
             gangs=[convert.gang_request_to_proto(g) for g in gangs],
             release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()],
@@ -49,18 +50,20 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             [((p.gang.gang_id, p.gang.attempt), [(v.gang_id, v.attempt) for v in p.victims])
              for p in request.preemptions],
             [((r.gang.gang_id, r.gang.attempt), list(r.hosts), r.expected_start) for r in request.reservations],
+            engine=request.engine,
         )
         return internal_pb2.SetPlacementsResponse()
 
     @grpc_errors
     def GetPlacements(self, request, context):  # type: ignore[no-untyped-def]
         placements, pending = self.rm.take_placements(
-            request.max or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0
+            request.max or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0, consumer=request.consumer
         )
         return internal_pb2.GetPlacementsResponse(
             placements=[convert.placement_to_proto(p) for p in placements],
             pending=[convert.failure_to_proto(f) for f in pending],
             preempt=[internal_pb2.PreemptGang(gang_id=g, attempt=a, reason=r) for g, a, r in self.rm.take_preemptions()],
+            incarnation=self.rm.incarnation,
         )
 
     @grpc_errors

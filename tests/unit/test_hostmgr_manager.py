@@ -4,6 +4,7 @@ launches (refused when stale or killed first) over a fake backend."""
 from __future__ import annotations
 
 import threading
+import time
 from collections.abc import Collection, Sequence
 
 from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
@@ -154,6 +155,22 @@ def test_a_consumer_behind_the_dropped_events_is_told_of_the_gap(monkeypatch) ->
     events, gap = hm.wait_events(0, 10, 0.1)
     assert gap and [seq for seq, _ in events] == [3, 4, 5]
     assert hm.wait_events(3, 10, 0.1)[1] is False
+
+
+def test_a_new_consumer_after_everything_was_acknowledged_waits_without_a_gap() -> None:
+    """A job manager that takes over from another starts from 0: what the other acknowledged was persisted (not
+    lost), so it is told of no gap, and its long poll waits for the next event instead of answering at once."""
+    hm, be = make()
+    assert be.cb is not None
+    for i in range(3):
+        be.cb(TaskStatus(f"j-{i}-1", TaskState.RUNNING, 1.0))
+    assert hm.ack_events(3) == 0
+    began = time.monotonic()
+    assert hm.wait_events(0, 10, 0.2) == ([], False)
+    assert time.monotonic() - began >= 0.15  # it waited
+    be.cb(TaskStatus("j-3-1", TaskState.RUNNING, 1.0))
+    events, gap = hm.wait_events(0, 10, 0.1)
+    assert [seq for seq, _ in events] == [4] and not gap
 
 
 def test_wait_events_wakes_on_a_new_event() -> None:

@@ -640,3 +640,69 @@ def test_the_queued_and_placing_stages_are_timed_once_per_gang() -> None:
     assert rm.dequeue(10, SHORT) == [g]
     rm.set_placements([placement(g)], [])
     assert count("queued") == queued + 1 and count("placing") == placing + 1
+
+
+# --- the placement engine and the job manager replaced (a standby took over, or the process restarted) ---------
+def test_a_new_placement_engine_takes_back_what_the_last_one_was_placing() -> None:
+    """The engine that dequeued a gang died before it answered: the next engine gets the gang at once (no
+    timeout), the claims the last one may have made are released first, and a late answer of the last one is
+    dropped (its placement's claim released too) instead of handing out the gang twice."""
+    rm, _, _ = make()
+    g = gang("j")
+    rm.enqueue([g])
+    assert rm.dequeue(10, SHORT, engine="engine-a") == [g]
+    assert rm.dequeue(10, SHORT, engine="engine-a") == []  # PLACING: not handed out again to the same engine
+    assert rm.dequeue(10, SHORT, engine="engine-b") == [g]
+    assert rm.take_orphaned_claims() == [("j/0", 1)]
+    rm.set_placements([placement(g)], [], engine="engine-a")  # the replaced engine's late answer
+    assert rm.take_orphaned_claims() == [("j/0", 1)]
+    assert rm.take_placements(10, SHORT) == ([], [])  # not placed by it
+    assert rm.dequeue(10, SHORT, engine="engine-a") == []  # a replaced engine is never answered again
+    rm.set_placements([placement(g)], [], engine="engine-b")
+    assert [p.gang_id for p in rm.take_placements(10, SHORT)[0]] == ["j/0"]
+
+
+def test_a_long_poll_of_a_replaced_engine_admits_nothing() -> None:
+    """A placement engine killed during its dequeue's long poll leaves that call waiting in resmgr: once another
+    engine has asked, the gang enqueued next goes to the new one, not into the dead call."""
+    rm, _, _ = make()
+    got: list[list[GangRequest]] = []
+    waiting = threading.Thread(target=lambda: got.append(rm.dequeue(10, 2.0, engine="engine-a")))
+    waiting.start()
+    time.sleep(0.05)
+    assert rm.dequeue(10, SHORT, engine="engine-b") == []
+    g = gang("j")
+    rm.enqueue([g])
+    waiting.join(5)
+    assert got == [[]]
+    assert rm.dequeue(10, SHORT, engine="engine-b") == [g]
+
+
+def test_a_new_job_manager_is_handed_what_the_last_one_took_and_did_not_acknowledge() -> None:
+    rm, _, _ = make()
+    g = gang("j")
+    _placed(rm, g)  # handed to a caller without an id
+    rm.enqueue([gang("k")])
+    assert [p.gang_id for p in rm.take_placements(10, SHORT, consumer="jobmgr-a")[0]] == []
+    k = rm.dequeue(10, SHORT)
+    rm.set_placements([placement(x) for x in k], [])
+    assert [p.gang_id for p in rm.take_placements(10, SHORT, consumer="jobmgr-a")[0]] == ["k/0"]
+    # jobmgr-a dies before it acknowledges: its standby gets the same placement at once (same claims)
+    again = rm.take_placements(10, SHORT, consumer="jobmgr-b")[0]
+    assert sorted(p.gang_id for p in again) == ["j/0", "k/0"]
+    assert rm.take_placements(10, SHORT, consumer="jobmgr-a") == ([], [])  # replaced: handed nothing
+
+
+def test_a_long_poll_of_a_replaced_job_manager_is_handed_nothing() -> None:
+    rm, _, _ = make()
+    got: list[tuple[list[GangPlacement], list[PlacementFailure]]] = []
+    waiting = threading.Thread(target=lambda: got.append(rm.take_placements(10, 2.0, consumer="jobmgr-a")))
+    waiting.start()
+    time.sleep(0.05)
+    assert rm.take_placements(10, SHORT, consumer="jobmgr-b") == ([], [])
+    g = gang("j")
+    rm.enqueue([g])
+    rm.set_placements([placement(x) for x in rm.dequeue(10, SHORT)], [])
+    waiting.join(5)
+    assert got == [([], [])]
+    assert [p.gang_id for p in rm.take_placements(10, SHORT, consumer="jobmgr-b")[0]] == ["j/0"]

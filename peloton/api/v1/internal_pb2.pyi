@@ -136,14 +136,16 @@ class EnqueueGangsResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class DequeueGangsRequest(_message.Message):
-    __slots__ = ("max_gangs", "timeout_ms", "capacity")
+    __slots__ = ("max_gangs", "timeout_ms", "capacity", "engine")
     MAX_GANGS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
     CAPACITY_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
     max_gangs: int
     timeout_ms: int
     capacity: ResourceVector
-    def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ...) -> None: ...
+    engine: str
+    def __init__(self, max_gangs: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., capacity: _Optional[_Union[ResourceVector, _Mapping]] = ..., engine: _Optional[str] = ...) -> None: ...
 
 class DequeueGangsResponse(_message.Message):
     __slots__ = ("gangs", "release_claims", "probes", "reserving")
@@ -200,38 +202,44 @@ class Preemption(_message.Message):
     def __init__(self, gang: _Optional[_Union[GangKey, _Mapping]] = ..., victims: _Optional[_Iterable[_Union[GangKey, _Mapping]]] = ...) -> None: ...
 
 class SetPlacementsRequest(_message.Message):
-    __slots__ = ("placements", "failures", "preemptions", "reservations")
+    __slots__ = ("placements", "failures", "preemptions", "reservations", "engine")
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     FAILURES_FIELD_NUMBER: _ClassVar[int]
     PREEMPTIONS_FIELD_NUMBER: _ClassVar[int]
     RESERVATIONS_FIELD_NUMBER: _ClassVar[int]
+    ENGINE_FIELD_NUMBER: _ClassVar[int]
     placements: _containers.RepeatedCompositeFieldContainer[Placement]
     failures: _containers.RepeatedCompositeFieldContainer[Failure]
     preemptions: _containers.RepeatedCompositeFieldContainer[Preemption]
     reservations: _containers.RepeatedCompositeFieldContainer[Reservation]
-    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preemptions: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ...) -> None: ...
+    engine: str
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., failures: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preemptions: _Optional[_Iterable[_Union[Preemption, _Mapping]]] = ..., reservations: _Optional[_Iterable[_Union[Reservation, _Mapping]]] = ..., engine: _Optional[str] = ...) -> None: ...
 
 class SetPlacementsResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
 
 class GetPlacementsRequest(_message.Message):
-    __slots__ = ("max", "timeout_ms")
+    __slots__ = ("max", "timeout_ms", "consumer")
     MAX_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_MS_FIELD_NUMBER: _ClassVar[int]
+    CONSUMER_FIELD_NUMBER: _ClassVar[int]
     max: int
     timeout_ms: int
-    def __init__(self, max: _Optional[int] = ..., timeout_ms: _Optional[int] = ...) -> None: ...
+    consumer: str
+    def __init__(self, max: _Optional[int] = ..., timeout_ms: _Optional[int] = ..., consumer: _Optional[str] = ...) -> None: ...
 
 class GetPlacementsResponse(_message.Message):
-    __slots__ = ("placements", "pending", "preempt")
+    __slots__ = ("placements", "pending", "preempt", "incarnation")
     PLACEMENTS_FIELD_NUMBER: _ClassVar[int]
     PENDING_FIELD_NUMBER: _ClassVar[int]
     PREEMPT_FIELD_NUMBER: _ClassVar[int]
+    INCARNATION_FIELD_NUMBER: _ClassVar[int]
     placements: _containers.RepeatedCompositeFieldContainer[Placement]
     pending: _containers.RepeatedCompositeFieldContainer[Failure]
     preempt: _containers.RepeatedCompositeFieldContainer[PreemptGang]
-    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preempt: _Optional[_Iterable[_Union[PreemptGang, _Mapping]]] = ...) -> None: ...
+    incarnation: str
+    def __init__(self, placements: _Optional[_Iterable[_Union[Placement, _Mapping]]] = ..., pending: _Optional[_Iterable[_Union[Failure, _Mapping]]] = ..., preempt: _Optional[_Iterable[_Union[PreemptGang, _Mapping]]] = ..., incarnation: _Optional[str] = ...) -> None: ...
 
 class PreemptGang(_message.Message):
     __slots__ = ("gang_id", "attempt", "reason")
