@@ -88,6 +88,8 @@ class Loop:
                 did_work = bool(self._run_once())
                 self.consecutive_errors = 0
             except Exception as e:  # noqa: BLE001 - a loop never dies of an error: it backs off and tries again
+                if self._stop.is_set():
+                    return  # the daemon is stopping: the error is its shutdown's (channels closed under a call)
                 self.consecutive_errors += 1
                 LOOP_ERRORS.labels(self.name).inc()
                 if _unavailable(e):  # expected while a dependency (the store, a component) is away: one line

@@ -23,17 +23,19 @@ from peloton.store.lock import Owner, StoreLock
 
 log = logging.getLogger(__name__)
 
-LEADER = Gauge("peloton_leader", "1 while this process leads for the role: a process with the job manager while it "
-               "holds the store lock and acts (all its roles), any other once it serves; 0 standing by", ["role"])
+LEADER = Gauge("peloton_leader", "1 while this process leads for the role: while it holds the role's lock and acts "
+               "(a process leads all its roles or none; one without a lock, on SQLite, once it serves); 0 standing by",
+               ["role"])
 
 
 class StoreGuard:
-    def __init__(self, lock: StoreLock, sessions: sessionmaker[Session], owner: Owner,
+    def __init__(self, lock: StoreLock, sessions: sessionmaker[Session] | None, owner: Owner,
                  on_lost: Callable[[str, str], None], on_regained: Callable[[], None],
                  on_change: Callable[[], None] = lambda: None) -> None:
         """`on_lost(why, leader)` stops acting (`leader`: the address of the daemon that acts instead, once
         known); `on_regained()` recovers and acts again (if it raises, it is tried again later); `on_change()` is
-        told whenever `healthy` may have changed."""
+        told whenever `healthy` may have changed. `sessions` None: a process with no store but the lock's (a
+        placement process): the lock's renewal is its only contact with the store."""
         self.lock = lock
         self.sessions = sessions
         self.owner = owner
@@ -49,6 +51,11 @@ class StoreGuard:
     @property
     def healthy(self) -> bool:
         return self.acting and self.store_ok
+
+    @property
+    def leader(self) -> Owner | None:
+        """Who acts instead of this process (None while it acts, or before it knows)."""
+        return None if self.acting else self._leader
 
     def run_once(self) -> bool:
         with self._mu:
@@ -89,6 +96,8 @@ class StoreGuard:
                       holder.address)
 
     def _ping(self) -> bool:
+        if self.sessions is None:
+            return True
         try:
             with transaction(self.sessions) as s:
                 s.execute(text("SELECT 1"))

@@ -13,6 +13,8 @@ import socket
 import sys
 import threading
 import time
+import uuid
+from collections.abc import Callable
 from concurrent import futures
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -28,6 +30,7 @@ from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
@@ -63,15 +66,16 @@ from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
-from peloton.standby import StandbyServer
+from peloton.standby import RequireLeader, StandbyServer
 from peloton.store import db, repo
-from peloton.store.fence import EPOCH_KEY, Fence, take_epoch
+from peloton.store.fence import EPOCH_KEY, Fence, take_epochs
 from peloton.store.lock import (
     LEASE_S,
     OWNER_KEY,
     Owner,
     StoreLock,
     refusal,
+    role_leaders,
     session_name,
     standbys,
     store_lock,
@@ -86,7 +90,19 @@ HEALTH_SERVICE = "peloton"
 # Messages between components and to clients: internal calls are sent in bounded chunks well under this.
 MESSAGE_LIMITS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
                   ("grpc.max_send_message_length", 64 * 1024 * 1024)]
-ROLES = frozenset({"jobmgr", "resmgr", "placement", "hostmgr"})
+ROLE_ORDER = ("jobmgr", "resmgr", "placement", "hostmgr")
+ROLES = frozenset(ROLE_ORDER)
+# Internal channels reconnect within a second of their peer's return (gRPC's default back-off grows to 2 minutes):
+# a restarted or taken-over resmgr/hostmgr is called again at once.
+RECONNECT = [("grpc.initial_reconnect_backoff_ms", 100), ("grpc.min_reconnect_backoff_ms", 100),
+             ("grpc.max_reconnect_backoff_ms", 1000),
+             # a peer that is paused (SIGSTOP, a stall) or cut off answers no HTTP/2 ping: its connection is closed
+             # within ~4 s and the calls on it end UNAVAILABLE, so the caller moves on to its standby
+             ("grpc.keepalive_time_ms", 2000), ("grpc.keepalive_timeout_ms", 2000), ("grpc.http2.ping_timeout_ms", 2000),
+             ("grpc.keepalive_permit_without_calls", 1), ("grpc.http2.max_pings_without_data", 0)]
+# ... which the internal server must allow (by default it ends a connection that pings more than every 5 minutes)
+KEEPALIVE_ALLOWED = [("grpc.http2.min_ping_interval_without_data_ms", 1000), ("grpc.keepalive_permit_without_calls", 1),
+                     ("grpc.http2.max_ping_strikes", 0)]
 
 
 WRITERS_PG = 2  # the job manager's writers on PostgreSQL (docs/performance.md: measured 1, 2 and 4)
@@ -197,10 +213,10 @@ class ServerConfig:
             raise InvalidArgument(f"--role: unknown role(s) {sorted(unknown)}; known: {', '.join(sorted(ROLES))}",
                                   field="--role")
         needs_resmgr = self.roles & {"jobmgr", "placement"}
-        if needs_resmgr and "resmgr" not in self.roles and not self.resmgr_address:
+        if needs_resmgr and "resmgr" not in self.roles and not split_addresses(self.resmgr_address):
             raise InvalidArgument("--resmgr: the address of the resmgr process is required without --role resmgr",
                                   field="--resmgr")
-        if needs_resmgr and "hostmgr" not in self.roles and not self.hostmgr_address:
+        if needs_resmgr and "hostmgr" not in self.roles and not split_addresses(self.hostmgr_address):
             raise InvalidArgument("--hostmgr: the address of the hostmgr process is required without --role hostmgr",
                                   field="--hostmgr")
         self._check_tls()
@@ -287,6 +303,12 @@ class Daemon:
         self.loops: list[Loop] = []
         self._stopped = threading.Event()
         self.store_lock: StoreLock | None = None
+        self.guard: StoreGuard | None = None
+        self.jobmgr: JobManager | None = None
+        self.resmgr: ResourceManager | None = None
+        self.hostmgr: HostManager | None = None
+        self.placement: PlacementEngine | None = None
+        self._fenced_at: float | None = None  # a commit found a newer epoch (until the locks are ours again)
 
     def _try_lock_data_dir(self) -> bool:
         """One daemon per data dir (its local backend's tasks are that daemon's). The data dir is owner-only
@@ -326,11 +348,13 @@ class Daemon:
 
     def _take_store_lock(self, url: str) -> None:
         """Only one daemon acts on a store (and on a data dir): take both locks, or refuse to start naming the
-        holder, or (--standby) serve redirects to the holder until it goes, then take over."""
+        holder, or (--standby) serve redirects to the holder until it goes, then take over. On PostgreSQL the
+        store's locks are the roles' (one for each role this process runs, all of them or none): a `--role`
+        process and its standbys share its roles' locks, not the others'."""
         cfg = self.cfg
         self.session = session_name()
         self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s)
-        lock = store_lock(url, self.session)
+        lock = store_lock(url, self.session, tuple(cfg.roles))
         have_dir = self._try_lock_data_dir()
         if have_dir and lock.try_acquire(self.owner):
             self.store_lock = lock
@@ -346,6 +370,9 @@ class Daemon:
         """Serve the API's port with redirects to the leader (standby.py) until both locks are ours."""
         cfg = self.cfg
         what = _describe_store(url)
+        acts = "acts on"
+        if cfg.roles != ROLES:  # a --role process waits for its roles' leader, not the store's
+            acts = f"leads {'/'.join(r for r in ROLE_ORDER if r in cfg.roles)} on"
         leader: list[Owner | None] = [lock.holder()]  # read here only: the lock's connection is not shared
         standby = StandbyServer(cfg.listen, lambda: leader[0],
                                 self._tls_credentials() if cfg.tls_cert else None)
@@ -355,9 +382,9 @@ class Daemon:
         holder = leader[0]
         who = holder.describe() if holder is not None else (
             "another daemon" if have_dir else f"another daemon with data dir {cfg.data_dir}")
-        print(f"peloton: standing by: {who} acts on {what}; answering on {standby.listen} with its address",
+        print(f"peloton: standing by: {who} {acts} {what}; answering on {standby.listen} with its address",
               flush=True)
-        log.warning("standing by: %s acts on %s; taking over when it goes", who, what)
+        log.warning("standing by: %s %s %s; taking over when it goes", who, acts, what)
         try:
             while True:
                 have_dir = have_dir or self._try_lock_data_dir()
@@ -369,7 +396,8 @@ class Daemon:
                     raise FailedPrecondition("stopped while standing by")
         finally:
             standby.stop()
-        log.warning("took over the store lock of %s", what)
+        log.warning("took over the %s lock%s of %s", "store" if cfg.roles == ROLES else "/".join(
+            r for r in ROLE_ORDER if r in cfg.roles), "s" if 1 < len(cfg.roles) < len(ROLES) else "", what)
 
     def _serve_metrics(self) -> None:
         """First of all: a port in use refuses the start, and a standby exports its metrics (peloton_leader 0)."""
@@ -427,6 +455,8 @@ class Daemon:
         cfg = self.cfg
         cfg.check()
         roles = cfg.roles
+        if roles & {"jobmgr", "placement"} and not roles >= {"resmgr", "hostmgr"}:
+            load_secret(cfg.secret_file(), create=False)  # refused now, before it takes any lock or port
         self._serve_metrics()
         for role in roles:  # until it acts (a standby never does)
             LEADER.labels(role).set(0)
@@ -434,14 +464,15 @@ class Daemon:
         self.session = ""
         self.fence: Fence | None = None
         self._standby_listen = ""
-        if "jobmgr" not in roles:
+        url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
+        postgres = db.sqlite_path(url) is None
+        if "jobmgr" in roles or postgres:
+            # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
+            # under the daemon that acts on the store
+            self._take_store_lock(url)
+        else:  # a --role process on SQLite (or with no store): one per data dir, no standby but on that machine
             self._lock_data_dir()
-        if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos":
-            url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
-            if "jobmgr" in roles:
-                # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
-                # under the daemon that acts on the store
-                self._take_store_lock(url)
+        if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (postgres and "hostmgr" in roles):
             sqlite_file = db.sqlite_path(url)
             if sqlite_file is not None:  # owner-only before SQLite creates it (its -wal and -shm follow its mode)
                 private_file(sqlite_file)
@@ -455,9 +486,10 @@ class Daemon:
             self.read_sessions = db.make_read_sessions(self.engine)
             if self.store_lock is not None:
                 # every commit of this daemon checks that no other has taken over since (fence.py)
-                self.fence = Fence(take_epoch(self.sessions), self._fenced)
+                self.fence = Fence(take_epochs(self.sessions, roles), self._fenced)
                 self.fence.install(self.sessions)
-                log.info("leading the store as epoch %d", self.fence.epoch)
+                log.info("leading %s as epoch %d", "the store" if "jobmgr" in roles else "/".join(sorted(roles)),
+                         self.fence.epoch)
             with db.transaction(self.sessions) as s:
                 repo.ensure_root_pool(s, time.time())
 
@@ -490,7 +522,6 @@ class Daemon:
             audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(self.audit, self.read_sessions),
                                                              self.server)
             services.append((audit_pb2.DESCRIPTOR, "AuditService"))
-        self.hostmgr: HostManager | None = None
         if "hostmgr" in roles:
             def save_drains(drains: dict[str, float]) -> None:
                 with db.transaction(self.sessions) as s:
@@ -554,10 +585,10 @@ class Daemon:
         # through the in-process transport (same messages, servicers and errors, no network) inside this one.
         self.channels: list[grpc.Channel] = []
         resmgr_stub: Any = (LocalStub(resmgr_servicer) if "resmgr" in roles else
-                            internal_pb2_grpc.ResourceManagerInternalStub(self._channel(cfg.resmgr_address)))
+                            self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address, "resmgr"))
         hostmgr_stub: Any = (LocalStub(hostmgr_servicer) if "hostmgr" in roles else
-                             internal_pb2_grpc.HostManagerInternalStub(self._channel(cfg.hostmgr_address)))
-        self.jobmgr: JobManager | None = None
+                             self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address, "hostmgr"))
+        self.jobmgr = None
         if "jobmgr" in roles:
             self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
                                      writers=cfg.writers())
@@ -584,7 +615,7 @@ class Daemon:
         self.server.start()
 
         self.loops = []
-        self.guard: StoreGuard | None = None
+        self.guard = None
         if self.jobmgr is not None:
             self.jobmgr.start()
             # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
@@ -595,17 +626,22 @@ class Daemon:
                 Loop("task-events", self.jobmgr.events_once, 0.05),
                 Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
             ]
-            assert self.store_lock is not None
             jm = self.jobmgr
-            self.guard = StoreGuard(self.store_lock, self.read_sessions, self.owner, jm.writer.pause,
-                                    lambda: self._regained(jm), lambda: None if self._update_health() else None)
-            self.loops.append(Loop("store", self.guard.run_once, 1.0))
             kept = [t for t in (cfg.job_retention_s, cfg.audit_retention_s) if t > 0]
             if kept:  # checked often enough for the shortest retention, at least every 10 minutes
                 self.loops.append(Loop("retention", lambda: self._retention_once(jm),
                                        max(1.0, min(600.0, min(kept) / 4))))
+        if self.store_lock is not None:
+            # the locks of this process's roles, watched: it stops acting when they are lost or taken over, and
+            # recovers when they are its own again
+            self.guard = StoreGuard(self.store_lock, self.read_sessions if self.engine is not None else None,
+                                    self.owner, self._stop_acting, self._regained,
+                                    lambda: None if self._update_health() else None)
+            self.loops.append(Loop("store", self.guard.run_once, 1.0))
         if "placement" in roles:
-            self.loops.append(Loop("placement", PlacementEngine(resmgr_stub, hostmgr_stub).run_once, 0.05))
+            engine = self.placement = PlacementEngine(resmgr_stub, hostmgr_stub)
+            # a replaced leader places nothing (its plans would be refused at claim time anyway)
+            self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05))
         self.loops.append(Loop("health", self._update_health, 5.0))
         for lp in self.loops:
             lp.start()
@@ -692,9 +728,18 @@ class Daemon:
     def _channel(self, address: str) -> grpc.Channel:
         """To another process's internal services, presenting the components' shared secret."""
         secret = load_secret(self.cfg.secret_file(), create=False)
-        ch = grpc.insecure_channel(address, options=MESSAGE_LIMITS)
+        ch = grpc.insecure_channel(address, options=[*MESSAGE_LIMITS, *RECONNECT])
         self.channels.append(ch)
         return grpc.intercept_channel(ch, SendSecret(secret))
+
+    def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str) -> Any:
+        """The internal services of the `role` process, at one address or at several (its leader and standbys,
+        api/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
+        listed = split_addresses(addresses)
+        if not listed or not self.cfg.roles & {"jobmgr", "placement"}:
+            return None
+        stubs = [stub(self._channel(a)) for a in listed]
+        return stubs[0] if len(stubs) == 1 else FailoverStub(stubs, listed, role)
 
     def _serve_internal(self, hostmgr: HostManagerServicer | None,
                         resmgr: ResourceManagerServicer | None) -> grpc.Server:
@@ -703,8 +748,9 @@ class Daemon:
         cfg = self.cfg
         secret = load_secret(cfg.secret_file(), create=True)
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="grpc-internal"),
-                             options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
-                             interceptors=[RequireSecret(secret), RejectUndecodableRequests()])
+                             options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS, *KEEPALIVE_ALLOWED],
+                             interceptors=[RequireSecret(secret), RequireLeader(self._leads, self._leader),
+                                           RejectUndecodableRequests()])
         if hostmgr is not None:
             internal_pb2_grpc.add_HostManagerInternalServicer_to_server(hostmgr, server)
         if resmgr is not None:
@@ -742,30 +788,56 @@ class Daemon:
         """Who leads the store (this daemon, or the one that took over from it), its epoch, and the standbys."""
         if self.store_lock is None:
             return None
+        if self.engine is None:  # a --role placement or hostmgr process that leads with a lock but has no store
+            return Leadership(self.owner, 0, [], [(r, self.owner, 0.0) for r in sorted(self.cfg.roles)])
         sqlite = db.sqlite_path(self.cfg.db_url or db.default_sqlite_url(self.cfg.data_dir)) is not None
         with db.transaction(self.read_sessions) as s:
             # SQLite: one daemon, this one (its lock file, not the store, says who holds the lock)
             leader = self.owner if sqlite else Owner.from_json(repo.get_meta(s, OWNER_KEY))
             epoch = int(repo.get_meta(s, EPOCH_KEY) or 0)
             waiting = [] if sqlite else standbys(s)
-        return Leadership(leader, epoch, waiting)
+            roles = [] if sqlite else role_leaders(s)
+        return Leadership(leader, epoch, waiting, roles)
 
     def _fenced(self, why: str) -> None:
         """A commit found a newer epoch: another daemon leads. Stop acting now; the store guard finds the lock
         gone and stands by."""
-        jm = getattr(self, "jobmgr", None)
-        if jm is not None:
-            jm.writer.pause(why)
+        self._fenced_at = time.monotonic()
+        if self.jobmgr is not None:
+            self.jobmgr.writer.pause(why)
 
-    def _regained(self, jm: JobManager) -> None:
-        """The store lock is ours again: what happened meanwhile is read back exactly as after a restart."""
+    def _leads(self) -> bool:
+        """This process acts for its roles: it holds their locks (none to hold on SQLite without the job
+        manager), has not been replaced, and renewed its lease recently (a paused process stops at once)."""
+        guard, lock = self.guard, self.store_lock
+        return guard is None or (guard.acting and self._fenced_at is None and (lock is None or lock.fresh()))
+
+    def _leader(self) -> Owner | None:
+        return self.guard.leader if self.guard is not None else None
+
+    def _stop_acting(self, why: str, leader: str) -> None:
+        """The locks were lost, or another process holds them: the job manager refuses changes; the internal
+        services and the placement loop stop on `_leads()`."""
+        if self.jobmgr is not None:
+            self.jobmgr.writer.pause(why, leader)
+
+    def _regained(self) -> None:
+        """The roles' locks are ours again: what happened meanwhile is read back exactly as after a restart."""
         if self.fence is not None:
-            self.fence.take(take_epoch(self.sessions))
-            log.warning("leading the store again as epoch %d", self.fence.epoch)
+            self.fence.take(take_epochs(self.sessions, self.cfg.roles))
+            self._fenced_at = None
+            log.warning("leading %s again as epoch %d", "the store" if self.jobmgr is not None else
+                        "/".join(sorted(self.cfg.roles)), self.fence.epoch)
         if self.hostmgr is not None:
             self.hostmgr.backend.lead_again()
-        if "resmgr" in self.cfg.roles:
+        if self.resmgr is not None:
             self.resmgr.reset()
+        if self.placement is not None:  # resmgr refuses the old id if another engine asked meanwhile
+            self.placement.id = uuid.uuid4().hex
+        jm = self.jobmgr
+        if jm is None:
+            return
+        jm.launcher.id = uuid.uuid4().hex  # (the same for the job manager's placements)
         jm.writer.resume()
         try:
             jm.recover()
@@ -782,14 +854,14 @@ class Daemon:
         store_ok = self.guard is None or self.guard.healthy
         serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
         status = serving if not stuck and store_ok else not_serving
-        if self.guard is not None:  # a job manager process leads (all its roles) while it acts on the store
-            for role in self.cfg.roles:
-                LEADER.labels(role).set(1 if self.guard.acting else 0)
+        leads = self.guard is None or self.guard.acting  # a process leads all its roles or none
+        for role in self.cfg.roles:
+            LEADER.labels(role).set(1 if leads else 0)
         self.health.set(HEALTH_SERVICE, status)
         self.health.set("", status)
         for role in sorted(self.cfg.roles):
             mine = {name for name in stuck if _role_of_loop(name) == role}
-            ok = not mine and (store_ok or role != "jobmgr")
+            ok = not mine and leads and (store_ok or role != "jobmgr")
             self.health.set(f"{HEALTH_SERVICE}.{role}", serving if ok else not_serving)
         return False
 

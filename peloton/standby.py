@@ -77,3 +77,22 @@ class StandbyServer:
     def stop(self) -> None:
         """Let the calls in flight finish; the port is free for the leader's server once this returns."""
         self._server.stop(grace=0.5).wait(2)
+
+
+class RequireLeader(grpc.ServerInterceptor):
+    """The internal services of a process that holds the locks of its roles but does not act (another process
+    took over while it was paused or cut off): UNAVAILABLE to every call, so its peers move on to the leader
+    (api/failover.py), as they do from a standby that does not listen yet."""
+
+    def __init__(self, leads: Callable[[], bool], leader: Callable[[], Owner | None]) -> None:
+        self._leads = leads
+
+        def refuse(request: Any, context: grpc.ServicerContext) -> Any:
+            message, metadata = leader_hint(leader())
+            context.set_trailing_metadata(metadata)
+            context.abort(grpc.StatusCode.UNAVAILABLE, message)
+
+        self._refuse = grpc.unary_unary_rpc_method_handler(refuse)
+
+    def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
+        return continuation(details) if self._leads() else self._refuse

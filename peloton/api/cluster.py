@@ -31,7 +31,8 @@ class Leadership:
     """Who acts on the store, as the store says (read per call)."""
     leader: Owner | None
     epoch: int
-    standbys: Sequence[tuple[str, float]]  # (address, waiting since)
+    standbys: Sequence[tuple[str, float, tuple[str, ...]]]  # (address, waiting since, roles)
+    roles: Sequence[tuple[str, Owner, float]] = ()  # (role, its leader, seconds since its last renewal)
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
@@ -59,7 +60,9 @@ def _leadership_to_proto(lead: Leadership | None) -> cluster_pb2.Leadership | No
     if lead is None:
         return None
     out = cluster_pb2.Leadership(epoch=lead.epoch, standbys=[
-        cluster_pb2.Standby(address=a, waiting_since=t) for a, t in lead.standbys])
+        cluster_pb2.Standby(address=a, waiting_since=t, roles=list(roles)) for a, t, roles in lead.standbys], roles=[
+        cluster_pb2.RoleLeader(role=r, address=o.address, host=o.host, pid=o.pid, since=o.since, silent_seconds=q)
+        for r, o, q in lead.roles])
     if lead.leader is not None:
         o = lead.leader
         out.leader, out.leader_host, out.leader_pid = o.address, o.host, o.pid

@@ -248,8 +248,16 @@ def _leadership_rows(lead: Any) -> list[tuple[str, str]]:
     since = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(lead.leading_since))
     leader = (f"{lead.leader} (pid {lead.leader_pid} on {lead.leader_host}, since {since}"
               + (f", epoch {lead.epoch}, lease {lead.lease_seconds:g}s)" if lead.epoch else ")")) if lead.leader else "-"
-    waiting = [f"{sb.address} (standing by since {render.ago(sb.waiting_since)})" for sb in lead.standbys]
-    return [("leader", leader), ("standbys", ", ".join(waiting) or "none")]
+    rows = [("leader", leader)]
+    # a split deployment (--role): each role's leader, when they are not all the job manager's process
+    if any((r.pid, r.host) != (lead.leader_pid, lead.leader_host) for r in lead.roles):
+        for r in lead.roles:
+            silent = (f"silent for {r.silent_seconds:.0f}s, past its lease" if r.silent_seconds > lead.lease_seconds > 0
+                      else f"renewed {r.silent_seconds:.1f}s ago")
+            rows.append((f"leader of {r.role}", f"{r.address or '-'} (pid {r.pid} on {r.host}, {silent})"))
+    waiting = [f"{sb.address} ({'/'.join(sb.roles) + ', ' if sb.roles else ''}standing by since "
+               f"{render.ago(sb.waiting_since)})" for sb in lead.standbys]
+    return [*rows, ("standbys", ", ".join(waiting) or "none")]
 
 
 def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:

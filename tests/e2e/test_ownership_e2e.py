@@ -171,11 +171,11 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                 assert "lost its hold on the store" in why
                 wait_until(lambda: health.Check(health_pb2.HealthCheckRequest(service="peloton")).status
                            == health_pb2.HealthCheckResponse.NOT_SERVING, timeout=10, what="NOT_SERVING")
-                # per role: the job manager is what lost the store; placement goes on
-                assert health.Check(health_pb2.HealthCheckRequest(service="peloton.jobmgr")).status \
-                    == health_pb2.HealthCheckResponse.NOT_SERVING
-                assert health.Check(health_pb2.HealthCheckRequest(service="peloton.placement")).status \
-                    == health_pb2.HealthCheckResponse.SERVING
+                # per role: a daemon leads all its roles or none (one lock each, on one connection): placement
+                # stops with the job manager
+                for role in ("jobmgr", "resmgr", "placement", "hostmgr"):
+                    assert health.Check(health_pb2.HealthCheckRequest(service=f"peloton.{role}")).status \
+                        == health_pb2.HealthCheckResponse.NOT_SERVING, role
                 assert d.state(job) == "RUNNING"  # reads go on
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
             wait_until(lambda: health.Check(health_pb2.HealthCheckRequest(service="peloton")).status

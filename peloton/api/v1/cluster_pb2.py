@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peloton/v1/cluster.proto\x12\npeloton.v1\"\x17\n\x15GetClusterInfoRequest\"\xe2\x01\n\x16GetClusterInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\r\n\x05roles\x18\x02 \x03(\t\x12\r\n\x05store\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\x01\x12\x11\n\taddresses\x18\x06 \x03(\t\x12&\n\x08security\x18\x07 \x01(\x0b\x32\x14.peloton.v1.Security\x12\r\n\x05hosts\x18\x08 \x01(\x05\x12*\n\nleadership\x18\t \x01(\x0b\x32\x16.peloton.v1.Leadership\"\xa9\x01\n\nLeadership\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x13\n\x0bleader_host\x18\x02 \x01(\t\x12\x12\n\nleader_pid\x18\x03 \x01(\x05\x12\x15\n\rleading_since\x18\x04 \x01(\x01\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12%\n\x08standbys\x18\x06 \x03(\x0b\x32\x13.peloton.v1.Standby\x12\x15\n\rlease_seconds\x18\x07 \x01(\x01\"1\n\x07Standby\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x15\n\rwaiting_since\x18\x02 \x01(\x01\"\x99\x01\n\x08Security\x12\x0b\n\x03tls\x18\x01 \x01(\x08\x12\x12\n\nmutual_tls\x18\x02 \x01(\x08\x12\x0e\n\x06tokens\x18\x03 \x01(\x08\x12\x10\n\x08insecure\x18\x04 \x01(\x08\x12\x0e\n\x06\x63\x61ller\x18\x05 \x01(\t\x12\x14\n\x0c\x63\x61ller_roles\x18\x06 \x03(\t\x12\x12\n\ncaller_via\x18\x07 \x01(\t\x12\x10\n\x08warnings\x18\x08 \x03(\t2i\n\x0e\x43lusterService\x12W\n\x0eGetClusterInfo\x12!.peloton.v1.GetClusterInfoRequest\x1a\".peloton.v1.GetClusterInfoResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peloton/v1/cluster.proto\x12\npeloton.v1\"\x17\n\x15GetClusterInfoRequest\"\xe2\x01\n\x16GetClusterInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\r\n\x05roles\x18\x02 \x03(\t\x12\r\n\x05store\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\x01\x12\x11\n\taddresses\x18\x06 \x03(\t\x12&\n\x08security\x18\x07 \x01(\x0b\x32\x14.peloton.v1.Security\x12\r\n\x05hosts\x18\x08 \x01(\x05\x12*\n\nleadership\x18\t \x01(\x0b\x32\x16.peloton.v1.Leadership\"\xd0\x01\n\nLeadership\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x13\n\x0bleader_host\x18\x02 \x01(\t\x12\x12\n\nleader_pid\x18\x03 \x01(\x05\x12\x15\n\rleading_since\x18\x04 \x01(\x01\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12%\n\x08standbys\x18\x06 \x03(\x0b\x32\x13.peloton.v1.Standby\x12\x15\n\rlease_seconds\x18\x07 \x01(\x01\x12%\n\x05roles\x18\x08 \x03(\x0b\x32\x16.peloton.v1.RoleLeader\"m\n\nRoleLeader\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\r\n\x05since\x18\x05 \x01(\x01\x12\x16\n\x0esilent_seconds\x18\x06 \x01(\x01\"@\n\x07Standby\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x15\n\rwaiting_since\x18\x02 \x01(\x01\x12\r\n\x05roles\x18\x03 \x03(\t\"\x99\x01\n\x08Security\x12\x0b\n\x03tls\x18\x01 \x01(\x08\x12\x12\n\nmutual_tls\x18\x02 \x01(\x08\x12\x0e\n\x06tokens\x18\x03 \x01(\x08\x12\x10\n\x08insecure\x18\x04 \x01(\x08\x12\x0e\n\x06\x63\x61ller\x18\x05 \x01(\t\x12\x14\n\x0c\x63\x61ller_roles\x18\x06 \x03(\t\x12\x12\n\ncaller_via\x18\x07 \x01(\t\x12\x10\n\x08warnings\x18\x08 \x03(\t2i\n\x0e\x43lusterService\x12W\n\x0eGetClusterInfo\x12!.peloton.v1.GetClusterInfoRequest\x1a\".peloton.v1.GetClusterInfoResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,11 +36,13 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_GETCLUSTERINFORESPONSE']._serialized_start=66
   _globals['_GETCLUSTERINFORESPONSE']._serialized_end=292
   _globals['_LEADERSHIP']._serialized_start=295
-  _globals['_LEADERSHIP']._serialized_end=464
-  _globals['_STANDBY']._serialized_start=466
-  _globals['_STANDBY']._serialized_end=515
-  _globals['_SECURITY']._serialized_start=518
-  _globals['_SECURITY']._serialized_end=671
-  _globals['_CLUSTERSERVICE']._serialized_start=673
-  _globals['_CLUSTERSERVICE']._serialized_end=778
+  _globals['_LEADERSHIP']._serialized_end=503
+  _globals['_ROLELEADER']._serialized_start=505
+  _globals['_ROLELEADER']._serialized_end=614
+  _globals['_STANDBY']._serialized_start=616
+  _globals['_STANDBY']._serialized_end=680
+  _globals['_SECURITY']._serialized_start=683
+  _globals['_SECURITY']._serialized_end=836
+  _globals['_CLUSTERSERVICE']._serialized_start=838
+  _globals['_CLUSTERSERVICE']._serialized_end=943
 # @@protoc_insertion_point(module_scope)

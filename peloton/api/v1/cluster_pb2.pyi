@@ -33,7 +33,7 @@ class GetClusterInfoResponse(_message.Message):
     def __init__(self, version: _Optional[str] = ..., roles: _Optional[_Iterable[str]] = ..., store: _Optional[str] = ..., backend: _Optional[str] = ..., started_at: _Optional[float] = ..., addresses: _Optional[_Iterable[str]] = ..., security: _Optional[_Union[Security, _Mapping]] = ..., hosts: _Optional[int] = ..., leadership: _Optional[_Union[Leadership, _Mapping]] = ...) -> None: ...
 
 class Leadership(_message.Message):
-    __slots__ = ("leader", "leader_host", "leader_pid", "leading_since", "epoch", "standbys", "lease_seconds")
+    __slots__ = ("leader", "leader_host", "leader_pid", "leading_since", "epoch", "standbys", "lease_seconds", "roles")
     LEADER_FIELD_NUMBER: _ClassVar[int]
     LEADER_HOST_FIELD_NUMBER: _ClassVar[int]
     LEADER_PID_FIELD_NUMBER: _ClassVar[int]
@@ -41,6 +41,7 @@ class Leadership(_message.Message):
     EPOCH_FIELD_NUMBER: _ClassVar[int]
     STANDBYS_FIELD_NUMBER: _ClassVar[int]
     LEASE_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
     leader: str
     leader_host: str
     leader_pid: int
@@ -48,15 +49,34 @@ class Leadership(_message.Message):
     epoch: int
     standbys: _containers.RepeatedCompositeFieldContainer[Standby]
     lease_seconds: float
-    def __init__(self, leader: _Optional[str] = ..., leader_host: _Optional[str] = ..., leader_pid: _Optional[int] = ..., leading_since: _Optional[float] = ..., epoch: _Optional[int] = ..., standbys: _Optional[_Iterable[_Union[Standby, _Mapping]]] = ..., lease_seconds: _Optional[float] = ...) -> None: ...
+    roles: _containers.RepeatedCompositeFieldContainer[RoleLeader]
+    def __init__(self, leader: _Optional[str] = ..., leader_host: _Optional[str] = ..., leader_pid: _Optional[int] = ..., leading_since: _Optional[float] = ..., epoch: _Optional[int] = ..., standbys: _Optional[_Iterable[_Union[Standby, _Mapping]]] = ..., lease_seconds: _Optional[float] = ..., roles: _Optional[_Iterable[_Union[RoleLeader, _Mapping]]] = ...) -> None: ...
+
+class RoleLeader(_message.Message):
+    __slots__ = ("role", "address", "host", "pid", "since", "silent_seconds")
+    ROLE_FIELD_NUMBER: _ClassVar[int]
+    ADDRESS_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    PID_FIELD_NUMBER: _ClassVar[int]
+    SINCE_FIELD_NUMBER: _ClassVar[int]
+    SILENT_SECONDS_FIELD_NUMBER: _ClassVar[int]
+    role: str
+    address: str
+    host: str
+    pid: int
+    since: float
+    silent_seconds: float
+    def __init__(self, role: _Optional[str] = ..., address: _Optional[str] = ..., host: _Optional[str] = ..., pid: _Optional[int] = ..., since: _Optional[float] = ..., silent_seconds: _Optional[float] = ...) -> None: ...
 
 class Standby(_message.Message):
-    __slots__ = ("address", "waiting_since")
+    __slots__ = ("address", "waiting_since", "roles")
     ADDRESS_FIELD_NUMBER: _ClassVar[int]
     WAITING_SINCE_FIELD_NUMBER: _ClassVar[int]
+    ROLES_FIELD_NUMBER: _ClassVar[int]
     address: str
     waiting_since: float
-    def __init__(self, address: _Optional[str] = ..., waiting_since: _Optional[float] = ...) -> None: ...
+    roles: _containers.RepeatedScalarFieldContainer[str]
+    def __init__(self, address: _Optional[str] = ..., waiting_since: _Optional[float] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Security(_message.Message):
     __slots__ = ("tls", "mutual_tls", "tokens", "insecure", "caller", "caller_roles", "caller_via", "warnings")
