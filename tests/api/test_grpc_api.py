@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import random
 import threading
 import time
@@ -28,6 +29,7 @@ from peloton.api.v1 import (
 from peloton.domain.resources import Resources
 from peloton.server import Daemon, ServerConfig
 from tests.asroot import AS_ROOT_SETTINGS
+from tests.dbutil import postgres_database
 
 RPC_TIMEOUT = 15.0
 
@@ -43,12 +45,19 @@ class Api:
     health: health_pb2_grpc.HealthStub
 
 
-@pytest.fixture(scope="module")
-def api(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
-    tmp = tmp_path_factory.mktemp("daemon")
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Api]:
+    """One daemon per store for the whole module (each test runs on both)."""
+    with contextlib.ExitStack() as stack:
+        tmp = tmp_path_factory.mktemp("daemon")
+        url = f"sqlite:///{tmp}/p.db" if request.param == "sqlite" else stack.enter_context(postgres_database())
+        yield from _serve(tmp, url)
+
+
+def _serve(tmp: Path, url: str) -> Iterator[Api]:
     cfg = ServerConfig(
         listen="127.0.0.1:0",
-        db_url=f"sqlite:///{tmp}/p.db",
+        db_url=url,
         data_dir=tmp / "data",
         local_hosts=2,
         local_host_resources=Resources(cpu=4, mem=4096, gpu=2),
