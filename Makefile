@@ -6,12 +6,12 @@ STAMP := $(VENV)/.installed
 
 .PHONY: run test lint typecheck proto proto-check bench venv clean pg
 
+# The editable install in compat mode: a plain path in a .pth file; the default editable mode installs an import
+# hook that costs every Python start-up (each CLI call) ~14 ms. Falls back to it if a future setuptools drops compat
+# (its banner saying so is silenced: it is meant for the project's developers, who read this).
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	# compat: a plain path in a .pth file; the default editable mode installs an import hook that costs every
-	# Python start-up (each CLI call) ~14 ms. Fall back to it if a future setuptools drops compat (its banner
-	# saying so is silenced: it is meant for the project's developers, who read this).
 	PYTHONWARNINGS='ignore:Compat editable installs' \
 	  $(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat \
 	  || $(BIN)/python -m pip install -q -e '.[dev]'
