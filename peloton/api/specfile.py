@@ -2,40 +2,195 @@
 
 from __future__ import annotations
 
+import math
 import re
-from typing import Any
+from fractions import Fraction
+from typing import Any, cast
 
 import yaml
-from google.protobuf import json_format
+from google.protobuf.descriptor import FieldDescriptor
+from google.protobuf.message import Message
 
 from peloton.api.v1 import job_pb2
-from peloton.domain import checks
+from peloton.domain import checks, limits
+from peloton.domain.durations import EXAMPLES as DURATION_EXAMPLES
+from peloton.domain.durations import parse_duration_ns
 from peloton.errors import InvalidArgument
 
-_QUANTITY_FIELDS = ("mem", "disk")
-_DURATION_FIELDS = (("gang", "launch_timeout"), ("sla", "max_runtime"), ("sla", "preemption_grace"))
+_DURATION = "google.protobuf.Duration"
+_NULL_TAGS = ("tag:yaml.org,2002:null", "tag:yaml.org,2002:merge")
 
 
-def _normalize(doc: dict[str, Any]) -> dict[str, Any]:
-    """YAML conveniences the JSON mapping lacks: `mem: 1024` (MiB) and `launch_timeout: 300` (seconds)."""
-    res = doc.get("task", {}).get("resources") if isinstance(doc.get("task"), dict) else None
-    if isinstance(res, dict):
-        for k in _QUANTITY_FIELDS:
-            if isinstance(res.get(k), (int, float)) and not isinstance(res.get(k), bool):
-                res[k] = _number_text(res[k], f"task.resources.{k}")
-    for outer, inner in _DURATION_FIELDS:
-        section = doc.get(outer)
-        if isinstance(section, dict) and isinstance(section.get(inner), (int, float)):
-            section[inner] = _number_text(section[inner], f"{outer}.{inner}") + "s"
-    if isinstance(doc.get("task"), dict) and isinstance(doc["task"].get("env"), dict):
-        doc["task"]["env"] = {_env_name(k): _env_value(v, k) for k, v in doc["task"]["env"].items()}
-    return doc
+class _TextLoader(yaml.SafeLoader):
+    """YAML where every plain scalar stays the text it was written as (only `null`, `~` and nothing are null): each
+    field then reads its own type from that text. YAML 1.1's implicit typing would make a job named `on` the
+    boolean true, `0x10` in task.env the number 16 and `2024-01-01` a date, and report a wrong type in the
+    protobuf library's words; here `name: on` is the name "on" and `instances: four` says what a field expects."""
+
+
+_TextLoader.yaml_implicit_resolvers = {
+    first: kept
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+    if (kept := [(tag, rx) for tag, rx in resolvers if tag in _NULL_TAGS])
+}
+
+# Fields a spec must give (what the validator's defaults cannot stand for), with what each is for.
+_REQUIRED = {
+    "name": "the job's name",
+    "instances": "how many members, 1 to 100000",
+    "task.command": "what each member runs, with /bin/sh -c",
+    "task.resources.cpu": "cores per member, e.g. 1 or 0.5",
+}
+_WHOLE = re.compile(r"[-+]?[0-9]+")
+_DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
+_BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
+_INT_RANGE = {FieldDescriptor.TYPE_INT32: (-(2**31), 2**31 - 1), FieldDescriptor.TYPE_INT64: (-(2**63), 2**63 - 1)}
+_MAX_NUMBER_TEXT = 40  # more digits than any int64 or sensible double: refused before int()/float() see them
+
+
+def _kind(v: Any) -> str:
+    """What a wrong value is, for a message: a short excerpt of a scalar, the kind of anything else."""
+    if isinstance(v, dict):
+        return "a mapping"
+    if isinstance(v, (list, tuple)):
+        return "a list"
+    if isinstance(v, (set, frozenset)):
+        return "a set"
+    if isinstance(v, bytes):
+        return "binary data"
+    if isinstance(v, bool):
+        return "true" if v else "false"
+    if isinstance(v, (int, float)) and not (isinstance(v, int) and abs(v) > 10**_MAX_NUMBER_TEXT):
+        return str(v)
+    if isinstance(v, str):
+        return checks.show(v)
+    return f"a {type(v).__name__}"  # a date or time from an explicit !!timestamp
+
+
+def _join(path: str, name: str) -> str:
+    return f"{path}.{name}" if path else name
+
+
+def _repeated(fd: FieldDescriptor) -> bool:
+    rep = getattr(fd, "is_repeated", None)  # protobuf >= 5.28; `label` before (removed in 7)
+    return bool(rep) if rep is not None else getattr(fd, "label", 0) == FieldDescriptor.LABEL_REPEATED
+
+
+def _fill(msg: Message, doc: Any, path: str, present: set[str]) -> None:
+    """Set the fields of `msg` from the mapping `doc`, each read as its type; `present` gets every field path given
+    (not null). InvalidArgument naming the field at fault."""
+    if not isinstance(doc, dict):
+        raise checks.bad(path, f"expected a mapping of fields (name: value), got {_kind(doc)}")
+    desc = msg.DESCRIPTOR
+    by_json = {f.json_name: f for f in desc.fields}
+    given: dict[str, str] = {}
+    for key, value in doc.items():
+        name = key if isinstance(key, str) else _number_text(key, path or "spec") if isinstance(key, int) else str(key)
+        fd = cast("FieldDescriptor | None", desc.fields_by_name.get(name) or by_json.get(name))
+        if fd is None:
+            known = ", ".join(f.name for f in desc.fields)
+            raise checks.bad(_join(path, checks.key(name)), f"unknown field (known here: {known})")
+        field = _join(path, fd.name)
+        if fd.name in given:
+            raise checks.bad(field, f"given twice (as {given[fd.name]} and {checks.key(name)})")
+        given[fd.name] = checks.key(name)
+        if value is None:
+            continue  # null or nothing: the field is absent, as in protobuf's JSON form
+        present.add(field)
+        _set(msg, fd, value, field, present)
+
+
+def _set(msg: Message, fd: FieldDescriptor, value: Any, field: str, present: set[str]) -> None:
+    mt = fd.message_type
+    if mt is not None and mt.GetOptions().map_entry:
+        if not isinstance(value, dict):
+            raise checks.bad(field, f"expected a mapping of NAME: value, got {_kind(value)}")
+        target = getattr(msg, fd.name)
+        for k, v in value.items():
+            target[_env_name(k)] = _env_value(v, k) if fd.name == "env" else _map_text(v, f"{field}.{_env_key(k)}")
+        return
+    if _repeated(fd):
+        if not isinstance(value, list):
+            raise checks.bad(field, f"expected a list, got {_kind(value)}")
+        items = getattr(msg, fd.name)
+        for i, item in enumerate(value):
+            where = f"{field}[{i}]"
+            if item is None:
+                raise checks.bad(where, "expected a value, got nothing (null)")
+            if mt is not None:
+                _fill(items.add(), item, where, present)
+            else:
+                items.append(_scalar(fd, item, where))
+        return
+    if mt is not None:
+        sub = getattr(msg, fd.name)
+        sub.SetInParent()
+        if mt.full_name == _DURATION:
+            sub.FromNanoseconds(_duration_ns(value, field))
+        else:
+            _fill(sub, value, field, present)
+        return
+    setattr(msg, fd.name, _scalar(fd, value, field))
+
+
+def _scalar(fd: FieldDescriptor, v: Any, field: str) -> Any:
+    t = fd.type
+    if t == FieldDescriptor.TYPE_STRING:
+        if not isinstance(v, str):
+            raise checks.bad(field, f"expected text, got {_kind(v)}")
+        return v
+    if t == FieldDescriptor.TYPE_BOOL:
+        b = _BOOLEANS.get(v.strip().lower()) if isinstance(v, str) else v if isinstance(v, bool) else None
+        if b is None:
+            raise checks.bad(field, f"expected true or false, got {_kind(v)}")
+        return b
+    if t in _INT_RANGE:
+        if isinstance(v, str) and len(v) <= _MAX_NUMBER_TEXT and _WHOLE.fullmatch(v.strip()):
+            n = int(v)
+        elif isinstance(v, int) and not isinstance(v, bool):
+            n = v
+        else:
+            raise checks.bad(field, f"expected a whole number, got {_kind(v)}")
+        lo, hi = _INT_RANGE[t]
+        if not lo <= n <= hi:
+            raise checks.bad(field, f"out of range: at most {hi}" if n > hi else f"out of range: at least {lo}")
+        return n
+    if t in (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT):
+        if isinstance(v, str) and len(v) <= _MAX_NUMBER_TEXT and _DECIMAL.fullmatch(v.strip()):
+            return float(v)
+        if isinstance(v, (int, float)) and not isinstance(v, bool):
+            return _float(v, field)
+        raise checks.bad(field, f"expected a number, got {_kind(v)}")
+    raise checks.bad(field, f"cannot be read from a spec file, got {_kind(v)}")  # no such field in JobSpec today
+
+
+def _float(v: int | float, field: str) -> float:
+    try:
+        return float(v)
+    except OverflowError:  # an explicit !!int too large for a double
+        raise checks.bad(field, "number too large") from None
+
+
+_MAX_DURATION_NS = limits.PROTO_DURATION_MAX_SECONDS * 1_000_000_000 + limits.PROTO_DURATION_MAX_NANOS
+
+
+def _duration_ns(v: Any, field: str) -> int:
+    """`90s`, `5m`, `1h30m`, `2d`, or a number of seconds, as nanoseconds within a protobuf Duration."""
+    if isinstance(v, str):
+        ns = parse_duration_ns(v, field, signed=True)
+    elif isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v):
+        ns = round(Fraction(v) * 1_000_000_000)  # an explicit !!int or !!float: seconds
+    else:
+        raise checks.bad(field, f"expected a duration like {DURATION_EXAMPLES}, got {_kind(v)}")
+    if abs(ns) > _MAX_DURATION_NS:
+        raise checks.bad(field, f"out of range: at most {limits.PROTO_DURATION_MAX_SECONDS} seconds")
+    return ns
 
 
 def _number_text(v: int | float, field: str) -> str:
     try:
         return str(v)
-    except ValueError:  # an int of more than 4300 digits (YAML reads 0x... of any length)
+    except ValueError:  # an int of more than 4300 digits (an explicit !!int of any length)
         raise InvalidArgument(f"{field}: number too large", field=field) from None
 
 
@@ -43,25 +198,36 @@ def _env_name(k: Any) -> str:
     return _number_text(k, "task.env") if isinstance(k, int) else str(k)
 
 
+def _env_key(k: Any) -> str:
+    return checks.key(_env_name(k))
+
+
+def _map_text(v: Any, field: str) -> str:
+    if not isinstance(v, str):
+        raise checks.bad(field, f"expected text, got {_kind(v)}")
+    return v
+
+
 def _env_value(v: Any, k: Any) -> str:
-    # YAML reads `true` as a bool; the variable should say what the file said
+    # plain scalars arrive as written (`0x10` stays "0x10"); these are what explicit tags and null give
     if isinstance(v, bool):
         return "true" if v else "false"
     if v is None:
         return ""
     if isinstance(v, (list, dict, set, bytes)):  # str() of nested aliases can grow without bound
-        field = f"task.env.{checks.key(str(k))}"
+        field = f"task.env.{_env_key(k)}"
         raise InvalidArgument(f"{field}: must be a string, number or boolean, not {type(v).__name__}", field=field)
     if isinstance(v, int):
-        return _number_text(v, f"task.env.{checks.key(str(k))}")
+        return _number_text(v, f"task.env.{_env_key(k)}")
     return str(v)
 
 
-def parse_spec(text: str, source: str = "spec") -> job_pb2.JobSpec:
+def parse_spec(text: str, source: str = "spec", *, partial: bool = False) -> job_pb2.JobSpec:
     """The JobSpec a spec file describes. Raises InvalidArgument, and nothing else, for any text: its message starts
-    with `source`, then the field path when one is at fault (`field`; the source for a whole-file error)."""
+    with `source`, then the field path when one is at fault (`field`; the source for a whole-file error). A field
+    of _REQUIRED that is absent (or null) is refused as "required" unless `partial` (a fragment, in tests)."""
     try:
-        doc = yaml.safe_load(text)
+        doc = yaml.load(text, Loader=_TextLoader)  # noqa: S506 - a SafeLoader with fewer implicit types
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""
@@ -73,40 +239,21 @@ def parse_spec(text: str, source: str = "spec") -> job_pb2.JobSpec:
         raise InvalidArgument(f"{source}: not valid YAML: {_cut(str(e) or type(e).__name__)}", field=source) from None
     if not isinstance(doc, dict):
         raise InvalidArgument(f"{source}: expected a mapping at the top level", field=source)
+    spec = job_pb2.JobSpec()
+    present: set[str] = set()
     try:
-        return json_format.ParseDict(_normalize(doc), job_pb2.JobSpec())
+        _fill(spec, doc, "", present)
+        missing = [] if partial else [f for f in _REQUIRED if f not in present]
+        if missing:
+            also = f"; also missing: {', '.join(missing[1:])}" if missing[1:] else ""
+            raise checks.bad(missing[0], f"required ({_REQUIRED[missing[0]]}){also}")
     except InvalidArgument as e:
         raise InvalidArgument(f"{source}: {e.message}", field=e.field) from None
-    except (json_format.ParseError, ValueError, TypeError, OverflowError, RecursionError) as e:
-        field, why = _explain(str(e))
-        raise InvalidArgument(f"{source}: {field}: {why}" if field else f"{source}: {why}", field=field or source) from None
-
-
-_UNKNOWN = re.compile(r'has no field named "([^"]+)" at "([^"]*)"\.?\s*Available Fields\(except extensions\): "\[(.*)\]"', re.S)
-_AT = re.compile(r"\s*at JobSpec\.([A-Za-z0-9_.\[\]]+?)\.*$")
-_CHAIN = re.compile(r"Failed to parse (\w+) field: ")
+    except RecursionError:  # aliases nested deeper than the interpreter's stack, under a field that takes mappings
+        raise InvalidArgument(f"{source}: nested too deeply", field=source) from None
+    return spec
 
 
 def _cut(text: str, limit: int = 300) -> str:
     text = " ".join(text.split())
     return text if len(text) <= limit else text[:limit] + "..."
-
-
-def _explain(msg: str) -> tuple[str, str]:
-    """json_format's messages as (field path, one line of why)."""
-    m = _UNKNOWN.search(msg)
-    if m:
-        name, where, known = m.groups()
-        path = where.split(".", 1)[1] + "." if "." in where else ""
-        known = ", ".join(re.sub(r"(?<!^)(?=[A-Z])", "_", k.strip(" '")).lower() for k in known.split(","))
-        return f"{path}{checks.key(name)}", f"unknown field (known here: {known})"
-    msg = " ".join(msg.split())
-    chain = _CHAIN.findall(msg)
-    why = _CHAIN.sub("", msg)
-    at = _AT.search(why)
-    if at:
-        field = re.sub(r"\.(key|value)$", "", at.group(1))
-        why = why[: at.start()]
-    else:
-        field = ".".join(chain)
-    return field, _cut(why.rstrip(" ."))

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from peloton.domain import checks, limits
+from peloton.domain.durations import format_duration
 from peloton.domain.resources import Resources
 
 if TYPE_CHECKING:
@@ -121,7 +123,7 @@ def validate(spec: JobSpec) -> JobSpec:
     """Check every field against peloton/domain/limits.py; raise InvalidArgument naming the first field at fault."""
     bad = checks.bad
     if not spec.name.strip():
-        raise bad("name", "must not be empty")
+        raise bad("name", "must not be blank" if spec.name else "required (the job's name)")
     checks.text(spec.name, "name", max_chars=limits.MAX_JOB_NAME_CHARS)
     checks.text(spec.owner, "owner", max_chars=limits.MAX_OWNER_CHARS)
     validate_pool_path(spec.respool, "respool")
@@ -135,14 +137,10 @@ def validate(spec: JobSpec) -> JobSpec:
                      f"elastic (gang.min_available at most {limits.MAX_GANG_SIZE})")
     if spec.on_member_failure not in ON_MEMBER_FAILURE:
         raise bad("gang.on_member_failure", f"must be one of {', '.join(ON_MEMBER_FAILURE)}")
-    checks.number(spec.launch_timeout_s, "gang.launch_timeout", minimum=0, maximum=limits.MAX_LAUNCH_TIMEOUT_S,
-                  unit="s")
-    if spec.launch_timeout_s <= 0:
-        raise bad("gang.launch_timeout", "must be greater than 0")
+    _duration(spec.launch_timeout_s, "gang.launch_timeout", limits.MAX_LAUNCH_TIMEOUT_S, positive=True)
     checks.integer(spec.priority, "sla.priority", minimum=limits.INT32_MIN, maximum=limits.INT32_MAX)
-    checks.number(spec.max_runtime_s, "sla.max_runtime", minimum=0, maximum=limits.MAX_RUNTIME_S, unit="s")
-    checks.number(spec.preemption_grace_s, "sla.preemption_grace", minimum=0, maximum=limits.MAX_PREEMPTION_GRACE_S,
-                  unit="s")
+    _duration(spec.max_runtime_s, "sla.max_runtime", limits.MAX_RUNTIME_S)
+    _duration(spec.preemption_grace_s, "sla.preemption_grace", limits.MAX_PREEMPTION_GRACE_S)
     checks.integer(spec.max_attempts, "retry.max_attempts", minimum=1, maximum=limits.MAX_ATTEMPTS)
     _validate_task(spec)
     if spec.strategy not in STRATEGIES:
@@ -162,10 +160,19 @@ def validate(spec: JobSpec) -> JobSpec:
     return spec
 
 
+def _duration(seconds: float, field_name: str, maximum: float, *, positive: bool = False) -> None:
+    """Finite, not negative (more than 0 if `positive`), at most `maximum`; the bounds in the units of a spec file."""
+    checks.number(seconds, field_name, minimum=0, maximum=math.inf, unit="s")
+    if seconds > maximum:
+        raise checks.bad(field_name, f"at most {format_duration(maximum)}, got {format_duration(seconds)}")
+    if positive and seconds <= 0:
+        raise checks.bad(field_name, "must be greater than 0")
+
+
 def _validate_task(spec: JobSpec) -> None:
     bad = checks.bad
     if not spec.command.strip():
-        raise bad("task.command", "must not be empty")
+        raise bad("task.command", "must not be blank" if spec.command else "required (what each member runs)")
     total = checks.text(spec.command, "task.command", max_bytes=limits.MAX_COMMAND_BYTES) + 1
     if len(spec.env) > limits.MAX_ENV_ENTRIES:
         raise bad("task.env", f"at most {limits.MAX_ENV_ENTRIES} variables, got {len(spec.env)}")

@@ -29,6 +29,21 @@ CASES = [
     ("bad strategy", GOOD + "placement: {strategy: random}\n", "placement.strategy"),
     ("missing pool", GOOD + "respool: /nope\n", "respool"),
     ("not yaml", "name: [unclosed\n", "YAML"),
+    # the library's words never reach the user: the field, what it expects, what it got
+    ("instances as a word", "name: x\ninstances: four\ntask: {command: 'true', resources: {cpu: 1}}\n",
+     "bad.yaml: instances: expected a whole number, got 'four'"),
+    ("only a name", "name: x\n", "bad.yaml: instances: required (how many members, 1 to 100000); also missing: "
+                                  "task.command, task.resources.cpu"),
+    ("no command", "name: x\ninstances: 1\ntask: {resources: {cpu: 1}}\n", "bad.yaml: task.command: required"),
+    ("a duration in words", GOOD + "gang: {launch_timeout: five minutes}\n",
+     "bad.yaml: gang.launch_timeout: expected a duration like 90s, 5m, 1h30m or 2d, got 'five minutes'"),
+    ("a duration too long", GOOD + "gang: {launch_timeout: 8d}\n", "gang.launch_timeout: at most 7d, got 8d"),
+    ("a boolean in words", GOOD + "sla: {preemptible: maybe}\n",
+     "bad.yaml: sla.preemptible: expected true or false, got 'maybe'"),
+    ("cpu as a word", "name: x\ninstances: 1\ntask: {command: 'true', resources: {cpu: lots}}\n",
+     "bad.yaml: task.resources.cpu: expected a number, got 'lots'"),
+    ("a list for a name", "name: [a, b]\ninstances: 1\ntask: {command: 'true', resources: {cpu: 1}}\n",
+     "bad.yaml: name: expected text, got a list"),
 ]
 
 
@@ -57,3 +72,18 @@ def test_cli_errors_are_one_line(daemon: Daemon, tmp_path: Path) -> None:
     r2 = subprocess.run([sys.executable, "-m", "peloton.cli.main", "--address", "127.0.0.1:1", "job", "list"],
                         capture_output=True, text=True, timeout=60)
     assert r2.returncode == 1 and "cannot reach" in r2.stderr and "Traceback" not in r2.stderr
+
+
+def test_durations_in_the_units_people_write_and_a_job_named_on_are_accepted(daemon: Daemon, tmp_path: Path) -> None:
+    """`5m`, `1h30m`, `90s` are durations; `on` (YAML 1.1's boolean) is a name like any other."""
+    job = daemon.create("name: on\ninstances: 1\ngang: {launch_timeout: 5m}\n"
+                        "sla: {max_runtime: 1h30m, preemption_grace: 90s}\n"
+                        "task: {command: 'true', resources: {cpu: 0.5}, env: {MASK: 0x10}}\n", tmp_path)
+    spec = daemon.job(job)["spec"]
+    assert spec["name"] == "on"
+    seconds = {k: float(v.rstrip("s")) for k, v in ((("launch", spec["gang"]["launch_timeout"]),
+                                                     ("runtime", spec["sla"]["max_runtime"]),
+                                                     ("grace", spec["sla"]["preemption_grace"])))}
+    assert seconds == {"launch": 300.0, "runtime": 5400.0, "grace": 90.0}
+    assert spec["task"]["env"]["MASK"] == "0x10"  # as written, not the number 16
+    assert "on" in daemon.cli("job", "list").stdout.split()

@@ -31,13 +31,13 @@ HOST_RES = Resources(cpu=8, mem=32 * 1024, gpu=4)
 
 @pytest.mark.parametrize(("text", "seconds"), [
     ("30s", 30.0), ("1.5", 1.5), ("500ms", 0.5), ("2m", 120.0), ("1h", 3600.0), (" 2s ", 2.0), ("0", 0.0),
-    (".25s", 0.25), ("10", 10.0),
+    (".25s", 0.25), ("10", 10.0), ("5d", 432000.0), ("1h30m", 5400.0), ("1.5h", 5400.0),
 ])
 def test_parse_duration(text: str, seconds: float) -> None:
     assert parse_duration(text) == pytest.approx(seconds)
 
 
-@pytest.mark.parametrize("text", ["", "s", "abc", "-1s", "5d", "1e3", "1.5.2s", "30 s s", "inf"])
+@pytest.mark.parametrize("text", ["", "s", "abc", "-1s", "5w", "1e3", "1.5.2s", "30 s s", "inf", "1h30"])
 def test_parse_duration_rejects(text: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         parse_duration(text)

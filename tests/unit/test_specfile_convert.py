@@ -115,30 +115,127 @@ def test_defaults_of_a_minimal_spec() -> None:
 @pytest.mark.parametrize("yaml_mem,mib", [("1024", 1024.0), ("1.5", 1.5), ("0", 0.0), ("16Gi", 16384.0),
                                           ("'2048'", 2048.0)])
 def test_mem_as_a_number_is_mib(yaml_mem: str, mib: float) -> None:
-    p = parse_spec(f"task:\n  resources:\n    mem: {yaml_mem}\n    disk: {yaml_mem}\n")
+    p = parse_spec(f"task:\n  resources:\n    mem: {yaml_mem}\n    disk: {yaml_mem}\n", partial=True)
     assert isinstance(p.task.resources.mem, str)
     assert convert.spec_from_proto(p).resources.mem == mib
     assert convert.spec_from_proto(p).resources.disk == mib
 
 
-@pytest.mark.parametrize("value,seconds", [("300", 300.0), ("1.5", 1.5), ("'45s'", 45.0), ("2m", None)])
-def test_durations_as_numbers_are_seconds(value: str, seconds: float | None) -> None:
+@pytest.mark.parametrize("value,seconds", [
+    ("300", 300.0), ("1.5", 1.5), ("'45s'", 45.0), ("2m", 120.0), ("1h30m", 5400.0), ("90s", 90.0), ("2d", 172800.0),
+    ("500ms", 0.5), ("1.5h", 5400.0), ("1d12h", 129600.0), ("0.000000001s", 1e-9), ("!!int 7", 7.0),
+    ("5 minutes", None), ("1h30", None), ("5M", None), ("true", None), ("[1]", None), ("0.0000000001s", None),
+])
+def test_durations_read_the_units_people_write(value: str, seconds: float | None) -> None:
     text = f"gang:\n  launch_timeout: {value}\nsla:\n  max_runtime: {value}\n"
-    if seconds is None:  # the JSON mapping of Duration knows only seconds
-        with pytest.raises(InvalidArgument, match="launch_timeout"):
-            parse_spec(text)
+    if seconds is None:
+        with pytest.raises(InvalidArgument) as ei:
+            parse_spec(text, source="s.yaml", partial=True)
+        assert ei.value.message.startswith("s.yaml: gang.launch_timeout: "), ei.value.message
+        assert "Duration" not in ei.value.message  # not the protobuf library's words
         return
-    s = convert.spec_from_proto(parse_spec(text))
+    p = parse_spec(text, partial=True)
+    assert p.gang.launch_timeout.ToNanoseconds() == round(seconds * 1e9)
+    s = convert.spec_from_proto(p)
     assert s.launch_timeout_s == seconds and s.max_runtime_s == seconds
 
 
+def test_a_negative_duration_reaches_the_validator_which_names_it() -> None:
+    p = parse_spec("name: x\ninstances: 1\ntask: {command: 'true', resources: {cpu: 1}}\n"
+                   "sla: {preemption_grace: -5s}\n")
+    with pytest.raises(InvalidArgument, match="^sla.preemption_grace: must not be negative"):
+        validate(convert.spec_from_proto(p))
+
+
+@pytest.mark.parametrize("text,message", [
+    ('instances: "four"', "instances: expected a whole number, got 'four'"),
+    ("instances: 1.5", "instances: expected a whole number, got '1.5'"),
+    ("instances: [1]", "instances: expected a whole number, got a list"),
+    ("instances: 99999999999", "instances: out of range: at most 2147483647"),
+    ("instances: " + "9" * 5000, "instances: expected a whole number, got '999"),
+    ("sla: {priority: high}", "sla.priority: expected a whole number, got 'high'"),
+    ("sla: {preemptible: maybe}", "sla.preemptible: expected true or false, got 'maybe'"),
+    ("sla: {preemptible: [true]}", "sla.preemptible: expected true or false, got a list"),
+    ("task: {resources: {cpu: lots}}", "task.resources.cpu: expected a number, got 'lots'"),
+    ("task: {resources: {cpu: .nan}}", "task.resources.cpu: expected a number, got '.nan'"),
+    ("task: {resources: {gpu: 1.5}}", "task.resources.gpu: expected a whole number, got '1.5'"),
+    ("task: {resources: {mem: [1]}}", "task.resources.mem: expected text, got a list"),
+    ("task: {command: [a, b]}", "task.command: expected text, got a list"),
+    ("task: {command: !!int 5}", "task.command: expected text, got 5"),
+    ("name: !!binary aGk=", "name: expected text, got binary data"),
+    ("task: {env: [a, b]}", "task.env: expected a mapping of NAME: value, got a list"),
+    ("task: {env_files: {TOKEN: [a]}}", "task.env_files.TOKEN: expected text, got a list"),
+    ("task: 5", "task: expected a mapping of fields (name: value), got '5'"),
+    ("placement: {constraints: {a: b}}", "placement.constraints: expected a list, got a mapping"),
+    ("placement: {constraints: [a]}", "placement.constraints[0]: expected a mapping of fields (name: value), got 'a'"),
+    ("placement: {constraints: [~]}", "placement.constraints[0]: expected a value, got nothing (null)"),
+    ("retry: {max_attempts: x}", "retry.max_attempts: expected a whole number, got 'x'"),
+    ("gang: {launch_timeout: 5 minutes}", "gang.launch_timeout: expected a duration like 90s, 5m, 1h30m or 2d, got "
+                                          "'5 minutes'"),
+    ("gang: {min_available: 1, minAvailable: 2}", "gang.min_available: given twice (as min_available and "
+                                                  "minAvailable)"),
+])
+def test_a_wrong_type_is_said_in_plain_words_naming_the_field(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgument) as ei:
+        parse_spec(text, source="s.yaml", partial=True)
+    assert ei.value.message.startswith(f"s.yaml: {message}"), ei.value.message
+    assert ei.value.field == message.split(":")[0]
+    for words in ("invalid literal", "Couldn't parse", "bytes-like", "Failed to parse", "not iterable"):
+        assert words not in ei.value.message
+
+
+@pytest.mark.parametrize("text,message", [
+    ("name: x\n", "instances: required (how many members, 1 to 100000); also missing: task.command, "
+                   "task.resources.cpu"),
+    ("name:\ninstances: 2\ntask: {command: 'true', resources: {cpu: 1}}\n", "name: required (the job's name)"),
+    ("name: x\ninstances: 2\ntask: {resources: {cpu: 1}}\n", "task.command: required (what each member runs"),
+    ("name: x\ninstances: 2\ntask: {command: 'true'}\n", "task.resources.cpu: required (cores per member"),
+    ("instances: ~\n", "name: required (the job's name); also missing: instances, task.command"),
+])
+def test_a_missing_required_field_says_required(text: str, message: str) -> None:
+    with pytest.raises(InvalidArgument) as ei:
+        parse_spec(text, source="s.yaml")
+    assert ei.value.message.startswith(f"s.yaml: {message}"), ei.value.message
+    assert ei.value.field == message.split(":")[0]
+
+
+def test_validation_says_required_for_an_empty_name_or_command_and_blank_for_spaces() -> None:
+    base = convert.spec_from_proto(parse_spec("name: x\ninstances: 1\ntask: {command: 'true', resources: {cpu: 1}}\n"))
+    for spec, message in ((dataclasses.replace(base, name=""), "name: required"),
+                          (dataclasses.replace(base, name="  "), "name: must not be blank"),
+                          (dataclasses.replace(base, command=""), "task.command: required"),
+                          (dataclasses.replace(base, command=" "), "task.command: must not be blank")):
+        with pytest.raises(InvalidArgument) as ei:
+            validate(spec)
+        assert ei.value.message.startswith(message), ei.value.message
+
+
+@pytest.mark.parametrize("value", ["on", "off", "yes", "no", "true", "null-ish", "2024-01-01", "0x10", "1e3", "~x"])
+def test_plain_scalars_are_text_as_written_so_a_job_may_be_named_on(value: str) -> None:
+    p = parse_spec(f"name: {value}\ninstances: 1\ntask:\n  command: 'true'\n  resources: {{cpu: 1}}\n"
+                   f"  env: {{V: {value}}}\n")
+    assert p.name == value and p.task.env["V"] == value
+
+
+@pytest.mark.parametrize("value,expected", [("true", True), ("yes", True), ("On", True), ("false", False),
+                                            ("no", False), ("OFF", False), ("'true'", True)])
+def test_booleans_read_yaml_spellings(value: str, expected: bool) -> None:
+    p = parse_spec(f"sla: {{preemptible: {value}}}\n", partial=True)
+    assert p.sla.HasField("preemptible") and p.sla.preemptible is expected
+
+
+def test_protobuf_json_names_are_accepted() -> None:
+    p = parse_spec("gang: {minAvailable: 2, launchTimeout: 5m, onMemberFailure: fail_job}\n", partial=True)
+    assert (p.gang.min_available, p.gang.launch_timeout.seconds, p.gang.on_member_failure) == (2, 300, "fail_job")
+
+
 def test_env_values_become_strings() -> None:
-    p = parse_spec("task:\n  env:\n    EPOCHS: 3\n    RATE: 0.5\n")
+    p = parse_spec("task:\n  env:\n    EPOCHS: 3\n    RATE: 0.5\n", partial=True)
     assert dict(p.task.env) == {"EPOCHS": "3", "RATE": "0.5"}
 
 
 def test_env_booleans_keep_their_yaml_spelling() -> None:
-    p = parse_spec("task:\n  env:\n    DEBUG: true\n    QUIET: false\n    EMPTY:\n")
+    p = parse_spec("task:\n  env:\n    DEBUG: true\n    QUIET: false\n    EMPTY:\n", partial=True)
     assert dict(p.task.env) == {"DEBUG": "true", "QUIET": "false", "EMPTY": ""}
 
 

@@ -4,7 +4,7 @@ No clock, no threads, no I/O: the same (seed, task id, env) always gives the sam
 scale test or benchmark can be repeated exactly.
 
 Environment variables (from the job's `task.env`):
-  PELOTON_SIM_DURATION   how long the member runs: `30s`, `1.5` (seconds), `500ms`, `2m`, `1h`, or a range
+  PELOTON_SIM_DURATION   how long the member runs: `30s`, `1.5` (seconds), `500ms`, `2m`, `1h30m`, or a range
                          `10s-60s` from which each task draws its own duration, deterministically from
                          (seed, task id). Absent or empty: it runs until killed (or its host fails).
   PELOTON_SIM_EXIT_CODE  0..255 (default 0): 0 ends SUCCEEDED, anything else FAILED with that exit code.
@@ -17,31 +17,23 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import math
-import re
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from peloton.domain.durations import parse_duration as _parse_duration
 from peloton.errors import InvalidArgument
 
 DURATION_VAR = "PELOTON_SIM_DURATION"
 EXIT_CODE_VAR = "PELOTON_SIM_EXIT_CODE"
 START_VAR = "PELOTON_SIM_START"
 
-_DURATION = re.compile(r"^\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*(ms|s|m|h)?\s*$")
-_UNIT_S = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, None: 1.0}
 _START_VALUES = ("", "ok", "fail", "fail-permanent")
 
 
 def parse_duration(text: str, field: str = DURATION_VAR) -> float:
-    """`30s`, `1.5`, `500ms`, `2m`, `1h` -> seconds (a bare number is seconds). InvalidArgument naming `field`."""
-    m = _DURATION.match(text)
-    if not m:
-        raise InvalidArgument(f"{field}: expected a duration like 30s, 1.5, 500ms or 2m, got {text!r}", field=field)
-    value = float(m.group(1)) * _UNIT_S[m.group(2)]
-    if not math.isfinite(value):
-        raise InvalidArgument(f"{field}: must be finite, got {text!r}", field=field)
-    return value
+    """`30s`, `1.5`, `500ms`, `2m`, `1h30m` -> seconds (a bare number is seconds): the shared parser of
+    peloton/domain/durations.py. InvalidArgument naming `field`."""
+    return _parse_duration(text, field)
 
 
 @functools.lru_cache(maxsize=1024)  # every member of a job carries the same text
