@@ -21,6 +21,11 @@ if TYPE_CHECKING:
     from peloton.api.v1 import job_pb2
     from peloton.cli.reconnect import Reconnect
 
+# the component whose process serves each service (docs/running.md, "Components in separate processes")
+SERVED_BY = {"JobService": "jobmgr", "TaskService": "jobmgr", "AuditService": "jobmgr",
+             "ResourcePoolService": "resmgr", "HostService": "hostmgr"}
+
+
 class Stub:
     """The methods of one service of a generated module (`stub.GetJob(request, timeout=...)`, `.future(...)`),
     made from its descriptor when first used."""
@@ -56,6 +61,7 @@ class Client:
         if isinstance(target, str):
             target = Target(target)
         self.timeout = timeout
+        self.command = ""  # the command this client runs for (`host list`), named in some errors
         tls = Tls(target.tls_ca, target.client_cert, target.client_key) if target.tls else None
         auth = [("authorization", f"Bearer {target.token}")] if target.token else []
         addresses = [a.strip() for a in target.address.split(",") if a.strip()] or [target.address]
@@ -114,8 +120,32 @@ class Client:
             err.message = (f"cannot reach the peloton daemon at {self.address} (is it running? see --address): "
                            f"{e.details()}")
         elif code == StatusCode.UNIMPLEMENTED:
-            err.message = f"the daemon at {self.address} does not implement this call (an older release?)"
+            err.message = self._not_served(e.path)
         return err
+
+    def _not_served(self, path: str) -> str:
+        """Why this process did not serve the call: in a split deployment (`--role`) another process runs the
+        component it belongs to; which roles this one runs, and who leads the other, come from ClusterService,
+        which every process serves. Without that (an older release): say so plainly."""
+        service = path.split("/")[1].rsplit(".", 1)[-1] if path.count("/") == 2 else ""
+        role = SERVED_BY.get(service)
+        what = f"`{self.command}`" if self.command else "this call"
+        plain = f"the daemon at {self.address} does not implement {what} (an older release?)"
+        if role is None:
+            return plain
+        from peloton.api.v1 import cluster_pb2
+
+        try:
+            info = Stub(self.channel, cluster_pb2, "ClusterService").GetClusterInfo(
+                cluster_pb2.GetClusterInfoRequest(), timeout=self.timeout)
+        except RpcError:
+            return plain
+        if role in info.roles:
+            return plain
+        leader = next((r for r in info.leadership.roles if r.role == role and r.address), None)
+        where = f" ({leader.address}, pid {leader.pid} on {leader.host})" if leader is not None else ""
+        return (f"the daemon at {self.address} runs {', '.join(info.roles) or 'no component'}; {what} is served by "
+                f"the process running {role}{where}: give its address with --address")
 
     def watch_jobs(self, job_ids: list[str], tasks: bool, reconnect: Reconnect, deadline: float | None = None
                    ) -> Iterator[job_pb2.WatchJobsResponse]:

@@ -79,6 +79,7 @@ class RpcError(Exception):
     def __init__(self, code: StatusCode, details: str, trailing: tuple[tuple[str, str], ...] = ()) -> None:
         super().__init__(f"{code.name}: {details}")
         self._code, self._details, self._trailing = code, details, trailing
+        self.path = ""  # the method called (/peloton.v1.HostService/ListHosts): which service did not answer
 
     def code(self) -> StatusCode:
         return self._code
@@ -624,6 +625,7 @@ class Call:
                 self._redirected = True
                 self._start()
                 return self.next_message()
+            s.error.path = s.error.path or self._again[1]
             raise s.error
         return None
 
