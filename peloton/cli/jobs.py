@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 from peloton.api.v1 import job_pb2
 from peloton.cli import render
 from peloton.cli.exits import EXIT_ERROR, EXIT_TIMEOUT
-from peloton.errors import InvalidArgument, NotFound, Unavailable
+from peloton.errors import InvalidArgument, NotFound, PelotonError, Unavailable
 
 if TYPE_CHECKING:
     from peloton.api.v1 import task_pb2
@@ -152,19 +152,51 @@ def _watch_job(c: Client, a: argparse.Namespace) -> int:
     return 0  # not reached: the watch ends only by raising
 
 
-def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
-    if a.limit < 0:
-        raise InvalidArgument(f"--limit: must not be negative, got {a.limit}")
-    r = job_pb2.ListJobsResponse()
+def job_states(values: list[str] | None, flag: str = "--state") -> list[str]:
+    """`--state` values (repeated or comma-separated, any case) as the daemon's state names; an unknown one is a
+    usage error naming the flag and listing the states."""
+    from peloton.domain.states import JobState
+
+    known = [s.value for s in JobState]
+    out: list[str] = []
+    for value in values or []:
+        for part in value.split(","):
+            state = part.strip().upper()
+            if state not in known:
+                raise InvalidArgument(f"{flag}: unknown job state {part.strip()!r} (valid: {', '.join(known)})",
+                                      field=flag)
+            if state not in out:
+                out.append(state)
+    return out
+
+
+def list_jobs(c: Client, states: list[str], owner: str, respool: str, limit: int) -> list[job_pb2.Job]:
+    """The jobs matching the filters, newest first, at most `limit` (0: all), a page of up to 1000 at a time."""
+    jobs: list[job_pb2.Job] = []
     token = ""
-    while not a.limit or len(r.jobs) < a.limit:
-        size = 1000 if not a.limit else min(1000, a.limit - len(r.jobs))
+    while not limit or len(jobs) < limit:
+        size = 1000 if not limit else min(1000, limit - len(jobs))
         page = c.call(c.jobs.ListJobs, job_pb2.ListJobsRequest(
-            states=a.state or [], owner=a.owner or "", respool=a.respool or "", page_size=size, page_token=token))
-        r.jobs.extend(page.jobs)
+            states=states, owner=owner, respool=respool, page_size=size, page_token=token))
+        jobs.extend(page.jobs)
         token = page.next_page_token
         if not token:
             break
+    return jobs
+
+
+def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
+    if a.limit < 0:
+        raise InvalidArgument(f"--limit: must not be negative, got {a.limit}")
+    states = job_states(a.state)
+    if a.respool:
+        from peloton.domain.spec import validate_pool_path
+
+        validate_pool_path(a.respool, "--respool")
+    r = job_pb2.ListJobsResponse(jobs=list_jobs(c, states, a.owner or "", a.respool or "", a.limit))
+    if a.quiet:
+        print("\n".join(j.id for j in r.jobs) if r.jobs else "", end="\n" if r.jobs else "")
+        return 0
     if a.output == "json":
         print(render.json_list("jobs", r.jobs))
         return 0
@@ -178,9 +210,82 @@ def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
 
 
 def cmd_job_stop(c: Client, a: argparse.Namespace) -> int:
-    c.call(c.jobs.StopJob, job_pb2.StopJobRequest(job_id=a.job_id))
-    print(f"stopping job {a.job_id}", file=sys.stderr)
-    return 0
+    """Stop the jobs named, or those a selection (--owner, --state, --pool) matches once confirmed. A job that has
+    finished is left alone (said so). Exit 0 when every job is stopped or had finished; 1 when any could not be
+    (unknown, refused: each said on its own line, the others still stopped); 2 for usage errors, before any."""
+    selection = {flag: value for flag, value in (("--owner", a.owner), ("--state", a.state), ("--pool", a.pool))
+                 if value}
+    if a.job_ids and selection:
+        raise InvalidArgument(f"{', '.join(selection)}: give job ids or a selection, not both", field="job_ids")
+    if not a.job_ids and not selection:
+        raise InvalidArgument("job_ids: give one or more job ids, or a selection: --owner, --state, --pool",
+                              field="job_ids")
+    if selection:
+        return _stop_selected(c, a)
+    failed = 0
+    for job_id in dict.fromkeys(a.job_ids):  # each once, in the order given
+        try:
+            state = c.call(c.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id)).job.status.state
+            if state in render.JOB_TERMINAL:
+                print(f"job {job_id} has already finished ({state}); nothing to stop", file=sys.stderr)
+                continue
+            c.call(c.jobs.StopJob, job_pb2.StopJobRequest(job_id=job_id))
+        except Unavailable:
+            raise  # the daemon is away: the rest would fail the same way
+        except PelotonError as e:
+            print(f"peloton: error: {e.message}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"stopping job {job_id}", file=sys.stderr)
+    return EXIT_ERROR if failed else 0
+
+
+def _stop_selected(c: Client, a: argparse.Namespace) -> int:
+    """`job stop --owner/--state/--pool`: list the matching jobs, ask (or --yes), stop them."""
+    from peloton.domain.states import JobState
+
+    asked = job_states(a.state)
+    # by default only the jobs there is something to stop in; a finished state given is matched, and skipped below
+    states = asked or [s.value for s in JobState if not s.terminal]
+    if a.pool:
+        from peloton.domain.spec import validate_pool_path
+
+        validate_pool_path(a.pool, "--pool")
+    jobs = list_jobs(c, states, a.owner or "", a.pool or "", 0)
+    what = " ".join(f"{flag} {value if isinstance(value, str) else ','.join(value)}"
+                    for flag, value in (("--owner", a.owner), ("--state", a.state), ("--pool", a.pool)) if value)
+    finished = [j for j in jobs if j.status.state in render.JOB_TERMINAL]
+    jobs = [j for j in jobs if j.status.state not in render.JOB_TERMINAL]
+    if finished:
+        print(f"peloton: {len(finished)} job(s) matching {what} have already finished; nothing to stop in them",
+              file=sys.stderr)
+    if not jobs:
+        print(f"peloton: no unfinished job matches {what}", file=sys.stderr)
+        return 0
+    rows = [[j.id, j.spec.name, j.status.state, j.spec.owner or "-", j.spec.respool, render.ago(j.status.created_at)]
+            for j in jobs]
+    print(render.table(rows, ["ID", "NAME", "STATE", "OWNER", "POOL", "CREATED"]), file=sys.stderr)
+    if not a.yes:
+        if not sys.stdin.isatty():
+            raise InvalidArgument(f"--yes: {len(jobs)} job(s) match {what}; stdin is not a terminal to confirm "
+                                  "on: add --yes (-y) to stop them", field="--yes")
+        print(f"stop these {len(jobs)} job(s)? [y/N] ", end="", file=sys.stderr, flush=True)
+        answer = sys.stdin.readline().strip().lower()
+        if answer not in ("y", "yes"):
+            print("peloton: nothing stopped", file=sys.stderr)
+            return EXIT_ERROR
+    failed = 0
+    for j in jobs:
+        try:
+            c.call(c.jobs.StopJob, job_pb2.StopJobRequest(job_id=j.id))
+        except Unavailable:
+            raise
+        except PelotonError as e:
+            print(f"peloton: error: {e.message}", file=sys.stderr)
+            failed += 1
+            continue
+        print(f"stopping job {j.id}", file=sys.stderr)
+    return EXIT_ERROR if failed else 0
 
 
 def cmd_job_delete(c: Client, a: argparse.Namespace) -> int:

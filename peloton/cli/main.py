@@ -25,7 +25,7 @@ if TYPE_CHECKING:
     import logging
     from collections.abc import Callable
     from pathlib import Path
-    from typing import Any
+    from typing import Any, NoReturn
 
     from google.protobuf.message import Message
 
@@ -282,29 +282,123 @@ def _seconds_arg(text: str) -> float:
     return v
 
 
-def build_parser() -> argparse.ArgumentParser:
-    p = argparse.ArgumentParser(prog="peloton", description="Gang-scheduling workload manager for GPU clusters",
-                                allow_abbrev=False)  # `certs init --client` is not a prefix of --client-cert
-    p.add_argument("--version", action="version", version=f"peloton {__version__}")
-    p.add_argument("--address", default=None,
-                   help="daemon HOST:PORT or unix:PATH (default: $PELOTON_ADDRESS, the config's context, or "
-                        "127.0.0.1:5391)")
-    p.add_argument("--context", default=None, metavar="NAME",
+class _Parser(argparse.ArgumentParser):
+    """argparse with the CLI's errors: one line, `peloton: error: COMMAND: FLAG: why`, and a "did you mean" for a
+    mistyped command, choice or flag (Python 3.11's argparse suggests nothing)."""
+
+    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+        message = message.removeprefix("argument ")  # "argument --limit: ..." -> "--limit: ..."
+        if message.startswith("the following arguments are required: "):
+            missing = message.removeprefix("the following arguments are required: ")
+            message = f"missing {missing}"
+            subs = [a for a in self._actions if isinstance(a, argparse._SubParsersAction)]
+            if subs and missing.split(",")[0] == subs[0].metavar:
+                message += f" (one of {', '.join(subs[0].choices)})"
+        where = self.prog.removeprefix("peloton").strip()
+        if "did you mean" not in message and "one of" not in message:  # else the line says what to type already
+            message += f" (see `{self.prog} --help`)"
+        self.exit(EXIT_USAGE, f"peloton: error: {where + ': ' if where else ''}{message}\n")
+
+    def _check_value(self, action: argparse.Action, value: Any) -> None:
+        if action.choices is None or value in action.choices:
+            return
+        import difflib
+
+        choices = [str(c) for c in action.choices]
+        close = difflib.get_close_matches(str(value), choices, n=1, cutoff=0.6)
+        hint = f"did you mean {close[0]!r}?" if close else f"one of {', '.join(choices)}"
+        if isinstance(action, argparse._SubParsersAction):
+            raise argparse.ArgumentError(None, f"unknown command {value!r} ({hint})")
+        name = "/".join(action.option_strings) or str(action.metavar or action.dest)
+        raise argparse.ArgumentError(None, f"{name}: invalid choice {value!r} ({hint})")
+
+    def parse_args(self, args: Sequence[str] | None = None,  # type: ignore[override]
+                   namespace: argparse.Namespace | None = None) -> argparse.Namespace:
+        ns, extra = self.parse_known_args(args, namespace)
+        if extra:
+            leaf = _leaf(self, ns)
+            flag = extra[0].split("=", 1)[0]
+            if flag.startswith("-") and flag != "-":
+                import difflib
+
+                options = [o for a in leaf._actions for o in a.option_strings if a.help != argparse.SUPPRESS]
+                close = difflib.get_close_matches(flag, options, n=1, cutoff=0.6)
+                leaf.error(f"unknown flag {flag}" + (f" (did you mean {close[0]}?)" if close else ""))
+            leaf.error(f"unexpected argument{'s' if len(extra) > 1 else ''} {' '.join(map(repr, extra))}")
+        return ns
+
+
+def _leaf(p: argparse.ArgumentParser, ns: argparse.Namespace) -> argparse.ArgumentParser:
+    """The (sub)parser of the command `ns` was parsed for: `peloton job list` -> the parser of `list`."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            chosen = getattr(ns, action.dest, None)
+            if chosen in action.choices:
+                return _leaf(action.choices[chosen], ns)
+    return p
+
+
+def _subparsers(p: argparse.ArgumentParser) -> list[argparse.ArgumentParser]:
+    return [sp for a in p._actions if isinstance(a, argparse._SubParsersAction) for sp in a.choices.values()]
+
+
+def _client_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: object) -> None:
+    """Which daemon and how: before the command (`default` None) and again after it on every client command
+    (`default` SUPPRESS: absent unless given, so a value after the command wins over one before it)."""
+    p.add_argument("--address", default=default,
+                   help="daemon HOST:PORT or unix:PATH, or several comma-separated (a leader and its standbys; "
+                        "default: $PELOTON_ADDRESS, the config's context, the local socket, or 127.0.0.1:5391)")
+    p.add_argument("--context", default=default, metavar="NAME",
                    help="context of ~/.config/peloton/config.toml to use (default: $PELOTON_CONTEXT, or its "
                         "current-context)")
-    p.add_argument("--tls-ca", default=None, metavar="FILE",
+    p.add_argument("--tls-ca", default=default, metavar="FILE",
                    help="talk TLS, trusting the CA in FILE for the daemon's certificate ($PELOTON_TLS_CA)")
-    p.add_argument("--client-cert", default=None, metavar="FILE",
+    p.add_argument("--client-cert", default=default, metavar="FILE",
                    help="client certificate for mutual TLS ($PELOTON_CLIENT_CERT; with --client-key)")
-    p.add_argument("--client-key", default=None, metavar="FILE", help="its key ($PELOTON_CLIENT_KEY)")
-    p.add_argument("--token", default=None, metavar="TOKEN",
+    p.add_argument("--client-key", default=default, metavar="FILE",
+                   help="the client certificate's key ($PELOTON_CLIENT_KEY)")
+    p.add_argument("--token", default=default, metavar="TOKEN",
                    help="bearer token of a principal (`peloton token create`; $PELOTON_TOKEN; prefer the environment "
                         "or a context: a flag shows in the process list)")
-    p.add_argument("--rpc-timeout", type=float, default=30.0, help=argparse.SUPPRESS)
+    p.add_argument("--rpc-timeout", type=float, default=30.0 if default is None else default, help=argparse.SUPPRESS)
+
+
+# help and metavar of arguments many commands share, where their definition gives none
+COMMON_HELP = {
+    "job_id": ("JOB_ID", "the job's id, as `job create` printed it (`job list` lists them)"),
+    "instance": ("INSTANCE", "the task's instance number in the job (0, 1, ...; `task list` lists them)"),
+    "path": ("PATH", "the pool's path, e.g. /research/vision"),
+    "hostname": ("HOST", "the host's name, as `host list` shows it"),
+}
+
+
+def _finish(p: argparse.ArgumentParser) -> None:
+    """Once every command is defined: the client flags after each client command too, the shared arguments'
+    help, and `COMMAND` for the subcommand slot (errors then read "missing COMMAND")."""
+    for action in p._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            action.metavar = "GROUP" if p.prog == "peloton" else "COMMAND"
+        elif action.help is None and action.dest in COMMON_HELP:
+            if not action.option_strings:
+                action.metavar = action.metavar or COMMON_HELP[action.dest][0]
+            action.help = COMMON_HELP[action.dest][1]
+    if "fn" in p._defaults:
+        _client_flags(p.add_argument_group("connection (also accepted before the group; given in both places, "
+                                           "the one after the command wins)"), argparse.SUPPRESS)
+    for sp in _subparsers(p):
+        _finish(sp)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="peloton", description="Gang-scheduling workload manager for GPU clusters",
+                allow_abbrev=False)  # `certs init --client` is not a prefix of --client-cert
+    p.add_argument("--version", action="version", version=f"peloton {__version__}")
+    _client_flags(p, None)
     sub = p.add_subparsers(dest="group", required=True)
 
     def out(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("-o", "--output", choices=["table", "json"], default="table")
+        sp.add_argument("-o", "--output", choices=["table", "json"], default="table",
+                        help="table (default) or json: the protobuf JSON form, every field present, keys sorted")
 
     s = sub.add_parser("server", help="run the daemon")
     p.set_defaults(server_parser=s)  # (main layers the config file and the environment under its flags)
@@ -323,7 +417,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--local-port-base", type=int, default=31000, help="first port of host 0's range (1000 per host)")
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
-    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"])
+    s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
+                   help="the least severe log lines written (default %(default)s)")
     s.add_argument("--log-format", default="text", choices=["text", "json"],
                    help="log lines as text (default) or one JSON object each (time, level, logger, message, ids)")
     s.add_argument("--role", default="jobmgr,resmgr,placement,hostmgr",
@@ -384,7 +479,8 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--mesos-secret-file", default="", help="file holding the principal's secret")
     s.add_argument("--mesos-failover-timeout", type=float, default=7 * 24 * 3600.0,
                    help="seconds Mesos keeps our tasks while the framework is disconnected (default: one week)")
-    s.add_argument("--mesos-framework-name", default="peloton")
+    s.add_argument("--mesos-framework-name", default="peloton",
+                   help="the name the framework registers with (default %(default)s)")
     s.add_argument("--mesos-user", default="nobody",
                    help="the framework's user: tasks whose job names no task.user run as it on the agents (root "
                         "here is logged: such tasks then run as root whatever their pool allows)")
@@ -412,7 +508,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     c = sub.add_parser("certs", help="certificates for TLS").add_subparsers(dest="cmd", required=True)
     ci = c.add_parser("init", help="write a private CA, a server and a client certificate into DIR")
-    ci.add_argument("dir", metavar="DIR")
+    ci.add_argument("dir", metavar="DIR", help="where to write them (created if missing)")
     ci.add_argument("--name", action="append", default=[], metavar="HOST",
                     help="a name or IP address clients use for the daemon (repeatable; localhost, 127.0.0.1 "
                          "and ::1 are always included)")
@@ -428,19 +524,27 @@ def build_parser() -> argparse.ArgumentParser:
                     help="its role (repeatable); required for a new principal, replaces an existing one's roles")
     tc.add_argument("--principals-file", default=None, metavar="FILE",
                     help="default <data-dir>/principals.json, which a daemon with that data dir reads")
-    tc.add_argument("--data-dir", default=None)
+    tc.add_argument("--data-dir", default=None, metavar="DIR",
+                    help="the daemon's data dir, whose principals.json is meant (default: the default data dir)")
     tc.set_defaults(server_fn=cmd_token_create)
 
     d = sub.add_parser("db", help="database maintenance").add_subparsers(dest="cmd", required=True)
     up = d.add_parser("upgrade", help="apply migrations")
-    up.add_argument("--db", default=None)
-    up.add_argument("--data-dir", default=None)
+    up.add_argument("--db", default=None, metavar="URL", help="database URL (default: SQLite in the data dir)")
+    up.add_argument("--data-dir", default=None, metavar="DIR",
+                    help="the data dir of the SQLite store (default: the default data dir)")
     up.set_defaults(server_fn=cmd_db_upgrade)
 
     def grace(sp: argparse.ArgumentParser) -> None:
         sp.add_argument("--reconnect-grace", type=float, default=60.0, metavar="SECONDS",
                         help="how long the daemon may stay unreachable (a restart) before giving up with exit code "
                              "69 (default %(default)g)")
+
+    def logs_flags(sp: argparse.ArgumentParser, whose: str, follow: str) -> None:
+        sp.add_argument("--stderr", action="store_true", help="the stderr log instead of stdout")
+        sp.add_argument("--tail", type=int, default=None, metavar="LINES",
+                        help=f"only the last LINES lines of {whose}'s log (default: the whole log)")
+        sp.add_argument("-f", "--follow", action="store_true", help=follow)
 
     j = sub.add_parser("job", help="jobs").add_subparsers(dest="cmd", required=True)
     x = j.add_parser("create", help="submit a job spec (YAML); prints the job id")
@@ -454,27 +558,48 @@ def build_parser() -> argparse.ArgumentParser:
     grace(x)
     x.set_defaults(fn="jobs:cmd_job_get")
     x = j.add_parser("list", help="list jobs, newest first")
-    x.add_argument("--state", action="append", help="filter by state (repeatable)")
-    x.add_argument("--owner")
-    x.add_argument("--respool")
-    x.add_argument("--limit", type=int, default=100, help="at most this many (default %(default)s; 0: every job)")
+    x.add_argument("--state", action="append", metavar="STATE",
+                   help="only jobs in this state (repeatable, or comma-separated; case-insensitive): INITIALIZED, "
+                        "PENDING, RUNNING, SUCCEEDED, FAILED, FAILING, KILLING, KILLED")
+    x.add_argument("--owner", metavar="OWNER", help="only jobs of this owner (spec field owner)")
+    x.add_argument("--respool", "--pool", dest="respool", metavar="POOL",
+                   help="only jobs submitted to this pool (its path, e.g. /research; not its subtree)")
+    x.add_argument("--limit", type=int, default=100, metavar="N",
+                   help="at most this many (default %(default)s; 0: every job)")
+    x.add_argument("-q", "--quiet", action="store_true",
+                   help="print only the job ids, one a line (for scripts: peloton job stop $(peloton job list -q))")
     out(x)
     x.set_defaults(fn="jobs:cmd_job_list")
-    x = j.add_parser("stop", help="kill every task of the job")
-    x.add_argument("job_id")
+    x = j.add_parser("stop", help="kill every task of the jobs named, or of the unfinished jobs a selection matches "
+                                  "(after a confirmation)")
+    x.add_argument("job_ids", nargs="*", metavar="JOB_ID", help="the jobs to stop (any number)")
+    x.add_argument("--owner", metavar="OWNER", help="select the unfinished jobs of this owner")
+    x.add_argument("--state", action="append", metavar="STATE",
+                   help="select the jobs in this state (repeatable, or comma-separated; default: every unfinished "
+                        "state)")
+    x.add_argument("--pool", metavar="POOL", help="select the unfinished jobs of this pool (its path)")
+    x.add_argument("-y", "--yes", action="store_true",
+                   help="stop the jobs a selection matches without asking (needed when stdin is not a terminal)")
     x.set_defaults(fn="jobs:cmd_job_stop")
     x = j.add_parser("delete", help="delete a finished job and its history")
     x.add_argument("job_id")
     x.set_defaults(fn="jobs:cmd_job_delete")
     x = j.add_parser("wait", help="wait for the job to end; exit 0 only if it SUCCEEDED")
     x.add_argument("job_id")
-    x.add_argument("--timeout", dest="wait_timeout", type=float, default=0,
-                   help="seconds (0: forever); exit 124 on timeout")
+    x.add_argument("--timeout", dest="wait_timeout", type=float, default=0, metavar="SECONDS",
+                   help="give up after this many seconds with exit code 124 (default 0: wait as long as it runs)")
     grace(x)
     x.set_defaults(fn="jobs:cmd_job_wait")
+    x = j.add_parser("logs", help="the logs of every member of the job, each line prefixed with its instance ([0] "
+                                  "...)")
+    x.add_argument("job_id")
+    logs_flags(x, "each member's current attempt", "follow every member (a gang restart's new attempt too) until "
+                                                   "the job ends")
+    grace(x)
+    x.set_defaults(fn="tasks:cmd_job_logs")
 
     t = sub.add_parser("task", help="tasks").add_subparsers(dest="cmd", required=True)
-    x = t.add_parser("list")
+    x = t.add_parser("list", help="every task of a job: state, host, ports, GPUs, exit code")
     x.add_argument("job_id")
     out(x)
     x.set_defaults(fn="tasks:cmd_task_list")
@@ -486,11 +611,9 @@ def build_parser() -> argparse.ArgumentParser:
     x = t.add_parser("logs", help="a task's stdout (or --stderr)")
     x.add_argument("job_id")
     x.add_argument("instance", type=int)
-    x.add_argument("--stderr", action="store_true")
-    x.add_argument("--attempt", type=int, default=0, help="default: the current attempt")
-    x.add_argument("--tail", type=int, default=0, help="last N bytes (default and at most 1 MiB)")
-    x.add_argument("-f", "--follow", action="store_true",
-                   help="then print what the task writes, until its attempt ends")
+    x.add_argument("--attempt", type=int, default=0, metavar="N",
+                   help="the attempt (the last number of a task id; default: the current attempt)")
+    logs_flags(x, "the attempt", "then print what the task writes, until its attempt ends")
     grace(x)
     x.set_defaults(fn="tasks:cmd_task_logs")
 
@@ -527,8 +650,8 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("path", metavar="PATH")
     out(x)
     x.set_defaults(fn="admin:cmd_pool_get")
-    x = rp.add_parser("delete")
-    x.add_argument("path")
+    x = rp.add_parser("delete", help="delete a pool without children, jobs or queued gangs")
+    x.add_argument("path", metavar="PATH")
     x.set_defaults(fn="admin:cmd_pool_delete")
 
     x = sub.add_parser("queue", help="the gangs waiting for admission or placement, in queue order, and why")
@@ -567,7 +690,19 @@ def build_parser() -> argparse.ArgumentParser:
     out(x)
     x.set_defaults(fn="admin:cmd_audit")
     _add_sim_parsers(sub)
+    x = sub.add_parser("completion", help="print a shell completion script: "
+                                          "source <(peloton completion bash), or zsh")
+    x.add_argument("shell", choices=["bash", "zsh"], help="the shell the script is for")
+    x.set_defaults(server_fn=_cmd_completion)
+    _finish(p)
     return p
+
+
+def _cmd_completion(a: argparse.Namespace) -> int:
+    from peloton.cli.completion import script
+
+    sys.stdout.write(script(build_parser(), a.shell))
+    return 0
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -623,6 +758,7 @@ def _run(args: argparse.Namespace) -> int:
         from peloton.cli.connection import resolve
 
         client = Client(resolve(args), timeout=args.rpc_timeout)
+        client.command = " ".join(str(w) for w in (args.group, getattr(args, "cmd", None)) if w)
         return int(_command(args.fn)(client, args))
     except InvalidArgument as e:
         print(f"peloton: error: {e.message}", file=sys.stderr)
