@@ -105,12 +105,14 @@ assert set(GANG_TRANSITIONS) == set(GangState)
 
 
 class JobState(StrEnum):
-    INITIALIZED = "INITIALIZED"
-    PENDING = "PENDING"
-    RUNNING = "RUNNING"
+    INITIALIZED = "INITIALIZED"  # a big job's rows going in; invisible to the scheduler
+    PENDING = "PENDING"  # no gang runs; one waits in its queue (the first attempt, or a restart's next one)
+    RUNNING = "RUNNING"  # a gang runs whole
     SUCCEEDED = "SUCCEEDED"
     FAILED = "FAILED"
-    KILLING = "KILLING"
+    FAILING = "FAILING"  # it has failed (a gang failed with no attempt left, or fail_job): its gangs are being torn
+    #                      down, and it ends FAILED; never PENDING, which would claim a retry that will not come
+    KILLING = "KILLING"  # stopped: its gangs are being torn down, and it ends KILLED
     KILLED = "KILLED"
 
     @property
@@ -121,8 +123,10 @@ class JobState(StrEnum):
 J = JobState
 JOB_TRANSITIONS: dict[JobState, frozenset[JobState]] = {
     J.INITIALIZED: frozenset({J.PENDING, J.KILLING, J.KILLED, J.FAILED}),
-    J.PENDING: frozenset({J.RUNNING, J.KILLING, J.KILLED, J.FAILED, J.SUCCEEDED}),
-    J.RUNNING: frozenset({J.PENDING, J.SUCCEEDED, J.FAILED, J.KILLING, J.KILLED}),
+    J.PENDING: frozenset({J.RUNNING, J.KILLING, J.KILLED, J.FAILING, J.FAILED, J.SUCCEEDED}),
+    J.RUNNING: frozenset({J.PENDING, J.SUCCEEDED, J.FAILING, J.FAILED, J.KILLING, J.KILLED}),
+    # a failed job ends FAILED, stopped meanwhile or not: its reason says why it failed
+    J.FAILING: frozenset({J.FAILED}),
     J.KILLING: frozenset({J.KILLED, J.FAILED, J.SUCCEEDED}),
     J.SUCCEEDED: frozenset(),
     J.FAILED: frozenset(),

@@ -593,19 +593,28 @@ def _still_starting(gv: GangView, statuses: Mapping[str, TaskStatus]) -> bool:
 
 
 def derive_job_state(jv: JobView, now: float, eff: Effects | None = None) -> None:
-    """The job's state from its gangs, in O(1) from the view's counters. A change is registered in `eff`."""
+    """The job's state from its gangs, in O(1) from the view's counters. A change is registered in `eff`.
+    PENDING only while a gang waits for a run that will come; FAILING (not PENDING) once the job has failed and
+    its last gangs are torn down."""
     job = jv.job
     if job.state.terminal:
         return
     counts = jv.gang_counts
+    # Gangs ABORTING while RUNNING is still desired: one failed for good (gang_failed) and the job's gangs are being
+    # torn down. It has failed, whatever happens next (a stop, a member that exits 0 while it is killed).
+    failing = job.state == JobState.FAILING or (job.desired == "RUNNING" and counts[G.ABORTING] > 0)
     if counts[G.DONE] == len(jv.gangs):
-        if job.desired == "KILLED":
+        if failing:
+            new = JobState.FAILED
+        elif job.desired == "KILLED":
             new = JobState.KILLED
         elif jv.unsucceeded == 0:  # every gang DONE means every task terminal
             new = JobState.SUCCEEDED
         else:
             new = JobState.FAILED
         job.completed_at = now
+    elif failing:
+        new = JobState.FAILING
     elif job.desired == "KILLED":
         new = JobState.KILLING
     elif counts[G.RUNNING]:

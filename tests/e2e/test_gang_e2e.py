@@ -274,3 +274,30 @@ task: {command: 'sleep 120', resources: {cpu: 1, mem: 64Mi}}
     assert time.monotonic() - started < 20
     assert "sla.max_runtime exceeded" in j["status"]["reason"], j["status"]
     assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}
+
+
+def test_a_job_whose_last_attempt_failed_is_failing_while_torn_down_never_pending(daemon: Daemon,
+                                                                                 tmp_path: Path) -> None:
+    """`job wait` prints each state: the restart is PENDING (its next attempt is queued), the last failure FAILING
+    while the survivor is killed (it ignores SIGTERM, so that lasts until the SIGKILL 5 s later), then FAILED."""
+    marks = tmp_path / "marks"
+    marks.mkdir()
+    job = daemon.create(f"""
+name: fails-twice
+instances: 2
+retry: {{max_attempts: 2}}
+task:
+  command: >-
+    if [ "$PELOTON_RANK" = 0 ]; then trap '' TERM; touch {marks}/$PELOTON_ATTEMPT; sleep 300; fi;
+    while [ ! -e {marks}/$PELOTON_ATTEMPT ]; do sleep 0.1; done; sleep 1; exit 3
+  resources: {{cpu: 0.5, mem: 64Mi}}
+""", tmp_path)
+    r = daemon.cli("job", "wait", job, "--timeout", "120", check=False, timeout=150)
+    assert r.returncode == 1, r.stderr
+    lines = [line.removeprefix(f"{job}: ") for line in r.stderr.strip().splitlines()]
+    states, reason = lines[:-1], lines[-1]
+    if states[0] == "PENDING":  # the first view of the watch came before the first attempt ran
+        states = states[1:]
+    assert states == ["RUNNING", "PENDING", "RUNNING", "FAILING", "FAILED"], r.stderr
+    assert reason == "gang 0 failed on attempt 2 of 2: member 1 FAILED: exit code 3", r.stderr
+    assert daemon.cli("job", "list", "--state", "failed").stdout.count(job) == 1

@@ -5,7 +5,7 @@ from __future__ import annotations
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
-from sqlalchemy import inspect
+from sqlalchemy import inspect, text
 
 from peloton.store import db, repo
 from peloton.store.models import Base
@@ -34,7 +34,7 @@ def _tables(url: str) -> set[str]:
 def test_single_head() -> None:
     heads = _script().get_heads()
     assert len(heads) == 1, f"migrations must have exactly one head, got {heads}"
-    assert heads[0] == "0007"
+    assert heads[0] == "0008"
 
 
 def test_upgrade_downgrade_upgrade(db_url: str) -> None:
@@ -80,3 +80,41 @@ def test_models_match_migrations(db_url: str) -> None:
         assert diff == []
     finally:
         engine.dispose()
+
+
+def _job_states(url: str) -> dict[str, str]:
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {r[0]: r[1] for r in conn.execute(text("SELECT id, state FROM jobs"))}
+    finally:
+        engine.dispose()
+
+
+def test_0008_marks_failing_jobs_and_its_downgrade_gives_back_a_state_0007_knows(db_url: str) -> None:
+    """A job failing when the release before FAILING stopped (RUNNING desired, a gang ABORTING) is FAILING after the
+    upgrade; a stopped job (KILLING) and a restarting one (its gang QUEUED) are left alone; the downgrade turns
+    FAILING into PENDING, which that release reads (and derives again at start)."""
+    db.upgrade(db_url, "0007")
+    engine = db.make_engine(db_url)
+    jobs = [("failing", "PENDING", "RUNNING", "ABORTING"), ("running-failing", "RUNNING", "RUNNING", "ABORTING"),
+            ("stopped", "KILLING", "KILLED", "ABORTING"), ("restarting", "PENDING", "RUNNING", "QUEUED"),
+            ("done", "FAILED", "RUNNING", "DONE")]
+    try:
+        with engine.begin() as conn:
+            for jid, state, desired, gang in jobs:
+                conn.execute(text(
+                    "INSERT INTO jobs (id, name, owner, respool, spec, state, desired, reason, priority, created_at, "
+                    "updated_at, completed_at) VALUES (:id, 'j', '', '/', '{}', :state, :desired, '', 0, 1, 1, 0)"),
+                    {"id": jid, "state": state, "desired": desired})
+                conn.execute(text(
+                    "INSERT INTO gangs (job_id, idx, instances, state, attempt, reason, launch_deadline, updated_at) "
+                    "VALUES (:id, 0, '[0]', :gang, 1, '', 0, 1)"), {"id": jid, "gang": gang})
+    finally:
+        engine.dispose()
+    db.upgrade(db_url)
+    assert _job_states(db_url) == {"failing": "FAILING", "running-failing": "FAILING", "stopped": "KILLING",
+                                   "restarting": "PENDING", "done": "FAILED"}
+    db.downgrade(db_url, "0007")
+    assert _job_states(db_url) == {"failing": "PENDING", "running-failing": "PENDING", "stopped": "KILLING",
+                                   "restarting": "PENDING", "done": "FAILED"}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -259,10 +260,10 @@ def test_attempts_exhausted_fails_the_job_once_every_member_is_terminal() -> Non
     assert eff.enqueue == [] and eff.restarts == 0
     assert sorted(eff.kill) == [task_id_for(JOB, 0, 2), task_id_for(JOB, 1, 2)]
     assert states(gv) == [T.KILLING, T.KILLING, T.FAILED]
-    assert jv.job.state not in (J.FAILED, J.RUNNING)
+    assert jv.job.state == J.FAILING  # not PENDING: no attempt is coming
     assert "gang 0" in jv.job.reason and "attempt 2 of 2" in jv.job.reason and "boom" in jv.job.reason
     apply(jv, 0, T.KILLED)
-    assert gv.gang.state == G.ABORTING and not jv.job.state.terminal
+    assert gv.gang.state == G.ABORTING and jv.job.state == J.FAILING
     eff = apply(jv, 1, T.KILLED, now=T0 + 20)
     assert states(gv) == [T.KILLED, T.KILLED, T.FAILED]
     assert gv.gang.state == G.DONE and eff.release == [(gang_id_for(JOB, 0), 2)]
@@ -286,12 +287,71 @@ def test_fail_job_policy_fails_on_the_first_member_failure_and_stops_other_gangs
     assert jv.gangs[2].gang.state == G.DONE and states(jv.gangs[2]) == [T.KILLED]
     assert (gang_id_for(JOB, 2), 1) in eff.release
     assert eff.enqueue == []
-    assert not jv.job.state.terminal
+    assert jv.job.state == J.FAILING
     apply(jv, 0, T.KILLED)
-    assert not jv.job.state.terminal
+    assert jv.job.state == J.FAILING
     apply(jv, 2, T.KILLED)
     assert jv.job.state == J.FAILED
     assert jv.job.reason.startswith("gang 0 failed")
+
+
+def job_states_through(jv: JobView, steps: list[Callable[[], object]]) -> list[str]:
+    """The job states after each step, without repeats (what `job wait` prints)."""
+    seen = [jv.job.state.value]
+    for step in steps:
+        step()
+        if jv.job.state.value != seen[-1]:
+            seen.append(jv.job.state.value)
+    return seen
+
+
+def test_the_last_attempt_torn_down_is_failing_never_pending() -> None:
+    """max_attempts 2, a member fails each time: a restart is PENDING (its next attempt is queued), the last
+    failure FAILING until every member has ended, then FAILED."""
+    jv = make_view(make_spec(2, max_attempts=2))
+    seen = job_states_through(jv, [
+        lambda: place(jv), lambda: run_all(jv),
+        lambda: apply(jv, 0, T.FAILED, now=T0 + 3),  # attempt 2 queued at once
+        lambda: place(jv, now=T0 + 4), lambda: run_all(jv, now=T0 + 5),
+        lambda: apply(jv, 0, T.FAILED, now=T0 + 6),  # no attempt left: instance 1 is being killed
+        lambda: apply(jv, 1, T.KILLED, now=T0 + 7),
+    ])
+    assert seen == ["PENDING", "RUNNING", "PENDING", "RUNNING", "FAILING", "FAILED"]
+
+
+def test_a_failing_job_stopped_meanwhile_still_ends_failed() -> None:
+    jv = make_view(make_spec(2, max_attempts=1))
+    place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED, now=T0 + 3)
+    assert jv.job.state == J.FAILING
+    policy.stop_job(jv, T0 + 4)
+    assert jv.job.state == J.FAILING and jv.job.desired == "KILLED"
+    apply(jv, 1, T.KILLED, now=T0 + 5)
+    assert jv.job.state == J.FAILED and "failed" in jv.job.reason
+
+
+def test_a_member_that_exits_0_while_its_failed_gang_is_killed_does_not_make_the_job_succeed() -> None:
+    """The launch deadline failed the gang; the slow member then ended well: the job still failed (its reason
+    says why), not SUCCEEDED."""
+    jv = make_view(make_spec(1, max_attempts=1))
+    place(jv)
+    policy.check_launch_deadline(jv, jv.gangs[0], T0 + 1000)
+    assert jv.job.state == J.FAILING
+    apply(jv, 0, T.SUCCEEDED, now=T0 + 1001)
+    assert jv.job.state == J.FAILED and "launch timeout" in jv.job.reason
+
+
+def test_a_stored_failing_job_stays_failing_through_recovery() -> None:
+    jv = make_view(make_spec(2, max_attempts=1))
+    place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED, now=T0 + 3)
+    assert jv.job.state == J.FAILING
+    policy.recover(jv, {task_id_for(JOB, 1, 1): TaskStatus(task_id_for(JOB, 1, 1), T.RUNNING, T0 + 9)}, T0 + 9)
+    assert jv.job.state == J.FAILING and jv.gangs[0].gang.state == G.ABORTING
+    apply(jv, 1, T.KILLED, now=T0 + 10)
+    assert jv.job.state == J.FAILED
 
 
 def test_permanent_failure_is_never_retried() -> None:
@@ -716,15 +776,20 @@ op_strategy = st.one_of(
 )
 
 
-def _documented_job_state(jv: JobView) -> JobState:
-    """The job state docs/architecture.md derives from the gangs: all gangs DONE -> KILLED (desired KILLED),
-    SUCCEEDED (every task succeeded) or FAILED; otherwise KILLING if stopped, RUNNING if any gang runs, else
-    PENDING."""
+def _documented_job_state(jv: JobView, failed: bool) -> JobState:
+    """The job state docs/architecture.md derives from the gangs: all gangs DONE -> FAILED (the job has failed:
+    `failed`), KILLED (desired KILLED), SUCCEEDED (every task succeeded) or FAILED; otherwise FAILING if it has
+    failed, KILLING if stopped, RUNNING if any gang runs, else PENDING. It has failed once a gang was ABORTING
+    while RUNNING was desired."""
     gangs = list(jv.gangs.values())
     if all(gv.gang.state == G.DONE for gv in gangs):
+        if failed:
+            return J.FAILED
         if jv.job.desired == "KILLED":
             return J.KILLED
         return J.SUCCEEDED if all(t.state == T.SUCCEEDED for gv in gangs for t in gv.members()) else J.FAILED
+    if failed:
+        return J.FAILING
     if jv.job.desired == "KILLED":
         return J.KILLING
     return J.RUNNING if any(gv.gang.state == G.RUNNING for gv in gangs) else J.PENDING
@@ -799,6 +864,7 @@ def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: 
     now = T0
     terminal_snapshot = None
     history = [jv.job.state]  # every job state the walk passes through, in order
+    failed = False  # a gang has been ABORTING while RUNNING was desired: the job failed
     _check_invariants(jv)
     for op in ops:
         now += 1.0
@@ -857,9 +923,12 @@ def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: 
         _check_counters(jv)
         if jv.job.state != history[-1]:
             history.append(jv.job.state)
+        failed = failed or (jv.job.desired == "RUNNING" and any(gv.gang.state == G.ABORTING for gv in gvs))
         if terminal_snapshot is None:  # (a terminal job never changes again: checked below)
             gang_states = [gv.gang.state for gv in jv.gangs.values()]
-            assert jv.job.state == _documented_job_state(jv), (jv.job.state, jv.job.desired, gang_states)
+            assert jv.job.state == _documented_job_state(jv, failed), (jv.job.state, jv.job.desired, gang_states)
+        if jv.job.state in (J.PENDING, J.RUNNING):  # never while the job has failed: no retry is coming
+            assert not failed, [s.value for s in history]
         if terminal_snapshot is not None:
             assert snapshot(jv)[0] == terminal_snapshot, "a terminal job changed"
         elif jv.job.state.terminal:

@@ -62,8 +62,9 @@ DOC_GANG: dict[str, set[str]] = {
 }
 DOC_JOB: dict[str, set[str]] = {
     "INITIALIZED": {"PENDING", "KILLING", "KILLED", "FAILED"},
-    "PENDING": {"RUNNING", "KILLING", "KILLED", "FAILED", "SUCCEEDED"},
-    "RUNNING": {"PENDING", "SUCCEEDED", "FAILED", "KILLING", "KILLED"},
+    "PENDING": {"RUNNING", "KILLING", "KILLED", "FAILING", "FAILED", "SUCCEEDED"},
+    "RUNNING": {"PENDING", "SUCCEEDED", "FAILING", "FAILED", "KILLING", "KILLED"},
+    "FAILING": {"FAILED"},
     "KILLING": {"KILLED", "FAILED", "SUCCEEDED"},
     "SUCCEEDED": set(),
     "FAILED": set(),
