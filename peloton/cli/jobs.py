@@ -242,11 +242,9 @@ def cmd_job_stop(c: Client, a: argparse.Namespace) -> int:
 
 def _stop_selected(c: Client, a: argparse.Namespace) -> int:
     """`job stop --owner/--state/--pool`: list the matching jobs, ask (or --yes), stop them."""
-    from peloton.domain.states import JobState
-
-    asked = job_states(a.state)
-    # by default only the jobs there is something to stop in; a finished state given is matched, and skipped below
-    states = asked or [s.value for s in JobState if not s.terminal]
+    # without --state every job matching is listed and the finished ones are skipped below: naming the unfinished
+    # states would fail against a daemon that knows fewer of them (an older release)
+    states = job_states(a.state)
     if a.pool:
         from peloton.domain.spec import validate_pool_path
 
@@ -256,7 +254,7 @@ def _stop_selected(c: Client, a: argparse.Namespace) -> int:
                     for flag, value in (("--owner", a.owner), ("--state", a.state), ("--pool", a.pool)) if value)
     finished = [j for j in jobs if j.status.state in render.JOB_TERMINAL]
     jobs = [j for j in jobs if j.status.state not in render.JOB_TERMINAL]
-    if finished:
+    if finished and a.state:  # asked for by state: say why they are left alone
         print(f"peloton: {len(finished)} job(s) matching {what} have already finished; nothing to stop in them",
               file=sys.stderr)
     if not jobs:
