@@ -593,8 +593,10 @@ class Daemon:
             self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
                                      writers=cfg.writers())
             max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
-            job_pb2_grpc.add_JobServiceServicer_to_server(JobServicer(self.jobmgr, max_waiting_jobs=max_waiting),
-                                                          self.server)
+            # the backend is known where the host manager runs: a job manager without it warns of nothing
+            servicer = JobServicer(self.jobmgr, max_waiting_jobs=max_waiting,
+                                   backend=cfg.backend if self.hostmgr is not None else "")
+            job_pb2_grpc.add_JobServiceServicer_to_server(servicer, self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
         self.started_at = time.time()

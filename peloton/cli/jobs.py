@@ -52,6 +52,8 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
             print(f"peloton: {e.message}; trying again", file=sys.stderr)
             time.sleep(delay)
             delay = min(delay * 2, 5.0)
+    for w in r.warnings:  # settings this daemon accepted but will not act on: created, but said so
+        print(f"peloton: warning: {w}", file=sys.stderr)
     print(r.job_id)
     return 0
 

@@ -213,6 +213,23 @@ def _validate_task(spec: JobSpec) -> None:
                                    "starting with a digit, . or -)")
 
 
+# Backends that accept a setting without acting on it, and why (the Mesos backend acts on every spec field).
+_NO_IMAGES = {
+    "local": "ignored by the local backend, which runs each task as a process on its host, in no container (only "
+             "the mesos backend runs a task in an image)",
+    "sim": "ignored by the sim backend, which runs no processes",
+}
+
+
+def ignored_settings(spec: JobSpec, backend: str) -> list[str]:
+    """What `backend` accepts in `spec` but does not act on, each "field: why", for CreateJob to warn about. An
+    empty `backend` (a job manager whose process does not run the host manager: it does not know it) finds none."""
+    out = []
+    if spec.container_image and backend in _NO_IMAGES:
+        out.append(f"task.container.image: {_NO_IMAGES[backend]}")
+    return out
+
+
 def gang_partition(spec: JobSpec) -> list[list[int]]:
     """Instances grouped into gangs: the first `gang_size` instances form gang 0 (all-or-none);
     in an elastic job each remaining instance is a gang of one, scheduled as it fits."""

@@ -14,6 +14,7 @@ from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
+from peloton.domain.spec import ignored_settings
 from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
@@ -49,10 +50,14 @@ def _shown(job: job_pb2.Job) -> job_pb2.Job:
 
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
-    def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS, max_waiting_jobs: int = 0) -> None:
-        """`max_waiting_jobs`: jobs one authenticated principal may have waiting (not started); 0: no limit."""
+    def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS, max_waiting_jobs: int = 0,
+                 backend: str = "") -> None:
+        """`max_waiting_jobs`: jobs one authenticated principal may have waiting (not started); 0: no limit.
+        `backend`: the cluster backend the host manager of this process runs (`local`, `sim`, `mesos`), for the
+        warnings of CreateJob about settings it ignores; "" when this process does not run it (no warnings)."""
         self.jm = jm
         self.max_waiting_jobs = max_waiting_jobs
+        self.backend = backend
         self._watchers = threading.BoundedSemaphore(max_watchers)
         OPEN_WATCHES.set(max_watchers)
 
@@ -89,7 +94,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             raise PermissionDenied(f"task.user: pool {spec.respool} does not allow tasks to run as root (an admin "
                                    "may allow it: peloton pool create --allow-root)", field="task.user")
         job_id = self.jm.create_job(spec, request_id)
-        return job_pb2.CreateJobResponse(job_id=job_id)
+        return job_pb2.CreateJobResponse(job_id=job_id, warnings=ignored_settings(spec, self.backend))
 
     @grpc_errors
     def GetJob(self, request, context):  # type: ignore[no-untyped-def]

@@ -87,3 +87,18 @@ def test_durations_in_the_units_people_write_and_a_job_named_on_are_accepted(dae
     assert seconds == {"launch": 300.0, "runtime": 5400.0, "grace": 90.0}
     assert spec["task"]["env"]["MASK"] == "0x10"  # as written, not the number 16
     assert "on" in daemon.cli("job", "list").stdout.split()
+
+
+def test_a_setting_the_backend_ignores_is_warned_about_at_create(daemon: Daemon, tmp_path: Path) -> None:
+    """container.image means nothing to the local backend: the job is created, and the CLI says so on stderr."""
+    f = tmp_path / "image.yaml"
+    f.write_text("name: img\ninstances: 1\n"
+                 "task: {command: 'true', resources: {cpu: 0.5}, container: {image: 'pytorch:2.3'}}\n")
+    r = daemon.cli("job", "create", "-f", str(f))
+    job = r.stdout.strip()
+    assert len(job) == 12 and daemon.job(job)["spec"]["task"]["container"]["image"] == "pytorch:2.3"
+    assert r.stderr.splitlines() == [
+        "peloton: warning: task.container.image: ignored by the local backend, which runs each task as a process on "
+        "its host, in no container (only the mesos backend runs a task in an image)"]
+    f.write_text("name: plain\ninstances: 1\ntask: {command: 'true', resources: {cpu: 0.5}}\n")
+    assert daemon.cli("job", "create", "-f", str(f)).stderr == ""

@@ -10,7 +10,15 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from peloton.domain.resources import Resources, format_mib, parse_mib
-from peloton.domain.spec import Constraint, JobSpec, gang_partition, spec_from_dict, spec_to_dict, validate
+from peloton.domain.spec import (
+    Constraint,
+    JobSpec,
+    gang_partition,
+    ignored_settings,
+    spec_from_dict,
+    spec_to_dict,
+    validate,
+)
 from peloton.errors import InvalidArgument
 
 GOOD = JobSpec(
@@ -193,3 +201,15 @@ def test_spec_from_dict_defaults() -> None:
     }
     spec = spec_from_dict(d)
     assert spec.respool == "/" and spec.max_attempts == 3 and spec.strategy == "pack" and spec.constraints == ()
+
+
+@pytest.mark.parametrize("backend,image,warned", [
+    ("local", "pytorch:2.3", True), ("sim", "pytorch:2.3", True), ("mesos", "pytorch:2.3", False),
+    ("", "pytorch:2.3", False), ("local", "", False),
+])
+def test_settings_a_backend_accepts_but_ignores_are_named(backend: str, image: str, warned: bool) -> None:
+    spec = dataclasses.replace(validate(GOOD), container_image=image)
+    out = ignored_settings(spec, backend)
+    assert bool(out) == warned
+    if warned:
+        assert out == [out[0]] and out[0].startswith(f"task.container.image: ignored by the {backend} backend")
