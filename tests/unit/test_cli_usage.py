@@ -143,7 +143,10 @@ def written(log: Log, tail: int | None) -> bytes:
 
 
 def expected_tail(data: bytes, n: int | None) -> bytes:
-    lines = data.splitlines(keepends=True)
+    """As `tail -n`: lines end at \\n only (bytes.splitlines would split at \\r too)."""
+    lines = [line + b"\n" for line in data.split(b"\n")]
+    lines[-1] = lines[-1][:-1]  # after the last newline: an unfinished line, or nothing
+    lines = [line for line in lines if line]
     return b"".join(lines if n is None else lines[-n:])
 
 
