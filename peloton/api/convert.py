@@ -53,9 +53,8 @@ def resources_from_proto(r: job_pb2.Resources, field: str) -> Resources:
 
 
 def resources_to_proto(r: Resources) -> job_pb2.Resources:
-    return job_pb2.Resources(
-        cpu=r.cpu, mem=format_mib(r.mem), disk=format_mib(r.disk) if r.disk else "", gpu=r.gpu, ports=r.ports
-    )
+    """Every quantity written, none as "" (no disk is `0Mi`): what the daemon holds, as `-o json` shows it."""
+    return job_pb2.Resources(cpu=r.cpu, mem=format_mib(r.mem), disk=format_mib(r.disk), gpu=r.gpu, ports=r.ports)
 
 
 # --- job spec -----------------------------------------------------------------------------------------------
@@ -112,10 +111,12 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     p.task.env.update(s.env)
     p.task.env_files.update(s.env_files)
     p.task.resources.CopyFrom(resources_to_proto(s.resources))
-    if s.container_image:
-        p.task.container.image = s.container_image
+    p.task.container.SetInParent()  # present even without an image: each section of the spec is there
+    p.task.container.image = s.container_image
     p.task.user = s.user
-    p.gang.min_available = s.min_available or s.instances
+    # The effective values, as the daemon acts on them: the gang size (0 in a spec means every instance), and the
+    # defaults above and below filled in. Only a max_runtime that is not set (no limit) stays absent.
+    p.gang.min_available = s.gang_size
     p.gang.on_member_failure = s.on_member_failure
     p.gang.launch_timeout.FromNanoseconds(_nanos(s.launch_timeout_s))
     p.sla.priority = s.priority

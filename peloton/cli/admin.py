@@ -181,9 +181,9 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
     if a.output == "json":
         print(render.json_message(r))
         return 0
-    rows = [[h.hostname, h.address, h.state + (" (unhealthy)" if h.health else ""), _drain(h), render.resources(h.capacity), render.resources(h.allocated),
-             len(h.task_ids), "yes" if h.offer_held else "no",
-             ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
+    rows = [[h.hostname, h.address, h.state + (" (unhealthy)" if h.health else ""), _drain(h),
+             render.resources(h.capacity, disk=True), render.resources(h.allocated, disk=True), len(h.task_ids),
+             "yes" if h.offer_held else "no", ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
     print(render.table(rows, ["HOST", "ADDRESS", "STATE", "DRAIN", "CAPACITY", "ALLOCATED", "TASKS", "OFFER HELD",
                               "LABELS"]))
     for h in r.hosts:

@@ -106,7 +106,7 @@ def _show(a: argparse.Namespace, job: job_pb2.Job, tasks: list[task_pb2.TaskInfo
         doc = render.job_json(job, tasks)
         print(render.dumps(doc, compact=True) if a.watch else render.dumps(doc), flush=True)
         return key
-    view = render.job_view(job, tasks)
+    view = render.job_view(job, tasks, every_row=a.every_row)  # --all: a row per task
     if a.watch and sys.stdout.isatty():
         print(CLEAR_SCREEN + view + f"\n\n(watching; updated {time.strftime('%H:%M:%S')}; Ctrl-C to stop)",
               flush=True)

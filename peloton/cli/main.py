@@ -555,6 +555,8 @@ def build_parser() -> argparse.ArgumentParser:
     out(x)
     x.add_argument("-w", "--watch", action="store_true",
                    help="print the view again whenever the job or a task changes, until the job ends")
+    x.add_argument("--all", action="store_true", dest="every_row",
+                   help="a row per task and a line per gang (by default, past 20 they are grouped by state)")
     grace(x)
     x.set_defaults(fn="jobs:cmd_job_get")
     x = j.add_parser("list", help="list jobs, newest first")

@@ -15,7 +15,7 @@ pytestmark = pytest.mark.e2e
 
 def test_pools_from_the_cli(daemon: Daemon, tmp_path: Path) -> None:
     d = daemon
-    wait_until(lambda: "entitlement" in json.loads(d.cli("pool", "get", "/", "-o", "json").stdout),
+    wait_until(lambda: json.loads(d.cli("pool", "get", "/", "-o", "json").stdout)["entitlement"],  # null until known
                what="the cluster's capacity reported to the resource manager")
     assert d.cli("pool", "create", "/research", "--reservation", "cpu=2,gpu=2", "--limit", "gpu=4",
                  "--share", "2").stdout == "/research\n"

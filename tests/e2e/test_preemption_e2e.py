@@ -91,7 +91,7 @@ def _gang(d: Daemon, job: str) -> dict[str, Any]:
 def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: PreemptDaemon,
                                                                             tmp_path: Path) -> None:
     d = pd
-    wait_until(lambda: "entitlement" in json.loads(d.cli("pool", "get", "/", "-o", "json").stdout),
+    wait_until(lambda: json.loads(d.cli("pool", "get", "/", "-o", "json").stdout)["entitlement"],  # null until known
                what="the cluster's capacity reported")
     d.cli("pool", "create", "/a", "--reservation", "gpu=2")
     d.cli("pool", "create", "/b")

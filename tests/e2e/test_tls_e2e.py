@@ -4,7 +4,9 @@ credentials are turned away; an address other machines can reach is served witho
 
 from __future__ import annotations
 
+import json
 import os
+import re
 import socket
 import ssl
 import subprocess
@@ -147,6 +149,9 @@ def test_tokens_over_tls_through_the_cli(tmp_path: Path) -> None:
         lines = audit.stdout.splitlines()
         assert any("ci-bot" in ln and "CreateJob" in ln and "allowed" in ln for ln in lines), audit.stdout
         assert any("ci-bot" in ln and "CreatePool" in ln and "DENIED" in ln for ln in lines), audit.stdout
+        events = json.loads(run("audit", "-o", "json", env={**env, "PELOTON_TOKEN": admin}).stdout)["events"]
+        assert all(isinstance(e["id"], int) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["at"])
+                   for e in events) and events, events  # docs/cli.md#json-output
     finally:
         proc.terminate()
         proc.wait(30)

@@ -132,7 +132,7 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     assert _health(standby.address, "peloton.standby") == health_pb2.HealthCheckResponse.SERVING
     info = _info(standby.address)  # answered by the leader, which the CLI was sent to
     lead = info["leadership"]
-    assert lead["leader"] == leader.address and lead["epoch"] == "1"
+    assert lead["leader"] == leader.address and lead["epoch"] == 1
     assert [s["address"] for s in lead["standbys"]] == [standby.address]
     # a plain gRPC client sees the redirect itself
     with grpc.insecure_channel(standby.address) as ch, pytest.raises(grpc.RpcError) as e:
@@ -189,7 +189,7 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     assert not killed_ids(fake) & running_before, "a gang running whole at the takeover was killed"
     assert fake.subscribed_frameworks == [fid]  # the standby subscribed as the same framework
     info = _info(standby.address)["leadership"]
-    assert info["leader"] == standby.address and info["epoch"] == "2" and not info.get("standbys")
+    assert info["leader"] == standby.address and info["epoch"] == 2 and not info.get("standbys")
     assert _leading(standby.extra_args[-1]) == 1
     assert "took over the store lock" in standby.log()
 
@@ -234,7 +234,7 @@ def test_a_paused_leader_is_replaced_and_acts_on_nothing_when_it_wakes(
     woken = r.stdout.strip()
     wait_whole(fake, standby, woken)
     info = _info(leader.address)["leadership"]
-    assert info["leader"] == standby.address and info["epoch"] == "2"
+    assert info["leader"] == standby.address and info["epoch"] == 2
     wait_until(lambda: _leading(leader.extra_args[-1]) == 0, 10, 0.2, "the woken one's peloton_leader to drop to 0")
     time.sleep(3)  # time for any late act of the woken one to show
 

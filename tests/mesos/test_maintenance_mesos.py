@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from peloton.cli import render
 from tests.e2e.harness import wait_until
 from tests.mesos.test_mesos_backend_e2e import (
     Factory,
@@ -73,7 +74,7 @@ def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts
     assert declined[0]["filters"]["refuse_seconds"] == 30
     h = wait_until(lambda: (lambda h: h if h.get("maintenance") else None)(_hosts(d)[victim_host]), 10, 0.2,
                    "host list showing the window")
-    assert h["drain"] == "draining" and h["drain_deadline"] > time.time()
+    assert h["drain"] == "draining" and h["drain_deadline"] > render.rfc3339(time.time())  # RFC 3339 strings sort
     assert "draining for maintenance (preempts in" in d.cli("host", "list").stdout
 
     # the window starts: the gang is preempted whole, and runs again on the two agents in service (same attempt)
