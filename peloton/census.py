@@ -18,7 +18,9 @@ from prometheus_client.registry import Collector
 log = logging.getLogger(__name__)
 
 CENSUS_EVERY_S = 15.0  # the store's counts are read again at most this often
-RESOURCES = ("cpu", "mem", "disk", "gpu")  # cpu in cores, mem and disk in MiB, gpu as a count
+RESOURCES = ("cpu", "mem", "disk", "gpu")
+# In the base units Prometheus asks for: cpu in cores, mem and disk in bytes (the daemon counts MiB), gpu a count.
+SCALE = {"cpu": 1.0, "mem": 1024.0 * 1024, "disk": 1024.0 * 1024, "gpu": 1.0}
 
 
 class StoreCensus(Collector):
@@ -56,7 +58,8 @@ class StoreCensus(Collector):
 
 
 class ClusterCensus(Collector):
-    """peloton_hosts {state}, peloton_cluster_capacity / _allocated {resource}, peloton_hostmgr_offers_held."""
+    """peloton_hosts {state}, peloton_cluster_capacity / _allocated {resource}, peloton_host_capacity / _allocated
+    {host, resource} (8 series a host: what `host list` shows), peloton_hostmgr_offers_held."""
 
     def __init__(self) -> None:
         self._hosts: Callable[[], list[tuple[Any, str]]] | None = None
@@ -68,10 +71,15 @@ class ClusterCensus(Collector):
     def collect(self) -> Iterator[GaugeMetricFamily]:
         hosts = self._hosts() if self._hosts is not None else []
         by_state = GaugeMetricFamily("peloton_hosts", "Hosts the host manager knows, by state", labels=["state"])
-        capacity = GaugeMetricFamily("peloton_cluster_capacity", "What the hosts that take new gangs have in all; "
-                                     "cpu in cores, mem and disk in MiB", labels=["resource"])
-        allocated = GaugeMetricFamily("peloton_cluster_allocated", "What the tasks running on all hosts hold; cpu in "
-                                      "cores, mem and disk in MiB", labels=["resource"])
+        units = "cpu in cores, mem and disk in bytes, gpu in devices"
+        capacity = GaugeMetricFamily("peloton_cluster_capacity", f"What the hosts that are up have in all; {units}",
+                                     labels=["resource"])
+        allocated = GaugeMetricFamily("peloton_cluster_allocated", f"What the tasks on all hosts hold; {units}",
+                                      labels=["resource"])
+        host_cap = GaugeMetricFamily("peloton_host_capacity", f"What each host has, whatever its state; {units}",
+                                     labels=["host", "resource"])
+        host_used = GaugeMetricFamily("peloton_host_allocated", f"What the tasks on each host hold; {units}",
+                                      labels=["host", "resource"])
         offers = GaugeMetricFamily("peloton_hostmgr_offers_held", "Hosts whose offer the backend holds unused (Mesos)")
         if self._hosts is not None:
             states: dict[str, int] = {}
@@ -82,16 +90,19 @@ class ClusterCensus(Collector):
                 states[state] = states.get(state, 0) + 1
                 held += bool(h.holds_offer)
                 for r in RESOURCES:
-                    used[r] += float(getattr(h.allocated, r))
+                    have, held_r = float(getattr(h.capacity, r)) * SCALE[r], float(getattr(h.allocated, r)) * SCALE[r]
+                    host_cap.add_metric([h.hostname, r], have)
+                    host_used.add_metric([h.hostname, r], held_r)
+                    used[r] += held_r
                     if state == "up":
-                        cap[r] += float(getattr(h.capacity, r))
+                        cap[r] += have
             for state, n in sorted(states.items()):
                 by_state.add_metric([state], n)
             for r in RESOURCES:
                 capacity.add_metric([r], cap[r])
                 allocated.add_metric([r], used[r])
             offers.add_metric([], held)
-        yield from (by_state, capacity, allocated, offers)
+        yield from (by_state, capacity, allocated, host_cap, host_used, offers)
 
 
 STORE = StoreCensus()

@@ -13,6 +13,7 @@ import logging
 import time
 import uuid
 from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 
@@ -23,11 +24,20 @@ from peloton.placement.index import HostIndex
 from peloton.placement.reservation import Reservation, place_around, reserve, reserve_after
 from peloton.placement.victims import Candidate, choose_victims
 
+if TYPE_CHECKING:
+    from peloton.domain.placement import PlacementFailure
+
 log = logging.getLogger(__name__)
 
 ROUNDS = Histogram("peloton_placement_round_seconds", "Duration of one placement round",
                    buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5))
-GANGS = Counter("peloton_placement_gangs_total", "Gangs considered by placement", ["result"])
+# Per gang attempt, each counted once: `placed` when it is placed; `unplaced` the first round no host fitted it
+# (however many rounds it then waits; placed later, it counts in both). TRIES counts every try of every round.
+GANGS = Counter("peloton_placement_gangs_total", "Gang attempts placed, and those no host fitted at their first "
+                "try (once each)", ["result"])
+TRIES = Counter("peloton_placement_tries_total", "Gangs tried in placement rounds, by result (a gang waiting for "
+                "hosts is tried again every round)", ["result"])
+UNPLACED_MEMORY_S = 3600.0  # an unplaced gang attempt not tried again for this long is forgotten (it went away)
 ORPHANED_CLAIMS = Counter("peloton_placement_orphaned_claims_released_total",
                           "Claims of placements dropped before launch (job stopped, resmgr reset), released")
 SYNCED_HOSTS = Counter("peloton_placement_synced_hosts_total", "Host states brought up to date from hostmgr")
@@ -57,6 +67,9 @@ class PlacementEngine:
         self.id = uuid.uuid4().hex  # resmgr takes back what an engine of another id did not place
         # hosts kept for waiting gangs (resmgr lists the live ones with every dequeue)
         self.reservations: dict[tuple[str, int], Reservation] = {}
+        # gang attempts counted as unplaced (so that their retries are not), with when they were last tried
+        self._unplaced: dict[tuple[str, int], float] = {}
+        self._unplaced_pruned = time.monotonic()
 
     def _sync(self) -> None:
         r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=self._version,
@@ -137,12 +150,28 @@ class PlacementEngine:
                     preemptions=preemptions, reservations=reservations, engine=self.id),
                 timeout=30,
             )
-        GANGS.labels("placed").inc(len(claimed))
-        GANGS.labels("unplaced").inc(len(failures))
-        GANGS.labels("stale").inc(len(refused))
+        self._count(claimed, failures, refused)
         if claimed:
             log.debug("placed %d gangs (%d unplaced, %d stale)", len(claimed), len(failures), len(refused))
         return True
+
+    def _count(self, claimed: Sequence[internal_pb2.Placement], failures: Sequence[PlacementFailure],
+               refused: Sequence[internal_pb2.Failure]) -> None:
+        TRIES.labels("placed").inc(len(claimed))
+        TRIES.labels("unplaced").inc(len(failures))
+        TRIES.labels("stale").inc(len(refused))
+        GANGS.labels("placed").inc(len(claimed))
+        for p in claimed:
+            self._unplaced.pop((p.gang_id, p.attempt), None)
+        now = time.monotonic()
+        for f in failures:
+            key = (f.gang_id, f.attempt)
+            if key not in self._unplaced:
+                GANGS.labels("unplaced").inc()
+            self._unplaced[key] = now
+        if now - self._unplaced_pruned > 60:
+            self._unplaced = {k: t for k, t in self._unplaced.items() if now - t < UNPLACED_MEMORY_S}
+            self._unplaced_pruned = now
 
     def _probe(self, probes: Sequence[internal_pb2.PreemptionProbe]
                ) -> tuple[list[internal_pb2.Preemption], list[internal_pb2.Reservation]]:

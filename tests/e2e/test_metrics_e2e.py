@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.e2e.harness import Daemon, serving
+from tests.e2e.harness import Daemon, serving, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -60,6 +60,41 @@ def test_the_metrics_endpoint_after_a_gang_ran(md: MetricsDaemon, tmp_path: Path
     assert samples['peloton_cluster_capacity{resource="cpu"}'] == 4 * md.hosts  # cpu=4 each
     assert samples['peloton_cluster_capacity{resource="gpu"}'] == 2 * md.hosts
     assert samples['peloton_cluster_allocated{resource="cpu"}'] == 0  # the gang has ended
+    assert samples['peloton_cluster_capacity{resource="mem"}'] == 4 * 2**30 * md.hosts  # bytes: 4Gi each
+    for h in range(md.hosts):  # each host, as `host list` shows it; memory in bytes
+        assert samples[f'peloton_host_capacity{{host="local-{h}",resource="cpu"}}'] == 4
+        assert samples[f'peloton_host_capacity{{host="local-{h}",resource="mem"}}'] == 4 * 2**30
+        assert samples[f'peloton_host_capacity{{host="local-{h}",resource="gpu"}}'] == 2
+        assert samples[f'peloton_host_allocated{{host="local-{h}",resource="cpu"}}'] == 0
     assert samples['peloton_leader{role="jobmgr"}'] == 1
     assert samples['peloton_store_transaction_seconds_count{kind="write"}'] > 0
     assert samples['peloton_store_transaction_seconds_count{kind="read"}'] > 0
+
+
+def _samples(md: MetricsDaemon) -> dict[str, float]:
+    body = urllib.request.urlopen(f"http://127.0.0.1:{md.metrics_port}/metrics", timeout=10).read().decode()
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in body.splitlines()
+            if line and not line.startswith("#")}
+
+
+def test_a_gang_waiting_for_hosts_counts_once_as_unplaced_and_hosts_show_what_they_hold(
+        md: MetricsDaemon, tmp_path: Path) -> None:
+    """A gang no host fits now (3 cpus left on each host, it needs 2 on one... after the blocker's 3 of 4 each) is
+    tried every round; it counts once in peloton_placement_gangs_total, every time in _tries_total."""
+    blocker = md.create("name: b\ninstances: 2\nplacement: {strategy: spread}\n"
+                        "task: {command: 'sleep 600', resources: {cpu: 3, mem: 1Gi}}\n", tmp_path)
+    md.wait_state(blocker, "RUNNING")
+    waiter = md.create("name: w\ninstances: 1\ntask: {command: 'true', resources: {cpu: 2, mem: 64Mi}}\n", tmp_path)
+    tried = 'peloton_placement_tries_total{result="unplaced"}'
+    samples = wait_until(lambda: (s := _samples(md)).get(tried, 0) >= 3 and s, 30, 0.5, "3 tries of the waiting gang")
+    assert samples['peloton_placement_gangs_total{result="unplaced"}'] == 1
+    assert samples['peloton_placement_gangs_total{result="placed"}'] == 1  # the blocker
+    for h in range(md.hosts):
+        assert samples[f'peloton_host_allocated{{host="local-{h}",resource="cpu"}}'] == 3
+        assert samples[f'peloton_host_allocated{{host="local-{h}",resource="mem"}}'] == 2**30
+    assert samples['peloton_cluster_allocated{resource="cpu"}'] == 6
+    md.cli("job", "stop", blocker)
+    md.wait_state(waiter, "SUCCEEDED")
+    samples = _samples(md)
+    assert samples['peloton_placement_gangs_total{result="placed"}'] == 2
+    assert samples['peloton_placement_gangs_total{result="unplaced"}'] == 1

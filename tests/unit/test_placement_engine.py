@@ -89,3 +89,40 @@ def test_a_round_with_only_orphaned_claims_releases_them(
     assert engine.run_once()  # no gangs to place, but work was done
     assert hm.held_hosts() == set()
     assert not engine.run_once()  # an idle round
+
+
+def test_a_gang_waiting_for_hosts_counts_once_as_unplaced_however_often_it_is_tried(
+        parts: tuple[PlacementEngine, ResourceManager, HostManager]) -> None:
+    """peloton_placement_gangs_total counts gang attempts; peloton_placement_tries_total every try of a round."""
+    from prometheus_client import REGISTRY
+
+    def sample(name: str, result: str) -> float:
+        return REGISTRY.get_sample_value(name, {"result": result}) or 0.0
+
+    before = {(n, r): sample(n, r) for n in ("peloton_placement_gangs_total", "peloton_placement_tries_total")
+              for r in ("placed", "unplaced")}
+
+    def counted(name: str, result: str) -> float:
+        return sample(name, result) - before[(name, result)]
+
+    engine, rm, _ = parts
+    one_gpu = Resources(cpu=1, mem=10, gpu=1)
+    rm.enqueue([GangRequest(gang_id="a/0", job_id="a", attempt=1, strategy="spread",  # a GPU of each host
+                            members=tuple(MemberRequest(i, f"a-{i}-1", one_gpu) for i in range(2)))])
+    assert engine.run_once()
+    rm.enqueue([gang("b", n=1)])  # 2 GPUs on one host: the cluster has them, no host does
+    now = 1000.0
+    for _ in range(3):
+        rm.clock = lambda t=now: t  # type: ignore[misc]  # past the back-off of a failed placement
+        assert engine.run_once()
+        now += 5
+    assert counted("peloton_placement_tries_total", "unplaced") == 3
+    assert counted("peloton_placement_gangs_total", "unplaced") == 1
+    assert counted("peloton_placement_gangs_total", "placed") == 1  # a
+    rm.remove([("a/0", 1)])
+    rm.clock = lambda: now  # type: ignore[misc]
+    assert engine.run_once()
+    placed, _ = rm.take_placements(10, SHORT)
+    assert [p.gang_id for p in placed] == ["b/0"]  # once a went away
+    assert counted("peloton_placement_gangs_total", "placed") == 2  # placed after waiting: in both
+    assert counted("peloton_placement_gangs_total", "unplaced") == 1
