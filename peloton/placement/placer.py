@@ -36,8 +36,9 @@ from peloton.domain.placement import (
     MemberRequest,
     PlacementFailure,
 )
+from peloton.domain.resources import format_mib
 from peloton.domain.spec import Constraint
-from peloton.placement.index import ClassKey, ClassView, HostClass, HostIndex, HostState, Vec, Weights, to_vec
+from peloton.placement.index import UNIT, ClassKey, ClassView, HostClass, HostIndex, HostState, Vec, Weights, to_vec
 
 __all__ = ["place", "can_ever_fit", "SHORT_DIMENSIONS", "HostIndex"]
 
@@ -66,6 +67,15 @@ def _short_of(h: HostState | HostClass, r: Vec) -> list[str]:
     if r[4] > h.ports:
         out.append("ports")
     return out
+
+
+def _short_of_vec(f: Vec, r: Vec) -> bool:
+    return r[0] > f[0] or r[1] > f[1] or r[2] > f[2] or r[3] > f[3] or r[4] > f[4]
+
+
+def _cap_vec(f: Vec, r: Vec) -> int:
+    """How many members of size `r` fit in the free vector `f` (which fits at least one)."""
+    return min((f[i] // r[i] for i in range(5) if r[i] > 0), default=_UNBOUNDED)
 
 
 def _cap(c: HostClass, r: Vec) -> int:
@@ -285,9 +295,38 @@ def _spread(
     return None
 
 
+_DIMS = ("cpu", "mem", "disk", "gpu", "ports")
+
+
+def _amounts(v: Vec) -> str:
+    """The non-zero parts of a vector as a reader writes them: `cpu 4, mem 8Gi, gpu 1`."""
+    parts = []
+    for d, x in zip(_DIMS, v, strict=True):
+        if x:
+            parts.append(f"{d} {format_mib(x / UNIT) if d in ('mem', 'disk') else f'{x / UNIT:g}' if d == 'cpu' else x}")
+    return ", ".join(parts) or "nothing"
+
+
+def _shortfall(f: Vec, r: Vec) -> Vec:
+    """How much a host with `f` free lacks for a member needing `r`, per dimension (0 where it has enough)."""
+    return (max(0, r[0] - f[0]), max(0, r[1] - f[1]), max(0, r[2] - f[2]), max(0, r[3] - f[3]), max(0, r[4] - f[4]))
+
+
+def _closeness(short: Vec, r: Vec) -> tuple[int, float]:
+    """Fewest dimensions short, then the least short relative to the need: the host nearest to fitting."""
+    return sum(1 for x in short if x), sum(x / need for x, need in zip(short, r, strict=True) if x)
+
+
+def _n_hosts(n: int) -> str:
+    return f"{n} host" if n == 1 else f"{n} hosts"
+
+
 def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassView, att: _Attempt) -> PlacementFailure:
-    """Why the gang failed at member `failed_at`, counted over every host as it stood then (with this gang's own
-    tentative members still on the hosts it used)."""
+    """Why the gang failed at member `failed_at`, as plain data (short_hosts: per dimension, how many hosts lack it
+    for that member as they stood then) and words: how many of the hosts the gang may use have the member's
+    resources free, and by how much the nearest of the others falls short. For a gang of equal members the hosts
+    are judged as they were before it (and how many of its members they have room for is said); for mixed
+    members, as they stood when the member failed."""
     member = gang.members[failed_at].resources
     r = to_vec(member)
     counts: dict[str, int] = {}
@@ -306,22 +345,41 @@ def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassVie
                 failed_constraints.append(con)
     short = {d: counts[d] for d in SHORT_DIMENSIONS if d in counts}
     n = len(gang.members)
-    if all(m.resources == member for m in gang.members):
+    homogeneous = all(m.resources == member for m in gang.members)
+    if homogeneous:
         need = f"gang of {n} needs {member.describe()} each"
     else:
         need = f"gang of {n}: instance {gang.members[failed_at].instance} needs {member.describe()}"
+    # the hosts the gang may use, each (free vector, how many hosts have it, the lowest name among them)
+    states: list[tuple[Vec, int, str]] = [((c.cpu, c.mem, c.disk, c.gpu, c.ports), len(c.names), c.names.first())
+                                          for tier in view.tiers.values() for c in tier.values() if c.names]
+    states += [(before if homogeneous else h.free(), 1, h.name) for h, before in zip(att.used, att.before, strict=True)]
+    fit = room = 0
+    best: tuple[tuple[int, float], str, Vec] | None = None
+    for f, k, name in states:
+        if not _short_of_vec(f, r):
+            fit += k
+            room += k * _cap_vec(f, r)
+            continue
+        lack = _shortfall(f, r)
+        key = (_closeness(lack, r), name, lack)
+        if best is None or key[:2] < best[:2]:
+            best = key
+    ruled_out = ", ".join(x.describe() for x in failed_constraints)
     if not len(index):
         why = "no hosts offered"
-    elif short:
-        parts = []
-        for d, k in short.items():
-            if d == "constraint":
-                parts.append(f"constraint {k} ({', '.join(x.describe() for x in failed_constraints)})")
-            else:
-                parts.append(f"{d} {k}")
-        why = "hosts short of: " + ", ".join(parts)
-    else:  # cannot happen: a member that fits no host is short somewhere on every host
-        why = "no host fits"
+    elif not view.eligible:
+        why = f"none of the {_n_hosts(len(index))} satisfies {ruled_out}"
+    else:
+        why = f"{fit} of {view.eligible} hosts {'has' if fit == 1 else 'have'} {_amounts(r)} free"
+        if not homogeneous and att.used:
+            why += " with the members before it placed"
+        elif fit and room < n:
+            why += f", room for {room} of the {n} members"
+        if best is not None:
+            why += f"; the best{' other' if fit else ''}, {best[1]}, is short of {_amounts(best[2])}"
+        if ineligible:
+            why += f"; {_n_hosts(ineligible)} ruled out by {ruled_out}"
     return PlacementFailure(
         gang_id=gang.gang_id,
         job_id=gang.job_id,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import re
 import subprocess
 import sys
 import time
@@ -85,6 +86,9 @@ task: {command: echo ran, resources: {cpu: 2, mem: 64Mi}}
         return x if "short of" in x["status"]["gangs"][0].get("reason", "") else None
 
     j = wait_until(pending_reason, 30, 0.3, "a pending reason")
+    # how many hosts fit and by how much the nearest other one falls short, not `hosts short of: cpu 1`
+    assert re.search(r"placed 1 of 2; 1 of 2 hosts has cpu 2, mem 64Mi free, room for 1 of the 2 members; the best "
+                     r"other, local-[01], is short of cpu 2$", j["status"]["gangs"][0]["reason"]), j["status"]
     assert j["status"]["state"] == "PENDING"
     assert {t["state"] for t in j["tasks"]} == {"PENDING"}
     human = daemon.cli("job", "get", big).stdout

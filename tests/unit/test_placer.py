@@ -161,7 +161,7 @@ def test_constraint_unsatisfiable_fails() -> None:
     offers = [host("a", labels={"rack": "r1"}), host("b", labels={"rack": "r2"})]
     f = fail([gang(1, constraints=(Constraint("rack", "eq", "r9"),))], offers)
     assert f.short_hosts == {"constraint": 2}
-    assert "constraint 2 (rack eq r9)" in f.reason
+    assert f.reason.endswith("placed 0 of 1; none of the 2 hosts satisfies rack eq r9"), f.reason
 
 
 def test_failure_names_only_the_constraints_that_exclude_hosts() -> None:
@@ -169,7 +169,8 @@ def test_failure_names_only_the_constraints_that_exclude_hosts() -> None:
     cons = (Constraint("ssd", "exists"), Constraint("rack", "eq", "r1"), Constraint("rack", "ne", "r2"))
     f = fail([gang(1, cpu=9, constraints=cons)], offers)
     assert f.short_hosts == {"cpu": 2, "constraint": 1}
-    assert f.reason.endswith("hosts short of: cpu 2, constraint 1 (rack eq r1, rack ne r2)")
+    assert f.reason.endswith("placed 0 of 1; 0 of 1 hosts have cpu 9, mem 1Gi free; the best, a, is short of cpu 1; "
+                             "1 host ruled out by rack eq r1, rack ne r2"), f.reason
 
 
 def test_gpu_counts_are_the_offers_counts_not_its_id_lists() -> None:
@@ -287,7 +288,8 @@ def test_failure_reason_names_short_dimensions_and_counts() -> None:
     assert f.gang_id == "job/0" and f.job_id == "job" and f.attempt == 1
     assert f.short_hosts == {"gpu": 3, "constraint": 1}
     assert f.reason == (
-        "gang of 4 needs cpu=4,mem=8Gi,gpu=1 each; placed 2 of 4; hosts short of: gpu 3, constraint 1 (rack eq r1)"
+        "gang of 4 needs cpu=4,mem=8Gi,gpu=1 each; placed 2 of 4; 2 of 3 hosts have cpu 4, mem 8Gi, gpu 1 free, room "
+        "for 2 of the 4 members; the best other, c, is short of gpu 1; 1 host ruled out by rack eq r1"
     )
 
 
@@ -299,7 +301,27 @@ def test_failure_counts_several_dimensions_per_host() -> None:
 def test_failure_of_mixed_gang_names_the_instance() -> None:
     g = GangRequest("j/0", "j", 1, (MemberRequest(0, "t0", Resources(cpu=1)), MemberRequest(1, "t1", Resources(cpu=8))))
     f = fail([g], [host("a", cpu=4)])
-    assert f.reason == "gang of 2: instance 1 needs cpu=8,mem=0Mi; placed 1 of 2; hosts short of: cpu 1"
+    assert f.reason == ("gang of 2: instance 1 needs cpu=8,mem=0Mi; placed 1 of 2; 0 of 1 hosts have cpu 8 free with "
+                        "the members before it placed; the best, a, is short of cpu 5")
+
+
+def test_failure_says_how_many_hosts_fit_and_how_far_the_nearest_falls_short() -> None:
+    """Not `hosts short of: cpu 1` (one host? one core?): hosts that fit, out of how many, and the best of the rest,
+    named, with what it lacks in the units of a spec."""
+    f = fail([gang(2, cpu=4)], [host("local-0", cpu=3), host("local-1", cpu=2)])
+    assert f.reason == ("gang of 2 needs cpu=4,mem=1Gi each; placed 0 of 2; 0 of 2 hosts have cpu 4, mem 1Gi free; "
+                        "the best, local-0, is short of cpu 1")
+    f = fail([gang(3, cpu=1, mem=512)], [host("h0", cpu=2), host("h1", cpu=0.5, mem=100)])
+    assert f.reason.endswith("placed 2 of 3; 1 of 2 hosts has cpu 1, mem 512Mi free, room for 2 of the 3 members; "
+                             "the best other, h1, is short of cpu 0.5, mem 412Mi"), f.reason
+    # every host fits a member, but not all of them together: no "best other"
+    f = fail([gang(9, cpu=1, gpu=1)], [host("h0", gpus=2), host("h1", gpus=2)])
+    assert f.reason.endswith("placed 4 of 9; 2 of 2 hosts have cpu 1, mem 1Gi, gpu 1 free, room for 4 of the 9 "
+                             "members"), f.reason
+    # the nearest is the one short in the fewest dimensions, then by the least relative to the need
+    # (c lacks little but in two; a lacks 3 of the 4 cores; b lacks 1 of the 2 GPUs)
+    f = fail([gang(1, cpu=4, gpu=2)], [host("a", cpu=1, gpus=2), host("b", cpu=8, gpus=1), host("c", cpu=3, gpus=1)])
+    assert f.reason.endswith("0 of 3 hosts have cpu 4, mem 1Gi, gpu 2 free; the best, b, is short of gpu 1"), f.reason
 
 
 def test_no_hosts() -> None:
