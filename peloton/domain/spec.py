@@ -136,7 +136,8 @@ def validate(spec: JobSpec) -> JobSpec:
         raise bad(f, f"a gang of {spec.gang_size} members is more than {limits.MAX_GANG_SIZE}; a larger job must be "
                      f"elastic (gang.min_available at most {limits.MAX_GANG_SIZE})")
     if spec.on_member_failure not in ON_MEMBER_FAILURE:
-        raise bad("gang.on_member_failure", f"must be one of {', '.join(ON_MEMBER_FAILURE)}")
+        raise bad("gang.on_member_failure", f"must be one of {', '.join(ON_MEMBER_FAILURE)}, got "
+                                            f"{checks.show(spec.on_member_failure)}")
     _duration(spec.launch_timeout_s, "gang.launch_timeout", limits.MAX_LAUNCH_TIMEOUT_S, positive=True)
     checks.integer(spec.priority, "sla.priority", minimum=limits.INT32_MIN, maximum=limits.INT32_MAX)
     _duration(spec.max_runtime_s, "sla.max_runtime", limits.MAX_RUNTIME_S)
@@ -153,7 +154,7 @@ def validate(spec: JobSpec) -> JobSpec:
             raise bad(f"{f}.attribute", "must not be empty")
         checks.text(c.attribute, f"{f}.attribute", max_chars=limits.MAX_CONSTRAINT_ATTRIBUTE_CHARS)
         if c.op not in CONSTRAINT_OPS:
-            raise bad(f"{f}.op", f"must be one of {', '.join(CONSTRAINT_OPS)}")
+            raise bad(f"{f}.op", f"must be one of {', '.join(CONSTRAINT_OPS)}, got {checks.show(c.op)}")
         checks.text(c.value, f"{f}.value", max_chars=limits.MAX_CONSTRAINT_VALUE_CHARS)
         if c.op != "exists" and not c.value:
             raise bad(f"{f}.value", "must not be empty")

@@ -213,3 +213,18 @@ def test_settings_a_backend_accepts_but_ignores_are_named(backend: str, image: s
     assert bool(out) == warned
     if warned:
         assert out == [out[0]] and out[0].startswith(f"task.container.image: ignored by the {backend} backend")
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"on_member_failure": "shrug"}, "gang.on_member_failure: must be one of restart_gang, fail_job, got 'shrug'"),
+    ({"constraints": (Constraint("b", "like", "y"),)}, "placement.constraints[0].op: must be one of eq, ne, exists, "
+                                                       "in, got 'like'"),
+    ({"launch_timeout_s": 8 * 86400.0}, "gang.launch_timeout: at most 7d, got 8d"),
+    ({"max_runtime_s": 366 * 86400.0 + 90}, "sla.max_runtime: at most 365d, got 366d1m30s"),
+    ({"preemption_grace_s": 3600.5}, "sla.preemption_grace: at most 1h, got 3600.5s"),
+    ({"launch_timeout_s": 0.0}, "gang.launch_timeout: must be greater than 0"),
+])
+def test_messages_say_what_was_given_in_the_units_of_a_spec_file(change: dict[str, Any], message: str) -> None:
+    with pytest.raises(InvalidArgument) as ei:
+        validate(dataclasses.replace(GOOD, **change))
+    assert ei.value.message == message
