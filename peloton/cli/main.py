@@ -18,7 +18,7 @@ from peloton.cli.exits import (
 from peloton.errors import FailedPrecondition, InvalidArgument, PelotonError
 
 # Start-up time: parsing the arguments imports nothing heavy; a command imports what it uses when it runs (the
-# generated code of its service, yaml for `job create`, protobuf's json_format for `-o json`; never grpc, see
+# generated code of its service, yaml for `job create`; `-o json` is render.to_dict's, not json_format; never grpc, see
 # transport.py). The names below are what the `server` command uses: imported when first used.
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing
 if TYPE_CHECKING:
