@@ -47,7 +47,6 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
 def test_invalid_specs_are_rejected_and_write_nothing(daemon: Daemon, tmp_path: Path) -> None:
     for what, spec, needle in CASES:
         f = tmp_path / "bad.yaml"
