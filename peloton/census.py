@@ -15,12 +15,13 @@ from prometheus_client import REGISTRY
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
+from peloton.domain.resources import BASE_UNITS
+
 log = logging.getLogger(__name__)
 
 CENSUS_EVERY_S = 15.0  # the store's counts are read again at most this often
 RESOURCES = ("cpu", "mem", "disk", "gpu")
-# In the base units Prometheus asks for: cpu in cores, mem and disk in bytes (the daemon counts MiB), gpu a count.
-SCALE = {"cpu": 1.0, "mem": 1024.0 * 1024, "disk": 1024.0 * 1024, "gpu": 1.0}
+SCALE = BASE_UNITS  # cpu in cores, mem and disk in bytes, gpu a count
 
 
 class StoreCensus(Collector):

@@ -50,6 +50,10 @@ def format_mib(mib: float) -> str:
     return f"{format(Decimal(repr(mib)), 'f')}Mi"  # exact, never an exponent: parse_mib reads it back
 
 
+# Each dimension in the base unit Prometheus asks for, by what its figure is multiplied: cpu in cores, mem and
+# disk in bytes (the daemon counts MiB), gpu a count. For every exported gauge of resources.
+BASE_UNITS = {"cpu": 1.0, "mem": 1024.0 * 1024, "disk": 1024.0 * 1024, "gpu": 1.0}
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """A resource vector. cpu in cores, mem/disk in MiB, gpu and ports as counts."""

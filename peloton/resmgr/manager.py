@@ -50,7 +50,7 @@ from prometheus_client import Counter, Gauge, Histogram
 
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
-from peloton.domain.resources import Resources
+from peloton.domain.resources import BASE_UNITS, Resources
 from peloton.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import Reservation, describe
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
@@ -102,7 +102,7 @@ DIMS = ("cpu", "mem", "disk", "gpu")
 _ZERO = Resources()
 # Per pool, as of the last computation of the entitlements (at most once per admission round, when an input changed)
 POOL_ENTITLEMENT = Gauge("peloton_pool_entitlement", "What the pool may use now (GPUs fractional); cpu in cores, "
-                         "mem and disk in MiB", ["pool", "resource"])
+                         "mem and disk in bytes", ["pool", "resource"])
 POOL_ALLOCATION = Gauge("peloton_pool_allocation", "What the gangs of the pool and its subtree hold", ["pool", "resource"])
 POOL_DEMAND = Gauge("peloton_pool_demand", "What the waiting gangs of the pool and its subtree ask for",
                     ["pool", "resource"])
@@ -848,9 +848,10 @@ class ResourceManager:
         for path in self._pools:  # every pool, so a figure that fell to 0 says 0
             ent, alloc, want = self._ent.get(path), self._allocated.get(path, _ZERO), demand.get(path, _ZERO)
             for dim in DIMS:
-                POOL_ENTITLEMENT.labels(path, dim).set(getattr(ent, dim) if ent is not None else 0.0)
-                POOL_ALLOCATION.labels(path, dim).set(getattr(alloc, dim))
-                POOL_DEMAND.labels(path, dim).set(getattr(want, dim))
+                unit = BASE_UNITS[dim]
+                POOL_ENTITLEMENT.labels(path, dim).set(getattr(ent, dim) * unit if ent is not None else 0.0)
+                POOL_ALLOCATION.labels(path, dim).set(getattr(alloc, dim) * unit)
+                POOL_DEMAND.labels(path, dim).set(getattr(want, dim) * unit)
             POOL_QUEUED.labels(path).set(queued.get(path, 0))
 
     def _queued_locked(self) -> dict[str, int]:

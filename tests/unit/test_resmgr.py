@@ -558,6 +558,7 @@ def test_pool_metrics_follow_the_entitlements_and_fall_back_to_zero() -> None:
     rm.enqueue([gang("w", n=1, gpu=8, pool="/m1", at=5)])
     rm.dequeue(10, SHORT, CLUSTER)
     assert metric("peloton_pool_allocation", pool="/m1", resource="gpu") == 4
+    assert metric("peloton_pool_allocation", pool="/m1", resource="mem") == 2 * 256 * 1024 * 1024  # bytes
     assert metric("peloton_pool_demand", pool="/m1", resource="gpu") == 8
     assert metric("peloton_pool_queued_gangs", pool="/m1") == 2  # m is placing, w waits
     assert metric("peloton_pool_entitlement", pool="/m1", resource="gpu") == 8  # m2 idle: lent
