@@ -28,6 +28,7 @@ from prometheus_client import disable_created_metrics, start_http_server
 from peloton import census
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
+from peloton.api.closing import RefuseWhileClosing
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.failover import FailoverStub, split_addresses
@@ -302,6 +303,7 @@ class Daemon:
         self.cfg = cfg
         self.loops: list[Loop] = []
         self._stopped = threading.Event()
+        self._closing = threading.Event()  # set first by stop(): new public calls are refused from then on
         self.store_lock: StoreLock | None = None
         self.guard: StoreGuard | None = None
         self.jobmgr: JobManager | None = None
@@ -513,7 +515,8 @@ class Daemon:
             futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
             options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
             maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
-            interceptors=[Authorize(self.authenticator, self.audit), RejectUndecodableRequests()],
+            interceptors=[RefuseWhileClosing(self._closing), Authorize(self.authenticator, self.audit),
+                          RejectUndecodableRequests()],
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
@@ -880,7 +883,9 @@ class Daemon:
         return more
 
     def stop(self) -> None:
-        """Stop serving. Running tasks keep running: the next start adopts them."""
+        """Stop serving, in order: refuse new calls, let each loop finish its pass (at most 3 s), end the calls in
+        flight (2 s), release the store lock. Running tasks keep running: the next start adopts them."""
+        self._closing.set()
         census.STORE.attach(None)
         census.CLUSTER.attach(None)
         self.health.enter_graceful_shutdown()
@@ -916,6 +921,10 @@ class Daemon:
             self.store_lock.release()
         if self.engine is not None:
             self.engine.dispose()
+        lock_file = getattr(self, "_lock_file", None)
+        if lock_file is not None:  # last: the data dir is free for a standby on this machine or a restart
+            lock_file.close()
+            self._lock_file = None  # type: ignore[assignment]
         self._stopped.set()
 
     def stop_on_signals(self) -> None:

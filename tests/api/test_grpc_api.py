@@ -189,6 +189,54 @@ def test_a_stuck_loop_turns_its_role_and_the_daemon_not_serving_until_it_moves_a
         d.stop()
 
 
+def test_a_stopping_daemon_refuses_new_calls_first_lets_the_loop_finish_its_pass_then_frees_the_store(
+        tmp_path: Path) -> None:
+    """SIGTERM's order: stop accepting, finish the current round, release leadership, exit within a bound."""
+    def config() -> ServerConfig:
+        return ServerConfig(listen="127.0.0.1:0", db_url=f"sqlite:///{tmp_path}/p.db", data_dir=tmp_path / "data",
+                            local_hosts=1, local_host_resources=Resources(cpu=1, mem=512),
+                            local_port_base=random.randrange(42000, 58001, 2000) + 1000, metrics_listen="",
+                            **AS_ROOT_SETTINGS)
+
+    d = Daemon(config())
+    address = d.start()
+    release, entered, finished = threading.Event(), threading.Event(), threading.Event()
+    assert d.placement is not None
+    real = d.placement.run_once
+
+    def in_a_pass() -> bool:
+        entered.set()
+        release.wait(30)
+        finished.set()  # the pass ran to its end: stop() did not cut it short
+        return bool(real())
+
+    d.placement.run_once = in_a_pass  # type: ignore[method-assign]
+    assert entered.wait(10)
+    stopper = threading.Thread(target=d.stop)
+    t0 = time.monotonic()
+    stopper.start()
+    try:
+        with grpc.insecure_channel(address) as ch:
+            deadline = time.monotonic() + 5
+            while True:  # stop() refuses new public calls first thing
+                try:
+                    job_pb2_grpc.JobServiceStub(ch).ListJobs(job_pb2.ListJobsRequest(), timeout=RPC_TIMEOUT)
+                except grpc.RpcError as e:
+                    assert e.code() == grpc.StatusCode.UNAVAILABLE and "shutting down" in str(e.details())
+                    break
+                assert time.monotonic() < deadline, "the stopping daemon still accepted calls"
+                time.sleep(0.01)
+        assert not finished.is_set() and stopper.is_alive()  # still waiting for the placement pass
+    finally:
+        release.set()
+    stopper.join(15)
+    assert not stopper.is_alive() and finished.is_set()
+    assert time.monotonic() - t0 < 10  # the bound: 3 s for the loops, 2 s for calls in flight, and the rest
+    again = Daemon(config())  # the data dir's and the store's locks were released
+    again.start()
+    again.stop()
+
+
 def test_reflection_lists_the_public_services(api: Api) -> None:
     stub = reflection_pb2_grpc.ServerReflectionStub(api.channel)
     responses = list(stub.ServerReflectionInfo(iter([reflection_pb2.ServerReflectionRequest(list_services="")]),
