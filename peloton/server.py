@@ -429,7 +429,7 @@ class Daemon:
             from peloton.hostmgr.mesos.backend import make_mesos_backend
 
             assert cfg.mesos is not None
-            return make_mesos_backend(cfg.mesos, self.sessions)
+            return make_mesos_backend(cfg.mesos, self.sessions, may_subscribe=self._leads)
         hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
                                  data_dir=cfg.data_dir)
         if cfg.default_task_user == "root" and tasks_run_as_others():

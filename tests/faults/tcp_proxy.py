@@ -2,7 +2,10 @@
 
 `cut()` drops every connection at once: what a server restart does to its clients (their transactions are rolled
 back by the server when the connection goes). `down()` refuses new connections (and drops the current ones) until
-`up()`: what a stopped server looks like."""
+`up()`: what a stopped server looks like. `blackhole()` forwards nothing more, either way, but keeps every connection
+open and accepts new ones without answering: a machine whose network is cut (nobody sees a FIN or a RST, the
+bytes are lost). `heal()` ends it: the connections held through the cut are reset, as the far side has long
+given up on them, and new ones are forwarded again."""
 
 from __future__ import annotations
 
@@ -20,6 +23,8 @@ class TcpProxy:
         self._conns: set[socket.socket] = set()
         self._listener: socket.socket | None = None
         self._closed = False
+        self._blackholed = False
+        self._held: set[socket.socket] = set()  # connections accepted during a blackhole (never forwarded)
         self.connections = 0  # accepted so far
         self.up()
 
@@ -53,6 +58,19 @@ class TcpProxy:
             with contextlib.suppress(OSError):
                 c.close()
 
+    def blackhole(self) -> None:
+        with self._lock:
+            self._blackholed = True
+
+    def heal(self) -> None:
+        with self._lock:
+            self._blackholed = False
+            held, self._held = self._held, set()
+        for c in held:
+            with contextlib.suppress(OSError):
+                c.close()
+        self.cut()
+
     def close(self) -> None:
         self._closed = True
         self.down()
@@ -64,6 +82,10 @@ class TcpProxy:
                 client, _ = ls.accept()
             except OSError:
                 return  # closed by down()
+            with self._lock:
+                if self._blackholed:  # the SYN got through, nothing else will
+                    self._held.add(client)
+                    continue
             try:
                 server = socket.create_connection(self.upstream, timeout=5)
                 server.settimeout(None)
@@ -88,7 +110,8 @@ class TcpProxy:
                     data = s.recv(65536)
                     if not data:
                         return
-                    peers[s].sendall(data)
+                    if not self._blackholed:  # else lost on the way
+                        peers[s].sendall(data)
         except (OSError, ValueError):
             return
         finally:

@@ -351,6 +351,26 @@ def test_silence_triggers_the_watchdog(masters: Callable[[], FakeMaster], client
     assert rec.count(Disconnected) == 1 and c.subscribed
 
 
+def test_a_process_that_does_not_lead_never_subscribes_until_it_leads_again(
+        masters: Callable[[], FakeMaster], clients: Any) -> None:
+    """A replaced leader whose stream ended (its network came back) must not SUBSCRIBE: that would fail the new
+    leader's subscription over. It subscribes again once it leads and is resumed."""
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed("fw-3", hb=0.3)], then="silent"), Stream([subscribed("fw-3")])]
+    leads = threading.Event()
+    leads.set()
+    c, rec = clients([m.url], may_subscribe=leads.is_set, heartbeat_miss_factor=2.0)
+    rec.wait(n_of(Subscribed))
+    leads.clear()  # replaced while the stream was up; then the stream goes silent and is given up (0.6 s)
+    rec.wait(n_of(Disconnected))
+    time.sleep(0.5)  # many backoff periods
+    assert len(m.bodies("SUBSCRIBE")) == 1 and not c.subscribed
+    leads.set()
+    c.resume()
+    rec.wait(n_of(Subscribed, 2))
+    assert m.bodies("SUBSCRIBE")[1][0]["framework_id"] == {"value": "fw-3"}
+
+
 def test_fatal_error_stops_resubscribing_until_resume(masters: Callable[[], FakeMaster], clients: Any) -> None:
     m = masters()
     m.subscribe_plan = [Stream([subscribed(), {"type": "ERROR", "error": {"message": "Framework failed over"}}]),

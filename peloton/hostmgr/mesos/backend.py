@@ -662,8 +662,9 @@ class _Refused(LaunchError):
     """Nothing of the gang was sent: the launch is refused, not failed."""
 
 
-def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:
-    """Wire the backend for the daemon: framework id kept in the store's meta table, secret read from a file."""
+def make_mesos_backend(settings: Any, sessions: Any, may_subscribe: Callable[[], bool] = lambda: True) -> MesosBackend:
+    """Wire the backend for the daemon: framework id kept in the store's meta table, secret read from a file;
+    `may_subscribe`: whether this process leads (a replaced leader must not subscribe as the framework)."""
     from peloton.hostmgr.mesos.client import MesosClient
     from peloton.store import repo
     from peloton.store.db import transaction
@@ -691,7 +692,7 @@ def make_mesos_backend(settings: Any, sessions: Any) -> MesosBackend:
     )
 
     def transport(config: FrameworkConfig, fid: str | None, on_event: Callable[[Any], None]) -> Transport:
-        return MesosClient(settings.masters, config, on_event, framework_id=fid,
+        return MesosClient(settings.masters, config, on_event, framework_id=fid, may_subscribe=may_subscribe,
                            principal=settings.principal or None, secret=secret or None)
 
     # the agents are asked as the masters are: same scheme, same principal (agents with HTTP authentication)

@@ -69,6 +69,7 @@ class MesosClient:
         on_event: Callable[[Event], None],
         *,
         framework_id: str | None = None,
+        may_subscribe: Callable[[], bool] = lambda: True,
         principal: str | None = None,
         secret: str | None = None,
         request_timeout_s: float = 30.0,
@@ -114,6 +115,9 @@ class MesosClient:
         self._call_conn_used_at = 0.0
         self._next_master = 0
         self.leader: str | None = None  # base URL of the master our stream is bound to
+        # a SUBSCRIBE fails over whoever is subscribed as the framework: only a daemon that leads may send one (a
+        # replaced leader whose stream ended, its network back, must not take the framework from the new one)
+        self._may_subscribe = may_subscribe
 
     # --- lifecycle ----------------------------------------------------------------------------------------------
     @property
@@ -179,11 +183,20 @@ class MesosClient:
     # --- the subscription loop ----------------------------------------------------------------------------------
     def _run(self) -> None:
         attempt = 0
+        gated = False
         while not self._stop.is_set():
             if self.protocol.halted is not None:
                 self._wake.wait()
                 self._wake.clear()
                 continue
+            if not self._may_subscribe():
+                if not gated:
+                    log.warning("mesos: not subscribing while this daemon does not lead")
+                gated = True
+                self._wake.wait(0.5)  # woken by resume() when it leads again
+                self._wake.clear()
+                continue
+            gated = False
             base = self.leader or self.masters[self._next_master % len(self.masters)]
             try:
                 got_subscribed = self._subscribe_once(base)
