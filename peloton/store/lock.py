@@ -217,7 +217,8 @@ class PostgresLock:
         if silent is None or float(silent) <= holder.lease:
             return
         ended = conn.execute(text("SELECT count(pg_terminate_backend(pid)) FROM pg_stat_activity "
-                                  "WHERE application_name = :app AND pid <> pg_backend_pid()"),
+                                  "WHERE application_name = :app AND datname = current_database() "
+                                  "AND pid <> pg_backend_pid()"),
                              {"app": holder.session}).scalar()
         log.warning("the %s lock's holder (%s) has not renewed its lease for %.1f s (lease %.0f s): ended its %s "
                     "store connection(s) to take over", self.contested, holder.describe(), float(silent), holder.lease,

@@ -148,8 +148,10 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
             with thief.connect() as conn:
                 # cut the connection that holds the daemon's lock, and take the lock before the daemon takes it back
                 for _ in range(5):
+                    # (pg_locks is the whole server's: this database's lock only, not another test's daemon's)
                     conn.execute(text("SELECT pg_terminate_backend(pid) FROM pg_locks WHERE locktype = 'advisory' "
-                                      "AND objid = :lo AND pid <> pg_backend_pid()"),
+                                      "AND objid = :lo AND pid <> pg_backend_pid() AND database = "
+                                      "(SELECT oid FROM pg_database WHERE datname = current_database())"),
                                  {"lo": LOCK_KEY & 0xFFFFFFFF})
                     if steal(conn):
                         break
