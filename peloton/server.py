@@ -54,7 +54,13 @@ from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.files import private_dir, private_file, tasks_run_as_others, tighten, warn_untraversable
 from peloton.hostmgr.backend import Backend
-from peloton.hostmgr.local.backend import DEFAULT_LOG_KEEP, DEFAULT_LOG_MAX_BYTES, LocalBackend, make_local_hosts
+from peloton.hostmgr.local.backend import (
+    DEFAULT_LOG_KEEP,
+    DEFAULT_LOG_MAX_BYTES,
+    DEFAULT_SANDBOX_RETENTION_S,
+    LocalBackend,
+    make_local_hosts,
+)
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
@@ -150,6 +156,7 @@ class ServerConfig:
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
     audit_retention_s: float = 90 * 24 * 3600.0  # audit records are deleted after this; 0: kept
     task_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # local backend: a stream past this is rotated; 0: never
+    sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S  # local backend: an ended task's sandbox; 0: with its job
     task_log_keep: int = DEFAULT_LOG_KEEP  # rotated files kept per stream
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
@@ -438,7 +445,7 @@ class Daemon:
         warn_untraversable(cfg.data_dir)
         return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow,
                             default_user=cfg.default_task_user, log_max_bytes=cfg.task_log_max_bytes,
-                            log_keep=cfg.task_log_keep)
+                            log_keep=cfg.task_log_keep, sandbox_retention_s=cfg.sandbox_retention_s)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other

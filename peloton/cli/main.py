@@ -164,11 +164,6 @@ def _add_sim_parsers(sub: Any) -> None:
 def cmd_server(a: argparse.Namespace) -> int:
     from peloton import logs
 
-    if a.print_config:
-        from peloton.cli import server_config
-
-        sys.stdout.write(server_config.render(a.server_parser, a))
-        return 0
     from peloton.domain.resources import parse_mib, parse_resources_flag
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
@@ -216,9 +211,16 @@ def cmd_server(a: argparse.Namespace) -> int:
         preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
+        sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
         task_log_max_bytes=int(parse_mib(a.task_log_max, "--task-log-max") * (1 << 20)),
         task_log_keep=a.task_log_keep,
     )
+    if a.print_config:  # what it would run with, once every value has been checked
+        from peloton.cli import server_config
+
+        cfg.check()
+        sys.stdout.write(server_config.render(a.server_parser, a))
+        return 0
     run_server(cfg)
     return 0
 
@@ -451,6 +453,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job-retention", default="30d", metavar="DURATION",
                    help="finished jobs, their history and their sandboxes are deleted this long after they ended "
                         "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
+    s.add_argument("--sandbox-retention", default="7d", metavar="DURATION",
+                   help="local backend: the sandbox (logs and files) of a task that ended is removed this long "
+                        "after it ended, even while its job is kept (earlier attempts of a long-lived job); 0: kept "
+                        "until its job is deleted (default %(default)s)")
     s.add_argument("--task-log-max", default="100Mi", metavar="SIZE",
                    help="local backend: a running task's stdout or stderr larger than this is rotated (moved to "
                         "stdout.1, ...; checked every 10 s); 0: never (default %(default)s)")

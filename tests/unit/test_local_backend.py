@@ -236,6 +236,27 @@ def test_two_tasks_run_and_succeed_with_stdout(make_backend: Callable[..., tuple
     assert rc["nope"].state == TaskState.LOST and rc["nope"].reason == "unknown to the local backend"
 
 
+def test_the_sandboxes_of_tasks_ended_past_the_retention_go_and_the_others_stay(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], tmp_path: Path) -> None:
+    b, rec = make_backend(sandbox_retention_s=3600.0)
+    launch(b, spec("job1-0-1", "echo first attempt"))
+    ended = rec.wait_terminal("job1-0-1")
+    launch(b, spec("job1-0-2", "sleep 60"))  # the job's next attempt, still running
+    wait_for(lambda: "job1-0-2" in running_ids(b))
+    orphan = tmp_path / "sandboxes" / "job9-0-1"  # no end recorded, no wrapper alive (a launch cut short)
+    orphan.mkdir()
+    os.utime(orphan, (ended.time - 1800, ended.time - 1800))
+
+    assert b.expire_sandboxes(ended.time + 60) == 0  # ended a minute ago: kept
+    assert b.read_log("job1-0-1", "stdout", 0, 100)[0] == b"first attempt\n"
+    assert b.expire_sandboxes(ended.time + 3601) == 2  # the ended attempt's and the orphan's
+    assert not (tmp_path / "sandboxes" / "job1-0-1").exists() and not orphan.exists()
+    assert (tmp_path / "sandboxes" / "job1-0-2").is_dir()  # running: whatever its age
+    with pytest.raises(NotFound, match="sandbox-retention"):
+        b.read_log("job1-0-1", "stdout", 0, 100)
+    assert b.expire_sandboxes(ended.time + 10 * 86400) == 0
+
+
 def test_nonzero_exit_fails_and_says_why(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     b, rec = make_backend()
     launch(b, spec("t-f", "exit 3"))

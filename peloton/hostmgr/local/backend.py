@@ -77,7 +77,11 @@ _STREAMS = ("stdout", "stderr")
 DEFAULT_LOG_MAX_BYTES = 100 << 20  # a stream's current file; with DEFAULT_LOG_KEEP rotated ones, 300 MiB a stream
 DEFAULT_LOG_KEEP = 2
 LOG_CHECK_S = 10.0
+DEFAULT_SANDBOX_RETENTION_S = 7 * 86400.0
+SANDBOX_SWEEP_S = 600.0  # how often ended tasks' sandboxes are looked at for --sandbox-retention
 LOGS_ROTATED = Counter("peloton_local_task_logs_rotated_total", "Task stdout/stderr files rotated past the cap")
+SANDBOXES_EXPIRED = Counter("peloton_local_sandboxes_expired_total",
+                            "Sandboxes of ended tasks removed after --sandbox-retention")
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
                              wrapper.WORK_DIR})
 PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
@@ -190,12 +194,16 @@ class LocalBackend:
         log_max_bytes: int = DEFAULT_LOG_MAX_BYTES,
         log_keep: int = DEFAULT_LOG_KEEP,
         log_check_s: float = LOG_CHECK_S,
+        sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S,
+        sandbox_sweep_s: float = SANDBOX_SWEEP_S,
     ) -> None:
         """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
         `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
         daemon's own user); `root` here is the operator's explicit choice to run such tasks as root.
         `log_max_bytes`, `log_keep`: a running task's stdout or stderr larger than this is rotated (checked every
-        `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated."""
+        `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated.
+        `sandbox_retention_s`: the sandbox of a task that ended longer ago than this is removed (looked at every
+        `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
         self._hosts: dict[str, HostUsage] = {}
@@ -223,6 +231,9 @@ class LocalBackend:
         self._logs_lock = threading.Lock()  # a rotation and a read of the same files never interleave
         self._stopping = threading.Event()
         self._rotator: threading.Thread | None = None
+        self._sandbox_retention_s = sandbox_retention_s
+        self._sandbox_sweep_s = sandbox_sweep_s
+        self._sweeper: threading.Thread | None = None
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
@@ -238,6 +249,9 @@ class LocalBackend:
         if self._log_max > 0:
             self._rotator = threading.Thread(target=self._rotate_logs, name="local-logrotate", daemon=True)
             self._rotator.start()
+        if self._sandbox_retention_s > 0:
+            self._sweeper = threading.Thread(target=self._sweep_sandboxes, name="local-sandboxes", daemon=True)
+            self._sweeper.start()
         for st in statuses:
             self._report(st)
 
@@ -317,12 +331,56 @@ class LocalBackend:
             removed += 1
         return removed
 
+    def expire_sandboxes(self, now: float) -> int:
+        """Remove the sandboxes of tasks that ended more than the retention ago (by the time the wrapper recorded
+        the end, else the sandbox's last change when it recorded none); a task still running, or whose wrapper is
+        still alive, keeps its sandbox. How many went."""
+        try:
+            names = os.listdir(self._sandboxes)
+        except OSError:
+            return 0
+        removed = 0
+        for name in names:
+            sandbox = self._sandbox_path(name)
+            if sandbox is None:
+                continue
+            with self._lock:
+                t = self._tasks.get(name)
+                if t is not None and not t.exited:
+                    continue
+            ended = wrapper.read_exit(sandbox)
+            try:
+                ended_at = ended.finished_at if ended is not None else sandbox.stat().st_mtime
+            except OSError:
+                continue
+            if now - ended_at <= self._sandbox_retention_s:
+                continue
+            if ended is None:
+                pid = wrapper.read_pid(sandbox)
+                if pid and wrapper.is_wrapper(pid, sandbox):
+                    continue  # no end recorded and its wrapper lives: not ours to judge
+            shutil.rmtree(sandbox, ignore_errors=True)
+            removed += 1
+        if removed:
+            SANDBOXES_EXPIRED.inc(removed)
+            log.info("removed %d sandboxes of tasks that ended more than %.0f s ago (--sandbox-retention)", removed,
+                     self._sandbox_retention_s)
+        return removed
+
+    def _sweep_sandboxes(self) -> None:
+        while not self._stopping.wait(self._sandbox_sweep_s):
+            try:
+                self.expire_sandboxes(self._clock())
+            except Exception:  # noqa: BLE001 - housekeeping: tried again at the next sweep
+                log.exception("removing expired sandboxes failed")
+
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         if stream not in _STREAMS:
             raise InvalidArgument(f"stream must be one of {', '.join(_STREAMS)}, got {stream!r}", field="stream")
         sandbox = self._sandbox_path(task_id)
         if sandbox is None or not sandbox.is_dir():
-            raise NotFound(f"no sandbox for task {task_id!r}")
+            raise NotFound(f"no sandbox for task {task_id!r} (removed with its job or after --sandbox-retention, "
+                           "or never made)")
         try:
             with self._logs_lock:
                 return logrotate.read(sandbox, stream, offset, max_bytes, self._log_keep)
