@@ -65,3 +65,18 @@ def test_drain_moves_gangs_off_a_host_at_the_deadline_and_survives_a_restart(dae
     assert bad.returncode == 2 and "--deadline" in bad.stderr, bad.stderr
     for j in (a, c):
         d.cli("job", "stop", j)
+
+
+def test_without_a_deadline_the_gangs_finish_there_and_then_the_host_is_drained(daemon: Daemon,
+                                                                                 tmp_path: Path) -> None:
+    d = daemon
+    short = GANG.format(name="short").replace("sleep 300", "sleep 3")
+    j = d.create(short, tmp_path)
+    d.wait_state(j, "RUNNING")
+    (busy,) = where(d, j)
+    assert d.cli("host", "drain", busy).stdout == f"{busy}: draining, 2 task(s) on it\n"
+    d.wait_state(j, "SUCCEEDED", timeout=30)  # ran to its end where it was: never preempted
+    g = d.job(j)["status"]["gangs"][0]
+    assert (g["attempt"], g["run"], g["preemptions"]) == (1, 1, 0), g
+    wait_until(lambda: hosts(d)[busy]["drain"] == "drained", 15, what="the host drained once its gangs ended")
+    d.cli("host", "undrain", busy)

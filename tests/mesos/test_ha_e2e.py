@@ -189,6 +189,9 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
                       [c for c in fake.calls if c.get("type") == "KILL"][:4], standby.log()[-3000:])
     assert not killed_ids(fake) & running_before, "a gang running whole at the takeover was killed"
     assert fake.subscribed_frameworks == [fid]  # the standby subscribed as the same framework
+    stream = fake.stream_id(fid)
+    assert any(c["headers"].get("Mesos-Stream-Id") == stream and c.get("status") == 202
+               for c in fake.calls_of("RECONCILE")), "the new leader did not reconcile"
     info = _info(standby.address)["leadership"]
     assert info["leader"] == standby.address and info["epoch"] == 2 and not info.get("standbys")
     assert _leading(standby.extra_args[-1]) == 1
