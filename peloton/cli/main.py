@@ -163,7 +163,6 @@ def _add_sim_parsers(sub: Any) -> None:
 
 def cmd_server(a: argparse.Namespace) -> int:
     from peloton import logs
-
     from peloton.domain.resources import parse_mib, parse_resources_flag
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server

@@ -12,6 +12,7 @@ fails the attempt.
 from __future__ import annotations
 
 import logging
+import time
 import uuid
 from collections.abc import Callable, Sequence
 
@@ -24,6 +25,7 @@ from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.model import split_gang_id
 from peloton.domain.placement import GangPlacement, PlacementFailure
 from peloton.domain.spec import JobSpec
+from peloton.gang_metrics import GANG_STAGE
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, training_env, with_env_files
@@ -132,6 +134,7 @@ class Launcher:
         if not accepted:
             return
         gangs = [self._gang_launch(p, spec) for p, spec in accepted.values()]
+        durable = time.monotonic()  # the launch intents are committed
         try:
             r = self.hostmgr.LaunchGangs(internal_pb2.LaunchGangsRequest(
                 gangs=[convert.gang_launch_to_proto(g) for g in gangs]), timeout=60)
@@ -142,8 +145,11 @@ class Launcher:
             log.error("launching %d gangs: %s", len(gangs), from_rpc_error(e).message)
             GANG_LAUNCHES.labels("unknown").inc(len(gangs))
             return
+        launched = time.monotonic() - durable
         for res in results:
             GANG_LAUNCHES.labels(res.outcome.value.lower()).inc()
+            if res.outcome == LaunchOutcome.OK:
+                GANG_STAGE.labels("launched").observe(launched)
         bad = [res for res in results if res.outcome != LaunchOutcome.OK]
         if bad:
             self._apply_results(bad)

@@ -45,7 +45,7 @@ def test_the_metrics_endpoint_after_a_gang_ran(md: MetricsDaemon, tmp_path: Path
         assert name in series, name
     stages = {line.split('stage="')[1].split('"')[0] for line in body.splitlines()
               if line.startswith("peloton_gang_stage_seconds_count{")}
-    assert stages >= {"queued", "placing", "launching", "submitted_to_running"}
+    assert stages >= {"queued", "placing", "launched", "launching", "submitted_to_running"}
     # the conventions: counters end in _total; durations are in seconds (base units)
     types = dict(line.split()[2:4] for line in body.splitlines() if line.startswith("# TYPE peloton_"))
     assert all(name.endswith("_total") for name, kind in types.items() if kind == "counter"), types
