@@ -806,7 +806,7 @@ class Daemon:
         with db.transaction(self.read_sessions) as s:
             # SQLite: one daemon, this one (its lock file, not the store, says who holds the lock)
             leader = self.owner if sqlite else Owner.from_json(repo.get_meta(s, OWNER_KEY))
-            epoch = int(repo.get_meta(s, EPOCH_KEY) or 0)
+            epoch = 0 if sqlite else int(repo.get_meta(s, EPOCH_KEY) or 0)  # (no one to fence on SQLite)
             waiting = [] if sqlite else standbys(s)
             roles = [] if sqlite else role_leaders(s)
         return Leadership(leader, epoch, waiting, roles)

@@ -182,7 +182,7 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
         print(render.json_message(r))
         return 0
     rows = [[h.hostname, h.address, h.state + (" (unhealthy)" if h.health else ""), _drain(h),
-             render.resources(h.capacity, disk=True), render.resources(h.allocated, disk=True), len(h.task_ids),
+             render.resources(h.capacity, disk=True), render.resources(h.allocated, disk=True, gpu=h.capacity.gpu > 0), len(h.task_ids),
              "yes" if h.offer_held else "no", ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
     print(render.table(rows, ["HOST", "ADDRESS", "STATE", "DRAIN", "CAPACITY", "ALLOCATED", "TASKS", "OFFER HELD",
                               "LABELS"]))
@@ -275,7 +275,7 @@ def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
         ("serving", ", ".join(r.addresses) or "-"),
         ("roles", ", ".join(r.roles)),
         ("store", r.store or "- (no store in this process)"),
-        ("backend", f"{r.backend} ({r.hosts} hosts)" if r.backend else "- (no host manager in this process)"),
+        ("backend", f"{r.backend} ({r.hosts} host{'' if r.hosts == 1 else 's'})" if r.backend else "- (no host manager in this process)"),
         ("up", f"{render.ago(r.started_at)} (since {time.strftime('%Y-%m-%d %H:%M:%S', time.localtime(r.started_at))})"),
         ("TLS", ("mutual" if s.mutual_tls else "on") if s.tls else "off"),
         ("authentication", auth or "off: every caller is an admin"),

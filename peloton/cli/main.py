@@ -397,9 +397,14 @@ def build_parser() -> argparse.ArgumentParser:
     _client_flags(p, None)
     sub = p.add_subparsers(dest="group", required=True)
 
+    # -o before the group too (`peloton -o json job list`); after the command it wins (SUPPRESS: absent unless given)
+    p.add_argument("-o", "--output", choices=["table", "json"], default=None,
+                   help="output of the commands that print records: table (default) or json (also after the command)")
+
     def out(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("-o", "--output", choices=["table", "json"], default="table",
-                        help="table (default) or json: the protobuf JSON form, every field present, keys sorted")
+        sp.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
+                        help="table (default) or json: a stable record of every field (docs/cli.md, JSON output)")
+        sp.set_defaults(prints_records=True)
 
     s = sub.add_parser("server", help="run the daemon")
     p.set_defaults(server_parser=s)  # (main layers the config file and the environment under its flags)
@@ -723,6 +728,12 @@ def main(argv: Sequence[str] | None = None) -> int:
         parser = build_parser()
         raw = list(sys.argv[1:] if argv is None else argv)
         args = parser.parse_args(raw)
+        if args.output is None:
+            args.output = "table"
+        elif not getattr(args, "prints_records", False):
+            command = " ".join(str(w) for w in (args.group, getattr(args, "cmd", None)) if w)
+            parser.exit(EXIT_USAGE, f"peloton: error: -o/--output: `peloton {command}` has no output format to "
+                                    "choose\n")
         if getattr(args, "server_fn", None) is cmd_server:
             args = _with_config(parser, raw, args)
         code = _run(args)

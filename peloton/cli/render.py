@@ -181,12 +181,22 @@ def mib(v: float) -> str:
     return f"{v / size:.1f}".removesuffix(".0") + unit
 
 
-def resources(r: job_pb2.Resources, disk: bool = False) -> str:
-    """`cpu=4,mem=23.5Gi[,disk=100Gi][,gpu=2]`: disk when there is some (or `disk`: always), gpu when there is."""
+def detail(reason: str, message: str) -> str:
+    """`reason: message`, once when they say the same (`killed`, not `killed: killed`)."""
+    if not reason or not message or message.lower().startswith(reason.lower()):
+        return message or reason
+    if reason.lower().startswith(message.lower()):
+        return reason
+    return f"{reason}: {message}"
+
+
+def resources(r: job_pb2.Resources, disk: bool = False, gpu: bool = False) -> str:
+    """`cpu=4,mem=23.5Gi[,disk=100Gi][,gpu=2]`: disk when there is some (or `disk`: always), gpu when there is
+    (or `gpu`: always, e.g. the allocation of a host that has GPUs)."""
     parts = [f"cpu={r.cpu:g}", f"mem={quantity(r.mem)}"]
     if disk or quantity(r.disk) != "0Mi":
         parts.append(f"disk={quantity(r.disk)}")
-    if r.gpu:
+    if r.gpu or gpu:
         parts.append(f"gpu={r.gpu}")
     return ",".join(parts)
 

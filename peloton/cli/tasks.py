@@ -52,8 +52,7 @@ def cmd_task_get(c: Client, a: argparse.Namespace) -> int:
         return 0
     print(f"Task:   {t.task_id}  state {t.state}  host {t.host or '-'}  attempt {t.attempt}")
     rows = [[e.attempt, e.state, time.strftime("%H:%M:%S", time.localtime(e.time)), e.host or "-",
-             e.exit_code if e.HasField("exit_code") else "-", (e.reason + (": " if e.reason and e.message else "")
-                                                            + e.message)] for e in t.events]
+             e.exit_code if e.HasField("exit_code") else "-", render.detail(e.reason, e.message)] for e in t.events]
     print(render.table(rows, ["ATTEMPT", "STATE", "TIME", "HOST", "EXIT", "DETAIL"]))
     if t.events_total > len(t.events):
         print(f"(the newest {len(t.events)} of {t.events_total} events)")

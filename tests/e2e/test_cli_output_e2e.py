@@ -83,6 +83,10 @@ def test_json_is_a_faithful_record_that_job_create_takes_back(d: Daemon, tmp_pat
     info = _json(d, "cluster", "info")
     assert RFC3339.fullmatch(info["started_at"]) and RFC3339.fullmatch(info["leadership"]["leading_since"])
     assert isinstance(info["leadership"]["epoch"], int)  # not protobuf's "1"
+    sqlite = d.db_url.startswith("sqlite")
+    assert (info["leadership"]["epoch"] == 0) == sqlite  # nobody to fence on SQLite: no epoch, no lease shown
+    leader_line = next(x for x in d.cli("cluster", "info").stdout.splitlines() if x.startswith("leader:"))
+    assert ("epoch" in leader_line) == (not sqlite), leader_line
     # no float epoch seconds anywhere
     stamps = _times([job, events, info], ("created_at", "updated_at", "completed_at", "started_at", "finished_at",
                                            "time", "leading_since"))

@@ -54,6 +54,14 @@ def test_connection_flags_after_the_command_and_the_later_one_wins(daemon: Daemo
     assert (r.returncode, r.stdout) == (0, f"{job}\n"), r.stderr
     r = run("--address", daemon.address, "job", "list", "--address", "127.0.0.1:1")
     assert r.returncode == 1 and "cannot reach the peloton daemon at 127.0.0.1:1" in one_line(r)
+    # -o too, before the group; after the command it wins; a command that prints no records says so
+    r = run("-o", "json", "job", "list", "--address", daemon.address)
+    assert r.returncode == 0 and r.stdout.startswith("{") and job in r.stdout, r.stderr
+    r = run("-o", "json", "job", "list", "-o", "table", "--address", daemon.address)
+    assert r.returncode == 0 and not r.stdout.startswith("{") and job in r.stdout, r.stderr
+    r = run("-o", "json", "job", "stop", job, "--address", daemon.address)
+    assert (r.returncode, one_line(r)) == (2, "peloton: error: -o/--output: `peloton job stop` has no output "
+                                              "format to choose")
     daemon.cli("job", "stop", job)
 
 
@@ -212,6 +220,8 @@ def test_a_call_to_a_process_that_does_not_serve_it_says_which_does(db_url: str,
             f"peloton: error: the daemon at {hostmgr.address} runs hostmgr; `job list` is served by the process "
             "running jobmgr")
         assert "local-1" in hostmgr.cli("host", "list").stdout
+        # a host manager alone dials no empty --resmgr: its log has no gRPC core error
+        assert "grpc" not in hostmgr.log().lower() and "Traceback" not in hostmgr.log(), hostmgr.log()[-3000:]
     finally:
         rest.stop()
         hostmgr.stop()

@@ -123,6 +123,9 @@ def test_task_logs_follow_prints_output_as_it_appears(daemon: Daemon, tmp_path: 
     # an attempt that has ended: its log, and done
     r = daemon.cli("task", "logs", job, "0", "-f", "--attempt", "1", timeout=30)
     assert r.stdout == "line1\nline2\nline3\n"
+    # an attempt past the last: said so, with how many there were (not "has not been launched")
+    r = daemon.cli("task", "logs", job, "0", "--attempt", "5", check=False)
+    assert (r.returncode, r.stderr.strip()) == (1, f"peloton: error: task {job}-0 has no attempt 5 (attempts so far: 1)")
 
 
 def test_followers_survive_a_daemon_restart(daemon: Daemon, tmp_path: Path) -> None:

@@ -132,6 +132,16 @@ def test_resources_show_disk_when_there_is_some_or_when_asked() -> None:
     assert render.resources(r) == "cpu=4,mem=23.5Gi,gpu=2"
     assert render.resources(r, disk=True) == "cpu=4,mem=23.5Gi,disk=0Mi,gpu=2"
     assert render.resources(job_pb2.Resources(cpu=1, mem="1Gi", disk="100Gi")) == "cpu=1,mem=1Gi,disk=100Gi"
+    # a GPU host's allocation shows its GPUs even when none is in use
+    none_held = job_pb2.Resources(cpu=0, mem="0Mi", disk="0Mi")
+    assert render.resources(none_held, disk=True, gpu=True) == "cpu=0,mem=0Mi,disk=0Mi,gpu=0"
+
+
+@pytest.mark.parametrize(("reason", "message", "shown"), [
+    ("killed", "killed", "killed"), ("failed", "exit code 3", "failed: exit code 3"), ("", "exit code 1", "exit code 1"),
+    ("lost", "", "lost"), ("preempted", "preempted by /a", "preempted by /a"), ("", "", "")])
+def test_an_event_detail_says_a_thing_once(reason: str, message: str, shown: str) -> None:
+    assert render.detail(reason, message) == shown
 
 
 def test_ranges() -> None:
