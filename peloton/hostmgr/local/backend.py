@@ -34,7 +34,7 @@ import socket
 import threading
 import time
 from collections import OrderedDict
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterator, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -310,36 +310,13 @@ class LocalBackend:
                         else TaskStatus(tid, TaskState.LOST, now, reason="unknown to the local backend"))
         return out
 
-    def remove_sandboxes(self, job_ids: Collection[str]) -> int:
-        wanted = set(job_ids)
-        if not wanted:
-            return 0
+    def _sandboxes_not_running(self) -> Iterator[tuple[str, Path]]:
+        """(task id, sandbox) of every sandbox whose task this backend does not know as running (a stray the job
+        manager is killing keeps its sandbox)."""
         try:
             names = os.listdir(self._sandboxes)
         except OSError:
-            return 0
-        removed = 0
-        for name in names:
-            job_id = name.rsplit("-", 2)[0] if name.count("-") >= 2 else ""
-            if job_id not in wanted or self._sandbox_path(name) is None:
-                continue
-            with self._lock:
-                t = self._tasks.get(name)
-                if t is not None and not t.exited:
-                    continue  # still running (a stray the job manager is killing): its sandbox stays
-            shutil.rmtree(self._sandboxes / name, ignore_errors=True)
-            removed += 1
-        return removed
-
-    def expire_sandboxes(self, now: float) -> int:
-        """Remove the sandboxes of tasks that ended more than the retention ago (by the time the wrapper recorded
-        the end, else the sandbox's last change when it recorded none); a task still running, or whose wrapper is
-        still alive, keeps its sandbox. How many went."""
-        try:
-            names = os.listdir(self._sandboxes)
-        except OSError:
-            return 0
-        removed = 0
+            return
         for name in names:
             sandbox = self._sandbox_path(name)
             if sandbox is None:
@@ -348,6 +325,23 @@ class LocalBackend:
                 t = self._tasks.get(name)
                 if t is not None and not t.exited:
                     continue
+            yield name, sandbox
+
+    def remove_sandboxes(self, job_ids: Collection[str]) -> int:
+        wanted = set(job_ids)
+        removed = 0
+        for name, sandbox in self._sandboxes_not_running() if wanted else ():
+            if (name.rsplit("-", 2)[0] if name.count("-") >= 2 else "") in wanted:
+                shutil.rmtree(sandbox, ignore_errors=True)
+                removed += 1
+        return removed
+
+    def expire_sandboxes(self, now: float) -> int:
+        """Remove the sandboxes of tasks that ended more than the retention ago (by the time the wrapper recorded
+        the end, else the sandbox's last change when it recorded none); a task still running, or whose wrapper is
+        still alive, keeps its sandbox. How many went."""
+        removed = 0
+        for _, sandbox in self._sandboxes_not_running():
             ended = wrapper.read_exit(sandbox)
             try:
                 ended_at = ended.finished_at if ended is not None else sandbox.stat().st_mtime
