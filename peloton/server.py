@@ -497,8 +497,11 @@ class Daemon:
                 # every commit of this daemon checks that no other has taken over since (fence.py)
                 self.fence = Fence(take_epochs(self.sessions, roles), self._fenced)
                 self.fence.install(self.sessions)
-                log.info("leading %s as epoch %d", "the store" if "jobmgr" in roles else "/".join(sorted(roles)),
-                         self.fence.epoch)
+                if postgres:
+                    log.info("leading %s as epoch %d", "the store" if "jobmgr" in roles else "/".join(sorted(roles)),
+                             self.fence.epoch)
+                else:  # (cluster info shows no epoch there either)
+                    log.info("leading the store (SQLite: this daemon alone, its data dir's lock held)")
             with db.transaction(self.sessions) as s:
                 repo.ensure_root_pool(s, time.time())
 
