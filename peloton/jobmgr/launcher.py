@@ -39,6 +39,17 @@ LAUNCH_PASS = Histogram("peloton_jobmgr_launch_seconds", "From placements receiv
 BATCH = 64  # placements per pass
 
 
+UNREACHABLE_RETRY_S = 3.0  # how long a launch that finds no host manager is tried again
+UNREACHABLE_PAUSE_S = 0.25
+
+
+def _never_sent(e: grpc.RpcError) -> bool:
+    """The call never reached a server: gRPC found no connection to make (its words for it, from the channel's
+    address picking), so the host manager started nothing. Any other UNAVAILABLE may have ended a call it began."""
+    return (e.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+            and "failed to connect to all addresses" in (e.details() or ""))  # type: ignore[attr-defined]
+
+
 def _key(p: GangPlacement) -> internal_pb2.GangKey:
     return internal_pb2.GangKey(gang_id=p.gang_id, attempt=p.attempt)
 
@@ -134,12 +145,23 @@ class Launcher:
         if not accepted:
             return
         gangs = [self._gang_launch(p, spec) for p, spec in accepted.values()]
+        accepted_placements = [p for p, _ in accepted.values()]
         durable = time.monotonic()  # the launch intents are committed
+        request = internal_pb2.LaunchGangsRequest(gangs=[convert.gang_launch_to_proto(g) for g in gangs])
         try:
-            r = self.hostmgr.LaunchGangs(internal_pb2.LaunchGangsRequest(
-                gangs=[convert.gang_launch_to_proto(g) for g in gangs]), timeout=60)
+            r = self._send_launch(request)
             results = [convert.launch_result_from_proto(x) for x in r.results]
         except grpc.RpcError as e:
+            if _never_sent(e):
+                # no connection, so no member was started (a host manager that stays away): the gangs go back to
+                # their queue as the same attempts, as after a refusal, and their claims are let go
+                log.warning("launching %d gangs: the host manager could not be reached (%s): queued again as the "
+                            "same attempts", len(gangs), (e.details() or "").split(";")[0])  # type: ignore[attr-defined]
+                GANG_LAUNCHES.labels("refused").inc(len(gangs))
+                self._apply_results([LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, "",
+                                                  "the host manager could not be reached") for g in gangs])
+                self._release(list(accepted_placements))
+                return
             # the outcome is unknown (the host manager may have started some): the gangs stay LAUNCHING; the
             # reconciler asks the backend about their members and the launch deadline ends them if need be
             log.error("launching %d gangs: %s", len(gangs), from_rpc_error(e).message)
@@ -154,6 +176,25 @@ class Launcher:
         if bad:
             self._apply_results(bad)
 
+    def _send_launch(self, request: internal_pb2.LaunchGangsRequest) -> internal_pb2.LaunchGangsResponse:
+        """LaunchGangs; a call that found no connection is tried again for a few seconds (a host manager that has
+        just failed over or restarted: the channel reconnects within a second), as it started nothing."""
+        deadline = time.monotonic() + UNREACHABLE_RETRY_S
+        while True:
+            try:
+                return self.hostmgr.LaunchGangs(request, timeout=60)  # type: ignore[no-any-return]
+            except grpc.RpcError as e:
+                if not _never_sent(e) or time.monotonic() >= deadline:
+                    raise
+            time.sleep(UNREACHABLE_PAUSE_S)
+
+    def _release(self, placements: Sequence[GangPlacement]) -> None:
+        try:
+            self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=[_key(p) for p in placements]),
+                                       timeout=30)
+        except grpc.RpcError as e:  # claims expire on their own
+            log.warning("releasing claims: %s", from_rpc_error(e).message)
+
     def _ack(self, done: Sequence[GangPlacement], retry: Sequence[GangPlacement],
              release: Sequence[GangPlacement] = ()) -> None:
         try:
@@ -163,11 +204,7 @@ class Launcher:
             log.warning("acknowledging placements: %s", from_rpc_error(e).message)
         gone = [*retry, *release]
         if gone:
-            try:
-                self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=[_key(p) for p in gone]),
-                                           timeout=30)
-            except grpc.RpcError as e:  # claims expire on their own
-                log.warning("releasing claims: %s", from_rpc_error(e).message)
+            self._release(gone)
 
     @staticmethod
     def _gang_launch(p: GangPlacement, spec: JobSpec) -> GangLaunch:

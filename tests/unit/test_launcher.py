@@ -1,16 +1,19 @@
 """The launcher: placements are acknowledged to resmgr only once their intent is durable; what could not be
 recorded goes back to the queue and its claim is released; stale placements are released; a refused launch goes
-back to the queue without costing an attempt; a failed one costs one."""
+back to the queue without costing an attempt, and so does a launch never sent (no connection to the host manager); a
+failed one costs one; a call cut once sent leaves the gang LAUNCHING for the reconciler."""
 
 from __future__ import annotations
 
+import socket
 from collections.abc import Callable
 from typing import Any
 
+import grpc
 import pytest
 
 from peloton.api import convert
-from peloton.api.v1 import internal_pb2
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
@@ -126,3 +129,39 @@ def test_a_failed_launch_costs_an_attempt() -> None:
     run({"a": a}, [placed(a)], hm=FakeHostmgr(LaunchOutcome.FAILED, "cannot start"))
     g = a.gangs[0].gang
     assert g.state == GangState.QUEUED and g.attempt == 2 and "launch failed" in g.reason
+
+
+def test_a_host_manager_that_cannot_be_reached_started_nothing_so_the_gang_is_queued_again_as_the_same_attempt(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A real channel to a port nobody listens on: gRPC's own words for a call that never left (a host manager
+    failing over), tried again for a while, then given up. Nothing was started, so no attempt is used."""
+    monkeypatch.setattr("peloton.jobmgr.launcher.UNREACHABLE_RETRY_S", 0.6)
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]  # closed again: connections are refused
+    a = job("a")
+    with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+        rm = FakeResmgr([placed(a)])
+        Launcher(FakeWriter({"a": a}, None), rm, internal_pb2_grpc.HostManagerInternalStub(ch)  # type: ignore[arg-type]
+                 ).launch_once(timeout_ms=0)
+    g = a.gangs[0].gang
+    assert g.state == GangState.QUEUED and g.attempt == 1 and "could not be reached" in g.reason, g.reason
+    assert all(t.state == TaskState.PENDING for t in a.gangs[0].members())
+
+
+class _Dropped(grpc.RpcError):
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return "Socket closed"
+
+
+def test_a_launch_call_cut_once_sent_leaves_the_gang_launching_for_the_reconciler() -> None:
+    class Cut(FakeHostmgr):
+        def LaunchGangs(self, req: Any, timeout: float) -> Any:
+            raise _Dropped()
+
+    a = job("a")
+    run({"a": a}, [placed(a)], hm=Cut())
+    assert a.gangs[0].gang.state == GangState.LAUNCHING and a.gangs[0].gang.attempt == 1
