@@ -29,7 +29,8 @@ UPDATE_CHUNK = 250  # rows per PostgreSQL UPDATE statement
 COPY_ABOVE = 500  # rows: COPY beats a rendered multi-row INSERT on PostgreSQL above this
 
 
-def _cursor(s: Session) -> tuple[Any, str]:
+def cursor(s: Session) -> tuple[Any, str]:
+    """The session's DB-API cursor (no SQLAlchemy statement machinery: the hot path) and its dialect's name."""
     conn = s.connection()
     return conn.connection.dbapi_connection.cursor(), conn.dialect.name  # type: ignore[union-attr]
 
@@ -40,7 +41,7 @@ def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str
     Returns how many rows were changed (fewer than given: some did not exist)."""
     if not rows:
         return 0
-    cur, dialect = _cursor(s)
+    cur, dialect = cursor(s)
     try:
         if dialect == "postgresql":
             sql = _pg_update_sql(table, keys, cols)
@@ -62,7 +63,7 @@ def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str
 def insert_rows(s: Session, table: Table, cols: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
     if not rows:
         return
-    cur, dialect = _cursor(s)
+    cur, dialect = cursor(s)
     column_list = ", ".join(f'"{c}"' for c in cols)
     try:
         if dialect != "postgresql":
