@@ -156,6 +156,7 @@ class ServerConfig:
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
     audit_retention_s: float = 90 * 24 * 3600.0  # audit records are deleted after this; 0: kept
     task_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # local backend: a stream past this is rotated; 0: never
+    metrics_host_limit: int = census.DEFAULT_HOST_SERIES_LIMIT  # per-host series up to this many hosts; 0: none
     sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S  # local backend: an ended task's sandbox; 0: with its job
     task_log_keep: int = DEFAULT_LOG_KEEP  # rotated files kept per stream
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
@@ -209,6 +210,9 @@ class ServerConfig:
         return self.db_url is None or self.db_url.startswith("sqlite")
 
     def check(self) -> None:
+        if self.metrics_host_limit < 0:
+            raise InvalidArgument(f"--metrics-host-limit: must be 0 (never) or more, got {self.metrics_host_limit}",
+                                  field="--metrics-host-limit")
         if self.jobmgr_writers is not None:
             if not 1 <= self.jobmgr_writers <= MAX_WRITERS:
                 raise InvalidArgument(f"--jobmgr-writers: must be between 1 and {MAX_WRITERS}, got "
@@ -673,7 +677,7 @@ class Daemon:
 
             census.STORE.attach(count)
         if self.hostmgr is not None:
-            census.CLUSTER.attach(self.hostmgr.census)
+            census.CLUSTER.attach(self.hostmgr.census, cfg.metrics_host_limit)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
 

@@ -211,6 +211,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
         sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
+        metrics_host_limit=a.metrics_host_limit,
         task_log_max_bytes=int(parse_mib(a.task_log_max, "--task-log-max") * (1 << 20)),
         task_log_keep=a.task_log_keep,
     )
@@ -457,6 +458,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--job-retention", default="30d", metavar="DURATION",
                    help="finished jobs, their history and their sandboxes are deleted this long after they ended "
                         "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
+    s.add_argument("--metrics-host-limit", type=int, default=1000, metavar="N",
+                   help="export the per-host series (peloton_host_capacity/_allocated, 8 a host) while the cluster "
+                        "has at most N hosts; 0: never (default %(default)s; the cluster's totals always)")
     s.add_argument("--sandbox-retention", default="7d", metavar="DURATION",
                    help="local backend: the sandbox (logs and files) of a task that ended is removed this long "
                         "after it ended, even while its job is kept (earlier attempts of a long-lived job); 0: kept "

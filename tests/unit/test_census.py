@@ -1,0 +1,33 @@
+"""The hosts' metrics read at scrape time: the cluster's totals always; the per-host series only while the cluster
+has at most --metrics-host-limit hosts (8 series a host, built at every scrape)."""
+
+from __future__ import annotations
+
+import pytest
+
+from peloton.census import ClusterCensus
+from peloton.domain.resources import Resources
+from peloton.hostmgr.backend import HostInfo
+
+
+def _hosts(n: int) -> list[tuple[HostInfo, str]]:
+    return [(HostInfo(f"h{i}", "10.0.0.1", Resources(cpu=4, mem=1024, gpu=1), Resources(cpu=1, mem=512)), "up")
+            for i in range(n)]
+
+
+def _samples(c: ClusterCensus) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    return {(s.name, tuple(sorted(s.labels.items()))): s.value for fam in c.collect() for s in fam.samples}
+
+
+@pytest.mark.parametrize(("hosts", "limit", "per_host"), [(3, 3, True), (3, 2, False), (3, 0, False), (1, 1000, True)])
+def test_per_host_series_only_up_to_the_limit_and_the_totals_always(hosts: int, limit: int, per_host: bool) -> None:
+    c = ClusterCensus()
+    c.attach(lambda: _hosts(hosts), host_limit=limit)
+    got = _samples(c)
+    assert got[("peloton_cluster_capacity", (("resource", "cpu"),))] == 4 * hosts
+    assert got[("peloton_cluster_allocated", (("resource", "mem"),))] == 512 * 2**20 * hosts  # bytes
+    assert got[("peloton_hosts", (("state", "up"),))] == hosts
+    series = [k for k in got if k[0] in ("peloton_host_capacity", "peloton_host_allocated")]
+    assert len(series) == (8 * hosts if per_host else 0)
+    if per_host:
+        assert got[("peloton_host_allocated", (("host", "h0"), ("resource", "cpu")))] == 1
