@@ -953,7 +953,10 @@ class Daemon:
 
     def serve_forever(self) -> None:
         self.stop_on_signals()
-        self._stopped.wait()
+        # a wait with a timeout, again and again: a signal delivered to another thread (gRPC's, the loops') only
+        # sets a flag that the main thread reads between waits; one endless wait would never see SIGTERM
+        while not self._stopped.wait(0.5):
+            pass
 
 
 def _role_of_loop(name: str) -> str:

@@ -1,0 +1,39 @@
+"""SIGTERM stops the daemon whichever of its threads the kernel hands the signal to: a signal that lands on a gRPC
+or loop thread only sets a flag for the main thread, which must not sit in one endless wait."""
+
+from __future__ import annotations
+
+import ctypes
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+pytestmark = pytest.mark.e2e
+
+SYS_TGKILL = 234  # x86_64
+
+
+@pytest.mark.skipif(sys.platform != "linux" or os.uname().machine != "x86_64", reason="tgkill's number is x86_64's")
+def test_sigterm_to_a_thread_other_than_the_main_one_stops_the_daemon(tmp_path: Path) -> None:
+    p = subprocess.Popen([sys.executable, "-m", "peloton.cli.main", "server", "--backend", "sim", "--sim-hosts", "2",
+                          "--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir", str(tmp_path / "data"),
+                          "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout is not None and "serving on" in p.stdout.readline()
+        threads = [int(t) for t in os.listdir(f"/proc/{p.pid}/task") if int(t) != p.pid]
+        assert threads
+        libc = ctypes.CDLL(None, use_errno=True)
+        assert libc.syscall(SYS_TGKILL, p.pid, threads[-1], signal.SIGTERM) == 0, ctypes.get_errno()
+        t0 = time.monotonic()
+        _, err = p.communicate(timeout=20)
+        assert p.returncode == 0, err[-2000:]
+        assert "signal 15: shutting down" in err and time.monotonic() - t0 < 10
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.communicate()
