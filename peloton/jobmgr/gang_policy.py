@@ -94,6 +94,17 @@ class JobView:
         return self.gangs.get(t.gang_index) if t is not None else None
 
 
+@dataclass(frozen=True, slots=True)
+class Note:
+    """A line for the daemon's log, written once the change it tells of is committed (the shell logs it with the
+    ids as fields of their own: `--log-format json`). `level` is a logging level's name."""
+
+    level: str
+    text: str
+    job_id: str
+    gang_id: str = ""
+
+
 @dataclass(slots=True)
 class Effects:
     kill: list[str] = field(default_factory=list)  # task ids
@@ -105,6 +116,7 @@ class Effects:
     restarts: int = 0  # gangs re-queued as a new attempt
     # gangs that began to run whole: (seconds from the launch intent, seconds from the job's submission)
     started: list[tuple[float, float]] = field(default_factory=list)
+    notes: list[Note] = field(default_factory=list)  # what the log says of gangs and jobs
     # the records changed, for the caller to write (keyed so that a record changed twice is written once)
     tasks: dict[tuple[str, int], Task] = field(default_factory=dict)
     gangs: dict[tuple[str, int], Gang] = field(default_factory=dict)
@@ -119,6 +131,7 @@ class Effects:
         self.events += o.events
         self.restarts += o.restarts
         self.started += o.started
+        self.notes += o.notes
         self.tasks.update(o.tasks)
         self.gangs.update(o.gangs)
         self.jobs.update(o.jobs)
@@ -158,15 +171,27 @@ def _set_task(jv: JobView, t: Task, state: TaskState, now: float, eff: Effects, 
                                 reason if event_reason is None else event_reason, message, exit_code))
 
 
+# What the log says of a gang entering a state: failures, restarts and preemptions at info or warning (the events an
+# operator looks for), the everyday ones at debug (a 100,000-gang job would otherwise write 200,000 lines)
+_GANG_NOTES = {G.RUNNING: ("debug", "running"), G.DONE: ("debug", "done"), G.ABORTING: ("warning", "failed"),
+               G.PREEMPTING: ("info", "preempted"), G.QUEUED: ("info", "queued again")}
+
+
 def _set_gang(jv: JobView, g: Gang, state: GangState, now: float, eff: Effects, reason: str | None = None) -> None:
     check_gang(g.state, state)
     jv.gang_counts[g.state] -= 1
     jv.gang_counts[state] += 1
+    before = g.state
     g.state = state
     g.updated_at = now
     if reason is not None:
         g.reason = reason
     eff.touch_gang(g)
+    note = _GANG_NOTES.get(state)
+    if note is not None and before != state:
+        level, what = note
+        why = f": {g.reason}" if g.reason and state in (G.ABORTING, G.PREEMPTING, G.QUEUED) else ""
+        eff.notes.append(Note(level, f"gang {g.gang_id} attempt {g.attempt} {what}{why}", g.job_id, g.gang_id))
 
 
 def _reset_task(jv: JobView, t: Task, attempt: int, now: float, eff: Effects, reason: str, message: str) -> None:
@@ -627,6 +652,10 @@ def derive_job_state(jv: JobView, now: float, eff: Effects | None = None) -> Non
         job.updated_at = now
         if eff is not None:
             eff.touch_job(job)
+            if new.terminal or new == JobState.FAILING:
+                level = "info" if new in (JobState.SUCCEEDED, JobState.KILLED) else "warning"
+                eff.notes.append(Note(level, f"job {job.id} {new.value}" + (f": {job.reason}" if job.reason else ""),
+                                      job.id))
 
 
 def new_job_records(job_id: str, spec: JobSpec, now: float) -> tuple[Job, list[Gang], list[Task]]:

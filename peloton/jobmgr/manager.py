@@ -164,6 +164,9 @@ class JobManager:
         for launching, waited in eff.started:
             GANG_STAGE.labels("launching").observe(launching)
             GANG_STAGE.labels("submitted_to_running").observe(waited)
+        for n in eff.notes:  # committed: the log tells what is durable
+            log.log(logging.getLevelName(n.level.upper()), n.text,
+                    extra={"job_id": n.job_id, **({"gang_id": n.gang_id} if n.gang_id else {})})
         self.effects.submit(out)
 
     # --- create -------------------------------------------------------------------------------------------

@@ -269,6 +269,21 @@ def test_attempts_exhausted_fails_the_job_once_every_member_is_terminal() -> Non
     assert gv.gang.state == G.DONE and eff.release == [(gang_id_for(JOB, 0), 2)]
     assert jv.job.state == J.FAILED and jv.job.completed_at == T0 + 20
     assert "gang 0" in jv.job.reason
+    # what the log says once committed: the job's end, with its id for the JSON log's field
+    (note,) = [n for n in eff.notes if n.text.startswith(f"job {JOB}")]
+    assert (note.level, note.job_id) == ("warning", JOB) and note.text.startswith(f"job {JOB} FAILED: gang 0")
+
+
+def test_the_log_notes_say_a_failed_gang_was_queued_again_and_a_new_run_began() -> None:
+    jv = make_view()
+    gv = place(jv)
+    eff = run_all(jv)
+    assert [(n.level, n.text) for n in eff.notes] == [("debug", f"gang {gang_id_for(JOB, 0)} attempt 1 running")]
+    eff = apply(jv, 1, T.FAILED, now=T0 + 10, message="exit code 3", exit_code=3)
+    (note,) = eff.notes
+    assert note.level == "info" and note.gang_id == gang_id_for(JOB, 0) and note.job_id == JOB
+    assert note.text.startswith(f"gang {gang_id_for(JOB, 0)} attempt 2 queued again: ") and "member 1 FAILED" in note.text
+    assert gv.gang.attempt == 2
 
 
 def test_fail_job_policy_fails_on_the_first_member_failure_and_stops_other_gangs() -> None:

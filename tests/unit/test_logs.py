@@ -52,18 +52,28 @@ def test_text_is_the_default(restore_logging: None, capsys: pytest.CaptureFixtur
 
 
 def test_the_daemon_logs_json_lines(tmp_path: Path) -> None:
-    """The real daemon with --log-format json: every line of its log is a JSON object (stopped as soon as it
-    serves)."""
+    """The real daemon with --log-format json: every line of its log is a JSON object, and a job's end is a line
+    with the job's id as a field of its own."""
     p = subprocess.Popen([sys.executable, "-m", "peloton.cli.main", "server", "--log-format", "json", "--backend",
                           "sim", "--sim-hosts", "2", "--listen", "127.0.0.1:0", "--metrics-listen", "", "--data-dir",
                           str(tmp_path / "data"), "--insecure"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                          text=True)
     try:
         assert p.stdout is not None
-        assert "serving on" in p.stdout.readline()
+        first = p.stdout.readline()
+        assert "serving on" in first
+        address = first.split("serving on ")[1].split()[0]
+        cli = [sys.executable, "-m", "peloton.cli.main", "--address", address]
+        spec = ("name: logged\ninstances: 2\ntask: {command: train, resources: {cpu: 1, mem: 64Mi}, "
+                "env: {PELOTON_SIM_DURATION: 100ms}}\n")
+        job = subprocess.run([*cli, "job", "create", "-f", "-"], input=spec, capture_output=True, text=True,
+                             timeout=60, check=True).stdout.strip()
+        subprocess.run([*cli, "job", "wait", job, "--timeout", "60"], capture_output=True, timeout=90, check=True)
     finally:
         p.terminate()
         _, err = p.communicate(timeout=30)
     lines = [json.loads(x) for x in err.splitlines() if x.strip()]
     assert lines and all({"time", "level", "logger", "message"} <= set(x) for x in lines)
     assert any("shutting down" in x["message"] for x in lines)
+    ended = [x for x in lines if x.get("job_id") == job and x["message"] == f"job {job} SUCCEEDED"]
+    assert len(ended) == 1 and ended[0]["level"] == "info", [x for x in lines if x.get("job_id")]
