@@ -160,7 +160,7 @@ class Launcher:
                 GANG_LAUNCHES.labels("refused").inc(len(gangs))
                 self._apply_results([LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, "",
                                                   "the host manager could not be reached") for g in gangs])
-                self._release(list(accepted_placements))
+                self._release(accepted_placements)
                 return
             # the outcome is unknown (the host manager may have started some): the gangs stay LAUNCHING; the
             # reconciler asks the backend about their members and the launch deadline ends them if need be

@@ -92,6 +92,7 @@ class Fence:
         """This process leads (again: it took the locks back), as `epochs`."""
         self.epochs = {EPOCH_KEY: epochs} if isinstance(epochs, int) else dict(epochs)
         self._keys = sorted(self.epochs)
+        self._check_sqlite = _CHECK_SQLITE_RAW.format(", ".join("?" for _ in self._keys))
         self._told = False
 
     def _check(self, session: Session) -> None:
@@ -102,8 +103,10 @@ class Fence:
         # than the round trip (sim_bench: 1,100 -> 1,290 tasks/s without any check; docs/performance.md)
         cur, dialect = bulk.cursor(session)
         try:
-            cur.execute(_CHECK_PG if dialect == "postgresql" else _CHECK_SQLITE_RAW.format(
-                ", ".join("?" for _ in self._keys)), (self._keys,) if dialect == "postgresql" else self._keys)
+            if dialect == "postgresql":
+                cur.execute(_CHECK_PG, (self._keys,))
+            else:
+                cur.execute(self._check_sqlite, self._keys)
             rows = cur.fetchall()
         finally:
             cur.close()
