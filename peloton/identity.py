@@ -8,10 +8,14 @@ Roles (cluster-wide for now; per-pool access lists are not built yet, docs/secur
   viewer     read jobs, pools and hosts; never a job's environment values or logs
 
 The principals file (JSON, owner-only), written by `peloton token create`:
-  {"principals": {"alice": {"roles": ["admin"], "tokens": ["sha256:<hex>", ...], "users": ["alice", "ml"]}, ...}}
-Only a token's hash is kept. `users`: the Unix users the principal's jobs may run as (`task.user`); absent: only
-the user named like the principal. Admins may name any user. A principal named by a client certificate (mutual TLS) gets its roles from the
-same file."""
+  {"principals": {"alice": {"roles": ["admin"], "tokens": ["sha256:<hex>", ...], "user": "alice",
+                            "users": ["ml"]}, ...}}
+Only a token's hash is kept. `user`: the Unix user the principal's tasks run as (its identity, run_as.py); absent:
+a uid allocated to it (a principal's name alone never maps to an account of the host). `users`: other Unix users its
+jobs may name in `task.user`. One Unix user belongs to one principal: a file that gives a user to two principals is
+refused (root excepted, which a job may name only in a pool that allows it). Admins may name any user. A principal
+named by a client certificate (mutual TLS) gets its roles and users from the same file; one the file does not name
+is a submitter (without a file, every certificate holder is)."""
 
 from __future__ import annotations
 
@@ -21,12 +25,14 @@ import hmac
 import json
 import logging
 import os
+import re
 import secrets
 import threading
 import time
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
 
@@ -94,7 +100,8 @@ class Principal:
     name: str
     roles: frozenset[str]
     via: str  # how it was established: "token", "certificate", "unix socket", "open" (no authentication)
-    users: frozenset[str] = frozenset()  # the Unix users its jobs may run as besides its own name (task.user)
+    users: frozenset[str] = frozenset()  # Unix users its jobs may name in task.user besides `user`
+    user: str = ""  # the Unix user the principals file maps it to (its tasks' identity); "": none mapped
     permissions: frozenset[str] = field(init=False)
 
     def __post_init__(self) -> None:
@@ -119,8 +126,13 @@ class Principal:
         return self.can(JOB_SECRETS_ANY) or owner == self.name
 
     def may_run_as(self, user: str) -> bool:
-        """Whether this principal's jobs may run as the Unix user `user` (root is the pool's business too)."""
-        return "admin" in self.roles or user == self.name or user in self.users
+        """Whether this principal's jobs may name the Unix user `user` in task.user (root is the pool's business
+        too). Never by its name alone: only the user the principals file maps it to, or lists for it."""
+        return "admin" in self.roles or (bool(self.user) and user == self.user) or user in self.users
+
+    def named_users(self) -> list[str]:
+        """The users it may name, for messages."""
+        return sorted({self.user, *self.users} - {""})
 
 
 def _roles_with(permission: str) -> str:
@@ -149,6 +161,10 @@ class Entry:
     roles: frozenset[str]
     tokens: tuple[str, ...]
     users: frozenset[str] = frozenset()
+    user: str = ""
+
+
+_UNIX_USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}")  # fullmatch: POSIX portable names, as task.user
 
 
 def parse_principals(text: str, where: str) -> dict[str, Entry]:
@@ -160,11 +176,13 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
     if not isinstance(doc, dict) or set(doc) - {"principals"} or not isinstance(doc.get("principals", {}), dict):
         raise InvalidArgument(f"{where}: expected {{\"principals\": {{NAME: {{...}}}}}}", field="principals")
     out: dict[str, Entry] = {}
+    owner_of: dict[str, str] = {}  # Unix user -> the principal it belongs to
     for name, spec in doc.get("principals", {}).items():
-        if not isinstance(spec, dict) or set(spec) - {"roles", "tokens", "users"}:
+        if not isinstance(spec, dict) or set(spec) - {"roles", "tokens", "user", "users"}:
             raise InvalidArgument(f"{where}: principals.{name}: expected {{\"roles\": [...], \"tokens\": [...], "
-                                  f"\"users\": [...]}}", field=f"principals.{name}")
+                                  f"\"user\": \"...\", \"users\": [...]}}", field=f"principals.{name}")
         roles, tokens, users = spec.get("roles", []), spec.get("tokens", []), spec.get("users", [])
+        user = spec.get("user", "")
         if not isinstance(roles, list) or any(r not in ROLES for r in roles):
             raise InvalidArgument(f"{where}: principals.{name}.roles: {roles!r}: each one of "
                                   f"{', '.join(ROLES)}", field=f"principals.{name}.roles")
@@ -172,10 +190,27 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
                                                for t in tokens):
             raise InvalidArgument(f"{where}: principals.{name}.tokens: hashes (\"sha256:...\") only",
                                   field=f"principals.{name}.tokens")
-        if not isinstance(users, list) or any(not isinstance(u, str) or not u for u in users):
+        if not isinstance(users, list) or any(not isinstance(u, str) or not _UNIX_USER.fullmatch(u)
+                                              for u in users):
             raise InvalidArgument(f"{where}: principals.{name}.users: a list of Unix user names",
                                   field=f"principals.{name}.users")
-        out[name] = Entry(frozenset(roles), tuple(tokens), frozenset(users))
+        if user != "" and (not isinstance(user, str) or not _UNIX_USER.fullmatch(user)):
+            raise InvalidArgument(f"{where}: principals.{name}.user: {user!r} is not a Unix user name",
+                                  field=f"principals.{name}.user")
+        if user == "root":
+            raise InvalidArgument(f"{where}: principals.{name}.user: root is nobody's identity: list it in users "
+                                  "(a job may then name task.user root, in a pool created with --allow-root)",
+                                  field=f"principals.{name}.user")
+        for u in dict.fromkeys([user, *users]):
+            if not u or u == "root":
+                continue
+            other = owner_of.setdefault(u, name)
+            if other != name:  # two principals in one uid could read and signal each other's tasks
+                key = "user" if u == user else "users"
+                raise InvalidArgument(f"{where}: principals.{name}.{key}: the Unix user {u!r} is already "
+                                      f"principals.{other}'s; one Unix user belongs to one principal",
+                                      field=f"principals.{name}.{key}")
+        out[name] = Entry(frozenset(roles), tuple(tokens), frozenset(users), user)
     return out
 
 
@@ -242,7 +277,7 @@ class Principals:
         for known, name in self._by_hash.items():
             if hmac.compare_digest(known, h):
                 e = self._entries[name]
-                return Principal(name, e.roles, "token", e.users)
+                return Principal(name, e.roles, "token", e.users, e.user)
         return None
 
     def entry_of(self, name: str) -> Entry:
@@ -252,9 +287,10 @@ class Principals:
             return self._entries.get(name) or Entry(frozenset(), ())
 
 
-def add_token(path: Path, name: str, roles: Iterable[str]) -> str:
+def add_token(path: Path, name: str, roles: Iterable[str], user: str | None = None) -> str:
     """Create a token for `name` (a new principal gets `roles`; given roles replace an existing one's) in the
-    principals file (created owner-only); returns the token, which is stored only as its hash."""
+    principals file (created owner-only); returns the token, which is stored only as its hash. `user`: map the
+    principal to that Unix user (its tasks' identity; "" removes the mapping; None leaves it as it is)."""
     if not name or len(name) > 128 or any(c.isspace() or c in "/,=\"" for c in name):
         raise InvalidArgument(f"NAME: {name!r} is not a principal name (1-128 characters, no spaces, / , = \")",
                               field="NAME")
@@ -262,7 +298,7 @@ def add_token(path: Path, name: str, roles: Iterable[str]) -> str:
     for r in roles:
         if r not in ROLES:
             raise InvalidArgument(f"--role: {r!r} is not one of {', '.join(ROLES)}", field="--role")
-    doc: dict[str, dict[str, dict[str, list[str]]]] = {"principals": {}}
+    doc: dict[str, dict[str, dict[str, Any]]] = {"principals": {}}
     if path.exists():
         parse_principals(path.read_text(), str(path))  # refuse to rewrite a file that is not valid
         doc = json.loads(path.read_text())
@@ -273,8 +309,18 @@ def add_token(path: Path, name: str, roles: Iterable[str]) -> str:
     elif not entry.get("roles"):
         raise InvalidArgument(f"--role: {name} is a new principal: give it a role ({', '.join(ROLES)})",
                               field="--role")
+    if user is not None:
+        if user:
+            entry["user"] = user
+        else:
+            entry.pop("user", None)
     token = new_token()
     entry.setdefault("tokens", []).append(hash_token(token))
+    # what is written must load: a user already another principal's is refused here, naming --user
+    try:
+        parse_principals(json.dumps(doc), str(path))
+    except InvalidArgument as e:
+        raise InvalidArgument(f"--user: {e.message}", field="--user") from None
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)

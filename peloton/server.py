@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
 
-from peloton import census
+from peloton import census, run_as, unix_accounts
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
 from peloton.api.closing import RefuseWhileClosing
@@ -151,6 +151,8 @@ class ServerConfig:
     insecure: bool = False  # serve on an address other machines can reach, without TLS or authentication
     task_env_allow: tuple[str, ...] = ()  # local backend: daemon variables tasks inherit besides task_env's defaults
     default_task_user: str | None = None  # local backend: who runs tasks naming no user (None: nobody as root)
+    # uids allocated to principals without a mapped Unix user, one each (run_as.py; a root daemon's local backend)
+    task_uid_range: tuple[int, int] = run_as.DEFAULT_UID_RANGE
     preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S  # a pool's first gang waits this long to preempt
     preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
@@ -262,6 +264,7 @@ class ServerConfig:
         if not 1 <= self.task_log_keep <= 100:
             raise InvalidArgument(f"--task-log-keep: must be between 1 and 100, got {self.task_log_keep}",
                                   field="--task-log-keep")
+        run_as.parse_uid_range(f"{self.task_uid_range[0]}-{self.task_uid_range[1]}")
         if self.task_log_max_bytes and self.task_log_max_bytes < MIN_TASK_LOG_BYTES:
             raise InvalidArgument(f"--task-log-max: must be 0 (never rotate) or at least 1Mi, got "
                                   f"{self.task_log_max_bytes} bytes", field="--task-log-max")
@@ -521,6 +524,7 @@ class Daemon:
                    else None)
         self.authenticator = Authenticator(Principals(path) if path is not None else None,
                                            mutual_tls=cfg.tls_client_ca is not None, limiter=limiter)
+        self.identities = self._identity_policy()
         if self.authenticator.enabled:
             log.info("authentication on: %s", ", ".join(
                 w for w, on in ((f"tokens of {path}", path is not None),
@@ -612,7 +616,8 @@ class Daemon:
             max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
             # the backend is known where the host manager runs: a job manager without it warns of nothing
             servicer = JobServicer(self.jobmgr, max_waiting_jobs=max_waiting,
-                                   backend=cfg.backend if self.hostmgr is not None else "")
+                                   backend=cfg.backend if self.hostmgr is not None else "",
+                                   identities=self.identities, principals=self.authenticator.principals)
             job_pb2_grpc.add_JobServiceServicer_to_server(servicer, self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
@@ -623,7 +628,11 @@ class Daemon:
             backend=cfg.backend if self.hostmgr is not None else "", started_at=self.started_at,
             addresses=[self.address] + ([f"unix:{self.unix_socket}"] if self.unix_socket else []),
             tls=cfg.tls_cert is not None, mutual_tls=cfg.tls_client_ca is not None, tokens=path is not None,
-            insecure=bool(self._insecure), warnings=tuple(self._insecure)),
+            insecure=bool(self._insecure), warnings=tuple(self._insecure),
+            task_identities={run_as.Mode.LOCAL: "per principal", run_as.Mode.MESOS: "mapped users",
+                             run_as.Mode.OFF: "none"}[self.identities.mode],
+            uid_range=(f"{cfg.task_uid_range[0]}-{cfg.task_uid_range[1]}"
+                       if self.identities.mode is run_as.Mode.LOCAL else "")),
             hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0,
             leadership=self._leadership), self.server)
         services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
@@ -680,6 +689,37 @@ class Daemon:
             census.CLUSTER.attach(self.hostmgr.census, cfg.metrics_host_limit)
         (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
         return self.address
+
+    def _identity_policy(self) -> run_as.Policy:
+        """How tasks' Unix identities are chosen (run_as.py), said once at start; a uid range that others' rootless
+        containers use is refused (their processes would be a tenant's)."""
+        cfg = self.cfg
+        lo, hi = cfg.task_uid_range
+        if not self.authenticator.enabled:
+            policy = run_as.Policy(run_as.Mode.OFF, cfg.task_uid_range)
+            if cfg.backend == "local" and tasks_run_as_others():
+                log.warning("authentication is off (--insecure): every caller is an admin, and tasks naming no "
+                            "task.user share one Unix user (--default-task-user); nothing isolates them")
+        elif cfg.backend == "mesos":
+            policy = run_as.Policy(run_as.Mode.MESOS, cfg.task_uid_range)
+            log.info("task identities: each principal's tasks run as the Unix user the principals file maps it "
+                     "to (\"user\"); a principal with none must name task.user")
+        elif cfg.backend == "local" and tasks_run_as_others():
+            policy = run_as.Policy(run_as.Mode.LOCAL, cfg.task_uid_range)
+            overlaps = unix_accounts.subid_overlaps(cfg.task_uid_range)
+            if overlaps:
+                raise InvalidArgument(f"--task-uid-range: {lo}-{hi} overlaps subordinate ids of this host ("
+                                      f"{'; '.join(overlaps[:3])}): a user's rootless container could run as a "
+                                      "tenant's uid; choose a range clear of them", field="--task-uid-range")
+            log.info("task identities: each principal's tasks run as the Unix user the principals file maps it "
+                     "to, else as a uid of its own from --task-uid-range %d-%d", lo, hi)
+        else:
+            policy = run_as.Policy(run_as.Mode.OFF, cfg.task_uid_range)
+            if cfg.backend == "local":
+                log.warning("task identities: this daemon is not root, so the tasks of every principal run as its "
+                            "own user and can reach each other; run it as root for one Unix identity per "
+                            "principal (docs/security.md)")
+        return policy
 
     def _root_runs_tasks(self) -> bool:
         """A root daemon running tasks on this machine, with no authentication of its own: any local user who

@@ -5,8 +5,9 @@ what depends on the object (a job's owner).
 With authentication on (a principals file, or mutual TLS), a call is from:
   - the daemon's own user, when it came over the owner-only Unix socket (admin);
   - the principal of its bearer token (`authorization: Bearer pt_...`), if the token is known;
-  - the subject (common name) of its client certificate, with the roles the principals file gives that name
-    (every role, when there is no principals file: whoever holds a certificate of the CA is trusted);
+  - the subject (common name) of its client certificate, with the roles and users the principals file gives that
+    name (none for a name it does not list); without a principals file, a submitter of its own jobs (an admin
+    needs an entry in a principals file: holding a certificate of the CA is not enough);
   - nobody: UNAUTHENTICATED.
 With it off, every call is from `anonymous`, an admin (the single-user default: loopback and owner-only socket)."""
 
@@ -29,6 +30,7 @@ from peloton.identity import Principal, Principals
 from peloton.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
+CERTIFICATE_DEFAULT_ROLES = frozenset({"submitter"})  # a client certificate the principals file does not list
 
 
 class Authenticator:
@@ -63,10 +65,10 @@ class Authenticator:
         names = (context.auth_context() or {}).get("x509_common_name") or []
         if names:
             name = names[0].decode() if isinstance(names[0], bytes) else str(names[0])
-            if self.principals is None:  # without a file, a certificate of the trusted CA is an admin
-                return Principal(name, frozenset({"admin"}), "certificate")
-            e = self.principals.entry_of(name)
-            return Principal(name, e.roles, "certificate", e.users)
+            if self.principals is None:  # a certificate of the CA alone: a submitter of its own jobs, never admin
+                return Principal(name, CERTIFICATE_DEFAULT_ROLES, "certificate")
+            e = self.principals.entry_of(name)  # with a file, it says who may do what (a name it lacks: nothing)
+            return Principal(name, e.roles, "certificate", e.users, e.user)
         raise Unauthenticated("no credentials: give a token (--token, $PELOTON_TOKEN) or a client certificate "
                               "(--client-cert)")
 

@@ -24,6 +24,8 @@ class ClusterFacts:
     tokens: bool = False
     insecure: bool = False
     warnings: Sequence[str] = field(default_factory=tuple)
+    task_identities: str = ""  # per principal | mapped users | none (run_as.py)
+    uid_range: str = ""
 
 
 @dataclass(frozen=True)
@@ -51,7 +53,8 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             addresses=list(f.addresses), hosts=self.hosts(),
             security=cluster_pb2.Security(
                 tls=f.tls, mutual_tls=f.mutual_tls, tokens=f.tokens, insecure=f.insecure, caller=who.name,
-                caller_roles=sorted(who.roles), caller_via=who.via, warnings=list(f.warnings)),
+                caller_roles=sorted(who.roles), caller_via=who.via, warnings=list(f.warnings),
+                task_identities=f.task_identities, uid_range=f.uid_range),
             leadership=_leadership_to_proto(self.leadership()),
         )
 

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
+from peloton import run_as
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
@@ -141,6 +142,7 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         created_at=job.created_at,
         updated_at=job.updated_at,
         completed_at=job.completed_at,
+        run_as=run_as.describe(job.spec.run_as) if job.spec.run_as is not None else job.spec.user,
     )
     status.task_states.update(task_states)
     if gang_states is not None:
@@ -385,6 +387,7 @@ def launch_to_proto(t: LaunchSpec) -> internal_pb2.LaunchTask:
         ports=t.ports,
         container_image=t.container_image,
         user=t.user,
+        legacy_user=t.legacy_user,
     )
     p.env.update(t.env)
     p.files.update(t.files)
@@ -406,6 +409,7 @@ def launch_from_proto(p: internal_pb2.LaunchTask) -> LaunchSpec:
         files=dict(p.files),
         container_image=p.container_image,
         user=p.user,
+        legacy_user=p.legacy_user,
     )
 
 

@@ -260,6 +260,14 @@ def _leadership_rows(lead: Any) -> list[tuple[str, str]]:
     return [*rows, ("standbys", ", ".join(waiting) or "none")]
 
 
+def _task_users(mode: str, uid_range: str) -> str:
+    if mode == "per principal":
+        return f"one per principal: its mapped user, else a uid of its own ({uid_range})"
+    if mode == "mapped users":
+        return "one per principal: the user the principals file maps it to"
+    return "not isolated: the backend's default user, or the job's task.user"
+
+
 def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import cluster_pb2
     from peloton.cli.client import Stub
@@ -280,6 +288,7 @@ def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
         ("TLS", ("mutual" if s.mutual_tls else "on") if s.tls else "off"),
         ("authentication", auth or "off: every caller is an admin"),
         ("you", f"{s.caller} ({', '.join(s.caller_roles) or 'no role'}; by {s.caller_via})"),
+        ("task users", _task_users(s.task_identities, s.uid_range)),
     ]
     if r.HasField("leadership"):
         rows += _leadership_rows(r.leadership)

@@ -162,7 +162,7 @@ def _add_sim_parsers(sub: Any) -> None:
 
 
 def cmd_server(a: argparse.Namespace) -> int:
-    from peloton import logs
+    from peloton import logs, run_as
     from peloton.domain.resources import parse_mib, parse_resources_flag
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
@@ -203,6 +203,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
         internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
         task_env_allow=parse_allow(a.task_env_allow), default_task_user=a.default_task_user,
+        task_uid_range=run_as.parse_uid_range(a.task_uid_range),
         unix_socket=a.unix_socket, tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
@@ -244,7 +245,7 @@ def cmd_token_create(a: argparse.Namespace) -> int:
 
     path = Path(a.principals_file) if a.principals_file else \
         (Path(a.data_dir) if a.data_dir else config.default_data_dir()) / "principals.json"
-    token = add_token(path, a.name, a.role)
+    token = add_token(path, a.name, a.role, a.user)
     print(token)
     print(f"peloton: token for {a.name} added to {path} (only its hash is kept: this is the one time it is shown; "
           "a running daemon picks it up within a second)", file=sys.stderr)
@@ -449,6 +450,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--default-task-user", default=None, metavar="USER",
                    help="local backend: the user that runs tasks whose job names no task.user (default: nobody "
                         "when the daemon runs as root, else the daemon's own user; root here is logged)")
+    s.add_argument("--task-uid-range", default="65536-99999", metavar="LO-HI",
+                   help="a root daemon's local backend with authentication: the uids allocated, one each and for "
+                        "good, to principals the principals file maps no Unix user to (their tasks run as it); "
+                        "must not hold this host's users, groups or subordinate ids (default %(default)s)")
     s.add_argument("--preemption-settle", type=_seconds_arg, default=10.0, metavar="SECONDS",
                    help="how long a gang waits (within its pool's entitlement with no hosts free, or behind "
                         "lower-priority gangs of its pool) before it may preempt others (default: 10)")
@@ -536,6 +541,10 @@ def build_parser() -> argparse.ArgumentParser:
     tc.add_argument("name", metavar="NAME", help="the principal, e.g. alice or ci-bot")
     tc.add_argument("--role", action="append", default=[], choices=["admin", "operator", "submitter", "viewer"],
                     help="its role (repeatable); required for a new principal, replaces an existing one's roles")
+    tc.add_argument("--user", default=None, metavar="USER",
+                    help="map the principal to this Unix user of the hosts: its tasks run as it (a root daemon's "
+                         "local backend, Mesos); without one a root daemon runs them as a uid of the principal's own; "
+                         "one user belongs to one principal; \"\" removes the mapping")
     tc.add_argument("--principals-file", default=None, metavar="FILE",
                     help="default <data-dir>/principals.json, which a daemon with that data dir reads")
     tc.add_argument("--data-dir", default=None, metavar="DIR",

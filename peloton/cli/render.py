@@ -302,7 +302,8 @@ def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bo
              f"State:     {st.state}" + (f"  (desired {st.desired_state})" if st.desired_state != "RUNNING" else "")]
     if st.reason:
         lines.append(f"Reason:    {st.reason}")
-    lines.append(f"Owner:     {spec.owner or '-'}   Pool: {spec.respool}   Priority: {spec.sla.priority}")
+    runs_as = f" (runs as {st.run_as})" if st.run_as else ""
+    lines.append(f"Owner:     {spec.owner or '-'}{runs_as}   Pool: {spec.respool}   Priority: {spec.sla.priority}")
     lines.append(f"Instances: {spec.instances}  each {resources(spec.task.resources)}   created {ago(st.created_at)}")
     shown = len(st.gangs)
     if st.gang_count > shown:

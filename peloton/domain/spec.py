@@ -70,6 +70,9 @@ class JobSpec:
     max_attempts: int = DEFAULT_MAX_ATTEMPTS
     strategy: str = "pack"
     constraints: tuple[Constraint, ...] = ()
+    # Who the members run as, decided by the daemon when the job was created (run_as.py: "", a user name, or
+    # "#<uid>"); None for a job created before identities (it runs as `user`, system accounts refused)
+    run_as: str | None = None
 
     @property
     def gang_size(self) -> int:
@@ -270,6 +273,7 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "max_attempts": spec.max_attempts,
         "strategy": spec.strategy,
         "constraints": [{"attribute": c.attribute, "op": c.op, "value": c.value} for c in spec.constraints],
+        **({"run_as": spec.run_as} if spec.run_as is not None else {}),
     }
 
 
@@ -296,4 +300,5 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         max_attempts=int(d.get("max_attempts", DEFAULT_MAX_ATTEMPTS)),
         strategy=d.get("strategy", "pack"),
         constraints=tuple(Constraint(c["attribute"], c["op"], c["value"]) for c in d.get("constraints", [])),
+        run_as=str(d["run_as"]) if d.get("run_as") is not None else None,
     )

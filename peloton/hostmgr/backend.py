@@ -28,7 +28,11 @@ class LaunchSpec:
     ports: tuple[int, ...] = ()
     files: dict[str, str] = field(default_factory=dict)  # extra files written into the sandbox (hostfile)
     container_image: str = ""  # Mesos containerizer image; the local backend runs on the host
-    user: str = ""  # empty: the backend's default user; uid 0 only when this names root (the pool allowed it)
+    # Who it runs as (run_as.py): "" the backend's default user, a user name, or "#<uid>" (a uid allocated to the
+    # job's owner; no account has it). uid 0 only when this names root (the pool allowed it at submit).
+    user: str = ""
+    # the job was created before identities: nobody vetted `user`, so the backend refuses a system account
+    legacy_user: bool = False
 
 
 @dataclass(frozen=True, slots=True)

@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 import grpc
 from prometheus_client import Counter, Histogram
 
+from peloton import run_as
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
@@ -210,12 +211,17 @@ class Launcher:
     def _gang_launch(p: GangPlacement, spec: JobSpec) -> GangLaunch:
         envs = training_env(p.job_id, p.attempt, p.members)
         files = {"hostfile": hostfile(p.members)}
+        user = spec.run_as if spec.run_as is not None else spec.user
+        # a uid of its owner's has no account to name it: USER and LOGNAME name the owner (unless the job does)
+        named = ({k: spec.owner for k in ("USER", "LOGNAME")} if run_as.dynamic_uid(user) is not None and spec.owner
+                 else {})
         return GangLaunch(p.gang_id, p.attempt, tuple(
             LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,
                        hostname=m.hostname, command=with_env_files(spec.command, spec.env_files),
-                       env={**spec.env, **envs[m.instance], "PELOTON_PREEMPTION_GRACE": f"{spec.preemption_grace_s:g}"},
+                       env={**named, **spec.env, **envs[m.instance],
+                            "PELOTON_PREEMPTION_GRACE": f"{spec.preemption_grace_s:g}"},
                        resources=m.resources, gpu_ids=m.gpu_ids, ports=m.ports, files=files,
-                       container_image=spec.container_image, user=spec.user)
+                       container_image=spec.container_image, user=user, legacy_user=spec.run_as is None)
             for m in p.members))
 
     def _apply_results(self, results: Sequence[LaunchResult]) -> None:

@@ -23,6 +23,7 @@ import grpc
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
+from peloton import run_as
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
@@ -44,8 +45,10 @@ from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
 from peloton.store import repo
 from peloton.store.db import transaction
+from peloton.unix_accounts import host_has_id
 
 log = logging.getLogger(__name__)
+UID_ALLOCATION_TRIES = 20  # concurrent first jobs of new principals race for the lowest free uid
 
 JOBS_CREATED = Counter("peloton_jobs_created_total", "Jobs accepted")
 GANG_RESTARTS = Counter("peloton_jobmgr_gang_restarts_total", "Gangs re-queued as a new attempt")
@@ -139,6 +142,8 @@ class JobManager:
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
         self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)
         self._stopping_lock = threading.Lock()
+        self._uids: dict[str, int] = {}  # principal -> its allocated uid (never changes once stored)
+        self._uids_lock = threading.Lock()
 
     def start(self) -> None:
         self.writer.start()
@@ -246,6 +251,37 @@ class JobManager:
             except Exception:  # noqa: BLE001 - the next start deletes it
                 log.warning("could not remove the partial job %s; the next start does", jv.job.id)
             raise
+
+    def task_uid(self, principal: str, uid_range: tuple[int, int]) -> int:
+        """The uid allocated to `principal` (run_as.py), allocating the lowest free one of `uid_range` at its first
+        job; kept for it for ever (never reused: files it left would be the next tenant's). A uid that this host's
+        users or groups have is skipped. FailedPrecondition when the range is full."""
+        with self._uids_lock:
+            known = self._uids.get(principal)
+        if known is not None:
+            return known
+        for _ in range(UID_ALLOCATION_TRIES):
+            with transaction(self.read_sessions) as s:
+                uid = repo.get_task_uid(s, principal)
+                taken = repo.task_uids_taken(s, *uid_range) if uid is None else set()
+            if uid is None:
+                uid = run_as.pick_uid(uid_range, taken, host_has_id)
+                if uid is None:
+                    raise FailedPrecondition(
+                        f"task.user: no uid of --task-uid-range {uid_range[0]}-{uid_range[1]} is free for "
+                        f"{principal} ({len(taken)} allocated; the others are this host's): widen the range, or map "
+                        "the principal to a Unix user in the principals file", field="task.user")
+                try:
+                    with transaction(self.sessions) as s:
+                        repo.insert_task_uid(s, principal, uid, self.clock())
+                except AlreadyExists:  # another create allocated it (or this principal's) meanwhile: look again
+                    continue
+                log.info("principal %s: its tasks run as uid %d (allocated from --task-uid-range)", principal, uid)
+            with self._uids_lock:
+                self._uids[principal] = uid
+            return uid
+        raise FailedPrecondition(f"task.user: could not allocate a uid for {principal}: too many allocations at "
+                                 "once; retry", field="task.user")
 
     def _pools(self, wanted: str) -> dict[str, ResourcePool]:
         """The pools, read at most every POOLS_TTL_S (every create needs them), and at once when `wanted` is not

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import grpc
 from prometheus_client import Gauge
 
-from peloton import identity
+from peloton import identity, run_as
 from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
@@ -51,11 +51,16 @@ def _shown(job: job_pb2.Job) -> job_pb2.Job:
 
 class JobServicer(job_pb2_grpc.JobServiceServicer):
     def __init__(self, jm: JobManager, max_watchers: int = MAX_WATCHERS, max_waiting_jobs: int = 0,
-                 backend: str = "") -> None:
+                 backend: str = "", identities: run_as.Policy = run_as.Policy(run_as.Mode.OFF),
+                 principals: identity.Principals | None = None) -> None:
         """`max_waiting_jobs`: jobs one authenticated principal may have waiting (not started); 0: no limit.
         `backend`: the cluster backend the host manager of this process runs (`local`, `sim`, `mesos`), for the
-        warnings of CreateJob about settings it ignores; "" when this process does not run it (no warnings)."""
+        warnings of CreateJob about settings it ignores; "" when this process does not run it (no warnings).
+        `identities`: how a job's Unix identity is chosen (run_as.py); `principals`: the principals file, for the
+        identity of a job an admin creates for another owner."""
         self.jm = jm
+        self.identities = identities
+        self.principals = principals
         self.max_waiting_jobs = max_waiting_jobs
         self.backend = backend
         self._watchers = threading.BoundedSemaphore(max_watchers)
@@ -80,11 +85,6 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                     raise PermissionDenied(
                         f"respool: {who.name} may not submit to {spec.respool}: the access list of {where} allows "
                         f"{', '.join(allowed[:10])}{' ...' if len(allowed) > 10 else ''}", field="respool")
-            if spec.user and not who.may_run_as(spec.user):
-                raise PermissionDenied(
-                    f"task.user: {who.name} may not run tasks as {spec.user!r}: only as {who.name}"
-                    f"{''.join(', ' + u for u in sorted(who.users))} (the principals file's users for {who.name}; "
-                    "an admin may name any user)", field="task.user")
             if self.max_waiting_jobs and self.jm.count_waiting(spec.owner) >= self.max_waiting_jobs:
                 raise ResourceExhausted(
                     f"jobs: {spec.owner} has {self.max_waiting_jobs} jobs waiting to start, the most one principal "
@@ -93,8 +93,24 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         if spec.user == "root" and not self.jm.root_allowed(spec.respool):
             raise PermissionDenied(f"task.user: pool {spec.respool} does not allow tasks to run as root (an admin "
                                    "may allow it: peloton pool create --allow-root)", field="task.user")
+        spec = dataclasses.replace(spec, run_as=self._run_as(who, spec.owner, spec.user))
         job_id = self.jm.create_job(spec, request_id)
         return job_pb2.CreateJobResponse(job_id=job_id, warnings=ignored_settings(spec, self.backend))
+
+    def _run_as(self, who: identity.Principal, owner: str, requested: str) -> str:
+        """The job's Unix identity (run_as.py): the caller's, or, for a job an admin creates for another owner,
+        the owner's (its tasks are the owner's, and run as the owner's own uid)."""
+        subject, socket_default = who, who.via == "unix socket"
+        if who is not identity.OPEN and owner and owner != who.name:
+            entry = self.principals.entry_of(owner) if self.principals is not None else identity.Entry(frozenset(),
+                                                                                                       ())
+            subject, socket_default = identity.Principal(owner, entry.roles, "owner", entry.users, entry.user), False
+        if requested:  # what the caller may name (an admin: anything)
+            return str(run_as.resolve(self.identities, who, requested))
+        decided = run_as.resolve(self.identities, subject, "", unix_socket_default=socket_default)
+        if isinstance(decided, run_as.Allocate):
+            return run_as.dynamic(self.jm.task_uid(decided.principal, self.identities.uid_range))
+        return decided
 
     @grpc_errors
     def GetJob(self, request, context):  # type: ignore[no-untyped-def]

@@ -143,3 +143,14 @@ class AuditEventRow(Base):
 
     __table_args__ = (Index("ix_audit_events_at", "at"), Index("ix_audit_events_principal", "principal", "at"),
                       Index("ix_audit_events_object", "object", "at"))
+
+
+class TaskUidRow(Base):
+    """The uid allocated to a principal whose tasks have no Unix user mapped (run_as.py): one per principal, one
+    principal per uid, never reused."""
+
+    __tablename__ = "task_uids"
+
+    principal: Mapped[str] = mapped_column(String(128), primary_key=True)
+    uid: Mapped[int] = mapped_column(Integer, nullable=False, unique=True)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)

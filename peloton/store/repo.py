@@ -35,7 +35,16 @@ from peloton.domain.spec import spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
 from peloton.store import bulk
-from peloton.store.models import AuditEventRow, GangRow, JobRow, MetaRow, ResourcePoolRow, TaskEventRow, TaskRow
+from peloton.store.models import (
+    AuditEventRow,
+    GangRow,
+    JobRow,
+    MetaRow,
+    ResourcePoolRow,
+    TaskEventRow,
+    TaskRow,
+    TaskUidRow,
+)
 
 _JOBS: Table = JobRow.__table__  # type: ignore[assignment]
 _GANGS: Table = GangRow.__table__  # type: ignore[assignment]
@@ -44,6 +53,7 @@ _EVENTS: Table = TaskEventRow.__table__  # type: ignore[assignment]
 _POOLS: Table = ResourcePoolRow.__table__  # type: ignore[assignment]
 _META: Table = MetaRow.__table__  # type: ignore[assignment]
 _AUDIT: Table = AuditEventRow.__table__  # type: ignore[assignment]
+_TASK_UIDS: Table = TaskUidRow.__table__  # type: ignore[assignment]
 
 # Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
 _KEY_CHUNK = 2000
@@ -612,6 +622,25 @@ def set_meta(s: Session, key: str, value: str) -> None:
     res = s.execute(update(MetaRow).where(MetaRow.key == key).values(value=value).execution_options(**_NO_SYNC))
     if getattr(res, "rowcount", 0) == 0:
         s.execute(insert(MetaRow), [{"key": key, "value": value}])
+
+
+# --- task identities: the uid allocated to each principal without a mapped Unix user (run_as.py) -----------------
+def get_task_uid(s: Session, principal: str) -> int | None:
+    return s.execute(select(_TASK_UIDS.c.uid).where(_TASK_UIDS.c.principal == principal)).scalar_one_or_none()
+
+
+def task_uids_taken(s: Session, lo: int, hi: int) -> set[int]:
+    """Every uid of lo..hi allocated to some principal."""
+    return set(s.execute(select(_TASK_UIDS.c.uid).where(_TASK_UIDS.c.uid.between(lo, hi))).scalars())
+
+
+def insert_task_uid(s: Session, principal: str, uid: int, now: float) -> None:
+    """AlreadyExists when the principal already has a uid or the uid is another's (a concurrent allocation; the
+    transaction is then unusable: the caller rolls back and tries again)."""
+    try:
+        _core(s).execute(insert(_TASK_UIDS), [{"principal": principal, "uid": uid, "created_at": now}])
+    except IntegrityError:
+        raise AlreadyExists(f"uid {uid} or principal {principal!r} was allocated meanwhile") from None
 
 
 # --- host drains (a small map kept as one meta row: hosts are few, and drains fewer) ---------------------------

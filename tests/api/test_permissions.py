@@ -320,9 +320,14 @@ def test_task_user_is_the_principals_own_and_root_needs_a_pool_that_allows_it(cl
         assert got.job.spec.task.user == user
         return OK
 
-    assert create("bob", "bob") == OK and create("bob", "ml-team") == OK and create("bob", "") == OK
-    assert create("bob", "alice") == ("PERMISSION_DENIED: task.user: bob may not run tasks as 'alice': only as bob, "
-                                      "ml-team (the principals file's users for bob; an admin may name any user)")
+    assert create("bob", "ml-team") == OK and create("bob", "") == OK
+    # a name alone is no permission: not even the account named like the principal (issue 19: a principal called
+    # postgres ran as the store's superuser)
+    assert create("bob", "bob") == ("PERMISSION_DENIED: task.user: bob may not run tasks as 'bob': only as ml-team "
+                                    "(the principals file's user and users for bob); a name alone is no permission, "
+                                    "and an admin may name any user")
+    assert create("bob", "alice").startswith("PERMISSION_DENIED: task.user: bob may not run tasks as 'alice': only "
+                                             "as ml-team")
     assert create("operator", "alice").startswith("PERMISSION_DENIED: task.user: operator may not run tasks as")
     assert create("admin", "alice") == OK
     assert create("admin", "root").startswith("PERMISSION_DENIED: task.user: pool / does not allow tasks to run "

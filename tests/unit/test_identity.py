@@ -109,8 +109,9 @@ def test_how_a_call_is_authenticated(tmp_path: Path) -> None:
     assert owner.via == "unix socket" and "admin" in owner.roles
     with pytest.raises(Unauthenticated, match="no credentials"):
         auth.principal(FakeContext())
-    # mutual TLS without a principals file: every holder of a certificate of the CA is trusted
-    assert "admin" in Authenticator(None, mutual_tls=True).principal(FakeContext(cn="eve")).roles
+    # mutual TLS without a principals file: a holder of a certificate of the CA is a submitter of its own jobs,
+    # never an admin (who could allow root in a pool and run as root)
+    assert Authenticator(None, mutual_tls=True).principal(FakeContext(cn="eve")).roles == frozenset({"submitter"})
     # authentication off: everyone is the open admin
     assert Authenticator(None, mutual_tls=False).principal(FakeContext()) is identity.OPEN
 
@@ -133,8 +134,12 @@ def test_who_may_run_as_which_user(tmp_path: Path) -> None:
     p = Principals(path)
     alice = p.by_token(add_token(path, "alice", []))
     assert alice is not None and alice.users == frozenset({"ml-team"})
-    assert alice.may_run_as("alice") and alice.may_run_as("ml-team")
-    assert not alice.may_run_as("bob") and not alice.may_run_as("root")
+    assert alice.may_run_as("ml-team")
+    # a name alone is no permission: without a mapping, not even the account named like the principal
+    assert not alice.may_run_as("alice") and not alice.may_run_as("bob") and not alice.may_run_as("root")
+    add_token(path, "alice", [], user="alice")  # mapped by an admin
+    alice = p.by_token(add_token(path, "alice", []))
+    assert alice is not None and alice.user == "alice" and alice.may_run_as("alice")
     assert p.entry_of("alice").users == frozenset({"ml-team"}) and p.entry_of("nobody-known").roles == frozenset()
     admin = Principal("root-admin", frozenset({"admin"}), "token")
     assert admin.may_run_as("anyone")

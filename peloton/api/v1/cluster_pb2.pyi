@@ -79,7 +79,7 @@ class Standby(_message.Message):
     def __init__(self, address: _Optional[str] = ..., waiting_since: _Optional[float] = ..., roles: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class Security(_message.Message):
-    __slots__ = ("tls", "mutual_tls", "tokens", "insecure", "caller", "caller_roles", "caller_via", "warnings")
+    __slots__ = ("tls", "mutual_tls", "tokens", "insecure", "caller", "caller_roles", "caller_via", "warnings", "task_identities", "uid_range")
     TLS_FIELD_NUMBER: _ClassVar[int]
     MUTUAL_TLS_FIELD_NUMBER: _ClassVar[int]
     TOKENS_FIELD_NUMBER: _ClassVar[int]
@@ -88,6 +88,8 @@ class Security(_message.Message):
     CALLER_ROLES_FIELD_NUMBER: _ClassVar[int]
     CALLER_VIA_FIELD_NUMBER: _ClassVar[int]
     WARNINGS_FIELD_NUMBER: _ClassVar[int]
+    TASK_IDENTITIES_FIELD_NUMBER: _ClassVar[int]
+    UID_RANGE_FIELD_NUMBER: _ClassVar[int]
     tls: bool
     mutual_tls: bool
     tokens: bool
@@ -96,4 +98,6 @@ class Security(_message.Message):
     caller_roles: _containers.RepeatedScalarFieldContainer[str]
     caller_via: str
     warnings: _containers.RepeatedScalarFieldContainer[str]
-    def __init__(self, tls: _Optional[bool] = ..., mutual_tls: _Optional[bool] = ..., tokens: _Optional[bool] = ..., insecure: _Optional[bool] = ..., caller: _Optional[str] = ..., caller_roles: _Optional[_Iterable[str]] = ..., caller_via: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ...) -> None: ...
+    task_identities: str
+    uid_range: str
+    def __init__(self, tls: _Optional[bool] = ..., mutual_tls: _Optional[bool] = ..., tokens: _Optional[bool] = ..., insecure: _Optional[bool] = ..., caller: _Optional[str] = ..., caller_roles: _Optional[_Iterable[str]] = ..., caller_via: _Optional[str] = ..., warnings: _Optional[_Iterable[str]] = ..., task_identities: _Optional[str] = ..., uid_range: _Optional[str] = ...) -> None: ...

@@ -403,7 +403,7 @@ class ClusterCapacityResponse(_message.Message):
     def __init__(self, hosts: _Optional[_Iterable[_Union[HostOffer, _Mapping]]] = ..., version: _Optional[int] = ..., unchanged: _Optional[bool] = ...) -> None: ...
 
 class LaunchTask(_message.Message):
-    __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files", "container_image", "user")
+    __slots__ = ("task_id", "job_id", "instance", "attempt", "hostname", "command", "env", "resources", "gpu_ids", "ports", "files", "container_image", "user", "legacy_user")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -431,6 +431,7 @@ class LaunchTask(_message.Message):
     FILES_FIELD_NUMBER: _ClassVar[int]
     CONTAINER_IMAGE_FIELD_NUMBER: _ClassVar[int]
     USER_FIELD_NUMBER: _ClassVar[int]
+    LEGACY_USER_FIELD_NUMBER: _ClassVar[int]
     task_id: str
     job_id: str
     instance: int
@@ -444,7 +445,8 @@ class LaunchTask(_message.Message):
     files: _containers.ScalarMap[str, str]
     container_image: str
     user: str
-    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ..., container_image: _Optional[str] = ..., user: _Optional[str] = ...) -> None: ...
+    legacy_user: bool
+    def __init__(self, task_id: _Optional[str] = ..., job_id: _Optional[str] = ..., instance: _Optional[int] = ..., attempt: _Optional[int] = ..., hostname: _Optional[str] = ..., command: _Optional[str] = ..., env: _Optional[_Mapping[str, str]] = ..., resources: _Optional[_Union[ResourceVector, _Mapping]] = ..., gpu_ids: _Optional[_Iterable[int]] = ..., ports: _Optional[_Iterable[int]] = ..., files: _Optional[_Mapping[str, str]] = ..., container_image: _Optional[str] = ..., user: _Optional[str] = ..., legacy_user: _Optional[bool] = ...) -> None: ...
 
 class GangLaunch(_message.Message):
     __slots__ = ("gang_id", "attempt", "tasks")

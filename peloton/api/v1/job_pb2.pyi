@@ -146,7 +146,7 @@ class GangStatus(_message.Message):
     def __init__(self, index: _Optional[int] = ..., instances: _Optional[_Iterable[int]] = ..., state: _Optional[str] = ..., attempt: _Optional[int] = ..., reason: _Optional[str] = ..., preemptions: _Optional[int] = ..., run: _Optional[int] = ...) -> None: ...
 
 class JobStatus(_message.Message):
-    __slots__ = ("state", "desired_state", "reason", "gangs", "task_states", "created_at", "updated_at", "completed_at", "gang_count", "gang_states")
+    __slots__ = ("state", "desired_state", "reason", "gangs", "task_states", "created_at", "updated_at", "completed_at", "gang_count", "gang_states", "run_as")
     class TaskStatesEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -171,6 +171,7 @@ class JobStatus(_message.Message):
     COMPLETED_AT_FIELD_NUMBER: _ClassVar[int]
     GANG_COUNT_FIELD_NUMBER: _ClassVar[int]
     GANG_STATES_FIELD_NUMBER: _ClassVar[int]
+    RUN_AS_FIELD_NUMBER: _ClassVar[int]
     state: str
     desired_state: str
     reason: str
@@ -181,7 +182,8 @@ class JobStatus(_message.Message):
     completed_at: float
     gang_count: int
     gang_states: _containers.ScalarMap[str, int]
-    def __init__(self, state: _Optional[str] = ..., desired_state: _Optional[str] = ..., reason: _Optional[str] = ..., gangs: _Optional[_Iterable[_Union[GangStatus, _Mapping]]] = ..., task_states: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., completed_at: _Optional[float] = ..., gang_count: _Optional[int] = ..., gang_states: _Optional[_Mapping[str, int]] = ...) -> None: ...
+    run_as: str
+    def __init__(self, state: _Optional[str] = ..., desired_state: _Optional[str] = ..., reason: _Optional[str] = ..., gangs: _Optional[_Iterable[_Union[GangStatus, _Mapping]]] = ..., task_states: _Optional[_Mapping[str, int]] = ..., created_at: _Optional[float] = ..., updated_at: _Optional[float] = ..., completed_at: _Optional[float] = ..., gang_count: _Optional[int] = ..., gang_states: _Optional[_Mapping[str, int]] = ..., run_as: _Optional[str] = ...) -> None: ...
 
 class Job(_message.Message):
     __slots__ = ("id", "spec", "status")

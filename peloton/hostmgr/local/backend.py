@@ -64,6 +64,7 @@ from peloton.hostmgr.local.monitor import ProcessMonitor
 from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
+from peloton.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
 
@@ -449,6 +450,10 @@ class LocalBackend:
         if killed:
             return self._abort(lg, None)
         specs = {s.task_id: s for s in lg.gang.tasks}
+        for t in lg.tasks:
+            why = unvetted_system_account(specs[t.task_id])
+            if why:
+                return self._abort(lg, (t.task_id, why, True))
         try:
             results = self._spawners.spawn([{"sandbox": str(t.sandbox), "command": specs[t.task_id].command,
                                              "env": self._env(t, specs[t.task_id]),

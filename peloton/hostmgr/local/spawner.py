@@ -30,6 +30,7 @@ task names root explicitly (its pool allows it: checked at submit) or the daemon
 from __future__ import annotations
 
 import errno
+import grp
 import json
 import os
 import pwd
@@ -96,7 +97,7 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
             [SHELL, "-c", WRAPPER, "peloton-task", ".", command, sandbox], executable=SHELL, cwd=sandbox, env=env,
             stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
             restore_signals=True, user=who.pw_uid, group=who.pw_gid,
-            extra_groups=os.getgrouplist(who.pw_name, who.pw_gid))
+            extra_groups=[] if who.pw_name.startswith("#") else os.getgrouplist(who.pw_name, who.pw_gid))
     except subprocess.SubprocessError as e:
         raise OSError(errno.EIO, str(e)) from None
     finally:
@@ -111,9 +112,13 @@ class Refused(Exception):
 
 
 def run_as(user: str, root_allowed: bool) -> pwd.struct_passwd | None:
-    """The user a task switches to; None: it runs as the spawner's own user. Raises Refused."""
+    """The user a task switches to; None: it runs as the spawner's own user. Raises Refused. `#<uid>` is a uid
+    allocated to the job's owner (peloton/run_as.py): no account of this host may have it, as user or group; its
+    HOME is the task's work dir (pw_dir empty) and it has no groups but its own."""
     if not user:
         return None
+    if user.startswith("#"):
+        return _allocated(user)
     try:
         who = pwd.getpwnam(user)
     except KeyError:
@@ -127,6 +132,26 @@ def run_as(user: str, root_allowed: bool) -> pwd.struct_passwd | None:
     if me != 0:
         raise Refused(f"task.user: cannot run as {user}: the daemon runs as {_name_of(me)}, not root")
     return who
+
+
+def _allocated(user: str) -> pwd.struct_passwd:
+    try:
+        uid = int(user[1:])
+    except ValueError:
+        raise Refused(f"task.user: {user!r} is not a uid") from None
+    if uid < 1000:
+        raise Refused(f"task.user: uid {uid} is a system uid; allocated uids come from --task-uid-range")
+    for lookup, what in ((pwd.getpwuid, "user"), (grp.getgrgid, "group")):
+        try:
+            name = lookup(uid)[0]
+        except KeyError:
+            continue
+        # the account was made after the uid was allocated: running as it would share files with its owner
+        raise Refused(f"task.user: uid {uid}, allocated to this job's owner, is this host's {what} {name!r} now; "
+                      "choose a --task-uid-range clear of the host's accounts, or map the principal to a user")
+    if os.geteuid() != 0:
+        raise Refused(f"task.user: cannot run as uid {uid}: the daemon runs as {_name_of(os.geteuid())}, not root")
+    return pwd.struct_passwd((user, "x", uid, uid, "", "", "/bin/sh"))
 
 
 def _name_of(uid: int) -> str:
@@ -183,8 +208,8 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
     except OSError as e:
         return {"error": f"cannot prepare the sandbox: {e}", "permanent": False}, None
     env = dict(base_env)
-    if who is not None:  # not the daemon's home
-        env.update(HOME=who.pw_dir, USER=who.pw_name, LOGNAME=who.pw_name)
+    if who is not None:  # not the daemon's home (an allocated uid has none: its work dir)
+        env.update(HOME=who.pw_dir or os.path.join(sandbox, WORK_DIR), USER=who.pw_name, LOGNAME=who.pw_name)
     env.update(task.get("env") or {})  # type: ignore[call-overload]
     try:
         if who is None:

@@ -19,6 +19,7 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
+from peloton import run_as
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -282,6 +283,10 @@ class MesosBackend:
         agent cover its members (else _Refused). A rejected call leaves that agent's members in an unknown state:
         every member already sent is killed and LaunchError raised. Rejections the master reports later
         (TASK_DROPPED/ERROR) arrive as status updates and fail the gang there."""
+        for t in tasks:
+            refusal = _user_refusal(t)
+            if refusal:
+                raise LaunchError(t.task_id, refusal, permanent=True)
         bodies: list[tuple[AgentView, list[LaunchSpec], dict[str, Any]]] = []
         used: list[AgentView] = []
         with self._lock:
@@ -703,3 +708,17 @@ def make_mesos_backend(settings: Any, sessions: Any, may_subscribe: Callable[[],
         auth = "Basic " + base64.b64encode(f"{settings.principal}:{secret}".encode()).decode("ascii")
     scheme = "https" if settings.masters and settings.masters[0].startswith("https://") else "http"
     return MesosBackend(opts, transport, load, save, agent_files=AgentFiles(scheme, auth))
+
+
+def _user_refusal(m: LaunchSpec) -> str:
+    """Why a member cannot run as its user on an agent: an allocated uid has no name an agent could switch to
+    (submit refuses such jobs on Mesos; one created on another backend's daemon may reach here), and a system
+    account nobody vetted (a job created before task identities) is refused by name (run_as.SYSTEM_ACCOUNTS)."""
+    uid = run_as.dynamic_uid(m.user)
+    if uid is not None:
+        return (f"task.user: uid {uid} has no name on the Mesos agents: map the job's owner to a Unix user in the "
+                "principals file")
+    if m.legacy_user and m.user and run_as.system_account(m.user, None):
+        return (f"task.user: {m.user} is a system account, and this job was created before task identities, so no "
+                "admin vetted it")
+    return ""
