@@ -175,8 +175,9 @@ class JobManager:
         self.effects.submit(out)
 
     # --- create -------------------------------------------------------------------------------------------
-    def create_job(self, spec: JobSpec, request_id: str = "") -> str:
-        """The new job's id. With `request_id`, a repeat of a create that succeeded returns that job."""
+    def create_job(self, spec: JobSpec, request_id: str = "", run_as: Callable[[], str] | None = None) -> str:
+        """The new job's id. With `request_id`, a repeat of a create that succeeded returns that job. `run_as`: the
+        job's identity, asked for once the job is known to be valid (it may allocate the owner's uid)."""
         validate(spec)
         if request_id:
             existing = self._created_for(request_id, spec)
@@ -188,6 +189,8 @@ class JobManager:
         if why:
             raise InvalidArgument(f"instances: {why}", field="instances")
         self._check_fits_cluster(spec)
+        if run_as is not None:
+            spec = replace(spec, run_as=run_as())
         job_id = uuid.uuid4().hex[:12]
         now = self.clock()
         job, gangs, tasks = policy.new_job_records(job_id, spec, now)
@@ -218,7 +221,7 @@ class JobManager:
             if job_id is None:
                 return None
             job = repo.get_job(s, job_id)
-        if job.spec != spec:
+        if replace(job.spec, run_as=None) != replace(spec, run_as=None):  # the identity is the caller's, not the spec's
             raise AlreadyExists(f"request_id: {request_id!r} was already used to create job {job_id} with another "
                                 "spec", field="request_id")
         log.info("job %s: a repeated create (request %s) answered with the existing job", job_id, request_id)

@@ -14,7 +14,7 @@ from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
-from peloton.domain.spec import ignored_settings
+from peloton.domain.spec import ignored_settings, validate
 from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
@@ -73,6 +73,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         request_checks.spec_size(request.spec)
         request_id = request_checks.request_id(request.request_id)
         spec = convert.spec_from_proto(request.spec)
+        validate(spec)  # bad input is named before any permission is judged
         who = identity.caller()
         if who is not identity.OPEN:  # the owner is the caller (an admin may create a job for someone else)
             if spec.owner and spec.owner != who.name and "admin" not in who.roles:
@@ -90,16 +91,22 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                     f"jobs: {spec.owner} has {self.max_waiting_jobs} jobs waiting to start, the most one principal "
                     "may (--max-waiting-jobs); wait for some to start, or stop some", field="jobs",
                     retry_after_s=5.0)
+        decided = self._run_as(who, spec.owner, spec.user)
         if spec.user == "root" and not self.jm.root_allowed(spec.respool):
             raise PermissionDenied(f"task.user: pool {spec.respool} does not allow tasks to run as root (an admin "
                                    "may allow it: peloton pool create --allow-root)", field="task.user")
-        spec = dataclasses.replace(spec, run_as=self._run_as(who, spec.owner, spec.user))
-        job_id = self.jm.create_job(spec, request_id)
+        if isinstance(decided, run_as.Allocate):  # once the job is known to be valid: a refused one writes nothing
+            uid_range, principal = self.identities.uid_range, decided.principal
+            job_id = self.jm.create_job(spec, request_id,
+                                        run_as=lambda: run_as.dynamic(self.jm.task_uid(principal, uid_range)))
+        else:
+            job_id = self.jm.create_job(dataclasses.replace(spec, run_as=decided), request_id)
         return job_pb2.CreateJobResponse(job_id=job_id, warnings=ignored_settings(spec, self.backend))
 
-    def _run_as(self, who: identity.Principal, owner: str, requested: str) -> str:
+    def _run_as(self, who: identity.Principal, owner: str, requested: str) -> str | run_as.Allocate:
         """The job's Unix identity (run_as.py): the caller's, or, for a job an admin creates for another owner,
-        the owner's (its tasks are the owner's, and run as the owner's own uid)."""
+        the owner's (its tasks are the owner's, and run as the owner's own uid). PermissionDenied for a
+        task.user the caller may not name."""
         subject, socket_default = who, who.via == "unix socket"
         if who is not identity.OPEN and owner and owner != who.name:
             entry = self.principals.entry_of(owner) if self.principals is not None else identity.Entry(frozenset(),
@@ -107,10 +114,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             subject, socket_default = identity.Principal(owner, entry.roles, "owner", entry.users, entry.user), False
         if requested:  # what the caller may name (an admin: anything)
             return str(run_as.resolve(self.identities, who, requested))
-        decided = run_as.resolve(self.identities, subject, "", unix_socket_default=socket_default)
-        if isinstance(decided, run_as.Allocate):
-            return run_as.dynamic(self.jm.task_uid(decided.principal, self.identities.uid_range))
-        return decided
+        return run_as.resolve(self.identities, subject, "", unix_socket_default=socket_default)
 
     @grpc_errors
     def GetJob(self, request, context):  # type: ignore[no-untyped-def]
