@@ -291,6 +291,21 @@ def test_a_task_runs_as_its_jobs_user_else_as_the_frameworks() -> None:
     assert MesosOptions().user == "nobody"  # never root unless the operator says so (--mesos-user)
 
 
+def test_an_allocated_uid_or_an_unvetted_system_account_fails_the_launch_for_good_sending_nothing() -> None:
+    h = Harness(user="svc-gang")
+    h.ready()
+    with pytest.raises(LaunchError) as e:  # a uid has no name an agent could switch to
+        launch(h.b, [dataclasses.replace(spec("job-0-1", H0), user="#70001")])
+    assert e.value.permanent and "task.user: uid 70001 has no name on the Mesos agents" in e.value.message
+    with pytest.raises(LaunchError) as e:  # a job created before identities, naming a service's account
+        launch(h.b, [dataclasses.replace(spec("job-0-1", H0), user="postgres", legacy_user=True)])
+    assert e.value.permanent and "task.user: postgres is a system account" in e.value.message
+    assert not h.t.of("ACCEPT")
+    launch(h.b, [dataclasses.replace(spec("job-0-1", H0), user="postgres")])  # vetted at submit: sent as it is
+    assert [ti["command"]["user"] for a in h.t.of("ACCEPT")
+            for ti in a["accept"]["operations"][0]["launch"]["task_infos"]] == ["postgres"]
+
+
 def test_launch_fails_when_offers_were_rescinded() -> None:
     h = Harness()
     first = h.ready()

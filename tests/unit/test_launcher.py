@@ -5,6 +5,7 @@ failed one costs one; a call cut once sent leaves the gang LAUNCHING for the rec
 
 from __future__ import annotations
 
+import dataclasses
 import socket
 from collections.abc import Callable
 from typing import Any
@@ -165,3 +166,27 @@ def test_a_launch_call_cut_once_sent_leaves_the_gang_launching_for_the_reconcile
     a = job("a")
     run({"a": a}, [placed(a)], hm=Cut())
     assert a.gangs[0].gang.state == GangState.LAUNCHING and a.gangs[0].gang.attempt == 1
+
+
+def test_each_member_carries_its_jobs_identity() -> None:
+    """The identity decided at submit (run_as.py) goes to the backend as the member's user; a uid of the owner's
+    has no account, so USER and LOGNAME name the owner; a job from before identities is marked so the backend
+    vets its task.user."""
+    def members(spec: JobSpec) -> list[Any]:
+        jv = policy.new_job_view(*policy.new_job_records("j1", spec, 1.0))
+        return list(Launcher._gang_launch(placed(jv), spec).tasks)
+
+    base = JobSpec(name="x", instances=2, command="true", resources=Resources(cpu=1, mem=64), owner="alice",
+                   user="ml-team")
+    dyn = members(dataclasses.replace(base, user="", run_as="#70001"))
+    assert {(m.user, m.legacy_user, m.env["USER"], m.env["LOGNAME"]) for m in dyn} == {("#70001", False, "alice",
+                                                                                         "alice")}
+    mine = members(dataclasses.replace(base, user="", run_as="#70001", env={"USER": "me"}))
+    assert {m.env["USER"] for m in mine} == {"me"}  # the job's own env wins
+    named = members(dataclasses.replace(base, run_as="ml-team"))
+    assert {(m.user, m.legacy_user, "USER" in m.env) for m in named} == {("ml-team", False, False)}
+    old = members(base)  # created before identities: run_as None
+    assert {(m.user, m.legacy_user) for m in old} == {("ml-team", True)}
+    # and it crosses the internal API as it is
+    p = convert.launch_from_proto(convert.launch_to_proto(old[0]))
+    assert (p.user, p.legacy_user) == ("ml-team", True)

@@ -155,3 +155,39 @@ def test_a_forged_exit_or_pid_file_is_not_followed(tmp_path: Path) -> None:
 
 def _with_user(s: LaunchSpec, user: str) -> LaunchSpec:
     return dataclasses.replace(s, user=user)
+
+
+def test_an_allocated_uid_runs_with_its_own_group_no_others_and_its_work_dir_for_home(
+        backend: Callable[..., tuple[LocalBackend, Recorder]], tmp_path: Path) -> None:
+    b, rec = backend()
+    launch(b, _with_user(spec("dyn", 'id -u; id -g; id -G; echo "$HOME"; touch made-here'), "#70001"))
+    st = rec.wait_terminal("dyn")
+    assert st.state == TaskState.SUCCEEDED, (st, out(b, "dyn", "stderr"))
+    box = tmp_path / "local" / "sandboxes" / "dyn"
+    assert out(b, "dyn").splitlines() == ["70001", "70001", "70001", str(box / "work")]
+    for path in (box, box / "work", box / "stdout", box / "work" / "made-here"):
+        assert (path.lstat().st_uid, path.lstat().st_gid) == (70001, 70001), path
+
+
+def test_an_allocated_uid_an_account_took_meanwhile_or_a_system_uid_is_refused() -> None:
+    with pytest.raises(spawner.Refused, match=f"uid {NOBODY.pw_uid}, allocated to this job's owner, is this host's "
+                                              "user 'nobody' now"):
+        spawner.run_as(f"#{NOBODY.pw_uid}", root_allowed=False)
+    with pytest.raises(spawner.Refused, match="uid 0 is a system uid"):
+        spawner.run_as("#0", root_allowed=True)
+    with pytest.raises(spawner.Refused, match="'#x' is not a uid"):
+        spawner.run_as("#x", root_allowed=False)
+
+
+def test_a_job_from_before_identities_naming_a_system_account_does_not_start(
+        backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    """Under the old rule a principal called postgres could name task.user postgres; such a job, still queued at
+    the upgrade, must not run as the store's superuser now."""
+    b, _ = backend()
+    r = launch(b, dataclasses.replace(spec("old", "id"), user="daemon", legacy_user=True))
+    assert r.outcome == LaunchOutcome.FAILED and r.permanent
+    assert "task.user: daemon is a system account, and this job was created before task identities" in r.message
+    # vetted at submit (mapped by an admin, or named by one): it runs
+    b2, rec2 = backend()
+    launch(b2, _with_user(spec("vetted", "id -un"), "daemon"))
+    assert rec2.wait_terminal("vetted").state == TaskState.SUCCEEDED and out(b2, "vetted") == "daemon\n"
