@@ -787,9 +787,10 @@ class Channel:
     def in_cluster(self, address: str) -> bool:
         return normal_address(address) in {normal_address(a) for a in self.addresses}
 
-    def connection(self, deadline: float | None) -> Connection:
+    def connection(self, deadline: float | None, others: bool = True) -> Connection:
+        """The connection, dialled again if it broke: the current address first, then (`others`) the rest."""
         if self._conn is None or not self._conn.usable:
-            order = [self.address, *(a for a in self.addresses if a != self.address)]
+            order = [self.address, *(a for a in self.addresses if a != self.address and others)]
             first: RpcError | None = None
             for address in order:
                 timeout = self.connect_timeout
@@ -853,7 +854,8 @@ class Call:
         channel, path, request, metadata = self._again
         self.conn: Connection | None = None
         try:
-            self.conn = channel.connection(self.deadline)
+            # sent to a leader by a standby: that leader or nothing (the others would send it there again)
+            self.conn = channel.connection(self.deadline, others=not self._redirected)
             self.stream = self.conn.start(path, request, self.deadline, [*channel.metadata, *(metadata or ())])
         except (RpcError, _ConnectionLost) as e:  # raised where the answer is waited for, as grpcio does
             self.stream = _Stream(0, 0)
