@@ -6,6 +6,7 @@ first uses that service; the methods are made from the service descriptors in th
 from __future__ import annotations
 
 import functools
+import sys
 from collections.abc import Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -62,19 +63,31 @@ class Client:
             target = Target(target)
         self.timeout = timeout
         self.command = ""  # the command this client runs for (`host list`), named in some errors
+        self.target = target
         tls = Tls(target.tls_ca, target.client_cert, target.client_key) if target.tls else None
         auth = [("authorization", f"Bearer {target.token}")] if target.token else []
         addresses = [a.strip() for a in target.address.split(",") if a.strip()] or [target.address]
-        # several: a leader and its standbys; the channel dials the first that answers, and follows a standby's
-        # answer to the leader
-        self.channel = Channel(addresses[0], tls=tls, metadata=auth, others=addresses[1:])
+        # several: a leader and its standbys, the cluster; the channel dials the first that answers, and follows a
+        # standby's answer to the leader when it is one of them (or a person at the terminal allows it)
+        self.channel = Channel(addresses[0], tls=tls, metadata=auth, others=addresses[1:], confirm=self._may_follow)
 
     @property
     def address(self) -> str:
         """The daemon's address this client talks to now (a standby's answer moves it to the leader)."""
         return self.channel.address
 
-
+    def _may_follow(self, standby: str, leader: str) -> bool:
+        """Whether to follow a standby to a leader outside the configured addresses: asked only of a person at a
+        terminal (stdin and stderr both one); a script, a pipe or a cron job is refused (RedirectRefused says how to
+        allow it)."""
+        if not (sys.stdin.isatty() and sys.stderr.isatty()):
+            return False
+        sent = " and ".join(what for what, has in (("your token", self.target.token),
+                                                   ("your client certificate", self.target.client_cert)) if has)
+        print(f"peloton: the daemon at {standby} is a standby and names {leader} as the leader, which is not one of "
+              f"the addresses configured ({', '.join(self.channel.addresses)}). Send the call"
+              f"{' and ' + sent if sent else ''} to {leader}? [y/N] ", end="", file=sys.stderr, flush=True)
+        return sys.stdin.readline().strip().lower() in ("y", "yes")
 
     @functools.cached_property
     def jobs(self) -> Any:

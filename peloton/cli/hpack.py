@@ -32,8 +32,16 @@ EOS = 256
 _huffman: dict[tuple[int, int], int] | None = None  # (length, code) -> symbol, built on first use
 
 
+DEFAULT_TABLE_SIZE = 4096  # SETTINGS_HEADER_TABLE_SIZE's initial value: what the client allows the server
+
+
 class HpackError(Exception):
     """The peer sent a header block that does not decode (a connection error: COMPRESSION_ERROR)."""
+
+
+class HeaderListTooLarge(HpackError):
+    """A header block that decodes to more than the decoder allows (a few bytes can name a large table entry again
+    and again): decoding stops there, so the table is out of step and the connection must end."""
 
 
 def huffman_codes() -> dict[tuple[int, int], int]:
@@ -106,8 +114,11 @@ def _string(data: bytes, pos: int) -> tuple[bytes, int]:
 class Decoder:
     """Decodes the header blocks of one connection, in order (they share the dynamic table)."""
 
-    def __init__(self, max_table_size: int = 4096) -> None:
+    def __init__(self, max_table_size: int = DEFAULT_TABLE_SIZE, max_list_size: int | None = None) -> None:
+        """`max_list_size`: the most one block may decode to, counted as SETTINGS_MAX_HEADER_LIST_SIZE counts (each
+        field's name and value, plus 32)."""
         self.max_allowed = max_table_size  # what we told the peer (SETTINGS_HEADER_TABLE_SIZE)
+        self.max_list_size = max_list_size
         self.max_size = max_table_size
         self.size = 0
         self.dynamic: list[tuple[bytes, bytes]] = []  # newest first
@@ -133,6 +144,7 @@ class Decoder:
     def decode(self, block: bytes) -> list[tuple[str, str]]:
         headers: list[tuple[str, str]] = []
         pos = 0
+        size = 0
         while pos < len(block):
             b = block[pos]
             if b & 0x80:  # indexed
@@ -141,10 +153,12 @@ class Decoder:
                     raise HpackError("header index 0")
                 name, value = self._entry(index)
             elif b & 0xE0 == 0x20:  # dynamic table size update
-                size, pos = _integer(block, pos, 5)
-                if size > self.max_allowed:
-                    raise HpackError(f"table size {size} over the {self.max_allowed} allowed")
-                self.max_size = size
+                if headers:  # RFC 7541 4.2: only at the start of a block
+                    raise HpackError("table size update after a header field")
+                size_update, pos = _integer(block, pos, 5)
+                if size_update > self.max_allowed:
+                    raise HpackError(f"table size {size_update} over the {self.max_allowed} allowed")
+                self.max_size = size_update
                 self._evict()
                 continue
             else:  # a literal: with incremental indexing (01), without (0000) or never indexed (0001)
@@ -157,6 +171,10 @@ class Decoder:
                 value, pos = _string(block, pos)
                 if indexing:
                     self._add(name, value)
+            size += len(name) + len(value) + 32
+            if self.max_list_size is not None and size > self.max_list_size:
+                raise HeaderListTooLarge(f"a header list over the {self.max_list_size} bytes this client accepts "
+                                         f"(after {len(headers)} fields)")
             headers.append((name.decode("latin-1"), value.decode("latin-1")))
         return headers
 

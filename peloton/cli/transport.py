@@ -27,18 +27,31 @@ from peloton.cli import hpack
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time)
 if TYPE_CHECKING:
     import ssl
-    from typing import Any
+    from typing import Any, NoReturn
 
 PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 DATA, HEADERS, PRIORITY, RST_STREAM, SETTINGS, PUSH_PROMISE, PING, GOAWAY, WINDOW_UPDATE, CONTINUATION = range(10)
+FRAME_NAMES = ("DATA", "HEADERS", "PRIORITY", "RST_STREAM", "SETTINGS", "PUSH_PROMISE", "PING", "GOAWAY",
+               "WINDOW_UPDATE", "CONTINUATION")
 END_STREAM = ACK = 0x1
 END_HEADERS, PADDED, PRIORITY_FLAG = 0x4, 0x8, 0x20
-SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE, SETTINGS_MAX_FRAME_SIZE = 2, 4, 5
-SETTINGS_HEADER_TABLE_SIZE = 1
-CANCEL = 8  # the RST_STREAM error code
+SETTINGS_HEADER_TABLE_SIZE, SETTINGS_ENABLE_PUSH, SETTINGS_INITIAL_WINDOW_SIZE = 1, 2, 4
+SETTINGS_MAX_FRAME_SIZE, SETTINGS_MAX_HEADER_LIST_SIZE = 5, 6
+# HTTP/2 error codes (RFC 9113 section 7), named in what the CLI says
+ERROR_NAMES = ("NO_ERROR", "PROTOCOL_ERROR", "INTERNAL_ERROR", "FLOW_CONTROL_ERROR", "SETTINGS_TIMEOUT",
+               "STREAM_CLOSED", "FRAME_SIZE_ERROR", "REFUSED_STREAM", "CANCEL", "COMPRESSION_ERROR", "CONNECT_ERROR",
+               "ENHANCE_YOUR_CALM", "INADEQUATE_SECURITY", "HTTP_1_1_REQUIRED")
+NO_ERROR, PROTOCOL_ERROR, FLOW_CONTROL_ERROR, FRAME_SIZE_ERROR = 0, 1, 3, 6
+CANCEL, COMPRESSION_ERROR, ENHANCE_YOUR_CALM = 8, 9, 11
 MAX_WINDOW = 2**31 - 1
 REFILL = 2**30  # give the peer more window once this much of it is used (a long watch stream goes on for days)
 MAX_RECEIVE_BYTES = 4 * 1024 * 1024  # one response message, as grpcio's client allows by default
+# What this client accepts, whatever the server sends: frames of the default size (SETTINGS_MAX_FRAME_SIZE is not
+# raised), and header blocks (compressed, across CONTINUATION frames) and header lists (decoded, RFC 9113 6.5.2's
+# measure) of 64 KiB: a daemon's headers and trailers are a few hundred bytes, its longest error message a few KiB.
+MAX_FRAME = 16384
+MAX_HEADER_LIST = 65536
+MAX_HEADER_FRAMES = 64  # HEADERS and its CONTINUATIONs: empty ones cannot go on for ever either
 USER_AGENT = "peloton-cli"
 _HEAD = struct.Struct(">BBI")  # a frame header after its 24-bit length: type, flags, stream id
 
@@ -144,12 +157,14 @@ class Tls:
 
 
 class _Stream:
-    __slots__ = ("id", "headers", "messages", "buf", "done", "error", "send_window", "received", "cancelled")
+    __slots__ = ("id", "headers", "messages", "queued", "buf", "done", "error", "send_window", "received",
+                 "cancelled")
 
     def __init__(self, stream_id: int, send_window: int) -> None:
         self.id = stream_id
         self.headers: list[tuple[str, str]] | None = None
         self.messages: deque[bytes] = deque()
+        self.queued = 0  # bytes in `messages`, not yet read by the caller
         self.buf = bytearray()
         self.done = False
         self.error: RpcError | None = None
@@ -158,8 +173,24 @@ class _Stream:
         self.cancelled = False
 
 
+def _error_name(code: int) -> str:
+    return ERROR_NAMES[code] if code < len(ERROR_NAMES) else f"error {code:#x}"
+
+
+def _frame_name(kind: int) -> str:
+    return FRAME_NAMES[kind] if kind < len(FRAME_NAMES) else f"frame type {kind:#x}"
+
+
 class Connection:
-    """One HTTP/2 connection to the daemon and the streams open on it."""
+    """One HTTP/2 connection to the daemon and the streams open on it.
+
+    What the server sends is checked as RFC 9113 says a client must: a frame that breaks the protocol is a
+    connection error (GOAWAY with its code, the connection closed, every open call failed INTERNAL with one line that
+    says what was wrong), one that breaks a stream a stream error (RST_STREAM, that call failed). Memory is bounded
+    whatever the server sends: a frame over MAX_FRAME is refused from its header, before its payload is read; a header
+    block over MAX_HEADER_LIST (compressed, or decoded by HPACK) ends the connection; a message over
+    MAX_RECEIVE_BYTES, or more than that unread on one stream, ends the call. Time is bounded by the call's deadline,
+    checked before every frame."""
 
     def __init__(self, address: str, timeout: float | None, tls: Tls | None = None) -> None:
         self.address = address
@@ -169,24 +200,29 @@ class Connection:
         self.sock.settimeout(None)
         self.streams: dict[int, _Stream] = {}
         self.next_id = 1
-        self.decoder = hpack.Decoder()
+        self.decoder = hpack.Decoder(max_list_size=MAX_HEADER_LIST)
         self.send_window = 65535  # the connection's, for what we send
         self.peer_initial_window = 65535
         self.peer_max_frame = 16384
         self.received = 0  # of the connection's receive window, since we last refilled it
         self.inbuf = bytearray()
         self.closed: str | None = None  # why no more frames can be read or sent
-        self.goaway = False  # the peer takes no new streams
+        self.settings_seen = False  # the server's preface (a SETTINGS frame) came
+        # a header block awaiting CONTINUATION: (stream, its HEADERS frame's flags, the block so far, frames)
+        self.header_block: tuple[int, int, bytearray, int] | None = None
+        self.goaway: tuple[int, str] | None = None  # the peer takes no new streams: (error code, debug data)
         self.reader: threading.Thread | None = None  # the thread blocked reading, if any
         self._send_lock = threading.Lock()
         self._send(PREFACE
-                   + _frame(SETTINGS, 0, 0, struct.pack(">HIHIHI", SETTINGS_ENABLE_PUSH, 0, SETTINGS_INITIAL_WINDOW_SIZE,
-                                                        MAX_WINDOW, SETTINGS_HEADER_TABLE_SIZE, 4096))
+                   + _frame(SETTINGS, 0, 0, struct.pack(">HIHIHIHI", SETTINGS_ENABLE_PUSH, 0,
+                                                        SETTINGS_INITIAL_WINDOW_SIZE, MAX_WINDOW,
+                                                        SETTINGS_HEADER_TABLE_SIZE, hpack.DEFAULT_TABLE_SIZE,
+                                                        SETTINGS_MAX_HEADER_LIST_SIZE, MAX_HEADER_LIST))
                    + _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", MAX_WINDOW - 65535)))
 
     @property
     def usable(self) -> bool:
-        return self.closed is None and not self.goaway and self.next_id < 2**31 - 1
+        return self.closed is None and self.goaway is None and self.next_id < 2**31 - 1
 
     # --- sending ------------------------------------------------------------------------------------------------
     def _send(self, data: bytes) -> None:
@@ -237,7 +273,7 @@ class Connection:
             if stream.done:
                 return stream
 
-    def reset(self, stream: _Stream) -> None:
+    def reset(self, stream: _Stream, code: int = CANCEL) -> None:
         """Cancel a stream this thread no longer reads (RST_STREAM)."""
         if stream.done or self.closed is not None:
             stream.done = True
@@ -246,7 +282,7 @@ class Connection:
         stream.error = RpcError(StatusCode.CANCELLED, "Locally cancelled")
         self.streams.pop(stream.id, None)
         try:
-            self._send(_frame(RST_STREAM, 0, stream.id, struct.pack(">I", CANCEL)))
+            self._send(_frame(RST_STREAM, 0, stream.id, struct.pack(">I", code)))
         except _ConnectionLost:
             pass
 
@@ -265,20 +301,22 @@ class Connection:
 
     def _read_frame(self, deadline: float | None) -> tuple[int, int, int, bytes]:
         while True:
+            if deadline is not None and time.monotonic() >= deadline:  # also when frames keep coming (a flood)
+                raise TimeoutError
             if len(self.inbuf) >= 9:
                 length = int.from_bytes(self.inbuf[:3], "big")
+                kind, flags, sid = _HEAD.unpack_from(self.inbuf, 3)
+                if length > MAX_FRAME:  # refused from its header: its payload is never buffered
+                    self._connection_error(FRAME_SIZE_ERROR, f"a {_frame_name(kind)} frame of {length} bytes, over "
+                                                             f"the {MAX_FRAME} this client accepts")
                 if len(self.inbuf) >= 9 + length:
-                    kind, flags, sid = _HEAD.unpack_from(self.inbuf, 3)
                     payload = bytes(self.inbuf[9:9 + length])
                     del self.inbuf[:9 + length]
                     return kind, flags, sid & 0x7FFFFFFF, payload
             if self.closed is not None:
                 raise _ConnectionLost
             if deadline is not None:
-                left = deadline - time.monotonic()
-                if left <= 0:
-                    raise TimeoutError
-                self.sock.settimeout(left)
+                self.sock.settimeout(max(deadline - time.monotonic(), 0.001))
             else:
                 self.sock.settimeout(None)
             self.reader = threading.current_thread()
@@ -292,75 +330,180 @@ class Connection:
             finally:
                 self.reader = None
             if not chunk:
-                if self.goaway:
-                    why = f"the daemon at {self.address} closed the connection (shutting down?)"
-                elif not self.answered and self.scheme == "http":
-                    why = (f"connection to {self.address} closed before any answer (does the daemon use TLS? "
-                           "see --tls-ca)")
-                elif not self.answered:  # TLS 1.3: a refused client certificate may end as a plain close
-                    why = (f"connection to {self.address} closed before any answer (does the daemon want a client "
-                           "certificate? see --client-cert)")
-                else:
-                    why = f"connection to {self.address} closed"
-                self._lose(why)
+                self._lose(self._closed_why())
                 raise _ConnectionLost
             self.answered = True
             self.inbuf += chunk
 
+    def _closed_why(self) -> str:
+        """Why the connection ended, when the daemon closed it."""
+        if self.goaway is not None:
+            code, debug = self.goaway
+            if code == NO_ERROR:
+                return f"the daemon at {self.address} closed the connection (shutting down?)"
+            return (f"the daemon at {self.address} closed the connection with GOAWAY {_error_name(code)}"
+                    + (f": {debug}" if debug else ""))
+        if not self.answered and self.scheme == "http":
+            return f"connection to {self.address} closed before any answer (does the daemon use TLS? see --tls-ca)"
+        if not self.answered:  # TLS 1.3: a refused client certificate may end as a plain close
+            return (f"connection to {self.address} closed before any answer (does the daemon want a client "
+                    "certificate? see --client-cert)")
+        if self.inbuf:
+            return f"connection to {self.address} closed in the middle of a frame"
+        return f"connection to {self.address} closed"
+
     def _handle(self, kind: int, flags: int, sid: int, payload: bytes) -> None:
+        if not self.settings_seen:  # the server's connection preface is a SETTINGS frame (RFC 9113 3.4)
+            if kind != SETTINGS or flags & ACK:
+                self._connection_error(PROTOCOL_ERROR, f"it began with a {_frame_name(kind)} frame, not SETTINGS")
+            self.settings_seen = True
+        if self.header_block is not None:  # nothing may come between a header block's frames (RFC 9113 6.10)
+            if kind != CONTINUATION or sid != self.header_block[0]:
+                self._connection_error(PROTOCOL_ERROR, f"a {_frame_name(kind)} frame in the middle of the header "
+                                                       f"block of stream {self.header_block[0]}")
+            self._header_fragment(flags, payload)
+            return
         if kind == DATA:
             self._on_data(flags, sid, payload)
         elif kind == HEADERS:
             self._on_headers(flags, sid, payload)
+        elif kind == CONTINUATION:
+            self._connection_error(PROTOCOL_ERROR, f"a CONTINUATION frame on stream {sid} without a header block")
         elif kind == RST_STREAM:
-            stream = self.streams.pop(sid, None)
-            if stream is not None and not stream.done:
-                code = struct.unpack(">I", payload[:4])[0]
-                stream.done = True
-                stream.error = RpcError(_RST_CODES.get(code, StatusCode.INTERNAL),
-                                        f"stream reset by the daemon (HTTP/2 error {code})")
+            self._on_rst_stream(sid, payload)
         elif kind == SETTINGS:
-            if not flags & ACK:
-                self._on_settings(payload)
-                self._send(_frame(SETTINGS, ACK, 0, b""))
+            self._on_settings(flags, sid, payload)
         elif kind == PING:
+            self._check_connection_frame(kind, sid, payload, 8)
             if not flags & ACK:
                 self._send(_frame(PING, ACK, 0, payload))
         elif kind == GOAWAY:
-            last = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
-            self.goaway = True
-            for s in list(self.streams.values()):
-                if s.id > last:  # never seen by the daemon: safe to send again
-                    self._fail(s, StatusCode.UNAVAILABLE, f"the daemon at {self.address} is going away")
+            self._on_goaway(sid, payload)
         elif kind == WINDOW_UPDATE:
-            increment = struct.unpack(">I", payload[:4])[0] & 0x7FFFFFFF
-            if sid == 0:
-                self.send_window += increment
-            elif sid in self.streams:
-                self.streams[sid].send_window += increment
+            self._on_window_update(sid, payload)
         elif kind == PUSH_PROMISE:
-            self._lose("the daemon sent a PUSH_PROMISE, which this client disabled")
-        # PRIORITY and unknown frame types are ignored, as HTTP/2 requires
+            self._connection_error(PROTOCOL_ERROR, "a PUSH_PROMISE, which this client disabled (ENABLE_PUSH 0)")
+        elif kind == PRIORITY:
+            if sid == 0:
+                self._connection_error(PROTOCOL_ERROR, "a PRIORITY frame on stream 0")
+            stream = self.streams.get(sid)
+            if len(payload) != 5 and stream is not None:
+                self._stream_error(stream, FRAME_SIZE_ERROR, f"a PRIORITY frame of {len(payload)} bytes, not 5")
+        # unknown frame types are ignored, as HTTP/2 requires
 
-    def _on_settings(self, payload: bytes) -> None:
-        for i in range(0, len(payload) - 5, 6):
+    def _check_connection_frame(self, kind: int, sid: int, payload: bytes, size: int) -> None:
+        if sid != 0:
+            self._connection_error(PROTOCOL_ERROR, f"a {_frame_name(kind)} frame on stream {sid}, not 0")
+        if len(payload) != size:
+            self._connection_error(FRAME_SIZE_ERROR, f"a {_frame_name(kind)} frame of {len(payload)} bytes, not {size}")
+
+    def _idle(self, sid: int) -> bool:
+        """A stream this client never opened (the server opens none: ENABLE_PUSH 0): frames for it break the
+        protocol, unlike late frames of a stream that ended (RFC 9113 5.1)."""
+        return sid % 2 == 0 or sid >= self.next_id
+
+    def _on_settings(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid != 0:
+            self._connection_error(PROTOCOL_ERROR, f"a SETTINGS frame on stream {sid}, not 0")
+        if flags & ACK:
+            if payload:
+                self._connection_error(FRAME_SIZE_ERROR, f"a SETTINGS acknowledgement of {len(payload)} bytes, not 0")
+            return
+        if len(payload) % 6:
+            self._connection_error(FRAME_SIZE_ERROR, f"a SETTINGS frame of {len(payload)} bytes, not a multiple of 6")
+        initial_window, max_frame = self.peer_initial_window, self.peer_max_frame
+        for i in range(0, len(payload), 6):  # all checked before any applies
             key, value = struct.unpack_from(">HI", payload, i)
-            if key == SETTINGS_INITIAL_WINDOW_SIZE:
-                for s in self.streams.values():
-                    s.send_window += value - self.peer_initial_window
-                self.peer_initial_window = value
+            if key == SETTINGS_ENABLE_PUSH and value != 0:  # a server never pushes (RFC 9113 6.5.2)
+                self._connection_error(PROTOCOL_ERROR, f"SETTINGS_ENABLE_PUSH {value} from a server (must be 0)")
+            elif key == SETTINGS_INITIAL_WINDOW_SIZE:
+                if value > MAX_WINDOW:
+                    self._connection_error(FLOW_CONTROL_ERROR,
+                                           f"SETTINGS_INITIAL_WINDOW_SIZE {value}, over the maximum {MAX_WINDOW}")
+                initial_window = value
             elif key == SETTINGS_MAX_FRAME_SIZE:
-                self.peer_max_frame = value
+                if not 2**14 <= value <= 2**24 - 1:
+                    self._connection_error(PROTOCOL_ERROR, f"SETTINGS_MAX_FRAME_SIZE {value}, outside "
+                                                           f"{2**14}..{2**24 - 1}")
+                max_frame = value
+        delta = initial_window - self.peer_initial_window
+        for s in self.streams.values():
+            if s.send_window + delta > MAX_WINDOW:
+                self._connection_error(FLOW_CONTROL_ERROR, f"SETTINGS_INITIAL_WINDOW_SIZE {initial_window} takes "
+                                                           f"the window of stream {s.id} over {MAX_WINDOW}")
+        for s in self.streams.values():
+            s.send_window += delta
+        self.peer_initial_window, self.peer_max_frame = initial_window, max_frame
+        self._send(_frame(SETTINGS, ACK, 0, b""))
+
+    def _on_window_update(self, sid: int, payload: bytes) -> None:
+        if len(payload) != 4:
+            self._connection_error(FRAME_SIZE_ERROR, f"a WINDOW_UPDATE frame of {len(payload)} bytes, not 4")
+        increment = struct.unpack(">I", payload)[0] & 0x7FFFFFFF
+        if sid == 0:
+            if increment == 0:
+                self._connection_error(PROTOCOL_ERROR, "a WINDOW_UPDATE of 0 for the connection")
+            if self.send_window + increment > MAX_WINDOW:
+                self._connection_error(FLOW_CONTROL_ERROR, f"a WINDOW_UPDATE of {increment} takes the connection's "
+                                                           f"window over {MAX_WINDOW}")
+            self.send_window += increment
+            return
+        stream = self.streams.get(sid)
+        if stream is None:
+            if self._idle(sid):
+                self._connection_error(PROTOCOL_ERROR, f"a WINDOW_UPDATE for stream {sid}, which was never opened")
+            return
+        if increment == 0:
+            self._stream_error(stream, PROTOCOL_ERROR, "a WINDOW_UPDATE of 0")
+        elif stream.send_window + increment > MAX_WINDOW:
+            self._stream_error(stream, FLOW_CONTROL_ERROR, f"a WINDOW_UPDATE of {increment} takes the stream's "
+                                                           f"window over {MAX_WINDOW}")
+        else:
+            stream.send_window += increment
+
+    def _on_rst_stream(self, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            self._connection_error(PROTOCOL_ERROR, "a RST_STREAM frame on stream 0")
+        if len(payload) != 4:
+            self._connection_error(FRAME_SIZE_ERROR, f"a RST_STREAM frame of {len(payload)} bytes, not 4")
+        if self._idle(sid):
+            self._connection_error(PROTOCOL_ERROR, f"a RST_STREAM for stream {sid}, which was never opened")
+        stream = self.streams.pop(sid, None)
+        if stream is not None and not stream.done:
+            code = struct.unpack(">I", payload)[0]
+            stream.done = True
+            stream.error = RpcError(_RST_CODES.get(code, StatusCode.INTERNAL),
+                                    f"stream reset by the daemon (HTTP/2 {_error_name(code)})")
+
+    def _on_goaway(self, sid: int, payload: bytes) -> None:
+        if sid != 0:
+            self._connection_error(PROTOCOL_ERROR, f"a GOAWAY frame on stream {sid}, not 0")
+        if len(payload) < 8:
+            self._connection_error(FRAME_SIZE_ERROR, f"a GOAWAY frame of {len(payload)} bytes, under 8")
+        last, code = struct.unpack_from(">II", payload)
+        last &= 0x7FFFFFFF
+        debug = payload[8:208].decode("ascii", "replace")
+        self.goaway = (code, "".join(c if c.isprintable() else "?" for c in debug))
+        for s in list(self.streams.values()):
+            if s.id > last:  # never seen by the daemon: safe to send again
+                self._fail(s, StatusCode.UNAVAILABLE, f"the daemon at {self.address} is going away")
 
     def _on_data(self, flags: int, sid: int, payload: bytes) -> None:
-        self.received += len(payload)
+        if sid == 0:
+            self._connection_error(PROTOCOL_ERROR, "a DATA frame on stream 0")
+        stream = self.streams.get(sid)
+        if stream is None and self._idle(sid):
+            self._connection_error(PROTOCOL_ERROR, f"a DATA frame for stream {sid}, which was never opened")
+        size = len(payload)  # what flow control counts: the whole frame, padding included (RFC 9113 6.9.1)
+        if flags & PADDED:  # checked even for a stream that ended: it is the connection's framing
+            payload = self._unpad(DATA, payload, 0)
+        self.received += size
         refill = b""
         if self.received >= REFILL:
             refill += _frame(WINDOW_UPDATE, 0, 0, struct.pack(">I", self.received))
             self.received = 0
-        stream = self.streams.get(sid)
         if stream is not None:
-            stream.received += len(payload)
+            stream.received += size
             if stream.received >= REFILL and not flags & END_STREAM:
                 refill += _frame(WINDOW_UPDATE, 0, sid, struct.pack(">I", stream.received))
                 stream.received = 0
@@ -368,8 +511,8 @@ class Connection:
             self._send(refill)
         if stream is None or stream.done:
             return
-        if flags & PADDED:
-            payload = payload[1:len(payload) - payload[0]]
+        if stream.headers is None:
+            return self._stream_error(stream, PROTOCOL_ERROR, "DATA before the response's headers")
         stream.buf += payload
         while len(stream.buf) >= 5:
             compressed, length = struct.unpack_from(">BI", stream.buf)
@@ -383,28 +526,69 @@ class Connection:
             if len(stream.buf) < 5 + length:
                 break
             stream.messages.append(bytes(stream.buf[5:5 + length]))
+            stream.queued += length
             del stream.buf[:5 + length]
+            if stream.queued > MAX_RECEIVE_BYTES:  # a call nobody reads now (a future) cannot grow without end
+                self.reset(stream)
+                stream.error = RpcError(StatusCode.RESOURCE_EXHAUSTED, f"the daemon sent over {MAX_RECEIVE_BYTES} "
+                                                                       "bytes of responses not yet read")
+                return None
         if flags & END_STREAM:
             self._fail(stream, StatusCode.INTERNAL, "the daemon ended the stream without a status")
         return None
 
+    def _unpad(self, kind: int, payload: bytes, fixed: int) -> bytes:
+        """A PADDED frame's payload without its pad length field and its padding (`fixed`: the bytes of fields
+        that must follow the pad length, a HEADERS frame's priority)."""
+        if len(payload) < 1 + fixed:
+            self._connection_error(FRAME_SIZE_ERROR, f"a padded {_frame_name(kind)} frame of {len(payload)} bytes, "
+                                                     "too short for its fields")
+        pad = payload[0]
+        if pad > len(payload) - 1 - fixed:  # RFC 9113 6.1, 6.2: as much padding as payload, or more
+            self._connection_error(PROTOCOL_ERROR, f"a {_frame_name(kind)} frame with {pad} bytes of padding in a "
+                                                   f"payload of {len(payload)}")
+        return payload[1:len(payload) - pad]
+
     def _on_headers(self, flags: int, sid: int, payload: bytes) -> None:
+        if sid == 0:
+            self._connection_error(PROTOCOL_ERROR, "a HEADERS frame on stream 0")
+        if self._idle(sid):
+            self._connection_error(PROTOCOL_ERROR, f"a HEADERS frame for stream {sid}, which was never opened")
+        fixed = 5 if flags & PRIORITY_FLAG else 0
         if flags & PADDED:
-            payload = payload[1:len(payload) - payload[0]]
-        if flags & PRIORITY_FLAG:
-            payload = payload[5:]
-        block = bytearray(payload)
-        while not flags & END_HEADERS:  # CONTINUATION frames follow, nothing else may come between
-            kind, flags, _, more = self._read_frame(None)
-            if kind != CONTINUATION:
-                self._lose("the daemon broke a header block")
-                raise _ConnectionLost
-            block += more
+            payload = self._unpad(HEADERS, payload, fixed)
+        elif len(payload) < fixed:
+            self._connection_error(FRAME_SIZE_ERROR, f"a HEADERS frame of {len(payload)} bytes, too short for its "
+                                                     "priority")
+        self.header_block = (sid, flags, bytearray(), 0)
+        self._header_fragment(flags, payload[fixed:])
+
+    def _header_fragment(self, flags: int, fragment: bytes) -> None:
+        """A header block's next fragment (its HEADERS frame's, then each CONTINUATION's); the whole block is
+        decoded once the frame with END_HEADERS comes."""
+        assert self.header_block is not None
+        sid, first_flags, block, frames = self.header_block
+        block += fragment
+        frames += 1
+        if len(block) > MAX_HEADER_LIST:
+            self._connection_error(ENHANCE_YOUR_CALM, f"a header block over the {MAX_HEADER_LIST} bytes this client "
+                                                      f"accepts (stream {sid}, {frames} frames)")
+        if frames > MAX_HEADER_FRAMES:
+            self._connection_error(ENHANCE_YOUR_CALM, f"a header block in over {MAX_HEADER_FRAMES} frames (stream "
+                                                      f"{sid})")
+        if not flags & END_HEADERS:
+            self.header_block = (sid, first_flags, block, frames)
+            return
+        self.header_block = None
         try:
             headers = self.decoder.decode(bytes(block))  # always: the table is shared by every stream
+        except hpack.HeaderListTooLarge as e:
+            self._connection_error(ENHANCE_YOUR_CALM, str(e))
         except hpack.HpackError as e:
-            self._lose(f"bad header block from the daemon: {e}")
-            raise _ConnectionLost from None
+            self._connection_error(COMPRESSION_ERROR, f"a header block that does not decode: {e}")
+        self._on_header_list(first_flags, sid, headers)
+
+    def _on_header_list(self, flags: int, sid: int, headers: list[tuple[str, str]]) -> None:
         stream = self.streams.get(sid)
         if stream is None or stream.done:
             return
@@ -412,8 +596,8 @@ class Connection:
             stream.headers = headers
             status = dict(headers).get(":status", "")
             if status != "200":
-                code = _HTTP_CODES.get(int(status) if status.isdigit() else 0, StatusCode.UNKNOWN)
-                return self._fail(stream, code, f"the daemon answered HTTP {status or '(none)'}, not gRPC")
+                code = _HTTP_CODES.get(int(status) if _is_number(status) else 0, StatusCode.UNKNOWN)
+                return self._fail(stream, code, f"the daemon answered HTTP {status[:20] or '(none)'}, not gRPC")
             if not flags & END_STREAM:
                 return None
         if not flags & END_STREAM:
@@ -434,7 +618,7 @@ class Connection:
                 message = _percent_decode(v)
             elif not k.startswith(":"):
                 metadata.append((k, v))
-        if not status.isdigit():
+        if not _is_number(status):
             stream.error = RpcError(StatusCode.UNKNOWN, "the daemon's answer has no grpc-status")
         elif int(status) != 0:
             try:
@@ -448,7 +632,28 @@ class Connection:
             self.reset(stream)
             stream.error = RpcError(code, details)
 
-    def _lose(self, why: str) -> None:
+    def _stream_error(self, stream: _Stream, code: int, what: str) -> None:
+        """The server broke one stream (RFC 9113 5.4.2): RST_STREAM with the code; that call fails INTERNAL."""
+        if not stream.done:
+            self.reset(stream, code)
+            stream.error = RpcError(StatusCode.INTERNAL, f"the daemon at {self.address} broke HTTP/2 on this call: "
+                                                         f"{what} ({_error_name(code)})")
+
+    def _connection_error(self, code: int, what: str) -> NoReturn:
+        """The server broke the connection's protocol (RFC 9113 5.4.1): GOAWAY with the code, then close; every
+        open call fails INTERNAL (not retried: the same server would do the same) with `what`."""
+        if self.closed is None:
+            try:
+                with self._send_lock:
+                    self.sock.settimeout(1.0)  # a server that reads nothing does not hold the CLI here
+                    self.sock.sendall(_frame(GOAWAY, 0, 0, struct.pack(">II", 0, code)))  # it may open no stream
+            except OSError:
+                pass
+        self._lose(f"the daemon at {self.address} broke HTTP/2: {what} ({_error_name(code)}); connection closed",
+                   StatusCode.INTERNAL)
+        raise _ConnectionLost
+
+    def _lose(self, why: str, code: StatusCode = StatusCode.UNAVAILABLE) -> None:
         if self.closed is not None:
             return
         self.closed = why
@@ -456,7 +661,7 @@ class Connection:
             if not s.done:
                 s.done = True
                 s.error = (RpcError(StatusCode.CANCELLED, "Locally cancelled") if s.cancelled
-                           else RpcError(StatusCode.UNAVAILABLE, why))
+                           else RpcError(code, why))
         self.streams.clear()
         try:
             self.sock.close()
@@ -472,6 +677,10 @@ class Connection:
             self.sock.shutdown(socket.SHUT_RDWR)
         except OSError:
             pass
+
+
+def _is_number(s: str) -> bool:
+    return s.isascii() and s.isdigit()
 
 
 def _frame(kind: int, flags: int, sid: int, payload: bytes) -> bytes:
@@ -525,25 +734,63 @@ def _connect(address: str, timeout: float | None) -> tuple[str, socket.socket]:
         raise RpcError(StatusCode.UNAVAILABLE, f"failed to connect to {address}: {e.strerror or e}") from None
 
 
+class RedirectRefused(RpcError):
+    """A standby named a leader outside the configured cluster, and it was not followed (FAILED_PRECONDITION: not
+    retried, as the same standby would say the same)."""
+
+    def __init__(self, standby: str, leader: str, configured: Sequence[str]) -> None:
+        super().__init__(StatusCode.FAILED_PRECONDITION,
+                         f"the daemon at {standby} is a standby and names {leader} as the leader, which is not one of "
+                         f"the addresses configured ({', '.join(configured)}): not followed, so that the call and its "
+                         f"credentials go to no other address; to trust it, add it to them (--address "
+                         f"{','.join([*configured, leader])}, or $PELOTON_ADDRESS, or the context's address)")
+        self.standby, self.leader = standby, leader
+
+
+def normal_address(address: str) -> str:
+    """An address as compared to decide whether a standby's leader is in the configured cluster: the host name's
+    case and `unix://` (for `unix:`) do not count, and nothing is resolved (a name and an address it resolves to are
+    not the same: another name, or a changed DNS answer, must not bring an address in)."""
+    a = address.strip()
+    if a.startswith("unix:"):
+        return "unix:" + a[5:].removeprefix("//")
+    host, sep, port = a.rpartition(":")
+    return f"{host.lower()}{sep}{port}" if sep else a.lower()
+
+
 class Channel:
     """Calls to a daemon, on one connection dialled when first needed (and again after it broke). Given several
     addresses (a leader and its standbys), each dial tries the current one first, then the others in order: the
-    leader may have died and a standby taken over."""
+    leader may have died and a standby taken over.
+
+    The addresses given are the cluster, as the user configured it. A standby's answer naming the leader sends the
+    call there only when the leader is one of them, or when `confirm(standby, leader)` (the CLI asks a person at a
+    terminal) says yes; else the call fails with RedirectRefused. So a standby, or whoever answers at its address,
+    cannot send the call, its bearer token or the client certificate anywhere else. With TLS every address dialled,
+    a followed one too, must present a certificate of the CA for its own host name before anything is sent: the
+    handshake checks it before the client certificate goes, and the token goes in the first request after it."""
 
     def __init__(self, address: str, connect_timeout: float = 10.0, tls: Tls | None = None,
-                 metadata: list[tuple[str, str]] | None = None, others: Sequence[str] = ()) -> None:
+                 metadata: list[tuple[str, str]] | None = None, others: Sequence[str] = (),
+                 confirm: Callable[[str, str], bool] | None = None) -> None:
         """`metadata`: sent with every call (a bearer token). `others`: further addresses of the same cluster;
-        with them, each address gets at most CONNECT_EACH_S to accept a connection."""
+        with them, each address gets at most CONNECT_EACH_S to accept a connection. `confirm`: asked whether to
+        follow a standby to a leader outside them (None: never)."""
         self.address = address
         self.addresses = [address, *(a for a in others if a != address)]
         self.connect_timeout = min(connect_timeout, CONNECT_EACH_S) if others else connect_timeout
         self.tls = tls
         self.metadata = list(metadata or ())
+        self.confirm = confirm
         self._conn: Connection | None = None
 
-    def connection(self, deadline: float | None) -> Connection:
+    def in_cluster(self, address: str) -> bool:
+        return normal_address(address) in {normal_address(a) for a in self.addresses}
+
+    def connection(self, deadline: float | None, others: bool = True) -> Connection:
+        """The connection, dialled again if it broke: the current address first, then (`others`) the rest."""
         if self._conn is None or not self._conn.usable:
-            order = [self.address, *(a for a in self.addresses if a != self.address)]
+            order = [self.address, *(a for a in self.addresses if a != self.address and others)]
             first: RpcError | None = None
             for address in order:
                 timeout = self.connect_timeout
@@ -564,10 +811,15 @@ class Channel:
         return self._conn
 
     def follow(self, leader: str) -> bool:
-        """A standby named the leader: send this call and the next ones there. False when it names this very
-        address (it has not learnt of its own takeover yet): the caller retries as for any UNAVAILABLE."""
-        if not leader or leader == self.address:
+        """A standby named the leader: send this call and the next ones there, if it is in the cluster (or
+        `confirm` let it in). False when it names this very address (it has not learnt of its own takeover yet):
+        the caller retries as for any UNAVAILABLE. RedirectRefused when it may not be followed."""
+        if not leader or normal_address(leader) == normal_address(self.address):
             return False
+        if not self.in_cluster(leader):
+            if self.confirm is None or not self.confirm(self.address, leader):
+                raise RedirectRefused(self.address, leader, self.addresses)
+            self.addresses.append(leader)  # for the rest of this command: asked once
         self.close()
         self.address = leader
         return True
@@ -602,7 +854,8 @@ class Call:
         channel, path, request, metadata = self._again
         self.conn: Connection | None = None
         try:
-            self.conn = channel.connection(self.deadline)
+            # sent to a leader by a standby: that leader or nothing (the others would send it there again)
+            self.conn = channel.connection(self.deadline, others=not self._redirected)
             self.stream = self.conn.start(path, request, self.deadline, [*channel.metadata, *(metadata or ())])
         except (RpcError, _ConnectionLost) as e:  # raised where the answer is waited for, as grpcio does
             self.stream = _Stream(0, 0)
@@ -612,21 +865,29 @@ class Call:
 
     def next_message(self) -> bytes | None:
         """The next response message; None once the call ended OK; RpcError if it did not. A standby's answer
-        (UNAVAILABLE naming the leader) sends the call, once, to the leader it names."""
+        (UNAVAILABLE naming the leader) sends the call, once, to the leader it names, if the channel may follow it
+        there (Channel.follow)."""
         s = self.stream
         while not s.messages and not s.done:
             assert self.conn is not None
             self.conn.pump(s, self.deadline)
         if s.messages and s.error is None:
             self._answered = True
-            return s.messages.popleft()
+            message = s.messages.popleft()
+            s.queued -= len(message)
+            return message
         if s.error is not None:
-            if not self._answered and not self._redirected and self._again[0].follow(_leader_of(s.error)):
-                self._redirected = True
-                self._start()
-                return self.next_message()
-            s.error.path = s.error.path or self._again[1]
-            raise s.error
+            error = s.error
+            if not self._answered and not self._redirected:
+                try:
+                    if self._again[0].follow(_leader_of(error)):
+                        self._redirected = True
+                        self._start()
+                        return self.next_message()
+                except RedirectRefused as refused:
+                    error = refused
+            error.path = error.path or self._again[1]
+            raise error
         return None
 
     def cancel(self) -> bool:

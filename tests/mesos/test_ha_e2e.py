@@ -131,7 +131,8 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     assert _leading(leader.extra_args[-1]) == 1 and _leading(standby.extra_args[-1]) == 0
     assert _health(standby.address, "peloton") == health_pb2.HealthCheckResponse.NOT_SERVING
     assert _health(standby.address, "peloton.standby") == health_pb2.HealthCheckResponse.SERVING
-    info = _info(standby.address)  # answered by the leader, which the CLI was sent to
+    # answered by the leader, which the CLI was sent to: one of the addresses it was given (the cluster)
+    info = _info(f"{standby.address},{leader.address}")
     lead = info["leadership"]
     assert lead["leader"] == leader.address and lead["epoch"] == 1
     assert [s["address"] for s in lead["standbys"]] == [standby.address]
@@ -241,11 +242,12 @@ def _acts_on_nothing_once_back(fake: FakeMaster, fid: str, leader: MesosDaemon, 
                30, 0.2, f"{who} leader to stand by")
     wait_until(lambda: _health(leader.address, "peloton") == health_pb2.HealthCheckResponse.NOT_SERVING, 20, 0.2,
                f"{who} leader NOT_SERVING")
-    r = _cli(leader.address, "job", "create", "-f", "-", stdin=SMALL.format(name=f"sent-to-{who.split()[-1]}-one"))
+    both = f"{leader.address},{standby.address}"  # the old leader first: it answers, naming the new one
+    r = _cli(both, "job", "create", "-f", "-", stdin=SMALL.format(name=f"sent-to-{who.split()[-1]}-one"))
     assert r.returncode == 0, r.stderr  # answered by the new leader, which it named
     sent = r.stdout.strip()
     wait_whole(fake, standby, sent)
-    info = _info(leader.address)["leadership"]
+    info = _info(both)["leadership"]
     assert info["leader"] == standby.address and info["epoch"] == 2
     wait_until(lambda: _leading(leader.extra_args[-1]) == 0, 10, 0.2, f"{who} one's peloton_leader to drop to 0")
     time.sleep(3)  # time for any late act of the old leader to show

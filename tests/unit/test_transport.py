@@ -345,7 +345,8 @@ def test_a_channel_dials_the_other_addresses_when_its_daemon_goes(echo: tuple[Ec
 
 def test_a_standby_sends_calls_to_the_leader_it_names(echo: tuple[Echo, str]) -> None:
     """A standby answers every call UNAVAILABLE with the leader's address (peloton-leader): unary and streaming
-    calls go there, once, and the channel stays there."""
+    calls go there, once, and the channel stays there, when the leader is one of the addresses configured
+    (test_redirect.py: when it is not)."""
     from peloton.standby import StandbyServer
     from peloton.store.lock import Owner
 
@@ -353,10 +354,10 @@ def test_a_standby_sends_calls_to_the_leader_it_names(echo: tuple[Echo, str]) ->
     owner = Owner("node-a", 4242, leader, time.time())
     standby = StandbyServer("127.0.0.1:0", lambda: owner)
     try:
-        ch = Channel(standby.listen)
+        ch = Channel(standby.listen, others=[leader])
         assert _unary(ch)(b"echo:hi", timeout=5) == b"hi"
         assert ch.address == leader
-        ch = Channel(standby.listen)
+        ch = Channel(standby.listen, others=[leader])
         assert [m for m in _stream(ch)(b"count:3", timeout=5)] == [b"0", b"1", b"2"]
         # a standby that knows no leader yet: UNAVAILABLE, with its retry hint, and the channel stays
         owner = None  # type: ignore[assignment]
