@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck proto proto-check bench venv clean pg
+.PHONY: run test lint typecheck proto proto-check min-deps bench venv clean pg
 
 # The editable install in compat mode: a plain path in a .pth file; the default editable mode installs an import
 # hook that costs every Python start-up (each CLI call) ~14 ms. Falls back to it if a future setuptools drops compat
@@ -24,8 +24,9 @@ venv: $(STAMP)
 run: $(STAMP)
 	exec $(BIN)/peloton server $(ARGS)
 
-## Lint, types, architecture contracts, generated-code check, then every test (SQLite and PostgreSQL).
-test: $(STAMP) pg lint typecheck proto-check
+## Lint, types, architecture contracts, generated-code check, the declared minimum dependencies, then every test
+## (SQLite and PostgreSQL).
+test: $(STAMP) pg lint typecheck proto-check min-deps
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 
@@ -40,6 +41,11 @@ proto: $(STAMP)
 
 proto-check: $(STAMP)
 	PYTHON=$(BIN)/python bash scripts/gen_proto.sh --check
+
+## pyproject.toml's floors, each dependency at exactly its minimum in a fresh .venv-min: every module imports, the
+## CLI and the daemon start, the tests of each dependency pass (about 2 minutes).
+min-deps: pg
+	PYTHON=$(PY) bash scripts/check_min_deps.sh
 
 ## PostgreSQL must be up for the tests (they create and drop their own databases).
 pg:
@@ -57,4 +63,4 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/scheduling_bench.py $(SCHEDULING_ARGS)
 
 clean:
-	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache .hypothesis
+	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -117,7 +117,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         self.read_sessions = read_sessions
 
     @grpc_errors
-    def ListAuditEvents(self, request, context):  # type: ignore[no-untyped-def]
+    def ListAuditEvents(self, request: audit_pb2.ListAuditEventsRequest, context: grpc.ServicerContext) -> audit_pb2.ListAuditEventsResponse:
         limit = request.limit or DEFAULT_LIMIT
         if not 0 < limit <= MAX_LIMIT:
             raise InvalidArgument(f"limit: must be 1..{MAX_LIMIT}, got {request.limit}", field="limit")

@@ -5,11 +5,15 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
 from peloton import __version__, identity
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
 from peloton.store.lock import Owner
+
+if TYPE_CHECKING:
+    import grpc
 
 
 @dataclass(frozen=True)
@@ -45,7 +49,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
         self.leadership = leadership
 
     @grpc_errors
-    def GetClusterInfo(self, request, context):  # type: ignore[no-untyped-def]
+    def GetClusterInfo(self, request: cluster_pb2.GetClusterInfoRequest, context: grpc.ServicerContext) -> cluster_pb2.GetClusterInfoResponse:
         f = self.facts
         who = identity.caller()
         return cluster_pb2.GetClusterInfoResponse(

@@ -22,14 +22,14 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         self.hm = hm
 
     @grpc_errors
-    def SyncHosts(self, request, context):  # type: ignore[no-untyped-def]
+    def SyncHosts(self, request: internal_pb2.SyncHostsRequest, context: grpc.ServicerContext) -> internal_pb2.SyncHostsResponse:
         r = self.hm.sync(request.since_version, request.stream_id)
         return internal_pb2.SyncHostsResponse(stream_id=r.stream_id, version=r.version, full=r.full,
                                               hosts=[convert.offer_to_proto(o) for o in r.offers],
                                               removed=r.removed)
 
     @grpc_errors
-    def ClaimPlacements(self, request, context):  # type: ignore[no-untyped-def]
+    def ClaimPlacements(self, request: internal_pb2.ClaimPlacementsRequest, context: grpc.ServicerContext) -> internal_pb2.ClaimPlacementsResponse:
         claimed, refused = self.hm.claim([convert.placement_from_proto(p) for p in request.placements])
         return internal_pb2.ClaimPlacementsResponse(
             claimed=[convert.placement_to_proto(p) for p in claimed],
@@ -37,29 +37,29 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         )
 
     @grpc_errors
-    def ReleaseClaims(self, request, context):  # type: ignore[no-untyped-def]
+    def ReleaseClaims(self, request: internal_pb2.ReleaseClaimsRequest, context: grpc.ServicerContext) -> internal_pb2.ReleaseClaimsResponse:
         self.hm.release_claims([(k.gang_id, k.attempt) for k in request.gangs])
         return internal_pb2.ReleaseClaimsResponse()
 
     @grpc_errors
-    def ClusterCapacity(self, request, context):  # type: ignore[no-untyped-def]
+    def ClusterCapacity(self, request: internal_pb2.ClusterCapacityRequest, context: grpc.ServicerContext) -> internal_pb2.ClusterCapacityResponse:
         version, hosts = self.hm.capacity(request.if_version)
         if hosts is None:
             return internal_pb2.ClusterCapacityResponse(version=version, unchanged=True)
         return internal_pb2.ClusterCapacityResponse(version=version, hosts=[convert.offer_to_proto(o) for o in hosts])
 
     @grpc_errors
-    def LaunchGangs(self, request, context):  # type: ignore[no-untyped-def]
+    def LaunchGangs(self, request: internal_pb2.LaunchGangsRequest, context: grpc.ServicerContext) -> internal_pb2.LaunchGangsResponse:
         results = self.hm.launch([convert.gang_launch_from_proto(g) for g in request.gangs])
         return internal_pb2.LaunchGangsResponse(results=[convert.launch_result_to_proto(r) for r in results])
 
     @grpc_errors
-    def KillTasks(self, request, context):  # type: ignore[no-untyped-def]
+    def KillTasks(self, request: internal_pb2.KillTasksRequest, context: grpc.ServicerContext) -> internal_pb2.KillTasksResponse:
         self.hm.kill(list(request.task_ids), request.grace_s or None)
         return internal_pb2.KillTasksResponse()
 
     @grpc_errors
-    def WaitTaskEvents(self, request, context):  # type: ignore[no-untyped-def]
+    def WaitTaskEvents(self, request: internal_pb2.WaitTaskEventsRequest, context: grpc.ServicerContext) -> internal_pb2.WaitTaskEventsResponse:
         timeout = min(max(request.timeout_ms, 0), 30_000) / 1000.0
         events, gap = self.hm.wait_events(request.after_seq, request.max_events or 1000, timeout)
         return internal_pb2.WaitTaskEventsResponse(
@@ -67,17 +67,17 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         )
 
     @grpc_errors
-    def AckTaskEvents(self, request, context):  # type: ignore[no-untyped-def]
+    def AckTaskEvents(self, request: internal_pb2.AckTaskEventsRequest, context: grpc.ServicerContext) -> internal_pb2.AckTaskEventsResponse:
         self.hm.ack_events(request.up_to_seq)
         return internal_pb2.AckTaskEventsResponse()
 
     @grpc_errors
-    def ReconcileTasks(self, request, context):  # type: ignore[no-untyped-def]
+    def ReconcileTasks(self, request: internal_pb2.ReconcileTasksRequest, context: grpc.ServicerContext) -> internal_pb2.ReconcileTasksResponse:
         statuses = self.hm.reconcile(list(request.task_ids))
         return internal_pb2.ReconcileTasksResponse(statuses=[convert.status_to_proto(s) for s in statuses.values()])
 
     @grpc_errors
-    def ListRunningTasks(self, request, context):  # type: ignore[no-untyped-def]
+    def ListRunningTasks(self, request: internal_pb2.ListRunningTasksRequest, context: grpc.ServicerContext) -> internal_pb2.ListRunningTasksResponse:
         ids = self.hm.running_task_ids()
         start = bisect.bisect_right(ids, request.page_token) if request.page_token else 0
         size = min(request.page_size or MAX_RUNNING_PAGE, MAX_RUNNING_PAGE)
@@ -86,18 +86,18 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
         return internal_pb2.ListRunningTasksResponse(task_ids=page, next_page_token=page[-1] if more else "")
 
     @grpc_errors
-    def ReadTaskLog(self, request, context):  # type: ignore[no-untyped-def]
+    def ReadTaskLog(self, request: internal_pb2.ReadTaskLogRequest, context: grpc.ServicerContext) -> internal_pb2.ReadTaskLogResponse:
         size = request.max_bytes if 0 < request.max_bytes <= MAX_LOG_BYTES else MAX_LOG_BYTES
         content, nxt = self.hm.read_log(request.task_id, request.stream or "stdout", request.offset, size)
         return internal_pb2.ReadTaskLogResponse(content=content, next_offset=nxt)
 
 
     @grpc_errors
-    def ListDrains(self, request, context):  # type: ignore[no-untyped-def]
+    def ListDrains(self, request: internal_pb2.ListDrainsRequest, context: grpc.ServicerContext) -> internal_pb2.ListDrainsResponse:
         return internal_pb2.ListDrainsResponse(drains=self.hm.drains())
 
     @grpc_errors
-    def RemoveSandboxes(self, request, context):  # type: ignore[no-untyped-def]
+    def RemoveSandboxes(self, request: internal_pb2.RemoveSandboxesRequest, context: grpc.ServicerContext) -> internal_pb2.RemoveSandboxesResponse:
         return internal_pb2.RemoveSandboxesResponse(removed=self.hm.remove_sandboxes(list(request.job_ids)))
 
 
@@ -106,7 +106,7 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         self.hm = hm
 
     @grpc_errors
-    def ListHosts(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+    def ListHosts(self, request: host_pb2.ListHostsRequest, context: grpc.ServicerContext) -> host_pb2.ListHostsResponse:
         drains, health, windows = self.hm.drains(), self.hm.health(), self.hm.maintenance()
         return host_pb2.ListHostsResponse(hosts=[
             convert.host_to_proto(h, held, drains.get(h.hostname), health.get(h.hostname, ""),
@@ -114,7 +114,7 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
             for h, held in self.hm.hosts()])
 
     @grpc_errors
-    def DrainHost(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+    def DrainHost(self, request: host_pb2.DrainHostRequest, context: grpc.ServicerContext) -> host_pb2.DrainHostResponse:
         _hostname(request.hostname)
         deadline = 0.0
         if request.HasField("deadline"):
@@ -125,7 +125,7 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         return host_pb2.DrainHostResponse(host=self._host(request.hostname))
 
     @grpc_errors
-    def UndrainHost(self, request, context: grpc.ServicerContext):  # type: ignore[no-untyped-def]
+    def UndrainHost(self, request: host_pb2.UndrainHostRequest, context: grpc.ServicerContext) -> host_pb2.UndrainHostResponse:
         _hostname(request.hostname)
         self.hm.undrain(request.hostname)
         return host_pb2.UndrainHostResponse(host=self._host(request.hostname))

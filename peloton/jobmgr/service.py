@@ -67,7 +67,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         OPEN_WATCHES.set(max_watchers)
 
     @grpc_errors
-    def CreateJob(self, request, context):  # type: ignore[no-untyped-def]
+    def CreateJob(self, request: job_pb2.CreateJobRequest, context: grpc.ServicerContext) -> job_pb2.CreateJobResponse:
         if not request.HasField("spec"):
             raise InvalidArgument("spec: required", field="spec")
         request_checks.spec_size(request.spec)
@@ -117,12 +117,12 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         return run_as.resolve(self.identities, subject, "", unix_socket_default=socket_default)
 
     @grpc_errors
-    def GetJob(self, request, context):  # type: ignore[no-untyped-def]
+    def GetJob(self, request: job_pb2.GetJobRequest, context: grpc.ServicerContext) -> job_pb2.GetJobResponse:
         r = self.jm.get_job(_job_id(request.job_id))
         return job_pb2.GetJobResponse(job=_shown(convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states)))
 
     @grpc_errors
-    def ListJobs(self, request, context):  # type: ignore[no-untyped-def]
+    def ListJobs(self, request: job_pb2.ListJobsRequest, context: grpc.ServicerContext) -> job_pb2.ListJobsResponse:
         request_checks.list_jobs(request.states, request.owner, request.respool, request.name_contains,
                                  request.limit)
         request_checks.page(request.page_size, request.page_token)
@@ -141,14 +141,14 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         return out
 
     @grpc_errors
-    def StopJob(self, request, context):  # type: ignore[no-untyped-def]
+    def StopJob(self, request: job_pb2.StopJobRequest, context: grpc.ServicerContext) -> job_pb2.StopJobResponse:
         job_id = _job_id(request.job_id)
         self._may_control(job_id, "stop")
         self.jm.stop_job(job_id)
         return job_pb2.StopJobResponse()
 
     @grpc_errors
-    def DeleteJob(self, request, context):  # type: ignore[no-untyped-def]
+    def DeleteJob(self, request: job_pb2.DeleteJobRequest, context: grpc.ServicerContext) -> job_pb2.DeleteJobResponse:
         job_id = _job_id(request.job_id)
         self._may_control(job_id, "delete")
         self.jm.delete_job(job_id)
@@ -192,13 +192,13 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         self.jm = jm
 
     @grpc_errors
-    def ListTasks(self, request, context):  # type: ignore[no-untyped-def]
+    def ListTasks(self, request: task_pb2.ListTasksRequest, context: grpc.ServicerContext) -> task_pb2.ListTasksResponse:
         request_checks.page(request.page_size, request.page_token)
         tasks, nxt = self.jm.list_tasks(_job_id(request.job_id), request.page_size, request.page_token)
         return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t) for t in tasks], next_page_token=nxt)
 
     @grpc_errors
-    def GetTask(self, request, context):  # type: ignore[no-untyped-def]
+    def GetTask(self, request: task_pb2.GetTaskRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskResponse:
         job_id, instance = _job_id(request.job_id), request_checks.instance(request.instance)
         task, events = self.jm.get_task(job_id, instance)
         p = convert.task_to_proto(task, events)
@@ -206,7 +206,7 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         return task_pb2.GetTaskResponse(task=p)
 
     @grpc_errors
-    def GetTaskLogs(self, request, context):  # type: ignore[no-untyped-def]
+    def GetTaskLogs(self, request: task_pb2.GetTaskLogsRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskLogsResponse:
         if not 0 <= request.tail_bytes <= MAX_LOG_TAIL:
             # an answer must fit a client's default 4 MiB message: more is read in pages, with `offset`
             raise InvalidArgument(f"tail_bytes: must be 0..{MAX_LOG_TAIL} (read more with offset), got "

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import time
 from dataclasses import replace
+from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
@@ -18,20 +19,23 @@ from peloton.resmgr.manager import ResourceManager
 from peloton.store import repo
 from peloton.store.db import transaction
 
+if TYPE_CHECKING:
+    import grpc
+
 
 class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer):
     def __init__(self, rm: ResourceManager) -> None:
         self.rm = rm
 
     @grpc_errors
-    def EnqueueGangs(self, request, context):  # type: ignore[no-untyped-def]
+    def EnqueueGangs(self, request: internal_pb2.EnqueueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.EnqueueGangsResponse:
         gangs = [convert.gang_request_from_proto(g) for g in request.gangs]
         running = [g for g, p in zip(gangs, request.gangs, strict=True) if p.running]
         self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
         return internal_pb2.EnqueueGangsResponse()
 
     @grpc_errors
-    def DequeueGangs(self, request, context):  # type: ignore[no-untyped-def]
+    def DequeueGangs(self, request: internal_pb2.DequeueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.DequeueGangsResponse:
         gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0,
                                 convert.vec_from_proto(request.capacity) if request.HasField("capacity") else None,
                                 engine=request.engine)
@@ -42,7 +46,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             reserving=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.reserving()])
 
     @grpc_errors
-    def SetPlacements(self, request, context):  # type: ignore[no-untyped-def]
+    def SetPlacements(self, request: internal_pb2.SetPlacementsRequest, context: grpc.ServicerContext) -> internal_pb2.SetPlacementsResponse:
         self.rm.set_placements(
             [convert.placement_from_proto(p) for p in request.placements],
             [convert.failure_from_proto(f) for f in request.failures if not f.stale],
@@ -55,7 +59,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
         return internal_pb2.SetPlacementsResponse()
 
     @grpc_errors
-    def GetPlacements(self, request, context):  # type: ignore[no-untyped-def]
+    def GetPlacements(self, request: internal_pb2.GetPlacementsRequest, context: grpc.ServicerContext) -> internal_pb2.GetPlacementsResponse:
         placements, pending = self.rm.take_placements(
             request.max or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0, consumer=request.consumer
         )
@@ -67,23 +71,23 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
         )
 
     @grpc_errors
-    def AckPlacements(self, request, context):  # type: ignore[no-untyped-def]
+    def AckPlacements(self, request: internal_pb2.AckPlacementsRequest, context: grpc.ServicerContext) -> internal_pb2.AckPlacementsResponse:
         self.rm.ack_placements([(k.gang_id, k.attempt) for k in request.done],
                                [(k.gang_id, k.attempt) for k in request.retry])
         return internal_pb2.AckPlacementsResponse()
 
     @grpc_errors
-    def CheckGangs(self, request, context):  # type: ignore[no-untyped-def]
+    def CheckGangs(self, request: internal_pb2.CheckGangsRequest, context: grpc.ServicerContext) -> internal_pb2.CheckGangsResponse:
         unknown = self.rm.unknown([(k.gang_id, k.attempt) for k in request.gangs])
         return internal_pb2.CheckGangsResponse(unknown=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in unknown])
 
     @grpc_errors
-    def RemoveGangs(self, request, context):  # type: ignore[no-untyped-def]
+    def RemoveGangs(self, request: internal_pb2.RemoveGangsRequest, context: grpc.ServicerContext) -> internal_pb2.RemoveGangsResponse:
         self.rm.remove([(k.gang_id, k.attempt) for k in request.gangs])
         return internal_pb2.RemoveGangsResponse()
 
     @grpc_errors
-    def GetPoolUsage(self, request, context):  # type: ignore[no-untyped-def]
+    def GetPoolUsage(self, request: internal_pb2.GetPoolUsageRequest, context: grpc.ServicerContext) -> internal_pb2.GetPoolUsageResponse:
         allocated, queued = self.rm.usage()
         return internal_pb2.GetPoolUsageResponse(
             pools=[
@@ -101,7 +105,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
         self.sessions = sessions
 
     @grpc_errors
-    def CreatePool(self, request, context):  # type: ignore[no-untyped-def]
+    def CreatePool(self, request: respool_pb2.CreatePoolRequest, context: grpc.ServicerContext) -> respool_pb2.CreatePoolResponse:
         pool = validate_pool(convert.pool_from_proto(request.pool))
         with transaction(self.sessions) as s:  # checked against the tree in the transaction that writes it
             pools = {p.path: p for p in repo.list_pools(s)}
@@ -112,7 +116,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
         return respool_pb2.CreatePoolResponse(warnings=warnings)
 
     @grpc_errors
-    def UpdatePool(self, request, context):  # type: ignore[no-untyped-def]
+    def UpdatePool(self, request: respool_pb2.UpdatePoolRequest, context: grpc.ServicerContext) -> respool_pb2.UpdatePoolResponse:
         pool = validate_pool(convert.pool_from_proto(request.pool), updating=True)
         with transaction(self.sessions) as s:
             pools = {p.path: p for p in repo.list_pools(s)}
@@ -124,20 +128,20 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
         return respool_pb2.UpdatePoolResponse(warnings=warnings)
 
     @grpc_errors
-    def GetPool(self, request, context):  # type: ignore[no-untyped-def]
+    def GetPool(self, request: respool_pb2.GetPoolRequest, context: grpc.ServicerContext) -> respool_pb2.GetPoolResponse:
         with transaction(self.sessions) as s:
             pool = repo.get_pool(s, request_checks.pool_path(request.path))
         return respool_pb2.GetPoolResponse(pool=convert.pool_to_proto(pool, self.rm.pool_usage().get(pool.path)))
 
     @grpc_errors
-    def ListPools(self, request, context):  # type: ignore[no-untyped-def]
+    def ListPools(self, request: respool_pb2.ListPoolsRequest, context: grpc.ServicerContext) -> respool_pb2.ListPoolsResponse:
         with transaction(self.sessions) as s:
             pools = repo.list_pools(s)
         usage = self.rm.pool_usage()
         return respool_pb2.ListPoolsResponse(pools=[convert.pool_to_proto(p, usage.get(p.path)) for p in pools])
 
     @grpc_errors
-    def ListQueue(self, request, context):  # type: ignore[no-untyped-def]
+    def ListQueue(self, request: respool_pb2.ListQueueRequest, context: grpc.ServicerContext) -> respool_pb2.ListQueueResponse:
         pool = request_checks.pool_path(request.pool, "pool") if request.pool else ""
         if pool and pool not in self.rm.pools():
             raise NotFound(f"pool: resource pool {pool} does not exist", field="pool")
@@ -151,7 +155,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
             state=g.state, reason=g.reason, position=g.position, preemptible=g.preemptible) for g in gangs])
 
     @grpc_errors
-    def DeletePool(self, request, context):  # type: ignore[no-untyped-def]
+    def DeletePool(self, request: respool_pb2.DeletePoolRequest, context: grpc.ServicerContext) -> respool_pb2.DeletePoolResponse:
         request_checks.pool_path(request.path)
         _, queued = self.rm.usage()
         if queued.get(request.path):

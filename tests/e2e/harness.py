@@ -20,6 +20,12 @@ PELOTON = [sys.executable, "-m", "peloton.cli.main"]
 from tests.asroot import AS_ROOT_FLAGS  # noqa: E402 - after PELOTON, which it does not need
 
 
+def _sigint_default() -> None:
+    """Run in the child between fork and exec (a handler is reset by exec, an "ignore" is not); it takes no lock,
+    so it is safe beside the test's threads."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def wait_until(pred: Callable[[], Any], timeout: float = 60.0, interval: float = 0.2, what: str = "condition") -> Any:
     deadline = time.monotonic() + timeout
     last: Any = None
@@ -116,10 +122,14 @@ class Daemon:
             raise AssertionError(f"peloton {' '.join(args)} -> {r.returncode}\nstdout: {r.stdout}\nstderr: {r.stderr}")
         return r
 
-    def popen(self, *args: str) -> subprocess.Popen[str]:
-        """The CLI in the background (stdout and stderr piped, text)."""
+    def popen(self, *args: str, ctrl_c: bool = False) -> subprocess.Popen[str]:
+        """The CLI in the background (stdout and stderr piped, text). `ctrl_c`: for a test that interrupts it, it
+        starts with SIGINT at its default, as a command typed at a terminal does, whatever this run inherited: a
+        suite started with SIGINT ignored (`cmd &` in a script, some CI runners) passes that on to its children,
+        and the CLI, as POSIX tools do, keeps an inherited "ignore"."""
         return subprocess.Popen([*PELOTON, "--address", self.address, *args], stdout=subprocess.PIPE,
-                                stderr=subprocess.PIPE, text=True)
+                                stderr=subprocess.PIPE, text=True,
+                                preexec_fn=_sigint_default if ctrl_c else None)
 
     def create(self, spec: str, tmp: Path) -> str:
         f = tmp / f"spec-{time.monotonic_ns()}.yaml"

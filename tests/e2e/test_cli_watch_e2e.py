@@ -48,8 +48,8 @@ def test_job_wait_exit_codes(daemon: Daemon, tmp_path: Path) -> None:
     r = daemon.cli("job", "wait", "0123456789ab", check=False)
     assert r.returncode == 1 and "not found" in r.stderr
     # Ctrl-C: exit 130, quietly
-    followers = [daemon.popen("job", "wait", slow), daemon.popen("job", "get", slow, "--watch"),
-                 daemon.popen("task", "logs", slow, "0", "-f")]
+    followers = [daemon.popen(*args, ctrl_c=True) for args in (("job", "wait", slow), ("job", "get", slow, "--watch"),
+                                                              ("task", "logs", slow, "0", "-f"))]
     time.sleep(2)
     for p in followers:
         p.send_signal(signal.SIGINT)

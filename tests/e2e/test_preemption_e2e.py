@@ -109,7 +109,9 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
     sampler = GangSampler(d, [b1, b2])
     try:
         t0 = time.monotonic()
-        a = d.create(_job("/a", "a", "sleep 4"), tmp_path)
+        # /a runs until the test has looked at it: a gang that ended by itself (it once slept 4 s) releases its
+        # allocation, and on a loaded machine the checks below can take longer than that
+        a = d.create(_job("/a", "a", f"until [ -e {marks}/a-may-end ]; do sleep 0.2; done"), tmp_path)
         sampler.jobs.append(a)
         d.wait_state(a, "RUNNING", timeout=1 + 9 + 20)
         took = time.monotonic() - t0
@@ -131,6 +133,7 @@ def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: 
         pool_a = json.loads(d.cli("pool", "get", "/a", "-o", "json").stdout)
         assert pool_a["allocated"]["gpu"] == 2
         # once /a is done, b2 runs again as run 2, although its job allows a single attempt
+        (marks / "a-may-end").touch()
         d.wait_state(a, "SUCCEEDED", timeout=30)
         wait_until(lambda: (marks / f"up-{b2}-0-2").exists() and (marks / f"up-{b2}-1-2").exists(), 30,
                    what="b2's second run")

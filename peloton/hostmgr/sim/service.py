@@ -2,10 +2,15 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import sim_pb2, sim_pb2_grpc
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.sim.backend import SimBackend
+
+if TYPE_CHECKING:
+    import grpc
 
 
 class SimServicer(sim_pb2_grpc.SimServiceServicer):
@@ -13,7 +18,7 @@ class SimServicer(sim_pb2_grpc.SimServiceServicer):
         self.backend = backend
 
     @grpc_errors
-    def FailHost(self, request, context):  # type: ignore[no-untyped-def]
+    def FailHost(self, request: sim_pb2.FailHostRequest, context: grpc.ServicerContext) -> sim_pb2.FailHostResponse:
         if not request.hostname:
             raise InvalidArgument("hostname: required", field="hostname")
         after = None
@@ -26,7 +31,7 @@ class SimServicer(sim_pb2_grpc.SimServiceServicer):
         return sim_pb2.FailHostResponse(tasks_lost=lost)
 
     @grpc_errors
-    def RecoverHost(self, request, context):  # type: ignore[no-untyped-def]
+    def RecoverHost(self, request: sim_pb2.RecoverHostRequest, context: grpc.ServicerContext) -> sim_pb2.RecoverHostResponse:
         if not request.hostname:
             raise InvalidArgument("hostname: required", field="hostname")
         return sim_pb2.RecoverHostResponse(was_down=self.backend.recover_host(request.hostname))

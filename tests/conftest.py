@@ -1,0 +1,22 @@
+"""With PELOTON_TEST_NO_SKIP=1 (CI sets it: .ci/run installs what every test needs) a test that skips fails
+instead, with its reason: a test that stopped running must not pass for one that ran."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Generator
+from typing import Any
+
+import pytest
+
+NO_SKIP = os.environ.get("PELOTON_TEST_NO_SKIP") == "1"
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, None]:
+    outcome = yield
+    report: pytest.TestReport = outcome.get_result()
+    if NO_SKIP and report.skipped and not hasattr(report, "wasxfail"):
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        report.outcome = "failed"
+        report.longrepr = f"skipped where nothing may skip (PELOTON_TEST_NO_SKIP=1): {reason}"
