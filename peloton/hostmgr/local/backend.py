@@ -434,6 +434,7 @@ class LocalBackend:
                 launches = {}
         for i, lg in launches.items():
             results[i] = self._start_gang(lg)
+            progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
         return [results[i] for i in range(len(gangs))]
 
     def _refusal_locked(self, g: GangLaunch) -> tuple[str, str] | None:
