@@ -74,7 +74,7 @@ from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
-from peloton.standby import RequireLeader, StandbyServer
+from peloton.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
 from peloton.store import db, repo
 from peloton.store.fence import EPOCH_KEY, Fence, take_epochs
 from peloton.store.lock import (
@@ -370,9 +370,9 @@ class Daemon:
         process and its standbys share its roles' locks, not the others'."""
         cfg = self.cfg
         self.session = session_name()
-        self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s)
         lock = store_lock(url, self.session, tuple(cfg.roles))
         have_dir = self._try_lock_data_dir()
+        self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s, **self._what_it_runs())
         if have_dir and lock.try_acquire(self.owner):
             self.store_lock = lock
             return
@@ -380,8 +380,30 @@ class Daemon:
             holder = lock.holder() if have_dir else None
             lock.release()
             raise refusal(holder, _describe_store(url)) if have_dir else self._data_dir_refusal()
+        self._refuse_if_cannot_adopt(lock)
         self._stand_by(lock, url, have_dir)
         self.store_lock = lock
+
+    def _what_it_runs(self) -> dict[str, str]:
+        """What a standby must share with this daemon to adopt its tasks, recorded with it as the lock's holder
+        (standby.adoption_refusal): its host manager's backend and, on the local backend, its machine and data
+        dir."""
+        cfg = self.cfg
+        if "hostmgr" not in cfg.roles:
+            return {}
+        if cfg.backend != "local":
+            return {"backend": cfg.backend}
+        return {"backend": cfg.backend, "machine": machine_id(), "data_dir": str(cfg.data_dir.resolve()),
+                "data_dir_id": data_dir_id(cfg.data_dir)}
+
+    def _refuse_if_cannot_adopt(self, lock: StoreLock) -> None:
+        """A standby that could not adopt the tasks of the host manager's leader (on the local backend: another
+        machine, another data dir) refuses to stand by, naming why: taking over would run their gangs again while
+        the leader's processes, if it is only paused, still run."""
+        refused = adoption_refusal(self.owner, lock.holder("hostmgr") if self.owner.backend else None)
+        if refused is not None:
+            lock.release()
+            raise refused
 
     def _stand_by(self, lock: StoreLock, url: str, have_dir: bool) -> None:
         """Serve the API's port with redirects to the leader (standby.py) until both locks are ours."""
@@ -405,6 +427,8 @@ class Daemon:
         try:
             while True:
                 have_dir = have_dir or self._try_lock_data_dir()
+                if have_dir:
+                    self._refuse_if_cannot_adopt(lock)  # again: another leader may have taken over meanwhile
                 if have_dir and lock.try_acquire(self.owner):
                     break
                 leader[0] = lock.holder()
