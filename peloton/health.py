@@ -11,15 +11,16 @@ a loop that runs every 10 minutes is idle for 10 minutes. It is stuck when
 - a pass has gone longer than its patience without finishing or reporting progress (`loop.progress()`: a long pass
   that is moving, such as the retention loop deleting job after job, is not stuck).
 
-Its patience derives from its period: a minute (a long poll lasts up to ~11 s, a store round trip may stall a few
-seconds), or its period when that is longer."""
+Its patience derives from its period: 90 s (more than the longest deadline of a call a pass makes, 60 s, such as
+a launch or a reconciliation a slow host manager answers late; a long poll lasts up to ~11 s), or its period when
+that is longer."""
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
-STUCK_FLOOR_S = 60.0
+STUCK_FLOOR_S = 90.0
 # loops that serve every role of their process: the store loop renews the locks of all of them (a process leads
 # all its roles or none), and the health loop reports on all of them
 _EVERY_ROLE = frozenset({"store", "health"})

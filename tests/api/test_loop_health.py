@@ -31,7 +31,7 @@ from peloton.server import Daemon, ServerConfig
 from tests.clocks import ManualClock, settle
 from tests.dbutil import postgres_database
 
-STEP_S = 55.0  # under the shortest patience (60 s): no wait for a due pass ever looks overdue while a step settles
+STEP_S = 55.0  # under the shortest patience (90 s): no wait for a due pass ever looks overdue while a step settles
 HOURS = 3
 SERVING, NOT_SERVING = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
 ROLES = ("jobmgr", "resmgr", "placement", "hostmgr")
