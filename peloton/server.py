@@ -564,6 +564,7 @@ class Daemon:
         self._judging = False  # health is judged from the loops once they run (until then: NOT_SERVING, as set)
         self._health_mu = threading.Lock()
         self._stuck: dict[str, str] = {}  # the loops found stuck last time, and why
+        self._judged: dict[str, int] = {}  # each health service's status as last judged (set again only on change)
         self.health = _JudgedHealth(self._update_health)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         services: list[tuple[Any, str]] = []
@@ -697,9 +698,9 @@ class Daemon:
         self.loops.append(Loop("health", self._update_health, 5.0, self.clock))
         for lp in self.loops:
             lp.start()
-        self._judging = True
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self._judging = True
         for role in roles:
             LEADER.labels(role).set(1)
         if self.jobmgr is not None:
@@ -919,10 +920,13 @@ class Daemon:
             for role in self.cfg.roles:
                 LEADER.labels(role).set(1 if self.guard is None or self.guard.acting else 0)
             serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-            self.health.set(HEALTH_SERVICE, serving if v.serving else not_serving)
-            self.health.set("", serving if v.serving else not_serving)
-            for role, ok in sorted(v.roles.items()):
-                self.health.set(f"{HEALTH_SERVICE}.{role}", serving if ok else not_serving)
+            judged = {HEALTH_SERVICE: v.serving, "": v.serving, **{f"{HEALTH_SERVICE}.{role}": ok
+                                                                     for role, ok in sorted(v.roles.items())}}
+            for service, ok in judged.items():
+                status = serving if ok else not_serving
+                if self._judged.get(service) != status:  # (each set is sent to every Watch stream)
+                    self.health.set(service, status)
+                    self._judged[service] = status
         return False
 
     def all_loops(self) -> list[Loop]:
