@@ -1,5 +1,9 @@
-"""The one loop pattern for every periodic component: `run_once()` in a thread, start/stop, and a heartbeat
-that feeds health and metrics."""
+"""The one loop pattern for every periodic component: `run_once()` in a thread, start/stop, what it is doing now
+(waiting for its next pass, or in a pass since when) for health and metrics (health.py judges it), and `progress()`
+for a long pass to say it is still moving.
+
+The clock is passed in: the system's (monotonic, for the waits and the stuck decision), or a test's that it moves
+by hand, so a test can run a daemon's loops through hours without waiting for them."""
 
 from __future__ import annotations
 
@@ -7,18 +11,52 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from typing import Protocol
 
 import grpc
 from prometheus_client import Counter, Gauge
 
 from peloton.errors import Unavailable
+from peloton.health import LoopState, stuck_reason
 
 log = logging.getLogger(__name__)
 
 LOOP_RUNS = Counter("peloton_loop_runs_total", "Iterations of each periodic loop", ["loop"])
 LOOP_ERRORS = Counter("peloton_loop_errors_total", "Iterations that raised", ["loop"])
 MAX_BACKOFF_S = 10.0
-LOOP_HEARTBEAT = Gauge("peloton_loop_heartbeat_timestamp_seconds", "Last completed iteration", ["loop"])
+LOOP_HEARTBEAT = Gauge("peloton_loop_heartbeat_timestamp_seconds", "Last completed iteration (an idle loop completes "
+                       "one per period: its age alone does not say stuck; peloton_loop_stuck does)", ["loop"])
+LOOP_STUCK = Gauge("peloton_loop_stuck", "1 while the loop is stuck, as health judges it when scraped (its thread "
+                   "gone, a due pass not begun, or a pass without progress past its patience); 0 otherwise", ["loop"])
+
+
+class Clock(Protocol):
+    def now(self) -> float:
+        """Seconds on a clock that never goes back (not the wall clock: a stuck decision must survive NTP)."""
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        """Until `event` is set (True) or `timeout` seconds of this clock have passed (False)."""
+
+
+class SystemClock:
+    def now(self) -> float:
+        return time.monotonic()
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.wait(timeout)
+
+
+SYSTEM_CLOCK = SystemClock()
+_current = threading.local()  # the Loop whose thread this is (progress() finds it there)
+
+
+def progress() -> None:
+    """A long pass says it is still moving (a job deleted, a chunk of members reconciled): the loop whose thread
+    calls it is not stuck while this goes on. Anywhere else (recovery at start, a request thread) it does nothing,
+    so code shared by loops and others calls it freely."""
+    lp: Loop | None = getattr(_current, "loop", None)
+    if lp is not None:
+        lp.progressed()
 
 
 def _unavailable(e: BaseException) -> bool:
@@ -47,20 +85,27 @@ class Loop:
     """Calls `run_once()` every `interval_s` in a daemon thread. `run_once` may block (long polls) and returns
     True when it did work, in which case the next iteration starts at once."""
 
-    def __init__(self, name: str, run_once: Callable[[], bool], interval_s: float) -> None:
+    def __init__(self, name: str, run_once: Callable[[], bool], interval_s: float,
+                 clock: Clock = SYSTEM_CLOCK) -> None:
         self.name = name
         self._run_once = run_once
         self.interval_s = interval_s
+        self._clock = clock
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
-        self.last_heartbeat = 0.0
+        self.last_heartbeat = 0.0  # wall clock at the end of the last pass (the heartbeat metric)
         self.consecutive_errors = 0
+        # (in a pass, since, wait): replaced whole, so a reader on another thread never sees half of a change
+        self._phase: tuple[bool, float, float] = (False, 0.0, 0.0)
 
     def start(self) -> None:
         self._stop.clear()
-        self.last_heartbeat = time.time()  # healthy from the start, not stale until the first iteration ends
+        self._phase = (True, self._clock.now(), 0.0)  # its first pass begins now
         self._thread = threading.Thread(target=self._run, name=f"loop-{self.name}", daemon=True)
         self._thread.start()
+        # judged when scraped, by the same rule as health: the two cannot disagree, and no thread has to be alive
+        # for the metric to say that one is not
+        LOOP_STUCK.labels(self.name).set_function(lambda: 1.0 if self.stuck(self._clock.now()) else 0.0)
 
     def stop(self, timeout: float = 5.0) -> None:
         self.signal_stop()
@@ -78,11 +123,25 @@ class Loop:
     def stopping(self) -> bool:
         return self._stop.is_set()
 
-    def healthy(self, now: float, stale_after_s: float = 60.0) -> bool:
-        return self._thread is not None and self._thread.is_alive() and now - self.last_heartbeat < stale_after_s
+    def state(self) -> LoopState:
+        in_pass, since, wait = self._phase
+        t = self._thread
+        return LoopState(self.name, self.interval_s, started=t is not None, alive=t is not None and t.is_alive(),
+                         stopping=self.stopping, in_pass=in_pass, since=since, wait_s=wait)
+
+    def stuck(self, now: float) -> str:
+        """Why the loop is stuck at `now` (its clock's), or "" (health.py)."""
+        return stuck_reason(self.state(), now)
+
+    def progressed(self) -> None:
+        """The pass in progress moved (see `progress()`)."""
+        if self._phase[0]:
+            self._phase = (True, self._clock.now(), 0.0)
 
     def _run(self) -> None:
+        _current.loop = self
         while not self._stop.is_set():
+            self._phase = (True, self._clock.now(), 0.0)
             did_work = False
             try:
                 did_work = bool(self._run_once())
@@ -102,12 +161,14 @@ class Loop:
             LOOP_RUNS.labels(self.name).inc()
             LOOP_HEARTBEAT.labels(self.name).set(self.last_heartbeat)
             if not did_work:
-                self._stop.wait(self.backoff_s())
+                wait = self.backoff_s()
+                self._phase = (False, self._clock.now(), wait)
+                self._clock.wait(self._stop, wait)
 
     def backoff_s(self) -> float:
         """The wait before the next iteration: the interval, doubled for each error in a row (a broken dependency
-        is not hammered) up to MAX_BACKOFF_S, so that a loop resumes soon after its dependency returns and its
-        heartbeat stays well inside the health check's 60 s."""
+        is not hammered) up to MAX_BACKOFF_S, so that a loop resumes soon after its dependency returns. The wait
+        is part of the loop's state: health allows for it (health.py)."""
         if not self.consecutive_errors:
             return self.interval_s
         return min(self.interval_s * 2 ** min(self.consecutive_errors, 10), max(self.interval_s, MAX_BACKOFF_S))

@@ -53,6 +53,7 @@ from peloton.config import split_hostport
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.files import private_dir, private_file, tasks_run_as_others, tighten, warn_untraversable
+from peloton.health import judge
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
@@ -67,13 +68,13 @@ from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backen
 from peloton.identity import Principals
 from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
-from peloton.loop import Loop
+from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.ownership import LEADER, StoreGuard
 from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
-from peloton.standby import RequireLeader, StandbyServer
+from peloton.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
 from peloton.store import db, repo
 from peloton.store.fence import EPOCH_KEY, Fence, take_epochs
 from peloton.store.lock import (
@@ -94,6 +95,7 @@ AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one 
 log = logging.getLogger("peloton.server")
 
 HEALTH_SERVICE = "peloton"
+LONG_POLL_MS = 1000  # how long the launcher, task-events and placement loops wait for input in one pass
 # Messages between components and to clients: internal calls are sent in bounded chunks well under this.
 MESSAGE_LIMITS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
                   ("grpc.max_send_message_length", 64 * 1024 * 1024)]
@@ -313,8 +315,10 @@ class MesosSettings:
 
 
 class Daemon:
-    def __init__(self, cfg: ServerConfig) -> None:
+    def __init__(self, cfg: ServerConfig, clock: Clock = SYSTEM_CLOCK) -> None:
+        """`clock`: what the loops wait on and health judges them by (a test's moves by hand)."""
         self.cfg = cfg
+        self.clock = clock
         self.loops: list[Loop] = []
         self._stopped = threading.Event()
         self._closing = threading.Event()  # set first by stop(): new public calls are refused from then on
@@ -369,9 +373,9 @@ class Daemon:
         process and its standbys share its roles' locks, not the others'."""
         cfg = self.cfg
         self.session = session_name()
-        self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s)
         lock = store_lock(url, self.session, tuple(cfg.roles))
         have_dir = self._try_lock_data_dir()
+        self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s, **self._what_it_runs())
         if have_dir and lock.try_acquire(self.owner):
             self.store_lock = lock
             return
@@ -379,8 +383,30 @@ class Daemon:
             holder = lock.holder() if have_dir else None
             lock.release()
             raise refusal(holder, _describe_store(url)) if have_dir else self._data_dir_refusal()
+        self._refuse_if_cannot_adopt(lock)
         self._stand_by(lock, url, have_dir)
         self.store_lock = lock
+
+    def _what_it_runs(self) -> dict[str, str]:
+        """What a standby must share with this daemon to adopt its tasks, recorded with it as the lock's holder
+        (standby.adoption_refusal): its host manager's backend and, on the local backend, its machine and data
+        dir."""
+        cfg = self.cfg
+        if "hostmgr" not in cfg.roles:
+            return {}
+        if cfg.backend != "local":
+            return {"backend": cfg.backend}
+        return {"backend": cfg.backend, "machine": machine_id(), "data_dir": str(cfg.data_dir.resolve()),
+                "data_dir_id": data_dir_id(cfg.data_dir)}
+
+    def _refuse_if_cannot_adopt(self, lock: StoreLock) -> None:
+        """A standby that could not adopt the tasks of the host manager's leader (on the local backend: another
+        machine, another data dir) refuses to stand by, naming why: taking over would run their gangs again while
+        the leader's processes, if it is only paused, still run."""
+        refused = adoption_refusal(self.owner, lock.holder("hostmgr") if self.owner.backend else None)
+        if refused is not None:
+            lock.release()
+            raise refused
 
     def _stand_by(self, lock: StoreLock, url: str, have_dir: bool) -> None:
         """Serve the API's port with redirects to the leader (standby.py) until both locks are ours."""
@@ -404,6 +430,8 @@ class Daemon:
         try:
             while True:
                 have_dir = have_dir or self._try_lock_data_dir()
+                if have_dir:
+                    self._refuse_if_cannot_adopt(lock)  # again: another leader may have taken over meanwhile
                 if have_dir and lock.try_acquire(self.owner):
                     break
                 leader[0] = lock.holder()
@@ -443,7 +471,7 @@ class Daemon:
             from peloton.hostmgr.mesos.backend import make_mesos_backend
 
             assert cfg.mesos is not None
-            return make_mesos_backend(cfg.mesos, self.sessions, may_subscribe=self._leads)
+            return make_mesos_backend(cfg.mesos, self.sessions, may_subscribe=self._leads, loop_clock=self.clock)
         hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
                                  data_dir=cfg.data_dir)
         if cfg.default_task_user == "root" and tasks_run_as_others():
@@ -452,7 +480,8 @@ class Daemon:
         warn_untraversable(cfg.data_dir)
         return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow,
                             default_user=cfg.default_task_user, log_max_bytes=cfg.task_log_max_bytes,
-                            log_keep=cfg.task_log_keep, sandbox_retention_s=cfg.sandbox_retention_s)
+                            log_keep=cfg.task_log_keep, sandbox_retention_s=cfg.sandbox_retention_s,
+                            loop_clock=self.clock)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other
@@ -536,7 +565,11 @@ class Daemon:
             interceptors=[RefuseWhileClosing(self._closing), Authorize(self.authenticator, self.audit),
                           RejectUndecodableRequests()],
         )
-        self.health = health.HealthServicer()
+        self._judging = False  # health is judged from the loops once they run (until then: NOT_SERVING, as set)
+        self._health_mu = threading.Lock()
+        self._stuck: dict[str, str] = {}  # the loops found stuck last time, and why
+        self._judged: dict[str, int] = {}  # each health service's status as last judged (set again only on change)
+        self.health = _JudgedHealth(self._update_health)
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
         services: list[tuple[Any, str]] = []
         if self.audit is not None:
@@ -649,32 +682,34 @@ class Daemon:
             # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
             self._recover(self.jobmgr)
             # the loops long-poll their input (placements, status events): they wake when there is work
-            self.loops += [Loop(f"launcher-{i}", self.jobmgr.launcher.launch_once, 0.05) for i in range(cfg.launchers)]
-            self.loops += [
-                Loop("task-events", self.jobmgr.events_once, 0.05),
-                Loop("reconciler", self.jobmgr.reconcile_once, 5.0),
-            ]
             jm = self.jobmgr
+            self.loops += [Loop(f"launcher-{i}", lambda: jm.launcher.launch_once(LONG_POLL_MS), 0.05, self.clock)
+                           for i in range(cfg.launchers)]
+            self.loops += [
+                Loop("task-events", lambda: jm.events_once(LONG_POLL_MS), 0.05, self.clock),
+                Loop("reconciler", jm.reconcile_once, 5.0, self.clock),
+            ]
             kept = [t for t in (cfg.job_retention_s, cfg.audit_retention_s) if t > 0]
             if kept:  # checked often enough for the shortest retention, at least every 10 minutes
                 self.loops.append(Loop("retention", lambda: self._retention_once(jm),
-                                       max(1.0, min(600.0, min(kept) / 4))))
+                                       max(1.0, min(600.0, min(kept) / 4)), self.clock))
         if self.store_lock is not None:
             # the locks of this process's roles, watched: it stops acting when they are lost or taken over, and
             # recovers when they are its own again
             self.guard = StoreGuard(self.store_lock, self.read_sessions if self.engine is not None else None,
                                     self.owner, self._stop_acting, self._regained,
                                     lambda: None if self._update_health() else None)
-            self.loops.append(Loop("store", self.guard.run_once, 1.0))
+            self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
         if "placement" in roles:
-            engine = self.placement = PlacementEngine(resmgr_stub, hostmgr_stub)
+            engine = self.placement = PlacementEngine(resmgr_stub, hostmgr_stub, poll_ms=LONG_POLL_MS)
             # a replaced leader places nothing (its plans would be refused at claim time anyway)
-            self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05))
-        self.loops.append(Loop("health", self._update_health, 5.0))
+            self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
+        self.loops.append(Loop("health", self._update_health, 5.0, self.clock))
         for lp in self.loops:
             lp.start()
         self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
         self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self._judging = True
         for role in roles:
             LEADER.labels(role).set(1)
         if self.jobmgr is not None:
@@ -905,24 +940,40 @@ class Daemon:
             raise
 
     def _update_health(self) -> bool:
-        """NOT_SERVING while any loop is dead or stuck (no heartbeat for a minute), the store does not answer, or
-        this daemon does not hold the store lock: operators see it in health. Each role this process runs has a
-        service of its own too (`peloton.jobmgr`, ...), NOT_SERVING while one of its own loops is stuck."""
-        now = time.time()
-        stuck = {lp.name for lp in self.loops if lp.name != "health" and not lp.healthy(now)}
-        store_ok = self.guard is None or self.guard.healthy
-        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-        status = serving if not stuck and store_ok else not_serving
-        leads = self.guard is None or self.guard.acting  # a process leads all its roles or none
-        for role in self.cfg.roles:
-            LEADER.labels(role).set(1 if leads else 0)
-        self.health.set(HEALTH_SERVICE, status)
-        self.health.set("", status)
-        for role in sorted(self.cfg.roles):
-            mine = {name for name in stuck if _role_of_loop(name) == role}
-            ok = not mine and leads and (store_ok or role != "jobmgr")
-            self.health.set(f"{HEALTH_SERVICE}.{role}", serving if ok else not_serving)
+        """NOT_SERVING while any loop is stuck (health.py: its thread gone, a due pass not begun, a pass without
+        progress past its patience, each judged by the loop's own period), the store does not answer, or this
+        daemon does not hold the store lock: operators see it in health. Each role this process runs has a
+        service of its own too (`peloton.jobmgr`, ...), NOT_SERVING while one of its own loops is stuck. Judged
+        every 5 s (the health loop, which pushes changes to watchers), by the store loop when the store comes or
+        goes, and at every Check (so a check never reads a stale answer, even with the health loop stuck)."""
+        if not self._judging:
+            return False
+        with self._health_mu:
+            v = judge([lp.state() for lp in self.all_loops()], self.cfg.roles, self.clock.now(),
+                      store_ok=self.guard is None or self.guard.healthy, leads=self.guard is None or self.guard.acting)
+            for name, why in v.stuck.items():
+                if self._stuck.get(name) is None:
+                    log.error("loop %s is stuck: %s; health NOT_SERVING until it moves again", name, why)
+            for name in self._stuck.keys() - v.stuck.keys():
+                log.warning("loop %s moves again", name)
+            self._stuck = v.stuck
+            for role in self.cfg.roles:
+                LEADER.labels(role).set(1 if self.guard is None or self.guard.acting else 0)
+            serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
+            judged = {HEALTH_SERVICE: v.serving, "": v.serving, **{f"{HEALTH_SERVICE}.{role}": ok
+                                                                     for role, ok in sorted(v.roles.items())}}
+            for service, ok in judged.items():
+                status = serving if ok else not_serving
+                if self._judged.get(service) != status:  # (each set is sent to every Watch stream)
+                    self.health.set(service, status)
+                    self._judged[service] = status
         return False
+
+    def all_loops(self) -> list[Loop]:
+        """The daemon's loops and its backend's (the local backend's sandbox sweep and log rotation, the Mesos
+        backend's ticker; the sim backend has none)."""
+        backend = self.hostmgr.backend if self.hostmgr is not None else None
+        return [*self.loops, *getattr(backend, "loops", ())]
 
     def _retention_once(self, jm: JobManager) -> bool:
         """Jobs that ended longer ago than --job-retention (and their sandboxes), audit records older than
@@ -934,6 +985,7 @@ class Daemon:
             with db.transaction(self.sessions) as s:
                 more = repo.delete_audit_before(s, now - self.cfg.audit_retention_s, AUDIT_RETENTION_BATCH) \
                     >= AUDIT_RETENTION_BATCH or more
+            progress()
         return more
 
     def stop(self) -> None:
@@ -999,9 +1051,16 @@ class Daemon:
             pass
 
 
-def _role_of_loop(name: str) -> str:
-    """Which role a loop works for (its health service)."""
-    return "placement" if name == "placement" else "jobmgr"
+class _JudgedHealth(health.HealthServicer):
+    """The standard health service, judged afresh at every Check (`judge`: cheap, no I/O)."""
+
+    def __init__(self, judge_now: Callable[[], object]) -> None:
+        super().__init__()
+        self._judge_now = judge_now
+
+    def Check(self, request: health_pb2.HealthCheckRequest, context: grpc.ServicerContext) -> Any:  # noqa: N802
+        self._judge_now()
+        return super().Check(request, context)
 
 
 def _local_only(address: str) -> bool:

@@ -1,13 +1,22 @@
 """What a standby serves while it waits to take over: the same port as when it leads, answering every call with
 UNAVAILABLE and the leader's address (the message, and the trailing metadata `peloton-leader` that clients follow),
 and health NOT_SERVING (`peloton.standby` SERVING, for a liveness probe). It knows nothing else: jobs are read
-from the leader. Taking over stops it and serves the full API on the same port (server.py)."""
+from the leader. Taking over stops it and serves the full API on the same port (server.py).
+
+And whether a standby could adopt the leader's tasks at all: on the local backend they are processes of the
+leader's machine, recorded in its data dir, so only a daemon on that machine with that data dir can; one that
+could not refuses to stand by (`adoption_refusal`), at start and again before it takes over."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
+import os
+import socket
+import uuid
 from collections.abc import Callable
 from concurrent import futures
+from pathlib import Path
 from typing import Any
 
 import grpc
@@ -16,6 +25,8 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from peloton.config import split_hostport
 from peloton.errors import FailedPrecondition
 from peloton.store.lock import Owner
+
+DATA_DIR_ID_FILE = "daemon.id"
 
 log = logging.getLogger(__name__)
 
@@ -96,3 +107,62 @@ class RequireLeader(grpc.ServerInterceptor):
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         return continuation(details) if self._leads() else self._refuse
+
+
+def machine_id() -> str:
+    """The processes this daemon can see and signal: this boot of the kernel and this PID namespace (two containers
+    of one machine are two machines here). The host name where /proc does not say."""
+    try:
+        with open("/proc/sys/kernel/random/boot_id") as f:
+            boot = f.read().strip()
+        return f"{boot}/pid:{os.stat('/proc/self/ns/pid').st_ino}"
+    except OSError:
+        return f"host:{socket.gethostname()}"
+
+
+def data_dir_id(data_dir: Path) -> str:
+    """The data dir's id, made at its first use (a random one in `daemon.id`, owner-only): the same directory under
+    whatever path, and never a copy of it made before the first daemon wrote it."""
+    path = data_dir / DATA_DIR_ID_FILE
+    with contextlib.suppress(FileExistsError):
+        fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as f:
+            f.write(uuid.uuid4().hex + "\n")
+    text = path.read_text().strip()
+    if not text:  # a daemon that died between making and writing it: make it again
+        path.unlink()
+        return data_dir_id(data_dir)
+    return text
+
+
+GUIDE = "docs/running.md#a-leader-and-standbys"
+
+
+def adoption_refusal(me: Owner, leader: Owner | None) -> FailedPrecondition | None:
+    """Why this daemon, standing by, could not adopt the tasks of `leader` (the host manager's leader as it recorded
+    itself) once it took over, or None when it could, or cannot tell (it runs no host manager; no leader recorded
+    yet; a leader of a release that did not record what it runs). Taking over anyway would run again gangs whose
+    processes still run (a paused leader's)."""
+    if not me.backend or leader is None or not leader.backend:
+        return None
+    who = leader.describe()
+    if leader.backend != me.backend:
+        return FailedPrecondition(
+            f"--standby: this daemon could not adopt the leader's tasks: the leader ({who}) runs the "
+            f"{leader.backend} backend, and this daemon the {me.backend} one; start a standby with the leader's flags "
+            f"({GUIDE})", field="--backend")
+    if me.backend != "local":
+        return None  # Mesos: the master knows every task, a standby anywhere adopts them (sim: nothing outlives it)
+    if leader.machine != me.machine:
+        return FailedPrecondition(
+            f"--standby: this daemon could not adopt the leader's tasks: on the local backend they are processes of "
+            f"the leader's machine ({who}), and this daemon runs on another machine. A local-backend standby runs on "
+            f"the leader's machine with its --data-dir ({leader.data_dir}); for a standby on another machine use the "
+            f"Mesos backend ({GUIDE})", field="--standby")
+    if leader.data_dir_id != me.data_dir_id:
+        other = "another directory (another daemon.id)" if leader.data_dir == me.data_dir else "another"
+        return FailedPrecondition(
+            f"--standby: this daemon could not adopt the leader's tasks: on the local backend they are recorded in "
+            f"the leader's data dir {leader.data_dir} ({who}), and this daemon's --data-dir {me.data_dir} is "
+            f"{other}. Start it with --data-dir {leader.data_dir} ({GUIDE})", field="--data-dir")
+    return None

@@ -40,6 +40,7 @@ from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.watch import JobChange, WatchHub
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
+from peloton.loop import progress
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -535,6 +536,8 @@ class JobManager:
                 self.delete_job(job_id)
             except (NotFound, FailedPrecondition):
                 continue  # deleted meanwhile, or (never) running again
+            finally:
+                progress()  # a pass of up to RETENTION_BATCH jobs moves job by job: the retention loop is not stuck
             gone.append(job_id)
         if gone:
             log.info("retention: deleted %d jobs that ended before %s", len(gone),
@@ -622,6 +625,7 @@ class JobManager:
             log.warning("killing %d tasks no job claims: %s", len(strays), ", ".join(strays[:10]))
             for i in range(0, len(strays), RPC_CHUNK):
                 self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=strays[i:i + RPC_CHUNK]), timeout=30)
+                progress()  # (recovery after regaining the lock runs in the store loop's pass)
         statuses = self._reconcile(live)
 
         def apply(views: Views, now: float) -> policy.Effects:
@@ -643,6 +647,7 @@ class JobManager:
             r = self.hostmgr.ListRunningTasks(internal_pb2.ListRunningTasksRequest(page_token=token), timeout=60)
             out += r.task_ids
             token = r.next_page_token
+            progress()
             if not token:
                 return out
 
@@ -668,6 +673,7 @@ class JobManager:
             r = self.hostmgr.ReconcileTasks(internal_pb2.ReconcileTasksRequest(task_ids=task_ids[i:i + RPC_CHUNK]),
                                             timeout=60)
             out.update({p.task_id: convert.status_from_proto(p) for p in r.statuses})
+            progress()  # recovery and a full reconciliation ask about every live member, chunk by chunk
         return out
 
     # --- loop: reconciliation, launch deadlines, the queue check ------------------------------------------------
@@ -745,6 +751,7 @@ class JobManager:
         for jid, end in unstopped.items():
             log.warning("job %s: finishing a stop that was cut short", jid)
             self._stop_gangs(jid, 0, end)
+            progress()
         if full:
             self._full_reconcile_at = now + FULL_RECONCILE_S
         if queue_check:
@@ -779,6 +786,7 @@ class JobManager:
             r = self.resmgr.CheckGangs(internal_pb2.CheckGangsRequest(gangs=[
                 internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in keys[i:i + RPC_CHUNK]]), timeout=30)
             unknown += [(k.gang_id, k.attempt) for k in r.unknown]
+            progress()
         if not unknown:
             return
 

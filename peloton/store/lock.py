@@ -76,21 +76,32 @@ class Owner:
     since: float
     session: str = ""  # the application_name of its store connections
     lease: float = LEASE_S
+    # What a standby must share to adopt its tasks (standby.py; "" where it runs no host manager, or was recorded by
+    # a release before these): the host manager's backend, and on the local backend the machine (its boot and PID
+    # namespace: the processes it can see) and the data dir (its id file, and its path to name it by).
+    backend: str = ""
+    machine: str = ""
+    data_dir: str = ""
+    data_dir_id: str = ""
 
     @staticmethod
-    def me(address: str, session: str = "", lease: float = LEASE_S) -> Owner:
-        return Owner(socket.gethostname(), os.getpid(), address, time.time(), session, lease)
+    def me(address: str, session: str = "", lease: float = LEASE_S, *, backend: str = "", machine: str = "",
+           data_dir: str = "", data_dir_id: str = "") -> Owner:
+        return Owner(socket.gethostname(), os.getpid(), address, time.time(), session, lease, backend, machine,
+                     data_dir, data_dir_id)
 
     def to_json(self) -> str:
         return json.dumps({"host": self.host, "pid": self.pid, "address": self.address, "since": self.since,
-                           "session": self.session, "lease": self.lease})
+                           "session": self.session, "lease": self.lease, "backend": self.backend,
+                           "machine": self.machine, "data_dir": self.data_dir, "data_dir_id": self.data_dir_id})
 
     @staticmethod
     def from_json(text: str | None) -> Owner | None:
         try:
             d = json.loads(text or "")
             return Owner(str(d["host"]), int(d["pid"]), str(d.get("address", "")), float(d["since"]),
-                         str(d.get("session", "")), float(d.get("lease", LEASE_S)))
+                         str(d.get("session", "")), float(d.get("lease", LEASE_S)), str(d.get("backend", "")),
+                         str(d.get("machine", "")), str(d.get("data_dir", "")), str(d.get("data_dir_id", "")))
         except (ValueError, KeyError, TypeError):
             return None
 
@@ -108,8 +119,9 @@ class StoreLock(Protocol):
         """Write who holds the lock where the next daemon can read it (again: the store's tables may only exist
         once the holder has migrated them)."""
 
-    def holder(self) -> Owner | None:
-        """Who holds (or last held) the lock, as they recorded it."""
+    def holder(self, role: str = "") -> Owner | None:
+        """Who holds (or last held) the lock, as they recorded it: of `role` (PostgreSQL: each role's lock has its
+        own record), by default the one last found taken."""
 
     def held(self) -> bool:
         """Still ours: False once it is lost (the connection holding it went away). Renews the lease."""
@@ -237,11 +249,12 @@ class PostgresLock:
             conn.execute(text("INSERT INTO meta (key, value) VALUES (:k, CAST(EXTRACT(EPOCH FROM "
                               "clock_timestamp()) AS TEXT))"), {"k": heartbeat_key(role)})
 
-    def holder(self) -> Owner | None:
-        """Who holds the lock of the role last found taken (the first role before any try)."""
+    def holder(self, role: str = "") -> Owner | None:
+        """Who holds the lock of `role`, by default of the role last found taken (the first role before any
+        try)."""
         try:
             row = self._connect().execute(text("SELECT value FROM meta WHERE key = :k"),
-                                          {"k": owner_key(self.contested)}).first()
+                                          {"k": owner_key(role or self.contested)}).first()
         except Exception:  # noqa: BLE001
             self._drop()
             return None
@@ -316,8 +329,8 @@ class FileLock:
         f.write(owner.to_json())
         f.flush()
 
-    def holder(self) -> Owner | None:
-        try:
+    def holder(self, role: str = "") -> Owner | None:
+        try:  # (one record: SQLite's lock is the job manager's, whatever roles its holder runs)
             return Owner.from_json(self.path.read_text())
         except OSError:
             return None

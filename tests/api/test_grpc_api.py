@@ -147,48 +147,6 @@ def test_health_right_after_start_is_serving_even_if_the_health_loop_runs_late(t
         d.stop()
 
 
-def test_a_stuck_loop_turns_its_role_and_the_daemon_not_serving_until_it_moves_again(tmp_path: Path) -> None:
-    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=f"sqlite:///{tmp_path}/p.db", data_dir=tmp_path / "data",
-                            local_hosts=1, local_host_resources=Resources(cpu=1, mem=512),
-                            local_port_base=random.randrange(42000, 58001, 2000) + 1000, metrics_listen=""))
-    address = d.start()
-    release = threading.Event()
-    try:
-        assert d.placement is not None
-        real = d.placement.run_once
-        entered = threading.Event()
-
-        def stuck() -> bool:
-            entered.set()
-            release.wait(30)
-            d.placement.run_once = real  # type: ignore[method-assign, union-attr]
-            return False
-
-        d.placement.run_once = stuck  # type: ignore[method-assign]
-        assert entered.wait(10)
-        loop = next(lp for lp in d.loops if lp.name == "placement")
-        loop.last_heartbeat = time.time() - 120  # as if stuck for two minutes
-
-        def status(service: str) -> int:
-            with grpc.insecure_channel(address) as ch:
-                return int(health_pb2_grpc.HealthStub(ch).Check(health_pb2.HealthCheckRequest(service=service),
-                                                                timeout=RPC_TIMEOUT).status)
-
-        d._update_health()
-        serving, not_serving = health_pb2.HealthCheckResponse.SERVING, health_pb2.HealthCheckResponse.NOT_SERVING
-        assert (status("peloton"), status("peloton.placement")) == (not_serving, not_serving)
-        assert (status("peloton.jobmgr"), status("peloton.resmgr")) == (serving, serving)  # the others go on
-        release.set()
-        deadline = time.monotonic() + 10
-        while loop.last_heartbeat < time.time() - 60 and time.monotonic() < deadline:
-            time.sleep(0.05)
-        d._update_health()
-        assert (status("peloton"), status("peloton.placement")) == (serving, serving)
-    finally:
-        release.set()
-        d.stop()
-
-
 def test_a_stopping_daemon_refuses_new_calls_first_lets_the_loop_finish_its_pass_then_frees_the_store(
         tmp_path: Path) -> None:
     """SIGTERM's order: stop accepting, finish the current round, release leadership, exit within a bound."""

@@ -45,7 +45,8 @@ def names_in(expr: str) -> set[str]:
 
 def test_the_registry_is_what_the_docs_list() -> None:
     names = exported()
-    assert {"peloton_preemptions_total", "peloton_loop_heartbeat_timestamp_seconds", "peloton_leader",
+    assert {"peloton_preemptions_total", "peloton_loop_heartbeat_timestamp_seconds", "peloton_loop_stuck",
+            "peloton_leader",
             "peloton_gangs", "peloton_tasks", "peloton_jobs", "peloton_hosts", "peloton_cluster_capacity",
             "peloton_hostmgr_launch_failures_total", "peloton_store_transaction_seconds_bucket",
             "peloton_mesos_connected", "peloton_mesos_events_total",
@@ -74,6 +75,15 @@ def test_promtool_accepts_the_rules() -> None:  # pragma: no cover - where promt
     assert r.returncode == 0, r.stdout + r.stderr
 
 
+@pytest.mark.skipif(shutil.which("promtool") is None, reason="promtool is not installed here")
+def test_the_alerts_fire_when_they_should_and_not_on_an_idle_daemon() -> None:  # pragma: no cover - with promtool
+    """alerts_test.yml: an idle daemon with the default settings (loops that pass every 10 minutes) pages nobody
+    for hours; a loop the daemon judges stuck pages."""
+    r = subprocess.run(["promtool", "test", "rules", str(DEPLOY / "prometheus" / "alerts_test.yml")],
+                       capture_output=True, text=True, timeout=60)
+    assert r.returncode == 0, r.stdout + r.stderr
+
+
 def test_the_dashboard_is_valid_json_and_names_only_exported_metrics() -> None:
     dash = json.loads((DEPLOY / "grafana" / "peloton.json").read_text())
     panels = dash["panels"]
@@ -88,7 +98,7 @@ def test_the_dashboard_is_valid_json_and_names_only_exported_metrics() -> None:
     # queue, stage latencies, allocation per pool, hosts' task updates, loops
     assert {"peloton_resmgr_queued_gangs", "peloton_pool_allocation", "peloton_placement_round_seconds_bucket",
             "peloton_jobmgr_launch_seconds_bucket", "peloton_hostmgr_task_status_total",
-            "peloton_loop_heartbeat_timestamp_seconds", "peloton_gang_stage_seconds_bucket"} <= shown
+            "peloton_loop_heartbeat_timestamp_seconds", "peloton_loop_stuck", "peloton_gang_stage_seconds_bucket"} <= shown
 
 
 @pytest.mark.skipif(shutil.which("systemd-analyze") is None, reason="systemd-analyze is not installed here")

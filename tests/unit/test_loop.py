@@ -1,16 +1,21 @@
-"""The one loop pattern: errors back off without ever outlasting the health check; work runs the next iteration at
-once; the heartbeat says whether a loop is alive."""
+"""The one loop pattern: errors back off; work runs the next iteration at once; what a loop is doing (waiting for
+its next pass, or in a pass since when) says whether it is stuck, by its own period, and a long pass that reports
+progress is not."""
 
 from __future__ import annotations
 
 import threading
 import time
 
+import pytest
+from prometheus_client import REGISTRY
+
 from peloton.errors import Unavailable
-from peloton.loop import MAX_BACKOFF_S, Loop
+from peloton.loop import MAX_BACKOFF_S, Loop, progress
+from tests.clocks import ManualClock, settle
 
 
-def test_the_backoff_doubles_per_error_and_stays_under_the_health_checks_staleness() -> None:
+def test_the_backoff_doubles_per_error_up_to_a_cap() -> None:
     lp = Loop("x", lambda: False, 5.0)
     assert lp.backoff_s() == 5.0
     waits = []
@@ -47,7 +52,7 @@ def test_a_loop_survives_errors_and_resumes_when_its_dependency_returns() -> Non
     try:
         assert ok.wait(5), calls
         assert lp.consecutive_errors == 0
-        assert lp.healthy(time.time())
+        assert not lp.stuck(time.monotonic())
     finally:
         lp.stop()
     assert not lp._thread or not lp._thread.is_alive()  # noqa: SLF001
@@ -76,12 +81,78 @@ def test_work_runs_the_next_iteration_at_once_and_idleness_waits_the_interval() 
         lp.stop()
 
 
-def test_a_loop_whose_thread_is_gone_or_silent_is_unhealthy() -> None:
-    lp = Loop("quiet", lambda: False, 3600.0)
-    assert not lp.healthy(time.time())  # never started
+def _waiting(clock: ManualClock, lp: Loop) -> None:
+    settle(lambda: clock.idle({f"loop-{lp.name}"}), f"{lp.name} waiting")
+
+
+def test_a_loop_waiting_for_its_next_pass_is_not_stuck_however_long_its_period() -> None:
+    clock = ManualClock()
+    passes: list[float] = []
+    lp = Loop("slow", lambda: bool(passes.append(clock.now())), 600.0, clock)
+    assert lp.stuck(clock.now()) == "it was never started"
     lp.start()
     try:
-        assert lp.healthy(time.time())
-        assert not lp.healthy(time.time() + 61)  # no heartbeat for a minute: stuck
+        _waiting(clock, lp)
+        for _ in range(3 * 600 // 50):  # three of its periods, in steps of 50 s
+            clock.advance(50)
+            _waiting(clock, lp)
+            assert lp.stuck(clock.now()) == ""
+            assert REGISTRY.get_sample_value("peloton_loop_stuck", {"loop": "slow"}) == 0.0
+        assert len(passes) == 1 + 3  # at start, then every 600 s of its clock
     finally:
         lp.stop()
+    assert lp.stuck(clock.now()) == ""  # stopped on purpose: not stuck
+
+
+def test_a_pass_that_blocks_is_stuck_past_its_patience_and_progress_keeps_a_long_pass_alive() -> None:
+    clock = ManualClock()
+    go, entered = threading.Event(), threading.Event()
+    steps: list[int] = []
+
+    def long_pass() -> bool:
+        entered.set()
+        while not go.wait(0.005):
+            if steps:
+                steps.pop()
+                progress()
+        return False
+
+    lp = Loop("long", long_pass, 5.0, clock)
+    lp.start()
+    try:
+        assert entered.wait(10)
+        clock.advance(90)
+        assert lp.stuck(clock.now()) == ""  # 90 s without progress: at its patience, not past it
+        for _ in range(12):  # ten minutes more, reporting progress every 50 s
+            clock.advance(50)
+            steps.append(1)
+            settle(lambda: not steps, "the pass to report progress")
+            assert lp.stuck(clock.now()) == ""
+        clock.advance(91)
+        assert lp.stuck(clock.now()) == "a pass has made no progress for 91 s (its limit: 90 s)"
+        assert REGISTRY.get_sample_value("peloton_loop_stuck", {"loop": "long"}) == 1.0
+        go.set()
+        _waiting(clock, lp)
+        assert lp.stuck(clock.now()) == ""
+        assert REGISTRY.get_sample_value("peloton_loop_stuck", {"loop": "long"}) == 0.0
+    finally:
+        go.set()
+        lp.stop()
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnhandledThreadExceptionWarning")
+def test_a_loop_whose_thread_ended_is_stuck() -> None:
+    clock = ManualClock()
+
+    def dies() -> bool:
+        raise SystemExit  # not an Exception: the loop does not survive it
+
+    lp = Loop("dies", dies, 1.0, clock)
+    lp.start()
+    settle(lambda: not lp.state().alive, "the thread to end")
+    assert lp.stuck(clock.now()) == "its thread has ended"
+    assert REGISTRY.get_sample_value("peloton_loop_stuck", {"loop": "dies"}) == 1.0
+
+
+def test_progress_outside_a_loop_does_nothing() -> None:
+    progress()  # recovery at start, a request thread: no loop to tell

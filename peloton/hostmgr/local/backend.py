@@ -64,6 +64,7 @@ from peloton.hostmgr.local.monitor import ProcessMonitor
 from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
+from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
@@ -197,6 +198,7 @@ class LocalBackend:
         log_check_s: float = LOG_CHECK_S,
         sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S,
         sandbox_sweep_s: float = SANDBOX_SWEEP_S,
+        loop_clock: Clock = SYSTEM_CLOCK,
     ) -> None:
         """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
         `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
@@ -204,7 +206,8 @@ class LocalBackend:
         `log_max_bytes`, `log_keep`: a running task's stdout or stderr larger than this is rotated (checked every
         `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated.
         `sandbox_retention_s`: the sandbox of a task that ended longer ago than this is removed (looked at every
-        `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted."""
+        `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted.
+        `loop_clock`: what those two loops wait on (and health judges them by)."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
         self._hosts: dict[str, HostUsage] = {}
@@ -228,13 +231,15 @@ class LocalBackend:
         self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
         self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
         self._started = False
-        self._log_max, self._log_keep, self._log_check_s = log_max_bytes, log_keep, log_check_s
+        self._log_max, self._log_keep = log_max_bytes, log_keep
         self._logs_lock = threading.Lock()  # a rotation and a read of the same files never interleave
-        self._stopping = threading.Event()
-        self._rotator: threading.Thread | None = None
         self._sandbox_retention_s = sandbox_retention_s
-        self._sandbox_sweep_s = sandbox_sweep_s
-        self._sweeper: threading.Thread | None = None
+        # its periodic housekeeping, as loops: the daemon's health watches them with its own (hostmgr's)
+        self.loops: list[Loop] = []
+        if log_max_bytes > 0:
+            self.loops.append(Loop("local-logrotate", self._rotate_logs, log_check_s, loop_clock))
+        if sandbox_retention_s > 0:
+            self.loops.append(Loop("local-sandboxes", self._sweep_sandboxes, sandbox_sweep_s, loop_clock))
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
@@ -247,12 +252,8 @@ class LocalBackend:
         statuses = self._adopt()
         self._journal.start()  # compacts: only the live tasks remain
         self._monitor.start()
-        if self._log_max > 0:
-            self._rotator = threading.Thread(target=self._rotate_logs, name="local-logrotate", daemon=True)
-            self._rotator.start()
-        if self._sandbox_retention_s > 0:
-            self._sweeper = threading.Thread(target=self._sweep_sandboxes, name="local-sandboxes", daemon=True)
-            self._sweeper.start()
+        for lp in self.loops:
+            lp.start()
         for st in statuses:
             self._report(st)
 
@@ -264,9 +265,10 @@ class LocalBackend:
 
     def stop(self) -> None:
         """Stop monitoring. Tasks keep running; a new LocalBackend on the same data_dir adopts them."""
-        self._stopping.set()
-        if self._rotator is not None:
-            self._rotator.join(5)
+        for lp in self.loops:
+            lp.signal_stop()
+        for lp in self.loops:
+            lp.join(5)
         self._spawners.close()
         self._monitor.stop()
         self._journal.stop()
@@ -335,6 +337,7 @@ class LocalBackend:
             if (name.rsplit("-", 2)[0] if name.count("-") >= 2 else "") in wanted:
                 shutil.rmtree(sandbox, ignore_errors=True)
                 removed += 1
+                progress()  # (the retention loop's pass, when it deletes jobs in this process)
         return removed
 
     def expire_sandboxes(self, now: float) -> int:
@@ -343,6 +346,7 @@ class LocalBackend:
         still alive, keeps its sandbox. How many went."""
         removed = 0
         for _, sandbox in self._sandboxes_not_running():
+            progress()  # a sweep of many sandboxes, some large, is a long pass that moves
             ended = wrapper.read_exit(sandbox)
             try:
                 ended_at = ended.finished_at if ended is not None else sandbox.stat().st_mtime
@@ -362,12 +366,10 @@ class LocalBackend:
                      self._sandbox_retention_s)
         return removed
 
-    def _sweep_sandboxes(self) -> None:
-        while not self._stopping.wait(self._sandbox_sweep_s):
-            try:
-                self.expire_sandboxes(self._clock())
-            except Exception:  # noqa: BLE001 - housekeeping: tried again at the next sweep
-                log.exception("removing expired sandboxes failed")
+    def _sweep_sandboxes(self) -> bool:
+        """The `local-sandboxes` loop's pass (a failure is logged and tried again at the next one)."""
+        self.expire_sandboxes(self._clock())
+        return False
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         if stream not in _STREAMS:
@@ -385,18 +387,20 @@ class LocalBackend:
             raise FailedPrecondition(f"the {stream} of task {task_id} cannot be read: "
                                      f"{e.strerror or e}") from None
 
-    def _rotate_logs(self) -> None:
-        """Every `log_check_s`: the logs of running tasks grown past the cap are rotated (logrotate.py)."""
-        while not self._stopping.wait(self._log_check_s):
-            with self._lock:
-                sandboxes = [t.sandbox for t in self._tasks.values() if not t.exited]
-            for sandbox in sandboxes:
-                for stream in _STREAMS:
-                    with self._logs_lock:
-                        moved = logrotate.rotate(sandbox, stream, self._log_max, self._log_keep)
-                    if moved:
-                        LOGS_ROTATED.inc()
-                        log.info("rotated %s/%s: %d bytes to %s.1", sandbox.name, stream, moved, stream)
+    def _rotate_logs(self) -> bool:
+        """The `local-logrotate` loop's pass, every `log_check_s`: the logs of running tasks grown past the cap are
+        rotated (logrotate.py)."""
+        with self._lock:
+            sandboxes = [t.sandbox for t in self._tasks.values() if not t.exited]
+        for sandbox in sandboxes:
+            for stream in _STREAMS:
+                with self._logs_lock:
+                    moved = logrotate.rotate(sandbox, stream, self._log_max, self._log_keep)
+                if moved:
+                    LOGS_ROTATED.inc()
+                    log.info("rotated %s/%s: %d bytes to %s.1", sandbox.name, stream, moved, stream)
+            progress()
+        return False
 
     # ----------------------------------------------------------------------------------------------- launch / kill
 
@@ -431,6 +435,7 @@ class LocalBackend:
                 launches = {}
         for i, lg in launches.items():
             results[i] = self._start_gang(lg)
+            progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
         return [results[i] for i in range(len(gangs))]
 
     def _refusal_locked(self, g: GangLaunch) -> tuple[str, str] | None:

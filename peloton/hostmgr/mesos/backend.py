@@ -53,9 +53,11 @@ from peloton.hostmgr.mesos.events import (
 from peloton.hostmgr.mesos.files import AgentFiles
 from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
+from peloton.loop import SYSTEM_CLOCK, Clock, Loop
 
 log = logging.getLogger(__name__)
 
+TICK_S = 0.5  # offers held too long are declined, reconciliation advanced, this often
 INVERSE_RECHECK_S = 30.0  # an inverse offer declined (our tasks still there) comes back after this
 
 CONNECTED = Gauge("peloton_mesos_connected", "1 while subscribed to the Mesos master")
@@ -134,8 +136,10 @@ class MesosBackend:
         save_framework_id: Callable[[str | None], None],
         clock: Callable[[], float] = time.time,
         agent_files: AgentFiles | None = None,
+        loop_clock: Clock = SYSTEM_CLOCK,
     ) -> None:
-        """`agent_files`: how task logs are read from the agents' sandboxes (files.py)."""
+        """`agent_files`: how task logs are read from the agents' sandboxes (files.py); `loop_clock`: what the
+        ticker loop waits on (and health judges it by)."""
         self.opts = opts
         self._files = agent_files or AgentFiles()
         self.clock = clock
@@ -156,8 +160,8 @@ class MesosBackend:
         self._last_demand = 0.0
         self._reconciliation: _Reconciliation | None = None
         self._last_implicit = 0.0
-        self._stop = threading.Event()
-        self._ticker: threading.Thread | None = None
+        # offer and reconciliation timers, as a loop: the daemon's health watches it with its own (hostmgr's)
+        self.loops = [Loop("mesos-ticker", self._tick_pass, TICK_S, loop_clock)]
 
     @property
     def framework_id(self) -> str | None:
@@ -188,8 +192,8 @@ class MesosBackend:
         self._on_status = on_status
         self._on_hosts_changed = on_hosts_changed
         self._transport.start()
-        self._ticker = threading.Thread(target=self._tick_loop, name="mesos-ticker", daemon=True)
-        self._ticker.start()
+        for lp in self.loops:
+            lp.start()
 
     def maintenance(self) -> dict[str, float]:
         with self._lock:
@@ -203,10 +207,11 @@ class MesosBackend:
         self._transport.resume()
 
     def stop(self) -> None:
-        self._stop.set()
+        for lp in self.loops:
+            lp.signal_stop()
         self._transport.stop()
-        if self._ticker is not None:
-            self._ticker.join(5)
+        for lp in self.loops:
+            lp.join(5)
 
     def _host_name(self, a: AgentView) -> str:
         """Hostname when it names one agent; hostname:port when several agents share it (one machine)."""
@@ -605,12 +610,10 @@ class MesosBackend:
             self._on_status(st)
 
     # --- periodic duties ------------------------------------------------------------------------------------
-    def _tick_loop(self) -> None:
-        while not self._stop.wait(0.5):
-            try:
-                self.tick()
-            except Exception:
-                log.exception("mesos backend tick failed")
+    def _tick_pass(self) -> bool:
+        """The `mesos-ticker` loop's pass, every TICK_S (a failure is logged and tried again at the next)."""
+        self.tick()
+        return False
 
     def tick(self) -> None:
         now = self.clock()
@@ -667,7 +670,8 @@ class _Refused(LaunchError):
     """Nothing of the gang was sent: the launch is refused, not failed."""
 
 
-def make_mesos_backend(settings: Any, sessions: Any, may_subscribe: Callable[[], bool] = lambda: True) -> MesosBackend:
+def make_mesos_backend(settings: Any, sessions: Any, may_subscribe: Callable[[], bool] = lambda: True,
+                       loop_clock: Clock = SYSTEM_CLOCK) -> MesosBackend:
     """Wire the backend for the daemon: framework id kept in the store's meta table, secret read from a file;
     `may_subscribe`: whether this process leads (a replaced leader must not subscribe as the framework)."""
     from peloton.hostmgr.mesos.client import MesosClient
@@ -707,7 +711,7 @@ def make_mesos_backend(settings: Any, sessions: Any, may_subscribe: Callable[[],
 
         auth = "Basic " + base64.b64encode(f"{settings.principal}:{secret}".encode()).decode("ascii")
     scheme = "https" if settings.masters and settings.masters[0].startswith("https://") else "http"
-    return MesosBackend(opts, transport, load, save, agent_files=AgentFiles(scheme, auth))
+    return MesosBackend(opts, transport, load, save, agent_files=AgentFiles(scheme, auth), loop_clock=loop_clock)
 
 
 def _user_refusal(m: LaunchSpec) -> str:
