@@ -52,7 +52,14 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
-from peloton.files import private_dir, private_file, tasks_run_as_others, tighten, warn_untraversable
+from peloton.files import (
+    create_private,
+    make_dirs,
+    owner_only_umask,
+    private_dir,
+    tasks_run_as_others,
+    warn_untraversable,
+)
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
@@ -328,7 +335,8 @@ class Daemon:
         (files.py)."""
         if getattr(self, "_lock_file", None) is None:
             private_dir(self.cfg.data_dir, traversable=tasks_run_as_others())
-            self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
+            # (owner-only from the start: files.py) held for the daemon's lifetime
+            self._lock_file = os.fdopen(create_private(self.cfg.data_dir / "daemon.lock"), "w")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
@@ -477,6 +485,8 @@ class Daemon:
         self.session = ""
         self.fence: Fence | None = None
         self._standby_listen = ""
+        # owner-only (traversable as root, for the tasks of other users) before anything makes it with the umask's mode
+        make_dirs(cfg.data_dir, traversable=tasks_run_as_others())
         url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
         postgres = db.sqlite_path(url) is None
         if "jobmgr" in roles or postgres:
@@ -486,12 +496,7 @@ class Daemon:
         else:  # a --role process on SQLite (or with no store): one per data dir, no standby but on that machine
             self._lock_data_dir()
         if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (postgres and "hostmgr" in roles):
-            sqlite_file = db.sqlite_path(url)
-            if sqlite_file is not None:  # owner-only before SQLite creates it (its -wal and -shm follow its mode)
-                private_file(sqlite_file)
-                for extra in ("-wal", "-shm"):
-                    tighten(sqlite_file.with_name(sqlite_file.name + extra))
-            db.upgrade(url)
+            db.upgrade(url)  # (a SQLite file is created owner-only first: db.own_sqlite_file)
             if self.store_lock is not None:
                 self.store_lock.record(self.owner)
             self.engine = db.make_engine(url, self.session)
@@ -678,7 +683,8 @@ class Daemon:
             census.STORE.attach(count)
         if self.hostmgr is not None:
             census.CLUSTER.attach(self.hostmgr.census, cfg.metrics_host_limit)
-        (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
+        with os.fdopen(create_private(cfg.data_dir / "daemon.addr", os.O_WRONLY | os.O_TRUNC), "w") as f:
+            f.write(self.address + "\n")
         return self.address
 
     def _root_runs_tasks(self) -> bool:
@@ -726,7 +732,8 @@ class Daemon:
         if path.is_socket():
             path.unlink()  # left by a daemon that died (the data-dir lock is ours now)
         try:
-            bound = self.server.add_insecure_port(f"unix:{path}")
+            with owner_only_umask():  # gRPC makes the socket with the umask's mode
+                bound = self.server.add_insecure_port(f"unix:{path}")
         except RuntimeError:
             bound = 0
         if bound == 0:
@@ -778,7 +785,8 @@ class Daemon:
         if address.startswith("unix:"):
             Path(address[5:]).unlink(missing_ok=True)  # left by a daemon that died (the data-dir lock is ours)
         try:
-            bound = server.add_insecure_port(address)
+            with owner_only_umask():  # a unix: socket gets the umask's mode
+                bound = server.add_insecure_port(address)
         except RuntimeError:
             bound = 0
         if bound == 0:
