@@ -25,12 +25,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
 
-from peloton import census
+from peloton import census, identity
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
 from peloton.api.closing import RefuseWhileClosing
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
@@ -101,7 +102,9 @@ AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one 
 log = logging.getLogger("peloton.server")
 
 HEALTH_SERVICE = "peloton"
-# Messages between components and to clients: internal calls are sent in bounded chunks well under this.
+# Messages between components: a SyncHosts or ClusterCapacity answer for tens of thousands of hosts, or the launch
+# of a 4096-member gang, may pass 4 MiB. Only the components (owner-only socket or loopback, the shared secret)
+# reach the internal services.
 MESSAGE_LIMITS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
                   ("grpc.max_send_message_length", 64 * 1024 * 1024)]
 ROLE_ORDER = ("jobmgr", "resmgr", "placement", "hostmgr")
@@ -532,10 +535,12 @@ class Daemon:
                                 ("client certificates of --tls-client-ca", cfg.tls_client_ca is not None)) if on))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
-            options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
+            options=[("grpc.so_reuseport", 0), *PUBLIC_PORT_OPTIONS],
             maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
-            interceptors=[RefuseWhileClosing(self._closing), Authorize(self.authenticator, self.audit),
-                          RejectUndecodableRequests()],
+            # the callers' requests are read only once they are known (Authorize), or at most PUBLIC_READS at once
+            # for health and reflection (edge.py)
+            interceptors=[RefuseWhileClosing(self._closing), GatePublicReads(identity.PUBLIC_SERVICES),
+                          Authorize(self.authenticator, self.audit), RejectUndecodableRequests()],
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
