@@ -538,9 +538,10 @@ class Daemon:
             options=[("grpc.so_reuseport", 0), *PUBLIC_PORT_OPTIONS],
             maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
             # the callers' requests are read only once they are known (Authorize), or at most PUBLIC_READS at once
-            # for health and reflection (edge.py)
+            # for health and reflection (edge.py); peloton's own requests carry only fields this release knows
             interceptors=[RefuseWhileClosing(self._closing), GatePublicReads(identity.PUBLIC_SERVICES),
-                          Authorize(self.authenticator, self.audit), RejectUndecodableRequests()],
+                          Authorize(self.authenticator, self.audit),
+                          RejectUndecodableRequests(refuse_unknown=("/peloton.v1.",))],
         )
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)

@@ -15,10 +15,12 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from peloton import certs
 from peloton.api.edge import BUSY, PUBLIC_READS
+from peloton.api.request_checks import unknown_fields
 from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.domain import limits
 from peloton.hostmgr.sim.backend import SimSettings
@@ -157,3 +159,73 @@ def test_reads_of_the_calls_open_to_anyone_are_gated(edge: Edge) -> None:
     watch = health.Watch(health_pb2.HealthCheckRequest(service="peloton"), timeout=T)
     assert next(watch).status == health_pb2.HealthCheckResponse.SERVING  # a watch too (answered by callbacks)
     watch.cancel()
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        b, n = n & 0x7F, n >> 7
+        out.append(b | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    """A length-delimited field (a message, a string) as protobuf writes it."""
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _unknown(number: int) -> bytes:
+    return _varint(number << 3) + _varint(1)  # a varint field
+
+
+def crafted_create(extra: bool) -> bytes:
+    """A valid CreateJobRequest; with `extra`, fields the schema does not know: at the top, in spec.task and in
+    the first of spec.placement.constraints."""
+    fields = {f.name: f.number for f in job_pb2.JobSpec.DESCRIPTOR.fields}
+    task = job_pb2.TaskSpec(command="train.py")
+    task.resources.cpu, task.resources.mem = 1, "64Mi"
+    constraint = job_pb2.Constraint(attribute="rack", op="exists")
+    spec = job_pb2.JobSpec(name="crafted", instances=1).SerializeToString()
+    spec += _field(fields["task"], task.SerializeToString() + (_unknown(98) if extra else b""))
+    placement = _field(job_pb2.PlacementSpec.DESCRIPTOR.fields_by_name["constraints"].number,
+                       constraint.SerializeToString() + (_unknown(97) if extra else b""))
+    spec += _field(fields["placement"], placement)
+    number = job_pb2.CreateJobRequest.DESCRIPTOR.fields_by_name["spec"].number
+    return _field(number, spec) + (_unknown(99) + _unknown(100) if extra else b"")
+
+
+def test_requests_with_fields_this_daemon_does_not_know_are_refused_naming_them(edge: Edge) -> None:
+    call = edge.unix.unary_unary(CREATE)
+    code, details = code_of(call, crafted_create(extra=True))
+    assert code == grpc.StatusCode.INVALID_ARGUMENT, details
+    assert details.startswith("request: unknown fields 99, 100 (peloton.v1.CreateJobRequest of this daemon's "
+                              "release has no such field); spec.task: unknown field 98 (peloton.v1.TaskSpec"), details
+    assert "spec.placement.constraints[0]: unknown field 97 (peloton.v1.Constraint" in details
+    assert "a client of a newer release" in details
+    jobs = job_pb2_grpc.JobServiceStub(edge.unix)
+    assert not [j for j in jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=T).jobs if j.spec.name == "crafted"]
+    # the same request without them is a valid one
+    assert job_pb2.CreateJobResponse.FromString(call(crafted_create(extra=False), timeout=T)).job_id
+    # a caller not known yet learns nothing about the request: it is not read
+    code, details = code_of(edge.tls.unary_unary(CREATE), crafted_create(extra=True))
+    assert code == grpc.StatusCode.UNAUTHENTICATED
+    # services that are not peloton's (health, for probes of any release) keep protobuf's rule: ignored
+    check = edge.tls.unary_unary("/grpc.health.v1.Health/Check")
+    answer = check(health_pb2.HealthCheckRequest(service="peloton").SerializeToString() + _unknown(9), timeout=T)
+    assert health_pb2.HealthCheckResponse.FromString(answer).status == health_pb2.HealthCheckResponse.SERVING
+
+
+def test_unknown_fields_are_found_at_any_depth() -> None:
+    """Nested messages, repeated ones and the messages of a map (google.protobuf.Struct: map<string, Value>)."""
+    assert unknown_fields(job_pb2.CreateJobRequest.FromString(crafted_create(extra=False))) == []
+    assert unknown_fields(job_pb2.CreateJobRequest.FromString(crafted_create(extra=True))) == [
+        "request: unknown fields 99, 100 (peloton.v1.CreateJobRequest of this daemon's release has no such field)",
+        "spec.task: unknown field 98 (peloton.v1.TaskSpec of this daemon's release has no such field)",
+        "spec.placement.constraints[0]: unknown field 97 (peloton.v1.Constraint of this daemon's release has no such "
+        "field)"]
+    value = struct_pb2.Value(string_value="v").SerializeToString() + _unknown(50)
+    entry = _field(1, b"key") + _field(2, value)
+    msg = struct_pb2.Struct.FromString(_field(1, entry))
+    assert unknown_fields(msg, "labels") == [
+        "labels.fields['key']: unknown field 50 (google.protobuf.Value of this daemon's release has no such field)"]
