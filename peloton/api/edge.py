@@ -20,14 +20,15 @@ from peloton.domain import limits
 
 # The public API's port (TCP, TLS and the owner-only Unix socket are one server; a standby's port too): a request
 # over the documented limit is refused by gRPC itself (RESOURCE_EXHAUSTED, before any of it is kept). What it sends
-# is bounded by each call (a page of jobs, a log tail), and a GetJob of a job of 100,000 gangs may pass 4 MiB.
+# is bounded by each call (pages, log tails); its limit stays what it was.
 # BDP probing off: it grows the HTTP/2 window of every stream, read or not, to ~1 MiB (measured), which an unknown
-# caller's unread request could then fill; without it an unread request holds 64 KiB, and one being read still
-# gets a window for all of it (a 1 MiB CreateJob takes one round trip more: docs/performance.md).
+# caller's unread request could then fill; without it an unread request holds 64 KiB, and one being read is let in
+# at a slower pace (a 1 MiB CreateJob over a 20 ms round trip: 44 ms instead of 23; docs/performance.md).
 PUBLIC_PORT_OPTIONS = [("grpc.max_receive_message_length", limits.MAX_REQUEST_BYTES),
                        ("grpc.max_send_message_length", 64 * 1024 * 1024), ("grpc.http2.bdp_probe", 0)]
 # Requests of calls open to anyone (health checks, reflection) being read at once; beyond: RESOURCE_EXHAUSTED.
-# Each is at most the port's receive limit: together at most PUBLIC_READS x MAX_REQUEST_BYTES (64 MiB).
+# Each is at most the port's receive limit: together at most PUBLIC_READS x MAX_REQUEST_BYTES (16 MiB, which
+# grpcio and protobuf copy two or three times while reading: docs/performance.md).
 PUBLIC_READS = 4
 PUBLIC_WAIT_S = 1.0  # a call waits this long for a slot (a burst of health checks), then is refused
 BUSY = "too many requests without credentials are being read at once (health checks, reflection); retry"
