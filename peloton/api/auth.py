@@ -103,7 +103,9 @@ class Authorize(grpc.ServerInterceptor):
     The caller is authenticated before its request is read: each call is served as a client-streaming one (the
     same bytes on the wire), whose request is read only once the caller is known. gRPC reads a unary request
     whole before any Python code runs, so otherwise anyone who reaches the port could make the daemon hold a
-    full-size request (--max-request) per call in flight; an unknown caller now costs at most HTTP/2's window."""
+    full-size request (limits.MAX_REQUEST_BYTES) per call in flight; an unknown caller now costs at most HTTP/2's
+    window (edge.py). A known caller's request is read before its permission is checked, so that the audit names
+    the object of a refused call."""
 
     def __init__(self, auth: Authenticator, audit: AuditLog | None = None) -> None:
         self.auth = auth
