@@ -50,7 +50,8 @@ def refusing(code: grpc.StatusCode, message: Callable[[], tuple[str, list[tuple[
 
 class GatePublicReads(grpc.ServerInterceptor):
     """The requests of the services anyone may call (`public`: method prefixes) are read at most `limit` at a
-    time; a call that would be one more is answered RESOURCE_EXHAUSTED without being read. Other calls pass."""
+    time; a call that would be one more waits up to `wait_s` for a slot, then is answered RESOURCE_EXHAUSTED
+    without being read. Other calls pass."""
 
     def __init__(self, public: tuple[str, ...], limit: int = PUBLIC_READS, wait_s: float = PUBLIC_WAIT_S) -> None:
         self._public = public
