@@ -5,6 +5,7 @@ know are refused naming them. (The memory a flood costs: tests/e2e/test_edge_e2e
 
 from __future__ import annotations
 
+import shutil
 import tempfile
 import threading
 import time
@@ -65,6 +66,7 @@ def edge() -> Iterator[Edge]:
         for ch in channels:
             ch.close()
         d.stop()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def code_of(call: Any, *args: Any, **kwargs: Any) -> tuple[grpc.StatusCode, str]:
