@@ -17,6 +17,7 @@ from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.files import make_dirs
 
 CA_DAYS = 3650
 LEAF_DAYS = 825  # what browsers still accept; rotate with `certs init --force` into a new dir
@@ -70,7 +71,7 @@ def init(directory: Path, names: Sequence[str], client: str = "admin", force: bo
                                  "--force to replace them (clients of the old CA stop trusting the daemon)",
                                  field="DIR")
     now = now or datetime.datetime.now(datetime.UTC)
-    directory.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(directory)  # 0700, and the missing ones above it (files.py)
 
     ca_key = _key()
     ca_name = _name("peloton private CA")
@@ -109,9 +110,12 @@ def init(directory: Path, names: Sequence[str], client: str = "admin", force: bo
 
 
 def _write(path: Path, data: bytes, mode: int) -> None:
+    """`path` holds `data` with `mode`: a key 0600 from the moment it exists (a leftover .tmp, which keeps its own
+    mode, is removed first); a certificate, public, 0644 whatever the umask."""
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    tmp.unlink(missing_ok=True)
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, mode & 0o700)
     with os.fdopen(fd, "wb") as f:
         f.write(data)
-    os.chmod(tmp, mode)
+        os.fchmod(f.fileno(), mode)
     os.replace(tmp, path)

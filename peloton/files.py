@@ -2,15 +2,23 @@
 and its files 0600, and a daemon tightens what it finds looser at start, so no other local user can read a job's
 environment, its logs or the store. Group and other bits are removed; the owner's are kept.
 
+Everything is created with its mode (os.open, os.mkdir: the umask can only take bits away), never created with the
+umask's and tightened after: for a moment another user could open it. Directories above, when missing, too
+(`mkdir(parents=True)` gives them the umask's mode); and what a library creates by itself (gRPC's Unix sockets)
+under an owner-only umask.
+
 A daemon running as root runs tasks as other users (task.user), who must reach their sandboxes: it keeps the
 directories on the way traversable (0711: others may pass through by exact name, never list or read); every file
 stays 0600 and each sandbox 0700, owned by its task's user."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import stat
+import threading
+from collections.abc import Iterator
 from pathlib import Path
 
 log = logging.getLogger(__name__)
@@ -59,11 +67,44 @@ def tighten(path: Path, keep_traverse: bool = False) -> bool:
     return True
 
 
+def make_dirs(path: Path, traversable: bool = False) -> None:
+    """`path` and each missing directory above it, each created 0700 (0711: `traversable`); what exists is left
+    as it is."""
+    missing = []
+    p = Path(os.path.abspath(path))
+    while not os.path.lexists(p) and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        with contextlib.suppress(FileExistsError):  # made meanwhile (by another daemon starting)
+            os.mkdir(d, 0o711 if traversable else 0o700)
+
+
+def create_private(path: Path, flags: int = os.O_WRONLY) -> int:
+    """A descriptor of `path`, created 0600 if it was not there (O_CREAT; add O_TRUNC, O_EXCL, ... in `flags`)."""
+    return os.open(path, flags | os.O_CREAT | os.O_CLOEXEC, 0o600)
+
+
+_UMASK = threading.Lock()
+
+
+@contextlib.contextmanager
+def owner_only_umask() -> Iterator[None]:
+    """What the process creates meanwhile (a library's socket, whose mode it does not take) is owner-only: the umask
+    is the process's, so only around creations at start, where at worst another thread's file comes out tighter."""
+    with _UMASK:
+        old = os.umask(0o077)
+        try:
+            yield
+        finally:
+            os.umask(old)
+
+
 def private_dir(path: Path, traversable: bool = False) -> None:
     """`path` exists as a directory only its owner can enter (or, `traversable`, pass through: 0711); the entries
     directly in it lose group and other permissions too (what is deeper cannot be reached through it by anyone
     else), directories keeping their traverse bits when `traversable`."""
-    path.mkdir(parents=True, exist_ok=True, mode=0o711 if traversable else 0o700)
+    make_dirs(path, traversable)
     tighten(path, keep_traverse=traversable)
     if traversable:
         mode = stat.S_IMODE(path.stat().st_mode)
@@ -77,6 +118,6 @@ def private_file(path: Path) -> None:
     """`path` exists (empty if it was not there) with mode 0600 or tighter: created so before anyone writes it
     (SQLite gives its -wal and -shm files the database file's mode)."""
     try:
-        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+        os.close(create_private(path, os.O_WRONLY | os.O_EXCL))
     except FileExistsError:
         tighten(path)

@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any
 
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from peloton.files import make_dirs
 
 log = logging.getLogger(__name__)
 
@@ -321,9 +322,10 @@ def add_token(path: Path, name: str, roles: Iterable[str], user: str | None = No
         parse_principals(json.dumps(doc), str(path))
     except InvalidArgument as e:
         raise InvalidArgument(f"--user: {e.message}", field="--user") from None
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    make_dirs(path.parent)  # owner-only, the missing ones above it too (files.py)
     tmp = path.with_name(path.name + ".tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+    tmp.unlink(missing_ok=True)  # a leftover keeps its mode: the new one is made 0600
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
     with os.fdopen(fd, "w") as f:
         json.dump(doc, f, indent=2, sort_keys=True)
         f.write("\n")

@@ -25,12 +25,13 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
 
-from peloton import census, run_as, unix_accounts
+from peloton import census, identity, run_as, unix_accounts
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.auth import Authenticator, Authorize
 from peloton.api.closing import RefuseWhileClosing
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
 from peloton.api.status import RejectUndecodableRequests
@@ -52,7 +53,14 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
-from peloton.files import private_dir, private_file, tasks_run_as_others, tighten, warn_untraversable
+from peloton.files import (
+    create_private,
+    make_dirs,
+    owner_only_umask,
+    private_dir,
+    tasks_run_as_others,
+    warn_untraversable,
+)
 from peloton.health import judge
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import (
@@ -96,7 +104,9 @@ log = logging.getLogger("peloton.server")
 
 HEALTH_SERVICE = "peloton"
 LONG_POLL_MS = 1000  # how long the launcher, task-events and placement loops wait for input in one pass
-# Messages between components and to clients: internal calls are sent in bounded chunks well under this.
+# Messages between components: a SyncHosts or ClusterCapacity answer for tens of thousands of hosts, or the launch
+# of a 4096-member gang, may pass 4 MiB. Only the components (owner-only socket or loopback, the shared secret)
+# reach the internal services.
 MESSAGE_LIMITS = [("grpc.max_receive_message_length", 64 * 1024 * 1024),
                   ("grpc.max_send_message_length", 64 * 1024 * 1024)]
 ROLE_ORDER = ("jobmgr", "resmgr", "placement", "hostmgr")
@@ -335,7 +345,8 @@ class Daemon:
         (files.py)."""
         if getattr(self, "_lock_file", None) is None:
             private_dir(self.cfg.data_dir, traversable=tasks_run_as_others())
-            self._lock_file = open(self.cfg.data_dir / "daemon.lock", "w")  # noqa: SIM115 - held for the lifetime
+            # (owner-only from the start: files.py) held for the daemon's lifetime
+            self._lock_file = os.fdopen(create_private(self.cfg.data_dir / "daemon.lock"), "w")
         try:
             fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
             return True
@@ -509,6 +520,8 @@ class Daemon:
         self.session = ""
         self.fence: Fence | None = None
         self._standby_listen = ""
+        # owner-only (traversable as root, for the tasks of other users) before anything makes it with the umask's mode
+        make_dirs(cfg.data_dir, traversable=tasks_run_as_others())
         url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
         postgres = db.sqlite_path(url) is None
         if "jobmgr" in roles or postgres:
@@ -518,12 +531,7 @@ class Daemon:
         else:  # a --role process on SQLite (or with no store): one per data dir, no standby but on that machine
             self._lock_data_dir()
         if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (postgres and "hostmgr" in roles):
-            sqlite_file = db.sqlite_path(url)
-            if sqlite_file is not None:  # owner-only before SQLite creates it (its -wal and -shm follow its mode)
-                private_file(sqlite_file)
-                for extra in ("-wal", "-shm"):
-                    tighten(sqlite_file.with_name(sqlite_file.name + extra))
-            db.upgrade(url)
+            db.upgrade(url)  # (a SQLite file is created owner-only first: db.own_sqlite_file)
             if self.store_lock is not None:
                 self.store_lock.record(self.owner)
             self.engine = db.make_engine(url, self.session)
@@ -560,10 +568,13 @@ class Daemon:
                                 ("client certificates of --tls-client-ca", cfg.tls_client_ca is not None)) if on))
         self.server = grpc.server(
             futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
-            options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS],
+            options=[("grpc.so_reuseport", 0), *PUBLIC_PORT_OPTIONS],
             maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
-            interceptors=[RefuseWhileClosing(self._closing), Authorize(self.authenticator, self.audit),
-                          RejectUndecodableRequests()],
+            # the callers' requests are read only once they are known (Authorize), or at most PUBLIC_READS at once
+            # for health and reflection (edge.py); peloton's own requests carry only fields this release knows
+            interceptors=[RefuseWhileClosing(self._closing), GatePublicReads(identity.PUBLIC_SERVICES),
+                          Authorize(self.authenticator, self.audit),
+                          RejectUndecodableRequests(refuse_unknown=("/peloton.v1.",))],
         )
         self._judging = False  # health is judged from the loops once they run (until then: NOT_SERVING, as set)
         self._health_mu = threading.Lock()
@@ -722,7 +733,8 @@ class Daemon:
             census.STORE.attach(count)
         if self.hostmgr is not None:
             census.CLUSTER.attach(self.hostmgr.census, cfg.metrics_host_limit)
-        (cfg.data_dir / "daemon.addr").write_text(self.address + "\n")
+        with os.fdopen(create_private(cfg.data_dir / "daemon.addr", os.O_WRONLY | os.O_TRUNC), "w") as f:
+            f.write(self.address + "\n")
         return self.address
 
     def _identity_policy(self) -> run_as.Policy:
@@ -801,7 +813,8 @@ class Daemon:
         if path.is_socket():
             path.unlink()  # left by a daemon that died (the data-dir lock is ours now)
         try:
-            bound = self.server.add_insecure_port(f"unix:{path}")
+            with owner_only_umask():  # gRPC makes the socket with the umask's mode
+                bound = self.server.add_insecure_port(f"unix:{path}")
         except RuntimeError:
             bound = 0
         if bound == 0:
@@ -853,7 +866,8 @@ class Daemon:
         if address.startswith("unix:"):
             Path(address[5:]).unlink(missing_ok=True)  # left by a daemon that died (the data-dir lock is ours)
         try:
-            bound = server.add_insecure_port(address)
+            with owner_only_umask():  # a unix: socket gets the umask's mode
+                bound = server.add_insecure_port(address)
         except RuntimeError:
             bound = 0
         if bound == 0:

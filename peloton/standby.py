@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 
+from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads, refusing
 from peloton.config import split_hostport
 from peloton.errors import FailedPrecondition
 from peloton.store.lock import Owner
@@ -52,13 +53,8 @@ class _Redirect(grpc.GenericRpcHandler):
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
         if handler_call_details.method.startswith("/grpc.health.v1.Health/"):  # type: ignore[attr-defined]
             return None
-        # a unary handler answers streaming calls too: it ends them with a status before any message
-        return grpc.unary_unary_rpc_method_handler(self._refuse)
-
-    def _refuse(self, request: bytes, context: grpc.ServicerContext) -> Any:
-        message, metadata = leader_hint(self._leader())
-        context.set_trailing_metadata(metadata)
-        context.abort(grpc.StatusCode.UNAVAILABLE, message)
+        # answers unary and streaming calls alike, with a status before any message, the request left unread
+        return refusing(grpc.StatusCode.UNAVAILABLE, lambda: leader_hint(self._leader()))
 
 
 class StandbyServer:
@@ -66,7 +62,8 @@ class StandbyServer:
                  credentials: grpc.ServerCredentials | None = None) -> None:
         """`leader()`: who leads now, as the store lock's holder recorded itself (read on each call)."""
         self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=4, thread_name_prefix="grpc-standby"),
-                                   options=[("grpc.so_reuseport", 0)])
+                                   options=[("grpc.so_reuseport", 0), *PUBLIC_PORT_OPTIONS],
+                                   interceptors=[GatePublicReads(("/grpc.health.v1.Health/",))])
         self._server.add_generic_rpc_handlers((_Redirect(leader),))
         self.health = health.HealthServicer()
         health_pb2_grpc.add_HealthServicer_to_server(self.health, self._server)
@@ -97,13 +94,7 @@ class RequireLeader(grpc.ServerInterceptor):
 
     def __init__(self, leads: Callable[[], bool], leader: Callable[[], Owner | None]) -> None:
         self._leads = leads
-
-        def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-            message, metadata = leader_hint(leader())
-            context.set_trailing_metadata(metadata)
-            context.abort(grpc.StatusCode.UNAVAILABLE, message)
-
-        self._refuse = grpc.unary_unary_rpc_method_handler(refuse)
+        self._refuse = refusing(grpc.StatusCode.UNAVAILABLE, lambda: leader_hint(leader()))
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         return continuation(details) if self._leads() else self._refuse

@@ -39,13 +39,14 @@ DROPPED = Counter("peloton_audit_records_dropped_total", "Audit records dropped:
 
 
 def object_of(request: Any, response: Any = None) -> str:
-    """What a call was about: a job id, a pool path or a host name (a created job: its new id)."""
+    """What a call was about: a job id, a pool path or a host name (a created job: its new id; a refused one: the
+    pool it named)."""
     for source, field in ((response, "job_id"), (request, "job_id"), (request, "path"), (request, "hostname")):
         value = getattr(source, field, "") if source is not None else ""
         if value:
             return str(value)
-    pool = getattr(request, "pool", None)
-    return str(getattr(pool, "path", "") or "")
+    pool = getattr(request, "pool", None) or getattr(getattr(request, "spec", None), "respool", None)
+    return str(getattr(pool, "path", pool) or "")
 
 
 class AuditLog:

@@ -17,7 +17,7 @@ import getpass
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import grpc
@@ -25,6 +25,7 @@ import grpc
 from peloton import identity
 from peloton.api.audit import AuditLog, code_name, object_of
 from peloton.api.status import bounded, retry_after
+from peloton.domain import limits
 from peloton.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from peloton.identity import Principal, Principals
 from peloton.ratelimit import RateLimiter
@@ -89,9 +90,24 @@ class Authenticator:
                     f"(--rate-limit); retry in {wait:.1f}s", retry_after_s=wait)
 
 
+# How a refused call ends, whoever refused it (this interceptor, or a servicer: a job's owner, a pool's access list,
+# task.user, --max-waiting-jobs): each is audited as denied, with its message.
+REFUSALS = frozenset({grpc.StatusCode.UNAUTHENTICATED, grpc.StatusCode.PERMISSION_DENIED,
+                      grpc.StatusCode.RESOURCE_EXHAUSTED})
+_CODES = {Unauthenticated: grpc.StatusCode.UNAUTHENTICATED, PermissionDenied: grpc.StatusCode.PERMISSION_DENIED,
+          ResourceExhausted: grpc.StatusCode.RESOURCE_EXHAUSTED}
+
+
 class Authorize(grpc.ServerInterceptor):
     """Runs the Authenticator before every call; the servicer then finds the caller in identity.caller(). With an
-    audit log, records every refused call and every changing call with how it ended."""
+    audit log, records every refused call (here or in the servicer) and every changing call with how it ended.
+
+    The caller is authenticated before its request is read: each call is served as a client-streaming one (the
+    same bytes on the wire), whose request is read only once the caller is known. gRPC reads a unary request
+    whole before any Python code runs, so otherwise anyone who reaches the port could make the daemon hold a
+    full-size request (limits.MAX_REQUEST_BYTES) per call in flight; an unknown caller now costs at most HTTP/2's
+    window (edge.py). A known caller's request is read before its permission is checked, so that the audit names
+    the object of a refused call."""
 
     def __init__(self, auth: Authenticator, audit: AuditLog | None = None) -> None:
         self.auth = auth
@@ -104,37 +120,54 @@ class Authorize(grpc.ServerInterceptor):
         method = details.method
         if method.startswith(identity.PUBLIC_SERVICES):
             return handler
+        if handler.request_streaming:
+            log.warning("refusing %s: a streaming kind the authorization does not cover", method)
+            return None
         auth, audit = self.auth, self.audit
         changing = method in identity.MUTATING
 
-        def admit(request: Any, context: grpc.ServicerContext) -> Principal:
+        def refused(p: Principal | None, obj: str, context: grpc.ServicerContext, code: grpc.StatusCode,
+                    message: str) -> None:
+            if audit is not None:
+                audit.record(p.name if p else "-", p.via if p else context.peer(), method, obj, False, code.name,
+                             message)
+
+        def admit(requests: Iterator[Any], context: grpc.ServicerContext) -> tuple[Principal, Any]:
+            """Who calls (before reading the request), the request, and whether they may call the method."""
             p: Principal | None = None
+            request: Any = None
             try:
                 p = auth.principal(context)
+                request = _read_one(requests, context)
+                if request is None:
+                    # gRPC refused it (RESOURCE_EXHAUSTED, to the caller) or the caller went: nothing to answer
+                    refused(p, "", context, grpc.StatusCode.RESOURCE_EXHAUSTED, NOT_RECEIVED)
+                    context.abort(grpc.StatusCode.RESOURCE_EXHAUSTED, NOT_RECEIVED)
                 auth.authorize(method, p)
-                return p
+                return p, request
             except (Unauthenticated, PermissionDenied, ResourceExhausted) as e:
-                code = {Unauthenticated: grpc.StatusCode.UNAUTHENTICATED,
-                        PermissionDenied: grpc.StatusCode.PERMISSION_DENIED}.get(type(e),
-                                                                                 grpc.StatusCode.RESOURCE_EXHAUSTED)
-                if audit is not None:
-                    audit.record(p.name if p else "-", p.via if p else context.peer(), method,
-                                 object_of(request), False, code.name, e.message)
+                code = _CODES[type(e)]
+                refused(p, object_of(request) if request is not None else "", context, code, e.message)
                 if isinstance(e, ResourceExhausted) and e.retry_after_s is not None:
                     context.set_trailing_metadata(retry_after(e.retry_after_s))
                 context.abort(code, bounded(e.message))
             raise AssertionError("unreachable")  # context.abort raises
 
         def done(p: Principal, request: Any, response: Any, context: grpc.ServicerContext, failed: bool) -> None:
-            if audit is not None and changing and auth.enabled:
+            if audit is None:
+                return
+            code = context.code() if failed else None
+            if code in REFUSALS:
+                refused(p, object_of(request, response), context, code, _details(context))
+            elif changing and auth.enabled:
                 audit.record(p.name, p.via, method, object_of(request, response), True, code_name(context, failed),
-                             (context.details() or "") if failed and hasattr(context, "details") else "")
+                             _details(context) if failed else "")
 
         if handler.unary_unary is not None:
             behaviour = handler.unary_unary
 
-            def unary(request: Any, context: grpc.ServicerContext) -> Any:
-                p = admit(request, context)
+            def unary(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+                p, request = admit(requests, context)
                 token = identity.CALLER.set(p)
                 response, failed = None, True
                 try:
@@ -145,23 +178,44 @@ class Authorize(grpc.ServerInterceptor):
                     _reset(token)
                     done(p, request, response, context, failed)
 
-            return grpc.unary_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
-                                                       response_serializer=handler.response_serializer)
-        if handler.unary_stream is not None:
-            stream_behaviour = handler.unary_stream
-
-            def stream(request: Any, context: grpc.ServicerContext) -> Any:
-                p = admit(request, context)
-                token = identity.CALLER.set(p)
-                try:
-                    yield from stream_behaviour(request, context)
-                finally:
-                    _reset(token)
-
-            return grpc.unary_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+            return grpc.stream_unary_rpc_method_handler(unary, request_deserializer=handler.request_deserializer,
                                                         response_serializer=handler.response_serializer)
-        log.warning("refusing %s: a streaming kind the authorization does not cover", method)
+        stream_behaviour = handler.unary_stream
+
+        def stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+            p, request = admit(requests, context)
+            token = identity.CALLER.set(p)
+            failed = True
+            try:
+                yield from stream_behaviour(request, context)
+                failed = False
+            finally:
+                _reset(token)
+                done(p, request, None, context, failed)
+
+        return grpc.stream_stream_rpc_method_handler(stream, request_deserializer=handler.request_deserializer,
+                                                     response_serializer=handler.response_serializer)
+
+
+NOT_RECEIVED = (f"request: not received whole: larger than the {limits.MAX_REQUEST_BYTES} bytes a request may have "
+                "(or the caller cancelled it)")
+
+
+def _read_one(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
+    """The one request of a unary call, read now; None when it was not received (the call has ended)."""
+    try:
+        request = next(requests, None)
+    except grpc.RpcError:  # the call was cancelled while its request was read
         return None
+    if request is None and context.is_active():
+        context.abort(grpc.StatusCode.INVALID_ARGUMENT, "request: a unary call without its request message")
+    return request
+
+
+def _details(context: grpc.ServicerContext) -> str:
+    """The status message a call ended with (grpcio keeps it encoded)."""
+    details: Any = context.details()
+    return details.decode("utf-8", "replace") if isinstance(details, bytes) else str(details or "")
 
 
 def _reset(token: Any) -> None:

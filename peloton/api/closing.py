@@ -9,6 +9,8 @@ from typing import Any
 
 import grpc
 
+from peloton.api.edge import refusing
+
 # calls that keep working while the daemon stops: the components' own traffic and health checks
 _OPEN_WHILE_CLOSING = ("/peloton.v1.ResourceManagerInternal/", "/peloton.v1.HostManagerInternal/",
                        "/grpc.health.v1.Health/")
@@ -21,17 +23,9 @@ class RefuseWhileClosing(grpc.ServerInterceptor):
 
     def __init__(self, closing: threading.Event) -> None:
         self._closing = closing
-
-        def refuse(request: Any, context: grpc.ServicerContext) -> Any:
-            context.abort(grpc.StatusCode.UNAVAILABLE, MESSAGE)
-
-        self._unary = grpc.unary_unary_rpc_method_handler(refuse)
-        self._stream = grpc.unary_stream_rpc_method_handler(refuse)
+        self._refuse = refusing(grpc.StatusCode.UNAVAILABLE, lambda: (MESSAGE, []))  # (the request left unread)
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         if not self._closing.is_set() or details.method.startswith(_OPEN_WHILE_CLOSING):
             return continuation(details)
-        handler = continuation(details)
-        if handler is None:
-            return None
-        return self._stream if handler.response_streaming else self._unary
+        return None if continuation(details) is None else self._refuse

@@ -6,6 +6,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from google.protobuf.message import Message
+from google.protobuf.unknown_fields import UnknownFieldSet
+
 from peloton.api.v1 import job_pb2
 from peloton.domain import checks, limits
 from peloton.domain.spec import validate_pool_path
@@ -76,3 +79,32 @@ def text_field(value: str, field: str, max_chars: int) -> str:
     """Any other short text of a request: no NUL, at most `max_chars`."""
     checks.text(value, field, max_chars=max_chars)
     return value
+
+
+MAX_UNKNOWN_SHOWN = 10
+
+
+def unknown_fields(message: Message, path: str = "request") -> list[str]:
+    """What of `message` this daemon's schema does not know, through every nested message (repeated, map values),
+    each as `PATH: unknown field N (...)`: protobuf keeps such fields aside when it parses, and the servicers would
+    never look at them, so a setting of a newer client (or a crafted field) would be ignored without a word."""
+    out: list[str] = []
+    unknown = UnknownFieldSet(message)
+    numbers = sorted({unknown[i].field_number for i in range(len(unknown))})
+    if numbers:
+        out.append(f"{path}: unknown field{'s' if len(numbers) > 1 else ''} {', '.join(map(str, numbers))} "
+                   f"({message.DESCRIPTOR.full_name} of this daemon's release has no such field)")
+    for fd, value in message.ListFields():
+        if fd.message_type is None or len(out) >= MAX_UNKNOWN_SHOWN:
+            continue
+        name = f"{fd.name}" if path == "request" else f"{path}.{fd.name}"
+        if fd.message_type.GetOptions().map_entry:
+            if fd.message_type.fields_by_name["value"].message_type is not None:
+                for key in value:
+                    out += unknown_fields(value[key], f"{name}[{key!r}]")
+        elif fd.is_repeated:
+            for i, item in enumerate(value):
+                out += unknown_fields(item, f"{name}[{i}]")
+        else:
+            out += unknown_fields(value, name)
+    return out[:MAX_UNKNOWN_SHOWN]

@@ -12,6 +12,7 @@ import grpc
 
 from peloton import errors
 from peloton.api.codes import code_name_for, error_for
+from peloton.api.request_checks import unknown_fields
 
 log = logging.getLogger(__name__)
 
@@ -90,8 +91,13 @@ class _Undecodable:
 
 class RejectUndecodableRequests(grpc.ServerInterceptor):
     """A request that does not parse (bad UTF-8 in a string field, truncated bytes) is the caller's fault:
-    INVALID_ARGUMENT, where gRPC would answer INTERNAL ("Exception deserializing request!"). Unary requests only
-    (every peloton RPC); streaming ones pass unchanged."""
+    INVALID_ARGUMENT, where gRPC would answer INTERNAL ("Exception deserializing request!"). So is one of the
+    methods under `refuse_unknown` (prefixes) that carries fields this daemon's schema does not know, at any depth
+    (named by their path and number: request_checks.unknown_fields), as the spec file reader refuses unknown keys.
+    Unary requests only (every peloton RPC); streaming ones pass unchanged."""
+
+    def __init__(self, refuse_unknown: tuple[str, ...] = ()) -> None:
+        self._refuse_unknown = refuse_unknown
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -99,18 +105,23 @@ class RejectUndecodableRequests(grpc.ServerInterceptor):
             return handler
         deserialize = handler.request_deserializer
         method = details.method
+        check_unknown = method.startswith(self._refuse_unknown) if self._refuse_unknown else False
 
         def safe_deserialize(data: bytes) -> Any:
             try:
-                return deserialize(data)
+                request = deserialize(data)
             except Exception as e:  # noqa: BLE001 - whatever the parser says, the bytes were bad
-                return _Undecodable(str(e))
+                return _Undecodable(f"request: not a valid request of {method}: {e}")
+            unknown = unknown_fields(request) if check_unknown else []
+            if unknown:
+                return _Undecodable("; ".join(unknown) + " (sent by a client of a newer release, or not by a "
+                                    "peloton client: this daemon refuses what it would otherwise ignore)")
+            return request
 
         def guard(behaviour: Callable[..., Any]) -> Callable[..., Any]:
             def run(request: Any, context: grpc.ServicerContext) -> Any:
                 if isinstance(request, _Undecodable):
-                    context.abort(grpc.StatusCode.INVALID_ARGUMENT,
-                                  bounded(f"request: not a valid request of {method}: {request.why}"))
+                    context.abort(grpc.StatusCode.INVALID_ARGUMENT, bounded(request.why))
                 return behaviour(request, context)
 
             return run

@@ -93,5 +93,9 @@ DEFAULT_LIST_LIMIT = 100  # ListJobs.limit 0
 MAX_LIST_LIMIT = 10_000  # ListJobs.limit
 MAX_STATE_FILTERS = 32  # ListJobs.states entries
 # CreateJob: the serialized JobSpec. Every other limit together stays well under it; it bounds the work done on
-# a request before validation (gRPC itself refuses any message over 4 MiB).
+# a request before validation.
 MAX_SPEC_BYTES = 1 * MiB
+# Any request of the public API (every port: TCP, TLS, the Unix socket), as gRPC receives it: a bigger one is
+# refused by gRPC itself with RESOURCE_EXHAUSTED before the daemon reads it. The largest request is a CreateJob,
+# whose spec is at most MAX_SPEC_BYTES.
+MAX_REQUEST_BYTES = 4 * MiB

@@ -25,6 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 import peloton
 from peloton.errors import Unavailable
+from peloton.files import make_dirs, private_file, tighten
 
 STATEMENTS = Counter("peloton_store_statements_total", "SQL statements sent to the store (round trips)", ["kind"])
 TRANSACTIONS = Histogram("peloton_store_transaction_seconds", "One store transaction, begin to commit (or rollback), "
@@ -44,7 +45,7 @@ MIGRATIONS_DIR = _migrations_dir()
 
 def default_sqlite_url(data_dir: Path) -> str:
     data_dir = Path(data_dir)
-    data_dir.mkdir(parents=True, exist_ok=True)
+    make_dirs(data_dir)  # owner-only, and the missing ones above it (files.py)
     return f"sqlite:///{(data_dir / 'peloton.db').resolve()}"
 
 
@@ -237,6 +238,7 @@ def upgrade(url: str, revision: str = "head") -> None:
     """Apply the Alembic chain in migrations/ (idempotent). On PostgreSQL under a transaction-level advisory lock:
     processes that start together (the roles of a split deployment) migrate one after the other, and the later
     ones find nothing left to do."""
+    own_sqlite_file(url)
     with _connection(url) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
@@ -248,6 +250,17 @@ def downgrade(url: str, revision: str) -> None:
     with _connection(url) as conn:
         command.downgrade(_alembic_config(conn), revision)
         conn.commit()
+
+
+def own_sqlite_file(url: str) -> None:
+    """A SQLite store's file is created owner-only before SQLite creates it with the umask's mode (its -wal, -shm
+    and -journal files take the database file's mode); one found looser is tightened (files.py)."""
+    path = sqlite_path(url)
+    if path is None:
+        return
+    private_file(path)
+    for extra in ("-wal", "-shm"):
+        tighten(path.with_name(path.name + extra))
 
 
 def current_revision(url: str) -> str | None:

@@ -37,6 +37,7 @@ from sqlalchemy.exc import ProgrammingError
 from sqlalchemy.pool import NullPool
 
 from peloton.errors import FailedPrecondition
+from peloton.files import create_private
 
 log = logging.getLogger(__name__)
 
@@ -312,7 +313,8 @@ class FileLock:
         self._f: Any = None
 
     def try_acquire(self, owner: Owner) -> bool:
-        f = open(self.path, "a+")  # noqa: SIM115 - held for as long as we act
+        # held for as long as we act; owner-only from the start (files.py)
+        f = os.fdopen(create_private(self.path, os.O_RDWR | os.O_APPEND), "a+")
         try:
             fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:

@@ -330,9 +330,9 @@ CREATE_JOB = [
     # the request as a whole
     Case("spec-missing", "CreateJob", const(job_pb2.CreateJobRequest()), "spec"),
     Case("spec-past-size-limit", "CreateJob", spec(setter("task.command", MiB_TEXT)), "spec"),
-    # past gRPC's default 4 MiB too: the daemon takes messages up to 64 MiB (the components share its port), so
-    # the size check still names the field
-    Case("spec-past-grpc-limit", "CreateJob", spec(setter("task.command", MiB_TEXT * 5)), "spec"),
+    # past the public port's 4 MiB (limits.MAX_REQUEST_BYTES): gRPC refuses it before it is read
+    Case("spec-past-grpc-limit", "CreateJob", spec(setter("task.command", MiB_TEXT * 5)),
+         grpc.StatusCode.RESOURCE_EXHAUSTED),
     Case("spec-bad-utf8", "CreateJob", const(b"\x0a\x03\x0a\x01\xff"), "request"),
 ]
 

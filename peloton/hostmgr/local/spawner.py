@@ -49,13 +49,14 @@ STDERR_FILE = "stderr"
 WORK_DIR = "work"
 
 # `cd -P`: physical, so `cd ..` is the sandbox whatever `work` was made into meanwhile (a logical cd would go by
-# the path it came by).
+# the path it came by). `pids` and `exit` are written under an owner-only umask (in a subshell, whose $$ is still
+# the wrapper's), the command keeps the umask it was given.
 WRAPPER = """cd -P "$1" || exit 127
-echo $$ > pids
+(umask 077 && echo $$ > pids)
 trap : TERM
 cd -P work && /bin/sh -c "$2"
 rc=$?
-cd -P .. && echo $rc > exit
+cd -P .. && (umask 077 && echo $rc > exit)
 kill -KILL 0
 """
 
@@ -179,15 +180,19 @@ def prepare(sandbox: str, files: dict[str, str], who: pwd.struct_passwd | None =
     it is not running), all given to the user `who` when the task runs as another user."""
     if os.path.lexists(sandbox):
         shutil.rmtree(sandbox)  # never follows a symlink the task's user left inside
-    os.makedirs(sandbox, 0o700)  # owner-only: the logs and files of a task are its submitter's business
+    os.mkdir(sandbox, 0o700)  # owner-only: the logs and files of a task are its submitter's business
     made = [sandbox, os.path.join(sandbox, WORK_DIR)]
     os.mkdir(made[1], 0o700)
     for name, content in files.items():
         path = os.path.join(sandbox, name)
         parent = os.path.dirname(path)
-        if not os.path.isdir(parent):
-            os.makedirs(parent, 0o700)
-            made.append(parent)
+        missing = []
+        while not os.path.isdir(parent):  # each 0700 (makedirs would give those above the last the umask's mode)
+            missing.append(parent)
+            parent = os.path.dirname(parent)
+        for d in reversed(missing):
+            os.mkdir(d, 0o700)
+            made.append(d)
         with open(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w", encoding="utf-8") as f:
             f.write(content)
         made.append(path)
