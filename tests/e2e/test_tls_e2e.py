@@ -65,6 +65,12 @@ def test_mutual_tls_end_to_end(tmp_path: Path, db_url: str) -> None:
                           f'client-key = "certs/client-key.pem"\n')
         r = run("job", "get", job, env={"PELOTON_CONFIG": str(config)})
         assert r.returncode == 0 and "SUCCEEDED" in r.stdout, r.stderr
+        # without a principals file a certificate of the CA makes its holder a submitter of its own jobs, never an
+        # admin (who could allow root in a pool and run as root)
+        info = run("--address", d.address, *creds, "cluster", "info").stdout
+        assert "you:             alice (submitter; by certificate)" in info, info
+        r = run("--address", d.address, *creds, "pool", "create", "/mine", "--allow-root")
+        assert r.returncode != 0 and "alice may not call CreatePool" in r.stderr, r.stderr
 
         # turned away: plain text, TLS without a client certificate, a certificate of another CA
         other = tmp_path / "other"
