@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
@@ -57,7 +58,7 @@ from peloton.hostmgr.backend import (
     StatusCallback,
     TaskStatus,
 )
-from peloton.hostmgr.local import logrotate, wrapper
+from peloton.hostmgr.local import cgroups, descendants, logrotate, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
@@ -87,6 +88,9 @@ _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOU
 PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
 TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent a second time after this long (see kill)
 _TERM_AGAIN = "\0term"  # timer key suffix (task ids never contain NUL)
+_CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its path follows
+CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
+TASK_CGROUPS = ("auto", "off")
 
 LocalHostConfig = HostConfig  # the name earlier releases used
 
@@ -156,6 +160,7 @@ class _Task:
     kill_grace: float | None = None  # its SIGTERM-to-SIGKILL grace (None: the backend's default)
     sigkill_sent: bool = False
     exited: bool = False
+    cgroup: str | None = None  # the task's cgroup directory (cgroups.py); None: its wrapper is a child subreaper
 
     def record(self) -> Record:
         r = self.usage.resources
@@ -163,6 +168,8 @@ class _Task:
                        "attempt": self.attempt, "host": self.hostname, "sandbox": str(self.sandbox),
                        "res": [r.cpu, r.mem, r.disk, r.gpu, r.ports], "gpus": list(self.usage.gpu_ids),
                        "ports": list(self.usage.ports)}
+        if self.cgroup:
+            rec["cg"] = self.cgroup
         if self.pid:
             rec["pid"] = self.pid
         if self.kill_wall is not None:
@@ -196,6 +203,7 @@ class LocalBackend:
         log_check_s: float = LOG_CHECK_S,
         sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S,
         sandbox_sweep_s: float = SANDBOX_SWEEP_S,
+        task_cgroups: str = "auto",
     ) -> None:
         """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
         `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
@@ -203,9 +211,14 @@ class LocalBackend:
         `log_max_bytes`, `log_keep`: a running task's stdout or stderr larger than this is rotated (checked every
         `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated.
         `sandbox_retention_s`: the sandbox of a task that ended longer ago than this is removed (looked at every
-        `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted."""
+        `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted.
+        `task_cgroups`: `auto`, a cgroup v2 per task where this process can make them (cgroups.py), else (and with
+        `off`) each task's wrapper is a child subreaper (descendants.py)."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
+        if task_cgroups not in TASK_CGROUPS:
+            raise InvalidArgument(f"task cgroups must be one of {', '.join(TASK_CGROUPS)}, got {task_cgroups!r}",
+                                  field="task_cgroups")
         self._hosts: dict[str, HostUsage] = {}
         for h in hosts:
             if h.hostname in self._hosts:
@@ -225,7 +238,18 @@ class LocalBackend:
         self._on_status: StatusCallback | None = None
         self._journal = Journal(self._data_dir / JOURNAL_FILE, self._snapshot)
         self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
-        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
+        self._cgroups: cgroups.TaskCgroups | None = None
+        if task_cgroups == "auto":
+            self._cgroups, why = cgroups.probe(self._data_dir)
+            self._containment = (f"a cgroup per task under {self._cgroups.subtree} (cgroup v2"
+                                 f"{'' if self._cgroups.has_kill else ', no cgroup.kill: freeze and kill'})"
+                                 if self._cgroups is not None else
+                                 f"a child subreaper per task: cgroup v2 cannot be used ({why})")
+        else:
+            self._containment = "a child subreaper per task (--task-cgroups off)"
+        self._releasing: dict[str, int] = {}  # task cgroups being emptied and removed -> tries so far
+        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow),
+                                     self._cgroups.home if self._cgroups is not None else None)
         self._started = False
         self._log_max, self._log_keep, self._log_check_s = log_max_bytes, log_keep, log_check_s
         self._logs_lock = threading.Lock()  # a rotation and a read of the same files never interleave
@@ -243,9 +267,16 @@ class LocalBackend:
             raise RuntimeError("LocalBackend already started")
         self._started = True
         self._on_status = on_status
-        statuses = self._adopt()
+        log.info("local backend: what a task starts is contained by %s", self._containment)
+        statuses, release = self._adopt()
         self._journal.start()  # compacts: only the live tasks remain
         self._monitor.start()
+        if self._cgroups is not None:  # the cgroups of tasks no longer known: ended while no daemon cleaned up
+            with self._lock:
+                live = {t.cgroup for t in self._tasks.values()}
+            release += [p for p in self._cgroups.existing() if p not in live]
+        for path in dict.fromkeys(release):
+            self._release_cgroup(path)
         if self._log_max > 0:
             self._rotator = threading.Thread(target=self._rotate_logs, name="local-logrotate", daemon=True)
             self._rotator.start()
@@ -269,6 +300,8 @@ class LocalBackend:
         self._spawners.close()
         self._monitor.stop()
         self._journal.stop()
+        if self._cgroups is not None:
+            self._cgroups.remove_subtree_if_empty()
 
     # ----------------------------------------------------------------------------------------------- queries
 
@@ -412,7 +445,8 @@ class LocalBackend:
                 lg = _Launch(g)
                 for spec in g.tasks:
                     t = _Task(spec.task_id, spec.job_id, spec.instance, spec.attempt, spec.hostname,
-                              self._sandboxes / spec.task_id, accounted(spec), announced=False)
+                              self._sandboxes / spec.task_id, accounted(spec), announced=False,
+                              cgroup=self._cgroups.new_path(spec.task_id) if self._cgroups is not None else None)
                     self._tasks[t.task_id] = t
                     self._hosts[t.hostname].add(t.usage)
                     self._finished.pop(t.task_id, None)
@@ -453,11 +487,14 @@ class LocalBackend:
             results = self._spawners.spawn([{"sandbox": str(t.sandbox), "command": specs[t.task_id].command,
                                              "env": self._env(t, specs[t.task_id]),
                                              "files": specs[t.task_id].files,
+                                             **({"cgroup": t.cgroup} if t.cgroup else {"subreaper": True}),
                                              **self._user(specs[t.task_id])} for t in lg.tasks])
         except SpawnerDied as e:
             # what it started before it went is unknown to us: the wrappers wrote their pids; stop them
             log.error("local backend: a spawner died while starting gang %s: %s", lg.gang.gang_id, e)
             for t in lg.tasks:
+                if t.cgroup:
+                    cgroups.kill(t.cgroup)  # (removed by _abort: none of these has a pid)
                 pid = wrapper.read_pid(t.sandbox)
                 if pid and wrapper.is_wrapper(pid, t.sandbox):
                     with contextlib.suppress(OSError):
@@ -511,8 +548,10 @@ class LocalBackend:
                 t.aborted = True
             never = [t for t in lg.tasks if not t.pid or t.exited]
         for t in spawned:
-            with contextlib.suppress(OSError):
-                os.killpg(t.pid, signal.SIGKILL)  # its exit is handled (and unregistered) by the monitor
+            self._signal(t, signal.SIGKILL)  # its exit is handled (and unregistered) by the monitor
+        for t in never:
+            if t.cgroup and not t.exited:  # (an exited one's was released at its exit)
+                self._release_cgroup(t.cgroup)
         self._unregister(never)
         if failure is not None:
             tid, msg, permanent = failure
@@ -573,13 +612,34 @@ class LocalBackend:
             log.exception("local backend: status callback failed for %s", st.task_id)
 
     def _signal(self, t: _Task, sig: int) -> None:
-        """Signal the task's process group, unless its wrapper is gone (its pid may belong to a stranger now)."""
+        """Signal every process of the task, unless its wrapper is gone (its pid may belong to a stranger now):
+        the wrapper's process group, and every other process in the task's cgroup or, without one, of the tree
+        below the wrapper (a child subreaper). SIGKILL: the whole cgroup; without one, the tree stopped and
+        killed, then the group."""
         if t.exited or not t.pid:
+            return
+        if sig == signal.SIGKILL:
+            if t.cgroup:
+                cgroups.kill(t.cgroup)
+            elif wrapper.is_wrapper(t.pid, t.sandbox, attempts=1):
+                with contextlib.suppress(OSError):
+                    os.kill(t.pid, signal.SIGSTOP)  # the wrapper too: it reaps and kills no more meanwhile
+                if not descendants.kill_tree(t.pid):
+                    log.warning("local backend: task %s: some processes below its wrapper did not die", t.task_id)
+            with contextlib.suppress(OSError):
+                os.killpg(t.pid, signal.SIGKILL)
             return
         with contextlib.suppress(OSError):
             os.killpg(t.pid, sig)
+        if t.cgroup:
+            cgroups.signal_all(t.cgroup, sig, skip_pgid=t.pid)
+        elif wrapper.is_wrapper(t.pid, t.sandbox, attempts=1):
+            descendants.signal_tree(t.pid, sig, skip_pgid=t.pid)
 
     def _on_timer(self, key: str) -> None:
+        if key.startswith(_CGROUP):
+            self._continue_release(key[len(_CGROUP):])
+            return
         again = key.endswith(_TERM_AGAIN)
         task_id = key[: -len(_TERM_AGAIN)] if again else key
         with self._lock:
@@ -592,14 +652,20 @@ class LocalBackend:
 
     def _on_exit(self, task_id: str) -> None:
         """The wrapper has exited: reap it, read how the command ended, report."""
+        if task_id.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
+            self._continue_release(task_id[len(_CGROUP):])
+            return
         with self._lock:
             t = self._tasks.get(task_id)
             if t is None or t.exited:
                 return
             t.exited = True
-        # anything the command left in its group goes (the wrapper does this itself when it can)
+        # anything the command left in its group goes (the wrapper does this itself when it can), and in its
+        # cgroup: whatever session or group it moved to
         with contextlib.suppress(OSError):
             os.killpg(t.pid, signal.SIGKILL)
+        if t.cgroup:
+            self._release_cgroup(t.cgroup)
         st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
         self._unregister([t])
         if t.aborted:
@@ -611,6 +677,43 @@ class LocalBackend:
                 t.deferred = st  # reported right after RUNNING
                 return
         self._report(st)
+
+    def _release_cgroup(self, path: str) -> None:
+        """Kill whatever is left in a task's cgroup and remove the cgroup once it is empty: its cgroup.events
+        file, watched by the monitor, says when (with timers as a backstop), so nothing polls."""
+        with self._lock:
+            self._releasing.setdefault(path, 0)
+        self._continue_release(path)
+
+    def _continue_release(self, path: str) -> None:
+        with self._lock:
+            tries = self._releasing.get(path)
+            if tries is None:
+                return  # removed already (a late event or timer)
+            self._releasing[path] = tries + 1
+        key = _CGROUP + path
+        for _ in range(2):
+            cgroups.kill(path)
+            if cgroups.remove(path):
+                break
+            fd = cgroups.events_fd(path)  # armed before `populated` is read: no change is missed
+            if fd is None:
+                break  # gone
+            if cgroups.populated(path) is not False:
+                self._monitor.watch_fd(key, fd, select.EPOLLPRI)
+                delay = min(CGROUP_RETRY_S[0] * 2 ** min(tries, 16), CGROUP_RETRY_S[1])
+                self._monitor.call_at(time.monotonic() + delay, key)
+                if tries == 20:
+                    log.warning("local backend: cgroup %s is still not empty after its processes were killed",
+                                path)
+                return
+            os.close(fd)  # emptied meanwhile: remove it now
+        else:
+            self._monitor.call_at(time.monotonic() + CGROUP_RETRY_S[1], key)  # empty, and yet busy: later
+            return
+        with self._lock:
+            self._releasing.pop(path, None)
+        self._monitor.unwatch(key)
 
     def _unregister(self, tasks: Sequence[_Task]) -> None:
         with self._lock:
@@ -673,17 +776,27 @@ class LocalBackend:
 
     # ----------------------------------------------------------------------------------------------- adoption
 
-    def _adopt(self) -> list[TaskStatus]:
-        """Replay the journal: adopt live tasks, and work out how the others ended while no daemon watched."""
+    def _adopt(self) -> tuple[list[TaskStatus], list[str]]:
+        """Replay the journal: adopt live tasks, and work out how the others ended while no daemon watched. Also
+        the cgroups of the tasks not adopted, whose leftovers are to be killed (once the monitor runs)."""
         entries = self._journal.replay()
         entries.update(self._old_index_entries())
         now = self._clock()
         out: list[TaskStatus] = []
+        release: list[str] = []
         for tid, e in entries.items():
-            if "final" in e:  # ended and reported before
+            cg = e.get("cg")
+            if not isinstance(cg, str) or not cgroups.is_task_cgroup(cg):
+                if cg is not None:
+                    log.warning("local backend: task %s: ignoring the journal's cgroup %r (not a task cgroup)",
+                                tid, cg)
+                cg = None  # a record of a release before cgroups, or of a daemon that used none
+            if "final" in e:  # ended and reported before (its cgroup may not have been emptied yet)
                 final = _status_from_json(tid, str(e.get("host") or ""), e["final"], now)
                 if final is not None:
                     self._remember_locked(final)
+                if cg:
+                    release.append(cg)
                 continue
             sandbox = self._sandbox_path(tid)
             if sandbox is None:
@@ -704,6 +817,8 @@ class LocalBackend:
                     st = replace(st, message="the task's process ended while the daemon was down" if pid else
                                  "never started: the daemon stopped while launching it")
             elif host is None:
+                if cg is None:  # the tree below the wrapper first: once the wrapper is gone, it is out of reach
+                    descendants.kill_tree(pid)
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
                 os.close(pidfd)  # type: ignore[arg-type]
@@ -712,13 +827,15 @@ class LocalBackend:
             if st is not None:
                 out.append(st)
                 self._remember_locked(st)
+                if cg:  # what the command left behind while no daemon watched goes now
+                    release.append(cg)
                 continue
             res = e.get("res") or [0, 0, 0, 0, 0]
             usage = RunningTask(tid, hostname, Resources(float(res[0]), float(res[1]), float(res[2]), int(res[3]),
                                                          int(res[4])),
                                 tuple(int(g) for g in e.get("gpus") or ()), tuple(int(p) for p in e.get("ports") or ()))
             t = _Task(tid, str(e.get("job", "")), int(e.get("instance", 0)), int(e.get("attempt", 0)), hostname,
-                      sandbox, usage, pid=pid, kill_wall=kill_wall, kill_grace=kill_grace)
+                      sandbox, usage, pid=pid, kill_wall=kill_wall, kill_grace=kill_grace, cgroup=cg)
             self._tasks[tid] = t
             assert host is not None and pidfd is not None
             host.add(usage)
@@ -726,8 +843,9 @@ class LocalBackend:
             if kill_wall is not None:  # what is left of its grace (the daemon was down for part of it)
                 grace = self._kill_grace_s if kill_grace is None else kill_grace
                 self._monitor.call_at(time.monotonic() + max(0.0, kill_wall + grace - time.time()), tid)
-            log.info("local backend: adopted running task %s (pid %d) on %s", tid, pid, hostname)
-        return out
+            log.info("local backend: adopted running task %s (pid %d%s) on %s", tid, pid,
+                     f", cgroup {cg}" if cg else "", hostname)
+        return out, release
 
     @staticmethod
     def _wait_for_pid(sandbox: Path) -> int:

@@ -29,6 +29,7 @@ task names root explicitly (its pool allows it: checked at submit) or the daemon
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import os
@@ -58,6 +59,25 @@ cd -P .. && echo $rc > exit
 kill -KILL 0
 """
 
+# The wrapper of a task with no cgroup of its own (cgroups.py): it is a child subreaper (set before it is executed),
+# so the command's orphans, whatever session or group they moved to, are reparented to it. Once the command ended
+# it SIGKILLs them, a level of the tree a round (each round's orphans are its children in the next), reaping as it
+# goes (`wait $!` on a short sleep reaps every child that ends meanwhile; dash reaps no other way), then its group.
+# At most 100 rounds (2 s or more): a process that cannot die (uninterruptible sleep) is left to init.
+WRAPPER_SUBREAPER = """cd -P "$1" || exit 127
+echo $$ > pids
+trap : TERM
+cd -P work && /bin/sh -c "$2"
+rc=$?
+cd -P .. && echo $rc > exit
+n=0
+while read -r k < /proc/$$/task/$$/children; [ -n "$k" ] && [ $n -lt 100 ]; do
+kill -STOP $k 2>/dev/null; kill -KILL $k 2>/dev/null; /bin/sleep 0.02 & wait $!; n=$((n+1))
+done
+kill -KILL 0
+"""
+PR_SET_CHILD_SUBREAPER = 36
+
 
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 _HEADER = struct.Struct("!I")
@@ -65,9 +85,12 @@ _DEFAULT_SIGNALS = tuple(s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGC
                                      signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2))
 
 
-def spawn(sandbox: str, command: str, env: dict[str, str]) -> int:
+def spawn(sandbox: str, command: str, env: dict[str, str], subreaper: bool = False) -> int:
     """Start the wrapper for `command` in `sandbox` (with its `work/`); its pid is the task's process group id.
+    With `subreaper`, the wrapper is a child subreaper (posix_spawn cannot do that: fork, then exec).
     Raises ValueError (NUL bytes) or OSError (E2BIG: too large for exec; ENOENT/EACCES: no shell)."""
+    if subreaper:
+        return _spawn_subreaper(sandbox, command, env)
     return os.posix_spawn(
         SHELL, [SHELL, "-c", WRAPPER, "peloton-task", sandbox, command], env,
         file_actions=[
@@ -79,7 +102,48 @@ def spawn(sandbox: str, command: str, env: dict[str, str]) -> int:
     )
 
 
-def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd) -> int:
+def _spawn_subreaper(sandbox: str, command: str, env: dict[str, str]) -> int:
+    logs = []
+    try:
+        for name in (STDOUT_FILE, STDERR_FILE):
+            logs.append(os.open(f"{sandbox}/{name}", _OUT_FLAGS | os.O_CLOEXEC, 0o600))
+        p = subprocess.Popen(
+            [SHELL, "-c", WRAPPER_SUBREAPER, "peloton-task", sandbox, command], executable=SHELL, env=env,
+            stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
+            preexec_fn=_become_subreaper)
+    except subprocess.SubprocessError as e:
+        raise OSError(errno.EIO, str(e)) from None
+    finally:
+        for fd in logs:
+            os.close(fd)
+    p.returncode = 0  # the daemon watches it through a pidfd: Popen must not keep it to wait for
+    return p.pid
+
+
+_libc: list[object] = []  # ctypes' libc (3 ms to import), loaded at the first task that needs prctl
+
+
+def _load_libc() -> None:
+    if not _libc:
+        import ctypes
+
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+
+
+def _become_subreaper() -> None:
+    """In the child, before the wrapper is executed (it survives execve): a child subreaper, with every signal at
+    its default and none blocked (as posix_spawn's setsigdef and setsigmask do)."""
+    import ctypes  # loaded already (_load_libc)
+
+    for s in _DEFAULT_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    if _libc[0].prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:  # type: ignore[attr-defined]
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd,
+             subreaper: bool = False) -> int:
     """spawn(), as the user `who` (the spawner runs as root). posix_spawn cannot change user, so this is
     subprocess's fork and exec, whose child runs C only: it enters the sandbox (still root: the user needs no
     permission on the directories above it), drops to the user's groups, gid and uid, and executes the wrapper with
@@ -93,10 +157,12 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
         p = subprocess.Popen(
-            [SHELL, "-c", WRAPPER, "peloton-task", ".", command, sandbox], executable=SHELL, cwd=sandbox, env=env,
+            [SHELL, "-c", WRAPPER_SUBREAPER if subreaper else WRAPPER, "peloton-task", ".", command, sandbox],
+            executable=SHELL, cwd=sandbox, env=env,
             stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
             restore_signals=True, user=who.pw_uid, group=who.pw_gid,
-            extra_groups=os.getgrouplist(who.pw_name, who.pw_gid))
+            extra_groups=os.getgrouplist(who.pw_name, who.pw_gid),
+            preexec_fn=_become_subreaper if subreaper else None)
     except subprocess.SubprocessError as e:
         raise OSError(errno.EIO, str(e)) from None
     finally:
@@ -186,19 +252,56 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
     if who is not None:  # not the daemon's home
         env.update(HOME=who.pw_dir, USER=who.pw_name, LOGNAME=who.pw_name)
     env.update(task.get("env") or {})  # type: ignore[call-overload]
+    cgroup = str(task.get("cgroup") or "")
+    subreaper = bool(task.get("subreaper"))
+    if subreaper:
+        _load_libc()
+    if cgroup:
+        try:
+            _enter(cgroup)
+        except OSError as e:
+            return {"error": f"cannot put the task into its cgroup {cgroup}: {e.strerror}", "permanent": False}, None
     try:
         if who is None:
-            pid = spawn(sandbox, str(task["command"]), env)
+            pid = spawn(sandbox, str(task["command"]), env, subreaper)
         else:
-            pid = spawn_as(sandbox, str(task["command"]), env, who)
+            pid = spawn_as(sandbox, str(task["command"]), env, who, subreaper)
     except (ValueError, OSError) as e:
         msg, permanent = describe(e)
         return {"error": msg, "permanent": permanent}, None
+    finally:
+        if cgroup:
+            _leave()
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already over and reaped: the daemon reads its exit file
         return {"pid": pid, "pidfd": False}, None
     return {"pid": pid, "pidfd": True}, fd
+
+
+_home: list[int] = []  # cgroup.procs of the spawner's own cgroup (argv[2]), open for writing: where it returns
+_stuck: list[str] = []  # why the spawner could not return there: it exits after its reply (the daemon replaces it)
+
+
+def _enter(cgroup: str) -> None:
+    """Move this (single-threaded) process into the task's cgroup, made here if need be, so that the wrapper it
+    starts next is in it from its first instruction (children inherit their parent's cgroup)."""
+    with contextlib.suppress(FileExistsError):
+        os.mkdir(cgroup, 0o755)
+    fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+    try:
+        os.write(fd, b"0")
+    finally:
+        os.close(fd)
+
+
+def _leave() -> None:
+    """Back into the spawner's own cgroup. A spawner that cannot must not start anything more (it would start it
+    in the wrong cgroup) nor stay (it would keep the task's cgroup populated): it stops after this request."""
+    try:
+        os.write(_home[0], b"0")
+    except (OSError, IndexError) as e:
+        _stuck.append(str(e))
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
@@ -239,6 +342,9 @@ def serve(sock: socket.socket) -> None:
         finally:
             for fd in fds:
                 os.close(fd)
+        if _stuck:
+            sys.stderr.write(f"peloton spawner: cannot return to its own cgroup ({_stuck[0]}): exiting\n")
+            return
 
 
 def _ints(fds: list[int]) -> bytes:
@@ -253,6 +359,8 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
+    if len(sys.argv) > 2:  # the cgroup it starts in, to return to after putting a task into the task's cgroup
+        _home.append(os.open(f"{sys.argv[2]}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
     sock = socket.socket(fileno=fd)
     try:
         serve(sock)
