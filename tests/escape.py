@@ -24,16 +24,17 @@ def new_mark() -> str:
     return "esc" + uuid.uuid4().hex[:12]
 
 
-def escape_command(mark: str, ready: Path, then: str = "sleep 600", *, stubborn: bool = False) -> str:
+def escape_command(mark: str, then: str = "sleep 600", *, stubborn: bool = False) -> str:
     """A shell command that starts four processes which leave its process group, then runs `then`:
     `setsid ... &`; a double fork with setsid in between; `nohup setsid ... &`; and a process that moves itself
     into a process group of its own (setpgid). Each is a Python that, once it has done so (and with `stubborn`
-    ignores SIGTERM, so that only a SIGKILL ends it), creates the file `ready`/<how> (wait_escaped) and sleeps."""
+    ignores SIGTERM, so that only a SIGKILL ends it), creates the file `ready-<how>` in the command's working
+    directory (wait_escaped) and sleeps. `mark` may name the shell's variables (`$PELOTON_INSTANCE`)."""
 
     def sleeper(kind: str) -> str:
         ign = "signal.signal(signal.SIGTERM, signal.SIG_IGN); " if stubborn else ""
         code = f"import os, signal, sys, time; {_SETUP[kind]}{ign}open(sys.argv[1], \"w\").close(); time.sleep(600)"
-        return f"env {VAR}={mark}-{kind} {sys.executable} -c {shlex.quote(code)} {shlex.quote(str(ready / kind))}"
+        return f"env {VAR}={mark}-{kind} {sys.executable} -c {shlex.quote(code)} ready-{kind}"
 
     return (f"setsid {sleeper('setsid')} & "
             f"{sleeper('doublefork')} & "
@@ -69,12 +70,13 @@ def escaped_kinds(mark: str) -> set[str]:
     return set(marked(mark).values())
 
 
-def wait_escaped(mark: str, ready: Path, timeout: float = 30.0) -> dict[int, str]:
-    """Until every escapee of `mark` has done what it does (its file in `ready`); its processes."""
+def wait_escaped(mark: str, work: Path, timeout: float = 30.0) -> dict[int, str]:
+    """Until every escapee of `mark` has done what it does (its file in `work`, the task's working directory); its
+    processes."""
     deadline = time.monotonic() + timeout
     while True:
         got = marked(mark)
-        if all((ready / k).exists() for k in KINDS) and set(got.values()) >= set(KINDS):
+        if all((work / f"ready-{k}").exists() for k in KINDS) and set(got.values()) >= set(KINDS):
             return got
         if time.monotonic() > deadline:
             raise AssertionError(f"the escapees of {mark} did not all start: {sorted(set(got.values()))}")

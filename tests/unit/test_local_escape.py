@@ -56,18 +56,16 @@ def make(tmp_path: Path) -> Iterator[Make]:
 
 
 class Escape:
-    """A marker, and where its escapees say they are ready."""
+    """A marker for the escapees of one task."""
 
-    def __init__(self, root: Path) -> None:
+    def __init__(self) -> None:
         self.mark = new_mark()
-        self.ready = root / self.mark
-        self.ready.mkdir()
 
     def command(self, then: str = "sleep 600", stubborn: bool = False) -> str:
-        return escape_command(self.mark, self.ready, then, stubborn=stubborn)
+        return escape_command(self.mark, then, stubborn=stubborn)
 
-    def wait(self) -> dict[int, str]:
-        return wait_escaped(self.mark, self.ready)
+    def wait(self, b: LocalBackend, task_id: str) -> dict[int, str]:
+        return wait_escaped(self.mark, b._sandboxes / task_id / "work")
 
     def alive(self) -> dict[int, str]:
         return marked(self.mark)
@@ -77,13 +75,11 @@ class Escape:
 
 
 @pytest.fixture
-def escape(tmp_path: Path) -> Iterator[Callable[[], Escape]]:
+def escape() -> Iterator[Callable[[], Escape]]:
     made: list[Escape] = []
-    root = tmp_path / "ready"
-    root.mkdir()
 
     def new() -> Escape:
-        made.append(Escape(root))
+        made.append(Escape())
         return made[-1]
 
     yield new
@@ -122,7 +118,7 @@ def test_escapees_die_with_a_stop(mode: str, make: Make, escape: Callable[[], Es
     b, rec = make(mode)
     m = escape()
     launch(b, spec("stopped", m.command()))
-    m.wait()
+    m.wait(b, "stopped")
     t0 = time.monotonic()
     b.kill(["stopped"])
     assert rec.wait_terminal("stopped").state == TaskState.KILLED
@@ -137,7 +133,7 @@ def test_escapees_that_ignore_sigterm_die_at_the_end_of_the_grace(mode: str, mak
     m = escape()
     # the command itself ignores SIGTERM too, so the task lives until the SIGKILL at the end of its grace
     launch(b, spec("stubborn", m.command("trap '' TERM; while :; do sleep 1; done", True)))
-    m.wait()
+    m.wait(b, "stubborn")
     b.kill(["stubborn"])
     time.sleep(GRACE_S / 2)
     assert len(m.alive()) == 4  # SIGTERM was sent to them all, and ignored
@@ -150,8 +146,8 @@ def test_escapees_die_when_the_command_ends_by_itself(mode: str, make: Make, esc
     b, rec = make(mode)
     ok, failed = escape(), escape()
     launch(b, spec("ok", ok.command("sleep 1; exit 0")), spec("failed", failed.command("sleep 1; exit 3"), "local-1"))
-    ok.wait()
-    failed.wait()
+    ok.wait(b, "ok")
+    failed.wait(b, "failed")
     assert rec.wait_terminal("ok").state == TaskState.SUCCEEDED
     assert rec.wait_terminal("failed").exit_code == 3
     ok.wait_gone(SLACK_S)
@@ -184,7 +180,7 @@ def test_without_cgroup_kill_the_cgroup_is_frozen_and_its_processes_killed(
     b, rec = make("auto")
     m = escape()
     launch(b, spec("old-kernel", m.command("trap '' TERM; while :; do sleep 1; done", True)))
-    m.wait()
+    m.wait(b, "old-kernel")
     b.kill(["old-kernel"])
     assert rec.wait_terminal("old-kernel").state == TaskState.KILLED
     m.wait_gone(GRACE_S + SLACK_S)
@@ -199,7 +195,7 @@ def test_an_adopted_task_is_stopped_with_its_escapees(mode: str, make: Make, esc
     a, _ = make(mode)
     m = escape()
     launch(a, spec("adopted", m.command()))
-    m.wait()
+    m.wait(a, "adopted")
     a.stop()  # the daemon is gone (as after kill -9): the task runs on
     b, rec = make(mode)
     assert b._tasks["adopted"].cgroup == a._tasks["adopted"].cgroup
@@ -215,7 +211,7 @@ def test_what_a_task_left_while_no_daemon_watched_is_killed_at_the_restart(
     a, _ = make("auto")
     m = escape()
     launch(a, spec("ended", m.command("sleep 1")))
-    m.wait()
+    m.wait(a, "ended")
     cg = a._tasks["ended"].cgroup
     a.stop()
     wait_for(lambda: (tmp_path / "sandboxes" / "ended" / "exit").exists())
@@ -257,7 +253,7 @@ def test_the_fallback_wrapper_is_a_child_subreaper(make: Make, escape: Callable[
     b, rec = make("off")
     m = escape()
     launch(b, spec("reaper", m.command()))
-    got = m.wait()
+    got = m.wait(b, "reaper")
     wrapper_pid = b._tasks["reaper"].pid
     # the double-forked daemon lost its parents: it was reparented to the wrapper, not to init
     (daemonized,) = [pid for pid, how in got.items() if how == "doublefork"]

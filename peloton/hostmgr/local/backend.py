@@ -1,4 +1,4 @@
-"""The local backend: runs every task as a process group on this machine, split into one or more simulated hosts.
+"""The local backend: runs every task as processes on this machine, split into one or more simulated hosts.
 
 Files under `data_dir`:
   sandboxes/<task_id>/   one per task: stdout, stderr, pids (the wrapper's pid), exit (the command's exit status),
@@ -12,6 +12,13 @@ PELOTON_SANDBOX, and PELOTON_HOSTFILE when the launch carries a "hostfile"; its 
 under a small `/bin/sh` wrapper started in a new session by a spawner process (spawner.py, spawn.py), so the
 wrapper leads the task's process group and survives the daemon being killed; the daemon watches it through a
 pidfd (monitor.py) and reads how it ended from its sandbox (wrapper.py).
+
+A task is everything it started, not just its process group: where this process can make cgroup v2 cgroups
+(`task_cgroups="auto"`), each task runs in one of its own (cgroups.py), recorded in the journal; a stop SIGTERMs
+every process in it and, after the grace, kills the cgroup; when the wrapper ends the cgroup is killed and removed
+once empty (its cgroup.events, watched by the monitor), and at start the cgroups of tasks not adopted are. Elsewhere
+(`off`, no cgroup v2, not root) the wrapper is a child subreaper and a stop signals the tree below it
+(descendants.py).
 
 Concurrency: `_lock` guards the in-memory book (hosts' usage, tasks) only. Spawning, sandbox files, journal writes
 and signals to finished groups happen outside it; status callbacks are made with no lock held. A launch registers
@@ -186,7 +193,7 @@ class _Launch:
 
 
 class LocalBackend:
-    """Backend running tasks as local process groups. Thread-safe."""
+    """Backend running tasks as local processes. Thread-safe."""
 
     def __init__(
         self,
@@ -300,6 +307,11 @@ class LocalBackend:
         self._spawners.close()
         self._monitor.stop()
         self._journal.stop()
+        with self._lock:
+            releasing, self._releasing = list(self._releasing), {}
+        for path in releasing:  # one last try; what is still busy is found at the next start
+            cgroups.kill(path)
+            cgroups.remove(path)
         if self._cgroups is not None:
             self._cgroups.remove_subtree_if_empty()
 

@@ -17,8 +17,16 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
   killable) so that a SIGTERM to the group stops the command while the wrapper still records the result;
 - runs the command with `/bin/sh -c` in `work/` (so `$$` and `exit` in the command are the command's own);
 - writes the command's exit status to `exit` (the file's mtime is when it ended);
-- SIGKILLs its whole process group, like a container being torn down, so nothing the command left behind runs on.
+- SIGKILLs its whole process group, like a container being torn down; the daemon then kills what is left in the
+  task's cgroup (a process that setsid()s leaves the group, not the cgroup).
 posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING).
+
+A task with a `cgroup` (cgroups.py) is started in it: the spawner, single-threaded, creates it if need be, moves
+itself into it, starts the wrapper (which inherits it at fork, before it can run anything) and moves back to its
+own cgroup (argv[2]); a spawner that cannot move back exits after its reply. A task with `subreaper` instead
+(no cgroups: descendants.py) is started by fork and exec, the child making itself a child subreaper in between
+(PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
+command's orphans, now its children, before it ends.
 
 A task with a user (task.user) other than the spawner's own is started by subprocess's fork and exec instead
 (spawn_as: posix_spawn cannot change user), whose child enters the sandbox before it drops to the user, so the
