@@ -155,19 +155,23 @@ def test_escapees_die_when_the_command_ends_by_itself(mode: str, make: Make, esc
 
 
 @needs_cgroups
-def test_a_task_cgroup_is_removed_once_its_task_ended_and_the_spawner_returns_to_its_own(
-        make: Make, escape: Callable[[], Escape]) -> None:
+def test_a_command_runs_only_in_its_cgroup_which_goes_once_its_task_ended(make: Make,
+                                                                          escape: Callable[[], Escape]) -> None:
     b, rec = make("auto")
     m = escape()
-    launch(b, spec("one", m.command("sleep 0.5")))
+    # the first thing the command does: say which cgroup it is in (the wrapper waits until it has been moved)
+    launch(b, spec("one", "cat /proc/$$/cgroup; " + m.command("sleep 0.5")))
     cg = b._tasks["one"].cgroup
     assert cg and cg.startswith(f"{b._cgroups.subtree}/one.")  # type: ignore[union-attr]
-    pid = b._tasks["one"].pid
-    assert cgroups.cgroup_of(pid) == cg[len(cgroups.mount() or ""):]
-    assert json.loads((b._data_dir / "journal").read_text().splitlines()[0])["cg"] == cg
-    for sp in b._spawners._all:  # back where it was: the next task's cgroup is not this one's
+    assert json.loads((b._data_dir / "journal").read_text().splitlines()[0])["cg"] == cg  # known before it ran
+    m.wait(b, "one")
+    rel = cg[len(cgroups.mount() or ""):]
+    assert cgroups.cgroup_of(b._tasks["one"].pid) == rel
+    assert {cgroups.cgroup_of(pid) for pid in m.alive()} == {rel}
+    for sp in b._spawners._all:  # the spawners stay where they were
         assert cgroups.cgroup_of(sp.proc.pid) == cgroups.cgroup_of("self")
     assert rec.wait_terminal("one").state == TaskState.SUCCEEDED
+    assert f"0::{rel}\n".encode() in b.read_log("one", "stdout", 0, 10_000)[0]
     m.wait_gone(SLACK_S)
     wait_for(lambda: not os.path.exists(cg) and not b._releasing)
 

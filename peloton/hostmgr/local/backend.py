@@ -255,8 +255,7 @@ class LocalBackend:
         else:
             self._containment = "a child subreaper per task (--task-cgroups off)"
         self._releasing: dict[str, int] = {}  # task cgroups being emptied and removed -> tries so far
-        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow),
-                                     self._cgroups.home if self._cgroups is not None else None)
+        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
         self._started = False
         self._log_max, self._log_keep, self._log_check_s = log_max_bytes, log_keep, log_check_s
         self._logs_lock = threading.Lock()  # a rotation and a read of the same files never interleave

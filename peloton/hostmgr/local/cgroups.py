@@ -11,9 +11,12 @@ emptying). The directories are created by the daemon's user (root) and stay its 
 cannot move itself out; a task running as root can. No controller is enabled: membership, `cgroup.procs`,
 `cgroup.events` (populated), `cgroup.kill` and `cgroup.freeze` are all that is used.
 
-The spawner puts each wrapper into its cgroup before the wrapper can run anything (spawner.py: it moves itself in,
-starts the wrapper, which inherits the cgroup, and moves back). The functions on a path below work for any task
-cgroup, whatever the daemon's current setting (a task adopted from a daemon that used cgroups keeps its own).
+The spawner puts each wrapper into its cgroup before the wrapper runs anything (spawner.py: the wrapper waits on a
+gate until it has been moved). Moving a process into a cgroup waits for an RCU grace period when no process has
+moved lately (the kernel's cgroup_threadgroup_rwsem, unless cgroup2 is mounted with favordynmods): 10-15 ms on the
+development machine, once per burst of moves, which is why the spawner moves the wrappers after it has replied.
+The functions on a path below work for any task cgroup, whatever the daemon's current setting (a task adopted from
+a daemon that used cgroups keeps its own).
 """
 
 from __future__ import annotations
@@ -124,7 +127,7 @@ class TaskCgroups:
     """The daemon's subtree of task cgroups."""
 
     mount: str
-    home: str  # the daemon's own cgroup directory (the spawners move back into it)
+    home: str  # the daemon's own cgroup directory
     subtree: str  # <home>/peloton-tasks/<key>
     has_kill: bool
 

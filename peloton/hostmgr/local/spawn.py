@@ -43,13 +43,12 @@ class SpawnerDied(Exception):
 
 
 class _Spawner:
-    def __init__(self, env: dict[str, str], cgroup_home: str | None = None) -> None:
+    def __init__(self, env: dict[str, str]) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         os.set_inheritable(child.fileno(), True)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(Path(spawner_main.__file__).resolve()), str(child.fileno()),
-                 *([cgroup_home] if cgroup_home else [])],
+                [sys.executable, "-I", "-S", str(Path(spawner_main.__file__).resolve()), str(child.fileno())],
                 stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),), close_fds=True,
                 start_new_session=True,  # Ctrl-C at the daemon's terminal is the daemon's business
                 env=env,  # what every task starts from (task_env.py): not the daemon's whole environment
@@ -102,12 +101,10 @@ class _Spawner:
 
 
 class SpawnerPool:
-    def __init__(self, size: int = 4, env: dict[str, str] | None = None, cgroup_home: str | None = None) -> None:
+    def __init__(self, size: int = 4, env: dict[str, str] | None = None) -> None:
         """`env`: the environment of the spawners, which every task starts from (default: the allow-listed part
-        of the daemon's, task_env.py). `cgroup_home`: the daemon's own cgroup directory, where a spawner returns
-        after putting a task into its cgroup (None: tasks get no cgroup)."""
+        of the daemon's, task_env.py)."""
         self._env = env if env is not None else inherited(os.environ)
-        self._cgroup_home = cgroup_home
         self._sem = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._idle: list[_Spawner] = []
@@ -129,7 +126,7 @@ class SpawnerPool:
                 sp.close()
                 sp = None
             if sp is None:
-                sp = _Spawner(self._env, self._cgroup_home)
+                sp = _Spawner(self._env)
                 with self._lock:
                     self._all.append(sp)
             ok = False

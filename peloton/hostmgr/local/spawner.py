@@ -21,9 +21,12 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
   task's cgroup (a process that setsid()s leaves the group, not the cgroup).
 posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING).
 
-A task with a `cgroup` (cgroups.py) is started in it: the spawner, single-threaded, creates it if need be, moves
-itself into it, starts the wrapper (which inherits it at fork, before it can run anything) and moves back to its
-own cgroup (argv[2]); a spawner that cannot move back exits after its reply. A task with `subreaper` instead
+A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
+stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
+only then moves the wrappers of the request into their cgroups and lets them go; a wrapper that gets no `go` (the
+move failed, the spawner died) exits 125 without running the command. Moving a process between cgroups waits for
+an RCU grace period when none has moved lately (10-15 ms here, once per burst), which is thus not on the launch's
+path; the command starts that much after RUNNING is reported. A task with `subreaper` instead
 (no cgroups: descendants.py) is started by fork and exec, the child making itself a child subreaper in between
 (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
 command's orphans, now its children, before it ends.
@@ -67,11 +70,19 @@ cd -P .. && echo $rc > exit
 kill -KILL 0
 """
 
+# The wrapper of a task with a cgroup of its own: its first two lines, then the gate (see above), then the rest.
+_GATE = """read -r gate && [ "$gate" = go ] || { echo "peloton: the task could not be put into its cgroup" >&2; exit 125; }
+exec </dev/null
+"""
+WRAPPER_GATED = WRAPPER.replace("echo $$ > pids\n", "echo $$ > pids\n" + _GATE, 1)
+
 # The wrapper of a task with no cgroup of its own (cgroups.py): it is a child subreaper (set before it is executed),
 # so the command's orphans, whatever session or group they moved to, are reparented to it. Once the command ended
 # it SIGKILLs them, a level of the tree a round (each round's orphans are its children in the next), reaping as it
-# goes (`wait $!` on a short sleep reaps every child that ends meanwhile; dash reaps no other way), then its group.
-# At most 100 rounds (2 s or more): a process that cannot die (uninterruptible sleep) is left to init.
+# goes (`wait $!` on a job reaps every child that ends meanwhile; dash reaps no other way): the first round waits on
+# `:` (the command's shell, killed by a signal the wrapper traps, is often still a zombie: nothing to wait for),
+# the others on a 20 ms sleep. At most 100 rounds (2 s or more): a process that cannot die (uninterruptible sleep)
+# is left to init. Then its group.
 WRAPPER_SUBREAPER = """cd -P "$1" || exit 127
 echo $$ > pids
 trap : TERM
@@ -80,7 +91,8 @@ rc=$?
 cd -P .. && echo $rc > exit
 n=0
 while read -r k < /proc/$$/task/$$/children; [ -n "$k" ] && [ $n -lt 100 ]; do
-kill -STOP $k 2>/dev/null; kill -KILL $k 2>/dev/null; /bin/sleep 0.02 & wait $!; n=$((n+1))
+kill -STOP $k 2>/dev/null; kill -KILL $k 2>/dev/null
+if [ $n = 0 ]; then : & wait $!; else /bin/sleep 0.02 & wait $!; fi; n=$((n+1))
 done
 kill -KILL 0
 """
@@ -93,16 +105,18 @@ _DEFAULT_SIGNALS = tuple(s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGC
                                      signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2))
 
 
-def spawn(sandbox: str, command: str, env: dict[str, str], subreaper: bool = False) -> int:
+def spawn(sandbox: str, command: str, env: dict[str, str], subreaper: bool = False, gate: int | None = None) -> int:
     """Start the wrapper for `command` in `sandbox` (with its `work/`); its pid is the task's process group id.
-    With `subreaper`, the wrapper is a child subreaper (posix_spawn cannot do that: fork, then exec).
+    With `subreaper`, the wrapper is a child subreaper (posix_spawn cannot do that: fork, then exec). With `gate`
+    (the read end of a pipe), WRAPPER_GATED, which waits for `go` on it.
     Raises ValueError (NUL bytes) or OSError (E2BIG: too large for exec; ENOENT/EACCES: no shell)."""
     if subreaper:
         return _spawn_subreaper(sandbox, command, env)
     return os.posix_spawn(
-        SHELL, [SHELL, "-c", WRAPPER, "peloton-task", sandbox, command], env,
+        SHELL, [SHELL, "-c", WRAPPER if gate is None else WRAPPER_GATED, "peloton-task", sandbox, command], env,
         file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if gate is None else
+            (os.POSIX_SPAWN_DUP2, gate, 0),
             (os.POSIX_SPAWN_OPEN, 1, f"{sandbox}/{STDOUT_FILE}", _OUT_FLAGS, 0o600),
             (os.POSIX_SPAWN_OPEN, 2, f"{sandbox}/{STDERR_FILE}", _OUT_FLAGS, 0o600),
         ],
@@ -151,7 +165,7 @@ def _become_subreaper() -> None:
 
 
 def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd,
-             subreaper: bool = False) -> int:
+             subreaper: bool = False, gate: int | None = None) -> int:
     """spawn(), as the user `who` (the spawner runs as root). posix_spawn cannot change user, so this is
     subprocess's fork and exec, whose child runs C only: it enters the sandbox (still root: the user needs no
     permission on the directories above it), drops to the user's groups, gid and uid, and executes the wrapper with
@@ -165,9 +179,10 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
         p = subprocess.Popen(
-            [SHELL, "-c", WRAPPER_SUBREAPER if subreaper else WRAPPER, "peloton-task", ".", command, sandbox],
+            [SHELL, "-c", WRAPPER_SUBREAPER if subreaper else WRAPPER if gate is None else WRAPPER_GATED,
+             "peloton-task", ".", command, sandbox],
             executable=SHELL, cwd=sandbox, env=env,
-            stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
+            stdin=subprocess.DEVNULL if gate is None else gate, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
             restore_signals=True, user=who.pw_uid, group=who.pw_gid,
             extra_groups=os.getgrouplist(who.pw_name, who.pw_gid),
             preexec_fn=_become_subreaper if subreaper else None)
@@ -264,22 +279,29 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
     subreaper = bool(task.get("subreaper"))
     if subreaper:
         _load_libc()
+    gate = None
     if cgroup:
         try:
-            _enter(cgroup)
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(cgroup, 0o755)
         except OSError as e:
-            return {"error": f"cannot put the task into its cgroup {cgroup}: {e.strerror}", "permanent": False}, None
+            return {"error": f"cannot make the task's cgroup {cgroup}: {e.strerror}", "permanent": False}, None
+        gate = os.pipe2(os.O_CLOEXEC)
     try:
         if who is None:
-            pid = spawn(sandbox, str(task["command"]), env, subreaper)
+            pid = spawn(sandbox, str(task["command"]), env, subreaper, gate[0] if gate else None)
         else:
-            pid = spawn_as(sandbox, str(task["command"]), env, who, subreaper)
+            pid = spawn_as(sandbox, str(task["command"]), env, who, subreaper, gate[0] if gate else None)
     except (ValueError, OSError) as e:
+        if gate:
+            os.close(gate[1])
         msg, permanent = describe(e)
         return {"error": msg, "permanent": permanent}, None
     finally:
-        if cgroup:
-            _leave()
+        if gate:
+            os.close(gate[0])
+    if gate:
+        _gated.append((pid, cgroup, gate[1]))
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already over and reaped: the daemon reads its exit file
@@ -287,29 +309,29 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
     return {"pid": pid, "pidfd": True}, fd
 
 
-_home: list[int] = []  # cgroup.procs of the spawner's own cgroup (argv[2]), open for writing: where it returns
-_stuck: list[str] = []  # why the spawner could not return there: it exits after its reply (the daemon replaces it)
+_gated: list[tuple[int, str, int]] = []  # (pid, cgroup, the gate's write end) of the wrappers started, not let go
 
 
-def _enter(cgroup: str) -> None:
-    """Move this (single-threaded) process into the task's cgroup, made here if need be, so that the wrapper it
-    starts next is in it from its first instruction (children inherit their parent's cgroup)."""
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(cgroup, 0o755)
-    fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
-    try:
-        os.write(fd, b"0")
-    finally:
-        os.close(fd)
-
-
-def _leave() -> None:
-    """Back into the spawner's own cgroup. A spawner that cannot must not start anything more (it would start it
-    in the wrong cgroup) nor stay (it would keep the task's cgroup populated): it stops after this request."""
-    try:
-        os.write(_home[0], b"0")
-    except (OSError, IndexError) as e:
-        _stuck.append(str(e))
+def _let_go() -> None:
+    """Move each gated wrapper into its cgroup, then let it run its command; one that cannot be moved gets no `go`
+    and ends without running anything (its gate is closed)."""
+    while _gated:
+        pid, cgroup, gate = _gated.pop(0)
+        try:
+            try:
+                fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, str(pid).encode())
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                if e.errno != errno.ESRCH:  # (gone already: killed before it could be let go)
+                    sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
+                continue
+            with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
+                os.write(gate, b"go\n")
+        finally:
+            os.close(gate)
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
@@ -350,9 +372,7 @@ def serve(sock: socket.socket) -> None:
         finally:
             for fd in fds:
                 os.close(fd)
-        if _stuck:
-            sys.stderr.write(f"peloton spawner: cannot return to its own cgroup ({_stuck[0]}): exiting\n")
-            return
+            _let_go()  # after the reply (the daemon reports RUNNING meanwhile), whether it arrived or not
 
 
 def _ints(fds: list[int]) -> bytes:
@@ -367,8 +387,6 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
-    if len(sys.argv) > 2:  # the cgroup it starts in, to return to after putting a task into the task's cgroup
-        _home.append(os.open(f"{sys.argv[2]}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC))
     sock = socket.socket(fileno=fd)
     try:
         serve(sock)
