@@ -20,7 +20,7 @@ import pytest
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
-from peloton.hostmgr.local import cgroups, descendants
+from peloton.hostmgr.local import cgroups, descendants, spawner
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from tests.escape import escape_command, kill_marked, marked, new_mark, wait_escaped, wait_gone
 from tests.unit.test_local_backend import TEST_TASK_USER, Recorder, kill_leftovers, launch, spec, wait_for
@@ -300,3 +300,28 @@ def _tree(pid: int) -> list[int]:
             out.append(c)
             queue.append(c)
     return out
+
+
+@pytest.mark.parametrize("go", [True, False])
+def test_a_gated_wrapper_runs_its_command_only_when_let_go(tmp_path: Path, go: bool) -> None:
+    """The wrapper of a task with a cgroup waits for `go`; without it (the spawner could not move it into its
+    cgroup, or died) it runs nothing and says why."""
+    sandbox = tmp_path / "gated"
+    (sandbox / "work").mkdir(parents=True)
+    r, w = os.pipe2(os.O_CLOEXEC)
+    pid = spawner.spawn(str(sandbox), "echo ran", dict(os.environ), gate=r)
+    os.close(r)
+    try:
+        time.sleep(0.2)
+        assert not (sandbox / "stdout").read_bytes()  # waiting
+        if go:
+            os.write(w, b"go\n")
+    finally:
+        os.close(w)
+    _, status = os.waitpid(pid, 0)
+    if go:
+        assert (sandbox / "stdout").read_bytes() == b"ran\n" and (sandbox / "exit").read_text() == "0\n"
+    else:
+        assert os.waitstatus_to_exitcode(status) == 125 and not (sandbox / "exit").exists()
+        assert (sandbox / "stdout").read_bytes() == b""
+        assert b"could not be put into its cgroup" in (sandbox / "stderr").read_bytes()

@@ -93,7 +93,8 @@ SANDBOXES_EXPIRED = Counter("peloton_local_sandboxes_expired_total",
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
                              wrapper.WORK_DIR})
 PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
-TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent a second time after this long (see kill)
+TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent again after this long (see kill)
+TERM_SOON_S = 0.02  # and after this long: a kill right after a launch meets wrappers just let go (spawner.py)
 _TERM_AGAIN = "\0term"  # timer key suffix (task ids never contain NUL)
 _CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its path follows
 CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
@@ -590,7 +591,10 @@ class LocalBackend:
         for t in signal_now:
             self._signal(t, signal.SIGTERM)
             # a SIGTERM that lands while the wrapper is forking the command's shell is caught by the wrapper's
-            # inherited handler in the child and lost; the window is microseconds wide, so one repeat suffices
+            # inherited handler in the child and lost; the window is microseconds wide, but a gated wrapper is let go
+            # a moment after its launch returned (when a kill that follows the launch at once arrives too): a repeat
+            # soon, and one later for a loaded machine
+            self._monitor.call_at(mono + min(TERM_SOON_S, TERM_AGAIN_S), t.task_id + _TERM_AGAIN)
             self._monitor.call_at(mono + TERM_AGAIN_S, t.task_id + _TERM_AGAIN)
             self._monitor.call_at(mono + grace, t.task_id)
         self._journal.append(records)

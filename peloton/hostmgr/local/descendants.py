@@ -86,12 +86,16 @@ def signal_tree(root: int, sig: int, skip_pgid: int = 0) -> int:
     return n
 
 
-def kill_tree(root: int, rounds: int = 50, wait_s: float = 1.0) -> bool:
+def kill_tree(root: int, rounds: int = 50, wait_s: float = 0.5) -> bool:
     """SIGKILL every descendant of `root` (not `root`): each round stops the tree top-down (SIGSTOP), SIGKILLs what
     it stopped and waits (on pidfds, not polling) until those are dead, so that their orphans have been reparented
-    to the subreaper for the next round. True once no live descendant is left."""
+    to the subreaper for the next round. True once no live descendant is left; False when a round finds only what
+    the one before it killed (a process that cannot die yet: uninterruptible sleep), so the caller (the monitor's
+    thread) waits `wait_s` or so for it, not `rounds` times as long."""
+    before: set[int] = set()
     for _ in range(rounds):
         fds: list[int] = []
+        found: set[int] = set()
         queue = [root]
         while queue:
             parent = queue.pop(0)
@@ -101,14 +105,20 @@ def kill_tree(root: int, rounds: int = 50, wait_s: float = 1.0) -> bool:
                     continue
                 _send(got[0], signal.SIGSTOP)
                 fds.append(got[0])
+                found.add(pid)
                 queue.append(pid)
-        if not fds:
-            return True
-        for fd in fds:
-            _send(fd, signal.SIGKILL)
-        _wait_all(fds, wait_s)
-        for fd in fds:
-            os.close(fd)
+        try:
+            if not fds:
+                return True
+            if found <= before:
+                return False
+            for fd in fds:
+                _send(fd, signal.SIGKILL)
+            _wait_all(fds, wait_s)
+        finally:
+            for fd in fds:
+                os.close(fd)
+        before = found
     return False
 
 

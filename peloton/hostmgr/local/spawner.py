@@ -80,9 +80,9 @@ WRAPPER_GATED = WRAPPER.replace("echo $$ > pids\n", "echo $$ > pids\n" + _GATE, 
 # so the command's orphans, whatever session or group they moved to, are reparented to it. Once the command ended
 # it SIGKILLs them, a level of the tree a round (each round's orphans are its children in the next), reaping as it
 # goes (`wait $!` on a job reaps every child that ends meanwhile; dash reaps no other way): the first round waits on
-# `:` (the command's shell, killed by a signal the wrapper traps, is often still a zombie: nothing to wait for),
-# the others on a 20 ms sleep. At most 100 rounds (2 s or more): a process that cannot die (uninterruptible sleep)
-# is left to init. Then its group.
+# `:` (what is left is often a zombie already: a child of the command's shell, reparented as it died), the second
+# on a 2 ms sleep (SIGKILLed, not dead yet), the others on 20 ms. At most 100 rounds (2 s or more): a process that
+# cannot die (uninterruptible sleep) is left to init. Then its group.
 WRAPPER_SUBREAPER = """cd -P "$1" || exit 127
 echo $$ > pids
 trap : TERM
@@ -92,7 +92,7 @@ cd -P .. && echo $rc > exit
 n=0
 while read -r k < /proc/$$/task/$$/children; [ -n "$k" ] && [ $n -lt 100 ]; do
 kill -STOP $k 2>/dev/null; kill -KILL $k 2>/dev/null
-if [ $n = 0 ]; then : & wait $!; else /bin/sleep 0.02 & wait $!; fi; n=$((n+1))
+case $n in 0) : & wait $! ;; 1) /bin/sleep 0.002 & wait $! ;; *) /bin/sleep 0.02 & wait $! ;; esac; n=$((n+1))
 done
 kill -KILL 0
 """
@@ -325,7 +325,7 @@ def _let_go() -> None:
                 finally:
                     os.close(fd)
             except OSError as e:
-                if e.errno != errno.ESRCH:  # (gone already: killed before it could be let go)
+                if e.errno not in (errno.ESRCH, errno.ENOENT):  # gone already: killed, its cgroup removed
                     sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
                 continue
             with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
