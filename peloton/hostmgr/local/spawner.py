@@ -45,6 +45,7 @@ import errno
 import json
 import os
 import pwd
+import select
 import shutil
 import signal
 import socket
@@ -182,7 +183,8 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
             [SHELL, "-c", WRAPPER_SUBREAPER if subreaper else WRAPPER if gate is None else WRAPPER_GATED,
              "peloton-task", ".", command, sandbox],
             executable=SHELL, cwd=sandbox, env=env,
-            stdin=subprocess.DEVNULL if gate is None else gate, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
+            stdin=subprocess.DEVNULL if gate is None else gate, stdout=logs[0], stderr=logs[1], close_fds=True,
+            start_new_session=True,
             restore_signals=True, user=who.pw_uid, group=who.pw_gid,
             extra_groups=os.getgrouplist(who.pw_name, who.pw_gid),
             preexec_fn=_become_subreaper if subreaper else None)
@@ -300,24 +302,31 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
     finally:
         if gate:
             os.close(gate[0])
-    if gate:
-        _gated.append((pid, cgroup, gate[1]))
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already over and reaped: the daemon reads its exit file
+        if gate:
+            os.close(gate[1])
         return {"pid": pid, "pidfd": False}, None
+    if gate:
+        _gated.append((os.dup(fd), pid, cgroup, gate[1]))
     return {"pid": pid, "pidfd": True}, fd
 
 
-_gated: list[tuple[int, str, int]] = []  # (pid, cgroup, the gate's write end) of the wrappers started, not let go
+# (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
+_gated: list[tuple[int, int, str, int]] = []
 
 
 def _let_go() -> None:
     """Move each gated wrapper into its cgroup, then let it run its command; one that cannot be moved gets no `go`
-    and ends without running anything (its gate is closed)."""
+    and ends without running anything (its gate is closed). A wrapper that has ended meanwhile (killed at once) is
+    not moved: its pid may be another process's by now (this process ignores SIGCHLD, so its children are reaped
+    as they end; the check and the move are a few microseconds apart, as for any signal sent by pid)."""
     while _gated:
-        pid, cgroup, gate = _gated.pop(0)
+        pidfd, pid, cgroup, gate = _gated.pop(0)
         try:
+            if select.select([pidfd], [], [], 0)[0]:
+                continue  # ended
             try:
                 fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
                 try:
@@ -332,6 +341,7 @@ def _let_go() -> None:
                 os.write(gate, b"go\n")
         finally:
             os.close(gate)
+            os.close(pidfd)
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
