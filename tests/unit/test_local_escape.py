@@ -325,3 +325,39 @@ def test_a_gated_wrapper_runs_its_command_only_when_let_go(tmp_path: Path, go: b
         assert os.waitstatus_to_exitcode(status) == 125 and not (sandbox / "exit").exists()
         assert (sandbox / "stdout").read_bytes() == b""
         assert b"could not be put into its cgroup" in (sandbox / "stderr").read_bytes()
+
+
+@pytest.mark.parametrize("proc_cgroup,why", [
+    (None, "no cgroup2 file system is mounted"),
+    ("4:memory:/x\n", "this process is in no cgroup v2"),
+    ("0::/not-there-at-all\n", "the daemon's own cgroup /not-there-at-all is not visible under"),
+])
+def test_auto_falls_back_to_the_subreaper_and_says_why(
+        tmp_path: Path, escape: Callable[[], Escape], monkeypatch: pytest.MonkeyPatch,
+        caplog: pytest.LogCaptureFixture, proc_cgroup: str | None, why: str) -> None:
+    """Where cgroups cannot be used (no cgroup2 mount, a daemon in no cgroup v2 or outside the mount's view, as in
+    a container), `auto` runs tasks under a child subreaper, and the start's log line says which and why."""
+    if proc_cgroup is None:
+        monkeypatch.setattr(cgroups, "mount", lambda: None)
+    else:
+        real = cgroups._read
+        monkeypatch.setattr(cgroups, "mount", lambda: "/sys/fs/cgroup/unified")
+        monkeypatch.setattr(cgroups, "_read", lambda p: proc_cgroup if p == "/proc/self/cgroup" else real(p))
+    caplog.set_level("INFO", logger="peloton.hostmgr.local.backend")
+    b = LocalBackend(tmp_path, make_local_hosts(1, Resources(cpu=4, mem=4096)), kill_grace_s=GRACE_S,
+                     default_user=TEST_TASK_USER)
+    assert b._cgroups is None
+    monkeypatch.undo()
+    rec = Recorder()
+    b.start(rec)
+    try:
+        assert f"contained by a child subreaper per task: cgroup v2 cannot be used ({why}" in caplog.text
+        m = escape()
+        launch(b, spec("fell-back", m.command()))
+        m.wait(b, "fell-back")
+        b.kill(["fell-back"])
+        assert rec.wait_terminal("fell-back").state == TaskState.KILLED
+        m.wait_gone(GRACE_S + SLACK_S)
+    finally:
+        b.stop()
+        kill_leftovers(tmp_path)
