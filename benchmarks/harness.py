@@ -99,6 +99,10 @@ class Daemon:
         for pids in self.data_dir.glob("**/sandboxes/*/pids"):
             with contextlib.suppress(ValueError, OSError):
                 os.killpg(int(pids.read_text().strip()), signal.SIGKILL)
+        if (self.data_dir / "local").is_dir():  # and the task cgroups of its local backend (they outlive it)
+            from peloton.hostmgr.local import cgroups
+
+            cgroups.kill_and_remove_subtree(self.data_dir / "local")
         if self.pg_url:
             from tests.dbutil import drop_postgres_db
 

@@ -67,6 +67,7 @@ from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
     DEFAULT_SANDBOX_RETENTION_S,
+    TASK_CGROUPS,
     LocalBackend,
     make_local_hosts,
 )
@@ -173,6 +174,7 @@ class ServerConfig:
     metrics_host_limit: int = census.DEFAULT_HOST_SERIES_LIMIT  # per-host series up to this many hosts; 0: none
     sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S  # local backend: an ended task's sandbox; 0: with its job
     task_log_keep: int = DEFAULT_LOG_KEEP  # rotated files kept per stream
+    task_cgroups: str = "auto"  # local backend: a cgroup v2 per task where possible (auto), or never (off)
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -273,6 +275,9 @@ class ServerConfig:
                                   f"renewed every second), got {self.leader_lease_s:g}", field="--leader-lease")
         if self.advertise_address:
             split_hostport(self.advertise_address, "--advertise-address")
+        if self.task_cgroups not in TASK_CGROUPS:
+            raise InvalidArgument(f"--task-cgroups: must be one of {', '.join(TASK_CGROUPS)}, got "
+                                  f"{self.task_cgroups!r}", field="--task-cgroups")
         if not 1 <= self.task_log_keep <= 100:
             raise InvalidArgument(f"--task-log-keep: must be between 1 and 100, got {self.task_log_keep}",
                                   field="--task-log-keep")
@@ -492,7 +497,7 @@ class Daemon:
         return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow,
                             default_user=cfg.default_task_user, log_max_bytes=cfg.task_log_max_bytes,
                             log_keep=cfg.task_log_keep, sandbox_retention_s=cfg.sandbox_retention_s,
-                            loop_clock=self.clock)
+                            loop_clock=self.clock, task_cgroups=cfg.task_cgroups)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other

@@ -214,7 +214,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
         metrics_host_limit=a.metrics_host_limit,
         task_log_max_bytes=int(parse_mib(a.task_log_max, "--task-log-max") * (1 << 20)),
-        task_log_keep=a.task_log_keep,
+        task_log_keep=a.task_log_keep, task_cgroups=a.task_cgroups,
     )
     if a.print_config:  # what it would run with, once every value has been checked
         from peloton.cli import server_config
@@ -470,6 +470,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="local backend: the sandbox (logs and files) of a task that ended is removed this long "
                         "after it ended, even while its job is kept (earlier attempts of a long-lived job); 0: kept "
                         "until its job is deleted (default %(default)s)")
+    s.add_argument("--task-cgroups", choices=["auto", "off"], default="auto",
+                   help="local backend: auto puts each task into a cgroup (v2) of its own, so that nothing it starts "
+                        "(setsid, double fork, another process group) outlives its stop or its end, where this "
+                        "daemon can make cgroups (root, cgroup v2 mounted); otherwise, and with off, each task's "
+                        "wrapper is a child subreaper that catches less (docs/running.md) (default %(default)s)")
     s.add_argument("--task-log-max", default="100Mi", metavar="SIZE",
                    help="local backend: a running task's stdout or stderr larger than this is rotated (moved to "
                         "stdout.1, ...; checked every 10 s); 0: never (default %(default)s)")

@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 PELOTON = [sys.executable, "-m", "peloton.cli.main"]
+from peloton.hostmgr.local import cgroups  # noqa: E402
 from tests.asroot import AS_ROOT_FLAGS  # noqa: E402 - after PELOTON, which it does not need
 
 
@@ -211,9 +212,13 @@ def kill_sandboxed_processes(root: Path, timeout: float = 10.0) -> list[int]:
     tasks a test leaves behind (the local backend starts each one in a session of its own, to outlive the daemon)
     do not outlive the test. Waits until they are gone; returns the pids that were found.
 
-    Call it after the daemon is stopped: a running daemon could start new tasks meanwhile."""
+    Call it after the daemon is stopped: a running daemon could start new tasks meanwhile. The task cgroups of the
+    local backends whose data dirs are below `root` (they outlive a daemon as its tasks do) are emptied and
+    removed too."""
     own_group = os.getpgid(0)
     found = sandboxed_pids(root)
+    for journal in Path(root).glob("**/journal"):
+        cgroups.kill_and_remove_subtree(journal.parent)
     for pid in found:
         try:
             pgid = os.getpgid(pid)

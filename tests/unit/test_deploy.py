@@ -126,6 +126,8 @@ def test_the_units_are_hardened() -> None:
     assert "ProtectSystem=full" in main and "CapabilityBoundingSet=CAP_SETUID" in main
     # a stop or restart signals the daemon only: the local backend's tasks share its cgroup and are adopted later
     assert "KillMode=process" in main
+    # its cgroup is delegated to the daemon, which makes a cgroup per task below it (cgroups.py)
+    assert "\nDelegate=yes\n" in main and "\nProtectControlGroups=no\n" in main
     # each role its own data dir (a second process in one data dir is refused by its lock)
     assert "--data-dir /var/lib/peloton/%i" in role and "StateDirectory=peloton/%i" in role
     assert "PELOTON_ARGS=" in (DEPLOY / "systemd" / "peloton.env").read_text()

@@ -21,7 +21,7 @@ from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.hostmgr.local import backend as local_backend_module
-from peloton.hostmgr.local import spawner, wrapper
+from peloton.hostmgr.local import cgroups, spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend, LocalHostConfig, make_local_hosts
 from peloton.hostmgr.local.gpus import (
     detect_gpu_model,
@@ -119,12 +119,15 @@ def launch(b: LocalBackend, *specs: LaunchSpec) -> LaunchResult:
 
 
 def kill_leftovers(root: Path) -> None:
-    """SIGKILL the process group of every wrapper whose pid a sandbox under `root` recorded."""
+    """SIGKILL the process group of every wrapper whose pid a sandbox under `root` recorded, and everything in the
+    task cgroups of a backend on `root` (removing them: they outlive a stopped backend, as its tasks do)."""
     for pids in root.glob("**/sandboxes/*/pids"):
         pid = wrapper.read_pid(pids.parent)
         if pid and not group_gone(pid):
             with contextlib.suppress(OSError):
                 os.killpg(pid, signal.SIGKILL)
+    for journal in {root, *(p.parent for p in root.glob("**/journal"))}:
+        cgroups.kill_and_remove_subtree(journal)
 
 
 @pytest.fixture

@@ -36,6 +36,21 @@ def test_the_file_then_the_environment_then_the_flags(tmp_path: Path) -> None:
     assert a.listen == "127.0.0.1:6000" and a.standby  # PELOTON_ADDRESS is the CLI's: not a setting
 
 
+def test_task_cgroups_is_a_setting_like_the_others(tmp_path: Path) -> None:
+    f = tmp_path / "peloton.toml"
+    f.write_text('task-cgroups = "off"\n')
+    assert effective([], {}).task_cgroups == "auto"
+    assert effective(["--config", str(f)], {}).task_cgroups == "off"
+    assert effective([], {"PELOTON_TASK_CGROUPS": "off"}).task_cgroups == "off"
+    assert effective(["--config", str(f), "--task-cgroups", "auto"], {}).task_cgroups == "auto"
+    with pytest.raises(InvalidArgument, match="PELOTON_TASK_CGROUPS: must be one of auto, off, got 'no'"):
+        effective([], {"PELOTON_TASK_CGROUPS": "no"})
+    from peloton.server import ServerConfig
+
+    with pytest.raises(InvalidArgument, match="--task-cgroups: must be one of auto, off, got 'on'"):
+        ServerConfig("127.0.0.1:0", None, tmp_path, task_cgroups="on").check()
+
+
 @pytest.mark.parametrize("text,message", [
     ('listn = "x"', "unknown key 'listn' (did you mean 'listen'?)"),
     ('rate-limit = "fast"', "rate-limit: must be a number, got 'fast'"),
@@ -44,6 +59,7 @@ def test_the_file_then_the_environment_then_the_flags(tmp_path: Path) -> None:
     ("listen = true", "listen: must be a string, got True"),
     ("preemption-settle = -1", "preemption-settle: -1 is not between 0 and 86400 seconds"),
     ("listen = ", "not valid TOML"),
+    ('task-cgroups = "on"', "task-cgroups: must be one of auto, off, got 'on'"),
 ])
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "peloton.toml"

@@ -1,4 +1,4 @@
-"""The local backend: runs every task as a process group on this machine, split into one or more simulated hosts.
+"""The local backend: runs every task as processes on this machine, split into one or more simulated hosts.
 
 Files under `data_dir`:
   sandboxes/<task_id>/   one per task: stdout, stderr, pids (the wrapper's pid), exit (the command's exit status),
@@ -12,6 +12,13 @@ PELOTON_SANDBOX, and PELOTON_HOSTFILE when the launch carries a "hostfile"; its 
 under a small `/bin/sh` wrapper started in a new session by a spawner process (spawner.py, spawn.py), so the
 wrapper leads the task's process group and survives the daemon being killed; the daemon watches it through a
 pidfd (monitor.py) and reads how it ended from its sandbox (wrapper.py).
+
+A task is everything it started, not just its process group: where this process can make cgroup v2 cgroups
+(`task_cgroups="auto"`), each task runs in one of its own (cgroups.py), recorded in the journal; a stop SIGTERMs
+every process in it and, after the grace, kills the cgroup; when the wrapper ends the cgroup is killed and removed
+once empty (its cgroup.events, watched by the monitor), and at start the cgroups of tasks not adopted are. Elsewhere
+(`off`, no cgroup v2, not root) the wrapper is a child subreaper and a stop signals the tree below it
+(descendants.py).
 
 Concurrency: `_lock` guards the in-memory book (hosts' usage, tasks) only. Spawning, sandbox files, journal writes
 and signals to finished groups happen outside it; status callbacks are made with no lock held. A launch registers
@@ -28,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import select
 import shutil
 import signal
 import socket
@@ -57,7 +65,7 @@ from peloton.hostmgr.backend import (
     StatusCallback,
     TaskStatus,
 )
-from peloton.hostmgr.local import logrotate, wrapper
+from peloton.hostmgr.local import cgroups, descendants, logrotate, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
@@ -87,8 +95,12 @@ SANDBOXES_EXPIRED = Counter("peloton_local_sandboxes_expired_total",
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
                              wrapper.WORK_DIR})
 PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
-TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent a second time after this long (see kill)
+TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent again after this long (see kill)
+TERM_SOON_S = 0.02  # and after this long: a kill right after a launch meets wrappers just let go (spawner.py)
 _TERM_AGAIN = "\0term"  # timer key suffix (task ids never contain NUL)
+_CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its path follows
+CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
+TASK_CGROUPS = ("auto", "off")
 
 LocalHostConfig = HostConfig  # the name earlier releases used
 
@@ -158,6 +170,7 @@ class _Task:
     kill_grace: float | None = None  # its SIGTERM-to-SIGKILL grace (None: the backend's default)
     sigkill_sent: bool = False
     exited: bool = False
+    cgroup: str | None = None  # the task's cgroup directory (cgroups.py); None: its wrapper is a child subreaper
 
     def record(self) -> Record:
         r = self.usage.resources
@@ -165,6 +178,8 @@ class _Task:
                        "attempt": self.attempt, "host": self.hostname, "sandbox": str(self.sandbox),
                        "res": [r.cpu, r.mem, r.disk, r.gpu, r.ports], "gpus": list(self.usage.gpu_ids),
                        "ports": list(self.usage.ports)}
+        if self.cgroup:
+            rec["cg"] = self.cgroup
         if self.pid:
             rec["pid"] = self.pid
         if self.kill_wall is not None:
@@ -181,7 +196,7 @@ class _Launch:
 
 
 class LocalBackend:
-    """Backend running tasks as local process groups. Thread-safe."""
+    """Backend running tasks as local processes. Thread-safe."""
 
     def __init__(
         self,
@@ -199,6 +214,7 @@ class LocalBackend:
         sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S,
         sandbox_sweep_s: float = SANDBOX_SWEEP_S,
         loop_clock: Clock = SYSTEM_CLOCK,
+        task_cgroups: str = "auto",
     ) -> None:
         """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
         `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
@@ -207,9 +223,14 @@ class LocalBackend:
         `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated.
         `sandbox_retention_s`: the sandbox of a task that ended longer ago than this is removed (looked at every
         `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted.
-        `loop_clock`: what those two loops wait on (and health judges them by)."""
+        `loop_clock`: what those two loops wait on (and health judges them by).
+        `task_cgroups`: `auto`, a cgroup v2 per task where this process can make them (cgroups.py), else (and with
+        `off`) each task's wrapper is a child subreaper (descendants.py)."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
+        if task_cgroups not in TASK_CGROUPS:
+            raise InvalidArgument(f"task cgroups must be one of {', '.join(TASK_CGROUPS)}, got {task_cgroups!r}",
+                                  field="task_cgroups")
         self._hosts: dict[str, HostUsage] = {}
         for h in hosts:
             if h.hostname in self._hosts:
@@ -229,6 +250,16 @@ class LocalBackend:
         self._on_status: StatusCallback | None = None
         self._journal = Journal(self._data_dir / JOURNAL_FILE, self._snapshot)
         self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
+        self._cgroups: cgroups.TaskCgroups | None = None
+        if task_cgroups == "auto":
+            self._cgroups, why = cgroups.probe(self._data_dir)
+            self._containment = (f"a cgroup per task under {self._cgroups.subtree} (cgroup v2"
+                                 f"{'' if self._cgroups.has_kill else ', no cgroup.kill: freeze and kill'})"
+                                 if self._cgroups is not None else
+                                 f"a child subreaper per task: cgroup v2 cannot be used ({why})")
+        else:
+            self._containment = "a child subreaper per task (--task-cgroups off)"
+        self._releasing: dict[str, int] = {}  # task cgroups being emptied and removed -> tries so far
         self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
         self._started = False
         self._log_max, self._log_keep = log_max_bytes, log_keep
@@ -249,9 +280,16 @@ class LocalBackend:
             raise RuntimeError("LocalBackend already started")
         self._started = True
         self._on_status = on_status
-        statuses = self._adopt()
+        log.info("local backend: what a task starts is contained by %s", self._containment)
+        statuses, release = self._adopt()
         self._journal.start()  # compacts: only the live tasks remain
         self._monitor.start()
+        if self._cgroups is not None:  # the cgroups of tasks no longer known: ended while no daemon cleaned up
+            with self._lock:
+                live = {t.cgroup for t in self._tasks.values()}
+            release += [p for p in self._cgroups.existing() if p not in live]
+        for path in dict.fromkeys(release):
+            self._release_cgroup(path)
         for lp in self.loops:
             lp.start()
         for st in statuses:
@@ -272,6 +310,13 @@ class LocalBackend:
         self._spawners.close()
         self._monitor.stop()
         self._journal.stop()
+        with self._lock:
+            releasing, self._releasing = list(self._releasing), {}
+        for path in releasing:  # one last try; what is still busy is found at the next start
+            cgroups.kill(path)
+            cgroups.remove(path)
+        if self._cgroups is not None:
+            self._cgroups.remove_subtree_if_empty()
 
     # ----------------------------------------------------------------------------------------------- queries
 
@@ -417,7 +462,8 @@ class LocalBackend:
                 lg = _Launch(g)
                 for spec in g.tasks:
                     t = _Task(spec.task_id, spec.job_id, spec.instance, spec.attempt, spec.hostname,
-                              self._sandboxes / spec.task_id, accounted(spec), announced=False)
+                              self._sandboxes / spec.task_id, accounted(spec), announced=False,
+                              cgroup=self._cgroups.new_path(spec.task_id) if self._cgroups is not None else None)
                     self._tasks[t.task_id] = t
                     self._hosts[t.hostname].add(t.usage)
                     self._finished.pop(t.task_id, None)
@@ -463,11 +509,14 @@ class LocalBackend:
             results = self._spawners.spawn([{"sandbox": str(t.sandbox), "command": specs[t.task_id].command,
                                              "env": self._env(t, specs[t.task_id]),
                                              "files": specs[t.task_id].files,
+                                             **({"cgroup": t.cgroup} if t.cgroup else {"subreaper": True}),
                                              **self._user(specs[t.task_id])} for t in lg.tasks])
         except SpawnerDied as e:
             # what it started before it went is unknown to us: the wrappers wrote their pids; stop them
             log.error("local backend: a spawner died while starting gang %s: %s", lg.gang.gang_id, e)
             for t in lg.tasks:
+                if t.cgroup:
+                    cgroups.kill(t.cgroup)  # (removed by _abort: none of these has a pid)
                 pid = wrapper.read_pid(t.sandbox)
                 if pid and wrapper.is_wrapper(pid, t.sandbox):
                     with contextlib.suppress(OSError):
@@ -521,8 +570,10 @@ class LocalBackend:
                 t.aborted = True
             never = [t for t in lg.tasks if not t.pid or t.exited]
         for t in spawned:
-            with contextlib.suppress(OSError):
-                os.killpg(t.pid, signal.SIGKILL)  # its exit is handled (and unregistered) by the monitor
+            self._signal(t, signal.SIGKILL)  # its exit is handled (and unregistered) by the monitor
+        for t in never:
+            if t.cgroup and not t.exited:  # (an exited one's was released at its exit)
+                self._release_cgroup(t.cgroup)
         self._unregister(never)
         if failure is not None:
             tid, msg, permanent = failure
@@ -550,7 +601,10 @@ class LocalBackend:
         for t in signal_now:
             self._signal(t, signal.SIGTERM)
             # a SIGTERM that lands while the wrapper is forking the command's shell is caught by the wrapper's
-            # inherited handler in the child and lost; the window is microseconds wide, so one repeat suffices
+            # inherited handler in the child and lost; the window is microseconds wide, but a gated wrapper is let go
+            # a moment after its launch returned (when a kill that follows the launch at once arrives too): a repeat
+            # soon, and one later for a loaded machine
+            self._monitor.call_at(mono + min(TERM_SOON_S, TERM_AGAIN_S), t.task_id + _TERM_AGAIN)
             self._monitor.call_at(mono + TERM_AGAIN_S, t.task_id + _TERM_AGAIN)
             self._monitor.call_at(mono + grace, t.task_id)
         self._journal.append(records)
@@ -583,13 +637,34 @@ class LocalBackend:
             log.exception("local backend: status callback failed for %s", st.task_id)
 
     def _signal(self, t: _Task, sig: int) -> None:
-        """Signal the task's process group, unless its wrapper is gone (its pid may belong to a stranger now)."""
+        """Signal every process of the task, unless its wrapper is gone (its pid may belong to a stranger now):
+        the wrapper's process group, and every other process in the task's cgroup or, without one, of the tree
+        below the wrapper (a child subreaper). SIGKILL: the whole cgroup; without one, the tree stopped and
+        killed, then the group."""
         if t.exited or not t.pid:
+            return
+        if sig == signal.SIGKILL:
+            if t.cgroup:
+                cgroups.kill(t.cgroup)
+            elif wrapper.is_wrapper(t.pid, t.sandbox, attempts=1):
+                with contextlib.suppress(OSError):
+                    os.kill(t.pid, signal.SIGSTOP)  # the wrapper too: it reaps and kills no more meanwhile
+                if not descendants.kill_tree(t.pid):
+                    log.warning("local backend: task %s: some processes below its wrapper did not die", t.task_id)
+            with contextlib.suppress(OSError):
+                os.killpg(t.pid, signal.SIGKILL)
             return
         with contextlib.suppress(OSError):
             os.killpg(t.pid, sig)
+        if t.cgroup:
+            cgroups.signal_all(t.cgroup, sig, skip_pgid=t.pid)
+        elif wrapper.is_wrapper(t.pid, t.sandbox, attempts=1):
+            descendants.signal_tree(t.pid, sig, skip_pgid=t.pid)
 
     def _on_timer(self, key: str) -> None:
+        if key.startswith(_CGROUP):
+            self._continue_release(key[len(_CGROUP):])
+            return
         again = key.endswith(_TERM_AGAIN)
         task_id = key[: -len(_TERM_AGAIN)] if again else key
         with self._lock:
@@ -602,14 +677,20 @@ class LocalBackend:
 
     def _on_exit(self, task_id: str) -> None:
         """The wrapper has exited: reap it, read how the command ended, report."""
+        if task_id.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
+            self._continue_release(task_id[len(_CGROUP):])
+            return
         with self._lock:
             t = self._tasks.get(task_id)
             if t is None or t.exited:
                 return
             t.exited = True
-        # anything the command left in its group goes (the wrapper does this itself when it can)
+        # anything the command left in its group goes (the wrapper does this itself when it can), and in its
+        # cgroup: whatever session or group it moved to
         with contextlib.suppress(OSError):
             os.killpg(t.pid, signal.SIGKILL)
+        if t.cgroup:
+            self._release_cgroup(t.cgroup)
         st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
         self._unregister([t])
         if t.aborted:
@@ -621,6 +702,43 @@ class LocalBackend:
                 t.deferred = st  # reported right after RUNNING
                 return
         self._report(st)
+
+    def _release_cgroup(self, path: str) -> None:
+        """Kill whatever is left in a task's cgroup and remove the cgroup once it is empty: its cgroup.events
+        file, watched by the monitor, says when (with timers as a backstop), so nothing polls."""
+        with self._lock:
+            self._releasing.setdefault(path, 0)
+        self._continue_release(path)
+
+    def _continue_release(self, path: str) -> None:
+        with self._lock:
+            tries = self._releasing.get(path)
+            if tries is None:
+                return  # removed already (a late event or timer)
+            self._releasing[path] = tries + 1
+        key = _CGROUP + path
+        for _ in range(2):
+            cgroups.kill(path)
+            if cgroups.remove(path):
+                break
+            fd = cgroups.events_fd(path)  # armed before `populated` is read: no change is missed
+            if fd is None:
+                break  # gone
+            if cgroups.populated(path) is not False:
+                self._monitor.watch_fd(key, fd, select.EPOLLPRI)
+                delay = min(CGROUP_RETRY_S[0] * 2 ** min(tries, 16), CGROUP_RETRY_S[1])
+                self._monitor.call_at(time.monotonic() + delay, key)
+                if tries == 20:
+                    log.warning("local backend: cgroup %s is still not empty after its processes were killed",
+                                path)
+                return
+            os.close(fd)  # emptied meanwhile: remove it now
+        else:
+            self._monitor.call_at(time.monotonic() + CGROUP_RETRY_S[1], key)  # empty, and yet busy: later
+            return
+        with self._lock:
+            self._releasing.pop(path, None)
+        self._monitor.unwatch(key)
 
     def _unregister(self, tasks: Sequence[_Task]) -> None:
         with self._lock:
@@ -683,17 +801,27 @@ class LocalBackend:
 
     # ----------------------------------------------------------------------------------------------- adoption
 
-    def _adopt(self) -> list[TaskStatus]:
-        """Replay the journal: adopt live tasks, and work out how the others ended while no daemon watched."""
+    def _adopt(self) -> tuple[list[TaskStatus], list[str]]:
+        """Replay the journal: adopt live tasks, and work out how the others ended while no daemon watched. Also
+        the cgroups of the tasks not adopted, whose leftovers are to be killed (once the monitor runs)."""
         entries = self._journal.replay()
         entries.update(self._old_index_entries())
         now = self._clock()
         out: list[TaskStatus] = []
+        release: list[str] = []
         for tid, e in entries.items():
-            if "final" in e:  # ended and reported before
+            cg = e.get("cg")
+            if not isinstance(cg, str) or not cgroups.is_task_cgroup(cg):
+                if cg is not None:
+                    log.warning("local backend: task %s: ignoring the journal's cgroup %r (not a task cgroup)",
+                                tid, cg)
+                cg = None  # a record of a release before cgroups, or of a daemon that used none
+            if "final" in e:  # ended and reported before (its cgroup may not have been emptied yet)
                 final = _status_from_json(tid, str(e.get("host") or ""), e["final"], now)
                 if final is not None:
                     self._remember_locked(final)
+                if cg:
+                    release.append(cg)
                 continue
             sandbox = self._sandbox_path(tid)
             if sandbox is None:
@@ -714,6 +842,8 @@ class LocalBackend:
                     st = replace(st, message="the task's process ended while the daemon was down" if pid else
                                  "never started: the daemon stopped while launching it")
             elif host is None:
+                if cg is None:  # the tree below the wrapper first: once the wrapper is gone, it is out of reach
+                    descendants.kill_tree(pid)
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
                 os.close(pidfd)  # type: ignore[arg-type]
@@ -722,13 +852,15 @@ class LocalBackend:
             if st is not None:
                 out.append(st)
                 self._remember_locked(st)
+                if cg:  # what the command left behind while no daemon watched goes now
+                    release.append(cg)
                 continue
             res = e.get("res") or [0, 0, 0, 0, 0]
             usage = RunningTask(tid, hostname, Resources(float(res[0]), float(res[1]), float(res[2]), int(res[3]),
                                                          int(res[4])),
                                 tuple(int(g) for g in e.get("gpus") or ()), tuple(int(p) for p in e.get("ports") or ()))
             t = _Task(tid, str(e.get("job", "")), int(e.get("instance", 0)), int(e.get("attempt", 0)), hostname,
-                      sandbox, usage, pid=pid, kill_wall=kill_wall, kill_grace=kill_grace)
+                      sandbox, usage, pid=pid, kill_wall=kill_wall, kill_grace=kill_grace, cgroup=cg)
             self._tasks[tid] = t
             assert host is not None and pidfd is not None
             host.add(usage)
@@ -736,8 +868,9 @@ class LocalBackend:
             if kill_wall is not None:  # what is left of its grace (the daemon was down for part of it)
                 grace = self._kill_grace_s if kill_grace is None else kill_grace
                 self._monitor.call_at(time.monotonic() + max(0.0, kill_wall + grace - time.time()), tid)
-            log.info("local backend: adopted running task %s (pid %d) on %s", tid, pid, hostname)
-        return out
+            log.info("local backend: adopted running task %s (pid %d%s) on %s", tid, pid,
+                     f", cgroup {cg}" if cg else "", hostname)
+        return out, release
 
     @staticmethod
     def _wait_for_pid(sandbox: Path) -> int:

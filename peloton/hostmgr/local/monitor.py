@@ -1,6 +1,7 @@
 """Watches task processes without polling: one thread waits in epoll on a pidfd per process (readable once the
-process has exited; works for adopted processes that are not our children) and on an eventfd that wakes it for
-new work, with timers for kill escalation. An idle daemon spends no CPU here."""
+process has exited; works for adopted processes that are not our children), on the cgroup.events files of task
+cgroups being emptied (EPOLLPRI once the cgroup's state changed), and on an eventfd that wakes it for new work, with
+timers for kill escalation and retries. An idle daemon spends no CPU here."""
 
 from __future__ import annotations
 
@@ -41,8 +42,10 @@ class ProcessMonitor:
         self.watch_fd(key, fd)
         return True
 
-    def watch_fd(self, key: str, fd: int) -> None:
-        """Start watching the process of pidfd `fd` under `key` (the monitor owns the descriptor from now on)."""
+    def watch_fd(self, key: str, fd: int, events: int = select.EPOLLIN) -> None:
+        """Start watching the process of pidfd `fd` under `key` (the monitor owns the descriptor from now on);
+        `on_exit(key)` once it is ready for `events` (a pidfd: EPOLLIN, the process exited; a cgroup.events file:
+        EPOLLPRI, it changed), and the descriptor is closed then."""
         os.set_inheritable(fd, False)
         with self._lock:
             old = self._keys.pop(key, None)
@@ -52,7 +55,7 @@ class ProcessMonitor:
             self._keys[key] = fd
         if old is not None:
             self._close(old)
-        self._ep.register(fd, select.EPOLLIN)
+        self._ep.register(fd, events)
 
     def unwatch(self, key: str) -> None:
         with self._lock:

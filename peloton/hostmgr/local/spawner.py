@@ -17,8 +17,19 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
   killable) so that a SIGTERM to the group stops the command while the wrapper still records the result;
 - runs the command with `/bin/sh -c` in `work/` (so `$$` and `exit` in the command are the command's own);
 - writes the command's exit status to `exit` (the file's mtime is when it ended);
-- SIGKILLs its whole process group, like a container being torn down, so nothing the command left behind runs on.
+- SIGKILLs its whole process group, like a container being torn down; the daemon then kills what is left in the
+  task's cgroup (a process that setsid()s leaves the group, not the cgroup).
 posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING).
+
+A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
+stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
+only then moves the wrappers of the request into their cgroups and lets them go; a wrapper that gets no `go` (the
+move failed, the spawner died) exits 125 without running the command. Moving a process between cgroups waits for
+an RCU grace period when none has moved lately (10-15 ms here, once per burst), which is thus not on the launch's
+path; the command starts that much after RUNNING is reported. A task with `subreaper` instead
+(no cgroups: descendants.py) is started by fork and exec, the child making itself a child subreaper in between
+(PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
+command's orphans, now its children, before it ends.
 
 A task with a user (task.user) other than the spawner's own is started by subprocess's fork and exec instead
 (spawn_as: posix_spawn cannot change user), whose child enters the sandbox before it drops to the user, so the
@@ -29,11 +40,13 @@ task names root explicitly (its pool allows it: checked at submit) or the daemon
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import grp
 import json
 import os
 import pwd
+import select
 import shutil
 import signal
 import socket
@@ -60,6 +73,34 @@ cd -P .. && (umask 077 && echo $rc > exit)
 kill -KILL 0
 """
 
+# The wrapper of a task with a cgroup of its own: its first two lines, then the gate (see above), then the rest.
+_GATE = """read -r gate && [ "$gate" = go ] || { echo "peloton: the task could not be put into its cgroup" >&2; exit 125; }
+exec </dev/null
+"""
+WRAPPER_GATED = WRAPPER.replace("echo $$ > pids\n", "echo $$ > pids\n" + _GATE, 1)
+
+# The wrapper of a task with no cgroup of its own (cgroups.py): it is a child subreaper (set before it is executed),
+# so the command's orphans, whatever session or group they moved to, are reparented to it. Once the command ended
+# it SIGKILLs them, a level of the tree a round (each round's orphans are its children in the next), reaping as it
+# goes (`wait $!` on a job reaps every child that ends meanwhile; dash reaps no other way): the first round waits on
+# `:` (what is left is often a zombie already: a child of the command's shell, reparented as it died), the second
+# on a 2 ms sleep (SIGKILLed, not dead yet), the others on 20 ms. At most 100 rounds (2 s or more): a process that
+# cannot die (uninterruptible sleep) is left to init. Then its group.
+WRAPPER_SUBREAPER = """cd -P "$1" || exit 127
+echo $$ > pids
+trap : TERM
+cd -P work && /bin/sh -c "$2"
+rc=$?
+cd -P .. && echo $rc > exit
+n=0
+while read -r k < /proc/$$/task/$$/children; [ -n "$k" ] && [ $n -lt 100 ]; do
+kill -STOP $k 2>/dev/null; kill -KILL $k 2>/dev/null
+case $n in 0) : & wait $! ;; 1) /bin/sleep 0.002 & wait $! ;; *) /bin/sleep 0.02 & wait $! ;; esac; n=$((n+1))
+done
+kill -KILL 0
+"""
+PR_SET_CHILD_SUBREAPER = 36
+
 
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 _HEADER = struct.Struct("!I")
@@ -67,13 +108,18 @@ _DEFAULT_SIGNALS = tuple(s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGC
                                      signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2))
 
 
-def spawn(sandbox: str, command: str, env: dict[str, str]) -> int:
+def spawn(sandbox: str, command: str, env: dict[str, str], subreaper: bool = False, gate: int | None = None) -> int:
     """Start the wrapper for `command` in `sandbox` (with its `work/`); its pid is the task's process group id.
+    With `subreaper`, the wrapper is a child subreaper (posix_spawn cannot do that: fork, then exec). With `gate`
+    (the read end of a pipe), WRAPPER_GATED, which waits for `go` on it.
     Raises ValueError (NUL bytes) or OSError (E2BIG: too large for exec; ENOENT/EACCES: no shell)."""
+    if subreaper:
+        return _spawn_subreaper(sandbox, command, env)
     return os.posix_spawn(
-        SHELL, [SHELL, "-c", WRAPPER, "peloton-task", sandbox, command], env,
+        SHELL, [SHELL, "-c", WRAPPER if gate is None else WRAPPER_GATED, "peloton-task", sandbox, command], env,
         file_actions=[
-            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0),
+            (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if gate is None else
+            (os.POSIX_SPAWN_DUP2, gate, 0),
             (os.POSIX_SPAWN_OPEN, 1, f"{sandbox}/{STDOUT_FILE}", _OUT_FLAGS, 0o600),
             (os.POSIX_SPAWN_OPEN, 2, f"{sandbox}/{STDERR_FILE}", _OUT_FLAGS, 0o600),
         ],
@@ -81,7 +127,48 @@ def spawn(sandbox: str, command: str, env: dict[str, str]) -> int:
     )
 
 
-def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd) -> int:
+def _spawn_subreaper(sandbox: str, command: str, env: dict[str, str]) -> int:
+    logs = []
+    try:
+        for name in (STDOUT_FILE, STDERR_FILE):
+            logs.append(os.open(f"{sandbox}/{name}", _OUT_FLAGS | os.O_CLOEXEC, 0o600))
+        p = subprocess.Popen(
+            [SHELL, "-c", WRAPPER_SUBREAPER, "peloton-task", sandbox, command], executable=SHELL, env=env,
+            stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
+            preexec_fn=_become_subreaper)
+    except subprocess.SubprocessError as e:
+        raise OSError(errno.EIO, str(e)) from None
+    finally:
+        for fd in logs:
+            os.close(fd)
+    p.returncode = 0  # the daemon watches it through a pidfd: Popen must not keep it to wait for
+    return p.pid
+
+
+_libc: list[object] = []  # ctypes' libc (3 ms to import), loaded at the first task that needs prctl
+
+
+def _load_libc() -> None:
+    if not _libc:
+        import ctypes
+
+        _libc.append(ctypes.CDLL(None, use_errno=True))
+
+
+def _become_subreaper() -> None:
+    """In the child, before the wrapper is executed (it survives execve): a child subreaper, with every signal at
+    its default and none blocked (as posix_spawn's setsigdef and setsigmask do)."""
+    import ctypes  # loaded already (_load_libc)
+
+    for s in _DEFAULT_SIGNALS:
+        signal.signal(s, signal.SIG_DFL)
+    signal.pthread_sigmask(signal.SIG_SETMASK, ())
+    if _libc[0].prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:  # type: ignore[attr-defined]
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
+
+
+def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd,
+             subreaper: bool = False, gate: int | None = None) -> int:
     """spawn(), as the user `who` (the spawner runs as root). posix_spawn cannot change user, so this is
     subprocess's fork and exec, whose child runs C only: it enters the sandbox (still root: the user needs no
     permission on the directories above it), drops to the user's groups, gid and uid, and executes the wrapper with
@@ -95,10 +182,14 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
         p = subprocess.Popen(
-            [SHELL, "-c", WRAPPER, "peloton-task", ".", command, sandbox], executable=SHELL, cwd=sandbox, env=env,
-            stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
+            [SHELL, "-c", WRAPPER_SUBREAPER if subreaper else WRAPPER if gate is None else WRAPPER_GATED,
+             "peloton-task", ".", command, sandbox],
+            executable=SHELL, cwd=sandbox, env=env,
+            stdin=subprocess.DEVNULL if gate is None else gate, stdout=logs[0], stderr=logs[1], close_fds=True,
+            start_new_session=True,
             restore_signals=True, user=who.pw_uid, group=who.pw_gid,
-            extra_groups=[] if who.pw_name.startswith("#") else os.getgrouplist(who.pw_name, who.pw_gid))
+            extra_groups=[] if who.pw_name.startswith("#") else os.getgrouplist(who.pw_name, who.pw_gid),
+            preexec_fn=_become_subreaper if subreaper else None)
     except subprocess.SubprocessError as e:
         raise OSError(errno.EIO, str(e)) from None
     finally:
@@ -216,19 +307,71 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
     if who is not None:  # not the daemon's home (an allocated uid has none: its work dir)
         env.update(HOME=who.pw_dir or os.path.join(sandbox, WORK_DIR), USER=who.pw_name, LOGNAME=who.pw_name)
     env.update(task.get("env") or {})  # type: ignore[call-overload]
+    cgroup = str(task.get("cgroup") or "")
+    subreaper = bool(task.get("subreaper"))
+    if subreaper:
+        _load_libc()
+    gate = None
+    if cgroup:
+        try:
+            with contextlib.suppress(FileExistsError):
+                os.mkdir(cgroup, 0o755)
+        except OSError as e:
+            return {"error": f"cannot make the task's cgroup {cgroup}: {e.strerror}", "permanent": False}, None
+        gate = os.pipe2(os.O_CLOEXEC)
     try:
         if who is None:
-            pid = spawn(sandbox, str(task["command"]), env)
+            pid = spawn(sandbox, str(task["command"]), env, subreaper, gate[0] if gate else None)
         else:
-            pid = spawn_as(sandbox, str(task["command"]), env, who)
+            pid = spawn_as(sandbox, str(task["command"]), env, who, subreaper, gate[0] if gate else None)
     except (ValueError, OSError) as e:
+        if gate:
+            os.close(gate[1])
         msg, permanent = describe(e)
         return {"error": msg, "permanent": permanent}, None
+    finally:
+        if gate:
+            os.close(gate[0])
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already over and reaped: the daemon reads its exit file
+        if gate:
+            os.close(gate[1])
         return {"pid": pid, "pidfd": False}, None
+    if gate:
+        _gated.append((os.dup(fd), pid, cgroup, gate[1]))
     return {"pid": pid, "pidfd": True}, fd
+
+
+# (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
+_gated: list[tuple[int, int, str, int]] = []
+
+
+def _let_go() -> None:
+    """Move each gated wrapper into its cgroup, then let it run its command; one that cannot be moved gets no `go`
+    and ends without running anything (its gate is closed). A wrapper that has ended meanwhile (killed at once) is
+    not moved: its pid may be another process's by now (this process ignores SIGCHLD, so its children are reaped
+    as they end; the check and the move are a few microseconds apart, as for any signal sent by pid)."""
+    while _gated:
+        pidfd, pid, cgroup, gate = _gated.pop(0)
+        try:
+            if select.select([pidfd], [], [], 0)[0]:
+                continue  # ended
+            try:
+                fd = os.open(f"{cgroup}/cgroup.procs", os.O_WRONLY | os.O_CLOEXEC)
+                try:
+                    os.write(fd, str(pid).encode())
+                finally:
+                    os.close(fd)
+            except OSError as e:
+                if e.errno not in (errno.ESRCH, errno.ENOENT):  # gone already: killed, its cgroup removed
+                    sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
+                continue
+            with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
+                os.write(gate, b"go\n")
+        finally:
+            os.close(gate)
+            os.close(pidfd)
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
@@ -269,6 +412,7 @@ def serve(sock: socket.socket) -> None:
         finally:
             for fd in fds:
                 os.close(fd)
+            _let_go()  # after the reply (the daemon reports RUNNING meanwhile), whether it arrived or not
 
 
 def _ints(fds: list[int]) -> bytes:
