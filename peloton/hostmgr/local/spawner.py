@@ -64,20 +64,21 @@ WORK_DIR = "work"
 # `cd -P`: physical, so `cd ..` is the sandbox whatever `work` was made into meanwhile (a logical cd would go by
 # the path it came by). `pids` and `exit` are written under an owner-only umask (in a subshell, whose $$ is still
 # the wrapper's), the command keeps the umask it was given.
-WRAPPER = """cd -P "$1" || exit 127
+_ENTER = """cd -P "$1" || exit 127
 (umask 077 && echo $$ > pids)
-trap : TERM
+"""
+_RUN = """trap : TERM
 cd -P work && /bin/sh -c "$2"
 rc=$?
 cd -P .. && (umask 077 && echo $rc > exit)
-kill -KILL 0
 """
+WRAPPER = _ENTER + _RUN + "kill -KILL 0\n"
 
 # The wrapper of a task with a cgroup of its own: its first two lines, then the gate (see above), then the rest.
 _GATE = """read -r gate && [ "$gate" = go ] || { echo "peloton: the task could not be put into its cgroup" >&2; exit 125; }
 exec </dev/null
 """
-WRAPPER_GATED = WRAPPER.replace("echo $$ > pids\n", "echo $$ > pids\n" + _GATE, 1)
+WRAPPER_GATED = _ENTER + _GATE + _RUN + "kill -KILL 0\n"
 
 # The wrapper of a task with no cgroup of its own (cgroups.py): it is a child subreaper (set before it is executed),
 # so the command's orphans, whatever session or group they moved to, are reparented to it. Once the command ended
@@ -86,13 +87,7 @@ WRAPPER_GATED = WRAPPER.replace("echo $$ > pids\n", "echo $$ > pids\n" + _GATE, 
 # `:` (what is left is often a zombie already: a child of the command's shell, reparented as it died), the second
 # on a 2 ms sleep (SIGKILLed, not dead yet), the others on 20 ms. At most 100 rounds (2 s or more): a process that
 # cannot die (uninterruptible sleep) is left to init. Then its group.
-WRAPPER_SUBREAPER = """cd -P "$1" || exit 127
-echo $$ > pids
-trap : TERM
-cd -P work && /bin/sh -c "$2"
-rc=$?
-cd -P .. && echo $rc > exit
-n=0
+WRAPPER_SUBREAPER = _ENTER + _RUN + """n=0
 while read -r k < /proc/$$/task/$$/children; [ -n "$k" ] && [ $n -lt 100 ]; do
 kill -STOP $k 2>/dev/null; kill -KILL $k 2>/dev/null
 case $n in 0) : & wait $! ;; 1) /bin/sleep 0.002 & wait $! ;; *) /bin/sleep 0.02 & wait $! ;; esac; n=$((n+1))
