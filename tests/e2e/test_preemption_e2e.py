@@ -48,8 +48,14 @@ def _job(pool: str, name: str, command: str, *, priority: int = 0, grace: str = 
             f"task: {{command: '{command}', resources: {{cpu: 0.5, mem: 64Mi, gpu: 1}}}}\n")
 
 
+BEFORE_RUNNING = ("PENDING", "LAUNCHING", "LAUNCHED", "STARTING")
+
+
 class GangSampler:
-    """Samples every job's gangs until stopped; records any gang seen RUNNING with a member that is not."""
+    """Samples every job's gangs until stopped; records any gang seen RUNNING with a member of the same run that
+    has not started yet. The gangs are read first and the tasks after them (`job get` asks for both at once, so
+    its tasks may be older than its gangs): a member of that run seen before RUNNING then really was, while the
+    gang already said RUNNING. (A member that ended meanwhile, a preemption's, is no partial gang.)"""
 
     def __init__(self, d: Daemon, jobs: list[str]) -> None:
         self.d, self.jobs, self.partial, self.samples = d, jobs, [], 0
@@ -61,13 +67,16 @@ class GangSampler:
         while not self._stop.is_set():
             for j in list(self.jobs):
                 r = self.d.cli("job", "get", j, "-o", "json", check=False)
-                if r.returncode != 0:
+                after = self.d.cli("task", "list", j, "-o", "json", check=False)
+                if r.returncode != 0 or after.returncode != 0:
                     continue  # the daemon is restarting
                 got: dict[str, Any] = json.loads(r.stdout)
+                tasks = json.loads(after.stdout).get("tasks", [])
                 for g in got["status"].get("gangs", []):
-                    members = [t for t in got.get("tasks", []) if t["instance"] in g["instances"]]
-                    if g["state"] == "RUNNING" and any(t["state"] not in ("RUNNING", "SUCCEEDED") for t in members):
-                        self.partial.append((j, g, [t["state"] for t in members]))
+                    members = [t for t in tasks if t["instance"] in g["instances"]]
+                    if g["state"] == "RUNNING" and any(t["attempt"] == g["run"] and t["state"] in BEFORE_RUNNING
+                                                       for t in members):
+                        self.partial.append((j, g, [(t["attempt"], t["state"]) for t in members]))
                 self.samples += 1
             time.sleep(0.1)
 
