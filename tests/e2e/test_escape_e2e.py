@@ -8,6 +8,7 @@ root with cgroup v2, as on CI) and with the fallback forced (`off`: the wrapper 
 
 from __future__ import annotations
 
+import contextlib
 import json
 import time
 from collections.abc import Iterator
@@ -18,6 +19,7 @@ from typing import Any
 import pytest
 
 from peloton.hostmgr.local import cgroups
+from tests.dbutil import postgres_database
 from tests.e2e.harness import Daemon, serving, wait_until
 from tests.escape import escape_command, kill_marked, marked, new_mark, wait_escaped, wait_gone
 
@@ -26,8 +28,12 @@ pytestmark = pytest.mark.e2e
 _CGROUPS, _WHY_NOT = cgroups.probe(Path("/nonexistent/peloton-escape-probe-e2e"))
 if _CGROUPS is not None:
     cgroups.kill_and_remove_subtree(Path("/nonexistent/peloton-escape-probe-e2e"))
-MODES = [pytest.param("auto", marks=pytest.mark.skipif(_CGROUPS is None, reason=f"no cgroup v2: {_WHY_NOT}")),
-         "off"]
+# The mechanism does not depend on the store: cgroups on both stores (adoption reads the journal either way), the
+# fallback on SQLite (tests/unit/test_local_escape.py covers it in depth); a third of the runs, for the suite's time.
+_NO_CGROUPS = pytest.mark.skipif(_CGROUPS is None, reason=f"no cgroup v2: {_WHY_NOT}")
+MODES = [pytest.param(("auto", "sqlite"), marks=_NO_CGROUPS, id="auto-sqlite"),
+         pytest.param(("auto", "postgresql"), marks=_NO_CGROUPS, id="auto-postgresql"),
+         pytest.param(("off", "sqlite"), id="off-sqlite")]
 GRACE_S = 5.0  # a stop's SIGTERM-to-SIGKILL grace (the local backend's default)
 SLACK_S = 10.0  # what a loaded 2-core machine may add
 
@@ -41,9 +47,12 @@ class EscapeDaemon(Daemon):
 
 
 @pytest.fixture(params=MODES)
-def ed(request: pytest.FixtureRequest, db_url: str, tmp_path: Path) -> Iterator[EscapeDaemon]:
-    with serving(EscapeDaemon(tmp_path / "data", db_url, mode=request.param)) as d:
-        yield d
+def ed(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[EscapeDaemon]:
+    mode, store = request.param
+    with contextlib.ExitStack() as stack:
+        url = (f"sqlite:///{tmp_path}/peloton.db" if store == "sqlite" else
+               stack.enter_context(postgres_database()))
+        yield stack.enter_context(serving(EscapeDaemon(tmp_path / "data", url, mode=mode)))
 
 
 @pytest.fixture

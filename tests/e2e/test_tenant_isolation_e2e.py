@@ -20,6 +20,7 @@ from pathlib import Path
 
 import pytest
 
+from peloton.identity import add_token
 from tests.asroot import let_others_pass
 from tests.e2e.harness import PELOTON, Daemon, pid_alive, serving, wait_until
 
@@ -86,13 +87,14 @@ def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
     d = Daemon(tmp_path / "data", db_url, secure_defaults=True, hosts=1, host_resources="cpu=8,mem=8Gi")
     let_others_pass(tmp_path)  # as /var/lib is: a task enters its sandbox by path as its own user
     with serving(d):
-        tokens = {}
-        for name, extra in (("alice", []), ("bob", []), ("postgres", []), ("daemon", []), ("backup", []),
-                            ("carol", ["--user", "daemon"])):  # carol: mapped by an admin to the daemon account
-            r = subprocess.run([*PELOTON, "token", "create", name, "--role", "submitter", "--data-dir",
-                                str(d.data_dir), *extra], capture_output=True, text=True, timeout=30)
-            assert r.returncode == 0, r.stderr
-            tokens[name] = r.stdout.strip()
+        # as `peloton token create NAME --role submitter` writes them (in this process: a CLI start each costs)
+        tokens = {name: add_token(d.data_dir / "principals.json", name, ["submitter"])
+                  for name in ("alice", "bob", "postgres", "daemon", "backup")}
+        # carol: mapped by an admin to the daemon account, through the CLI
+        r = subprocess.run([*PELOTON, "token", "create", "carol", "--role", "submitter", "--user", "daemon",
+                            "--data-dir", str(d.data_dir)], capture_output=True, text=True, timeout=30)
+        assert r.returncode == 0, r.stderr
+        tokens["carol"] = r.stdout.strip()
         yield Cluster(d, tokens, tmp_path)
 
 
