@@ -265,3 +265,57 @@ def exhaustive(params: CostParams, hosts: Sequence[FreeHost], k: int, local_bsz:
 
     rec(0, k, [])
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class PlanGoal:
+    """What the placement engine needs of a model-aware job: its cost model, and the batch it trains with."""
+
+    params: CostParams
+    pattern: str = RING
+    local_bsz: float = 0.0
+    global_bsz: float = 0.0
+    objective: str = "throughput"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanChoice:
+    """The plan placement chose for a gang, its prediction, and the runner-ups it was preferred to."""
+
+    gpus_per_host: tuple[int, ...]
+    step_time: float
+    samples_per_s: float
+    local_bsz: float
+    alternatives: tuple[tuple[tuple[int, ...], float, float], ...] = ()  # (gpus per host, step time, samples/s)
+
+
+def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
+    """A host as the search sees it, its hardware from the well-known labels (gpu_model, nic_gbps, gpu_link); a
+    label that does not parse counts as absent (the host manager refuses bad labels where hosts are declared)."""
+    try:
+        nic = float(labels.get("nic_gbps", DEFAULT_NIC_GBPS))
+    except ValueError:
+        nic = DEFAULT_NIC_GBPS
+    if not nic > 0 or nic == float("inf"):
+        nic = DEFAULT_NIC_GBPS
+    link = labels.get("gpu_link", DEFAULT_GPU_LINK)
+    return FreeHost(name, free_gpus, labels.get("gpu_model", DEFAULT_GPU_MODEL).lower(), nic,
+                    link if link in ("pcie", "nvlink") else DEFAULT_GPU_LINK)
+
+
+def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 0,
+           table: GpuTable = DEFAULT_TABLE) -> tuple[Plan, PlanChoice] | None:
+    """The best plan for a gang of `gpus` one-GPU workers (and `servers` parameter servers, for a ps model) on
+    `hosts` (their free worker slots), with the record of why; None when no plan fits. A ps model without server
+    members is planned as a ring."""
+    ps = goal.pattern == PS and servers > 0
+    req = PlanRequest(gpus=gpus, local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
+                      pattern=goal.pattern if goal.pattern != PS or ps else RING, servers=servers if ps else 0,
+                      top=4)
+    plans = search(goal.params, hosts, req, table)
+    if not plans:
+        return None
+    best = plans[0]
+    choice = PlanChoice(best.gpus_per_host, best.prediction.step_time, best.samples_per_s, best.prediction.local_bsz,
+                        tuple((p.gpus_per_host, p.prediction.step_time, p.samples_per_s) for p in plans[1:]))
+    return best, choice
