@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -33,6 +34,7 @@ from peloton.domain.spec import (
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.modelaware import plan as plans
 
 if TYPE_CHECKING:
     from peloton.resmgr.manager import PoolUsage
@@ -149,9 +151,19 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         status.gang_states.update(gang_states)
         status.gang_count = sum(gang_states.values())
     for g in gangs:
-        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt - g.preemptions,
-                         reason=g.reason, preemptions=g.preemptions, run=g.attempt)
+        gs = status.gangs.add(index=g.index, instances=g.instances, state=g.state.value,
+                              attempt=g.attempt - g.preemptions, reason=g.reason, preemptions=g.preemptions,
+                              run=g.attempt)
+        if g.plan:
+            plan_to_proto(plans.choice_from_dict(json.loads(g.plan)), gs.plan)
     return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
+
+
+def plan_to_proto(c: plans.PlanChoice, out: job_pb2.PlanInfo) -> None:
+    out.gpus_per_host.extend(c.gpus_per_host)
+    out.step_time, out.samples_per_s, out.local_bsz = c.step_time, c.samples_per_s, c.local_bsz
+    for gph, step, sps in c.alternatives:
+        out.alternatives.add(gpus_per_host=gph, step_time=step, samples_per_s=sps)
 
 
 def task_to_proto(t: Task, events: Sequence[TaskEvent] = ()) -> task_pb2.TaskInfo:
@@ -259,6 +271,7 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
         preemptible=g.preemptible,
         running_since=g.running_since,
         max_runtime_s=g.max_runtime_s,
+        goal_json=json.dumps(plans.goal_to_dict(g.goal)) if g.goal is not None else "",
     )
 
 
@@ -277,6 +290,7 @@ def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
         preemptible=p.preemptible,
         running_since=p.running_since,
         max_runtime_s=p.max_runtime_s,
+        goal=plans.goal_from_dict(json.loads(p.goal_json)) if p.goal_json else None,
     )
 
 
@@ -297,6 +311,7 @@ def placement_to_proto(p: GangPlacement) -> internal_pb2.Placement:
             )
             for m in p.members
         ],
+        plan_json=json.dumps(plans.choice_to_dict(p.plan)) if p.plan is not None else "",
     )
 
 
@@ -317,6 +332,7 @@ def placement_from_proto(p: internal_pb2.Placement) -> GangPlacement:
             )
             for m in p.members
         ),
+        plan=plans.choice_from_dict(json.loads(p.plan_json)) if p.plan_json else None,
     )
 
 

@@ -291,7 +291,30 @@ def _gang_line(st: job_pb2.JobStatus, g: job_pb2.GangStatus) -> str:
         line += f" (run {g.run}: preempted {g.preemptions}x, which uses up no attempt)"
     if g.reason and g.state not in ("RUNNING",):
         line += f"\n    why: {g.reason}" if st.state == "PENDING" or g.state == "QUEUED" else f" - {g.reason}"
+    if g.HasField("plan"):
+        line += "\n" + "\n".join(plan_lines(g.plan))
     return line
+
+
+def _gph(gpus_per_host: Sequence[int]) -> str:
+    return ",".join(str(n) for n in gpus_per_host)
+
+
+def plan_lines(p: job_pb2.PlanInfo, indent: str = "    ") -> list[str]:
+    """Why this plan: the GPUs per host chosen, predicted against measured, and the runner-ups."""
+    out = [f"{indent}plan: GPUs per host {_gph(p.gpus_per_host)}, local batch {p.local_bsz:g}: predicted "
+           f"{p.step_time:.3f} s/step, {p.samples_per_s:.1f} samples/s"]
+    if p.measured_members:
+        err = (p.measured_step_time - p.step_time) / p.step_time * 100 if p.step_time else 0.0
+        out.append(f"{indent}  measured {p.measured_step_time:.3f} s/step, {p.measured_samples_per_s:.1f} samples/s "
+                   f"({p.measured_members} members reporting; prediction off by {err:+.0f}%)")
+    else:
+        out.append(f"{indent}  measured: not reported yet (a member writes step_time=SECONDS to "
+                   "$PELOTON_METRICS_FILE)")
+    if p.alternatives:
+        alts = "; ".join(f"{_gph(a.gpus_per_host)} {a.samples_per_s:.1f} samples/s" for a in p.alternatives)
+        out.append(f"{indent}  why: the best predicted of those that fit; runner-ups: {alts}")
+    return out
 
 
 def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bool = False) -> str:

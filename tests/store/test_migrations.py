@@ -34,7 +34,7 @@ def _tables(url: str) -> set[str]:
 def test_single_head() -> None:
     heads = _script().get_heads()
     assert len(heads) == 1, f"migrations must have exactly one head, got {heads}"
-    assert heads[0] == "0009"
+    assert heads[0] == "0010"
 
 
 def test_upgrade_downgrade_upgrade(db_url: str) -> None:

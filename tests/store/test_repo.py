@@ -167,6 +167,7 @@ def test_gangs_update_and_states(sessions: Sessions) -> None:
     gangs1[0].state, gangs1[0].attempt, gangs1[0].reason = GangState.PLACED, 2, "placed on h1"
     gangs1[0].launch_deadline, gangs1[0].updated_at = 999.5, 500.0
     gangs1[2].state = GangState.RUNNING
+    gangs1[2].plan = '{"gpus_per_host": [2, 2], "step_time": 1.5, "samples_per_s": 21.3}'  # a model-aware run's
     gangs2[0].state = GangState.PLACED
     with db.transaction(sessions) as s:
         repo.update_gangs(s, [gangs1[0], gangs1[2], gangs2[0]])

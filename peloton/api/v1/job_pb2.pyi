@@ -359,6 +359,7 @@ class GangStatus(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     state: _builtins.str
     """QUEUED PREEMPTED ADMITTED PLACED LAUNCHING RUNNING PREEMPTING ABORTING DONE"""
@@ -372,6 +373,10 @@ class GangStatus(_message.Message):
     """attempt + preemptions: the number in its task ids (and PELOTON_ATTEMPT); new with every restart"""
     @_builtins.property
     def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def plan(self) -> Global___PlanInfo:
+        """a model-aware gang's plan for this run (placement.strategy model-aware); absent otherwise"""
+
     def __init__(
         self,
         *,
@@ -382,14 +387,93 @@ class GangStatus(_message.Message):
         reason: _builtins.str = ...,
         preemptions: _builtins.int = ...,
         run: _builtins.int = ...,
+        plan: Global___PlanInfo | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["plan", b"plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "index", b"index", "instances", b"instances", "preemptions", b"preemptions", "reason", b"reason", "run", b"run", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "index", b"index", "instances", b"instances", "plan", b"plan", "preemptions", b"preemptions", "reason", b"reason", "run", b"run", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GangStatus: _TypeAlias = GangStatus  # noqa: Y015
+
+@_typing.final
+class PlanInfo(_message.Message):
+    """Why this plan: what the placement engine chose for a model-aware gang, what the cost model predicted, the
+    runner-ups it was preferred to, and what the members measured (docs/model-aware.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPUS_PER_HOST_FIELD_NUMBER: _builtins.int
+    STEP_TIME_FIELD_NUMBER: _builtins.int
+    SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    LOCAL_BSZ_FIELD_NUMBER: _builtins.int
+    ALTERNATIVES_FIELD_NUMBER: _builtins.int
+    MEASURED_STEP_TIME_FIELD_NUMBER: _builtins.int
+    MEASURED_SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    MEASURED_MEMBERS_FIELD_NUMBER: _builtins.int
+    step_time: _builtins.float
+    """predicted, seconds"""
+    samples_per_s: _builtins.float
+    """predicted"""
+    local_bsz: _builtins.float
+    measured_step_time: _builtins.float
+    """0: not reported (yet)"""
+    measured_samples_per_s: _builtins.float
+    measured_members: _builtins.int
+    """members whose reports the measured figures come from"""
+    @_builtins.property
+    def gpus_per_host(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """most first"""
+
+    @_builtins.property
+    def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanAlternative]: ...
+    def __init__(
+        self,
+        *,
+        gpus_per_host: _abc.Iterable[_builtins.int] | None = ...,
+        step_time: _builtins.float = ...,
+        samples_per_s: _builtins.float = ...,
+        local_bsz: _builtins.float = ...,
+        alternatives: _abc.Iterable[Global___PlanAlternative] | None = ...,
+        measured_step_time: _builtins.float = ...,
+        measured_samples_per_s: _builtins.float = ...,
+        measured_members: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "gpus_per_host", b"gpus_per_host", "local_bsz", b"local_bsz", "measured_members", b"measured_members", "measured_samples_per_s", b"measured_samples_per_s", "measured_step_time", b"measured_step_time", "samples_per_s", b"samples_per_s", "step_time", b"step_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanInfo: _TypeAlias = PlanInfo  # noqa: Y015
+
+@_typing.final
+class PlanAlternative(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPUS_PER_HOST_FIELD_NUMBER: _builtins.int
+    STEP_TIME_FIELD_NUMBER: _builtins.int
+    SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    step_time: _builtins.float
+    samples_per_s: _builtins.float
+    @_builtins.property
+    def gpus_per_host(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        gpus_per_host: _abc.Iterable[_builtins.int] | None = ...,
+        step_time: _builtins.float = ...,
+        samples_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus_per_host", b"gpus_per_host", "samples_per_s", b"samples_per_s", "step_time", b"step_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanAlternative: _TypeAlias = PlanAlternative  # noqa: Y015
 
 @_typing.final
 class JobStatus(_message.Message):
