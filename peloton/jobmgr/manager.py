@@ -41,6 +41,8 @@ from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.watch import JobChange, WatchHub
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.loop import progress
+from peloton.modelaware import metrics
+from peloton.modelaware import plan as plans
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -73,6 +75,7 @@ MAX_PAGE = 1000
 DEFAULT_TASK_PAGE = 1000
 MAX_TASK_PAGE = 10_000
 LOG_READ_MAX = 1024 * 1024
+MEASURED_MEMBERS = 8  # members of a model-aware gang whose reports `job get` reads (one RPC each)
 MAX_GANGS_SHOWN = 1000  # gangs in a GetJob answer (a 100,000-instance elastic job has 100,000 gangs)
 MAX_EVENTS_SHOWN = 1000  # newest events of a task in a GetTask answer
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a ListJobs page stops growing here (a job spec may be 1 MiB)
@@ -370,6 +373,34 @@ class JobManager:
             counts = repo.task_state_counts(s, [job_id]).get(job_id, {})
             gang_states = repo.gang_state_counts(s, job_id)
         return JobRecord(job, gangs, counts, gang_states)
+
+    def plan_measurements(self, job_id: str, gangs: Sequence[Gang]) -> dict[int, metrics.Measured]:
+        """gang index -> what the running members of a model-aware gang report of their speed (read from the
+        first MEASURED_MEMBERS GPU members' $PELOTON_METRICS_FILE through the host manager). A member that cannot
+        be read counts as not reporting: `job get` must answer even when a host is slow or gone."""
+        out: dict[int, metrics.Measured] = {}
+        for g in gangs:
+            if not g.plan or g.state != GangState.RUNNING:
+                continue
+            with transaction(self.read_sessions) as s:
+                tasks = repo.get_tasks(s, job_id, g.instances)
+            members = [t for t in tasks if t.gpu_ids and t.state == TaskState.RUNNING][:MEASURED_MEMBERS]
+            reports = []
+            for t in members:
+                try:
+                    r = self.hostmgr.ReadTaskLog(internal_pb2.ReadTaskLogRequest(
+                        task_id=t.task_id, stream="metrics", offset=-metrics.READ_BYTES,
+                        max_bytes=metrics.READ_BYTES), timeout=5)
+                except grpc.RpcError:
+                    continue
+                rep = metrics.parse(r.content)
+                if rep is not None:
+                    reports.append(rep)
+            plan = plans.choice_from_dict(json.loads(g.plan))
+            m = metrics.combine(reports, sum(plan.gpus_per_host), plan.local_bsz)
+            if m is not None:
+                out[g.index] = m
+        return out
 
     def list_jobs(self, states: Sequence[str], owner: str, respool: str, name_contains: str, page_size: int,
                   page_token: str) -> tuple[list[JobRecord], str]:

@@ -119,7 +119,14 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     @grpc_errors
     def GetJob(self, request: job_pb2.GetJobRequest, context: grpc.ServicerContext) -> job_pb2.GetJobResponse:
         r = self.jm.get_job(_job_id(request.job_id))
-        return job_pb2.GetJobResponse(job=_shown(convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states)))
+        job = _shown(convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states))
+        measured = self.jm.plan_measurements(r.job.id, r.gangs)
+        for gs in job.status.gangs:
+            m = measured.get(gs.index)
+            if m is not None:
+                gs.plan.measured_step_time, gs.plan.measured_samples_per_s = m.step_time, m.samples_per_s
+                gs.plan.measured_members = m.members
+        return job_pb2.GetJobResponse(job=job)
 
     @grpc_errors
     def ListJobs(self, request: job_pb2.ListJobsRequest, context: grpc.ServicerContext) -> job_pb2.ListJobsResponse:
