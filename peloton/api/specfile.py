@@ -248,11 +248,9 @@ def parse_spec(text: str, source: str = "spec", *, partial: bool = False) -> job
     try:
         _fill(spec, doc, "", present)
         required = dict(_REQUIRED)
-        if "roles" in present:
+        if spec.roles:  # `roles: []` is no roles, as in protobuf (a single-task job's `-o json` has it)
             if "task" in present:  # `instances` may be there: the roles' sum (as `job get -o json` writes it)
                 raise checks.bad("roles", "give either roles or instances and task, not both")
-            if not spec.roles:
-                raise checks.bad("roles", "expected at least one role (or instances and task instead of roles)")
             required = {f"roles[{i}].{f}": why for i in range(len(spec.roles)) for f, why in _REQUIRED_IN_ROLE.items()}
         missing = [] if partial else [f for f in required if f not in present]
         if missing:

@@ -64,15 +64,15 @@ def _by_role(members: Sequence[MemberAssignment], roles: Sequence[Role]) -> list
 
 def hostfile_members(members: Sequence[MemberAssignment], roles: Sequence[Role]) -> list[MemberAssignment]:
     """Whom the MPI/Horovod hostfile lists: for a job with roles the members of the role named `worker`, else of
-    the roles that ask for GPUs, else every member; every member of a single-task job."""
+    the roles that ask for GPUs, else every member; every member of a single-task job. In rank order."""
     if not roles:
-        return list(members)
+        return ranked(members)
     groups = _by_role(members, roles)
     for r, g in zip(roles, groups, strict=True):
         if r.name == HOSTFILE_ROLE:
             return g
     gpu = [m for r, g in zip(roles, groups, strict=True) if r.resources.gpu > 0 for m in g]
-    return gpu or list(members)
+    return gpu or ranked(members)
 
 
 def _role_env(members: Sequence[MemberAssignment], roles: Sequence[Role]) -> dict[int, dict[str, str]]:
