@@ -201,6 +201,21 @@ def resources(r: job_pb2.Resources, disk: bool = False, gpu: bool = False) -> st
     return ",".join(parts)
 
 
+def role_cell(t: task_pb2.TaskInfo) -> str:
+    """A task's role and its rank in it (`worker/3`), for the ROLE column of a job with roles."""
+    return f"{t.role}/{t.role_rank}" if t.role else "-"
+
+
+def _ports(r: job_pb2.Resources) -> str:
+    return f",ports={r.ports}" if r.ports else ""
+
+
+def _cut_line(text: str, limit: int = 60) -> str:
+    """A command on one line, cut to `limit` characters."""
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[:limit - 3] + "..."
+
+
 def job_json(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo]) -> dict[str, Any]:
     """`job get -o json`: the job with a `tasks` list added."""
     out = to_dict(job)
@@ -327,7 +342,20 @@ def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bo
         lines.append(f"Reason:    {st.reason}")
     runs_as = f" (runs as {st.run_as})" if st.run_as else ""
     lines.append(f"Owner:     {spec.owner or '-'}{runs_as}   Pool: {spec.respool}   Priority: {spec.sla.priority}")
-    lines.append(f"Instances: {spec.instances}  each {resources(spec.task.resources)}   created {ago(st.created_at)}")
+    if spec.roles:
+        lines.append(f"Instances: {spec.instances} in {len(spec.roles)} roles   created {ago(st.created_at)}")
+        lines.append("Roles:")
+        start = 0
+        rows: list[list[object]] = []
+        for r in spec.roles:
+            span = f"{start}-{start + r.instances - 1}" if r.instances > 1 else str(start)
+            rows.append([r.name, r.instances, span, resources(r.task.resources) + _ports(r.task.resources),
+                         _cut_line(r.task.command)])
+            start += r.instances
+        lines += ["  " + x for x in table(rows, ["ROLE", "N", "INSTANCES", "EACH", "COMMAND"]).splitlines()]
+    else:
+        lines.append(f"Instances: {spec.instances}  each {resources(spec.task.resources)}   "
+                     f"created {ago(st.created_at)}")
     shown = len(st.gangs)
     if st.gang_count > shown:
         counts = ", ".join(f"{n} {state}" for state, n in sorted(st.gang_states.items()))
@@ -340,9 +368,12 @@ def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bo
         lines += _gang_lines(st, st.gangs)
     if every_row or len(tasks) <= COMPACT_OVER:
         lines.append("Tasks:")
-        rows = [[t.instance, t.state, t.host or "-", t.attempt, ",".join(map(str, t.gpus)) or "-",
-                 t.exit_code if t.HasField("exit_code") else "-", t.message or t.reason or ""] for t in tasks]
-        lines.append(table(rows, ["INSTANCE", "STATE", "HOST", "ATTEMPT", "GPUS", "EXIT", "MESSAGE"]))
+        with_roles = bool(spec.roles)
+        rows = [[t.instance, *([role_cell(t)] if with_roles else []), t.state, t.host or "-", t.attempt,
+                 ",".join(map(str, t.gpus)) or "-", t.exit_code if t.HasField("exit_code") else "-",
+                 t.message or t.reason or ""] for t in tasks]
+        lines.append(table(rows, ["INSTANCE", *(["ROLE"] if with_roles else []), "STATE", "HOST", "ATTEMPT", "GPUS",
+                                  "EXIT", "MESSAGE"]))
     else:
         by_state: dict[str, int] = {}
         for t in tasks:

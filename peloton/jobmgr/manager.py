@@ -107,7 +107,8 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
     spec = jv.spec
     return GangRequest(
         gang_id=gv.gang.gang_id, job_id=jv.job.id, attempt=gv.gang.attempt,
-        members=tuple(MemberRequest(t.instance, t.task_id, spec.resources, t.host) for t in gv.members()),
+        members=tuple(MemberRequest(t.instance, t.task_id, spec.member_resources(t.instance), t.host)
+                      for t in gv.members()),
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
         enqueued_at=jv.job.created_at, preemptible=spec.preemptible, running_since=policy.running_since(gv),
         max_runtime_s=spec.max_runtime_s,
@@ -189,9 +190,10 @@ class JobManager:
                 return existing
         pools = self._pools(spec.respool)
         check_job_pool(pools, spec.respool)
-        why = exceeds_limit_forever(spec.resources.scale(spec.gang_size), spec.respool, pools)
+        why = exceeds_limit_forever(spec.gang_total(), spec.respool, pools)
         if why:
-            raise InvalidArgument(f"instances: {why}", field="instances")
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: {why}", field=f)
         self._check_fits_cluster(spec)
         if run_as is not None:
             spec = replace(spec, run_as=run_as())
@@ -354,16 +356,15 @@ class JobManager:
             return  # no host known yet (a cluster backend still connecting): cannot judge
         probe = GangRequest(
             gang_id="probe/0", job_id="probe", attempt=1,
-            members=tuple(MemberRequest(i, f"probe-{i}-1", spec.resources) for i in range(spec.gang_size)),
+            members=tuple(MemberRequest(i, f"probe-{i}-1", spec.member_resources(i)) for i in range(spec.gang_size)),
             strategy=spec.strategy, constraints=spec.constraints,
         )
         with self._cap_lock:
             failure = can_ever_fit(probe, index)
         if failure is not None:
-            raise InvalidArgument(
-                f"instances: the gang can never fit this cluster even when it is empty: {failure.reason}",
-                field="instances",
-            )
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: the gang can never fit this cluster even when it is empty: {failure.reason}",
+                                  field=f)
 
     # --- reads (own sessions; never wait for the writer) -----------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord:
@@ -431,7 +432,8 @@ class JobManager:
         """The token of the ListJobs page that starts after `last`."""
         return _token([last.created_at, last.id])
 
-    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str]:
+    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str, JobSpec]:
+        """A page of the job's tasks, the next page's token, and the job's spec (for the members' roles)."""
         size = min(page_size or DEFAULT_TASK_PAGE, MAX_TASK_PAGE)
         after = None
         if page_token:
@@ -440,11 +442,11 @@ class JobManager:
                 raise InvalidArgument("page_token: not a page token of this API", field="page_token")
             after = tok
         with transaction(self.read_sessions) as s:
-            repo.get_job(s, job_id)
+            spec = repo.get_job(s, job_id).spec
             tasks = repo.get_tasks(s, job_id, after=after, limit=size + 1)
         more = len(tasks) > size
         tasks = tasks[:size]
-        return tasks, (_token(tasks[-1].instance) if more and tasks else "")
+        return tasks, (_token(tasks[-1].instance) if more and tasks else ""), spec
 
     def get_task(self, job_id: str, instance: int) -> tuple[Task, list[TaskEvent]]:
         with transaction(self.read_sessions) as s:
@@ -453,6 +455,10 @@ class JobManager:
                 repo.get_job(s, job_id)
                 raise NotFound(f"job {job_id} has no instance {instance}")
             return tasks[0], repo.get_task_events(s, job_id, instance, newest=MAX_EVENTS_SHOWN)
+
+    def get_spec(self, job_id: str) -> JobSpec:
+        with transaction(self.read_sessions) as s:
+            return repo.get_job(s, job_id).spec
 
     def count_waiting(self, owner: str) -> int:
         """Jobs of `owner` not started yet (INITIALIZED or PENDING), from a read session."""

@@ -42,10 +42,12 @@ def _shown(job: job_pb2.Job) -> job_pb2.Job:
     """The job as the caller may see it: the environment's values only for its owner and for principals with
     job.secrets.any; others see the names, each value replaced by REDACTED."""
     who = identity.caller()
-    if not job.spec.task.env or who.may_see_secrets(job.spec.owner):
+    envs = [job.spec.task.env, *(r.task.env for r in job.spec.roles)]
+    if not any(envs) or who.may_see_secrets(job.spec.owner):
         return job
-    for name in list(job.spec.task.env):  # not while iterating the map itself
-        job.spec.task.env[name] = REDACTED
+    for env in envs:
+        for name in list(env):  # not while iterating the map itself
+            env[name] = REDACTED
     return job
 
 
@@ -201,14 +203,15 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     @grpc_errors
     def ListTasks(self, request: task_pb2.ListTasksRequest, context: grpc.ServicerContext) -> task_pb2.ListTasksResponse:
         request_checks.page(request.page_size, request.page_token)
-        tasks, nxt = self.jm.list_tasks(_job_id(request.job_id), request.page_size, request.page_token)
-        return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t) for t in tasks], next_page_token=nxt)
+        tasks, nxt, spec = self.jm.list_tasks(_job_id(request.job_id), request.page_size, request.page_token)
+        return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t, spec=spec) for t in tasks],
+                                          next_page_token=nxt)
 
     @grpc_errors
     def GetTask(self, request: task_pb2.GetTaskRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskResponse:
         job_id, instance = _job_id(request.job_id), request_checks.instance(request.instance)
         task, events = self.jm.get_task(job_id, instance)
-        p = convert.task_to_proto(task, events)
+        p = convert.task_to_proto(task, events, self.jm.get_spec(job_id))
         p.events_total = len(events) if len(events) < MAX_EVENTS_SHOWN else self.jm.count_task_events(job_id, instance)
         return task_pb2.GetTaskResponse(task=p)
 

@@ -300,6 +300,38 @@ class PlacementSpec(_message.Message):
 Global___PlacementSpec: _TypeAlias = PlacementSpec  # noqa: Y015
 
 @_typing.final
+class RoleSpec(_message.Message):
+    """Members of a job that run the same task (parameter servers, workers), numbered in role order: with roles
+    ps (2) and worker (8), instances 0-1 are ps and 2-9 workers. Every role's task.user must be the same.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """[a-z][a-z0-9-]*, at most 63 characters, unique in the job"""
+    instances: _builtins.int
+    """at least 1"""
+    @_builtins.property
+    def task(self) -> Global___TaskSpec: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        instances: _builtins.int = ...,
+        task: Global___TaskSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instances", b"instances", "name", b"name", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoleSpec: _TypeAlias = RoleSpec  # noqa: Y015
+
+@_typing.final
 class JobSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -312,21 +344,29 @@ class JobSpec(_message.Message):
     TASK_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     owner: _builtins.str
     respool: _builtins.str
     """default "/" """
     instances: _builtins.int
+    """absent with roles (the job's instances are then the roles' together)"""
     @_builtins.property
     def gang(self) -> Global___GangSpec: ...
     @_builtins.property
     def sla(self) -> Global___SlaSpec: ...
     @_builtins.property
-    def task(self) -> Global___TaskSpec: ...
+    def task(self) -> Global___TaskSpec:
+        """absent with roles"""
+
     @_builtins.property
     def placement(self) -> Global___PlacementSpec: ...
     @_builtins.property
     def retry(self) -> Global___RetrySpec: ...
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoleSpec]:
+        """Several roles instead of instances and task: the job is one gang of every role's members (no min_available)."""
+
     def __init__(
         self,
         *,
@@ -339,10 +379,11 @@ class JobSpec(_message.Message):
         task: Global___TaskSpec | None = ...,
         placement: Global___PlacementSpec | None = ...,
         retry: Global___RetrySpec | None = ...,
+        roles: _abc.Iterable[Global___RoleSpec] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "placement", b"placement", "retry", b"retry", "sla", b"sla", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "instances", b"instances", "name", b"name", "owner", b"owner", "placement", b"placement", "respool", b"respool", "retry", b"retry", "sla", b"sla", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "instances", b"instances", "name", b"name", "owner", b"owner", "placement", b"placement", "respool", b"respool", "retry", b"retry", "roles", b"roles", "sla", b"sla", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
