@@ -720,6 +720,13 @@ def build_parser() -> argparse.ArgumentParser:
     out(x)
     x.set_defaults(fn="admin:cmd_audit")
     _add_sim_parsers(sub)
+    # `model fit|predict|plan` run offline (no daemon): model_offline.py
+    m = sub.add_parser("model", help="models for model-aware plans: fit a profile, predict, plan").add_subparsers(
+        dest="cmd", required=True)
+    from peloton.cli import model_offline
+
+    model_offline.register(m)
+
     x = sub.add_parser("completion", help="print a shell completion script: "
                                           "source <(peloton completion bash), or zsh")
     x.add_argument("shell", choices=["bash", "zsh"], help="the shell the script is for")
