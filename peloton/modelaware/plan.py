@@ -189,7 +189,7 @@ def _assign(choice: list[tuple[_Kind, int]], k: int) -> list[tuple[str, int, _Ki
     return [(name, g, kd) for (name, _, kd), g in zip(hosts, counts, strict=True)]
 
 
-def _server_layouts(assigned: list[tuple[str, int, _Kind]], spare: Sequence[FreeHost], n: int,
+def _server_layouts(assigned: list[tuple[str, int, _Kind]], pool: Sequence[FreeHost], n: int,
                     ) -> list[tuple[list[HostUse], tuple[str, ...]]]:
     """n parameter servers: spread over the workers' hosts, or on hosts of their own (the best NICs first)."""
     layouts = []
@@ -200,7 +200,13 @@ def _server_layouts(assigned: list[tuple[str, int, _Kind]], spare: Sequence[Free
     layouts.append(([HostUse(u.gpus, u.gpu_model, u.nic_gbps, u.gpu_link, s) for u, s in zip(uses, colocated,
                                                                                                 strict=True)],
                     tuple(assigned[i % len(uses)][0] for i in range(n))))
-    others = sorted((h for h in spare if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))[:n]
+    used = {name for name, _, _ in assigned}
+    others = []
+    for h in pool:  # the hosts that can take a server, best NIC first
+        if len(others) == n:
+            break
+        if h.name not in used:
+            others.append(h)
     if len(others) == n:
         layouts.append((uses + [HostUse(0, h.gpu_model, h.nic_gbps, h.gpu_link, 1) for h in others],
                         tuple(h.name for h in others)))
@@ -228,14 +234,13 @@ def search(params: CostParams, hosts: Sequence[FreeHost], req: PlanRequest,
 def _search_ps(params: CostParams, hosts: Sequence[FreeHost], kinds: list[_Kind], sizes: list[int],
                req: PlanRequest, table: GpuTable) -> list[Plan]:
     plans: list[Plan] = []
+    pool = sorted((h for h in hosts if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))
     for k in sizes:
         bsz = req.local_bsz or req.global_bsz / k
         for choice in _candidates(kinds, k):
             assigned = _assign(choice, k)
-            used = {name for name, _, _ in assigned}
-            spare = [h for h in hosts if h.name not in used]
             for n in ([req.servers] if req.servers else range(1, min(k, MAX_SERVERS) + 1)):
-                for uses, servers in _server_layouts(assigned, spare, n):
+                for uses, servers in _server_layouts(assigned, pool, n):
                     pred = predict(params, uses, bsz, PS, table)
                     plans.append(Plan(tuple((name, g) for name, g, _ in assigned), pred, servers))
     plans.sort(key=lambda p: _rank(p, req.objective))
