@@ -201,7 +201,7 @@ def _server_layouts(assigned: list[tuple[str, int, _Kind]], pool: Sequence[FreeH
                                                                                                 strict=True)],
                     tuple(assigned[i % len(uses)][0] for i in range(n))))
     used = {name for name, _, _ in assigned}
-    others = []
+    others: list[FreeHost] = []
     for h in pool:  # the hosts that can take a server, best NIC first
         if len(others) == n:
             break
