@@ -203,6 +203,10 @@ def _dumps(obj: object) -> str:
     return json.dumps(obj, indent=2)
 
 
+def _bsz(v: float) -> str:
+    return f"{_number(v):.4g}" if not float(v).is_integer() else str(int(v))
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
@@ -396,7 +400,7 @@ def cmd_model_predict(a: argparse.Namespace) -> int:
     measured_any = any(m is not None for _, _, m in results)
     lines = []
     for w, p, m in results:
-        line: list[object] = [w, _number(p.local_bsz), _seconds(p.step_time), _seconds(p.sync_time),
+        line: list[object] = [w, _bsz(p.local_bsz), _seconds(p.step_time), _seconds(p.sync_time),
                               f"{p.samples_per_s:.4g}"]
         if measured_any:
             line += ["-", "-"] if m is None else [_seconds(m), f"{100 * (p.step_time - m) / m:+.1f}%"]
@@ -551,7 +555,7 @@ def cmd_model_plan(a: argparse.Namespace) -> int:
 
     rows: list[list[object]] = []
     for i, p in enumerate(plans, start=1):
-        row: list[object] = [i, p.gpus, ",".join(map(str, p.gpus_per_host)), _number(p.prediction.local_bsz),
+        row: list[object] = [i, p.gpus, ",".join(map(str, p.gpus_per_host)), _bsz(p.prediction.local_bsz),
                              _seconds(p.prediction.step_time), f"{p.samples_per_s:.4g}",
                              f"{p.samples_per_s / p.gpus:.4g}"]
         if pattern == PS:
