@@ -259,7 +259,7 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
     result = fitting.fit(train, reference, pattern=a.sync)
     doc = ModelDocument(name=name, description=Description(sync=a.sync), params=result.params,
                         fit=FitInfo(rows=result.rows, median_error=result.median_error, p90_error=result.p90_error,
-                                    source=a.profile))
+                                    source=a.profile[-1024:]))  # a document's limit
     text = _dumps(document_to_dict(doc)) + "\n"
     if a.out == "-":
         sys.stdout.write(text)
