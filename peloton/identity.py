@@ -66,6 +66,7 @@ PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerRe
 METHODS: dict[str, str] = {
     "/peloton.v1.JobService/CreateJob": JOB_CREATE,
     "/peloton.v1.JobService/GetJob": JOB_READ,
+    "/peloton.v1.JobService/PlanJob": HOST_READ,  # it shows the hosts' free GPUs; nothing is created
     "/peloton.v1.JobService/ListJobs": JOB_READ,
     "/peloton.v1.JobService/WatchJobs": JOB_READ,
     "/peloton.v1.JobService/StopJob": JOB_CONTROL_OWN,  # and the job's owner, unless job.control.any
