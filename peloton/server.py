@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,7 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.config import split_hostport
+from peloton.domain.hostgroups import HostGroup
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.files import (
@@ -140,6 +141,8 @@ class ServerConfig:
     data_dir: Path
     local_hosts: int | None = None
     local_host_resources: Resources | None = None
+    local_host_labels: dict[str, str] = field(default_factory=dict)  # --local-host-labels: of the plain form's hosts
+    local_host_groups: tuple[HostGroup, ...] = ()  # --local-host-group: these hosts instead of --local-hosts'
     local_port_base: int = 31000
     metrics_listen: str = ""
     workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
@@ -489,7 +492,7 @@ class Daemon:
             assert cfg.mesos is not None
             return make_mesos_backend(cfg.mesos, self.sessions, may_subscribe=self._leads, loop_clock=self.clock)
         hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
-                                 data_dir=cfg.data_dir)
+                                 data_dir=cfg.data_dir, labels=cfg.local_host_labels, groups=cfg.local_host_groups)
         if cfg.default_task_user == "root" and tasks_run_as_others():
             log.warning("--default-task-user root: tasks of jobs that name no user run as root, whatever their pool "
                         "allows (docs/security.md)")

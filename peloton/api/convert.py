@@ -11,6 +11,7 @@ from google.protobuf import duration_pb2
 
 from peloton import run_as
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.domain import hostlabels
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
@@ -228,6 +229,9 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
         maintenance=maintenance,
     )
     p.labels.update(h.labels)
+    hw, invalid = hostlabels.hardware_lenient(h.labels, has_gpus=h.capacity.gpu > 0)
+    p.hardware.CopyFrom(host_pb2.HostHardware(gpu_model=hw.gpu_model, nic_gbps=hw.nic_gbps, gpu_link=hw.gpu_link,
+                                              defaulted=list(hw.defaulted), invalid=invalid))
     return p
 
 

@@ -17,7 +17,7 @@ PUBLIC = (job_pb2, task_pb2, host_pb2, respool_pb2, cluster_pb2, audit_pb2)
 # double fields that are plain numbers (cores, shares, MiB of an entitlement, request bounds)
 NUMBERS = {
     "peloton.v1.Resources": {"cpu"}, "peloton.v1.ResourcePool": {"share"},
-    "peloton.v1.Entitlement": {"cpu", "mem_mib", "disk_mib", "gpu"},
+    "peloton.v1.Entitlement": {"cpu", "mem_mib", "disk_mib", "gpu"}, "peloton.v1.HostHardware": {"nic_gbps"},
     "peloton.v1.ListAuditEventsRequest": {"since", "until"},  # a request: never printed
 }
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
