@@ -38,6 +38,8 @@ from peloton.domain.placement import (
 )
 from peloton.domain.resources import format_mib
 from peloton.domain.spec import Constraint
+from peloton.modelaware import plan as plans
+from peloton.modelaware.plan import PlanChoice, PlanGoal
 from peloton.placement.index import UNIT, ClassKey, ClassView, HostClass, HostIndex, HostState, Vec, Weights, to_vec
 
 __all__ = ["place", "can_ever_fit", "SHORT_DIMENSIONS", "HostIndex"]
@@ -245,6 +247,47 @@ def _pack(
     return None
 
 
+def _model_aware(att: _Attempt, view: ClassView, reqs: list[Vec], members: Sequence[MemberRequest],
+                 homogeneous: bool, w: Weights, goal: PlanGoal) -> tuple[int | None, PlanChoice | None]:
+    """The gang's one-GPU workers where the cost model rates the plan best among the hosts free now (still whole);
+    its CPU-only members (parameter servers, a chief) on the hosts the plan names for servers when they fit, else
+    packed. A gang whose GPU members differ in size, or have more than one GPU each, is packed (the cost model
+    counts one worker per GPU)."""
+    workers = [i for i, r in enumerate(reqs) if r[3] > 0]
+    if not workers or any(reqs[i] != reqs[workers[0]] for i in workers) or reqs[workers[0]][3] != 1:
+        return _pack(att, view, reqs, members, homogeneous, w), None
+    wr = reqs[workers[0]]
+    free = []
+    for c in view.tiers[True].values():
+        n = _cap(c, wr)
+        if n > 0:
+            for name in c.names:
+                free.append(plans.free_host(name, n, view.hosts[name].labels))
+    others = [i for i, r in enumerate(reqs) if r[3] == 0]
+    chosen = plans.choose(goal, free, len(workers), servers=len(others))
+    if chosen is None:
+        return workers[0], None
+    best, record = chosen
+    it = iter(workers)
+    for name, g in best.hosts:
+        h = view.hosts[name]
+        for _ in range(g):
+            i = next(it)
+            att.assign(h, reqs[i], members[i])
+    rest = []
+    for j, i in enumerate(others):
+        target = view.hosts.get(best.servers[j]) if j < len(best.servers) else None
+        if target is not None and _fits(target, reqs[i]) and (target.cls is not None or target.name in att.count):
+            att.assign(target, reqs[i], members[i])
+        else:
+            rest.append(i)
+    if rest:
+        failed = _pack(att, view, [reqs[i] for i in rest], [members[i] for i in rest], False, w)
+        if failed is not None:
+            return rest[failed], None
+    return None, record
+
+
 def _spread(
     att: _Attempt, view: ClassView, reqs: list[Vec], members: Sequence[MemberRequest], homogeneous: bool, w: Weights
 ) -> int | None:
@@ -401,8 +444,11 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
     view = index.view(gang.constraints)
     att = _Attempt(view)
     w = index.weights()
+    plan: PlanChoice | None = None
     if gang.strategy == "spread":
         failed_at = _spread(att, view, reqs, members, homogeneous, w)
+    elif gang.goal is not None:
+        failed_at, plan = _model_aware(att, view, reqs, members, homogeneous, w, gang.goal)
     else:
         failed_at = _pack(att, view, reqs, members, homogeneous, w)
     if failed_at is not None:
@@ -423,6 +469,7 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
             )
             for m, h in att.pairs
         ),
+        plan=plan,
     )
 
 

@@ -1,0 +1,186 @@
+"""The cost model: the time of one training step of a placement, as a pure function.
+
+docs/model-aware.md writes the formulas out with their sources. In short, for K GPUs on N hosts, each host h with
+g_h of them, a local batch b per GPU and a model of S bytes of gradients:
+
+    compute  T_c = max over hosts (alpha_c + beta_c * b) * rel(reference GPU) / rel(GPU of h)
+    sync     T_s = 0 when K = 1, else by pattern (X counts units of S moved; scales are reference / actual):
+      ring all-reduce, one host:   alpha_r + beta_r * link_scale * 2(K-1)/K
+      ring all-reduce, N hosts:    alpha_n + beta_n * nic_scale  * 2(K-1) / P,  P = 1 if N = 2 else N
+      hierarchical all-reduce:     [alpha_r + beta_r * link_scale * 2(g-1)/g] + [alpha_n + beta_n * nic_scale
+                                   * 2(N-1) / P]  (within hosts, then one member per host across them)
+      parameter servers (n):       alpha_n + beta_n * max over hosts (nic_scale_h * traffic_h), traffic_h the
+                                   units of S through h's NIC both ways: 2 (w_h (1 - s_h/n) + s_h/n (K - w_h))
+    step     T = (T_c^gamma + T_s^gamma)^(1/gamma)   (gamma >= 1: how far synchronisation overlaps compute)
+
+The step form and the compute term are Pollux's throughput model (Qiao et al., OSDI'21, eq. 7-8); the sync term
+counts the bytes each member moves over its slowest link (Patarasuk and Yuan 2009 for the ring; Sergeev and Del
+Balso 2018 for Horovod's ring). `P` is the number of host pairs the ring's cross-host traffic spreads over: with
+two hosts every crossing joins the same pair, so the network term is K/P times each member's ring traffic; fitted
+on the bert and cifar10 profiles it explains their two-host placements being the slowest (docs/model-aware.md).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from peloton.errors import InvalidArgument
+from peloton.modelaware.gpus import DEFAULT_TABLE, LINK_GBYTES_S, NIC_EFFICIENCY, GpuTable
+
+RING = "allreduce-ring"
+HIERARCHICAL = "allreduce-hierarchical"
+PS = "ps"
+SYNC_PATTERNS = (RING, HIERARCHICAL, PS)
+
+DEFAULT_NIC_GBPS = 25.0
+DEFAULT_GPU_LINK = "pcie"
+DEFAULT_GPU_MODEL = "unknown"
+
+
+@dataclass(frozen=True, slots=True)
+class Reference:
+    """The hardware the parameters describe: a fitted model's is the profile's cluster."""
+
+    gpu_model: str = "t4"
+    nic_gbps: float = DEFAULT_NIC_GBPS
+    gpu_link: str = DEFAULT_GPU_LINK
+
+
+@dataclass(frozen=True, slots=True)
+class CostParams:
+    alpha_c: float  # s per step of fixed compute (launches, optimizer step), on the reference GPU
+    beta_c: float  # s per sample of the local batch, on the reference GPU
+    alpha_r: float  # s per all-reduce within one host (latency)
+    beta_r: float  # s per unit of S moved over the reference intra-host link
+    alpha_n: float  # s per synchronisation across hosts (latency)
+    beta_n: float  # s per unit of S through the reference NIC
+    gamma: float  # >= 1; 1: synchronisation does not overlap compute
+    reference: Reference = Reference()
+
+    def as_dict(self) -> dict[str, object]:
+        return {"alpha_c": self.alpha_c, "beta_c": self.beta_c, "alpha_r": self.alpha_r, "beta_r": self.beta_r,
+                "alpha_n": self.alpha_n, "beta_n": self.beta_n, "gamma": self.gamma,
+                "reference": {"gpu_model": self.reference.gpu_model, "nic_gbps": self.reference.nic_gbps,
+                              "gpu_link": self.reference.gpu_link}}
+
+
+PARAM_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "gamma")
+
+
+@dataclass(frozen=True, slots=True)
+class HostUse:
+    """One host of a placement as the cost model sees it."""
+
+    gpus: int  # GPUs (workers) used on it
+    gpu_model: str = DEFAULT_GPU_MODEL
+    nic_gbps: float = DEFAULT_NIC_GBPS
+    gpu_link: str = DEFAULT_GPU_LINK
+    servers: int = 0  # parameter servers on it
+
+
+@dataclass(frozen=True, slots=True)
+class Prediction:
+    gpus_per_host: tuple[int, ...]
+    local_bsz: float
+    step_time: float
+    compute_time: float
+    sync_time: float
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.gpus_per_host)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.gpus * self.local_bsz / self.step_time
+
+
+def prior(parameter_bytes: float, flops_per_sample: float, table: GpuTable = DEFAULT_TABLE,
+          reference: Reference = Reference()) -> CostParams:
+    """Parameters from a model's description alone: compute at half the reference GPU's FP32 peak, gradients at
+    the link's effective bandwidth, fixed latencies, no overlap. A profile's fit replaces them."""
+    fp32 = table.get(reference.gpu_model).fp32_tflops * 1e12
+    link = LINK_GBYTES_S.get(reference.gpu_link, LINK_GBYTES_S[DEFAULT_GPU_LINK]) * 1e9
+    nic = reference.nic_gbps * 1e9 / 8 * NIC_EFFICIENCY
+    return CostParams(alpha_c=0.005, beta_c=flops_per_sample / (0.5 * fp32), alpha_r=0.0005,
+                      beta_r=parameter_bytes / link, alpha_n=0.002, beta_n=parameter_bytes / nic, gamma=1.0,
+                      reference=reference)
+
+
+def _pairs(n_hosts: int) -> int:
+    return 1 if n_hosts == 2 else n_hosts
+
+
+def _link_scale(p: CostParams, link: str) -> float:
+    return LINK_GBYTES_S.get(p.reference.gpu_link, 12.0) / LINK_GBYTES_S.get(link, 12.0)
+
+
+def sync_time(p: CostParams, hosts: Sequence[HostUse], pattern: str = RING) -> float:
+    used = [h for h in hosts if h.gpus > 0]
+    k = sum(h.gpus for h in used)
+    n = len(used)
+    if pattern == PS:
+        return _ps_sync(p, hosts, k)
+    if k <= 1:
+        return 0.0
+    nic_scale = p.reference.nic_gbps / min(h.nic_gbps for h in used)
+    if pattern == HIERARCHICAL:
+        t = 0.0
+        inner = max((2 * (h.gpus - 1) / h.gpus * _link_scale(p, h.gpu_link) for h in used if h.gpus > 1),
+                    default=0.0)
+        if inner:
+            t += p.alpha_r + p.beta_r * inner
+        if n > 1:
+            t += p.alpha_n + p.beta_n * nic_scale * 2 * (n - 1) / _pairs(n)
+        return t
+    if n == 1:
+        return p.alpha_r + p.beta_r * _link_scale(p, used[0].gpu_link) * 2 * (k - 1) / k
+    return p.alpha_n + p.beta_n * nic_scale * 2 * (k - 1) / _pairs(n)
+
+
+def _ps_sync(p: CostParams, hosts: Sequence[HostUse], k: int) -> float:
+    servers = sum(h.servers for h in hosts)
+    if servers <= 0 or k <= 0:
+        raise InvalidArgument("a parameter-server plan needs at least one server and one worker", field="servers")
+    worst = 0.0
+    local = 0.0
+    for h in hosts:
+        share = h.servers / servers
+        traffic = 2 * (h.gpus * (1 - share) + share * (k - h.gpus))
+        worst = max(worst, traffic * p.reference.nic_gbps / h.nic_gbps)
+        local = max(local, 2 * h.gpus * share * _link_scale(p, h.gpu_link))
+    if worst > 0:
+        return p.alpha_n + p.beta_n * worst
+    return p.alpha_r + p.beta_r * local  # every worker and server on one host
+
+
+def compute_time(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, table: GpuTable = DEFAULT_TABLE) -> float:
+    """The slowest GPU's: a synchronous step waits for every member."""
+    base = p.alpha_c + p.beta_c * local_bsz
+    ref = table.relative(p.reference.gpu_model)
+    return max(base * ref / table.relative(h.gpu_model) for h in hosts if h.gpus > 0)
+
+
+def predict(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, pattern: str = RING,
+            table: GpuTable = DEFAULT_TABLE) -> Prediction:
+    if not any(h.gpus > 0 for h in hosts):
+        raise InvalidArgument("a placement needs at least one GPU", field="placement")
+    tc = compute_time(p, hosts, local_bsz, table)
+    ts = sync_time(p, hosts, pattern)
+    step = combine(tc, ts, p.gamma)
+    return Prediction(tuple(h.gpus for h in hosts if h.gpus > 0), local_bsz, step, tc, ts)
+
+
+def combine(tc: float, ts: float, gamma: float) -> float:
+    if ts <= 0:
+        return tc
+    if gamma == 1.0:
+        return tc + ts
+    m = max(tc, ts)  # scaled, so a large gamma neither overflows nor underflows
+    return m * float(((tc / m) ** gamma + (ts / m) ** gamma) ** (1.0 / gamma))
+
+
+def uniform_hosts(placement: Sequence[int], reference: Reference) -> list[HostUse]:
+    """A placement on hosts like the reference (a profile's own cluster)."""
+    return [HostUse(g, reference.gpu_model, reference.nic_gbps, reference.gpu_link) for g in placement]

@@ -1,0 +1,321 @@
+"""Candidate plans on a cluster, and the search for the best.
+
+A plan is how many GPUs (workers) go on which hosts, the local batch, and for parameter-server models how many
+servers go where. The search is exact for the cost model without enumerating placements: a ring's step time
+depends on the hosts used only through their number, their slowest GPU and their slowest NIC (and, on one host,
+its link). So for every pair of thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at
+or above both, the N with the most free GPUs are the best N hosts of that class; spreading the K GPUs over them
+as evenly as their free GPUs allow keeps the fewest on any one host (ties go to fewer hosts, then the evenest).
+Hosts are grouped by type and free GPUs first, so 1,000 hosts cost what their few kinds cost.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+from peloton.errors import InvalidArgument
+from peloton.modelaware.cost import (
+    DEFAULT_GPU_LINK,
+    DEFAULT_GPU_MODEL,
+    DEFAULT_NIC_GBPS,
+    PS,
+    RING,
+    CostParams,
+    HostUse,
+    Prediction,
+    predict,
+)
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
+
+OBJECTIVES = ("throughput", "efficiency")
+MAX_PLAN_GPUS = 4096
+MAX_SERVERS = 64
+
+
+@dataclass(frozen=True, slots=True)
+class FreeHost:
+    name: str
+    free_gpus: int
+    gpu_model: str = DEFAULT_GPU_MODEL
+    nic_gbps: float = DEFAULT_NIC_GBPS
+    gpu_link: str = DEFAULT_GPU_LINK
+    can_host_server: bool = True  # room for a parameter server (its CPU and memory)
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    hosts: tuple[tuple[str, int], ...]  # (host, GPUs on it), most GPUs first
+    prediction: Prediction
+    servers: tuple[str, ...] = ()  # a parameter server's host, one entry per server
+
+    @property
+    def gpus_per_host(self) -> tuple[int, ...]:
+        return tuple(g for _, g in self.hosts)
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.gpus_per_host)
+
+    @property
+    def samples_per_s(self) -> float:
+        return self.prediction.samples_per_s
+
+    def score(self, objective: str) -> float:
+        return self.samples_per_s / self.gpus if objective == "efficiency" else self.samples_per_s
+
+
+@dataclass(frozen=True, slots=True)
+class PlanRequest:
+    gpus: int = 0  # exactly this many; 0: choose up to max_gpus
+    max_gpus: int = 0  # 0: as many as are free
+    min_gpus: int = 1
+    local_bsz: float = 0.0  # per GPU; or
+    global_bsz: float = 0.0  # over the gang (local = global / K)
+    objective: str = "throughput"
+    pattern: str = RING
+    servers: int = 0  # parameter servers; 0 with the ps pattern: choose 1..min(K, MAX_SERVERS)
+    top: int = 5  # plans returned, best first
+
+    def validate(self) -> None:
+        if self.objective not in OBJECTIVES:
+            raise InvalidArgument(f"objective: must be one of {', '.join(OBJECTIVES)}, got {self.objective!r}",
+                                  field="objective")
+        if bool(self.local_bsz) == bool(self.global_bsz):
+            raise InvalidArgument("local_bsz: give the local batch per GPU or the global batch (one of them)",
+                                  field="local_bsz")
+        for name in ("gpus", "max_gpus", "min_gpus"):
+            v = getattr(self, name)
+            if not 0 <= v <= MAX_PLAN_GPUS:
+                raise InvalidArgument(f"{name}: must be 0..{MAX_PLAN_GPUS}, got {v}", field=name)
+        if self.gpus and self.max_gpus:
+            raise InvalidArgument("max_gpus: give gpus or max_gpus, not both", field="max_gpus")
+        if self.max_gpus and self.min_gpus > self.max_gpus:
+            raise InvalidArgument(f"min_gpus: {self.min_gpus} is more than max_gpus ({self.max_gpus})",
+                                  field="min_gpus")
+        if not 0 <= self.servers <= MAX_SERVERS:
+            raise InvalidArgument(f"servers: must be 0..{MAX_SERVERS}, got {self.servers}", field="servers")
+        if self.servers and self.pattern != PS:
+            raise InvalidArgument(f"servers: only for the {PS} pattern", field="servers")
+
+
+@dataclass(frozen=True, slots=True)
+class _Kind:
+    """Hosts that look the same to the cost model (and have the same free GPUs)."""
+
+    gpu_model: str
+    nic_gbps: float
+    gpu_link: str
+    free: int
+    rel: float
+    names: tuple[str, ...]
+
+
+def _kinds(hosts: Sequence[FreeHost], table: GpuTable) -> list[_Kind]:
+    groups: dict[tuple[str, float, str, int], list[str]] = {}
+    for h in hosts:
+        if h.free_gpus > 0:
+            groups.setdefault((h.gpu_model.lower(), h.nic_gbps, h.gpu_link, h.free_gpus), []).append(h.name)
+    return [_Kind(m, nic, link, free, table.relative(m), tuple(sorted(names)))
+            for (m, nic, link, free), names in groups.items()]
+
+
+def _spread(k: int, frees: Sequence[int]) -> list[int]:
+    """k GPUs over hosts with these free GPUs (sorted, most first), one at least on each, as evenly as they allow."""
+    n = len(frees)
+    out = [1] * n
+    left = k - n
+    # water-filling: raise the lowest level first, capped by each host's free GPUs
+    while left > 0:
+        room = [i for i in range(n) if out[i] < frees[i]]
+        if not room:
+            break
+        level = min(out[i] for i in room)
+        for i in room:
+            if left and out[i] == level:
+                out[i] += 1
+                left -= 1
+    return out
+
+
+def _candidates(kinds: list[_Kind], k: int) -> list[list[tuple[_Kind, int]]]:
+    """For K GPUs: per (GPU speed, NIC) threshold class and host count N, the N hosts with the most free GPUs
+    (as (kind, how many of its hosts)), plus each single host able to take all K."""
+    out: list[list[tuple[_Kind, int]]] = []
+    seen: set[tuple[tuple[str, float, str, int, int], ...]] = set()
+    rels = sorted({kd.rel for kd in kinds})
+    nics = sorted({kd.nic_gbps for kd in kinds})
+    for kd in kinds:
+        if kd.free >= k:
+            out.append([(kd, 1)])
+    for r in rels:
+        for u in nics:
+            cls = sorted((kd for kd in kinds if kd.rel >= r and kd.nic_gbps >= u), key=lambda kd: -kd.free)
+            if not cls:
+                continue
+            total_hosts = sum(len(kd.names) for kd in cls)
+            chosen: list[tuple[_Kind, int]] = []
+            free_sum = 0
+            for n in range(1, min(k, total_hosts) + 1):
+                # add the next host of the class (most free first)
+                if chosen and chosen[-1][1] < len(chosen[-1][0].names):
+                    kd, c = chosen[-1]
+                    chosen[-1] = (kd, c + 1)
+                else:
+                    chosen.append((cls[len(chosen)], 1))
+                free_sum += chosen[-1][0].free
+                if n >= 2 and free_sum >= k:
+                    key = tuple((kd.gpu_model, kd.nic_gbps, kd.gpu_link, kd.free, c) for kd, c in chosen)
+                    if key not in seen:
+                        seen.add(key)
+                        out.append(list(chosen))
+    return out
+
+
+def _assign(choice: list[tuple[_Kind, int]], k: int) -> list[tuple[str, int, _Kind]]:
+    hosts = [(kd.names[i], kd.free, kd) for kd, c in choice for i in range(c)]
+    hosts.sort(key=lambda h: (-h[1], h[0]))
+    counts = _spread(k, [h[1] for h in hosts])
+    return [(name, g, kd) for (name, _, kd), g in zip(hosts, counts, strict=True)]
+
+
+def _server_layouts(assigned: list[tuple[str, int, _Kind]], spare: Sequence[FreeHost], n: int,
+                    ) -> list[tuple[list[HostUse], tuple[str, ...]]]:
+    """n parameter servers: spread over the workers' hosts, or on hosts of their own (the best NICs first)."""
+    layouts = []
+    uses = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in assigned]
+    colocated = [0] * len(uses)
+    for i in range(n):
+        colocated[i % len(uses)] += 1
+    layouts.append(([HostUse(u.gpus, u.gpu_model, u.nic_gbps, u.gpu_link, s) for u, s in zip(uses, colocated,
+                                                                                                strict=True)],
+                    tuple(assigned[i % len(uses)][0] for i in range(n))))
+    others = sorted((h for h in spare if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))[:n]
+    if len(others) == n:
+        layouts.append((uses + [HostUse(0, h.gpu_model, h.nic_gbps, h.gpu_link, 1) for h in others],
+                        tuple(h.name for h in others)))
+    return layouts
+
+
+def search(params: CostParams, hosts: Sequence[FreeHost], req: PlanRequest,
+           table: GpuTable = DEFAULT_TABLE) -> list[Plan]:
+    """The best plans for `req` on `hosts` (their free GPUs), best first; empty when nothing fits."""
+    req.validate()
+    kinds = _kinds(hosts, table)
+    free_total = sum(len(kd.names) * kd.free for kd in kinds)
+    if req.gpus:
+        sizes = [req.gpus] if req.gpus <= free_total else []
+    else:
+        top = min(req.max_gpus or free_total, free_total)
+        sizes = list(range(max(req.min_gpus, 1), top + 1))
+    plans: list[Plan] = []
+    for k in sizes:
+        bsz = req.local_bsz or req.global_bsz / k
+        for choice in _candidates(kinds, k):
+            assigned = _assign(choice, k)
+            if req.pattern == PS:
+                used = {name for name, _, _ in assigned}
+                spare = [h for h in hosts if h.name not in used]
+                for n in ([req.servers] if req.servers else range(1, min(k, MAX_SERVERS) + 1)):
+                    for uses, servers in _server_layouts(assigned, spare, n):
+                        pred = predict(params, uses, bsz, PS, table)
+                        plans.append(Plan(tuple((name, g) for name, g, _ in assigned), pred, servers))
+            else:
+                uses = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in assigned]
+                plans.append(Plan(tuple((name, g) for name, g, _ in assigned), predict(params, uses, bsz,
+                                                                                        req.pattern, table)))
+    plans.sort(key=lambda p: (-round(p.score(req.objective), 9), len(p.hosts), max(p.gpus_per_host),
+                              len(p.servers), p.hosts))
+    return _distinct(plans, req.top)
+
+
+def _distinct(plans: list[Plan], top: int) -> list[Plan]:
+    """The best `top`, one per shape (GPUs per host and servers' count): the runner-ups are real alternatives."""
+    out: list[Plan] = []
+    shapes: set[tuple[tuple[int, ...], int]] = set()
+    for p in plans:
+        shape = (tuple(sorted(p.gpus_per_host, reverse=True)), len(p.servers))
+        if shape in shapes:
+            continue
+        shapes.add(shape)
+        out.append(p)
+        if len(out) >= top:
+            break
+    return out
+
+
+def exhaustive(params: CostParams, hosts: Sequence[FreeHost], k: int, local_bsz: float, pattern: str = RING,
+               table: GpuTable = DEFAULT_TABLE) -> Prediction | None:
+    """The best prediction over every way to put k GPUs on these hosts (for tests on small clusters)."""
+    best: Prediction | None = None
+
+    def rec(i: int, left: int, acc: list[HostUse]) -> None:
+        nonlocal best
+        if left == 0:
+            if acc:
+                p = predict(params, acc, local_bsz, pattern, table)
+                if best is None or p.step_time < best.step_time:
+                    best = p
+            return
+        if i == len(hosts):
+            return
+        h = hosts[i]
+        for g in range(min(h.free_gpus, left), -1, -1):
+            rec(i + 1, left - g, acc + ([HostUse(g, h.gpu_model, h.nic_gbps, h.gpu_link)] if g else []))
+
+    rec(0, k, [])
+    return best
+
+
+@dataclass(frozen=True, slots=True)
+class PlanGoal:
+    """What the placement engine needs of a model-aware job: its cost model, and the batch it trains with."""
+
+    params: CostParams
+    pattern: str = RING
+    local_bsz: float = 0.0
+    global_bsz: float = 0.0
+    objective: str = "throughput"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanChoice:
+    """The plan placement chose for a gang, its prediction, and the runner-ups it was preferred to."""
+
+    gpus_per_host: tuple[int, ...]
+    step_time: float
+    samples_per_s: float
+    local_bsz: float
+    alternatives: tuple[tuple[tuple[int, ...], float, float], ...] = ()  # (gpus per host, step time, samples/s)
+
+
+def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
+    """A host as the search sees it, its hardware from the well-known labels (gpu_model, nic_gbps, gpu_link); a
+    label that does not parse counts as absent (the host manager refuses bad labels where hosts are declared)."""
+    try:
+        nic = float(labels.get("nic_gbps", DEFAULT_NIC_GBPS))
+    except ValueError:
+        nic = DEFAULT_NIC_GBPS
+    if not nic > 0 or nic == float("inf"):
+        nic = DEFAULT_NIC_GBPS
+    link = labels.get("gpu_link", DEFAULT_GPU_LINK)
+    return FreeHost(name, free_gpus, labels.get("gpu_model", DEFAULT_GPU_MODEL).lower(), nic,
+                    link if link in ("pcie", "nvlink") else DEFAULT_GPU_LINK)
+
+
+def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 0,
+           table: GpuTable = DEFAULT_TABLE) -> tuple[Plan, PlanChoice] | None:
+    """The best plan for a gang of `gpus` one-GPU workers (and `servers` parameter servers, for a ps model) on
+    `hosts` (their free worker slots), with the record of why; None when no plan fits. A ps model without server
+    members is planned as a ring."""
+    ps = goal.pattern == PS and servers > 0
+    req = PlanRequest(gpus=gpus, local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
+                      pattern=goal.pattern if goal.pattern != PS or ps else RING, servers=servers if ps else 0,
+                      top=4)
+    plans = search(goal.params, hosts, req, table)
+    if not plans:
+        return None
+    best = plans[0]
+    choice = PlanChoice(best.gpus_per_host, best.prediction.step_time, best.samples_per_s, best.prediction.local_bsz,
+                        tuple((p.gpus_per_host, p.prediction.step_time, p.samples_per_s) for p in plans[1:]))
+    return best, choice

@@ -1,0 +1,126 @@
+"""Profiles: measured step times of a few placements.
+
+A profile is CSV with the header `placement,local_bsz,step_time[,sync_time]` (the format of the Pollux artifact's
+`placements.csv`, shared/data/public/adaptdl). `placement` is the number of GPUs used on each host, written as
+digits (`1134`: four hosts with 1, 1, 3 and 4 GPUs) or comma-separated (`1,1,3,4`; needed past 9 GPUs on a host).
+`local_bsz` is the batch per GPU of one step, `step_time` one step's seconds, `sync_time` the part of it spent
+synchronising gradients (optional; not used by the fit, which explains step_time alone).
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+from dataclasses import dataclass
+
+from peloton.errors import InvalidArgument
+
+MAX_PROFILE_ROWS = 100_000
+MAX_HOSTS_IN_PLACEMENT = 4096
+MAX_GPUS_PER_HOST = 256
+COLUMNS = ("placement", "local_bsz", "step_time", "sync_time")
+REQUIRED = COLUMNS[:3]
+
+
+@dataclass(frozen=True, slots=True)
+class ProfileRow:
+    placement: tuple[int, ...]  # GPUs used on each host used, hosts with none left out
+    local_bsz: float
+    step_time: float
+    sync_time: float | None = None
+
+    @property
+    def gpus(self) -> int:
+        return sum(self.placement)
+
+
+def parse_placement(text: str, field: str = "placement") -> tuple[int, ...]:
+    """`1134` or `1,1,3,4` -> (1, 1, 3, 4). Hosts with 0 GPUs are left out; at least one GPU in all."""
+    t = text.strip()
+    if not t:
+        raise InvalidArgument(f"{field}: empty (expected GPUs per host, like 1134 or 1,1,3,4)", field=field)
+    parts = [p.strip() for p in t.split(",")] if "," in t else list(t)
+    out = []
+    for p in parts:
+        if not p.isdigit() or not p.isascii():
+            raise InvalidArgument(f"{field}: {text!r} is not GPUs per host (digits like 1134, or 1,1,3,4)",
+                                  field=field)
+        n = int(p)
+        if n > MAX_GPUS_PER_HOST:
+            raise InvalidArgument(f"{field}: {n} GPUs on one host is more than {MAX_GPUS_PER_HOST}", field=field)
+        if n:
+            out.append(n)
+    if not out:
+        raise InvalidArgument(f"{field}: {text!r} uses no GPU", field=field)
+    if len(out) > MAX_HOSTS_IN_PLACEMENT:
+        raise InvalidArgument(f"{field}: more than {MAX_HOSTS_IN_PLACEMENT} hosts", field=field)
+    return tuple(out)
+
+
+def format_placement(placement: tuple[int, ...]) -> str:
+    """The digits form when every host has at most 9 GPUs, else comma-separated."""
+    if all(g <= 9 for g in placement):
+        return "".join(str(g) for g in placement)
+    return ",".join(str(g) for g in placement)
+
+
+def _number(text: str, where: str, column: str, *, allow_zero: bool = False) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise InvalidArgument(f"{where}, column {column}: expected a number, got {text!r}", field=column) from None
+    if not math.isfinite(v) or v < 0 or (v == 0 and not allow_zero):
+        raise InvalidArgument(f"{where}, column {column}: expected a {'non-negative' if allow_zero else 'positive'} "
+                              f"number, got {text!r}", field=column)
+    return v
+
+
+def read_profile(text: str, source: str = "profile") -> list[ProfileRow]:
+    """Every row of a profile's CSV text; a bad row is refused naming the source, the row (1 = the first after the
+    header; the file's line is that + 1) and the column."""
+    reader = csv.reader(io.StringIO(text))
+    try:
+        header = [h.strip() for h in next(reader)]
+    except StopIteration:
+        raise InvalidArgument(f"{source}: empty (expected the header {','.join(COLUMNS)})", field="header") from None
+    missing = [c for c in REQUIRED if c not in header]
+    if missing:
+        raise InvalidArgument(f"{source}: header has no {', '.join(missing)} column (expected "
+                              f"placement,local_bsz,step_time[,sync_time], got {','.join(header)!r})", field="header")
+    unknown = [c for c in header if c not in COLUMNS]
+    if unknown:
+        raise InvalidArgument(f"{source}: header: unknown column {unknown[0]!r} (known: {', '.join(COLUMNS)})",
+                              field="header")
+    at = {c: header.index(c) for c in header}
+    rows: list[ProfileRow] = []
+    for n, rec in enumerate(reader, start=1):
+        if not rec or all(not c.strip() for c in rec):
+            continue
+        where = f"{source}: row {n} (line {reader.line_num})"
+        if len(rec) != len(header):
+            raise InvalidArgument(f"{where}: {len(rec)} columns, the header has {len(header)}", field="row")
+        if len(rows) >= MAX_PROFILE_ROWS:
+            raise InvalidArgument(f"{source}: more than {MAX_PROFILE_ROWS} rows", field="row")
+        try:
+            placement = parse_placement(rec[at["placement"]], "placement")
+        except InvalidArgument as e:
+            raise InvalidArgument(f"{where}, column {e.message}", field="placement") from None
+        bsz = _number(rec[at["local_bsz"]], where, "local_bsz")
+        step = _number(rec[at["step_time"]], where, "step_time")
+        sync = None
+        if "sync_time" in at and rec[at["sync_time"]].strip():
+            sync = _number(rec[at["sync_time"]], where, "sync_time", allow_zero=True)
+            if sync > step:
+                raise InvalidArgument(f"{where}, column sync_time: {sync:g} s is more than step_time ({step:g} s)",
+                                      field="sync_time")
+        rows.append(ProfileRow(placement, bsz, step, sync))
+    if not rows:
+        raise InvalidArgument(f"{source}: no rows after the header", field="row")
+    return rows
+
+
+def select(rows: list[ProfileRow], placements: set[tuple[int, ...]]) -> list[ProfileRow]:
+    """The rows of the given placements (as multisets of GPUs per host: 1134 and 4311 are the same)."""
+    want = {tuple(sorted(p)) for p in placements}
+    return [r for r in rows if tuple(sorted(r.placement)) in want]
