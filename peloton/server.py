@@ -34,6 +34,7 @@ from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
+from peloton.api.model_service import ModelBook, ModelServicer
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
     audit_pb2,
@@ -45,6 +46,8 @@ from peloton.api.v1 import (
     internal_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
+    model_pb2,
+    model_pb2_grpc,
     respool_pb2,
     respool_pb2_grpc,
     task_pb2,
@@ -673,6 +676,10 @@ class Daemon:
             job_pb2_grpc.add_JobServiceServicer_to_server(servicer, self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
+            # stored models live in the store beside the jobs that will name them
+            model_pb2_grpc.add_ModelServiceServicer_to_server(
+                ModelServicer(ModelBook(self.sessions, self.read_sessions)), self.server)
+            services += [(model_pb2.DESCRIPTOR, "ModelService")]
         self.started_at = time.time()
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(ClusterFacts(
             roles=sorted(roles),

@@ -39,9 +39,10 @@ DROPPED = Counter("peloton_audit_records_dropped_total", "Audit records dropped:
 
 
 def object_of(request: Any, response: Any = None) -> str:
-    """What a call was about: a job id, a pool path or a host name (a created job: its new id; a refused one: the
-    pool it named)."""
-    for source, field in ((response, "job_id"), (request, "job_id"), (request, "path"), (request, "hostname")):
+    """What a call was about: a job id, a pool path, a host name or a model's name (a created job: its new id; a
+    refused one: the pool it named)."""
+    for source, field in ((response, "job_id"), (request, "job_id"), (request, "path"), (request, "hostname"),
+                          (request, "name")):
         value = getattr(source, field, "") if source is not None else ""
         if value:
             return str(value)

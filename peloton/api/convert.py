@@ -10,11 +10,11 @@ from typing import TYPE_CHECKING
 from google.protobuf import duration_pb2
 
 from peloton import run_as
-from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.domain import hostlabels
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
-from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.model import Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
 from peloton.domain.placement import (
     GangPlacement,
     GangRequest,
@@ -233,6 +233,11 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
     p.hardware.CopyFrom(host_pb2.HostHardware(gpu_model=hw.gpu_model, nic_gbps=hw.nic_gbps, gpu_link=hw.gpu_link,
                                               defaulted=list(hw.defaulted), invalid=invalid))
     return p
+
+
+def stored_model_to_proto(m: StoredModel) -> model_pb2.Model:
+    return model_pb2.Model(name=m.name, owner=m.owner, version=m.version, created_at=m.created_at,
+                           updated_at=m.updated_at, document_json=m.document)
 
 
 # --- internal: resource vectors, gangs, placements, offers, launches, statuses ---------------------------------

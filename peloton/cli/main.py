@@ -743,6 +743,12 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("path", metavar="PATH")
     x.set_defaults(fn="admin:cmd_pool_delete")
 
+    from peloton.cli import model
+
+    model.register_stored(sub.add_parser("model", help="model documents of model-aware plans: stored in the daemon "
+                                                        "(create, get, list, delete)")
+                          .add_subparsers(dest="cmd", required=True), out)
+
     x = sub.add_parser("queue", help="the gangs waiting for admission or placement, in queue order, and why")
     x.add_argument("pool", nargs="?", metavar="POOL", help="this pool and its subtree (default: every pool)")
     x.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N gangs (default 1000)")

@@ -10,10 +10,10 @@ import pytest
 from google.protobuf import duration_pb2, json_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from peloton.api.v1 import audit_pb2, cluster_pb2, host_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.api.v1 import audit_pb2, cluster_pb2, host_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.cli import render
 
-PUBLIC = (job_pb2, task_pb2, host_pb2, respool_pb2, cluster_pb2, audit_pb2)
+PUBLIC = (job_pb2, task_pb2, host_pb2, respool_pb2, cluster_pb2, audit_pb2, model_pb2)
 # double fields that are plain numbers (cores, shares, MiB of an entitlement, request bounds)
 NUMBERS = {
     "peloton.v1.Resources": {"cpu"}, "peloton.v1.ResourcePool": {"share"},
