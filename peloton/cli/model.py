@@ -35,14 +35,14 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
     x.set_defaults(fn="model:cmd_model_create")
     x = models.add_parser("get", help="a stored model: owner, version, times, and its document as the daemon keeps "
                                       "it")
-    x.add_argument("name", metavar="NAME")
+    x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     out(x)
     x.set_defaults(fn="model:cmd_model_get")
     x = models.add_parser("list", help="the stored models, by name: owner, version, what the document says")
     out(x)
     x.set_defaults(fn="model:cmd_model_list")
     x = models.add_parser("delete", help="delete a stored model (its owner or an admin)")
-    x.add_argument("name", metavar="NAME")
+    x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     x.set_defaults(fn="model:cmd_model_delete")
 
 
