@@ -783,7 +783,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("audit", help="the audit log: changing and refused calls, newest first (admin, operator)")
     x.add_argument("--principal", default=None, help="only this principal's calls")
-    x.add_argument("--object", default=None, metavar="ID", help="only calls about this job id, pool path or host")
+    x.add_argument("--object", default=None, metavar="ID", help="only calls about this job id, pool path, host or model")
     x.add_argument("--since", default=None, metavar="DURATION", help="only the last DURATION (30s, 15m, 2h)")
     x.add_argument("--denied", action="store_true", help="only refused calls")
     x.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default %(default)s)")
