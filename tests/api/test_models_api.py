@@ -105,7 +105,9 @@ def test_errors_name_what_is_wrong_and_write_nothing(cluster: Cluster) -> None:
     bad = [("bad name", DOC, "name"), ("err-x", "{", "document_json"),
            ("err-x", json.dumps({"kind": "peloton.model/v1", "description": {"parameters": "many"}}),
             "model.description.parameters"),
-           ("err-model", json.dumps({"kind": "peloton.model/v2"}), "model.kind")]
+           ("err-model", json.dumps({"kind": "peloton.model/v2"}), "model.kind"),
+           ("err-\x00", DOC, "name"), ("err-x", " " * (2 << 20), "document_json"),  # 2 MiB: over a document's 1
+           ("err-x", "\x00", "document_json")]
     for name, doc, field in bad:
         for replace in (False, True):
             c, why = code(m.create, "bob", name, doc, replace)

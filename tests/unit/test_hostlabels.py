@@ -105,3 +105,20 @@ def test_parse_host_groups_errors_name_the_flag(texts: list[str], message: str) 
     with pytest.raises(InvalidArgument) as e:
         parse_host_groups(texts, "--g")
     assert e.value.message.startswith(message)
+
+
+def test_a_host_shows_its_hardware_and_a_bad_attribute_does_not_hide_it() -> None:
+    """What `host list -o json` carries: a Mesos agent's attributes are its labels, not ours to refuse."""
+    from peloton.api.convert import host_to_proto
+    from peloton.hostmgr.backend import HostInfo
+
+    h = host_to_proto(HostInfo("a1", "10.0.0.1", Resources(cpu=8, gpu=2), Resources(),
+                               labels={"gpu_model": "A100", "nic_gbps": "fast"}), offer_held=False)
+    assert (h.hardware.gpu_model, h.hardware.nic_gbps, h.hardware.gpu_link) == ("a100", 25.0, "pcie")
+    assert list(h.hardware.defaulted) == ["nic_gbps", "gpu_link"]
+    assert list(h.hardware.invalid) == ["labels.nic_gbps: expected a positive number of Gbit/s, got 'fast'"]
+    assert dict(h.labels) == {"gpu_model": "A100", "nic_gbps": "fast"}  # the labels as they are
+    cpu = host_to_proto(HostInfo("c1", "10.0.0.2", Resources(cpu=8), Resources(), labels={"nic_gbps": "100"}),
+                        offer_held=False)
+    assert (cpu.hardware.gpu_model, cpu.hardware.nic_gbps, cpu.hardware.gpu_link) == ("", 100.0, "")
+    assert list(cpu.hardware.defaulted) == [] and list(cpu.hardware.invalid) == []
