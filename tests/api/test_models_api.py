@@ -133,3 +133,12 @@ def test_changes_of_models_are_audited_under_their_name(cluster: Cluster) -> Non
     assert seen == [("bob", "ModelService/CreateModel", True, "OK"),
                     ("submitter", "ModelService/DeleteModel", False, "PERMISSION_DENIED"),
                     ("bob", "ModelService/DeleteModel", True, "OK")]
+    # what a caller names goes into the audit as the store can keep it (a NUL, on PostgreSQL, would stop the log)
+    assert code(m.create, "bob", "a\x00b")[0] == grpc.StatusCode.INVALID_ARGUMENT
+    assert code(m.delete, "viewer", "x" * 1000)[0] == grpc.StatusCode.PERMISSION_DENIED
+    events = audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(object="a\\x00b"), timeout=T,
+                                   metadata=cluster.md("admin")).events
+    assert [(e.principal, e.code) for e in events] == [("bob", "INVALID_ARGUMENT")]
+    events = audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(principal="viewer", denied_only=True), timeout=T,
+                                   metadata=cluster.md("admin")).events
+    assert events[0].object == "x" * 509 + "..." and events[0].method == "ModelService/DeleteModel"
