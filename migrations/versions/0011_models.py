@@ -4,10 +4,8 @@ One row per model: its name, its owner (the principal who created it), the docum
 version that each replace increments, and when it was created and last replaced. The table is new: nothing to
 convert. The downgrade drops it (the releases before this one have no stored models).
 
-Revises 0009 (0010 was being written beside it: whichever lands second is re-chained after the other).
-
 Revision ID: 0011
-Revises: 0009
+Revises: 0010
 Create Date: 2026-12-02
 """
 
@@ -19,7 +17,7 @@ import sqlalchemy as sa
 from alembic import op
 
 revision: str = "0011"
-down_revision: str | None = "0009"
+down_revision: str | None = "0010"
 branch_labels: str | Sequence[str] | None = None
 depends_on: str | Sequence[str] | None = None
 

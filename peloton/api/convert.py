@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -11,7 +12,7 @@ from google.protobuf import duration_pb2
 
 from peloton import run_as
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
-from peloton.domain import hostlabels
+from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
 from peloton.domain.model import Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
@@ -30,10 +31,12 @@ from peloton.domain.spec import (
     DEFAULT_PREEMPTION_GRACE_S,
     Constraint,
     JobSpec,
+    Role,
 )
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.modelaware import plan as plans
 
 if TYPE_CHECKING:
     from peloton.resmgr.manager import PoolUsage
@@ -60,19 +63,40 @@ def resources_to_proto(r: Resources) -> job_pb2.Resources:
 
 
 # --- job spec -----------------------------------------------------------------------------------------------
+def _roles_from_proto(p: job_pb2.JobSpec) -> tuple[tuple[Role, ...], str]:
+    """The roles, and the user they all run as (a job has one identity, decided at CreateJob)."""
+    if p.HasField("task"):
+        raise InvalidArgument("roles: give either roles or instances and task, not both", field="roles")
+    roles = []
+    for i, r in enumerate(p.roles):
+        f = f"roles[{i}].task"
+        if r.task.user != p.roles[0].task.user:
+            first = checks.show(p.roles[0].task.user) if p.roles[0].task.user else "none"
+            raise InvalidArgument(f"{f}.user: every role must run as the same user (a job has one identity); "
+                                  f"roles[0] gives {first}", field=f"{f}.user")
+        roles.append(Role(name=r.name, instances=r.instances, command=r.task.command, env=dict(r.task.env),
+                          env_files=dict(r.task.env_files), resources=resources_from_proto(r.task.resources,
+                                                                                           f"{f}.resources"),
+                          container_image=r.task.container.image))
+    return tuple(roles), p.roles[0].task.user
+
+
 def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
     """Field-by-field; quantities are parsed here so errors name the field. Call spec.validate() after."""
+    roles, user = _roles_from_proto(p) if p.roles else ((), p.task.user)
     return JobSpec(
         name=p.name,
         owner=p.owner,
         respool=p.respool or "/",
-        instances=p.instances,
+        # with roles their sum: `instances` may be absent, or the same sum (a job's spec as `-o json` shows it)
+        instances=p.instances or sum(r.instances for r in roles),
         command=p.task.command,
         env=dict(p.task.env),
         env_files=dict(p.task.env_files),
         resources=resources_from_proto(p.task.resources, "task.resources"),
         container_image=p.task.container.image,
-        user=p.task.user,
+        user=user,
+        roles=roles,
         min_available=p.gang.min_available,
         on_member_failure=p.gang.on_member_failure or "restart_gang",
         launch_timeout_s=(
@@ -107,15 +131,26 @@ def _nanos(seconds: float) -> int:
     return max(-_MAX_NANOS, min(_MAX_NANOS, round(Fraction(seconds) * 1_000_000_000)))
 
 
+def _task_to_proto(t: job_pb2.TaskSpec, command: str, env: dict[str, str], env_files: dict[str, str],
+                   resources: Resources, container_image: str, user: str) -> None:
+    t.command = command
+    t.env.update(env)
+    t.env_files.update(env_files)
+    t.resources.CopyFrom(resources_to_proto(resources))
+    t.container.SetInParent()  # present even without an image: each section of the spec is there
+    t.container.image = container_image
+    t.user = user
+
+
 def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
+    """With roles, no task (each role has its own) and `instances` their sum."""
     p = job_pb2.JobSpec(name=s.name, owner=s.owner, respool=s.respool, instances=s.instances)
-    p.task.command = s.command
-    p.task.env.update(s.env)
-    p.task.env_files.update(s.env_files)
-    p.task.resources.CopyFrom(resources_to_proto(s.resources))
-    p.task.container.SetInParent()  # present even without an image: each section of the spec is there
-    p.task.container.image = s.container_image
-    p.task.user = s.user
+    if s.roles:
+        for r in s.roles:
+            rp = p.roles.add(name=r.name, instances=r.instances)
+            _task_to_proto(rp.task, r.command, r.env, r.env_files, r.resources, r.container_image, s.user)
+    else:
+        _task_to_proto(p.task, s.command, s.env, s.env_files, s.resources, s.container_image, s.user)
     # The effective values, as the daemon acts on them: the gang size (0 in a spec means every instance), and the
     # defaults above and below filled in. Only a max_runtime that is not set (no limit) stays absent.
     p.gang.min_available = s.gang_size
@@ -150,12 +185,23 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         status.gang_states.update(gang_states)
         status.gang_count = sum(gang_states.values())
     for g in gangs:
-        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt - g.preemptions,
-                         reason=g.reason, preemptions=g.preemptions, run=g.attempt)
+        gs = status.gangs.add(index=g.index, instances=g.instances, state=g.state.value,
+                              attempt=g.attempt - g.preemptions, reason=g.reason, preemptions=g.preemptions,
+                              run=g.attempt)
+        if g.plan:
+            plan_to_proto(plans.choice_from_dict(json.loads(g.plan)), gs.plan)
     return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
 
 
-def task_to_proto(t: Task, events: Sequence[TaskEvent] = ()) -> task_pb2.TaskInfo:
+def plan_to_proto(c: plans.PlanChoice, out: job_pb2.PlanInfo) -> None:
+    out.gpus_per_host.extend(c.gpus_per_host)
+    out.step_time, out.samples_per_s, out.local_bsz = c.step_time, c.samples_per_s, c.local_bsz
+    for gph, step, sps in c.alternatives:
+        out.alternatives.add(gpus_per_host=gph, step_time=step, samples_per_s=sps)
+
+
+def task_to_proto(t: Task, events: Sequence[TaskEvent] = (), spec: JobSpec | None = None) -> task_pb2.TaskInfo:
+    """`spec`: its job's, for the member's role (a job with roles)."""
     p = task_pb2.TaskInfo(
         job_id=t.job_id,
         instance=t.instance,
@@ -174,6 +220,9 @@ def task_to_proto(t: Task, events: Sequence[TaskEvent] = ()) -> task_pb2.TaskInf
     )
     if t.exit_code is not None:
         p.exit_code = t.exit_code
+    if spec is not None and spec.roles and t.instance < spec.instances:
+        role, p.role_rank = spec.role_at(t.instance)
+        p.role = role.name
     for e in events:
         pe = p.events.add(
             attempt=e.attempt, state=e.state.value, time=e.time, host=e.host, reason=e.reason, message=e.message
@@ -268,6 +317,7 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
         preemptible=g.preemptible,
         running_since=g.running_since,
         max_runtime_s=g.max_runtime_s,
+        goal_json=json.dumps(plans.goal_to_dict(g.goal)) if g.goal is not None else "",
     )
 
 
@@ -286,6 +336,7 @@ def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
         preemptible=p.preemptible,
         running_since=p.running_since,
         max_runtime_s=p.max_runtime_s,
+        goal=plans.goal_from_dict(json.loads(p.goal_json)) if p.goal_json else None,
     )
 
 
@@ -306,6 +357,7 @@ def placement_to_proto(p: GangPlacement) -> internal_pb2.Placement:
             )
             for m in p.members
         ],
+        plan_json=json.dumps(plans.choice_to_dict(p.plan)) if p.plan is not None else "",
     )
 
 
@@ -326,6 +378,7 @@ def placement_from_proto(p: internal_pb2.Placement) -> GangPlacement:
             )
             for m in p.members
         ),
+        plan=plans.choice_from_dict(json.loads(p.plan_json)) if p.plan_json else None,
     )
 
 

@@ -46,6 +46,7 @@ class Gang:
     launch_deadline: float = 0.0  # clock time by which every member must run
     updated_at: float = 0.0
     preemptions: int = 0  # runs ended by a preemption: `attempt - preemptions` is what counts against max_attempts
+    plan: str = ""  # a model-aware gang's plan for its current run, as JSON (peloton/modelaware/plan.py); else ""
 
     @property
     def gang_id(self) -> str:

@@ -41,6 +41,8 @@ from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.watch import JobChange, WatchHub
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.loop import progress
+from peloton.modelaware import metrics
+from peloton.modelaware import plan as plans
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -73,6 +75,7 @@ MAX_PAGE = 1000
 DEFAULT_TASK_PAGE = 1000
 MAX_TASK_PAGE = 10_000
 LOG_READ_MAX = 1024 * 1024
+MEASURED_MEMBERS = 8  # members of a model-aware gang whose reports `job get` reads (one RPC each)
 MAX_GANGS_SHOWN = 1000  # gangs in a GetJob answer (a 100,000-instance elastic job has 100,000 gangs)
 MAX_EVENTS_SHOWN = 1000  # newest events of a task in a GetTask answer
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a ListJobs page stops growing here (a job spec may be 1 MiB)
@@ -104,7 +107,8 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
     spec = jv.spec
     return GangRequest(
         gang_id=gv.gang.gang_id, job_id=jv.job.id, attempt=gv.gang.attempt,
-        members=tuple(MemberRequest(t.instance, t.task_id, spec.resources, t.host) for t in gv.members()),
+        members=tuple(MemberRequest(t.instance, t.task_id, spec.member_resources(t.instance), t.host)
+                      for t in gv.members()),
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
         enqueued_at=jv.job.created_at, preemptible=spec.preemptible, running_since=policy.running_since(gv),
         max_runtime_s=spec.max_runtime_s,
@@ -186,9 +190,10 @@ class JobManager:
                 return existing
         pools = self._pools(spec.respool)
         check_job_pool(pools, spec.respool)
-        why = exceeds_limit_forever(spec.resources.scale(spec.gang_size), spec.respool, pools)
+        why = exceeds_limit_forever(spec.gang_total(), spec.respool, pools)
         if why:
-            raise InvalidArgument(f"instances: {why}", field="instances")
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: {why}", field=f)
         self._check_fits_cluster(spec)
         if run_as is not None:
             spec = replace(spec, run_as=run_as())
@@ -351,16 +356,15 @@ class JobManager:
             return  # no host known yet (a cluster backend still connecting): cannot judge
         probe = GangRequest(
             gang_id="probe/0", job_id="probe", attempt=1,
-            members=tuple(MemberRequest(i, f"probe-{i}-1", spec.resources) for i in range(spec.gang_size)),
+            members=tuple(MemberRequest(i, f"probe-{i}-1", spec.member_resources(i)) for i in range(spec.gang_size)),
             strategy=spec.strategy, constraints=spec.constraints,
         )
         with self._cap_lock:
             failure = can_ever_fit(probe, index)
         if failure is not None:
-            raise InvalidArgument(
-                f"instances: the gang can never fit this cluster even when it is empty: {failure.reason}",
-                field="instances",
-            )
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: the gang can never fit this cluster even when it is empty: {failure.reason}",
+                                  field=f)
 
     # --- reads (own sessions; never wait for the writer) -----------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord:
@@ -370,6 +374,34 @@ class JobManager:
             counts = repo.task_state_counts(s, [job_id]).get(job_id, {})
             gang_states = repo.gang_state_counts(s, job_id)
         return JobRecord(job, gangs, counts, gang_states)
+
+    def plan_measurements(self, job_id: str, gangs: Sequence[Gang]) -> dict[int, metrics.Measured]:
+        """gang index -> what the running members of a model-aware gang report of their speed (read from the
+        first MEASURED_MEMBERS GPU members' $PELOTON_METRICS_FILE through the host manager). A member that cannot
+        be read counts as not reporting: `job get` must answer even when a host is slow or gone."""
+        out: dict[int, metrics.Measured] = {}
+        for g in gangs:
+            if not g.plan or g.state != GangState.RUNNING:
+                continue
+            with transaction(self.read_sessions) as s:
+                tasks = repo.get_tasks(s, job_id, g.instances)
+            members = [t for t in tasks if t.gpu_ids and t.state == TaskState.RUNNING][:MEASURED_MEMBERS]
+            reports = []
+            for t in members:
+                try:
+                    r = self.hostmgr.ReadTaskLog(internal_pb2.ReadTaskLogRequest(
+                        task_id=t.task_id, stream="metrics", offset=-metrics.READ_BYTES,
+                        max_bytes=metrics.READ_BYTES), timeout=5)
+                except grpc.RpcError:
+                    continue
+                rep = metrics.parse(r.content)
+                if rep is not None:
+                    reports.append(rep)
+            plan = plans.choice_from_dict(json.loads(g.plan))
+            m = metrics.combine(reports, sum(plan.gpus_per_host), plan.local_bsz)
+            if m is not None:
+                out[g.index] = m
+        return out
 
     def list_jobs(self, states: Sequence[str], owner: str, respool: str, name_contains: str, page_size: int,
                   page_token: str) -> tuple[list[JobRecord], str]:
@@ -400,7 +432,8 @@ class JobManager:
         """The token of the ListJobs page that starts after `last`."""
         return _token([last.created_at, last.id])
 
-    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str]:
+    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str, JobSpec]:
+        """A page of the job's tasks, the next page's token, and the job's spec (for the members' roles)."""
         size = min(page_size or DEFAULT_TASK_PAGE, MAX_TASK_PAGE)
         after = None
         if page_token:
@@ -409,11 +442,11 @@ class JobManager:
                 raise InvalidArgument("page_token: not a page token of this API", field="page_token")
             after = tok
         with transaction(self.read_sessions) as s:
-            repo.get_job(s, job_id)
+            spec = repo.get_job(s, job_id).spec
             tasks = repo.get_tasks(s, job_id, after=after, limit=size + 1)
         more = len(tasks) > size
         tasks = tasks[:size]
-        return tasks, (_token(tasks[-1].instance) if more and tasks else "")
+        return tasks, (_token(tasks[-1].instance) if more and tasks else ""), spec
 
     def get_task(self, job_id: str, instance: int) -> tuple[Task, list[TaskEvent]]:
         with transaction(self.read_sessions) as s:
@@ -422,6 +455,10 @@ class JobManager:
                 repo.get_job(s, job_id)
                 raise NotFound(f"job {job_id} has no instance {instance}")
             return tasks[0], repo.get_task_events(s, job_id, instance, newest=MAX_EVENTS_SHOWN)
+
+    def get_spec(self, job_id: str) -> JobSpec:
+        with transaction(self.read_sessions) as s:
+            return repo.get_job(s, job_id).spec
 
     def count_waiting(self, owner: str) -> int:
         """Jobs of `owner` not started yet (INITIALIZED or PENDING), from a read session."""

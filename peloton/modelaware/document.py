@@ -161,7 +161,7 @@ def parse_reference(v: object, f: str) -> Reference:
                      nic_gbps=_num(d.get("nic_gbps", 25.0), f"{f}.nic_gbps", positive=True), gpu_link=link)
 
 
-def _params(v: object, f: str) -> CostParams:
+def parse_params(v: object, f: str) -> CostParams:
     d = _obj(v, f, (*PARAM_NAMES, "reference"))
     vals = {}
     for name in PARAM_NAMES:
@@ -193,7 +193,7 @@ def parse_document(doc: object, field: str = "model") -> ModelDocument:
     if kind != KIND:
         raise _bad(f"{field}.kind", f"expected {KIND!r}, got {kind!r}")
     desc = _description(d.get("description", {}), f"{field}.description")
-    params = _params(d["params"], f"{field}.params") if d.get("params") is not None else None
+    params = parse_params(d["params"], f"{field}.params") if d.get("params") is not None else None
     fit = None
     if d.get("fit") is not None:
         fd = _obj(d["fit"], f"{field}.fit", ("rows", "median_error", "p90_error", "source"))

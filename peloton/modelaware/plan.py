@@ -319,3 +319,33 @@ def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 
     choice = PlanChoice(best.gpus_per_host, best.prediction.step_time, best.samples_per_s, best.prediction.local_bsz,
                         tuple((p.gpus_per_host, p.prediction.step_time, p.samples_per_s) for p in plans[1:]))
     return best, choice
+
+
+def goal_to_dict(g: PlanGoal) -> dict[str, object]:
+    return {"params": g.params.as_dict(), "pattern": g.pattern, "local_bsz": g.local_bsz, "global_bsz": g.global_bsz,
+            "objective": g.objective}
+
+
+def goal_from_dict(d: dict[str, object]) -> PlanGoal:
+    """The inverse of goal_to_dict (data the daemon wrote itself: its checks were made when the job was created)."""
+    from peloton.modelaware.document import parse_params  # the one parser of a params object (no import cycle)
+
+    return PlanGoal(parse_params(d["params"], "goal.params"), str(d.get("pattern", RING)),
+                    float(d.get("local_bsz", 0.0)), float(d.get("global_bsz", 0.0)),  # type: ignore[arg-type]
+                    str(d.get("objective", "throughput")))
+
+
+def choice_to_dict(c: PlanChoice) -> dict[str, object]:
+    return {"gpus_per_host": list(c.gpus_per_host), "step_time": c.step_time, "samples_per_s": c.samples_per_s,
+            "local_bsz": c.local_bsz,
+            "alternatives": [{"gpus_per_host": list(g), "step_time": t, "samples_per_s": s}
+                             for g, t, s in c.alternatives]}
+
+
+def choice_from_dict(d: dict[str, object]) -> PlanChoice:
+    alts = d.get("alternatives", [])
+    assert isinstance(alts, list)
+    return PlanChoice(tuple(int(x) for x in d["gpus_per_host"]), float(d["step_time"]),  # type: ignore[attr-defined,arg-type]
+                      float(d["samples_per_s"]), float(d.get("local_bsz", 0.0)),  # type: ignore[arg-type]
+                      tuple((tuple(int(x) for x in a["gpus_per_host"]), float(a["step_time"]),
+                             float(a["samples_per_s"])) for a in alts))

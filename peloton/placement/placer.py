@@ -22,6 +22,8 @@ Quality rules (the tests hold them):
 - GPU hosts are kept for GPU work: members without GPUs use hosts without GPUs first and GPU hosts only when nothing
   else fits; GPU members only go to GPU hosts.
 - constraints restrict the hosts of a gang.
+- a gang of members of different sizes (a job's roles) is tried with its GPU members first, so members without GPUs
+  take what the GPU hosts have left rather than the cores the GPU members need there.
 """
 
 from __future__ import annotations
@@ -364,13 +366,14 @@ def _n_hosts(n: int) -> str:
     return f"{n} host" if n == 1 else f"{n} hosts"
 
 
-def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassView, att: _Attempt) -> PlacementFailure:
+def _explain(gang: GangRequest, members: Sequence[MemberRequest], failed_at: int, index: HostIndex, view: ClassView,
+             att: _Attempt) -> PlacementFailure:
     """Why the gang failed at member `failed_at`, as plain data (short_hosts: per dimension, how many hosts lack it
     for that member as they stood then) and words: how many of the hosts the gang may use have the member's
     resources free, and by how much the nearest of the others falls short. For a gang of equal members the hosts
     are judged as they were before it (and how many of its members they have room for is said); for mixed
-    members, as they stood when the member failed."""
-    member = gang.members[failed_at].resources
+    members, as they stood when the member failed. `members`: in the order they were tried."""
+    member = members[failed_at].resources
     r = to_vec(member)
     counts: dict[str, int] = {}
     for c in index.classes():
@@ -387,12 +390,12 @@ def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassVie
             if index.fails_somewhere(con):
                 failed_constraints.append(con)
     short = {d: counts[d] for d in SHORT_DIMENSIONS if d in counts}
-    n = len(gang.members)
-    homogeneous = all(m.resources == member for m in gang.members)
+    n = len(members)
+    homogeneous = all(m.resources == member for m in members)
     if homogeneous:
         need = f"gang of {n} needs {member.describe()} each"
     else:
-        need = f"gang of {n}: instance {gang.members[failed_at].instance} needs {member.describe()}"
+        need = f"gang of {n}: instance {members[failed_at].instance} needs {member.describe()}"
     # the hosts the gang may use, each (free vector, how many hosts have it, the lowest name among them)
     states: list[tuple[Vec, int, str]] = [((c.cpu, c.mem, c.disk, c.gpu, c.ports), len(c.names), c.names.first())
                                           for tier in view.tiers.values() for c in tier.values() if c.names]
@@ -440,7 +443,16 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
         return GangPlacement(gang.gang_id, gang.job_id, gang.attempt, ()) if keep else None
     first = members[0].resources
     homogeneous = all(m.resources is first or m.resources == first for m in members)
-    reqs = [to_vec(first)] * len(members) if homogeneous else [to_vec(m.resources) for m in members]
+    position: dict[int, int] = {}  # id of a member -> its place in the gang (mixed members are tried reordered)
+    if homogeneous:
+        reqs = [to_vec(first)] * len(members)
+    else:
+        position = {id(m): j for j, m in enumerate(members)}
+        # Members with GPUs first (the most first; otherwise in the gang's order): those without may then use what
+        # GPU hosts have left, rather than take the cores the GPU members need there (a job's parameter servers
+        # before its workers on a cluster of GPU hosts only).
+        members = tuple(sorted(members, key=lambda m: -m.resources.gpu))
+        reqs = [to_vec(m.resources) for m in members]
     view = index.view(gang.constraints)
     att = _Attempt(view)
     w = index.weights()
@@ -452,13 +464,14 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
     else:
         failed_at = _pack(att, view, reqs, members, homogeneous, w)
     if failed_at is not None:
-        failure = _explain(gang, failed_at, index, view, att)
+        failure = _explain(gang, members, failed_at, index, view, att)
         att.rollback()
         return failure
     if not keep:
         att.rollback()
         return None
     att.commit()
+    pairs = att.pairs if homogeneous else sorted(att.pairs, key=lambda p: position[id(p[0])])  # the gang's order
     return GangPlacement(
         gang_id=gang.gang_id,
         job_id=gang.job_id,
@@ -467,7 +480,7 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
             MemberAssignment(
                 instance=m.instance, task_id=m.task_id, hostname=h.name, address=h.address, resources=m.resources
             )
-            for m, h in att.pairs
+            for m, h in pairs
         ),
         plan=plan,
     )

@@ -62,6 +62,7 @@ class GangRow(Base):
     launch_deadline: Mapped[float] = mapped_column(Double, nullable=False)
     updated_at: Mapped[float] = mapped_column(Double, nullable=False)
     preemptions: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
+    plan: Mapped[str] = mapped_column(Text, nullable=False, server_default="")  # JSON: a model-aware run's plan
 
     __table_args__ = (Index("ix_gangs_state", "state"),)
 

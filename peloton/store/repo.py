@@ -60,7 +60,7 @@ _MODELS: Table = ModelRow.__table__  # type: ignore[assignment]
 # Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
 _KEY_CHUNK = 2000
 _JOB_COLS = ("state", "desired", "reason", "updated_at", "completed_at")
-_GANG_COLS = ("state", "attempt", "reason", "launch_deadline", "updated_at", "preemptions")
+_GANG_COLS = ("state", "attempt", "reason", "launch_deadline", "updated_at", "preemptions", "plan")
 _TASK_COLS = ("attempt", "state", "host", "address", "ports", "gpu_ids", "exit_code", "reason", "message",
               "started_at", "finished_at", "updated_at")  # the order of _task_mutable
 _NO_SYNC = {"synchronize_session": False}
@@ -131,6 +131,7 @@ def _gang_to_dict(g: Gang) -> dict[str, Any]:
         "launch_deadline": g.launch_deadline,
         "updated_at": g.updated_at,
         "preemptions": g.preemptions,
+        "plan": g.plan,
     }
 
 
@@ -145,6 +146,7 @@ def _gang_from_row(r: Row[Any]) -> Gang:
         launch_deadline=r.launch_deadline,
         updated_at=r.updated_at,
         preemptions=r.preemptions,
+        plan=r.plan,
     )
 
 
@@ -398,11 +400,11 @@ def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
 
 
 def update_gangs(s: Session, gangs: Sequence[Gang]) -> None:
-    """Batch write of state, attempt, reason, launch_deadline, updated_at, preemptions. NotFound if a gang does
+    """Batch write of state, attempt, reason, launch_deadline, updated_at, preemptions, plan. NotFound if a gang does
     not exist (the caller must roll back: other rows of the batch may have been written)."""
     _update(s, _GANGS, ("job_id", "idx"), _GANG_COLS,
             [(g.job_id, g.index, GangState(g.state).value, g.attempt, g.reason, g.launch_deadline, g.updated_at,
-              g.preemptions) for g in gangs], "gangs")
+              g.preemptions, g.plan) for g in gangs], "gangs")
 
 
 # --- tasks ------------------------------------------------------------------------------------------------

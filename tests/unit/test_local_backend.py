@@ -824,3 +824,18 @@ def test_the_journal_is_compacted_while_running(
     replayed = b._journal.replay()
     assert "keeper" in replayed and "final" not in replayed["keeper"]
     b.kill(["keeper"])
+
+
+def test_a_member_reports_its_speed_in_its_metrics_file_and_only_a_regular_file_is_read(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    b, rec = make_backend()
+    launch(b, spec("t-m", 'echo "step_time=0.9" >> "$PELOTON_METRICS_FILE"; '
+                          'echo "step_time=0.52 local_bsz=32" >> "$PELOTON_METRICS_FILE"'),
+           spec("t-s", 'ln -s /etc/passwd "$PELOTON_METRICS_FILE"', "local-1"))
+    assert rec.wait_terminal("t-m").state == TaskState.SUCCEEDED
+    assert rec.wait_terminal("t-s").state == TaskState.SUCCEEDED
+    data, size = b.read_log("t-m", "metrics", 0, 4096)
+    assert data == b"step_time=0.9\nstep_time=0.52 local_bsz=32\n" and size == len(data)
+    assert b.read_log("t-m", "metrics", 0, 10) == (data[-10:], size)  # the tail: the last lines count
+    assert b.read_log("t-s", "metrics", 0, 4096) == (b"", 0)  # a symlink is not followed
+    assert b.read_log("unknown", "metrics", 0, 4096) == (b"", 0)

@@ -300,6 +300,38 @@ class PlacementSpec(_message.Message):
 Global___PlacementSpec: _TypeAlias = PlacementSpec  # noqa: Y015
 
 @_typing.final
+class RoleSpec(_message.Message):
+    """Members of a job that run the same task (parameter servers, workers), numbered in role order: with roles
+    ps (2) and worker (8), instances 0-1 are ps and 2-9 workers. Every role's task.user must be the same.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    TASK_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """[a-z][a-z0-9-]*, at most 63 characters, unique in the job"""
+    instances: _builtins.int
+    """at least 1"""
+    @_builtins.property
+    def task(self) -> Global___TaskSpec: ...
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        instances: _builtins.int = ...,
+        task: Global___TaskSpec | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["task", b"task"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instances", b"instances", "name", b"name", "task", b"task"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RoleSpec: _TypeAlias = RoleSpec  # noqa: Y015
+
+@_typing.final
 class JobSpec(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -312,21 +344,29 @@ class JobSpec(_message.Message):
     TASK_FIELD_NUMBER: _builtins.int
     PLACEMENT_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
+    ROLES_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     owner: _builtins.str
     respool: _builtins.str
     """default "/" """
     instances: _builtins.int
+    """absent with roles (the job's instances are then the roles' together)"""
     @_builtins.property
     def gang(self) -> Global___GangSpec: ...
     @_builtins.property
     def sla(self) -> Global___SlaSpec: ...
     @_builtins.property
-    def task(self) -> Global___TaskSpec: ...
+    def task(self) -> Global___TaskSpec:
+        """absent with roles"""
+
     @_builtins.property
     def placement(self) -> Global___PlacementSpec: ...
     @_builtins.property
     def retry(self) -> Global___RetrySpec: ...
+    @_builtins.property
+    def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoleSpec]:
+        """Several roles instead of instances and task: the job is one gang of every role's members (no min_available)."""
+
     def __init__(
         self,
         *,
@@ -339,10 +379,11 @@ class JobSpec(_message.Message):
         task: Global___TaskSpec | None = ...,
         placement: Global___PlacementSpec | None = ...,
         retry: Global___RetrySpec | None = ...,
+        roles: _abc.Iterable[Global___RoleSpec] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "placement", b"placement", "retry", b"retry", "sla", b"sla", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "instances", b"instances", "name", b"name", "owner", b"owner", "placement", b"placement", "respool", b"respool", "retry", b"retry", "sla", b"sla", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "instances", b"instances", "name", b"name", "owner", b"owner", "placement", b"placement", "respool", b"respool", "retry", b"retry", "roles", b"roles", "sla", b"sla", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -359,6 +400,7 @@ class GangStatus(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     PREEMPTIONS_FIELD_NUMBER: _builtins.int
     RUN_FIELD_NUMBER: _builtins.int
+    PLAN_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     state: _builtins.str
     """QUEUED PREEMPTED ADMITTED PLACED LAUNCHING RUNNING PREEMPTING ABORTING DONE"""
@@ -372,6 +414,10 @@ class GangStatus(_message.Message):
     """attempt + preemptions: the number in its task ids (and PELOTON_ATTEMPT); new with every restart"""
     @_builtins.property
     def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    @_builtins.property
+    def plan(self) -> Global___PlanInfo:
+        """a model-aware gang's plan for this run (placement.strategy model-aware); absent otherwise"""
+
     def __init__(
         self,
         *,
@@ -382,14 +428,93 @@ class GangStatus(_message.Message):
         reason: _builtins.str = ...,
         preemptions: _builtins.int = ...,
         run: _builtins.int = ...,
+        plan: Global___PlanInfo | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["plan", b"plan"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "index", b"index", "instances", b"instances", "preemptions", b"preemptions", "reason", b"reason", "run", b"run", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "index", b"index", "instances", b"instances", "plan", b"plan", "preemptions", b"preemptions", "reason", b"reason", "run", b"run", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GangStatus: _TypeAlias = GangStatus  # noqa: Y015
+
+@_typing.final
+class PlanInfo(_message.Message):
+    """Why this plan: what the placement engine chose for a model-aware gang, what the cost model predicted, the
+    runner-ups it was preferred to, and what the members measured (docs/model-aware.md).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPUS_PER_HOST_FIELD_NUMBER: _builtins.int
+    STEP_TIME_FIELD_NUMBER: _builtins.int
+    SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    LOCAL_BSZ_FIELD_NUMBER: _builtins.int
+    ALTERNATIVES_FIELD_NUMBER: _builtins.int
+    MEASURED_STEP_TIME_FIELD_NUMBER: _builtins.int
+    MEASURED_SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    MEASURED_MEMBERS_FIELD_NUMBER: _builtins.int
+    step_time: _builtins.float
+    """predicted, seconds"""
+    samples_per_s: _builtins.float
+    """predicted"""
+    local_bsz: _builtins.float
+    measured_step_time: _builtins.float
+    """0: not reported (yet)"""
+    measured_samples_per_s: _builtins.float
+    measured_members: _builtins.int
+    """members whose reports the measured figures come from"""
+    @_builtins.property
+    def gpus_per_host(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """most first"""
+
+    @_builtins.property
+    def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanAlternative]: ...
+    def __init__(
+        self,
+        *,
+        gpus_per_host: _abc.Iterable[_builtins.int] | None = ...,
+        step_time: _builtins.float = ...,
+        samples_per_s: _builtins.float = ...,
+        local_bsz: _builtins.float = ...,
+        alternatives: _abc.Iterable[Global___PlanAlternative] | None = ...,
+        measured_step_time: _builtins.float = ...,
+        measured_samples_per_s: _builtins.float = ...,
+        measured_members: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "gpus_per_host", b"gpus_per_host", "local_bsz", b"local_bsz", "measured_members", b"measured_members", "measured_samples_per_s", b"measured_samples_per_s", "measured_step_time", b"measured_step_time", "samples_per_s", b"samples_per_s", "step_time", b"step_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanInfo: _TypeAlias = PlanInfo  # noqa: Y015
+
+@_typing.final
+class PlanAlternative(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPUS_PER_HOST_FIELD_NUMBER: _builtins.int
+    STEP_TIME_FIELD_NUMBER: _builtins.int
+    SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
+    step_time: _builtins.float
+    samples_per_s: _builtins.float
+    @_builtins.property
+    def gpus_per_host(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
+    def __init__(
+        self,
+        *,
+        gpus_per_host: _abc.Iterable[_builtins.int] | None = ...,
+        step_time: _builtins.float = ...,
+        samples_per_s: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpus_per_host", b"gpus_per_host", "samples_per_s", b"samples_per_s", "step_time", b"step_time"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanAlternative: _TypeAlias = PlanAlternative  # noqa: Y015
 
 @_typing.final
 class JobStatus(_message.Message):

@@ -39,6 +39,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -75,6 +76,7 @@ from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, St
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
+from peloton.modelaware import metrics
 from peloton.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
@@ -430,6 +432,8 @@ class LocalBackend:
         return False
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        if stream == "metrics":
+            return self._read_metrics(task_id, max_bytes)
         if stream not in _STREAMS:
             raise InvalidArgument(f"stream must be one of {', '.join(_STREAMS)}, got {stream!r}", field="stream")
         sandbox = self._sandbox_path(task_id)
@@ -444,6 +448,25 @@ class LocalBackend:
         except OSError as e:  # the task replaced its log with a symlink, a FIFO, ...
             raise FailedPrecondition(f"the {stream} of task {task_id} cannot be read: "
                                      f"{e.strerror or e}") from None
+
+    def _read_metrics(self, task_id: str, max_bytes: int) -> tuple[bytes, int]:
+        """The tail of the member's $PELOTON_METRICS_FILE. The file is the member's: a symlink is not followed and
+        anything but a regular file reads as nothing (only numbers of it are shown, modelaware/metrics.py)."""
+        sandbox = self._sandbox_path(task_id)
+        if sandbox is None:
+            return b"", 0
+        try:
+            fd = os.open(sandbox / "work" / metrics.FILE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return b"", 0
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return b"", 0
+            start = max(0, st.st_size - max_bytes)
+            return os.pread(fd, max_bytes, start), st.st_size
+        finally:
+            os.close(fd)
 
     def _rotate_logs(self) -> bool:
         """The `local-logrotate` loop's pass, every `log_check_s`: the logs of running tasks grown past the cap are
@@ -636,6 +659,7 @@ class LocalBackend:
         env = dict(spec.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
         env["PELOTON_SANDBOX"] = str(t.sandbox)
+        env["PELOTON_METRICS_FILE"] = str(t.sandbox / "work" / metrics.FILE_NAME)
         if "hostfile" in spec.files and "PELOTON_HOSTFILE" not in spec.env:
             env["PELOTON_HOSTFILE"] = str(t.sandbox / "hostfile")
         return env

@@ -271,6 +271,8 @@ class SimBackend:
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """A synthetic log: stdout has one line per state change; stderr the reason of an unsuccessful end."""
+        if stream == "metrics":
+            return b"", 0  # simulated members measure nothing
         if stream not in _STREAMS:
             raise InvalidArgument(f"stream must be one of {', '.join(_STREAMS)}, got {stream!r}", field="stream")
         with self._lock:
