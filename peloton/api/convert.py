@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from google.protobuf import duration_pb2
 
 from peloton import run_as
-from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
-from peloton.domain import checks
+from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
+from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
-from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.model import Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
 from peloton.domain.placement import (
     GangPlacement,
     GangRequest,
@@ -300,7 +300,15 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
         maintenance=maintenance,
     )
     p.labels.update(h.labels)
+    hw, invalid = hostlabels.hardware_lenient(h.labels, has_gpus=h.capacity.gpu > 0)
+    p.hardware.CopyFrom(host_pb2.HostHardware(gpu_model=hw.gpu_model, nic_gbps=hw.nic_gbps, gpu_link=hw.gpu_link,
+                                              defaulted=list(hw.defaulted), invalid=invalid))
     return p
+
+
+def stored_model_to_proto(m: StoredModel) -> model_pb2.Model:
+    return model_pb2.Model(name=m.name, owner=m.owner, version=m.version, created_at=m.created_at,
+                           updated_at=m.updated_at, document_json=m.document)
 
 
 # --- internal: resource vectors, gangs, placements, offers, launches, statuses ---------------------------------
