@@ -14,6 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import (
     DEFAULT_GPU_LINK,
@@ -290,17 +291,11 @@ class PlanChoice:
 
 
 def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
-    """A host as the search sees it, its hardware from the well-known labels (gpu_model, nic_gbps, gpu_link); a
-    label that does not parse counts as absent (the host manager refuses bad labels where hosts are declared)."""
-    try:
-        nic = float(labels.get("nic_gbps", DEFAULT_NIC_GBPS))
-    except ValueError:
-        nic = DEFAULT_NIC_GBPS
-    if not nic > 0 or nic == float("inf"):
-        nic = DEFAULT_NIC_GBPS
-    link = labels.get("gpu_link", DEFAULT_GPU_LINK)
-    return FreeHost(name, free_gpus, labels.get("gpu_model", DEFAULT_GPU_MODEL).lower(), nic,
-                    link if link in ("pcie", "nvlink") else DEFAULT_GPU_LINK)
+    """A host as the search sees it, its hardware from the well-known labels (peloton/domain/hostlabels.py); a
+    label that does not check counts as absent (the host manager refuses bad labels where hosts are declared, and
+    reports a Mesos agent's)."""
+    hw, _ = hostlabels.hardware_lenient(labels, has_gpus=True)
+    return FreeHost(name, free_gpus, hw.gpu_model, hw.nic_gbps, hw.gpu_link)
 
 
 def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 0,
