@@ -22,7 +22,7 @@ from peloton.api.v1 import model_pb2, model_pb2_grpc
 from peloton.domain import checks
 from peloton.domain.model import StoredModel
 from peloton.domain.stored_models import check_name, document_text
-from peloton.errors import InvalidArgument, NotFound, PermissionDenied
+from peloton.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
 from peloton.store import repo
 from peloton.store.db import transaction
 
@@ -48,8 +48,8 @@ class ModelBook:
         self.read_sessions = read_sessions
         self.clock = clock
 
-    def create(self, name: str, document_json: str, who: identity.Principal, replace: bool = False
-               ) -> tuple[StoredModel, bool]:
+    def create(self, name: str, document_json: str, who: identity.Principal, replace: bool = False,
+               if_version: int = 0) -> tuple[StoredModel, bool]:
         """The model as stored, and whether an existing one was replaced. AlreadyExists for a name taken (without
         `replace`); PermissionDenied to replace another's model (unless an admin); InvalidArgument naming the field
         (`name`, `document_json`, `model.description.parameters`): nothing written."""
@@ -62,7 +62,12 @@ class ModelBook:
                     old = repo.get_model(s, name)
                 except NotFound:
                     old = None
+                if old is None and if_version:
+                    raise NotFound(f"name: no model {name!r} to replace (it was deleted)", field="name")
                 if old is not None:
+                    if if_version and old.version != if_version:
+                        raise Conflict(f"name: model {name!r} is at version {old.version}, not {if_version}: it "
+                                       "changed since it was read; try again", field="name")
                     if not may_change(who, old.owner):
                         raise PermissionDenied(f"name: {who.name} may not replace model {name!r} of {old.owner} "
                                                "(only its owner or an admin may)", field="name")
@@ -124,7 +129,8 @@ class ModelServicer(model_pb2_grpc.ModelServiceServicer):
     @grpc_errors
     def CreateModel(self, request: model_pb2.CreateModelRequest, context: grpc.ServicerContext
                     ) -> model_pb2.CreateModelResponse:
-        model, replaced = self.book.create(request.name, request.document_json, identity.caller(), request.replace)
+        model, replaced = self.book.create(request.name, request.document_json, identity.caller(), request.replace,
+                                            request.if_version)
         return model_pb2.CreateModelResponse(model=convert.stored_model_to_proto(model), replaced=replaced)
 
     @grpc_errors

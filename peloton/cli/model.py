@@ -20,6 +20,7 @@ if TYPE_CHECKING:
     from peloton.cli.client import Client
 
 MAX_FILE_BYTES = 1024 * 1024  # a model document: as the daemon allows
+MIN_REFIT_ROWS = 6  # profile rows and measurements together, fewer and `model refit` only records
 
 
 def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None]) -> None:
@@ -41,6 +42,12 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
     x = models.add_parser("list", help="the stored models, by name: owner, version, what the document says")
     out(x)
     x.set_defaults(fn="model:cmd_model_list")
+    x = models.add_parser("refit", help="add what jobs measured to a stored model and fit its cost model again "
+                                        "(docs/model-aware.md#feedback)")
+    x.add_argument("name", metavar="NAME", help="the stored model")
+    x.add_argument("--from-job", action="append", required=True, metavar="JOB", dest="jobs",
+                   help="a model-aware job of this model whose running members reported their speed (repeatable)")
+    x.set_defaults(fn="model:cmd_model_refit")
     x = models.add_parser("delete", help="delete a stored model (its owner or an admin)")
     x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     x.set_defaults(fn="model:cmd_model_delete")
@@ -208,4 +215,59 @@ def cmd_model_delete(c: Client, a: argparse.Namespace) -> int:
 
     c.call(c.models.DeleteModel, model_pb2.DeleteModelRequest(name=a.name))
     print(f"deleted model {a.name}", file=sys.stderr)
+    return 0
+
+
+def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
+    """Read the model, add the jobs' measurements (predicted beside measured), fit again on the profile's rows and
+    the measurements, and replace the model if nobody changed it meanwhile."""
+    import json
+
+    from peloton.api.v1 import job_pb2, model_pb2
+    from peloton.errors import FailedPrecondition
+    from peloton.modelaware import document as docs
+    from peloton.modelaware.fit import refit
+
+    m = c.call(c.models.GetModel, model_pb2.GetModelRequest(name=a.name)).model
+    doc = docs.parse_document(json.loads(m.document_json))
+    found = []
+    for job_id in a.jobs:
+        job = c.call(c.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id)).job
+        if job.spec.model.name != a.name:
+            raise FailedPrecondition(f"--from-job: job {job_id} is not a model-aware job of model {a.name!r}")
+        for g in job.status.gangs:
+            p = g.plan
+            if g.HasField("plan") and p.measured_members and p.measured_step_time > 0:
+                found.append(docs.Measurement(job_id, tuple(p.gpus_per_host), p.local_bsz, p.measured_step_time,
+                                              p.step_time))
+    if not found:
+        raise FailedPrecondition("--from-job: no running gang of these jobs has reported its speed yet (members "
+                                 "write step_time=SECONDS to $PELOTON_METRICS_FILE)")
+    keep = {(x.job_id, x.placement, x.local_bsz) for x in found}
+    measured = (*[x for x in doc.measured if (x.job_id, x.placement, x.local_bsz) not in keep], *found)
+    measured = measured[-docs.MAX_MEASURED:]
+    base = doc.cost_params()
+    rows = len(doc.profile) + len(measured)
+    if rows >= MIN_REFIT_ROWS:
+        result = refit(doc.profile, [(x.placement, x.local_bsz, x.step_time) for x in measured], base.reference,
+                       base)
+        new = docs.ModelDocument(doc.name, doc.description, result.params,
+                                 docs.FitInfo(result.rows, result.median_error, result.p90_error,
+                                              (doc.fit.source if doc.fit else "") + " + measured"),
+                                 tuple(measured), doc.profile)
+    else:  # seven parameters from a handful of rows would fit those rows and nothing else
+        new = docs.ModelDocument(doc.name, doc.description, doc.params, doc.fit, tuple(measured), doc.profile)
+    for x in found:
+        err = (x.predicted_step_time - x.step_time) / x.step_time * 100
+        print(f"{x.job_id}: GPUs per host {','.join(map(str, x.placement))}, local batch {x.local_bsz:g}: "
+              f"measured {x.step_time:.3f} s/step, predicted {x.predicted_step_time:.3f} ({err:+.0f}%)")
+    r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(
+        name=a.name, document_json=json.dumps(docs.document_to_dict(new)), replace=True, if_version=m.version))
+    if rows >= MIN_REFIT_ROWS:
+        print(f"refitted model {a.name} on {result.rows} rows ({len(doc.profile)} of its profile, {len(measured)} "
+              f"measured): median error {result.median_error:.1%}, p90 {result.p90_error:.1%}; version "
+              f"{r.model.version}")
+    else:
+        print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: "
+              f"{rows} rows in all, fewer than {MIN_REFIT_ROWS} (give it a profile: peloton model fit)")
     return 0

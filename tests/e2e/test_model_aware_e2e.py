@@ -16,7 +16,7 @@ from peloton.modelaware.cost import Reference
 from peloton.modelaware.document import ModelDocument, document_to_dict
 from peloton.modelaware.fit import fit
 from peloton.modelaware.profile import read_profile, select
-from tests.e2e.harness import Daemon, serving
+from tests.e2e.harness import Daemon, serving, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -93,3 +93,52 @@ def test_a_model_aware_job_is_placed_where_the_cost_model_rates_it_best(sim: Sim
     job2 = sim.cli("job", "create", "-f", str(auto)).stdout.strip()
     got2 = sim.wait_state(job2, "RUNNING")
     assert got2["spec"]["instances"] == chosen and got2["spec"]["model"]["auto_instances"] is True
+
+
+@dataclass
+class LocalDaemon(Daemon):
+    def server_args(self) -> list[str]:
+        return ["--local-host-group", "2:cpu=2,mem=2Gi,gpu=2:gpu_model=t4,nic_gbps=50",
+                "--local-port-base", str(self.port_base)]
+
+
+def test_members_report_their_speed_and_the_model_is_refitted_from_it(tmp_path: Path) -> None:
+    """On the local backend (real processes): the members write their step time to $PELOTON_METRICS_FILE, `job get`
+    shows it beside the prediction, and `model refit` records it in the stored model and fits again."""
+    rows = read_profile((DATA / "bert" / "placements.csv").read_text())
+    train = select(rows, {(1,), (4,), (1, 1), (1, 1, 1, 1), (4, 4), (4, 4, 4, 4)})
+    params = fit(train, Reference("t4", 50, "pcie")).params
+    model = tmp_path / "bert.json"
+    model.write_text(json.dumps(document_to_dict(ModelDocument(name="bert", params=params, profile=tuple(train)))))
+    spec = tmp_path / "job.yaml"
+    spec.write_text("""
+name: reports
+instances: 2
+model: {name: bert, local_bsz: 8}
+placement: {strategy: model-aware}
+task:
+  command: 'echo "step_time=0.9" >> "$PELOTON_METRICS_FILE"; echo "step_time=1.25 local_bsz=8" >> "$PELOTON_METRICS_FILE"; sleep 120'
+  resources: {cpu: 0.5, mem: 64Mi, gpu: 1}
+""")
+    with serving(LocalDaemon(tmp_path / "data", f"sqlite:///{tmp_path}/peloton.db")) as d:
+        d.cli("model", "create", "bert", "-f", str(model))
+        job = d.cli("job", "create", "-f", str(spec)).stdout.strip()
+        d.wait_state(job, "RUNNING")
+
+        def measured() -> dict[str, object] | None:
+            plan = d.job(job)["status"]["gangs"][0]["plan"]
+            return plan if plan.get("measured_members") == 2 else None
+
+        plan = wait_until(measured, timeout=30)
+        assert plan["measured_step_time"] == pytest.approx(1.25)  # the last line counts
+        assert plan["measured_samples_per_s"] == pytest.approx(2 * 8 / 1.25)
+        view = d.cli("job", "get", job).stdout
+        assert "measured 1.250 s/step, 12.8 samples/s (2 members reporting; prediction off by" in view
+
+        out = d.cli("model", "refit", "bert", "--from-job", job).stdout
+        assert f"{job}: GPUs per host {','.join(map(str, plan['gpus_per_host']))}, local batch 8: measured 1.250" in out
+        assert "refitted model bert on 31 rows (30 of its profile, 1 measured)" in out and "version 2" in out
+        stored = json.loads(d.cli("model", "get", "bert", "-o", "json").stdout)
+        assert stored["version"] == 2
+        assert [(m["job_id"], m["step_time"]) for m in stored["document"]["measured"]] == [(job, 1.25)]
+        d.cli("job", "stop", job)

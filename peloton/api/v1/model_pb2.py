@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16peloton/v1/model.proto\x12\npeloton.v1\"t\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x12\n\ncreated_at\x18\x04 \x01(\x01\x12\x12\n\nupdated_at\x18\x05 \x01(\x01\x12\x15\n\rdocument_json\x18\x06 \x01(\t\"J\n\x12\x43reateModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rdocument_json\x18\x02 \x01(\t\x12\x0f\n\x07replace\x18\x03 \x01(\x08\"I\n\x13\x43reateModelResponse\x12 \n\x05model\x18\x01 \x01(\x0b\x32\x11.peloton.v1.Model\x12\x10\n\x08replaced\x18\x02 \x01(\x08\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x10GetModelResponse\x12 \n\x05model\x18\x01 \x01(\x0b\x32\x11.peloton.v1.Model\":\n\x11ListModelsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x12ListModelsResponse\x12!\n\x06models\x18\x01 \x03(\x0b\x32\x11.peloton.v1.Model\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x12\x44\x65leteModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteModelResponse2\xc2\x02\n\x0cModelService\x12N\n\x0b\x43reateModel\x12\x1e.peloton.v1.CreateModelRequest\x1a\x1f.peloton.v1.CreateModelResponse\x12\x45\n\x08GetModel\x12\x1b.peloton.v1.GetModelRequest\x1a\x1c.peloton.v1.GetModelResponse\x12K\n\nListModels\x12\x1d.peloton.v1.ListModelsRequest\x1a\x1e.peloton.v1.ListModelsResponse\x12N\n\x0b\x44\x65leteModel\x12\x1e.peloton.v1.DeleteModelRequest\x1a\x1f.peloton.v1.DeleteModelResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x16peloton/v1/model.proto\x12\npeloton.v1\"t\n\x05Model\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\r\n\x05owner\x18\x02 \x01(\t\x12\x0f\n\x07version\x18\x03 \x01(\x05\x12\x12\n\ncreated_at\x18\x04 \x01(\x01\x12\x12\n\nupdated_at\x18\x05 \x01(\x01\x12\x15\n\rdocument_json\x18\x06 \x01(\t\"^\n\x12\x43reateModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x15\n\rdocument_json\x18\x02 \x01(\t\x12\x0f\n\x07replace\x18\x03 \x01(\x08\x12\x12\n\nif_version\x18\x04 \x01(\x05\"I\n\x13\x43reateModelResponse\x12 \n\x05model\x18\x01 \x01(\x0b\x32\x11.peloton.v1.Model\x12\x10\n\x08replaced\x18\x02 \x01(\x08\"\x1f\n\x0fGetModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"4\n\x10GetModelResponse\x12 \n\x05model\x18\x01 \x01(\x0b\x32\x11.peloton.v1.Model\":\n\x11ListModelsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\"P\n\x12ListModelsResponse\x12!\n\x06models\x18\x01 \x03(\x0b\x32\x11.peloton.v1.Model\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"\"\n\x12\x44\x65leteModelRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"\x15\n\x13\x44\x65leteModelResponse2\xc2\x02\n\x0cModelService\x12N\n\x0b\x43reateModel\x12\x1e.peloton.v1.CreateModelRequest\x1a\x1f.peloton.v1.CreateModelResponse\x12\x45\n\x08GetModel\x12\x1b.peloton.v1.GetModelRequest\x1a\x1c.peloton.v1.GetModelResponse\x12K\n\nListModels\x12\x1d.peloton.v1.ListModelsRequest\x1a\x1e.peloton.v1.ListModelsResponse\x12N\n\x0b\x44\x65leteModel\x12\x1e.peloton.v1.DeleteModelRequest\x1a\x1f.peloton.v1.DeleteModelResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,21 +34,21 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_MODEL']._serialized_start=38
   _globals['_MODEL']._serialized_end=154
   _globals['_CREATEMODELREQUEST']._serialized_start=156
-  _globals['_CREATEMODELREQUEST']._serialized_end=230
-  _globals['_CREATEMODELRESPONSE']._serialized_start=232
-  _globals['_CREATEMODELRESPONSE']._serialized_end=305
-  _globals['_GETMODELREQUEST']._serialized_start=307
-  _globals['_GETMODELREQUEST']._serialized_end=338
-  _globals['_GETMODELRESPONSE']._serialized_start=340
-  _globals['_GETMODELRESPONSE']._serialized_end=392
-  _globals['_LISTMODELSREQUEST']._serialized_start=394
-  _globals['_LISTMODELSREQUEST']._serialized_end=452
-  _globals['_LISTMODELSRESPONSE']._serialized_start=454
-  _globals['_LISTMODELSRESPONSE']._serialized_end=534
-  _globals['_DELETEMODELREQUEST']._serialized_start=536
-  _globals['_DELETEMODELREQUEST']._serialized_end=570
-  _globals['_DELETEMODELRESPONSE']._serialized_start=572
-  _globals['_DELETEMODELRESPONSE']._serialized_end=593
-  _globals['_MODELSERVICE']._serialized_start=596
-  _globals['_MODELSERVICE']._serialized_end=918
+  _globals['_CREATEMODELREQUEST']._serialized_end=250
+  _globals['_CREATEMODELRESPONSE']._serialized_start=252
+  _globals['_CREATEMODELRESPONSE']._serialized_end=325
+  _globals['_GETMODELREQUEST']._serialized_start=327
+  _globals['_GETMODELREQUEST']._serialized_end=358
+  _globals['_GETMODELRESPONSE']._serialized_start=360
+  _globals['_GETMODELRESPONSE']._serialized_end=412
+  _globals['_LISTMODELSREQUEST']._serialized_start=414
+  _globals['_LISTMODELSREQUEST']._serialized_end=472
+  _globals['_LISTMODELSRESPONSE']._serialized_start=474
+  _globals['_LISTMODELSRESPONSE']._serialized_end=554
+  _globals['_DELETEMODELREQUEST']._serialized_start=556
+  _globals['_DELETEMODELREQUEST']._serialized_end=590
+  _globals['_DELETEMODELRESPONSE']._serialized_start=592
+  _globals['_DELETEMODELRESPONSE']._serialized_end=613
+  _globals['_MODELSERVICE']._serialized_start=616
+  _globals['_MODELSERVICE']._serialized_end=938
 # @@protoc_insertion_point(module_scope)

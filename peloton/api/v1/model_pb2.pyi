@@ -69,6 +69,7 @@ class CreateModelRequest(_message.Message):
     NAME_FIELD_NUMBER: _builtins.int
     DOCUMENT_JSON_FIELD_NUMBER: _builtins.int
     REPLACE_FIELD_NUMBER: _builtins.int
+    IF_VERSION_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     document_json: _builtins.str
     """at most 1 MiB"""
@@ -76,16 +77,21 @@ class CreateModelRequest(_message.Message):
     """Replace the document of the model of this name if there is one (its owner or an admin may), else create it.
     Without it, a name that exists is ALREADY_EXISTS.
     """
+    if_version: _builtins.int
+    """With replace: only if the stored model is still at this version (else ABORTED: it changed since it was read;
+    `peloton model refit` reads, refits and replaces). 0: whatever version it has.
+    """
     def __init__(
         self,
         *,
         name: _builtins.str = ...,
         document_json: _builtins.str = ...,
         replace: _builtins.bool = ...,
+        if_version: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_json", b"document_json", "name", b"name", "replace", b"replace"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["document_json", b"document_json", "if_version", b"if_version", "name", b"name", "replace", b"replace"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
