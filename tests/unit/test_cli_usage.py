@@ -76,7 +76,7 @@ def test_the_state_list_in_help_is_the_daemons() -> None:
                                    "'json'?)"),
     (["zzz"], "peloton: error: unknown command 'zzz' (one of server, certs, token, db, job, task, pool, model, queue, "
               "cluster, host, audit, sim, completion)"),
-    (["job"], "peloton: error: job: missing COMMAND (one of create, get, list, stop, delete, wait, logs)"),
+    (["job"], "peloton: error: job: missing COMMAND (one of create, plan, get, list, stop, delete, wait, logs)"),
     (["job", "get"], "peloton: error: job get: missing JOB_ID (see `peloton job get --help`)"),
     (["task", "logs", "j", "x"], "peloton: error: task logs: INSTANCE: invalid int value: 'x' (see `peloton task "
                                  "logs --help`)"),
