@@ -258,9 +258,10 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
     else:  # seven parameters from a handful of rows would fit those rows and nothing else
         new = docs.ModelDocument(doc.name, doc.description, doc.params, doc.fit, tuple(measured), doc.profile)
     for x in found:
-        err = (x.predicted_step_time - x.step_time) / x.step_time * 100
+        err = (x.step_time - x.predicted_step_time) / x.predicted_step_time * 100 if x.predicted_step_time else 0.0
         print(f"{x.job_id}: GPUs per host {','.join(map(str, x.placement))}, local batch {x.local_bsz:g}: "
-              f"measured {x.step_time:.3f} s/step, predicted {x.predicted_step_time:.3f} ({err:+.0f}%)")
+              f"measured {x.step_time:.3f} s/step, predicted {x.predicted_step_time:.3f} (prediction off by "
+              f"{err:+.0f}%)")
     r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(
         name=a.name, document_json=json.dumps(docs.document_to_dict(new)), replace=True, if_version=m.version))
     if rows >= MIN_REFIT_ROWS:
