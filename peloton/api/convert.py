@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 from collections.abc import Sequence
 from fractions import Fraction
@@ -10,10 +11,11 @@ from typing import TYPE_CHECKING
 from google.protobuf import duration_pb2
 
 from peloton import run_as
-from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
+from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
-from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.model import Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
 from peloton.domain.placement import (
     GangPlacement,
     GangRequest,
@@ -29,10 +31,13 @@ from peloton.domain.spec import (
     DEFAULT_PREEMPTION_GRACE_S,
     Constraint,
     JobSpec,
+    ModelRef,
+    Role,
 )
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.modelaware import plan as plans
 
 if TYPE_CHECKING:
     from peloton.resmgr.manager import PoolUsage
@@ -59,19 +64,40 @@ def resources_to_proto(r: Resources) -> job_pb2.Resources:
 
 
 # --- job spec -----------------------------------------------------------------------------------------------
+def _roles_from_proto(p: job_pb2.JobSpec) -> tuple[tuple[Role, ...], str]:
+    """The roles, and the user they all run as (a job has one identity, decided at CreateJob)."""
+    if p.HasField("task"):
+        raise InvalidArgument("roles: give either roles or instances and task, not both", field="roles")
+    roles = []
+    for i, r in enumerate(p.roles):
+        f = f"roles[{i}].task"
+        if r.task.user != p.roles[0].task.user:
+            first = checks.show(p.roles[0].task.user) if p.roles[0].task.user else "none"
+            raise InvalidArgument(f"{f}.user: every role must run as the same user (a job has one identity); "
+                                  f"roles[0] gives {first}", field=f"{f}.user")
+        roles.append(Role(name=r.name, instances=r.instances, command=r.task.command, env=dict(r.task.env),
+                          env_files=dict(r.task.env_files), resources=resources_from_proto(r.task.resources,
+                                                                                           f"{f}.resources"),
+                          container_image=r.task.container.image))
+    return tuple(roles), p.roles[0].task.user
+
+
 def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
     """Field-by-field; quantities are parsed here so errors name the field. Call spec.validate() after."""
+    roles, user = _roles_from_proto(p) if p.roles else ((), p.task.user)
     return JobSpec(
         name=p.name,
         owner=p.owner,
         respool=p.respool or "/",
-        instances=p.instances,
+        # with roles their sum: `instances` may be absent, or the same sum (a job's spec as `-o json` shows it)
+        instances=p.instances or sum(r.instances for r in roles),
         command=p.task.command,
         env=dict(p.task.env),
         env_files=dict(p.task.env_files),
         resources=resources_from_proto(p.task.resources, "task.resources"),
         container_image=p.task.container.image,
-        user=p.task.user,
+        user=user,
+        roles=roles,
         min_available=p.gang.min_available,
         on_member_failure=p.gang.on_member_failure or "restart_gang",
         launch_timeout_s=(
@@ -87,7 +113,14 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
         max_attempts=p.retry.max_attempts if p.HasField("retry") and p.retry.max_attempts else DEFAULT_MAX_ATTEMPTS,
         strategy=p.placement.strategy or "pack",
         constraints=tuple(Constraint(c.attribute, c.op or "eq", c.value) for c in p.placement.constraints),
+        model=_model_ref(p.model) if p.HasField("model") else None,
     )
+
+
+def _model_ref(m: job_pb2.ModelSpec) -> ModelRef:
+    return ModelRef(name=m.name, local_bsz=m.local_bsz, global_bsz=m.global_bsz, objective=m.objective or "throughput",
+                    auto_instances=m.auto_instances, min_instances=m.min_instances or 1,
+                    max_instances=m.max_instances)
 
 
 def _seconds(d: duration_pb2.Duration, field: str) -> float:
@@ -106,15 +139,26 @@ def _nanos(seconds: float) -> int:
     return max(-_MAX_NANOS, min(_MAX_NANOS, round(Fraction(seconds) * 1_000_000_000)))
 
 
+def _task_to_proto(t: job_pb2.TaskSpec, command: str, env: dict[str, str], env_files: dict[str, str],
+                   resources: Resources, container_image: str, user: str) -> None:
+    t.command = command
+    t.env.update(env)
+    t.env_files.update(env_files)
+    t.resources.CopyFrom(resources_to_proto(resources))
+    t.container.SetInParent()  # present even without an image: each section of the spec is there
+    t.container.image = container_image
+    t.user = user
+
+
 def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
+    """With roles, no task (each role has its own) and `instances` their sum."""
     p = job_pb2.JobSpec(name=s.name, owner=s.owner, respool=s.respool, instances=s.instances)
-    p.task.command = s.command
-    p.task.env.update(s.env)
-    p.task.env_files.update(s.env_files)
-    p.task.resources.CopyFrom(resources_to_proto(s.resources))
-    p.task.container.SetInParent()  # present even without an image: each section of the spec is there
-    p.task.container.image = s.container_image
-    p.task.user = s.user
+    if s.roles:
+        for r in s.roles:
+            rp = p.roles.add(name=r.name, instances=r.instances)
+            _task_to_proto(rp.task, r.command, r.env, r.env_files, r.resources, r.container_image, s.user)
+    else:
+        _task_to_proto(p.task, s.command, s.env, s.env_files, s.resources, s.container_image, s.user)
     # The effective values, as the daemon acts on them: the gang size (0 in a spec means every instance), and the
     # defaults above and below filled in. Only a max_runtime that is not set (no limit) stays absent.
     p.gang.min_available = s.gang_size
@@ -129,6 +173,11 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     p.placement.strategy = s.strategy
     for c in s.constraints:
         p.placement.constraints.add(attribute=c.attribute, op=c.op, value=c.value)
+    if s.model is not None:
+        m = s.model
+        p.model.name, p.model.local_bsz, p.model.global_bsz = m.name, m.local_bsz, m.global_bsz
+        p.model.objective, p.model.auto_instances = m.objective, m.auto_instances
+        p.model.min_instances, p.model.max_instances = m.min_instances, m.max_instances
     return p
 
 
@@ -149,12 +198,32 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         status.gang_states.update(gang_states)
         status.gang_count = sum(gang_states.values())
     for g in gangs:
-        status.gangs.add(index=g.index, instances=g.instances, state=g.state.value, attempt=g.attempt - g.preemptions,
-                         reason=g.reason, preemptions=g.preemptions, run=g.attempt)
+        gs = status.gangs.add(index=g.index, instances=g.instances, state=g.state.value,
+                              attempt=g.attempt - g.preemptions, reason=g.reason, preemptions=g.preemptions,
+                              run=g.attempt)
+        if g.plan:
+            plan_to_proto(plans.choice_from_dict(json.loads(g.plan)), gs.plan)
     return job_pb2.Job(id=job.id, spec=spec_to_proto(job.spec), status=status)
 
 
-def task_to_proto(t: Task, events: Sequence[TaskEvent] = ()) -> task_pb2.TaskInfo:
+def plan_to_proto(c: plans.PlanChoice, out: job_pb2.PlanInfo) -> None:
+    out.gpus_per_host.extend(c.gpus_per_host)
+    out.step_time, out.samples_per_s, out.local_bsz = c.step_time, c.samples_per_s, c.local_bsz
+    for gph, step, sps in c.alternatives:
+        out.alternatives.add(gpus_per_host=gph, step_time=step, samples_per_s=sps)
+
+
+def search_plan_to_proto(p: plans.Plan, out: job_pb2.PlanInfo) -> None:
+    """A plan of `peloton job plan`: its hosts, and what the cost model predicts of it."""
+    out.gpus_per_host.extend(p.gpus_per_host)
+    out.hosts.extend(name for name, _ in p.hosts)
+    out.servers.extend(p.servers)
+    out.step_time, out.samples_per_s = p.prediction.step_time, p.samples_per_s
+    out.local_bsz = p.prediction.local_bsz
+
+
+def task_to_proto(t: Task, events: Sequence[TaskEvent] = (), spec: JobSpec | None = None) -> task_pb2.TaskInfo:
+    """`spec`: its job's, for the member's role (a job with roles)."""
     p = task_pb2.TaskInfo(
         job_id=t.job_id,
         instance=t.instance,
@@ -173,6 +242,9 @@ def task_to_proto(t: Task, events: Sequence[TaskEvent] = ()) -> task_pb2.TaskInf
     )
     if t.exit_code is not None:
         p.exit_code = t.exit_code
+    if spec is not None and spec.roles and t.instance < spec.instances:
+        role, p.role_rank = spec.role_at(t.instance)
+        p.role = role.name
     for e in events:
         pe = p.events.add(
             attempt=e.attempt, state=e.state.value, time=e.time, host=e.host, reason=e.reason, message=e.message
@@ -228,7 +300,15 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
         maintenance=maintenance,
     )
     p.labels.update(h.labels)
+    hw, invalid = hostlabels.hardware_lenient(h.labels, has_gpus=h.capacity.gpu > 0)
+    p.hardware.CopyFrom(host_pb2.HostHardware(gpu_model=hw.gpu_model, nic_gbps=hw.nic_gbps, gpu_link=hw.gpu_link,
+                                              defaulted=list(hw.defaulted), invalid=invalid))
     return p
+
+
+def stored_model_to_proto(m: StoredModel) -> model_pb2.Model:
+    return model_pb2.Model(name=m.name, owner=m.owner, version=m.version, created_at=m.created_at,
+                           updated_at=m.updated_at, document_json=m.document)
 
 
 # --- internal: resource vectors, gangs, placements, offers, launches, statuses ---------------------------------
@@ -259,6 +339,7 @@ def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:
         preemptible=g.preemptible,
         running_since=g.running_since,
         max_runtime_s=g.max_runtime_s,
+        goal_json=json.dumps(plans.goal_to_dict(g.goal)) if g.goal is not None else "",
     )
 
 
@@ -277,6 +358,7 @@ def gang_request_from_proto(p: internal_pb2.GangRequest) -> GangRequest:
         preemptible=p.preemptible,
         running_since=p.running_since,
         max_runtime_s=p.max_runtime_s,
+        goal=plans.goal_from_dict(json.loads(p.goal_json)) if p.goal_json else None,
     )
 
 
@@ -297,6 +379,7 @@ def placement_to_proto(p: GangPlacement) -> internal_pb2.Placement:
             )
             for m in p.members
         ],
+        plan_json=json.dumps(plans.choice_to_dict(p.plan)) if p.plan is not None else "",
     )
 
 
@@ -317,6 +400,7 @@ def placement_from_proto(p: internal_pb2.Placement) -> GangPlacement:
             )
             for m in p.members
         ),
+        plan=plans.choice_from_dict(json.loads(p.plan_json)) if p.plan_json else None,
     )
 
 

@@ -41,6 +41,13 @@ _REQUIRED = {
     "task.command": "what each member runs, with /bin/sh -c",
     "task.resources.cpu": "cores per member, e.g. 1 or 0.5",
 }
+# ... and those each role of a spec with roles must give, under `roles[i].`, instead of instances and task.
+_REQUIRED_IN_ROLE = {
+    "name": "the role's name, e.g. worker",
+    "instances": "how many members play this role, at least 1",
+    "task.command": "what each member of this role runs, with /bin/sh -c",
+    "task.resources.cpu": "cores per member of this role, e.g. 1 or 0.5",
+}
 _WHOLE = re.compile(r"[-+]?[0-9]+")
 _DECIMAL = re.compile(r"[-+]?(?:[0-9]+(?:\.[0-9]*)?|\.[0-9]+)(?:[eE][-+]?[0-9]+)?")
 _BOOLEANS = {"true": True, "false": False, "yes": True, "no": False, "on": True, "off": False}
@@ -107,7 +114,9 @@ def _set(msg: Message, fd: FieldDescriptor, value: Any, field: str, present: set
             raise checks.bad(field, f"expected a mapping of NAME: value, got {_kind(value)}")
         target = getattr(msg, fd.name)
         for k, v in value.items():
-            target[_env_name(k)] = _env_value(v, k) if fd.name == "env" else _map_text(v, f"{field}.{_env_key(k)}")
+            name = _env_name(k, field)
+            target[name] = _env_value(v, f"{field}.{checks.key(name)}") if fd.name == "env" else _map_text(
+                v, f"{field}.{checks.key(name)}")
         return
     if _repeated(fd):
         if not isinstance(value, list):
@@ -194,12 +203,8 @@ def _number_text(v: int | float, field: str) -> str:
         raise InvalidArgument(f"{field}: number too large", field=field) from None
 
 
-def _env_name(k: Any) -> str:
-    return _number_text(k, "task.env") if isinstance(k, int) else str(k)
-
-
-def _env_key(k: Any) -> str:
-    return checks.key(_env_name(k))
+def _env_name(k: Any, field: str) -> str:
+    return _number_text(k, field) if isinstance(k, int) else str(k)
 
 
 def _map_text(v: Any, field: str) -> str:
@@ -208,17 +213,16 @@ def _map_text(v: Any, field: str) -> str:
     return v
 
 
-def _env_value(v: Any, k: Any) -> str:
+def _env_value(v: Any, field: str) -> str:
     # plain scalars arrive as written (`0x10` stays "0x10"); these are what explicit tags and null give
     if isinstance(v, bool):
         return "true" if v else "false"
     if v is None:
         return ""
     if isinstance(v, (list, dict, set, bytes)):  # str() of nested aliases can grow without bound
-        field = f"task.env.{_env_key(k)}"
         raise InvalidArgument(f"{field}: must be a string, number or boolean, not {type(v).__name__}", field=field)
     if isinstance(v, int):
-        return _number_text(v, f"task.env.{_env_key(k)}")
+        return _number_text(v, field)
     return str(v)
 
 
@@ -242,16 +246,46 @@ def parse_spec(text: str, source: str = "spec", *, partial: bool = False) -> job
     spec = job_pb2.JobSpec()
     present: set[str] = set()
     try:
+        auto = _take_auto_instances(doc, present)
         _fill(spec, doc, "", present)
-        missing = [] if partial else [f for f in _REQUIRED if f not in present]
+        if auto:
+            if not spec.HasField("model"):
+                raise checks.bad(auto, "auto needs a model to choose it with (model.name, and placement.strategy "
+                                       "model-aware)")
+            spec.model.auto_instances = True
+        required = dict(_REQUIRED)
+        if spec.roles:  # `roles: []` is no roles, as in protobuf (a single-task job's `-o json` has it)
+            if "task" in present:  # `instances` may be there: the roles' sum (as `job get -o json` writes it)
+                raise checks.bad("roles", "give either roles or instances and task, not both")
+            required = {f"roles[{i}].{f}": why for i in range(len(spec.roles)) for f, why in _REQUIRED_IN_ROLE.items()}
+        missing = [] if partial else [f for f in required if f not in present]
         if missing:
             also = f"; also missing: {', '.join(missing[1:])}" if missing[1:] else ""
-            raise checks.bad(missing[0], f"required ({_REQUIRED[missing[0]]}){also}")
+            raise checks.bad(missing[0], f"required ({required[missing[0]]}){also}")
     except InvalidArgument as e:
         raise InvalidArgument(f"{source}: {e.message}", field=e.field) from None
     except RecursionError:  # aliases nested deeper than the interpreter's stack, under a field that takes mappings
         raise InvalidArgument(f"{source}: nested too deeply", field=source) from None
     return spec
+
+
+def _take_auto_instances(doc: dict[Any, Any], present: set[str]) -> str:
+    """`instances: auto` (the job's, or a role's): taken out of the document before it is read as protobuf (where
+    instances is a number); the field it was in, or "" when none says auto. Only one may."""
+    found = []
+    if isinstance(doc.get("instances"), str) and doc["instances"].strip() == "auto":
+        del doc["instances"]
+        found.append("instances")
+    roles = doc.get("roles")
+    if isinstance(roles, list):
+        for i, r in enumerate(roles):
+            if isinstance(r, dict) and isinstance(r.get("instances"), str) and r["instances"].strip() == "auto":
+                del r["instances"]
+                found.append(f"roles[{i}].instances")
+    if len(found) > 1:
+        raise checks.bad(found[1], f"auto: only one count can be chosen (already {found[0]})")
+    present.update(found)
+    return found[0] if found else ""
 
 
 def _cut(text: str, limit: int = 300) -> str:

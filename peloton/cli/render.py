@@ -37,6 +37,7 @@ TIMESTAMPS: dict[str, frozenset[str]] = {
     "peloton.v1.RoleLeader": frozenset({"since"}),
     "peloton.v1.Standby": frozenset({"waiting_since"}),
     "peloton.v1.AuditEvent": frozenset({"at"}),
+    "peloton.v1.Model": frozenset({"created_at", "updated_at"}),
 }
 SECONDS: dict[str, frozenset[str]] = {
     "peloton.v1.Leadership": frozenset({"lease_seconds"}),
@@ -201,6 +202,21 @@ def resources(r: job_pb2.Resources, disk: bool = False, gpu: bool = False) -> st
     return ",".join(parts)
 
 
+def role_cell(t: task_pb2.TaskInfo) -> str:
+    """A task's role and its rank in it (`worker/3`), for the ROLE column of a job with roles."""
+    return f"{t.role}/{t.role_rank}" if t.role else "-"
+
+
+def _ports(r: job_pb2.Resources) -> str:
+    return f",ports={r.ports}" if r.ports else ""
+
+
+def _cut_line(text: str, limit: int = 60) -> str:
+    """A command on one line, cut to `limit` characters."""
+    one = " ".join(text.split())
+    return one if len(one) <= limit else one[:limit - 3] + "..."
+
+
 def job_json(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo]) -> dict[str, Any]:
     """`job get -o json`: the job with a `tasks` list added."""
     out = to_dict(job)
@@ -291,7 +307,30 @@ def _gang_line(st: job_pb2.JobStatus, g: job_pb2.GangStatus) -> str:
         line += f" (run {g.run}: preempted {g.preemptions}x, which uses up no attempt)"
     if g.reason and g.state not in ("RUNNING",):
         line += f"\n    why: {g.reason}" if st.state == "PENDING" or g.state == "QUEUED" else f" - {g.reason}"
+    if g.HasField("plan"):
+        line += "\n" + "\n".join(plan_lines(g.plan))
     return line
+
+
+def _gph(gpus_per_host: Sequence[int]) -> str:
+    return ",".join(str(n) for n in gpus_per_host)
+
+
+def plan_lines(p: job_pb2.PlanInfo, indent: str = "    ") -> list[str]:
+    """Why this plan: the GPUs per host chosen, predicted against measured, and the runner-ups."""
+    out = [f"{indent}plan: GPUs per host {_gph(p.gpus_per_host)}, local batch {p.local_bsz:g}: predicted "
+           f"{p.step_time:.3f} s/step, {p.samples_per_s:.1f} samples/s"]
+    if p.measured_members:
+        err = (p.measured_step_time - p.step_time) / p.step_time * 100 if p.step_time else 0.0
+        out.append(f"{indent}  measured {p.measured_step_time:.3f} s/step, {p.measured_samples_per_s:.1f} samples/s "
+                   f"({p.measured_members} members reporting; prediction off by {err:+.0f}%)")
+    else:
+        out.append(f"{indent}  measured: not reported yet (a member writes step_time=SECONDS to "
+                   "$PELOTON_METRICS_FILE)")
+    if p.alternatives:
+        alts = "; ".join(f"{_gph(a.gpus_per_host)} {a.samples_per_s:.1f} samples/s" for a in p.alternatives)
+        out.append(f"{indent}  why: the best predicted of those that fit; runner-ups: {alts}")
+    return out
 
 
 def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bool = False) -> str:
@@ -304,7 +343,20 @@ def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bo
         lines.append(f"Reason:    {st.reason}")
     runs_as = f" (runs as {st.run_as})" if st.run_as else ""
     lines.append(f"Owner:     {spec.owner or '-'}{runs_as}   Pool: {spec.respool}   Priority: {spec.sla.priority}")
-    lines.append(f"Instances: {spec.instances}  each {resources(spec.task.resources)}   created {ago(st.created_at)}")
+    if spec.roles:
+        lines.append(f"Instances: {spec.instances} in {len(spec.roles)} roles   created {ago(st.created_at)}")
+        lines.append("Roles:")
+        start = 0
+        rows: list[list[object]] = []
+        for r in spec.roles:
+            span = f"{start}-{start + r.instances - 1}" if r.instances > 1 else str(start)
+            rows.append([r.name, r.instances, span, resources(r.task.resources) + _ports(r.task.resources),
+                         _cut_line(r.task.command)])
+            start += r.instances
+        lines += ["  " + x for x in table(rows, ["ROLE", "N", "INSTANCES", "EACH", "COMMAND"]).splitlines()]
+    else:
+        lines.append(f"Instances: {spec.instances}  each {resources(spec.task.resources)}   "
+                     f"created {ago(st.created_at)}")
     shown = len(st.gangs)
     if st.gang_count > shown:
         counts = ", ".join(f"{n} {state}" for state, n in sorted(st.gang_states.items()))
@@ -317,9 +369,12 @@ def job_view(job: job_pb2.Job, tasks: Sequence[task_pb2.TaskInfo], every_row: bo
         lines += _gang_lines(st, st.gangs)
     if every_row or len(tasks) <= COMPACT_OVER:
         lines.append("Tasks:")
-        rows = [[t.instance, t.state, t.host or "-", t.attempt, ",".join(map(str, t.gpus)) or "-",
-                 t.exit_code if t.HasField("exit_code") else "-", t.message or t.reason or ""] for t in tasks]
-        lines.append(table(rows, ["INSTANCE", "STATE", "HOST", "ATTEMPT", "GPUS", "EXIT", "MESSAGE"]))
+        with_roles = bool(spec.roles)
+        rows = [[t.instance, *([role_cell(t)] if with_roles else []), t.state, t.host or "-", t.attempt,
+                 ",".join(map(str, t.gpus)) or "-", t.exit_code if t.HasField("exit_code") else "-",
+                 t.message or t.reason or ""] for t in tasks]
+        lines.append(table(rows, ["INSTANCE", *(["ROLE"] if with_roles else []), "STATE", "HOST", "ATTEMPT", "GPUS",
+                                  "EXIT", "MESSAGE"]))
     else:
         by_state: dict[str, int] = {}
         for t in tasks:

@@ -38,10 +38,12 @@ def cmd_task_list(c: Client, a: argparse.Namespace) -> int:
     if a.output == "json":
         print(render.json_list("tasks", tasks))
         return 0
-    rows = [[t.instance, t.task_id, t.state, t.host or "-", ",".join(map(str, t.ports)) or "-",
-             ",".join(map(str, t.gpus)) or "-", t.exit_code if t.HasField("exit_code") else "-",
-             t.message or t.reason] for t in tasks]
-    print(render.table(rows, ["INSTANCE", "TASK ID", "STATE", "HOST", "PORTS", "GPUS", "EXIT", "MESSAGE"]))
+    with_roles = any(t.role for t in tasks)  # a job with roles: ROLE is the role and the rank in it (worker/3)
+    rows = [[t.instance, *([render.role_cell(t)] if with_roles else []), t.task_id, t.state, t.host or "-",
+             ",".join(map(str, t.ports)) or "-", ",".join(map(str, t.gpus)) or "-",
+             t.exit_code if t.HasField("exit_code") else "-", t.message or t.reason] for t in tasks]
+    print(render.table(rows, ["INSTANCE", *(["ROLE"] if with_roles else []), "TASK ID", "STATE", "HOST", "PORTS",
+                              "GPUS", "EXIT", "MESSAGE"]))
     return 0
 
 

@@ -47,18 +47,26 @@ MAX_COMMAND_BYTES = 64 * KiB  # one argv string of `/bin/sh -c COMMAND`
 MAX_ENV_VALUE_BYTES = 64 * KiB  # one `NAME=value` string stays under MAX_ARG_STRLEN (128 KiB)
 # command + NUL, and `NAME=value` + NUL for every task.env entry, together
 MAX_COMMAND_AND_ENV_BYTES = 256 * KiB
+# Every role's command, env (names and values), env_files (names and paths) and container image, together: each role
+# is within the limits of one task, and this keeps the largest valid spec under MAX_SPEC_BYTES (16 roles each at the
+# per-task limits would not be). A member's own environment is one role's, so exec's limits hold as for a task.
+MAX_ROLES_TASK_BYTES = 512 * KiB
 
 # --- counts -------------------------------------------------------------------------------------------------------
 MAX_INSTANCES = 100_000
 # Members of one gang (min_available, or instances when it is 0). Every member's environment lists every member
 # (PELOTON_PEERS, `address:port,` ~22 bytes each with IPv4 addresses): 4096 members keep it near 90 KiB, under
-# MAX_ARG_STRLEN. A larger job can be elastic: a gang of at most this many, then gangs of one.
+# MAX_ARG_STRLEN. A larger job can be elastic: a gang of at most this many, then gangs of one. A job with roles also
+# lists them in PELOTON_ROLE_HOSTS_<NAME> (as many bytes again, over all roles) and TF_CONFIG (`"address:port",`
+# ~24 bytes a member): each string still under MAX_ARG_STRLEN, all three near 300 KiB, well under ARG_MAX.
 MAX_GANG_SIZE = 4096
 MAX_ATTEMPTS = 10_000  # retry.max_attempts
 MAX_ENV_ENTRIES = 1024
 MAX_ENV_FILES = 16  # task.env_files entries (each adds a line to the member's command)
 MAX_ENV_FILE_PATH_CHARS = 1024
 MAX_CONSTRAINTS = 64
+MAX_ROLES = 16  # roles of one job (JobSpec.roles); their instances count against MAX_INSTANCES and MAX_GANG_SIZE
+MAX_ROLE_NAME_CHARS = 63  # [a-z][a-z0-9-]*: also a variable name's suffix (PELOTON_ROLE_HOSTS_<NAME>)
 INT32_MIN = -(2**31)
 INT32_MAX = 2**31 - 1  # sla.priority: any int32 (the store's Integer column)
 
@@ -99,3 +107,7 @@ MAX_SPEC_BYTES = 1 * MiB
 # refused by gRPC itself with RESOURCE_EXHAUSTED before the daemon reads it. The largest request is a CreateJob,
 # whose spec is at most MAX_SPEC_BYTES.
 MAX_REQUEST_BYTES = 4 * MiB
+
+# Model-aware plans (docs/model-aware.md)
+MAX_MODEL_NAME_CHARS = 128  # a stored model's name
+MAX_BATCH = 1e9  # model.local_bsz, model.global_bsz

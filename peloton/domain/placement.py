@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from peloton.domain.resources import Resources
 from peloton.domain.spec import Constraint
+from peloton.modelaware.plan import PlanChoice, PlanGoal
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,7 @@ class GangRequest:
     preemptible: bool = True
     running_since: float = 0.0  # a running gang's (re-registered after a restart): when it began to run
     max_runtime_s: float = 0.0  # sla.max_runtime (0: none): it ends by then at the latest (backfill, reservations)
+    goal: PlanGoal | None = None  # placement.strategy model-aware: the job's cost model (docs/model-aware.md)
     # every member's resources together: computed once (admission looks at it for each waiting gang every round)
     total: Resources = field(init=False, repr=False, compare=False)
 
@@ -81,6 +83,7 @@ class GangPlacement:
     job_id: str
     attempt: int
     members: tuple[MemberAssignment, ...]
+    plan: PlanChoice | None = None  # a model-aware gang's: the plan chosen, its prediction, the runner-ups
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from peloton.domain import checks, limits
@@ -15,11 +15,18 @@ if TYPE_CHECKING:
     from peloton.domain.model import ResourcePool
 
 ON_MEMBER_FAILURE = ("restart_gang", "fail_job")
-STRATEGIES = ("pack", "spread")
+MODEL_AWARE = "model-aware"
+STRATEGIES = ("pack", "spread", MODEL_AWARE)
+OBJECTIVES = ("throughput", "efficiency")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # fullmatch: a stored model's name
 CONSTRAINT_OPS = ("eq", "ne", "exists", "in")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let "FOO\n" through
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")  # fullmatch: POSIX portable user names (and Samba's $)
 _POOL_PATH = re.compile(r"/([A-Za-z0-9_.-]+(/[A-Za-z0-9_.-]+)*)?")  # fullmatch
+_ROLE_NAME = re.compile(r"[a-z][a-z0-9-]*")  # fullmatch; also part of PELOTON_ROLE_HOSTS_<NAME>
+# The role a single-task spec's members play, where a caller asks (JobSpec.all_roles); the API and the members'
+# environment show no role for such a job.
+IMPLICIT_ROLE = "task"
 
 DEFAULT_LAUNCH_TIMEOUT_S = 300.0
 DEFAULT_MAX_ATTEMPTS = 3
@@ -49,6 +56,37 @@ class Constraint:
 
 
 @dataclass(frozen=True, slots=True)
+class Role:
+    """Members of a job that run the same task (JobSpec.roles): parameter servers, workers. Instance numbers are
+    given in role order: the first role's members come first."""
+
+    name: str
+    instances: int
+    command: str
+    resources: Resources
+    env: dict[str, str] = field(default_factory=dict)
+    env_files: dict[str, str] = field(default_factory=dict)
+    container_image: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelRef:
+    """The training model whose cost model places a model-aware job (docs/model-aware.md)."""
+
+    name: str  # a stored model
+    local_bsz: float = 0.0  # per GPU; or
+    global_bsz: float = 0.0  # over the gang; neither: the model description's
+    objective: str = "throughput"
+    auto_instances: bool = False  # `instances: auto`: the workers' count is chosen when the job is created
+    min_instances: int = 1
+    max_instances: int = 0  # 0: as many as fit
+    # Decided by the daemon when the job is created: the cost model and batch the placement engine uses
+    # (peloton/modelaware/plan.py goal_to_dict, as JSON), so a later change of the stored model does not move a
+    # running job; "" until then.
+    goal_json: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     name: str
     instances: int
@@ -73,10 +111,60 @@ class JobSpec:
     # Who the members run as, decided by the daemon when the job was created (run_as.py: "", a user name, or
     # "#<uid>"); None for a job created before identities (it runs as `user`, system accounts refused)
     run_as: str | None = None
+    # Several roles, each with its own instances and task; empty for a single-task spec. With roles, `instances` is
+    # their sum, the top-level command, resources, env, env_files and container_image are empty, and the job is one
+    # gang. Callers ask for a member's task with the member_* helpers, which work for both forms.
+    roles: tuple[Role, ...] = ()
+    model: ModelRef | None = None  # placement.strategy model-aware
 
     @property
     def gang_size(self) -> int:
         return self.min_available or self.instances
+
+    def all_roles(self) -> tuple[Role, ...]:
+        """The roles; for a single-task spec one role named IMPLICIT_ROLE made of the top-level fields."""
+        if self.roles:
+            return self.roles
+        return (Role(IMPLICIT_ROLE, self.instances, self.command, self.resources, self.env, self.env_files,
+                     self.container_image),)
+
+    def role_at(self, instance: int) -> tuple[Role, int]:
+        """The role of member `instance` and its rank within the role (instances are numbered in role order)."""
+        start = 0
+        for r in self.all_roles():
+            if instance < start + r.instances:
+                return r, instance - start
+            start += r.instances
+        raise IndexError(f"instance {instance} of a job of {self.instances}")
+
+    def role_of(self, instance: int) -> Role:
+        return self.role_at(instance)[0]
+
+    def member_resources(self, instance: int) -> Resources:
+        """What member `instance` asks for (the same object for every member of a role: the placer's fast path
+        for equal members compares by identity first)."""
+        return self.role_of(instance).resources if self.roles else self.resources
+
+    def member_command(self, instance: int) -> str:
+        return self.role_of(instance).command if self.roles else self.command
+
+    def member_env(self, instance: int) -> dict[str, str]:
+        return self.role_of(instance).env if self.roles else self.env
+
+    def member_env_files(self, instance: int) -> dict[str, str]:
+        return self.role_of(instance).env_files if self.roles else self.env_files
+
+    def member_container_image(self, instance: int) -> str:
+        return self.role_of(instance).container_image if self.roles else self.container_image
+
+    def gang_total(self) -> Resources:
+        """Every member of the first gang (gang 0) together."""
+        if not self.roles:
+            return self.resources.scale(self.gang_size)
+        total = Resources()
+        for r in self.roles:
+            total = total + r.resources.scale(r.instances)
+        return total
 
 
 def validate_pool_path(path: str, field_name: str) -> None:
@@ -130,10 +218,19 @@ def validate(spec: JobSpec) -> JobSpec:
     checks.text(spec.name, "name", max_chars=limits.MAX_JOB_NAME_CHARS)
     checks.text(spec.owner, "owner", max_chars=limits.MAX_OWNER_CHARS)
     validate_pool_path(spec.respool, "respool")
-    checks.integer(spec.instances, "instances", minimum=1, maximum=limits.MAX_INSTANCES)
+    if spec.roles:
+        _validate_roles(spec)
+    else:
+        checks.integer(spec.instances, "instances", minimum=1, maximum=limits.MAX_INSTANCES)
     checks.integer(spec.min_available, "gang.min_available", minimum=0, maximum=limits.INT32_MAX)
+    if spec.roles and spec.min_available not in (0, spec.instances):
+        raise bad("gang.min_available", f"a job with roles is one gang of all their members ({spec.instances}): "
+                                        "give no min_available")
     if spec.min_available > spec.instances:
         raise bad("gang.min_available", f"{spec.min_available} is more than instances ({spec.instances})")
+    if spec.roles and spec.gang_size > limits.MAX_GANG_SIZE:
+        raise bad("roles", f"{spec.gang_size} members in all, more than {limits.MAX_GANG_SIZE}, the most one gang may "
+                           "have")
     if spec.gang_size > limits.MAX_GANG_SIZE:
         f = "gang.min_available" if spec.min_available else "instances"
         raise bad(f, f"a gang of {spec.gang_size} members is more than {limits.MAX_GANG_SIZE}; a larger job must be "
@@ -146,9 +243,12 @@ def validate(spec: JobSpec) -> JobSpec:
     _duration(spec.max_runtime_s, "sla.max_runtime", limits.MAX_RUNTIME_S)
     _duration(spec.preemption_grace_s, "sla.preemption_grace", limits.MAX_PREEMPTION_GRACE_S)
     checks.integer(spec.max_attempts, "retry.max_attempts", minimum=1, maximum=limits.MAX_ATTEMPTS)
-    _validate_task(spec)
+    if not spec.roles:
+        _validate_task(spec.command, spec.env, spec.env_files, spec.resources, spec.container_image, "task")
+    _validate_user(spec.user, "roles[0].task.user" if spec.roles else "task.user")
     if spec.strategy not in STRATEGIES:
         raise bad("placement.strategy", f"must be one of {', '.join(STRATEGIES)}, got {checks.show(spec.strategy)}")
+    validate_model_ref(spec)
     if len(spec.constraints) > limits.MAX_CONSTRAINTS:
         raise bad("placement.constraints", f"at most {limits.MAX_CONSTRAINTS}, got {len(spec.constraints)}")
     for i, c in enumerate(spec.constraints):
@@ -173,48 +273,152 @@ def _duration(seconds: float, field_name: str, maximum: float, *, positive: bool
         raise checks.bad(field_name, "must be greater than 0")
 
 
-def _validate_task(spec: JobSpec) -> None:
+def worker_roles(spec: JobSpec) -> list[int]:
+    """Indexes (in all_roles()) of the roles whose members have GPUs: a model-aware job's workers."""
+    return [i for i, r in enumerate(spec.all_roles()) if r.resources.gpu > 0]
+
+
+def with_workers(spec: JobSpec, n: int) -> JobSpec:
+    """`spec` with `n` workers: its instances, or (with roles) its GPU role's instances."""
+    if not spec.roles:
+        return replace(spec, instances=n)
+    workers = worker_roles(spec)
+    if len(workers) != 1:
+        return spec  # validation says why
+    roles = list(spec.roles)
+    roles[workers[0]] = replace(roles[workers[0]], instances=n)
+    return replace(spec, roles=tuple(roles), instances=sum(r.instances for r in roles))
+
+
+def validate_submitted(spec: JobSpec) -> JobSpec:
+    """A spec as a client sends it: with `instances: auto` its workers are still to be counted (when the job is
+    created), so it is checked with the fewest it allows standing in."""
+    if spec.model is not None and spec.model.auto_instances:
+        validate(with_workers(spec, max(spec.model.min_instances, 1)))
+        return spec
+    return validate(spec)
+
+
+def validate_model_ref(spec: JobSpec) -> None:
+    """`model` and `placement.strategy: model-aware` go together; the workers are one role of one-GPU members;
+    the job is one gang. (That the stored model exists, and the batch, are checked when the job is created.)"""
     bad = checks.bad
-    if not spec.command.strip():
-        raise bad("task.command", "must not be blank" if spec.command else "required (what each member runs)")
-    total = checks.text(spec.command, "task.command", max_bytes=limits.MAX_COMMAND_BYTES) + 1
-    if len(spec.env) > limits.MAX_ENV_ENTRIES:
-        raise bad("task.env", f"at most {limits.MAX_ENV_ENTRIES} variables, got {len(spec.env)}")
-    for k, v in spec.env.items():
-        f = f"task.env.{checks.key(k)}"
+    m = spec.model
+    if m is None:
+        if spec.strategy == MODEL_AWARE:
+            raise bad("model.name", "required with placement.strategy model-aware (the stored model whose cost "
+                                    "model rates the plans)")
+        return
+    if spec.strategy != MODEL_AWARE:
+        raise bad("placement.strategy", f"must be {MODEL_AWARE} when the spec names a model (got "
+                                        f"{checks.show(spec.strategy)})")
+    if not m.name:
+        raise bad("model.name", "required (a stored model: peloton model list)")
+    if len(m.name) > limits.MAX_MODEL_NAME_CHARS or not _MODEL_NAME.fullmatch(m.name):
+        raise bad("model.name", f"{checks.show(m.name)} is not a model name (letters, digits, _ . -, at most "
+                                f"{limits.MAX_MODEL_NAME_CHARS} characters)")
+    for f, v in (("model.local_bsz", m.local_bsz), ("model.global_bsz", m.global_bsz)):
+        checks.number(v, f, minimum=0, maximum=limits.MAX_BATCH)
+    if m.local_bsz and m.global_bsz:
+        raise bad("model.global_bsz", "give local_bsz or global_bsz, not both")
+    if m.objective not in OBJECTIVES:
+        raise bad("model.objective", f"must be one of {', '.join(OBJECTIVES)}, got {checks.show(m.objective)}")
+    checks.integer(m.min_instances, "model.min_instances", minimum=1, maximum=limits.MAX_GANG_SIZE)
+    checks.integer(m.max_instances, "model.max_instances", minimum=0, maximum=limits.MAX_GANG_SIZE)
+    if m.max_instances and m.min_instances > m.max_instances:
+        raise bad("model.min_instances", f"{m.min_instances} is more than model.max_instances ({m.max_instances})")
+    workers = worker_roles(spec)
+    where = "roles" if spec.roles else "task.resources.gpu"
+    if len(workers) != 1:
+        raise bad(where, "model-aware placement needs exactly one role of GPU workers, got "
+                         f"{len(workers)}" if spec.roles else "model-aware placement needs GPU workers: must be 1")
+    role = spec.all_roles()[workers[0]]
+    if role.resources.gpu != 1:
+        f = f"roles[{workers[0]}].task.resources.gpu" if spec.roles else "task.resources.gpu"
+        raise bad(f, f"model-aware placement puts one worker on each GPU: must be 1, got {role.resources.gpu}")
+    if spec.min_available and spec.min_available != spec.instances:
+        raise bad("gang.min_available", "model-aware placement plans the whole job as one gang: leave it out")
+
+
+def _validate_roles(spec: JobSpec) -> None:
+    """The roles of `spec`, each task as a single task's, `instances` their sum; the top-level task absent."""
+    bad = checks.bad
+    if len(spec.roles) > limits.MAX_ROLES:
+        raise bad("roles", f"at most {limits.MAX_ROLES} roles, got {len(spec.roles)}")
+    if (spec.command or spec.env or spec.env_files or spec.container_image
+            or spec.resources != Resources()):
+        raise bad("roles", "give either roles or instances and task, not both")
+    seen: dict[str, int] = {}
+    total = size = 0
+    for i, r in enumerate(spec.roles):
+        f = f"roles[{i}]"
+        if not r.name:
+            raise bad(f"{f}.name", "required (the role's name, e.g. worker)")
+        checks.text(r.name, f"{f}.name", max_chars=limits.MAX_ROLE_NAME_CHARS)
+        if not _ROLE_NAME.fullmatch(r.name):
+            raise bad(f"{f}.name", f"{checks.show(r.name)} is not a role name (lower-case letters, digits and -, "
+                                   "starting with a letter)")
+        if r.name in seen:
+            raise bad(f"{f}.name", f"{r.name} is also the name of roles[{seen[r.name]}]")
+        seen[r.name] = i
+        checks.integer(r.instances, f"{f}.instances", minimum=1, maximum=limits.MAX_GANG_SIZE)
+        total += r.instances
+        size += _validate_task(r.command, r.env, r.env_files, r.resources, r.container_image, f"{f}.task")
+    if size > limits.MAX_ROLES_TASK_BYTES:
+        raise bad("roles", f"the roles' commands, environments and images together are {size} bytes, more than "
+                           f"{limits.MAX_ROLES_TASK_BYTES}")
+    if spec.instances != total:
+        raise bad("instances", f"with roles, the job's instances are the roles' together ({total}), got "
+                               f"{spec.instances}: give no instances")
+
+
+def _validate_task(command: str, env: dict[str, str], env_files: dict[str, str], r: Resources,
+                   container_image: str, at: str) -> int:
+    """One task's fields, named under `at` (`task`, `roles[1].task`); returns their size in UTF-8 bytes."""
+    bad = checks.bad
+    if not command.strip():
+        raise bad(f"{at}.command", "must not be blank" if command else "required (what each member runs)")
+    total = checks.text(command, f"{at}.command", max_bytes=limits.MAX_COMMAND_BYTES) + 1
+    if len(env) > limits.MAX_ENV_ENTRIES:
+        raise bad(f"{at}.env", f"at most {limits.MAX_ENV_ENTRIES} variables, got {len(env)}")
+    for k, v in env.items():
+        f = f"{at}.env.{checks.key(k)}"
         if len(k) > limits.MAX_ENV_NAME_CHARS:
             raise bad(f, f"name longer than {limits.MAX_ENV_NAME_CHARS} characters ({len(k)})")
         if not _ENV_NAME.fullmatch(k):
             raise bad(f, "not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
         total += len(k) + 2 + checks.text(v, f, max_bytes=limits.MAX_ENV_VALUE_BYTES)
     if total > limits.MAX_COMMAND_AND_ENV_BYTES:
-        raise bad("task.env", f"the command and environment together are {total} bytes, more than "
-                              f"{limits.MAX_COMMAND_AND_ENV_BYTES}")
-    if len(spec.env_files) > limits.MAX_ENV_FILES:
-        raise bad("task.env_files", f"at most {limits.MAX_ENV_FILES} variables, got {len(spec.env_files)}")
-    for k, path in spec.env_files.items():
-        f = f"task.env_files.{checks.key(k)}"
+        raise bad(f"{at}.env", f"the command and environment together are {total} bytes, more than "
+                               f"{limits.MAX_COMMAND_AND_ENV_BYTES}")
+    if len(env_files) > limits.MAX_ENV_FILES:
+        raise bad(f"{at}.env_files", f"at most {limits.MAX_ENV_FILES} variables, got {len(env_files)}")
+    for k, path in env_files.items():
+        f = f"{at}.env_files.{checks.key(k)}"
         if len(k) > limits.MAX_ENV_NAME_CHARS or not _ENV_NAME.fullmatch(k):
             raise bad(f, "not a valid environment variable name ([A-Za-z_][A-Za-z0-9_]*)")
-        if k in spec.env:
-            raise bad(f, f"{k} is also in task.env: give it one way")
-        checks.text(path, f, max_chars=limits.MAX_ENV_FILE_PATH_CHARS)
+        if k in env:
+            raise bad(f, f"{k} is also in {at}.env: give it one way")
+        total += len(k) + checks.text(path, f, max_chars=limits.MAX_ENV_FILE_PATH_CHARS)
         if not path.startswith("/") or any(c in path for c in "\n\r"):
             raise bad(f, f"{checks.show(path)} is not an absolute path on one line")
-    r = spec.resources
-    checks.number(r.cpu, "task.resources.cpu", minimum=limits.MIN_CPU, maximum=limits.MAX_TASK_CPU, unit="cores")
-    checks.number(r.mem, "task.resources.mem", minimum=0, maximum=limits.MAX_TASK_MEM_MIB,
+    f = f"{at}.resources"
+    checks.number(r.cpu, f"{f}.cpu", minimum=limits.MIN_CPU, maximum=limits.MAX_TASK_CPU, unit="cores")
+    checks.number(r.mem, f"{f}.mem", minimum=0, maximum=limits.MAX_TASK_MEM_MIB,
                   granularity=limits.MIN_MEM_MIB, unit="MiB")
-    checks.number(r.disk, "task.resources.disk", minimum=0, maximum=limits.MAX_TASK_DISK_MIB,
+    checks.number(r.disk, f"{f}.disk", minimum=0, maximum=limits.MAX_TASK_DISK_MIB,
                   granularity=limits.MIN_MEM_MIB, unit="MiB")
-    checks.integer(r.gpu, "task.resources.gpu", minimum=0, maximum=limits.MAX_TASK_GPU)
-    checks.integer(r.ports, "task.resources.ports", minimum=0, maximum=limits.MAX_TASK_PORTS)
-    checks.text(spec.container_image, "task.container.image", max_chars=limits.MAX_CONTAINER_IMAGE_CHARS)
-    if spec.user:
-        checks.text(spec.user, "task.user", max_chars=limits.MAX_USER_CHARS)
-        if not _USER.fullmatch(spec.user):
-            raise bad("task.user", f"{checks.show(spec.user)} is not a user name (letters, digits, _ . -, not "
-                                   "starting with a digit, . or -)")
+    checks.integer(r.gpu, f"{f}.gpu", minimum=0, maximum=limits.MAX_TASK_GPU)
+    checks.integer(r.ports, f"{f}.ports", minimum=0, maximum=limits.MAX_TASK_PORTS)
+    return total + checks.text(container_image, f"{at}.container.image", max_chars=limits.MAX_CONTAINER_IMAGE_CHARS)
+
+
+def _validate_user(user: str, field_name: str) -> None:
+    if user:
+        checks.text(user, field_name, max_chars=limits.MAX_USER_CHARS)
+        if not _USER.fullmatch(user):
+            raise checks.bad(field_name, f"{checks.show(user)} is not a user name (letters, digits, _ . -, not "
+                                         "starting with a digit, . or -)")
 
 
 # Backends that accept a setting without acting on it, and why (the Mesos backend acts on every spec field).
@@ -231,6 +435,9 @@ def ignored_settings(spec: JobSpec, backend: str) -> list[str]:
     out = []
     if spec.container_image and backend in _NO_IMAGES:
         out.append(f"task.container.image: {_NO_IMAGES[backend]}")
+    for i, r in enumerate(spec.roles):
+        if r.container_image and backend in _NO_IMAGES:
+            out.append(f"roles[{i}].task.container.image: {_NO_IMAGES[backend]}")
     return out
 
 
@@ -250,13 +457,12 @@ SPEC_FORM = 2
 
 def spec_to_dict(spec: JobSpec) -> dict[str, object]:
     """Plain-JSON form used by the store (not the API's JSON form)."""
-    r = spec.resources
     return {
         "form": SPEC_FORM,
         "name": spec.name,
         "instances": spec.instances,
         "command": spec.command,
-        "resources": {"cpu": r.cpu, "mem": r.mem, "disk": r.disk, "gpu": r.gpu, "ports": r.ports},
+        "resources": _resources_to_dict(spec.resources),
         "owner": spec.owner,
         "respool": spec.respool,
         "env": dict(spec.env),
@@ -274,16 +480,50 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         "strategy": spec.strategy,
         "constraints": [{"attribute": c.attribute, "op": c.op, "value": c.value} for c in spec.constraints],
         **({"run_as": spec.run_as} if spec.run_as is not None else {}),
+        # only with roles: a single-task spec is stored as before roles existed
+        **({"roles": [_role_to_dict(r) for r in spec.roles]} if spec.roles else {}),
+        **({"model": _model_to_dict(spec.model)} if spec.model is not None else {}),
     }
 
 
+def _model_to_dict(m: ModelRef) -> dict[str, object]:
+    return {"name": m.name, "local_bsz": m.local_bsz, "global_bsz": m.global_bsz, "objective": m.objective,
+            "auto_instances": m.auto_instances, "min_instances": m.min_instances, "max_instances": m.max_instances,
+            "goal_json": m.goal_json}
+
+
+def _model_from_dict(d: dict) -> ModelRef:  # type: ignore[type-arg]
+    return ModelRef(name=d["name"], local_bsz=float(d.get("local_bsz", 0.0)),
+                    global_bsz=float(d.get("global_bsz", 0.0)), objective=d.get("objective", "throughput"),
+                    auto_instances=bool(d.get("auto_instances", False)), min_instances=int(d.get("min_instances", 1)),
+                    max_instances=int(d.get("max_instances", 0)), goal_json=d.get("goal_json", ""))
+
+
+def _resources_to_dict(r: Resources) -> dict[str, object]:
+    return {"cpu": r.cpu, "mem": r.mem, "disk": r.disk, "gpu": r.gpu, "ports": r.ports}
+
+
+def _resources_from_dict(r: dict) -> Resources:  # type: ignore[type-arg]
+    return Resources(float(r["cpu"]), float(r["mem"]), float(r["disk"]), int(r["gpu"]), int(r["ports"]))
+
+
+def _role_to_dict(r: Role) -> dict[str, object]:
+    return {"name": r.name, "instances": r.instances, "command": r.command, "resources": _resources_to_dict(r.resources),
+            "env": dict(r.env), "env_files": dict(r.env_files), "container_image": r.container_image}
+
+
+def _role_from_dict(d: dict) -> Role:  # type: ignore[type-arg]
+    return Role(name=d["name"], instances=int(d["instances"]), command=d["command"],
+                resources=_resources_from_dict(d["resources"]), env=dict(d.get("env", {})),
+                env_files=dict(d.get("env_files", {})), container_image=d.get("container_image", ""))
+
+
 def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
-    r = d["resources"]
     return JobSpec(
         name=d["name"],
         instances=int(d["instances"]),
         command=d["command"],
-        resources=Resources(float(r["cpu"]), float(r["mem"]), float(r["disk"]), int(r["gpu"]), int(r["ports"])),
+        resources=_resources_from_dict(d["resources"]),
         owner=d.get("owner", ""),
         respool=d.get("respool", "/"),
         env=dict(d.get("env", {})),
@@ -301,4 +541,6 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         strategy=d.get("strategy", "pack"),
         constraints=tuple(Constraint(c["attribute"], c["op"], c["value"]) for c in d.get("constraints", [])),
         run_as=str(d["run_as"]) if d.get("run_as") is not None else None,
+        roles=tuple(_role_from_dict(r) for r in d.get("roles", ())),
+        model=_model_from_dict(d["model"]) if d.get("model") else None,
     )

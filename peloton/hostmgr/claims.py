@@ -118,7 +118,7 @@ class ClaimBook:
                              m.resources, *chosen[m.instance])
             for m in p.members
         )
-        out = GangPlacement(p.gang_id, p.job_id, p.attempt, assigned)
+        out = GangPlacement(p.gang_id, p.job_id, p.attempt, assigned, p.plan)
         self._add(Claim(out, now + ttl_s))
         return out
 

@@ -22,6 +22,7 @@ O(1), not a walk over every gang.
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -39,6 +40,7 @@ from peloton.domain.states import (
     task_can,
 )
 from peloton.hostmgr.backend import TaskStatus
+from peloton.modelaware import plan as plans
 
 G, T = GangState, TaskState
 _UNSUCCESSFUL = frozenset({T.FAILED, T.LOST, T.KILLED})
@@ -453,6 +455,7 @@ def launch_intent(jv: JobView, p: GangPlacement, now: float) -> Effects | None:
     g = gv.gang
     _set_gang(jv, g, G.LAUNCHING, now, eff, reason="")
     g.launch_deadline = now + jv.spec.launch_timeout_s
+    g.plan = json.dumps(plans.choice_to_dict(p.plan)) if p.plan is not None else ""
     for m in p.members:
         t = gv.tasks[m.instance]
         t.host, t.address, t.ports, t.gpu_ids = m.hostname, m.address, list(m.ports), list(m.gpu_ids)

@@ -29,7 +29,7 @@ from peloton.domain.spec import JobSpec
 from peloton.gang_metrics import GANG_STAGE
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.jobmgr import gang_policy as policy
-from peloton.jobmgr.training_env import hostfile, training_env, with_env_files
+from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 
 log = logging.getLogger(__name__)
@@ -209,19 +209,21 @@ class Launcher:
 
     @staticmethod
     def _gang_launch(p: GangPlacement, spec: JobSpec) -> GangLaunch:
-        envs = training_env(p.job_id, p.attempt, p.members)
-        files = {"hostfile": hostfile(p.members)}
+        envs = training_env(p.job_id, p.attempt, p.members, spec.roles)
+        files = {"hostfile": hostfile(hostfile_members(p.members, spec.roles))}
         user = spec.run_as if spec.run_as is not None else spec.user
         # a uid of its owner's has no account to name it: USER and LOGNAME name the owner (unless the job does)
         named = ({k: spec.owner for k in ("USER", "LOGNAME")} if run_as.dynamic_uid(user) is not None and spec.owner
                  else {})
         return GangLaunch(p.gang_id, p.attempt, tuple(
             LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,
-                       hostname=m.hostname, command=with_env_files(spec.command, spec.env_files),
-                       env={**named, **spec.env, **envs[m.instance],
+                       hostname=m.hostname,
+                       command=with_env_files(spec.member_command(m.instance), spec.member_env_files(m.instance)),
+                       env={**named, **spec.member_env(m.instance), **envs[m.instance],
                             "PELOTON_PREEMPTION_GRACE": f"{spec.preemption_grace_s:g}"},
                        resources=m.resources, gpu_ids=m.gpu_ids, ports=m.ports, files=files,
-                       container_image=spec.container_image, user=user, legacy_user=spec.run_as is None)
+                       container_image=spec.member_container_image(m.instance), user=user,
+                       legacy_user=spec.run_as is None)
             for m in p.members))
 
     def _apply_results(self, results: Sequence[LaunchResult]) -> None:

@@ -30,7 +30,7 @@ from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.pools import check_job_pool
-from peloton.domain.spec import JobSpec, validate
+from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from peloton.gang_metrics import GANG_STAGE
@@ -38,9 +38,12 @@ from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
+from peloton.jobmgr.planning import Planner, PlanOutcome
 from peloton.jobmgr.watch import JobChange, WatchHub
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.loop import progress
+from peloton.modelaware import metrics
+from peloton.modelaware import plan as plans
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -73,6 +76,7 @@ MAX_PAGE = 1000
 DEFAULT_TASK_PAGE = 1000
 MAX_TASK_PAGE = 10_000
 LOG_READ_MAX = 1024 * 1024
+MEASURED_MEMBERS = 8  # members of a model-aware gang whose reports `job get` reads (one RPC each)
 MAX_GANGS_SHOWN = 1000  # gangs in a GetJob answer (a 100,000-instance elastic job has 100,000 gangs)
 MAX_EVENTS_SHOWN = 1000  # newest events of a task in a GetTask answer
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a ListJobs page stops growing here (a job spec may be 1 MiB)
@@ -104,11 +108,25 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
     spec = jv.spec
     return GangRequest(
         gang_id=gv.gang.gang_id, job_id=jv.job.id, attempt=gv.gang.attempt,
-        members=tuple(MemberRequest(t.instance, t.task_id, spec.resources, t.host) for t in gv.members()),
+        members=tuple(MemberRequest(t.instance, t.task_id, spec.member_resources(t.instance), t.host)
+                      for t in gv.members()),
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
         enqueued_at=jv.job.created_at, preemptible=spec.preemptible, running_since=policy.running_since(gv),
         max_runtime_s=spec.max_runtime_s,
+        goal=plans.goal_from_dict(json.loads(spec.model.goal_json)) if spec.model and spec.model.goal_json else None,
     )
+
+
+def _as_submitted(spec: JobSpec) -> JobSpec:
+    """What the client sent, without what the daemon decided at create: the identity (the caller's, not the
+    spec's), a model-aware job's goal, and the count `instances: auto` chose."""
+    spec = replace(spec, run_as=None)
+    m = spec.model
+    if m is not None:
+        spec = replace(spec, model=replace(m, goal_json=""))
+        if m.auto_instances:
+            spec = with_workers(spec, 0)
+    return spec
 
 
 class JobManager:
@@ -139,6 +157,7 @@ class JobManager:
         self._check_every_gang = False  # the next queue check asks about every open gang, however recent
         self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
         self._cap_refresh = threading.Lock()  # one capacity refresh at a time
+        self.planner = Planner(read_sessions, hostmgr, self._capacity)
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
         self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)
@@ -179,6 +198,7 @@ class JobManager:
     def create_job(self, spec: JobSpec, request_id: str = "", run_as: Callable[[], str] | None = None) -> str:
         """The new job's id. With `request_id`, a repeat of a create that succeeded returns that job. `run_as`: the
         job's identity, asked for once the job is known to be valid (it may allocate the owner's uid)."""
+        spec = self.planner.resolve(spec)  # a model-aware job's goal (and count, with instances: auto)
         validate(spec)
         if request_id:
             existing = self._created_for(request_id, spec)
@@ -186,9 +206,10 @@ class JobManager:
                 return existing
         pools = self._pools(spec.respool)
         check_job_pool(pools, spec.respool)
-        why = exceeds_limit_forever(spec.resources.scale(spec.gang_size), spec.respool, pools)
+        why = exceeds_limit_forever(spec.gang_total(), spec.respool, pools)
         if why:
-            raise InvalidArgument(f"instances: {why}", field="instances")
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: {why}", field=f)
         self._check_fits_cluster(spec)
         if run_as is not None:
             spec = replace(spec, run_as=run_as())
@@ -222,7 +243,7 @@ class JobManager:
             if job_id is None:
                 return None
             job = repo.get_job(s, job_id)
-        if replace(job.spec, run_as=None) != replace(spec, run_as=None):  # the identity is the caller's, not the spec's
+        if _as_submitted(job.spec) != _as_submitted(spec):
             raise AlreadyExists(f"request_id: {request_id!r} was already used to create job {job_id} with another "
                                 "spec", field="request_id")
         log.info("job %s: a repeated create (request %s) answered with the existing job", job_id, request_id)
@@ -351,16 +372,15 @@ class JobManager:
             return  # no host known yet (a cluster backend still connecting): cannot judge
         probe = GangRequest(
             gang_id="probe/0", job_id="probe", attempt=1,
-            members=tuple(MemberRequest(i, f"probe-{i}-1", spec.resources) for i in range(spec.gang_size)),
+            members=tuple(MemberRequest(i, f"probe-{i}-1", spec.member_resources(i)) for i in range(spec.gang_size)),
             strategy=spec.strategy, constraints=spec.constraints,
         )
         with self._cap_lock:
             failure = can_ever_fit(probe, index)
         if failure is not None:
-            raise InvalidArgument(
-                f"instances: the gang can never fit this cluster even when it is empty: {failure.reason}",
-                field="instances",
-            )
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: the gang can never fit this cluster even when it is empty: {failure.reason}",
+                                  field=f)
 
     # --- reads (own sessions; never wait for the writer) -----------------------------------------------------
     def get_job(self, job_id: str) -> JobRecord:
@@ -370,6 +390,39 @@ class JobManager:
             counts = repo.task_state_counts(s, [job_id]).get(job_id, {})
             gang_states = repo.gang_state_counts(s, job_id)
         return JobRecord(job, gangs, counts, gang_states)
+
+    def plan_job(self, spec: JobSpec, top: int) -> PlanOutcome:
+        """`peloton job plan`: the best plans for a model-aware spec on the cluster as it is, nothing created."""
+        validate_submitted(spec)
+        return self.planner.plan(spec, top=top)
+
+    def plan_measurements(self, job_id: str, gangs: Sequence[Gang]) -> dict[int, metrics.Measured]:
+        """gang index -> what the running members of a model-aware gang report of their speed (read from the
+        first MEASURED_MEMBERS GPU members' $PELOTON_METRICS_FILE through the host manager). A member that cannot
+        be read counts as not reporting: `job get` must answer even when a host is slow or gone."""
+        out: dict[int, metrics.Measured] = {}
+        for g in gangs:
+            if not g.plan or g.state != GangState.RUNNING:
+                continue
+            with transaction(self.read_sessions) as s:
+                tasks = repo.get_tasks(s, job_id, g.instances)
+            members = [t for t in tasks if t.gpu_ids and t.state == TaskState.RUNNING][:MEASURED_MEMBERS]
+            reports = []
+            for t in members:
+                try:
+                    r = self.hostmgr.ReadTaskLog(internal_pb2.ReadTaskLogRequest(
+                        task_id=t.task_id, stream="metrics", offset=-metrics.READ_BYTES,
+                        max_bytes=metrics.READ_BYTES), timeout=5)
+                except grpc.RpcError:
+                    continue
+                rep = metrics.parse(r.content)
+                if rep is not None:
+                    reports.append(rep)
+            plan = plans.choice_from_dict(json.loads(g.plan))
+            m = metrics.combine(reports, sum(plan.gpus_per_host), plan.local_bsz)
+            if m is not None:
+                out[g.index] = m
+        return out
 
     def list_jobs(self, states: Sequence[str], owner: str, respool: str, name_contains: str, page_size: int,
                   page_token: str) -> tuple[list[JobRecord], str]:
@@ -400,7 +453,8 @@ class JobManager:
         """The token of the ListJobs page that starts after `last`."""
         return _token([last.created_at, last.id])
 
-    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str]:
+    def list_tasks(self, job_id: str, page_size: int = 0, page_token: str = "") -> tuple[list[Task], str, JobSpec]:
+        """A page of the job's tasks, the next page's token, and the job's spec (for the members' roles)."""
         size = min(page_size or DEFAULT_TASK_PAGE, MAX_TASK_PAGE)
         after = None
         if page_token:
@@ -409,11 +463,11 @@ class JobManager:
                 raise InvalidArgument("page_token: not a page token of this API", field="page_token")
             after = tok
         with transaction(self.read_sessions) as s:
-            repo.get_job(s, job_id)
+            spec = repo.get_job(s, job_id).spec
             tasks = repo.get_tasks(s, job_id, after=after, limit=size + 1)
         more = len(tasks) > size
         tasks = tasks[:size]
-        return tasks, (_token(tasks[-1].instance) if more and tasks else "")
+        return tasks, (_token(tasks[-1].instance) if more and tasks else ""), spec
 
     def get_task(self, job_id: str, instance: int) -> tuple[Task, list[TaskEvent]]:
         with transaction(self.read_sessions) as s:
@@ -422,6 +476,10 @@ class JobManager:
                 repo.get_job(s, job_id)
                 raise NotFound(f"job {job_id} has no instance {instance}")
             return tasks[0], repo.get_task_events(s, job_id, instance, newest=MAX_EVENTS_SHOWN)
+
+    def get_spec(self, job_id: str) -> JobSpec:
+        with transaction(self.read_sessions) as s:
+            return repo.get_job(s, job_id).spec
 
     def count_waiting(self, owner: str) -> int:
         """Jobs of `owner` not started yet (INITIALIZED or PENDING), from a read session."""

@@ -14,13 +14,14 @@ from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
-from peloton.domain.spec import ignored_settings, validate
+from peloton.domain.spec import ignored_settings, validate_submitted
 from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
 
 DEFAULT_LOG_TAIL = 1024 * 1024
 MAX_LOG_TAIL = 1024 * 1024
+MAX_PLANS = 100  # PlanJob's top
 MAX_WATCHERS = 256  # open WatchJobs streams; each holds a server thread
 MAX_WATCH_JOBS = 1000
 REDACTED = "<redacted>"  # an environment value the caller may not see
@@ -42,10 +43,12 @@ def _shown(job: job_pb2.Job) -> job_pb2.Job:
     """The job as the caller may see it: the environment's values only for its owner and for principals with
     job.secrets.any; others see the names, each value replaced by REDACTED."""
     who = identity.caller()
-    if not job.spec.task.env or who.may_see_secrets(job.spec.owner):
+    envs = [job.spec.task.env, *(r.task.env for r in job.spec.roles)]
+    if not any(envs) or who.may_see_secrets(job.spec.owner):
         return job
-    for name in list(job.spec.task.env):  # not while iterating the map itself
-        job.spec.task.env[name] = REDACTED
+    for env in envs:
+        for name in list(env):  # not while iterating the map itself
+            env[name] = REDACTED
     return job
 
 
@@ -73,7 +76,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         request_checks.spec_size(request.spec)
         request_id = request_checks.request_id(request.request_id)
         spec = convert.spec_from_proto(request.spec)
-        validate(spec)  # bad input is named before any permission is judged
+        validate_submitted(spec)  # bad input is named before any permission is judged
         who = identity.caller()
         if who is not identity.OPEN:  # the owner is the caller (an admin may create a job for someone else)
             if spec.owner and spec.owner != who.name and "admin" not in who.roles:
@@ -119,7 +122,28 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     @grpc_errors
     def GetJob(self, request: job_pb2.GetJobRequest, context: grpc.ServicerContext) -> job_pb2.GetJobResponse:
         r = self.jm.get_job(_job_id(request.job_id))
-        return job_pb2.GetJobResponse(job=_shown(convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states)))
+        job = _shown(convert.job_to_proto(r.job, r.gangs, r.task_states, r.gang_states))
+        measured = self.jm.plan_measurements(r.job.id, r.gangs)
+        for gs in job.status.gangs:
+            m = measured.get(gs.index)
+            if m is not None:
+                gs.plan.measured_step_time, gs.plan.measured_samples_per_s = m.step_time, m.samples_per_s
+                gs.plan.measured_members = m.members
+        return job_pb2.GetJobResponse(job=job)
+
+    @grpc_errors
+    def PlanJob(self, request: job_pb2.PlanJobRequest, context: grpc.ServicerContext) -> job_pb2.PlanJobResponse:
+        if not request.HasField("spec"):
+            raise InvalidArgument("spec: required", field="spec")
+        request_checks.spec_size(request.spec)
+        if not 0 <= request.top <= MAX_PLANS:
+            raise InvalidArgument(f"top: must be 0..{MAX_PLANS} (0: 5), got {request.top}", field="top")
+        out = self.jm.plan_job(convert.spec_from_proto(request.spec), request.top or 5)
+        resp = job_pb2.PlanJobResponse(on_free_hosts=out.on_free_hosts,
+                                       instances=out.plans[0].gpus if out.plans else 0)
+        for p in out.plans:
+            convert.search_plan_to_proto(p, resp.plans.add())
+        return resp
 
     @grpc_errors
     def ListJobs(self, request: job_pb2.ListJobsRequest, context: grpc.ServicerContext) -> job_pb2.ListJobsResponse:
@@ -194,14 +218,15 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     @grpc_errors
     def ListTasks(self, request: task_pb2.ListTasksRequest, context: grpc.ServicerContext) -> task_pb2.ListTasksResponse:
         request_checks.page(request.page_size, request.page_token)
-        tasks, nxt = self.jm.list_tasks(_job_id(request.job_id), request.page_size, request.page_token)
-        return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t) for t in tasks], next_page_token=nxt)
+        tasks, nxt, spec = self.jm.list_tasks(_job_id(request.job_id), request.page_size, request.page_token)
+        return task_pb2.ListTasksResponse(tasks=[convert.task_to_proto(t, spec=spec) for t in tasks],
+                                          next_page_token=nxt)
 
     @grpc_errors
     def GetTask(self, request: task_pb2.GetTaskRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskResponse:
         job_id, instance = _job_id(request.job_id), request_checks.instance(request.instance)
         task, events = self.jm.get_task(job_id, instance)
-        p = convert.task_to_proto(task, events)
+        p = convert.task_to_proto(task, events, self.jm.get_spec(job_id))
         p.events_total = len(events) if len(events) < MAX_EVENTS_SHOWN else self.jm.count_task_events(job_id, instance)
         return task_pb2.GetTaskResponse(task=p)
 

@@ -1,16 +1,22 @@
 """The environment a gang member starts with, so that distributed training frameworks find their peers.
 
-Pure: computed from the gang's assignments only. Rank = position of the member when the gang is sorted by
-instance. The caller writes `hostfile(members)` to a file and sets PELOTON_HOSTFILE to its path.
+Pure: computed from the gang's assignments (and a job's roles) only. Rank = position of the member when the gang is
+sorted by instance. The caller writes `hostfile(hostfile_members(members, roles))` to a file and sets
+PELOTON_HOSTFILE to its path.
 """
 
 from __future__ import annotations
 
+import json
 from collections.abc import Sequence
 
 from peloton.domain.placement import MemberAssignment
+from peloton.domain.spec import Role
 
-__all__ = ["training_env", "hostfile", "ranked", "slots_by_address", "with_env_files"]
+__all__ = ["training_env", "hostfile", "hostfile_members", "ranked", "role_env_name", "slots_by_address",
+           "with_env_files"]
+
+HOSTFILE_ROLE = "worker"  # the role the hostfile lists, when a job has one of that name
 
 
 def ranked(members: Sequence[MemberAssignment]) -> list[MemberAssignment]:
@@ -35,8 +41,64 @@ def _endpoint(m: MemberAssignment) -> str:
     return f"{m.address}:{m.ports[0]}" if m.ports else m.address
 
 
-def training_env(job_id: str, attempt: int, members: Sequence[MemberAssignment]) -> dict[int, dict[str, str]]:
-    """instance -> environment variables for every member of the gang."""
+def role_env_name(role: str) -> str:
+    """`PELOTON_ROLE_HOSTS_<NAME>`'s NAME for a role name ([a-z][a-z0-9-]*): upper case, `-` as `_`."""
+    return role.upper().replace("-", "_")
+
+
+def _by_role(members: Sequence[MemberAssignment], roles: Sequence[Role]) -> list[list[MemberAssignment]]:
+    """The members of each role (instances are numbered in role order), each list in role-rank order."""
+    ends = []
+    end = 0
+    for r in roles:
+        end += r.instances
+        ends.append(end)
+    out: list[list[MemberAssignment]] = [[] for _ in roles]
+    for m in ranked(members):
+        for i, e in enumerate(ends):
+            if m.instance < e:
+                out[i].append(m)
+                break
+    return out
+
+
+def hostfile_members(members: Sequence[MemberAssignment], roles: Sequence[Role]) -> list[MemberAssignment]:
+    """Whom the MPI/Horovod hostfile lists: for a job with roles the members of the role named `worker`, else of
+    the roles that ask for GPUs, else every member; every member of a single-task job. In rank order."""
+    if not roles:
+        return ranked(members)
+    groups = _by_role(members, roles)
+    for r, g in zip(roles, groups, strict=True):
+        if r.name == HOSTFILE_ROLE:
+            return g
+    gpu = [m for r, g in zip(roles, groups, strict=True) if r.resources.gpu > 0 for m in g]
+    return gpu or ranked(members)
+
+
+def _role_env(members: Sequence[MemberAssignment], roles: Sequence[Role]) -> dict[int, dict[str, str]]:
+    """instance -> the role variables of a job with roles: its role, rank in it and size, every role's endpoints
+    (PELOTON_ROLE_HOSTS_<NAME>) and TF_CONFIG (TensorFlow's cluster spec and this member's task in it)."""
+    groups = _by_role(members, roles)
+    names = [r.name for r in roles]
+    endpoints = [[_endpoint(m) for m in g] for g in groups]
+    common = {"PELOTON_ROLES": ",".join(names)}
+    for name, eps in zip(names, endpoints, strict=True):
+        common[f"PELOTON_ROLE_HOSTS_{role_env_name(name)}"] = ",".join(eps)
+    # compact: every member carries it, and TF_CONFIG of a large gang is about as long as PELOTON_PEERS
+    cluster = json.dumps(dict(zip(names, endpoints, strict=True)), separators=(",", ":"))
+    out: dict[int, dict[str, str]] = {}
+    for name, g in zip(names, groups, strict=True):
+        for rank, m in enumerate(g):
+            task = json.dumps({"type": name, "index": rank}, separators=(",", ":"))
+            out[m.instance] = {**common, "PELOTON_ROLE": name, "PELOTON_ROLE_RANK": str(rank),
+                               "PELOTON_ROLE_SIZE": str(len(g)), "TF_CONFIG": f'{{"cluster":{cluster},"task":{task}}}'}
+    return out
+
+
+def training_env(job_id: str, attempt: int, members: Sequence[MemberAssignment],
+                 roles: Sequence[Role] = ()) -> dict[int, dict[str, str]]:
+    """instance -> environment variables for every member of the gang; with `roles` (a job's JobSpec.roles, whose
+    gang is every member of every role) also the role variables."""
     order = ranked(members)
     world = len(order)
     slots = slots_by_address(order)
@@ -72,6 +134,9 @@ def training_env(job_id: str, attempt: int, members: Sequence[MemberAssignment])
             if master.ports:
                 env["MASTER_PORT"] = str(master.ports[0])
         out[m.instance] = env
+    if roles:
+        for instance, extra in _role_env(order, roles).items():
+            out[instance].update(extra)
     return out
 
 

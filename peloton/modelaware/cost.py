@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
 from peloton.modelaware.gpus import DEFAULT_TABLE, LINK_GBYTES_S, NIC_EFFICIENCY, GpuTable
 
@@ -33,9 +34,9 @@ HIERARCHICAL = "allreduce-hierarchical"
 PS = "ps"
 SYNC_PATTERNS = (RING, HIERARCHICAL, PS)
 
-DEFAULT_NIC_GBPS = 25.0
-DEFAULT_GPU_LINK = "pcie"
-DEFAULT_GPU_MODEL = "unknown"
+DEFAULT_NIC_GBPS = hostlabels.DEFAULT_NIC_GBPS
+DEFAULT_GPU_LINK = hostlabels.DEFAULT_GPU_LINK
+DEFAULT_GPU_MODEL = hostlabels.DEFAULT_GPU_MODEL
 
 
 @dataclass(frozen=True, slots=True)

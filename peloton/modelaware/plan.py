@@ -20,6 +20,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import (
     DEFAULT_GPU_LINK,
@@ -534,3 +535,81 @@ def exhaustive(params: CostParams, hosts: Sequence[FreeHost], k: int, local_bsz:
 
     rec(0, k, [])
     return best
+
+
+@dataclass(frozen=True, slots=True)
+class PlanGoal:
+    """What the placement engine needs of a model-aware job: its cost model, and the batch it trains with."""
+
+    params: CostParams
+    pattern: str = RING
+    local_bsz: float = 0.0
+    global_bsz: float = 0.0
+    objective: str = "throughput"
+
+
+@dataclass(frozen=True, slots=True)
+class PlanChoice:
+    """The plan placement chose for a gang, its prediction, and the runner-ups it was preferred to."""
+
+    gpus_per_host: tuple[int, ...]
+    step_time: float
+    samples_per_s: float
+    local_bsz: float
+    alternatives: tuple[tuple[tuple[int, ...], float, float], ...] = ()  # (gpus per host, step time, samples/s)
+
+
+def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
+    """A host as the search sees it, its hardware from the well-known labels (peloton/domain/hostlabels.py); a
+    label that does not check counts as absent (the host manager refuses bad labels where hosts are declared, and
+    reports a Mesos agent's)."""
+    hw, _ = hostlabels.hardware_lenient(labels, has_gpus=True)
+    return FreeHost(name, free_gpus, hw.gpu_model, hw.nic_gbps, hw.gpu_link)
+
+
+def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 0,
+           table: GpuTable = DEFAULT_TABLE) -> tuple[Plan, PlanChoice] | None:
+    """The best plan for a gang of `gpus` one-GPU workers (and `servers` parameter servers, for a ps model) on
+    `hosts` (their free worker slots), with the record of why; None when no plan fits. A ps model without server
+    members is planned as a ring."""
+    ps = goal.pattern == PS and servers > 0
+    req = PlanRequest(gpus=gpus, local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
+                      pattern=goal.pattern if goal.pattern != PS or ps else RING, servers=servers if ps else 0,
+                      top=4)
+    plans = search(goal.params, hosts, req, table)
+    if not plans:
+        return None
+    best = plans[0]
+    choice = PlanChoice(best.gpus_per_host, best.prediction.step_time, best.samples_per_s, best.prediction.local_bsz,
+                        tuple((p.gpus_per_host, p.prediction.step_time, p.samples_per_s) for p in plans[1:]))
+    return best, choice
+
+
+def goal_to_dict(g: PlanGoal) -> dict[str, object]:
+    return {"params": g.params.as_dict(), "pattern": g.pattern, "local_bsz": g.local_bsz, "global_bsz": g.global_bsz,
+            "objective": g.objective}
+
+
+def goal_from_dict(d: dict[str, object]) -> PlanGoal:
+    """The inverse of goal_to_dict (data the daemon wrote itself: its checks were made when the job was created)."""
+    from peloton.modelaware.document import parse_params  # the one parser of a params object (no import cycle)
+
+    return PlanGoal(parse_params(d["params"], "goal.params"), str(d.get("pattern", RING)),
+                    float(d.get("local_bsz", 0.0)), float(d.get("global_bsz", 0.0)),  # type: ignore[arg-type]
+                    str(d.get("objective", "throughput")))
+
+
+def choice_to_dict(c: PlanChoice) -> dict[str, object]:
+    return {"gpus_per_host": list(c.gpus_per_host), "step_time": c.step_time, "samples_per_s": c.samples_per_s,
+            "local_bsz": c.local_bsz,
+            "alternatives": [{"gpus_per_host": list(g), "step_time": t, "samples_per_s": s}
+                             for g, t, s in c.alternatives]}
+
+
+def choice_from_dict(d: dict[str, object]) -> PlanChoice:
+    alts = d.get("alternatives", [])
+    assert isinstance(alts, list)
+    return PlanChoice(tuple(int(x) for x in d["gpus_per_host"]), float(d["step_time"]),  # type: ignore[attr-defined,arg-type]
+                      float(d["samples_per_s"]), float(d.get("local_bsz", 0.0)),  # type: ignore[arg-type]
+                      tuple((tuple(int(x) for x in a["gpus_per_host"]), float(a["step_time"]),
+                             float(a["samples_per_s"])) for a in alts))

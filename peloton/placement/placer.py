@@ -22,6 +22,8 @@ Quality rules (the tests hold them):
 - GPU hosts are kept for GPU work: members without GPUs use hosts without GPUs first and GPU hosts only when nothing
   else fits; GPU members only go to GPU hosts.
 - constraints restrict the hosts of a gang.
+- a gang of members of different sizes (a job's roles) is tried with its GPU members first, so members without GPUs
+  take what the GPU hosts have left rather than the cores the GPU members need there.
 """
 
 from __future__ import annotations
@@ -36,11 +38,13 @@ from peloton.domain.placement import (
     MemberRequest,
     PlacementFailure,
 )
-from peloton.domain.resources import format_mib
+from peloton.domain.resources import Resources, format_mib
 from peloton.domain.spec import Constraint
+from peloton.modelaware import plan as plans
+from peloton.modelaware.plan import PlanChoice, PlanGoal
 from peloton.placement.index import UNIT, ClassKey, ClassView, HostClass, HostIndex, HostState, Vec, Weights, to_vec
 
-__all__ = ["place", "can_ever_fit", "SHORT_DIMENSIONS", "HostIndex"]
+__all__ = ["place", "can_ever_fit", "worker_slots", "SHORT_DIMENSIONS", "HostIndex"]
 
 SHORT_DIMENSIONS = ("cpu", "mem", "disk", "gpu", "ports", "constraint")
 
@@ -245,6 +249,58 @@ def _pack(
     return None
 
 
+def _model_aware(att: _Attempt, view: ClassView, reqs: list[Vec], members: Sequence[MemberRequest],
+                 homogeneous: bool, w: Weights, goal: PlanGoal) -> tuple[int | None, PlanChoice | None]:
+    """The gang's one-GPU workers where the cost model rates the plan best among the hosts free now (still whole);
+    its CPU-only members (parameter servers, a chief) on the hosts the plan names for servers when they fit, else
+    packed. A gang whose GPU members differ in size, or have more than one GPU each, is packed (the cost model
+    counts one worker per GPU)."""
+    workers = [i for i, r in enumerate(reqs) if r[3] > 0]
+    if not workers or any(reqs[i] != reqs[workers[0]] for i in workers) or reqs[workers[0]][3] != 1:
+        return _pack(att, view, reqs, members, homogeneous, w), None
+    free = _slots(view, reqs[workers[0]])
+    others = [i for i, r in enumerate(reqs) if r[3] == 0]
+    chosen = plans.choose(goal, free, len(workers), servers=len(others))
+    if chosen is None:
+        return workers[0], None
+    best, record = chosen
+    it = iter(workers)
+    for name, g in best.hosts:
+        h = view.hosts[name]
+        for _ in range(g):
+            i = next(it)
+            att.assign(h, reqs[i], members[i])
+    rest = []
+    for j, i in enumerate(others):
+        target = view.hosts.get(best.servers[j]) if j < len(best.servers) else None
+        if target is not None and _fits(target, reqs[i]) and (target.cls is not None or target.name in att.count):
+            att.assign(target, reqs[i], members[i])
+        else:
+            rest.append(i)
+    if rest:
+        failed = _pack(att, view, [reqs[i] for i in rest], [members[i] for i in rest], False, w)
+        if failed is not None:
+            return rest[failed], None
+    return None, record
+
+
+def _slots(view: ClassView, worker: Vec) -> list[plans.FreeHost]:
+    """Every GPU host of the view as the plan search sees it: how many workers of size `worker` it can take now."""
+    free = []
+    for c in view.tiers[True].values():
+        n = _cap(c, worker)
+        if n > 0:
+            for name in c.names:
+                free.append(plans.free_host(name, n, view.hosts[name].labels))
+    return free
+
+
+def worker_slots(index: HostIndex, constraints: tuple[Constraint, ...], worker: Resources) -> list[plans.FreeHost]:
+    """The hosts `constraints` allow, with the workers of size `worker` each can take (its free state in `index`):
+    what `peloton job plan` and `instances: auto` plan on."""
+    return _slots(index.view(constraints), to_vec(worker))
+
+
 def _spread(
     att: _Attempt, view: ClassView, reqs: list[Vec], members: Sequence[MemberRequest], homogeneous: bool, w: Weights
 ) -> int | None:
@@ -321,13 +377,14 @@ def _n_hosts(n: int) -> str:
     return f"{n} host" if n == 1 else f"{n} hosts"
 
 
-def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassView, att: _Attempt) -> PlacementFailure:
+def _explain(gang: GangRequest, members: Sequence[MemberRequest], failed_at: int, index: HostIndex, view: ClassView,
+             att: _Attempt) -> PlacementFailure:
     """Why the gang failed at member `failed_at`, as plain data (short_hosts: per dimension, how many hosts lack it
     for that member as they stood then) and words: how many of the hosts the gang may use have the member's
     resources free, and by how much the nearest of the others falls short. For a gang of equal members the hosts
     are judged as they were before it (and how many of its members they have room for is said); for mixed
-    members, as they stood when the member failed."""
-    member = gang.members[failed_at].resources
+    members, as they stood when the member failed. `members`: in the order they were tried."""
+    member = members[failed_at].resources
     r = to_vec(member)
     counts: dict[str, int] = {}
     for c in index.classes():
@@ -344,12 +401,12 @@ def _explain(gang: GangRequest, failed_at: int, index: HostIndex, view: ClassVie
             if index.fails_somewhere(con):
                 failed_constraints.append(con)
     short = {d: counts[d] for d in SHORT_DIMENSIONS if d in counts}
-    n = len(gang.members)
-    homogeneous = all(m.resources == member for m in gang.members)
+    n = len(members)
+    homogeneous = all(m.resources == member for m in members)
     if homogeneous:
         need = f"gang of {n} needs {member.describe()} each"
     else:
-        need = f"gang of {n}: instance {gang.members[failed_at].instance} needs {member.describe()}"
+        need = f"gang of {n}: instance {members[failed_at].instance} needs {member.describe()}"
     # the hosts the gang may use, each (free vector, how many hosts have it, the lowest name among them)
     states: list[tuple[Vec, int, str]] = [((c.cpu, c.mem, c.disk, c.gpu, c.ports), len(c.names), c.names.first())
                                           for tier in view.tiers.values() for c in tier.values() if c.names]
@@ -397,22 +454,35 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
         return GangPlacement(gang.gang_id, gang.job_id, gang.attempt, ()) if keep else None
     first = members[0].resources
     homogeneous = all(m.resources is first or m.resources == first for m in members)
-    reqs = [to_vec(first)] * len(members) if homogeneous else [to_vec(m.resources) for m in members]
+    position: dict[int, int] = {}  # id of a member -> its place in the gang (mixed members are tried reordered)
+    if homogeneous:
+        reqs = [to_vec(first)] * len(members)
+    else:
+        position = {id(m): j for j, m in enumerate(members)}
+        # Members with GPUs first (the most first; otherwise in the gang's order): those without may then use what
+        # GPU hosts have left, rather than take the cores the GPU members need there (a job's parameter servers
+        # before its workers on a cluster of GPU hosts only).
+        members = tuple(sorted(members, key=lambda m: -m.resources.gpu))
+        reqs = [to_vec(m.resources) for m in members]
     view = index.view(gang.constraints)
     att = _Attempt(view)
     w = index.weights()
+    plan: PlanChoice | None = None
     if gang.strategy == "spread":
         failed_at = _spread(att, view, reqs, members, homogeneous, w)
+    elif gang.goal is not None:
+        failed_at, plan = _model_aware(att, view, reqs, members, homogeneous, w, gang.goal)
     else:
         failed_at = _pack(att, view, reqs, members, homogeneous, w)
     if failed_at is not None:
-        failure = _explain(gang, failed_at, index, view, att)
+        failure = _explain(gang, members, failed_at, index, view, att)
         att.rollback()
         return failure
     if not keep:
         att.rollback()
         return None
     att.commit()
+    pairs = att.pairs if homogeneous else sorted(att.pairs, key=lambda p: position[id(p[0])])  # the gang's order
     return GangPlacement(
         gang_id=gang.gang_id,
         job_id=gang.job_id,
@@ -421,8 +491,9 @@ def _try(gang: GangRequest, index: HostIndex, keep: bool) -> GangPlacement | Pla
             MemberAssignment(
                 instance=m.instance, task_id=m.task_id, hostname=h.name, address=h.address, resources=m.resources
             )
-            for m, h in att.pairs
+            for m, h in pairs
         ),
+        plan=plan,
     )
 
 

@@ -180,6 +180,16 @@ def test_environment_values_are_shown_to_the_owner_operators_and_admins_only(clu
                                              metadata=cluster.md("viewer")).jobs}
     assert listed[job].spec.task.env["API_KEY"] == "<redacted>"
     assert "hunter2" not in json.dumps(str(listed[job]))
+    # each role's environment of a job with roles, too
+    spec = job_pb2.JobSpec(name="roles")
+    for name, env in (("ps", {"PELOTON_SIM_DURATION": "1h"}), ("worker", {"API_KEY": "hunter2"})):
+        r = spec.roles.add(name=name, instances=1)
+        r.task.command, r.task.resources.cpu, r.task.resources.mem = "train.py", 0.5, "64Mi"
+        r.task.env.update(env)
+    roles = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=T, metadata=cluster.md("bob")).job_id
+    for who, value in (("bob", "hunter2"), ("viewer", "<redacted>")):
+        got = jobs.GetJob(job_pb2.GetJobRequest(job_id=roles), timeout=T, metadata=cluster.md(who)).job.spec
+        assert dict(got.roles[1].task.env) == {"API_KEY": value}, who
 
 
 @pytest.fixture(params=["sqlite", "postgresql"])

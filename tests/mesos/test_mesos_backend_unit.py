@@ -10,12 +10,15 @@ from typing import Any
 
 import pytest
 
+from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec, Role
 from peloton.domain.states import TaskState
 from peloton.hostmgr.backend import GangLaunch, LaunchError, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
 from peloton.hostmgr.mesos.calls import FrameworkConfig
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol
+from peloton.jobmgr.launcher import Launcher
 from tests.mesos.transcript_dir import load_transcript
 
 FID = "1ba6cc5a-71b1-4625-9952-fb54d2771b7b-0002"
@@ -279,6 +282,38 @@ def test_launch_one_accept_per_agent_with_task_infos() -> None:
     assert {t.task_id for t in h.b.running()} == {"job-0-1", "job-1-1", "job-2-1", "job-3-1"}
     hosts = {x.hostname: x for x in h.b.hosts()}
     assert hosts[H0].allocated.cpu == 8 and hosts[H0].task_ids == ("job-0-1", "job-2-1")
+
+
+def test_each_member_of_a_job_with_roles_runs_its_roles_task() -> None:
+    """The launcher's LaunchSpecs of a job with roles, launched through the backend: each TaskInfo carries its
+    member's role: command, resources (GPUs for the workers only), environment; the hostfile lists the workers."""
+    ps = Role("ps", 1, "python ps.py", Resources(cpu=2, mem=4096, ports=1), env={"PS_ONLY": "1"})
+    worker = Role("worker", 2, "python worker.py", Resources(cpu=1, mem=1024, gpu=1, ports=1))
+    job = JobSpec(name="tf", instances=3, command="", resources=Resources(), roles=(ps, worker))
+    placed = GangPlacement("job/0", "job", 1, (
+        MemberAssignment(0, "job-0-1", H0, "127.0.0.1", ps.resources, (), (31000,)),
+        MemberAssignment(1, "job-1-1", H1, "127.0.0.1", worker.resources, (0,), (31001,)),
+        MemberAssignment(2, "job-2-1", H1, "127.0.0.1", worker.resources, (1,), (31002,))))
+    h = Harness()
+    h.ready()
+    launch(h.b, list(Launcher._gang_launch(placed, job).tasks))
+    infos = {ti["task_id"]["value"]: ti for a in h.t.of("ACCEPT") for ti in a["accept"]["operations"][0]["launch"][
+        "task_infos"]}
+    assert {ti["agent_id"]["value"] for ti in infos.values()} == {S0, S1}
+    res = {tid: {r["name"]: r.get("scalar", {}).get("value") for r in ti["resources"]} for tid, ti in infos.items()}
+    assert res["job-0-1"] == {"cpus": 2, "mem": 4096, "ports": None}
+    assert res["job-1-1"] == res["job-2-1"] == {"cpus": 1, "mem": 1024, "gpus": 1, "ports": None}
+    env = {tid: {v["name"]: v["value"] for v in ti["command"]["environment"]["variables"]}
+           for tid, ti in infos.items()}
+    assert infos["job-0-1"]["command"]["value"].endswith("&& python ps.py")
+    assert infos["job-2-1"]["command"]["value"].endswith("&& python worker.py")
+    assert env["job-0-1"]["PS_ONLY"] == "1" and "PS_ONLY" not in env["job-1-1"]
+    assert [(e["PELOTON_ROLE"], e["PELOTON_ROLE_RANK"]) for _, e in sorted(env.items())] == [
+        ("ps", "0"), ("worker", "0"), ("worker", "1")]
+    assert json.loads(env["job-2-1"]["TF_CONFIG"]) == {
+        "cluster": {"ps": ["127.0.0.1:31000"], "worker": ["127.0.0.1:31001", "127.0.0.1:31002"]},
+        "task": {"type": "worker", "index": 1}}
+    assert env["job-0-1"]["PELOTON_HOSTFILE_CONTENT"] == "127.0.0.1 slots=2\n"  # the workers only
 
 
 def test_a_task_runs_as_its_jobs_user_else_as_the_frameworks() -> None:

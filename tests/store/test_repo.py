@@ -11,7 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
 from peloton.domain.resources import Resources
-from peloton.domain.spec import Constraint, JobSpec, gang_partition, spec_from_dict, spec_to_dict
+from peloton.domain.spec import Constraint, JobSpec, Role, gang_partition, spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
 from peloton.store import db, repo
@@ -69,6 +69,20 @@ def test_job_round_trip(sessions: Sessions) -> None:
         assert repo.get_tasks(s, "j1") == tasks
         row = s.execute(select(JobRow.name, JobRow.owner, JobRow.respool, JobRow.priority)).one()
         assert tuple(row) == ("train", "alice", "/", 5)
+
+
+def test_a_job_with_roles_round_trips(sessions: Sessions) -> None:
+    """Each role's task as given, unicode and all; a task's role comes from the spec and its instance."""
+    roles = (Role("ps", 2, "python ps.py", Resources(cpu=4, mem=8192.5, ports=1), env={"É": "ü"},
+                  env_files={"TOKEN": "/etc/tök"}, container_image="tf:2"),
+             Role("worker-gpu", 3, "python w.py --x 'y'", Resources(cpu=2, gpu=1, ports=1)))
+    job, gangs, tasks = add_job(sessions, "jr", instances=5, command="", resources=Resources(), env={},
+                                container_image="", min_available=0, roles=roles)
+    assert len(gangs) == 1 and gangs[0].instances == [0, 1, 2, 3, 4]
+    with db.transaction(sessions) as s:
+        got = repo.get_job(s, "jr")
+    assert got.spec == job.spec and got.spec.roles == roles
+    assert got.spec.role_at(4) == (roles[1], 2)
 
 
 def test_insert_job_duplicate(sessions: Sessions) -> None:
@@ -167,6 +181,7 @@ def test_gangs_update_and_states(sessions: Sessions) -> None:
     gangs1[0].state, gangs1[0].attempt, gangs1[0].reason = GangState.PLACED, 2, "placed on h1"
     gangs1[0].launch_deadline, gangs1[0].updated_at = 999.5, 500.0
     gangs1[2].state = GangState.RUNNING
+    gangs1[2].plan = '{"gpus_per_host": [2, 2], "step_time": 1.5, "samples_per_s": 21.3}'  # a model-aware run's
     gangs2[0].state = GangState.PLACED
     with db.transaction(sessions) as s:
         repo.update_gangs(s, [gangs1[0], gangs1[2], gangs2[0]])

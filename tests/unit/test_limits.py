@@ -490,7 +490,9 @@ def test_the_docs_list_every_limit() -> None:
         f"1Ki to {L.MAX_POOL_MEM_MIB / 1024**2:.0f}Ti", f"0 to {L.MAX_POOL_GPU}", f"0 to {L.MAX_POOL_PORTS}",
         f"{L.MIN_POOL_SHARE:g} to {L.MAX_POOL_SHARE:.0f}", f"0 (the default, {L.DEFAULT_LIST_LIMIT}) to {L.MAX_LIST_LIMIT}",
         f"at most {L.MAX_STATE_FILTERS}", f"±{L.PROTO_DURATION_MAX_SECONDS}", f"±{L.PROTO_DURATION_MAX_NANOS}",
-        f"at most {L.MAX_NAME_CONTAINS_CHARS} characters",
+        f"at most {L.MAX_NAME_CONTAINS_CHARS} characters", f"at most {L.MAX_ROLES} roles",
+        f"at most {L.MAX_ROLE_NAME_CHARS} characters",
+        f"at most {L.MAX_ROLES_TASK_BYTES} bytes ({L.MAX_ROLES_TASK_BYTES // KiB_} KiB)",
     ]
     missing = [e for e in expected if e not in section]
     assert not missing, missing

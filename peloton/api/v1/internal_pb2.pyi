@@ -125,6 +125,7 @@ class GangRequest(_message.Message):
     PREEMPTIBLE_FIELD_NUMBER: _builtins.int
     RUNNING_SINCE_FIELD_NUMBER: _builtins.int
     MAX_RUNTIME_S_FIELD_NUMBER: _builtins.int
+    GOAL_JSON_FIELD_NUMBER: _builtins.int
     gang_id: _builtins.str
     """<job_id>/<gang_index>"""
     job_id: _builtins.str
@@ -141,6 +142,8 @@ class GangRequest(_message.Message):
     """a running gang's (GangRequest.running): when it began to run (victim order)"""
     max_runtime_s: _builtins.float
     """sla.max_runtime (0: none): when a running gang will end at the latest (backfill)"""
+    goal_json: _builtins.str
+    """placement.strategy model-aware: the job's cost model and batch, as JSON (peloton/modelaware/plan.py goal_to_dict)"""
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___Member]: ...
     @_builtins.property
@@ -161,10 +164,11 @@ class GangRequest(_message.Message):
         preemptible: _builtins.bool = ...,
         running_since: _builtins.float = ...,
         max_runtime_s: _builtins.float = ...,
+        goal_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "constraints", b"constraints", "enqueued_at", b"enqueued_at", "gang_id", b"gang_id", "job_id", b"job_id", "max_runtime_s", b"max_runtime_s", "members", b"members", "preemptible", b"preemptible", "priority", b"priority", "respool", b"respool", "running", b"running", "running_since", b"running_since", "strategy", b"strategy"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "constraints", b"constraints", "enqueued_at", b"enqueued_at", "gang_id", b"gang_id", "goal_json", b"goal_json", "job_id", b"job_id", "max_runtime_s", b"max_runtime_s", "members", b"members", "preemptible", b"preemptible", "priority", b"priority", "respool", b"respool", "running", b"running", "running_since", b"running_since", "strategy", b"strategy"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -220,9 +224,12 @@ class Placement(_message.Message):
     JOB_ID_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     MEMBERS_FIELD_NUMBER: _builtins.int
+    PLAN_JSON_FIELD_NUMBER: _builtins.int
     gang_id: _builtins.str
     job_id: _builtins.str
     attempt: _builtins.int
+    plan_json: _builtins.str
+    """a model-aware gang's plan: chosen, predicted, runner-ups, as JSON (peloton/modelaware/plan.py choice_to_dict)"""
     @_builtins.property
     def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___Assignment]: ...
     def __init__(
@@ -232,10 +239,11 @@ class Placement(_message.Message):
         job_id: _builtins.str = ...,
         attempt: _builtins.int = ...,
         members: _abc.Iterable[Global___Assignment] | None = ...,
+        plan_json: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "gang_id", b"gang_id", "job_id", b"job_id", "members", b"members"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "gang_id", b"gang_id", "job_id", b"job_id", "members", b"members", "plan_json", b"plan_json"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -79,6 +79,8 @@ class TaskInfo(_message.Message):
     FINISHED_AT_FIELD_NUMBER: _builtins.int
     EVENTS_FIELD_NUMBER: _builtins.int
     EVENTS_TOTAL_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    ROLE_RANK_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     instance: _builtins.int
     task_id: _builtins.str
@@ -95,6 +97,10 @@ class TaskInfo(_message.Message):
     started_at: _builtins.float
     finished_at: _builtins.float
     events_total: _builtins.int
+    role: _builtins.str
+    """a job with roles: the member's role (empty for a single-task job)"""
+    role_rank: _builtins.int
+    """its rank within the role (PELOTON_ROLE_RANK)"""
     @_builtins.property
     def ports(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]: ...
     @_builtins.property
@@ -123,10 +129,12 @@ class TaskInfo(_message.Message):
         finished_at: _builtins.float = ...,
         events: _abc.Iterable[Global___TaskEvent] | None = ...,
         events_total: _builtins.int = ...,
+        role: _builtins.str = ...,
+        role_rank: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "address", b"address", "attempt", b"attempt", "events", b"events", "events_total", b"events_total", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang_index", b"gang_index", "gpus", b"gpus", "host", b"host", "instance", b"instance", "job_id", b"job_id", "message", b"message", "ports", b"ports", "reason", b"reason", "started_at", b"started_at", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "address", b"address", "attempt", b"attempt", "events", b"events", "events_total", b"events_total", "exit_code", b"exit_code", "finished_at", b"finished_at", "gang_index", b"gang_index", "gpus", b"gpus", "host", b"host", "instance", b"instance", "job_id", b"job_id", "message", b"message", "ports", b"ports", "reason", b"reason", "role", b"role", "role_rank", b"role_rank", "started_at", b"started_at", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015

@@ -39,6 +39,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import threading
 import time
 from collections import OrderedDict
@@ -49,6 +50,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from peloton.domain import hostlabels
+from peloton.domain.hostgroups import HostGroup
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -73,6 +76,7 @@ from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, St
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
+from peloton.modelaware import metrics
 from peloton.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
@@ -112,23 +116,29 @@ def make_local_hosts(
     ports_per_host: int = 1000,
     *,
     data_dir: Path | None = None,
+    labels: dict[str, str] | None = None,
+    groups: Sequence[HostGroup] = (),
 ) -> list[HostConfig]:
     """The hosts of the local backend.
 
-    n None: the one real host, named after this machine, with its resources (or `resources`) and detected GPUs.
+    n None (and no groups): the one real host, named after this machine, with its resources (or `resources`) and
+    detected GPUs.
     n given: simulated hosts local-0..local-{n-1}, each with `resources` (this machine's if None) and its own GPU
-    index space 0..gpu-1, and non-overlapping port ranges of `ports_per_host` ports from `port_base`."""
+    index space 0..gpu-1, and non-overlapping port ranges of `ports_per_host` ports from `port_base`.
+    groups given (`--local-host-group`): simulated hosts of each group in turn, numbered on from local-0.
+    Labels: `host`, `rack=local`, then `labels` (or each group's)."""
     if n is not None and n < 1:
         raise InvalidArgument(f"number of local hosts must be at least 1, got {n}", field="local_hosts")
     if ports_per_host < 1:
         raise InvalidArgument(f"ports per host must be at least 1, got {ports_per_host}", field="ports_per_host")
-    count = 1 if n is None else n
+    count = sum(g.count for g in groups) if groups else 1 if n is None else n
     if port_base < 1 or port_base + count * ports_per_host - 1 > 65535:
         raise InvalidArgument(
             f"port ranges {port_base}..{port_base + count * ports_per_host - 1} do not fit in 1..65535",
             field="port_base",
         )
-    if n is None:
+    extra = dict(labels or {})
+    if n is None and not groups:
         detected = detect_gpus()
         if resources is None:
             res = machine_resources(data_dir, gpu_count=len(detected))
@@ -137,17 +147,22 @@ def make_local_hosts(
             res = resources
             gpu_ids = tuple(detected[: res.gpu]) if len(detected) >= res.gpu else tuple(range(res.gpu))
         name = socket.gethostname() or "local-0"
+        hostlabels.check_for_hosts(extra, bool(gpu_ids), "--local-host-labels")  # (its GPUs are known only now)
         return [HostConfig(hostname=name, resources=replace(res, gpu=len(gpu_ids), ports=0), gpu_ids=gpu_ids,
                            port_range=(port_base, port_base + ports_per_host - 1),
-                           labels={"host": name, "rack": "local"}, address=LOCAL_ADDRESS)]
-    res = resources if resources is not None else machine_resources(data_dir)
-    hosts = []
-    for i in range(n):
-        name = f"local-{i}"
-        lo = port_base + i * ports_per_host
-        hosts.append(HostConfig(hostname=name, resources=replace(res, ports=0), gpu_ids=tuple(range(res.gpu)),
-                                port_range=(lo, lo + ports_per_host - 1), labels={"host": name, "rack": "local"},
-                                address=LOCAL_ADDRESS))
+                           labels={"host": name, "rack": "local", **extra}, address=LOCAL_ADDRESS)]
+    if not groups:
+        groups = (HostGroup(count, resources if resources is not None else machine_resources(data_dir),
+                            tuple(extra.items())),)
+    hosts: list[HostConfig] = []
+    for g in groups:
+        for _ in range(g.count):
+            i = len(hosts)
+            name = f"local-{i}"
+            lo = port_base + i * ports_per_host
+            hosts.append(HostConfig(hostname=name, resources=replace(g.resources, ports=0),
+                                    gpu_ids=tuple(range(g.resources.gpu)), port_range=(lo, lo + ports_per_host - 1),
+                                    labels={"host": name, "rack": "local", **dict(g.labels)}, address=LOCAL_ADDRESS))
     return hosts
 
 
@@ -417,6 +432,8 @@ class LocalBackend:
         return False
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        if stream == "metrics":
+            return self._read_metrics(task_id, max_bytes)
         if stream not in _STREAMS:
             raise InvalidArgument(f"stream must be one of {', '.join(_STREAMS)}, got {stream!r}", field="stream")
         sandbox = self._sandbox_path(task_id)
@@ -431,6 +448,25 @@ class LocalBackend:
         except OSError as e:  # the task replaced its log with a symlink, a FIFO, ...
             raise FailedPrecondition(f"the {stream} of task {task_id} cannot be read: "
                                      f"{e.strerror or e}") from None
+
+    def _read_metrics(self, task_id: str, max_bytes: int) -> tuple[bytes, int]:
+        """The tail of the member's $PELOTON_METRICS_FILE. The file is the member's: a symlink is not followed and
+        anything but a regular file reads as nothing (only numbers of it are shown, modelaware/metrics.py)."""
+        sandbox = self._sandbox_path(task_id)
+        if sandbox is None:
+            return b"", 0
+        try:
+            fd = os.open(sandbox / "work" / metrics.FILE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+        except OSError:
+            return b"", 0
+        try:
+            st = os.fstat(fd)
+            if not stat.S_ISREG(st.st_mode):
+                return b"", 0
+            start = max(0, st.st_size - max_bytes)
+            return os.pread(fd, max_bytes, start), st.st_size
+        finally:
+            os.close(fd)
 
     def _rotate_logs(self) -> bool:
         """The `local-logrotate` loop's pass, every `log_check_s`: the logs of running tasks grown past the cap are
@@ -623,6 +659,7 @@ class LocalBackend:
         env = dict(spec.env)
         env["CUDA_VISIBLE_DEVICES"] = ",".join(str(g) for g in spec.gpu_ids)
         env["PELOTON_SANDBOX"] = str(t.sandbox)
+        env["PELOTON_METRICS_FILE"] = str(t.sandbox / "work" / metrics.FILE_NAME)
         if "hostfile" in spec.files and "PELOTON_HOSTFILE" not in spec.env:
             env["PELOTON_HOSTFILE"] = str(t.sandbox / "hostfile")
         return env

@@ -54,6 +54,7 @@ from peloton.hostmgr.mesos.files import AgentFiles
 from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop
+from peloton.modelaware import metrics
 
 log = logging.getLogger(__name__)
 
@@ -344,6 +345,8 @@ class MesosBackend:
             env["PELOTON_HOSTFILE_CONTENT"] = m.files["hostfile"]
             command = ('printf "%s" "$PELOTON_HOSTFILE_CONTENT" > "$MESOS_SANDBOX/hostfile" && '
                        'export PELOTON_HOSTFILE="$MESOS_SANDBOX/hostfile" && ' + command)
+        # where the member reports its speed (modelaware/metrics.py); the agent sets MESOS_SANDBOX
+        command = f'export PELOTON_METRICS_FILE="$MESOS_SANDBOX/{metrics.FILE_NAME}" && ' + command
         r = m.resources
         return calls.task_info(
             m.task_id, a.agent_id,
@@ -419,7 +422,7 @@ class MesosBackend:
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
         """From the task's sandbox on its agent, over the agent's files API (files.py)."""
-        if stream not in ("stdout", "stderr"):
+        if stream not in ("stdout", "stderr", "metrics"):
             raise InvalidArgument(f"stream must be stdout or stderr, got {stream!r}", field="stream")
         with self._lock:
             t = self._tasks.get(task_id)
@@ -429,7 +432,10 @@ class MesosBackend:
             raise FailedPrecondition(
                 f"the agent of task {task_id} is not known to this daemon (it ended before the daemon's last start, "
                 "or its agent is gone): use the Mesos UI or the agent's /files API")
-        path = files.sandbox_path(fid, task_id, stream)
+        path = files.sandbox_path(fid, task_id, metrics.FILE_NAME if stream == "metrics" else stream)
+        if stream == "metrics":
+            max_bytes = min(max_bytes, metrics.READ_BYTES)
+            offset = -max_bytes
         return files.read_log(self._files.reader(a.address or a.hostname, a.agent_port), path, offset, max_bytes)
 
     # --- events from the master -------------------------------------------------------------------------------
