@@ -250,7 +250,7 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
     rows = len(doc.profile) + len(measured)
     if rows >= MIN_REFIT_ROWS:
         result = refit(doc.profile, [(x.placement, x.local_bsz, x.step_time) for x in measured], base.reference,
-                       base)
+                       base, doc.description.sync)
         new = docs.ModelDocument(doc.name, doc.description, result.params,
                                  docs.FitInfo(result.rows, result.median_error, result.p90_error,
                                               (doc.fit.source if doc.fit else "") + " + measured"),

@@ -237,7 +237,14 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
 
     from peloton.modelaware import fit as fitting
     from peloton.modelaware.cost import Reference
-    from peloton.modelaware.document import MAX_NAME_CHARS, Description, FitInfo, ModelDocument, document_to_dict
+    from peloton.modelaware.document import (
+        MAX_NAME_CHARS,
+        MAX_PROFILE_ROWS,
+        Description,
+        FitInfo,
+        ModelDocument,
+        document_to_dict,
+    )
     from peloton.modelaware.profile import format_placement, read_profile, select
 
     table = _table(a)
@@ -259,7 +266,8 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
     result = fitting.fit(train, reference, pattern=a.sync)
     doc = ModelDocument(name=name, description=Description(sync=a.sync), params=result.params,
                         fit=FitInfo(rows=result.rows, median_error=result.median_error, p90_error=result.p90_error,
-                                    source=a.profile[-1024:]))  # a document's limit
+                                    source=a.profile[-1024:]),  # a document's limit
+                        profile=tuple(train[:MAX_PROFILE_ROWS]))  # what `model refit` fits again with measurements
     text = _dumps(document_to_dict(doc)) + "\n"
     if a.out == "-":
         sys.stdout.write(text)
