@@ -64,7 +64,8 @@ def _read_spec(path: str) -> job_pb2.JobSpec:
 
 def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
     """The plans the cost model rates best for a model-aware spec on the cluster now; nothing is created."""
-    r = c.call(c.jobs.PlanJob, job_pb2.PlanJobRequest(spec=_read_spec(a.file), top=a.top))
+    spec = _read_spec(a.file)
+    r = c.call(c.jobs.PlanJob, job_pb2.PlanJobRequest(spec=spec, top=a.top))
     if a.output == "json":
         print(render.dumps(render.to_dict(r)))
         return 0
@@ -72,7 +73,9 @@ def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
         print("no plan fits this cluster, even with every host free")
         return 1
     where = "on the hosts' free GPUs now" if r.on_free_hosts else "nothing fits now: on every host as if free"
-    print(f"Plans for {r.instances} workers, best first ({where}):")
+    what = (f"Plans (instances: auto; the best uses {r.instances} workers)" if spec.model.auto_instances
+            else f"Plans for {r.instances} workers")
+    print(f"{what}, best first ({where}):")
     rows = []
     for i, p in enumerate(r.plans, 1):
         hosts = ", ".join(f"{h}:{g}" for h, g in zip(p.hosts, p.gpus_per_host, strict=False))
