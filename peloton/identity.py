@@ -66,6 +66,7 @@ PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerRe
 METHODS: dict[str, str] = {
     "/peloton.v1.JobService/CreateJob": JOB_CREATE,
     "/peloton.v1.JobService/GetJob": JOB_READ,
+    "/peloton.v1.JobService/PlanJob": HOST_READ,  # it shows the hosts' free GPUs; nothing is created
     "/peloton.v1.JobService/ListJobs": JOB_READ,
     "/peloton.v1.JobService/WatchJobs": JOB_READ,
     "/peloton.v1.JobService/StopJob": JOB_CONTROL_OWN,  # and the job's owner, unless job.control.any
@@ -86,13 +87,18 @@ METHODS: dict[str, str] = {
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
     "/peloton.v1.AuditService/ListAuditEvents": AUDIT_READ,
     "/peloton.v1.ClusterService/GetClusterInfo": HOST_READ,  # every role: who am I, how is this daemon set up
+    "/peloton.v1.ModelService/CreateModel": JOB_CREATE,  # replacing one: its owner or an admin (api/model_service.py)
+    "/peloton.v1.ModelService/GetModel": JOB_READ,
+    "/peloton.v1.ModelService/ListModels": JOB_READ,
+    "/peloton.v1.ModelService/DeleteModel": JOB_CONTROL_OWN,  # and the model's owner, unless an admin
 }
 # The calls that change something: what the per-principal rate limit counts (--rate-limit).
 MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobService/StopJob",
                       "/peloton.v1.JobService/DeleteJob", "/peloton.v1.ResourcePoolService/CreatePool",
                       "/peloton.v1.ResourcePoolService/UpdatePool",
                       "/peloton.v1.ResourcePoolService/DeletePool", "/peloton.v1.SimService/FailHost",
-                      "/peloton.v1.SimService/RecoverHost"})
+                      "/peloton.v1.SimService/RecoverHost", "/peloton.v1.ModelService/CreateModel",
+                      "/peloton.v1.ModelService/DeleteModel"})
 TOKEN_PREFIX = "pt_"
 
 

@@ -16,7 +16,7 @@ import time
 import uuid
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -34,6 +34,7 @@ from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
+from peloton.api.model_service import ModelBook, ModelServicer
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
     audit_pb2,
@@ -45,12 +46,15 @@ from peloton.api.v1 import (
     internal_pb2_grpc,
     job_pb2,
     job_pb2_grpc,
+    model_pb2,
+    model_pb2_grpc,
     respool_pb2,
     respool_pb2_grpc,
     task_pb2,
     task_pb2_grpc,
 )
 from peloton.config import split_hostport
+from peloton.domain.hostgroups import HostGroup
 from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.files import (
@@ -140,6 +144,8 @@ class ServerConfig:
     data_dir: Path
     local_hosts: int | None = None
     local_host_resources: Resources | None = None
+    local_host_labels: dict[str, str] = field(default_factory=dict)  # --local-host-labels: of the plain form's hosts
+    local_host_groups: tuple[HostGroup, ...] = ()  # --local-host-group: these hosts instead of --local-hosts'
     local_port_base: int = 31000
     metrics_listen: str = ""
     workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
@@ -489,7 +495,7 @@ class Daemon:
             assert cfg.mesos is not None
             return make_mesos_backend(cfg.mesos, self.sessions, may_subscribe=self._leads, loop_clock=self.clock)
         hosts = make_local_hosts(cfg.local_hosts, cfg.local_host_resources, port_base=cfg.local_port_base,
-                                 data_dir=cfg.data_dir)
+                                 data_dir=cfg.data_dir, labels=cfg.local_host_labels, groups=cfg.local_host_groups)
         if cfg.default_task_user == "root" and tasks_run_as_others():
             log.warning("--default-task-user root: tasks of jobs that name no user run as root, whatever their pool "
                         "allows (docs/security.md)")
@@ -670,6 +676,10 @@ class Daemon:
             job_pb2_grpc.add_JobServiceServicer_to_server(servicer, self.server)
             task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
             services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
+            # stored models live in the store beside the jobs that will name them
+            model_pb2_grpc.add_ModelServiceServicer_to_server(
+                ModelServicer(ModelBook(self.sessions, self.read_sessions)), self.server)
+            services += [(model_pb2.DESCRIPTOR, "ModelService")]
         self.started_at = time.time()
         cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(ClusterFacts(
             roles=sorted(roles),

@@ -39,14 +39,23 @@ DROPPED = Counter("peloton_audit_records_dropped_total", "Audit records dropped:
 
 
 def object_of(request: Any, response: Any = None) -> str:
-    """What a call was about: a job id, a pool path or a host name (a created job: its new id; a refused one: the
-    pool it named)."""
-    for source, field in ((response, "job_id"), (request, "job_id"), (request, "path"), (request, "hostname")):
+    """What a call was about: a job id, a pool path, a host name or a model's name (a created job: its new id; a
+    refused one: the pool it named)."""
+    for source, field in ((response, "job_id"), (request, "job_id"), (request, "path"), (request, "hostname"),
+                          (request, "name")):
         value = getattr(source, field, "") if source is not None else ""
         if value:
             return str(value)
     pool = getattr(request, "pool", None) or getattr(getattr(request, "spec", None), "respool", None)
     return str(getattr(pool, "path", pool) or "")
+
+
+def _column(text: str, chars: int | None) -> str:
+    """A value as its column can hold it on both stores: the object of a refused call is whatever the caller sent
+    (a model's name with a NUL, a job id of 100,000 characters), which PostgreSQL would refuse, and with it the
+    whole batch, again and again."""
+    text = text.replace("\x00", "\\x00")
+    return text if chars is None or len(text) <= chars else text[:chars - 3] + "..."
 
 
 class AuditLog:
@@ -70,8 +79,9 @@ class AuditLog:
 
     def record(self, principal: str, via: str, method: str, obj: str, allowed: bool, code: str,
                message: str = "") -> None:
-        e = AuditEvent(at=self.clock(), principal=principal, via=via, method=method.lstrip("/").split(".")[-1],
-                       object=obj, allowed=allowed, code=code, message=message)
+        e = AuditEvent(at=self.clock(), principal=_column(principal, 128), via=_column(via, 32),
+                       method=_column(method.lstrip("/").split(".")[-1], 128), object=_column(obj, 512),
+                       allowed=allowed, code=_column(code, 32), message=_column(message, None))
         with self._cond:
             if len(self._pending) >= AUDIT_QUEUE:
                 self._pending.popleft()

@@ -11,11 +11,11 @@ from typing import TYPE_CHECKING
 from google.protobuf import duration_pb2
 
 from peloton import run_as
-from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, respool_pb2, task_pb2
-from peloton.domain import checks
+from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
+from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
-from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.model import Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
 from peloton.domain.placement import (
     GangPlacement,
     GangRequest,
@@ -31,6 +31,7 @@ from peloton.domain.spec import (
     DEFAULT_PREEMPTION_GRACE_S,
     Constraint,
     JobSpec,
+    ModelRef,
     Role,
 )
 from peloton.domain.states import TaskState
@@ -112,7 +113,14 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
         max_attempts=p.retry.max_attempts if p.HasField("retry") and p.retry.max_attempts else DEFAULT_MAX_ATTEMPTS,
         strategy=p.placement.strategy or "pack",
         constraints=tuple(Constraint(c.attribute, c.op or "eq", c.value) for c in p.placement.constraints),
+        model=_model_ref(p.model) if p.HasField("model") else None,
     )
+
+
+def _model_ref(m: job_pb2.ModelSpec) -> ModelRef:
+    return ModelRef(name=m.name, local_bsz=m.local_bsz, global_bsz=m.global_bsz, objective=m.objective or "throughput",
+                    auto_instances=m.auto_instances, min_instances=m.min_instances or 1,
+                    max_instances=m.max_instances)
 
 
 def _seconds(d: duration_pb2.Duration, field: str) -> float:
@@ -165,6 +173,11 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
     p.placement.strategy = s.strategy
     for c in s.constraints:
         p.placement.constraints.add(attribute=c.attribute, op=c.op, value=c.value)
+    if s.model is not None:
+        m = s.model
+        p.model.name, p.model.local_bsz, p.model.global_bsz = m.name, m.local_bsz, m.global_bsz
+        p.model.objective, p.model.auto_instances = m.objective, m.auto_instances
+        p.model.min_instances, p.model.max_instances = m.min_instances, m.max_instances
     return p
 
 
@@ -198,6 +211,15 @@ def plan_to_proto(c: plans.PlanChoice, out: job_pb2.PlanInfo) -> None:
     out.step_time, out.samples_per_s, out.local_bsz = c.step_time, c.samples_per_s, c.local_bsz
     for gph, step, sps in c.alternatives:
         out.alternatives.add(gpus_per_host=gph, step_time=step, samples_per_s=sps)
+
+
+def search_plan_to_proto(p: plans.Plan, out: job_pb2.PlanInfo) -> None:
+    """A plan of `peloton job plan`: its hosts, and what the cost model predicts of it."""
+    out.gpus_per_host.extend(p.gpus_per_host)
+    out.hosts.extend(name for name, _ in p.hosts)
+    out.servers.extend(p.servers)
+    out.step_time, out.samples_per_s = p.prediction.step_time, p.samples_per_s
+    out.local_bsz = p.prediction.local_bsz
 
 
 def task_to_proto(t: Task, events: Sequence[TaskEvent] = (), spec: JobSpec | None = None) -> task_pb2.TaskInfo:
@@ -278,7 +300,15 @@ def host_to_proto(h: HostInfo, offer_held: bool, drain_deadline: float | None = 
         maintenance=maintenance,
     )
     p.labels.update(h.labels)
+    hw, invalid = hostlabels.hardware_lenient(h.labels, has_gpus=h.capacity.gpu > 0)
+    p.hardware.CopyFrom(host_pb2.HostHardware(gpu_model=hw.gpu_model, nic_gbps=hw.nic_gbps, gpu_link=hw.gpu_link,
+                                              defaulted=list(hw.defaulted), invalid=invalid))
     return p
+
+
+def stored_model_to_proto(m: StoredModel) -> model_pb2.Model:
+    return model_pb2.Model(name=m.name, owner=m.owner, version=m.version, created_at=m.created_at,
+                           updated_at=m.updated_at, document_json=m.document)
 
 
 # --- internal: resource vectors, gangs, placements, offers, launches, statuses ---------------------------------

@@ -246,7 +246,13 @@ def parse_spec(text: str, source: str = "spec", *, partial: bool = False) -> job
     spec = job_pb2.JobSpec()
     present: set[str] = set()
     try:
+        auto = _take_auto_instances(doc, present)
         _fill(spec, doc, "", present)
+        if auto:
+            if not spec.HasField("model"):
+                raise checks.bad(auto, "auto needs a model to choose it with (model.name, and placement.strategy "
+                                       "model-aware)")
+            spec.model.auto_instances = True
         required = dict(_REQUIRED)
         if spec.roles:  # `roles: []` is no roles, as in protobuf (a single-task job's `-o json` has it)
             if "task" in present:  # `instances` may be there: the roles' sum (as `job get -o json` writes it)
@@ -261,6 +267,25 @@ def parse_spec(text: str, source: str = "spec", *, partial: bool = False) -> job
     except RecursionError:  # aliases nested deeper than the interpreter's stack, under a field that takes mappings
         raise InvalidArgument(f"{source}: nested too deeply", field=source) from None
     return spec
+
+
+def _take_auto_instances(doc: dict[Any, Any], present: set[str]) -> str:
+    """`instances: auto` (the job's, or a role's): taken out of the document before it is read as protobuf (where
+    instances is a number); the field it was in, or "" when none says auto. Only one may."""
+    found = []
+    if isinstance(doc.get("instances"), str) and doc["instances"].strip() == "auto":
+        del doc["instances"]
+        found.append("instances")
+    roles = doc.get("roles")
+    if isinstance(roles, list):
+        for i, r in enumerate(roles):
+            if isinstance(r, dict) and isinstance(r.get("instances"), str) and r["instances"].strip() == "auto":
+                del r["instances"]
+                found.append(f"roles[{i}].instances")
+    if len(found) > 1:
+        raise checks.bad(found[1], f"auto: only one count can be chosen (already {found[0]})")
+    present.update(found)
+    return found[0] if found else ""
 
 
 def _cut(text: str, limit: int = 300) -> str:

@@ -1,4 +1,4 @@
-"""`peloton pool ...`, `peloton host list` and `peloton audit`."""
+"""`peloton pool ...`, `peloton host ...` and `peloton audit`."""
 
 from __future__ import annotations
 
@@ -183,12 +183,58 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
         return 0
     rows = [[h.hostname, h.address, h.state + (" (unhealthy)" if h.health else ""), _drain(h),
              render.resources(h.capacity, disk=True), render.resources(h.allocated, disk=True, gpu=h.capacity.gpu > 0), len(h.task_ids),
-             "yes" if h.offer_held else "no", ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
+             "yes" if h.offer_held else "no", _hardware(h.hardware),
+             ",".join(f"{k}={v}" for k, v in sorted(h.labels.items()))] for h in r.hosts]
     print(render.table(rows, ["HOST", "ADDRESS", "STATE", "DRAIN", "CAPACITY", "ALLOCATED", "TASKS", "OFFER HELD",
-                              "LABELS"]))
+                              "HARDWARE", "LABELS"]))
     for h in r.hosts:
         if h.health:
             print(f"{h.hostname}: {h.health}")
+        for why in h.hardware.invalid:
+            print(f"{h.hostname}: {why} (its default is assumed)")
+    return 0
+
+
+def _gbps(v: float) -> str:
+    return f"{v:g}G"
+
+
+def _hardware(hw: host_pb2.HostHardware) -> str:
+    """What the cost model assumes of a host, compact: `a100 nvlink 400G` (`25G` for a host without GPUs)."""
+    return " ".join(x for x in (hw.gpu_model, hw.gpu_link, _gbps(hw.nic_gbps)) if x)
+
+
+def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
+    from peloton.api.v1 import host_pb2
+    from peloton.errors import NotFound
+
+    hosts = c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest()).hosts
+    h = next((x for x in hosts if x.hostname == a.hostname), None)
+    if h is None:
+        names = [x.hostname for x in hosts]
+        raise NotFound(f"hostname: no host {a.hostname} (hosts: {', '.join(names[:10])}"
+                       f"{' ...' if len(names) > 10 else ''})")
+    if a.output == "json":
+        print(render.json_message(h))
+        return 0
+    hw = h.hardware
+
+    def defaulted(label: str, shown: str) -> str:
+        return f"{shown} (default)" if label in hw.defaulted else shown
+
+    rows = [["host", h.hostname], ["address", h.address], ["state", h.state + (" (unhealthy)" if h.health else "")],
+            ["drain", _drain(h)], ["capacity", render.resources(h.capacity, disk=True)],
+            ["allocated", render.resources(h.allocated, disk=True, gpu=h.capacity.gpu > 0)],
+            ["tasks", ", ".join(h.task_ids) or "-"], ["offer held", "yes" if h.offer_held else "no"],
+            ["gpu model", defaulted("gpu_model", hw.gpu_model) if hw.gpu_model else "- (no GPUs)"],
+            ["gpu link", defaulted("gpu_link", hw.gpu_link) if hw.gpu_link else "- (no GPUs)"],
+            ["nic", defaulted("nic_gbps", f"{hw.nic_gbps:g} Gbit/s")],
+            ["labels", ",".join(f"{k}={v}" for k, v in sorted(h.labels.items())) or "-"]]
+    print("\n".join(f"{k + ':':<12}{v}" for k, v in rows))
+    if h.health:
+        print(f"{h.hostname}: {h.health}")
+    for why in hw.invalid:
+        print(f"{h.hostname}: {why} (its default is assumed)")
     return 0
 
 

@@ -24,7 +24,7 @@ if TYPE_CHECKING:
 
 # the component whose process serves each service (docs/running.md, "Components in separate processes")
 SERVED_BY = {"JobService": "jobmgr", "TaskService": "jobmgr", "AuditService": "jobmgr",
-             "ResourcePoolService": "resmgr", "HostService": "hostmgr"}
+             "ResourcePoolService": "resmgr", "HostService": "hostmgr", "ModelService": "jobmgr"}
 
 
 class Stub:
@@ -112,6 +112,12 @@ class Client:
         from peloton.api.v1 import host_pb2
 
         return Stub(self.channel, host_pb2, "HostService")
+
+    @functools.cached_property
+    def models(self) -> Any:
+        from peloton.api.v1 import model_pb2
+
+        return Stub(self.channel, model_pb2, "ModelService")
 
     def call(self, method: Callable[..., Any], request: Message) -> Any:
         try:

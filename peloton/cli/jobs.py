@@ -24,17 +24,7 @@ CREATE_RETRY_S = 30.0  # how long `job create` keeps trying a daemon that answer
 
 
 def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
-    from peloton.api.specfile import parse_spec
-
-    try:
-        if a.file == "-":
-            text = sys.stdin.read()
-        else:
-            with open(a.file, encoding="utf-8") as f:
-                text = f.read()
-    except OSError as e:
-        raise InvalidArgument(f"-f: cannot read {a.file}: {e.strerror}") from None
-    spec = parse_spec(text, source=a.file)
+    spec = _read_spec(a.file)
     # One key for every try of this command: a retry after UNAVAILABLE (the daemon restarting, its store away)
     # returns the job a first try may have created instead of creating another.
     import uuid
@@ -55,6 +45,43 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
     for w in r.warnings:  # settings this daemon accepted but will not act on: created, but said so
         print(f"peloton: warning: {w}", file=sys.stderr)
     print(r.job_id)
+    return 0
+
+
+def _read_spec(path: str) -> job_pb2.JobSpec:
+    from peloton.api.specfile import parse_spec
+
+    try:
+        if path == "-":
+            text = sys.stdin.read()
+        else:
+            with open(path, encoding="utf-8") as f:
+                text = f.read()
+    except OSError as e:
+        raise InvalidArgument(f"-f: cannot read {path}: {e.strerror}") from None
+    return parse_spec(text, source=path)
+
+
+def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
+    """The plans the cost model rates best for a model-aware spec on the cluster now; nothing is created."""
+    spec = _read_spec(a.file)
+    r = c.call(c.jobs.PlanJob, job_pb2.PlanJobRequest(spec=spec, top=a.top))
+    if a.output == "json":
+        print(render.dumps(render.to_dict(r)))
+        return 0
+    if not r.plans:
+        print("no plan fits this cluster, even with every host free")
+        return 1
+    where = "on the hosts' free GPUs now" if r.on_free_hosts else "nothing fits now: on every host as if free"
+    what = (f"Plans (instances: auto; the best uses {r.instances} workers)" if spec.model.auto_instances
+            else f"Plans for {r.instances} workers")
+    print(f"{what}, best first ({where}):")
+    rows = []
+    for i, p in enumerate(r.plans, 1):
+        hosts = ", ".join(f"{h}:{g}" for h, g in zip(p.hosts, p.gpus_per_host, strict=False))
+        rows.append([i, ",".join(map(str, p.gpus_per_host)), f"{p.step_time:.3f}", f"{p.samples_per_s:.1f}",
+                     f"{p.local_bsz:g}", hosts + (f"; servers {','.join(p.servers)}" if p.servers else "")])
+    print(render.table(rows, ["#", "GPUS/HOST", "STEP_S", "SAMPLES/S", "LOCAL_BSZ", "HOSTS"]))
     return 0
 
 

@@ -30,6 +30,8 @@ if TYPE_CHECKING:
     from google.protobuf.message import Message
 
     from peloton.cli.client import Client
+    from peloton.domain.hostgroups import HostGroup
+    from peloton.domain.resources import Resources
     from peloton.hostmgr.sim.backend import SimSettings
 else:
     class _Lazy:
@@ -104,31 +106,79 @@ def _sim_method(c: Client, name: str) -> Callable[..., Any]:
 
 def _sim_settings(a: argparse.Namespace) -> SimSettings | None:
     """The SimSettings of `server --backend sim`, checked (errors name the flag); None for another backend."""
+    from peloton.domain.hostgroups import parse_host_groups
+    from peloton.domain.hostlabels import check_for_hosts, parse_labels
     from peloton.domain.resources import parse_resources_flag
     from peloton.hostmgr.sim.backend import SimSettings
 
     flags = {"--sim-hosts": a.sim_hosts, "--sim-host-resources": a.sim_host_resources, "--sim-racks": a.sim_racks,
-             "--sim-seed": a.sim_seed, "--sim-ports-per-host": a.sim_ports_per_host}
+             "--sim-seed": a.sim_seed, "--sim-ports-per-host": a.sim_ports_per_host,
+             "--sim-host-labels": a.sim_host_labels, "--sim-host-group": a.sim_host_group}
     if a.backend != "sim":
         for flag, value in flags.items():
             if value is not None:
-                raise InvalidArgument(f"{flag}: only with --backend sim")
+                raise InvalidArgument(f"{flag}: only with --backend sim", field=flag)
         return None
-    for flag, value in (("--local-hosts", a.local_hosts), ("--local-host-resources", a.local_host_resources)):
+    for flag, value in (("--local-hosts", a.local_hosts), ("--local-host-resources", a.local_host_resources),
+                        ("--local-host-labels", a.local_host_labels), ("--local-host-group", a.local_host_group)):
         if value is not None:
-            raise InvalidArgument(f"{flag}: only with --backend local")
+            raise InvalidArgument(f"{flag}: only with --backend local", field=flag)
+    groups = parse_host_groups(a.sim_host_group, "--sim-host-group")
+    if groups:
+        _plain_or_groups("--sim-host-group", {"--sim-hosts": a.sim_hosts, "--sim-host-resources":
+                                              a.sim_host_resources, "--sim-host-labels": a.sim_host_labels})
     d = SimSettings()
-    hosts = d.hosts if a.sim_hosts is None else a.sim_hosts
+    resources = (parse_resources_flag(a.sim_host_resources, "--sim-host-resources") if a.sim_host_resources
+                 else d.resources)
+    labels = parse_labels(a.sim_host_labels or "", "--sim-host-labels")
+    check_for_hosts(labels, resources.gpu > 0, "--sim-host-labels")
+    hosts = sum(g.count for g in groups) if groups else d.hosts if a.sim_hosts is None else a.sim_hosts
     settings = SimSettings(
         hosts=hosts,
-        resources=(parse_resources_flag(a.sim_host_resources, "--sim-host-resources") if a.sim_host_resources
-                   else d.resources),
+        resources=resources,
         racks=(min(d.racks, max(hosts, 1)) if a.sim_racks is None else a.sim_racks),
         seed=d.seed if a.sim_seed is None else a.sim_seed,
         ports_per_host=d.ports_per_host if a.sim_ports_per_host is None else a.sim_ports_per_host,
+        labels=tuple(sorted(labels.items())),
+        groups=groups,
     )
     settings.check()
     return settings
+
+
+def _plain_or_groups(group_flag: str, plain: dict[str, object]) -> None:
+    """The hosts are either the plain form's (a count, one size, one set of labels) or the groups': not both, so
+    that no host is made that the command line does not show (a config file's `sim-hosts` beside a group's)."""
+    given = [flag for flag, value in plain.items() if value is not None]
+    if given:
+        raise InvalidArgument(f"{group_flag}: not with {', '.join(given)}: the hosts are the groups' (make those "
+                              f"hosts a group of their own: {group_flag} COUNT:RESOURCES[:LABELS])", field=group_flag)
+
+
+def _local_hosts(a: argparse.Namespace) -> tuple[int | None, Resources | None, dict[str, str], tuple[HostGroup, ...]]:
+    """`--local-hosts`, `--local-host-resources`, `--local-host-labels`, `--local-host-group`, checked (errors
+    name the flag)."""
+    from peloton.domain.hostgroups import parse_host_groups
+    from peloton.domain.hostlabels import check_for_hosts, parse_labels
+    from peloton.domain.resources import parse_resources_flag
+
+    if a.backend == "mesos":
+        for flag, value in (("--local-hosts", a.local_hosts), ("--local-host-resources", a.local_host_resources),
+                            ("--local-host-labels", a.local_host_labels), ("--local-host-group", a.local_host_group)):
+            if value is not None:
+                raise InvalidArgument(f"{flag}: only with --backend local", field=flag)
+    if a.local_hosts is not None and a.local_hosts < 1:
+        raise InvalidArgument("--local-hosts: must be at least 1", field="--local-hosts")
+    groups = parse_host_groups(a.local_host_group, "--local-host-group")
+    if groups:
+        _plain_or_groups("--local-host-group", {"--local-hosts": a.local_hosts, "--local-host-resources":
+                                                a.local_host_resources, "--local-host-labels": a.local_host_labels})
+    res = parse_resources_flag(a.local_host_resources) if a.local_host_resources else None
+    labels = parse_labels(a.local_host_labels or "", "--local-host-labels")
+    if res is not None:
+        check_for_hosts(labels, res.gpu > 0, "--local-host-labels")
+    n = a.local_hosts if a.local_hosts is not None or res is None else 1
+    return n, res, labels, groups
 
 
 def _add_sim_server_flags(s: argparse.ArgumentParser) -> None:
@@ -144,6 +194,13 @@ def _add_sim_server_flags(s: argparse.ArgumentParser) -> None:
                         "(default 0)")
     s.add_argument("--sim-ports-per-host", type=int, default=None,
                    help="--backend sim: ports 31000.. of each host (default 1000)")
+    s.add_argument("--sim-host-labels", default=None, metavar="K=V[,K=V]",
+                   help="--backend sim: labels of the --sim-hosts hosts, e.g. gpu_model=t4,nic_gbps=50,gpu_link=pcie "
+                        "(beside host and rack; GPU hosts have gpu_model=sim-gpu unless it is given)")
+    s.add_argument("--sim-host-group", action="append", default=None, metavar="COUNT:RESOURCES[:LABELS]",
+                   help="--backend sim: COUNT hosts of RESOURCES with LABELS, e.g. 8:cpu=48,mem=192Gi,gpu=4:"
+                        "gpu_model=t4,nic_gbps=50 (repeatable: a heterogeneous cluster, the groups' hosts numbered "
+                        "in order; instead of --sim-hosts, --sim-host-resources and --sim-host-labels)")
 
 
 def _add_sim_parsers(sub: Any) -> None:
@@ -163,21 +220,15 @@ def _add_sim_parsers(sub: Any) -> None:
 
 def cmd_server(a: argparse.Namespace) -> int:
     from peloton import logs, run_as
-    from peloton.domain.resources import parse_mib, parse_resources_flag
+    from peloton.domain.resources import parse_mib
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.server import MesosSettings, ServerConfig, run_server
 
     logs.configure(a.log_level, a.log_format)
     sim = _sim_settings(a)
-    if a.local_hosts is not None and a.local_hosts < 1:
-        raise InvalidArgument("--local-hosts: must be at least 1")
-    res = parse_resources_flag(a.local_host_resources) if a.local_host_resources else None
-    if res is not None and a.local_hosts is None:
-        a.local_hosts = 1
+    local_hosts, res, local_labels, local_groups = _local_hosts(a)
     mesos = None
     if a.backend == "mesos":
-        if a.local_hosts is not None:
-            raise InvalidArgument("--local-hosts: only with --backend local")
         if not a.mesos_master:
             raise InvalidArgument("--mesos-master: required with --backend mesos (e.g. http://m1:5050,http://m2:5050)")
         masters = [m.strip() for m in a.mesos_master.split(",") if m.strip()]
@@ -195,7 +246,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         raise InvalidArgument("--mesos-master: only with --backend mesos")
     cfg = ServerConfig(
         listen=a.listen, db_url=a.db, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
-        local_hosts=a.local_hosts, local_host_resources=res, local_port_base=a.local_port_base,
+        local_hosts=local_hosts, local_host_resources=res, local_host_labels=local_labels,
+        local_host_groups=local_groups, local_port_base=a.local_port_base,
         metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
         roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
@@ -422,6 +474,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "(/var/lib/peloton for root)")
     s.add_argument("--local-hosts", type=int, default=None, help="simulate N hosts on this machine")
     s.add_argument("--local-host-resources", default=None, help="size of each simulated host: cpu=8,mem=16Gi,gpu=2")
+    s.add_argument("--local-host-labels", default=None, metavar="K=V[,K=V]",
+                   help="labels of the local hosts (the simulated ones of --local-hosts, or this machine), e.g. "
+                        "gpu_model=a100,nic_gbps=100,gpu_link=nvlink")
+    s.add_argument("--local-host-group", action="append", default=None, metavar="COUNT:RESOURCES[:LABELS]",
+                   help="COUNT simulated hosts of RESOURCES with LABELS, e.g. 2:cpu=4,mem=8Gi,gpu=2:gpu_model=t4 "
+                        "(repeatable: a heterogeneous cluster, local-0.. in the groups' order; instead of "
+                        "--local-hosts, --local-host-resources and --local-host-labels)")
     s.add_argument("--local-port-base", type=int, default=31000, help="first port of host 0's range (1000 per host)")
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
@@ -578,6 +637,11 @@ def build_parser() -> argparse.ArgumentParser:
     x = j.add_parser("create", help="submit a job spec (YAML); prints the job id")
     x.add_argument("-f", "--file", required=True, help="spec file, or - for stdin")
     x.set_defaults(fn="jobs:cmd_job_create")
+    x = j.add_parser("plan", help="a model-aware spec's best plans on the cluster now (nothing is created)")
+    x.add_argument("-f", "--file", required=True, help="spec file, or - for stdin")
+    x.add_argument("--top", type=int, default=5, help="how many plans (default 5)")
+    out(x)
+    x.set_defaults(fn="jobs:cmd_job_plan")
     x = j.add_parser("get", help="state, gangs (and why pending), tasks")
     x.add_argument("job_id")
     out(x)
@@ -684,6 +748,14 @@ def build_parser() -> argparse.ArgumentParser:
     x.add_argument("path", metavar="PATH")
     x.set_defaults(fn="admin:cmd_pool_delete")
 
+    from peloton.cli import model, model_offline
+
+    models = sub.add_parser("model", help="model documents of model-aware plans: stored in the daemon (create, get, "
+                                          "list, refit, delete), and offline (fit a profile, predict, plan)"
+                            ).add_subparsers(dest="cmd", required=True)
+    model.register_stored(models, out)
+    model_offline.register(models)  # no daemon: model_offline.py
+
     x = sub.add_parser("queue", help="the gangs waiting for admission or placement, in queue order, and why")
     x.add_argument("pool", nargs="?", metavar="POOL", help="this pool and its subtree (default: every pool)")
     x.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N gangs (default 1000)")
@@ -699,6 +771,11 @@ def build_parser() -> argparse.ArgumentParser:
     x = h.add_parser("list", help="every host: capacity, allocation, tasks, and whether it is draining")
     out(x)
     x.set_defaults(fn="admin:cmd_host_list")
+    x = h.add_parser("get", help="one host: capacity, allocation, tasks, drain, and the GPU model, GPU link and "
+                                 "network bandwidth the model-aware cost model assumes of it")
+    x.add_argument("hostname", metavar="HOST")
+    out(x)
+    x.set_defaults(fn="admin:cmd_host_get")
     x = h.add_parser("drain", help="take a host out of service: no new gangs on it; at --deadline the gangs still "
                                    "there are preempted whole (back to their queue, no attempt lost)")
     x.add_argument("hostname", metavar="HOST")
@@ -713,7 +790,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     x = sub.add_parser("audit", help="the audit log: changing and refused calls, newest first (admin, operator)")
     x.add_argument("--principal", default=None, help="only this principal's calls")
-    x.add_argument("--object", default=None, metavar="ID", help="only calls about this job id, pool path or host")
+    x.add_argument("--object", default=None, metavar="ID", help="only calls about this job id, pool path, host or model")
     x.add_argument("--since", default=None, metavar="DURATION", help="only the last DURATION (30s, 15m, 2h)")
     x.add_argument("--denied", action="store_true", help="only refused calls")
     x.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default %(default)s)")

@@ -37,6 +37,7 @@ TIMESTAMPS: dict[str, frozenset[str]] = {
     "peloton.v1.RoleLeader": frozenset({"since"}),
     "peloton.v1.Standby": frozenset({"waiting_since"}),
     "peloton.v1.AuditEvent": frozenset({"at"}),
+    "peloton.v1.Model": frozenset({"created_at", "updated_at"}),
 }
 SECONDS: dict[str, frozenset[str]] = {
     "peloton.v1.Leadership": frozenset({"lease_seconds"}),

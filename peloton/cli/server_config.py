@@ -1,7 +1,8 @@
 """`peloton server`'s settings from three places, one order: a TOML file (`--config FILE`, or PELOTON_SERVER_CONFIG),
 then environment variables (PELOTON_<FLAG>, e.g. PELOTON_METRICS_LISTEN for --metrics-listen), then the command
 line; the later wins. The file's keys are the flags' names without the dashes in front (`metrics-listen =
-"127.0.0.1:5392"`; `insecure = true` for a switch). Read with the standard library (tomllib), checked before the
+"127.0.0.1:5392"`; `insecure = true` for a switch; a list of strings for a flag that may be repeated,
+`sim-host-group = ["8:cpu=48,mem=192Gi,gpu=4:gpu_model=t4", ...]`, whose variable separates them with `;`). Read with the standard library (tomllib), checked before the
 daemon starts: an unknown key or a bad value is one line naming the file and the key.
 """
 
@@ -39,8 +40,17 @@ def _is_switch(action: argparse.Action) -> bool:
     return isinstance(action, argparse._StoreTrueAction)
 
 
+def _is_repeatable(action: argparse.Action) -> bool:
+    return isinstance(action, argparse._AppendAction)
+
+
 def _args(key: str, action: argparse.Action, value: Any, where: str) -> list[str]:
-    """The command-line form of one setting, checked with the flag's own type and choices."""
+    """The command-line form of one setting, checked with the flag's own type and choices. A repeatable flag
+    (`sim-host-group`) takes a list of values, each given once (or one value)."""
+    if _is_repeatable(action) and isinstance(value, list):
+        if not _all_text(value):
+            raise InvalidArgument(f"{where}: must be a list of strings, got {value!r}", field=key)
+        return [arg for v in value for arg in _args(key, action, v, where)]
     if _is_switch(action):
         if not isinstance(value, bool):
             raise InvalidArgument(f"{where}: must be true or false, got {value!r}", field=key)
@@ -94,6 +104,8 @@ def from_env(environ: Mapping[str, str], settings: Mapping[str, argparse.Action]
             if flag not in ("1", "true", "yes", "0", "false", "no", ""):
                 raise InvalidArgument(f"{name}: must be true or false (1/0, yes/no), got {raw!r}", field=key)
             out += [f"--{key}"] if flag in ("1", "true", "yes") else []
+        elif _is_repeatable(action):  # several values: separated by `;` (`8:cpu=48:gpu_model=t4;4:cpu=96`)
+            out += _args(key, action, [v for v in raw.split(";") if v.strip()], name)
         else:
             out += _args(key, action, raw, name)
     return out
@@ -109,7 +121,27 @@ def layered(parser: argparse.ArgumentParser, argv: Sequence[str], environ: Mappi
     settings = _settings(parser)
     path = known.config or environ.get(CONFIG_ENV)
     file_args = from_file(Path(path), settings) if path else []
-    return [*file_args, *from_env(environ, settings), *argv]
+    env_args = from_env(environ, settings)
+    # a repeatable flag's values accumulate: the place that wins gives all of them (the flags' replace the
+    # variable's, which replace the file's)
+    repeatable = {f"--{k}" for k, a in settings.items() if _is_repeatable(a)}
+    in_argv = {w.split("=", 1)[0] for w in argv} & repeatable
+    env_args = _without(env_args, in_argv)
+    file_args = _without(file_args, in_argv | ({w for w in env_args} & repeatable))
+    return [*file_args, *env_args, *argv]
+
+
+def _without(args: list[str], flags: set[str]) -> list[str]:
+    """`args` (pairs `--flag value`, or a lone switch) less the pairs of `flags`."""
+    out: list[str] = []
+    i = 0
+    while i < len(args):
+        if args[i] in flags:
+            i += 2
+            continue
+        out.append(args[i])
+        i += 1
+    return out
 
 
 def render(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> str:
@@ -123,6 +155,8 @@ def render(parser: argparse.ArgumentParser, ns: argparse.Namespace) -> str:
             lines.append(f"{key} = {'true' if value else 'false'}")
         elif isinstance(value, (int, float)):
             lines.append(f"{key} = {value}")
+        elif isinstance(value, list):  # a repeatable flag's values
+            lines.append(f"{key} = [{', '.join(_toml_string(str(v)) for v in value)}]")
         else:
             lines.append(f"{key} = {_toml_string(str(value))}")
     return "\n".join(lines) + "\n"

@@ -107,3 +107,7 @@ MAX_SPEC_BYTES = 1 * MiB
 # refused by gRPC itself with RESOURCE_EXHAUSTED before the daemon reads it. The largest request is a CreateJob,
 # whose spec is at most MAX_SPEC_BYTES.
 MAX_REQUEST_BYTES = 4 * MiB
+
+# Model-aware plans (docs/model-aware.md)
+MAX_MODEL_NAME_CHARS = 128  # a stored model's name
+MAX_BATCH = 1e9  # model.local_bsz, model.global_bsz

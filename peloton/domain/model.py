@@ -125,3 +125,15 @@ class ResourcePool:
             return None
         head = self.path.rsplit("/", 1)[0]
         return head or "/"
+
+
+@dataclass(frozen=True, slots=True)
+class StoredModel:
+    """A model document kept in the store under a name (`peloton model create`; domain/stored_models.py)."""
+
+    name: str
+    owner: str
+    document: str  # the canonical JSON text of the document (what the daemon read, with its defaults)
+    version: int = 1  # each replace adds 1
+    created_at: float = 0.0
+    updated_at: float = 0.0

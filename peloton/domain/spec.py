@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING
 
 from peloton.domain import checks, limits
@@ -15,7 +15,10 @@ if TYPE_CHECKING:
     from peloton.domain.model import ResourcePool
 
 ON_MEMBER_FAILURE = ("restart_gang", "fail_job")
-STRATEGIES = ("pack", "spread")
+MODEL_AWARE = "model-aware"
+STRATEGIES = ("pack", "spread", MODEL_AWARE)
+OBJECTIVES = ("throughput", "efficiency")
+_MODEL_NAME = re.compile(r"[A-Za-z0-9_.-]+")  # fullmatch: a stored model's name
 CONSTRAINT_OPS = ("eq", "ne", "exists", "in")
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")  # fullmatch: `$` would let "FOO\n" through
 _USER = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]*\$?")  # fullmatch: POSIX portable user names (and Samba's $)
@@ -67,6 +70,23 @@ class Role:
 
 
 @dataclass(frozen=True, slots=True)
+class ModelRef:
+    """The training model whose cost model places a model-aware job (docs/model-aware.md)."""
+
+    name: str  # a stored model
+    local_bsz: float = 0.0  # per GPU; or
+    global_bsz: float = 0.0  # over the gang; neither: the model description's
+    objective: str = "throughput"
+    auto_instances: bool = False  # `instances: auto`: the workers' count is chosen when the job is created
+    min_instances: int = 1
+    max_instances: int = 0  # 0: as many as fit
+    # Decided by the daemon when the job is created: the cost model and batch the placement engine uses
+    # (peloton/modelaware/plan.py goal_to_dict, as JSON), so a later change of the stored model does not move a
+    # running job; "" until then.
+    goal_json: str = ""
+
+
+@dataclass(frozen=True, slots=True)
 class JobSpec:
     name: str
     instances: int
@@ -95,6 +115,7 @@ class JobSpec:
     # their sum, the top-level command, resources, env, env_files and container_image are empty, and the job is one
     # gang. Callers ask for a member's task with the member_* helpers, which work for both forms.
     roles: tuple[Role, ...] = ()
+    model: ModelRef | None = None  # placement.strategy model-aware
 
     @property
     def gang_size(self) -> int:
@@ -227,6 +248,7 @@ def validate(spec: JobSpec) -> JobSpec:
     _validate_user(spec.user, "roles[0].task.user" if spec.roles else "task.user")
     if spec.strategy not in STRATEGIES:
         raise bad("placement.strategy", f"must be one of {', '.join(STRATEGIES)}, got {checks.show(spec.strategy)}")
+    validate_model_ref(spec)
     if len(spec.constraints) > limits.MAX_CONSTRAINTS:
         raise bad("placement.constraints", f"at most {limits.MAX_CONSTRAINTS}, got {len(spec.constraints)}")
     for i, c in enumerate(spec.constraints):
@@ -249,6 +271,73 @@ def _duration(seconds: float, field_name: str, maximum: float, *, positive: bool
         raise checks.bad(field_name, f"at most {format_duration(maximum)}, got {format_duration(seconds)}")
     if positive and seconds <= 0:
         raise checks.bad(field_name, "must be greater than 0")
+
+
+def worker_roles(spec: JobSpec) -> list[int]:
+    """Indexes (in all_roles()) of the roles whose members have GPUs: a model-aware job's workers."""
+    return [i for i, r in enumerate(spec.all_roles()) if r.resources.gpu > 0]
+
+
+def with_workers(spec: JobSpec, n: int) -> JobSpec:
+    """`spec` with `n` workers: its instances, or (with roles) its GPU role's instances."""
+    if not spec.roles:
+        return replace(spec, instances=n)
+    workers = worker_roles(spec)
+    if len(workers) != 1:
+        return spec  # validation says why
+    roles = list(spec.roles)
+    roles[workers[0]] = replace(roles[workers[0]], instances=n)
+    return replace(spec, roles=tuple(roles), instances=sum(r.instances for r in roles))
+
+
+def validate_submitted(spec: JobSpec) -> JobSpec:
+    """A spec as a client sends it: with `instances: auto` its workers are still to be counted (when the job is
+    created), so it is checked with the fewest it allows standing in."""
+    if spec.model is not None and spec.model.auto_instances:
+        validate(with_workers(spec, max(spec.model.min_instances, 1)))
+        return spec
+    return validate(spec)
+
+
+def validate_model_ref(spec: JobSpec) -> None:
+    """`model` and `placement.strategy: model-aware` go together; the workers are one role of one-GPU members;
+    the job is one gang. (That the stored model exists, and the batch, are checked when the job is created.)"""
+    bad = checks.bad
+    m = spec.model
+    if m is None:
+        if spec.strategy == MODEL_AWARE:
+            raise bad("model.name", "required with placement.strategy model-aware (the stored model whose cost "
+                                    "model rates the plans)")
+        return
+    if spec.strategy != MODEL_AWARE:
+        raise bad("placement.strategy", f"must be {MODEL_AWARE} when the spec names a model (got "
+                                        f"{checks.show(spec.strategy)})")
+    if not m.name:
+        raise bad("model.name", "required (a stored model: peloton model list)")
+    if len(m.name) > limits.MAX_MODEL_NAME_CHARS or not _MODEL_NAME.fullmatch(m.name):
+        raise bad("model.name", f"{checks.show(m.name)} is not a model name (letters, digits, _ . -, at most "
+                                f"{limits.MAX_MODEL_NAME_CHARS} characters)")
+    for f, v in (("model.local_bsz", m.local_bsz), ("model.global_bsz", m.global_bsz)):
+        checks.number(v, f, minimum=0, maximum=limits.MAX_BATCH)
+    if m.local_bsz and m.global_bsz:
+        raise bad("model.global_bsz", "give local_bsz or global_bsz, not both")
+    if m.objective not in OBJECTIVES:
+        raise bad("model.objective", f"must be one of {', '.join(OBJECTIVES)}, got {checks.show(m.objective)}")
+    checks.integer(m.min_instances, "model.min_instances", minimum=1, maximum=limits.MAX_GANG_SIZE)
+    checks.integer(m.max_instances, "model.max_instances", minimum=0, maximum=limits.MAX_GANG_SIZE)
+    if m.max_instances and m.min_instances > m.max_instances:
+        raise bad("model.min_instances", f"{m.min_instances} is more than model.max_instances ({m.max_instances})")
+    workers = worker_roles(spec)
+    where = "roles" if spec.roles else "task.resources.gpu"
+    if len(workers) != 1:
+        raise bad(where, "model-aware placement needs exactly one role of GPU workers, got "
+                         f"{len(workers)}" if spec.roles else "model-aware placement needs GPU workers: must be 1")
+    role = spec.all_roles()[workers[0]]
+    if role.resources.gpu != 1:
+        f = f"roles[{workers[0]}].task.resources.gpu" if spec.roles else "task.resources.gpu"
+        raise bad(f, f"model-aware placement puts one worker on each GPU: must be 1, got {role.resources.gpu}")
+    if spec.min_available and spec.min_available != spec.instances:
+        raise bad("gang.min_available", "model-aware placement plans the whole job as one gang: leave it out")
 
 
 def _validate_roles(spec: JobSpec) -> None:
@@ -393,7 +482,21 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
         **({"run_as": spec.run_as} if spec.run_as is not None else {}),
         # only with roles: a single-task spec is stored as before roles existed
         **({"roles": [_role_to_dict(r) for r in spec.roles]} if spec.roles else {}),
+        **({"model": _model_to_dict(spec.model)} if spec.model is not None else {}),
     }
+
+
+def _model_to_dict(m: ModelRef) -> dict[str, object]:
+    return {"name": m.name, "local_bsz": m.local_bsz, "global_bsz": m.global_bsz, "objective": m.objective,
+            "auto_instances": m.auto_instances, "min_instances": m.min_instances, "max_instances": m.max_instances,
+            "goal_json": m.goal_json}
+
+
+def _model_from_dict(d: dict) -> ModelRef:  # type: ignore[type-arg]
+    return ModelRef(name=d["name"], local_bsz=float(d.get("local_bsz", 0.0)),
+                    global_bsz=float(d.get("global_bsz", 0.0)), objective=d.get("objective", "throughput"),
+                    auto_instances=bool(d.get("auto_instances", False)), min_instances=int(d.get("min_instances", 1)),
+                    max_instances=int(d.get("max_instances", 0)), goal_json=d.get("goal_json", ""))
 
 
 def _resources_to_dict(r: Resources) -> dict[str, object]:
@@ -439,4 +542,5 @@ def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
         constraints=tuple(Constraint(c["attribute"], c["op"], c["value"]) for c in d.get("constraints", [])),
         run_as=str(d["run_as"]) if d.get("run_as") is not None else None,
         roles=tuple(_role_from_dict(r) for r in d.get("roles", ())),
+        model=_model_from_dict(d["model"]) if d.get("model") else None,
     )

@@ -30,7 +30,7 @@ from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.pools import check_job_pool
-from peloton.domain.spec import JobSpec, validate
+from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
 from peloton.gang_metrics import GANG_STAGE
@@ -38,6 +38,7 @@ from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
+from peloton.jobmgr.planning import Planner, PlanOutcome
 from peloton.jobmgr.watch import JobChange, WatchHub
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.loop import progress
@@ -112,7 +113,20 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
         priority=spec.priority, respool=spec.respool, strategy=spec.strategy, constraints=spec.constraints,
         enqueued_at=jv.job.created_at, preemptible=spec.preemptible, running_since=policy.running_since(gv),
         max_runtime_s=spec.max_runtime_s,
+        goal=plans.goal_from_dict(json.loads(spec.model.goal_json)) if spec.model and spec.model.goal_json else None,
     )
+
+
+def _as_submitted(spec: JobSpec) -> JobSpec:
+    """What the client sent, without what the daemon decided at create: the identity (the caller's, not the
+    spec's), a model-aware job's goal, and the count `instances: auto` chose."""
+    spec = replace(spec, run_as=None)
+    m = spec.model
+    if m is not None:
+        spec = replace(spec, model=replace(m, goal_json=""))
+        if m.auto_instances:
+            spec = with_workers(spec, 0)
+    return spec
 
 
 class JobManager:
@@ -143,6 +157,7 @@ class JobManager:
         self._check_every_gang = False  # the next queue check asks about every open gang, however recent
         self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
         self._cap_refresh = threading.Lock()  # one capacity refresh at a time
+        self.planner = Planner(read_sessions, hostmgr, self._capacity)
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
         self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)
@@ -183,6 +198,7 @@ class JobManager:
     def create_job(self, spec: JobSpec, request_id: str = "", run_as: Callable[[], str] | None = None) -> str:
         """The new job's id. With `request_id`, a repeat of a create that succeeded returns that job. `run_as`: the
         job's identity, asked for once the job is known to be valid (it may allocate the owner's uid)."""
+        spec = self.planner.resolve(spec)  # a model-aware job's goal (and count, with instances: auto)
         validate(spec)
         if request_id:
             existing = self._created_for(request_id, spec)
@@ -227,7 +243,7 @@ class JobManager:
             if job_id is None:
                 return None
             job = repo.get_job(s, job_id)
-        if replace(job.spec, run_as=None) != replace(spec, run_as=None):  # the identity is the caller's, not the spec's
+        if _as_submitted(job.spec) != _as_submitted(spec):
             raise AlreadyExists(f"request_id: {request_id!r} was already used to create job {job_id} with another "
                                 "spec", field="request_id")
         log.info("job %s: a repeated create (request %s) answered with the existing job", job_id, request_id)
@@ -374,6 +390,11 @@ class JobManager:
             counts = repo.task_state_counts(s, [job_id]).get(job_id, {})
             gang_states = repo.gang_state_counts(s, job_id)
         return JobRecord(job, gangs, counts, gang_states)
+
+    def plan_job(self, spec: JobSpec, top: int) -> PlanOutcome:
+        """`peloton job plan`: the best plans for a model-aware spec on the cluster as it is, nothing created."""
+        validate_submitted(spec)
+        return self.planner.plan(spec, top=top)
 
     def plan_measurements(self, job_id: str, gangs: Sequence[Gang]) -> dict[int, metrics.Measured]:
         """gang index -> what the running members of a model-aware gang report of their speed (read from the

@@ -14,13 +14,14 @@ from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
-from peloton.domain.spec import ignored_settings, validate
+from peloton.domain.spec import ignored_settings, validate_submitted
 from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
 
 DEFAULT_LOG_TAIL = 1024 * 1024
 MAX_LOG_TAIL = 1024 * 1024
+MAX_PLANS = 100  # PlanJob's top
 MAX_WATCHERS = 256  # open WatchJobs streams; each holds a server thread
 MAX_WATCH_JOBS = 1000
 REDACTED = "<redacted>"  # an environment value the caller may not see
@@ -75,7 +76,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         request_checks.spec_size(request.spec)
         request_id = request_checks.request_id(request.request_id)
         spec = convert.spec_from_proto(request.spec)
-        validate(spec)  # bad input is named before any permission is judged
+        validate_submitted(spec)  # bad input is named before any permission is judged
         who = identity.caller()
         if who is not identity.OPEN:  # the owner is the caller (an admin may create a job for someone else)
             if spec.owner and spec.owner != who.name and "admin" not in who.roles:
@@ -129,6 +130,20 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                 gs.plan.measured_step_time, gs.plan.measured_samples_per_s = m.step_time, m.samples_per_s
                 gs.plan.measured_members = m.members
         return job_pb2.GetJobResponse(job=job)
+
+    @grpc_errors
+    def PlanJob(self, request: job_pb2.PlanJobRequest, context: grpc.ServicerContext) -> job_pb2.PlanJobResponse:
+        if not request.HasField("spec"):
+            raise InvalidArgument("spec: required", field="spec")
+        request_checks.spec_size(request.spec)
+        if not 0 <= request.top <= MAX_PLANS:
+            raise InvalidArgument(f"top: must be 0..{MAX_PLANS} (0: 5), got {request.top}", field="top")
+        out = self.jm.plan_job(convert.spec_from_proto(request.spec), request.top or 5)
+        resp = job_pb2.PlanJobResponse(on_free_hosts=out.on_free_hosts,
+                                       instances=out.plans[0].gpus if out.plans else 0)
+        for p in out.plans:
+            convert.search_plan_to_proto(p, resp.plans.add())
+        return resp
 
     @grpc_errors
     def ListJobs(self, request: job_pb2.ListJobsRequest, context: grpc.ServicerContext) -> job_pb2.ListJobsResponse:

@@ -25,6 +25,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
 from peloton.modelaware.gpus import DEFAULT_TABLE, LINK_GBYTES_S, NIC_EFFICIENCY, GpuTable
 
@@ -33,9 +34,9 @@ HIERARCHICAL = "allreduce-hierarchical"
 PS = "ps"
 SYNC_PATTERNS = (RING, HIERARCHICAL, PS)
 
-DEFAULT_NIC_GBPS = 25.0
-DEFAULT_GPU_LINK = "pcie"
-DEFAULT_GPU_MODEL = "unknown"
+DEFAULT_NIC_GBPS = hostlabels.DEFAULT_NIC_GBPS
+DEFAULT_GPU_LINK = hostlabels.DEFAULT_GPU_LINK
+DEFAULT_GPU_MODEL = hostlabels.DEFAULT_GPU_MODEL
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,11 +109,13 @@ def prior(parameter_bytes: float, flops_per_sample: float, table: GpuTable = DEF
                       reference=reference)
 
 
-def _pairs(n_hosts: int) -> int:
+def pairs(n_hosts: int) -> int:
+    """P: the host pairs a ring's cross-host traffic spreads over."""
     return 1 if n_hosts == 2 else n_hosts
 
 
-def _link_scale(p: CostParams, link: str) -> float:
+def link_scale(p: CostParams, link: str) -> float:
+    """How much slower `link` moves gradients than the reference's intra-host link."""
     return LINK_GBYTES_S.get(p.reference.gpu_link, 12.0) / LINK_GBYTES_S.get(link, 12.0)
 
 
@@ -127,16 +130,16 @@ def sync_time(p: CostParams, hosts: Sequence[HostUse], pattern: str = RING) -> f
     nic_scale = p.reference.nic_gbps / min(h.nic_gbps for h in used)
     if pattern == HIERARCHICAL:
         t = 0.0
-        inner = max((2 * (h.gpus - 1) / h.gpus * _link_scale(p, h.gpu_link) for h in used if h.gpus > 1),
+        inner = max((2 * (h.gpus - 1) / h.gpus * link_scale(p, h.gpu_link) for h in used if h.gpus > 1),
                     default=0.0)
         if inner:
             t += p.alpha_r + p.beta_r * inner
         if n > 1:
-            t += p.alpha_n + p.beta_n * nic_scale * 2 * (n - 1) / _pairs(n)
+            t += p.alpha_n + p.beta_n * nic_scale * 2 * (n - 1) / pairs(n)
         return t
     if n == 1:
-        return p.alpha_r + p.beta_r * _link_scale(p, used[0].gpu_link) * 2 * (k - 1) / k
-    return p.alpha_n + p.beta_n * nic_scale * 2 * (k - 1) / _pairs(n)
+        return p.alpha_r + p.beta_r * link_scale(p, used[0].gpu_link) * 2 * (k - 1) / k
+    return p.alpha_n + p.beta_n * nic_scale * 2 * (k - 1) / pairs(n)
 
 
 def _ps_sync(p: CostParams, hosts: Sequence[HostUse], k: int) -> float:
@@ -149,7 +152,7 @@ def _ps_sync(p: CostParams, hosts: Sequence[HostUse], k: int) -> float:
         share = h.servers / servers
         traffic = 2 * (h.gpus * (1 - share) + share * (k - h.gpus))
         worst = max(worst, traffic * p.reference.nic_gbps / h.nic_gbps)
-        local = max(local, 2 * h.gpus * share * _link_scale(p, h.gpu_link))
+        local = max(local, 2 * h.gpus * share * link_scale(p, h.gpu_link))
     if worst > 0:
         return p.alpha_n + p.beta_n * worst
     return p.alpha_r + p.beta_r * local  # every worker and server on one host

@@ -7,6 +7,7 @@ written by `peloton model fit`).
      "params": {"alpha_c": ..., "beta_c": ..., "alpha_r": ..., "beta_r": ..., "alpha_n": ..., "beta_n": ...,
                 "gamma": ..., "reference": {"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}},
      "fit": {"rows": 30, "median_error": 0.01, "p90_error": 0.03, "source": "bert/placements.csv"},
+     "profile": [[[1, 1], 8, 1.40], ...],  # the rows fitted: [GPUs per host, local_bsz, step_time]
      "measured": [{"job_id": "...", "placement": [4, 4], "local_bsz": 12, "step_time": 2.5,
                    "predicted_step_time": 2.4}]}
 
@@ -22,11 +23,13 @@ from dataclasses import dataclass, field
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import PARAM_NAMES, PS, RING, SYNC_PATTERNS, CostParams, Reference, prior
 from peloton.modelaware.gpus import DEFAULT_TABLE, LINK_GBYTES_S, GpuTable
+from peloton.modelaware.profile import ProfileRow
 
 KIND = "peloton.model/v1"
 MAX_NAME_CHARS = 128
 MAX_LAYERS = 100_000
 MAX_MEASURED = 1000  # the newest are kept
+MAX_PROFILE_ROWS = 10_000
 BYTES_PER_PARAMETER = 4  # FP32 gradients, when only the count is given
 
 
@@ -74,6 +77,7 @@ class ModelDocument:
     params: CostParams | None = None
     fit: FitInfo | None = None
     measured: tuple[Measurement, ...] = field(default=())
+    profile: tuple[ProfileRow, ...] = ()  # the rows the params were fitted to (a refit adds the measured ones)
 
     def cost_params(self, table: GpuTable = DEFAULT_TABLE, field_prefix: str = "model") -> CostParams:
         """The fitted parameters, else the prior of the description."""
@@ -186,9 +190,16 @@ def _measurement(v: object, f: str) -> Measurement:
                        gpu_model=_text(d.get("gpu_model", ""), f"{f}.gpu_model", 64))
 
 
+def _profile_row(v: object, f: str) -> ProfileRow:
+    if not isinstance(v, list) or len(v) != 3 or not isinstance(v[0], list) or not v[0]:
+        raise _bad(f, "expected [GPUs per host (a list), local_bsz, step_time]")
+    placement = tuple(int(_num(x, f"{f}[0]", integer=True, positive=True)) for x in v[0])
+    return ProfileRow(placement, _num(v[1], f"{f}[1]", positive=True), _num(v[2], f"{f}[2]", positive=True))
+
+
 def parse_document(doc: object, field: str = "model") -> ModelDocument:
     """A model document from its JSON value; InvalidArgument names the field at fault."""
-    d = _obj(doc, field, ("kind", "name", "description", "params", "fit", "measured"))
+    d = _obj(doc, field, ("kind", "name", "description", "params", "fit", "measured", "profile"))
     kind = d.get("kind", KIND)
     if kind != KIND:
         raise _bad(f"{field}.kind", f"expected {KIND!r}, got {kind!r}")
@@ -204,9 +215,13 @@ def parse_document(doc: object, field: str = "model") -> ModelDocument:
     raw = d.get("measured", [])
     if not isinstance(raw, list) or len(raw) > MAX_MEASURED:
         raise _bad(f"{field}.measured", f"expected a list of at most {MAX_MEASURED} measurements")
+    rows = d.get("profile", [])
+    if not isinstance(rows, list) or len(rows) > MAX_PROFILE_ROWS:
+        raise _bad(f"{field}.profile", f"expected a list of at most {MAX_PROFILE_ROWS} rows")
     out = ModelDocument(name=_text(d.get("name", ""), f"{field}.name", MAX_NAME_CHARS), description=desc,
                         params=params, fit=fit,
-                        measured=tuple(_measurement(m, f"{field}.measured[{i}]") for i, m in enumerate(raw)))
+                        measured=tuple(_measurement(m, f"{field}.measured[{i}]") for i, m in enumerate(raw)),
+                        profile=tuple(_profile_row(r, f"{field}.profile[{i}]") for i, r in enumerate(rows)))
     if params is None and not (desc.gradient_bytes and desc.flops_per_sample):
         raise _bad(f"{field}.params", "required unless the description gives parameters (or parameter_bytes or "
                                       "layers) and flops_per_sample")
@@ -233,6 +248,8 @@ def document_to_dict(doc: ModelDocument) -> dict[str, object]:
     if doc.fit is not None:
         out["fit"] = {"rows": doc.fit.rows, "median_error": doc.fit.median_error, "p90_error": doc.fit.p90_error,
                       "source": doc.fit.source}
+    if doc.profile:
+        out["profile"] = [[list(r.placement), r.local_bsz, r.step_time] for r in doc.profile]
     if doc.measured:
         out["measured"] = [{"job_id": m.job_id, "placement": list(m.placement), "local_bsz": m.local_bsz,
                             "step_time": m.step_time, "predicted_step_time": m.predicted_step_time,

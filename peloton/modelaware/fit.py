@@ -171,3 +171,11 @@ def _solve(m: list[list[float]], b: list[float]) -> list[float]:
             continue
         x[i] = (aug[i][n] - sum(aug[i][j] * x[j] for j in range(i + 1, n))) / aug[i][i]
     return x
+
+
+def refit(rows: Sequence[ProfileRow], measured: Sequence[tuple[tuple[int, ...], float, float]], reference: Reference,
+          base: CostParams | None = None, pattern: str = RING) -> FitResult:
+    """The parameters fitted again to the profile's rows and what jobs measured on hosts like the reference
+    ((GPUs per host, local batch, step time) each), the measured ones weighing as much as a profile row."""
+    extra = [ProfileRow(p, bsz, step) for p, bsz, step in measured]
+    return fit([*rows, *extra], reference, base, pattern)

@@ -1,29 +1,40 @@
 """Candidate plans on a cluster, and the search for the best.
 
 A plan is how many GPUs (workers) go on which hosts, the local batch, and for parameter-server models how many
-servers go where. The search is exact for the cost model without enumerating placements: a ring's step time
-depends on the hosts used only through their number, their slowest GPU and their slowest NIC (and, on one host,
-its link). So for every pair of thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at
-or above both, the N with the most free GPUs are the best N hosts of that class; spreading the K GPUs over them
-as evenly as their free GPUs allow keeps the fewest on any one host (ties go to fewer hosts, then the evenest).
-Hosts are grouped by type and free GPUs first, so 1,000 hosts cost what their few kinds cost.
+servers go where. The all-reduce search is exact for the cost model without enumerating placements: a ring's step
+time depends on the hosts used only through their number, their slowest GPU and their slowest NIC (and, on one
+host, its link); a hierarchical all-reduce's also on the largest within-host term, f(g) * link scale over its hosts.
+So for every pair of thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at or above
+both, the n hosts that can take the most GPUs are the best n hosts of that class (for the hierarchical pattern:
+the most within a level of the within-host term, the least level that fits); the K GPUs go over them as evenly as
+they allow (ties go to fewer hosts, then the evenest). Upper bounds on each (K, class) pair's score stop the search
+once no pair left can beat the plans kept, and hosts are grouped by type and free GPUs first, so 1,000 hosts cost
+what their few kinds cost. Parameter-server plans take the threshold classes' hosts with the most free GPUs and
+try the servers' layouts on them (not exhaustive).
 """
 
 from __future__ import annotations
 
+import bisect
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
+from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import (
     DEFAULT_GPU_LINK,
     DEFAULT_GPU_MODEL,
     DEFAULT_NIC_GBPS,
+    HIERARCHICAL,
     PS,
     RING,
     CostParams,
     HostUse,
     Prediction,
+    combine,
+    link_scale,
+    pairs,
     predict,
 )
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
@@ -179,7 +190,7 @@ def _assign(choice: list[tuple[_Kind, int]], k: int) -> list[tuple[str, int, _Ki
     return [(name, g, kd) for (name, _, kd), g in zip(hosts, counts, strict=True)]
 
 
-def _server_layouts(assigned: list[tuple[str, int, _Kind]], spare: Sequence[FreeHost], n: int,
+def _server_layouts(assigned: list[tuple[str, int, _Kind]], pool: Sequence[FreeHost], n: int,
                     ) -> list[tuple[list[HostUse], tuple[str, ...]]]:
     """n parameter servers: spread over the workers' hosts, or on hosts of their own (the best NICs first)."""
     layouts = []
@@ -190,7 +201,13 @@ def _server_layouts(assigned: list[tuple[str, int, _Kind]], spare: Sequence[Free
     layouts.append(([HostUse(u.gpus, u.gpu_model, u.nic_gbps, u.gpu_link, s) for u, s in zip(uses, colocated,
                                                                                                 strict=True)],
                     tuple(assigned[i % len(uses)][0] for i in range(n))))
-    others = sorted((h for h in spare if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))[:n]
+    used = {name for name, _, _ in assigned}
+    others: list[FreeHost] = []
+    for h in pool:  # the hosts that can take a server, best NIC first
+        if len(others) == n:
+            break
+        if h.name not in used:
+            others.append(h)
     if len(others) == n:
         layouts.append((uses + [HostUse(0, h.gpu_model, h.nic_gbps, h.gpu_link, 1) for h in others],
                         tuple(h.name for h in others)))
@@ -208,25 +225,278 @@ def search(params: CostParams, hosts: Sequence[FreeHost], req: PlanRequest,
     else:
         top = min(req.max_gpus or free_total, free_total)
         sizes = list(range(max(req.min_gpus, 1), top + 1))
+    if not sizes:
+        return []
+    if req.pattern == PS:
+        return _search_ps(params, hosts, kinds, sizes, req, table)
+    return _search_allreduce(params, kinds, sizes, req, table)
+
+
+def _search_ps(params: CostParams, hosts: Sequence[FreeHost], kinds: list[_Kind], sizes: list[int],
+               req: PlanRequest, table: GpuTable) -> list[Plan]:
     plans: list[Plan] = []
+    pool = sorted((h for h in hosts if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))
     for k in sizes:
         bsz = req.local_bsz or req.global_bsz / k
         for choice in _candidates(kinds, k):
             assigned = _assign(choice, k)
-            if req.pattern == PS:
-                used = {name for name, _, _ in assigned}
-                spare = [h for h in hosts if h.name not in used]
-                for n in ([req.servers] if req.servers else range(1, min(k, MAX_SERVERS) + 1)):
-                    for uses, servers in _server_layouts(assigned, spare, n):
-                        pred = predict(params, uses, bsz, PS, table)
-                        plans.append(Plan(tuple((name, g) for name, g, _ in assigned), pred, servers))
-            else:
-                uses = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in assigned]
-                plans.append(Plan(tuple((name, g) for name, g, _ in assigned), predict(params, uses, bsz,
-                                                                                        req.pattern, table)))
-    plans.sort(key=lambda p: (-round(p.score(req.objective), 9), len(p.hosts), max(p.gpus_per_host),
-                              len(p.servers), p.hosts))
+            for n in ([req.servers] if req.servers else range(1, min(k, MAX_SERVERS) + 1)):
+                for uses, servers in _server_layouts(assigned, pool, n):
+                    pred = predict(params, uses, bsz, PS, table)
+                    plans.append(Plan(tuple((name, g) for name, g, _ in assigned), pred, servers))
+    plans.sort(key=lambda p: _rank(p, req.objective))
     return _distinct(plans, req.top)
+
+
+def _rank(p: Plan, objective: str) -> tuple[object, ...]:
+    """Best first; ties go to fewer hosts, then the fewest GPUs on any one host, then fewer servers."""
+    return (-round(p.score(objective), 9), len(p.hosts), max(p.gpus_per_host), len(p.servers), p.hosts)
+
+
+# All-reduce plans (ring and hierarchical). A plan's step time depends on its hosts through their number n, their
+# slowest GPU, their slowest NIC and, within hosts, the largest per-host ring term f(g) * link scale (hierarchical;
+# a ring on one host too). The search goes through threshold classes: the hosts at or above a GPU speed and a NIC
+# bandwidth some host has. Within a class it scores a candidate as if every host were the class's slowest (a
+# lower bound of the candidate's own prediction, and exact for the best plan: the best plan's hosts are all in the
+# class of its own slowest GPU and NIC, where a candidate at least as good is found). For the hierarchical
+# pattern, a level t of the within-host term caps each host at the most GPUs whose term stays within t; the least
+# t at which the n hosts of largest caps take K is the best within-host term n hosts of the class can have.
+# Bounds: each (K, class) pair has an upper bound on its score; pairs are taken best bound first and the search
+# stops when a bound falls below the score of the `top`-th plan kept (one per shape). A plan's hosts are named
+# only for the plans kept.
+
+
+def _ring_units(g: int) -> float:
+    """Units of S each member of a ring of g moves (2(g-1)/g)."""
+    return 2 * (g - 1) / g
+
+
+class _Class:
+    """Hosts at or above a GPU speed and a NIC bandwidth; `rel` and `nic` are their slowest."""
+
+    def __init__(self, kinds: list[_Kind], scales: dict[str, float], levels: list[float]) -> None:
+        # among hosts of the same cap: the faster GPU, the faster NIC, the better link first
+        self.kinds = sorted(kinds, key=lambda kd: (-kd.rel, -kd.nic_gbps, scales[kd.gpu_link], -kd.free,
+                                                   kd.names))
+        self.rel = min(kd.rel for kd in kinds)
+        self.nic = min(kd.nic_gbps for kd in kinds)
+        self.hosts = sum(len(kd.names) for kd in kinds)
+        self.free = sum(len(kd.names) * kd.free for kd in kinds)
+        self.scale_min = min(scales[kd.gpu_link] for kd in kinds)
+        self._scales = scales
+        self._levels = levels
+        self._runs: dict[int, tuple[list[tuple[_Kind, int]], list[int], list[int]]] = {}
+
+    def cap(self, kd: _Kind, j: int) -> int:
+        """The most GPUs of a host of kind `kd` whose within-host term stays within level j."""
+        t = self._levels[j] * (1 + 1e-12)
+        s = self._scales[kd.gpu_link]
+        g = kd.free
+        while g > 1 and _ring_units(g) * s > t:
+            g -= 1
+        return g
+
+    def _at(self, j: int) -> tuple[list[tuple[_Kind, int]], list[int], list[int]]:
+        """(kind, cap) largest cap first, and prefix sums of hosts and of caps."""
+        if j not in self._runs:
+            order = sorted(((kd, self.cap(kd, j)) for kd in self.kinds), key=lambda x: -x[1])
+            hosts = [0]
+            caps = [0]
+            for kd, c in order:
+                hosts.append(hosts[-1] + len(kd.names))
+                caps.append(caps[-1] + c * len(kd.names))
+            self._runs[j] = (order, hosts, caps)
+        return self._runs[j]
+
+    def capacity(self, j: int, n: int) -> int:
+        """GPUs the n hosts of largest cap at level j take."""
+        order, hosts, caps = self._at(j)
+        i = bisect.bisect_right(hosts, n) - 1
+        if i >= len(order):
+            return caps[-1]
+        return caps[i] + (n - hosts[i]) * order[i][1]
+
+    def fewest_hosts(self, j: int, k: int) -> int:
+        """The fewest hosts whose caps at level j add up to k (assumes the class takes k)."""
+        order, hosts, caps = self._at(j)
+        i = bisect.bisect_left(caps, k)  # caps[i-1] < k <= caps[i]
+        c = order[i - 1][1]
+        return hosts[i - 1] + -(-(k - caps[i - 1]) // c)
+
+    def caps_of(self, j: int, n: int) -> list[int]:
+        out: list[int] = []
+        for kd, c in self._at(j)[0]:
+            take = min(len(kd.names), n - len(out))
+            out.extend([c] * take)
+            if len(out) == n:
+                break
+        return out
+
+    def hosts_of(self, j: int, n: int) -> list[tuple[str, int, _Kind]]:
+        out: list[tuple[str, int, _Kind]] = []
+        for kd, c in self._at(j)[0]:
+            for name in kd.names[:n - len(out)]:
+                out.append((name, c, kd))
+            if len(out) == n:
+                break
+        return out
+
+
+def _fill(k: int, caps: Sequence[int]) -> list[int]:
+    """k GPUs over hosts with these caps (k between len(caps) and their sum), one at least on each, as evenly as
+    the caps allow; the first hosts take the remainder."""
+    lo, hi = 1, max(caps)
+    while lo < hi:  # the highest level L with sum(min(cap, L)) <= k
+        mid = (lo + hi + 1) // 2
+        if sum(min(c, mid) for c in caps) <= k:
+            lo = mid
+        else:
+            hi = mid - 1
+    out = [min(c, lo) for c in caps]
+    left = k - sum(out)
+    for i, c in enumerate(caps):
+        if not left:
+            break
+        if c > out[i]:
+            out[i] += 1
+            left -= 1
+    return out
+
+
+@dataclass(frozen=True, slots=True)
+class _Cand:
+    """K GPUs on one host of `kind`, or on the n hosts of `cls` with the largest caps at `level`."""
+
+    k: int
+    bsz: float
+    kind: _Kind | None = None
+    cls: _Class | None = None
+    level: int = 0
+    n: int = 1
+
+
+class _Top:
+    """The best `size` candidates, one per shape (GPUs per host, most first)."""
+
+    def __init__(self, size: int) -> None:
+        self.size = max(size, 1)
+        self.kept: dict[tuple[int, ...], tuple[tuple[object, ...], float, _Cand]] = {}
+        self.bar = -math.inf  # the score a candidate must reach to be kept (once `size` are)
+
+    def offer(self, score: float, shape: tuple[int, ...], cand: _Cand) -> None:
+        key = (-round(score, 9), len(shape), shape[0], shape)
+        old = self.kept.get(shape)
+        if old is not None and old[0] <= key:
+            return
+        self.kept[shape] = (key, score, cand)
+        if len(self.kept) > self.size:
+            worst = max(self.kept, key=lambda sh: self.kept[sh][0])
+            del self.kept[worst]
+        if len(self.kept) >= self.size:
+            self.bar = min(v[1] for v in self.kept.values())
+
+    def below(self, score: float) -> bool:
+        """Whether `score` cannot reach the kept plans (with room for rounding)."""
+        return score < self.bar - 1e-9 * abs(self.bar)
+
+
+def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], req: PlanRequest,
+                      table: GpuTable) -> list[Plan]:
+    p = params
+    hier = req.pattern == HIERARCHICAL
+    ref_rel = table.relative(p.reference.gpu_model)
+    scales = {kd.gpu_link: link_scale(p, kd.gpu_link) for kd in kinds}
+    max_free = max(kd.free for kd in kinds)
+    # within-host levels: every value of f(g) * scale a host can have (hierarchical); a ring caps by free GPUs
+    levels = ([0.0] + sorted({_ring_units(g) * s for g in range(2, max_free + 1) for s in set(scales.values())})
+              if hier else [math.inf])
+    top_level = len(levels) - 1
+    classes: dict[tuple[int, ...], _Class] = {}
+    for r in {kd.rel for kd in kinds}:
+        for u in {kd.nic_gbps for kd in kinds}:
+            members = tuple(i for i, kd in enumerate(kinds) if kd.rel >= r and kd.nic_gbps >= u)
+            if members and members not in classes and sum(len(kinds[i].names) for i in members) >= 2:
+                classes[members] = _Class([kinds[i] for i in members], scales, levels)
+
+    throughput = req.objective == "throughput"
+
+    def score(k: int, bsz: float, rel: float, ts: float) -> float:
+        tc = (p.alpha_c + p.beta_c * bsz) * ref_rel / rel
+        step = combine(tc, ts, p.gamma)
+        return k * bsz / step if throughput else bsz / step
+
+    def net(nic: float, n: int, units: float) -> float:
+        return p.alpha_n + p.beta_n * (p.reference.nic_gbps / nic) * units / pairs(n)
+
+    # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
+    items: list[tuple[float, int, _Cand]] = []
+    for k in sizes:
+        bsz = float(req.local_bsz or req.global_bsz / k)
+        for kd in kinds:
+            if kd.free >= k:
+                ts = 0.0 if k == 1 else p.alpha_r + p.beta_r * scales[kd.gpu_link] * 2 * (k - 1) / k
+                items.append((score(k, bsz, kd.rel, ts), len(items), _Cand(k, bsz, kind=kd)))
+        if k < 2:
+            continue
+        for cl in classes.values():
+            if cl.free < k:
+                continue
+            n_max = min(k, cl.hosts)
+            if hier:
+                m = 2 if n_max == 2 else 3  # 2(n-1)/P(n) is least at n = 3
+                ts = net(cl.nic, m, 2 * (m - 1))
+                if n_max < k:  # some host has ceil(K / n_max) GPUs or more
+                    ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
+            else:
+                ts = net(cl.nic, n_max, 2 * (k - 1))  # the ring is fastest on the most hosts
+            items.append((score(k, bsz, cl.rel, ts), len(items), _Cand(k, bsz, cls=cl)))
+    items.sort(key=lambda it: (-it[0], it[1]))
+
+    top = _Top(req.top)
+    for bound, _, item in items:
+        if top.below(bound):
+            break
+        k, bsz, c = item.k, item.bsz, item.cls
+        if c is None:
+            top.offer(bound, (k,), item)
+            continue
+        n_max = min(k, c.hosts)
+        n_lo = max(2, c.fewest_hosts(top_level, k))
+        if not hier:
+            for n in range(n_max, n_lo - 1, -1):  # fewer hosts, slower ring: stop at the first kept out
+                s = score(k, bsz, c.rel, net(c.nic, n, 2 * (k - 1)))
+                if top.below(s):
+                    break
+                top.offer(s, tuple(sorted(_fill(k, c.caps_of(top_level, n)), reverse=True)),
+                          _Cand(k, bsz, cls=c, level=top_level, n=n))
+            continue
+        j = top_level
+        for n in range(n_lo, n_max + 1):
+            while j > 0 and c.capacity(j - 1, n) >= k:
+                j -= 1
+            t = levels[j]
+            ts = (p.alpha_r + p.beta_r * t if t > 0 else 0.0) + net(c.nic, n, 2 * (n - 1))
+            s = score(k, bsz, c.rel, ts)
+            if not top.below(s):
+                top.offer(s, tuple(sorted(_fill(k, c.caps_of(j, n)), reverse=True)), _Cand(k, bsz, cls=c, level=j, n=n))
+
+    plans = [_materialize(p, cand, req.pattern, table) for _, _, cand in top.kept.values()]
+    plans.sort(key=lambda pl: _rank(pl, req.objective))
+    return plans
+
+
+def _materialize(params: CostParams, cand: _Cand, pattern: str, table: GpuTable) -> Plan:
+    """A kept candidate's hosts by name, and its own prediction."""
+    if cand.cls is None:
+        assert cand.kind is not None
+        chosen = [(cand.kind.names[0], cand.k, cand.kind)]
+    else:
+        hosts = cand.cls.hosts_of(cand.level, cand.n)
+        chosen = [(name, g, kd) for (name, _, kd), g in zip(hosts, _fill(cand.k, [cap for _, cap, _ in hosts]),
+                                                            strict=True)]
+    chosen.sort(key=lambda h: (-h[1], h[0]))
+    uses = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in chosen]
+    return Plan(tuple((name, g) for name, g, _ in chosen), predict(params, uses, cand.bsz, pattern, table))
 
 
 def _distinct(plans: list[Plan], top: int) -> list[Plan]:
@@ -290,17 +560,11 @@ class PlanChoice:
 
 
 def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
-    """A host as the search sees it, its hardware from the well-known labels (gpu_model, nic_gbps, gpu_link); a
-    label that does not parse counts as absent (the host manager refuses bad labels where hosts are declared)."""
-    try:
-        nic = float(labels.get("nic_gbps", DEFAULT_NIC_GBPS))
-    except ValueError:
-        nic = DEFAULT_NIC_GBPS
-    if not nic > 0 or nic == float("inf"):
-        nic = DEFAULT_NIC_GBPS
-    link = labels.get("gpu_link", DEFAULT_GPU_LINK)
-    return FreeHost(name, free_gpus, labels.get("gpu_model", DEFAULT_GPU_MODEL).lower(), nic,
-                    link if link in ("pcie", "nvlink") else DEFAULT_GPU_LINK)
+    """A host as the search sees it, its hardware from the well-known labels (peloton/domain/hostlabels.py); a
+    label that does not check counts as absent (the host manager refuses bad labels where hosts are declared, and
+    reports a Mesos agent's)."""
+    hw, _ = hostlabels.hardware_lenient(labels, has_gpus=True)
+    return FreeHost(name, free_gpus, hw.gpu_model, hw.nic_gbps, hw.gpu_link)
 
 
 def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 0,

@@ -38,13 +38,13 @@ from peloton.domain.placement import (
     MemberRequest,
     PlacementFailure,
 )
-from peloton.domain.resources import format_mib
+from peloton.domain.resources import Resources, format_mib
 from peloton.domain.spec import Constraint
 from peloton.modelaware import plan as plans
 from peloton.modelaware.plan import PlanChoice, PlanGoal
 from peloton.placement.index import UNIT, ClassKey, ClassView, HostClass, HostIndex, HostState, Vec, Weights, to_vec
 
-__all__ = ["place", "can_ever_fit", "SHORT_DIMENSIONS", "HostIndex"]
+__all__ = ["place", "can_ever_fit", "worker_slots", "SHORT_DIMENSIONS", "HostIndex"]
 
 SHORT_DIMENSIONS = ("cpu", "mem", "disk", "gpu", "ports", "constraint")
 
@@ -258,13 +258,7 @@ def _model_aware(att: _Attempt, view: ClassView, reqs: list[Vec], members: Seque
     workers = [i for i, r in enumerate(reqs) if r[3] > 0]
     if not workers or any(reqs[i] != reqs[workers[0]] for i in workers) or reqs[workers[0]][3] != 1:
         return _pack(att, view, reqs, members, homogeneous, w), None
-    wr = reqs[workers[0]]
-    free = []
-    for c in view.tiers[True].values():
-        n = _cap(c, wr)
-        if n > 0:
-            for name in c.names:
-                free.append(plans.free_host(name, n, view.hosts[name].labels))
+    free = _slots(view, reqs[workers[0]])
     others = [i for i, r in enumerate(reqs) if r[3] == 0]
     chosen = plans.choose(goal, free, len(workers), servers=len(others))
     if chosen is None:
@@ -288,6 +282,23 @@ def _model_aware(att: _Attempt, view: ClassView, reqs: list[Vec], members: Seque
         if failed is not None:
             return rest[failed], None
     return None, record
+
+
+def _slots(view: ClassView, worker: Vec) -> list[plans.FreeHost]:
+    """Every GPU host of the view as the plan search sees it: how many workers of size `worker` it can take now."""
+    free = []
+    for c in view.tiers[True].values():
+        n = _cap(c, worker)
+        if n > 0:
+            for name in c.names:
+                free.append(plans.free_host(name, n, view.hosts[name].labels))
+    return free
+
+
+def worker_slots(index: HostIndex, constraints: tuple[Constraint, ...], worker: Resources) -> list[plans.FreeHost]:
+    """The hosts `constraints` allow, with the workers of size `worker` each can take (its free state in `index`):
+    what `peloton job plan` and `instances: auto` plan on."""
+    return _slots(index.view(constraints), to_vec(worker))
 
 
 def _spread(

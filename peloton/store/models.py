@@ -155,3 +155,17 @@ class TaskUidRow(Base):
     principal: Mapped[str] = mapped_column(String(128), primary_key=True)
     uid: Mapped[int] = mapped_column(Integer, nullable=False, unique=True)
     created_at: Mapped[float] = mapped_column(Double, nullable=False)
+
+
+class ModelRow(Base):
+    """A stored model document (`peloton model create`; domain/stored_models.py): the canonical JSON text the daemon
+    read, who created it, and how many times it was replaced."""
+
+    __tablename__ = "models"
+
+    name: Mapped[str] = mapped_column(String(128), primary_key=True)
+    owner: Mapped[str] = mapped_column(String(256), nullable=False)
+    document: Mapped[str] = mapped_column(Text, nullable=False)
+    version: Mapped[int] = mapped_column(Integer, nullable=False)
+    created_at: Mapped[float] = mapped_column(Double, nullable=False)
+    updated_at: Mapped[float] = mapped_column(Double, nullable=False)

@@ -29,17 +29,18 @@ from sqlalchemy.engine import Connection
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.orm import Session
 
-from peloton.domain.model import AuditEvent, Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.model import AuditEvent, Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
 from peloton.domain.resources import Resources
 from peloton.domain.spec import spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
-from peloton.errors import AlreadyExists, FailedPrecondition, NotFound
+from peloton.errors import AlreadyExists, Conflict, FailedPrecondition, NotFound
 from peloton.store import bulk
 from peloton.store.models import (
     AuditEventRow,
     GangRow,
     JobRow,
     MetaRow,
+    ModelRow,
     ResourcePoolRow,
     TaskEventRow,
     TaskRow,
@@ -54,6 +55,7 @@ _POOLS: Table = ResourcePoolRow.__table__  # type: ignore[assignment]
 _META: Table = MetaRow.__table__  # type: ignore[assignment]
 _AUDIT: Table = AuditEventRow.__table__  # type: ignore[assignment]
 _TASK_UIDS: Table = TaskUidRow.__table__  # type: ignore[assignment]
+_MODELS: Table = ModelRow.__table__  # type: ignore[assignment]
 
 # Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
 _KEY_CHUNK = 2000
@@ -643,6 +645,65 @@ def insert_task_uid(s: Session, principal: str, uid: int, now: float) -> None:
         _core(s).execute(insert(_TASK_UIDS), [{"principal": principal, "uid": uid, "created_at": now}])
     except IntegrityError:
         raise AlreadyExists(f"uid {uid} or principal {principal!r} was allocated meanwhile") from None
+
+
+# --- stored models (`peloton model ...`) ----------------------------------------------------------------------
+def _model_from_row(r: Row[Any]) -> StoredModel:
+    return StoredModel(name=r.name, owner=r.owner, document=r.document, version=r.version, created_at=r.created_at,
+                       updated_at=r.updated_at)
+
+
+def create_model(s: Session, m: StoredModel) -> None:
+    """AlreadyExists (field 'name') if a model of that name exists. The row's version is `m.version` (1)."""
+    if s.execute(select(_MODELS.c.name).where(_MODELS.c.name == m.name)).first() is not None:
+        raise AlreadyExists(f"name: model {m.name!r} already exists (replace it with --replace)", field="name")
+    try:
+        _core(s).execute(insert(_MODELS), [{"name": m.name, "owner": m.owner, "document": m.document,
+                                            "version": m.version, "created_at": m.created_at,
+                                            "updated_at": m.updated_at}])
+    except IntegrityError:  # created meanwhile by another call (the transaction is then unusable: it rolls back)
+        raise AlreadyExists(f"name: model {m.name!r} already exists (replace it with --replace)",
+                            field="name") from None
+
+
+def replace_model(s: Session, name: str, document: str, now: float, version: int) -> StoredModel:
+    """Replace the document of model `name`, which the caller read at `version`: its version goes up by one,
+    updated_at becomes `now`; owner and created_at stay. NotFound if it is gone; Conflict if it changed since it
+    was read (another replace, or deleted and created again)."""
+    res = s.execute(update(_MODELS).where(_MODELS.c.name == name, _MODELS.c.version == version)
+                    .values(document=document, version=version + 1, updated_at=now).execution_options(**_NO_SYNC))
+    if getattr(res, "rowcount", 0) != 1:
+        get_model(s, name)  # NotFound when it is gone
+        raise Conflict(f"name: model {name!r} changed while it was being replaced; try again", field="name")
+    return get_model(s, name)
+
+
+def get_model(s: Session, name: str) -> StoredModel:
+    """NotFound (field 'name') if absent."""
+    row = s.execute(select(_MODELS).where(_MODELS.c.name == name)).first()
+    if row is None:
+        raise NotFound(f"name: no model {name!r}", field="name")
+    return _model_from_row(row)
+
+
+def list_models(s: Session, *, after: str | None = None, limit: int | None = None) -> list[StoredModel]:
+    """By name; only those after `after` (a page's last name); at most `limit`."""
+    # byte order on both stores (SQLite compares bytes; PostgreSQL would use the database's locale), so that a
+    # list reads the same on either
+    name = _MODELS.c.name.collate("C") if s.get_bind().dialect.name == "postgresql" else _MODELS.c.name
+    q = select(_MODELS).order_by(name)
+    if after is not None:
+        q = q.where(name > after)
+    if limit is not None:
+        q = q.limit(limit)
+    return [_model_from_row(r) for r in s.execute(q).all()]
+
+
+def delete_model(s: Session, name: str) -> None:
+    """NotFound (field 'name') if absent."""
+    res = s.execute(delete(_MODELS).where(_MODELS.c.name == name).execution_options(**_NO_SYNC))
+    if getattr(res, "rowcount", 0) == 0:
+        raise NotFound(f"name: no model {name!r}", field="name")
 
 
 # --- host drains (a small map kept as one meta row: hosts are few, and drains fewer) ---------------------------

@@ -201,7 +201,7 @@ def test_reflection_lists_the_public_services(api: Api) -> None:
                                                timeout=RPC_TIMEOUT))
     names = {s.name for r in responses for s in r.list_services_response.service}
     assert {"peloton.v1.JobService", "peloton.v1.TaskService", "peloton.v1.ResourcePoolService",
-            "peloton.v1.HostService", "grpc.health.v1.Health"} <= names
+            "peloton.v1.HostService", "peloton.v1.ModelService", "grpc.health.v1.Health"} <= names
     assert not any("Internal" in n for n in names)
 
 

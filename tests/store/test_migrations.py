@@ -10,7 +10,7 @@ from sqlalchemy import inspect, text
 from peloton.store import db, repo
 from peloton.store.models import Base
 
-TABLES = {"jobs", "gangs", "tasks", "task_events", "resource_pools", "meta", "audit_events", "task_uids"}
+TABLES = {"jobs", "gangs", "tasks", "task_events", "resource_pools", "meta", "audit_events", "task_uids", "models"}
 
 
 def _script() -> ScriptDirectory:
@@ -34,7 +34,7 @@ def _tables(url: str) -> set[str]:
 def test_single_head() -> None:
     heads = _script().get_heads()
     assert len(heads) == 1, f"migrations must have exactly one head, got {heads}"
-    assert heads[0] == "0010"
+    assert heads[0] == "0011"
 
 
 def test_upgrade_downgrade_upgrade(db_url: str) -> None:

@@ -74,9 +74,9 @@ def test_the_state_list_in_help_is_the_daemons() -> None:
     (["job", "list", "--adress", "x"], "peloton: error: job list: unknown flag --adress (did you mean --address?)"),
     (["job", "list", "-o", "jsn"], "peloton: error: job list: -o/--output: invalid choice 'jsn' (did you mean "
                                    "'json'?)"),
-    (["zzz"], "peloton: error: unknown command 'zzz' (one of server, certs, token, db, job, task, pool, queue, "
+    (["zzz"], "peloton: error: unknown command 'zzz' (one of server, certs, token, db, job, task, pool, model, queue, "
               "cluster, host, audit, sim, completion)"),
-    (["job"], "peloton: error: job: missing COMMAND (one of create, get, list, stop, delete, wait, logs)"),
+    (["job"], "peloton: error: job: missing COMMAND (one of create, plan, get, list, stop, delete, wait, logs)"),
     (["job", "get"], "peloton: error: job get: missing JOB_ID (see `peloton job get --help`)"),
     (["task", "logs", "j", "x"], "peloton: error: task logs: INSTANCE: invalid int value: 'x' (see `peloton task "
                                  "logs --help`)"),
@@ -208,8 +208,9 @@ def test_the_completion_script_knows_every_command_and_flag() -> None:
 
 
 def test_every_public_service_says_which_component_serves_it() -> None:
-    from peloton.api.v1 import audit_pb2, host_pb2, job_pb2, respool_pb2, task_pb2
+    from peloton.api.v1 import audit_pb2, host_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
     from peloton.cli.client import SERVED_BY
 
-    services = {s for m in (audit_pb2, host_pb2, job_pb2, respool_pb2, task_pb2) for s in m.DESCRIPTOR.services_by_name}
+    services = {s for m in (audit_pb2, host_pb2, job_pb2, respool_pb2, task_pb2, model_pb2)
+                for s in m.DESCRIPTOR.services_by_name}
     assert set(SERVED_BY) == services

@@ -117,9 +117,9 @@ def test_how_a_call_is_authenticated(tmp_path: Path) -> None:
 
 
 def test_every_public_method_has_a_permission() -> None:
-    from peloton.api.v1 import host_pb2, job_pb2, respool_pb2, sim_pb2, task_pb2
+    from peloton.api.v1 import audit_pb2, cluster_pb2, host_pb2, job_pb2, model_pb2, respool_pb2, sim_pb2, task_pb2
 
-    for module in (job_pb2, task_pb2, respool_pb2, host_pb2, sim_pb2):
+    for module in (job_pb2, task_pb2, respool_pb2, host_pb2, sim_pb2, model_pb2, audit_pb2, cluster_pb2):
         for service in module.DESCRIPTOR.services_by_name.values():
             for m in service.methods:
                 assert f"/{service.full_name}/{m.name}" in identity.METHODS, m.full_name

@@ -10,15 +10,20 @@ import pytest
 from google.protobuf import duration_pb2, json_format
 from google.protobuf.descriptor import FieldDescriptor
 
-from peloton.api.v1 import audit_pb2, cluster_pb2, host_pb2, job_pb2, respool_pb2, task_pb2
+from peloton.api.v1 import audit_pb2, cluster_pb2, host_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.cli import render
 
-PUBLIC = (job_pb2, task_pb2, host_pb2, respool_pb2, cluster_pb2, audit_pb2)
+PUBLIC = (job_pb2, task_pb2, host_pb2, respool_pb2, cluster_pb2, audit_pb2, model_pb2)
 # double fields that are plain numbers (cores, shares, MiB of an entitlement, request bounds)
 NUMBERS = {
     "peloton.v1.Resources": {"cpu"}, "peloton.v1.ResourcePool": {"share"},
-    "peloton.v1.Entitlement": {"cpu", "mem_mib", "disk_mib", "gpu"},
+    "peloton.v1.Entitlement": {"cpu", "mem_mib", "disk_mib", "gpu"}, "peloton.v1.HostHardware": {"nic_gbps"},
     "peloton.v1.ListAuditEventsRequest": {"since", "until"},  # a request: never printed
+    "peloton.v1.ModelSpec": {"local_bsz", "global_bsz"},  # samples per step
+    # a plan's predictions and measurements: seconds and samples/s as plain numbers (as `-o json` prints them)
+    "peloton.v1.PlanAlternative": {"step_time", "samples_per_s"},
+    "peloton.v1.PlanInfo": {"step_time", "samples_per_s", "local_bsz", "measured_step_time",
+                            "measured_samples_per_s"},
 }
 RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 

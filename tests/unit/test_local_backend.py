@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from peloton.domain.hostgroups import HostGroup
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
@@ -204,6 +205,63 @@ def test_simulated_hosts_have_disjoint_port_ranges() -> None:
 def test_single_real_host() -> None:
     (h,) = make_local_hosts(None, Resources(cpu=2, mem=1024))
     assert h.capacity.cpu == 2 and h.labels["rack"] == "local" and h.address == "127.0.0.1"
+    (h,) = make_local_hosts(None, Resources(cpu=2, mem=1024), labels={"nic_gbps": "100", "zone": "a"})
+    assert h.labels == {"host": h.hostname, "rack": "local", "nic_gbps": "100", "zone": "a"}
+    if not h.gpu_ids:  # GPU labels on a machine without GPUs are a mistake, said when its GPUs are known
+        with pytest.raises(InvalidArgument, match="^--local-host-labels: labels.gpu_model: the hosts have no GPUs"):
+            make_local_hosts(None, Resources(cpu=2, mem=1024), labels={"gpu_model": "t4"})
+
+
+def test_simulated_host_groups_and_labels() -> None:
+    hosts = make_local_hosts(2, HOST_RES, port_base=40000, ports_per_host=10, labels={"gpu_model": "t4"})
+    assert [h.labels for h in hosts] == [{"host": f"local-{i}", "rack": "local", "gpu_model": "t4"} for i in (0, 1)]
+    groups = [HostGroup(2, Resources(cpu=4, mem=4096, gpu=2), (("gpu_model", "t4"), ("nic_gbps", "50"))),
+              HostGroup(1, Resources(cpu=8, mem=8192, gpu=4), (("gpu_link", "nvlink"), ("gpu_model", "a100")))]
+    hosts = make_local_hosts(None, None, port_base=40000, ports_per_host=10, groups=groups)
+    assert [h.hostname for h in hosts] == ["local-0", "local-1", "local-2"]
+    assert [h.port_range for h in hosts] == [(40000, 40009), (40010, 40019), (40020, 40029)]
+    assert [h.gpu_ids for h in hosts] == [(0, 1), (0, 1), (0, 1, 2, 3)]
+    assert [h.capacity.cpu for h in hosts] == [4, 4, 8]
+    assert hosts[1].labels == {"host": "local-1", "rack": "local", "gpu_model": "t4", "nic_gbps": "50"}
+    assert hosts[2].labels == {"host": "local-2", "rack": "local", "gpu_link": "nvlink", "gpu_model": "a100"}
+    with pytest.raises(InvalidArgument, match="port ranges 65520..65549 do not fit"):  # the groups' hosts count
+        make_local_hosts(None, None, port_base=65520, ports_per_host=10, groups=groups)
+
+
+def _local(*flags: str):  # type: ignore[no-untyped-def]
+    from peloton.cli.main import _local_hosts, build_parser
+
+    return _local_hosts(build_parser().parse_args(["server", *flags]))
+
+
+def test_server_local_host_flags() -> None:
+    assert _local() == (None, None, {}, ())
+    assert _local("--local-host-labels", "gpu_model=H100,nic_gbps=200") == (
+        None, None, {"gpu_model": "h100", "nic_gbps": "200"}, ())
+    assert _local("--local-host-resources", "cpu=2,gpu=1", "--local-host-labels", "gpu_link=nvlink") == (
+        1, Resources(cpu=2, gpu=1), {"gpu_link": "nvlink"}, ())
+    n, res, labels, groups = _local("--local-host-group", "2:cpu=2,mem=1Gi,gpu=2:gpu_model=t4",
+                                    "--local-host-group", "1:cpu=4")
+    assert (n, res, labels) == (None, None, {})
+    assert groups == (HostGroup(2, Resources(cpu=2, mem=1024, gpu=2), (("gpu_model", "t4"),)),
+                      HostGroup(1, Resources(cpu=4)))
+
+
+@pytest.mark.parametrize(("flags", "error"), [
+    (["--local-hosts", "0"], "--local-hosts: must be at least 1"),
+    (["--local-host-group", "1:cpu=1", "--local-hosts", "2"], "--local-host-group: not with --local-hosts"),
+    (["--local-host-group", "1:cpu=1", "--local-host-labels", "a=b"],
+     "--local-host-group: not with --local-host-labels"),
+    (["--local-host-group", "1:cpu=1:nic_gbps=-1"], "--local-host-group: labels.nic_gbps: expected a positive"),
+    (["--local-host-resources", "cpu=1", "--local-host-labels", "gpu_model=t4"],
+     "--local-host-labels: labels.gpu_model: the hosts have no GPUs (gpu=0)"),
+    (["--backend", "mesos", "--local-host-group", "1:cpu=1"], "--local-host-group: only with --backend local"),
+    (["--backend", "mesos", "--local-host-labels", "a=b"], "--local-host-labels: only with --backend local"),
+])
+def test_server_local_host_flags_are_checked(flags: list[str], error: str) -> None:
+    with pytest.raises(InvalidArgument) as e:
+        _local(*flags)
+    assert e.value.message.startswith(error)
 
 
 # ------------------------------------------------------------------------------------------------ processes

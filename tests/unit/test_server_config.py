@@ -97,3 +97,27 @@ def test_a_bad_setting_stops_the_server_before_it_starts(tmp_path: Path, capsys:
         main(["server", "--config", str(f)])
     assert e.value.code == 2
     assert capsys.readouterr().err == f"peloton: error: {f}: unknown key 'listn' (did you mean 'listen'?)\n"
+
+
+def test_a_repeatable_flag_takes_a_list_and_the_place_that_wins_gives_all_of_its_values(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    f = tmp_path / "peloton.toml"
+    f.write_text('backend = "sim"\nsim-host-group = ["8:cpu=48,mem=192Gi,gpu=4:gpu_model=t4,nic_gbps=50", '
+                 '"4:cpu=96,mem=1Ti,gpu=8:gpu_model=a100,gpu_link=nvlink"]\n')
+    assert effective(["--config", str(f)], {}).sim_host_group == [
+        "8:cpu=48,mem=192Gi,gpu=4:gpu_model=t4,nic_gbps=50", "4:cpu=96,mem=1Ti,gpu=8:gpu_model=a100,gpu_link=nvlink"]
+    # the variable's values (separated by `;`) replace the file's, the flags' replace both: they do not add up
+    env = {"PELOTON_SIM_HOST_GROUP": "2:cpu=4;3:cpu=8,gpu=1:gpu_model=v100"}
+    assert effective(["--config", str(f)], env).sim_host_group == ["2:cpu=4", "3:cpu=8,gpu=1:gpu_model=v100"]
+    assert effective(["--config", str(f), "--sim-host-group", "1:cpu=1"], env).sim_host_group == ["1:cpu=1"]
+    f.write_text('sim-host-group = "1:cpu=2"\n')
+    assert effective(["--config", str(f)], {}).sim_host_group == ["1:cpu=2"]
+    f.write_text("sim-host-group = [1, 2]\n")
+    with pytest.raises(InvalidArgument, match="sim-host-group: must be a list of strings"):
+        effective(["--config", str(f)], {})
+    # --print-config writes the list as TOML reads it back
+    assert main(["server", "--backend", "sim", "--print-config", "--sim-host-group", "1:cpu=1:nic_gbps=10",
+                 "--sim-host-group", "2:cpu=2"]) == 0
+    import tomllib
+    back = tomllib.loads(capsys.readouterr().out)
+    assert back["sim-host-group"] == ["1:cpu=1:nic_gbps=10", "2:cpu=2"]

@@ -56,6 +56,7 @@ class Host(_message.Message):
     DRAIN_DEADLINE_FIELD_NUMBER: _builtins.int
     HEALTH_FIELD_NUMBER: _builtins.int
     MAINTENANCE_FIELD_NUMBER: _builtins.int
+    HARDWARE_FIELD_NUMBER: _builtins.int
     hostname: _builtins.str
     address: _builtins.str
     state: _builtins.str
@@ -79,6 +80,12 @@ class Host(_message.Message):
     def labels(self) -> _containers.ScalarMap[_builtins.str, _builtins.str]: ...
     @_builtins.property
     def task_ids(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def hardware(self) -> Global___HostHardware:
+        """What the model-aware cost model assumes of the host: its well-known labels with the defaults applied
+        (docs/model-aware.md, "Host labels").
+        """
+
     def __init__(
         self,
         *,
@@ -94,14 +101,55 @@ class Host(_message.Message):
         drain_deadline: _builtins.float = ...,
         health: _builtins.str = ...,
         maintenance: _builtins.bool = ...,
+        hardware: Global___HostHardware | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "capacity", b"capacity"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "capacity", b"capacity", "hardware", b"hardware"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "allocated", b"allocated", "capacity", b"capacity", "drain", b"drain", "drain_deadline", b"drain_deadline", "health", b"health", "hostname", b"hostname", "labels", b"labels", "maintenance", b"maintenance", "offer_held", b"offer_held", "state", b"state", "task_ids", b"task_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "allocated", b"allocated", "capacity", b"capacity", "drain", b"drain", "drain_deadline", b"drain_deadline", "hardware", b"hardware", "health", b"health", "hostname", b"hostname", "labels", b"labels", "maintenance", b"maintenance", "offer_held", b"offer_held", "state", b"state", "task_ids", b"task_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Host: _TypeAlias = Host  # noqa: Y015
+
+@_typing.final
+class HostHardware(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    NIC_GBPS_FIELD_NUMBER: _builtins.int
+    GPU_LINK_FIELD_NUMBER: _builtins.int
+    DEFAULTED_FIELD_NUMBER: _builtins.int
+    INVALID_FIELD_NUMBER: _builtins.int
+    gpu_model: _builtins.str
+    """`t4`, `a100`, ...: the label gpu_model, else "unknown"; "" on a host without GPUs"""
+    nic_gbps: _builtins.float
+    """the label nic_gbps, else 25"""
+    gpu_link: _builtins.str
+    """`pcie` or `nvlink`: the label gpu_link, else "pcie"; "" on a host without GPUs"""
+    @_builtins.property
+    def defaulted(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the well-known labels whose default is shown: the host does not carry them, or their value does not check"""
+
+    @_builtins.property
+    def invalid(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """why a label's value does not check (a Mesos agent's attribute `nic_gbps: fast`): its default is shown instead"""
+
+    def __init__(
+        self,
+        *,
+        gpu_model: _builtins.str = ...,
+        nic_gbps: _builtins.float = ...,
+        gpu_link: _builtins.str = ...,
+        defaulted: _abc.Iterable[_builtins.str] | None = ...,
+        invalid: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["defaulted", b"defaulted", "gpu_link", b"gpu_link", "gpu_model", b"gpu_model", "invalid", b"invalid", "nic_gbps", b"nic_gbps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostHardware: _TypeAlias = HostHardware  # noqa: Y015
 
 @_typing.final
 class ListHostsRequest(_message.Message):

@@ -282,7 +282,7 @@ class PlacementSpec(_message.Message):
     STRATEGY_FIELD_NUMBER: _builtins.int
     CONSTRAINTS_FIELD_NUMBER: _builtins.int
     strategy: _builtins.str
-    """pack (default) | spread"""
+    """pack (default) | spread | model-aware (needs JobSpec.model; docs/model-aware.md)"""
     @_builtins.property
     def constraints(self) -> _containers.RepeatedCompositeFieldContainer[Global___Constraint]: ...
     def __init__(
@@ -345,6 +345,7 @@ class JobSpec(_message.Message):
     PLACEMENT_FIELD_NUMBER: _builtins.int
     RETRY_FIELD_NUMBER: _builtins.int
     ROLES_FIELD_NUMBER: _builtins.int
+    MODEL_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     owner: _builtins.str
     respool: _builtins.str
@@ -367,6 +368,10 @@ class JobSpec(_message.Message):
     def roles(self) -> _containers.RepeatedCompositeFieldContainer[Global___RoleSpec]:
         """Several roles instead of instances and task: the job is one gang of every role's members (no min_available)."""
 
+    @_builtins.property
+    def model(self) -> Global___ModelSpec:
+        """The training model the cost model rates plans of (placement.strategy model-aware, docs/model-aware.md)."""
+
     def __init__(
         self,
         *,
@@ -380,14 +385,61 @@ class JobSpec(_message.Message):
         placement: Global___PlacementSpec | None = ...,
         retry: Global___RetrySpec | None = ...,
         roles: _abc.Iterable[Global___RoleSpec] | None = ...,
+        model: Global___ModelSpec | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "placement", b"placement", "retry", b"retry", "sla", b"sla", "task", b"task"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "model", b"model", "placement", b"placement", "retry", b"retry", "sla", b"sla", "task", b"task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "instances", b"instances", "name", b"name", "owner", b"owner", "placement", b"placement", "respool", b"respool", "retry", b"retry", "roles", b"roles", "sla", b"sla", "task", b"task"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gang", b"gang", "instances", b"instances", "model", b"model", "name", b"name", "owner", b"owner", "placement", b"placement", "respool", b"respool", "retry", b"retry", "roles", b"roles", "sla", b"sla", "task", b"task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___JobSpec: _TypeAlias = JobSpec  # noqa: Y015
+
+@_typing.final
+class ModelSpec(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    LOCAL_BSZ_FIELD_NUMBER: _builtins.int
+    GLOBAL_BSZ_FIELD_NUMBER: _builtins.int
+    OBJECTIVE_FIELD_NUMBER: _builtins.int
+    AUTO_INSTANCES_FIELD_NUMBER: _builtins.int
+    MIN_INSTANCES_FIELD_NUMBER: _builtins.int
+    MAX_INSTANCES_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """a stored model (peloton model create)"""
+    local_bsz: _builtins.float
+    """batch per GPU per step; or"""
+    global_bsz: _builtins.float
+    """batch of the whole gang per step; neither: the model description's"""
+    objective: _builtins.str
+    """throughput (default) | efficiency (samples/s per GPU)"""
+    auto_instances: _builtins.bool
+    """`instances: auto` in a spec file: the daemon chooses the number of workers (the job's instances, or the
+    instances of its role with GPUs) when the job is created, between min_instances and max_instances.
+    """
+    min_instances: _builtins.int
+    """default 1"""
+    max_instances: _builtins.int
+    """0: as many as fit"""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        local_bsz: _builtins.float = ...,
+        global_bsz: _builtins.float = ...,
+        objective: _builtins.str = ...,
+        auto_instances: _builtins.bool = ...,
+        min_instances: _builtins.int = ...,
+        max_instances: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_instances", b"auto_instances", "global_bsz", b"global_bsz", "local_bsz", b"local_bsz", "max_instances", b"max_instances", "min_instances", b"min_instances", "name", b"name", "objective", b"objective"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ModelSpec: _TypeAlias = ModelSpec  # noqa: Y015
 
 @_typing.final
 class GangStatus(_message.Message):
@@ -454,6 +506,8 @@ class PlanInfo(_message.Message):
     MEASURED_STEP_TIME_FIELD_NUMBER: _builtins.int
     MEASURED_SAMPLES_PER_S_FIELD_NUMBER: _builtins.int
     MEASURED_MEMBERS_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    SERVERS_FIELD_NUMBER: _builtins.int
     step_time: _builtins.float
     """predicted, seconds"""
     samples_per_s: _builtins.float
@@ -470,6 +524,14 @@ class PlanInfo(_message.Message):
 
     @_builtins.property
     def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanAlternative]: ...
+    @_builtins.property
+    def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """the hosts, in the order of gpus_per_host (PlanJob only)"""
+
+    @_builtins.property
+    def servers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """a parameter server's host, one per server (PlanJob, ps models)"""
+
     def __init__(
         self,
         *,
@@ -481,14 +543,72 @@ class PlanInfo(_message.Message):
         measured_step_time: _builtins.float = ...,
         measured_samples_per_s: _builtins.float = ...,
         measured_members: _builtins.int = ...,
+        hosts: _abc.Iterable[_builtins.str] | None = ...,
+        servers: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "gpus_per_host", b"gpus_per_host", "local_bsz", b"local_bsz", "measured_members", b"measured_members", "measured_samples_per_s", b"measured_samples_per_s", "measured_step_time", b"measured_step_time", "samples_per_s", b"samples_per_s", "step_time", b"step_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "gpus_per_host", b"gpus_per_host", "hosts", b"hosts", "local_bsz", b"local_bsz", "measured_members", b"measured_members", "measured_samples_per_s", b"measured_samples_per_s", "measured_step_time", b"measured_step_time", "samples_per_s", b"samples_per_s", "servers", b"servers", "step_time", b"step_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlanInfo: _TypeAlias = PlanInfo  # noqa: Y015
+
+@_typing.final
+class PlanJobRequest(_message.Message):
+    """`peloton job plan`: the plans the cost model rates best for a spec on the cluster as it is, without creating it."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SPEC_FIELD_NUMBER: _builtins.int
+    TOP_FIELD_NUMBER: _builtins.int
+    top: _builtins.int
+    """plans to return, default 5"""
+    @_builtins.property
+    def spec(self) -> Global___JobSpec: ...
+    def __init__(
+        self,
+        *,
+        spec: Global___JobSpec | None = ...,
+        top: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec", "top", b"top"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanJobRequest: _TypeAlias = PlanJobRequest  # noqa: Y015
+
+@_typing.final
+class PlanJobResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PLANS_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    ON_FREE_HOSTS_FIELD_NUMBER: _builtins.int
+    instances: _builtins.int
+    """the workers the best plan uses (what `instances: auto` would choose now)"""
+    on_free_hosts: _builtins.bool
+    """planned on the hosts' free GPUs now; false: nothing fits now, planned on all of them"""
+    @_builtins.property
+    def plans(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanInfo]:
+        """best first; PlanInfo.hosts names the hosts"""
+
+    def __init__(
+        self,
+        *,
+        plans: _abc.Iterable[Global___PlanInfo] | None = ...,
+        instances: _builtins.int = ...,
+        on_free_hosts: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instances", b"instances", "on_free_hosts", b"on_free_hosts", "plans", b"plans"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanJobResponse: _TypeAlias = PlanJobResponse  # noqa: Y015
 
 @_typing.final
 class PlanAlternative(_message.Message):

@@ -44,6 +44,11 @@ class JobServiceStub:
                 request_serializer=peloton_dot_v1_dot_job__pb2.GetJobRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_job__pb2.GetJobResponse.FromString,
                 _registered_method=True)
+        self.PlanJob = channel.unary_unary(
+                '/peloton.v1.JobService/PlanJob',
+                request_serializer=peloton_dot_v1_dot_job__pb2.PlanJobRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_job__pb2.PlanJobResponse.FromString,
+                _registered_method=True)
         self.ListJobs = channel.unary_unary(
                 '/peloton.v1.JobService/ListJobs',
                 request_serializer=peloton_dot_v1_dot_job__pb2.ListJobsRequest.SerializeToString,
@@ -76,6 +81,12 @@ class JobServiceServicer:
         raise NotImplementedError('Method not implemented!')
 
     def GetJob(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PlanJob(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -120,6 +131,11 @@ def add_JobServiceServicer_to_server(servicer, server):
                     servicer.GetJob,
                     request_deserializer=peloton_dot_v1_dot_job__pb2.GetJobRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_job__pb2.GetJobResponse.SerializeToString,
+            ),
+            'PlanJob': grpc.unary_unary_rpc_method_handler(
+                    servicer.PlanJob,
+                    request_deserializer=peloton_dot_v1_dot_job__pb2.PlanJobRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_job__pb2.PlanJobResponse.SerializeToString,
             ),
             'ListJobs': grpc.unary_unary_rpc_method_handler(
                     servicer.ListJobs,
@@ -196,6 +212,33 @@ class JobService:
             '/peloton.v1.JobService/GetJob',
             peloton_dot_v1_dot_job__pb2.GetJobRequest.SerializeToString,
             peloton_dot_v1_dot_job__pb2.GetJobResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PlanJob(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.JobService/PlanJob',
+            peloton_dot_v1_dot_job__pb2.PlanJobRequest.SerializeToString,
+            peloton_dot_v1_dot_job__pb2.PlanJobResponse.FromString,
             options,
             channel_credentials,
             insecure,

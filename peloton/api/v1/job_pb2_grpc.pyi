@@ -33,6 +33,7 @@ class JobServiceStub:
     def __new__(cls, channel: _aio.Channel) -> JobServiceAsyncStub: ...
     CreateJob: _grpc.UnaryUnaryMultiCallable[_job_pb2.CreateJobRequest, _job_pb2.CreateJobResponse]
     GetJob: _grpc.UnaryUnaryMultiCallable[_job_pb2.GetJobRequest, _job_pb2.GetJobResponse]
+    PlanJob: _grpc.UnaryUnaryMultiCallable[_job_pb2.PlanJobRequest, _job_pb2.PlanJobResponse]
     ListJobs: _grpc.UnaryUnaryMultiCallable[_job_pb2.ListJobsRequest, _job_pb2.ListJobsResponse]
     StopJob: _grpc.UnaryUnaryMultiCallable[_job_pb2.StopJobRequest, _job_pb2.StopJobResponse]
     """Kills every member of every gang of the job; the job ends KILLED."""
@@ -46,6 +47,7 @@ class JobServiceAsyncStub(JobServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     CreateJob: _aio.UnaryUnaryMultiCallable[_job_pb2.CreateJobRequest, _job_pb2.CreateJobResponse]  # type: ignore[assignment]
     GetJob: _aio.UnaryUnaryMultiCallable[_job_pb2.GetJobRequest, _job_pb2.GetJobResponse]  # type: ignore[assignment]
+    PlanJob: _aio.UnaryUnaryMultiCallable[_job_pb2.PlanJobRequest, _job_pb2.PlanJobResponse]  # type: ignore[assignment]
     ListJobs: _aio.UnaryUnaryMultiCallable[_job_pb2.ListJobsRequest, _job_pb2.ListJobsResponse]  # type: ignore[assignment]
     StopJob: _aio.UnaryUnaryMultiCallable[_job_pb2.StopJobRequest, _job_pb2.StopJobResponse]  # type: ignore[assignment]
     """Kills every member of every gang of the job; the job ends KILLED."""
@@ -68,6 +70,13 @@ class JobServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _job_pb2.GetJobRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_job_pb2.GetJobResponse, _abc.Awaitable[_job_pb2.GetJobResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PlanJob(
+        self,
+        request: _job_pb2.PlanJobRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_job_pb2.PlanJobResponse, _abc.Awaitable[_job_pb2.PlanJobResponse]]: ...
 
     @_abc_1.abstractmethod
     def ListJobs(

@@ -50,6 +50,8 @@ from typing import Any
 
 from prometheus_client import Counter
 
+from peloton.domain import hostlabels
+from peloton.domain.hostgroups import HostGroup
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -114,23 +116,29 @@ def make_local_hosts(
     ports_per_host: int = 1000,
     *,
     data_dir: Path | None = None,
+    labels: dict[str, str] | None = None,
+    groups: Sequence[HostGroup] = (),
 ) -> list[HostConfig]:
     """The hosts of the local backend.
 
-    n None: the one real host, named after this machine, with its resources (or `resources`) and detected GPUs.
+    n None (and no groups): the one real host, named after this machine, with its resources (or `resources`) and
+    detected GPUs.
     n given: simulated hosts local-0..local-{n-1}, each with `resources` (this machine's if None) and its own GPU
-    index space 0..gpu-1, and non-overlapping port ranges of `ports_per_host` ports from `port_base`."""
+    index space 0..gpu-1, and non-overlapping port ranges of `ports_per_host` ports from `port_base`.
+    groups given (`--local-host-group`): simulated hosts of each group in turn, numbered on from local-0.
+    Labels: `host`, `rack=local`, then `labels` (or each group's)."""
     if n is not None and n < 1:
         raise InvalidArgument(f"number of local hosts must be at least 1, got {n}", field="local_hosts")
     if ports_per_host < 1:
         raise InvalidArgument(f"ports per host must be at least 1, got {ports_per_host}", field="ports_per_host")
-    count = 1 if n is None else n
+    count = sum(g.count for g in groups) if groups else 1 if n is None else n
     if port_base < 1 or port_base + count * ports_per_host - 1 > 65535:
         raise InvalidArgument(
             f"port ranges {port_base}..{port_base + count * ports_per_host - 1} do not fit in 1..65535",
             field="port_base",
         )
-    if n is None:
+    extra = dict(labels or {})
+    if n is None and not groups:
         detected = detect_gpus()
         if resources is None:
             res = machine_resources(data_dir, gpu_count=len(detected))
@@ -139,17 +147,22 @@ def make_local_hosts(
             res = resources
             gpu_ids = tuple(detected[: res.gpu]) if len(detected) >= res.gpu else tuple(range(res.gpu))
         name = socket.gethostname() or "local-0"
+        hostlabels.check_for_hosts(extra, bool(gpu_ids), "--local-host-labels")  # (its GPUs are known only now)
         return [HostConfig(hostname=name, resources=replace(res, gpu=len(gpu_ids), ports=0), gpu_ids=gpu_ids,
                            port_range=(port_base, port_base + ports_per_host - 1),
-                           labels={"host": name, "rack": "local"}, address=LOCAL_ADDRESS)]
-    res = resources if resources is not None else machine_resources(data_dir)
-    hosts = []
-    for i in range(n):
-        name = f"local-{i}"
-        lo = port_base + i * ports_per_host
-        hosts.append(HostConfig(hostname=name, resources=replace(res, ports=0), gpu_ids=tuple(range(res.gpu)),
-                                port_range=(lo, lo + ports_per_host - 1), labels={"host": name, "rack": "local"},
-                                address=LOCAL_ADDRESS))
+                           labels={"host": name, "rack": "local", **extra}, address=LOCAL_ADDRESS)]
+    if not groups:
+        groups = (HostGroup(count, resources if resources is not None else machine_resources(data_dir),
+                            tuple(extra.items())),)
+    hosts: list[HostConfig] = []
+    for g in groups:
+        for _ in range(g.count):
+            i = len(hosts)
+            name = f"local-{i}"
+            lo = port_base + i * ports_per_host
+            hosts.append(HostConfig(hostname=name, resources=replace(g.resources, ports=0),
+                                    gpu_ids=tuple(range(g.resources.gpu)), port_range=(lo, lo + ports_per_host - 1),
+                                    labels={"host": name, "rack": "local", **dict(g.labels)}, address=LOCAL_ADDRESS))
     return hosts
 
 

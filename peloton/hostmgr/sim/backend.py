@@ -27,6 +27,7 @@ from collections import OrderedDict
 from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
+from peloton.domain.hostgroups import HostGroup
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -62,19 +63,35 @@ _ANNOUNCED = 2  # RUNNING reported
 
 @dataclass(frozen=True, slots=True)
 class SimSettings:
-    """The `--sim-*` flags of `peloton server --backend sim`."""
+    """The `--sim-*` flags of `peloton server --backend sim`: `hosts` hosts of `resources` with `labels`, or, when
+    `groups` is given (`--sim-host-group`), the groups' hosts instead, in their order."""
 
     hosts: int = 100
     resources: Resources = Resources(cpu=64, mem=256 * 1024, gpu=8)
     racks: int = 10
     seed: int = 0
     ports_per_host: int = 1000
+    labels: tuple[tuple[str, str], ...] = ()  # --sim-host-labels
+    groups: tuple[HostGroup, ...] = ()  # --sim-host-group, each
+
+    def host_groups(self) -> tuple[HostGroup, ...]:
+        return self.groups or (HostGroup(self.hosts, self.resources, self.labels),)
+
+    def total_hosts(self) -> int:
+        return sum(g.count for g in self.groups) if self.groups else self.hosts
 
     def check(self) -> None:
         """InvalidArgument naming the flag at fault."""
-        check_sim_counts(self.hosts, self.racks, self.ports_per_host)
-        if not self.resources.cpu > 0:
-            raise InvalidArgument("--sim-host-resources: cpu must be greater than 0", field="--sim-host-resources")
+        if self.groups:
+            total = self.total_hosts()
+            if total > MAX_SIM_HOSTS:
+                raise InvalidArgument(f"--sim-host-group: {total} hosts in all, more than {MAX_SIM_HOSTS}",
+                                      field="--sim-host-group")
+        check_sim_counts(self.total_hosts(), self.racks, self.ports_per_host)
+        for g in self.host_groups():
+            if not g.resources.cpu > 0:
+                flag = "--sim-host-group" if self.groups else "--sim-host-resources"
+                raise InvalidArgument(f"{flag}: cpu must be greater than 0", field=flag)
 
 
 def check_sim_counts(n: int, racks: int, ports_per_host: int) -> None:
@@ -94,28 +111,43 @@ def sim_address(index: int) -> str:
 
 
 def make_sim_hosts(n: int, resources: Resources, racks: int = 1, ports_per_host: int = 1000,
-                   seed: int = 0) -> list[HostConfig]:
+                   seed: int = 0, labels: dict[str, str] | None = None) -> list[HostConfig]:
     """Hosts sim-00000 .. sim-{n-1}, each of size `resources` with GPUs 0..gpu-1 and the ports
     31000..31000+ports_per_host-1 (the same range on every host: their addresses differ). Labels: `host`, `rack`
-    (`r0`..`r{racks-1}`) and, on GPU hosts, `gpu_model=sim-gpu`. Racks get n/racks hosts each (give or take
-    one); which hosts share a rack is a permutation drawn from `seed`."""
+    (`r0`..`r{racks-1}`), on GPU hosts `gpu_model=sim-gpu`, then `labels` (which may set another gpu_model, or the
+    rack). Racks get n/racks hosts each (give or take one); which hosts share a rack is a permutation drawn from
+    `seed`."""
+    group = HostGroup(n, resources, tuple(sorted((labels or {}).items())))
+    return make_sim_host_groups((group,), racks, ports_per_host, seed)
+
+
+def make_sim_host_groups(groups: Sequence[HostGroup], racks: int = 1, ports_per_host: int = 1000,
+                         seed: int = 0) -> list[HostConfig]:
+    """make_sim_hosts of several groups of alike hosts: the first group's hosts are sim-00000.., the next group's
+    follow; racks are drawn over all of them."""
+    n = sum(g.count for g in groups)
     check_sim_counts(n, racks, ports_per_host)
     width = max(5, len(str(n - 1)))
     order = sorted(range(n), key=lambda i: (unit_draw(seed, f"rack:{i}"), i))
     rack_of = [0] * n
     for k, i in enumerate(order):
         rack_of[i] = k * racks // n
-    res = replace(resources, ports=0)
-    gpu_ids = tuple(range(resources.gpu))
     port_range = (SIM_PORT_BASE, SIM_PORT_BASE + ports_per_host - 1)
     hosts = []
-    for i in range(n):
-        name = f"sim-{i:0{width}d}"
-        labels = {"host": name, "rack": f"r{rack_of[i]}"}
-        if gpu_ids:
-            labels["gpu_model"] = SIM_GPU_MODEL
-        hosts.append(HostConfig(hostname=name, resources=res, gpu_ids=gpu_ids, port_range=port_range,
-                                labels=labels, address=sim_address(i)))
+    i = 0
+    for g in groups:
+        res = replace(g.resources, ports=0)
+        gpu_ids = tuple(range(g.resources.gpu))
+        extra = dict(g.labels)
+        for _ in range(g.count):
+            name = f"sim-{i:0{width}d}"
+            labels = {"host": name, "rack": f"r{rack_of[i]}"}
+            if gpu_ids:
+                labels["gpu_model"] = SIM_GPU_MODEL
+            labels.update(extra)
+            hosts.append(HostConfig(hostname=name, resources=res, gpu_ids=gpu_ids, port_range=port_range,
+                                    labels=labels, address=sim_address(i)))
+            i += 1
     return hosts
 
 
@@ -541,8 +573,7 @@ class SimBackend:
 
 def make_sim_backend(settings: SimSettings, *, clock: Callable[[], float] = time.time) -> SimBackend:
     settings.check()
-    hosts = make_sim_hosts(settings.hosts, settings.resources, settings.racks, settings.ports_per_host,
-                           settings.seed)
+    hosts = make_sim_host_groups(settings.host_groups(), settings.racks, settings.ports_per_host, settings.seed)
     return SimBackend(hosts, seed=settings.seed, clock=clock)
 
 

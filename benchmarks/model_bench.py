@@ -1,0 +1,153 @@
+"""Model-aware plans against the public measurements (issue 20's targets). Prints a table and writes JSON; asserts
+nothing (tests never time anything; tests/unit/test_modelaware_fit.py checks the accuracy targets).
+
+    .venv/bin/python benchmarks/model_bench.py [--repeat 7] [--hosts 1000]
+
+For bert and cifar10 (the Pollux artifact's profiles in ../shared/data/public; its other applications are held
+out and nothing here reads them), on their measurement cluster's hardware (T4, PCIe, 50 Gb/s):
+(a) accuracy: the cost model fitted on the placements {1, 4, 11, 1111, 44, 4444} (every local batch of them);
+    the error of the predicted step time on every other row: median, 90th percentile, max (targets: median at
+    most 10%, p90 at most 30%);
+(b) plan quality: for each K in 1..16 and each local batch of the profile, the plan `plan.search` picks for K GPUs
+    on four free 4-GPU hosts, looked up in the measurements (its placement as a multiset of GPUs per host; the
+    mean of the rows measuring it), its measured throughput K * bsz / step_time against the best measured
+    placement of the same K and batch: the mean and the least ratio (targets: mean at least 0.95, never below
+    0.80). A (K, batch) with no measurement of the planned placement is counted as skipped;
+(c) plan time: 64 GPUs among `--hosts` heterogeneous hosts (GPU models t4/v100/a100/a10/l4, NICs 10-100 Gb/s,
+    PCIe or NVLink, 0-8 free GPUs), for exactly 64 (`--gpus`) and for the best size up to 64 (`--max-gpus`),
+    ring and hierarchical: the median of `--repeat` runs (target: under 50 ms).
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+from benchmarks.harness import table, write_results  # noqa: E402
+from peloton.modelaware import fit  # noqa: E402
+from peloton.modelaware.cost import HIERARCHICAL, RING, CostParams, Reference  # noqa: E402
+from peloton.modelaware.plan import FreeHost, PlanRequest, search  # noqa: E402
+from peloton.modelaware.profile import ProfileRow, format_placement, read_profile, select  # noqa: E402
+
+ROOT = Path(__file__).resolve().parent.parent
+TRACES = ROOT.parent / "shared" / "data" / "public" / "adaptdl" / "traces"
+APPS = ("bert", "cifar10")
+REFERENCE = Reference("t4", 50, "pcie")  # 16 x g4dn.12xlarge: 4 T4 (PCIe) each, 50 Gb/s (SOURCES.md)
+FITTED_ON = ((1,), (4,), (1, 1), (1, 1, 1, 1), (4, 4), (4, 4, 4, 4))  # the issue's small profile
+SMALL = set(FITTED_ON)
+
+
+def accuracy(rows: list[ProfileRow]) -> tuple[CostParams, dict[str, Any]]:
+    t0 = time.perf_counter()
+    result = fit.fit(select(rows, SMALL), REFERENCE)
+    seconds = time.perf_counter() - t0
+    others = [r for r in rows if tuple(sorted(r.placement)) not in SMALL]
+    errs = fit.relative_errors(result.params, others)
+    return result.params, {
+        "fitted_rows": result.rows, "other_rows": len(others), "fit_s": round(seconds, 3),
+        "median_error": fit.quantile(errs, 0.5), "p90_error": fit.quantile(errs, 0.9), "max_error": max(errs),
+        "params": result.params.as_dict()}
+
+
+def plan_quality(params: CostParams, rows: list[ProfileRow]) -> dict[str, Any]:
+    measured: dict[tuple[tuple[int, ...], float], list[float]] = {}
+    for r in rows:
+        measured.setdefault((tuple(sorted(r.placement)), r.local_bsz), []).append(r.step_time)
+    step = {key: statistics.fmean(v) for key, v in measured.items()}
+    hosts = [FreeHost(f"h{i}", 4, REFERENCE.gpu_model, REFERENCE.nic_gbps, REFERENCE.gpu_link) for i in range(4)]
+    cases = []
+    skipped = []
+    for bsz in sorted({r.local_bsz for r in rows}):
+        for k in range(1, 17):
+            plan = search(params, hosts, PlanRequest(gpus=k, local_bsz=bsz, top=1))[0]
+            key = (tuple(sorted(plan.gpus_per_host)), bsz)
+            if key not in step:
+                skipped.append({"gpus": k, "local_bsz": bsz, "planned": format_placement(key[0])})
+                continue
+            got = k * bsz / step[key]
+            best_t, best_p = max((k * bsz / t, p) for (p, b), t in step.items() if b == bsz and sum(p) == k)
+            cases.append({"gpus": k, "local_bsz": bsz, "planned": format_placement(key[0]),
+                          "best": format_placement(best_p), "ratio": got / best_t})
+    ratios = [c["ratio"] for c in cases]
+    worst = sorted(cases, key=lambda c: c["ratio"])[:10]
+    return {"cases": len(cases), "skipped": skipped, "mean_ratio": statistics.fmean(ratios),
+            "min_ratio": min(ratios), "below_0.95": sum(1 for r in ratios if r < 0.95),
+            "below_0.80": sum(1 for r in ratios if r < 0.80), "worst": worst}
+
+
+def cluster(n: int, seed: int) -> list[FreeHost]:
+    rng = random.Random(seed)
+    return [FreeHost(f"n{i:05d}", rng.choice([0, 1, 2, 4, 8]), rng.choice(["t4", "v100", "a100", "a10", "l4"]),
+                     rng.choice([10, 25, 50, 100]), rng.choice(["pcie", "nvlink"])) for i in range(n)]
+
+
+def plan_time(params: CostParams, hosts: list[FreeHost], repeat: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for pattern in (RING, HIERARCHICAL):
+        for label, req in (("gpus=64", PlanRequest(gpus=64, local_bsz=8, pattern=pattern)),
+                           ("max_gpus=64", PlanRequest(max_gpus=64, local_bsz=8, pattern=pattern))):
+            times = []
+            plans = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                plans = search(params, hosts, req)
+                times.append(time.perf_counter() - t0)
+            out[f"{pattern} {label}"] = {"median_ms": statistics.median(times) * 1000, "min_ms": min(times) * 1000,
+                                         "gpus": plans[0].gpus, "hosts_used": len(plans[0].hosts)}
+    return out
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--hosts", type=int, default=1000, help="hosts of the plan-time cluster (default 1000)")
+    ap.add_argument("--repeat", type=int, default=7, help="runs of each plan-time case, the median taken (7)")
+    ap.add_argument("--seed", type=int, default=0, help="seed of the plan-time cluster (0)")
+    ap.add_argument("--json", default=None, help="output (default benchmarks/results/model.json)")
+    a = ap.parse_args()
+    results: dict[str, Any] = {"apps": {}, "parameters": {"hosts": a.hosts, "repeat": a.repeat, "seed": a.seed,
+                                                           "fitted_on": [format_placement(p) for p in FITTED_ON]}}
+    hosts = cluster(a.hosts, a.seed)
+    for app in APPS:
+        path = TRACES / app / "placements.csv"
+        if not path.is_file():
+            print(f"{path}: missing (the public profiles are read from ../shared/data/public)", file=sys.stderr)
+            return 1
+        rows = read_profile(path.read_text(), source=str(path))
+        params, acc = accuracy(rows)
+        quality = plan_quality(params, rows)
+        timing = plan_time(params, hosts, a.repeat)
+        results["apps"][app] = {"accuracy": acc, "plan_quality": quality, "plan_time": timing}
+        print(f"{app}: fitted on {acc['fitted_rows']} rows (placements {', '.join(results['parameters']['fitted_on'])})"
+              f", {acc['fit_s']:.2f} s")
+        lines = [
+            (f"error on the other {acc['other_rows']} rows",
+             f"median {acc['median_error']:.1%}  p90 {acc['p90_error']:.1%}  max {acc['max_error']:.1%}"
+             "   (targets: median <= 10%, p90 <= 30%)"),
+            (f"plan / best measured, {quality['cases']} (K, bsz)",
+             f"mean {quality['mean_ratio']:.3f}  min {quality['min_ratio']:.3f}  below 0.95: "
+             f"{quality['below_0.95']}  below 0.80: {quality['below_0.80']}   (targets: mean >= 0.95, min >= 0.80)"),
+        ]
+        if quality["skipped"]:
+            lines.append(("skipped (planned placement not measured)",
+                          ", ".join(f"K={s['gpus']} bsz={s['local_bsz']:g} {s['planned']}"
+                                    for s in quality["skipped"])))
+        lines.append(("worst plans", "; ".join(f"K={c['gpus']} bsz={c['local_bsz']:g}: {c['planned']} vs "
+                                               f"{c['best']} ({c['ratio']:.2f})" for c in quality["worst"][:3])))
+        for case, t in timing.items():
+            lines.append((f"plan time, {case}, {a.hosts} hosts",
+                          f"{t['median_ms']:.1f} ms (min {t['min_ms']:.1f})  -> {t['gpus']} GPUs on "
+                          f"{t['hosts_used']} hosts"))
+        print(table(lines))
+    print(f"  json: {write_results('model', results, a.json)}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,121 @@
+"""Model-aware jobs at the job manager: the stored model a spec names, turned into the goal its gangs are placed
+by; the gang size of `instances: auto`; and `peloton job plan` (the best plans on the cluster as it is now).
+
+A thin shell over the pure search (peloton/modelaware/plan.py): it reads the stored model and asks the host
+manager for the hosts' free state; the decisions are the search's.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import grpc
+from sqlalchemy.orm import Session, sessionmaker
+
+from peloton.api import convert
+from peloton.api.status import from_rpc_error
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers, worker_roles
+from peloton.errors import InvalidArgument, NotFound
+from peloton.modelaware import plan as plans
+from peloton.modelaware.document import parse_document
+from peloton.placement.index import HostIndex
+from peloton.placement.placer import worker_slots
+from peloton.store import repo
+from peloton.store.db import transaction
+
+
+@dataclass(frozen=True, slots=True)
+class PlanOutcome:
+    plans: list[plans.Plan]  # best first
+    on_free_hosts: bool  # planned on what is free now (False: nothing fits now; planned on whole hosts)
+
+
+class Planner:
+    def __init__(self, read_sessions: sessionmaker[Session], hostmgr: internal_pb2_grpc.HostManagerInternalStub,
+                 capacity: Callable[[], HostIndex | None]) -> None:
+        self.read_sessions = read_sessions
+        self.hostmgr = hostmgr
+        self.capacity = capacity  # every host's full capacity (the job manager's cached index)
+
+    def goal(self, spec: JobSpec) -> plans.PlanGoal:
+        """The cost model and batch of the stored model `spec.model` names; InvalidArgument naming model.* when it
+        is missing or cannot predict."""
+        m = spec.model
+        assert m is not None
+        try:
+            with transaction(self.read_sessions) as s:
+                stored = repo.get_model(s, m.name)
+        except NotFound:
+            raise InvalidArgument(f"model.name: no stored model {m.name!r} (peloton model list; peloton model "
+                                  "create NAME -f MODEL.json)", field="model.name") from None
+        doc = parse_document(json.loads(stored.document))
+        try:
+            params = doc.cost_params()
+        except InvalidArgument as e:
+            raise InvalidArgument(f"model.name: the stored model {m.name!r} cannot predict: {e.message}",
+                                  field="model.name") from None
+        local, glob = m.local_bsz, m.global_bsz
+        if not local and not glob:
+            local, glob = doc.description.local_bsz, doc.description.global_bsz
+        if not local and not glob:
+            raise InvalidArgument(f"model.local_bsz: required (the stored model {m.name!r} gives no batch; or "
+                                  "model.global_bsz)", field="model.local_bsz")
+        return plans.PlanGoal(params, doc.description.sync, local, glob, m.objective)
+
+    def resolve(self, spec: JobSpec) -> JobSpec:
+        """A model-aware spec with its goal recorded (and, with `instances: auto`, its workers counted); any other
+        spec as it is. Validates the spec (with a stand-in count while the count is still to be chosen)."""
+        m = spec.model
+        if m is None:
+            return spec
+        validate_submitted(spec)
+        goal = self.goal(spec)
+        if m.auto_instances:
+            best = self.plan(spec, goal, top=1).plans
+            if not best:
+                hi = m.max_instances or "any"
+                raise InvalidArgument(f"instances: auto: no plan of {m.min_instances} to {hi} workers fits this "
+                                      "cluster, even empty", field="instances")
+            spec = with_workers(spec, best[0].gpus)
+        spec = replace(spec, model=replace(m, goal_json=json.dumps(plans.goal_to_dict(goal))))
+        return validate(spec)
+
+    def plan(self, spec: JobSpec, goal: plans.PlanGoal | None = None, top: int = 5) -> PlanOutcome:
+        """The best plans for `spec` on the hosts' free state now; when none fits now, on the whole hosts."""
+        m = spec.model
+        if m is None:
+            raise InvalidArgument("model.name: required to plan a job (the stored model whose cost model rates the "
+                                  "plans)", field="model.name")
+        goal = goal or self.goal(spec)
+        roles = spec.all_roles()
+        workers = worker_roles(spec)
+        if len(workers) != 1:
+            validate(spec)  # says what is wrong with the roles
+        worker = roles[workers[0]]
+        servers = sum(r.instances for i, r in enumerate(roles) if i != workers[0])
+        req_kw: dict[str, object] = {"gpus": 0 if m.auto_instances else worker.instances}
+        if m.auto_instances:
+            req_kw.update(min_gpus=m.min_instances, max_gpus=m.max_instances)
+        for index, free_now in ((self._free_now(), True), (self.capacity(), False)):
+            if index is None:
+                continue
+            slots = worker_slots(index, spec.constraints, worker.resources)
+            req = plans.PlanRequest(local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
+                                    pattern=goal.pattern if goal.pattern != plans.PS or servers else plans.RING,
+                                    servers=servers if goal.pattern == plans.PS else 0, top=top,
+                                    **req_kw)  # type: ignore[arg-type]
+            found = plans.search(goal.params, slots, req)
+            if found:
+                return PlanOutcome(found, free_now)
+        return PlanOutcome([], False)
+
+    def _free_now(self) -> HostIndex | None:
+        try:
+            r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=0), timeout=10)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        return HostIndex([convert.offer_from_proto(o) for o in r.hosts])
+

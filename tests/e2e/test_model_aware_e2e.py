@@ -1,0 +1,144 @@
+"""Model-aware jobs end to end on the sim backend (everything above the backend is the production scheduler): a
+stored model fitted on the public bert measurements, `job plan`, a job placed where the cost model rates the plan
+best (still whole), `instances: auto`, and `job get`'s "why this plan". The store is incidental: SQLite only."""
+
+from __future__ import annotations
+
+import json
+from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from peloton.modelaware.cost import Reference
+from peloton.modelaware.document import ModelDocument, document_to_dict
+from peloton.modelaware.fit import fit
+from peloton.modelaware.profile import read_profile, select
+from tests.e2e.harness import Daemon, serving, wait_until
+
+pytestmark = pytest.mark.e2e
+
+DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "public" / "adaptdl" / "traces"
+T4 = "4:cpu=48,mem=192Gi,gpu=4:gpu_model=t4,nic_gbps=50"  # the testbed of the measurements: 4 of its 16 hosts
+SPEC = """
+name: bert-ft
+instances: {instances}
+model: {{name: bert, local_bsz: 8{bounds}}}
+placement: {{strategy: model-aware}}
+task:
+  command: python train.py
+  env: {{PELOTON_SIM_DURATION: 1h}}
+  resources: {{cpu: 4, mem: 8Gi, gpu: 1}}
+"""
+
+
+@dataclass
+class SimDaemon(Daemon):
+    def server_args(self) -> list[str]:
+        return ["--backend", "sim", "--sim-seed", "1", "--sim-host-group", T4]
+
+
+@pytest.fixture
+def sim(tmp_path: Path) -> Iterator[SimDaemon]:
+    with serving(SimDaemon(tmp_path / "data", f"sqlite:///{tmp_path}/peloton.db")) as d:
+        yield d
+
+
+def bert_model(tmp_path: Path) -> Path:
+    rows = read_profile((DATA / "bert" / "placements.csv").read_text())
+    train = select(rows, {(1,), (4,), (1, 1), (1, 1, 1, 1), (4, 4), (4, 4, 4, 4)})
+    params = fit(train, Reference("t4", 50, "pcie")).params
+    path = tmp_path / "bert.json"
+    path.write_text(json.dumps(document_to_dict(ModelDocument(name="bert", params=params))))
+    return path
+
+
+def test_a_model_aware_job_is_placed_where_the_cost_model_rates_it_best(sim: SimDaemon, tmp_path: Path) -> None:
+    # without the stored model, the job is refused naming the field, and nothing is created
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC.format(instances=8, bounds=""))
+    r = sim.cli("job", "create", "-f", str(spec), check=False)
+    assert r.returncode == 2 and "model.name: no stored model 'bert'" in r.stderr, r.stderr
+    assert json.loads(sim.cli("job", "list", "-o", "json").stdout)["jobs"] == []
+
+    sim.cli("model", "create", "bert", "-f", str(bert_model(tmp_path)))
+    plans = json.loads(sim.cli("job", "plan", "-f", str(spec), "-o", "json").stdout)
+    assert plans["on_free_hosts"] is True and plans["instances"] == 8
+    best = plans["plans"][0]
+    # bert's two-host placements are its slowest (the measurements): the plan spreads over four hosts
+    assert best["gpus_per_host"] == [2, 2, 2, 2] and len(set(best["hosts"])) == 4
+    assert [p["samples_per_s"] for p in plans["plans"]] == sorted((p["samples_per_s"] for p in plans["plans"]),
+                                                                  reverse=True)
+    assert "GPUS/HOST" in sim.cli("job", "plan", "-f", str(spec)).stdout
+
+    job = sim.cli("job", "create", "-f", str(spec)).stdout.strip()
+    got = sim.wait_state(job, "RUNNING")
+    tasks = sim.tasks(job)
+    assert sorted(Counter(t["host"] for t in tasks).values()) == [2, 2, 2, 2]  # whole, on the plan's hosts
+    plan = got["status"]["gangs"][0]["plan"]
+    assert plan["gpus_per_host"] == [2, 2, 2, 2] and plan["step_time"] == pytest.approx(best["step_time"])
+    assert [a["gpus_per_host"] for a in plan["alternatives"]] and not plan.get("measured_members")
+    view = sim.cli("job", "get", job).stdout
+    assert "plan: GPUs per host 2,2,2,2, local batch 8" in view and "runner-ups:" in view
+    assert "measured: not reported yet" in view  # simulated members measure nothing
+
+    # instances: auto chooses the count on what is free now (the rest of the cluster: 8 GPUs on 4 hosts)
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(SPEC.format(instances="auto", bounds=", min_instances: 2, max_instances: 8")
+                    .replace("bert-ft", "bert-auto"))
+    chosen = json.loads(sim.cli("job", "plan", "-f", str(auto), "-o", "json").stdout)["instances"]
+    assert 2 <= chosen <= 8
+    job2 = sim.cli("job", "create", "-f", str(auto)).stdout.strip()
+    got2 = sim.wait_state(job2, "RUNNING")
+    assert got2["spec"]["instances"] == chosen and got2["spec"]["model"]["auto_instances"] is True
+
+
+@dataclass
+class LocalDaemon(Daemon):
+    def server_args(self) -> list[str]:
+        return ["--local-host-group", "2:cpu=2,mem=2Gi,gpu=2:gpu_model=t4,nic_gbps=50",
+                "--local-port-base", str(self.port_base)]
+
+
+def test_members_report_their_speed_and_the_model_is_refitted_from_it(tmp_path: Path) -> None:
+    """On the local backend (real processes): the members write their step time to $PELOTON_METRICS_FILE, `job get`
+    shows it beside the prediction, and `model refit` records it in the stored model and fits again."""
+    rows = read_profile((DATA / "bert" / "placements.csv").read_text())
+    train = select(rows, {(1,), (4,), (1, 1), (1, 1, 1, 1), (4, 4), (4, 4, 4, 4)})
+    params = fit(train, Reference("t4", 50, "pcie")).params
+    model = tmp_path / "bert.json"
+    model.write_text(json.dumps(document_to_dict(ModelDocument(name="bert", params=params, profile=tuple(train)))))
+    spec = tmp_path / "job.yaml"
+    spec.write_text("""
+name: reports
+instances: 2
+model: {name: bert, local_bsz: 8}
+placement: {strategy: model-aware}
+task:
+  command: 'echo "step_time=0.9" >> "$PELOTON_METRICS_FILE"; echo "step_time=1.25 local_bsz=8" >> "$PELOTON_METRICS_FILE"; sleep 120'
+  resources: {cpu: 0.5, mem: 64Mi, gpu: 1}
+""")
+    with serving(LocalDaemon(tmp_path / "data", f"sqlite:///{tmp_path}/peloton.db")) as d:
+        d.cli("model", "create", "bert", "-f", str(model))
+        job = d.cli("job", "create", "-f", str(spec)).stdout.strip()
+        d.wait_state(job, "RUNNING")
+
+        def measured() -> dict[str, object] | None:
+            plan = d.job(job)["status"]["gangs"][0]["plan"]
+            return plan if plan.get("measured_members") == 2 else None
+
+        plan = wait_until(measured, timeout=30)
+        assert plan["measured_step_time"] == pytest.approx(1.25)  # the last line counts
+        assert plan["measured_samples_per_s"] == pytest.approx(2 * 8 / 1.25)
+        view = d.cli("job", "get", job).stdout
+        assert "measured 1.250 s/step, 12.8 samples/s (2 members reporting; prediction off by" in view
+
+        out = d.cli("model", "refit", "bert", "--from-job", job).stdout
+        assert f"{job}: GPUs per host {','.join(map(str, plan['gpus_per_host']))}, local batch 8: measured 1.250" in out
+        assert "refitted model bert on 31 rows (30 of its profile, 1 measured)" in out and "version 2" in out
+        stored = json.loads(d.cli("model", "get", "bert", "-o", "json").stdout)
+        assert stored["version"] == 2
+        assert [(m["job_id"], m["step_time"]) for m in stored["document"]["measured"]] == [(job, 1.25)]
+        d.cli("job", "stop", job)

@@ -1,0 +1,127 @@
+"""The cost model's formulas (peloton/modelaware/cost.py, docs/model-aware.md) on cases computed by hand."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from peloton.errors import InvalidArgument
+from peloton.modelaware.cost import (
+    HIERARCHICAL,
+    PS,
+    RING,
+    CostParams,
+    HostUse,
+    Reference,
+    combine,
+    compute_time,
+    predict,
+    sync_time,
+    uniform_hosts,
+)
+from peloton.modelaware.gpus import BUILTIN
+
+REF = Reference("t4", 50, "pcie")
+P = CostParams(alpha_c=0.1, beta_c=0.01, alpha_r=0.02, beta_r=0.05, alpha_n=0.03, beta_n=0.2, gamma=1.0,
+               reference=REF)
+
+
+def hosts(*gpus: int, model: str = "t4", nic: float = 50, link: str = "pcie") -> list[HostUse]:
+    return [HostUse(g, model, nic, link) for g in gpus]
+
+
+def test_one_gpu_is_compute_alone() -> None:
+    pred = predict(P, hosts(1), 10)
+    assert (pred.compute_time, pred.sync_time, pred.step_time) == pytest.approx((0.2, 0.0, 0.2))
+    assert pred.samples_per_s == pytest.approx(10 / 0.2) and pred.gpus_per_host == (1,)
+
+
+@pytest.mark.parametrize(("gpus", "pattern", "sync"), [
+    # ring on one host: alpha_r + beta_r * 2(K-1)/K
+    ((4,), RING, 0.02 + 0.05 * 2 * 3 / 4),
+    ((2,), RING, 0.02 + 0.05 * 1),
+    # ring over two hosts: every crossing joins the same pair (P = 1): alpha_n + beta_n * 2(K-1)
+    ((2, 2), RING, 0.03 + 0.2 * 2 * 3),
+    ((3, 1), RING, 0.03 + 0.2 * 2 * 3),
+    # three hosts and more: P = N
+    ((2, 1, 1), RING, 0.03 + 0.2 * 2 * 3 / 3),
+    ((1, 1, 1, 1), RING, 0.03 + 0.2 * 2 * 3 / 4),
+    ((4, 4, 4, 4), RING, 0.03 + 0.2 * 2 * 15 / 4),
+    # hierarchical: within each host (the largest host's term), then one member per host across N hosts
+    ((4,), HIERARCHICAL, 0.02 + 0.05 * 2 * 3 / 4),
+    ((2, 2), HIERARCHICAL, (0.02 + 0.05 * 1) + (0.03 + 0.2 * 2 * 1 / 1)),
+    ((4, 4, 4), HIERARCHICAL, (0.02 + 0.05 * 1.5) + (0.03 + 0.2 * 2 * 2 / 3)),
+    ((4, 1, 1), HIERARCHICAL, (0.02 + 0.05 * 1.5) + (0.03 + 0.2 * 2 * 2 / 3)),
+    ((1, 1, 1), HIERARCHICAL, 0.03 + 0.2 * 2 * 2 / 3),  # one GPU per host: nothing within hosts
+])
+def test_all_reduce_sync_time(gpus: tuple[int, ...], pattern: str, sync: float) -> None:
+    pred = predict(P, hosts(*gpus), 10, pattern)
+    assert pred.sync_time == pytest.approx(sync)
+    assert pred.step_time == pytest.approx(0.2 + sync)  # gamma 1: no overlap
+
+
+def test_a_host_without_gpus_takes_no_part() -> None:
+    assert predict(P, hosts(2, 0, 2), 10).sync_time == pytest.approx(predict(P, hosts(2, 2), 10).sync_time)
+    with pytest.raises(InvalidArgument) as e:
+        predict(P, hosts(0, 0), 10)
+    assert e.value.field == "placement"
+
+
+def test_parameter_servers_colocated_and_dedicated() -> None:
+    # 2 + 2 workers, one server on the first host: it sends and receives S to each of the 2 remote workers
+    # (2 * 2 units through its NIC); the other host's 2 workers each send and receive S (4 units)
+    colocated = [HostUse(2, "t4", 50, "pcie", servers=1), HostUse(2, "t4", 50, "pcie")]
+    assert sync_time(P, colocated, PS) == pytest.approx(0.03 + 0.2 * 4)
+    # the server on a host of its own: all 4 workers' traffic through its NIC, both ways (8 units)
+    dedicated = [*hosts(2, 2), HostUse(0, "t4", 50, "pcie", servers=1)]
+    assert sync_time(P, dedicated, PS) == pytest.approx(0.03 + 0.2 * 8)
+    # two dedicated servers halve it: each takes half the parameters (2 * 4 * 1/2 = 4 units)
+    two = [*hosts(2, 2), HostUse(0, "t4", 50, "pcie", servers=1), HostUse(0, "t4", 50, "pcie", servers=1)]
+    assert sync_time(P, two, PS) == pytest.approx(0.03 + 0.2 * 4)
+    # a slower NIC on the server's host is the bottleneck: 50/10 times its traffic
+    slow = [*hosts(2, 2), HostUse(0, "t4", 10, "pcie", servers=1)]
+    assert sync_time(P, slow, PS) == pytest.approx(0.03 + 0.2 * 8 * 5)
+    # every worker and the server on one host: within the host, 2 * workers * share units over its link
+    assert sync_time(P, [HostUse(4, "t4", 50, "pcie", servers=1)], PS) == pytest.approx(0.02 + 0.05 * 8)
+    with pytest.raises(InvalidArgument) as e:
+        sync_time(P, hosts(2, 2), PS)
+    assert e.value.field == "servers"
+
+
+def test_slower_gpus_slow_the_whole_step() -> None:
+    v100 = BUILTIN["v100"].relative
+    base = 0.1 + 0.01 * 10
+    assert compute_time(P, hosts(1, model="v100"), 10) == pytest.approx(base / v100)
+    mixed = [HostUse(2, "v100", 50, "pcie"), HostUse(2, "t4", 50, "pcie")]
+    assert compute_time(P, mixed, 10) == pytest.approx(base)  # the T4 host sets the pace
+    assert predict(P, mixed, 10).step_time > predict(P, hosts(2, 2, model="v100"), 10).step_time
+    # parameters fitted on V100s: a T4 is slower by the table's ratio
+    on_v100 = replace(P, reference=Reference("v100", 50, "pcie"))
+    assert compute_time(on_v100, hosts(1), 10) == pytest.approx(base * v100)
+    assert compute_time(on_v100, hosts(1, model="v100"), 10) == pytest.approx(base)
+
+
+def test_slower_nics_and_links_slow_the_sync() -> None:
+    mixed = [HostUse(2, "t4", 50, "pcie"), HostUse(2, "t4", 10, "pcie")]
+    assert sync_time(P, mixed, RING) == pytest.approx(0.03 + 0.2 * (50 / 10) * 2 * 3)  # the slowest NIC
+    assert sync_time(P, hosts(2, 2, nic=100), RING) == pytest.approx(0.03 + 0.2 * 0.5 * 2 * 3)
+    # NVLink moves gradients 100/12 times faster than the reference's PCIe
+    assert sync_time(P, hosts(4, link="nvlink"), RING) == pytest.approx(0.02 + 0.05 * (12 / 100) * 1.5)
+    # hierarchical: the worst host's link and GPU count set the within-host term
+    h = [HostUse(4, "t4", 50, "nvlink"), HostUse(2, "t4", 50, "pcie")]
+    assert sync_time(P, h, HIERARCHICAL) == pytest.approx((0.02 + 0.05 * max(1.5 * 0.12, 1.0)) + (0.03 + 0.2 * 2))
+
+
+def test_gamma_overlaps_sync_with_compute() -> None:
+    assert combine(0.3, 0.4, 1.0) == pytest.approx(0.7)
+    assert combine(0.3, 0.4, 2.0) == pytest.approx(0.5)
+    assert combine(0.3, 0.4, 500.0) == pytest.approx(0.4, rel=1e-3)  # nearly full overlap, without overflow
+    assert combine(0.3, 0.0, 3.0) == 0.3
+    p = replace(P, gamma=2.0)
+    pred = predict(p, hosts(2, 2), 10)
+    assert pred.step_time == pytest.approx((0.2 ** 2 + pred.sync_time ** 2) ** 0.5)
+
+
+def test_uniform_hosts_take_the_reference_hardware() -> None:
+    assert uniform_hosts((1, 3), REF) == [HostUse(1, "t4", 50, "pcie"), HostUse(3, "t4", 50, "pcie")]
