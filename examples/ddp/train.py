@@ -8,10 +8,14 @@ for `ports: 1`), and runs alone (world of 1) when they are absent. After a warm-
 
     step_time=0.0123 samples_per_s=2601.6 local_bsz=32 step=40
 
-(this member's own figures, the mean since the warm-up: peloton/modelaware/metrics.py reads the last line). At the
-end every member prints a `ddp-member` line and rank 0 a `ddp-summary` line with the gang's samples/s.
+(this member's own figures, the mean since the warm-up: peloton/modelaware/metrics.py reads the last line, and
+`peloton job get` shows it beside the prediction of a model-aware gang). At the end every member prints a
+`ddp-member` line and rank 0 a `ddp-summary` line with the gang's samples/s. `--steps 0` trains until the job is
+stopped. `--describe` prints a model document of this MLP for `peloton model create` (the cost model's prior comes
+from its parameters and FLOPs per sample) and exits.
 
     python train.py --steps 40 --local-bsz 32 --width 256
+    python train.py --width 256 --local-bsz 32 --describe > mlp.json
 """
 
 from __future__ import annotations
@@ -19,6 +23,8 @@ from __future__ import annotations
 import argparse
 import datetime
 import gc
+import itertools
+import json
 import os
 import sys
 import time
@@ -37,7 +43,7 @@ POOL_BATCHES = 8  # distinct batches per member, used in turn: making data must 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--steps", type=int, default=40, help="timed steps (after the warm-up)")
+    p.add_argument("--steps", type=int, default=40, help="timed steps (after the warm-up); 0: until stopped")
     p.add_argument("--warmup", type=int, default=5, help="untimed steps first")
     p.add_argument("--local-bsz", type=int, default=32, help="samples per step per member")
     p.add_argument("--width", type=int, default=256, help="hidden units per layer")
@@ -51,12 +57,15 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--metrics-file", default=os.environ.get("PELOTON_METRICS_FILE", ""),
                    help="where the metrics lines go (default: $PELOTON_METRICS_FILE; empty: nowhere)")
     p.add_argument("--timeout", type=float, default=120.0, help="seconds to wait for the other members")
+    p.add_argument("--describe", action="store_true",
+                   help="print a model document of this MLP (peloton model create -f) and exit")
     a = p.parse_args(argv)
-    for name in ("steps", "local_bsz", "width", "depth", "inputs", "classes", "threads", "report_every"):
+    for name in ("local_bsz", "width", "depth", "inputs", "classes", "threads", "report_every"):
         if getattr(a, name) < 1:
             p.error(f"--{name.replace('_', '-')} must be at least 1")
-    if a.warmup < 0:
-        p.error("--warmup must be at least 0")
+    for name in ("steps", "warmup"):
+        if getattr(a, name) < 0:
+            p.error(f"--{name} must be at least 0")
     return a
 
 
@@ -77,6 +86,15 @@ def parameter_count(model: nn.Module) -> int:
 def flops_per_sample(model: nn.Module) -> float:
     """Forward + backward: 2 FLOPs per weight forward, twice that backward (the usual 6 x parameters)."""
     return 6.0 * parameter_count(model)
+
+
+def describe(a: argparse.Namespace) -> dict[str, object]:
+    """The model document (docs/model-aware.md) of the MLP these flags build: FP32 gradients of every parameter,
+    synchronised by DDP's ring all-reduce."""
+    model = mlp(a.inputs, a.width, a.depth, a.classes)
+    return {"kind": "peloton.model/v1", "name": "ddp-mlp",
+            "description": {"parameters": parameter_count(model), "flops_per_sample": flops_per_sample(model),
+                            "sync": "allreduce-ring", "local_bsz": a.local_bsz}}
 
 
 def synthetic_batches(a: argparse.Namespace, rank: int) -> list[tuple[torch.Tensor, torch.Tensor]]:
@@ -109,6 +127,9 @@ class Metrics:
 
 def main(argv: list[str] | None = None) -> int:
     a = parse_args(argv)
+    if a.describe:
+        print(json.dumps(describe(a), indent=2))
+        return 0
     torch.set_num_threads(a.threads)  # one member per core: more threads per member only fight each other
     torch.set_num_interop_threads(1)
     rank = int(os.environ.get("RANK", "0"))
@@ -153,18 +174,19 @@ def train(a: argparse.Namespace, rank: int, world: int, local_rank: int) -> None
         first_loss = first_loss or loss
     dist.barrier()  # the timing starts together
     start = time.perf_counter()
-    for i in range(1, a.steps + 1):
+    i = 0
+    for i in itertools.count(1) if a.steps == 0 else range(1, a.steps + 1):
         loss = step(a.warmup + i - 1)
         first_loss = first_loss or loss
         if i % a.report_every == 0 or i == a.steps:
             metrics.write((time.perf_counter() - start) / i, a.local_bsz, i)
     elapsed = time.perf_counter() - start
-    step_time = elapsed / a.steps
+    step_time = elapsed / i
 
     # every member's weights after training: the same on all of them when DDP kept them in step
     checksum = float(sum(p.detach().double().sum() for p in model.parameters()))
     params = parameter_count(model.module)
-    print(f"ddp-member rank={rank} world={world} local_rank={local_rank} steps={a.steps} local_bsz={a.local_bsz} "
+    print(f"ddp-member rank={rank} world={world} local_rank={local_rank} steps={i} local_bsz={a.local_bsz} "
           f"step_time={step_time:.6f} samples_per_s={a.local_bsz / step_time:.3f} loss={first_loss:.4f}->{loss:.4f} "
           f"params={params} checksum={checksum:.6f}", flush=True)
     times = [torch.tensor([step_time], dtype=torch.float64) for _ in range(world)]
