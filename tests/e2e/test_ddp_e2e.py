@@ -40,7 +40,7 @@ MLP = f"--width 512 --local-bsz {LOCAL_BSZ}"  # 301,066 parameters
 pytestmark = [
     pytest.mark.e2e,
     pytest.mark.skipif(importlib.util.find_spec("torch") is None,
-                       reason="torch is not installed (the `ddp` extra: pip install torch; .ci/run installs it)"),
+                       reason="torch is not installed (the `ddp` extra; docs/development.md, Optional: torch; .ci/run installs it)"),
     pytest.mark.parametrize("db_url", ["sqlite"], indirect=True),
 ]
 
