@@ -157,7 +157,7 @@ class JobManager:
         self._check_every_gang = False  # the next queue check asks about every open gang, however recent
         self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
         self._cap_refresh = threading.Lock()  # one capacity refresh at a time
-        self.planner = Planner(read_sessions, hostmgr, self._capacity)
+        self.planner = Planner(read_sessions, hostmgr, resmgr, self._capacity)
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
         self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)

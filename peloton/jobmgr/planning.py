@@ -17,6 +17,8 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain import limits
+from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers, worker_roles
 from peloton.errors import InvalidArgument, NotFound
 from peloton.modelaware import plan as plans
@@ -35,9 +37,11 @@ class PlanOutcome:
 
 class Planner:
     def __init__(self, read_sessions: sessionmaker[Session], hostmgr: internal_pb2_grpc.HostManagerInternalStub,
+                 resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
                  capacity: Callable[[], HostIndex | None]) -> None:
         self.read_sessions = read_sessions
         self.hostmgr = hostmgr
+        self.resmgr = resmgr
         self.capacity = capacity  # every host's full capacity (the job manager's cached index)
 
     def goal(self, spec: JobSpec) -> plans.PlanGoal:
@@ -98,7 +102,17 @@ class Planner:
         servers = sum(r.instances for i, r in enumerate(roles) if i != workers[0])
         req_kw: dict[str, object] = {"gpus": 0 if m.auto_instances else worker.instances}
         if m.auto_instances:
-            req_kw.update(min_gpus=m.min_instances, max_gpus=m.max_instances)
+            # no more workers than the pool is entitled to GPUs (when that leaves room for the fewest allowed)
+            top_count = m.max_instances
+            most = top_count or limits.MAX_GANG_SIZE
+            extra = worker.resources.scale(most)
+            for i, r in enumerate(roles):
+                if i != workers[0]:
+                    extra = extra + r.resources.scale(r.instances)
+            entitled = self._entitled_gpus(spec.respool, extra)
+            if entitled is not None and entitled >= m.min_instances:
+                top_count = min(top_count, entitled) if top_count else entitled
+            req_kw.update(min_gpus=m.min_instances, max_gpus=top_count)
         for index, free_now in ((self._free_now(), True), (self.capacity(), False)):
             if index is None:
                 continue
@@ -111,6 +125,19 @@ class Planner:
             if found:
                 return PlanOutcome(found, free_now)
         return PlanOutcome([], False)
+
+    def _entitled_gpus(self, pool: str, asking: Resources) -> int | None:
+        """The whole GPUs `pool` would be entitled to if it also asked for `asking`; None while the resource
+        manager does not know (no capacity yet, or the pool is not its)."""
+        try:
+            r = self.resmgr.GetPoolUsage(internal_pb2.GetPoolUsageRequest(
+                path=pool, extra_demand=convert.vec_to_proto(asking)), timeout=10)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        for p in r.pools:
+            if p.HasField("entitlement_gpu"):
+                return int(p.entitlement_gpu + 1e-9)
+        return None
 
     def _free_now(self) -> HostIndex | None:
         try:

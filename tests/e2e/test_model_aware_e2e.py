@@ -142,3 +142,20 @@ task:
         assert stored["version"] == 2
         assert [(m["job_id"], m["step_time"]) for m in stored["document"]["measured"]] == [(job, 1.25)]
         d.cli("job", "stop", job)
+
+
+def test_instances_auto_asks_for_no_more_gpus_than_the_pool_is_entitled_to(sim: SimDaemon, tmp_path: Path) -> None:
+    sim.cli("model", "create", "bert", "-f", str(bert_model(tmp_path)))
+    sim.cli("pool", "create", "/small", "--limit", "cpu=64,mem=256Gi,gpu=3")
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(SPEC.format(instances="auto", bounds=", max_instances: 16").replace("name: bert-ft",
+                                                                                         "name: small\nrespool: /small"))
+    plans = json.loads(sim.cli("job", "plan", "-f", str(auto), "-o", "json").stdout)
+    assert plans["plans"] and all(sum(p["gpus_per_host"]) <= 3 for p in plans["plans"])
+    assert plans["instances"] <= 3
+    # in the root pool the same spec may use more: the bound is the pool's
+    root = tmp_path / "root.yaml"
+    root.write_text(auto.read_text().replace("respool: /small\n", ""))
+    assert json.loads(sim.cli("job", "plan", "-f", str(root), "-o", "json").stdout)["instances"] > 3
+    job = sim.cli("job", "create", "-f", str(auto)).stdout.strip()
+    assert sim.wait_state(job, "RUNNING")["spec"]["instances"] <= 3
