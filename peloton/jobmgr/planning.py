@@ -23,6 +23,7 @@ from peloton.domain.spec import JobSpec, validate, validate_submitted, with_work
 from peloton.errors import InvalidArgument, NotFound
 from peloton.modelaware import plan as plans
 from peloton.modelaware.document import parse_document
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import worker_slots
 from peloton.store import repo
@@ -38,8 +39,9 @@ class PlanOutcome:
 class Planner:
     def __init__(self, read_sessions: sessionmaker[Session], hostmgr: internal_pb2_grpc.HostManagerInternalStub,
                  resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
-                 capacity: Callable[[], HostIndex | None]) -> None:
+                 capacity: Callable[[], HostIndex | None], gpu_table: GpuTable = DEFAULT_TABLE) -> None:
         self.read_sessions = read_sessions
+        self.gpu_table = gpu_table  # --gpu-table: the built-in one with the operator's rows
         self.hostmgr = hostmgr
         self.resmgr = resmgr
         self.capacity = capacity  # every host's full capacity (the job manager's cached index)
@@ -57,7 +59,7 @@ class Planner:
                                   "create NAME -f MODEL.json)", field="model.name") from None
         doc = parse_document(json.loads(stored.document))
         try:
-            params = doc.cost_params()
+            params = doc.cost_params(self.gpu_table)
         except InvalidArgument as e:
             raise InvalidArgument(f"model.name: the stored model {m.name!r} cannot predict: {e.message}",
                                   field="model.name") from None
@@ -67,7 +69,8 @@ class Planner:
         if not local and not glob:
             raise InvalidArgument(f"model.local_bsz: required (the stored model {m.name!r} gives no batch; or "
                                   "model.global_bsz)", field="model.local_bsz")
-        return plans.PlanGoal(params, doc.description.sync, local, glob, m.objective)
+        return plans.PlanGoal(params, doc.description.sync, local, glob, m.objective,
+                              plans.rows_of(self.gpu_table))
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """A model-aware spec with its goal recorded (and, with `instances: auto`, its workers counted); any other
@@ -121,7 +124,7 @@ class Planner:
                                     pattern=goal.pattern if goal.pattern != plans.PS or servers else plans.RING,
                                     servers=servers if goal.pattern == plans.PS else 0, top=top,
                                     **req_kw)  # type: ignore[arg-type]
-            found = plans.search(goal.params, slots, req)
+            found = plans.search(goal.params, slots, req, goal.table())
             if found:
                 return PlanOutcome(found, free_now)
         return PlanOutcome([], False)
