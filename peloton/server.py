@@ -82,6 +82,7 @@ from peloton.identity import Principals
 from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
 from peloton.ownership import LEADER, StoreGuard
 from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
@@ -194,6 +195,20 @@ class ServerConfig:
     # Bounds per authenticated principal (off without authentication: one trusted user)
     rate_limit: float = DEFAULT_RATE_LIMIT  # changing calls a second, bursts of RATE_BURST_S of them; 0: none
     max_waiting_jobs: int = DEFAULT_MAX_WAITING_JOBS  # jobs not started yet; 0: no limit
+    # A JSON file of GPU models' relative throughputs that replace or extend the built-in table (model-aware plans)
+    gpu_table: Path | None = None
+
+    def gpu_table_rows(self) -> GpuTable:
+        """The GPU table model-aware plans use: the built-in one, with --gpu-table's rows. InvalidArgument naming
+        the flag (and the row) when the file cannot be read or is wrong."""
+        if self.gpu_table is None:
+            return DEFAULT_TABLE
+        try:
+            text = self.gpu_table.read_text(encoding="utf-8")
+        except OSError as e:
+            raise InvalidArgument(f"--gpu-table: cannot read {self.gpu_table}: {e.strerror}",
+                                  field="--gpu-table") from None
+        return load_table(text, source="--gpu-table")
 
     def principals_path(self) -> Path | None:
         if self.principals_file is not None:
@@ -276,6 +291,7 @@ class ServerConfig:
         if self.max_waiting_jobs < 0:
             raise InvalidArgument(f"--max-waiting-jobs: must be 0 (none) or positive, got {self.max_waiting_jobs}",
                                   field="--max-waiting-jobs")
+        self.gpu_table_rows()  # a file that cannot be read, or a wrong row, is said at start
         if not math.isfinite(self.leader_lease_s) or not MIN_LEASE_S <= self.leader_lease_s <= MAX_LEASE_S:
             raise InvalidArgument(f"--leader-lease: must be between {MIN_LEASE_S:g} and {MAX_LEASE_S:g} seconds (it is "
                                   f"renewed every second), got {self.leader_lease_s:g}", field="--leader-lease")
@@ -667,7 +683,7 @@ class Daemon:
         self.jobmgr = None
         if "jobmgr" in roles:
             self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
-                                     writers=cfg.writers())
+                                     writers=cfg.writers(), gpu_table=cfg.gpu_table_rows())
             max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
             # the backend is known where the host manager runs: a job manager without it warns of nothing
             servicer = JobServicer(self.jobmgr, max_waiting_jobs=max_waiting,

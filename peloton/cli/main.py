@@ -259,7 +259,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         unix_socket=a.unix_socket, tls_cert=Path(a.tls_cert) if a.tls_cert else None, tls_key=Path(a.tls_key) if a.tls_key else None,
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
-        max_waiting_jobs=a.max_waiting_jobs,
+        max_waiting_jobs=a.max_waiting_jobs, gpu_table=Path(a.gpu_table) if a.gpu_table else None,
         preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
@@ -582,6 +582,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-waiting-jobs", type=int, default=10_000, metavar="N",
                    help="with authentication: jobs a principal may have waiting to start (default %(default)d; 0: "
                         "none)")
+    s.add_argument("--gpu-table", default=None, metavar="FILE",
+                   help="model-aware plans: a JSON object of GPU models' relative throughputs (a T4 is 1) that replace "
+                        "or extend the built-in table, e.g. {\"v100\": {\"relative\": 2.1}} (docs/model-aware.md)")
     s.add_argument("--tls-client-ca", default=None, metavar="FILE",
                    help="mutual TLS: serve only clients with a certificate of this CA (their subject names them)")
     s.add_argument("--metrics-tls", action="store_true",

@@ -44,6 +44,7 @@ from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.loop import progress
 from peloton.modelaware import metrics
 from peloton.modelaware import plan as plans
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -138,6 +139,7 @@ class JobManager:
         hostmgr: internal_pb2_grpc.HostManagerInternalStub,
         clock: Callable[[], float] = time.time,
         writers: int = 1,
+        gpu_table: GpuTable = DEFAULT_TABLE,
     ) -> None:
         """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite)."""
         self.sessions = sessions
@@ -157,7 +159,7 @@ class JobManager:
         self._check_every_gang = False  # the next queue check asks about every open gang, however recent
         self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
         self._cap_refresh = threading.Lock()  # one capacity refresh at a time
-        self.planner = Planner(read_sessions, hostmgr, self._capacity)
+        self.planner = Planner(read_sessions, hostmgr, resmgr, self._capacity, gpu_table)
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
         self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)

@@ -17,10 +17,13 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain import limits
+from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers, worker_roles
 from peloton.errors import InvalidArgument, NotFound
 from peloton.modelaware import plan as plans
 from peloton.modelaware.document import parse_document
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import worker_slots
 from peloton.store import repo
@@ -35,9 +38,12 @@ class PlanOutcome:
 
 class Planner:
     def __init__(self, read_sessions: sessionmaker[Session], hostmgr: internal_pb2_grpc.HostManagerInternalStub,
-                 capacity: Callable[[], HostIndex | None]) -> None:
+                 resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
+                 capacity: Callable[[], HostIndex | None], gpu_table: GpuTable = DEFAULT_TABLE) -> None:
         self.read_sessions = read_sessions
+        self.gpu_table = gpu_table  # --gpu-table: the built-in one with the operator's rows
         self.hostmgr = hostmgr
+        self.resmgr = resmgr
         self.capacity = capacity  # every host's full capacity (the job manager's cached index)
 
     def goal(self, spec: JobSpec) -> plans.PlanGoal:
@@ -53,7 +59,7 @@ class Planner:
                                   "create NAME -f MODEL.json)", field="model.name") from None
         doc = parse_document(json.loads(stored.document))
         try:
-            params = doc.cost_params()
+            params = doc.cost_params(self.gpu_table)
         except InvalidArgument as e:
             raise InvalidArgument(f"model.name: the stored model {m.name!r} cannot predict: {e.message}",
                                   field="model.name") from None
@@ -63,7 +69,8 @@ class Planner:
         if not local and not glob:
             raise InvalidArgument(f"model.local_bsz: required (the stored model {m.name!r} gives no batch; or "
                                   "model.global_bsz)", field="model.local_bsz")
-        return plans.PlanGoal(params, doc.description.sync, local, glob, m.objective)
+        return plans.PlanGoal(params, doc.description.sync, local, glob, m.objective,
+                              plans.rows_of(self.gpu_table))
 
     def resolve(self, spec: JobSpec) -> JobSpec:
         """A model-aware spec with its goal recorded (and, with `instances: auto`, its workers counted); any other
@@ -98,7 +105,17 @@ class Planner:
         servers = sum(r.instances for i, r in enumerate(roles) if i != workers[0])
         req_kw: dict[str, object] = {"gpus": 0 if m.auto_instances else worker.instances}
         if m.auto_instances:
-            req_kw.update(min_gpus=m.min_instances, max_gpus=m.max_instances)
+            # no more workers than the pool is entitled to GPUs (when that leaves room for the fewest allowed)
+            top_count = m.max_instances
+            most = top_count or limits.MAX_GANG_SIZE
+            extra = worker.resources.scale(most)
+            for i, r in enumerate(roles):
+                if i != workers[0]:
+                    extra = extra + r.resources.scale(r.instances)
+            entitled = self._entitled_gpus(spec.respool, extra)
+            if entitled is not None and entitled >= m.min_instances:
+                top_count = min(top_count, entitled) if top_count else entitled
+            req_kw.update(min_gpus=m.min_instances, max_gpus=top_count)
         for index, free_now in ((self._free_now(), True), (self.capacity(), False)):
             if index is None:
                 continue
@@ -107,10 +124,23 @@ class Planner:
                                     pattern=goal.pattern if goal.pattern != plans.PS or servers else plans.RING,
                                     servers=servers if goal.pattern == plans.PS else 0, top=top,
                                     **req_kw)  # type: ignore[arg-type]
-            found = plans.search(goal.params, slots, req)
+            found = plans.search(goal.params, slots, req, goal.table())
             if found:
                 return PlanOutcome(found, free_now)
         return PlanOutcome([], False)
+
+    def _entitled_gpus(self, pool: str, asking: Resources) -> int | None:
+        """The whole GPUs `pool` would be entitled to if it also asked for `asking`; None while the resource
+        manager does not know (no capacity yet, or the pool is not its)."""
+        try:
+            r = self.resmgr.GetPoolUsage(internal_pb2.GetPoolUsageRequest(
+                path=pool, extra_demand=convert.vec_to_proto(asking)), timeout=10)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+        for p in r.pools:
+            if p.HasField("entitlement_gpu"):
+                return int(p.entitlement_gpu + 1e-9)
+        return None
 
     def _free_now(self) -> HostIndex | None:
         try:

@@ -37,7 +37,7 @@ from peloton.modelaware.cost import (
     pairs,
     predict,
 )
-from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuModel, GpuTable
 
 OBJECTIVES = ("throughput", "efficiency")
 MAX_PLAN_GPUS = 4096
@@ -546,6 +546,12 @@ class PlanGoal:
     local_bsz: float = 0.0
     global_bsz: float = 0.0
     objective: str = "throughput"
+    # the operator's GPU table where it differs from the built-in one (name, relative throughput): recorded with
+    # the job, so that placement rates GPUs the way the job manager did
+    gpu_rows: tuple[tuple[str, float], ...] = ()
+
+    def table(self) -> GpuTable:
+        return with_rows(self.gpu_rows)
 
 
 @dataclass(frozen=True, slots=True)
@@ -576,7 +582,7 @@ def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 
     req = PlanRequest(gpus=gpus, local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
                       pattern=goal.pattern if goal.pattern != PS or ps else RING, servers=servers if ps else 0,
                       top=4)
-    plans = search(goal.params, hosts, req, table)
+    plans = search(goal.params, hosts, req, goal.table() if goal.gpu_rows else table)
     if not plans:
         return None
     best = plans[0]
@@ -585,9 +591,27 @@ def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 
     return best, choice
 
 
+def with_rows(rows: tuple[tuple[str, float], ...]) -> GpuTable:
+    """The built-in GPU table with these relative throughputs replacing or adding rows."""
+    if not rows:
+        return DEFAULT_TABLE
+    models = dict(DEFAULT_TABLE.models)
+    for name, rel in rows:
+        base = models.get(name)
+        models[name] = GpuModel(name, base.fp32_tflops if base else 0.0, base.mem_gbps if base else 0.0,
+                                base.memory_gib if base else 0.0, rel)
+    return GpuTable(models)
+
+
+def rows_of(table: GpuTable) -> tuple[tuple[str, float], ...]:
+    """What `table` says differently from the built-in one, as (name, relative throughput)."""
+    return tuple(sorted((name, m.relative) for name, m in table.models.items()
+                        if name not in DEFAULT_TABLE.models or DEFAULT_TABLE.models[name].relative != m.relative))
+
+
 def goal_to_dict(g: PlanGoal) -> dict[str, object]:
     return {"params": g.params.as_dict(), "pattern": g.pattern, "local_bsz": g.local_bsz, "global_bsz": g.global_bsz,
-            "objective": g.objective}
+            "objective": g.objective, **({"gpu_table": dict(g.gpu_rows)} if g.gpu_rows else {})}
 
 
 def goal_from_dict(d: dict[str, object]) -> PlanGoal:
@@ -596,7 +620,8 @@ def goal_from_dict(d: dict[str, object]) -> PlanGoal:
 
     return PlanGoal(parse_params(d["params"], "goal.params"), str(d.get("pattern", RING)),
                     float(d.get("local_bsz", 0.0)), float(d.get("global_bsz", 0.0)),  # type: ignore[arg-type]
-                    str(d.get("objective", "throughput")))
+                    str(d.get("objective", "throughput")),
+                    tuple(sorted((str(k), float(v)) for k, v in d.get("gpu_table", {}).items())))  # type: ignore[attr-defined]
 
 
 def choice_to_dict(c: PlanChoice) -> dict[str, object]:

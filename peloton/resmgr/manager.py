@@ -867,6 +867,20 @@ class ResourceManager:
         with self._cond:
             return dict(self._allocated), self._queued_locked()
 
+    def entitlement_if(self, path: str, extra: Resources) -> Entitlement | None:
+        """`path`'s entitlement if it also asked for `extra` (what a new job would ask): a what-if, nothing changes.
+        None while the cluster's capacity is not known, or for a pool this manager does not have."""
+        with self._cond:
+            if self._capacity is None or "/" not in self._pools or path not in self._pools:
+                return None
+            policies = {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
+                        for p in self._pools.values()}
+            demand = dict(self._demand)
+            demand[path] = demand.get(path, Resources()) + extra
+            capacity = self._capacity
+            allocation = dict(self._own_alloc)
+        return entitlements(policies, capacity, demand, allocation).get(path)  # pure: outside the lock
+
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Every pool's allocation, demand (with its subtree's), entitlement and queue, for GetPool/ListPools."""
         with self._cond:

@@ -12,7 +12,6 @@ from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
 from peloton.domain.pools import check_pool
-from peloton.domain.resources import Resources
 from peloton.domain.spec import validate_pool
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.resmgr.manager import ResourceManager
@@ -88,15 +87,21 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
 
     @grpc_errors
     def GetPoolUsage(self, request: internal_pb2.GetPoolUsageRequest, context: grpc.ServicerContext) -> internal_pb2.GetPoolUsageResponse:
-        allocated, queued = self.rm.usage()
-        return internal_pb2.GetPoolUsageResponse(
-            pools=[
-                internal_pb2.PoolUsage(
-                    path=p, allocated=convert.vec_to_proto(allocated.get(p, Resources())), queued_gangs=queued.get(p, 0)
-                )
-                for p in sorted(set(allocated) | set(queued))
-            ]
-        )
+        usage = self.rm.pool_usage()
+        out = internal_pb2.GetPoolUsageResponse()
+        if request.path and request.HasField("extra_demand") and request.path in usage:
+            u = usage[request.path]
+            p = out.pools.add(path=request.path, allocated=convert.vec_to_proto(u.allocated), queued_gangs=u.queued)
+            ent = self.rm.entitlement_if(request.path, convert.vec_from_proto(request.extra_demand))
+            if ent is not None:
+                p.entitlement_gpu = ent.gpu
+            return out
+        for path in sorted(usage) if not request.path else [request.path] if request.path in usage else []:
+            u = usage[path]
+            p = out.pools.add(path=path, allocated=convert.vec_to_proto(u.allocated), queued_gangs=u.queued)
+            if u.entitlement is not None:
+                p.entitlement_gpu = u.entitlement.gpu
+        return out
 
 
 class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):

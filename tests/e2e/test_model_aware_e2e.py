@@ -5,6 +5,7 @@ best (still whole), `instances: auto`, and `job get`'s "why this plan". The stor
 from __future__ import annotations
 
 import json
+import subprocess
 from collections import Counter
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -16,7 +17,7 @@ from peloton.modelaware.cost import Reference
 from peloton.modelaware.document import ModelDocument, document_to_dict
 from peloton.modelaware.fit import fit
 from peloton.modelaware.profile import read_profile, select
-from tests.e2e.harness import Daemon, serving, wait_until
+from tests.e2e.harness import PELOTON, Daemon, serving, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -142,3 +143,49 @@ task:
         assert stored["version"] == 2
         assert [(m["job_id"], m["step_time"]) for m in stored["document"]["measured"]] == [(job, 1.25)]
         d.cli("job", "stop", job)
+
+
+def test_instances_auto_asks_for_no_more_gpus_than_the_pool_is_entitled_to(sim: SimDaemon, tmp_path: Path) -> None:
+    sim.cli("model", "create", "bert", "-f", str(bert_model(tmp_path)))
+    sim.cli("pool", "create", "/small", "--limit", "cpu=64,mem=256Gi,gpu=3")
+    auto = tmp_path / "auto.yaml"
+    auto.write_text(SPEC.format(instances="auto", bounds=", max_instances: 16").replace("name: bert-ft",
+                                                                                         "name: small\nrespool: /small"))
+    plans = json.loads(sim.cli("job", "plan", "-f", str(auto), "-o", "json").stdout)
+    assert plans["plans"] and all(sum(p["gpus_per_host"]) <= 3 for p in plans["plans"])
+    assert plans["instances"] <= 3
+    # in the root pool the same spec may use more: the bound is the pool's
+    root = tmp_path / "root.yaml"
+    root.write_text(auto.read_text().replace("respool: /small\n", ""))
+    assert json.loads(sim.cli("job", "plan", "-f", str(root), "-o", "json").stdout)["instances"] > 3
+    job = sim.cli("job", "create", "-f", str(auto)).stdout.strip()
+    assert sim.wait_state(job, "RUNNING")["spec"]["instances"] <= 3
+
+
+def test_the_operators_gpu_table_is_what_placement_rates_gpus_by(tmp_path: Path) -> None:
+    """--gpu-table replaces the built-in estimate: with T4s rated far above A100s, the plan takes the T4s."""
+    table = tmp_path / "gpus.json"
+    table.write_text(json.dumps({"t4": {"relative": 20}}))
+    bad = tmp_path / "bad.json"
+    bad.write_text(json.dumps({"t4": {"relative": -1}}))
+    r = subprocess.run([*PELOTON, "server", "--backend", "sim", "--gpu-table", str(bad), "--data-dir",
+                        str(tmp_path / "x"), "--db", f"sqlite:///{tmp_path}/x.db"], capture_output=True, text=True,
+                       timeout=60)
+    assert r.returncode == 2 and "--gpu-table.t4.relative: expected a positive number" in r.stderr, r.stderr
+
+    @dataclass
+    class Mixed(Daemon):
+        def server_args(self) -> list[str]:
+            return ["--backend", "sim", "--sim-host-group", T4, "--sim-host-group",
+                    "1:cpu=96,mem=1Ti,gpu=8:gpu_model=a100,nic_gbps=100,gpu_link=nvlink", "--gpu-table", str(table)]
+
+    spec = tmp_path / "job.yaml"
+    spec.write_text(SPEC.format(instances=4, bounds=""))
+    with serving(Mixed(tmp_path / "data", f"sqlite:///{tmp_path}/peloton.db")) as d:
+        d.cli("model", "create", "bert", "-f", str(bert_model(tmp_path)))
+        best = json.loads(d.cli("job", "plan", "-f", str(spec), "-o", "json").stdout)["plans"][0]
+        assert best["gpus_per_host"] == [4] and best["hosts"][0] != "sim-00004"  # a T4 host, not the A100 one
+        job = d.cli("job", "create", "-f", str(spec)).stdout.strip()
+        d.wait_state(job, "RUNNING")
+        hosts = {t["host"] for t in d.tasks(job)}
+        assert len(hosts) == 1 and "sim-00004" not in hosts

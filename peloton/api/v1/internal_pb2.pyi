@@ -857,8 +857,13 @@ class PoolUsage(_message.Message):
     PATH_FIELD_NUMBER: _builtins.int
     ALLOCATED_FIELD_NUMBER: _builtins.int
     QUEUED_GANGS_FIELD_NUMBER: _builtins.int
+    ENTITLEMENT_GPU_FIELD_NUMBER: _builtins.int
     path: _builtins.str
     queued_gangs: _builtins.int
+    entitlement_gpu: _builtins.float
+    """The GPUs the pool is entitled to now (fractional; docs/pools.md); absent while the cluster's capacity is not
+    known. A model-aware plan asks for no more (jobmgr/planning.py).
+    """
     @_builtins.property
     def allocated(self) -> Global___ResourceVector: ...
     def __init__(
@@ -867,12 +872,15 @@ class PoolUsage(_message.Message):
         path: _builtins.str = ...,
         allocated: Global___ResourceVector | None = ...,
         queued_gangs: _builtins.int = ...,
+        entitlement_gpu: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_entitlement_gpu", b"_entitlement_gpu", "allocated", b"allocated", "entitlement_gpu", b"entitlement_gpu"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "path", b"path", "queued_gangs", b"queued_gangs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_entitlement_gpu", b"_entitlement_gpu", "allocated", b"allocated", "entitlement_gpu", b"entitlement_gpu", "path", b"path", "queued_gangs", b"queued_gangs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__entitlement_gpu: _TypeAlias = _typing.Literal["entitlement_gpu"]  # noqa: Y015
+    _WhichOneofArgType__entitlement_gpu: _TypeAlias = _typing.Literal["_entitlement_gpu", b"_entitlement_gpu"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__entitlement_gpu) -> _WhichOneofReturnType__entitlement_gpu | None: ...
 
 Global___PoolUsage: _TypeAlias = PoolUsage  # noqa: Y015
 
@@ -880,12 +888,23 @@ Global___PoolUsage: _TypeAlias = PoolUsage  # noqa: Y015
 class GetPoolUsageRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    PATH_FIELD_NUMBER: _builtins.int
+    EXTRA_DEMAND_FIELD_NUMBER: _builtins.int
+    path: _builtins.str
+    """one pool; empty: every pool"""
+    @_builtins.property
+    def extra_demand(self) -> Global___ResourceVector:
+        """With path: the entitlement as it would be if the pool also asked for this (a what-if; nothing changes)"""
+
     def __init__(
         self,
+        *,
+        path: _builtins.str = ...,
+        extra_demand: Global___ResourceVector | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["extra_demand", b"extra_demand"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["extra_demand", b"extra_demand", "path", b"path"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
