@@ -302,54 +302,33 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
 
 def _input_rows(path: str) -> list[tuple[str, tuple[int, ...], float, float | None]]:
     """(placement as written, GPUs per host, local batch, measured step time or None) of each row."""
-    import csv
-    import io
     import math
 
     from peloton.errors import InvalidArgument
-    from peloton.modelaware.profile import parse_placement
+    from peloton.modelaware.profile import csv_rows, parse_placement
 
-    reader = csv.reader(io.StringIO(_read(path, "--input")))
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise _bad(f"--input: {path} is empty (expected the header placement,local_bsz)", "--input") from None
     known = ("placement", "local_bsz", "step_time", "sync_time")
-    for c in header:
-        if c not in known:
-            raise _bad(f"--input: {path}: header: unknown column {c!r} (known: {', '.join(known)})", "--input")
-    for c in known[:2]:
-        if c not in header:
-            raise _bad(f"--input: {path}: header has no {c} column (expected placement,local_bsz)", "--input")
-    at = {c: header.index(c) for c in header}
     out: list[tuple[str, tuple[int, ...], float, float | None]] = []
-    for n, rec in enumerate(reader, start=1):
-        if not rec or all(not c.strip() for c in rec):
-            continue
-        where = f"--input: {path}: row {n} (line {reader.line_num})"
-        if len(rec) != len(header):
-            raise _bad(f"{where}: {len(rec)} columns, the header has {len(header)}", "--input")
-        if len(out) >= MAX_INPUT_ROWS:
-            raise _bad(f"--input: {path}: more than {MAX_INPUT_ROWS} rows", "--input")
-        text = rec[at["placement"]].strip()
+    for where, cell in csv_rows(_read(path, "--input"), f"--input: {path}", known, 2, MAX_INPUT_ROWS, "--input"):
+        text = cell["placement"]
         try:
             placement = parse_placement(text, "placement")
         except InvalidArgument as e:
             raise _bad(f"{where}, column {e.message}", "placement") from None
         values: dict[str, float] = {}
         for col in ("local_bsz", "step_time"):
-            if col not in at or (col == "step_time" and not rec[at[col]].strip()):
+            if not cell.get(col):
+                if col == "local_bsz":
+                    raise _bad(f"{where}, column local_bsz: expected a positive number, got ''", col)
                 continue
             try:
-                v = float(rec[at[col]])
+                v = float(cell[col])
             except ValueError:
                 v = math.nan
             if not math.isfinite(v) or v <= 0:
-                raise _bad(f"{where}, column {col}: expected a positive number, got {rec[at[col]]!r}", col)
+                raise _bad(f"{where}, column {col}: expected a positive number, got {cell[col]!r}", col)
             values[col] = v
         out.append((text, placement, values["local_bsz"], values.get("step_time")))
-    if not out:
-        raise _bad(f"--input: {path}: no rows after the header", "--input")
     return out
 
 
@@ -438,46 +417,23 @@ def _free_flag(text: str, hw: Reference) -> list[FreeHost]:
 
 
 def _hosts_file(path: str, hw: Reference, table: GpuTable) -> list[FreeHost]:
-    import csv
-    import io
     import math
 
     from peloton.modelaware.gpus import LINK_GBYTES_S
     from peloton.modelaware.plan import FreeHost
-    from peloton.modelaware.profile import MAX_GPUS_PER_HOST
+    from peloton.modelaware.profile import MAX_GPUS_PER_HOST, csv_rows
 
-    reader = csv.reader(io.StringIO(_read(path, "--hosts")))
-    try:
-        header = [h.strip() for h in next(reader)]
-    except StopIteration:
-        raise _bad(f"--hosts: {path} is empty (expected the header name,free_gpus[,gpu_model,nic_gbps,"
-                   "gpu_link])", "--hosts") from None
     known = ("name", "free_gpus", "gpu_model", "nic_gbps", "gpu_link")
-    for c in header:
-        if c not in known:
-            raise _bad(f"--hosts: {path}: header: unknown column {c!r} (known: {', '.join(known)})", "--hosts")
-    for c in known[:2]:
-        if c not in header:
-            raise _bad(f"--hosts: {path}: header has no {c} column (expected name,free_gpus[,gpu_model,"
-                       "nic_gbps,gpu_link])", "--hosts")
-    at = {c: header.index(c) for c in header}
     out: list[FreeHost] = []
-    seen: dict[str, int] = {}
-    for n, rec in enumerate(reader, start=1):
-        if not rec or all(not c.strip() for c in rec):
-            continue
-        where = f"--hosts: {path}: row {n} (line {reader.line_num})"
-        if len(rec) != len(header):
-            raise _bad(f"{where}: {len(rec)} columns, the header has {len(header)}", "--hosts")
-        if len(out) >= MAX_HOSTS:
-            raise _bad(f"--hosts: {path}: more than {MAX_HOSTS} hosts", "--hosts")
-        cell = {c: rec[i].strip() for c, i in at.items()}.get
+    seen: dict[str, str] = {}
+    for where, cells in csv_rows(_read(path, "--hosts"), f"--hosts: {path}", known, 2, MAX_HOSTS, "--hosts"):
+        cell = cells.get
         name = cell("name", "")
         if not name or len(name) > 253:
             raise _bad(f"{where}, column name: expected a host name of 1..253 characters, got {name!r}", "name")
         if name in seen:
-            raise _bad(f"{where}, column name: {name!r} is also row {seen[name]}", "name")
-        seen[name] = n
+            raise _bad(f"{where}, column name: {name!r} is also in {seen[name]}", "name")
+        seen[name] = where.rpartition(": ")[2]
         free = cell("free_gpus", "")
         if not free.isascii() or not free.isdigit() or int(free) > MAX_GPUS_PER_HOST:
             raise _bad(f"{where}, column free_gpus: expected 0..{MAX_GPUS_PER_HOST}, got {free!r}", "free_gpus")
@@ -497,8 +453,6 @@ def _hosts_file(path: str, hw: Reference, table: GpuTable) -> list[FreeHost]:
             raise _bad(f"{where}, column gpu_link: expected one of {', '.join(LINK_GBYTES_S)}, got {link!r}",
                        "gpu_link")
         out.append(FreeHost(name, int(free), model, nic, link))
-    if not out:
-        raise _bad(f"--hosts: {path}: no hosts after the header", "--hosts")
     return out
 
 

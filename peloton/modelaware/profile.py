@@ -12,6 +12,7 @@ from __future__ import annotations
 import csv
 import io
 import math
+from collections.abc import Iterator
 from dataclasses import dataclass
 
 from peloton.errors import InvalidArgument
@@ -76,47 +77,59 @@ def _number(text: str, where: str, column: str, *, allow_zero: bool = False) -> 
     return v
 
 
-def read_profile(text: str, source: str = "profile") -> list[ProfileRow]:
-    """Every row of a profile's CSV text; a bad row is refused naming the source, the row (1 = the first after the
-    header; the file's line is that + 1) and the column."""
+def csv_rows(text: str, source: str, known: tuple[str, ...], required: int, max_rows: int, field: str = "header",
+             ) -> Iterator[tuple[str, dict[str, str]]]:
+    """Each data row of a CSV table as (where: "SOURCE: row N (line L)", its cells by column, stripped). The
+    header may hold `known`'s columns in any order, and must hold its first `required`; blank lines are skipped.
+    A wrong header, a row of another width, or more than `max_rows` rows are refused naming the source (and
+    `field` as the error's field for what is not one row's)."""
+    expected = ",".join(known[:required]) + (f"[,{','.join(known[required:])}]" if known[required:] else "")
     reader = csv.reader(io.StringIO(text))
     try:
         header = [h.strip() for h in next(reader)]
     except StopIteration:
-        raise InvalidArgument(f"{source}: empty (expected the header {','.join(COLUMNS)})", field="header") from None
-    missing = [c for c in REQUIRED if c not in header]
-    if missing:
-        raise InvalidArgument(f"{source}: header has no {', '.join(missing)} column (expected "
-                              f"placement,local_bsz,step_time[,sync_time], got {','.join(header)!r})", field="header")
-    unknown = [c for c in header if c not in COLUMNS]
+        raise InvalidArgument(f"{source}: empty (expected the header {expected})", field=field) from None
+    unknown = [c for c in header if c not in known]  # first: a misspelt column is also a missing one
     if unknown:
-        raise InvalidArgument(f"{source}: header: unknown column {unknown[0]!r} (known: {', '.join(COLUMNS)})",
-                              field="header")
-    at = {c: header.index(c) for c in header}
-    rows: list[ProfileRow] = []
+        raise InvalidArgument(f"{source}: header: unknown column {unknown[0]!r} (known: {', '.join(known)})",
+                              field=field)
+    missing = [c for c in known[:required] if c not in header]
+    if missing:
+        raise InvalidArgument(f"{source}: header has no {', '.join(missing)} column (expected {expected}, got "
+                              f"{','.join(header)!r})", field=field)
+    seen = 0
     for n, rec in enumerate(reader, start=1):
         if not rec or all(not c.strip() for c in rec):
             continue
         where = f"{source}: row {n} (line {reader.line_num})"
         if len(rec) != len(header):
             raise InvalidArgument(f"{where}: {len(rec)} columns, the header has {len(header)}", field="row")
-        if len(rows) >= MAX_PROFILE_ROWS:
-            raise InvalidArgument(f"{source}: more than {MAX_PROFILE_ROWS} rows", field="row")
+        seen += 1
+        if seen > max_rows:
+            raise InvalidArgument(f"{source}: more than {max_rows} rows", field="row")
+        yield where, {c: rec[i].strip() for i, c in enumerate(header)}
+    if not seen:
+        raise InvalidArgument(f"{source}: no rows after the header", field="row")
+
+
+def read_profile(text: str, source: str = "profile") -> list[ProfileRow]:
+    """Every row of a profile's CSV text; a bad row is refused naming the source, the row (1 = the first after the
+    header; the file's line is that + 1) and the column."""
+    rows: list[ProfileRow] = []
+    for where, cell in csv_rows(text, source, COLUMNS, len(REQUIRED), MAX_PROFILE_ROWS):
         try:
-            placement = parse_placement(rec[at["placement"]], "placement")
+            placement = parse_placement(cell["placement"], "placement")
         except InvalidArgument as e:
             raise InvalidArgument(f"{where}, column {e.message}", field="placement") from None
-        bsz = _number(rec[at["local_bsz"]], where, "local_bsz")
-        step = _number(rec[at["step_time"]], where, "step_time")
+        bsz = _number(cell["local_bsz"], where, "local_bsz")
+        step = _number(cell["step_time"], where, "step_time")
         sync = None
-        if "sync_time" in at and rec[at["sync_time"]].strip():
-            sync = _number(rec[at["sync_time"]], where, "sync_time", allow_zero=True)
+        if cell.get("sync_time"):
+            sync = _number(cell["sync_time"], where, "sync_time", allow_zero=True)
             if sync > step:
                 raise InvalidArgument(f"{where}, column sync_time: {sync:g} s is more than step_time ({step:g} s)",
                                       field="sync_time")
         rows.append(ProfileRow(placement, bsz, step, sync))
-    if not rows:
-        raise InvalidArgument(f"{source}: no rows after the header", field="row")
     return rows
 
 

@@ -145,7 +145,7 @@ def test_plan_on_heterogeneous_hosts(bert: Path, tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(("text", "words"), [
-    ("name,free_gpus\na,4\na,2\n", "row 2 (line 3), column name: 'a' is also row 1"),
+    ("name,free_gpus\na,4\na,2\n", "row 2 (line 3), column name: 'a' is also in row 1 (line 2)"),
     ("name,free_gpus\na,four\n", "row 1 (line 2), column free_gpus: expected 0..256, got 'four'"),
     ("name,free_gpus,gpu_model\na,4,t5\n", "row 1 (line 2), column gpu_model: unknown GPU model 't5'"),
     ("name,free_gpus,nic_gbps\na,4,-1\n", "row 1 (line 2), column nic_gbps: expected a positive number"),
