@@ -16,6 +16,7 @@ try the servers' layouts on them (not exhaustive).
 from __future__ import annotations
 
 import bisect
+import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -569,8 +570,19 @@ def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
     """A host as the search sees it, its hardware from the well-known labels (peloton/domain/hostlabels.py); a
     label that does not check counts as absent (the host manager refuses bad labels where hosts are declared, and
     reports a Mesos agent's)."""
-    hw, _ = hostlabels.hardware_lenient(labels, has_gpus=True)
-    return FreeHost(name, free_gpus, hw.gpu_model, hw.nic_gbps, hw.gpu_link)
+    model, nic, link = _hardware(labels.get(hostlabels.GPU_MODEL), labels.get(hostlabels.NIC_GBPS),
+                                 labels.get(hostlabels.GPU_LINK))
+    return FreeHost(name, free_gpus, model, nic, link)
+
+
+@functools.lru_cache(maxsize=1024)
+def _hardware(model: str | None, nic: str | None, link: str | None) -> tuple[str, float, str]:
+    """A cluster has few kinds of hosts: each kind's labels are checked once (placing one model-aware gang reads
+    every host's)."""
+    given = {k: v for k, v in ((hostlabels.GPU_MODEL, model), (hostlabels.NIC_GBPS, nic),
+                               (hostlabels.GPU_LINK, link)) if v is not None}
+    hw, _ = hostlabels.hardware_lenient(given, has_gpus=True)
+    return hw.gpu_model, hw.nic_gbps, hw.gpu_link
 
 
 def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 0,
