@@ -104,11 +104,46 @@ def plan_time(params: CostParams, hosts: list[FreeHost], repeat: int) -> dict[st
     return out
 
 
+def placement_time(params: CostParams, n_hosts: int, repeat: int, seed: int) -> dict[str, Any]:
+    """The placer on an index of `n_hosts` (three kinds of 8-GPU hosts): one gang of 64 one-GPU workers, pack
+    against model-aware (which reads every host's free slots for the search)."""
+    from peloton.domain.placement import GangRequest, HostOffer, MemberRequest
+    from peloton.domain.resources import Resources
+    from peloton.modelaware.plan import PlanGoal
+    from peloton.placement.index import HostIndex
+    from peloton.placement.placer import place
+
+    rng = random.Random(seed)
+    kinds = [("t4", "50", "pcie"), ("v100", "100", "nvlink"), ("a100", "200", "nvlink")]
+    cap = Resources(cpu=64, mem=262144, gpu=8)
+    offers = []
+    for i in range(n_hosts):
+        model, nic, link = rng.choice(kinds)
+        offers.append(HostOffer(hostname=f"h{i:05d}", address="10.0.0.1", free=cap, capacity=cap, has_gpus=True,
+                                labels={"gpu_model": model, "nic_gbps": nic, "gpu_link": link, "rack": f"r{i % 40}"}))
+    index = HostIndex(offers)
+    worker = Resources(cpu=4, mem=8192, gpu=1)
+    out: dict[str, Any] = {}
+    for label, goal in (("pack", None), ("model-aware", PlanGoal(params, local_bsz=8))):
+        times = []
+        for r in range(repeat):
+            g = GangRequest(gang_id=f"{label}{r}/0", job_id=f"{label}{r}", attempt=1, goal=goal,
+                            members=tuple(MemberRequest(j, f"{label}{r}-{j}-1", worker) for j in range(64)))
+            t0 = time.perf_counter()
+            placed, _ = place([g], index)
+            times.append(time.perf_counter() - t0)
+            assert placed, "the cluster is big enough for every gang of the run"
+        out[label] = {"median_ms": statistics.median(times) * 1000, "min_ms": min(times) * 1000}
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--hosts", type=int, default=1000, help="hosts of the plan-time cluster (default 1000)")
     ap.add_argument("--repeat", type=int, default=7, help="runs of each plan-time case, the median taken (7)")
     ap.add_argument("--seed", type=int, default=0, help="seed of the plan-time cluster (0)")
+    ap.add_argument("--placement-hosts", type=int, default=10000,
+                    help="hosts of the index one gang is placed on (default 10000)")
     ap.add_argument("--json", default=None, help="output (default benchmarks/results/model.json)")
     a = ap.parse_args()
     results: dict[str, Any] = {"apps": {}, "parameters": {"hosts": a.hosts, "repeat": a.repeat, "seed": a.seed,
@@ -123,7 +158,9 @@ def main() -> int:
         params, acc = accuracy(rows)
         quality = plan_quality(params, rows)
         timing = plan_time(params, hosts, a.repeat)
-        results["apps"][app] = {"accuracy": acc, "plan_quality": quality, "plan_time": timing}
+        placing = placement_time(params, a.placement_hosts, a.repeat, a.seed)
+        results["apps"][app] = {"accuracy": acc, "plan_quality": quality, "plan_time": timing,
+                                "placement_time": placing}
         print(f"{app}: fitted on {acc['fitted_rows']} rows (placements {', '.join(results['parameters']['fitted_on'])})"
               f", {acc['fit_s']:.2f} s")
         lines = [
@@ -144,6 +181,9 @@ def main() -> int:
             lines.append((f"plan time, {case}, {a.hosts} hosts",
                           f"{t['median_ms']:.1f} ms (min {t['min_ms']:.1f})  -> {t['gpus']} GPUs on "
                           f"{t['hosts_used']} hosts"))
+        for label, t in placing.items():
+            lines.append((f"placing a gang of 64, {label}, {a.placement_hosts} hosts",
+                          f"{t['median_ms']:.1f} ms (min {t['min_ms']:.1f})"))
         print(table(lines))
     print(f"  json: {write_results('model', results, a.json)}")
     return 0
