@@ -35,9 +35,10 @@ from peloton.modelaware import fit  # noqa: E402
 from peloton.modelaware.cost import HIERARCHICAL, RING, CostParams, Reference  # noqa: E402
 from peloton.modelaware.plan import FreeHost, PlanRequest, search  # noqa: E402
 from peloton.modelaware.profile import ProfileRow, format_placement, read_profile, select  # noqa: E402
+from tests.public_data import public_data  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
-TRACES = ROOT.parent / "shared" / "data" / "public" / "adaptdl" / "traces"
+TRACES = (public_data() or ROOT.parent / "shared" / "data" / "public") / "adaptdl" / "traces"
 APPS = ("bert", "cifar10")
 REFERENCE = Reference("t4", 50, "pcie")  # 16 x g4dn.12xlarge: 4 T4 (PCIe) each, 50 Gb/s (SOURCES.md)
 FITTED_ON = ((1,), (4,), (1, 1), (1, 1, 1, 1), (4, 4), (4, 4, 4, 4))  # the small profile

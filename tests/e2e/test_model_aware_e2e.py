@@ -18,10 +18,11 @@ from peloton.modelaware.document import ModelDocument, document_to_dict
 from peloton.modelaware.fit import fit
 from peloton.modelaware.profile import read_profile, select
 from tests.e2e.harness import PELOTON, Daemon, serving, wait_until
+from tests.public_data import require
 
 pytestmark = pytest.mark.e2e
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "public" / "adaptdl" / "traces"
+DATA = require() / "adaptdl" / "traces"
 T4 = "4:cpu=48,mem=192Gi,gpu=4:gpu_model=t4,nic_gbps=50"  # the testbed of the measurements: 4 of its 16 hosts
 SPEC = """
 name: bert-ft

@@ -9,8 +9,9 @@ from pathlib import Path
 
 from peloton.modelaware.cost import Reference
 from peloton.modelaware.profile import ProfileRow, read_profile
+from tests.public_data import require
 
-PUBLIC = Path(__file__).resolve().parents[2].parent / "shared" / "data" / "public"
+PUBLIC = require()
 TRACES = PUBLIC / "adaptdl" / "traces"
 # the measurement cluster: 16 hosts x 4 NVIDIA T4 (PCIe), 50 Gb/s between hosts (SOURCES.md)
 REFERENCE = Reference("t4", 50, "pcie")
