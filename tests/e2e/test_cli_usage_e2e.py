@@ -255,4 +255,4 @@ def test_completion_scripts_load_in_their_shells(tmp_path: Path) -> None:
                         "words=(peloton job l); CURRENT=3; _peloton; words=(peloton job list -o ''); CURRENT=5; _peloton"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout.splitlines() == ["_peloton", "create get list stop delete wait logs", "table json"]
+    assert r.stdout.splitlines() == ["_peloton", "create plan get list stop delete wait logs", "table json"]
