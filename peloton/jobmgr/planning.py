@@ -86,7 +86,7 @@ class Planner:
                 hi = m.max_instances or "any"
                 raise InvalidArgument(f"instances: auto: no plan of {m.min_instances} to {hi} workers fits this "
                                       "cluster, even empty", field="instances")
-            spec = with_workers(spec, best[0].gpus)
+            spec = replace(with_workers(spec, best[0].gpus), min_available=0)
         spec = replace(spec, model=replace(m, goal_json=json.dumps(plans.goal_to_dict(goal))))
         return validate(spec)
 

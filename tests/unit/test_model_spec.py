@@ -96,3 +96,12 @@ def test_workers_are_one_gpu_each_and_the_job_one_gang() -> None:
     r = with_workers(spec(ROLES), 4)
     ps = replace(r.roles[0], resources=replace(r.roles[0].resources, gpu=1))
     refused(replace(r, roles=(ps, r.roles[1])), "roles")
+
+
+def test_an_auto_jobs_json_goes_back_to_job_create() -> None:
+    """`job get -o json` writes the count chosen and the effective min_available beside `auto_instances`."""
+    s = spec(SPEC.replace("instances: 8", "instances: auto"))
+    chosen = replace(with_workers(s, 6), min_available=6)
+    again = spec_from_proto(spec_to_proto(chosen))
+    assert again.model is not None and again.model.auto_instances
+    validate_submitted(again)
