@@ -58,6 +58,8 @@ def offer(draw: st.DrawFn, i: int = 0) -> dict[str, Any]:
 @FUZZ
 @given(st.lists(offer(), min_size=1, max_size=4))
 @example([{"id": {"value": "o"}, "agent_id": {"value": "a"}, "resources": [resource("gpus", 1e12)]}])
+@example([{"id": {"value": "o"}, "agent_id": {"value": "a"}, "resources": [resource("gpus", 1.0),  # a total past the
+                                                                               resource("gpus", 1024.0)]}])  # bound
 @example([{"id": {"value": "o"}, "agent_id": {"value": "a"}, "resources": [resource("cpus", math.inf)]}])
 @example([{"id": {"value": "o"}, "agent_id": {"value": "a"}, "resources": [
     {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": -5, "end": 10**18}]}}]}])

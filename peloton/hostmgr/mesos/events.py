@@ -336,7 +336,10 @@ def parse_offer(o: Mapping[str, Any]) -> Offer:
         name = str(r.get("name", ""))
         kind = r.get("type")
         if kind == "SCALAR":
-            scalars[name] = scalars.get(name, 0.0) + _quantity(_dict(r.get("scalar")).get("value", 0.0), name)
+            # the total is checked too: several entries of one resource (one per role, or a hostile master's)
+            # must not add up past the bound each one is held to
+            scalars[name] = _quantity(scalars.get(name, 0.0) + _quantity(_dict(r.get("scalar")).get("value", 0.0),
+                                                                          name), name)
         elif kind == "RANGES" and name == "ports":
             ports += [_port_range(x) for x in _list(_dict(r.get("ranges")).get("range"))]
         if not role:
