@@ -128,6 +128,7 @@ def test_task_logs_follow_prints_output_as_it_appears(daemon: Daemon, tmp_path: 
     assert (r.returncode, r.stderr.strip()) == (1, f"peloton: error: task {job}-0 has no attempt 5 (attempts so far: 1)")
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the CLI's reconnects, not the store's: one store
 def test_followers_survive_a_daemon_restart(daemon: Daemon, tmp_path: Path) -> None:
     """kill -9 of the daemon and a restart on the same address: `job wait` still answers with the job's real
     outcome, `job get --watch` and `task logs -f` carry on to the end."""

@@ -265,6 +265,7 @@ task:
     assert json.loads(daemon.cli("job", "get", job, "-o", "json").stdout)["spec"]["task"]["user"] == "nobody"
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # the gang policy's rule: one store
 def test_a_gang_past_its_max_runtime_is_killed_whole_and_the_job_says_why(daemon: Daemon, tmp_path: Path) -> None:
     job = daemon.create("""
 name: too-long
@@ -280,6 +281,7 @@ task: {command: 'sleep 120', resources: {cpu: 1, mem: 64Mi}}
     assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the gang policy's rule: one store
 def test_a_job_whose_last_attempt_failed_is_failing_while_torn_down_never_pending(daemon: Daemon,
                                                                                  tmp_path: Path) -> None:
     """`job wait` prints each state: the restart is PENDING (its next attempt is queued), the last failure FAILING

@@ -97,6 +97,7 @@ def _gang(d: Daemon, job: str) -> dict[str, Any]:
     return d.job(job)["status"]["gangs"][0]  # type: ignore[no-any-return]
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # resmgr's rule, not the store's: one store
 def test_reclaim_preempts_whole_gangs_with_their_grace_and_costs_no_attempt(pd: PreemptDaemon,
                                                                             tmp_path: Path) -> None:
     d = pd
@@ -208,6 +209,7 @@ def test_kill9_during_a_preemption_finishes_it_after_the_restart(pd: PreemptDaem
         d.cli("job", "stop", j)
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # resmgr's rule, not the store's: one store
 def test_a_big_gang_is_not_starved_by_a_stream_of_small_ones(pd: PreemptDaemon, tmp_path: Path) -> None:
     """Every GPU of both hosts for one gang, while 1-GPU gangs (3 s each) keep arriving: the hosts are reserved for
     it and it starts within settle + the small gangs' run + a few seconds."""
@@ -242,6 +244,7 @@ def test_a_big_gang_is_not_starved_by_a_stream_of_small_ones(pd: PreemptDaemon, 
         d.cli("job", "stop", j)
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # placement's rule: one store
 def test_backfill_uses_reserved_hosts_only_for_gangs_that_end_in_time(pd: PreemptDaemon, tmp_path: Path) -> None:
     d = pd
     one = "instances: 1\ntask: {{command: 'sleep {s}', resources: {{cpu: 0.5, mem: 32Mi, gpu: 1}}}}\n"

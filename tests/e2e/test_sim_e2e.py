@@ -60,6 +60,7 @@ task:
     assert len(sim.host_table()) == 200
 
 
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # the restart rule, not the store's: one store
 def test_a_gang_on_a_failed_host_is_restarted_and_succeeds(sim: SimDaemon, tmp_path: Path) -> None:
     # attempt 1 must still run when its host is failed: long enough for a loaded machine to get there
     job = sim.create("""
