@@ -28,7 +28,7 @@ run: $(STAMP)
 ## (SQLite and PostgreSQL).
 test: $(STAMP) pg lint typecheck proto-check
 	$(BIN)/lint-imports
-	$(BIN)/pytest -q -p no:cacheprovider $(PYTEST_ARGS)
+	PYTEST=$(BIN)/pytest bash scripts/run_tests.sh $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
