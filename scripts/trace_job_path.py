@@ -68,7 +68,7 @@ def measure(address: str, runs: int, size: int) -> dict[str, Any]:
     spec = gang_spec(size, "sim", gpu=1, cpu=1.0, mem="1Gi", env={"PELOTON_SIM_DURATION": "1h"}, name="trace")
     stub.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=60)  # warm every path once
     time.sleep(2.0)
-    results = []
+    results: list[dict[str, Any]] = []
     for _ in range(runs):
         _seqs.clear()
         _on = True
