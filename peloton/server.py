@@ -25,14 +25,11 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
 
-from peloton import census, identity, run_as, unix_accounts
+from peloton import census
 from peloton.api.audit import AuditLog, AuditServicer
-from peloton.api.auth import Authenticator, Authorize
 from peloton.api.closing import RefuseWhileClosing
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
-from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
-from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
 from peloton.api.model_service import ModelBook, ModelServicer
 from peloton.api.status import RejectUndecodableRequests
@@ -78,20 +75,12 @@ from peloton.hostmgr.local.backend import (
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
-from peloton.identity import Principals
 from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
-from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
-from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
-from peloton.ownership import LEADER, StoreGuard
-from peloton.placement.engine import PlacementEngine
-from peloton.ratelimit import RateLimiter
-from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
-from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
-from peloton.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
-from peloton.store import db, repo
-from peloton.store.fence import EPOCH_KEY, Fence, take_epochs
-from peloton.store.lock import (
+from peloton.leadership.failover import FailoverStub, split_addresses
+from peloton.leadership.fence import EPOCH_KEY, Fence, take_epochs
+from peloton.leadership.guard import LEADER, StoreGuard
+from peloton.leadership.lock import (
     LEASE_S,
     OWNER_KEY,
     Owner,
@@ -102,6 +91,18 @@ from peloton.store.lock import (
     standbys,
     store_lock,
 )
+from peloton.leadership.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
+from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
+from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
+from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
+from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
+from peloton.security import identity, run_as, unix_accounts
+from peloton.security.auth import Authenticator, Authorize
+from peloton.security.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.security.identity import Principals
+from peloton.security.ratelimit import RateLimiter
+from peloton.store import db, repo
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
 MIN_TASK_LOG_BYTES = 1 << 20
@@ -872,7 +873,7 @@ class Daemon:
 
     def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str) -> Any:
         """The internal services of the `role` process, at one address or at several (its leader and standbys,
-        api/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
+        leadership/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
         listed = split_addresses(addresses)
         if not listed or not self.cfg.roles & {"jobmgr", "placement"}:
             return None

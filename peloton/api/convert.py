@@ -10,7 +10,6 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
-from peloton import run_as
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
@@ -38,6 +37,7 @@ from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
 from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.modelaware import plan as plans
+from peloton.security import run_as
 
 if TYPE_CHECKING:
     from peloton.resmgr.manager import PoolUsage

@@ -23,7 +23,6 @@ import grpc
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton import run_as
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
@@ -48,9 +47,10 @@ from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
+from peloton.security import run_as
+from peloton.security.unix_accounts import host_has_id
 from peloton.store import repo
 from peloton.store.db import transaction
-from peloton.unix_accounts import host_has_id
 
 log = logging.getLogger(__name__)
 UID_ALLOCATION_TRIES = 20  # concurrent first jobs of new principals race for the lowest free uid

@@ -85,7 +85,7 @@ def _count_statements(engine: Engine) -> Engine:
 
 def make_engine(url: str, application_name: str = "") -> Engine:
     """`application_name` (PostgreSQL): names this daemon's connections, so that a standby taking over from it
-    can end exactly them (lock.py)."""
+    can end exactly them (leadership/lock.py)."""
     return _count_statements(_make_engine(url, application_name))
 
 

@@ -77,7 +77,7 @@ from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware import metrics
-from peloton.unix_accounts import unvetted_system_account
+from peloton.security.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
 

@@ -19,7 +19,6 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
-from peloton import run_as
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
@@ -55,6 +54,7 @@ from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop
 from peloton.modelaware import metrics
+from peloton.security import run_as
 
 log = logging.getLogger(__name__)
 

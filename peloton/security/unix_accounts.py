@@ -9,7 +9,7 @@ import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peloton import run_as
+from peloton.security import run_as
 
 if TYPE_CHECKING:
     from peloton.hostmgr.backend import LaunchSpec
