@@ -25,7 +25,6 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
 
-from peloton import census
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.closing import RefuseWhileClosing
 from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
@@ -62,7 +61,6 @@ from peloton.files import (
     tasks_run_as_others,
     warn_untraversable,
 )
-from peloton.health import judge
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
@@ -94,6 +92,8 @@ from peloton.leadership.lock import (
 from peloton.leadership.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
+from peloton.observability import census
+from peloton.observability.health import judge
 from peloton.placement.engine import PlacementEngine
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer

@@ -219,9 +219,9 @@ def _add_sim_parsers(sub: Any) -> None:
 
 
 def cmd_server(a: argparse.Namespace) -> int:
-    from peloton import logs
     from peloton.domain.resources import parse_mib
     from peloton.hostmgr.local.task_env import parse_allow
+    from peloton.observability import logs
     from peloton.security import run_as
     from peloton.server import MesosSettings, ServerConfig, run_server
 

@@ -25,11 +25,11 @@ from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.model import split_gang_id
 from peloton.domain.placement import GangPlacement, PlacementFailure
 from peloton.domain.spec import JobSpec
-from peloton.gang_metrics import GANG_STAGE
 from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
+from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.security import run_as
 
 log = logging.getLogger(__name__)

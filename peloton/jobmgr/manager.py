@@ -32,7 +32,6 @@ from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from peloton.gang_metrics import GANG_STAGE
 from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
@@ -44,6 +43,7 @@ from peloton.loop import progress
 from peloton.modelaware import metrics
 from peloton.modelaware import plan as plans
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
+from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever

@@ -51,7 +51,7 @@ from prometheus_client import Counter, Gauge, Histogram
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
-from peloton.gang_metrics import GANG_STAGE
+from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import Reservation, describe
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
 from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
