@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING
 from peloton.security import run_as
 
 if TYPE_CHECKING:
-    from peloton.hostmgr.backend import LaunchSpec
+    from peloton.domain.launch import LaunchSpec
 
 
 def host_has_id(uid: int) -> bool:

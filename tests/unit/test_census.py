@@ -5,8 +5,8 @@ from __future__ import annotations
 
 import pytest
 
+from peloton.domain.launch import HostInfo
 from peloton.domain.resources import Resources
-from peloton.hostmgr.backend import HostInfo
 from peloton.observability.census import ClusterCensus
 
 

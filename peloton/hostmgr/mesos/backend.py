@@ -19,22 +19,12 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument
-from peloton.hostmgr.backend import (
-    GangLaunch,
-    HostInfo,
-    HostsCallback,
-    LaunchError,
-    LaunchOutcome,
-    LaunchResult,
-    LaunchSpec,
-    RunningTask,
-    StatusCallback,
-    TaskStatus,
-)
+from peloton.hostmgr.backend import HostsCallback, LaunchError, StatusCallback
 from peloton.hostmgr.mesos import calls, files
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
 from peloton.hostmgr.mesos.events import (
