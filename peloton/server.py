@@ -78,17 +78,8 @@ from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.leadership.failover import FailoverStub, split_addresses
 from peloton.leadership.fence import EPOCH_KEY, Fence, take_epochs
 from peloton.leadership.guard import LEADER, StoreGuard
-from peloton.leadership.lock import (
-    LEASE_S,
-    OWNER_KEY,
-    Owner,
-    StoreLock,
-    refusal,
-    role_leaders,
-    session_name,
-    standbys,
-    store_lock,
-)
+from peloton.leadership.lock import OWNER_KEY, StoreLock, refusal, role_leaders, session_name, standbys, store_lock
+from peloton.leadership.owner import LEASE_S, Owner
 from peloton.leadership.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table

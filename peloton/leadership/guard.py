@@ -18,7 +18,8 @@ from prometheus_client import Gauge
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton.leadership.lock import Owner, StoreLock
+from peloton.leadership.lock import StoreLock
+from peloton.leadership.owner import Owner
 from peloton.store.db import transaction
 
 log = logging.getLogger(__name__)

@@ -25,7 +25,7 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads, refusing
 from peloton.config import split_hostport
 from peloton.errors import FailedPrecondition
-from peloton.leadership.lock import Owner
+from peloton.leadership.owner import Owner
 
 DATA_DIR_ID_FILE = "daemon.id"
 

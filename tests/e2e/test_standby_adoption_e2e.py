@@ -16,7 +16,8 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from peloton.leadership.lock import ROLE_KEYS, Owner, heartbeat_key, owner_key
+from peloton.leadership.lock import ROLE_KEYS, heartbeat_key, owner_key
+from peloton.leadership.owner import Owner
 from peloton.leadership.standby import data_dir_id, machine_id
 from peloton.store import db
 from tests.asroot import AS_ROOT_FLAGS

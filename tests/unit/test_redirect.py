@@ -22,7 +22,7 @@ import grpc
 import pytest
 
 from peloton.cli.transport import Channel, RedirectRefused, RpcError, StatusCode, Tls, normal_address
-from peloton.leadership.lock import Owner
+from peloton.leadership.owner import Owner
 from peloton.leadership.standby import StandbyServer
 from tests.e2e.harness import PELOTON
 

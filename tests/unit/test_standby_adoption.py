@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from peloton.leadership.lock import Owner
+from peloton.leadership.owner import Owner
 from peloton.leadership.standby import DATA_DIR_ID_FILE, adoption_refusal, data_dir_id, machine_id
 
 LEADER = Owner("node-a", 4242, "node-a:5391", time.time(), "peloton-abc", 6.0, backend="local",

@@ -347,7 +347,7 @@ def test_a_standby_sends_calls_to_the_leader_it_names(echo: tuple[Echo, str]) ->
     """A standby answers every call UNAVAILABLE with the leader's address (peloton-leader): unary and streaming
     calls go there, once, and the channel stays there, when the leader is one of the addresses configured
     (test_redirect.py: when it is not)."""
-    from peloton.leadership.lock import Owner
+    from peloton.leadership.owner import Owner
     from peloton.leadership.standby import StandbyServer
 
     _, leader = echo
