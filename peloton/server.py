@@ -85,7 +85,7 @@ from peloton.observability.health import judge
 from peloton.placement.engine import PlacementEngine
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
-from peloton.security import identity, run_as, unix_accounts
+from peloton.security import identity, run_as, startup
 from peloton.security.auth import Authenticator, Authorize
 from peloton.security.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.security.identity import Principals
@@ -349,7 +349,7 @@ class Daemon:
         self._stopped = threading.Event()
         self._closing = threading.Event()  # set first by stop(): new public calls are refused from then on
         # the data dir and the roles' locks (leadership/hold.py)
-        self.hold = Hold(cfg, self._stopped, lambda: self._tls_credentials() if cfg.tls_cert else None,
+        self.hold = Hold(cfg, self._stopped, lambda: startup.tls_credentials(cfg) if cfg.tls_cert else None,
                          self._fenced)
         self.guard: StoreGuard | None = None
         self.jobmgr: JobManager | None = None
@@ -432,13 +432,13 @@ class Daemon:
         cfg = self.cfg
         path = self.principals = cfg.principals_path()
         self._insecure: list[str] = []  # logged once the ports are ours, and shown by `peloton cluster info`
-        if path is None and self._root_runs_tasks():
-            path = self.principals = self._lock_to_root()
+        if path is None and startup.root_runs_tasks(cfg):
+            path = self.principals = startup.lock_to_root(cfg, self._insecure)
         limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
                    else None)
         self.authenticator = Authenticator(Principals(path) if path is not None else None,
                                            mutual_tls=cfg.tls_client_ca is not None, limiter=limiter)
-        self.identities = self._identity_policy()
+        self.identities = startup.identity_policy(cfg, self.authenticator.enabled)
         if self.authenticator.enabled:
             log.info("authentication on: %s", ", ".join(
                 w for w, on in ((f"tokens of {path}", path is not None),
@@ -518,7 +518,7 @@ class Daemon:
         cfg = self.cfg
         host, port = split_hostport(self.hold.standby_listen or cfg.listen, "--listen")
         try:
-            bound = (self.server.add_secure_port(f"{host}:{port}", self._tls_credentials()) if cfg.tls_cert
+            bound = (self.server.add_secure_port(f"{host}:{port}", startup.tls_credentials(self.cfg)) if cfg.tls_cert
                      else self.server.add_insecure_port(f"{host}:{port}"))
         except RuntimeError:
             bound = 0
@@ -702,66 +702,6 @@ class Daemon:
         sim_pb2_grpc.add_SimServiceServicer_to_server(SimServicer(backend), self.server)
         return [(sim_pb2.DESCRIPTOR, "SimService")]
 
-    def _identity_policy(self) -> run_as.Policy:
-        """How tasks' Unix identities are chosen (run_as.py), said once at start; a uid range that others' rootless
-        containers use is refused (their processes would be a tenant's)."""
-        cfg = self.cfg
-        lo, hi = cfg.task_uid_range
-        if not self.authenticator.enabled:
-            policy = run_as.Policy(run_as.Mode.OFF, cfg.task_uid_range)
-            if cfg.backend == "local" and tasks_run_as_others():
-                log.warning("authentication is off (--insecure): every caller is an admin, and tasks naming no "
-                            "task.user share one Unix user (--default-task-user); nothing isolates them")
-        elif cfg.backend == "mesos":
-            policy = run_as.Policy(run_as.Mode.MESOS, cfg.task_uid_range)
-            log.info("task identities: each principal's tasks run as the Unix user the principals file maps it "
-                     "to (\"user\"); a principal with none must name task.user")
-        elif cfg.backend == "local" and tasks_run_as_others():
-            policy = run_as.Policy(run_as.Mode.LOCAL, cfg.task_uid_range)
-            overlaps = unix_accounts.subid_overlaps(cfg.task_uid_range)
-            if overlaps:
-                raise InvalidArgument(f"--task-uid-range: {lo}-{hi} overlaps subordinate ids of this host ("
-                                      f"{'; '.join(overlaps[:3])}): a user's rootless container could run as a "
-                                      "tenant's uid; choose a range clear of them", field="--task-uid-range")
-            log.info("task identities: each principal's tasks run as the Unix user the principals file maps it "
-                     "to, else as a uid of its own from --task-uid-range %d-%d", lo, hi)
-        else:
-            policy = run_as.Policy(run_as.Mode.OFF, cfg.task_uid_range)
-            if cfg.backend == "local":
-                log.warning("task identities: this daemon is not root, so the tasks of every principal run as its "
-                            "own user and can reach each other; run it as root for one Unix identity per "
-                            "principal (docs/security.md)")
-        return policy
-
-    def _root_runs_tasks(self) -> bool:
-        """A root daemon running tasks on this machine, with no authentication of its own: any local user who
-        reaches its loopback port would be an admin, and could run commands as any user (root included, in a pool
-        it allows root in)."""
-        cfg = self.cfg
-        return (cfg.backend == "local" and "hostmgr" in cfg.roles and tasks_run_as_others()
-                and cfg.tls_client_ca is None)
-
-    def _lock_to_root(self) -> Path | None:
-        """Turn authentication on with an empty principals file (so only root, through the owner-only Unix socket,
-        may call until tokens are made), unless --insecure."""
-        cfg = self.cfg
-        if cfg.insecure:
-            self._insecure.append("INSECURE (--insecure): this daemon runs as root without authentication: any "
-                                  "local user who reaches its TCP port can run commands as any user "
-                                  "(docs/security.md)")
-            return None
-        path = cfg.data_dir / "principals.json"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # made meanwhile: use it
-            return path
-        with os.fdopen(fd, "w") as f:
-            f.write('{"principals": {}}\n')
-        log.warning("running as root: authentication is on, with no principals yet (%s): only root, through the "
-                    "Unix socket, may call this daemon until tokens are made (peloton token create NAME --role "
-                    "ROLE; docs/security.md)", path)
-        return path
-
     def _serve_unix_socket(self) -> Path | None:
         """The public API on a Unix socket only the daemon's user can open (the CLI's default when it exists)."""
         cfg = self.cfg
@@ -786,16 +726,6 @@ class Daemon:
             raise FailedPrecondition(f"--unix-socket: cannot listen on {path}", field="--unix-socket")
         os.chmod(path, 0o600)
         return path
-
-    def _tls_credentials(self) -> grpc.ServerCredentials:
-        cfg = self.cfg
-        assert cfg.tls_cert is not None and cfg.tls_key is not None
-        try:
-            pair = (cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())
-            ca = cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca is not None else None
-        except OSError as e:
-            raise FailedPrecondition(f"--tls-cert: cannot read the TLS files: {e}", field="--tls-cert") from None
-        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
 
     def _channel(self, address: str) -> grpc.Channel:
         """To another process's internal services, presenting the components' shared secret."""
