@@ -34,7 +34,7 @@ from grpc_health.v1 import health_pb2  # noqa: E402
 
 from benchmarks.harness import Daemon, table, write_results  # noqa: E402
 from peloton.api.v1 import job_pb2  # noqa: E402
-from peloton.identity import add_token  # noqa: E402
+from peloton.security.identity import add_token  # noqa: E402
 
 METHODS = {"create": "/peloton.v1.JobService/CreateJob", "health": "/grpc.health.v1.Health/Check"}
 

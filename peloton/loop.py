@@ -17,7 +17,7 @@ import grpc
 from prometheus_client import Counter, Gauge
 
 from peloton.errors import Unavailable
-from peloton.health import LoopState, stuck_reason
+from peloton.observability.health import LoopState, stuck_reason
 
 log = logging.getLogger(__name__)
 

@@ -5,18 +5,16 @@ between processes, so splitting them changes wiring, not contracts."""
 
 from __future__ import annotations
 
-import fcntl
 import logging
 import os
 import signal
-import socket
 import sys
 import threading
 import time
 import uuid
 from collections.abc import Callable
 from concurrent import futures
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,15 +22,12 @@ import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 from prometheus_client import disable_created_metrics, start_http_server
+from sqlalchemy.engine import Engine
 
-from peloton import census, identity, run_as, unix_accounts
 from peloton.api.audit import AuditLog, AuditServicer
-from peloton.api.auth import Authenticator, Authorize
 from peloton.api.closing import RefuseWhileClosing
-from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
-from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.api.cluster import ClusterFacts, ClusterServicer
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
-from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalStub
 from peloton.api.model_service import ModelBook, ModelServicer
 from peloton.api.status import RejectUndecodableRequests
@@ -61,11 +56,9 @@ from peloton.files import (
     create_private,
     make_dirs,
     owner_only_umask,
-    private_dir,
     tasks_run_as_others,
     warn_untraversable,
 )
-from peloton.health import judge
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
@@ -78,30 +71,26 @@ from peloton.hostmgr.local.backend import (
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
-from peloton.identity import Principals
 from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
+from peloton.leadership.failover import FailoverStub, split_addresses
+from peloton.leadership.guard import LEADER, StoreGuard
+from peloton.leadership.hold import Hold
+from peloton.leadership.owner import LEASE_S, Owner
+from peloton.leadership.standby import RequireLeader
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
-from peloton.ownership import LEADER, StoreGuard
+from peloton.observability import census
+from peloton.observability.health import judge
 from peloton.placement.engine import PlacementEngine
-from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
-from peloton.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
+from peloton.security import identity, run_as, startup
+from peloton.security.auth import Authenticator, Authorize
+from peloton.security.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.security.identity import Principals
+from peloton.security.ratelimit import RateLimiter
 from peloton.store import db, repo
-from peloton.store.fence import EPOCH_KEY, Fence, take_epochs
-from peloton.store.lock import (
-    LEASE_S,
-    OWNER_KEY,
-    Owner,
-    StoreLock,
-    refusal,
-    role_leaders,
-    session_name,
-    standbys,
-    store_lock,
-)
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
 MIN_TASK_LOG_BYTES = 1 << 20
@@ -359,127 +348,306 @@ class Daemon:
         self.loops: list[Loop] = []
         self._stopped = threading.Event()
         self._closing = threading.Event()  # set first by stop(): new public calls are refused from then on
-        self.store_lock: StoreLock | None = None
+        # the data dir and the roles' locks (leadership/hold.py)
+        self.hold = Hold(cfg, self._stopped, lambda: startup.tls_credentials(cfg) if cfg.tls_cert else None,
+                         self._fenced)
         self.guard: StoreGuard | None = None
         self.jobmgr: JobManager | None = None
         self.resmgr: ResourceManager | None = None
         self.hostmgr: HostManager | None = None
         self.placement: PlacementEngine | None = None
-        self._fenced_at: float | None = None  # a commit found a newer epoch (until the locks are ours again)
+        self.engine: Engine | None = None
+        self.audit: AuditLog | None = None
+        self.internal_server: grpc.Server | None = None
+        self.channels: list[grpc.Channel] = []
 
-    def _try_lock_data_dir(self) -> bool:
-        """One daemon per data dir (its local backend's tasks are that daemon's). The data dir is owner-only
-        (files.py)."""
-        if getattr(self, "_lock_file", None) is None:
-            private_dir(self.cfg.data_dir, traversable=tasks_run_as_others())
-            # (owner-only from the start: files.py) held for the daemon's lifetime
-            self._lock_file = os.fdopen(create_private(self.cfg.data_dir / "daemon.lock"), "w")
-        try:
-            fcntl.flock(self._lock_file, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            return True
-        except BlockingIOError:
-            return False
+    def start(self) -> str:
+        """Each step needs the ones before it. Nothing that acts (the backend, the loops) starts before the locks
+        and the ports are this daemon's: a refused start leaves the cluster untouched."""
+        self.cfg.check()
+        self._refuse_without_secret()
+        self._serve_metrics()
+        self._take_hold()
+        self._open_store()
+        self._start_audit()
+        self._authenticate()
+        self._make_public_server()
+        self._add_hostmgr()
+        self._add_resmgr()
+        self._serve_internal_if_split()
+        self._bind_public_ports()
+        if self.hostmgr is not None:  # only once the ports are ours: a refused start leaves the backend untouched
+            self.hostmgr.start()
+        self._connect_components()
+        self._add_jobmgr()
+        self._add_cluster_service()
+        self._start_serving()
+        self._start_loops()
+        self._declare_serving()
+        return self.address
 
-    def _data_dir_refusal(self) -> FailedPrecondition:
-        return FailedPrecondition(
-            f"another peloton daemon is running with data dir {self.cfg.data_dir}; stop it first, or start this one "
-            "with --standby to take over when it goes", field="--data-dir")
+    def _refuse_without_secret(self) -> None:
+        """A job manager or placement process without the resmgr and hostmgr calls them with the components'
+        secret: refused now, before it takes any lock or port."""
+        roles = self.cfg.roles
+        if roles & {"jobmgr", "placement"} and not roles >= {"resmgr", "hostmgr"}:
+            load_secret(self.cfg.secret_file(), create=False)
 
-    def _lock_data_dir(self) -> None:
-        """A process without the job manager (no store lock): the data dir alone; a standby waits for it."""
-        if self._try_lock_data_dir():
+    def _take_hold(self) -> None:
+        """The data dir, and the store lock of each role (a standby waits for them here)."""
+        cfg, roles = self.cfg, self.cfg.roles
+        for role in roles:  # until it acts (a standby never does)
+            LEADER.labels(role).set(0)
+        # owner-only (traversable as root, for the tasks of other users) before anything makes it with the umask's mode
+        make_dirs(cfg.data_dir, traversable=tasks_run_as_others())
+        self.url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
+        self.postgres = db.sqlite_path(self.url) is None
+        if "jobmgr" in roles or self.postgres:
+            # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
+            # under the daemon that acts on the store
+            self.hold.take_store_lock(self.url)
+        else:  # a --role process on SQLite (or with no store): one per data dir, no standby but on that machine
+            self.hold.lock_data_dir()
+
+    def _open_store(self) -> None:
+        """Migrated, fenced (every commit checks that no other process took over), with the root pool."""
+        cfg, roles = self.cfg, self.cfg.roles
+        if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (self.postgres and "hostmgr" in roles):
+            db.upgrade(self.url)  # (a SQLite file is created owner-only first: db.own_sqlite_file)
+            self.hold.record()
+            self.engine = db.make_engine(self.url, self.hold.session)
+            self.sessions = db.make_sessions(self.engine)
+            self.read_sessions = db.make_read_sessions(self.engine)
+            self.hold.fence_commits(self.sessions, self.postgres)
+            with db.transaction(self.sessions) as s:
+                repo.ensure_root_pool(s, time.time())
+
+    def _start_audit(self) -> None:
+        if self.engine is not None:  # the audit log lives in the store
+            self.audit = AuditLog(self.sessions)
+            self.audit.start()
+
+    def _authenticate(self) -> None:
+        """Who may call (the principals file, client certificates), how often, and as whom their tasks run."""
+        cfg = self.cfg
+        path = self.principals = cfg.principals_path()
+        self._insecure: list[str] = []  # logged once the ports are ours, and shown by `peloton cluster info`
+        if path is None and startup.root_runs_tasks(cfg):
+            path = self.principals = startup.lock_to_root(cfg, self._insecure)
+        limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
+                   else None)
+        self.authenticator = Authenticator(Principals(path) if path is not None else None,
+                                           mutual_tls=cfg.tls_client_ca is not None, limiter=limiter)
+        self.identities = startup.identity_policy(cfg, self.authenticator.enabled)
+        if self.authenticator.enabled:
+            log.info("authentication on: %s", ", ".join(
+                w for w, on in ((f"tokens of {path}", path is not None),
+                                ("client certificates of --tls-client-ca", cfg.tls_client_ca is not None)) if on))
+
+    def _make_public_server(self) -> None:
+        """The public gRPC server, its interceptors and health (NOT_SERVING until the loops run)."""
+        cfg = self.cfg
+        self.server = grpc.server(
+            futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
+            options=[("grpc.so_reuseport", 0), *PUBLIC_PORT_OPTIONS],
+            maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
+            # the callers' requests are read only once they are known (Authorize), or at most PUBLIC_READS at once
+            # for health and reflection (edge.py); peloton's own requests carry only fields this release knows
+            interceptors=[RefuseWhileClosing(self._closing), GatePublicReads(identity.PUBLIC_SERVICES),
+                          Authorize(self.authenticator, self.audit),
+                          RejectUndecodableRequests(refuse_unknown=("/peloton.v1.",))],
+        )
+        self._judging = False  # health is judged from the loops once they run (until then: NOT_SERVING, as set)
+        self._health_mu = threading.Lock()
+        self._stuck: dict[str, str] = {}  # the loops found stuck last time, and why
+        self._judged: dict[str, int] = {}  # each health service's status as last judged (set again only on change)
+        self.health = _JudgedHealth(self._update_health)
+        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
+        self.services: list[tuple[Any, str]] = []
+        if self.audit is not None:
+            audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(self.audit, self.read_sessions),
+                                                             self.server)
+            self.services.append((audit_pb2.DESCRIPTOR, "AuditService"))
+
+    def _add_hostmgr(self) -> None:
+        self.hostmgr_servicer: HostManagerServicer | None = None
+        if "hostmgr" not in self.cfg.roles:
             return
-        if not self.cfg.standby:
-            raise self._data_dir_refusal()
-        print(f"peloton: standing by: another daemon uses data dir {self.cfg.data_dir}", flush=True)
-        while not self._try_lock_data_dir():
-            if self._stopped.wait(1.0):
-                raise FailedPrecondition("stopped while standing by")
 
-    def _advertise(self, listen: str) -> str:
-        if self.cfg.advertise_address:
-            return self.cfg.advertise_address
-        host, port = listen.rpartition(":")[0], listen.rpartition(":")[2]
-        if host in ("0.0.0.0", "", "[::]", "::"):
-            host = socket.getfqdn()
-        return f"{host}:{port}"
+        def save_drains(drains: dict[str, float]) -> None:
+            with db.transaction(self.sessions) as s:
+                repo.set_drains(s, drains)
 
-    def _take_store_lock(self, url: str) -> None:
-        """Only one daemon acts on a store (and on a data dir): take both locks, or refuse to start naming the
-        holder, or (--standby) serve redirects to the holder until it goes, then take over. On PostgreSQL the
-        store's locks are the roles' (one for each role this process runs, all of them or none): a `--role`
-        process and its standbys share its roles' locks, not the others'."""
-        cfg = self.cfg
-        self.session = session_name()
-        lock = store_lock(url, self.session, tuple(cfg.roles))
-        have_dir = self._try_lock_data_dir()
-        self.owner = Owner.me(self._advertise(cfg.listen), self.session, cfg.leader_lease_s, **self._what_it_runs())
-        if have_dir and lock.try_acquire(self.owner):
-            self.store_lock = lock
+        # drains are kept in the store when this process has one; a host manager alone on the local or sim
+        # backend has none and keeps them in memory (docs/running.md, "Host maintenance")
+        stored = self.engine is not None
+        lock = self.hold.store_lock
+        self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains if stored else None,
+                                   may_act=lock.fresh if lock is not None else lambda: True)
+        if stored:
+            with db.transaction(self.sessions) as s:
+                self.hostmgr.load_drains(repo.get_drains(s))
+        self.hostmgr_servicer = HostManagerServicer(self.hostmgr)
+        host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
+        self.services += [(host_pb2.DESCRIPTOR, "HostService")]
+        self.services += self._add_sim_service()
+
+    def _add_resmgr(self) -> None:
+        self.resmgr_servicer: ResourceManagerServicer | None = None
+        if "resmgr" not in self.cfg.roles:
             return
-        if not cfg.standby:
-            holder = lock.holder() if have_dir else None
-            lock.release()
-            raise refusal(holder, _describe_store(url)) if have_dir else self._data_dir_refusal()
-        self._refuse_if_cannot_adopt(lock)
-        self._stand_by(lock, url, have_dir)
-        self.store_lock = lock
 
-    def _what_it_runs(self) -> dict[str, str]:
-        """What a standby must share with this daemon to adopt its tasks, recorded with it as the lock's holder
-        (standby.adoption_refusal): its host manager's backend and, on the local backend, its machine and data
-        dir."""
+        def load_pools():  # type: ignore[no-untyped-def]
+            with db.transaction(self.sessions) as s:
+                return repo.list_pools(s)
+
         cfg = self.cfg
-        if "hostmgr" not in cfg.roles:
-            return {}
-        if cfg.backend != "local":
-            return {"backend": cfg.backend}
-        return {"backend": cfg.backend, "machine": machine_id(), "data_dir": str(cfg.data_dir.resolve()),
-                "data_dir_id": data_dir_id(cfg.data_dir)}
+        self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
+                                      preemption=cfg.preemption)
+        self.resmgr_servicer = ResourceManagerServicer(self.resmgr)
+        respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
+            ResourcePoolServicer(self.resmgr, self.sessions), self.server)
+        self.services += [(respool_pb2.DESCRIPTOR, "ResourcePoolService")]
 
-    def _refuse_if_cannot_adopt(self, lock: StoreLock) -> None:
-        """A standby that could not adopt the tasks of the host manager's leader (on the local backend: another
-        machine, another data dir) refuses to stand by, naming why: taking over would run their gangs again while
-        the leader's processes, if it is only paused, still run."""
-        refused = adoption_refusal(self.owner, lock.holder("hostmgr") if self.owner.backend else None)
-        if refused is not None:
-            lock.release()
-            raise refused
+    def _serve_internal_if_split(self) -> None:
+        if self.cfg.serves_internal():
+            self.internal_server = self._serve_internal(self.hostmgr_servicer, self.resmgr_servicer)
 
-    def _stand_by(self, lock: StoreLock, url: str, have_dir: bool) -> None:
-        """Serve the API's port with redirects to the leader (standby.py) until both locks are ours."""
+    def _bind_public_ports(self) -> None:
+        """--listen (a standby that took over serves the port it answered on meanwhile) and the Unix socket."""
         cfg = self.cfg
-        what = _describe_store(url)
-        acts = "acts on"
-        if cfg.roles != ROLES:  # a --role process waits for its roles' leader, not the store's
-            acts = f"leads {'/'.join(r for r in ROLE_ORDER if r in cfg.roles)} on"
-        leader: list[Owner | None] = [lock.holder()]  # read here only: the lock's connection is not shared
-        standby = StandbyServer(cfg.listen, lambda: leader[0],
-                                self._tls_credentials() if cfg.tls_cert else None)
-        self._standby_listen = standby.listen
-        self.owner = replace(self.owner, address=self._advertise(standby.listen))
-        lock.announce_standby(self.owner.address)
-        holder = leader[0]
-        who = holder.describe() if holder is not None else (
-            "another daemon" if have_dir else f"another daemon with data dir {cfg.data_dir}")
-        print(f"peloton: standing by: {who} {acts} {what}; answering on {standby.listen} with its address",
-              flush=True)
-        log.warning("standing by: %s %s %s; taking over when it goes", who, acts, what)
+        host, port = split_hostport(self.hold.standby_listen or cfg.listen, "--listen")
         try:
-            while True:
-                have_dir = have_dir or self._try_lock_data_dir()
-                if have_dir:
-                    self._refuse_if_cannot_adopt(lock)  # again: another leader may have taken over meanwhile
-                if have_dir and lock.try_acquire(self.owner):
-                    break
-                leader[0] = lock.holder()
-                if self._stopped.wait(STANDBY_POLL_S):
-                    lock.release()
-                    raise FailedPrecondition("stopped while standing by")
-        finally:
-            standby.stop()
-        log.warning("took over the %s lock%s of %s", "store" if cfg.roles == ROLES else "/".join(
-            r for r in ROLE_ORDER if r in cfg.roles), "s" if 1 < len(cfg.roles) < len(ROLES) else "", what)
+            bound = (self.server.add_secure_port(f"{host}:{port}", startup.tls_credentials(self.cfg)) if cfg.tls_cert
+                     else self.server.add_insecure_port(f"{host}:{port}"))
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise FailedPrecondition(f"--listen: cannot listen on {cfg.listen} (address in use, or not ours)",
+                                     field="--listen")
+        self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
+        self.unix_socket = self._serve_unix_socket()
+        for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
+            if addr and not _local_only(addr) and not (flag == "--listen" and cfg.authenticated):  # --insecure
+                self._insecure.append(f"INSECURE (--insecure): {flag} {addr} is reachable from other machines "
+                                      "without TLS or authentication; anyone who reaches it can run commands as "
+                                      "this daemon's user (docs/security.md)")
+        for warning in self._insecure:
+            log.warning("%s", warning)
+        self.hold.serving_at(f"{host}:{bound}")
+
+    def _connect_components(self) -> None:
+        """The components speak the internal services' contracts to each other: over gRPC to another process, and
+        through the in-process transport (same messages, servicers and errors, no network) inside this one."""
+        cfg = self.cfg
+        self.resmgr_stub: Any = (
+            LocalStub(self.resmgr_servicer) if self.resmgr_servicer is not None else
+            self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address, "resmgr"))
+        self.hostmgr_stub: Any = (
+            LocalStub(self.hostmgr_servicer) if self.hostmgr_servicer is not None else
+            self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address, "hostmgr"))
+
+    def _add_jobmgr(self) -> None:
+        """The job manager and its public services, and the stored models beside the jobs that will name them."""
+        cfg = self.cfg
+        self.jobmgr = None
+        if "jobmgr" not in cfg.roles:
+            return
+        self.jobmgr = JobManager(self.sessions, self.read_sessions, self.resmgr_stub, self.hostmgr_stub,
+                                 writers=cfg.writers(), gpu_table=cfg.gpu_table_rows())
+        max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
+        # the backend is known where the host manager runs: a job manager without it warns of nothing
+        servicer = JobServicer(self.jobmgr, max_waiting_jobs=max_waiting,
+                               backend=cfg.backend if self.hostmgr is not None else "",
+                               identities=self.identities, principals=self.authenticator.principals)
+        job_pb2_grpc.add_JobServiceServicer_to_server(servicer, self.server)
+        task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
+        self.services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
+        model_pb2_grpc.add_ModelServiceServicer_to_server(
+            ModelServicer(ModelBook(self.sessions, self.read_sessions)), self.server)
+        self.services += [(model_pb2.DESCRIPTOR, "ModelService")]
+
+    def _add_cluster_service(self) -> None:
+        """`peloton cluster info`: what this daemon is and how it is set up, handed over once."""
+        cfg, roles = self.cfg, self.cfg.roles
+        self.started_at = time.time()
+        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(ClusterFacts(
+            roles=sorted(roles),
+            store=db.describe(self.url) if self.engine is not None else "",
+            backend=cfg.backend if self.hostmgr is not None else "", started_at=self.started_at,
+            addresses=[self.address] + ([f"unix:{self.unix_socket}"] if self.unix_socket else []),
+            tls=cfg.tls_cert is not None, mutual_tls=cfg.tls_client_ca is not None, tokens=self.principals is not None,
+            insecure=bool(self._insecure), warnings=tuple(self._insecure),
+            task_identities={run_as.Mode.LOCAL: "per principal", run_as.Mode.MESOS: "mapped users",
+                             run_as.Mode.OFF: "none"}[self.identities.mode],
+            uid_range=(f"{cfg.task_uid_range[0]}-{cfg.task_uid_range[1]}"
+                       if self.identities.mode is run_as.Mode.LOCAL else "")),
+            hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0,
+            leadership=lambda: self.hold.report(self.read_sessions if self.engine is not None else None)),
+            self.server)
+        self.services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
+
+    def _start_serving(self) -> None:
+        """Reflection of every service added, then the public server (health NOT_SERVING until the loops run)."""
+        names = [d.services_by_name[n].full_name for d, n in self.services]
+        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
+        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
+        self.server.start()
+
+    def _start_loops(self) -> None:
+        """Recovery first, then every loop: the job manager's, the store guard, placement, health."""
+        cfg = self.cfg
+        self.loops = []
+        if self.jobmgr is not None:
+            self.jobmgr.start()
+            # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
+            self._recover(self.jobmgr)
+            # the loops long-poll their input (placements, status events): they wake when there is work
+            jm = self.jobmgr
+            self.loops += [Loop(f"launcher-{i}", lambda: jm.launcher.launch_once(LONG_POLL_MS), 0.05, self.clock)
+                           for i in range(cfg.launchers)]
+            self.loops += [
+                Loop("task-events", lambda: jm.events_once(LONG_POLL_MS), 0.05, self.clock),
+                Loop("reconciler", jm.reconcile_once, 5.0, self.clock),
+            ]
+            kept = [t for t in (cfg.job_retention_s, cfg.audit_retention_s) if t > 0]
+            if kept:  # checked often enough for the shortest retention, at least every 10 minutes
+                self.loops.append(Loop("retention", lambda: self._retention_once(jm),
+                                       max(1.0, min(600.0, min(kept) / 4)), self.clock))
+        self.guard = self.hold.watch(self.read_sessions if self.engine is not None else None,
+                                     self._stop_acting, self._regained,
+                                     lambda: None if self._update_health() else None)
+        if self.guard is not None:
+            self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
+        if "placement" in cfg.roles:
+            engine = self.placement = PlacementEngine(self.resmgr_stub, self.hostmgr_stub, poll_ms=LONG_POLL_MS)
+            # a replaced leader places nothing (its plans would be refused at claim time anyway)
+            self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
+        self.loops.append(Loop("health", self._update_health, 5.0, self.clock))
+        for lp in self.loops:
+            lp.start()
+
+    def _declare_serving(self) -> None:
+        """Health SERVING, peloton_leader 1, the census attached, and the address written for the CLI."""
+        cfg = self.cfg
+        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
+        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
+        self._judging = True
+        for role in cfg.roles:
+            LEADER.labels(role).set(1)
+        if self.jobmgr is not None:
+            read = self.read_sessions
+
+            def count() -> dict[str, dict[str, int]]:
+                with db.transaction(read) as s:
+                    return repo.count_by_state(s)
+
+            census.STORE.attach(count)
+        if self.hostmgr is not None:
+            census.CLUSTER.attach(self.hostmgr.census, cfg.metrics_host_limit)
+        with os.fdopen(create_private(cfg.data_dir / "daemon.addr", os.O_WRONLY | os.O_TRUNC), "w") as f:
+            f.write(self.address + "\n")
 
     def _serve_metrics(self) -> None:
         """First of all: a port in use refuses the start, and a standby exports its metrics (peloton_leader 0)."""
@@ -534,300 +702,6 @@ class Daemon:
         sim_pb2_grpc.add_SimServiceServicer_to_server(SimServicer(backend), self.server)
         return [(sim_pb2.DESCRIPTOR, "SimService")]
 
-    def start(self) -> str:
-        cfg = self.cfg
-        cfg.check()
-        roles = cfg.roles
-        if roles & {"jobmgr", "placement"} and not roles >= {"resmgr", "hostmgr"}:
-            load_secret(cfg.secret_file(), create=False)  # refused now, before it takes any lock or port
-        self._serve_metrics()
-        for role in roles:  # until it acts (a standby never does)
-            LEADER.labels(role).set(0)
-        self.engine = None
-        self.session = ""
-        self.fence: Fence | None = None
-        self._standby_listen = ""
-        # owner-only (traversable as root, for the tasks of other users) before anything makes it with the umask's mode
-        make_dirs(cfg.data_dir, traversable=tasks_run_as_others())
-        url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
-        postgres = db.sqlite_path(url) is None
-        if "jobmgr" in roles or postgres:
-            # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
-            # under the daemon that acts on the store
-            self._take_store_lock(url)
-        else:  # a --role process on SQLite (or with no store): one per data dir, no standby but on that machine
-            self._lock_data_dir()
-        if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (postgres and "hostmgr" in roles):
-            db.upgrade(url)  # (a SQLite file is created owner-only first: db.own_sqlite_file)
-            if self.store_lock is not None:
-                self.store_lock.record(self.owner)
-            self.engine = db.make_engine(url, self.session)
-            self.sessions = db.make_sessions(self.engine)
-            self.read_sessions = db.make_read_sessions(self.engine)
-            if self.store_lock is not None:
-                # every commit of this daemon checks that no other has taken over since (fence.py)
-                self.fence = Fence(take_epochs(self.sessions, roles), self._fenced)
-                self.fence.install(self.sessions)
-                if postgres:
-                    log.info("leading %s as epoch %d", "the store" if "jobmgr" in roles else "/".join(sorted(roles)),
-                             self.fence.epoch)
-                else:  # (cluster info shows no epoch there either)
-                    log.info("leading the store (SQLite: this daemon alone, its data dir's lock held)")
-            with db.transaction(self.sessions) as s:
-                repo.ensure_root_pool(s, time.time())
-
-        self.audit: AuditLog | None = None
-        if self.engine is not None:  # the audit log lives in the store
-            self.audit = AuditLog(self.sessions)
-            self.audit.start()
-        path = cfg.principals_path()
-        self._insecure: list[str] = []  # logged once the ports are ours, and shown by `peloton cluster info`
-        if path is None and self._root_runs_tasks():
-            path = self._lock_to_root()
-        limiter = (RateLimiter(cfg.rate_limit, max(10.0, cfg.rate_limit * RATE_BURST_S)) if cfg.rate_limit > 0
-                   else None)
-        self.authenticator = Authenticator(Principals(path) if path is not None else None,
-                                           mutual_tls=cfg.tls_client_ca is not None, limiter=limiter)
-        self.identities = self._identity_policy()
-        if self.authenticator.enabled:
-            log.info("authentication on: %s", ", ".join(
-                w for w, on in ((f"tokens of {path}", path is not None),
-                                ("client certificates of --tls-client-ca", cfg.tls_client_ca is not None)) if on))
-        self.server = grpc.server(
-            futures.ThreadPoolExecutor(max_workers=cfg.workers + MAX_WATCHERS, thread_name_prefix="grpc"),
-            options=[("grpc.so_reuseport", 0), *PUBLIC_PORT_OPTIONS],
-            maximum_concurrent_rpcs=cfg.workers + MAX_WATCHERS,
-            # the callers' requests are read only once they are known (Authorize), or at most PUBLIC_READS at once
-            # for health and reflection (edge.py); peloton's own requests carry only fields this release knows
-            interceptors=[RefuseWhileClosing(self._closing), GatePublicReads(identity.PUBLIC_SERVICES),
-                          Authorize(self.authenticator, self.audit),
-                          RejectUndecodableRequests(refuse_unknown=("/peloton.v1.",))],
-        )
-        self._judging = False  # health is judged from the loops once they run (until then: NOT_SERVING, as set)
-        self._health_mu = threading.Lock()
-        self._stuck: dict[str, str] = {}  # the loops found stuck last time, and why
-        self._judged: dict[str, int] = {}  # each health service's status as last judged (set again only on change)
-        self.health = _JudgedHealth(self._update_health)
-        health_pb2_grpc.add_HealthServicer_to_server(self.health, self.server)
-        services: list[tuple[Any, str]] = []
-        if self.audit is not None:
-            audit_pb2_grpc.add_AuditServiceServicer_to_server(AuditServicer(self.audit, self.read_sessions),
-                                                             self.server)
-            services.append((audit_pb2.DESCRIPTOR, "AuditService"))
-        if "hostmgr" in roles:
-            def save_drains(drains: dict[str, float]) -> None:
-                with db.transaction(self.sessions) as s:
-                    repo.set_drains(s, drains)
-
-            # drains are kept in the store when this process has one; a host manager alone on the local or sim
-            # backend has none and keeps them in memory (docs/running.md, "Host maintenance")
-            stored = self.engine is not None
-            lock = self.store_lock
-            self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains if stored else None,
-                                       may_act=lock.fresh if lock is not None else lambda: True)
-            if stored:
-                with db.transaction(self.sessions) as s:
-                    self.hostmgr.load_drains(repo.get_drains(s))
-            hostmgr_servicer = HostManagerServicer(self.hostmgr)
-            host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
-            services += [(host_pb2.DESCRIPTOR, "HostService")]
-            services += self._add_sim_service()
-        if "resmgr" in roles:
-            def load_pools():  # type: ignore[no-untyped-def]
-                with db.transaction(self.sessions) as s:
-                    return repo.list_pools(s)
-
-            self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
-                                          preemption=cfg.preemption)
-            resmgr_servicer = ResourceManagerServicer(self.resmgr)
-            respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
-                ResourcePoolServicer(self.resmgr, self.sessions), self.server)
-            services += [(respool_pb2.DESCRIPTOR, "ResourcePoolService")]
-        self.internal_server: grpc.Server | None = None
-        if cfg.serves_internal():
-            self.internal_server = self._serve_internal(
-                hostmgr_servicer if self.hostmgr is not None else None,
-                resmgr_servicer if "resmgr" in roles else None)
-        # a standby that took over serves the port it answered on meanwhile
-        host, port = split_hostport(self._standby_listen or cfg.listen, "--listen")
-        try:
-            bound = (self.server.add_secure_port(f"{host}:{port}", self._tls_credentials()) if cfg.tls_cert
-                     else self.server.add_insecure_port(f"{host}:{port}"))
-        except RuntimeError:
-            bound = 0
-        if bound == 0:
-            raise FailedPrecondition(f"--listen: cannot listen on {cfg.listen} (address in use, or not ours)",
-                                     field="--listen")
-        self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
-        self.unix_socket = self._serve_unix_socket()
-        for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
-            if addr and not _local_only(addr) and not (flag == "--listen" and cfg.authenticated):  # --insecure
-                self._insecure.append(f"INSECURE (--insecure): {flag} {addr} is reachable from other machines "
-                                      "without TLS or authentication; anyone who reaches it can run commands as "
-                                      "this daemon's user (docs/security.md)")
-        for warning in self._insecure:
-            log.warning("%s", warning)
-        if self.store_lock is not None:  # the address refused daemons and standbys name is the one served
-            self.owner = replace(self.owner, address=self._advertise(f"{host}:{bound}"))
-            self.store_lock.record(self.owner)
-        if self.hostmgr is not None:  # only once the ports are ours: a refused start leaves the backend untouched
-            self.hostmgr.start()
-
-        # The components speak the internal services' contracts to each other: over gRPC to another process, and
-        # through the in-process transport (same messages, servicers and errors, no network) inside this one.
-        self.channels: list[grpc.Channel] = []
-        resmgr_stub: Any = (LocalStub(resmgr_servicer) if "resmgr" in roles else
-                            self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address, "resmgr"))
-        hostmgr_stub: Any = (LocalStub(hostmgr_servicer) if "hostmgr" in roles else
-                             self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address, "hostmgr"))
-        self.jobmgr = None
-        if "jobmgr" in roles:
-            self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
-                                     writers=cfg.writers(), gpu_table=cfg.gpu_table_rows())
-            max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
-            # the backend is known where the host manager runs: a job manager without it warns of nothing
-            servicer = JobServicer(self.jobmgr, max_waiting_jobs=max_waiting,
-                                   backend=cfg.backend if self.hostmgr is not None else "",
-                                   identities=self.identities, principals=self.authenticator.principals)
-            job_pb2_grpc.add_JobServiceServicer_to_server(servicer, self.server)
-            task_pb2_grpc.add_TaskServiceServicer_to_server(TaskServicer(self.jobmgr), self.server)
-            services += [(job_pb2.DESCRIPTOR, "JobService"), (task_pb2.DESCRIPTOR, "TaskService")]
-            # stored models live in the store beside the jobs that will name them
-            model_pb2_grpc.add_ModelServiceServicer_to_server(
-                ModelServicer(ModelBook(self.sessions, self.read_sessions)), self.server)
-            services += [(model_pb2.DESCRIPTOR, "ModelService")]
-        self.started_at = time.time()
-        cluster_pb2_grpc.add_ClusterServiceServicer_to_server(ClusterServicer(ClusterFacts(
-            roles=sorted(roles),
-            store=_describe_store(cfg.db_url or db.default_sqlite_url(cfg.data_dir)) if self.engine is not None else "",
-            backend=cfg.backend if self.hostmgr is not None else "", started_at=self.started_at,
-            addresses=[self.address] + ([f"unix:{self.unix_socket}"] if self.unix_socket else []),
-            tls=cfg.tls_cert is not None, mutual_tls=cfg.tls_client_ca is not None, tokens=path is not None,
-            insecure=bool(self._insecure), warnings=tuple(self._insecure),
-            task_identities={run_as.Mode.LOCAL: "per principal", run_as.Mode.MESOS: "mapped users",
-                             run_as.Mode.OFF: "none"}[self.identities.mode],
-            uid_range=(f"{cfg.task_uid_range[0]}-{cfg.task_uid_range[1]}"
-                       if self.identities.mode is run_as.Mode.LOCAL else "")),
-            hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0,
-            leadership=self._leadership), self.server)
-        services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
-        names = [d.services_by_name[n].full_name for d, n in services]
-        reflection.enable_server_reflection([*names, health.SERVICE_NAME, reflection.SERVICE_NAME], self.server)
-        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.health.set("", health_pb2.HealthCheckResponse.NOT_SERVING)
-        self.server.start()
-
-        self.loops = []
-        self.guard = None
-        if self.jobmgr is not None:
-            self.jobmgr.start()
-            # recovery before any loop runs: adopt whole gangs, tear down partial ones, re-queue the rest
-            self._recover(self.jobmgr)
-            # the loops long-poll their input (placements, status events): they wake when there is work
-            jm = self.jobmgr
-            self.loops += [Loop(f"launcher-{i}", lambda: jm.launcher.launch_once(LONG_POLL_MS), 0.05, self.clock)
-                           for i in range(cfg.launchers)]
-            self.loops += [
-                Loop("task-events", lambda: jm.events_once(LONG_POLL_MS), 0.05, self.clock),
-                Loop("reconciler", jm.reconcile_once, 5.0, self.clock),
-            ]
-            kept = [t for t in (cfg.job_retention_s, cfg.audit_retention_s) if t > 0]
-            if kept:  # checked often enough for the shortest retention, at least every 10 minutes
-                self.loops.append(Loop("retention", lambda: self._retention_once(jm),
-                                       max(1.0, min(600.0, min(kept) / 4)), self.clock))
-        if self.store_lock is not None:
-            # the locks of this process's roles, watched: it stops acting when they are lost or taken over, and
-            # recovers when they are its own again
-            self.guard = StoreGuard(self.store_lock, self.read_sessions if self.engine is not None else None,
-                                    self.owner, self._stop_acting, self._regained,
-                                    lambda: None if self._update_health() else None)
-            self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
-        if "placement" in roles:
-            engine = self.placement = PlacementEngine(resmgr_stub, hostmgr_stub, poll_ms=LONG_POLL_MS)
-            # a replaced leader places nothing (its plans would be refused at claim time anyway)
-            self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
-        self.loops.append(Loop("health", self._update_health, 5.0, self.clock))
-        for lp in self.loops:
-            lp.start()
-        self.health.set(HEALTH_SERVICE, health_pb2.HealthCheckResponse.SERVING)
-        self.health.set("", health_pb2.HealthCheckResponse.SERVING)
-        self._judging = True
-        for role in roles:
-            LEADER.labels(role).set(1)
-        if self.jobmgr is not None:
-            read = self.read_sessions
-
-            def count() -> dict[str, dict[str, int]]:
-                with db.transaction(read) as s:
-                    return repo.count_by_state(s)
-
-            census.STORE.attach(count)
-        if self.hostmgr is not None:
-            census.CLUSTER.attach(self.hostmgr.census, cfg.metrics_host_limit)
-        with os.fdopen(create_private(cfg.data_dir / "daemon.addr", os.O_WRONLY | os.O_TRUNC), "w") as f:
-            f.write(self.address + "\n")
-        return self.address
-
-    def _identity_policy(self) -> run_as.Policy:
-        """How tasks' Unix identities are chosen (run_as.py), said once at start; a uid range that others' rootless
-        containers use is refused (their processes would be a tenant's)."""
-        cfg = self.cfg
-        lo, hi = cfg.task_uid_range
-        if not self.authenticator.enabled:
-            policy = run_as.Policy(run_as.Mode.OFF, cfg.task_uid_range)
-            if cfg.backend == "local" and tasks_run_as_others():
-                log.warning("authentication is off (--insecure): every caller is an admin, and tasks naming no "
-                            "task.user share one Unix user (--default-task-user); nothing isolates them")
-        elif cfg.backend == "mesos":
-            policy = run_as.Policy(run_as.Mode.MESOS, cfg.task_uid_range)
-            log.info("task identities: each principal's tasks run as the Unix user the principals file maps it "
-                     "to (\"user\"); a principal with none must name task.user")
-        elif cfg.backend == "local" and tasks_run_as_others():
-            policy = run_as.Policy(run_as.Mode.LOCAL, cfg.task_uid_range)
-            overlaps = unix_accounts.subid_overlaps(cfg.task_uid_range)
-            if overlaps:
-                raise InvalidArgument(f"--task-uid-range: {lo}-{hi} overlaps subordinate ids of this host ("
-                                      f"{'; '.join(overlaps[:3])}): a user's rootless container could run as a "
-                                      "tenant's uid; choose a range clear of them", field="--task-uid-range")
-            log.info("task identities: each principal's tasks run as the Unix user the principals file maps it "
-                     "to, else as a uid of its own from --task-uid-range %d-%d", lo, hi)
-        else:
-            policy = run_as.Policy(run_as.Mode.OFF, cfg.task_uid_range)
-            if cfg.backend == "local":
-                log.warning("task identities: this daemon is not root, so the tasks of every principal run as its "
-                            "own user and can reach each other; run it as root for one Unix identity per "
-                            "principal (docs/security.md)")
-        return policy
-
-    def _root_runs_tasks(self) -> bool:
-        """A root daemon running tasks on this machine, with no authentication of its own: any local user who
-        reaches its loopback port would be an admin, and could run commands as any user (root included, in a pool
-        it allows root in)."""
-        cfg = self.cfg
-        return (cfg.backend == "local" and "hostmgr" in cfg.roles and tasks_run_as_others()
-                and cfg.tls_client_ca is None)
-
-    def _lock_to_root(self) -> Path | None:
-        """Turn authentication on with an empty principals file (so only root, through the owner-only Unix socket,
-        may call until tokens are made), unless --insecure."""
-        cfg = self.cfg
-        if cfg.insecure:
-            self._insecure.append("INSECURE (--insecure): this daemon runs as root without authentication: any "
-                                  "local user who reaches its TCP port can run commands as any user "
-                                  "(docs/security.md)")
-            return None
-        path = cfg.data_dir / "principals.json"
-        try:
-            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-        except FileExistsError:  # made meanwhile: use it
-            return path
-        with os.fdopen(fd, "w") as f:
-            f.write('{"principals": {}}\n')
-        log.warning("running as root: authentication is on, with no principals yet (%s): only root, through the "
-                    "Unix socket, may call this daemon until tokens are made (peloton token create NAME --role "
-                    "ROLE; docs/security.md)", path)
-        return path
-
     def _serve_unix_socket(self) -> Path | None:
         """The public API on a Unix socket only the daemon's user can open (the CLI's default when it exists)."""
         cfg = self.cfg
@@ -853,16 +727,6 @@ class Daemon:
         os.chmod(path, 0o600)
         return path
 
-    def _tls_credentials(self) -> grpc.ServerCredentials:
-        cfg = self.cfg
-        assert cfg.tls_cert is not None and cfg.tls_key is not None
-        try:
-            pair = (cfg.tls_key.read_bytes(), cfg.tls_cert.read_bytes())
-            ca = cfg.tls_client_ca.read_bytes() if cfg.tls_client_ca is not None else None
-        except OSError as e:
-            raise FailedPrecondition(f"--tls-cert: cannot read the TLS files: {e}", field="--tls-cert") from None
-        return grpc.ssl_server_credentials([pair], root_certificates=ca, require_client_auth=ca is not None)
-
     def _channel(self, address: str) -> grpc.Channel:
         """To another process's internal services, presenting the components' shared secret."""
         secret = load_secret(self.cfg.secret_file(), create=False)
@@ -872,7 +736,7 @@ class Daemon:
 
     def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str) -> Any:
         """The internal services of the `role` process, at one address or at several (its leader and standbys,
-        api/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
+        leadership/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
         listed = split_addresses(addresses)
         if not listed or not self.cfg.roles & {"jobmgr", "placement"}:
             return None
@@ -923,36 +787,18 @@ class Daemon:
                 log.info("recovery waits for resmgr/hostmgr to come up")
                 time.sleep(1.0)
 
-    def _leadership(self) -> Leadership | None:
-        """Who leads the store (this daemon, or the one that took over from it), its epoch, and the standbys."""
-        if self.store_lock is None:
-            return None
-        if self.engine is None:  # a --role placement or hostmgr process that leads with a lock but has no store
-            return Leadership(self.owner, 0, [], [(r, self.owner, 0.0) for r in sorted(self.cfg.roles)])
-        sqlite = db.sqlite_path(self.cfg.db_url or db.default_sqlite_url(self.cfg.data_dir)) is not None
-        with db.transaction(self.read_sessions) as s:
-            # SQLite: one daemon, this one (its lock file, not the store, says who holds the lock)
-            leader = self.owner if sqlite else Owner.from_json(repo.get_meta(s, OWNER_KEY))
-            epoch = 0 if sqlite else int(repo.get_meta(s, EPOCH_KEY) or 0)  # (no one to fence on SQLite)
-            waiting = [] if sqlite else standbys(s)
-            roles = [] if sqlite else role_leaders(s)
-        return Leadership(leader, epoch, waiting, roles)
-
     def _fenced(self, why: str) -> None:
         """A commit found a newer epoch: another daemon leads. Stop acting now; the store guard finds the lock
         gone and stands by."""
-        self._fenced_at = time.monotonic()
         if self.jobmgr is not None:
             self.jobmgr.writer.pause(why)
 
     def _leads(self) -> bool:
-        """This process acts for its roles: it holds their locks (none to hold on SQLite without the job
-        manager), has not been replaced, and renewed its lease recently (a paused process stops at once)."""
-        guard, lock = self.guard, self.store_lock
-        return guard is None or (guard.acting and self._fenced_at is None and (lock is None or lock.fresh()))
+        """This process acts for its roles (leadership/hold.py)."""
+        return self.hold.leads()
 
     def _leader(self) -> Owner | None:
-        return self.guard.leader if self.guard is not None else None
+        return self.hold.leader()
 
     def _stop_acting(self, why: str, leader: str) -> None:
         """The locks were lost, or another process holds them: the job manager refuses changes; the internal
@@ -962,11 +808,7 @@ class Daemon:
 
     def _regained(self) -> None:
         """The roles' locks are ours again: what happened meanwhile is read back exactly as after a restart."""
-        if self.fence is not None:
-            self.fence.take(take_epochs(self.sessions, self.cfg.roles))
-            self._fenced_at = None
-            log.warning("leading %s again as epoch %d", "the store" if self.jobmgr is not None else
-                        "/".join(sorted(self.cfg.roles)), self.fence.epoch)
+        self.hold.regained(self.sessions if self.engine is not None else None, store=self.jobmgr is not None)
         if self.hostmgr is not None:
             self.hostmgr.backend.lead_again()
         if self.resmgr is not None:
@@ -1054,28 +896,23 @@ class Daemon:
         for lp in self.loops:
             lp.join(deadline - time.monotonic())
         self.server.stop(grace=2).wait(5)
-        internal = getattr(self, "internal_server", None)
-        if internal is not None:
-            internal.stop(grace=1).wait(5)
+        if self.internal_server is not None:
+            self.internal_server.stop(grace=1).wait(5)
         if getattr(self, "metrics_server", None) is not None:
             self.metrics_server.shutdown()
             self.metrics_server.server_close()
         if self.jobmgr is not None:
             self.jobmgr.stop()
-        if getattr(self, "audit", None) is not None:
-            self.audit.stop()  # type: ignore[union-attr]  # (not set when start failed early)
+        if self.audit is not None:
+            self.audit.stop()
         for ch in self.channels:
             ch.close()
         if self.hostmgr is not None:
             self.hostmgr.stop()
-        if self.store_lock is not None:
-            self.store_lock.release()
+        self.hold.release_store_lock()
         if self.engine is not None:
             self.engine.dispose()
-        lock_file = getattr(self, "_lock_file", None)
-        if lock_file is not None:  # last: the data dir is free for a standby on this machine or a restart
-            lock_file.close()
-            self._lock_file = None  # type: ignore[assignment]
+        self.hold.release_data_dir()  # last: free for a standby on this machine or a restart
         self._stopped.set()
 
     def stop_on_signals(self) -> None:
@@ -1116,16 +953,6 @@ def _local_only(address: str) -> bool:
     return host in ("localhost", "::1") or host.startswith("127.")
 
 
-def _describe_store(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    u = make_url(url)
-    if u.get_backend_name() == "sqlite":
-        return f"the SQLite store {u.database}"
-    return f"the PostgreSQL database {u.database} at {u.host or 'localhost'}:{u.port or 5432}"
-
-
-STANDBY_POLL_S = 0.5  # how often a standby tries the locks (and ends a silent leader's lease)
 GIL_SWITCH_INTERVAL_S = 0.0005
 
 

@@ -1,7 +1,7 @@
 """task_uids: the uid allocated to each principal whose tasks have no Unix user mapped (one identity per tenant)
 
 A principal's tasks run as the Unix user the principals file maps it to or, where none is, as a uid of
---task-uid-range allocated to it at its first job and kept for it (peloton/run_as.py). The table is new: nothing
+--task-uid-range allocated to it at its first job and kept for it (peloton/security/run_as.py). The table is new: nothing
 to convert. The downgrade drops it; the releases before this one run every task of a principal naming no user as
 --default-task-user.
 

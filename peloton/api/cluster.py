@@ -7,10 +7,11 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
-from peloton import __version__, identity
+from peloton import __version__
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
-from peloton.store.lock import Owner
+from peloton.leadership.owner import Owner
+from peloton.security import identity
 
 if TYPE_CHECKING:
     import grpc

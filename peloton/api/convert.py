@@ -10,10 +10,10 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
-from peloton import run_as
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
 from peloton.domain.model import Gang, Job, ResourcePool, StoredModel, Task, TaskEvent
 from peloton.domain.placement import (
@@ -36,12 +36,11 @@ from peloton.domain.spec import (
 )
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
-from peloton.hostmgr.backend import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.modelaware import plan as plans
+from peloton.security import run_as
 
 if TYPE_CHECKING:
-    from peloton.resmgr.manager import PoolUsage
-    from peloton.resmgr.preemption import Holding
+    from peloton.domain.allocation import Holding, PoolUsage
 
 
 # --- public resources ---------------------------------------------------------------------------------------

@@ -5,7 +5,7 @@ sees the call, so every refusal that may come before the request matters is serv
 (the same bytes on the wire): the answer goes out without the request being read, and an unread request costs at
 most HTTP/2's window (64 KiB: BDP probing, which grows it, is off on the public port). This module holds the
 handlers that answer so, and the gate of the calls open to anyone (health, reflection), whose requests must be read
-before they are answered: at most PUBLIC_READS of them are read at once. Authorize (auth.py) authenticates the
+before they are answered: at most PUBLIC_READS of them are read at once. Authorize (security/auth.py) authenticates the
 others before reading theirs. docs/security.md ("The edge") and docs/performance.md hold the measurements."""
 
 from __future__ import annotations

@@ -15,7 +15,6 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton import identity
 from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import model_pb2, model_pb2_grpc
@@ -23,6 +22,7 @@ from peloton.domain import checks
 from peloton.domain.model import StoredModel
 from peloton.domain.stored_models import check_name, document_text
 from peloton.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
+from peloton.security import identity
 from peloton.store import repo
 from peloton.store.db import transaction
 

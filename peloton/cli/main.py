@@ -219,9 +219,10 @@ def _add_sim_parsers(sub: Any) -> None:
 
 
 def cmd_server(a: argparse.Namespace) -> int:
-    from peloton import logs, run_as
     from peloton.domain.resources import parse_mib
     from peloton.hostmgr.local.task_env import parse_allow
+    from peloton.observability import logs
+    from peloton.security import run_as
     from peloton.server import MesosSettings, ServerConfig, run_server
 
     logs.configure(a.log_level, a.log_format)
@@ -279,7 +280,7 @@ def cmd_server(a: argparse.Namespace) -> int:
 
 
 def cmd_certs_init(a: argparse.Namespace) -> int:
-    from peloton import certs
+    from peloton.security import certs
 
     w = certs.init(Path(a.dir), [n for v in a.name for n in v.split(",") if n], a.client, force=a.force)
     d = w.directory
@@ -293,7 +294,7 @@ connect: peloton --tls-ca {d}/ca.pem --client-cert {d}/client.pem --client-key {
 
 
 def cmd_token_create(a: argparse.Namespace) -> int:
-    from peloton.identity import add_token
+    from peloton.security.identity import add_token
 
     path = Path(a.principals_file) if a.principals_file else \
         (Path(a.data_dir) if a.data_dir else config.default_data_dir()) / "principals.json"

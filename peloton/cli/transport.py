@@ -905,7 +905,7 @@ class Call:
 
 
 CONNECT_EACH_S = 2.0  # of several addresses, how long each may take to accept a connection
-LEADER_METADATA = "peloton-leader"  # standby.py
+LEADER_METADATA = "peloton-leader"  # leadership/standby.py
 
 
 def _leader_of(e: RpcError) -> str:

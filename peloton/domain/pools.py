@@ -14,9 +14,10 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
 
-from peloton.domain import checks
+from peloton.domain import checks, limits
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources, format_mib
+from peloton.domain.spec import validate_pool_path
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 
 RESERVATION_TYPES = ("elastic", "static")
@@ -107,3 +108,34 @@ def _over_capacity(kids: list[ResourcePool], capacity: Resources) -> list[str]:
     return [f"the top-level pools reserve {show(dim, total)} {dim} in all, more than the cluster has now "
             f"({show(dim, have)}): their reservations are scaled down while it is this small"
             for dim, total, have in _overreserved(kids, capacity)]
+
+
+def validate_pool(pool: ResourcePool, updating: bool = False) -> ResourcePool:
+    """A pool to create (not /) or to update: its path, and reservation, limit and share within the pool limits.
+    The root may be updated (its limit, access list, allow_root) but reserves nothing: it is the whole cluster."""
+    validate_pool_path(pool.path, "pool.path")
+    if pool.path == "/" and not updating:
+        raise checks.bad("pool.path", "the root pool / always exists (peloton pool update / changes it)")
+    if pool.path == "/" and pool.reservation != Resources():
+        raise checks.bad("pool.reservation", "the root pool / reserves nothing: it is the whole cluster")
+    for name, res in (("reservation", pool.reservation), ("limit", pool.limit)):
+        if res is None:
+            continue
+        f = f"pool.{name}"
+        checks.number(res.cpu, f"{f}.cpu", minimum=0, maximum=limits.MAX_POOL_CPU, granularity=limits.MIN_CPU,
+                      unit="cores")
+        checks.number(res.mem, f"{f}.mem", minimum=0, maximum=limits.MAX_POOL_MEM_MIB,
+                      granularity=limits.MIN_MEM_MIB, unit="MiB")
+        checks.number(res.disk, f"{f}.disk", minimum=0, maximum=limits.MAX_POOL_DISK_MIB,
+                      granularity=limits.MIN_MEM_MIB, unit="MiB")
+        checks.integer(res.gpu, f"{f}.gpu", minimum=0, maximum=limits.MAX_POOL_GPU)
+        checks.integer(res.ports, f"{f}.ports", minimum=0, maximum=limits.MAX_POOL_PORTS)
+    if len(pool.submitters) > limits.MAX_POOL_SUBMITTERS:
+        raise checks.bad("pool.submitters", f"at most {limits.MAX_POOL_SUBMITTERS} principals, got "
+                                            f"{len(pool.submitters)}")
+    for i, name in enumerate(pool.submitters):
+        checks.text(name, f"pool.submitters[{i}]", max_chars=limits.MAX_PRINCIPAL_CHARS)
+        if not name or any(c.isspace() or c in "/,=\"" for c in name):
+            raise checks.bad(f"pool.submitters[{i}]", f"{checks.show(name)} is not a principal name")
+    checks.number(pool.share, "pool.share", minimum=limits.MIN_POOL_SHARE, maximum=limits.MAX_POOL_SHARE)
+    return pool

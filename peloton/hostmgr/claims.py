@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
+from peloton.domain.launch import LaunchSpec
 from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
 from peloton.domain.resources import Resources
-from peloton.hostmgr.backend import LaunchSpec
 
 ClaimKey = tuple[str, int]  # (gang id, attempt)
 _EPS = 1e-9

@@ -20,10 +20,11 @@ from dataclasses import dataclass, replace
 
 from prometheus_client import Counter, Histogram
 
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, TaskStatus
 from peloton.domain.placement import GangPlacement, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.errors import NotFound, Unavailable
-from peloton.hostmgr.backend import Backend, GangLaunch, HostInfo, LaunchOutcome, LaunchResult, TaskStatus
+from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.claims import ClaimBook, ClaimKey
 
 log = logging.getLogger(__name__)

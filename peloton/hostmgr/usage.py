@@ -9,9 +9,9 @@ from __future__ import annotations
 from collections.abc import Collection, Mapping
 from dataclasses import dataclass, field, replace
 
+from peloton.domain.launch import HostInfo, LaunchSpec, RunningTask
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
-from peloton.hostmgr.backend import HostInfo, LaunchSpec, RunningTask
 
 MAX_OFFER_PORTS = 1000  # concrete free ports listed per host: a gang may need many ports on one host
 

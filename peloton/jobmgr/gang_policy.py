@@ -26,6 +26,7 @@ import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from peloton.domain.launch import TaskStatus
 from peloton.domain.model import Gang, Job, Task, TaskEvent, gang_id_for, task_id_for
 from peloton.domain.placement import GangPlacement
 from peloton.domain.spec import JobSpec, gang_partition
@@ -39,7 +40,6 @@ from peloton.domain.states import (
     check_task,
     task_can,
 )
-from peloton.hostmgr.backend import TaskStatus
 from peloton.modelaware import plan as plans
 
 G, T = GangState, TaskState

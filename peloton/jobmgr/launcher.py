@@ -19,18 +19,18 @@ from collections.abc import Callable, Sequence
 import grpc
 from prometheus_client import Counter, Histogram
 
-from peloton import run_as
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.domain.model import split_gang_id
 from peloton.domain.placement import GangPlacement, PlacementFailure
 from peloton.domain.spec import JobSpec
-from peloton.gang_metrics import GANG_STAGE
-from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
+from peloton.observability.gang_metrics import GANG_STAGE
+from peloton.security import run_as
 
 log = logging.getLogger(__name__)
 

@@ -23,18 +23,16 @@ import grpc
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton import run_as
 from peloton.api import convert
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.launch import TaskStatus
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
-from peloton.gang_metrics import GANG_STAGE
-from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
@@ -45,12 +43,14 @@ from peloton.loop import progress
 from peloton.modelaware import metrics
 from peloton.modelaware import plan as plans
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
+from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.resmgr.admission import exceeds_limit_forever
+from peloton.security import run_as
+from peloton.security.unix_accounts import host_has_id
 from peloton.store import repo
 from peloton.store.db import transaction
-from peloton.unix_accounts import host_has_id
 
 log = logging.getLogger(__name__)
 UID_ALLOCATION_TRIES = 20  # concurrent first jobs of new principals race for the lowest free uid

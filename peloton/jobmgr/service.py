@@ -9,7 +9,6 @@ from collections.abc import Iterator
 import grpc
 from prometheus_client import Gauge
 
-from peloton import identity, run_as
 from peloton.api import convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
@@ -18,6 +17,7 @@ from peloton.domain.spec import ignored_settings, validate_submitted
 from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
 from peloton.jobmgr.watch import WATCHERS, JobChange
+from peloton.security import identity, run_as
 
 DEFAULT_LOG_TAIL = 1024 * 1024
 MAX_LOG_TAIL = 1024 * 1024

@@ -19,7 +19,7 @@ from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources, format_mib
 
 if TYPE_CHECKING:
-    from peloton.resmgr.entitlement import Entitlement
+    from peloton.domain.allocation import Entitlement
 
 _DIMS = ("cpu", "mem", "disk", "gpu")
 _EPS = 1e-6

@@ -33,13 +33,13 @@ import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 
+from peloton.domain.allocation import Entitlement
 from peloton.domain.resources import Resources
 from peloton.resmgr.admission import ancestors
 
 DIMS = ("cpu", "mem", "disk", "gpu")
 
 _OWN_SHARE = 1.0  # the weight of an interior pool's own gangs against its children
-_WHOLE_EPS = 1e-6  # 15.9999999 GPUs after float arithmetic are 16 whole GPUs
 
 
 @dataclass(frozen=True, slots=True)
@@ -57,20 +57,6 @@ class PoolPolicy:
             raise ValueError(f"pool path must start with '/', got {self.path!r}")
         if not (math.isfinite(self.share) and self.share > 0):
             raise ValueError(f"pool {self.path}: share must be a positive number, got {self.share!r}")
-
-
-@dataclass(frozen=True, slots=True)
-class Entitlement:
-    """A pool's entitlement. gpu is fractional: see the module docstring."""
-
-    cpu: float = 0.0
-    mem: float = 0.0
-    disk: float = 0.0
-    gpu: float = 0.0
-
-    def whole(self) -> Resources:
-        """As Resources, GPUs rounded down to whole devices (what a gang can be admitted against); ports 0."""
-        return Resources(self.cpu, self.mem, self.disk, math.floor(self.gpu + _WHOLE_EPS))
 
 
 def want(

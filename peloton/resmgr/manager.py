@@ -48,14 +48,15 @@ from enum import Enum
 
 from prometheus_client import Counter, Gauge, Histogram
 
+from peloton.domain.allocation import Entitlement, Holding, PoolUsage
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
-from peloton.gang_metrics import GANG_STAGE
+from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import Reservation, describe
 from peloton.resmgr.admission import admit, chain, entitled, within_reservation
-from peloton.resmgr.entitlement import Entitlement, PoolPolicy, entitlements
-from peloton.resmgr.preemption import Holding, priority_candidates, reclaim_candidates, shortfall
+from peloton.resmgr.entitlement import PoolPolicy, entitlements
+from peloton.resmgr.preemption import priority_candidates, reclaim_candidates, shortfall
 
 log = logging.getLogger(__name__)
 
@@ -146,16 +147,6 @@ class QueuedGang:
     reason: str
     position: int  # in its own pool's queue, 1 = next
     preemptible: bool
-
-
-@dataclass(frozen=True, slots=True)
-class PoolUsage:
-    """One pool as the resource manager sees it now (allocation and demand include its subtree)."""
-
-    allocated: Resources
-    demand: Resources
-    entitlement: Entitlement | None  # None: the cluster's capacity is not known yet
-    queued: int  # its own gangs waiting to be admitted or placed
 
 
 class _State(Enum):

@@ -18,34 +18,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Collection, Iterable, Mapping
-from dataclasses import dataclass
 
+from peloton.domain.allocation import Entitlement, Holding
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources
 from peloton.resmgr.admission import chain
-from peloton.resmgr.entitlement import Entitlement
 
 _EPS = 1e-6
 _DIMS = ("cpu", "mem", "disk", "gpu")
-
-
-@dataclass(slots=True)
-class Holding:
-    """A gang holding resources (admitted, placed or running), as the resource manager records it."""
-
-    pool: str
-    total: Resources
-    attempt: int
-    preemptible: bool
-    priority: int = 0
-    since: float = 0.0  # when it was placed (or began to run, for a gang adopted after a restart)
-    usage: tuple[tuple[str, Resources], ...] = ()  # (hostname, resources) per member; () until placed
-    max_runtime_s: float = 0.0  # its sla.max_runtime (0: none)
-
-    @property
-    def ends_at(self) -> float | None:
-        """When it ends at the latest (placed, with a max_runtime); None: not known."""
-        return self.since + self.max_runtime_s if self.max_runtime_s and self.since and self.usage else None
 
 
 def _victim_order(item: tuple[str, Holding]) -> tuple[int, float, str]:

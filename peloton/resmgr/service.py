@@ -11,8 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
-from peloton.domain.pools import check_pool
-from peloton.domain.spec import validate_pool
+from peloton.domain.pools import check_pool, validate_pool
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import repo

@@ -85,7 +85,7 @@ def _count_statements(engine: Engine) -> Engine:
 
 def make_engine(url: str, application_name: str = "") -> Engine:
     """`application_name` (PostgreSQL): names this daemon's connections, so that a standby taking over from it
-    can end exactly them (lock.py)."""
+    can end exactly them (leadership/lock.py)."""
     return _count_statements(_make_engine(url, application_name))
 
 
@@ -266,3 +266,11 @@ def own_sqlite_file(url: str) -> None:
 def current_revision(url: str) -> str | None:
     with _connection(url) as conn:
         return MigrationContext.configure(conn).get_current_revision()
+
+
+def describe(url: str) -> str:
+    """The store as messages name it: the SQLite file, or the PostgreSQL database and its server."""
+    u = make_url(url)
+    if u.get_backend_name() == "sqlite":
+        return f"the SQLite store {u.database}"
+    return f"the PostgreSQL database {u.database} at {u.host or 'localhost'}:{u.port or 5432}"

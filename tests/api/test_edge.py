@@ -19,13 +19,13 @@ import pytest
 from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from peloton import certs
 from peloton.api.edge import BUSY, PUBLIC_READS
 from peloton.api.request_checks import unknown_fields
 from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.domain import limits
 from peloton.hostmgr.sim.backend import SimSettings
-from peloton.identity import add_token
+from peloton.security import certs
+from peloton.security.identity import add_token
 from peloton.server import Daemon, ServerConfig
 
 T = 15.0

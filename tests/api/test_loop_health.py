@@ -25,8 +25,8 @@ from grpc_health.v1 import health_pb2, health_pb2_grpc
 from prometheus_client import REGISTRY
 
 from peloton import server
-from peloton.health import loop_roles, patience_s
 from peloton.loop import Loop
+from peloton.observability.health import loop_roles, patience_s
 from peloton.server import Daemon, ServerConfig
 from tests.clocks import ManualClock, settle
 from tests.dbutil import postgres_database

@@ -14,7 +14,7 @@ import pytest
 from peloton.api.v1 import audit_pb2, audit_pb2_grpc, model_pb2, model_pb2_grpc
 from peloton.domain.resources import Resources
 from peloton.hostmgr.sim.backend import SimSettings
-from peloton.identity import add_token
+from peloton.security.identity import add_token
 from tests.api.test_permissions import Cluster, running
 
 ROLES = ("admin", "operator", "submitter", "viewer")

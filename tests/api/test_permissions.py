@@ -27,7 +27,7 @@ from peloton.api.v1 import (
 )
 from peloton.domain.resources import Resources
 from peloton.hostmgr.sim.backend import SimSettings
-from peloton.identity import add_token
+from peloton.security.identity import add_token
 from peloton.server import Daemon, ServerConfig
 from tests.dbutil import postgres_database
 

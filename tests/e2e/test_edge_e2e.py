@@ -13,7 +13,7 @@ import pytest
 
 from peloton.api.v1 import job_pb2
 from peloton.domain import limits
-from peloton.identity import add_token
+from peloton.security.identity import add_token
 from tests.e2e.harness import Daemon, serving
 
 pytestmark = pytest.mark.e2e

@@ -21,7 +21,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.pool import NullPool
 
 from peloton.api.v1 import job_pb2, job_pb2_grpc
-from peloton.store.lock import LOCK_KEY
+from peloton.leadership.lock import LOCK_KEY
 from tests.dbutil import postgres_database
 from tests.e2e.harness import PELOTON, wait_until
 from tests.e2e.test_sim_e2e import SimDaemon

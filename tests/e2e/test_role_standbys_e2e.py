@@ -24,8 +24,8 @@ import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from peloton.api.component_auth import METADATA_KEY
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.security.component_auth import METADATA_KEY
 from tests.e2e.harness import Daemon, kill_sandboxed_processes, wait_until
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]

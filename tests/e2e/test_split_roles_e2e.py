@@ -10,8 +10,8 @@ from pathlib import Path
 import grpc
 import pytest
 
-from peloton.api.component_auth import METADATA_KEY
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.security.component_auth import METADATA_KEY
 from tests.e2e.harness import Daemon, kill_sandboxed_processes
 
 pytestmark = pytest.mark.e2e

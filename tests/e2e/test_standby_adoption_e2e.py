@@ -16,9 +16,10 @@ import pytest
 from sqlalchemy import create_engine, text
 from sqlalchemy.pool import NullPool
 
-from peloton.standby import data_dir_id, machine_id
+from peloton.leadership.lock import ROLE_KEYS, heartbeat_key, owner_key
+from peloton.leadership.owner import Owner
+from peloton.leadership.standby import data_dir_id, machine_id
 from peloton.store import db
-from peloton.store.lock import ROLE_KEYS, Owner, heartbeat_key, owner_key
 from tests.asroot import AS_ROOT_FLAGS
 from tests.dbutil import postgres_database
 from tests.e2e.harness import PELOTON, Daemon, kill_sandboxed_processes, wait_until

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from peloton.identity import add_token
+from peloton.security.identity import add_token
 from tests.asroot import let_others_pass
 from tests.e2e.harness import PELOTON, Daemon, pid_alive, serving, wait_until
 

@@ -130,7 +130,7 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     # the standby: NOT_SERVING (it does not act), alive as a standby, and every call goes to the leader
     assert _leading(leader.extra_args[-1]) == 1 and _leading(standby.extra_args[-1]) == 0
     assert _health(standby.address, "peloton") == health_pb2.HealthCheckResponse.NOT_SERVING
-    assert _health(standby.address, "peloton.standby") == health_pb2.HealthCheckResponse.SERVING
+    assert _health(standby.address, "peloton.leadership.standby") == health_pb2.HealthCheckResponse.SERVING
     # answered by the leader, which the CLI was sent to: one of the addresses it was given (the cluster)
     info = _info(f"{standby.address},{leader.address}")
     lead = info["leadership"]

@@ -10,11 +10,12 @@ from typing import Any
 
 import pytest
 
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, Role
 from peloton.domain.states import TaskState
-from peloton.hostmgr.backend import GangLaunch, LaunchError, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.hostmgr.backend import LaunchError
 from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
 from peloton.hostmgr.mesos.calls import FrameworkConfig
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol

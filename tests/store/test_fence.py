@@ -13,9 +13,10 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
+from peloton.leadership.fence import Fence, Fenced, current_epoch, take_epoch, take_epochs
+from peloton.leadership.lock import HEARTBEAT_KEY, PostgresLock, role_leaders, standbys
+from peloton.leadership.owner import Owner
 from peloton.store import db, repo
-from peloton.store.fence import Fence, Fenced, current_epoch, take_epoch, take_epochs
-from peloton.store.lock import HEARTBEAT_KEY, Owner, PostgresLock, role_leaders, standbys
 from tests.dbutil import postgres_database
 
 

@@ -8,10 +8,10 @@ import json
 import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton import identity
 from peloton.api.model_service import MAX_PAGE_BYTES, ModelBook
 from peloton.domain.model import StoredModel
 from peloton.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied
+from peloton.security import identity
 from peloton.store import db, repo
 
 DOC = {"kind": "peloton.model/v1",

@@ -12,8 +12,8 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.errors import AlreadyExists, FailedPrecondition
 from peloton.jobmgr.manager import JobManager
+from peloton.security.unix_accounts import host_has_id
 from peloton.store import db, repo
-from peloton.unix_accounts import host_has_id
 
 
 def _manager(sessions: sessionmaker[Session]) -> JobManager:

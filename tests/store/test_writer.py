@@ -14,12 +14,12 @@ import sqlalchemy
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from peloton.domain.launch import TaskStatus
 from peloton.domain.model import TaskEvent
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.domain.states import JobState, TaskState
 from peloton.errors import NotFound, Unavailable
-from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
 from peloton.store import db, repo

@@ -14,11 +14,11 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.api.v1 import job_pb2, job_pb2_grpc
+from peloton.domain.launch import TaskStatus
 from peloton.domain.model import task_id_for
 from peloton.domain.resources import Resources
 from peloton.domain.states import JobState, TaskState
 from peloton.errors import NotFound
-from peloton.hostmgr.backend import TaskStatus
 from peloton.hostmgr.sim.backend import SimSettings
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers, shard_of

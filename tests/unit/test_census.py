@@ -5,9 +5,9 @@ from __future__ import annotations
 
 import pytest
 
-from peloton.census import ClusterCensus
+from peloton.domain.launch import HostInfo
 from peloton.domain.resources import Resources
-from peloton.hostmgr.backend import HostInfo
+from peloton.observability.census import ClusterCensus
 
 
 def _hosts(n: int) -> list[tuple[HostInfo, str]]:

@@ -13,8 +13,8 @@ from cryptography import x509
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 from cryptography.x509.verification import PolicyBuilder, Store
 
-from peloton import certs
 from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.security import certs
 
 
 def load(p: Path) -> x509.Certificate:

@@ -5,9 +5,9 @@ from __future__ import annotations
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from peloton.domain.launch import LaunchSpec
 from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
 from peloton.domain.resources import Resources
-from peloton.hostmgr.backend import LaunchSpec
 from peloton.hostmgr.claims import ClaimBook
 
 NOW = 100.0

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from peloton.api.component_auth import load_secret
 from peloton.errors import FailedPrecondition
+from peloton.security.component_auth import load_secret
 
 
 def test_the_serving_process_creates_it_owner_only_once(tmp_path: Path) -> None:

@@ -9,9 +9,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from peloton.domain.allocation import Entitlement
 from peloton.domain.resources import Resources
 from peloton.resmgr.admission import ancestors
-from peloton.resmgr.entitlement import DIMS, Entitlement, PoolPolicy, entitlements, want
+from peloton.resmgr.entitlement import DIMS, PoolPolicy, entitlements, want
 
 R = Resources
 P = PoolPolicy

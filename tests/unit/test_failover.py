@@ -1,5 +1,5 @@
 """The internal services of a role with standbys: a caller keeps to one address until a call to it ends
-UNAVAILABLE or is not answered in time, then calls the next one (api/failover.py)."""
+UNAVAILABLE or is not answered in time, then calls the next one (leadership/failover.py)."""
 
 from __future__ import annotations
 
@@ -8,8 +8,8 @@ from typing import Any
 import grpc
 import pytest
 
-from peloton.api.failover import FailoverStub, split_addresses
 from peloton.api.local import LocalRpcError
+from peloton.leadership.failover import FailoverStub, split_addresses
 
 
 class FakeStub:

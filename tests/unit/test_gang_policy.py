@@ -9,12 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from peloton.domain.launch import TaskStatus
 from peloton.domain.model import gang_id_for, task_id_for
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.domain.states import TASK_TERMINAL, GangState, JobState, TaskState
-from peloton.hostmgr.backend import TaskStatus
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.gang_policy import Effects, GangView, JobView
 from tests.unit.test_states import DOC_JOB

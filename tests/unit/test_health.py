@@ -1,10 +1,10 @@
-"""The stuck decision and the health verdict (peloton/health.py): pure, over plain loop states and a clock reading."""
+"""The stuck decision and the health verdict (peloton/observability/health.py): pure, over plain loop states and a clock reading."""
 
 from __future__ import annotations
 
 import pytest
 
-from peloton.health import STUCK_FLOOR_S, LoopState, judge, loop_roles, patience_s, stuck_reason
+from peloton.observability.health import STUCK_FLOOR_S, LoopState, judge, loop_roles, patience_s, stuck_reason
 
 ROLES = ("jobmgr", "resmgr", "placement", "hostmgr")
 

@@ -110,7 +110,7 @@ def test_parse_host_groups_errors_name_the_flag(texts: list[str], message: str) 
 def test_a_host_shows_its_hardware_and_a_bad_attribute_does_not_hide_it() -> None:
     """What `host list -o json` carries: a Mesos agent's attributes are its labels, not ours to refuse."""
     from peloton.api.convert import host_to_proto
-    from peloton.hostmgr.backend import HostInfo
+    from peloton.domain.launch import HostInfo
 
     h = host_to_proto(HostInfo("a1", "10.0.0.1", Resources(cpu=8, gpu=2), Resources(),
                                labels={"gpu_model": "A100", "nic_gbps": "fast"}), offer_held=False)

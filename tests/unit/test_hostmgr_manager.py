@@ -7,20 +7,11 @@ import threading
 import time
 from collections.abc import Collection, Sequence
 
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
 from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.hostmgr.backend import (
-    GangLaunch,
-    HostInfo,
-    HostsCallback,
-    LaunchOutcome,
-    LaunchResult,
-    LaunchSpec,
-    RunningTask,
-    StatusCallback,
-    TaskStatus,
-)
+from peloton.hostmgr.backend import HostsCallback, StatusCallback
 from peloton.hostmgr.manager import HostManager
 
 

@@ -1,4 +1,4 @@
-"""Principals, roles and tokens (identity.py) and how a call is authenticated (api/auth.py), without a daemon."""
+"""Principals, roles and tokens (identity.py) and how a call is authenticated (security/auth.py), without a daemon."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 import pytest
 
-from peloton import identity
-from peloton.api.auth import Authenticator
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unauthenticated
-from peloton.identity import Principal, Principals, add_token, parse_principals
+from peloton.security import identity
+from peloton.security.auth import Authenticator
+from peloton.security.identity import Principal, Principals, add_token, parse_principals
 
 
 def test_add_token_keeps_only_the_hash_owner_only(tmp_path: Path) -> None:

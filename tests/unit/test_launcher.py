@@ -15,12 +15,12 @@ import pytest
 
 from peloton.api import convert
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.launch import LaunchOutcome, LaunchResult
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.domain.states import GangState, TaskState
 from peloton.errors import Unavailable
-from peloton.hostmgr.backend import LaunchOutcome, LaunchResult
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.writer import Views

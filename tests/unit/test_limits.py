@@ -14,8 +14,9 @@ from peloton.api import convert, request_checks
 from peloton.api.v1 import job_pb2, respool_pb2
 from peloton.domain import limits as L
 from peloton.domain.model import ResourcePool
+from peloton.domain.pools import validate_pool
 from peloton.domain.resources import Resources, parse_mib
-from peloton.domain.spec import Constraint, JobSpec, validate, validate_pool, validate_pool_path
+from peloton.domain.spec import Constraint, JobSpec, validate, validate_pool_path
 from peloton.errors import InvalidArgument
 
 DENORMAL = 5e-324

@@ -17,10 +17,10 @@ from typing import Any
 import pytest
 
 from peloton.domain.hostgroups import HostGroup
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
-from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.hostmgr.local import backend as local_backend_module
 from peloton.hostmgr.local import cgroups, spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend, LocalHostConfig, make_local_hosts

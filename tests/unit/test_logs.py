@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from peloton import logs
+from peloton.observability import logs
 
 
 @pytest.fixture

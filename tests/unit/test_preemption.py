@@ -8,19 +8,19 @@ import dataclasses
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from peloton.domain.allocation import Entitlement, Holding
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, MemberAssignment, MemberRequest
 from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.placement.victims import Candidate, choose_victims
-from peloton.resmgr.entitlement import Entitlement
 from peloton.resmgr.manager import (
     ORDER_AGAIN_S,
     PREEMPTIONS,
     ResourceManager,
 )
-from peloton.resmgr.preemption import Holding, priority_candidates, reclaim_candidates, shortfall
+from peloton.resmgr.preemption import priority_candidates, reclaim_candidates, shortfall
 from tests.unit.test_resmgr import SHORT, Clock, Pools, failure, gang
 
 GPU = Resources(cpu=1, mem=256, gpu=1)

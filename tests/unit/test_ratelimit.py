@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from peloton import ratelimit
-from peloton.ratelimit import RateLimiter
+from peloton.security import ratelimit
+from peloton.security.ratelimit import RateLimiter
 
 
 def test_a_burst_then_the_rate() -> None:

@@ -22,8 +22,8 @@ import grpc
 import pytest
 
 from peloton.cli.transport import Channel, RedirectRefused, RpcError, StatusCode, Tls, normal_address
-from peloton.standby import StandbyServer
-from peloton.store.lock import Owner
+from peloton.leadership.owner import Owner
+from peloton.leadership.standby import StandbyServer
 from tests.e2e.harness import PELOTON
 
 TOKEN = "pt_secret-token"
@@ -207,7 +207,7 @@ def test_a_person_may_allow_another_address(leader: Leader, recorder: Recorder) 
 
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from peloton import certs
+    from peloton.security import certs
 
     d = tmp_path_factory.mktemp("pki")
     certs.init(d, [], client="alice")  # the server certificate names localhost and 127.0.0.1, not 127.0.0.2

@@ -621,7 +621,7 @@ def test_close_answers_every_long_poll_at_once() -> None:
 
 
 def test_the_queued_and_placing_stages_are_timed_once_per_gang() -> None:
-    from peloton.gang_metrics import GANG_STAGE
+    from peloton.observability.gang_metrics import GANG_STAGE
 
     def count(stage: str) -> float:
         for m in GANG_STAGE.collect():

@@ -8,10 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from peloton import identity, run_as
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
-from peloton.identity import Principal, add_token, parse_principals
-from peloton.run_as import Allocate, Mode, Policy, resolve
+from peloton.security import identity, run_as
+from peloton.security.identity import Principal, add_token, parse_principals
+from peloton.security.run_as import Allocate, Mode, Policy, resolve
 
 LOCAL, MESOS, OFF = Policy(Mode.LOCAL), Policy(Mode.MESOS), Policy(Mode.OFF)
 ALICE = Principal("alice", frozenset({"submitter"}), "token")

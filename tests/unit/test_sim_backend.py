@@ -10,10 +10,10 @@ from collections.abc import Callable, Collection
 import pytest
 
 from peloton.domain.hostgroups import HostGroup
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
-from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.hostmgr.sim.backend import (
     SimBackend,
     SimSettings,

@@ -13,6 +13,8 @@ from hypothesis import strategies as st
 from peloton.api import convert
 from peloton.api.specfile import parse_spec
 from peloton.api.v1 import job_pb2
+from peloton.domain.allocation import Entitlement, PoolUsage
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import (
     GangPlacement,
@@ -26,9 +28,6 @@ from peloton.domain.resources import Resources, format_mib, parse_mib
 from peloton.domain.spec import Constraint, JobSpec, validate
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
-from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
-from peloton.resmgr.entitlement import Entitlement
-from peloton.resmgr.manager import PoolUsage
 
 GOOD = """
 name: train-resnet

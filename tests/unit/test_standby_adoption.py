@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pytest
 
-from peloton.standby import DATA_DIR_ID_FILE, adoption_refusal, data_dir_id, machine_id
-from peloton.store.lock import Owner
+from peloton.leadership.owner import Owner
+from peloton.leadership.standby import DATA_DIR_ID_FILE, adoption_refusal, data_dir_id, machine_id
 
 LEADER = Owner("node-a", 4242, "node-a:5391", time.time(), "peloton-abc", 6.0, backend="local",
                machine="boot-1/pid:1", data_dir="/var/lib/peloton", data_dir_id="id-a")

@@ -13,9 +13,9 @@ from pathlib import Path
 
 import pytest
 
+from peloton.domain.launch import LaunchOutcome, LaunchSpec
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition
-from peloton.hostmgr.backend import LaunchOutcome, LaunchSpec
 from peloton.hostmgr.local import spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from tests.asroot import let_others_pass

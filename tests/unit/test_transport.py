@@ -243,7 +243,7 @@ def test_status_codes_are_grpcs() -> None:
 # --- TLS -------------------------------------------------------------------------------------------------------
 @pytest.fixture(scope="module")
 def pki(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    from peloton import certs
+    from peloton.security import certs
 
     d = tmp_path_factory.mktemp("pki")
     certs.init(d / "ours", [], client="alice")
@@ -347,8 +347,8 @@ def test_a_standby_sends_calls_to_the_leader_it_names(echo: tuple[Echo, str]) ->
     """A standby answers every call UNAVAILABLE with the leader's address (peloton-leader): unary and streaming
     calls go there, once, and the channel stays there, when the leader is one of the addresses configured
     (test_redirect.py: when it is not)."""
-    from peloton.standby import StandbyServer
-    from peloton.store.lock import Owner
+    from peloton.leadership.owner import Owner
+    from peloton.leadership.standby import StandbyServer
 
     _, leader = echo
     owner = Owner("node-a", 4242, leader, time.time())

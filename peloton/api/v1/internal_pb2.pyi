@@ -1258,7 +1258,7 @@ class LaunchTask(_message.Message):
     command: _builtins.str
     container_image: _builtins.str
     user: _builtins.str
-    """Who it runs as (peloton/run_as.py): empty: the backend's default user; a user name; "#<uid>": a uid allocated to
+    """Who it runs as (peloton/security/run_as.py): empty: the backend's default user; a user name; "#<uid>": a uid allocated to
     the job's owner, which no account has. uid 0 only when this says "root" (checked at submit).
     """
     legacy_user: _builtins.bool

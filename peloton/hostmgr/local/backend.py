@@ -52,22 +52,13 @@ from prometheus_client import Counter
 
 from peloton.domain import hostlabels
 from peloton.domain.hostgroups import HostGroup
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.files import private_dir, tasks_run_as_others
-from peloton.hostmgr.backend import (
-    GangLaunch,
-    HostInfo,
-    HostsCallback,
-    LaunchOutcome,
-    LaunchResult,
-    LaunchSpec,
-    RunningTask,
-    StatusCallback,
-    TaskStatus,
-)
+from peloton.hostmgr.backend import HostsCallback, StatusCallback
 from peloton.hostmgr.local import cgroups, descendants, logrotate, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
@@ -77,7 +68,7 @@ from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware import metrics
-from peloton.unix_accounts import unvetted_system_account
+from peloton.security.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
 

@@ -200,7 +200,7 @@ class Refused(Exception):
 
 def run_as(user: str, root_allowed: bool) -> pwd.struct_passwd | None:
     """The user a task switches to; None: it runs as the spawner's own user. Raises Refused. `#<uid>` is a uid
-    allocated to the job's owner (peloton/run_as.py): no account of this host may have it, as user or group; its
+    allocated to the job's owner (peloton/security/run_as.py): no account of this host may have it, as user or group; its
     HOME is the task's work dir (pw_dir empty) and it has no groups but its own."""
     if not user:
         return None

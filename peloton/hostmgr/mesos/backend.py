@@ -19,23 +19,12 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
-from peloton import run_as
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument
-from peloton.hostmgr.backend import (
-    GangLaunch,
-    HostInfo,
-    HostsCallback,
-    LaunchError,
-    LaunchOutcome,
-    LaunchResult,
-    LaunchSpec,
-    RunningTask,
-    StatusCallback,
-    TaskStatus,
-)
+from peloton.hostmgr.backend import HostsCallback, LaunchError, StatusCallback
 from peloton.hostmgr.mesos import calls, files
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
 from peloton.hostmgr.mesos.events import (
@@ -55,6 +44,7 @@ from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop
 from peloton.modelaware import metrics
+from peloton.security import run_as
 
 log = logging.getLogger(__name__)
 

@@ -28,20 +28,12 @@ from collections.abc import Callable, Collection, Sequence
 from dataclasses import dataclass, replace
 
 from peloton.domain.hostgroups import HostGroup
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, RunningTask, TaskStatus
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound, PelotonError
-from peloton.hostmgr.backend import (
-    GangLaunch,
-    HostInfo,
-    HostsCallback,
-    LaunchOutcome,
-    LaunchResult,
-    RunningTask,
-    StatusCallback,
-    TaskStatus,
-)
+from peloton.hostmgr.backend import HostsCallback, StatusCallback
 from peloton.hostmgr.sim.durations import behaviour, format_duration, unit_draw
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 

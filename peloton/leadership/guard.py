@@ -1,5 +1,5 @@
 """The daemon's hold on its store, watched: whether the store answers, and whether this daemon still holds the
-store lock (peloton/store/lock.py) and may act on it.
+store lock (peloton/leadership/lock.py) and may act on it.
 
 A daemon that loses the lock (PostgreSQL restarted or unreachable, the lock's connection cut) stops acting at once:
 its job manager refuses every change (UNAVAILABLE) until the lock is taken again, and then it recovers exactly as
@@ -18,8 +18,9 @@ from prometheus_client import Gauge
 from sqlalchemy import text
 from sqlalchemy.orm import Session, sessionmaker
 
+from peloton.leadership.lock import StoreLock
+from peloton.leadership.owner import Owner
 from peloton.store.db import transaction
-from peloton.store.lock import Owner, StoreLock
 
 log = logging.getLogger(__name__)
 

@@ -22,13 +22,13 @@ from typing import Any
 
 import grpc
 
-from peloton import identity
 from peloton.api.audit import AuditLog, code_name, object_of
 from peloton.api.status import bounded, retry_after
 from peloton.domain import limits
 from peloton.errors import PermissionDenied, ResourceExhausted, Unauthenticated
-from peloton.identity import Principal, Principals
-from peloton.ratelimit import RateLimiter
+from peloton.security import identity
+from peloton.security.identity import Principal, Principals
+from peloton.security.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
 CERTIFICATE_DEFAULT_ROLES = frozenset({"submitter"})  # a client certificate the principals file does not list

@@ -32,7 +32,7 @@ from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
-from peloton.identity import Principal
+from peloton.security.identity import Principal
 
 DYNAMIC_PREFIX = "#"
 # Between the 16-bit uids and the subordinate ids useradd hands out from 100000 (rootless containers), and clear of

@@ -9,10 +9,10 @@ import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peloton import run_as
+from peloton.security import run_as
 
 if TYPE_CHECKING:
-    from peloton.hostmgr.backend import LaunchSpec
+    from peloton.domain.launch import LaunchSpec
 
 
 def host_has_id(uid: int) -> bool:

@@ -1,6 +1,6 @@
 """What a standby serves while it waits to take over: the same port as when it leads, answering every call with
 UNAVAILABLE and the leader's address (the message, and the trailing metadata `peloton-leader` that clients follow),
-and health NOT_SERVING (`peloton.standby` SERVING, for a liveness probe). It knows nothing else: jobs are read
+and health NOT_SERVING (`peloton.leadership.standby` SERVING, for a liveness probe). It knows nothing else: jobs are read
 from the leader. Taking over stops it and serves the full API on the same port (server.py).
 
 And whether a standby could adopt the leader's tasks at all: on the local backend they are processes of the
@@ -25,14 +25,14 @@ from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads, refusing
 from peloton.config import split_hostport
 from peloton.errors import FailedPrecondition
-from peloton.store.lock import Owner
+from peloton.leadership.owner import Owner
 
 DATA_DIR_ID_FILE = "daemon.id"
 
 log = logging.getLogger(__name__)
 
 LEADER_METADATA = "peloton-leader"  # the leader's advertised address, on every answer of a standby
-HEALTH_SERVICE = "peloton.standby"
+HEALTH_SERVICE = "peloton.leadership.standby"
 
 
 def leader_hint(leader: Owner | None) -> tuple[str, list[tuple[str, str]]]:
