@@ -30,11 +30,12 @@ to whole GPUs for whoever must compare it with a gang's request.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import ancestors
+from peloton.resmgr.paths import ancestors
 
 DIMS = ("cpu", "mem", "disk", "gpu")
 
@@ -71,6 +72,12 @@ class Entitlement:
     def whole(self) -> Resources:
         """As Resources, GPUs rounded down to whole devices (what a gang can be admitted against); ports 0."""
         return Resources(self.cpu, self.mem, self.disk, math.floor(self.gpu + _WHOLE_EPS))
+
+
+def policies(pools: Iterable[ResourcePool]) -> dict[str, PoolPolicy]:
+    """Each pool's part in the division, by path."""
+    return {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
+            for p in pools}
 
 
 def want(

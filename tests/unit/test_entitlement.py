@@ -10,8 +10,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import ancestors
 from peloton.resmgr.entitlement import DIMS, Entitlement, PoolPolicy, entitlements, want
+from peloton.resmgr.paths import ancestors
 
 R = Resources
 P = PoolPolicy
