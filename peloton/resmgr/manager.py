@@ -55,6 +55,7 @@ from peloton.domain.resources import BASE_UNITS, Resources
 from peloton.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import Reservation
 from peloton.resmgr.admission import admission_round
+from peloton.resmgr.callers import Current
 from peloton.resmgr.entitlement import Entitlement, entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import subtree_sums
@@ -62,35 +63,6 @@ from peloton.resmgr.preemption import Preemptions, Probe, find_probes
 from peloton.resmgr.queues import Entry, QueuedGang, Queues, State
 
 log = logging.getLogger(__name__)
-
-MAX_RETIRED = 64  # ids of replaced placement engines / job managers remembered (their late calls are refused)
-
-
-class _Current:
-    """Which caller of a kind (the placement engine, the job manager) is the current one, by the id it sends. A
-    new id replaces the current one for good: the replaced id is retired, and any later call from it (a long
-    poll of a process that died mid-call, a process that was paused) is answered with nothing, so that nothing
-    is handed to a caller that will never act on it."""
-
-    def __init__(self) -> None:
-        self.id = ""
-        self._retired: dict[str, None] = {}
-
-    def asks(self, caller: str) -> tuple[bool, str]:
-        """(whether `caller` may be answered, the id it replaced: "" when none)."""
-        if not caller or caller == self.id:
-            return True, ""
-        if caller in self._retired:
-            return False, ""
-        replaced, self.id = self.id, caller
-        if replaced:
-            self._retired[replaced] = None
-            while len(self._retired) > MAX_RETIRED:
-                del self._retired[next(iter(self._retired))]
-        return True, replaced
-
-    def superseded(self, caller: str) -> bool:
-        return bool(caller) and caller != self.id
 
 QUEUED = Gauge("peloton_resmgr_queued_gangs", "Gangs waiting for admission or placement")
 QUEUE_WAIT = Histogram("peloton_resmgr_queue_wait_seconds", "From enqueue to admission (handed to placement)",
@@ -150,8 +122,8 @@ class ResourceManager:
         self._probes: list[Probe] = []
         self._next_probe_round = float("-inf")
         self._closed = False  # the daemon is stopping: long polls answer at once
-        self._engine = _Current()  # the placement engine that asks for gangs
-        self._consumer = _Current()  # the job manager that takes placements
+        self._engine = Current()  # the placement engine that asks for gangs
+        self._consumer = Current()  # the job manager that takes placements
         self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
         self._ent: dict[str, Entitlement] = {}
         self._ent_dirty = True

@@ -10,6 +10,7 @@ from peloton.domain.placement import GangRequest, MemberAssignment, MemberReques
 from peloton.domain.resources import Resources
 from peloton.placement.reservation import Reservation
 from peloton.resmgr.admission import admission_round
+from peloton.resmgr.callers import MAX_RETIRED, Current
 from peloton.resmgr.entitlement import Entitlement
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import chain, sub, subtree_sums
@@ -311,3 +312,19 @@ def test_an_entry_placed_leaves_the_starved_and_reserving_indexes() -> None:
     q.admit(e)
     q.place(e, dataclasses.replace(placement(g), members=(MemberAssignment(0, "t", "h1", "ip", R(cpu=1)),)))
     assert q.starved == {} and q.reserving == {} and e.reservation is None and q.live_reservations() == []
+
+
+# --- callers ----------------------------------------------------------------------------------------------------
+def test_a_new_caller_replaces_the_current_one_for_good() -> None:
+    c = Current()
+    assert c.asks("") == (True, "") and c.asks("e1") == (True, "")  # no id: always answered; the first: no one replaced
+    assert c.asks("e2") == (True, "e1") and c.superseded("e1") and not c.superseded("e2") and not c.superseded("")
+    assert c.asks("e1") == (False, "") and c.id == "e2"  # a retired caller never comes back
+
+
+def test_only_the_last_retired_callers_are_remembered() -> None:
+    c = Current()
+    for i in range(MAX_RETIRED + 2):
+        c.asks(f"e{i}")
+    assert c.asks("e0") == (True, f"e{MAX_RETIRED + 1}")  # forgotten: it is taken as a new caller
+    assert c.asks(f"e{MAX_RETIRED}") == (False, "")
