@@ -12,6 +12,9 @@ Within either, the lowest priority first, then the gang that has run for the sho
 work). Non-preemptible gangs, gangs whose hosts are not known yet (still being launched) and gangs already being
 preempted are never candidates. The placement engine then picks the victims among these with the placer
 (placement/victims.py); the resource manager waits a settling window before it asks, so a blip does not preempt.
+
+`find_probes` turns the pools' first starved gangs into probes (a waiting gang with its candidates) for the
+placement engine; `Preemptions` keeps the victims it chose until they let go, and the orders for jobmgr.
 """
 
 from __future__ import annotations
