@@ -139,7 +139,7 @@ def main() -> int:
         launched(rm, got)
         while got := rm.dequeue(500, 0.0, capacity):  # admit what fits, until every pool is at its entitlement
             launched(rm, got)
-        looked_at.append(len(rm._queues))
+        looked_at.append(len(rm._q.waiting_pools()))
         rm.enqueue(gangs(1, leaves, rng, start=10**8))  # an input changed: entitlements are recomputed
         t0 = time.perf_counter()
         rm.dequeue(500, 0.0, capacity)
@@ -198,7 +198,7 @@ def _full_cluster_round(a: argparse.Namespace, pools: list[ResourcePool], leaves
         rm.set_placements([], [PlacementFailure(g.gang_id, g.job_id, g.attempt, "no hosts") for g in got])
         rm.take_probes()
         clock[0] += 10.0
-        for e in rm._entries.values():
+        for e in rm._q.entries.values():
             e.not_before = 0.0
         t0 = time.perf_counter()
         rm.dequeue(500, 0.0, HOST.scale(a.hosts))

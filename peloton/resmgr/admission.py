@@ -6,39 +6,27 @@ A gang counts against its pool and all its ancestors. It is admitted when, whole
   the cluster, where placement decides);
 - and, when it is not preemptible, in its own pool's reservation (`within_reservation`): work that cannot be
   preempted never sits on capacity borrowed from another pool. The root reserves nothing and takes anything.
+
+`admission_round` applies these to the queues (queues.py) and the holdings (holdings.py) in queue order.
 """
 
 from __future__ import annotations
 
 import functools
+import heapq
 import math
-from collections.abc import Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Container, Mapping
 
+from peloton.domain.allocation import Entitlement
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources, format_mib
-
-if TYPE_CHECKING:
-    from peloton.domain.allocation import Entitlement
+from peloton.resmgr.holdings import Holdings
+from peloton.resmgr.paths import chain
+from peloton.resmgr.queues import Entry, Order, Queues
 
 _DIMS = ("cpu", "mem", "disk", "gpu")
 _EPS = 1e-6
 _NONE = Resources()
-
-
-def ancestors(path: str) -> list[str]:
-    """'/a/b' -> ['/a/b', '/a', '/']."""
-    return list(chain(path))
-
-
-@functools.lru_cache(maxsize=65536)
-def chain(path: str) -> tuple[str, ...]:
-    """ancestors() as a tuple, remembered (admission walks it for every waiting gang every round)."""
-    out = [path]
-    while path != "/":
-        path = path.rsplit("/", 1)[0] or "/"
-        out.append(path)
-    return tuple(out)
 
 
 def admit(
@@ -78,6 +66,53 @@ def exceeds_limit_forever(gang_total: Resources, pool_path: str, pools: Mapping[
         if short:
             return f"gang needs {gang_total.describe()}, more than pool {p} limit {_limits(pool.limit)} ({', '.join(short)})"
     return None
+
+
+def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool],
+                    ent: Mapping[str, Entitlement], max_n: int, now: float, retry_s: float,
+                    preempting: Container[str]) -> list[Entry]:
+    """Admit up to `max_n` waiting gangs, best first across the pools: each admitted gang goes PLACING and holds
+    its total at once, so the next one is checked against it. A pool whose first gang does not fit its pool's
+    limit or entitlement admits nothing more this round: the gangs behind it wait too (else a stream of small
+    gangs would take every freed share and it would never run). A non-preemptible gang refused by its own pool's
+    reservation waits `retry_s` and the gangs behind it go on. Refused gangs are marked starved (they may
+    preempt) with their reason. Returns the admitted entries in order."""
+    out: list[Entry] = []
+    # the pools' queues merged by their heads: a round costs O(pools + admitted), not O(waiting gangs)
+    heads: list[tuple[Order, str]] = []
+    for pool in queues.waiting_pools():
+        head = queues.head(pool)
+        if head is not None:
+            heads.append((head.order(), pool))
+    heapq.heapify(heads)
+    while heads and len(out) < max_n:
+        _, pool = heapq.heappop(heads)
+        e = queues.head(pool)
+        if e is None:
+            continue
+        g = e.req
+        reason = (admit(g.total, g.respool, pools, holdings.allocated)
+                  or entitled(g.total, g.respool, ent, holdings.allocated))
+        if reason is not None:
+            queues.starve(e, now, "pool")
+            queues.set_reason(e, reason, now, preempting)
+            continue
+        queues.pop_head(pool)
+        nxt = queues.head(pool)
+        if nxt is not None:
+            heapq.heappush(heads, (nxt.order(), pool))
+        if not g.preemptible:
+            reason = within_reservation(g.total, g.respool, pools, holdings.pinned)
+            if reason is not None:  # its own rule: the gangs behind it go on
+                queues.starve(e, now, "reservation")
+                queues.set_reason(e, reason, now, preempting)
+                e.not_before = now + retry_s
+                queues.push(e, now)
+                continue
+        queues.admit(e)
+        holdings.hold(g)
+        out.append(e)
+    return out
 
 
 def _limits(limit: Resources) -> str:

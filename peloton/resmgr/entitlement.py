@@ -30,12 +30,13 @@ to whole GPUs for whoever must compare it with a gang's request.
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
 from peloton.domain.allocation import Entitlement
+from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import ancestors
+from peloton.resmgr.paths import ancestors
 
 DIMS = ("cpu", "mem", "disk", "gpu")
 
@@ -57,6 +58,12 @@ class PoolPolicy:
             raise ValueError(f"pool path must start with '/', got {self.path!r}")
         if not (math.isfinite(self.share) and self.share > 0):
             raise ValueError(f"pool {self.path}: share must be a positive number, got {self.share!r}")
+
+
+def policies(pools: Iterable[ResourcePool]) -> dict[str, PoolPolicy]:
+    """Each pool's part in the division, by path."""
+    return {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
+            for p in pools}
 
 
 def want(

@@ -32,62 +32,37 @@ candidate victims. The engine picks the victims with the placer; resmgr records 
 (with the placements) to preempt each whole, and the waiting gang says which gangs it waits for until their
 allocations are released. An order jobmgr did not act on is given again after ORDER_AGAIN_S.
 
-One condition guards everything (memory only); callers long-poll on it.
+This module is the shell: it owns the one condition that guards everything (memory only; callers long-poll on it),
+the clock, the long polls and the metrics, and leaves every decision to the pure cores over plain data: queues.py
+(the entries and their queues), holdings.py (what each gang and pool holds), admission.py (who is admitted, in which
+order), entitlement.py (each pool's share), preemption.py (probes, candidates and orders). No core takes a lock.
 """
 
 from __future__ import annotations
 
-import heapq
 import logging
 import threading
 import time
 import uuid
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
-from enum import Enum
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from peloton.domain.allocation import Entitlement, Holding, PoolUsage
+from peloton.domain.allocation import Entitlement, PoolUsage
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
 from peloton.observability.gang_metrics import GANG_STAGE
-from peloton.placement.reservation import Reservation, describe
-from peloton.resmgr.admission import admit, chain, entitled, within_reservation
-from peloton.resmgr.entitlement import PoolPolicy, entitlements
-from peloton.resmgr.preemption import priority_candidates, reclaim_candidates, shortfall
+from peloton.placement.reservation import Reservation
+from peloton.resmgr.admission import admission_round
+from peloton.resmgr.callers import Current
+from peloton.resmgr.entitlement import entitlements, policies
+from peloton.resmgr.holdings import Holdings
+from peloton.resmgr.paths import subtree_sums
+from peloton.resmgr.preemption import Preemptions, Probe, find_probes
+from peloton.resmgr.queues import Entry, QueuedGang, Queues, State
 
 log = logging.getLogger(__name__)
-
-MAX_RETIRED = 64  # ids of replaced placement engines / job managers remembered (their late calls are refused)
-
-
-class _Current:
-    """Which caller of a kind (the placement engine, the job manager) is the current one, by the id it sends. A
-    new id replaces the current one for good: the replaced id is retired, and any later call from it (a long
-    poll of a process that died mid-call, a process that was paused) is answered with nothing, so that nothing
-    is handed to a caller that will never act on it."""
-
-    def __init__(self) -> None:
-        self.id = ""
-        self._retired: dict[str, None] = {}
-
-    def asks(self, caller: str) -> tuple[bool, str]:
-        """(whether `caller` may be answered, the id it replaced: "" when none)."""
-        if not caller or caller == self.id:
-            return True, ""
-        if caller in self._retired:
-            return False, ""
-        replaced, self.id = self.id, caller
-        if replaced:
-            self._retired[replaced] = None
-            while len(self._retired) > MAX_RETIRED:
-                del self._retired[next(iter(self._retired))]
-        return True, replaced
-
-    def superseded(self, caller: str) -> bool:
-        return bool(caller) and caller != self.id
 
 QUEUED = Gauge("peloton_resmgr_queued_gangs", "Gangs waiting for admission or placement")
 QUEUE_WAIT = Histogram("peloton_resmgr_queue_wait_seconds", "From enqueue to admission (handed to placement)",
@@ -111,75 +86,9 @@ POOL_QUEUED = Gauge("peloton_pool_queued_gangs", "Gangs of the pool waiting for 
 PREEMPTIONS = Counter("peloton_preemptions_total", "Gangs chosen for preemption, by kind (reclaim: for another pool "
                       "below its entitlement; priority: for a higher-priority gang of the same pool)", ["pool", "kind"])
 DEFAULT_PREEMPTION_SETTLE_S = 10.0  # a gang waits this long before it may preempt (no action on a blip)
-PROBE_EVERY_S = 1.0  # a waiting gang asks the placement engine for victims at most this often
 PROBE_ROUND_EVERY_S = 0.25  # the starved gangs are looked over at most this often
 MAX_PROBES = 8  # per dequeue
-MAX_CANDIDATES = 256  # per probe
-MAX_ENDING = 4096  # gangs with a max_runtime sent with a probe (the earliest ends)
-RESERVATION_REFRESH_S = 5.0  # a gang holding a reservation asks again this often (its expected start moves)
 ORDER_AGAIN_S = 60.0  # a preemption order not acted on (jobmgr restarted) is given again after this long
-
-
-@dataclass(frozen=True, slots=True)
-class Probe:
-    """A waiting gang that only preemption can start, with its candidate victims (most preferred first) and what
-    they must free besides hosts."""
-
-    gang: GangRequest
-    candidates: tuple[tuple[str, Holding], ...]
-    need: Resources
-    ending: tuple[tuple[str, Holding], ...] = ()  # placed gangs with a max_runtime, earliest end first
-
-
-@dataclass(frozen=True, slots=True)
-class QueuedGang:
-    """A gang waiting or being placed, as `peloton queue` shows it."""
-
-    gang_id: str
-    job_id: str
-    attempt: int
-    pool: str
-    priority: int
-    members: int
-    total: Resources
-    queued_at: float
-    state: str  # waiting | placing
-    reason: str
-    position: int  # in its own pool's queue, 1 = next
-    preemptible: bool
-
-
-class _State(Enum):
-    WAITING = 1
-    PLACING = 2
-    READY = 3
-    HANDED = 4
-
-
-@dataclass(slots=True)
-class _Entry:
-    req: GangRequest
-    seq: int  # tells a live heap item from a stale one
-    state: _State = _State.WAITING
-    not_before: float = 0.0
-    hold: bool = False  # parked for a back-off that freed capacity must not cut short (the store is failing)
-    reason: str = ""
-    placement: GangPlacement | None = None
-    handed_at: float = 0.0
-    queued_at: float = 0.0
-    in_demand: bool = False  # counted in its pool's demand (WAITING)
-    starved_since: float = 0.0  # first refused (admission) or unplaced: the settling window runs from here
-    block: str = ""  # what refused it last: pool (entitlement/limit) | reservation | hosts
-    probed_at: float = float("-inf")
-    admitted_at: float = 0.0  # when it was first admitted: the placing stage's start
-    waits_for: tuple[str, ...] = ()  # the gangs preempted for it
-    reservation: Reservation | None = None  # the hosts the placement engine keeps for it
-
-    def order(self) -> tuple[int, float, str]:
-        return -self.req.priority, self.req.enqueued_at, self.req.gang_id
-
-
-_Item = tuple[tuple[int, float, str], int, str]  # (order, seq, gang id): a queue's heap item
 
 
 class ResourceManager:
@@ -193,33 +102,18 @@ class ResourceManager:
         self._settle_s = preemption_settle_s
         self._preemption = preemption
         self._cond = threading.Condition()
-        self._entries: dict[str, _Entry] = {}  # gang id -> its current attempt's entry
-        self._queues: dict[str, list[_Item]] = {}  # pool -> its WAITING entries by order (a heap; lazy deletion)
-        self._parked: list[tuple[float, int, str]] = []  # WAITING entries not before a time
-        self._ready: list[tuple[tuple[int, float, str], int, str]] = []  # READY entries by order (lazy heap)
-        self._handed: dict[str, None] = {}  # HANDED gang ids, oldest first
-        self._in_flight: set[str] = set()  # PLACING, READY or HANDED
+        # the state, all guarded by _cond: the cores' books, then what only the shell keeps
+        self._q = Queues()
+        self._pre = Preemptions()
+        self._held = Holdings(on_release=self._released_locked)
         self._unpark = False  # capacity freed: move every parked entry back (at most every UNPARK_EVERY_S)
         self._last_unpark = float("-inf")
-        self._seq = 0
-        self._reasons: dict[str, PlacementFailure] = {}
         self._orphaned: dict[GangKey, None] = {}  # claims of placements dropped before jobmgr took them, oldest first
-        self._alloc: dict[str, Holding] = {}  # gang id -> what it holds, where, since when
-        self._pool_gangs: dict[str, dict[str, None]] = {}  # pool -> ids of its own gangs in _alloc
-        self._ending: dict[str, None] = {}  # ids of gangs in _alloc with a max_runtime
-        self._reserving: dict[str, None] = {}  # ids of waiting gangs that hold a reservation
-        self._starved: dict[str, None] = {}  # ids of WAITING gangs refused or unplaced (they may preempt)
-        self._preempting: dict[str, tuple[int, float, str]] = {}  # victim -> (attempt, ordered at, reason)
-        self._orders: dict[str, tuple[int, str]] = {}  # victim -> (attempt, reason) for jobmgr's next take
         self._probes: list[Probe] = []
         self._next_probe_round = float("-inf")
         self._closed = False  # the daemon is stopping: long polls answer at once
-        self._engine = _Current()  # the placement engine that asks for gangs
-        self._consumer = _Current()  # the job manager that takes placements
-        self._allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
-        self._own_alloc: dict[str, Resources] = {}  # pool -> what its own gangs hold
-        self._pinned: dict[str, Resources] = {}  # pool -> what its own non-preemptible gangs hold
-        self._demand: dict[str, Resources] = {}  # pool -> what its own WAITING gangs ask for
+        self._engine = Current()  # the placement engine that asks for gangs
+        self._consumer = Current()  # the job manager that takes placements
         self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
         self._ent: dict[str, Entitlement] = {}
         self._ent_dirty = True
@@ -256,28 +150,13 @@ class ResourceManager:
         jobmgr had not taken: those are released by the placement engine's next round."""
         with self._cond:
             self.incarnation = uuid.uuid4().hex
-            for e in self._entries.values():
-                if e.state == _State.READY and e.placement is not None:
+            for e in self._q.entries.values():
+                if e.state == State.READY and e.placement is not None:
                     self._orphan_locked(e.placement)
-            self._entries.clear()
-            self._ready.clear()
-            self._handed.clear()
-            self._in_flight.clear()
-            self._queues.clear()
-            self._parked.clear()
-            self._reasons.clear()
-            self._alloc.clear()
-            self._pool_gangs.clear()
-            self._ending.clear()
-            self._reserving.clear()
-            self._starved.clear()
-            self._preempting.clear()
-            self._orders.clear()
+            self._q.clear()
+            self._held.clear()
+            self._pre.clear()
             self._probes.clear()
-            self._allocated.clear()
-            self._own_alloc.clear()
-            self._pinned.clear()
-            self._demand.clear()
             self._changed_locked()
             QUEUED.set(0)
             self._cond.notify_all()
@@ -296,93 +175,21 @@ class ResourceManager:
             return out
 
     def _drop_locked(self, gang_id: str) -> None:
-        e = self._entries.get(gang_id)
-        if e is not None:
-            self._undemand_locked(e)
-        if e is not None and e.state == _State.READY and e.placement is not None:
+        e = self._q.drop(gang_id)
+        if e is not None and e.state == State.READY and e.placement is not None:
             self._orphan_locked(e.placement)  # HANDED ones are jobmgr's: its launcher releases what it drops
-        self._entries.pop(gang_id, None)  # its heap items (waiting, ready) go stale
-        self._starved.pop(gang_id, None)
-        self._reserving.pop(gang_id, None)
-        self._handed.pop(gang_id, None)
-        self._in_flight.discard(gang_id)
-
-    def _push_locked(self, e: _Entry, now: float, hold: bool = False) -> None:
-        """Back to WAITING: in the queue, or parked until e.not_before (`hold`: even when capacity frees)."""
-        e.hold = hold
-        self._handed.pop(e.req.gang_id, None)
-        self._in_flight.discard(e.req.gang_id)
-        self._seq += 1
-        e.seq = self._seq
-        e.state = _State.WAITING
-        e.placement = None
-        if not e.in_demand:
-            e.in_demand = True
-            _add(self._demand, e.req.respool, e.req.total)
-        if e.not_before > now:
-            heapq.heappush(self._parked, (e.not_before, e.seq, e.req.gang_id))
-        else:
-            self._queue_locked(e)
-
-    def _queue_locked(self, e: _Entry) -> None:
-        heapq.heappush(self._queues.setdefault(e.req.respool, []), (e.order(), e.seq, e.req.gang_id))
-
-    def _head_locked(self, pool: str) -> _Item | None:
-        """The first live item of the pool's queue (stale ones dropped); None, and the queue forgotten, if none."""
-        q = self._queues.get(pool)
-        while q:
-            item = q[0]
-            e = self._entries.get(item[2])
-            if e is not None and e.seq == item[1] and e.state == _State.WAITING:
-                return item
-            heapq.heappop(q)
-        self._queues.pop(pool, None)
-        return None
-
-    def _undemand_locked(self, e: _Entry) -> None:
-        if e.in_demand:
-            e.in_demand = False
-            _sub(self._demand, e.req.respool, e.req.total)
-
-    def _allocate_locked(self, g: GangRequest) -> None:
-        self._release_alloc_locked(g.gang_id, g.attempt)
-        total = g.total
-        usage = tuple((m.hostname, m.resources) for m in g.members) if all(m.hostname for m in g.members) else ()
-        self._alloc[g.gang_id] = Holding(g.respool, total, g.attempt, g.preemptible, g.priority, g.running_since,
-                                         usage if g.members else (), g.max_runtime_s)
-        self._pool_gangs.setdefault(g.respool, {})[g.gang_id] = None
-        if g.max_runtime_s:
-            self._ending[g.gang_id] = None
-        for p in chain(g.respool):
-            _add(self._allocated, p, total)
-        _add(self._own_alloc, g.respool, total)
-        if not g.preemptible:
-            _add(self._pinned, g.respool, total)
 
     def _release_alloc_locked(self, gang_id: str, up_to_attempt: int) -> bool:
-        a = self._alloc.get(gang_id)
-        if a is None or a.attempt > up_to_attempt:
-            return False
-        del self._alloc[gang_id]
-        pool, total, preemptible = a.pool, a.total, a.preemptible
-        mine = self._pool_gangs.get(pool)
-        if mine is not None:
-            mine.pop(gang_id, None)
-            if not mine:
-                del self._pool_gangs[pool]
-        self._preempting.pop(gang_id, None)
-        self._orders.pop(gang_id, None)
-        self._ending.pop(gang_id, None)
-        for p in chain(pool):
-            _sub(self._allocated, p, total)
-        _sub(self._own_alloc, pool, total)
-        if not preemptible:
-            _sub(self._pinned, pool, total)
-        self._ent_dirty = True  # what the pool wants went down
-        return True
+        return self._held.release(gang_id, up_to_attempt) is not None
 
-    def _capacity_freed_locked(self) -> None:
-        self._unpark = True
+    def _released_locked(self, gang_id: str) -> None:
+        """A holding was dropped (by any path, admission's replacing an older attempt's included)."""
+        self._pre.forget(gang_id)
+        self._ent_dirty = True  # what the pool wants went down
+
+    def _set_reason_locked(self, e: Entry, reason: str, now: float) -> None:
+        if self._q.set_reason(e, reason, now, self._pre.preempting):
+            self._cond.notify_all()
 
     # --- jobmgr side ----------------------------------------------------------------------------------------
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest] = ()) -> None:
@@ -391,32 +198,30 @@ class ResourceManager:
         now = self.clock()
         with self._cond:
             for g in gangs:
-                cur = self._entries.get(g.gang_id)
+                cur = self._q.get(g.gang_id)
                 if cur is not None and cur.req.attempt >= g.attempt:
                     continue
                 if self._release_alloc_locked(g.gang_id, g.attempt):
-                    self._capacity_freed_locked()
+                    self._unpark = True  # capacity freed
                 self._drop_locked(g.gang_id)
-                e = _Entry(g, 0, queued_at=now)
-                self._entries[g.gang_id] = e
-                self._push_locked(e, now)
+                self._q.add(g, now)
             for g in running:
-                self._allocate_locked(g)
+                self._held.hold(g)
             self._changed_locked()  # new demand: the entitlements move
-            QUEUED.set(len(self._entries))
+            QUEUED.set(len(self._q))
             self._cond.notify_all()
 
     def remove(self, gang_ids: Sequence[tuple[str, int]]) -> None:
         """Drop gangs (up to the given attempt) from the queue and release their allocation."""
         with self._cond:
             for gid, attempt in gang_ids:
-                e = self._entries.get(gid)
+                e = self._q.get(gid)
                 if e is not None and e.req.attempt <= attempt:
                     self._drop_locked(gid)
                 self._release_alloc_locked(gid, attempt)
-                self._reasons.pop(gid, None)
+                self._q.reasons.pop(gid, None)
             self._changed_locked()
-            QUEUED.set(len(self._entries))
+            QUEUED.set(len(self._q))
             self._cond.notify_all()
 
     def unknown(self, keys: Sequence[GangKey]) -> list[GangKey]:
@@ -425,8 +230,8 @@ class ResourceManager:
         with self._cond:
             out = []
             for gid, attempt in keys:
-                e = self._entries.get(gid)
-                a = self._alloc.get(gid)
+                e = self._q.get(gid)
+                a = self._held.get(gid)
                 if (e is None or e.req.attempt < attempt) and (a is None or a.attempt < attempt):
                     out.append((gid, attempt))
             return out
@@ -442,69 +247,42 @@ class ResourceManager:
             while True:
                 if self._consumer.superseded(consumer):  # replaced while it waited: hand it nothing
                     return [], []
-                self._expire_handed_locked()
-                self._trim_ready_locked()
-                self._order_again_locked()
-                if self._ready or self._reasons or self._orders:
+                now = self.clock()
+                for e in self._q.expired(now, HANDED_TIMEOUT_S):  # jobmgr died with them: placed again
+                    self._release_alloc_locked(e.req.gang_id, e.req.attempt)
+                    self._q.push(e, now)
+                self._pre.again(now, ORDER_AGAIN_S)
+                if self._q.has_ready() or self._q.reasons or self._pre.orders:
                     break
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     return [], []
                 self._cond.wait(min(left, HANDED_TIMEOUT_S))
-            now = self.clock()
-            out: list[GangPlacement] = []
-            while self._ready and len(out) < max_n:
-                _, seq, gid = heapq.heappop(self._ready)
-                e = self._entries.get(gid)
-                if e is None or e.seq != seq or e.state != _State.READY:
-                    continue
-                assert e.placement is not None
-                e.state = _State.HANDED
-                e.handed_at = now
-                self._handed[gid] = None
-                out.append(e.placement)
-            reasons = list(self._reasons.values())
-            self._reasons.clear()
+            out = self._q.hand(max_n, self.clock())
+            reasons = list(self._q.reasons.values())
+            self._q.reasons.clear()
             return out, reasons
 
     def take_preemptions(self) -> list[tuple[str, int, str]]:
         """The gangs to preempt, each (gang id, attempt, reason), for jobmgr (with its placements)."""
         with self._cond:
-            out = [(gid, attempt, reason) for gid, (attempt, reason) in self._orders.items()]
-            self._orders.clear()
-            return out
-
-    def _order_again_locked(self) -> None:
-        now = self.clock()
-        for gid, (attempt, at, reason) in self._preempting.items():
-            if now - at >= ORDER_AGAIN_S:
-                self._preempting[gid] = (attempt, now, reason)
-                self._orders[gid] = (attempt, reason)
+            return self._pre.take()
 
     def ack_placements(self, done: Sequence[GangKey], retry: Sequence[GangKey]) -> None:
         now = self.clock()
         with self._cond:
             for gid, attempt in done:
-                e = self._entries.get(gid)
-                if e is not None and e.req.attempt == attempt and e.state == _State.HANDED:
+                if self._q.live(gid, attempt, State.HANDED) is not None:
                     self._drop_locked(gid)
             for gid, attempt in retry:
-                e = self._entries.get(gid)
-                if e is not None and e.req.attempt == attempt and e.state == _State.HANDED:
+                e = self._q.live(gid, attempt, State.HANDED)
+                if e is not None:
                     self._release_alloc_locked(gid, attempt)
                     e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
-                    self._push_locked(e, now, hold=True)
-            self._capacity_freed_locked()
-            QUEUED.set(len(self._entries))
+                    self._q.push(e, now, hold=True)
+            self._unpark = True  # capacity freed
+            QUEUED.set(len(self._q))
             self._cond.notify_all()
-
-    def _trim_ready_locked(self) -> None:
-        while self._ready:
-            _, seq, gid = self._ready[0]
-            e = self._entries.get(gid)
-            if e is not None and e.seq == seq and e.state == _State.READY:
-                return
-            heapq.heappop(self._ready)
 
     def _consumer_asks_locked(self, consumer: str) -> bool:
         """Another job manager asks for placements than the last one: that one died or was replaced, and what it
@@ -512,24 +290,10 @@ class ResourceManager:
         from the store first: a gang whose launch the last one had recorded is its recovery's business, and a
         placement for it is acknowledged as done when it comes. False: `consumer` was replaced."""
         ok, replaced = self._consumer.asks(consumer)
-        if replaced and self._handed:
+        if replaced and self._q.handed:
             log.warning("a new job manager asks: %d placements the last one took are handed out again",
-                        len(self._handed))
-            for gid in list(self._handed):
-                e = self._entries[gid]
-                self._handed.pop(gid)
-                e.state = _State.READY
-                heapq.heappush(self._ready, (e.order(), e.seq, gid))
+                        self._q.hand_back())
         return ok
-
-    def _expire_handed_locked(self) -> None:
-        now = self.clock()
-        for gid in list(self._handed):
-            e = self._entries[gid]
-            if now - e.handed_at <= HANDED_TIMEOUT_S:
-                break  # oldest first
-            self._release_alloc_locked(gid, e.req.attempt)
-            self._push_locked(e, now)
 
     # --- placement side -------------------------------------------------------------------------------------
     def dequeue(self, max_n: int, timeout_s: float, capacity: Resources | None = None,
@@ -555,11 +319,12 @@ class ResourceManager:
                     return []
                 # wake when something is enqueued/removed, or when a parked gang may be retried
                 wait = left
-                if self._parked:
-                    wait = min(wait, max(0.0, self._parked[0][0] - self.clock()))
-                if self._unpark and self._parked:
-                    wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
-                if self._starved:
+                due = self._q.next_unpark()
+                if due is not None:
+                    wait = min(wait, max(0.0, due - self.clock()))
+                    if self._unpark:
+                        wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
+                if self._q.starved:
                     wait = min(wait, max(0.05, self._next_probe_round - self.clock()))
                 self._cond.wait(wait)
 
@@ -567,65 +332,19 @@ class ResourceManager:
         now = self.clock()
         mono = time.monotonic()  # the rate limit protects the CPU: real time, whatever the scheduling clock
         if self._unpark and mono - self._last_unpark >= UNPARK_EVERY_S:
-            parked, self._parked = self._parked, []
-            for item in parked:
-                e = self._entries.get(item[2])
-                if e is None or e.seq != item[1] or e.state != _State.WAITING:
-                    continue
-                if e.hold and e.not_before > now:
-                    self._parked.append(item)
-                    continue
-                e.not_before = 0.0
-                self._queue_locked(e)
-            heapq.heapify(self._parked)
+            self._q.unpark_all(now)
             self._unpark = False
             self._last_unpark = mono
-        while self._parked and self._parked[0][0] <= now:
-            _, seq, gid = heapq.heappop(self._parked)
-            e = self._entries.get(gid)
-            if e is not None and e.seq == seq and e.state == _State.WAITING:
-                self._queue_locked(e)
-        out: list[GangRequest] = []
-        max_n = min(max_n, MAX_IN_FLIGHT - len(self._in_flight))  # back-pressure: launchers are behind
+        self._q.unpark_due(now)
+        max_n = min(max_n, MAX_IN_FLIGHT - len(self._q.in_flight))  # back-pressure: launchers are behind
         self._entitlements_locked()  # (only when an input changed)
-        # the pools' queues merged by their heads: a round costs O(pools + admitted), not O(waiting gangs)
-        heads: list[tuple[tuple[int, float, str], str]] = []
-        for pool in list(self._queues):
-            head = self._head_locked(pool)
-            if head is not None:
-                heads.append((head[0], pool))
-        heapq.heapify(heads)
-        while heads and len(out) < max_n:
-            _, pool = heapq.heappop(heads)
-            head = self._head_locked(pool)
-            if head is None:
-                continue
-            e = self._entries[head[2]]
-            g = e.req
-            reason = (admit(g.total, g.respool, self._pools, self._allocated)
-                      or entitled(g.total, g.respool, self._ent, self._allocated))
-            if reason is not None:
-                # the pool's first gang does not fit its pool's limit or entitlement: the gangs behind it wait
-                # too (else a stream of small gangs would take every freed share and it would never run)
-                self._starve_locked(e, now, "pool")
-                self._set_reason_locked(e, reason)
-                continue
-            heapq.heappop(self._queues[pool])
-            nxt = self._head_locked(pool)
-            if nxt is not None:
-                heapq.heappush(heads, (nxt[0], pool))
-            if not g.preemptible:
-                reason = within_reservation(g.total, g.respool, self._pools, self._pinned)
-                if reason is not None:  # its own rule: the gangs behind it go on
-                    self._starve_locked(e, now, "reservation")
-                    self._set_reason_locked(e, reason)
-                    e.not_before = now + RETRY_AFTER_FAILED_PLACEMENT_S
-                    self._push_locked(e, now)
-                    continue
-            self._undemand_locked(e)
-            e.state = _State.PLACING
-            self._in_flight.add(g.gang_id)
-            self._allocate_locked(e.req)
+        changes = self._q.reason_changes
+        admitted = admission_round(self._q, self._held, self._pools, self._ent, max_n, now,
+                                   RETRY_AFTER_FAILED_PLACEMENT_S, self._pre.preempting)
+        if self._q.reason_changes != changes:
+            self._cond.notify_all()  # news for jobmgr's long poll: why gangs wait
+        out = []
+        for e in admitted:
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             if not e.admitted_at:  # (a gang that failed placement and is admitted again is not counted again)
                 GANG_STAGE.labels("queued").observe(max(0.0, now - e.queued_at))
@@ -634,123 +353,6 @@ class ResourceManager:
         self._probe_locked(now)
         return out
 
-    # --- preemption -----------------------------------------------------------------------------------------
-    def _starve_locked(self, e: _Entry, now: float, block: str) -> None:
-        e.block = block
-        if not e.starved_since:
-            e.starved_since = now
-            self._starved[e.req.gang_id] = None
-
-    def _pending_victims_locked(self, e: _Entry) -> list[str]:
-        if not e.waits_for:
-            return []
-        left = [v for v in e.waits_for if v in self._preempting]
-        if not left:
-            e.waits_for = ()
-        return left
-
-    def _probe_locked(self, now: float) -> None:
-        """Find the gangs that only preemption can start: the first starved gang of each pool's queue, past the
-        settling window, not already waiting for victims. Each becomes a probe for the placement engine."""
-        if not self._starved or now < self._next_probe_round or self._capacity is None:
-            return
-        self._next_probe_round = now + PROBE_ROUND_EVERY_S
-        heads: dict[str, _Entry] = {}
-        for gid in list(self._starved):
-            e = self._entries.get(gid)
-            if e is None or not e.starved_since:
-                del self._starved[gid]
-                continue
-            if e.state != _State.WAITING:
-                continue
-            cur = heads.get(e.req.respool)
-            if cur is None or e.order() < cur.order():
-                heads[e.req.respool] = e
-        for e in sorted(heads.values(), key=_Entry.order):
-            if len(self._probes) >= MAX_PROBES:
-                break
-            every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
-            if (now - e.starved_since < self._settle_s or now - e.probed_at < every
-                    or e.block == "reservation" or self._pending_victims_locked(e)):
-                continue
-            e.probed_at = now
-            g = e.req
-            excluded = self._preempting
-            cands: list[str] = []
-            need = Resources()
-            if self._preemption:
-                if e.block == "hosts":  # within its entitlement: other pools over theirs give back first
-                    cands = reclaim_candidates(g.total, g.respool, self._alloc, self._pool_gangs, self._own_alloc,
-                                               self._ent, self._capacity, excluded)
-                else:
-                    need = shortfall(g.total, g.respool, self._pools, self._ent, self._allocated)
-                cands += priority_candidates(g.priority, g.respool, self._alloc,
-                                             self._pool_gangs.get(g.respool, ()), excluded)
-            ending: tuple[tuple[str, Holding], ...] = ()
-            if e.block == "hosts":  # entitled, no hosts: the hosts that free up earliest are kept for it
-                ends = [(h.ends_at, gid, h) for gid in self._ending if (h := self._alloc[gid]).ends_at is not None]
-                ending = tuple((gid, h) for _, gid, h in heapq.nsmallest(MAX_ENDING, ends))
-            if cands or e.block == "hosts":
-                self._probes.append(Probe(g, tuple((c, self._alloc[c]) for c in cands[:MAX_CANDIDATES]), need,
-                                          ending))
-
-    def reserving(self) -> list[GangKey]:
-        """The waiting gangs the placement engine keeps hosts for (it forgets any other reservation)."""
-        with self._cond:
-            out = []
-            for gid in list(self._reserving):
-                e = self._entries.get(gid)
-                if e is None or e.reservation is None or e.state not in (_State.WAITING, _State.PLACING):
-                    del self._reserving[gid]
-                else:
-                    out.append((gid, e.req.attempt))
-            return out
-
-    def take_probes(self) -> list[Probe]:
-        """The probes for the placement engine (taken with a dequeue)."""
-        with self._cond:
-            out, self._probes = self._probes, []
-            return out
-
-    def _preempt_locked(self, gang_id: str, attempt: int, victims: Sequence[tuple[str, int]], now: float) -> None:
-        """The placement engine chose `victims` for the waiting gang: order them preempted, unless anything moved
-        on meanwhile (then the gang simply asks again)."""
-        e = self._entries.get(gang_id)
-        if e is None or e.req.attempt != attempt or e.state != _State.WAITING or not victims:
-            return
-        for gid, a in victims:
-            h = self._alloc.get(gid)
-            if h is None or h.attempt != a or gid in self._preempting or not h.preemptible:
-                return
-        names = []
-        for gid, a in victims:
-            h = self._alloc[gid]
-            kind = "priority" if h.pool == e.req.respool else "reclaim"
-            reason = (f"for gang {gang_id} of pool {e.req.respool} (priority {e.req.priority})" if kind == "priority"
-                      else f"pool {h.pool} is over its entitlement and pool {e.req.respool} needs its share back "
-                           f"for gang {gang_id}")
-            self._preempting[gid] = (a, now, reason)
-            self._orders[gid] = (a, reason)
-            PREEMPTIONS.labels(h.pool, kind).inc()
-            names.append(gid)
-        e.waits_for = tuple(names)
-        self._set_reason_locked(e, "")
-        self._cond.notify_all()
-
-    def _set_reason_locked(self, e: _Entry, reason: str) -> None:
-        left = self._pending_victims_locked(e)
-        if left:
-            more = f" and {len(left) - 5} more" if len(left) > 5 else ""
-            reason = f"waiting for preempted gangs to exit: {', '.join(left[:5])}{more}"
-        elif e.reservation is not None and e.block == "hosts":
-            reason = describe(e.reservation, self.clock())
-        if not reason:
-            return
-        if e.reason != reason:
-            e.reason = reason
-            self._reasons[e.req.gang_id] = PlacementFailure(e.req.gang_id, e.req.job_id, e.req.attempt, reason)
-            self._cond.notify_all()
-
     def _engine_asks_locked(self, engine: str) -> bool:
         """A placement engine other than the last one asks: the last one is gone (its process died or its standby
         took over), so the gangs it was placing go back to the queue at once, and whatever it claimed for them
@@ -758,12 +360,12 @@ class ResourceManager:
         ok, replaced = self._engine.asks(engine)
         if replaced:
             now = self.clock()
-            back = [e for e in self._entries.values() if e.state == _State.PLACING]
+            back = self._q.placing()
             for e in back:
                 self._release_alloc_locked(e.req.gang_id, e.req.attempt)
                 self._orphaned[(e.req.gang_id, e.req.attempt)] = None
                 e.not_before = now
-                self._push_locked(e, now)
+                self._q.push(e, now)
             if back:
                 log.warning("a new placement engine asks: %d gangs the last one was placing go back to the queue",
                             len(back))
@@ -786,41 +388,61 @@ class ResourceManager:
                 log.warning("dropped the answers of a replaced placement engine (%d placements)", len(placements))
                 return
             for p in placements:
-                e = self._entries.get(p.gang_id)
-                if e is None or e.req.attempt != p.attempt or e.state != _State.PLACING:
+                e = self._q.live(p.gang_id, p.attempt, State.PLACING)
+                if e is None:
                     self._orphan_locked(p)  # removed (job stopped, resmgr reset) while placing: nobody launches it
                     continue
-                e.state = _State.READY
-                e.placement = p
+                self._q.place(e, p)
                 GANG_STAGE.labels("placing").observe(max(0.0, now - e.admitted_at))
-                self._starved.pop(p.gang_id, None)
-                self._reserving.pop(p.gang_id, None)
-                e.reservation = None
-                h = self._alloc.get(p.gang_id)
-                if h is not None and h.attempt == p.attempt:
-                    h.usage = tuple((m.hostname, m.resources) for m in p.members)
-                    h.since = now
-                heapq.heappush(self._ready, (e.order(), e.seq, p.gang_id))
+                self._held.placed(p.gang_id, p.attempt, tuple((m.hostname, m.resources) for m in p.members), now)
             for f, backoff in [(f, RETRY_AFTER_FAILED_PLACEMENT_S) for f in failures] + [(f, 0.0) for f in stale]:
-                e = self._entries.get(f.gang_id)
-                if e is None or e.req.attempt != f.attempt or e.state != _State.PLACING:
+                e = self._q.live(f.gang_id, f.attempt, State.PLACING)
+                if e is None:
                     continue
                 self._release_alloc_locked(f.gang_id, f.attempt)
                 e.not_before = now + backoff
                 if backoff:
-                    self._starve_locked(e, now, "hosts")
-                    self._set_reason_locked(e, f.reason)
-                self._push_locked(e, now)
+                    self._q.starve(e, now, "hosts")
+                    self._set_reason_locked(e, f.reason, now)
+                self._q.push(e, now)
             for (gid, attempt), victims in preemptions:
-                self._preempt_locked(gid, attempt, victims, now)
+                e = self._q.get(gid)
+                ordered = self._pre.order(e, attempt, victims, self._held, now) if e is not None else []
+                for pool, kind in ordered:
+                    PREEMPTIONS.labels(pool, kind).inc()
+                if e is not None and ordered:
+                    self._set_reason_locked(e, "", now)
             for (gid, attempt), hosts, start in reservations:
-                e = self._entries.get(gid)
-                if e is not None and e.req.attempt == attempt and e.state in (_State.WAITING, _State.PLACING):
+                e = self._q.live(gid, attempt, State.WAITING, State.PLACING)
+                if e is not None:
                     e.reservation = Reservation(frozenset(hosts), start or None)
-                    self._reserving[gid] = None
-                    self._set_reason_locked(e, "")
-            QUEUED.set(len(self._entries))
+                    self._q.reserving[gid] = None
+                    self._set_reason_locked(e, "", now)
+            QUEUED.set(len(self._q))
             self._cond.notify_all()
+
+    # --- preemption -----------------------------------------------------------------------------------------
+    def _probe_locked(self, now: float) -> None:
+        """Find the gangs that only preemption can start: the first starved gang of each pool's queue, past the
+        settling window, not already waiting for victims. Each becomes a probe for the placement engine."""
+        if not self._q.starved or now < self._next_probe_round or self._capacity is None:
+            return
+        self._next_probe_round = now + PROBE_ROUND_EVERY_S
+        heads = self._q.starved_heads()
+        if len(self._probes) < MAX_PROBES and heads:
+            self._probes += find_probes(heads, now, MAX_PROBES - len(self._probes), self._settle_s, self._preemption,
+                                        self._held, self._pools, self._ent, self._capacity, self._pre.preempting)
+
+    def reserving(self) -> list[GangKey]:
+        """The waiting gangs the placement engine keeps hosts for (it forgets any other reservation)."""
+        with self._cond:
+            return self._q.live_reservations()
+
+    def take_probes(self) -> list[Probe]:
+        """The probes for the placement engine (taken with a dequeue)."""
+        with self._cond:
+            out, self._probes = self._probes, []
+            return out
 
     def _entitlements_locked(self) -> None:
         """Recompute the entitlements if an input changed (a few pools: microseconds to a millisecond), and publish
@@ -831,13 +453,12 @@ class ResourceManager:
         if self._capacity is None or "/" not in self._pools:
             self._ent = {}
             return
-        policies = {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
-                    for p in self._pools.values()}
-        self._ent = entitlements(policies, self._capacity, self._demand, self._own_alloc)
-        demand = _subtree_sums(self._demand, self._pools)
-        queued = self._queued_locked()
+        self._ent = entitlements(policies(self._pools.values()), self._capacity, self._q.demand, self._held.own)
+        demand = subtree_sums(self._q.demand, self._pools)
+        queued = self._q.queued()
+        allocated = self._held.allocated
         for path in self._pools:  # every pool, so a figure that fell to 0 says 0
-            ent, alloc, want = self._ent.get(path), self._allocated.get(path, _ZERO), demand.get(path, _ZERO)
+            ent, alloc, want = self._ent.get(path), allocated.get(path, _ZERO), demand.get(path, _ZERO)
             for dim in DIMS:
                 unit = BASE_UNITS[dim]
                 POOL_ENTITLEMENT.labels(path, dim).set(getattr(ent, dim) * unit if ent is not None else 0.0)
@@ -845,18 +466,11 @@ class ResourceManager:
                 POOL_DEMAND.labels(path, dim).set(getattr(want, dim) * unit)
             POOL_QUEUED.labels(path).set(queued.get(path, 0))
 
-    def _queued_locked(self) -> dict[str, int]:
-        queued: dict[str, int] = {}
-        for e in self._entries.values():
-            if e.state in (_State.WAITING, _State.PLACING):
-                queued[e.req.respool] = queued.get(e.req.respool, 0) + 1
-        return queued
-
     # --- views ----------------------------------------------------------------------------------------------
     def usage(self) -> tuple[dict[str, Resources], dict[str, int]]:
         """(what each pool's gangs hold, with its descendants'; gangs of each pool waiting to be placed)"""
         with self._cond:
-            return dict(self._allocated), self._queued_locked()
+            return dict(self._held.allocated), self._q.queued()
 
     def entitlement_if(self, path: str, extra: Resources) -> Entitlement | None:
         """`path`'s entitlement if it also asked for `extra` (what a new job would ask): a what-if, nothing changes.
@@ -864,23 +478,22 @@ class ResourceManager:
         with self._cond:
             if self._capacity is None or "/" not in self._pools or path not in self._pools:
                 return None
-            policies = {p.path: PoolPolicy(p.path, p.reservation, p.limit, p.share, p.reservation_type == "static")
-                        for p in self._pools.values()}
-            demand = dict(self._demand)
+            pols = policies(self._pools.values())
+            demand = dict(self._q.demand)
             demand[path] = demand.get(path, Resources()) + extra
             capacity = self._capacity
-            allocation = dict(self._own_alloc)
-        return entitlements(policies, capacity, demand, allocation).get(path)  # pure: outside the lock
+            allocation = dict(self._held.own)
+        return entitlements(pols, capacity, demand, allocation).get(path)  # pure: outside the lock
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Every pool's allocation, demand (with its subtree's), entitlement and queue, for GetPool/ListPools."""
         with self._cond:
             self._entitlements_locked()
-            queued = self._queued_locked()
-            demand = _subtree_sums(self._demand, self._pools)
+            queued = self._q.queued()
+            demand = subtree_sums(self._q.demand, self._pools)
             out = {}
             for path in self._pools:
-                out[path] = PoolUsage(self._allocated.get(path, Resources()), demand.get(path, Resources()),
+                out[path] = PoolUsage(self._held.allocated.get(path, Resources()), demand.get(path, Resources()),
                                       self._ent.get(path) if self._capacity is not None else None,
                                       queued.get(path, 0))
             return out
@@ -888,53 +501,13 @@ class ResourceManager:
     def queue(self, pool: str = "", limit: int = 1000) -> tuple[list[QueuedGang], int]:
         """The gangs waiting or being placed, in queue order (priority, then submission time), of `pool` and its
         subtree ("": every pool), with each one's position in its own pool's queue; and how many there are."""
-        under = pool.rstrip("/") + "/" if pool else ""
         with self._cond:
-            waiting = [e for e in self._entries.values() if e.state in (_State.WAITING, _State.PLACING)
-                       and (not pool or e.req.respool == pool or e.req.respool.startswith(under))]
-            waiting.sort(key=_Entry.order)
-            position: dict[str, int] = {}
-            first: dict[str, str] = {}  # pool -> its first waiting gang
-            out: list[QueuedGang] = []
-            for e in waiting:
-                g = e.req
-                position[g.respool] = position.get(g.respool, 0) + 1
-                reason = e.reason
-                if e.state == _State.WAITING:
-                    head = first.setdefault(g.respool, g.gang_id)
-                    if not reason and head != g.gang_id:
-                        reason = f"waiting behind {head}, the first gang of pool {g.respool}'s queue"
-                if len(out) < limit:
-                    out.append(QueuedGang(g.gang_id, g.job_id, g.attempt, g.respool, g.priority, len(g.members),
-                                          g.total, e.queued_at, "waiting" if e.state == _State.WAITING else "placing",
-                                          reason, position[g.respool], g.preemptible))
-            return out, len(waiting)
+            return self._q.listing(pool, limit)
 
     def capacity(self) -> Resources | None:
         """The cluster's capacity as last reported by the placement engine (None: not yet)."""
         with self._cond:
             return self._capacity
-
-
-def _add(book: dict[str, Resources], key: str, r: Resources) -> None:
-    book[key] = book.get(key, Resources()) + r
-
-
-def _sub(book: dict[str, Resources], key: str, r: Resources) -> None:
-    rest = book.get(key, Resources()) - r
-    if rest.cpu <= 1e-9 and rest.mem <= 1e-9 and rest.disk <= 1e-9 and rest.gpu <= 0 and rest.ports <= 0:
-        book.pop(key, None)
-    else:
-        book[key] = rest
-
-
-def _subtree_sums(own: dict[str, Resources], pools: dict[str, ResourcePool]) -> dict[str, Resources]:
-    out: dict[str, Resources] = {}
-    for path, r in own.items():
-        for p in chain(path):
-            if p in pools or p == path:
-                _add(out, p, r)
-    return out
 
 
 def _forget_metrics(pool: str) -> None:

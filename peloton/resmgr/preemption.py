@@ -12,20 +12,42 @@ Within either, the lowest priority first, then the gang that has run for the sho
 work). Non-preemptible gangs, gangs whose hosts are not known yet (still being launched) and gangs already being
 preempted are never candidates. The placement engine then picks the victims among these with the placer
 (placement/victims.py); the resource manager waits a settling window before it asks, so a blip does not preempt.
+
+`find_probes` turns the pools' first starved gangs into probes (a waiting gang with its candidates) for the
+placement engine; `Preemptions` keeps the victims it chose until they let go, and the orders for jobmgr.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Collection, Iterable, Mapping
+from collections.abc import Collection, Iterable, Mapping, Sequence
+from dataclasses import dataclass
 
 from peloton.domain.allocation import Entitlement, Holding
 from peloton.domain.model import ResourcePool
+from peloton.domain.placement import GangRequest
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import chain
+from peloton.resmgr.holdings import Holdings
+from peloton.resmgr.paths import chain
+from peloton.resmgr.queues import Entry, State
 
 _EPS = 1e-6
 _DIMS = ("cpu", "mem", "disk", "gpu")
+PROBE_EVERY_S = 1.0  # a waiting gang asks the placement engine for victims at most this often
+RESERVATION_REFRESH_S = 5.0  # a gang holding a reservation asks again this often (its expected start moves)
+MAX_CANDIDATES = 256  # per probe
+MAX_ENDING = 4096  # gangs with a max_runtime sent with a probe (the earliest ends)
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A waiting gang that only preemption can start, with its candidate victims (most preferred first) and what
+    they must free besides hosts."""
+
+    gang: GangRequest
+    candidates: tuple[tuple[str, Holding], ...]
+    need: Resources
+    ending: tuple[tuple[str, Holding], ...] = ()  # placed gangs with a max_runtime, earliest end first
 
 
 def _victim_order(item: tuple[str, Holding]) -> tuple[int, float, str]:
@@ -99,3 +121,96 @@ def shortfall(total: Resources, pool: str, pools: Mapping[str, ResourcePool], en
                 need[d] = max(need[d], getattr(used, d) + getattr(total, d) - min(bounds))
     return Resources(max(0.0, need["cpu"]), max(0.0, need["mem"]), max(0.0, need["disk"]),
                      max(0, math.ceil(need["gpu"] - _EPS)), 0)
+
+
+def find_probes(heads: Iterable[Entry], now: float, room: int, settle_s: float, preempt: bool, holdings: Holdings,
+                pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement], capacity: Resources,
+                preempting: Collection[str]) -> list[Probe]:
+    """At most `room` probes for the placement engine, from `heads` (each pool's first starved gang, best first):
+    those past the settling window (`settle_s`), not asked about too recently, not refused by their own
+    reservation and not already waiting for victims. A gang blocked by its pool gets the candidates that free
+    its pool's share (`preempt` False: none); one entitled but without hosts also those of pools over their
+    entitlement, and the gangs that end soonest (the placement engine keeps their hosts for it). Marks each
+    probed entry's `probed_at`."""
+    out: list[Probe] = []
+    for e in heads:
+        if len(out) >= room:
+            break
+        every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
+        if (now - e.starved_since < settle_s or now - e.probed_at < every
+                or e.block == "reservation" or e.pending_victims(preempting)):
+            continue
+        e.probed_at = now
+        g = e.req
+        cands: list[str] = []
+        need = Resources()
+        if preempt:
+            if e.block == "hosts":  # within its entitlement: other pools over theirs give back first
+                cands = reclaim_candidates(g.total, g.respool, holdings.by_gang, holdings.pool_gangs, holdings.own,
+                                           ent, capacity, preempting)
+            else:
+                need = shortfall(g.total, g.respool, pools, ent, holdings.allocated)
+            cands += priority_candidates(g.priority, g.respool, holdings.by_gang,
+                                         holdings.pool_gangs.get(g.respool, ()), preempting)
+        ending: tuple[tuple[str, Holding], ...] = ()
+        if e.block == "hosts":  # entitled, no hosts: the hosts that free up earliest are kept for it
+            ending = holdings.earliest_ends(MAX_ENDING)
+        if cands or e.block == "hosts":
+            out.append(Probe(g, holdings.of(cands[:MAX_CANDIDATES]), need, ending))
+    return out
+
+
+class Preemptions:
+    """The gangs ordered preempted and not yet gone, and the orders jobmgr has not taken yet. An order is given
+    again after a while when its gang is still there (the job manager that got it restarted)."""
+
+    def __init__(self) -> None:
+        self.preempting: dict[str, tuple[int, float, str]] = {}  # victim -> (attempt, ordered at, reason)
+        self.orders: dict[str, tuple[int, str]] = {}  # victim -> (attempt, reason) for jobmgr's next take
+
+    def clear(self) -> None:
+        self.preempting.clear()
+        self.orders.clear()
+
+    def forget(self, gang_id: str) -> None:
+        """The gang released what it held: it is no longer a victim."""
+        self.preempting.pop(gang_id, None)
+        self.orders.pop(gang_id, None)
+
+    def order(self, e: Entry, attempt: int, victims: Sequence[tuple[str, int]], holdings: Holdings,
+              now: float) -> list[tuple[str, str]]:
+        """The placement engine chose `victims` (gang id, attempt) for waiting gang attempt `e`/`attempt`: order
+        them preempted and make `e` wait for them, unless anything moved on meanwhile (then nothing is ordered and
+        the gang simply asks again). Returns (pool, kind) per victim ordered, kind reclaim or priority."""
+        if e.req.attempt != attempt or e.state != State.WAITING or not victims:
+            return []
+        for gid, a in victims:
+            h = holdings.get(gid)
+            if h is None or h.attempt != a or gid in self.preempting or not h.preemptible:
+                return []
+        out = []
+        for gid, a in victims:
+            h = holdings.by_gang[gid]
+            kind = "priority" if h.pool == e.req.respool else "reclaim"
+            reason = (f"for gang {e.req.gang_id} of pool {e.req.respool} (priority {e.req.priority})"
+                      if kind == "priority"
+                      else f"pool {h.pool} is over its entitlement and pool {e.req.respool} needs its share back "
+                           f"for gang {e.req.gang_id}")
+            self.preempting[gid] = (a, now, reason)
+            self.orders[gid] = (a, reason)
+            out.append((h.pool, kind))
+        e.waits_for = tuple(gid for gid, _ in victims)
+        return out
+
+    def again(self, now: float, after_s: float) -> None:
+        """Order again each victim ordered `after_s` ago or earlier and still there."""
+        for gid, (attempt, at, reason) in self.preempting.items():
+            if now - at >= after_s:
+                self.preempting[gid] = (attempt, now, reason)
+                self.orders[gid] = (attempt, reason)
+
+    def take(self) -> list[tuple[str, int, str]]:
+        """The orders not yet given, each (gang id, attempt, reason); given now."""
+        out = [(gid, attempt, reason) for gid, (attempt, reason) in self.orders.items()]
+        self.orders.clear()
+        return out

@@ -8,7 +8,8 @@ from hypothesis import strategies as st
 
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import admit, ancestors, exceeds_limit_forever
+from peloton.resmgr.admission import admit, exceeds_limit_forever
+from peloton.resmgr.paths import ancestors
 
 R = Resources
 

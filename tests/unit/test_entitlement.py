@@ -11,8 +11,8 @@ from hypothesis import strategies as st
 
 from peloton.domain.allocation import Entitlement
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import ancestors
 from peloton.resmgr.entitlement import DIMS, PoolPolicy, entitlements, want
+from peloton.resmgr.paths import ancestors
 
 R = Resources
 P = PoolPolicy

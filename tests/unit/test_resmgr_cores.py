@@ -1,0 +1,330 @@
+"""The resource manager's pure cores alone, without the shell's lock or clock: the pool paths, the holdings book,
+the queues and their states, the admission round, the probes and the preemption orders."""
+
+from __future__ import annotations
+
+import dataclasses
+
+from peloton.domain.allocation import Entitlement
+from peloton.domain.model import ResourcePool
+from peloton.domain.placement import GangRequest, MemberAssignment, MemberRequest
+from peloton.domain.resources import Resources
+from peloton.placement.reservation import Reservation
+from peloton.resmgr.admission import admission_round
+from peloton.resmgr.callers import MAX_RETIRED, Current
+from peloton.resmgr.holdings import Holdings
+from peloton.resmgr.paths import chain, sub, subtree_sums
+from peloton.resmgr.preemption import PROBE_EVERY_S, Preemptions, find_probes
+from peloton.resmgr.queues import Entry, Queues, State
+from tests.unit.test_resmgr import gang, placement
+
+R = Resources
+
+
+def running(job: str, *, pool: str = "/p", cpu: float = 1, priority: int = 0, preemptible: bool = True,
+            max_runtime_s: float = 0.0, since: float = 0.0, host: str = "h1") -> GangRequest:
+    r = R(cpu=cpu, mem=256)
+    return GangRequest(f"{job}/0", job, 1, (MemberRequest(0, f"{job}-0-1", r, host),), priority, pool,
+                       preemptible=preemptible, running_since=since, max_runtime_s=max_runtime_s)
+
+
+# --- paths ------------------------------------------------------------------------------------------------------
+def test_subtree_sums_add_each_pool_to_its_known_ancestors() -> None:
+    assert chain("/a/b") == ("/a/b", "/a", "/")
+    got = subtree_sums({"/a/b": R(cpu=1), "/a": R(cpu=2), "/x/y": R(cpu=4)}, {"/", "/a", "/a/b"})
+    assert got == {"/a/b": R(cpu=1), "/a": R(cpu=3), "/": R(cpu=7), "/x/y": R(cpu=4)}  # /x unknown: skipped
+
+
+def test_a_figure_taken_down_to_zero_leaves_the_book() -> None:
+    book = {"/p": R(cpu=2)}
+    sub(book, "/p", R(cpu=1))
+    assert book == {"/p": R(cpu=1)}
+    sub(book, "/p", R(cpu=1))
+    assert book == {}
+
+
+# --- holdings ---------------------------------------------------------------------------------------------------
+def test_holdings_sum_per_pool_and_subtree_and_pin_only_non_preemptible_gangs() -> None:
+    released: list[str] = []
+    h = Holdings(on_release=released.append)
+    h.hold(running("a", pool="/t/l", cpu=2))
+    h.hold(running("b", pool="/t/l", cpu=1, preemptible=False))
+    h.hold(running("c", pool="/t", cpu=4))
+    assert h.allocated == {"/t/l": R(cpu=3, mem=512), "/t": R(cpu=7, mem=768), "/": R(cpu=7, mem=768)}
+    assert h.own == {"/t/l": R(cpu=3, mem=512), "/t": R(cpu=4, mem=256)}
+    assert h.pinned == {"/t/l": R(cpu=1, mem=256)}
+    assert h.pool_gangs == {"/t/l": {"a/0": None, "b/0": None}, "/t": {"c/0": None}}
+    assert h.release("b/0", 1) is not None and released == ["b/0"]
+    assert h.pinned == {} and h.allocated["/"] == R(cpu=6, mem=512)
+
+
+def test_a_newer_attempts_holding_is_not_released_for_an_older_one() -> None:
+    h = Holdings()
+    h.hold(dataclasses.replace(running("a"), attempt=3))
+    assert h.release("a/0", 2) is None and h.get("a/0") is not None
+    assert h.release("a/0", 3) is not None and h.by_gang == {} and h.allocated == {} and h.pool_gangs == {}
+
+
+def test_holding_an_attempt_again_replaces_the_older_one_and_reports_its_release() -> None:
+    released: list[str] = []
+    h = Holdings(on_release=released.append)
+    h.hold(running("a", cpu=2))
+    h.hold(dataclasses.replace(running("a", cpu=1), attempt=2))
+    assert released == ["a/0"] and h.own == {"/p": R(cpu=1, mem=256)} and h.by_gang["a/0"].attempt == 2
+
+
+def test_the_earliest_ends_come_first_and_only_placed_gangs_with_a_max_runtime_count() -> None:
+    h = Holdings()
+    h.hold(running("late", max_runtime_s=100, since=50))
+    h.hold(running("soon", max_runtime_s=10, since=50))
+    h.hold(running("forever", since=50))
+    h.hold(dataclasses.replace(running("unplaced", max_runtime_s=1), members=(MemberRequest(0, "u", R(cpu=1)),)))
+    assert [gid for gid, _ in h.earliest_ends(10)] == ["soon/0", "late/0"]
+    assert [gid for gid, _ in h.earliest_ends(1)] == ["soon/0"]
+
+
+def test_placed_records_where_and_since_when_only_for_the_same_attempt() -> None:
+    h = Holdings()
+    h.hold(gang("a", n=1, pool="/p"))
+    assert h.by_gang["a/0"].usage == ()  # admitted, not placed: no hosts yet
+    usage = (("h9", R(cpu=1)),)
+    h.placed("a/0", 2, usage, 77.0)
+    assert h.by_gang["a/0"].usage == ()
+    h.placed("a/0", 1, usage, 77.0)
+    assert h.by_gang["a/0"].usage == usage and h.by_gang["a/0"].since == 77.0
+
+
+# --- queues -----------------------------------------------------------------------------------------------------
+def test_a_pools_queue_is_by_priority_then_age_and_skips_dropped_entries() -> None:
+    q = Queues()
+    for g in (gang("old", at=1), gang("new", at=2), gang("urgent", at=3, priority=5)):
+        q.add(g, 0.0)
+    assert (e := q.head("/")) is not None and e.req.job_id == "urgent"
+    q.drop("urgent/0")
+    assert (e := q.head("/")) is not None and e.req.job_id == "old"
+    q.pop_head("/")
+    assert (e := q.head("/")) is not None and e.req.job_id == "new"
+    q.pop_head("/")
+    assert q.head("/") is None and q.waiting_pools() == []  # an empty queue is forgotten
+
+
+def test_demand_counts_waiting_gangs_only() -> None:
+    q = Queues()
+    e = q.add(gang("a", n=2, cpu=1, pool="/p"), 0.0)
+    assert q.demand == {"/p": R(cpu=2, mem=512)}
+    q.admit(e)
+    assert q.demand == {} and q.in_flight == {"a/0"} and e.state == State.PLACING
+    q.push(e, 0.0)
+    assert q.demand == {"/p": R(cpu=2, mem=512)} and q.in_flight == set()
+    q.drop("a/0")
+    assert q.demand == {} and len(q) == 0
+
+
+def test_a_parked_gang_waits_for_its_time_or_freed_capacity_unless_held() -> None:
+    q = Queues()
+    a, b = q.add(gang("a", at=1), 0.0), q.add(gang("b", at=2), 0.0)
+    for e in (a, b):
+        q.pop_head("/")
+        q.admit(e)
+    a.not_before = b.not_before = 10.0
+    q.push(a, 0.0)
+    q.push(b, 0.0, hold=True)
+    assert q.head("/") is None and q.next_unpark() == 10.0
+    q.unpark_all(1.0)  # capacity freed: a comes back, b's back-off holds
+    assert (h := q.head("/")) is not None and h is a and q.next_unpark() == 10.0
+    q.pop_head("/")
+    q.unpark_due(9.9)
+    assert q.head("/") is None
+    q.unpark_due(10.0)
+    assert q.head("/") is b and q.next_unpark() is None
+
+
+def test_placements_are_handed_best_first_handed_back_and_expire_oldest_first() -> None:
+    q = Queues()
+    gs = [gang("low", at=1), gang("high", at=2, priority=9)]
+    for g in gs:
+        e = q.add(g, 0.0)
+        q.pop_head("/")
+        q.admit(e)
+        q.place(e, placement(g))
+    assert q.has_ready()
+    assert [p.job_id for p in q.hand(1, 5.0)] == ["high"]
+    assert [p.job_id for p in q.hand(5, 6.0)] == ["low"] and not q.has_ready()
+    assert [e.req.job_id for e in q.expired(65.5, 60.0)] == ["high"]  # handed at 5: past 60 s; low at 6: not yet
+    assert q.hand_back() == 2 and q.handed == {} and [p.job_id for p in q.hand(5, 7.0)] == ["high", "low"]
+
+
+def test_live_finds_only_the_same_attempt_in_the_given_states() -> None:
+    q = Queues()
+    q.add(gang("a", attempt=2), 0.0)
+    assert q.live("a/0", 2, State.WAITING) is not None
+    assert q.live("a/0", 1, State.WAITING) is None and q.live("a/0", 2, State.PLACING) is None
+
+
+def test_the_reason_names_the_victims_a_gang_waits_for_and_counts_changes() -> None:
+    q = Queues()
+    e = q.add(gang("a"), 0.0)
+    e.waits_for = ("v1/0", "v2/0")
+    assert q.set_reason(e, "over the entitlement", 0.0, {"v2/0"})
+    assert e.reason == "waiting for preempted gangs to exit: v2/0" and q.reasons["a/0"].reason == e.reason
+    assert not q.set_reason(e, "", 0.0, {"v2/0"}) and q.reason_changes == 1  # the same: no news
+    assert q.set_reason(e, "over the entitlement", 0.0, set()) and e.waits_for == ()  # the victims are gone
+
+
+def test_the_listing_gives_positions_per_pool_and_says_who_a_gang_waits_behind() -> None:
+    q = Queues()
+    q.add(gang("a", at=1, pool="/p"), 0.0)
+    q.add(gang("b", at=2, pool="/p"), 0.0)
+    q.add(gang("c", at=3, pool="/p/x"), 0.0)
+    q.add(gang("d", at=4, pool="/other"), 0.0)
+    out, total = q.listing("/p", limit=10)
+    assert total == 3 and [(g.job_id, g.position) for g in out] == [("a", 1), ("b", 2), ("c", 1)]
+    assert out[1].reason == "waiting behind a/0, the first gang of pool /p's queue" and out[2].reason == ""
+    assert q.queued() == {"/p": 2, "/p/x": 1, "/other": 1}
+
+
+def test_each_pools_first_starved_gang_is_a_head_best_first() -> None:
+    q = Queues()
+    es = [q.add(gang(j, at=i, pool=p, priority=pr), 0.0)
+          for i, (j, p, pr) in enumerate([("a", "/p", 0), ("b", "/p", 1), ("c", "/q", 5), ("d", "/r", 0)])]
+    for e in es[:3]:
+        q.starve(e, 5.0, "pool")
+    q.starve(es[3], 5.0, "pool")
+    q.drop("d/0")
+    assert [e.req.job_id for e in q.starved_heads()] == ["c", "b"] and "d/0" not in q.starved
+
+
+# --- admission round --------------------------------------------------------------------------------------------
+POOLS = {"/": ResourcePool("/"), "/p": ResourcePool("/p", limit=R(cpu=3)),
+         "/r": ResourcePool("/r", reservation=R(cpu=1, mem=1024))}
+
+
+def test_a_round_admits_across_pools_best_first_and_a_blocked_first_gang_stops_its_pool() -> None:
+    q, h = Queues(), Holdings()
+    q.add(gang("big", n=2, cpu=1, pool="/p", at=1), 0.0)
+    q.add(gang("next", n=2, cpu=1, pool="/p", at=2), 0.0)  # fits alone, not beside big (limit cpu=3)
+    q.add(gang("small", n=1, cpu=1, pool="/p", at=3), 0.0)  # would fit, but waits behind next
+    q.add(gang("root", n=1, pool="/", at=4, priority=1), 0.0)
+    got = admission_round(q, h, POOLS, {}, 10, 5.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["root", "big"]
+    nxt = q.get("next/0")
+    assert nxt is not None and nxt.state == State.WAITING and nxt.block == "pool" and nxt.starved_since == 5.0
+    assert "limit cpu=3 would be exceeded" in q.reasons["next/0"].reason
+    assert h.allocated["/p"] == R(cpu=2, mem=512) and {e.state for e in got} == {State.PLACING}
+
+
+def test_a_round_stops_at_max_n() -> None:
+    q, h = Queues(), Holdings()
+    for i in range(3):
+        q.add(gang(f"g{i}", n=1, at=i), 0.0)
+    assert [e.req.job_id for e in admission_round(q, h, POOLS, {}, 2, 0.0, 1.0, set())] == ["g0", "g1"]
+
+
+def test_a_non_preemptible_gang_beyond_its_reservation_backs_off_and_the_gangs_behind_go_on() -> None:
+    q, h = Queues(), Holdings()
+    q.add(dataclasses.replace(gang("pinned", n=2, cpu=1, pool="/r", at=1), preemptible=False), 0.0)
+    q.add(gang("free", n=2, cpu=1, pool="/r", at=2), 0.0)
+    got = admission_round(q, h, POOLS, {}, 10, 5.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["free"]
+    e = q.get("pinned/0")
+    assert e is not None and e.block == "reservation" and e.not_before == 6.0 and q.next_unpark() == 6.0
+
+
+def test_a_round_checks_the_entitlement_below_the_root() -> None:
+    q, h = Queues(), Holdings()
+    q.add(gang("a", n=4, cpu=1, pool="/r"), 0.0)
+    got = admission_round(q, h, POOLS, {"/": Entitlement(100, 10**6), "/r": Entitlement(2, 10**6)}, 10, 0.0, 1.0,
+                          set())
+    assert got == [] and "over pool /r's entitlement in cpu" in q.reasons["a/0"].reason
+
+
+# --- preemption orders and probes -------------------------------------------------------------------------------
+def _waiting(q: Queues, g: GangRequest) -> Entry:
+    return q.add(g, 0.0)
+
+
+def test_victims_are_ordered_once_by_kind_and_given_again_after_a_while() -> None:
+    q, h, pre = Queues(), Holdings(), Preemptions()
+    h.hold(running("mine", pool="/p", priority=0))
+    h.hold(running("theirs", pool="/o"))
+    e = _waiting(q, gang("w", pool="/p", priority=5))
+    assert pre.order(e, 1, [("mine/0", 1), ("theirs/0", 1)], h, 10.0) == [("/p", "priority"), ("/o", "reclaim")]
+    assert e.waits_for == ("mine/0", "theirs/0")
+    assert [(g, a) for g, a, _ in pre.take()] == [("mine/0", 1), ("theirs/0", 1)] and pre.take() == []
+    pre.again(69.0, 60.0)
+    assert pre.take() == []
+    pre.again(70.0, 60.0)
+    assert [g for g, _, _ in pre.take()] == ["mine/0", "theirs/0"]
+    pre.forget("mine/0")
+    assert set(pre.preempting) == {"theirs/0"}
+
+
+def test_nothing_is_ordered_when_anything_moved_on() -> None:
+    q, h, pre = Queues(), Holdings(), Preemptions()
+    h.hold(running("v", pool="/p"))
+    h.hold(running("pinned", pool="/p", preemptible=False))
+    e = _waiting(q, gang("w", pool="/p", priority=5))
+    assert pre.order(e, 1, [("v/0", 2)], h, 0.0) == []  # another attempt of the victim
+    assert pre.order(e, 1, [("v/0", 1), ("pinned/0", 1)], h, 0.0) == []  # one of them cannot be preempted
+    assert pre.order(e, 2, [("v/0", 1)], h, 0.0) == []  # another attempt of the waiting gang
+    assert pre.preempting == {} and e.waits_for == ()
+
+
+def test_probes_wait_for_the_settling_window_and_the_room_left() -> None:
+    q, h = Queues(), Holdings()
+    h.hold(running("low", pool="/p", priority=0, since=1.0))
+    es = [_waiting(q, gang(j, pool=p, priority=5)) for j, p in (("a", "/p"), ("b", "/p2"))]
+    for e in es:
+        q.starve(e, 100.0, "pool")
+    pools = {"/": ResourcePool("/"), "/p": ResourcePool("/p"), "/p2": ResourcePool("/p2")}
+    args = (h, pools, {}, R(cpu=64, mem=10**6))
+    assert find_probes(q.starved_heads(), 105.0, 8, 10.0, True, *args, set()) == []  # settling
+    probes = find_probes(q.starved_heads(), 110.0, 1, 10.0, True, *args, set())
+    assert len(probes) == 1 and probes[0].gang.job_id == "a" and [c for c, _ in probes[0].candidates] == ["low/0"]
+    assert es[0].probed_at == 110.0
+    assert find_probes([es[0]], 110.0 + PROBE_EVERY_S / 2, 8, 10.0, True, *args, set()) == []  # asked recently
+    assert find_probes([es[1]], 110.0, 8, 10.0, True, *args, set()) == []  # nothing to preempt in /p2
+
+
+def test_a_gang_entitled_without_hosts_probes_for_the_hosts_that_free_up_first() -> None:
+    q, h = Queues(), Holdings()
+    h.hold(running("ends", pool="/o", max_runtime_s=30, since=1.0))
+    e = _waiting(q, gang("w", pool="/p"))
+    q.starve(e, 0.0, "hosts")
+    e.reservation = Reservation(frozenset({"h1"}), None)
+    pools = {"/": ResourcePool("/"), "/p": ResourcePool("/p"), "/o": ResourcePool("/o")}
+    probes = find_probes([e], 50.0, 8, 10.0, False, h, pools, {}, R(cpu=64), set())
+    assert len(probes) == 1 and probes[0].candidates == () and [g for g, _ in probes[0].ending] == ["ends/0"]
+    e.block = "reservation"
+    e.probed_at = float("-inf")
+    assert find_probes([e], 60.0, 8, 10.0, False, h, pools, {}, R(cpu=64), set()) == []
+
+
+def test_an_entry_placed_leaves_the_starved_and_reserving_indexes() -> None:
+    q = Queues()
+    g = gang("a")
+    e = q.add(g, 0.0)
+    q.starve(e, 1.0, "hosts")
+    q.reserving["a/0"] = None
+    e.reservation = Reservation(frozenset({"h1"}), None)
+    assert q.live_reservations() == [("a/0", 1)]
+    q.pop_head("/")
+    q.admit(e)
+    q.place(e, dataclasses.replace(placement(g), members=(MemberAssignment(0, "t", "h1", "ip", R(cpu=1)),)))
+    assert q.starved == {} and q.reserving == {} and e.reservation is None and q.live_reservations() == []
+
+
+# --- callers ----------------------------------------------------------------------------------------------------
+def test_a_new_caller_replaces_the_current_one_for_good() -> None:
+    c = Current()
+    assert c.asks("") == (True, "") and c.asks("e1") == (True, "")  # no id: always answered; the first: no one replaced
+    assert c.asks("e2") == (True, "e1") and c.superseded("e1") and not c.superseded("e2") and not c.superseded("")
+    assert c.asks("e1") == (False, "") and c.id == "e2"  # a retired caller never comes back
+
+
+def test_only_the_last_retired_callers_are_remembered() -> None:
+    c = Current()
+    for i in range(MAX_RETIRED + 2):
+        c.asks(f"e{i}")
+    assert c.asks("e0") == (True, f"e{MAX_RETIRED + 1}")  # forgotten: it is taken as a new caller
+    assert c.asks(f"e{MAX_RETIRED}") == (False, "")
