@@ -1,7 +1,8 @@
 """The daemon: store, host manager (local, sim or Mesos backend), resource manager, placement engine and job
-manager, all four in one process by default (`--role` runs a subset). The components speak the internal services'
-contracts to each other: through the in-process transport (peloton/api/local.py) inside one process, over gRPC
-between processes, so splitting them changes wiring, not contracts."""
+manager, all four in one process by default (`--role` runs a subset). The components call each other through the
+typed clients of api/clients.py: straight to the component inside one process (resmgr/inprocess.py,
+hostmgr/inprocess.py), over gRPC between processes (api/grpc_clients.py), so splitting them changes wiring, not
+contracts."""
 
 from __future__ import annotations
 
@@ -33,7 +34,7 @@ from peloton.api.cluster import ClusterFacts, ClusterServicer, Leadership
 from peloton.api.component_auth import RequireSecret, SendSecret, load_secret
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.failover import FailoverStub, split_addresses
-from peloton.api.local import LocalStub
+from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
 from peloton.api.model_service import ModelBook, ModelServicer
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
@@ -56,7 +57,7 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.hostgroups import HostGroup
 from peloton.domain.resources import Resources
-from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.errors import FailedPrecondition, InvalidArgument, Unavailable
 from peloton.files import (
     create_private,
     make_dirs,
@@ -67,6 +68,7 @@ from peloton.files import (
 )
 from peloton.health import judge
 from peloton.hostmgr.backend import Backend
+from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
@@ -86,6 +88,7 @@ from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
 from peloton.ownership import LEADER, StoreGuard
 from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
+from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
 from peloton.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
@@ -673,13 +676,15 @@ class Daemon:
         if self.hostmgr is not None:  # only once the ports are ours: a refused start leaves the backend untouched
             self.hostmgr.start()
 
-        # The components speak the internal services' contracts to each other: over gRPC to another process, and
-        # through the in-process transport (same messages, servicers and errors, no network) inside this one.
+        # The components call each other through typed clients (api/clients.py): over gRPC to another process, and
+        # straight to the component inside this one (no message built, the same values and errors).
         self.channels: list[grpc.Channel] = []
-        resmgr_stub: Any = (LocalStub(resmgr_servicer) if "resmgr" in roles else
-                            self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address, "resmgr"))
-        hostmgr_stub: Any = (LocalStub(hostmgr_servicer) if "hostmgr" in roles else
-                             self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address, "hostmgr"))
+        resmgr_stub: Any = (InProcessResourceManager(self.resmgr) if self.resmgr is not None and "resmgr" in roles
+                            else self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address,
+                                            "resmgr", GrpcResourceManager))
+        hostmgr_stub: Any = (InProcessHostManager(self.hostmgr) if self.hostmgr is not None and "hostmgr" in roles
+                             else self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address,
+                                             "hostmgr", GrpcHostManager))
         self.jobmgr = None
         if "jobmgr" in roles:
             self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
@@ -870,14 +875,15 @@ class Daemon:
         self.channels.append(ch)
         return grpc.intercept_channel(ch, SendSecret(secret))
 
-    def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str) -> Any:
-        """The internal services of the `role` process, at one address or at several (its leader and standbys,
-        api/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
+    def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str,
+              client: Callable[[Any], Any]) -> Any:
+        """The typed client of the `role` process's internal services, at one address or at several (its leader
+        and standbys, api/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
         listed = split_addresses(addresses)
         if not listed or not self.cfg.roles & {"jobmgr", "placement"}:
             return None
-        stubs = [stub(self._channel(a)) for a in listed]
-        return stubs[0] if len(stubs) == 1 else FailoverStub(stubs, listed, role)
+        stubs = [ConnectedStub(stub(ch), ch) for ch in (self._channel(a) for a in listed)]
+        return client(stubs[0] if len(stubs) == 1 else FailoverStub(stubs, listed, role))
 
     def _serve_internal(self, hostmgr: HostManagerServicer | None,
                         resmgr: ResourceManagerServicer | None) -> grpc.Server:
@@ -917,8 +923,8 @@ class Daemon:
             try:
                 jm.recover()
                 return
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:  # type: ignore[attr-defined]
+            except Unavailable:
+                if time.monotonic() > deadline:
                     raise
                 log.info("recovery waits for resmgr/hostmgr to come up")
                 time.sleep(1.0)
