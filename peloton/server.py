@@ -679,15 +679,15 @@ class Daemon:
         # The components call each other through typed clients (api/clients.py): over gRPC to another process, and
         # straight to the component inside this one (no message built, the same values and errors).
         self.channels: list[grpc.Channel] = []
-        resmgr_stub: Any = (InProcessResourceManager(self.resmgr) if self.resmgr is not None and "resmgr" in roles
-                            else self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address,
-                                            "resmgr", GrpcResourceManager))
-        hostmgr_stub: Any = (InProcessHostManager(self.hostmgr) if self.hostmgr is not None and "hostmgr" in roles
-                             else self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address,
-                                             "hostmgr", GrpcHostManager))
+        resmgr_client: Any = (InProcessResourceManager(self.resmgr) if self.resmgr is not None and "resmgr" in roles
+                              else self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address,
+                                              "resmgr", GrpcResourceManager))
+        hostmgr_client: Any = (InProcessHostManager(self.hostmgr) if self.hostmgr is not None and "hostmgr" in roles
+                               else self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address,
+                                               "hostmgr", GrpcHostManager))
         self.jobmgr = None
         if "jobmgr" in roles:
-            self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_stub, hostmgr_stub,
+            self.jobmgr = JobManager(self.sessions, self.read_sessions, resmgr_client, hostmgr_client,
                                      writers=cfg.writers(), gpu_table=cfg.gpu_table_rows())
             max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
             # the backend is known where the host manager runs: a job manager without it warns of nothing
@@ -748,7 +748,7 @@ class Daemon:
                                     lambda: None if self._update_health() else None)
             self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
         if "placement" in roles:
-            engine = self.placement = PlacementEngine(resmgr_stub, hostmgr_stub, poll_ms=LONG_POLL_MS)
+            engine = self.placement = PlacementEngine(resmgr_client, hostmgr_client, poll_ms=LONG_POLL_MS)
             # a replaced leader places nothing (its plans would be refused at claim time anyway)
             self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
         self.loops.append(Loop("health", self._update_health, 5.0, self.clock))
