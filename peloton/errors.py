@@ -41,6 +41,11 @@ class Unavailable(PelotonError):
         self.leader = leader
 
 
+class Unreachable(Unavailable):
+    """An internal call that was never sent: no connection to the component could be made, so nothing it asked
+    for happened (a caller may treat it as refused; any other Unavailable may have ended a call that was begun)."""
+
+
 class Unauthenticated(PelotonError):
     """The caller did not prove who it is (no or an unknown token, no client certificate)."""
 

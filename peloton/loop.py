@@ -13,7 +13,6 @@ import time
 from collections.abc import Callable
 from typing import Protocol
 
-import grpc
 from prometheus_client import Counter, Gauge
 
 from peloton.errors import Unavailable
@@ -62,10 +61,10 @@ def progress() -> None:
 def _unavailable(e: BaseException) -> bool:
     if isinstance(e, Unavailable):
         return True
-    code = getattr(e, "code", None)
+    code = getattr(e, "code", None)  # a gRPC error that reached a loop unmapped (by its code's name: no grpcio here)
     if callable(code):
         try:
-            return code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED)
+            return getattr(code(), "name", "") in ("UNAVAILABLE", "DEADLINE_EXCEEDED")
         except Exception:  # noqa: BLE001 - not a gRPC error after all
             return False
     return False

@@ -1,7 +1,8 @@
 """The daemon: store, host manager (local, sim or Mesos backend), resource manager, placement engine and job
-manager, all four in one process by default (`--role` runs a subset). The components speak the internal services'
-contracts to each other: through the in-process transport (peloton/api/local.py) inside one process, over gRPC
-between processes, so splitting them changes wiring, not contracts."""
+manager, all four in one process by default (`--role` runs a subset). The components call each other through the
+typed clients of api/clients.py: straight to the component inside one process (resmgr/inprocess.py,
+hostmgr/inprocess.py), over gRPC between processes (api/grpc_clients.py), so splitting them changes wiring, not
+contracts."""
 
 from __future__ import annotations
 
@@ -28,7 +29,7 @@ from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.closing import RefuseWhileClosing
 from peloton.api.cluster import ClusterFacts, ClusterServicer
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
-from peloton.api.local import LocalStub
+from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
 from peloton.api.model_service import ModelBook, ModelServicer
 from peloton.api.status import RejectUndecodableRequests
 from peloton.api.v1 import (
@@ -51,7 +52,7 @@ from peloton.api.v1 import (
 from peloton.config import split_hostport
 from peloton.domain.hostgroups import HostGroup
 from peloton.domain.resources import Resources
-from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.errors import FailedPrecondition, InvalidArgument, Unavailable
 from peloton.files import (
     create_private,
     make_dirs,
@@ -60,6 +61,7 @@ from peloton.files import (
     warn_untraversable,
 )
 from peloton.hostmgr.backend import Backend
+from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
@@ -83,6 +85,7 @@ from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
 from peloton.observability import census
 from peloton.observability.health import judge
 from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
 from peloton.security import identity, run_as, startup
@@ -537,15 +540,16 @@ class Daemon:
         self.hold.serving_at(f"{host}:{bound}")
 
     def _connect_components(self) -> None:
-        """The components speak the internal services' contracts to each other: over gRPC to another process, and
-        through the in-process transport (same messages, servicers and errors, no network) inside this one."""
+        """The components call each other through typed clients (api/clients.py): over gRPC to another process, and
+        straight to the component inside this one (no message built, the same values and errors)."""
         cfg = self.cfg
-        self.resmgr_stub: Any = (
-            LocalStub(self.resmgr_servicer) if self.resmgr_servicer is not None else
-            self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address, "resmgr"))
-        self.hostmgr_stub: Any = (
-            LocalStub(self.hostmgr_servicer) if self.hostmgr_servicer is not None else
-            self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address, "hostmgr"))
+        self.resmgr_client: Any = (
+            InProcessResourceManager(self.resmgr) if self.resmgr is not None and "resmgr" in cfg.roles else
+            self._stub(internal_pb2_grpc.ResourceManagerInternalStub, cfg.resmgr_address, "resmgr",
+                       GrpcResourceManager))
+        self.hostmgr_client: Any = (
+            InProcessHostManager(self.hostmgr) if self.hostmgr is not None and "hostmgr" in cfg.roles else
+            self._stub(internal_pb2_grpc.HostManagerInternalStub, cfg.hostmgr_address, "hostmgr", GrpcHostManager))
 
     def _add_jobmgr(self) -> None:
         """The job manager and its public services, and the stored models beside the jobs that will name them."""
@@ -553,7 +557,7 @@ class Daemon:
         self.jobmgr = None
         if "jobmgr" not in cfg.roles:
             return
-        self.jobmgr = JobManager(self.sessions, self.read_sessions, self.resmgr_stub, self.hostmgr_stub,
+        self.jobmgr = JobManager(self.sessions, self.read_sessions, self.resmgr_client, self.hostmgr_client,
                                  writers=cfg.writers(), gpu_table=cfg.gpu_table_rows())
         max_waiting = cfg.max_waiting_jobs if self.authenticator.enabled else 0
         # the backend is known where the host manager runs: a job manager without it warns of nothing
@@ -621,7 +625,7 @@ class Daemon:
         if self.guard is not None:
             self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
         if "placement" in cfg.roles:
-            engine = self.placement = PlacementEngine(self.resmgr_stub, self.hostmgr_stub, poll_ms=LONG_POLL_MS)
+            engine = self.placement = PlacementEngine(self.resmgr_client, self.hostmgr_client, poll_ms=LONG_POLL_MS)
             # a replaced leader places nothing (its plans would be refused at claim time anyway)
             self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
         self.loops.append(Loop("health", self._update_health, 5.0, self.clock))
@@ -734,14 +738,16 @@ class Daemon:
         self.channels.append(ch)
         return grpc.intercept_channel(ch, SendSecret(secret))
 
-    def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str) -> Any:
-        """The internal services of the `role` process, at one address or at several (its leader and standbys,
-        leadership/failover.py); None when this process calls no other (a resmgr or hostmgr process alone)."""
+    def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str,
+              client: Callable[[Any], Any]) -> Any:
+        """The typed client of the `role` process's internal services, at one address or at several (its leader
+        and standbys, leadership/failover.py); None when this process calls no other (a resmgr or hostmgr process
+        alone)."""
         listed = split_addresses(addresses)
         if not listed or not self.cfg.roles & {"jobmgr", "placement"}:
             return None
-        stubs = [stub(self._channel(a)) for a in listed]
-        return stubs[0] if len(stubs) == 1 else FailoverStub(stubs, listed, role)
+        stubs = [ConnectedStub(stub(ch), ch) for ch in (self._channel(a) for a in listed)]
+        return client(stubs[0] if len(stubs) == 1 else FailoverStub(stubs, listed, role))
 
     def _serve_internal(self, hostmgr: HostManagerServicer | None,
                         resmgr: ResourceManagerServicer | None) -> grpc.Server:
@@ -781,8 +787,8 @@ class Daemon:
             try:
                 jm.recover()
                 return
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:  # type: ignore[attr-defined]
+            except Unavailable:
+                if time.monotonic() > deadline:
                     raise
                 log.info("recovery waits for resmgr/hostmgr to come up")
                 time.sleep(1.0)

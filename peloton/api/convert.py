@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING
 
 from google.protobuf import duration_pb2
 
+from peloton.api.clients import Probe, Victim
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.domain import checks, hostlabels
 from peloton.domain.checks import duration_seconds
@@ -537,3 +538,14 @@ def _victim_to_proto(gid: str, h: Holding) -> internal_pb2.Victim:
     return internal_pb2.Victim(gang_id=gid, attempt=h.attempt, ends_at=h.ends_at or 0.0, members=[
         internal_pb2.Assignment(hostname=host, resources=vec_to_proto(r)) for host, r in h.usage])
 
+
+
+def probe_from_proto(p: internal_pb2.PreemptionProbe) -> Probe:
+    return Probe(gang=gang_request_from_proto(p.gang), need=vec_from_proto(p.need),
+                 candidates=tuple(_victim_from_proto(v) for v in p.candidates),
+                 ending=tuple(_victim_from_proto(v) for v in p.ending))
+
+
+def _victim_from_proto(v: internal_pb2.Victim) -> Victim:
+    return Victim(v.gang_id, v.attempt, tuple((m.hostname, vec_from_proto(m.resources)) for m in v.members),
+                  v.ends_at)

@@ -11,9 +11,9 @@ from peloton.api.status import grpc_errors
 from peloton.api.v1 import host_pb2, host_pb2_grpc, internal_pb2, internal_pb2_grpc
 from peloton.domain import checks, limits
 from peloton.domain.checks import duration_seconds
+from peloton.hostmgr.inprocess import MAX_LOG_BYTES
 from peloton.hostmgr.manager import HostManager
 
-MAX_LOG_BYTES = 4 * 1024 * 1024
 MAX_RUNNING_PAGE = 10_000
 
 

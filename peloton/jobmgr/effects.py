@@ -11,11 +11,11 @@ import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-import grpc
 from prometheus_client import Gauge
 
-from peloton.api.status import from_rpc_error
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.api.clients import HostManagerClient, ResourceManagerClient
+from peloton.domain.placement import GangRequest
+from peloton.errors import PelotonError
 
 log = logging.getLogger(__name__)
 
@@ -28,7 +28,7 @@ class Outbox:
     kill: list[str] = field(default_factory=list)
     preempt: list[tuple[str, float]] = field(default_factory=list)  # (task id, grace seconds): a gentler kill
     release: list[tuple[str, int]] = field(default_factory=list)
-    enqueue: list[internal_pb2.GangRequest] = field(default_factory=list)  # `running` set: adoptions
+    enqueue: list[tuple[GangRequest, bool]] = field(default_factory=list)  # (gang, running: an adoption)
 
     def __len__(self) -> int:
         return len(self.kill) + len(self.preempt) + len(self.release) + len(self.enqueue)
@@ -41,8 +41,7 @@ class Outbox:
 
 
 class SideEffects:
-    def __init__(self, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
-                 hostmgr: internal_pb2_grpc.HostManagerInternalStub, on_error: Callable[[], None] | None = None):
+    def __init__(self, resmgr: ResourceManagerClient, hostmgr: HostManagerClient, on_error: Callable[[], None] | None = None):
         self.resmgr = resmgr
         self.hostmgr = hostmgr
         self._on_error = on_error
@@ -89,8 +88,8 @@ class SideEffects:
             try:
                 self._send(out)
                 backoff = 0.05
-            except grpc.RpcError as e:
-                log.warning("side effects not sent yet (retrying in %.1fs): %s", backoff, from_rpc_error(e).message)
+            except PelotonError as e:
+                log.warning("side effects not sent yet (retrying in %.1fs): %s", backoff, e.message)
                 with self._cond:
                     out.merge(self._pending)
                     self._pending = out
@@ -109,18 +108,18 @@ class SideEffects:
     def _send(self, out: Outbox) -> None:
         """Each part is removed from `out` once sent, so a retry sends only what is left."""
         while out.kill:
-            self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=out.kill[:CHUNK]), timeout=30)
+            self.hostmgr.kill(out.kill[:CHUNK])
             del out.kill[:CHUNK]
         while out.preempt:
             grace = out.preempt[0][1]
             batch = [tid for tid, g in out.preempt if g == grace][:CHUNK]
-            self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=batch, grace_s=grace), timeout=30)
+            self.hostmgr.kill(batch, grace)
             sent = set(batch)
             out.preempt = [x for x in out.preempt if x[0] not in sent]
         while out.release:
-            keys = [internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in out.release[:CHUNK]]
-            self.resmgr.RemoveGangs(internal_pb2.RemoveGangsRequest(gangs=keys), timeout=30)
+            self.resmgr.remove_gangs(out.release[:CHUNK])
             del out.release[:CHUNK]
         while out.enqueue:
-            self.resmgr.EnqueueGangs(internal_pb2.EnqueueGangsRequest(gangs=out.enqueue[:CHUNK]), timeout=30)
+            chunk = out.enqueue[:CHUNK]
+            self.resmgr.enqueue([g for g, running in chunk if not running], [g for g, running in chunk if running])
             del out.enqueue[:CHUNK]

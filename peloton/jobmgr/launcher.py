@@ -16,16 +16,14 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 
-import grpc
 from prometheus_client import Counter, Histogram
 
-from peloton.api import convert
-from peloton.api.status import from_rpc_error
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.domain.model import split_gang_id
 from peloton.domain.placement import GangPlacement, PlacementFailure
 from peloton.domain.spec import JobSpec
+from peloton.errors import PelotonError, Unreachable
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
@@ -44,20 +42,12 @@ UNREACHABLE_RETRY_S = 3.0  # how long a launch that finds no host manager is tri
 UNREACHABLE_PAUSE_S = 0.25
 
 
-def _never_sent(e: grpc.RpcError) -> bool:
-    """The call never reached a server: gRPC found no connection to make (its words for it, from the channel's
-    address picking), so the host manager started nothing. Any other UNAVAILABLE may have ended a call it began."""
-    return (e.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-            and "failed to connect to all addresses" in (e.details() or ""))  # type: ignore[attr-defined]
-
-
-def _key(p: GangPlacement) -> internal_pb2.GangKey:
-    return internal_pb2.GangKey(gang_id=p.gang_id, attempt=p.attempt)
+def _key(p: GangPlacement) -> tuple[str, int]:
+    return p.gang_id, p.attempt
 
 
 class Launcher:
-    def __init__(self, writer: Writers, resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
-                 hostmgr: internal_pb2_grpc.HostManagerInternalStub,
+    def __init__(self, writer: Writers, resmgr: ResourceManagerClient, hostmgr: HostManagerClient,
                  on_resmgr: Callable[[str], None] = lambda incarnation: None) -> None:
         """`on_resmgr(incarnation)`: told resmgr's incarnation on every answer (a new one: it forgot every gang)."""
         self.writer = writer
@@ -67,15 +57,13 @@ class Launcher:
         self.id = uuid.uuid4().hex  # resmgr hands again what a job manager of another id took and did not ack
 
     def launch_once(self, timeout_ms: int = 1000) -> bool:
-        resp = self.resmgr.GetPlacements(internal_pb2.GetPlacementsRequest(max=BATCH, timeout_ms=timeout_ms,
-                                                                           consumer=self.id),
-                                         timeout=timeout_ms / 1000 + 10)
+        resp = self.resmgr.get_placements(BATCH, timeout_ms / 1000, self.id)
         self._on_resmgr(resp.incarnation)
         if resp.pending:
-            self._record_pending([convert.failure_from_proto(f) for f in resp.pending])
+            self._record_pending(resp.pending)
         if resp.preempt:
-            self._preempt([(p.gang_id, p.attempt, p.reason) for p in resp.preempt])
-        placements = [convert.placement_from_proto(p) for p in resp.placements]
+            self._preempt(resp.preempt)
+        placements = resp.placements
         if not placements:
             return bool(resp.pending) or bool(resp.preempt)
         with LAUNCH_PASS.time():
@@ -148,16 +136,14 @@ class Launcher:
         gangs = [self._gang_launch(p, spec) for p, spec in accepted.values()]
         accepted_placements = [p for p, _ in accepted.values()]
         durable = time.monotonic()  # the launch intents are committed
-        request = internal_pb2.LaunchGangsRequest(gangs=[convert.gang_launch_to_proto(g) for g in gangs])
         try:
-            r = self._send_launch(request)
-            results = [convert.launch_result_from_proto(x) for x in r.results]
-        except grpc.RpcError as e:
-            if _never_sent(e):
-                # no connection, so no member was started (a host manager that stays away): the gangs go back to
+            results = self._send_launch(gangs)
+        except PelotonError as e:
+            if isinstance(e, Unreachable):
+                # never sent, so no member was started (a host manager that stays away): the gangs go back to
                 # their queue as the same attempts, as after a refusal, and their claims are let go
                 log.warning("launching %d gangs: the host manager could not be reached (%s): queued again as the "
-                            "same attempts", len(gangs), (e.details() or "").split(";")[0])  # type: ignore[attr-defined]
+                            "same attempts", len(gangs), e.message)
                 GANG_LAUNCHES.labels("refused").inc(len(gangs))
                 self._apply_results([LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, "",
                                                   "the host manager could not be reached") for g in gangs])
@@ -165,7 +151,7 @@ class Launcher:
                 return
             # the outcome is unknown (the host manager may have started some): the gangs stay LAUNCHING; the
             # reconciler asks the backend about their members and the launch deadline ends them if need be
-            log.error("launching %d gangs: %s", len(gangs), from_rpc_error(e).message)
+            log.error("launching %d gangs: %s", len(gangs), e.message)
             GANG_LAUNCHES.labels("unknown").inc(len(gangs))
             return
         launched = time.monotonic() - durable
@@ -177,32 +163,30 @@ class Launcher:
         if bad:
             self._apply_results(bad)
 
-    def _send_launch(self, request: internal_pb2.LaunchGangsRequest) -> internal_pb2.LaunchGangsResponse:
+    def _send_launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
         """LaunchGangs; a call that found no connection is tried again for a few seconds (a host manager that has
         just failed over or restarted: the channel reconnects within a second), as it started nothing."""
         deadline = time.monotonic() + UNREACHABLE_RETRY_S
         while True:
             try:
-                return self.hostmgr.LaunchGangs(request, timeout=60)  # type: ignore[no-any-return]
-            except grpc.RpcError as e:
-                if not _never_sent(e) or time.monotonic() >= deadline:
+                return self.hostmgr.launch(gangs)
+            except Unreachable:
+                if time.monotonic() >= deadline:
                     raise
             time.sleep(UNREACHABLE_PAUSE_S)
 
     def _release(self, placements: Sequence[GangPlacement]) -> None:
         try:
-            self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=[_key(p) for p in placements]),
-                                       timeout=30)
-        except grpc.RpcError as e:  # claims expire on their own
-            log.warning("releasing claims: %s", from_rpc_error(e).message)
+            self.hostmgr.release_claims([_key(p) for p in placements])
+        except PelotonError as e:  # claims expire on their own
+            log.warning("releasing claims: %s", e.message)
 
     def _ack(self, done: Sequence[GangPlacement], retry: Sequence[GangPlacement],
              release: Sequence[GangPlacement] = ()) -> None:
         try:
-            self.resmgr.AckPlacements(internal_pb2.AckPlacementsRequest(
-                done=[_key(p) for p in done], retry=[_key(p) for p in retry]), timeout=30)
-        except grpc.RpcError as e:  # resmgr times them out back to its queue; the intent check rejects repeats
-            log.warning("acknowledging placements: %s", from_rpc_error(e).message)
+            self.resmgr.ack_placements([_key(p) for p in done], [_key(p) for p in retry])
+        except PelotonError as e:  # resmgr times them out back to its queue; the intent check rejects repeats
+            log.warning("acknowledging placements: %s", e.message)
         gone = [*retry, *release]
         if gone:
             self._release(gone)

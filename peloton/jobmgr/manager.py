@@ -19,20 +19,17 @@ import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
-import grpc
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton.api import convert
-from peloton.api.status import from_rpc_error
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain.launch import TaskStatus
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
-from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound
+from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PelotonError
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
@@ -135,8 +132,8 @@ class JobManager:
         self,
         sessions: sessionmaker[Session],
         read_sessions: sessionmaker[Session],
-        resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
-        hostmgr: internal_pb2_grpc.HostManagerInternalStub,
+        resmgr: ResourceManagerClient,
+        hostmgr: HostManagerClient,
         clock: Callable[[], float] = time.time,
         writers: int = 1,
         gpu_table: GpuTable = DEFAULT_TABLE,
@@ -180,12 +177,10 @@ class JobManager:
         out = Outbox(kill=list(eff.kill), preempt=list(eff.preempt), release=list(eff.release))
         for j, i in eff.enqueue:
             if j in views:
-                out.enqueue.append(convert.gang_request_to_proto(gang_request(views[j], i)))
+                out.enqueue.append((gang_request(views[j], i), False))
         for j, i in eff.adopt:
             if j in views:
-                p = convert.gang_request_to_proto(gang_request(views[j], i))
-                p.running = True
-                out.enqueue.append(p)
+                out.enqueue.append((gang_request(views[j], i), True))
         if eff.restarts:
             GANG_RESTARTS.inc(eff.restarts)
         for launching, waited in eff.started:
@@ -356,12 +351,9 @@ class JobManager:
             now = time.monotonic()
             if index is not None and now - checked < CAPACITY_TTL_S:
                 return index  # another thread refreshed it while this one waited
-            try:
-                r = self.hostmgr.ClusterCapacity(internal_pb2.ClusterCapacityRequest(if_version=version), timeout=10)
-            except grpc.RpcError as e:
-                raise from_rpc_error(e) from None
-            if not r.unchanged:
-                version, index = r.version, HostIndex([convert.offer_from_proto(o) for o in r.hosts])
+            version, hosts = self.hostmgr.cluster_capacity(version)
+            if hosts is not None:
+                index = HostIndex(hosts)
             with self._cap_lock:
                 self._cap = (version, index, now)
             return index
@@ -412,12 +404,11 @@ class JobManager:
             reports = []
             for t in members:
                 try:
-                    r = self.hostmgr.ReadTaskLog(internal_pb2.ReadTaskLogRequest(
-                        task_id=t.task_id, stream="metrics", offset=-metrics.READ_BYTES,
-                        max_bytes=metrics.READ_BYTES), timeout=5)
-                except grpc.RpcError:
+                    content, _ = self.hostmgr.read_log(t.task_id, "metrics", -metrics.READ_BYTES, metrics.READ_BYTES,
+                                                       timeout_s=5)
+                except PelotonError:
                     continue
-                rep = metrics.parse(r.content)
+                rep = metrics.parse(content)
                 if rep is not None:
                     reports.append(rep)
             plan = plans.choice_from_dict(json.loads(g.plan))
@@ -510,16 +501,9 @@ class JobManager:
         state = task.state.value if attempt == task.attempt else next(
             (e.state.value for e in reversed(events) if e.attempt == attempt), "")
         task_id = policy.task_id_for(job_id, instance, attempt)
-        req = internal_pb2.ReadTaskLogRequest(task_id=task_id, stream=stream or "stdout")
-        if offset is None:
-            req.offset, req.max_bytes = -tail, tail
-        else:
-            req.offset, req.max_bytes = offset, LOG_READ_MAX
-        try:
-            r = self.hostmgr.ReadTaskLog(req, timeout=30)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return task_id, r.content, r.next_offset, state
+        start, size = (-tail, tail) if offset is None else (offset, LOG_READ_MAX)
+        content, nxt = self.hostmgr.read_log(task_id, stream or "stdout", start, size)
+        return task_id, content, nxt, state
 
     def snapshot(self, job_ids: Sequence[str], tasks: bool) -> list[JobChange]:
         """The current state of these jobs (and their tasks), for a watch that starts or cannot resume."""
@@ -606,9 +590,9 @@ class JobManager:
 
     def _remove_sandboxes(self, job_ids: list[str]) -> None:
         try:
-            self.hostmgr.RemoveSandboxes(internal_pb2.RemoveSandboxesRequest(job_ids=job_ids), timeout=60)
-        except grpc.RpcError as e:  # the records are gone; the files are left (they cost only disk)
-            log.warning("removing the sandboxes of %d deleted jobs: %s", len(job_ids), from_rpc_error(e).message)
+            self.hostmgr.remove_sandboxes(job_ids)
+        except PelotonError as e:  # the records are gone; the files are left (they cost only disk)
+            log.warning("removing the sandboxes of %d deleted jobs: %s", len(job_ids), e.message)
 
     # --- status updates ---------------------------------------------------------------------------------------
     def apply_statuses(self, statuses: Sequence[TaskStatus]) -> None:
@@ -640,10 +624,7 @@ class JobManager:
         self.writer.mutate_by_job(by_job, statuses_of)  # by shard: a job missing from a shard's views is deleted
 
     def events_once(self, timeout_ms: int = 1000) -> bool:
-        r = self.hostmgr.WaitTaskEvents(
-            internal_pb2.WaitTaskEventsRequest(after_seq=self._after_seq, max_events=2000, timeout_ms=timeout_ms),
-            timeout=timeout_ms / 1000 + 10,
-        )
+        r = self.hostmgr.wait_events(self._after_seq, 2000, timeout_ms / 1000)
         if r.stream_id != self._stream_id:
             if self._stream_id:
                 log.warning("host manager restarted: reconciling every live task")
@@ -657,10 +638,10 @@ class JobManager:
             self._full_reconcile_at = 0.0
         if not r.events:
             return False
-        self.apply_statuses([convert.status_from_proto(e) for e in r.events])
-        self._after_seq = r.events[-1].seq
+        self.apply_statuses([st for _, st in r.events])
+        self._after_seq = r.events[-1][0]
         # only now, with the updates committed, may the backend acknowledge them upstream
-        self.hostmgr.AckTaskEvents(internal_pb2.AckTaskEventsRequest(up_to_seq=self._after_seq), timeout=30)
+        self.hostmgr.ack_events(self._after_seq)
         return True
 
     # --- recovery -----------------------------------------------------------------------------------------------
@@ -684,7 +665,7 @@ class JobManager:
         if strays:
             log.warning("killing %d tasks no job claims: %s", len(strays), ", ".join(strays[:10]))
             for i in range(0, len(strays), RPC_CHUNK):
-                self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=strays[i:i + RPC_CHUNK]), timeout=30)
+                self.hostmgr.kill(strays[i:i + RPC_CHUNK])
                 progress()  # (recovery after regaining the lock runs in the store loop's pass)
         statuses = self._reconcile(live)
 
@@ -704,9 +685,8 @@ class JobManager:
         out: list[str] = []
         token = ""
         while True:
-            r = self.hostmgr.ListRunningTasks(internal_pb2.ListRunningTasksRequest(page_token=token), timeout=60)
-            out += r.task_ids
-            token = r.next_page_token
+            page, token = self.hostmgr.running_tasks(token)
+            out += page
             progress()
             if not token:
                 return out
@@ -730,9 +710,7 @@ class JobManager:
     def _reconcile(self, task_ids: Sequence[str]) -> dict[str, TaskStatus]:
         out: dict[str, TaskStatus] = {}
         for i in range(0, len(task_ids), RPC_CHUNK):
-            r = self.hostmgr.ReconcileTasks(internal_pb2.ReconcileTasksRequest(task_ids=task_ids[i:i + RPC_CHUNK]),
-                                            timeout=60)
-            out.update({p.task_id: convert.status_from_proto(p) for p in r.statuses})
+            out.update({st.task_id: st for st in self.hostmgr.reconcile(task_ids[i:i + RPC_CHUNK])})
             progress()  # recovery and a full reconciliation ask about every live member, chunk by chunk
         return out
 
@@ -740,7 +718,7 @@ class JobManager:
     def _evict_from_drained_hosts(self, now: float) -> None:
         """Gangs still on a host whose drain deadline has passed are preempted whole (they go back to their queue
         and lose no attempt). The drains are the host manager's."""
-        drains = dict(self.hostmgr.ListDrains(internal_pb2.ListDrainsRequest(), timeout=30).drains)
+        drains = self.hostmgr.drains()
         due = frozenset(h for h, deadline in drains.items() if deadline and deadline <= now)
         if not due:
             return
@@ -831,7 +809,7 @@ class JobManager:
         again = [tid for tid, st in statuses.items()
                  if st.state == TaskState.RUNNING and tid in by_id and by_id[tid].state in STOPPING]
         if again:  # a kill that did not take (or was lost): ask again
-            self.hostmgr.KillTasks(internal_pb2.KillTasksRequest(task_ids=again), timeout=30)
+            self.hostmgr.kill(again)
         if drift:
             log.warning("reconciliation found %d tasks whose state drifted", len(drift))
             self.apply_statuses(drift)
@@ -843,9 +821,7 @@ class JobManager:
         again, as recovery would."""
         unknown: list[tuple[str, int]] = []
         for i in range(0, len(keys), RPC_CHUNK):
-            r = self.resmgr.CheckGangs(internal_pb2.CheckGangsRequest(gangs=[
-                internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in keys[i:i + RPC_CHUNK]]), timeout=30)
-            unknown += [(k.gang_id, k.attempt) for k in r.unknown]
+            unknown += self.resmgr.unknown_gangs(keys[i:i + RPC_CHUNK])
             progress()
         if not unknown:
             return

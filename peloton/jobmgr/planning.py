@@ -11,12 +11,9 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
-import grpc
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton.api import convert
-from peloton.api.status import from_rpc_error
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain import limits
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers, worker_roles
@@ -37,8 +34,7 @@ class PlanOutcome:
 
 
 class Planner:
-    def __init__(self, read_sessions: sessionmaker[Session], hostmgr: internal_pb2_grpc.HostManagerInternalStub,
-                 resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
+    def __init__(self, read_sessions: sessionmaker[Session], hostmgr: HostManagerClient, resmgr: ResourceManagerClient,
                  capacity: Callable[[], HostIndex | None], gpu_table: GpuTable = DEFAULT_TABLE) -> None:
         self.read_sessions = read_sessions
         self.gpu_table = gpu_table  # --gpu-table: the built-in one with the operator's rows
@@ -132,20 +128,8 @@ class Planner:
     def _entitled_gpus(self, pool: str, asking: Resources) -> int | None:
         """The whole GPUs `pool` would be entitled to if it also asked for `asking`; None while the resource
         manager does not know (no capacity yet, or the pool is not its)."""
-        try:
-            r = self.resmgr.GetPoolUsage(internal_pb2.GetPoolUsageRequest(
-                path=pool, extra_demand=convert.vec_to_proto(asking)), timeout=10)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        for p in r.pools:
-            if p.HasField("entitlement_gpu"):
-                return int(p.entitlement_gpu + 1e-9)
-        return None
+        return self.resmgr.entitled_gpus(pool, asking)
 
     def _free_now(self) -> HostIndex | None:
-        try:
-            r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=0), timeout=10)
-        except grpc.RpcError as e:
-            raise from_rpc_error(e) from None
-        return HostIndex([convert.offer_from_proto(o) for o in r.hosts])
+        return HostIndex(self.hostmgr.sync_hosts(0, timeout_s=10).offers)
 

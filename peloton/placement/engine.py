@@ -17,15 +17,16 @@ from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
 
-from peloton.api import convert
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.api.clients import HostManagerClient, Probe, Reserved, ResourceManagerClient, Victim
+from peloton.domain.placement import PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
 from peloton.placement.reservation import Reservation, place_around, reserve, reserve_after
 from peloton.placement.victims import Candidate, choose_victims
 
 if TYPE_CHECKING:
-    from peloton.domain.placement import PlacementFailure
+    from peloton.api.clients import Preemption
+    from peloton.domain.placement import GangPlacement
 
 log = logging.getLogger(__name__)
 
@@ -48,8 +49,8 @@ PROBES = Counter("peloton_placement_preemption_probes_total", "Waiting gangs che
 class PlacementEngine:
     def __init__(
         self,
-        resmgr: internal_pb2_grpc.ResourceManagerInternalStub,
-        hostmgr: internal_pb2_grpc.HostManagerInternalStub,
+        resmgr: ResourceManagerClient,
+        hostmgr: HostManagerClient,
         batch: int = 500,
         poll_ms: int = 1000,
         clock: Callable[[], float] = time.time,
@@ -72,9 +73,8 @@ class PlacementEngine:
         self._unplaced_pruned = time.monotonic()
 
     def _sync(self) -> None:
-        r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=self._version,
-                                                                  stream_id=self._stream_id), timeout=30)
-        offers = [convert.offer_from_proto(o) for o in r.hosts]
+        r = self.hostmgr.sync_hosts(self._version, self._stream_id)
+        offers = r.offers
         if r.full:
             self.index = HostIndex(offers)
             self._capacity = {o.hostname: o.capacity for o in offers}
@@ -101,36 +101,28 @@ class PlacementEngine:
 
     def run_once(self) -> bool:
         self._sync()  # the capacity resmgr divides among the pools (cheap: only what changed)
-        resp = self.resmgr.DequeueGangs(
-            internal_pb2.DequeueGangsRequest(
-                max_gangs=self.batch, timeout_ms=self.poll_ms, engine=self.id,
-                capacity=convert.vec_to_proto(self._total) if self._total is not None else None),
-            timeout=self.poll_ms / 1000 + 10,
-        )
+        resp = self.resmgr.dequeue(self.batch, self.poll_ms / 1000, self._total, self.id)
         if resp.release_claims:
             # before this round claims anything: a gang placed again claims under the same key
-            self.hostmgr.ReleaseClaims(internal_pb2.ReleaseClaimsRequest(gangs=resp.release_claims), timeout=30)
+            self.hostmgr.release_claims(resp.release_claims)
             ORPHANED_CLAIMS.inc(len(resp.release_claims))
-        live = {(k.gang_id, k.attempt) for k in resp.reserving}
+        live = set(resp.reserving)
         for key in [k for k in self.reservations if k not in live]:
             del self.reservations[key]
         preemptions, reservations = self._probe(resp.probes) if resp.probes else ([], [])
         if not resp.gangs:
             if preemptions or reservations:
-                self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(
-                    preemptions=preemptions, reservations=reservations, engine=self.id), timeout=30)
+                self.resmgr.set_placements([], [], [], preemptions, reservations, self.id)
             return bool(resp.release_claims) or bool(resp.probes)
         with ROUNDS.time():
-            gangs = [convert.gang_request_from_proto(g) for g in resp.gangs]
+            gangs = resp.gangs
             try:
                 self._sync()
                 placements, failures = place_around(gangs, self.index, self.reservations, self.clock())
-                claimed: list[internal_pb2.Placement] = []
-                refused: list[internal_pb2.Failure] = []
+                claimed: list[GangPlacement] = []
+                refused: list[PlacementFailure] = []
                 if placements:
-                    c = self.hostmgr.ClaimPlacements(internal_pb2.ClaimPlacementsRequest(
-                        placements=[convert.placement_to_proto(p) for p in placements]), timeout=30)
-                    claimed, refused = list(c.claimed), list(c.refused)
+                    claimed, refused = self.hostmgr.claim(placements)
                     if refused:
                         # the hosts changed under us: give back what the copy took; the next sync corrects it
                         gone = {(f.gang_id, f.attempt) for f in refused}
@@ -140,23 +132,18 @@ class PlacementEngine:
             except Exception:
                 # nothing was decided: every gang goes back to its queue at once
                 self._version = 0  # and the next round starts from a full copy
-                self.resmgr.SetPlacements(internal_pb2.SetPlacementsRequest(failures=[
-                    internal_pb2.Failure(gang_id=g.gang_id, job_id=g.job_id, attempt=g.attempt, stale=True,
-                                         reason="placement round failed") for g in gangs], engine=self.id), timeout=30)
+                self.resmgr.set_placements([], [], [PlacementFailure(g.gang_id, g.job_id, g.attempt,
+                                                                     "placement round failed") for g in gangs],
+                                           [], [], self.id)
                 raise
-            self.resmgr.SetPlacements(
-                internal_pb2.SetPlacementsRequest(
-                    placements=claimed, failures=[convert.failure_to_proto(f) for f in failures] + refused,
-                    preemptions=preemptions, reservations=reservations, engine=self.id),
-                timeout=30,
-            )
+            self.resmgr.set_placements(claimed, failures, refused, preemptions, reservations, self.id)
         self._count(claimed, failures, refused)
         if claimed:
             log.debug("placed %d gangs (%d unplaced, %d stale)", len(claimed), len(failures), len(refused))
         return True
 
-    def _count(self, claimed: Sequence[internal_pb2.Placement], failures: Sequence[PlacementFailure],
-               refused: Sequence[internal_pb2.Failure]) -> None:
+    def _count(self, claimed: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
+               refused: Sequence[PlacementFailure]) -> None:
         TRIES.labels("placed").inc(len(claimed))
         TRIES.labels("unplaced").inc(len(failures))
         TRIES.labels("stale").inc(len(refused))
@@ -173,21 +160,20 @@ class PlacementEngine:
             self._unplaced = {k: t for k, t in self._unplaced.items() if now - t < UNPLACED_MEMORY_S}
             self._unplaced_pruned = now
 
-    def _probe(self, probes: Sequence[internal_pb2.PreemptionProbe]
-               ) -> tuple[list[internal_pb2.Preemption], list[internal_pb2.Reservation]]:
+    def _probe(self, probes: Sequence[Probe]) -> tuple[list[Preemption], list[Reserved]]:
         """For each waiting gang resmgr sent: the victims whose removal lets the placer place it, if any will do,
         and the hosts it is to get (kept from other gangs until it is placed). On this round's copy of the hosts,
         left as it was."""
-        preemptions, reservations = [], []
+        preemptions: list[Preemption] = []
+        reservations: list[Reserved] = []
         for probe in probes:
-            gang = convert.gang_request_from_proto(probe.gang)
-            key = internal_pb2.GangKey(gang_id=gang.gang_id, attempt=gang.attempt)
-            victims = choose_victims(gang, _candidates(probe.candidates), convert.vec_from_proto(probe.need),
+            gang = probe.gang
+            key = (gang.gang_id, gang.attempt)
+            victims = choose_victims(gang, _candidates(probe.candidates), probe.need,
                                      self.index) if probe.candidates else None
             PROBES.labels("victims" if victims else "none").inc()
             if victims:
-                preemptions.append(internal_pb2.Preemption(gang=key, victims=[
-                    internal_pb2.GangKey(gang_id=v.gang_id, attempt=v.attempt) for v in victims]))
+                preemptions.append((key, [(v.gang_id, v.attempt) for v in victims]))
                 r = reserve_after(gang, victims, self.index)
             else:
                 ending = [(c, v.ends_at) for c, v in zip(_candidates(probe.ending), probe.ending, strict=True)]
@@ -196,17 +182,15 @@ class PlacementEngine:
                 self.reservations.pop((gang.gang_id, gang.attempt), None)
                 continue
             self.reservations[(gang.gang_id, gang.attempt)] = r
-            reservations.append(internal_pb2.Reservation(gang=key, hosts=sorted(r.hosts),
-                                                         expected_start=r.start or 0.0))
+            reservations.append((key, sorted(r.hosts), r.start or 0.0))
         return preemptions, reservations
 
 
-def _candidates(victims: Sequence[internal_pb2.Victim]) -> list[Candidate]:
+def _candidates(victims: Sequence[Victim]) -> list[Candidate]:
     out = []
     for v in victims:
-        usage = tuple((m.hostname, convert.vec_from_proto(m.resources)) for m in v.members)
         total = Resources()
-        for _, r in usage:
+        for _, r in v.usage:
             total = total + r
-        out.append(Candidate(v.gang_id, v.attempt, usage, total))
+        out.append(Candidate(v.gang_id, v.attempt, v.usage, total))
     return out

@@ -8,8 +8,21 @@ from typing import Any
 import grpc
 import pytest
 
-from peloton.api.local import LocalRpcError
 from peloton.leadership.failover import FailoverStub, split_addresses
+
+
+class LocalRpcError(grpc.RpcError):
+    """A failed call as grpcio raises it: its status code and details."""
+
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
 
 
 class FakeStub:

@@ -14,8 +14,10 @@ import grpc
 import pytest
 
 from peloton.api import convert
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
-from peloton.domain.launch import LaunchOutcome, LaunchResult
+from peloton.api.clients import GangKey, Placed
+from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager
+from peloton.api.v1 import internal_pb2_grpc
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
@@ -46,13 +48,13 @@ class FakeResmgr:
         self.placements = placements
         self.acks: list[tuple[list[tuple[str, int]], list[tuple[str, int]]]] = []
 
-    def GetPlacements(self, req: Any, timeout: float) -> internal_pb2.GetPlacementsResponse:
-        out = internal_pb2.GetPlacementsResponse(placements=[convert.placement_to_proto(p) for p in self.placements])
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
+        out = Placed(self.placements, [], [], "")
         self.placements = []
         return out
 
-    def AckPlacements(self, req: internal_pb2.AckPlacementsRequest, timeout: float) -> None:
-        self.acks.append(([(k.gang_id, k.attempt) for k in req.done], [(k.gang_id, k.attempt) for k in req.retry]))
+    def ack_placements(self, done: list[GangKey], retry: list[GangKey]) -> None:
+        self.acks.append((list(done), list(retry)))
 
 
 class FakeHostmgr:
@@ -62,15 +64,12 @@ class FakeHostmgr:
         self.released: list[tuple[str, int]] = []
         self.launched: list[list[str]] = []
 
-    def ReleaseClaims(self, req: internal_pb2.ReleaseClaimsRequest, timeout: float) -> None:
-        self.released += [(k.gang_id, k.attempt) for k in req.gangs]
+    def release_claims(self, gangs: list[GangKey]) -> None:
+        self.released += gangs
 
-    def LaunchGangs(self, req: internal_pb2.LaunchGangsRequest, timeout: float) -> internal_pb2.LaunchGangsResponse:
-        self.launched += [[t.task_id for t in g.tasks] for g in req.gangs]
-        return internal_pb2.LaunchGangsResponse(results=[
-            convert.launch_result_to_proto(LaunchResult(g.gang_id, g.attempt, self.outcome,
-                                                        g.tasks[0].task_id, self.message))
-            for g in req.gangs])
+    def launch(self, gangs: list[GangLaunch]) -> list[LaunchResult]:
+        self.launched += [[t.task_id for t in g.tasks] for g in gangs]
+        return [LaunchResult(g.gang_id, g.attempt, self.outcome, g.tasks[0].task_id, self.message) for g in gangs]
 
 
 def job(job_id: str) -> policy.JobView:
@@ -134,8 +133,9 @@ def test_a_failed_launch_costs_an_attempt() -> None:
 
 def test_a_host_manager_that_cannot_be_reached_started_nothing_so_the_gang_is_queued_again_as_the_same_attempt(
         monkeypatch: pytest.MonkeyPatch) -> None:
-    """A real channel to a port nobody listens on: gRPC's own words for a call that never left (a host manager
-    failing over), tried again for a while, then given up. Nothing was started, so no attempt is used."""
+    """A real channel to a port nobody listens on (a host manager failing over): the launch is not sent while the
+    channel has no connection, tried again for a while, then given up. Nothing was started, so no attempt is
+    used."""
     monkeypatch.setattr("peloton.jobmgr.launcher.UNREACHABLE_RETRY_S", 0.6)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
@@ -143,28 +143,31 @@ def test_a_host_manager_that_cannot_be_reached_started_nothing_so_the_gang_is_qu
     a = job("a")
     with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
         rm = FakeResmgr([placed(a)])
-        Launcher(FakeWriter({"a": a}, None), rm, internal_pb2_grpc.HostManagerInternalStub(ch)  # type: ignore[arg-type]
-                 ).launch_once(timeout_ms=0)
+        hm = GrpcHostManager(ConnectedStub(internal_pb2_grpc.HostManagerInternalStub(ch), ch))
+        Launcher(FakeWriter({"a": a}, None), rm, hm).launch_once(timeout_ms=0)  # type: ignore[arg-type]
     g = a.gangs[0].gang
     assert g.state == GangState.QUEUED and g.attempt == 1 and "could not be reached" in g.reason, g.reason
     assert all(t.state == TaskState.PENDING for t in a.gangs[0].members())
 
 
 class _Dropped(grpc.RpcError):
+    """A call cut once sent, in gRPC's words for a connection it could not make: the text does not matter."""
+
     def code(self) -> grpc.StatusCode:
         return grpc.StatusCode.UNAVAILABLE
 
     def details(self) -> str:
-        return "Socket closed"
+        return "failed to connect to all addresses; Socket closed"
 
 
 def test_a_launch_call_cut_once_sent_leaves_the_gang_launching_for_the_reconciler() -> None:
-    class Cut(FakeHostmgr):
+    class Cut:
         def LaunchGangs(self, req: Any, timeout: float) -> Any:
             raise _Dropped()
 
     a = job("a")
-    run({"a": a}, [placed(a)], hm=Cut())
+    rm = FakeResmgr([placed(a)])
+    Launcher(FakeWriter({"a": a}), rm, GrpcHostManager(Cut())).launch_once(timeout_ms=0)  # type: ignore[arg-type]
     assert a.gangs[0].gang.state == GangState.LAUNCHING and a.gangs[0].gang.attempt == 1
 
 

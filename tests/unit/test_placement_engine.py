@@ -1,5 +1,5 @@
 """The placement engine between a real resmgr and a real host manager (over a fake backend), spoken to over real
-gRPC: placements are claimed and handed to resmgr, and the claim of a placement resmgr dropped before jobmgr took
+gRPC (the typed clients of a split deployment) and in one process (the in-process clients): placements are claimed and handed to resmgr, and the claim of a placement resmgr dropped before jobmgr took
 it (job stopped, resmgr reset) is released before the next claims instead of holding the hosts until it expires."""
 
 from __future__ import annotations
@@ -10,13 +10,16 @@ from concurrent import futures
 import grpc
 import pytest
 
+from peloton.api.grpc_clients import GrpcHostManager, GrpcResourceManager
 from peloton.api.v1 import internal_pb2_grpc
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.resources import Resources
+from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer
 from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer
 from tests.unit.test_hostmgr_manager import FakeBackend
@@ -31,19 +34,25 @@ def gang(job: str, n: int = 2) -> GangRequest:
                        members=tuple(MemberRequest(i, f"{job}-{i}-1", r) for i in range(n)))
 
 
-@pytest.fixture
-def parts() -> Iterator[tuple[PlacementEngine, ResourceManager, HostManager]]:
+@pytest.fixture(params=["grpc", "inprocess"])
+def parts(request: pytest.FixtureRequest) -> Iterator[tuple[PlacementEngine, ResourceManager, HostManager]]:
     rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
     hm = HostManager(FakeBackend(), clock=lambda: 1000.0, claim_ttl_s=3600)  # claims never expire here
     hm.start()
+    if request.param == "inprocess":
+        try:
+            yield PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), poll_ms=50), rm, hm
+        finally:
+            hm.stop()
+        return
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
     internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
     internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
     port = server.add_insecure_port("127.0.0.1:0")
     server.start()
     channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    engine = PlacementEngine(internal_pb2_grpc.ResourceManagerInternalStub(channel),
-                             internal_pb2_grpc.HostManagerInternalStub(channel), poll_ms=50)
+    engine = PlacementEngine(GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(channel)),
+                             GrpcHostManager(internal_pb2_grpc.HostManagerInternalStub(channel)), poll_ms=50)
     try:
         yield engine, rm, hm
     finally:

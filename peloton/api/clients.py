@@ -1,0 +1,182 @@
+"""The internal services as the components call them: typed Python methods over domain values, raising only the
+error hierarchy (peloton/errors.py). Protobuf and grpcio stay behind these interfaces.
+
+Two implementations of each: over gRPC to another process (`api/grpc_clients.py`: converts with convert.py, maps a
+failed call to an error by its status code), and in one process straight to the component (`resmgr/inprocess.py`,
+`hostmgr/inprocess.py`: no message is built, the same frozen values pass by reference). server.py picks one per
+role. This module imports neither grpc nor protobuf, so the components that use it do not either (.importlinter).
+"""
+
+from __future__ import annotations
+
+import functools
+import logging
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Protocol, TypeVar
+
+from peloton import errors
+from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
+from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, PlacementFailure
+from peloton.domain.resources import Resources
+
+log = logging.getLogger(__name__)
+
+GangKey = tuple[str, int]  # (gang id, attempt)
+Preemption = tuple[GangKey, list[GangKey]]  # a waiting gang and the victims that make room for it
+Reserved = tuple[GangKey, list[str], float]  # a waiting gang, the hosts kept for it, its expected start
+
+
+@dataclass(frozen=True, slots=True)
+class Victim:
+    """A gang holding resources, as a preemption probe names it: where it holds what, and when it ends at the
+    latest (0: no max_runtime)."""
+
+    gang_id: str
+    attempt: int
+    usage: tuple[tuple[str, Resources], ...]
+    ends_at: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Probe:
+    """A waiting gang only preemption can start: its candidate victims (most preferred first), what they must
+    free besides hosts, and the placed gangs that end by a max_runtime (earliest first) for a reservation."""
+
+    gang: GangRequest
+    need: Resources
+    candidates: tuple[Victim, ...]
+    ending: tuple[Victim, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Dequeued:
+    """One DequeueGangs answer: admitted gangs to place, orphaned claims to release first, preemption probes, and
+    the gangs whose reservations are still live."""
+
+    gangs: list[GangRequest]
+    release_claims: list[GangKey]
+    probes: list[Probe]
+    reserving: list[GangKey]
+
+
+@dataclass(frozen=True, slots=True)
+class Placed:
+    """One GetPlacements answer: claimed placements to launch, why some gangs still wait, the gangs to preempt
+    (gang id, attempt, reason), and resmgr's incarnation (a new one forgot every gang)."""
+
+    placements: list[GangPlacement]
+    pending: list[PlacementFailure]
+    preempt: list[tuple[str, int, str]]
+    incarnation: str
+
+
+@dataclass(frozen=True, slots=True)
+class HostChanges:
+    """SyncHosts: the free state of every host that changed since a version (`full`: of every host)."""
+
+    stream_id: str
+    version: int
+    full: bool
+    offers: list[HostOffer]
+    removed: list[str]
+
+
+@dataclass(frozen=True, slots=True)
+class TaskEvents:
+    """WaitTaskEvents: (sequence number, status) updates, the stream they belong to, and whether some were lost."""
+
+    events: list[tuple[int, TaskStatus]]
+    stream_id: str
+    gap: bool
+
+
+class ResourceManagerClient(Protocol):
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest]) -> None:
+        """Queue `gangs`; register `running` (adopted after a restart) as holding their resources."""
+
+    def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
+        """Long poll for admitted gangs (placement engine `engine`; `capacity`: the cluster's total)."""
+
+    def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
+                       stale: Sequence[PlacementFailure], preemptions: Sequence[Preemption],
+                       reservations: Sequence[Reserved], engine: str) -> None:
+        """A placement round's outcome (`stale`: gangs that go back to their queue at once)."""
+
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
+        """Long poll for claimed placements (launcher `consumer`)."""
+
+    def ack_placements(self, done: Sequence[GangKey], retry: Sequence[GangKey]) -> None:
+        """Placements whose launch intent is durable (`done`), and those to queue again (`retry`)."""
+
+    def unknown_gangs(self, gangs: Sequence[GangKey]) -> list[GangKey]:
+        """Those of `gangs` resmgr neither queues nor holds an allocation for."""
+
+    def remove_gangs(self, gangs: Sequence[GangKey]) -> None:
+        """Forget these gangs: out of their queue, their allocation released."""
+
+    def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
+        """The whole GPUs `pool` would be entitled to if it also asked for `extra_demand`; None while unknown."""
+
+
+class HostManagerClient(Protocol):
+    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
+        """The hosts' free state changed since `since_version` of stream `stream_id` (0: all of it)."""
+
+    def claim(self, placements: Sequence[GangPlacement]) -> tuple[list[GangPlacement], list[PlacementFailure]]:
+        """Claim each placement whole: (claimed, with concrete GPUs and ports; refused, stale)."""
+
+    def release_claims(self, gangs: Sequence[GangKey]) -> None:
+        """Release the claims of these gangs."""
+
+    def cluster_capacity(self, if_version: int) -> tuple[int, list[HostOffer] | None]:
+        """(version, every host's full capacity), or (version, None) when unchanged since `if_version`."""
+
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        """Start each gang whole. errors.Unreachable: never sent, nothing started; any other error: the outcome is
+        unknown."""
+
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
+        """Kill these tasks (after `grace_s` of SIGTERM, where given)."""
+
+    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> TaskEvents:
+        """Long poll for status updates after `after_seq`."""
+
+    def ack_events(self, up_to_seq: int) -> None:
+        """The updates up to `up_to_seq` are durable: the backend may acknowledge them upstream."""
+
+    def reconcile(self, task_ids: Sequence[str]) -> list[TaskStatus]:
+        """What the backend knows of these tasks now."""
+
+    def running_tasks(self, page_token: str) -> tuple[list[str], str]:
+        """A page of the ids of the tasks running on the backend, and the next page's token ("": the last)."""
+
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int,
+                 timeout_s: float = 30) -> tuple[bytes, int]:
+        """(content, offset after it) of a task's stdout, stderr or metrics file."""
+
+    def drains(self) -> dict[str, float]:
+        """hostname -> drain deadline (0: none) of every draining host."""
+
+    def remove_sandboxes(self, job_ids: Sequence[str]) -> int:
+        """Remove these jobs' sandboxes; how many were removed."""
+
+
+F = TypeVar("F", bound=Callable[..., object])
+
+
+def service_errors(fn: F) -> F:
+    """An in-process call raises what a remote one would: its own PelotonError as it is, anything else as an
+    internal error (logged here, as the servicers do), so callers handle one error hierarchy either way."""
+
+    @functools.wraps(fn)
+    def wrapper(*args: object, **kwargs: object) -> object:
+        try:
+            return fn(*args, **kwargs)
+        except errors.PelotonError:
+            raise
+        except Exception as e:  # noqa: BLE001 - mapped, never lost
+            log.exception("internal error in %s", fn.__qualname__)
+            raise errors.PelotonError(f"internal error in {fn.__name__}; see the daemon log") from e
+
+    return wrapper  # type: ignore[return-value]

@@ -1,0 +1,224 @@
+"""The internal services' clients over gRPC (the interfaces are api/clients.py): each method builds its request
+with convert.py, calls the stub, and turns the answer back into domain values; a failed call becomes the error
+hierarchy by its status code (codes.py's table, through status.from_rpc_error), never by its text.
+
+A launch must know whether it was sent at all (nothing started: the gang goes back to its queue as the same
+attempt). gRPC does not say so by code, so `ConnectedStub` sends such a call only over a connected channel and
+otherwise raises `NotSent` without sending it; that is mapped to errors.Unreachable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import grpc
+
+from peloton import errors
+from peloton.api import convert
+from peloton.api.clients import Dequeued, GangKey, HostChanges, Placed, Preemption, Reserved, TaskEvents
+from peloton.api.status import from_rpc_error
+from peloton.api.v1 import internal_pb2
+from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
+from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, PlacementFailure
+from peloton.domain.resources import Resources
+
+SEND_ONLY_WHEN_CONNECTED = frozenset({"LaunchGangs"})  # not safe to repeat blindly, so "never sent" matters
+CONNECT_WAIT_S = 0.5  # how long such a call waits for a channel that is not connected before it is not sent
+
+
+class NotSent(grpc.RpcError):
+    """A call not sent: its channel had no connection (UNAVAILABLE, so FailoverStub moves on as for any other)."""
+
+    def __init__(self, method: str) -> None:
+        super().__init__(f"{method}: not sent (no connection)")
+        self._method = method
+
+    def code(self) -> grpc.StatusCode:
+        return grpc.StatusCode.UNAVAILABLE
+
+    def details(self) -> str:
+        return f"{self._method}: not sent: no connection to the component"
+
+
+class ConnectedStub:
+    """A generated stub over `channel` whose SEND_ONLY_WHEN_CONNECTED methods are sent only while the channel is
+    connected (its state as gRPC last reported it: one field read; otherwise up to CONNECT_WAIT_S for it to
+    connect), so that their failure before sending is known for certain."""
+
+    def __init__(self, stub: Any, channel: grpc.Channel) -> None:
+        self._stub = stub
+        self._channel = channel
+        self._state = grpc.ChannelConnectivity.IDLE
+        channel.subscribe(self._changed, try_to_connect=False)
+
+    def _changed(self, state: grpc.ChannelConnectivity) -> None:
+        self._state = state
+
+    def _connected(self) -> bool:
+        if self._state == grpc.ChannelConnectivity.READY:
+            return True
+        try:
+            grpc.channel_ready_future(self._channel).result(timeout=CONNECT_WAIT_S)
+        except grpc.FutureTimeoutError:
+            return False
+        return True
+
+    def __getattr__(self, name: str) -> Callable[..., Any]:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        method = getattr(self._stub, name)
+        if name not in SEND_ONLY_WHEN_CONNECTED:
+            return method  # type: ignore[no-any-return]
+
+        def call(request: Any, **kwargs: Any) -> Any:
+            if not self._connected():
+                raise NotSent(name)
+            return method(request, **kwargs)
+
+        return call
+
+
+def _error(e: grpc.RpcError) -> errors.PelotonError:
+    if isinstance(e, NotSent):
+        return errors.Unreachable(e.details())
+    return from_rpc_error(e)
+
+
+def _keys(keys: Sequence[GangKey]) -> list[internal_pb2.GangKey]:
+    return [internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in keys]
+
+
+class GrpcResourceManager:
+    """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several)."""
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+
+    def _call(self, method: str, request: Any, timeout_s: float) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout_s)
+        except grpc.RpcError as e:
+            raise _error(e) from None
+
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest]) -> None:
+        adopted = [convert.gang_request_to_proto(g) for g in running]
+        for p in adopted:
+            p.running = True
+        self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
+            gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted]), 30)
+
+    def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
+        r = self._call("DequeueGangs", internal_pb2.DequeueGangsRequest(
+            max_gangs=max_gangs, timeout_ms=round(timeout_s * 1000), engine=engine,
+            capacity=convert.vec_to_proto(capacity) if capacity is not None else None), timeout_s + 10)
+        return Dequeued(gangs=[convert.gang_request_from_proto(g) for g in r.gangs],
+                        release_claims=[(k.gang_id, k.attempt) for k in r.release_claims],
+                        probes=[convert.probe_from_proto(p) for p in r.probes],
+                        reserving=[(k.gang_id, k.attempt) for k in r.reserving])
+
+    def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
+                       stale: Sequence[PlacementFailure], preemptions: Sequence[Preemption],
+                       reservations: Sequence[Reserved], engine: str) -> None:
+        self._call("SetPlacements", internal_pb2.SetPlacementsRequest(
+            placements=[convert.placement_to_proto(p) for p in placements],
+            failures=[*(convert.failure_to_proto(f) for f in failures),
+                      *(convert.failure_to_proto(f, stale=True) for f in stale)],
+            preemptions=[internal_pb2.Preemption(gang=internal_pb2.GangKey(gang_id=g, attempt=a), victims=_keys(v))
+                         for (g, a), v in preemptions],
+            reservations=[internal_pb2.Reservation(gang=internal_pb2.GangKey(gang_id=g, attempt=a), hosts=hosts,
+                                                   expected_start=start) for (g, a), hosts, start in reservations],
+            engine=engine), 30)
+
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
+        r = self._call("GetPlacements", internal_pb2.GetPlacementsRequest(
+            max=max_placements, timeout_ms=round(timeout_s * 1000), consumer=consumer), timeout_s + 10)
+        return Placed(placements=[convert.placement_from_proto(p) for p in r.placements],
+                      pending=[convert.failure_from_proto(f) for f in r.pending],
+                      preempt=[(p.gang_id, p.attempt, p.reason) for p in r.preempt], incarnation=r.incarnation)
+
+    def ack_placements(self, done: Sequence[GangKey], retry: Sequence[GangKey]) -> None:
+        self._call("AckPlacements", internal_pb2.AckPlacementsRequest(done=_keys(done), retry=_keys(retry)), 30)
+
+    def unknown_gangs(self, gangs: Sequence[GangKey]) -> list[GangKey]:
+        r = self._call("CheckGangs", internal_pb2.CheckGangsRequest(gangs=_keys(gangs)), 30)
+        return [(k.gang_id, k.attempt) for k in r.unknown]
+
+    def remove_gangs(self, gangs: Sequence[GangKey]) -> None:
+        self._call("RemoveGangs", internal_pb2.RemoveGangsRequest(gangs=_keys(gangs)), 30)
+
+    def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
+        r = self._call("GetPoolUsage", internal_pb2.GetPoolUsageRequest(
+            path=pool, extra_demand=convert.vec_to_proto(extra_demand)), 10)
+        for p in r.pools:
+            if p.HasField("entitlement_gpu"):
+                return int(p.entitlement_gpu + 1e-9)
+        return None
+
+
+class GrpcHostManager:
+    """HostManagerClient over a HostManagerInternal stub (a ConnectedStub, or a FailoverStub of them)."""
+
+    def __init__(self, stub: Any) -> None:
+        self._stub = stub
+
+    def _call(self, method: str, request: Any, timeout_s: float) -> Any:
+        try:
+            return getattr(self._stub, method)(request, timeout=timeout_s)
+        except grpc.RpcError as e:
+            raise _error(e) from None
+
+    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
+        r = self._call("SyncHosts", internal_pb2.SyncHostsRequest(since_version=since_version, stream_id=stream_id),
+                       timeout_s)
+        return HostChanges(r.stream_id, r.version, r.full, [convert.offer_from_proto(o) for o in r.hosts],
+                           list(r.removed))
+
+    def claim(self, placements: Sequence[GangPlacement]) -> tuple[list[GangPlacement], list[PlacementFailure]]:
+        r = self._call("ClaimPlacements", internal_pb2.ClaimPlacementsRequest(
+            placements=[convert.placement_to_proto(p) for p in placements]), 30)
+        return [convert.placement_from_proto(p) for p in r.claimed], [convert.failure_from_proto(f)
+                                                                      for f in r.refused]
+
+    def release_claims(self, gangs: Sequence[GangKey]) -> None:
+        self._call("ReleaseClaims", internal_pb2.ReleaseClaimsRequest(gangs=_keys(gangs)), 30)
+
+    def cluster_capacity(self, if_version: int) -> tuple[int, list[HostOffer] | None]:
+        r = self._call("ClusterCapacity", internal_pb2.ClusterCapacityRequest(if_version=if_version), 10)
+        return r.version, None if r.unchanged else [convert.offer_from_proto(o) for o in r.hosts]
+
+    def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        r = self._call("LaunchGangs", internal_pb2.LaunchGangsRequest(
+            gangs=[convert.gang_launch_to_proto(g) for g in gangs]), 60)
+        return [convert.launch_result_from_proto(x) for x in r.results]
+
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
+        self._call("KillTasks", internal_pb2.KillTasksRequest(task_ids=task_ids, grace_s=grace_s or 0.0), 30)
+
+    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> TaskEvents:
+        r = self._call("WaitTaskEvents", internal_pb2.WaitTaskEventsRequest(
+            after_seq=after_seq, max_events=max_events, timeout_ms=round(timeout_s * 1000)), timeout_s + 10)
+        return TaskEvents([(e.seq, convert.status_from_proto(e)) for e in r.events], r.stream_id, r.gap)
+
+    def ack_events(self, up_to_seq: int) -> None:
+        self._call("AckTaskEvents", internal_pb2.AckTaskEventsRequest(up_to_seq=up_to_seq), 30)
+
+    def reconcile(self, task_ids: Sequence[str]) -> list[TaskStatus]:
+        r = self._call("ReconcileTasks", internal_pb2.ReconcileTasksRequest(task_ids=task_ids), 60)
+        return [convert.status_from_proto(p) for p in r.statuses]
+
+    def running_tasks(self, page_token: str) -> tuple[list[str], str]:
+        r = self._call("ListRunningTasks", internal_pb2.ListRunningTasksRequest(page_token=page_token), 60)
+        return list(r.task_ids), r.next_page_token
+
+    def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int,
+                 timeout_s: float = 30) -> tuple[bytes, int]:
+        r = self._call("ReadTaskLog", internal_pb2.ReadTaskLogRequest(
+            task_id=task_id, stream=stream, offset=offset, max_bytes=max_bytes), timeout_s)
+        return r.content, r.next_offset
+
+    def drains(self) -> dict[str, float]:
+        return dict(self._call("ListDrains", internal_pb2.ListDrainsRequest(), 30).drains)
+
+    def remove_sandboxes(self, job_ids: Sequence[str]) -> int:
+        return int(self._call("RemoveSandboxes", internal_pb2.RemoveSandboxesRequest(job_ids=job_ids), 60).removed)

@@ -1,0 +1,125 @@
+"""The typed clients of the internal services (api/clients.py): over gRPC a failed call becomes the error hierarchy
+by its status code, never by its text; a launch is sent only over a connected channel, so "never sent" is known;
+in one process a component's own error passes as it is and any other becomes an internal error."""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+
+import grpc
+import pytest
+
+from peloton import errors
+from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager, NotSent
+from peloton.api.v1 import internal_pb2
+from peloton.domain.model import ResourcePool
+from peloton.domain.resources import Resources
+from peloton.hostmgr.inprocess import InProcessHostManager
+from peloton.hostmgr.manager import HostManager
+from peloton.leadership.failover import FailoverStub
+from peloton.resmgr.inprocess import InProcessResourceManager
+from peloton.resmgr.manager import ResourceManager
+from tests.unit.test_hostmgr_manager import FakeBackend
+
+
+class Failed(grpc.RpcError):
+    def __init__(self, code: grpc.StatusCode, details: str) -> None:
+        super().__init__(details)
+        self._code, self._details = code, details
+
+    def code(self) -> grpc.StatusCode:
+        return self._code
+
+    def details(self) -> str:
+        return self._details
+
+
+class FailingStub:
+    def __init__(self, error: grpc.RpcError) -> None:
+        self.error = error
+        self.calls: list[str] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(request: Any, timeout: float | None = None) -> Any:
+            self.calls.append(name)
+            raise self.error
+
+        return call
+
+
+@pytest.mark.parametrize(("code", "cls"), [
+    (grpc.StatusCode.NOT_FOUND, errors.NotFound),
+    (grpc.StatusCode.INVALID_ARGUMENT, errors.InvalidArgument),
+    (grpc.StatusCode.ABORTED, errors.Conflict),
+    (grpc.StatusCode.DEADLINE_EXCEEDED, errors.Unavailable),
+    (grpc.StatusCode.INTERNAL, errors.PelotonError),
+])
+def test_a_failed_call_is_the_error_of_its_code(code: grpc.StatusCode, cls: type[errors.PelotonError]) -> None:
+    with pytest.raises(errors.PelotonError) as e:
+        GrpcResourceManager(FailingStub(Failed(code, "the details"))).remove_gangs([("j/0", 1)])
+    assert type(e.value) is cls and e.value.message == "the details"
+
+
+def test_unavailable_is_never_taken_for_not_sent_by_its_text() -> None:
+    """gRPC's words for a connection it could not make, on a call that was sent: the outcome is unknown."""
+    stub = FailingStub(Failed(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"))
+    with pytest.raises(errors.Unavailable) as e:
+        GrpcHostManager(stub).launch([])
+    assert not isinstance(e.value, errors.Unreachable) and stub.calls == ["LaunchGangs"]
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])  # closed again: connections are refused
+
+
+def test_a_launch_over_a_channel_without_connection_is_not_sent_and_says_so() -> None:
+    sent: list[str] = []
+
+    class Recording:
+        def __getattr__(self, name: str) -> Any:
+            return lambda request, timeout=None: sent.append(name)
+
+    with grpc.insecure_channel(f"127.0.0.1:{_closed_port()}") as ch:
+        hm = GrpcHostManager(ConnectedStub(Recording(), ch))
+        with pytest.raises(errors.Unreachable):
+            hm.launch([])
+        hm.kill(["t-0-1"])  # other calls go as they are (and fail as gRPC says: here the fake records them)
+    assert sent == ["KillTasks"]
+
+
+def test_a_call_not_sent_moves_a_failover_stub_on_like_any_unavailable_one() -> None:
+    class Answering:
+        def LaunchGangs(self, request: Any, timeout: float | None = None) -> Any:
+            return internal_pb2.LaunchGangsResponse()
+
+    with grpc.insecure_channel(f"127.0.0.1:{_closed_port()}") as ch:
+        failover = FailoverStub([ConnectedStub(FailingStub(NotSent("LaunchGangs")), ch), Answering()],
+                                ["a:1", "b:2"], "hostmgr")
+        hm = GrpcHostManager(failover)
+        with pytest.raises(errors.Unreachable):
+            hm.launch([])
+        assert failover.address == "b:2"
+        assert hm.launch([]) == []
+
+
+def test_in_process_a_components_own_error_passes_as_it_is_and_any_other_becomes_internal() -> None:
+    rm = InProcessResourceManager(ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0))
+    assert rm.entitled_gpus("/nope", Resources(gpu=1)) is None
+
+    class Broken(HostManager):
+        def drains(self) -> dict[str, float]:
+            raise KeyError("bug")
+
+        def remove_sandboxes(self, job_ids: Any) -> int:
+            raise errors.NotFound("job x: no sandbox", field="job_ids")
+
+    hm = InProcessHostManager(Broken(FakeBackend(), clock=lambda: 1000.0))
+    with pytest.raises(errors.PelotonError, match="internal error in drains") as e:
+        hm.drains()
+    assert type(e.value) is errors.PelotonError
+    with pytest.raises(errors.NotFound) as nf:
+        hm.remove_sandboxes(["x"])
+    assert nf.value.field == "job_ids"
