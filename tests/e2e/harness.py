@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 PELOTON = [sys.executable, "-m", "peloton.cli.main"]
 from peloton.hostmgr.local import cgroups  # noqa: E402
@@ -233,8 +233,11 @@ def kill_sandboxed_processes(root: Path, timeout: float = 10.0) -> list[int]:
     return found
 
 
+D = TypeVar("D", bound="Daemon")
+
+
 @contextmanager
-def serving(d: Daemon) -> Iterator[Daemon]:
+def serving(d: D) -> Iterator[D]:
     """`d` started for the block, then stopped, and its tasks (which outlive a daemon by design) killed."""
     try:
         d.start()  # (a start that times out leaves the process running: stopped below too)

@@ -124,7 +124,10 @@ class Replay:
             update_retry_interval=10.0 * SCALE, update_retry_max=600.0 * SCALE, client_time_scale=SCALE,
             agent_removal_timeout=removal * SCALE, launch_delay=0.02, kill_delay=0.02,
             executor_exit_delay=0.05 * SCALE, task_runtime=self._runtime, chunk_size=None).start()
-        self.agent_map = {a["id"]: la.agent_id for a, la in zip(self.cluster["agents"], agents, strict=True)}
+        self.agent_map: dict[str, str] = {}  # recorded agent id -> the live one (each agent has one once started)
+        for a, la in zip(self.cluster["agents"], agents, strict=True):
+            assert la.agent_id is not None
+            self.agent_map[a["id"]] = la.agent_id
         self.streams: dict[str, LiveStream] = {}
         self.rec_streams: dict[str, dict[str, Any]] = {}  # name -> recorded stream info
         self.stream_id_map: dict[str, str] = {}

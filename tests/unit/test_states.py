@@ -101,8 +101,8 @@ def test_the_documented_states_are_the_states_of_the_code(name: str, enum: type[
         assert targets <= values
     table = TABLES[name]
     assert set(table) == set(enum)
-    for targets in table.values():
-        assert targets <= set(enum)
+    for allowed in table.values():
+        assert allowed <= set(enum)
 
 
 @pytest.mark.parametrize("name,frm,to,legal", _all_pairs())
