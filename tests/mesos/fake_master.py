@@ -577,7 +577,7 @@ class FakeMaster:
     def __enter__(self) -> FakeMaster:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *_exc: Any) -> None:
         self.stop()
 
     @property
@@ -587,10 +587,6 @@ class FakeMaster:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self._port}"
-
-    @property
-    def scheduler_url(self) -> str:
-        return self.url + SCHEDULER_PATH
 
     @property
     def master_id(self) -> str:
@@ -625,12 +621,6 @@ class FakeMaster:
             return [{"offer_id": o.offer_id, "agent_id": o.agent_id, "framework_id": o.framework_id,
                      "role": o.role, "resources": dict(o.resources)}
                     for o in self._offers.values() if framework_id in (None, o.framework_id)]
-
-    def agent_free(self, agent_id: str) -> Res:
-        with self._lock:
-            a = self._agent(agent_id)
-            assert a is not None
-            return res_sub(a.total, a.used)
 
     def calls_of(self, call_type: str) -> list[dict[str, Any]]:
         return [c for c in self.calls if c.get("type") == call_type]
@@ -1823,18 +1813,6 @@ class FakeMaster:
 # --------------------------------------------------------------------------------------------------------------
 # Tiny client for tests (http.client, RecordIO parsed as bytes)
 # --------------------------------------------------------------------------------------------------------------
-
-
-def recordio_records(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    buf = bytearray()
-    for c in chunks:
-        buf += c
-        while (nl := buf.find(b"\n")) >= 0:
-            n = int(buf[:nl])
-            if len(buf) < nl + 1 + n:
-                break
-            yield bytes(buf[nl + 1:nl + 1 + n])
-            del buf[:nl + 1 + n]
 
 
 class Subscription:

@@ -65,7 +65,6 @@ class LiveStream:
         self.events: list[tuple[float, Any]] = []
         self.ended = False
         self.eof_clean = False
-        self.closed_by_client = False
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._read, args=(t0,), daemon=True)
         self.thread.start()
@@ -97,7 +96,6 @@ class LiveStream:
                 self.cond.wait(left)
 
     def close(self) -> None:
-        self.closed_by_client = True
         self.sub.close()
 
 
@@ -279,7 +277,6 @@ class Replay:
         for s in self.streams.values():
             if not s.ended:
                 s.close()
-                s.closed_by_client = False  # closed by the harness at the end, not by the scenario
         for s in self.streams.values():
             s.thread.join(2)
         self.master.stop()

@@ -14,9 +14,19 @@ from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
 from peloton.store import db, repo
-from peloton.store.fence import Fence, Fenced, current_epoch, take_epoch, take_epochs
+from peloton.store.fence import EPOCH_KEY, Fence, Fenced, take_epochs
 from peloton.store.lock import HEARTBEAT_KEY, Owner, PostgresLock, role_leaders, standbys
 from tests.dbutil import postgres_database
+
+
+def take_epoch(sessions: sessionmaker[Session]) -> int:
+    """The job manager's next epoch (take_epochs of the job manager alone)."""
+    return take_epochs(sessions)[EPOCH_KEY]
+
+
+def current_epoch(sessions: sessionmaker[Session]) -> int:
+    with db.transaction(sessions) as s:
+        return int(repo.get_meta(s, EPOCH_KEY) or 0)
 
 
 @pytest.fixture

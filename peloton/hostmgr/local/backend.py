@@ -106,8 +106,6 @@ _CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its p
 CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
 TASK_CGROUPS = ("auto", "off")
 
-LocalHostConfig = HostConfig  # the name earlier releases used
-
 
 def make_local_hosts(
     n: int | None,
