@@ -918,7 +918,7 @@ class Daemon:
                 jm.recover()
                 return
             except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:  # type: ignore[attr-defined]
+                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:
                     raise
                 log.info("recovery waits for resmgr/hostmgr to come up")
                 time.sleep(1.0)

@@ -47,8 +47,8 @@ UNREACHABLE_PAUSE_S = 0.25
 def _never_sent(e: grpc.RpcError) -> bool:
     """The call never reached a server: gRPC found no connection to make (its words for it, from the channel's
     address picking), so the host manager started nothing. Any other UNAVAILABLE may have ended a call it began."""
-    return (e.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-            and "failed to connect to all addresses" in (e.details() or ""))  # type: ignore[attr-defined]
+    return (e.code() == grpc.StatusCode.UNAVAILABLE
+            and "failed to connect to all addresses" in (e.details() or ""))
 
 
 def _key(p: GangPlacement) -> internal_pb2.GangKey:
@@ -157,7 +157,7 @@ class Launcher:
                 # no connection, so no member was started (a host manager that stays away): the gangs go back to
                 # their queue as the same attempts, as after a refusal, and their claims are let go
                 log.warning("launching %d gangs: the host manager could not be reached (%s): queued again as the "
-                            "same attempts", len(gangs), (e.details() or "").split(";")[0])  # type: ignore[attr-defined]
+                            "same attempts", len(gangs), (e.details() or "").split(";")[0])
                 GANG_LAUNCHES.labels("refused").inc(len(gangs))
                 self._apply_results([LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, "",
                                                   "the host manager could not be reached") for g in gangs])
@@ -183,7 +183,7 @@ class Launcher:
         deadline = time.monotonic() + UNREACHABLE_RETRY_S
         while True:
             try:
-                return self.hostmgr.LaunchGangs(request, timeout=60)  # type: ignore[no-any-return]
+                return self.hostmgr.LaunchGangs(request, timeout=60)
             except grpc.RpcError as e:
                 if not _never_sent(e) or time.monotonic() >= deadline:
                     raise

@@ -512,7 +512,7 @@ def call(api: Api, case: Case) -> Outcome:
     try:
         return Outcome(grpc.StatusCode.OK, "", fn(request, timeout=RPC_TIMEOUT))
     except grpc.RpcError as e:
-        return Outcome(e.code(), e.details() or "")  # type: ignore[attr-defined]
+        return Outcome(e.code(), e.details() or "")
 
 
 def snapshot(api: Api) -> tuple[set[str], list[tuple[str, str, str, float]]]:
@@ -521,7 +521,7 @@ def snapshot(api: Api) -> tuple[set[str], list[tuple[str, str, str, float]]]:
     pools = [(p.path, p.reservation.SerializeToString(deterministic=True),
               p.limit.SerializeToString(deterministic=True) if p.HasField("limit") else "-", p.share)
              for p in api.pools.ListPools(respool_pb2.ListPoolsRequest(), timeout=RPC_TIMEOUT).pools]
-    return jobs, pools  # type: ignore[return-value]
+    return jobs, pools
 
 
 def check_expected(case: Case, out: Outcome, store: str) -> None:

@@ -150,7 +150,7 @@ class Daemon:
             j = self.job(job_id)
             return j if j["status"]["state"] in states else None
 
-        return wait_until(check, timeout, 0.3, f"job {job_id} in {states}")  # type: ignore[no-any-return]
+        return wait_until(check, timeout, 0.3, f"job {job_id} in {states}")
 
     def tasks(self, job_id: str) -> list[dict[str, Any]]:
         return list(json.loads(self.cli("task", "list", job_id, "-o", "json").stdout).get("tasks", []))

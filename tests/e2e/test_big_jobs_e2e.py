@@ -131,5 +131,5 @@ def test_the_largest_spec_the_limits_allow_is_accepted_and_runs(big_sim: SimDaem
     over.task.command += "xx"  # one byte past the limit
     with pytest.raises(grpc.RpcError) as e:
         stub.CreateJob(job_pb2.CreateJobRequest(spec=over), timeout=60)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task.command" in e.value.details()  # type: ignore[attr-defined]
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task.command" in e.value.details()
     channel.close()

@@ -81,7 +81,7 @@ name: big
 instances: 2
 task: {command: echo ran, resources: {cpu: 2, mem: 64Mi}}
 """, tmp_path)
-    def pending_reason() -> dict | None:  # type: ignore[type-arg]
+    def pending_reason() -> dict | None:
         x = daemon.job(big)
         return x if "short of" in x["status"]["gangs"][0].get("reason", "") else None
 

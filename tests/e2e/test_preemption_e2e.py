@@ -95,7 +95,7 @@ def _preempted_because(d: Daemon, job: str) -> str:
 
 
 def _gang(d: Daemon, job: str) -> dict[str, Any]:
-    return d.job(job)["status"]["gangs"][0]  # type: ignore[no-any-return]
+    return d.job(job)["status"]["gangs"][0]
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # resmgr's rule, not the store's: one store

@@ -85,7 +85,7 @@ def test_a_stop_cut_short_is_finished_by_the_reconciler(daemon: Daemon, monkeypa
         monkeypatch.setattr(jm, "_stop_gangs", store_gone)
         with pytest.raises(grpc.RpcError) as e:
             jobs.StopJob(job_pb2.StopJobRequest(job_id=job_id), timeout=10)
-        assert e.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         monkeypatch.undo()
         # the first commit went in: KILLED is desired, the first two gangs are told to stop, the queue gave up the
         # three queued gangs at once, and the last three are not stopped yet

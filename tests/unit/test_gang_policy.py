@@ -872,7 +872,7 @@ def _check_invariants(jv: JobView) -> None:
     ops=st.lists(op_strategy, max_size=60),
 )
 def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: int, policy_name: str,
-                                                     max_attempts: int, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+                                                     max_attempts: int, ops: list[tuple]) -> None:
     spec = make_spec(instances, min_available=min(min_avail, instances), on_member_failure=policy_name,
                      max_attempts=max_attempts)
     jv = make_view(spec)

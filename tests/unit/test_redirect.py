@@ -94,10 +94,10 @@ class Leader:
 
         class Any_(grpc.GenericRpcHandler):
             def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-                method = details.method  # type: ignore[attr-defined]
+                method = details.method
 
                 def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
-                    leader.calls.append((method, dict(context.invocation_metadata())))  # type: ignore[arg-type]
+                    leader.calls.append((method, dict(context.invocation_metadata())))
                     return b""
                 return grpc.unary_unary_rpc_method_handler(answer)
 

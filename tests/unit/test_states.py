@@ -88,7 +88,7 @@ def doc_allows(doc: dict[str, set[str]], frm: str, to: str) -> bool:
 def _all_pairs() -> list[Any]:
     out = []
     for name, enum, doc, _ in DOC_MACHINES:
-        for frm, to in itertools.product([s.value for s in enum], repeat=2):  # type: ignore[attr-defined]
+        for frm, to in itertools.product([s.value for s in enum], repeat=2):
             out.append(pytest.param(name, frm, to, doc_allows(doc, frm, to), id=f"{name}-{frm}-{to}"))
     return out
 
