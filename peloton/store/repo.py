@@ -289,6 +289,10 @@ def _pool_exists(s: Session, path: str) -> bool:
 
 
 # --- jobs -------------------------------------------------------------------------------------------------
+# Jobs, gangs, tasks and their events have one writer: the job manager's writer thread (jobmgr/writer.py), one
+# transaction per group commit, which also deletes jobs (DeleteJob, retention). The exceptions are CreateJob's
+# chunked insert of a big job (jobmgr/manager.py: INITIALIZED until its last chunk, and deleted again if a chunk
+# fails) and recovery's clean-up of such a job at start. Everyone else reads, through read sessions.
 def _core(s: Session) -> Connection:
     """The session's connection: bulk statements on hot paths skip the ORM layer (no entities involved)."""
     return s.connection()
@@ -572,6 +576,8 @@ def count_task_events(s: Session, job_id: str, instance: int) -> int:
 
 
 # --- resource pools ---------------------------------------------------------------------------------------
+# Written by the pool servicer (resmgr/service.py: the tree is checked and written in one transaction, then the
+# resource manager reloads it) and at start ('/'); read whole (list_pools) by the resource and job managers.
 def create_pool(s: Session, pool: ResourcePool) -> None:
     """Insert `pool`. AlreadyExists (field 'path') if the path exists; NotFound (field 'path') if the parent does
     not exist. Checked by reading first; on PostgreSQL another call may create the pool (or delete its parent)
@@ -666,6 +672,8 @@ def ensure_root_pool(s: Session, now: float) -> None:
 
 
 # --- small key/value facts (framework id, schema facts) ------------------------------------------------------
+# One row per key: the leaders' epochs (fence.py), the Mesos framework id, the host drains below; each written by
+# the process that leads its role. (The store lock's rows live here too; lock.py writes them with its own SQL.)
 def get_meta(s: Session, key: str) -> str | None:
     """The value of a small fact (`meta` row), None if unset."""
     return s.execute(select(_META.c.value).where(_META.c.key == key)).scalar_one_or_none()
@@ -702,6 +710,8 @@ def insert_task_uid(s: Session, principal: str, uid: int, now: float) -> None:
 
 
 # --- stored models (`peloton model ...`) ----------------------------------------------------------------------
+# Written by the model servicer (api/model_service.py) from any number of calls at once: replace is a
+# compare-and-set on the version, so two replaces of one model never both win; read by planning (jobmgr/planning.py).
 def _model_from_row(r: Row[Any]) -> StoredModel:
     return StoredModel(name=r.name, owner=r.owner, document=r.document, version=r.version, created_at=r.created_at,
                        updated_at=r.updated_at)
@@ -781,6 +791,8 @@ def set_drains(s: Session, drains: dict[str, float]) -> None:
 
 
 # --- retention ----------------------------------------------------------------------------------------------
+# The retention loop (server.py) finds what has aged out here, then deletes it a batch per transaction: jobs through
+# the writer (one short commit each), audit records here.
 def finished_before(s: Session, before: float, limit: int) -> list[str]:
     """Ids of up to `limit` jobs that ended (SUCCEEDED, FAILED, KILLED) before `before`, oldest first (retention:
     the caller deletes them in later write transactions, a few at a time)."""
