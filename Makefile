@@ -24,14 +24,15 @@ venv: $(STAMP)
 run: $(STAMP)
 	exec $(BIN)/peloton server $(ARGS)
 
-## Lint, types, architecture contracts, generated-code check, the declared minimum dependencies, then every test
-## (SQLite and PostgreSQL).
+## Lint (ruff; vulture: dead code), types (peloton and the tests), architecture contracts, generated-code check, the
+## declared minimum dependencies, then every test (SQLite and PostgreSQL).
 test: $(STAMP) pg lint typecheck proto-check
 	$(BIN)/lint-imports
 	PYTEST=$(BIN)/pytest bash scripts/run_tests.sh $(PYTEST_ARGS)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .
+	$(BIN)/vulture
 
 typecheck: $(STAMP)
 	$(BIN)/mypy

@@ -67,7 +67,7 @@ def flood(address: str, method: str, connections: int, streams: int, body: bytes
                         f.result()
                         code = "OK"
                     except grpc.RpcError as e:
-                        code = e.code().name  # type: ignore[attr-defined]
+                        code = e.code().name
                     with lock:
                         codes[code] += 1
         finally:
@@ -167,9 +167,9 @@ def main() -> None:
     p.add_argument("--json", default=None, help="default: benchmarks/results/edge.json")
     a = p.parse_args()
     if a.rtt_ms:
-        rows, out = window_cost(a.rtt_ms)
+        window_rows, out = window_cost(a.rtt_ms)
         print(f"A request's time over a {a.rtt_ms:g} ms round trip")
-        print(table(rows))
+        print(table(window_rows))
         write_results("edge-window", {"parameters": vars(a), **out}, a.json)
         return
 
@@ -186,7 +186,7 @@ def main() -> None:
         idle = d.rss_mib()
         results["rss_idle_mib"] = idle
         rows.append(("RSS idle", f"{idle:.0f} MiB"))
-        floods = [("unauthenticated", ())]
+        floods: list[tuple[str, tuple[tuple[str, str], ...]]] = [("unauthenticated", ())]
         if a.authenticated:
             floods.append(("viewer (token, refused after reading)", (("authorization", f"Bearer {viewer}"),)))
         for name, md in floods:

@@ -63,7 +63,7 @@ def plan_quality(params: CostParams, rows: list[ProfileRow]) -> dict[str, Any]:
         measured.setdefault((tuple(sorted(r.placement)), r.local_bsz), []).append(r.step_time)
     step = {key: statistics.fmean(v) for key, v in measured.items()}
     hosts = [FreeHost(f"h{i}", 4, REFERENCE.gpu_model, REFERENCE.nic_gbps, REFERENCE.gpu_link) for i in range(4)]
-    cases = []
+    cases: list[dict[str, Any]] = []
     skipped = []
     for bsz in sorted({r.local_bsz for r in rows}):
         for k in range(1, 17):

@@ -117,7 +117,7 @@ def main() -> None:
         finally:
             d.stop()
 
-    server.run_server = run_server  # type: ignore[assignment]
+    server.run_server = run_server
     threading.setprofile(_hook)
     sys.setprofile(_hook)
     data = tempfile.mkdtemp(prefix="peloton-trace-")
@@ -125,7 +125,7 @@ def main() -> None:
               "--insecure", "--log-level", "warning", "--backend", "sim", "--sim-hosts", "16",
               "--sim-host-resources", "cpu=64,mem=256Gi,gpu=8"])
     sys.setprofile(None)
-    threading.setprofile(None)  # type: ignore[arg-type]
+    threading.setprofile(None)
     if a.json:
         print(json.dumps(out, indent=2))
     else:

@@ -66,10 +66,6 @@ def marked(mark: str) -> dict[int, str]:
     return out
 
 
-def escaped_kinds(mark: str) -> set[str]:
-    return set(marked(mark).values())
-
-
 def wait_escaped(mark: str, work: Path, timeout: float = 30.0) -> dict[int, str]:
     """Until every escapee of `mark` has done what it does (its file in `work`, the task's working directory); its
     processes."""

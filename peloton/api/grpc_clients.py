@@ -69,7 +69,7 @@ class ConnectedStub:
             raise AttributeError(name)
         method = getattr(self._stub, name)
         if name not in SEND_ONLY_WHEN_CONNECTED:
-            return method  # type: ignore[no-any-return]
+            return method
 
         def call(request: Any, **kwargs: Any) -> Any:
             if not self._connected():

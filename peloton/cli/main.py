@@ -342,7 +342,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with the CLI's errors: one line, `peloton: error: COMMAND: FLAG: why`, and a "did you mean" for a
     mistyped command, choice or flag (Python 3.11's argparse suggests nothing)."""
 
-    def error(self, message: str) -> NoReturn:  # type: ignore[override]
+    def error(self, message: str) -> NoReturn:
         message = message.removeprefix("argument ")  # "argument --limit: ..." -> "--limit: ..."
         if message.startswith("the following arguments are required: "):
             missing = message.removeprefix("the following arguments are required: ")
@@ -894,7 +894,7 @@ def _command(fn: Callable[[Client, argparse.Namespace], int] | str) -> Callable[
     import importlib
 
     module, _, name = fn.partition(":")
-    return getattr(importlib.import_module(f"peloton.cli.{module}"), name)  # type: ignore[no-any-return]
+    return getattr(importlib.import_module(f"peloton.cli.{module}"), name)
 
 
 if __name__ == "__main__":

@@ -34,10 +34,6 @@ def children(pools: Iterable[ResourcePool], path: str) -> list[ResourcePool]:
     return sorted((p for p in pools if p.parent == path), key=lambda p: p.path)
 
 
-def is_leaf(pools: Mapping[str, ResourcePool], path: str) -> bool:
-    return not any(p.parent == path for p in pools.values())
-
-
 def check_job_pool(pools: Mapping[str, ResourcePool], path: str) -> None:
     """A new job's pool: it exists and is a leaf, or the root. InvalidArgument naming `respool`."""
     if path not in pools:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from peloton.domain import checks, limits
 from peloton.domain.durations import format_duration
@@ -458,7 +459,7 @@ def _model_to_dict(m: ModelRef) -> dict[str, object]:
             "goal_json": m.goal_json}
 
 
-def _model_from_dict(d: dict) -> ModelRef:  # type: ignore[type-arg]
+def _model_from_dict(d: dict[str, Any]) -> ModelRef:
     return ModelRef(name=d["name"], local_bsz=float(d.get("local_bsz", 0.0)),
                     global_bsz=float(d.get("global_bsz", 0.0)), objective=d.get("objective", "throughput"),
                     auto_instances=bool(d.get("auto_instances", False)), min_instances=int(d.get("min_instances", 1)),
@@ -469,7 +470,7 @@ def _resources_to_dict(r: Resources) -> dict[str, object]:
     return {"cpu": r.cpu, "mem": r.mem, "disk": r.disk, "gpu": r.gpu, "ports": r.ports}
 
 
-def _resources_from_dict(r: dict) -> Resources:  # type: ignore[type-arg]
+def _resources_from_dict(r: dict[str, Any]) -> Resources:
     return Resources(float(r["cpu"]), float(r["mem"]), float(r["disk"]), int(r["gpu"]), int(r["ports"]))
 
 
@@ -478,13 +479,13 @@ def _role_to_dict(r: Role) -> dict[str, object]:
             "env": dict(r.env), "env_files": dict(r.env_files), "container_image": r.container_image}
 
 
-def _role_from_dict(d: dict) -> Role:  # type: ignore[type-arg]
+def _role_from_dict(d: dict[str, Any]) -> Role:
     return Role(name=d["name"], instances=int(d["instances"]), command=d["command"],
                 resources=_resources_from_dict(d["resources"]), env=dict(d.get("env", {})),
                 env_files=dict(d.get("env_files", {})), container_image=d.get("container_image", ""))
 
 
-def spec_from_dict(d: dict) -> JobSpec:  # type: ignore[type-arg]
+def spec_from_dict(d: dict[str, Any]) -> JobSpec:
     return JobSpec(
         name=d["name"],
         instances=int(d["instances"]),

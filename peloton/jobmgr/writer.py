@@ -402,7 +402,7 @@ class Writers:
         return _joined(m, subs)
 
     def run(self, m: Mutation[T], timeout: float | None = None) -> T:
-        return self.submit(m).result(timeout)  # type: ignore[no-any-return]
+        return self.submit(m).result(timeout)
 
     def mutate(self, job_ids: Collection[str], apply: Callable[[Views, float], policy.Effects],
                check: Callable[[Views], None] | None = None) -> policy.Effects:
@@ -449,7 +449,7 @@ def _joined(m: Mutation[Any], subs: list[Future[Any]]) -> Future[Any]:
                 return
         errors = [f.exception() for f in subs if f.exception() is not None]
         if errors:
-            out.set_exception(errors[0])  # type: ignore[arg-type]
+            out.set_exception(errors[0])
         elif m.kind == Kind.APPLY:
             eff = policy.Effects()
             for f in subs:

@@ -53,7 +53,7 @@ class FailoverStub:
             try:
                 return getattr(self._stubs[i], name)(request, **kwargs)
             except grpc.RpcError as e:
-                if e.code() in MOVE_ON:  # type: ignore[attr-defined]
+                if e.code() in MOVE_ON:
                     self._next(i, e)
                 raise
 
@@ -65,4 +65,4 @@ class FailoverStub:
                 return
             self._current = (failed + 1) % len(self._stubs)
             log.warning("the %s at %s is unavailable (%s): calling %s next", self._what, self._addresses[failed],
-                        (e.details() or "").split(";")[0], self._addresses[self._current])  # type: ignore[attr-defined]
+                        (e.details() or "").split(";")[0], self._addresses[self._current])

@@ -1,6 +1,6 @@
 """Fencing: the store refuses the writes of a daemon that is no longer the leader.
 
-Each daemon that takes the store lock (lock.py) takes the next epoch too (`take_epoch`, a counter in `meta`), and
+Each daemon that takes the store lock (lock.py) takes the next epoch too (`take_epochs`, a counter in `meta`), and
 every transaction it commits first reads the epoch again with `FOR KEY SHARE` in that same transaction (`Fence`).
 A daemon that lost the lock without knowing it yet (it was paused, or cut off, and a standby took over) therefore
 finds a newer epoch and its transaction is rolled back (`Fenced`, UNAVAILABLE) instead of landing on top of the new
@@ -59,16 +59,6 @@ def take_epochs(sessions: sessionmaker[Session], roles: Iterable[str] = ("jobmgr
         for k, epoch in out.items():
             repo.set_meta(s, k, str(epoch))
     return out
-
-
-def take_epoch(sessions: sessionmaker[Session]) -> int:
-    """The job manager's next epoch (take_epochs of the job manager alone)."""
-    return take_epochs(sessions)[EPOCH_KEY]
-
-
-def current_epoch(sessions: sessionmaker[Session]) -> int:
-    with transaction(sessions) as s:
-        return int(repo.get_meta(s, EPOCH_KEY) or 0)
 
 
 class Fence:

@@ -51,7 +51,7 @@ class _Redirect(grpc.GenericRpcHandler):
         self._leader = leader
 
     def service(self, handler_call_details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler | None:
-        if handler_call_details.method.startswith("/grpc.health.v1.Health/"):  # type: ignore[attr-defined]
+        if handler_call_details.method.startswith("/grpc.health.v1.Health/"):
             return None
         # answers unary and streaming calls alike, with a status before any message, the request left unread
         return refusing(grpc.StatusCode.UNAVAILABLE, lambda: leader_hint(self._leader()))

@@ -20,6 +20,7 @@ import functools
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
@@ -626,14 +627,14 @@ def goal_to_dict(g: PlanGoal) -> dict[str, object]:
             "objective": g.objective, **({"gpu_table": dict(g.gpu_rows)} if g.gpu_rows else {})}
 
 
-def goal_from_dict(d: dict[str, object]) -> PlanGoal:
+def goal_from_dict(d: dict[str, Any]) -> PlanGoal:
     """The inverse of goal_to_dict (data the daemon wrote itself: its checks were made when the job was created)."""
     from peloton.modelaware.document import parse_params  # the one parser of a params object (no import cycle)
 
     return PlanGoal(parse_params(d["params"], "goal.params"), str(d.get("pattern", RING)),
-                    float(d.get("local_bsz", 0.0)), float(d.get("global_bsz", 0.0)),  # type: ignore[arg-type]
+                    float(d.get("local_bsz", 0.0)), float(d.get("global_bsz", 0.0)),
                     str(d.get("objective", "throughput")),
-                    tuple(sorted((str(k), float(v)) for k, v in d.get("gpu_table", {}).items())))  # type: ignore[attr-defined]
+                    tuple(sorted((str(k), float(v)) for k, v in d.get("gpu_table", {}).items())))
 
 
 def choice_to_dict(c: PlanChoice) -> dict[str, object]:
@@ -643,10 +644,10 @@ def choice_to_dict(c: PlanChoice) -> dict[str, object]:
                              for g, t, s in c.alternatives]}
 
 
-def choice_from_dict(d: dict[str, object]) -> PlanChoice:
+def choice_from_dict(d: dict[str, Any]) -> PlanChoice:
     alts = d.get("alternatives", [])
     assert isinstance(alts, list)
-    return PlanChoice(tuple(int(x) for x in d["gpus_per_host"]), float(d["step_time"]),  # type: ignore[attr-defined,arg-type]
-                      float(d["samples_per_s"]), float(d.get("local_bsz", 0.0)),  # type: ignore[arg-type]
+    return PlanChoice(tuple(int(x) for x in d["gpus_per_host"]), float(d["step_time"]),
+                      float(d["samples_per_s"]), float(d.get("local_bsz", 0.0)),
                       tuple((tuple(int(x) for x in a["gpus_per_host"]), float(a["step_time"]),
                              float(a["samples_per_s"])) for a in alts))

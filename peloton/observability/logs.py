@@ -10,7 +10,6 @@ import json
 import logging
 import time
 
-FORMATS = ("text", "json")
 TEXT_FORMAT = "%(asctime)s %(levelname)s %(name)s: %(message)s"
 ID_FIELDS = ("job_id", "gang_id", "task_id", "pool", "host")
 

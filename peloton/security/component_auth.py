@@ -93,7 +93,7 @@ class SendSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterce
         self._entry = (METADATA_KEY, secret)
 
     def _with_secret(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return _Call(details, [*(details.metadata or ()), self._entry])  # type: ignore[return-value]
+        return _Call(details, [*(details.metadata or ()), self._entry])
 
     def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
                               request: Any) -> Any:

@@ -32,7 +32,9 @@ COPY_ABOVE = 500  # rows: COPY beats a rendered multi-row INSERT on PostgreSQL a
 def cursor(s: Session) -> tuple[Any, str]:
     """The session's DB-API cursor (no SQLAlchemy statement machinery: the hot path) and its dialect's name."""
     conn = s.connection()
-    return conn.connection.dbapi_connection.cursor(), conn.dialect.name  # type: ignore[union-attr]
+    dbapi = conn.connection.dbapi_connection
+    assert dbapi is not None  # (None only once the connection is closed)
+    return dbapi.cursor(), conn.dialect.name
 
 
 def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ...],

@@ -1,10 +1,33 @@
-"""Store functions. Each takes a Session, never commits, and speaks domain types only.
+"""The store's interface: every read and write of the daemon's durable state goes through these functions.
 
-Hot paths are batched: the `*_many` / list-taking functions issue multi-row statements, never one
-round trip per task.
+The contract, for every public function here unless its docstring says otherwise:
 
-Reads select table columns (Core rows), not ORM entities, so nothing is cached in the session's identity
-map and a read after a bulk UPDATE in the same session always sees the new values.
+- **Transactions belong to the caller.** Each function takes an open `Session`, runs its statements in it and never
+  commits, rolls back or flushes ORM state: the caller opens one transaction with `db.transaction(sessions)` (commit
+  on success, rollback on any error), so several calls commit together or not at all. Writes go through write
+  sessions (`db.make_sessions`), reads through read sessions (`db.make_read_sessions`) unless they must see the
+  caller's own uncommitted writes.
+- **Domain types in, domain types out.** No row objects, ORM entities or SQL leave this module. Reads select table
+  columns (Core rows), not ORM entities, so nothing is cached in the session's identity map and a read after a bulk
+  UPDATE in the same session always sees the new values.
+- **Errors are the project's** (`peloton/errors.py`): NotFound, AlreadyExists, FailedPrecondition, Conflict, each
+  naming the field at fault where there is one. A store that cannot be reached surfaces from `db.transaction` as
+  `StoreUnavailable`, not from here. A function that raised may have written part of its work (a batch's first
+  chunks): the caller rolls back, which `db.transaction` does.
+- **Batched.** The `*_many` / list-taking functions issue multi-row statements (a few per batch, chunked below the
+  databases' bound-parameter limits), never one round trip per row; the hot writes bypass SQLAlchemy (`bulk.py`).
+
+What differs between the two stores (db.py configures both):
+
+- **Isolation.** SQLite: one writer at a time (writers `BEGIN IMMEDIATE`), so a write transaction's reads and
+  checks stay true until it commits; a read transaction (plain `BEGIN`, WAL) sees one snapshot, taken at its first
+  read. PostgreSQL: READ COMMITTED, the server's default: each *statement* sees the commits made before it began,
+  so two reads in one transaction may see different commits, and a check followed by a write (`create_pool`,
+  `delete_pool`, `set_meta`, `create_model`) can race a concurrent writer; where that matters the function says so.
+- **A failed statement.** On PostgreSQL it aborts the whole transaction (every later statement fails); on SQLite
+  the transaction goes on. Callers must not rely on either: after an error from here, roll back.
+- **Text.** JSON values are stored as text, times as epoch seconds (floats), so both stores hold the same bytes.
+  Ordering by a text column (model names) uses byte order on both (PostgreSQL's is otherwise the locale's).
 """
 
 from __future__ import annotations
@@ -22,7 +45,6 @@ from sqlalchemy import (
     insert,
     select,
     text,
-    tuple_,
     update,
 )
 from sqlalchemy.engine import Connection
@@ -37,6 +59,7 @@ from peloton.errors import AlreadyExists, Conflict, FailedPrecondition, NotFound
 from peloton.store import bulk
 from peloton.store.models import (
     AuditEventRow,
+    Base,
     GangRow,
     JobRow,
     MetaRow,
@@ -47,17 +70,25 @@ from peloton.store.models import (
     TaskUidRow,
 )
 
-_JOBS: Table = JobRow.__table__  # type: ignore[assignment]
-_GANGS: Table = GangRow.__table__  # type: ignore[assignment]
-_TASKS: Table = TaskRow.__table__  # type: ignore[assignment]
-_EVENTS: Table = TaskEventRow.__table__  # type: ignore[assignment]
-_POOLS: Table = ResourcePoolRow.__table__  # type: ignore[assignment]
-_META: Table = MetaRow.__table__  # type: ignore[assignment]
-_AUDIT: Table = AuditEventRow.__table__  # type: ignore[assignment]
-_TASK_UIDS: Table = TaskUidRow.__table__  # type: ignore[assignment]
-_MODELS: Table = ModelRow.__table__  # type: ignore[assignment]
 
-# Keys per statement for (job_id, instance) lookups: well under SQLite's bound-parameter limit.
+def _table(row: type[Base]) -> Table:
+    """The Core table of a mapped class (its `__table__` is typed as any FromClause; ours are all tables)."""
+    table = row.__table__
+    assert isinstance(table, Table)
+    return table
+
+
+_JOBS = _table(JobRow)
+_GANGS = _table(GangRow)
+_TASKS = _table(TaskRow)
+_EVENTS = _table(TaskEventRow)
+_POOLS = _table(ResourcePoolRow)
+_META = _table(MetaRow)
+_AUDIT = _table(AuditEventRow)
+_TASK_UIDS = _table(TaskUidRow)
+_MODELS = _table(ModelRow)
+
+# Job ids per statement of get_job_records: well under SQLite's bound-parameter limit.
 _KEY_CHUNK = 2000
 _JOB_COLS = ("state", "desired", "reason", "updated_at", "completed_at")
 _GANG_COLS = ("state", "attempt", "reason", "launch_deadline", "updated_at", "preemptions", "plan")
@@ -258,14 +289,20 @@ def _pool_exists(s: Session, path: str) -> bool:
 
 
 # --- jobs -------------------------------------------------------------------------------------------------
+# Jobs, gangs, tasks and their events have one writer: the job manager's writer thread (jobmgr/writer.py), one
+# transaction per group commit, which also deletes jobs (DeleteJob, retention). The exceptions are CreateJob's
+# chunked insert of a big job (jobmgr/manager.py: INITIALIZED until its last chunk, and deleted again if a chunk
+# fails) and recovery's clean-up of such a job at start. Everyone else reads, through read sessions.
 def _core(s: Session) -> Connection:
     """The session's connection: bulk statements on hot paths skip the ORM layer (no entities involved)."""
     return s.connection()
 
 
 def insert_job(s: Session, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
-    """Insert a job with all its gangs and tasks (multi-row inserts). AlreadyExists if the id is taken (the
-    transaction is then unusable: the caller rolls back)."""
+    """Insert a job with all its gangs and tasks (multi-row inserts). Write transaction; the rows are visible to
+    others when the caller commits. AlreadyExists (field 'id') if the id is taken; the database's unique key decides,
+    so two concurrent inserts of one id cannot both succeed on either store. After that error the transaction is
+    unusable on PostgreSQL (and half-done on both): the caller rolls back."""
     try:
         _core(s).execute(insert(_JOBS), [_job_to_dict(job)])
     except IntegrityError as e:
@@ -274,7 +311,9 @@ def insert_job(s: Session, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task
 
 
 def insert_job_rows(s: Session, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
-    """More gangs and tasks of a job already inserted (a big job goes in several transactions)."""
+    """More gangs and tasks of a job already inserted: a big job goes in over several write transactions, one
+    chunk each (jobmgr/manager.py), with the job INITIALIZED until the last. Nothing checks that the job exists: the
+    foreign keys do (IntegrityError, a bug of the caller's)."""
     if gangs:
         _insert_rows(s, _GANGS, [_gang_to_dict(g) for g in gangs])
     if tasks:
@@ -285,7 +324,8 @@ def refresh_job_statistics(s: Session) -> None:
     """After a big job's rows went in: on PostgreSQL, ANALYZE the tables it filled. Until autovacuum gets to them
     (a minute or more), the planner would guess their size from a stale or missing count and pick a hash join over
     a whole-table scan for each chunk of a bulk UPDATE instead of a primary-key lookup per row: stopping a
-    100,000-task job then took 25 s in one writer transaction. On SQLite an UPDATE by primary key always uses it."""
+    100,000-task job then took 25 s in one writer transaction. On SQLite an UPDATE by primary key always uses it,
+    and this does nothing. Its own write transaction, after the rows are committed (ANALYZE sees committed rows)."""
     if s.get_bind().dialect.name == "postgresql":
         s.execute(text(f"ANALYZE {_GANGS.name}, {_TASKS.name}, {_EVENTS.name}"))
 
@@ -297,12 +337,14 @@ def _insert_rows(s: Session, table: Table, rows: list[dict[str, Any]]) -> None:
 
 
 def job_id_for_request(s: Session, request_id: str) -> str | None:
-    """The job created with this idempotency key, if any."""
+    """The job created with this idempotency key, if any (a unique column: at most one). Read transaction; on
+    PostgreSQL a job created by a concurrent request after this read is not seen: the unique key then refuses the
+    second insert."""
     return s.execute(select(_JOBS.c.id).where(_JOBS.c.request_id == request_id)).scalar_one_or_none()
 
 
 def get_job(s: Session, job_id: str) -> Job:
-    """NotFound if absent."""
+    """The job (its row only: no gangs or tasks). NotFound (field 'id') if absent."""
     row = s.execute(select(_JOBS).where(_JOBS.c.id == job_id)).first()
     if row is None:
         raise NotFound(f"job {job_id!r} not found", field="id")
@@ -310,7 +352,7 @@ def get_job(s: Session, job_id: str) -> Job:
 
 
 def get_jobs(s: Session, job_ids: Iterable[str]) -> dict[str, Job]:
-    """Batch lookup; missing ids are simply absent from the result."""
+    """Batch lookup, one query; missing ids are simply absent from the result (never NotFound)."""
     ids = list(dict.fromkeys(job_ids))
     if not ids:
         return {}
@@ -328,7 +370,11 @@ def list_jobs(
     limit: int = 100,
     after: tuple[float, str] | None = None,
 ) -> list[Job]:
-    """Newest first; `after` = (created_at, id) of the last job of the previous page."""
+    """One page of jobs, newest first (created_at, then id, both descending, so the order is total);
+    `after` = (created_at, id) of the last job of the previous page (keyset paging: stable while jobs are added).
+    Filters combine with AND; `name_contains` is case-insensitive on both stores (ASCII letters only on SQLite,
+    whose lower() knows no others). One statement: on PostgreSQL a later read in the same transaction (e.g.
+    task_state_counts) may see commits this one did not."""
     q = select(_JOBS)
     if after is not None:
         q = q.where((_JOBS.c.created_at < after[0]) | ((_JOBS.c.created_at == after[0]) & (_JOBS.c.id < after[1])))
@@ -346,25 +392,24 @@ def list_jobs(
 
 
 def count_jobs(s: Session, *, owner: str, states: Sequence[JobState]) -> int:
-    """How many jobs of `owner` are in one of `states` (indexed by owner)."""
+    """How many jobs of `owner` are in one of `states` (indexed by owner). One statement: a count, not a
+    reservation (on PostgreSQL concurrent creates are not serialized against it)."""
     q = select(func.count()).select_from(_JOBS).where(
         _JOBS.c.owner == owner, _JOBS.c.state.in_([JobState(st).value for st in states]))
     return int(s.execute(q).scalar_one())
 
 
-def update_job(s: Session, job: Job) -> None:
-    """Write state, desired, reason, updated_at, completed_at of `job`. NotFound if absent."""
-    update_jobs(s, [job])
-
-
 def update_jobs(s: Session, jobs: Sequence[Job]) -> None:
-    """Batch write of state, desired, reason, updated_at, completed_at. NotFound if a job does not exist."""
+    """Batch write of state, desired, reason, updated_at, completed_at (other columns stay). NotFound if a job does
+    not exist; the other rows may have been written: the caller rolls back. The job manager's writer thread is the
+    only caller (one write transaction per group commit)."""
     _update(s, _JOBS, ("id",), _JOB_COLS,
             [(j.id, JobState(j.state).value, j.desired, j.reason, j.updated_at, j.completed_at) for j in jobs], "jobs")
 
 
 def delete_job(s: Session, job_id: str) -> None:
-    """Delete the job and its gangs, tasks and events. NotFound if absent."""
+    """Delete the job and its events, tasks and gangs (four statements, children first; the foreign keys' ON DELETE
+    CASCADE would too). NotFound (field 'id') if absent. Write transaction."""
     if not _job_exists(s, job_id):
         raise NotFound(f"job {job_id!r} not found", field="id")
     for model in (TaskEventRow, TaskRow, GangRow):
@@ -374,7 +419,7 @@ def delete_job(s: Session, job_id: str) -> None:
 
 # --- gangs ------------------------------------------------------------------------------------------------
 def get_gangs(s: Session, job_id: str, limit: int | None = None) -> list[Gang]:
-    """Ordered by index (the first `limit`)."""
+    """The job's gangs ordered by index (the first `limit`); [] for an unknown job."""
     q = select(_GANGS).where(_GANGS.c.job_id == job_id).order_by(_GANGS.c.idx)
     if limit is not None:
         q = q.limit(limit)
@@ -382,14 +427,14 @@ def get_gangs(s: Session, job_id: str, limit: int | None = None) -> list[Gang]:
 
 
 def gang_state_counts(s: Session, job_id: str) -> dict[str, int]:
-    """state -> number of the job's gangs in it."""
+    """state -> number of the job's gangs in it (states with none are absent); {} for an unknown job."""
     rows = s.execute(select(_GANGS.c.state, func.count()).where(_GANGS.c.job_id == job_id)
                      .group_by(_GANGS.c.state)).all()
     return {state: int(n) for state, n in rows}
 
 
 def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
-    """Every gang (of any job) in one of `states`, ordered by (job_id, index)."""
+    """Every gang (of any job) in one of `states`, ordered by (job_id, index); recovery reads it at start."""
     values = [GangState(st).value for st in states]
     if not values:
         return []
@@ -400,8 +445,8 @@ def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
 
 
 def update_gangs(s: Session, gangs: Sequence[Gang]) -> None:
-    """Batch write of state, attempt, reason, launch_deadline, updated_at, preemptions, plan. NotFound if a gang does
-    not exist (the caller must roll back: other rows of the batch may have been written)."""
+    """Batch write of state, attempt, reason, launch_deadline, updated_at, preemptions, plan (instances stay).
+    NotFound if a gang does not exist; the other rows of the batch may have been written: the caller rolls back."""
     _update(s, _GANGS, ("job_id", "idx"), _GANG_COLS,
             [(g.job_id, g.index, GangState(g.state).value, g.attempt, g.reason, g.launch_deadline, g.updated_at,
               g.preemptions, g.plan) for g in gangs], "gangs")
@@ -410,7 +455,9 @@ def update_gangs(s: Session, gangs: Sequence[Gang]) -> None:
 # --- tasks ------------------------------------------------------------------------------------------------
 def get_tasks(s: Session, job_id: str, instances: Sequence[int] | None = None, *, after: int | None = None,
               limit: int | None = None) -> list[Task]:
-    """Ordered by instance (from the first after `after`, at most `limit`). An unknown job gives []."""
+    """The job's tasks ordered by instance (`instances` only when given; from the first after `after`; at most
+    `limit`). An unknown job gives [] (callers that must tell the two apart read the job too, in the same
+    transaction)."""
     q = select(_TASKS).where(_TASKS.c.job_id == job_id)
     if instances is not None:
         wanted = sorted({int(i) for i in instances})
@@ -426,7 +473,9 @@ def get_tasks(s: Session, job_id: str, instances: Sequence[int] | None = None, *
 
 
 def get_job_records(s: Session, job_ids: Sequence[str]) -> dict[str, tuple[Job, list[Gang], list[Task]]]:
-    """Jobs with all their gangs and tasks, in three queries per chunk of jobs (not three per job)."""
+    """Jobs with all their gangs and tasks, in three queries per chunk of jobs (not three per job): the writer's
+    cache fill, inside its write transaction (the writer thread is the one writer of job state, so what it read
+    stays true until it commits, on PostgreSQL too). Missing ids are absent from the result."""
     out: dict[str, tuple[Job, list[Gang], list[Task]]] = {}
     ids = list(dict.fromkeys(job_ids))
     for start in range(0, len(ids), _KEY_CHUNK):
@@ -442,18 +491,6 @@ def get_job_records(s: Session, job_ids: Sequence[str]) -> dict[str, tuple[Job, 
         for r in s.execute(select(_TASKS).where(_TASKS.c.job_id.in_(list(jobs))).order_by(_TASKS.c.job_id,
                                                                                          _TASKS.c.instance)):
             out[r.job_id][2].append(_task_from_row(r))
-    return out
-
-
-def get_tasks_by_keys(s: Session, keys: Iterable[tuple[str, int]]) -> dict[tuple[str, int], Task]:
-    """Batch lookup by (job_id, instance)."""
-    wanted = list(dict.fromkeys((str(j), int(i)) for j, i in keys))
-    out: dict[tuple[str, int], Task] = {}
-    for start in range(0, len(wanted), _KEY_CHUNK):
-        chunk = wanted[start : start + _KEY_CHUNK]
-        rows = s.execute(select(_TASKS).where(tuple_(_TASKS.c.job_id, _TASKS.c.instance).in_(chunk))).all()
-        for r in rows:
-            out[(r.job_id, r.instance)] = _task_from_row(r)
     return out
 
 
@@ -483,14 +520,17 @@ def task_state_counts(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str,
 
 # --- task events (history) --------------------------------------------------------------------------------
 def append_task_events(s: Session, events: Sequence[TaskEvent]) -> None:
-    """Multi-row insert."""
+    """Multi-row insert of task history (COPY on PostgreSQL for big batches, bulk.py); ids come from the store,
+    and with time they give get_task_events' order. Nothing checks the task exists: the foreign key to the job does."""
     if not events:
         return
     _insert_rows(s, _EVENTS, [_event_to_dict(e) for e in events])
 
 
 def append_audit_events(s: Session, events: Sequence[AuditEvent]) -> None:
-    """Multi-row insert (ids come from the store)."""
+    """Multi-row insert (ids come from the store, increasing in commit order on SQLite, in allocation order on
+    PostgreSQL). Text fields are cut to their column's width, so a long value never fails the batch. Its own write
+    transaction (api/audit.py's flusher), apart from the call it records."""
     if events:
         _insert_rows(s, _AUDIT, [{"at": e.at, "principal": e.principal[:128], "via": e.via[:32],
                                   "method": e.method[:128], "object": e.object[:512], "allowed": e.allowed,
@@ -499,7 +539,8 @@ def append_audit_events(s: Session, events: Sequence[AuditEvent]) -> None:
 
 def list_audit_events(s: Session, *, principal: str = "", obj: str = "", since: float = 0.0, until: float = 0.0,
                       denied_only: bool = False, limit: int = 100, before_id: int = 0) -> list[AuditEvent]:
-    """Newest first (by id, which follows insertion)."""
+    """Newest first (by id, which follows insertion), after the filters (AND; an empty or zero filter is
+    none); `before_id` pages. Read transaction."""
     q = select(_AUDIT)
     if principal:
         q = q.where(_AUDIT.c.principal == principal)
@@ -519,7 +560,8 @@ def list_audit_events(s: Session, *, principal: str = "", obj: str = "", since: 
 
 
 def get_task_events(s: Session, job_id: str, instance: int, newest: int | None = None) -> list[TaskEvent]:
-    """Oldest first (only the `newest` ones when given)."""
+    """One task's history, oldest first (time, then id); only the `newest` ones when given. [] for an unknown
+    task."""
     q = select(_EVENTS).where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)
     if newest is not None:
         q = q.order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc()).limit(newest)
@@ -528,38 +570,48 @@ def get_task_events(s: Session, job_id: str, instance: int, newest: int | None =
 
 
 def count_task_events(s: Session, job_id: str, instance: int) -> int:
+    """How many history events one task has (0 for an unknown task)."""
     return int(s.execute(select(func.count()).select_from(_EVENTS)
                          .where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)).scalar_one())
 
 
 # --- resource pools ---------------------------------------------------------------------------------------
+# Written by the pool servicer (resmgr/service.py: the tree is checked and written in one transaction, then the
+# resource manager reloads it) and at start ('/'); read whole (list_pools) by the resource and job managers.
 def create_pool(s: Session, pool: ResourcePool) -> None:
-    """AlreadyExists if the path exists; NotFound (field 'path') if the parent does not exist."""
+    """Insert `pool`. AlreadyExists (field 'path') if the path exists; NotFound (field 'path') if the parent does
+    not exist. Checked by reading first; on PostgreSQL another call may create the pool (or delete its parent)
+    between the check and the insert (on SQLite the writer lock serializes them): the keys refuse it, as Conflict
+    (field 'path'; the transaction is then unusable: the caller rolls back, the client tries again)."""
     if _pool_exists(s, pool.path):
         raise AlreadyExists(f"resource pool {pool.path!r} already exists", field="path")
     parent = pool.parent
     if parent is not None and not _pool_exists(s, parent):
         raise NotFound(f"parent pool {parent!r} of {pool.path!r} does not exist", field="path")
-    s.execute(
-        insert(ResourcePoolRow),
-        [
-            {
-                "path": pool.path,
-                "parent": parent,
-                "reservation": _res_to_json(pool.reservation),
-                "limit_": None if pool.limit is None else _res_to_json(pool.limit),
-                "share": pool.share,
-                "created_at": pool.created_at,
-                "submitters": json.dumps(list(pool.submitters)),
-                "allow_root": pool.allow_root,
-                "reservation_type": pool.reservation_type,
-            }
-        ],
-    )
+    try:
+        s.execute(
+            insert(ResourcePoolRow),
+            [
+                {
+                    "path": pool.path,
+                    "parent": parent,
+                    "reservation": _res_to_json(pool.reservation),
+                    "limit_": None if pool.limit is None else _res_to_json(pool.limit),
+                    "share": pool.share,
+                    "created_at": pool.created_at,
+                    "submitters": json.dumps(list(pool.submitters)),
+                    "allow_root": pool.allow_root,
+                    "reservation_type": pool.reservation_type,
+                }
+            ],
+        )
+    except IntegrityError:
+        raise Conflict(f"resource pool {pool.path!r} or its parent changed meanwhile; try again", field="path") from None
 
 
 def update_pool(s: Session, pool: ResourcePool) -> None:
-    """Replace everything but the path (and parent, creation time) of an existing pool. NotFound if absent."""
+    """Replace everything but the path (and parent, creation time) of an existing pool. NotFound (field 'path')
+    if absent. The caller validates the new values against the tree (domain/pools.py) in the same transaction."""
     if not _pool_exists(s, pool.path):
         raise NotFound(f"resource pool {pool.path!r} not found", field="path")
     s.execute(
@@ -575,7 +627,7 @@ def update_pool(s: Session, pool: ResourcePool) -> None:
 
 
 def unfinished_jobs_in(s: Session, path: str) -> int:
-    """Jobs of pool `path` (not its subtree) that have not ended."""
+    """How many jobs of pool `path` (not its subtree) have not ended."""
     return int(s.execute(
         select(func.count()).select_from(_JOBS).where(_JOBS.c.respool == path, _JOBS.c.state.not_in(_JOB_TERMINAL))
     ).scalar_one())
@@ -590,12 +642,14 @@ def get_pool(s: Session, path: str) -> ResourcePool:
 
 
 def list_pools(s: Session) -> list[ResourcePool]:
-    """Ordered by path."""
+    """Every pool, ordered by path (the tree is small: the resource manager reloads it whole)."""
     return [_pool_from_row(r) for r in s.execute(select(_POOLS).order_by(_POOLS.c.path)).all()]
 
 
 def delete_pool(s: Session, path: str) -> None:
-    """NotFound if absent; FailedPrecondition for '/', a pool with children, or a pool with unfinished jobs."""
+    """Delete pool `path`. NotFound (field 'path') if absent; FailedPrecondition (field 'path') for '/', a pool with
+    children, or a pool with unfinished jobs. On PostgreSQL the checks and the delete are separate statements: a
+    job created in the pool meanwhile is not seen (SQLite's writer lock rules that out)."""
     if path == "/":
         raise FailedPrecondition("the root pool '/' cannot be deleted", field="path")
     if not _pool_exists(s, path):
@@ -612,17 +666,23 @@ def delete_pool(s: Session, path: str) -> None:
 
 
 def ensure_root_pool(s: Session, now: float) -> None:
-    """Create '/' if it does not exist (idempotent)."""
+    """Create '/' if it does not exist (idempotent). At start, in its own write transaction."""
     if not _pool_exists(s, "/"):
         create_pool(s, ResourcePool(path="/", created_at=now))
 
 
 # --- small key/value facts (framework id, schema facts) ------------------------------------------------------
+# One row per key: the leaders' epochs (fence.py), the Mesos framework id, the host drains below; each written by
+# the process that leads its role. (The store lock's rows live here too; lock.py writes them with its own SQL.)
 def get_meta(s: Session, key: str) -> str | None:
+    """The value of a small fact (`meta` row), None if unset."""
     return s.execute(select(_META.c.value).where(_META.c.key == key)).scalar_one_or_none()
 
 
 def set_meta(s: Session, key: str, value: str) -> None:
+    """Set a small fact: UPDATE, then INSERT if no row was there. On PostgreSQL two first writes of one key at once
+    can collide on the primary key (IntegrityError); the callers (the store lock's holder, fence.py, the Mesos
+    framework id) write their keys from one leader only."""
     res = s.execute(update(MetaRow).where(MetaRow.key == key).values(value=value).execution_options(**_NO_SYNC))
     if getattr(res, "rowcount", 0) == 0:
         s.execute(insert(MetaRow), [{"key": key, "value": value}])
@@ -630,6 +690,7 @@ def set_meta(s: Session, key: str, value: str) -> None:
 
 # --- task identities: the uid allocated to each principal without a mapped Unix user (run_as.py) -----------------
 def get_task_uid(s: Session, principal: str) -> int | None:
+    """The uid allocated to `principal`, None if none yet."""
     return s.execute(select(_TASK_UIDS.c.uid).where(_TASK_UIDS.c.principal == principal)).scalar_one_or_none()
 
 
@@ -639,8 +700,9 @@ def task_uids_taken(s: Session, lo: int, hi: int) -> set[int]:
 
 
 def insert_task_uid(s: Session, principal: str, uid: int, now: float) -> None:
-    """AlreadyExists when the principal already has a uid or the uid is another's (a concurrent allocation; the
-    transaction is then unusable: the caller rolls back and tries again)."""
+    """Allocate `uid` to `principal`. AlreadyExists when the principal already has a uid or the uid is another's (a
+    concurrent allocation; the unique keys decide on both stores; the transaction is then unusable: the caller rolls
+    back and tries again)."""
     try:
         _core(s).execute(insert(_TASK_UIDS), [{"principal": principal, "uid": uid, "created_at": now}])
     except IntegrityError:
@@ -648,13 +710,17 @@ def insert_task_uid(s: Session, principal: str, uid: int, now: float) -> None:
 
 
 # --- stored models (`peloton model ...`) ----------------------------------------------------------------------
+# Written by the model servicer (api/model_service.py) from any number of calls at once: replace is a
+# compare-and-set on the version, so two replaces of one model never both win; read by planning (jobmgr/planning.py).
 def _model_from_row(r: Row[Any]) -> StoredModel:
     return StoredModel(name=r.name, owner=r.owner, document=r.document, version=r.version, created_at=r.created_at,
                        updated_at=r.updated_at)
 
 
 def create_model(s: Session, m: StoredModel) -> None:
-    """AlreadyExists (field 'name') if a model of that name exists. The row's version is `m.version` (1)."""
+    """Insert model `m`; its version is `m.version` (1). AlreadyExists (field 'name') if a model of that name
+    exists, whether seen by the first read or by the primary key (a concurrent create; the transaction is then
+    unusable: the caller rolls back)."""
     if s.execute(select(_MODELS.c.name).where(_MODELS.c.name == m.name)).first() is not None:
         raise AlreadyExists(f"name: model {m.name!r} already exists (replace it with --replace)", field="name")
     try:
@@ -668,8 +734,9 @@ def create_model(s: Session, m: StoredModel) -> None:
 
 def replace_model(s: Session, name: str, document: str, now: float, version: int) -> StoredModel:
     """Replace the document of model `name`, which the caller read at `version`: its version goes up by one,
-    updated_at becomes `now`; owner and created_at stay. NotFound if it is gone; Conflict if it changed since it
-    was read (another replace, or deleted and created again)."""
+    updated_at becomes `now`; owner and created_at stay. NotFound (field 'name') if it is gone; Conflict (field
+    'name') if it changed since it was read (another replace, or deleted and created again). The compare-and-set is
+    one UPDATE ... WHERE version = `version`, so it holds on PostgreSQL's READ COMMITTED as on SQLite."""
     res = s.execute(update(_MODELS).where(_MODELS.c.name == name, _MODELS.c.version == version)
                     .values(document=document, version=version + 1, updated_at=now).execution_options(**_NO_SYNC))
     if getattr(res, "rowcount", 0) != 1:
@@ -687,7 +754,8 @@ def get_model(s: Session, name: str) -> StoredModel:
 
 
 def list_models(s: Session, *, after: str | None = None, limit: int | None = None) -> list[StoredModel]:
-    """By name; only those after `after` (a page's last name); at most `limit`."""
+    """One page of models by name, in byte order on both stores; only those after `after` (a page's last name);
+    at most `limit`."""
     # byte order on both stores (SQLite compares bytes; PostgreSQL would use the database's locale), so that a
     # list reads the same on either
     name = _MODELS.c.name.collate("C") if s.get_bind().dialect.name == "postgresql" else _MODELS.c.name
@@ -700,7 +768,7 @@ def list_models(s: Session, *, after: str | None = None, limit: int | None = Non
 
 
 def delete_model(s: Session, name: str) -> None:
-    """NotFound (field 'name') if absent."""
+    """NotFound (field 'name') if absent (one DELETE: nothing to race)."""
     res = s.execute(delete(_MODELS).where(_MODELS.c.name == name).execution_options(**_NO_SYNC))
     if getattr(res, "rowcount", 0) == 0:
         raise NotFound(f"name: no model {name!r}", field="name")
@@ -711,18 +779,23 @@ _DRAINS_KEY = "host_drains"
 
 
 def get_drains(s: Session) -> dict[str, float]:
-    """Draining hosts -> the deadline of each (clock time; 0: none)."""
+    """Draining hosts -> the deadline of each (clock time; 0: none); {} when none was ever set."""
     raw = get_meta(s, _DRAINS_KEY)
     return {str(k): float(v) for k, v in json.loads(raw).items()} if raw else {}
 
 
 def set_drains(s: Session, drains: dict[str, float]) -> None:
+    """Replace the whole map of draining hosts (one meta row; see set_meta). Last writer wins: the caller (the host
+    manager, which holds the map in memory and writes all of it) must not write it from two threads at once."""
     set_meta(s, _DRAINS_KEY, json.dumps(dict(sorted(drains.items()))))
 
 
 # --- retention ----------------------------------------------------------------------------------------------
+# The retention loop (server.py) finds what has aged out here, then deletes it a batch per transaction: jobs through
+# the writer (one short commit each), audit records here.
 def finished_before(s: Session, before: float, limit: int) -> list[str]:
-    """Ids of up to `limit` jobs that ended (SUCCEEDED, FAILED, KILLED) before `before`, oldest first."""
+    """Ids of up to `limit` jobs that ended (SUCCEEDED, FAILED, KILLED) before `before`, oldest first (retention:
+    the caller deletes them in later write transactions, a few at a time)."""
     done = [JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value]
     q = (select(JobRow.id).where(JobRow.state.in_(done), JobRow.completed_at < before)
          .order_by(JobRow.completed_at, JobRow.id).limit(limit))
@@ -730,7 +803,8 @@ def finished_before(s: Session, before: float, limit: int) -> list[str]:
 
 
 def delete_audit_before(s: Session, before: float, limit: int) -> int:
-    """Delete up to `limit` audit records older than `before` (oldest first); how many went."""
+    """Delete up to `limit` audit records older than `before` (oldest first); how many went. A batch per write
+    transaction, so retention never holds the writer lock long."""
     ids = list(s.execute(select(AuditEventRow.id).where(AuditEventRow.at < before)
                          .order_by(AuditEventRow.id).limit(limit)).scalars())
     if ids:
@@ -743,7 +817,7 @@ def delete_audit_before(s: Session, before: float, limit: int) -> int:
 
 def count_by_state(s: Session) -> dict[str, dict[str, int]]:
     """{"jobs": {state: n}, "gangs": {...}, "tasks": {...}}: one GROUP BY per table (a scan of each; the metrics
-    endpoint asks at most every CENSUS_EVERY_S)."""
+    endpoint asks at most every CENSUS_EVERY_S). Three statements: on PostgreSQL they may see different commits."""
     out: dict[str, dict[str, int]] = {}
     for name, table in (("jobs", _JOBS), ("gangs", _GANGS), ("tasks", _TASKS)):
         rows = s.execute(select(table.c.state, func.count()).group_by(table.c.state)).all()

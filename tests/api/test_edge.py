@@ -61,7 +61,7 @@ def edge() -> Iterator[Edge]:
     channels = [grpc.secure_channel(f"localhost:{port}", creds), grpc.insecure_channel(f"unix:{tmp}/api.sock"),
                 grpc.insecure_channel(f"unix:{tmp}/internal.sock")]
     try:
-        yield Edge(d, *channels, token)
+        yield Edge(d, channels[0], channels[1], channels[2], token)
     finally:
         for ch in channels:
             ch.close()

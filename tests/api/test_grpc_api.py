@@ -87,7 +87,7 @@ def _serve(tmp: Path, url: str) -> Iterator[Api]:
 def call_error(fn: Callable[..., Any], request: Any) -> grpc.RpcError:
     with pytest.raises(grpc.RpcError) as ei:
         fn(request, timeout=RPC_TIMEOUT)
-    return ei.value  # type: ignore[return-value]
+    return ei.value
 
 
 def spec(name: str = "t", *, instances: int = 1, command: str = "true", cpu: float = 0.5, mem: str = "64Mi",

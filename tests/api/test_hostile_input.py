@@ -379,28 +379,28 @@ CREATE_POOL = [
 for _which in ("reservation", "limit"):
     CREATE_POOL += [
         Case(f"pool-{_which}-at-limits", "CreatePool",
-             pool(f"/{_which}-max", **{f"{_which}_cpu": L.MAX_POOL_CPU, f"{_which}_mem": "1048576Ti",
+             pool(f"/{_which}-max", 0.0, **{f"{_which}_cpu": L.MAX_POOL_CPU, f"{_which}_mem": "1048576Ti",
                                       f"{_which}_disk": "1048576Ti", f"{_which}_gpu": L.MAX_POOL_GPU,
                                       f"{_which}_ports": L.MAX_POOL_PORTS}), OK),
         Case(f"pool-{_which}-at-granularity", "CreatePool",
-             pool(f"/{_which}-min", **{f"{_which}_cpu": L.MIN_CPU, f"{_which}_mem": "1Ki", f"{_which}_disk": "1Ki"}),
+             pool(f"/{_which}-min", 0.0, **{f"{_which}_cpu": L.MIN_CPU, f"{_which}_mem": "1Ki", f"{_which}_disk": "1Ki"}),
              OK),
-        Case(f"pool-{_which}-mem-past-limit", "CreatePool", pool("/p", **{f"{_which}_mem": "1048577Ti"}),
+        Case(f"pool-{_which}-mem-past-limit", "CreatePool", pool("/p", 0.0, **{f"{_which}_mem": "1048577Ti"}),
              f"pool.{_which}.mem"),
-        Case(f"pool-{_which}-mem-inf", "CreatePool", pool("/p", **{f"{_which}_mem": "9" * 400}), f"pool.{_which}.mem"),
-        Case(f"pool-{_which}-disk-tiny", "CreatePool", pool("/p", **{f"{_which}_disk": "0.1Ki"}),
+        Case(f"pool-{_which}-mem-inf", "CreatePool", pool("/p", 0.0, **{f"{_which}_mem": "9" * 400}), f"pool.{_which}.mem"),
+        Case(f"pool-{_which}-disk-tiny", "CreatePool", pool("/p", 0.0, **{f"{_which}_disk": "0.1Ki"}),
              f"pool.{_which}.disk"),
-        Case(f"pool-{_which}-gpu-past-limit", "CreatePool", pool("/p", **{f"{_which}_gpu": L.MAX_POOL_GPU + 1}),
+        Case(f"pool-{_which}-gpu-past-limit", "CreatePool", pool("/p", 0.0, **{f"{_which}_gpu": L.MAX_POOL_GPU + 1}),
              f"pool.{_which}.gpu"),
-        Case(f"pool-{_which}-gpu-negative", "CreatePool", pool("/p", **{f"{_which}_gpu": -1}), f"pool.{_which}.gpu"),
-        Case(f"pool-{_which}-ports-negative", "CreatePool", pool("/p", **{f"{_which}_ports": -1}),
+        Case(f"pool-{_which}-gpu-negative", "CreatePool", pool("/p", 0.0, **{f"{_which}_gpu": -1}), f"pool.{_which}.gpu"),
+        Case(f"pool-{_which}-ports-negative", "CreatePool", pool("/p", 0.0, **{f"{_which}_ports": -1}),
              f"pool.{_which}.ports"),
         Case(f"pool-{_which}-ports-past-limit", "CreatePool",
-             pool("/p", **{f"{_which}_ports": L.MAX_POOL_PORTS + 1}), f"pool.{_which}.ports"),
+             pool("/p", 0.0, **{f"{_which}_ports": L.MAX_POOL_PORTS + 1}), f"pool.{_which}.ports"),
     ]
     for _v, _name in ((float("nan"), "nan"), (float("inf"), "inf"), (-1.0, "negative"), (5e-324, "denormal"),
                       (L.MAX_POOL_CPU * 2, "huge")):
-        CREATE_POOL.append(Case(f"pool-{_which}-cpu-{_name}", "CreatePool", pool("/p", **{f"{_which}_cpu": _v}),
+        CREATE_POOL.append(Case(f"pool-{_which}-cpu-{_name}", "CreatePool", pool("/p", 0.0, **{f"{_which}_cpu": _v}),
                                 f"pool.{_which}.cpu"))
 
 POOL_PATHS = [
@@ -449,7 +449,7 @@ READS += [
     Case("GetTaskLogs-attempt-absent", "GetTaskLogs",
          lambda api: task_pb2.GetTaskLogsRequest(job_id=api.known_job, attempt=L.INT32_MAX), grpc.StatusCode.NOT_FOUND),
 ]
-LIST = [
+LIST: list[tuple[str, dict[str, Any], str]] = [
     ("limit-at-limit", {"limit": L.MAX_LIST_LIMIT}, OK),
     ("limit-past-limit", {"limit": L.MAX_LIST_LIMIT + 1}, "limit"),
     ("limit-negative", {"limit": -1}, "limit"),
@@ -512,7 +512,7 @@ def call(api: Api, case: Case) -> Outcome:
     try:
         return Outcome(grpc.StatusCode.OK, "", fn(request, timeout=RPC_TIMEOUT))
     except grpc.RpcError as e:
-        return Outcome(e.code(), e.details() or "")  # type: ignore[attr-defined]
+        return Outcome(e.code(), e.details() or "")
 
 
 def snapshot(api: Api) -> tuple[set[str], list[tuple[str, str, str, float]]]:
@@ -521,7 +521,7 @@ def snapshot(api: Api) -> tuple[set[str], list[tuple[str, str, str, float]]]:
     pools = [(p.path, p.reservation.SerializeToString(deterministic=True),
               p.limit.SerializeToString(deterministic=True) if p.HasField("limit") else "-", p.share)
              for p in api.pools.ListPools(respool_pb2.ListPoolsRequest(), timeout=RPC_TIMEOUT).pools]
-    return jobs, pools  # type: ignore[return-value]
+    return jobs, pools
 
 
 def check_expected(case: Case, out: Outcome, store: str) -> None:

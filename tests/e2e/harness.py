@@ -14,7 +14,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 PELOTON = [sys.executable, "-m", "peloton.cli.main"]
 from peloton.hostmgr.local import cgroups  # noqa: E402
@@ -150,7 +150,7 @@ class Daemon:
             j = self.job(job_id)
             return j if j["status"]["state"] in states else None
 
-        return wait_until(check, timeout, 0.3, f"job {job_id} in {states}")  # type: ignore[no-any-return]
+        return wait_until(check, timeout, 0.3, f"job {job_id} in {states}")
 
     def tasks(self, job_id: str) -> list[dict[str, Any]]:
         return list(json.loads(self.cli("task", "list", job_id, "-o", "json").stdout).get("tasks", []))
@@ -233,8 +233,11 @@ def kill_sandboxed_processes(root: Path, timeout: float = 10.0) -> list[int]:
     return found
 
 
+D = TypeVar("D", bound="Daemon")
+
+
 @contextmanager
-def serving(d: Daemon) -> Iterator[Daemon]:
+def serving(d: D) -> Iterator[D]:
     """`d` started for the block, then stopped, and its tasks (which outlive a daemon by design) killed."""
     try:
         d.start()  # (a start that times out leaves the process running: stopped below too)

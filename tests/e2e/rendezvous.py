@@ -21,7 +21,7 @@ if rank == 0:
     srv.bind((addr, port))
     srv.listen(world)
     srv.settimeout(120)
-    peers = []
+    peers: list[socket.socket] = []
     while len(peers) < world - 1:
         conn, _ = srv.accept()
         peers.append(conn)

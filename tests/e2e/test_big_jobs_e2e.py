@@ -101,8 +101,10 @@ def test_a_100k_instance_job_is_accepted_and_stopped_while_other_creates_keep_an
     print(f"stopped (100,000 gangs): StopJob took {stop_s:.1f} s ({figures(stop_latencies)}), KILLED "
           f"{time.monotonic() - t0:.1f} s later")
     for sid in small_ids:  # other users' jobs were not held up behind it
-        wait_until(lambda sid=sid: stub.GetJob(job_pb2.GetJobRequest(job_id=sid)).job.status.state == "SUCCEEDED",
-                   timeout=120, interval=0.5, what=f"small job {sid} to succeed")
+        def succeeded(sid: str = sid) -> bool:
+            return stub.GetJob(job_pb2.GetJobRequest(job_id=sid)).job.status.state == "SUCCEEDED"
+
+        wait_until(succeeded, timeout=120, interval=0.5, what=f"small job {sid} to succeed")
     channel.close()
 
 
@@ -129,5 +131,5 @@ def test_the_largest_spec_the_limits_allow_is_accepted_and_runs(big_sim: SimDaem
     over.task.command += "xx"  # one byte past the limit
     with pytest.raises(grpc.RpcError) as e:
         stub.CreateJob(job_pb2.CreateJobRequest(spec=over), timeout=60)
-    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task.command" in e.value.details()  # type: ignore[attr-defined]
+    assert e.value.code() == grpc.StatusCode.INVALID_ARGUMENT and "task.command" in e.value.details()
     channel.close()

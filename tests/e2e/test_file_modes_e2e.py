@@ -12,6 +12,7 @@ import signal
 import stat
 import subprocess
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -27,9 +28,9 @@ ROOT = os.geteuid() == 0
 DIR_MODES = {0o700, 0o711} if ROOT else {0o700}
 
 
-def run(*args: str, **kwargs: object) -> subprocess.CompletedProcess[str]:
+def run(*args: str, **kwargs: Any) -> subprocess.CompletedProcess[str]:
     return subprocess.run([*PELOTON, *args], capture_output=True, text=True, timeout=60, umask=UMASK,
-                          **kwargs)  # type: ignore[call-overload,no-any-return]
+                          **kwargs)
 
 
 def start(data: Path, log: Path) -> tuple[subprocess.Popen[str], str]:

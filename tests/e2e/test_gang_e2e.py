@@ -81,7 +81,7 @@ name: big
 instances: 2
 task: {command: echo ran, resources: {cpu: 2, mem: 64Mi}}
 """, tmp_path)
-    def pending_reason() -> dict | None:  # type: ignore[type-arg]
+    def pending_reason() -> dict | None:
         x = daemon.job(big)
         return x if "short of" in x["status"]["gangs"][0].get("reason", "") else None
 
@@ -195,7 +195,10 @@ task:
     # the attempt-1 survivors were killed: never a partial gang
     for name, pid in pids.items():
         if name.endswith("-1"):
-            wait_until(lambda pid=pid: not pid_alive(pid), 15, what=f"{name} gone")
+            def gone(pid: int = pid) -> bool:
+                return not pid_alive(pid)
+
+            wait_until(gone, 15, what=f"{name} gone")
 
 
 def test_the_cli_uses_the_daemons_unix_socket_by_default(daemon: Daemon, tmp_path: Path) -> None:

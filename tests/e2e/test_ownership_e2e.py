@@ -165,8 +165,8 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                     try:
                         jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=10)
                     except grpc.RpcError as e:
-                        if e.code() == grpc.StatusCode.UNAVAILABLE:  # type: ignore[attr-defined]
-                            return str(e.details())  # type: ignore[attr-defined]
+                        if e.code() == grpc.StatusCode.UNAVAILABLE:
+                            return str(e.details())
                     return None
 
                 why = wait_until(refused_unavailable, timeout=10, interval=0.2, what="creates to be refused")

@@ -58,7 +58,8 @@ class GangSampler:
     gang already said RUNNING. (A member that ended meanwhile, a preemption's, is no partial gang.)"""
 
     def __init__(self, d: Daemon, jobs: list[str]) -> None:
-        self.d, self.jobs, self.partial, self.samples = d, jobs, [], 0
+        self.d, self.jobs, self.samples = d, jobs, 0
+        self.partial: list[tuple[str, Any, list[tuple[Any, Any]]]] = []
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
         self._thread.start()
@@ -94,7 +95,7 @@ def _preempted_because(d: Daemon, job: str) -> str:
 
 
 def _gang(d: Daemon, job: str) -> dict[str, Any]:
-    return d.job(job)["status"]["gangs"][0]  # type: ignore[no-any-return]
+    return d.job(job)["status"]["gangs"][0]
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # resmgr's rule, not the store's: one store

@@ -66,10 +66,10 @@ class Cluster:
         def check() -> dict[str, object] | None:
             j = json.loads(self.cli("root", "job", "get", job, "-o", "json").stdout)
             return j if j["status"]["state"] in states else None
-        return wait_until(check, timeout, 0.3, f"job {job} in {states}")  # type: ignore[no-any-return]
+        return wait_until(check, timeout, 0.3, f"job {job} in {states}")
 
     def task(self, job: str) -> dict[str, object]:
-        return json.loads(self.cli("root", "task", "list", job, "-o", "json").stdout)["tasks"][0]  # type: ignore[no-any-return]
+        return json.loads(self.cli("root", "task", "list", job, "-o", "json").stdout)["tasks"][0]
 
     def logs(self, who: str, job: str) -> str:
         return self.cli(who, "task", "logs", job, "0").stdout

@@ -70,8 +70,8 @@ def submitter(stub: job_pb2_grpc.JobServiceStub, obs: Observed, stop: threading.
                     obs.submitted[name] = r.job_id
                 break
             except grpc.RpcError as e:
-                obs.code("create", e.code())  # type: ignore[attr-defined]
-                assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e  # type: ignore[attr-defined]
+                obs.code("create", e.code())
+                assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e
                 time.sleep(0.3)
         n += 1
         time.sleep(0.4)  # a little over what the host runs (2 one-second jobs at a time): a queue, not a long backlog
@@ -85,8 +85,8 @@ def reader(stub: job_pb2_grpc.JobServiceStub, obs: Observed, stop: threading.Eve
                 stub.GetJob(job_pb2.GetJobRequest(job_id=j.id), timeout=10)
             obs.code("read", grpc.StatusCode.OK)
         except grpc.RpcError as e:
-            obs.code("read", e.code())  # type: ignore[attr-defined]
-            assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e  # type: ignore[attr-defined]
+            obs.code("read", e.code())
+            assert e.code() in (grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.DEADLINE_EXCEEDED), e
         time.sleep(0.2)
 
 

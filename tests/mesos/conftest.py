@@ -30,7 +30,7 @@ def fake_master_factory() -> Iterator[Callable[..., FakeMaster]]:
     made: list[FakeMaster] = []
 
     def make(agents: list[FakeAgent] | None = None, **kw: Any) -> FakeMaster:
-        opts = dict(FAST)
+        opts: dict[str, Any] = dict(FAST)
         opts.update(kw)
         m = FakeMaster(agents if agents is not None else default_agents(), **opts).start()
         made.append(m)

@@ -59,7 +59,7 @@ REQUIRED_BODY = {
     "REQUEST": "request", "UPDATE_FRAMEWORK": "update_framework",
 }
 # Required (proto2) fields checked by the JSON -> protobuf conversion.
-REQUIRED_FIELDS = {
+REQUIRED_FIELDS: dict[str, list[tuple[str | None, tuple[str, ...]]]] = {
     "subscribe": [("framework_info", ("user", "name"))],
     "update_framework": [("framework_info", ("user", "name"))],
     "kill": [(None, ("task_id",))],
@@ -177,11 +177,11 @@ def res_to_text(r: Res, role: str, order: list[str] | None = None) -> str:
     return "; ".join(parts)
 
 
-def res_from_json(items: Any) -> tuple[Res, list[str], str | None]:
+def res_from_json(items: Any) -> tuple[Res, list[Any], str | None]:
     """Returns (resources, names in given order, validation error)."""
     r: Res = {n: 0.0 for n in SCALAR_NAMES}
     r["ports"] = []
-    order: list[str] = []
+    order: list[Any] = []  # (names as the client sent them: a missing one is None)
     err = None
     for it in items or []:
         if not isinstance(it, dict):
@@ -297,7 +297,7 @@ class _Framework:
     subscribed_at: float = 0.0
 
     @property
-    def caps(self) -> set[str]:
+    def caps(self) -> set[str | None]:
         return {c.get("type") for c in self.info.get("capabilities") or [] if isinstance(c, dict)}
 
     @property
@@ -524,12 +524,13 @@ class FakeMaster:
         self._agents: list[FakeAgent] = []
         self._frameworks: dict[str, _Framework] = {}
         self._removed: set[str] = set()
-        self._offers: dict[str, _Offer] = {}
-        self._tasks: dict[tuple[str, str], _Task] = {}
+        # keyed by ids as calls name them, which a malformed call may leave out (None): looked up as they come
+        self._offers: dict[str | None, _Offer] = {}
+        self._tasks: dict[tuple[str, str | None], _Task] = {}
         self._timers: list[tuple[float, Callable[[], None]]] = []
         self._next_alloc = 0.0
         self._rescind_next_accept: set[str] = set()
-        self._fail_launch: dict[str, dict[str, Any]] = {}
+        self._fail_launch: dict[str | None, dict[str, Any]] = {}
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._clock: threading.Thread | None = None
@@ -576,7 +577,7 @@ class FakeMaster:
     def __enter__(self) -> FakeMaster:
         return self.start()
 
-    def __exit__(self, *exc: Any) -> None:
+    def __exit__(self, *_exc: Any) -> None:
         self.stop()
 
     @property
@@ -586,10 +587,6 @@ class FakeMaster:
     @property
     def url(self) -> str:
         return f"http://{self.host}:{self._port}"
-
-    @property
-    def scheduler_url(self) -> str:
-        return self.url + SCHEDULER_PATH
 
     @property
     def master_id(self) -> str:
@@ -624,12 +621,6 @@ class FakeMaster:
             return [{"offer_id": o.offer_id, "agent_id": o.agent_id, "framework_id": o.framework_id,
                      "role": o.role, "resources": dict(o.resources)}
                     for o in self._offers.values() if framework_id in (None, o.framework_id)]
-
-    def agent_free(self, agent_id: str) -> Res:
-        with self._lock:
-            a = self._agent(agent_id)
-            assert a is not None
-            return res_sub(a.total, a.used)
 
     def calls_of(self, call_type: str) -> list[dict[str, Any]]:
         return [c for c in self.calls if c.get("type") == call_type]
@@ -1326,7 +1317,7 @@ class FakeMaster:
         d["allocation_info"] = {"role": o.role}
         return d
 
-    def _rescind(self, offer_id: str) -> None:
+    def _rescind(self, offer_id: str | None) -> None:
         o = self._offers.pop(offer_id, None)
         if o is None:
             return
@@ -1601,7 +1592,7 @@ class FakeMaster:
         errors: list[str | None] = []
         for ti in tis:
             errors.append(self._validate_task(fw, agent, dict(ti, _group=group)))
-        if group:
+        if executor is not None:
             bad = next((i for i, e in enumerate(errors) if e), None)
             if bad is not None:
                 bad_id = (tis[bad].get("task_id") or {}).get("value")
@@ -1822,18 +1813,6 @@ class FakeMaster:
 # --------------------------------------------------------------------------------------------------------------
 # Tiny client for tests (http.client, RecordIO parsed as bytes)
 # --------------------------------------------------------------------------------------------------------------
-
-
-def recordio_records(chunks: Iterator[bytes]) -> Iterator[bytes]:
-    buf = bytearray()
-    for c in chunks:
-        buf += c
-        while (nl := buf.find(b"\n")) >= 0:
-            n = int(buf[:nl])
-            if len(buf) < nl + 1 + n:
-                break
-            yield bytes(buf[nl + 1:nl + 1 + n])
-            del buf[:nl + 1 + n]
 
 
 class Subscription:

@@ -65,7 +65,6 @@ class LiveStream:
         self.events: list[tuple[float, Any]] = []
         self.ended = False
         self.eof_clean = False
-        self.closed_by_client = False
         self.cond = threading.Condition()
         self.thread = threading.Thread(target=self._read, args=(t0,), daemon=True)
         self.thread.start()
@@ -97,7 +96,6 @@ class LiveStream:
                 self.cond.wait(left)
 
     def close(self) -> None:
-        self.closed_by_client = True
         self.sub.close()
 
 
@@ -124,7 +122,10 @@ class Replay:
             update_retry_interval=10.0 * SCALE, update_retry_max=600.0 * SCALE, client_time_scale=SCALE,
             agent_removal_timeout=removal * SCALE, launch_delay=0.02, kill_delay=0.02,
             executor_exit_delay=0.05 * SCALE, task_runtime=self._runtime, chunk_size=None).start()
-        self.agent_map = {a["id"]: la.agent_id for a, la in zip(self.cluster["agents"], agents, strict=True)}
+        self.agent_map: dict[str, str] = {}  # recorded agent id -> the live one (each agent has one once started)
+        for a, la in zip(self.cluster["agents"], agents, strict=True):
+            assert la.agent_id is not None
+            self.agent_map[a["id"]] = la.agent_id
         self.streams: dict[str, LiveStream] = {}
         self.rec_streams: dict[str, dict[str, Any]] = {}  # name -> recorded stream info
         self.stream_id_map: dict[str, str] = {}
@@ -276,7 +277,6 @@ class Replay:
         for s in self.streams.values():
             if not s.ended:
                 s.close()
-                s.closed_by_client = False  # closed by the harness at the end, not by the scenario
         for s in self.streams.values():
             s.thread.join(2)
         self.master.stop()

@@ -139,8 +139,8 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     # a plain gRPC client sees the redirect itself
     with grpc.insecure_channel(standby.address) as ch, pytest.raises(grpc.RpcError) as e:
         ch.unary_unary("/peloton.v1.JobService/ListJobs")(b"", timeout=5)
-    assert e.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
-    assert ("peloton-leader", leader.address) in e.value.trailing_metadata()  # type: ignore[attr-defined]
+    assert e.value.code() == grpc.StatusCode.UNAVAILABLE
+    assert ("peloton-leader", leader.address) in e.value.trailing_metadata()
 
     # a burst of submissions through both addresses; the leader dies in the middle of it, with launches going on
     both = f"{leader.address},{standby.address}"

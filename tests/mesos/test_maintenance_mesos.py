@@ -9,6 +9,7 @@ import json
 import time
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -41,7 +42,7 @@ def _hosts(d: MesosDaemon) -> dict[str, dict[str, object]]:
     return {h["hostname"]: h for h in json.loads(d.cli("host", "list", "-o", "json").stdout)["hosts"]}
 
 
-def _answers(fake: object, kind: str) -> list[dict[str, object]]:
+def _answers(fake: object, kind: str) -> list[dict[str, Any]]:
     return [c["body"][kind.lower()] for c in fake.calls_of(kind)]  # type: ignore[attr-defined]
 
 

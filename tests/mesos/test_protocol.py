@@ -177,27 +177,6 @@ def test_accept_launch_equals_recorded_bodies() -> None:
     assert checked >= 15
 
 
-def test_accept_launch_group_equals_recorded_body() -> None:
-    checked = 0
-    for label, body in accepted_calls("ACCEPT"):
-        acc = body["accept"]
-        for op in acc["operations"]:
-            if op["type"] != "LAUNCH_GROUP":
-                continue
-            lg = op["launch_group"]
-            tasks = lg["task_group"]["tasks"]
-            if not all(_rebuildable(t) for t in tasks):
-                continue
-            p = SchedulerProtocol(FrameworkConfig(name="n", user="root"), framework_id=fid_of(body))
-            executor = p.launch_group_executor(lg["executor"]["executor_id"]["value"], role="*")
-            rebuilt = p.accept([o["value"] for o in acc["offer_ids"]],
-                               [calls.launch_group(executor, [_rebuild_task(t) for t in tasks])],
-                               acc.get("filters", {}).get("refuse_seconds"))
-            assert rebuilt == body, label
-            checked += 1
-    assert checked >= 1
-
-
 @pytest.mark.parametrize("type_", ["DECLINE", "KILL", "ACKNOWLEDGE", "RECONCILE", "REVIVE", "SUPPRESS", "TEARDOWN",
                                    "SHUTDOWN"])
 def test_simple_calls_equal_recorded_bodies(type_: str) -> None:

@@ -67,6 +67,7 @@ def test_task_logs_come_from_the_agent_sandbox(fake_master_factory: Factory, age
     assert logs("--tail", "20").stdout == b"".join(content.splitlines(keepends=True)[-20:])  # lines, not bytes
     assert logs("--stderr").stdout == b"warning: something\n"
     # the other member's sandbox has no logs on the agent (collected): one line saying so
-    r = subprocess.run([*PELOTON, "--address", d.address, "task", "logs", job, "1"], capture_output=True, text=True,
-                       timeout=60)
-    assert r.returncode == 1 and "has no such file" in r.stderr and "Traceback" not in r.stderr, r.stderr
+    other = subprocess.run([*PELOTON, "--address", d.address, "task", "logs", job, "1"], capture_output=True,
+                           text=True, timeout=60)
+    assert other.returncode == 1 and "has no such file" in other.stderr and "Traceback" not in other.stderr, \
+        other.stderr

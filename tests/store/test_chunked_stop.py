@@ -56,22 +56,24 @@ def gang_states(jobs: job_pb2_grpc.JobServiceStub, job_id: str) -> list[str]:
 
 
 def test_a_job_is_stopped_a_range_of_gangs_per_commit(daemon: Daemon) -> None:
+    rm = daemon.resmgr
+    assert rm is not None
     with grpc.insecure_channel(daemon.address) as ch:
         jobs = job_pb2_grpc.JobServiceStub(ch)
         job_id = elastic_job(jobs)
         wait(lambda: gang_states(jobs, job_id).count("RUNNING") == 2, "two gangs to run")
-        assert daemon.resmgr.usage()[1] == {"/": 3}
+        assert rm.usage()[1] == {"/": 3}
         jobs.StopJob(job_pb2.StopJobRequest(job_id=job_id), timeout=10)
         wait(lambda: jobs.GetJob(job_pb2.GetJobRequest(job_id=job_id)).job.status.state == "KILLED", "KILLED")
         assert gang_states(jobs, job_id) == ["DONE"] * 5
         assert daemon.jobmgr is not None and daemon.jobmgr.effects.drain(10)
-        assert daemon.resmgr.usage() == ({}, {})
+        assert rm.usage() == ({}, {})
 
 
 def test_a_stop_cut_short_is_finished_by_the_reconciler(daemon: Daemon, monkeypatch: pytest.MonkeyPatch,
                                                         caplog: pytest.LogCaptureFixture) -> None:
-    jm = daemon.jobmgr
-    assert jm is not None
+    jm, rm = daemon.jobmgr, daemon.resmgr
+    assert jm is not None and rm is not None
 
     def store_gone(job_id: str, start: int, end: int) -> None:
         raise Unavailable("the store is unavailable (test)")
@@ -83,7 +85,7 @@ def test_a_stop_cut_short_is_finished_by_the_reconciler(daemon: Daemon, monkeypa
         monkeypatch.setattr(jm, "_stop_gangs", store_gone)
         with pytest.raises(grpc.RpcError) as e:
             jobs.StopJob(job_pb2.StopJobRequest(job_id=job_id), timeout=10)
-        assert e.value.code() == grpc.StatusCode.UNAVAILABLE  # type: ignore[attr-defined]
+        assert e.value.code() == grpc.StatusCode.UNAVAILABLE
         monkeypatch.undo()
         # the first commit went in: KILLED is desired, the first two gangs are told to stop, the queue gave up the
         # three queued gangs at once, and the last three are not stopped yet
@@ -91,7 +93,7 @@ def test_a_stop_cut_short_is_finished_by_the_reconciler(daemon: Daemon, monkeypa
         assert job.status.state == "KILLING" and job.status.desired_state == "KILLED"
         assert gang_states(jobs, job_id)[2:] == ["QUEUED"] * 3
         assert jm.effects.drain(10)
-        assert daemon.resmgr.usage()[1] == {}
+        assert rm.usage()[1] == {}
         with caplog.at_level("WARNING", logger="peloton.jobmgr.manager"):
             jm.reconcile_once()
             wait(lambda: jobs.GetJob(job_pb2.GetJobRequest(job_id=job_id)).job.status.state == "KILLED", "KILLED")

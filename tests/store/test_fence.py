@@ -13,11 +13,21 @@ from sqlalchemy import Engine, create_engine, text
 from sqlalchemy.orm import Session, sessionmaker
 from sqlalchemy.pool import NullPool
 
-from peloton.leadership.fence import Fence, Fenced, current_epoch, take_epoch, take_epochs
+from peloton.leadership.fence import EPOCH_KEY, Fence, Fenced, take_epochs
 from peloton.leadership.lock import HEARTBEAT_KEY, PostgresLock, role_leaders, standbys
 from peloton.leadership.owner import Owner
 from peloton.store import db, repo
 from tests.dbutil import postgres_database
+
+
+def take_epoch(sessions: sessionmaker[Session]) -> int:
+    """The job manager's next epoch (take_epochs of the job manager alone)."""
+    return take_epochs(sessions)[EPOCH_KEY]
+
+
+def current_epoch(sessions: sessionmaker[Session]) -> int:
+    with db.transaction(sessions) as s:
+        return int(repo.get_meta(s, EPOCH_KEY) or 0)
 
 
 @pytest.fixture

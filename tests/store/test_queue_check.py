@@ -51,6 +51,8 @@ def wait(pred, what: str, timeout: float = 20.0):  # type: ignore[no-untyped-def
 
 def test_the_queue_check_repairs_a_resource_manager_that_forgot_everything(
         daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    rm = daemon.resmgr
+    assert rm is not None
     with grpc.insecure_channel(daemon.address) as ch:
         jobs = job_pb2_grpc.JobServiceStub(ch)
 
@@ -60,18 +62,18 @@ def test_the_queue_check_repairs_a_resource_manager_that_forgot_everything(
         running = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("running")), timeout=10).job_id
         wait(lambda: state(running) == "RUNNING", "the first job to run")
         waiting = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("waiting")), timeout=10).job_id
-        wait(lambda: daemon.resmgr.usage()[1].get("/", 0) == 1, "the second gang to be queued")
-        assert daemon.resmgr.usage()[0]["/"].gpu == 2
+        wait(lambda: rm.usage()[1].get("/", 0) == 1, "the second gang to be queued")
+        assert rm.usage()[0]["/"].gpu == 2
 
-        daemon.resmgr.reset()  # what a restart of the resmgr process leaves behind
-        assert daemon.resmgr.usage() == ({}, {})
+        rm.reset()  # what a restart of the resmgr process leaves behind
+        assert rm.usage() == ({}, {})
         # the check looks at gangs unchanged for QUEUE_CHECK_S; here, at once
         monkeypatch.setattr(jobmgr_manager, "QUEUE_CHECK_S", 0.0)
         assert daemon.jobmgr is not None
         daemon.jobmgr._queue_check_at = 0.0  # noqa: SLF001 - due now
         daemon.jobmgr.reconcile_once()
         assert daemon.jobmgr.effects.drain(10)
-        allocated, queued = daemon.resmgr.usage()
+        allocated, queued = rm.usage()
         assert allocated["/"].gpu == 2  # the running gang's allocation, registered again
         assert queued == {"/": 1}  # the waiting gang, queued again
         assert state(waiting) == "PENDING"  # and still waiting: the running gang holds the GPUs
@@ -79,7 +81,7 @@ def test_the_queue_check_repairs_a_resource_manager_that_forgot_everything(
         daemon.jobmgr._queue_check_at = 0.0  # noqa: SLF001 - a second check finds nothing to repair
         daemon.jobmgr.reconcile_once()
         assert daemon.jobmgr.effects.drain(10)
-        assert daemon.resmgr.usage()[1] == {"/": 1} and daemon.resmgr.usage()[0]["/"].gpu == 2
+        assert rm.usage()[1] == {"/": 1} and rm.usage()[0]["/"].gpu == 2
 
         jobs.StopJob(job_pb2.StopJobRequest(job_id=running), timeout=10)
         wait(lambda: state(waiting) == "RUNNING", "the queued job to run once the GPUs are free")

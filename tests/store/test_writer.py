@@ -93,7 +93,7 @@ def test_a_mutation_that_breaks_fails_alone_and_leaves_its_job_as_the_store_has_
         raise RuntimeError("a bug in a rule")  # ...then fails
 
     good = w.submit(stop("a"))
-    bad = w.submit(Mutation(Kind.APPLY, ["b"], apply=breaks))
+    bad = w.submit(Mutation[None](Kind.APPLY, ["b"], apply=breaks))
     hold.set()
     good.result(10)
     with pytest.raises(RuntimeError, match="a bug"):

@@ -7,7 +7,7 @@ import argparse
 import subprocess
 import sys
 import threading
-from collections.abc import Iterator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import grpc
@@ -222,6 +222,7 @@ def test_closing_the_watch_cancels_the_call() -> None:
     call = FakeCall([resp("s1", 1, "RUNNING", snapshot=True), resp("s1", 2, "SUCCEEDED")])
     it = watch_jobs(FakeDaemon(call), ["j1"], False, reconnect(clock), clock=clock, silence_s=None)
     next(it)
+    assert isinstance(it, Generator)  # (so it can be closed)
     it.close()
     assert call.cancelled
 

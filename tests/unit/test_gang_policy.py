@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from peloton.domain.launch import TaskStatus
-from peloton.domain.model import gang_id_for, task_id_for
+from peloton.domain.model import Gang, Job, Task, gang_id_for, task_id_for
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
@@ -74,7 +74,7 @@ def states(gv: GangView) -> list[TaskState]:
     return [t.state for t in gv.members()]
 
 
-def snapshot(jv: JobView) -> object:
+def snapshot(jv: JobView) -> tuple[Job, list[tuple[Gang, list[Task]]]]:
     return dataclasses.replace(jv.job, spec=jv.spec), [
         (dataclasses.replace(gv.gang, instances=list(gv.gang.instances)),
          [dataclasses.replace(t, ports=list(t.ports), gpu_ids=list(t.gpu_ids)) for t in gv.members()])
@@ -82,8 +82,8 @@ def snapshot(jv: JobView) -> object:
     ]
 
 
-def _states_only(snap: object) -> object:
-    job, gangs = snap  # type: ignore[misc]
+def _states_only(snap: tuple[Job, list[tuple[Gang, list[Task]]]]) -> object:
+    job, gangs = snap
     return job.state, job.reason, [(g.state, g.attempt, g.reason, [(t.state, t.attempt, t.exit_code, t.host)
                                                                    for t in ts]) for g, ts in gangs]
 
@@ -872,7 +872,7 @@ def _check_invariants(jv: JobView) -> None:
     ops=st.lists(op_strategy, max_size=60),
 )
 def test_random_status_sequences_keep_the_invariants(instances: int, min_avail: int, policy_name: str,
-                                                     max_attempts: int, ops: list[tuple]) -> None:  # type: ignore[type-arg]
+                                                     max_attempts: int, ops: list[tuple]) -> None:
     spec = make_spec(instances, min_available=min(min_avail, instances), on_member_failure=policy_name,
                      max_attempts=max_attempts)
     jv = make_view(spec)

@@ -21,16 +21,17 @@ def test_integers(prefix: int, encoded: str, value: int) -> None:
     assert hpack._encode_integer(value, prefix, 0) == _hex(encoded)
 
 
-REQUESTS = [  # C.3 (raw strings) and C.4 (Huffman): three requests on one connection, the table carried over
-    [("8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d", "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff"),
-     [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")], 57],
-    [("8286 84be 5808 6e6f 2d63 6163 6865", "8286 84be 5886 a8eb 1064 9cbf"),
+# C.3 (raw strings) and C.4 (Huffman): three requests on one connection, the table carried over
+REQUESTS: list[tuple[tuple[str, str], list[tuple[str, str]], int]] = [
+    (("8286 8441 0f77 7777 2e65 7861 6d70 6c65 2e63 6f6d", "8286 8441 8cf1 e3c2 e5f2 3a6b a0ab 90f4 ff"),
+     [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com")], 57),
+    (("8286 84be 5808 6e6f 2d63 6163 6865", "8286 84be 5886 a8eb 1064 9cbf"),
      [(":method", "GET"), (":scheme", "http"), (":path", "/"), (":authority", "www.example.com"),
-      ("cache-control", "no-cache")], 110],
-    [("8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
+      ("cache-control", "no-cache")], 110),
+    (("8287 85bf 400a 6375 7374 6f6d 2d6b 6579 0c63 7573 746f 6d2d 7661 6c75 65",
       "8287 85bf 4088 25a8 49e9 5ba9 7d7f 8925 a849 e95b b8e8 b4bf"),
      [(":method", "GET"), (":scheme", "https"), (":path", "/index.html"), (":authority", "www.example.com"),
-      ("custom-key", "custom-value")], 164],
+      ("custom-key", "custom-value")], 164),
 ]
 
 

@@ -23,14 +23,12 @@ from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
 from peloton.hostmgr.local import backend as local_backend_module
 from peloton.hostmgr.local import cgroups, spawner, wrapper
-from peloton.hostmgr.local.backend import LocalBackend, LocalHostConfig, make_local_hosts
+from peloton.hostmgr.local.backend import HostConfig, LocalBackend, make_local_hosts
 from peloton.hostmgr.local.gpus import (
-    detect_gpu_model,
     detect_gpus,
     machine_resources,
     parse_meminfo_total_mib,
     parse_nvidia_smi_indices,
-    parse_nvidia_smi_names,
 )
 
 DEADLINE_S = 10.0
@@ -136,7 +134,7 @@ def make_backend(tmp_path: Path) -> Iterator[Callable[..., tuple[LocalBackend, R
     made: list[LocalBackend] = []
 
     def make(n: int = 2, resources: Resources = HOST_RES, grace: float = 5.0,
-             hosts: list[LocalHostConfig] | None = None, env_allow: tuple[str, ...] = (), **kw: Any
+             hosts: list[HostConfig] | None = None, env_allow: tuple[str, ...] = (), **kw: Any
              ) -> tuple[LocalBackend, Recorder]:
         b = LocalBackend(tmp_path, hosts if hosts is not None else make_local_hosts(n, resources), kill_grace_s=grace,
                          env_allow=env_allow, default_user=TEST_TASK_USER, **kw)
@@ -171,7 +169,6 @@ def test_parse_nvidia_smi_indices() -> None:
     assert parse_nvidia_smi_indices("") == []
     assert parse_nvidia_smi_indices("NVIDIA-SMI has failed because it couldn't communicate\n") == []
     assert parse_nvidia_smi_indices("0, NVIDIA H100\n1, NVIDIA H100\n") == [0, 1]
-    assert parse_nvidia_smi_names("NVIDIA H100 80GB HBM3\nNVIDIA H100 80GB HBM3\n") == ["NVIDIA H100 80GB HBM3"] * 2
 
 
 def test_parse_meminfo() -> None:
@@ -705,19 +702,17 @@ def test_death_by_foreign_signal_fails(make_backend: Callable[..., tuple[LocalBa
 
 def test_detect_gpus_with_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PATH", str(tmp_path))
-    assert detect_gpus() == [] and detect_gpu_model() is None  # no nvidia-smi at all
+    assert detect_gpus() == []  # no nvidia-smi at all
     fake = tmp_path / "nvidia-smi"
     fake.write_text(
         "#!/bin/sh\n"
         'case "$1" in\n'
         "  --query-gpu=index) printf '0\\n1\\n' ;;\n"
-        "  --query-gpu=name) printf 'NVIDIA H100 80GB HBM3\\nNVIDIA H100 80GB HBM3\\n' ;;\n"
         "  *) exit 9 ;;\n"
         "esac\n"
     )
     fake.chmod(0o755)
     assert detect_gpus() == [0, 1]
-    assert detect_gpu_model() == "NVIDIA H100 80GB HBM3"
     assert machine_resources(tmp_path).gpu == 2
     fake.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     assert detect_gpus() == []

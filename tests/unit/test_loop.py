@@ -88,7 +88,12 @@ def _waiting(clock: ManualClock, lp: Loop) -> None:
 def test_a_loop_waiting_for_its_next_pass_is_not_stuck_however_long_its_period() -> None:
     clock = ManualClock()
     passes: list[float] = []
-    lp = Loop("slow", lambda: bool(passes.append(clock.now())), 600.0, clock)
+
+    def one_pass() -> bool:
+        passes.append(clock.now())
+        return False
+
+    lp = Loop("slow", one_pass, 600.0, clock)
     assert lp.stuck(clock.now()) == "it was never started"
     lp.start()
     try:

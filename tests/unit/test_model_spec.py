@@ -50,7 +50,7 @@ def test_a_model_aware_spec_reads_and_round_trips() -> None:
     s = validate(spec())
     assert s.model == ModelRef(name="bert", local_bsz=12)
     assert spec_from_proto(spec_to_proto(s)).model == s.model
-    decided = replace(s, model=replace(s.model, goal_json='{"x": 1}'))  # type: ignore[arg-type]
+    decided = replace(s, model=replace(s.model, goal_json='{"x": 1}'))
     assert spec_from_dict(spec_to_dict(decided)) == decided  # the store keeps the daemon's decision
 
 

@@ -129,7 +129,7 @@ def test_a_gang_waiting_for_hosts_counts_once_as_unplaced_however_often_it_is_tr
     assert counted("peloton_placement_gangs_total", "unplaced") == 1
     assert counted("peloton_placement_gangs_total", "placed") == 1  # a
     rm.remove([("a/0", 1)])
-    rm.clock = lambda: now  # type: ignore[misc]
+    rm.clock = lambda: now
     assert engine.run_once()
     placed, _ = rm.take_placements(10, SHORT)
     assert [p.gang_id for p in placed] == ["b/0"]  # once a went away

@@ -460,7 +460,7 @@ def test_upsert_of_labels_and_capacity_is_seen_by_the_next_placement() -> None:
 
 def test_sorted_names_against_a_plain_sorted_list() -> None:
     rng = random.Random(7)
-    names, model = SortedNames(), []
+    names, model = SortedNames(), list[str]()
     pool = [f"h{i:05d}" for i in range(3000)]
     for step in range(12_000):
         if model and (rng.random() < 0.45 or len(model) > 2500):

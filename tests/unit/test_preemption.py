@@ -23,7 +23,6 @@ from peloton.resmgr.manager import (
 from peloton.resmgr.preemption import priority_candidates, reclaim_candidates, shortfall
 from tests.unit.test_resmgr import SHORT, Clock, Pools, failure, gang
 
-GPU = Resources(cpu=1, mem=256, gpu=1)
 CAP = Resources(cpu=16, mem=16384, gpu=8)
 
 

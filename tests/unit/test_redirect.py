@@ -13,7 +13,7 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent import futures
 from pathlib import Path
 from typing import Any
@@ -94,10 +94,10 @@ class Leader:
 
         class Any_(grpc.GenericRpcHandler):
             def service(self, details: grpc.HandlerCallDetails) -> grpc.RpcMethodHandler:
-                method = details.method  # type: ignore[attr-defined]
+                method = details.method
 
                 def answer(request: bytes, context: grpc.ServicerContext) -> bytes:
-                    leader.calls.append((method, dict(context.invocation_metadata())))  # type: ignore[arg-type]
+                    leader.calls.append((method, dict(context.invocation_metadata())))
                     return b""
                 return grpc.unary_unary_rpc_method_handler(answer)
 
@@ -183,11 +183,19 @@ def test_a_leader_among_the_configured_addresses_gets_the_call_and_the_token(lea
         standby.stop()
 
 
+def answering(asked: list[tuple[str, str]], answer: bool) -> Callable[[str, str], bool]:
+    """A person asked whether to follow a redirect: noted in `asked`, answers `answer`."""
+    def confirm(standby: str, to: str) -> bool:
+        asked.append((standby, to))
+        return answer
+    return confirm
+
+
 def test_a_person_may_allow_another_address(leader: Leader, recorder: Recorder) -> None:
     asked: list[tuple[str, str]] = []
     standby = _standby(recorder.address)
     try:
-        ch = Channel(standby.listen, metadata=AUTH, confirm=lambda s, to: asked.append((s, to)) or False)
+        ch = Channel(standby.listen, metadata=AUTH, confirm=answering(asked, False))
         with pytest.raises(RedirectRefused):
             _call(ch)
         assert asked == [(standby.listen, recorder.address)]
@@ -196,7 +204,7 @@ def test_a_person_may_allow_another_address(leader: Leader, recorder: Recorder) 
         standby.stop()
     standby = _standby(leader.address)
     try:
-        ch = Channel(standby.listen, metadata=AUTH, confirm=lambda s, to: asked.append((s, to)) or True)
+        ch = Channel(standby.listen, metadata=AUTH, confirm=answering(asked, True))
         assert _call(ch) == b""
         assert asked[-1] == (standby.listen, leader.address)
         assert ch.addresses == [standby.listen, leader.address]  # asked once: the command goes on there

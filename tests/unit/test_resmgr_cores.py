@@ -277,7 +277,8 @@ def test_probes_wait_for_the_settling_window_and_the_room_left() -> None:
     for e in es:
         q.starve(e, 100.0, "pool")
     pools = {"/": ResourcePool("/"), "/p": ResourcePool("/p"), "/p2": ResourcePool("/p2")}
-    args = (h, pools, {}, R(cpu=64, mem=10**6))
+    ent: dict[str, Entitlement] = {}
+    args = (h, pools, ent, R(cpu=64, mem=10**6))
     assert find_probes(q.starved_heads(), 105.0, 8, 10.0, True, *args, set()) == []  # settling
     probes = find_probes(q.starved_heads(), 110.0, 1, 10.0, True, *args, set())
     assert len(probes) == 1 and probes[0].gang.job_id == "a" and [c for c, _ in probes[0].candidates] == ["low/0"]

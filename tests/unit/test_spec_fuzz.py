@@ -66,7 +66,7 @@ def mostly(plausible: st.SearchStrategy[Any], wild: st.SearchStrategy[Any]) -> s
 
 
 # protobuf strings hold any Unicode but lone surrogates; NUL and control characters included on purpose
-any_text = st.text(st.characters(exclude_categories=("Cs",)), max_size=30)
+any_text = st.text(st.characters(exclude_categories=["Cs"]), max_size=30)
 wild_text = st.one_of(
     any_text,
     st.sampled_from(["", " ", "\x00", "a\x00", "FOO\n", "/a\n", "/", "/a", "pack", "spread", "eq", "in", "exists",
@@ -146,11 +146,11 @@ def test_any_job_spec_message_is_accepted_and_round_trips_or_refused_naming_a_fi
 valid_specs = st.builds(
     lambda name, n, cmd, env, cpu, mem, gpu, ports, lt, mr, prio, att, strat, owner, pool, ma, cons: (
         _message(name, n, cmd, env, cpu, mem, gpu, ports, lt, mr, prio, att, strat, owner, pool, ma, cons)),
-    st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=L.MAX_JOB_NAME_CHARS).filter(str.strip),
+    st.text(st.characters(exclude_categories=["Cs", "Cc"]), min_size=1, max_size=L.MAX_JOB_NAME_CHARS).filter(str.strip),
     st.integers(1, 64),
-    st.text(st.characters(exclude_categories=("Cs", "Cc")), min_size=1, max_size=200).filter(str.strip),
+    st.text(st.characters(exclude_categories=["Cs", "Cc"]), min_size=1, max_size=200).filter(str.strip),
     st.dictionaries(st.from_regex(r"[A-Za-z_][A-Za-z0-9_]{0,20}", fullmatch=True),
-                    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=50),
+                    st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=50),
                     max_size=5),
     st.floats(L.MIN_CPU, L.MAX_TASK_CPU),
     st.one_of(st.just(0.0), st.floats(L.MIN_MEM_MIB, L.MAX_TASK_MEM_MIB)),
@@ -159,7 +159,7 @@ valid_specs = st.builds(
     st.tuples(st.integers(0, int(L.MAX_RUNTIME_S) - 1), st.integers(0, 999_999_999)),
     st.integers(L.INT32_MIN, L.INT32_MAX), st.integers(0, L.MAX_ATTEMPTS),
     st.sampled_from(["", "pack", "spread"]),
-    st.text(st.characters(exclude_categories=("Cs",), exclude_characters="\x00"), max_size=L.MAX_OWNER_CHARS),
+    st.text(st.characters(exclude_categories=["Cs"], exclude_characters="\x00"), max_size=L.MAX_OWNER_CHARS),
     st.sampled_from(["", "/", "/a", "/a/b-c", "/team.x/sub_1", "/" + "p" * L.MAX_POOL_SEGMENT_CHARS]),
     st.data(),
     st.lists(st.tuples(st.from_regex(r"[a-z][a-z0-9-]{0,10}", fullmatch=True),

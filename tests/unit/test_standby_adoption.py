@@ -7,6 +7,7 @@ import stat
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -17,7 +18,7 @@ LEADER = Owner("node-a", 4242, "node-a:5391", time.time(), "peloton-abc", 6.0, b
                machine="boot-1/pid:1", data_dir="/var/lib/peloton", data_dir_id="id-a")
 
 
-def me(**kw: str) -> Owner:
+def me(**kw: Any) -> Owner:
     return replace(Owner("node-a", 4343, "node-a:5391", time.time(), "peloton-def", 6.0, backend="local",
                          machine="boot-1/pid:1", data_dir="/var/lib/peloton", data_dir_id="id-a"), **kw)
 

@@ -88,7 +88,7 @@ def doc_allows(doc: dict[str, set[str]], frm: str, to: str) -> bool:
 def _all_pairs() -> list[Any]:
     out = []
     for name, enum, doc, _ in DOC_MACHINES:
-        for frm, to in itertools.product([s.value for s in enum], repeat=2):  # type: ignore[attr-defined]
+        for frm, to in itertools.product([s.value for s in enum], repeat=2):
             out.append(pytest.param(name, frm, to, doc_allows(doc, frm, to), id=f"{name}-{frm}-{to}"))
     return out
 
@@ -101,8 +101,8 @@ def test_the_documented_states_are_the_states_of_the_code(name: str, enum: type[
         assert targets <= values
     table = TABLES[name]
     assert set(table) == set(enum)
-    for targets in table.values():
-        assert targets <= set(enum)
+    for allowed in table.values():
+        assert allowed <= set(enum)
 
 
 @pytest.mark.parametrize("name,frm,to,legal", _all_pairs())

@@ -235,7 +235,7 @@ def _with_preface(script: bytes | Callable[[], Iterator[bytes]]) -> bytes | Call
 
     def gen() -> Iterator[bytes]:
         yield settings()
-        yield from script()  # type: ignore[operator]
+        yield from script()
     return gen
 
 

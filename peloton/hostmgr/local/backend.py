@@ -97,8 +97,6 @@ _CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its p
 CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
 TASK_CGROUPS = ("auto", "off")
 
-LocalHostConfig = HostConfig  # the name earlier releases used
-
 
 def make_local_hosts(
     n: int | None,
@@ -861,10 +859,9 @@ class LocalBackend:
             kill_wall = float(e["kill"]) if isinstance(e.get("kill"), (int, float)) else None
             kill_grace = float(e["grace"]) if isinstance(e.get("grace"), (int, float)) else None
             pidfd = _open_wrapper(pid, sandbox) if pid > 0 else None
-            alive = pidfd is not None
             host = self._hosts.get(hostname)
             st: TaskStatus | None = None
-            if not alive:
+            if pidfd is None:  # its wrapper is gone
                 st = self._status_from_exit(tid, hostname, wrapper.read_exit(sandbox), kill_wall)
                 if st.state == TaskState.LOST:
                     st = replace(st, message="the task's process ended while the daemon was down" if pid else
@@ -874,7 +871,7 @@ class LocalBackend:
                     descendants.kill_tree(pid)
                 with contextlib.suppress(OSError):
                     os.killpg(pid, signal.SIGKILL)
-                os.close(pidfd)  # type: ignore[arg-type]
+                os.close(pidfd)
                 st = TaskStatus(tid, TaskState.KILLED, now, hostname, reason="host removed",
                                 message=f"host {hostname!r} is no longer configured")
             if st is not None:

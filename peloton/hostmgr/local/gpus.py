@@ -30,11 +30,6 @@ def parse_nvidia_smi_indices(text: str) -> list[int]:
     return sorted(out)
 
 
-def parse_nvidia_smi_names(text: str) -> list[str]:
-    """Output of `nvidia-smi --query-gpu=name --format=csv,noheader` -> one model name per GPU."""
-    return [line.strip() for line in text.splitlines() if line.strip()]
-
-
 def _nvidia_smi(query: str) -> str | None:
     exe = shutil.which("nvidia-smi")
     if exe is None:
@@ -59,15 +54,6 @@ def detect_gpus() -> list[int]:
     """Indices of the NVIDIA GPUs on this machine; [] when there is no nvidia-smi or it fails."""
     text = _nvidia_smi("index")
     return parse_nvidia_smi_indices(text) if text is not None else []
-
-
-def detect_gpu_model() -> str | None:
-    """Model name of the first GPU (e.g. "NVIDIA H100 80GB HBM3"), or None."""
-    text = _nvidia_smi("name")
-    if text is None:
-        return None
-    names = parse_nvidia_smi_names(text)
-    return names[0] if names else None
 
 
 def parse_meminfo_total_mib(text: str) -> float:

@@ -71,10 +71,6 @@ class ProcessMonitor:
             heapq.heappush(self._timers, (when, key))
         os.eventfd_write(self._wake, 1)
 
-    def watching(self) -> int:
-        with self._lock:
-            return len(self._keys)
-
     def start(self) -> None:
         self._thread = threading.Thread(target=self._run, name="local-monitor", daemon=True)
         self._thread.start()

@@ -18,8 +18,6 @@ JSON = dict[str, Any]
 DEFAULT_CAPABILITIES: tuple[str, ...] = ("GPU_RESOURCES", "MULTI_ROLE", "PARTITION_AWARE", "TASK_KILLING_STATE")
 SEVEN_DAYS_S = 7 * 24 * 3600.0
 MAX_REFUSE_SECONDS = 31536000.0
-# The default executor of a LAUNCH_GROUP needs cpus >= 0.01, mem >= 32 MB and some disk (mesos-api.md §6.2).
-DEFAULT_EXECUTOR_RESOURCES = {"cpus": 0.1, "mem": 32.0, "disk": 32.0}
 
 # Call types a client may send. UNKNOWN is deliberately absent: with a known framework id it crashes the master.
 CALL_TYPES = frozenset({
@@ -246,30 +244,9 @@ def task_info(
     return t
 
 
-def default_executor(
-    executor_id: str, framework_id: str, role: str | None = None, resources: Sequence[JSON] | None = None
-) -> JSON:
-    """The DEFAULT executor of a LAUNCH_GROUP (no command, no image)."""
-    if resources is None:
-        resources = [scalar_resource(n, v, role) for n, v in DEFAULT_EXECUTOR_RESOURCES.items()]
-    return {
-        "type": "DEFAULT",
-        "executor_id": _id(executor_id),
-        "framework_id": _id(framework_id),
-        "resources": list(resources),
-    }
-
-
 def launch(task_infos: Sequence[JSON]) -> JSON:
     """Offer.Operation LAUNCH (no `id`: an id on LAUNCH makes every task TASK_ERROR)."""
     return {"type": "LAUNCH", "launch": {"task_infos": list(task_infos)}}
-
-
-def launch_group(executor: JSON, task_infos: Sequence[JSON]) -> JSON:
-    """Offer.Operation LAUNCH_GROUP: all-or-nothing on one agent; one failing member kills the group."""
-    if not task_infos:
-        raise CallError("LAUNCH_GROUP needs at least one task")
-    return {"type": "LAUNCH_GROUP", "launch_group": {"executor": executor, "task_group": {"tasks": list(task_infos)}}}
 
 
 # --- calls ------------------------------------------------------------------------------------------------------

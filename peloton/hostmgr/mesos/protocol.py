@@ -214,12 +214,6 @@ class SchedulerProtocol:
     def shutdown(self, executor_id: str, agent_id: str) -> JSON:
         return calls.shutdown(self.framework_id, executor_id, agent_id)
 
-    def launch_group_executor(self, executor_id: str, role: str | None = None) -> JSON:
-        if not self.framework_id:
-            raise CallError("LAUNCH_GROUP needs a framework id (not subscribed yet)")
-        return calls.default_executor(executor_id, self.framework_id, role)
-
-
 
 # --- pure helpers for the shell ---------------------------------------------------------------------------------
 
