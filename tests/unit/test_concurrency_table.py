@@ -13,6 +13,7 @@ A row is keyed by its first cell, a backticked `module:name` (module relative to
 from __future__ import annotations
 
 import ast
+import functools
 import re
 from collections.abc import Iterator
 from pathlib import Path
@@ -140,7 +141,9 @@ def _key(module: str, scope: list[str], cls: str | None, kind: str, call: ast.Ca
     return f"{module}:{'.'.join([*scope, kind])}()"
 
 
+@functools.cache
 def code_keys() -> dict[str, str]:
+    """(Cached: read-only for the callers.)"""
     out: dict[str, str] = {}
     for path in sorted(PACKAGE.rglob("*.py")):
         if path.name.endswith(("_pb2.py", "_pb2_grpc.py")):
@@ -175,15 +178,21 @@ def _rows_of(text: str) -> Iterator[list[str]]:
             yield [c.strip() for c in line.strip().strip("|").split("|")]
 
 
+def mismatches(code: dict[str, str], doc: str) -> tuple[list[str], list[str]]:
+    """(created in the code but without a row, rows for what the code does not create)."""
+    rows = documented(doc)
+    return sorted(set(code) - set(rows)), sorted(set(rows) - set(code))
+
+
 # --- the checks -----------------------------------------------------------------------------------------------
 def test_every_thread_and_lock_in_the_code_has_a_row() -> None:
-    missing = sorted(set(code_keys()) - set(documented(DOC.read_text())))
+    missing, _ = mismatches(code_keys(), DOC.read_text())
     assert not missing, ("created in peloton/ but not in docs/architecture.md's concurrency tables (add a row "
                          f"keyed `module:name`: what it guards or does, and its rule): {missing}")
 
 
 def test_every_row_names_something_that_exists() -> None:
-    stale = sorted(set(documented(DOC.read_text())) - set(code_keys()))
+    _, stale = mismatches(code_keys(), DOC.read_text())
     assert not stale, f"docs/architecture.md's concurrency tables list what the code no longer creates: {stale}"
 
 
@@ -232,11 +241,14 @@ class Worker(threading.Thread):
         "cache.py:Worker": "Thread subclass",
     }
     doc = DOC.read_text()
-    assert not set(got) & set(documented(doc))  # none of them has a row: the first check would fail
-    # and a row for each makes it pass: the table is what the check reads
+    code = {**code_keys(), **got}  # the tree with that module added
+    assert mismatches(code, doc) == (sorted(got), [])  # each one is reported missing
+    # a row for each makes the check pass (rows go in the Concurrency section's tables)
     rows = "".join(f"| `{k}` | what | rule |\n" for k in got)
-    section = "\n## Concurrency\n\n| key | does | rule |\n|---|---|---|\n" + rows + "\n## Next\n"
-    assert set(documented(section)) == set(got)
+    with_rows = doc.replace("\n### Locks\n", "\n| key | does | rule |\n|---|---|---|\n" + rows + "\n### Locks\n")
+    assert mismatches(code, with_rows) == ([], [])
+    # and the module removed again, its rows are reported stale
+    assert mismatches(code_keys(), with_rows) == ([], sorted(got))
 
 
 def test_the_walker_finds_the_primitives_known_to_exist() -> None:
