@@ -2,9 +2,10 @@
 host's free resources that placement syncs from, and the ordered log of task status events that jobmgr
 long-polls. Thread-safe.
 
-Locks: `_lock` guards the claims, host versions and kill tombstones (memory only); `_events` has its own
-condition. The backend is called with `_lock` held only for its in-memory reads (`offers`), never for I/O: launch,
-kill and reconcile run outside it. Lock order: `_lock` before the backend's own lock; backends never call back
+Locks: `_lock` guards the claims, host versions, drains and kill tombstones (memory only); `_events` has its own
+condition. The backend is called with `_lock` held only for its in-memory reads (`offers`, `maintenance`), never
+for I/O: launch, kill and reconcile run outside it, and so does the store write of a drain (`_drain_cond`, on
+`_lock`, lets one drain change be written at a time). Lock order: `_lock` before the backend's own lock; backends never call back
 while holding theirs.
 """
 
@@ -85,6 +86,8 @@ class HostManager:
         self._health: dict[str, HostHealth] = {}  # hosts whose launches failed lately
         self.stream_id = uuid.uuid4().hex
         self._lock = threading.Lock()
+        self._drain_cond = threading.Condition(self._lock)  # a drain change waits for the one being written
+        self._drain_saving = False
         self._claims = ClaimBook()
         self._version = 1  # a sync answers at least 1, so "since 0" always means "everything"
         self._versions: dict[str, int] = {}  # host -> version of its last change, in version order
@@ -407,16 +410,30 @@ class HostManager:
 
     def _set_drain(self, hostname: str, deadline: float | None) -> None:
         with self._lock:
+            # one drain change at a time: each writes the whole map, so two at once could lose one (waiting here
+            # releases `_lock`: claims and launches go on while a drain is written)
+            while self._drain_saving:
+                self._drain_cond.wait()
             drains = dict(self._drains)
             if deadline is None:
                 if drains.pop(hostname, None) is None:
                     return
             else:
                 drains[hostname] = deadline
+            self._drain_saving = True
+        try:
             if self._save_drains is not None:
                 self._save_drains(drains)  # durable before it takes effect (a crash keeps the host drained)
+        except BaseException:
+            with self._lock:
+                self._drain_saving = False
+                self._drain_cond.notify()
+            raise
+        with self._lock:
             self._drains = drains
             self._touch_locked({hostname})
+            self._drain_saving = False
+            self._drain_cond.notify()
 
     def _known(self, hostname: str) -> None:
         names = [h.hostname for h in self.backend.hosts()]

@@ -68,6 +68,7 @@ INSERT_CHUNK = 5_000
 STOP_CHUNK = 500  # gangs stopped per commit: stopping a 100,000-gang job does not hold other writes up
 RPC_CHUNK = 5_000
 CAPACITY_TTL_S = 1.0
+CAPACITY_WAIT_S = 12.0  # a create with no capacity index yet waits this long (at most) for the refresh under way
 POOLS_TTL_S = 1.0  # a pool's new limit applies to creates at most this much later
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
@@ -155,7 +156,8 @@ class JobManager:
         self._resmgr_incarnation = ""
         self._check_every_gang = False  # the next queue check asks about every open gang, however recent
         self._cap_lock = threading.Lock()  # guards reads of the shared index (can_ever_fit leaves it as it was)
-        self._cap_refresh = threading.Lock()  # one capacity refresh at a time
+        self._cap_done = threading.Condition(self._cap_lock)  # a refresh ended (those with no index wait for it)
+        self._cap_refreshing = False  # one capacity refresh at a time; it runs with no lock held
         self.planner = Planner(read_sessions, hostmgr, resmgr, self._capacity, gpu_table)
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
         self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
@@ -339,26 +341,40 @@ class JobManager:
 
     def _capacity(self) -> HostIndex | None:
         """Every host's full capacity, asked of the host manager at most every CAPACITY_TTL_S and rebuilt only when
-        it changed. One thread refreshes at a time; the others meanwhile judge by the index they have (rebuilding
-        10,000 hosts takes ~0.2 s, and a herd of creates each doing it was most of their time)."""
-        version, index, checked = self._cap
-        if index is not None and time.monotonic() - checked < CAPACITY_TTL_S:
-            return index
-        if not self._cap_refresh.acquire(blocking=index is None):
-            return index
-        try:
+        it changed. One thread refreshes at a time, with no lock held across the call; the others meanwhile judge by
+        the index they have (rebuilding 10,000 hosts takes ~0.2 s, and a herd of creates each doing it was most of
+        their time), or, with none yet, wait for that refresh's answer (and refresh themselves if it failed)."""
+        while True:
             version, index, checked = self._cap
-            now = time.monotonic()
-            if index is not None and now - checked < CAPACITY_TTL_S:
-                return index  # another thread refreshed it while this one waited
-            version, hosts = self.hostmgr.cluster_capacity(version)
-            if hosts is not None:
-                index = HostIndex(hosts)
+            if index is not None and time.monotonic() - checked < CAPACITY_TTL_S:
+                return index
             with self._cap_lock:
-                self._cap = (version, index, now)
-            return index
-        finally:
-            self._cap_refresh.release()
+                if self._cap_refreshing:
+                    if index is not None:
+                        return index
+                    self._cap_done.wait(CAPACITY_WAIT_S)
+                    if self._cap[1] is not None:
+                        return self._cap[1]
+                    continue
+                self._cap_refreshing = True
+            try:
+                return self._refresh_capacity()
+            finally:
+                with self._cap_lock:
+                    self._cap_refreshing = False
+                    self._cap_done.notify_all()
+
+    def _refresh_capacity(self) -> HostIndex | None:
+        version, index, checked = self._cap
+        now = time.monotonic()
+        if index is not None and now - checked < CAPACITY_TTL_S:
+            return index  # another thread refreshed it meanwhile
+        version, hosts = self.hostmgr.cluster_capacity(version)
+        if hosts is not None:
+            index = HostIndex(hosts)
+        with self._cap_lock:
+            self._cap = (version, index, now)
+        return index
 
     def _check_fits_cluster(self, spec: JobSpec) -> None:
         index = self._capacity()

@@ -11,7 +11,6 @@ status updates wait in the host manager unacknowledged, placements go back to th
 from __future__ import annotations
 
 import logging
-import threading
 from collections.abc import Callable
 
 from prometheus_client import Gauge
@@ -43,7 +42,6 @@ class StoreGuard:
         self._on_lost = on_lost
         self._on_regained = on_regained
         self._on_change = on_change
-        self._mu = threading.Lock()
         self.locked = True  # the daemon starts only once it holds the lock
         self.acting = True
         self.store_ok = True
@@ -59,30 +57,31 @@ class StoreGuard:
         return None if self.acting else self._leader
 
     def run_once(self) -> bool:
-        with self._mu:
-            before = self.healthy
-            # the lease first: a renewal must not wait behind a slow ping (launches stop when it is late)
-            if self.locked and not self.lock.held():
-                self.locked = False
-            self.store_ok = self._ping()
-            if self.acting and not self.locked:
-                self.acting = False
-                why = "this daemon lost its hold on the store (its lock's connection went away); retry later"
-                log.error("%s: stopped acting until it holds the store lock again", why.split(";")[0])
-                self._on_lost(why, "")
-            if not self.locked and self.store_ok:
-                self.locked = self.lock.try_acquire(self.owner)
-                if not self.locked:
-                    self._another_leads(self.lock.holder())
-            if self.locked and not self.acting and self.store_ok:
-                try:
-                    self._on_regained()
-                    self.acting = True
-                    self._leader = None
-                    log.warning("this daemon holds the store lock again: recovered, acting")
-                except Exception:  # noqa: BLE001 - tried again on the next round
-                    log.exception("recovery after regaining the store lock failed; trying again")
-            changed = before != self.healthy
+        """One round of the `loop-store` thread, the only writer of this guard's state (others read its flags,
+        each replaced whole): no lock, so none is held across the ping, the lock's renewal or a recovery."""
+        before = self.healthy
+        # the lease first: a renewal must not wait behind a slow ping (launches stop when it is late)
+        if self.locked and not self.lock.held():
+            self.locked = False
+        self.store_ok = self._ping()
+        if self.acting and not self.locked:
+            self.acting = False
+            why = "this daemon lost its hold on the store (its lock's connection went away); retry later"
+            log.error("%s: stopped acting until it holds the store lock again", why.split(";")[0])
+            self._on_lost(why, "")
+        if not self.locked and self.store_ok:
+            self.locked = self.lock.try_acquire(self.owner)
+            if not self.locked:
+                self._another_leads(self.lock.holder())
+        if self.locked and not self.acting and self.store_ok:
+            try:
+                self._on_regained()
+                self.acting = True
+                self._leader = None
+                log.warning("this daemon holds the store lock again: recovered, acting")
+            except Exception:  # noqa: BLE001 - tried again on the next round
+                log.exception("recovery after regaining the store lock failed; trying again")
+        changed = before != self.healthy
         if changed:
             self._on_change()
         return False

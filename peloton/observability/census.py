@@ -20,6 +20,7 @@ from peloton.domain.resources import BASE_UNITS
 log = logging.getLogger(__name__)
 
 CENSUS_EVERY_S = 15.0  # the store's counts are read again at most this often
+COUNT_WAIT_S = 30.0  # a scrape waits at most this long for the count another scrape is making
 DEFAULT_HOST_SERIES_LIMIT = 1000  # --metrics-host-limit
 RESOURCES = ("cpu", "mem", "disk", "gpu")
 SCALE = BASE_UNITS  # cpu in cores, mem and disk in bytes, gpu a count
@@ -31,23 +32,44 @@ class StoreCensus(Collector):
     def __init__(self, every_s: float = CENSUS_EVERY_S) -> None:
         self.every_s = every_s
         self._count: Callable[[], dict[str, dict[str, int]]] | None = None
-        self._mu = threading.Lock()
+        self._mu = threading.Lock()  # guards the fields below (memory only: the store is read outside it)
+        self._counted = threading.Condition(self._mu)  # a count ended
+        self._counting = False
+        self._attached = 0  # which attach() the count in flight belongs to (a count for an older one is dropped)
         self._last: dict[str, dict[str, int]] = {}
         self._at = 0.0
 
     def attach(self, count: Callable[[], dict[str, dict[str, int]]] | None) -> None:
         with self._mu:
             self._count, self._last, self._at = count, {}, 0.0
+            self._attached += 1
 
     def _counts(self) -> dict[str, dict[str, int]]:
-        with self._mu:  # one scrape counts at a time; the others get its answer
-            if self._count is not None and time.monotonic() - self._at >= self.every_s:
-                try:
-                    self._last = self._count()
-                except Exception as e:  # noqa: BLE001 - the store is away: the last counts, or none
-                    log.debug("census: %s", e)
-                self._at = time.monotonic()
-            return self._last
+        """One scrape counts at a time, with no lock held across the store's query; scrapes meanwhile wait for its
+        answer."""
+        with self._mu:
+            if self._counting:
+                self._counted.wait(COUNT_WAIT_S)
+                return self._last
+            count, attached = self._count, self._attached
+            if count is None or time.monotonic() - self._at < self.every_s:
+                return self._last
+            self._counting = True
+        counts = None
+        try:
+            counts = count()
+        except Exception as e:  # noqa: BLE001 - the store is away: the last counts, or none
+            log.debug("census: %s", e)
+        finally:
+            with self._mu:
+                self._counting = False
+                if attached == self._attached:
+                    if counts is not None:
+                        self._last = counts
+                    self._at = time.monotonic()
+                self._counted.notify_all()
+                last = self._last
+        return last
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
         counts = self._counts()

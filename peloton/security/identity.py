@@ -221,22 +221,37 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
     return out
 
 
+RELOAD_WAIT_S = 5.0  # a check waits at most this long for the reload of the principals file already under way
+
+
+@dataclass(frozen=True)
+class _Loaded:
+    """One version of the principals file, replaced whole (a reader never sees half of a reload)."""
+
+    mtime: tuple[int, int, int]  # a rewrite changes one of them
+    entries: dict[str, Entry]
+    by_hash: dict[str, str]
+
+
 class Principals:
     """The principals file, read again when it changes (checked at most once a second, and at once for a token
     it does not know), so a new token works without a restart and a removed one stops working within a second. A
-    file that became unreadable or invalid keeps the last good version (logged)."""
+    file that became unreadable or invalid keeps the last good version (logged).
+
+    Every authenticated call reads the loaded version with no lock; the file's stat and read run with no lock held
+    (`_lock` guards only which check is due and that one reload runs at a time)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
         self._lock = threading.Lock()
+        self._reloaded = threading.Condition(self._lock)  # a reload ended
+        self._reloading = False
         self._checked = 0.0
-        self._mtime: tuple[int, int, int] = (0, 0, 0)  # of the version loaded: a rewrite changes one of them
-        self._entries: dict[str, Entry] = {}
-        self._by_hash: dict[str, str] = {}
+        self._loaded = _Loaded((0, 0, 0), {}, {})
         self._load(strict=True)
 
     def _load(self, strict: bool) -> None:
-        mtime = self._mtime
+        mtime = self._loaded.mtime
         try:
             st = self.path.stat()
             mtime = (st.st_mtime_ns, st.st_ino, st.st_size)
@@ -251,47 +266,58 @@ class Principals:
                                              field="--principals-file") from None
                 raise
             log.error("principals file %s not reloaded (keeping the last good one): %s", self.path, e)
-            self._mtime = mtime  # not again until it changes
+            old = self._loaded
+            self._loaded = _Loaded(mtime, old.entries, old.by_hash)  # not again until it changes
             return
-        self._mtime = mtime
-        self._entries = entries
-        self._by_hash = {h: name for name, e in entries.items() for h in e.tokens}
+        self._loaded = _Loaded(mtime, entries, {h: name for name, e in entries.items() for h in e.tokens})
 
     def _fresh(self, now_please: bool = False) -> None:
         now = time.monotonic()
-        if now - self._checked < 1.0 and not now_please:
-            return
-        self._checked = now
+        with self._lock:
+            if now - self._checked < 1.0 and not now_please:
+                return
+            self._checked = now
         try:
             st = self.path.stat()
         except OSError:
             return
-        if (st.st_mtime_ns, st.st_ino, st.st_size) != self._mtime:
+        mtime = (st.st_mtime_ns, st.st_ino, st.st_size)
+        with self._lock:
+            while self._reloading:  # the reload in flight may be of this very version: its answer, then judge
+                if not self._reloaded.wait(RELOAD_WAIT_S):
+                    return
+            if mtime == self._loaded.mtime:
+                return
+            self._reloading = True
+        try:
             self._load(strict=False)
+        finally:
+            with self._lock:
+                self._reloading = False
+                self._reloaded.notify_all()
 
     def by_token(self, token: str) -> Principal | None:
         """The token's principal; an unknown token has the file checked again at once (a token just created)."""
-        with self._lock:
-            self._fresh()
+        self._fresh()
+        found = self._find(token)
+        if found is None:
+            self._fresh(now_please=True)
             found = self._find(token)
-            if found is None:
-                self._fresh(now_please=True)
-                found = self._find(token)
-            return found
+        return found
 
     def _find(self, token: str) -> Principal | None:
         h = hash_token(token)
-        for known, name in self._by_hash.items():
+        loaded = self._loaded
+        for known, name in loaded.by_hash.items():
             if hmac.compare_digest(known, h):
-                e = self._entries[name]
+                e = loaded.entries[name]
                 return Principal(name, e.roles, "token", e.users, e.user)
         return None
 
     def entry_of(self, name: str) -> Entry:
         """The roles and users of the principal `name` (none for a name the file does not know)."""
-        with self._lock:
-            self._fresh()
-            return self._entries.get(name) or Entry(frozenset(), ())
+        self._fresh()
+        return self._loaded.entries.get(name) or Entry(frozenset(), ())
 
 
 def add_token(path: Path, name: str, roles: Iterable[str], user: str | None = None) -> str:

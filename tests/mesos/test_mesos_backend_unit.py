@@ -565,7 +565,9 @@ def test_suppress_after_idle_and_revive_on_demand() -> None:
     assert h.b.suppressed
     h.tick(100)
     assert len(h.t.of("SUPPRESS")) == 1  # once
-    assert h.b.offers() == []  # demand: revive
+    assert h.b.offers() == []  # demand: noted (offers() runs under the host manager's lock: no call from it)
+    assert not h.t.of("REVIVE") and h.b.suppressed
+    h.tick(0.5)  # the ticker's next pass revives
     assert h.t.of("REVIVE")[-1]["revive"] == {"roles": ["*"]} and not h.b.suppressed
     h.offers(_transcript_offers()[1])
     assert len(h.b.offers()) == 2
@@ -579,9 +581,13 @@ def test_failed_revive_is_retried_on_next_demand() -> None:
     assert h.b.suppressed
     h.t.fail.add("REVIVE")
     h.b.offers()
+    h.tick(0.5)
     assert h.b.suppressed
     h.t.fail.clear()
+    h.tick(0.5)
+    assert len(h.t.of("REVIVE")) == 1  # no demand since: not sent again
     h.b.offers()
+    h.tick(0.5)
     assert not h.b.suppressed and len(h.t.of("REVIVE")) == 2
 
 

@@ -31,3 +31,38 @@ def test_per_host_series_only_up_to_the_limit_and_the_totals_always(hosts: int, 
     assert len(series) == (8 * hosts if per_host else 0)
     if per_host:
         assert got[("peloton_host_allocated", (("host", "h0"), ("resource", "cpu")))] == 1
+
+
+def test_the_store_is_counted_by_one_scrape_at_a_time_with_no_lock_held() -> None:
+    """Scrapes at once make one count, the others get its answer; the count runs with the census' lock free."""
+    import threading
+    import time
+
+    from peloton.observability.census import StoreCensus
+
+    c = StoreCensus(every_s=60.0)
+    go, entered = threading.Event(), threading.Event()
+    counts: list[bool] = []
+
+    def count() -> dict[str, dict[str, int]]:
+        free = c._mu.acquire(blocking=False)  # the lock is free while the store is read
+        if free:
+            c._mu.release()
+        counts.append(free)
+        entered.set()
+        assert go.wait(10)
+        return {"jobs": {"RUNNING": 3}}
+
+    c.attach(count)
+    got: list[dict[str, dict[str, int]]] = []
+    scrapes = [threading.Thread(target=lambda: got.append(c._counts())) for _ in range(3)]
+    for t in scrapes:
+        t.start()
+    assert entered.wait(10)
+    time.sleep(0.1)
+    go.set()
+    for t in scrapes:
+        t.join(10)
+    assert counts == [True]  # one count, lock free
+    assert got == [{"jobs": {"RUNNING": 3}}] * 3
+    assert c._counts() == {"jobs": {"RUNNING": 3}} and counts == [True]  # not again within every_s

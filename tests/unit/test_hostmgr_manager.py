@@ -345,6 +345,37 @@ def test_a_draining_host_offers_nothing_refuses_claims_and_is_saved_before_it_co
     assert hm2.drains() == {}
 
 
+def test_a_drain_being_written_holds_up_no_claim_and_loses_no_other_drain() -> None:
+    """The store write of a drain runs outside the host manager's lock: claims and syncs go on meanwhile, the
+    drain counts only once written, and a second drain waits for the first (each writes the whole map)."""
+    entered, release = threading.Event(), threading.Event()
+    saved: list[dict[str, float]] = []
+
+    def slow_save(d: dict[str, float]) -> None:
+        saved.append(d)
+        if len(saved) == 1:
+            entered.set()
+            assert release.wait(10)
+
+    hm = HostManager(FakeBackend(), clock=lambda: 100.0, save_drains=slow_save)
+    hm.start()
+    first = threading.Thread(target=hm.drain, args=("h1", 0.0))
+    first.start()
+    assert entered.wait(10)
+    second = threading.Thread(target=hm.drain, args=("h2", 0.0))
+    second.start()
+    t0 = time.monotonic()
+    claimed, refused = hm.claim([placed("j/0", ["h1"])])  # the store write is in flight: not blocked by it
+    assert time.monotonic() - t0 < 1.0
+    assert [p.gang_id for p in claimed] == ["j/0"] and not refused  # not drained until written
+    assert hm.drains() == {}
+    release.set()
+    first.join(10)
+    second.join(10)
+    assert saved == [{"h1": 0.0}, {"h1": 0.0, "h2": 0.0}]  # the second saw the first: nothing lost
+    assert hm.drains() == {"h1": 0.0, "h2": 0.0}
+
+
 def test_a_host_in_a_maintenance_window_is_drained_until_the_window_is_lifted() -> None:
     be = FakeBackend()
     hm = HostManager(be, clock=lambda: 100.0, save_drains=lambda d: None)

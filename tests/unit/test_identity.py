@@ -143,3 +143,43 @@ def test_who_may_run_as_which_user(tmp_path: Path) -> None:
     assert p.entry_of("alice").users == frozenset({"ml-team"}) and p.entry_of("nobody-known").roles == frozenset()
     admin = Principal("root-admin", frozenset({"admin"}), "token")
     assert admin.may_run_as("anyone")
+
+
+def test_a_token_is_checked_with_no_lock_held_while_the_file_is_read(tmp_path: Path) -> None:
+    """Authenticated calls read the loaded principals lock-free: a slow read of the file (a reload) holds none of
+    them up, and concurrent checks of a changed file reload it once."""
+    import threading
+    import time
+
+    path = tmp_path / "principals.json"
+    alice = add_token(path, "alice", ["viewer"])
+    p = Principals(path)
+    bob = add_token(path, "bob", ["operator"])
+    entered, go = threading.Event(), threading.Event()
+    reads: list[bool] = []
+    real_read = Path.read_text
+
+    def slow_read(self: Path, *a: object, **k: object) -> str:
+        if self == path:
+            reads.append(p._lock.locked())
+            entered.set()
+            assert go.wait(10)
+        return real_read(self, *a, **k)  # type: ignore[arg-type]
+
+    Path.read_text = slow_read  # type: ignore[method-assign]
+    try:
+        found: list[object] = []
+        reloaders = [threading.Thread(target=lambda: found.append(p.by_token(bob))) for _ in range(3)]
+        for t in reloaders:
+            t.start()
+        assert entered.wait(10)
+        t0 = time.monotonic()
+        assert p.by_token(alice) is not None  # known: answered while the file is being read
+        assert time.monotonic() - t0 < 1.0
+        go.set()
+        for t in reloaders:
+            t.join(10)
+    finally:
+        Path.read_text = real_read  # type: ignore[method-assign]
+    assert reads == [False]  # read once, with the lock free
+    assert len(found) == 3 and all(f is not None for f in found)

@@ -136,3 +136,46 @@ def test_rotation_keeps_up(tmp_path: Path) -> None:
     t = time.perf_counter()
     assert logrotate.rotate(sb, "stdout", MiB, 2) == 100 * MiB
     print(f"rotating 100 MiB: {time.perf_counter() - t:.3f} s")
+
+
+def test_a_read_that_overlaps_a_rotation_is_done_again_and_holds_up_no_other_log(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], tmp_path: Path,  # noqa: F811
+        monkeypatch: object) -> None:
+    """No lock is held across a log's read or rotation: a read of a log being rotated waits for that rotation
+    only, another log is read meanwhile, and a read during which a rotation began is done again."""
+    import threading
+
+    b, _ = make_backend(log_max_bytes=MiB)
+    sa, sb = _sandbox(tmp_path), tmp_path / "other"
+    sb.mkdir()
+    for s in (sa, sb):
+        _append(s / "stdout", b"x" * 10)
+    with b._logs_cond:  # a rotation of sa's stdout is under way
+        b._rotating.add((sa, "stdout"))
+        b._rotations += 1
+    t0 = time.monotonic()
+    assert b._read_rotated(sb, "stdout", 0, 100) == (b"x" * 10, 10)  # another log: at once
+    assert time.monotonic() - t0 < 1.0
+    got: list[tuple[bytes, int]] = []
+    waiter = threading.Thread(target=lambda: got.append(b._read_rotated(sa, "stdout", 0, 100)))
+    waiter.start()
+    time.sleep(0.2)
+    assert not got  # waits for that rotation
+    with b._logs_cond:
+        b._rotating.discard((sa, "stdout"))
+        b._logs_cond.notify_all()
+    waiter.join(5)
+    assert got == [(b"x" * 10, 10)]
+
+    real, calls = logrotate.read, []
+
+    def overlapped(*a: object, **k: object) -> tuple[bytes, int]:
+        calls.append(1)
+        if len(calls) == 1:  # a rotation begins while this read goes on: its answer is not used
+            with b._logs_cond:
+                b._rotations += 1
+            return b"stale", 5
+        return real(*a, **k)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(logrotate, "read", overlapped)  # type: ignore[attr-defined]
+    assert b._read_rotated(sa, "stdout", 0, 100) == (b"x" * 10, 10) and len(calls) == 2

@@ -82,6 +82,8 @@ _STREAMS = ("stdout", "stderr")
 DEFAULT_LOG_MAX_BYTES = 100 << 20  # a stream's current file; with DEFAULT_LOG_KEEP rotated ones, 300 MiB a stream
 DEFAULT_LOG_KEEP = 2
 LOG_CHECK_S = 10.0
+LOG_READ_TRIES = 3  # a log read overlapped by rotations this many times in a row returns its last try
+LOG_ROTATION_WAIT_S = 10.0  # a read waits at most this long for a rotation of its log to end
 DEFAULT_SANDBOX_RETENTION_S = 7 * 86400.0
 SANDBOX_SWEEP_S = 600.0  # how often ended tasks' sandboxes are looked at for --sandbox-retention
 LOGS_ROTATED = Counter("peloton_local_task_logs_rotated_total", "Task stdout/stderr files rotated past the cap")
@@ -267,7 +269,11 @@ class LocalBackend:
         self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
         self._started = False
         self._log_max, self._log_keep = log_max_bytes, log_keep
-        self._logs_lock = threading.Lock()  # a rotation and a read of the same files never interleave
+        # a read of a log that overlapped a rotation of it is done again (no lock is held across either): the
+        # condition guards which logs are being rotated and how many rotations have begun (memory only)
+        self._logs_cond = threading.Condition()
+        self._rotating: set[tuple[Path, str]] = set()
+        self._rotations = 0
         self._sandbox_retention_s = sandbox_retention_s
         # its periodic housekeeping, as loops: the daemon's health watches them with its own (hostmgr's)
         self.loops: list[Loop] = []
@@ -430,8 +436,7 @@ class LocalBackend:
             raise NotFound(f"no sandbox for task {task_id!r} (removed with its job or after --sandbox-retention, "
                            "or never made)")
         try:
-            with self._logs_lock:
-                return logrotate.read(sandbox, stream, offset, max_bytes, self._log_keep)
+            return self._read_rotated(sandbox, stream, offset, max_bytes)
         except FileNotFoundError:
             return b"", 0
         except OSError as e:  # the task replaced its log with a symlink, a FIFO, ...
@@ -457,6 +462,19 @@ class LocalBackend:
         finally:
             os.close(fd)
 
+    def _read_rotated(self, sandbox: Path, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
+        """logrotate.read, done again when a rotation of that log began meanwhile (its files moved under it)."""
+        key = (sandbox, stream)
+        for _ in range(LOG_READ_TRIES):
+            with self._logs_cond:
+                self._logs_cond.wait_for(lambda: key not in self._rotating, LOG_ROTATION_WAIT_S)
+                begun = self._rotations
+            out = logrotate.read(sandbox, stream, offset, max_bytes, self._log_keep)
+            with self._logs_cond:
+                if self._rotations == begun and key not in self._rotating:
+                    return out
+        return out  # rotations without end (a task writing past its cap faster than it is rotated): the last read
+
     def _rotate_logs(self) -> bool:
         """The `local-logrotate` loop's pass, every `log_check_s`: the logs of running tasks grown past the cap are
         rotated (logrotate.py)."""
@@ -464,8 +482,18 @@ class LocalBackend:
             sandboxes = [t.sandbox for t in self._tasks.values() if not t.exited]
         for sandbox in sandboxes:
             for stream in _STREAMS:
-                with self._logs_lock:
+                if not logrotate.due(sandbox, stream, self._log_max):
+                    continue
+                key = (sandbox, stream)
+                with self._logs_cond:
+                    self._rotating.add(key)
+                    self._rotations += 1
+                try:
                     moved = logrotate.rotate(sandbox, stream, self._log_max, self._log_keep)
+                finally:
+                    with self._logs_cond:
+                        self._rotating.discard(key)
+                        self._logs_cond.notify_all()
                 if moved:
                     LOGS_ROTATED.inc()
                     log.info("rotated %s/%s: %d bytes to %s.1", sandbox.name, stream, moved, stream)

@@ -81,6 +81,15 @@ def _copy(src: int, dst: int, start: int, end: int) -> None:
         pos += len(data)
 
 
+def due(sandbox: Path, stream: str, max_bytes: int) -> bool:
+    """Whether `stream` is a regular file grown past `max_bytes` (what `rotate` would act on)."""
+    try:
+        st = os.stat(sandbox / stream, follow_symlinks=False)
+    except OSError:
+        return False
+    return stat.S_ISREG(st.st_mode) and st.st_size > max_bytes
+
+
 def rotate(sandbox: Path, stream: str, max_bytes: int, keep: int) -> int:
     """Rotate `stream` of the sandbox if it is larger than `max_bytes`; the bytes moved out of it (0: nothing to
     do, or it could not be done safely now). Raises nothing: a failure is logged and tried again next time."""

@@ -102,24 +102,26 @@ class ProcessMonitor:
             except InterruptedError:
                 continue
             exited: list[str] = []
+            done: list[int] = []
             with self._lock:
                 for fd, _ in events:
                     if fd == self._wake:
-                        with contextlib.suppress(BlockingIOError):
-                            os.eventfd_read(self._wake)
                         continue
                     key = self._fds.pop(fd, None)
                     if key is not None:
                         self._keys.pop(key, None)
                         exited.append(key)
-                    with contextlib.suppress(OSError, ValueError):
-                        self._ep.unregister(fd)
-                    with contextlib.suppress(OSError):
-                        os.close(fd)
+                    done.append(fd)
                 due: list[str] = []
                 now = time.monotonic()
                 while self._timers and self._timers[0][0] <= now:
                     due.append(heapq.heappop(self._timers)[1])
+            # the syscalls outside the lock (an fd number is reused only once closed: nobody else has it meanwhile)
+            if any(fd == self._wake for fd, _ in events):
+                with contextlib.suppress(BlockingIOError):
+                    os.eventfd_read(self._wake)
+            for fd in done:
+                self._close(fd)
             for key in exited:
                 self._safe(self._on_exit, key)
             for key in due:

@@ -153,6 +153,7 @@ class MesosBackend:
         self._last_implicit = 0.0
         # offer and reconciliation timers, as a loop: the daemon's health watches it with its own (hostmgr's)
         self.loops = [Loop("mesos-ticker", self._tick_pass, TICK_S, loop_clock)]
+        self._revive_wanted = False  # demand came while suppressed: the ticker's next pass revives
 
     @property
     def framework_id(self) -> str | None:
@@ -227,10 +228,12 @@ class MesosBackend:
             self._on_hosts_changed(names)
 
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
+        """In-memory only: the host manager calls it under its lock. Demand while suppressed is noted; the ticker
+        sends the REVIVE (within TICK_S)."""
         now = self.clock()
         with self._lock:
             self._last_demand = now
-            revive = self.suppressed and self.subscribed
+            self._revive_wanted = self._revive_wanted or (self.suppressed and self.subscribed)
             out = []
             for a in self._agents.values():
                 name = self._host_name(a)
@@ -239,9 +242,6 @@ class MesosBackend:
                 ho = a.host_offer(name) if a.reachable else None
                 if ho is not None:
                     out.append(replace(ho, labels={**ho.labels, "host": a.hostname}))
-        if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
-            with self._lock:
-                self.suppressed = False
         return out
 
     def hosts(self) -> list[HostInfo]:
@@ -622,6 +622,7 @@ class MesosBackend:
         with self._lock:
             if not self.subscribed:
                 return
+            revive, self._revive_wanted = self._revive_wanted and self.suppressed, False
             idle = now - self._last_demand > self.opts.idle_suppress_s
             for a in self._agents.values():
                 for oid in list(a.offers):
@@ -649,6 +650,9 @@ class MesosBackend:
                 implicit = True
             if implicit:
                 self._last_implicit = now
+        if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
+            with self._lock:
+                self.suppressed = False
         if decline:
             self._hosts_changed(list({id(a): a for a in declined}.values()))
             self._send(lambda: self.protocol.decline(decline, 5.0 if suppress else self.opts.refuse_seconds))
