@@ -66,7 +66,7 @@ def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
     """The plans the cost model rates best for a model-aware spec on the cluster now; nothing is created."""
     spec = _read_spec(a.file)
     r = c.call(c.jobs.PlanJob, job_pb2.PlanJobRequest(spec=spec, top=a.top))
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.dumps(render.to_dict(r)))
         return 0
     if not r.plans:
@@ -129,7 +129,7 @@ def _show(a: argparse.Namespace, job: job_pb2.Job, tasks: list[task_pb2.TaskInfo
                      + [t.SerializeToString(deterministic=True) for t in tasks])
     if key == previous:
         return key
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         doc = render.job_json(job, tasks)
         print(render.dumps(doc, compact=True) if a.watch else render.dumps(doc), flush=True)
         return key
@@ -226,7 +226,7 @@ def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
     if a.quiet:
         print("\n".join(j.id for j in r.jobs) if r.jobs else "", end="\n" if r.jobs else "")
         return 0
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_list("jobs", r.jobs))
         return 0
     rows = []

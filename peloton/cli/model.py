@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from peloton.cli.parser import add_command
 from peloton.errors import InvalidArgument
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time: see main.py)
@@ -24,7 +25,7 @@ MIN_REFIT_ROWS = 6  # profile rows and measurements together, fewer and `model r
 
 
 def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The stored-model commands on `models`, the `model` group's subparsers; `out` adds `-o table|json`."""
+    """The stored-model commands on `models`, the `model` group's subparsers; `out` adds `-o`."""
     x = models.add_parser("create", help="store a model document (JSON or YAML) under NAME, for jobs and plans to "
                                          "name; prints NAME")
     x.add_argument("name", metavar="NAME", help="1 to 128 letters, digits, '_', '.' or '-' (not first '.' or '-')")
@@ -34,12 +35,12 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
                    help="replace the document of the model NAME if it exists (its owner or an admin may; its version "
                         "goes up by one), else create it")
     x.set_defaults(fn="model:cmd_model_create")
-    x = models.add_parser("get", help="a stored model: owner, version, times, and its document as the daemon keeps "
+    x = add_command(models, "get", help="a stored model: owner, version, times, and its document as the daemon keeps "
                                       "it")
     x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     out(x)
     x.set_defaults(fn="model:cmd_model_get")
-    x = models.add_parser("list", help="the stored models, by name: owner, version, what the document says")
+    x = add_command(models, "list", help="the stored models, by name: owner, version, what the document says")
     out(x)
     x.set_defaults(fn="model:cmd_model_list")
     x = models.add_parser("refit", help="add what jobs measured to a stored model and fit its cost model again "
@@ -48,7 +49,7 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
     x.add_argument("--from-job", action="append", required=True, metavar="JOB", dest="jobs",
                    help="a model-aware job of this model whose running members reported their speed (repeatable)")
     x.set_defaults(fn="model:cmd_model_refit")
-    x = models.add_parser("delete", help="delete a stored model (its owner or an admin)")
+    x = add_command(models, "delete", help="delete a stored model (its owner or an admin)")
     x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     x.set_defaults(fn="model:cmd_model_delete")
 
@@ -138,7 +139,7 @@ def cmd_model_get(c: Client, a: argparse.Namespace) -> int:
     from peloton.cli import render
 
     m = c.call(c.models.GetModel, model_pb2.GetModelRequest(name=a.name)).model
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.dumps(model_dict(m)))
         return 0
     rows = [("model", m.name), ("owner", m.owner or "-"), ("version", str(m.version)),
@@ -171,7 +172,7 @@ def cmd_model_list(c: Client, a: argparse.Namespace) -> int:
     from peloton.cli import render
 
     models = list_models(c)
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.dumps({"models": [model_dict(m) for m in models]}))
         return 0
     rows = []

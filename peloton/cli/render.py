@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from peloton.api.v1 import job_pb2, task_pb2
 
+DOCUMENTS = frozenset({"json", "yaml"})  # the -o formats that print a document, not a table
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED"})
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "LOST", "KILLED"})
 
@@ -130,9 +131,18 @@ def _converter(f: Any, stamps: frozenset[str], spans: frozenset[str]) -> Callabl
     return None
 
 
+# what `-o` asked a document to be written as: json, or yaml (main sets it); the same document either way
+FORMAT = "json"
+
+
 def dumps(obj: object, compact: bool = False) -> str:
     import json
 
+    if FORMAT == "yaml":  # a stream of them (`job get -w`) as YAML documents, each begun by ---
+        import yaml
+
+        text = str(yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, allow_unicode=True)).rstrip("\n")
+        return "---\n" + text if compact else text
     if compact:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return json.dumps(obj, indent=2, sort_keys=True)

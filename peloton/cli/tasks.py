@@ -35,7 +35,7 @@ def all_tasks(c: Client, job_id: str) -> list[task_pb2.TaskInfo]:
 
 def cmd_task_list(c: Client, a: argparse.Namespace) -> int:
     tasks = all_tasks(c, a.job_id)
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_list("tasks", tasks))
         return 0
     with_roles = any(t.role for t in tasks)  # a job with roles: ROLE is the role and the rank in it (worker/3)
@@ -49,7 +49,7 @@ def cmd_task_list(c: Client, a: argparse.Namespace) -> int:
 
 def cmd_task_get(c: Client, a: argparse.Namespace) -> int:
     t = c.call(c.tasks.GetTask, task_pb2.GetTaskRequest(job_id=a.job_id, instance=a.instance)).task
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(t))
         return 0
     print(f"Task:   {t.task_id}  state {t.state}  host {t.host or '-'}  attempt {t.attempt}")
