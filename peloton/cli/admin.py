@@ -66,7 +66,7 @@ def cmd_pool_create(c: Client, a: argparse.Namespace) -> int:
     _apply_pool_flags(pool, a)
     r = c.call(c.pools.CreatePool, respool_pb2.CreatePoolRequest(pool=pool))
     _warn(r.warnings)
-    print(a.path)
+    render.done(a, {"path": a.path, "created": True, "warnings": list(r.warnings)}, a.path)
     return 0
 
 
@@ -80,7 +80,7 @@ def cmd_pool_update(c: Client, a: argparse.Namespace) -> int:
     _apply_pool_flags(pool, a)
     r = c.call(c.pools.UpdatePool, respool_pb2.UpdatePoolRequest(pool=pool))
     _warn(r.warnings)
-    print(a.path)
+    render.done(a, {"path": a.path, "updated": True, "warnings": list(r.warnings)}, a.path)
     return 0
 
 
@@ -183,6 +183,7 @@ def cmd_pool_delete(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
     c.call(c.pools.DeletePool, respool_pb2.DeletePoolRequest(path=a.path))
+    render.done(a, {"path": a.path, "deleted": True})
     return 0
 
 

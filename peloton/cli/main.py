@@ -125,6 +125,9 @@ def _run(args: argparse.Namespace) -> int:
 
         client = Client(resolve(args), timeout=args.rpc_timeout)
         client.command = " ".join(str(w) for w in (args.group, getattr(args, "cmd", None)) if w)
+        from peloton.cli.ids import resolve_args
+
+        resolve_args(client, args)
         return int(_command(args.fn)(client, args))
     except InvalidArgument as e:
         print(f"peloton: error: {e.message}", file=sys.stderr)

@@ -115,8 +115,10 @@ def cmd_model_create(c: Client, a: argparse.Namespace) -> int:
     r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(name=a.name, document_json=document,
                                                                   replace=a.replace))
     m = r.model
+    from peloton.cli import render
+
     print(f"{'replaced' if r.replaced else 'created'} model {m.name} (version {m.version})", file=sys.stderr)
-    print(m.name)
+    render.done(a, {"name": m.name, "version": m.version, "replaced": r.replaced}, m.name)
     return 0
 
 
@@ -215,7 +217,10 @@ def cmd_model_delete(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import model_pb2
 
     c.call(c.models.DeleteModel, model_pb2.DeleteModelRequest(name=a.name))
+    from peloton.cli import render
+
     print(f"deleted model {a.name}", file=sys.stderr)
+    render.done(a, {"name": a.name, "deleted": True})
     return 0
 
 
@@ -258,18 +263,25 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
                                  tuple(measured), doc.profile)
     else:  # seven parameters from a handful of rows would fit those rows and nothing else
         new = docs.ModelDocument(doc.name, doc.description, doc.params, doc.fit, tuple(measured), doc.profile)
+    from peloton.cli import render
+
+    out = sys.stderr if a.output in render.DOCUMENTS else sys.stdout  # the record is then what stdout has
     for x in found:
         err = (x.step_time - x.predicted_step_time) / x.predicted_step_time * 100 if x.predicted_step_time else 0.0
         print(f"{x.job_id}: GPUs per host {','.join(map(str, x.placement))}, local batch {x.local_bsz:g}: "
               f"measured {x.step_time:.3f} s/step, predicted {x.predicted_step_time:.3f} (prediction off by "
-              f"{err:+.0f}%)")
+              f"{err:+.0f}%)", file=out)
     r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(
         name=a.name, document_json=json.dumps(docs.document_to_dict(new)), replace=True, if_version=m.version))
     if rows >= MIN_REFIT_ROWS:
         print(f"refitted model {a.name} on {result.rows} rows ({len(doc.profile)} of its profile, {len(measured)} "
               f"measured): median error {result.median_error:.1%}, p90 {result.p90_error:.1%}; version "
-              f"{r.model.version}")
+              f"{r.model.version}", file=out)
     else:
         print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: "
-              f"{rows} rows in all, fewer than {MIN_REFIT_ROWS} (give it a profile: peloton model fit)")
+              f"{rows} rows in all, fewer than {MIN_REFIT_ROWS} (give it a profile: peloton model fit)", file=out)
+    render.done(a, {"name": a.name, "version": r.model.version, "refitted": rows >= MIN_REFIT_ROWS,
+                    "measurements": [{"job_id": x.job_id, "placement": list(x.placement), "local_bsz": x.local_bsz,
+                                      "step_time": x.step_time, "predicted_step_time": x.predicted_step_time}
+                                     for x in found]})
     return 0

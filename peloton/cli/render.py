@@ -148,6 +148,15 @@ def dumps(obj: object, compact: bool = False) -> str:
     return json.dumps(obj, indent=2, sort_keys=True)
 
 
+def done(a: Any, record: dict[str, Any], line: str | None = None) -> None:
+    """What a command that acts prints: with `-o json|yaml` the record of what it did, on stdout; otherwise `line`
+    (if any) as it always has (docs/cli.md, Output)."""
+    if getattr(a, "output", "table") in DOCUMENTS:
+        print(dumps(record))
+    elif line is not None:
+        print(line)
+
+
 def json_message(msg: Message) -> str:
     return dumps(to_dict(msg))
 

@@ -142,7 +142,11 @@ class Planner:
                 return int(p.entitlement_gpu + 1e-9)
         return None
 
-    def _free_now(self) -> HostIndex | None:
+    def free_now(self) -> HostIndex:
+        """The hosts' free resources now (a dry run places a job's gangs on them)."""
+        return self._free_now()
+
+    def _free_now(self) -> HostIndex:
         try:
             r = self.hostmgr.SyncHosts(internal_pb2.SyncHostsRequest(since_version=0), timeout=10)
         except grpc.RpcError as e:

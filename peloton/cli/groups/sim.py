@@ -51,6 +51,7 @@ def cmd_sim_fail_host(c: Client, a: argparse.Namespace) -> int:
         after = f"; it recovers in {format_duration(seconds)}"
     r = c.call(_sim_method(c, "FailHost"), req)
     print(f"failed host {a.hostname}: {r.tasks_lost} task(s) lost{after}", file=sys.stderr)
+    _done(a, {"hostname": a.hostname, "failed": True, "tasks_lost": r.tasks_lost})
     return 0
 
 
@@ -59,7 +60,14 @@ def cmd_sim_recover_host(c: Client, a: argparse.Namespace) -> int:
 
     r = c.call(_sim_method(c, "RecoverHost"), sim_pb2.RecoverHostRequest(hostname=a.hostname))
     print(f"recovered host {a.hostname}" if r.was_down else f"host {a.hostname} was not down", file=sys.stderr)
+    _done(a, {"hostname": a.hostname, "recovered": r.was_down})
     return 0
+
+
+def _done(a: argparse.Namespace, record: dict[str, Any]) -> None:
+    from peloton.cli import render
+
+    render.done(a, record)
 
 
 def _sim_method(c: Client, name: str) -> Callable[..., Any]:
