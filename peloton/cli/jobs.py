@@ -257,12 +257,16 @@ def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
     if a.output in render.DOCUMENTS:
         print(render.json_list("jobs", r.jobs))
         return 0
+    wide = a.output == "wide"  # and: priority, when it last changed, the reason of its state, who it runs as
     rows = []
     for j in r.jobs:
         counts = ", ".join(f"{k.lower()}={v}" for k, v in sorted(j.status.task_states.items()))
         rows.append([j.id, j.spec.name, j.status.state, j.spec.instances, j.spec.owner or "-", j.spec.respool,
-                     render.ago(j.status.created_at), counts])
-    print(render.table(rows, ["ID", "NAME", "STATE", "INSTANCES", "OWNER", "POOL", "CREATED", "TASKS"]))
+                     render.ago(j.status.created_at), counts,
+                     *([j.spec.sla.priority, render.ago(j.status.updated_at), j.status.run_as or "-",
+                        j.status.reason or "-"] if wide else [])])
+    print(render.table(rows, ["ID", "NAME", "STATE", "INSTANCES", "OWNER", "POOL", "CREATED", "TASKS",
+                              *(["PRIORITY", "UPDATED", "RUNS AS", "REASON"] if wide else [])]))
     return 0
 
 

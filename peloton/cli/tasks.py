@@ -39,11 +39,15 @@ def cmd_task_list(c: Client, a: argparse.Namespace) -> int:
         print(render.json_list("tasks", tasks))
         return 0
     with_roles = any(t.role for t in tasks)  # a job with roles: ROLE is the role and the rank in it (worker/3)
+    wide = a.output == "wide"  # and: the gang, the address, when it started and finished
     rows = [[t.instance, *([render.role_cell(t)] if with_roles else []), t.task_id, t.state, t.host or "-",
              ",".join(map(str, t.ports)) or "-", ",".join(map(str, t.gpus)) or "-",
-             t.exit_code if t.HasField("exit_code") else "-", t.message or t.reason] for t in tasks]
+             t.exit_code if t.HasField("exit_code") else "-",
+             *([t.gang_index, t.address or "-", render.ago(t.started_at), render.ago(t.finished_at)] if wide else []),
+             t.message or t.reason] for t in tasks]
     print(render.table(rows, ["INSTANCE", *(["ROLE"] if with_roles else []), "TASK ID", "STATE", "HOST", "PORTS",
-                              "GPUS", "EXIT", "MESSAGE"]))
+                              "GPUS", "EXIT", *(["GANG", "ADDRESS", "STARTED", "FINISHED"] if wide else []),
+                              "MESSAGE"]))
     return 0
 
 

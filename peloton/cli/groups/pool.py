@@ -49,7 +49,7 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
 
 def _queue(x: argparse.ArgumentParser) -> None:
     # `queue list` and `queue ls` read as `queue`, as in the other groups: a pool path starts with /
-    x.add_argument("pool", nargs="*", metavar="[list] POOL",
+    x.add_argument("pool", nargs="*", metavar="POOL",
                    help="this pool and its subtree (default: every pool); `peloton queue list [POOL]` is the same")
     x.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N gangs (default 1000)")
     x.set_defaults(fn="admin:cmd_queue")
