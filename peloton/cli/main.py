@@ -79,9 +79,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         raw = list(sys.argv[1:] if argv is None else argv)
         parser = build_parser(raw)
         args = parser.parse_args(raw)
-        check_output(parser, args)
         if getattr(args, "cmd", None) in CANONICAL:  # `job ls` is `job list` in what is said of it
             args.cmd = CANONICAL[args.cmd]
+        check_output(parser, args)
         if args.group == "server":
             args = _with_config(parser, raw, args)
         code = _run(args)

@@ -43,9 +43,9 @@ GROUPS: dict[str, tuple[str, str]] = {
 # The aliases users expect of a verb, wherever the verb is a command
 ALIASES = {"list": ["ls"], "delete": ["rm"], "get": ["describe"]}
 
-CONNECTION_HELP = ("connection flags (before the group or after the command; given in both places, the one after "
-                   "the command wins): --address, --context, --tls-ca, --client-cert, --client-key, --token "
-                   "(`peloton --help` says what each does)")
+CONNECTION_HELP = ("connection flags: --address, --context, --tls-ca, --client-cert, --client-key, --token\n"
+                   "  before the group or after the command (given in both places, the one after the command\n"
+                   "  wins); `peloton --help` says what each does")
 
 
 class Parser(argparse.ArgumentParser):
@@ -196,6 +196,7 @@ def _finish(p: argparse.ArgumentParser) -> None:
             output_flag(p)
         client_flags(p, argparse.SUPPRESS)
         p.epilog = CONNECTION_HELP
+        p.formatter_class = argparse.RawDescriptionHelpFormatter  # the epilog as written (flags unbroken)
     for sp in subparsers(p):
         _finish(sp)
 
