@@ -283,7 +283,22 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
 
 
 def _server(s: argparse.ArgumentParser) -> None:
+    """`peloton server`'s flags, in the order its help lists them."""
     s.set_defaults(server_parser=s)  # (main layers the config file and the environment under its flags)
+    _store_flags(s)
+    _local_flags(s)
+    _log_flags(s)
+    _role_flags(s)
+    _task_flags(s)
+    _ha_flags(s)
+    _backend_flags(s)
+    _security_flags(s)
+    _add_sim_server_flags(s)
+    s.set_defaults(server_fn=cmd_server)
+
+
+def _store_flags(s: argparse.ArgumentParser) -> None:
+    """Where the daemon listens and keeps its state."""
     s.add_argument("--config", default=None, metavar="FILE",
                    help="a TOML file of settings: keys are these flags' names (metrics-listen = \"...\"); "
                         "PELOTON_<FLAG> variables override it, flags override both (default: $PELOTON_SERVER_CONFIG)")
@@ -294,6 +309,10 @@ def _server(s: argparse.ArgumentParser) -> None:
     s.add_argument("--data-dir", default=None,
                    help="default: $PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton "
                         "(/var/lib/peloton for root)")
+
+
+def _local_flags(s: argparse.ArgumentParser) -> None:
+    """The local backend's hosts."""
     s.add_argument("--local-hosts", type=int, default=None, help="simulate N hosts on this machine")
     s.add_argument("--local-host-resources", default=None, help="size of each simulated host: cpu=8,mem=16Gi,gpu=2")
     s.add_argument("--local-host-labels", default=None, metavar="K=V[,K=V]",
@@ -304,12 +323,20 @@ def _server(s: argparse.ArgumentParser) -> None:
                         "(repeatable: a heterogeneous cluster, local-0.. in the groups' order; instead of "
                         "--local-hosts, --local-host-resources and --local-host-labels)")
     s.add_argument("--local-port-base", type=int, default=31000, help="first port of host 0's range (1000 per host)")
+
+
+def _log_flags(s: argparse.ArgumentParser) -> None:
+    """Metrics and logs."""
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="the least severe log lines written (default %(default)s)")
     s.add_argument("--log-format", default="text", choices=["text", "json"],
                    help="log lines as text (default) or one JSON object each (time, level, logger, message, ids)")
+
+
+def _role_flags(s: argparse.ArgumentParser) -> None:
+    """Which components this process runs, and how the others reach them."""
     s.add_argument("--role", default="jobmgr,resmgr,placement,hostmgr",
                    help="components this process runs (comma-separated; default: all four in one daemon)")
     s.add_argument("--resmgr", default="", help="HOST:PORT of the resmgr process when this one does not run it")
@@ -325,6 +352,10 @@ def _server(s: argparse.ArgumentParser) -> None:
     s.add_argument("--insecure", action="store_true",
                    help="serve --listen / --internal-listen on an address other machines can reach although there "
                         "is no TLS or authentication (refused without it)")
+
+
+def _task_flags(s: argparse.ArgumentParser) -> None:
+    """Tasks, scheduling and retention."""
     s.add_argument("--task-env-allow", default="", metavar="NAME[,PREFIX*]",
                    help="local backend: variables of the daemon's environment tasks inherit besides PATH, HOME, "
                         "USER, LOGNAME, SHELL, LANG, LANGUAGE, LC_*, TZ, TMPDIR, TERM (e.g. LD_LIBRARY_PATH,NCCL_*)")
@@ -366,6 +397,10 @@ def _server(s: argparse.ArgumentParser) -> None:
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")
+
+
+def _ha_flags(s: argparse.ArgumentParser) -> None:
+    """High availability."""
     s.add_argument("--standby", action="store_true",
                    help="when another daemon acts on the same store, wait for it to go and take over instead of "
                         "refusing to start; meanwhile answer every call with the leader's address")
@@ -375,6 +410,10 @@ def _server(s: argparse.ArgumentParser) -> None:
     s.add_argument("--leader-lease", type=_seconds_arg, default=6.0, metavar="SECONDS",
                    help="PostgreSQL: a leader that has not renewed its lease for this long (paused, or cut off) is "
                         "replaced by a standby; it stops acting itself after half of it (default: 6)")
+
+
+def _backend_flags(s: argparse.ArgumentParser) -> None:
+    """The cluster backend (local, mesos, sim)."""
     s.add_argument("--backend", default="local", choices=["local", "mesos", "sim"],
                    help="local: run tasks on this machine (default); mesos: register as a Mesos framework; "
                         "sim: simulated hosts in memory, no processes (scale tests, see --sim-*)")
@@ -389,6 +428,10 @@ def _server(s: argparse.ArgumentParser) -> None:
     s.add_argument("--mesos-user", default="nobody",
                    help="the framework's user: tasks whose job names no task.user run as it on the agents (root "
                         "here is logged: such tasks then run as root whatever their pool allows)")
+
+
+def _security_flags(s: argparse.ArgumentParser) -> None:
+    """The API's security and limits."""
     s.add_argument("--unix-socket", default=None, metavar="PATH",
                    help="serve the API on this Unix socket too, owner-only (default <data-dir>/peloton.sock, which "
                         "the CLI of the same user uses by default; '' for none)")
@@ -411,5 +454,3 @@ def _server(s: argparse.ArgumentParser) -> None:
                    help="mutual TLS: serve only clients with a certificate of this CA (their subject names them)")
     s.add_argument("--metrics-tls", action="store_true",
                    help="serve the metrics endpoint over TLS too (same certificate; and client CA if given)")
-    _add_sim_server_flags(s)
-    s.set_defaults(server_fn=cmd_server)
