@@ -191,8 +191,13 @@ def _finish(p: argparse.ArgumentParser) -> None:
             if not action.option_strings:
                 action.metavar = action.metavar or COMMON_HELP[action.dest][0]
             action.help = COMMON_HELP[action.dest][1]
+    has_output = any(a.dest == "output" for a in p._actions)
+    if "server_fn" in p._defaults and "server_parser" not in p._defaults and not has_output:
+        # a local command (certs, token, db, completion) takes -o only to refuse it clearly (main.check_output)
+        # rather than as an unknown flag; not `server`, whose every flag is also a setting of its config file
+        p.add_argument("-o", "--output", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     if "fn" in p._defaults:
-        if not any(a.dest == "output" for a in p._actions):
+        if not has_output:
             output_flag(p)
         client_flags(p, argparse.SUPPRESS)
         p.epilog = CONNECTION_HELP

@@ -62,6 +62,8 @@ def test_every_client_command_takes_every_output_format() -> None:
     (["job", "logs", "abc", "-o", "json"], "job logs: -o json: a log is printed as written, not as a record"),
     (["task", "logs", "abc", "0", "-o", "yaml"], "task logs: -o yaml: a log is printed as written"),
     (["-o", "json", "db", "upgrade"], "-o/--output: `peloton db upgrade` has no output format to choose"),
+    (["token", "create", "x", "-o", "yaml"], "-o/--output: `peloton token create` has no output format to choose"),
+    (["completion", "bash", "-o", "json"], "-o/--output: `peloton completion` has no output format to choose"),
 ])
 def test_contradictions_of_o_are_refused_before_any_call(capsys: pytest.CaptureFixture[str], argv: list[str],
                                                          said: str) -> None:
