@@ -52,7 +52,7 @@ min-deps: pg
 pg:
 	@bash scripts/ensure_postgres.sh
 
-## The five benchmarks of the hot-path issue, short settings (about 8 minutes on 2 cores), each printing a table and
+## The six benchmarks of the hot-path issue (1-6 of benchmarks/README.md), short settings (about 8 minutes on 2 cores), each printing a table and
 ## writing JSON under benchmarks/results/, then the model-aware plans against the public profiles (a second). Bigger
 ## runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS, CLI_ARGS, SCHEDULING_ARGS, MODEL_ARGS (see
 ## benchmarks/README.md), e.g. `make bench MEMORY_ARGS='--tasks 100000'`.

@@ -66,7 +66,7 @@ def cmd_pool_create(c: Client, a: argparse.Namespace) -> int:
     _apply_pool_flags(pool, a)
     r = c.call(c.pools.CreatePool, respool_pb2.CreatePoolRequest(pool=pool))
     _warn(r.warnings)
-    print(a.path)
+    render.done(a, {"path": a.path, "created": True, "warnings": list(r.warnings)}, a.path)
     return 0
 
 
@@ -80,7 +80,7 @@ def cmd_pool_update(c: Client, a: argparse.Namespace) -> int:
     _apply_pool_flags(pool, a)
     r = c.call(c.pools.UpdatePool, respool_pb2.UpdatePoolRequest(pool=pool))
     _warn(r.warnings)
-    print(a.path)
+    render.done(a, {"path": a.path, "updated": True, "warnings": list(r.warnings)}, a.path)
     return 0
 
 
@@ -88,7 +88,7 @@ def cmd_pool_list(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
     r = c.call(c.pools.ListPools, respool_pb2.ListPoolsRequest())
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(r))
         return 0
     rows = [[p.path, _compact(p.reservation) + (" static" if p.reservation_type == "static" else ""),
@@ -103,7 +103,7 @@ def cmd_pool_get(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
     p = c.call(c.pools.GetPool, respool_pb2.GetPoolRequest(path=a.path)).pool
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(p))
         return 0
     print(f"pool {p.path}: share {p.share:g}, reservation {p.reservation_type or 'elastic'}, "
@@ -148,8 +148,8 @@ def cmd_queue(c: Client, a: argparse.Namespace) -> int:
     """The gangs waiting for admission or placement, in queue order, like squeue."""
     from peloton.api.v1 import respool_pb2
 
-    r = c.call(c.pools.ListQueue, respool_pb2.ListQueueRequest(pool=a.pool or "", limit=a.limit))
-    if a.output == "json":
+    r = c.call(c.pools.ListQueue, respool_pb2.ListQueueRequest(pool=queue_pool(a.pool), limit=a.limit))
+    if a.output in render.DOCUMENTS:
         print(render.json_message(r))
         return 0
     now = time.time()
@@ -162,6 +162,18 @@ def cmd_queue(c: Client, a: argparse.Namespace) -> int:
     return 0
 
 
+def queue_pool(words: list[str] | str | None) -> str:
+    """The pool of `peloton queue [list|ls] [POOL]`: the verb the other groups have is taken as said, not as a
+    pool path (`peloton queue list` once said "'list' is not a pool path")."""
+    if isinstance(words, str) or words is None:
+        return words or ""
+    if words and words[0] in ("list", "ls"):
+        words = words[1:]
+    if len(words) > 1:
+        raise InvalidArgument(f"pool: one pool path at most, got {' '.join(words)}", field="pool")
+    return words[0] if words else ""
+
+
 def _waited(s: float) -> str:
     s = max(0.0, s)
     return f"{s:.0f}s" if s < 120 else f"{s / 60:.0f}m" if s < 7200 else f"{s / 3600:.1f}h"
@@ -171,6 +183,7 @@ def cmd_pool_delete(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import respool_pb2
 
     c.call(c.pools.DeletePool, respool_pb2.DeletePoolRequest(path=a.path))
+    render.done(a, {"path": a.path, "deleted": True})
     return 0
 
 
@@ -178,7 +191,7 @@ def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import host_pb2
 
     r = c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest())
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(r))
         return 0
     rows = [[h.hostname, h.address, h.state + (" (unhealthy)" if h.health else ""), _drain(h),
@@ -214,7 +227,7 @@ def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
         names = [x.hostname for x in hosts]
         raise NotFound(f"hostname: no host {a.hostname} (hosts: {', '.join(names[:10])}"
                        f"{' ...' if len(names) > 10 else ''})")
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(h))
         return 0
     hw = h.hardware
@@ -269,7 +282,7 @@ def cmd_host_undrain(c: Client, a: argparse.Namespace) -> int:
 
 
 def _show_host(h: host_pb2.Host, a: argparse.Namespace, line: str) -> int:
-    print(render.json_message(h) if a.output == "json" else line)
+    print(render.json_message(h) if a.output in render.DOCUMENTS else line)
     return 0
 
 
@@ -283,7 +296,7 @@ def cmd_audit(c: Client, a: argparse.Namespace) -> int:
     since = time.time() - parse_duration(a.since, "--since") if a.since else 0.0
     r = c.call(Stub(c.channel, audit_pb2, "AuditService").ListAuditEvents, audit_pb2.ListAuditEventsRequest(
         principal=a.principal or "", object=a.object or "", since=since, denied_only=a.denied, limit=a.limit))
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(r))
         return 0
     rows = [[time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(e.at)), e.principal, e.via, e.method, e.object or "-",
@@ -319,7 +332,7 @@ def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
     from peloton.cli.client import Stub
 
     r = c.call(Stub(c.channel, cluster_pb2, "ClusterService").GetClusterInfo, cluster_pb2.GetClusterInfoRequest())
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(r))
         return 0
     s = r.security

@@ -7,6 +7,8 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
+from peloton.cli.parser import CONNECTION_DESTS
+
 FILE_METAVARS = frozenset({"FILE", "DIR"})
 JOB_ID_DESTS = frozenset({"job_id", "job_ids"})
 
@@ -44,7 +46,7 @@ def _tables(parser: argparse.ArgumentParser) -> str:
                     positional.setdefault(key, "@jobid")
                 elif a.choices:
                     positional.setdefault(key, " ".join(map(str, a.choices)))
-            elif a.help != argparse.SUPPRESS:
+            elif a.help != argparse.SUPPRESS or a.dest in CONNECTION_DESTS:  # those are described once only
                 flags += a.option_strings
                 if a.nargs != 0:
                     takes += a.option_strings

@@ -29,7 +29,7 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
     # returns the job a first try may have created instead of creating another.
     import uuid
 
-    request = job_pb2.CreateJobRequest(spec=spec, request_id=uuid.uuid4().hex)
+    request = job_pb2.CreateJobRequest(spec=spec, request_id=uuid.uuid4().hex, dry_run=a.dry_run)
     deadline = time.monotonic() + CREATE_RETRY_S
     delay = 0.25
     while True:
@@ -44,8 +44,36 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
             delay = min(delay * 2, 5.0)
     for w in r.warnings:  # settings this daemon accepted but will not act on: created, but said so
         print(f"peloton: warning: {w}", file=sys.stderr)
-    print(r.job_id)
+    if a.dry_run:
+        return _dry_run(a, r)
+    if a.output in render.DOCUMENTS:
+        print(render.dumps({"job_id": r.job_id, "warnings": list(r.warnings)}))
+    else:
+        print(r.job_id)
     return 0
+
+
+def _dry_run(a: argparse.Namespace, r: job_pb2.CreateJobResponse) -> int:
+    """What `job create --dry-run` prints: the spec was admitted (else the call failed as a create would), and
+    where each gang would go now. Exit 0 either way: a gang that would wait is not an error."""
+    if a.output in render.DOCUMENTS:
+        print(render.dumps({"admitted": True, "warnings": list(r.warnings),
+                            "gangs": [render.to_dict(g) for g in r.dry_run]}))
+        return 0
+    waiting = sum(1 for g in r.dry_run if g.waits)
+    print(f"dry run: the spec is valid and admitted; nothing was created. {len(r.dry_run) - waiting} of "
+          f"{len(r.dry_run)} gang(s) would be placed now" + (f", {waiting} would wait" if waiting else ""))
+    rows = [[g.index, _instances(g.instances), ",".join(dict.fromkeys(g.hosts)) if g.hosts else "-",
+             "placed" if not g.waits else f"waits: {g.waits}"] for g in r.dry_run]
+    print(render.table(rows, ["GANG", "INSTANCES", "HOSTS", "NOW"]))
+    return 0
+
+
+def _instances(xs: Any) -> str:
+    xs = list(xs)
+    if len(xs) > 2 and xs == list(range(xs[0], xs[-1] + 1)):
+        return f"{xs[0]}-{xs[-1]}"
+    return ",".join(map(str, xs))
 
 
 def _read_spec(path: str) -> job_pb2.JobSpec:
@@ -66,7 +94,7 @@ def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
     """The plans the cost model rates best for a model-aware spec on the cluster now; nothing is created."""
     spec = _read_spec(a.file)
     r = c.call(c.jobs.PlanJob, job_pb2.PlanJobRequest(spec=spec, top=a.top))
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.dumps(render.to_dict(r)))
         return 0
     if not r.plans:
@@ -129,7 +157,7 @@ def _show(a: argparse.Namespace, job: job_pb2.Job, tasks: list[task_pb2.TaskInfo
                      + [t.SerializeToString(deterministic=True) for t in tasks])
     if key == previous:
         return key
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         doc = render.job_json(job, tasks)
         print(render.dumps(doc, compact=True) if a.watch else render.dumps(doc), flush=True)
         return key
@@ -226,15 +254,19 @@ def cmd_job_list(c: Client, a: argparse.Namespace) -> int:
     if a.quiet:
         print("\n".join(j.id for j in r.jobs) if r.jobs else "", end="\n" if r.jobs else "")
         return 0
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_list("jobs", r.jobs))
         return 0
+    wide = a.output == "wide"  # and: priority, when it last changed, the reason of its state, who it runs as
     rows = []
     for j in r.jobs:
         counts = ", ".join(f"{k.lower()}={v}" for k, v in sorted(j.status.task_states.items()))
         rows.append([j.id, j.spec.name, j.status.state, j.spec.instances, j.spec.owner or "-", j.spec.respool,
-                     render.ago(j.status.created_at), counts])
-    print(render.table(rows, ["ID", "NAME", "STATE", "INSTANCES", "OWNER", "POOL", "CREATED", "TASKS"]))
+                     render.ago(j.status.created_at), counts,
+                     *([j.spec.sla.priority, render.ago(j.status.updated_at), j.status.run_as or "-",
+                        j.status.reason or "-"] if wide else [])])
+    print(render.table(rows, ["ID", "NAME", "STATE", "INSTANCES", "OWNER", "POOL", "CREATED", "TASKS",
+                              *(["PRIORITY", "UPDATED", "RUNS AS", "REASON"] if wide else [])]))
     return 0
 
 
@@ -252,20 +284,25 @@ def cmd_job_stop(c: Client, a: argparse.Namespace) -> int:
     if selection:
         return _stop_selected(c, a)
     failed = 0
+    results: list[dict[str, Any]] = []  # `-o json|yaml`: what became of each job
     for job_id in dict.fromkeys(a.job_ids):  # each once, in the order given
         try:
             state = c.call(c.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id)).job.status.state
             if state in render.JOB_TERMINAL:
                 print(f"job {job_id} has already finished ({state}); nothing to stop", file=sys.stderr)
+                results.append({"job_id": job_id, "result": "finished", "state": state, "error": None})
                 continue
             c.call(c.jobs.StopJob, job_pb2.StopJobRequest(job_id=job_id))
         except Unavailable:
             raise  # the daemon is away: the rest would fail the same way
         except PelotonError as e:
             print(f"peloton: error: {e.message}", file=sys.stderr)
+            results.append({"job_id": job_id, "result": "failed", "state": None, "error": e.message})
             failed += 1
             continue
         print(f"stopping job {job_id}", file=sys.stderr)
+        results.append({"job_id": job_id, "result": "stopping", "state": state, "error": None})
+    render.done(a, {"jobs": results})
     return EXIT_ERROR if failed else 0
 
 
@@ -302,6 +339,7 @@ def _stop_selected(c: Client, a: argparse.Namespace) -> int:
             print("peloton: nothing stopped", file=sys.stderr)
             return EXIT_ERROR
     failed = 0
+    results: list[dict[str, Any]] = []
     for j in jobs:
         try:
             c.call(c.jobs.StopJob, job_pb2.StopJobRequest(job_id=j.id))
@@ -309,15 +347,19 @@ def _stop_selected(c: Client, a: argparse.Namespace) -> int:
             raise
         except PelotonError as e:
             print(f"peloton: error: {e.message}", file=sys.stderr)
+            results.append({"job_id": j.id, "result": "failed", "state": j.status.state, "error": e.message})
             failed += 1
             continue
         print(f"stopping job {j.id}", file=sys.stderr)
+        results.append({"job_id": j.id, "result": "stopping", "state": j.status.state, "error": None})
+    render.done(a, {"jobs": results})
     return EXIT_ERROR if failed else 0
 
 
 def cmd_job_delete(c: Client, a: argparse.Namespace) -> int:
     c.call(c.jobs.DeleteJob, job_pb2.DeleteJobRequest(job_id=a.job_id))
     print(f"deleted job {a.job_id}", file=sys.stderr)
+    render.done(a, {"job_id": a.job_id, "deleted": True})
     return 0
 
 
@@ -331,11 +373,14 @@ def cmd_job_wait(c: Client, a: argparse.Namespace) -> int:
     deadline = time.monotonic() + a.wait_timeout if a.wait_timeout else None
     seen: list[str] = []
     try:
-        return _wait(c, a.job_id, Reconnect(c.address, a.reconnect_grace, deadline), deadline, seen)
+        code = _wait(c, a.job_id, Reconnect(c.address, a.reconnect_grace, deadline), deadline, seen)
     except WatchTimeout:
         print(f"peloton: timed out after {a.wait_timeout:g}s waiting for job {a.job_id}"
               + (f" (state {seen[-1]})" if seen else ""), file=sys.stderr)
-        return EXIT_TIMEOUT
+        code = EXIT_TIMEOUT
+    render.done(a, {"job_id": a.job_id, "state": seen[-1] if seen else None, "states": seen,
+                    "timed_out": code == EXIT_TIMEOUT, "succeeded": code == 0})
+    return code
 
 
 def _wait(c: Client, job_id: str, reconnect: Reconnect, deadline: float | None, seen: list[str]) -> int:

@@ -9,6 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from peloton.cli.parser import add_command
 from peloton.errors import InvalidArgument
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time: see main.py)
@@ -24,7 +25,7 @@ MIN_REFIT_ROWS = 6  # profile rows and measurements together, fewer and `model r
 
 
 def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None]) -> None:
-    """The stored-model commands on `models`, the `model` group's subparsers; `out` adds `-o table|json`."""
+    """The stored-model commands on `models`, the `model` group's subparsers; `out` adds `-o`."""
     x = models.add_parser("create", help="store a model document (JSON or YAML) under NAME, for jobs and plans to "
                                          "name; prints NAME")
     x.add_argument("name", metavar="NAME", help="1 to 128 letters, digits, '_', '.' or '-' (not first '.' or '-')")
@@ -34,12 +35,12 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
                    help="replace the document of the model NAME if it exists (its owner or an admin may; its version "
                         "goes up by one), else create it")
     x.set_defaults(fn="model:cmd_model_create")
-    x = models.add_parser("get", help="a stored model: owner, version, times, and its document as the daemon keeps "
+    x = add_command(models, "get", help="a stored model: owner, version, times, and its document as the daemon keeps "
                                       "it")
     x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     out(x)
     x.set_defaults(fn="model:cmd_model_get")
-    x = models.add_parser("list", help="the stored models, by name: owner, version, what the document says")
+    x = add_command(models, "list", help="the stored models, by name: owner, version, what the document says")
     out(x)
     x.set_defaults(fn="model:cmd_model_list")
     x = models.add_parser("refit", help="add what jobs measured to a stored model and fit its cost model again "
@@ -48,7 +49,7 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
     x.add_argument("--from-job", action="append", required=True, metavar="JOB", dest="jobs",
                    help="a model-aware job of this model whose running members reported their speed (repeatable)")
     x.set_defaults(fn="model:cmd_model_refit")
-    x = models.add_parser("delete", help="delete a stored model (its owner or an admin)")
+    x = add_command(models, "delete", help="delete a stored model (its owner or an admin)")
     x.add_argument("name", metavar="NAME", help="the model's name (`model list` lists them)")
     x.set_defaults(fn="model:cmd_model_delete")
 
@@ -114,8 +115,10 @@ def cmd_model_create(c: Client, a: argparse.Namespace) -> int:
     r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(name=a.name, document_json=document,
                                                                   replace=a.replace))
     m = r.model
+    from peloton.cli import render
+
     print(f"{'replaced' if r.replaced else 'created'} model {m.name} (version {m.version})", file=sys.stderr)
-    print(m.name)
+    render.done(a, {"name": m.name, "version": m.version, "replaced": r.replaced}, m.name)
     return 0
 
 
@@ -138,7 +141,7 @@ def cmd_model_get(c: Client, a: argparse.Namespace) -> int:
     from peloton.cli import render
 
     m = c.call(c.models.GetModel, model_pb2.GetModelRequest(name=a.name)).model
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.dumps(model_dict(m)))
         return 0
     rows = [("model", m.name), ("owner", m.owner or "-"), ("version", str(m.version)),
@@ -171,7 +174,7 @@ def cmd_model_list(c: Client, a: argparse.Namespace) -> int:
     from peloton.cli import render
 
     models = list_models(c)
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.dumps({"models": [model_dict(m) for m in models]}))
         return 0
     rows = []
@@ -214,7 +217,10 @@ def cmd_model_delete(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import model_pb2
 
     c.call(c.models.DeleteModel, model_pb2.DeleteModelRequest(name=a.name))
+    from peloton.cli import render
+
     print(f"deleted model {a.name}", file=sys.stderr)
+    render.done(a, {"name": a.name, "deleted": True})
     return 0
 
 
@@ -257,18 +263,25 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
                                  tuple(measured), doc.profile)
     else:  # seven parameters from a handful of rows would fit those rows and nothing else
         new = docs.ModelDocument(doc.name, doc.description, doc.params, doc.fit, tuple(measured), doc.profile)
+    from peloton.cli import render
+
+    out = sys.stderr if a.output in render.DOCUMENTS else sys.stdout  # the record is then what stdout has
     for x in found:
         err = (x.step_time - x.predicted_step_time) / x.predicted_step_time * 100 if x.predicted_step_time else 0.0
         print(f"{x.job_id}: GPUs per host {','.join(map(str, x.placement))}, local batch {x.local_bsz:g}: "
               f"measured {x.step_time:.3f} s/step, predicted {x.predicted_step_time:.3f} (prediction off by "
-              f"{err:+.0f}%)")
+              f"{err:+.0f}%)", file=out)
     r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(
         name=a.name, document_json=json.dumps(docs.document_to_dict(new)), replace=True, if_version=m.version))
     if rows >= MIN_REFIT_ROWS:
         print(f"refitted model {a.name} on {result.rows} rows ({len(doc.profile)} of its profile, {len(measured)} "
               f"measured): median error {result.median_error:.1%}, p90 {result.p90_error:.1%}; version "
-              f"{r.model.version}")
+              f"{r.model.version}", file=out)
     else:
         print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: "
-              f"{rows} rows in all, fewer than {MIN_REFIT_ROWS} (give it a profile: peloton model fit)")
+              f"{rows} rows in all, fewer than {MIN_REFIT_ROWS} (give it a profile: peloton model fit)", file=out)
+    render.done(a, {"name": a.name, "version": r.model.version, "refitted": rows >= MIN_REFIT_ROWS,
+                    "measurements": [{"job_id": x.job_id, "placement": list(x.placement), "local_bsz": x.local_bsz,
+                                      "step_time": x.step_time, "predicted_step_time": x.predicted_step_time}
+                                     for x in found]})
     return 0

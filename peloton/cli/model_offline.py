@@ -33,8 +33,10 @@ def register(sub: Any) -> None:
     """Add `fit`, `predict` and `plan` to the subparsers of the `model` command."""
 
     def out(sp: argparse.ArgumentParser) -> None:
-        sp.add_argument("-o", "--output", choices=["table", "json"], default=argparse.SUPPRESS,
-                        help="table (default) or json: a list of objects (docs/cli.md, Model-aware plans)")
+        from peloton.cli.parser import output_flag
+
+        output_flag(sp, "table (default; wide: the same), json or yaml: a list of objects (docs/cli.md, "
+                        "Model-aware plans)")
         sp.set_defaults(prints_records=True)
 
     def hardware(sp: argparse.ArgumentParser, what: str) -> None:
@@ -379,8 +381,10 @@ def cmd_model_predict(a: argparse.Namespace) -> int:
     for written, placement, bsz, measured in rows:
         hosts = _with_servers(placement, hw, servers if pattern == PS else 0)
         results.append((written, predict(params, hosts, bsz, pattern, table), measured))
-    if a.output == "json":
-        print(_dumps([_prediction_json(w, p, m) for w, p, m in results]))
+    from peloton.cli import render
+
+    if a.output in render.DOCUMENTS:
+        print((render.dumps if render.FORMAT == "yaml" else _dumps)([_prediction_json(w, p, m) for w, p, m in results]))
         return 0
     from peloton.cli.render import table as render_table
 
@@ -510,8 +514,10 @@ def cmd_model_plan(a: argparse.Namespace) -> int:
         free = sum(h.free_gpus for h in hosts)
         want = a.gpus or a.min_gpus or 1
         raise FailedPrecondition(f"no plan fits: the hosts have {free} free GPU(s), the request needs {want}")
-    if a.output == "json":
-        print(_dumps([_plan_json(i, p) for i, p in enumerate(plans, start=1)]))
+    from peloton.cli import render
+
+    if a.output in render.DOCUMENTS:
+        print((render.dumps if render.FORMAT == "yaml" else _dumps)([_plan_json(i, p) for i, p in enumerate(plans, start=1)]))
         return 0
     from peloton.cli.render import table as render_table
 

@@ -12,6 +12,7 @@ if TYPE_CHECKING:
 
     from peloton.api.v1 import job_pb2, task_pb2
 
+DOCUMENTS = frozenset({"json", "yaml"})  # the -o formats that print a document, not a table
 JOB_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "KILLED"})
 TASK_TERMINAL = frozenset({"SUCCEEDED", "FAILED", "LOST", "KILLED"})
 
@@ -130,12 +131,30 @@ def _converter(f: Any, stamps: frozenset[str], spans: frozenset[str]) -> Callabl
     return None
 
 
+# what `-o` asked a document to be written as: json, or yaml (main sets it); the same document either way
+FORMAT = "json"
+
+
 def dumps(obj: object, compact: bool = False) -> str:
     import json
 
+    if FORMAT == "yaml":  # a stream of them (`job get -w`) as YAML documents, each begun by ---
+        import yaml
+
+        text = str(yaml.safe_dump(obj, sort_keys=True, default_flow_style=False, allow_unicode=True)).rstrip("\n")
+        return "---\n" + text if compact else text
     if compact:
         return json.dumps(obj, sort_keys=True, separators=(",", ":"))
     return json.dumps(obj, indent=2, sort_keys=True)
+
+
+def done(a: Any, record: dict[str, Any], line: str | None = None) -> None:
+    """What a command that acts prints: with `-o json|yaml` the record of what it did, on stdout; otherwise `line`
+    (if any) as it always has (docs/cli.md, Output)."""
+    if getattr(a, "output", "table") in DOCUMENTS:
+        print(dumps(record))
+    elif line is not None:
+        print(line)
 
 
 def json_message(msg: Message) -> str:

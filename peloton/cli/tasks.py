@@ -35,21 +35,25 @@ def all_tasks(c: Client, job_id: str) -> list[task_pb2.TaskInfo]:
 
 def cmd_task_list(c: Client, a: argparse.Namespace) -> int:
     tasks = all_tasks(c, a.job_id)
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_list("tasks", tasks))
         return 0
     with_roles = any(t.role for t in tasks)  # a job with roles: ROLE is the role and the rank in it (worker/3)
+    wide = a.output == "wide"  # and: the gang, the address, when it started and finished
     rows = [[t.instance, *([render.role_cell(t)] if with_roles else []), t.task_id, t.state, t.host or "-",
              ",".join(map(str, t.ports)) or "-", ",".join(map(str, t.gpus)) or "-",
-             t.exit_code if t.HasField("exit_code") else "-", t.message or t.reason] for t in tasks]
+             t.exit_code if t.HasField("exit_code") else "-",
+             *([t.gang_index, t.address or "-", render.ago(t.started_at), render.ago(t.finished_at)] if wide else []),
+             t.message or t.reason] for t in tasks]
     print(render.table(rows, ["INSTANCE", *(["ROLE"] if with_roles else []), "TASK ID", "STATE", "HOST", "PORTS",
-                              "GPUS", "EXIT", "MESSAGE"]))
+                              "GPUS", "EXIT", *(["GANG", "ADDRESS", "STARTED", "FINISHED"] if wide else []),
+                              "MESSAGE"]))
     return 0
 
 
 def cmd_task_get(c: Client, a: argparse.Namespace) -> int:
     t = c.call(c.tasks.GetTask, task_pb2.GetTaskRequest(job_id=a.job_id, instance=a.instance)).task
-    if a.output == "json":
+    if a.output in render.DOCUMENTS:
         print(render.json_message(t))
         return 0
     print(f"Task:   {t.task_id}  state {t.state}  host {t.host or '-'}  attempt {t.attempt}")

@@ -42,7 +42,7 @@ from peloton.modelaware import plan as plans
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
 from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.index import HostIndex
-from peloton.placement.placer import can_ever_fit
+from peloton.placement.placer import can_ever_fit, place
 from peloton.resmgr.admission import exceeds_limit_forever
 from peloton.security import run_as
 from peloton.security.unix_accounts import host_has_id
@@ -98,6 +98,17 @@ def _untoken(token: str, field: str) -> object:
         return json.loads(base64.urlsafe_b64decode(token.encode()))
     except (ValueError, UnicodeError):
         raise InvalidArgument(f"{field}: not a page token of this API", field=field) from None
+
+
+@dataclass(frozen=True, slots=True)
+class GangPreview:
+    """Where a gang of a dry run would go now: a host per member (in the order of `instances`), or why it would
+    wait."""
+
+    index: int
+    instances: tuple[int, ...]
+    hosts: tuple[str, ...]
+    waits: str
 
 
 def gang_request(jv: policy.JobView, index: int) -> GangRequest:
@@ -203,13 +214,7 @@ class JobManager:
             existing = self._created_for(request_id, spec)
             if existing is not None:
                 return existing
-        pools = self._pools(spec.respool)
-        check_job_pool(pools, spec.respool)
-        why = exceeds_limit_forever(spec.gang_total(), spec.respool, pools)
-        if why:
-            f = "roles" if spec.roles else "instances"
-            raise InvalidArgument(f"{f}: {why}", field=f)
-        self._check_fits_cluster(spec)
+        self._admit(spec)
         if run_as is not None:
             spec = replace(spec, run_as=run_as())
         job_id = uuid.uuid4().hex[:12]
@@ -233,6 +238,38 @@ class JobManager:
         JOBS_CREATED.inc()
         log.info("job %s created: %s, %d instances in %d gangs", job_id, spec.name, spec.instances, len(gangs))
         return job_id
+
+    def _admit(self, spec: JobSpec) -> None:
+        """What a create checks of a valid spec against the pools and the cluster (raising as it refuses)."""
+        pools = self._pools(spec.respool)
+        check_job_pool(pools, spec.respool)
+        why = exceeds_limit_forever(spec.gang_total(), spec.respool, pools)
+        if why:
+            f = "roles" if spec.roles else "instances"
+            raise InvalidArgument(f"{f}: {why}", field=f)
+        self._check_fits_cluster(spec)
+
+    def dry_run(self, spec: JobSpec) -> list[GangPreview]:
+        """`job create --dry-run`: the checks of create_job (each refusal the same), then where each gang would be
+        placed on the hosts' free resources now, in the order placement takes them. Nothing is written."""
+        spec = self.planner.resolve(spec)
+        validate(spec)
+        self._admit(spec)
+        job, gangs, tasks = policy.new_job_records("dry-run", spec, self.clock())
+        jv = policy.new_job_view(job, gangs, tasks)
+        placed, failed = place([gang_request(jv, g.index) for g in gangs], self.planner.free_now())
+        by_gang = {p.gang_id: p for p in placed}
+        why = {f.gang_id: f.reason for f in failed}
+        out = []
+        for g in gangs:
+            instances = tuple(g.instances)
+            p = by_gang.get(g.gang_id)
+            if p is None:
+                out.append(GangPreview(g.index, instances, (), why.get(g.gang_id, "no hosts free for it now")))
+            else:
+                host = {m.instance: m.hostname for m in p.members}
+                out.append(GangPreview(g.index, instances, tuple(host[i] for i in instances), ""))
+        return out
 
     def _created_for(self, request_id: str, spec: JobSpec) -> str | None:
         """The job an earlier create with this key made (same spec), None if there is none; AlreadyExists when

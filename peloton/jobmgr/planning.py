@@ -130,6 +130,10 @@ class Planner:
         manager does not know (no capacity yet, or the pool is not its)."""
         return self.resmgr.entitled_gpus(pool, asking)
 
-    def _free_now(self) -> HostIndex | None:
+    def free_now(self) -> HostIndex:
+        """The hosts' free resources now (a dry run places a job's gangs on them)."""
+        return self._free_now()
+
+    def _free_now(self) -> HostIndex:
         return HostIndex(self.hostmgr.sync_hosts(0, timeout_s=10).offers)
 

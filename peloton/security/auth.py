@@ -159,7 +159,7 @@ class Authorize(grpc.ServerInterceptor):
             code = context.code() if failed else None
             if code in REFUSALS:
                 refused(p, object_of(request, response), context, code, _details(context))
-            elif changing and auth.enabled:
+            elif changing and auth.enabled and not getattr(request, "dry_run", False):  # a dry run changes nothing
                 audit.record(p.name, p.via, method, object_of(request, response), True, code_name(context, failed),
                              _details(context) if failed else "")
 

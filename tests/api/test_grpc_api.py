@@ -251,6 +251,29 @@ def test_nothing_was_written_by_invalid_creates(api: Api) -> None:
     assert list(api.jobs.ListJobs(job_pb2.ListJobsRequest(), timeout=RPC_TIMEOUT).jobs) == []
 
 
+def test_a_dry_run_is_refused_as_a_create_is_and_writes_nothing(api: Api) -> None:
+    for _, req, field in _bad_specs():
+        dry = job_pb2.CreateJobRequest()
+        dry.CopyFrom(req)
+        dry.dry_run = True
+        err = call_error(api.jobs.CreateJob, dry)
+        assert err.code() == grpc.StatusCode.INVALID_ARGUMENT and field in err.details(), err.details()
+    before = job_count(api)
+    r = api.jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("dry", instances=3, cpu=3, min_available=2),
+                                                    request_id="dry-key", dry_run=True), timeout=RPC_TIMEOUT)
+    assert r.job_id == "" and job_count(api) == before
+    # the gangs are placed in turn, each on what the ones before it left: the first takes cpu 3 of both hosts' 4
+    first, second = r.dry_run
+    assert (first.index, list(first.instances), first.waits, len(set(first.hosts))) == (0, [0, 1], "", 2)
+    assert (second.index, list(second.instances), list(second.hosts)) == (1, [2], [])
+    assert "needs cpu=3" in second.waits and "short of cpu" in second.waits, second.waits
+    # the key was not kept: a create with it and another spec is a new job, not ALREADY_EXISTS
+    job_id = api.jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("real"), request_id="dry-key"),
+                                timeout=RPC_TIMEOUT).job_id
+    assert job_id and job_count(api) == before + 1
+    wait_state(api, job_id, {"SUCCEEDED"})
+
+
 @pytest.mark.parametrize("job_id,code", [("0123456789ab", grpc.StatusCode.NOT_FOUND),
                                          ("", grpc.StatusCode.INVALID_ARGUMENT)])
 def test_get_job_of_an_unknown_id(api: Api, job_id: str, code: grpc.StatusCode) -> None:

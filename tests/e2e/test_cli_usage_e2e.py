@@ -4,6 +4,7 @@ message of a process that does not serve a call (split roles), shell completion.
 
 from __future__ import annotations
 
+import json
 import os
 import pty
 import shutil
@@ -54,15 +55,16 @@ def test_connection_flags_after_the_command_and_the_later_one_wins(daemon: Daemo
     assert (r.returncode, r.stdout) == (0, f"{job}\n"), r.stderr
     r = run("--address", daemon.address, "job", "list", "--address", "127.0.0.1:1")
     assert r.returncode == 1 and "cannot reach the peloton daemon at 127.0.0.1:1" in one_line(r)
-    # -o too, before the group; after the command it wins; a command that prints no records says so
+    # -o too, before the group; after the command it wins; a command that acts prints the record of what it did
     r = run("-o", "json", "job", "list", "--address", daemon.address)
     assert r.returncode == 0 and r.stdout.startswith("{") and job in r.stdout, r.stderr
     r = run("-o", "json", "job", "list", "-o", "table", "--address", daemon.address)
     assert r.returncode == 0 and not r.stdout.startswith("{") and job in r.stdout, r.stderr
-    r = run("-o", "json", "job", "stop", job, "--address", daemon.address)
-    assert (r.returncode, one_line(r)) == (2, "peloton: error: -o/--output: `peloton job stop` has no output "
+    r = run("-o", "json", "db", "upgrade", "--db", "sqlite:///nowhere.db")  # a local command prints no records
+    assert (r.returncode, one_line(r)) == (2, "peloton: error: -o/--output: `peloton db upgrade` has no output "
                                               "format to choose")
-    daemon.cli("job", "stop", job)
+    r = run("-o", "json", "job", "stop", job, "--address", daemon.address)
+    assert r.returncode == 0 and json.loads(r.stdout)["jobs"][0]["job_id"] == job, r.stderr
 
 
 def test_job_stop_several_ids_finished_and_unknown(daemon: Daemon, tmp_path: Path) -> None:
@@ -240,7 +242,8 @@ def test_completion_scripts_load_in_their_shells(tmp_path: Path) -> None:
                         'COMP_WORDS=(peloton job list -o "") COMP_CWORD=4 && _peloton && echo "${COMPREPLY[*]}"'],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout.splitlines() == ["complete -o default -F _peloton peloton", "list logs", "", "table json"]
+    assert r.stdout.splitlines() == ["complete -o default -F _peloton peloton", "list ls logs", "",
+                                     "table wide json yaml"]
     zsh = shutil.which("zsh")
     if zsh is None:
         pytest.skip("zsh is not installed: the zsh script's check needs it (apt-get install zsh)")
@@ -255,4 +258,5 @@ def test_completion_scripts_load_in_their_shells(tmp_path: Path) -> None:
                         "words=(peloton job l); CURRENT=3; _peloton; words=(peloton job list -o ''); CURRENT=5; _peloton"],
                        capture_output=True, text=True, timeout=60)
     assert r.returncode == 0 and r.stderr == "", r.stderr
-    assert r.stdout.splitlines() == ["_peloton", "create plan get list stop delete wait logs", "table json"]
+    assert r.stdout.splitlines() == ["_peloton", "create plan get describe list ls stop delete rm wait logs",
+                                     "table wide json yaml"]

@@ -106,5 +106,6 @@ def test_errors(sim: SimDaemon, tmp_path: Path) -> None:
     code, err = fails("model", "create", "no/slash", "-f", str(tmp_path / "bert.yaml"))
     assert code == 2 and err.startswith("peloton: error: name: expected 1 to 128 letters"), err
     assert [m["name"] for m in json.loads(sim.cli("model", "list", "-o", "json").stdout)["models"]] == ["bert"]
-    code, err = fails("model", "delete", "bert", "-o", "json")
-    assert code == 2 and "unknown flag -o" in err
+    code, err = fails("model", "delete", "bert", "-o", "json", "-q")  # -o is every command's; -q is job list's
+    assert code == 2 and "unknown flag -q" in err
+    assert json.loads(sim.cli("model", "rm", "bert", "-o", "json").stdout) == {"name": "bert", "deleted": True}

@@ -14,6 +14,7 @@ from hypothesis import strategies as st
 from peloton.api.v1 import task_pb2
 from peloton.cli import tasks
 from peloton.cli.main import build_parser
+from peloton.cli.parser import CONNECTION_DESTS
 from peloton.cli.tasks import _Prefixed, last_lines, write_log
 
 
@@ -41,7 +42,9 @@ def test_every_flag_positional_and_command_has_help() -> None:
         for a in p._actions:
             if isinstance(a, argparse._SubParsersAction):
                 helped = {c.dest for c in a._choices_actions if c.help}
-                missing += [f"{p.prog} {name}" for name in a.choices if name not in helped]
+                aliased = {id(a.choices[h]) for h in helped}  # `job ls` is `job list`: helped there
+                missing += [f"{p.prog} {name}" for name, sp in a.choices.items()
+                            if name not in helped and id(sp) not in aliased]
             elif not a.help:
                 missing.append(f"{p.prog} {'/'.join(a.option_strings) or a.dest}")
     assert missing == []
@@ -202,9 +205,12 @@ def test_the_completion_script_knows_every_command_and_flag() -> None:
         text = script(build_parser(), shell)
         for p in commands(build_parser()):
             path = p.prog.removeprefix("peloton").strip()
-            flags = [o for a in p._actions for o in a.option_strings if a.help != argparse.SUPPRESS]
+            flags = [o for a in p._actions for o in a.option_strings
+                     if a.help != argparse.SUPPRESS or a.dest in CONNECTION_DESTS]
             assert f'"{path}") echo "{" ".join(flags)}" ;;' in text, (shell, path)
-        assert '"job get") echo "@jobid" ;;' in text and '"job list -o") echo "table json" ;;' in text
+        assert '"job get") echo "@jobid" ;;' in text and '"job list -o") echo "table wide json yaml" ;;' in text
+        assert '"job ls") echo "' in text and '"job describe") echo "@jobid" ;;' in text  # aliases complete too
+        assert '"job get") echo "-h --help -w --watch --all --reconnect-grace -o --output --address' in text
 
 
 def test_every_public_service_says_which_component_serves_it() -> None:

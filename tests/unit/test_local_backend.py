@@ -226,7 +226,8 @@ def test_simulated_host_groups_and_labels() -> None:
 
 
 def _local(*flags: str):  # type: ignore[no-untyped-def]
-    from peloton.cli.main import _local_hosts, build_parser
+    from peloton.cli.groups.server import _local_hosts
+    from peloton.cli.main import build_parser
 
     return _local_hosts(build_parser().parse_args(["server", *flags]))
 

@@ -524,7 +524,8 @@ def test_a_cluster_full_of_running_tasks_is_accounted_on_every_host() -> None:
 # --------------------------------------------------------------------------------------------------- server flags
 
 def _settings(*flags: str) -> SimSettings | None:
-    from peloton.cli.main import _sim_settings, build_parser
+    from peloton.cli.groups.server import _sim_settings
+    from peloton.cli.main import build_parser
 
     return _sim_settings(build_parser().parse_args(["server", *flags]))
 

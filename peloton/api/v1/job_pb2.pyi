@@ -775,10 +775,16 @@ class CreateJobRequest(_message.Message):
 
     SPEC_FIELD_NUMBER: _builtins.int
     REQUEST_ID_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
     request_id: _builtins.str
     """An idempotency key chosen by the caller (e.g. a UUID): a CreateJob retried with the same key and spec returns
     the job the first one created instead of creating another (a retry after UNAVAILABLE cannot duplicate a job);
     the same key with another spec is ALREADY_EXISTS. Optional; at most 128 characters.
+    """
+    dry_run: _builtins.bool
+    """Check and admit the spec as a create would (every refusal the same), and say where its gangs would be placed
+    on the hosts' free resources now; nothing is written: no job, no request_id kept, no uid allocated. The
+    response's job_id is then "" and `dry_run` holds the placements.
     """
     @_builtins.property
     def spec(self) -> Global___JobSpec: ...
@@ -787,14 +793,53 @@ class CreateJobRequest(_message.Message):
         *,
         spec: Global___JobSpec | None = ...,
         request_id: _builtins.str = ...,
+        dry_run: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["spec", b"spec"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["request_id", b"request_id", "spec", b"spec"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "request_id", b"request_id", "spec", b"spec"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___CreateJobRequest: _TypeAlias = CreateJobRequest  # noqa: Y015
+
+@_typing.final
+class GangPreview(_message.Message):
+    """Where one gang of a dry run would go now (CreateJobRequest.dry_run)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    INDEX_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    WAITS_FIELD_NUMBER: _builtins.int
+    index: _builtins.int
+    """the gang's index in the job"""
+    waits: _builtins.str
+    """why it would wait now (no hosts free for it, whole), "" when placed"""
+    @_builtins.property
+    def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """its members' instances"""
+
+    @_builtins.property
+    def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """where each member would run, in the order of instances; empty when it would wait"""
+
+    def __init__(
+        self,
+        *,
+        index: _builtins.int = ...,
+        instances: _abc.Iterable[_builtins.int] | None = ...,
+        hosts: _abc.Iterable[_builtins.str] | None = ...,
+        waits: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hosts", b"hosts", "index", b"index", "instances", b"instances", "waits", b"waits"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GangPreview: _TypeAlias = GangPreview  # noqa: Y015
 
 @_typing.final
 class CreateJobResponse(_message.Message):
@@ -802,6 +847,7 @@ class CreateJobResponse(_message.Message):
 
     JOB_ID_FIELD_NUMBER: _builtins.int
     WARNINGS_FIELD_NUMBER: _builtins.int
+    DRY_RUN_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     @_builtins.property
     def warnings(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
@@ -809,15 +855,20 @@ class CreateJobResponse(_message.Message):
         the local backend); the job is created all the same. The CLI prints them on stderr.
         """
 
+    @_builtins.property
+    def dry_run(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangPreview]:
+        """a dry run's placements, gang by gang, in the order they would be placed"""
+
     def __init__(
         self,
         *,
         job_id: _builtins.str = ...,
         warnings: _abc.Iterable[_builtins.str] | None = ...,
+        dry_run: _abc.Iterable[Global___GangPreview] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["job_id", b"job_id", "warnings", b"warnings"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["dry_run", b"dry_run", "job_id", b"job_id", "warnings", b"warnings"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
