@@ -88,6 +88,8 @@ from peloton.placement.engine import PlacementEngine
 from peloton.ratelimit import RateLimiter
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
+from peloton.retry import Backoff
+from peloton.retry.sleeping import retry_call
 from peloton.standby import RequireLeader, StandbyServer, adoption_refusal, data_dir_id, machine_id
 from peloton.store import db, repo
 from peloton.store.fence import EPOCH_KEY, Fence, take_epochs
@@ -912,16 +914,9 @@ class Daemon:
 
     def _recover(self, jm: JobManager, timeout_s: float = 120.0) -> None:
         """Recovery needs the host manager and resmgr; in a split deployment they may still be starting."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                jm.recover()
-                return
-            except grpc.RpcError as e:
-                if e.code() != grpc.StatusCode.UNAVAILABLE or time.monotonic() > deadline:  # type: ignore[attr-defined]
-                    raise
-                log.info("recovery waits for resmgr/hostmgr to come up")
-                time.sleep(1.0)
+        retry_call(jm.recover, backoff=Backoff(0.25, 2.0), budget_s=timeout_s,
+                   retry_if=lambda e: isinstance(e, grpc.RpcError) and e.code() == grpc.StatusCode.UNAVAILABLE,  # type: ignore[attr-defined]
+                   on_retry=lambda e, _: log.info("recovery waits for resmgr/hostmgr to come up"))
 
     def _leadership(self) -> Leadership | None:
         """Who leads the store (this daemon, or the one that took over from it), its epoch, and the standbys."""

@@ -31,6 +31,8 @@ from peloton.hostmgr.backend import GangLaunch, LaunchOutcome, LaunchResult, Lau
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
+from peloton.retry import Backoff
+from peloton.retry.sleeping import retry_call
 
 log = logging.getLogger(__name__)
 
@@ -41,7 +43,8 @@ BATCH = 64  # placements per pass
 
 
 UNREACHABLE_RETRY_S = 3.0  # how long a launch that finds no host manager is tried again
-UNREACHABLE_PAUSE_S = 0.25
+# between its tries: the channel reconnects within a second of the peer's return (server.RECONNECT)
+UNREACHABLE_BACKOFF = Backoff(0.1, 0.5)
 
 
 def _never_sent(e: grpc.RpcError) -> bool:
@@ -180,14 +183,9 @@ class Launcher:
     def _send_launch(self, request: internal_pb2.LaunchGangsRequest) -> internal_pb2.LaunchGangsResponse:
         """LaunchGangs; a call that found no connection is tried again for a few seconds (a host manager that has
         just failed over or restarted: the channel reconnects within a second), as it started nothing."""
-        deadline = time.monotonic() + UNREACHABLE_RETRY_S
-        while True:
-            try:
-                return self.hostmgr.LaunchGangs(request, timeout=60)  # type: ignore[no-any-return]
-            except grpc.RpcError as e:
-                if not _never_sent(e) or time.monotonic() >= deadline:
-                    raise
-            time.sleep(UNREACHABLE_PAUSE_S)
+        return retry_call(lambda: self.hostmgr.LaunchGangs(request, timeout=60),  # type: ignore[no-any-return]
+                          retry_if=lambda e: isinstance(e, grpc.RpcError) and _never_sent(e),
+                          backoff=UNREACHABLE_BACKOFF, budget_s=UNREACHABLE_RETRY_S)
 
     def _release(self, placements: Sequence[GangPlacement]) -> None:
         try:
