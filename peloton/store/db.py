@@ -187,12 +187,17 @@ _DBAPI_UNAVAILABLE = _dbapi_unavailable()
 
 
 @contextlib.contextmanager
-def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
+def transaction(sessions: sessionmaker[Session], *, snapshot: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, rollback on error. A store that cannot be reached raises
-    StoreUnavailable."""
+    StoreUnavailable. `snapshot` (a read that must not mix commits, e.g. jobs and their task counts): every
+    statement sees the same snapshot. SQLite's read transactions already do (WAL: the snapshot of the first read);
+    PostgreSQL's default READ COMMITTED takes one per statement, so there it is REPEATABLE READ READ ONLY, which
+    never waits for or fails with a writer."""
     s = sessions()
     began = time.perf_counter()
     try:
+        if snapshot and s.get_bind().dialect.name == "postgresql":
+            s.connection().exec_driver_sql("SET TRANSACTION ISOLATION LEVEL REPEATABLE READ READ ONLY")
         yield s
         s.commit()
     except BaseException as e:

@@ -1,0 +1,45 @@
+"""ListJobs reads the jobs and their task counts in one snapshot, on SQLite and PostgreSQL: a commit that lands
+between the two reads (a stop: the job KILLING, its tasks KILLING) is seen by both or by neither."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import pytest
+from sqlalchemy import Engine
+from sqlalchemy.orm import Session, sessionmaker
+
+from peloton.domain.states import JobState, TaskState
+from peloton.jobmgr.manager import JobManager
+from peloton.store import db, repo
+from tests.store.test_repo import add_job
+
+
+def test_a_listing_never_mixes_two_commits(engine: Engine, sessions: sessionmaker[Session],
+                                           monkeypatch: pytest.MonkeyPatch) -> None:
+    job, _, tasks = add_job(sessions, "j1", instances=2, min_available=2)
+    with db.transaction(sessions) as s:
+        repo.update_job(s, dataclasses.replace(job, state=JobState.RUNNING))
+        repo.update_tasks(s, [dataclasses.replace(t, state=TaskState.RUNNING) for t in tasks])
+    stub: Any = None  # listing talks to the store only
+    jm = JobManager(sessions, db.make_read_sessions(engine), stub, stub)
+
+    counts = repo.task_state_counts
+    stopped = False
+
+    def stop_between_the_reads(s: Session, job_ids: list[str]) -> dict[str, dict[str, int]]:
+        nonlocal stopped
+        if not stopped:  # a StopJob commits after the job rows were read, before their tasks are counted
+            stopped = True
+            with db.transaction(sessions) as w:
+                repo.update_job(w, dataclasses.replace(job, state=JobState.KILLING))
+                repo.update_tasks(w, [dataclasses.replace(t, state=TaskState.KILLING) for t in tasks])
+        return counts(s, job_ids)
+
+    monkeypatch.setattr(repo, "task_state_counts", stop_between_the_reads)
+    (rec,), _ = jm.list_jobs([], "", "", "", 0, "")
+    assert stopped
+    assert (rec.job.state, rec.task_states) == (JobState.RUNNING, {"RUNNING": 2})  # the snapshot before the stop
+    (rec,), _ = jm.list_jobs([], "", "", "", 0, "")
+    assert (rec.job.state, rec.task_states) == (JobState.KILLING, {"KILLING": 2})
