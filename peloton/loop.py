@@ -100,6 +100,7 @@ class Loop:
         self._backoff = Backoff(min(max(interval_s, MIN_ERROR_WAIT_S) * 2, cap), cap)
         self._rand = rand if rand is not None else random.random
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop and by wake(): ends the wait between passes
         self._thread: threading.Thread | None = None
         self.last_heartbeat = 0.0  # wall clock at the end of the last pass (the heartbeat metric)
         self.consecutive_errors = 0
@@ -108,6 +109,7 @@ class Loop:
 
     def start(self) -> None:
         self._stop.clear()
+        self._wake.clear()
         self._phase = (True, self._clock.now(), 0.0)  # its first pass begins now
         self._thread = threading.Thread(target=self._run, name=f"loop-{self.name}", daemon=True)
         self._thread.start()
@@ -122,6 +124,12 @@ class Loop:
     def signal_stop(self) -> None:
         """Ask the loop to stop after its current pass (see `join`)."""
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Begin the next pass now rather than after the wait (work arrived early); a pass in progress is followed
+        by another at once. Cheap and lock-free: callable under a caller's lock."""
+        self._wake.set()
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:
@@ -171,7 +179,9 @@ class Loop:
             if not did_work:
                 wait = self.backoff_s()
                 self._phase = (False, self._clock.now(), wait)
-                self._clock.wait(self._stop, wait)
+                self._clock.wait(self._wake, wait)
+            if not self._stop.is_set():
+                self._wake.clear()
 
     def backoff_s(self) -> float:
         """The wait before the next iteration: the interval, doubled for each error in a row (a broken dependency
