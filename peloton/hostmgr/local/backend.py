@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import select
 import shutil
 import signal
@@ -78,6 +79,7 @@ from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware import metrics
+from peloton.retry import Backoff
 from peloton.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
@@ -108,7 +110,7 @@ TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent again after this long (see kill)
 TERM_SOON_S = 0.02  # and after this long: a kill right after a launch meets wrappers just let go (spawner.py)
 _TERM_AGAIN = "\0term"  # timer key suffix (task ids never contain NUL)
 _CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its path follows
-CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
+CGROUP_RETRY = Backoff(0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to 5 s
 TASK_CGROUPS = ("auto", "off")
 
 LocalHostConfig = HostConfig  # the name earlier releases used
@@ -855,7 +857,7 @@ class LocalBackend:
                 break  # gone
             if cgroups.populated(path) is not False:
                 self._monitor.watch_fd(key, fd, select.EPOLLPRI)
-                delay = min(CGROUP_RETRY_S[0] * 2 ** min(tries, 16), CGROUP_RETRY_S[1])
+                delay = CGROUP_RETRY.delay(tries, random.random())
                 self._monitor.call_at(time.monotonic() + delay, key)
                 if tries == 20:
                     log.warning("local backend: cgroup %s is still not empty after its processes were killed",
@@ -863,7 +865,7 @@ class LocalBackend:
                 return
             os.close(fd)  # emptied meanwhile: remove it now
         else:
-            self._monitor.call_at(time.monotonic() + CGROUP_RETRY_S[1], key)  # empty, and yet busy: later
+            self._monitor.call_at(time.monotonic() + CGROUP_RETRY.max_s, key)  # empty, and yet busy: later
             return
         with self._lock:
             self._releasing.pop(path, None)
