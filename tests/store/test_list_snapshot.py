@@ -7,7 +7,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from sqlalchemy import Engine
+from sqlalchemy import Engine, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.domain.states import JobState, TaskState
@@ -43,3 +43,23 @@ def test_a_listing_never_mixes_two_commits(engine: Engine, sessions: sessionmake
     assert (rec.job.state, rec.task_states) == (JobState.RUNNING, {"RUNNING": 2})  # the snapshot before the stop
     (rec,), _ = jm.list_jobs([], "", "", "", 0, "")
     assert (rec.job.state, rec.task_states) == (JobState.KILLING, {"KILLING": 2})
+
+
+def test_a_snapshot_leaves_the_pooled_connection_as_it_found_it(engine: Engine,
+                                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot can begin on a connection the pool has just pinged (the ping's own transaction is ended), and
+    the next transaction on that connection reads committed and may write again (PostgreSQL)."""
+    if engine.dialect.name != "postgresql":
+        return  # SQLite: nothing is set
+    monkeypatch.setattr(db, "IDLE_PING_S", 0.0)  # every checkout pings
+    eng = db.make_engine(engine.url.render_as_string(hide_password=False))
+    try:
+        one = sessionmaker(bind=eng.execution_options())  # pool of its own, used serially: the same connection
+        with db.transaction(one, snapshot=True) as s:
+            assert s.execute(text("SHOW transaction_isolation")).scalar() == "repeatable read"
+            assert s.execute(text("SHOW transaction_read_only")).scalar() == "on"
+        with db.transaction(one) as s:
+            assert s.execute(text("SHOW transaction_isolation")).scalar() == "read committed"
+            assert s.execute(text("SHOW transaction_read_only")).scalar() == "off"
+    finally:
+        eng.dispose()
