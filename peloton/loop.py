@@ -8,6 +8,7 @@ by hand, so a test can run a daemon's loops through hours without waiting for th
 from __future__ import annotations
 
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable
@@ -17,12 +18,14 @@ from prometheus_client import Counter, Gauge
 
 from peloton.errors import Unavailable
 from peloton.observability.health import LoopState, stuck_reason
+from peloton.retry import Backoff
 
 log = logging.getLogger(__name__)
 
 LOOP_RUNS = Counter("peloton_loop_runs_total", "Iterations of each periodic loop", ["loop"])
 LOOP_ERRORS = Counter("peloton_loop_errors_total", "Iterations that raised", ["loop"])
 MAX_BACKOFF_S = 10.0
+MIN_ERROR_WAIT_S = 0.01  # a loop with no interval still pauses after an error (a failing pass must not spin)
 LOOP_HEARTBEAT = Gauge("peloton_loop_heartbeat_timestamp_seconds", "Last completed iteration (an idle loop completes "
                        "one per period: its age alone does not say stuck; peloton_loop_stuck does)", ["loop"])
 LOOP_STUCK = Gauge("peloton_loop_stuck", "1 while the loop is stuck, as health judges it when scraped (its thread "
@@ -85,12 +88,18 @@ class Loop:
     True when it did work, in which case the next iteration starts at once."""
 
     def __init__(self, name: str, run_once: Callable[[], bool], interval_s: float,
-                 clock: Clock = SYSTEM_CLOCK) -> None:
+                 clock: Clock = SYSTEM_CLOCK, rand: Callable[[], float] | None = None) -> None:
         self.name = name
         self._run_once = run_once
         self.interval_s = interval_s
         self._clock = clock
+        # after the n-th error in a row: the interval doubled n times, at most MAX_BACKOFF_S (or the interval if
+        # longer), with jitter so that the loops of daemons that lost one dependency together do not return in step
+        cap = max(interval_s, MAX_BACKOFF_S)
+        self._backoff = Backoff(min(max(interval_s, MIN_ERROR_WAIT_S) * 2, cap), cap)
+        self._rand = rand if rand is not None else random.random
         self._stop = threading.Event()
+        self._wake = threading.Event()  # set by stop and by wake(): ends the wait between passes
         self._thread: threading.Thread | None = None
         self.last_heartbeat = 0.0  # wall clock at the end of the last pass (the heartbeat metric)
         self.consecutive_errors = 0
@@ -99,6 +108,7 @@ class Loop:
 
     def start(self) -> None:
         self._stop.clear()
+        self._wake.clear()
         self._phase = (True, self._clock.now(), 0.0)  # its first pass begins now
         self._thread = threading.Thread(target=self._run, name=f"loop-{self.name}", daemon=True)
         self._thread.start()
@@ -113,6 +123,12 @@ class Loop:
     def signal_stop(self) -> None:
         """Ask the loop to stop after its current pass (see `join`)."""
         self._stop.set()
+        self._wake.set()
+
+    def wake(self) -> None:
+        """Begin the next pass now rather than after the wait (work arrived early); a pass in progress is followed
+        by another at once. Cheap and lock-free: callable under a caller's lock."""
+        self._wake.set()
 
     def join(self, timeout: float) -> None:
         if self._thread is not None:
@@ -162,12 +178,16 @@ class Loop:
             if not did_work:
                 wait = self.backoff_s()
                 self._phase = (False, self._clock.now(), wait)
-                self._clock.wait(self._stop, wait)
+                self._clock.wait(self._wake, wait)
+            if not self._stop.is_set():
+                self._wake.clear()
 
     def backoff_s(self) -> float:
         """The wait before the next iteration: the interval, doubled for each error in a row (a broken dependency
-        is not hammered) up to MAX_BACKOFF_S, so that a loop resumes soon after its dependency returns. The wait
-        is part of the loop's state: health allows for it (health.py)."""
+        is not hammered) up to MAX_BACKOFF_S, so that a loop resumes soon after its dependency returns, less up
+        to half at random (peloton.retry's jitter). The wait is part of the loop's state: health allows for it
+        (health.py)."""
         if not self.consecutive_errors:
             return self.interval_s
-        return min(self.interval_s * 2 ** min(self.consecutive_errors, 10), max(self.interval_s, MAX_BACKOFF_S))
+        # never shorter than the interval: an error does not make a slow loop faster
+        return max(self.interval_s, self._backoff.delay(self.consecutive_errors - 1, self._rand()))

@@ -65,6 +65,8 @@ from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
+    DEFAULT_SANDBOX_MAX_BYTES,
+    DEFAULT_SANDBOX_MAX_COUNT,
     DEFAULT_SANDBOX_RETENTION_S,
     TASK_CGROUPS,
     LocalBackend,
@@ -88,6 +90,8 @@ from peloton.placement.engine import PlacementEngine
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S, ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer, ResourcePoolServicer
+from peloton.retry import Backoff
+from peloton.retry.sleeping import retry_call
 from peloton.security import identity, run_as, startup
 from peloton.security.auth import Authenticator, Authorize
 from peloton.security.component_auth import RequireSecret, SendSecret, load_secret
@@ -172,6 +176,8 @@ class ServerConfig:
     task_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # local backend: a stream past this is rotated; 0: never
     metrics_host_limit: int = census.DEFAULT_HOST_SERIES_LIMIT  # per-host series up to this many hosts; 0: none
     sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S  # local backend: an ended task's sandbox; 0: with its job
+    sandbox_max_count: int = DEFAULT_SANDBOX_MAX_COUNT  # ...and at most this many kept (oldest go first); 0: no bound
+    sandbox_max_bytes: int = DEFAULT_SANDBOX_MAX_BYTES  # ...holding at most this many bytes; 0: no bound
     task_log_keep: int = DEFAULT_LOG_KEEP  # rotated files kept per stream
     task_cgroups: str = "auto"  # local backend: a cgroup v2 per task where possible (auto), or never (off)
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
@@ -292,6 +298,9 @@ class ServerConfig:
         if self.task_cgroups not in TASK_CGROUPS:
             raise InvalidArgument(f"--task-cgroups: must be one of {', '.join(TASK_CGROUPS)}, got "
                                   f"{self.task_cgroups!r}", field="--task-cgroups")
+        if self.sandbox_max_count < 0:
+            raise InvalidArgument(f"--sandbox-max-count: must not be negative, got {self.sandbox_max_count}",
+                                  field="--sandbox-max-count")
         if not 1 <= self.task_log_keep <= 100:
             raise InvalidArgument(f"--task-log-keep: must be between 1 and 100, got {self.task_log_keep}",
                                   field="--task-log-keep")
@@ -691,6 +700,7 @@ class Daemon:
         return LocalBackend(cfg.data_dir / "local", hosts, env_allow=cfg.task_env_allow,
                             default_user=cfg.default_task_user, log_max_bytes=cfg.task_log_max_bytes,
                             log_keep=cfg.task_log_keep, sandbox_retention_s=cfg.sandbox_retention_s,
+                            sandbox_max_count=cfg.sandbox_max_count, sandbox_max_bytes=cfg.sandbox_max_bytes,
                             loop_clock=self.clock, task_cgroups=cfg.task_cgroups)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
@@ -782,16 +792,9 @@ class Daemon:
 
     def _recover(self, jm: JobManager, timeout_s: float = 120.0) -> None:
         """Recovery needs the host manager and resmgr; in a split deployment they may still be starting."""
-        deadline = time.monotonic() + timeout_s
-        while True:
-            try:
-                jm.recover()
-                return
-            except Unavailable:
-                if time.monotonic() > deadline:
-                    raise
-                log.info("recovery waits for resmgr/hostmgr to come up")
-                time.sleep(1.0)
+        retry_call(jm.recover, backoff=Backoff(0.25, 2.0), budget_s=timeout_s,
+                   retry_if=lambda e: isinstance(e, Unavailable),
+                   on_retry=lambda e, _: log.info("recovery waits for resmgr/hostmgr to come up"))
 
     def _fenced(self, why: str) -> None:
         """A commit found a newer epoch: another daemon leads. Stop acting now; the store guard finds the lock

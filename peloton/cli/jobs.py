@@ -11,6 +11,8 @@ from peloton.api.v1 import job_pb2
 from peloton.cli import render
 from peloton.cli.exits import EXIT_ERROR, EXIT_TIMEOUT
 from peloton.errors import InvalidArgument, NotFound, PelotonError, Unavailable
+from peloton.retry import Backoff
+from peloton.retry.sleeping import retry_call
 
 if TYPE_CHECKING:
     from peloton.api.v1 import task_pb2
@@ -21,6 +23,7 @@ CLEAR_SCREEN = "\x1b[H\x1b[2J"
 
 
 CREATE_RETRY_S = 30.0  # how long `job create` keeps trying a daemon that answers UNAVAILABLE
+CREATE_BACKOFF = Backoff(0.25, 5.0)
 
 
 def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
@@ -30,18 +33,9 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
     import uuid
 
     request = job_pb2.CreateJobRequest(spec=spec, request_id=uuid.uuid4().hex, dry_run=a.dry_run)
-    deadline = time.monotonic() + CREATE_RETRY_S
-    delay = 0.25
-    while True:
-        try:
-            r = c.call(c.jobs.CreateJob, request)
-            break
-        except Unavailable as e:
-            if time.monotonic() + delay > deadline:
-                raise
-            print(f"peloton: {e.message}; trying again", file=sys.stderr)
-            time.sleep(delay)
-            delay = min(delay * 2, 5.0)
+    r = retry_call(lambda: c.call(c.jobs.CreateJob, request), retry_if=lambda e: isinstance(e, Unavailable),
+                   backoff=CREATE_BACKOFF, budget_s=CREATE_RETRY_S,
+                   on_retry=lambda e, _: print(f"peloton: {getattr(e, 'message', e)}; trying again", file=sys.stderr))
     for w in r.warnings:  # settings this daemon accepted but will not act on: created, but said so
         print(f"peloton: warning: {w}", file=sys.stderr)
     if a.dry_run:

@@ -13,14 +13,15 @@ from collections.abc import Callable, Iterable, Iterator
 from typing import TYPE_CHECKING, Any, Protocol
 
 from peloton.errors import PelotonError
+from peloton.retry import Backoff, Delays
+from peloton.retry.sleeping import system_random
 
 if TYPE_CHECKING:
     from peloton.api.v1 import job_pb2
 
 GRACE_S = 60.0  # how long the daemon may stay unreachable before a follower gives up (exit 69)
 SILENCE_S = 20.0  # the daemon sends a heartbeat every ~5 s: a stream silent this long is dead
-FIRST_DELAY_S = 0.25
-MAX_DELAY_S = 5.0
+BACKOFF = Backoff(0.25, 5.0)  # between a follower's tries: from 0.25 s, doubling, at most 5 s, with jitter
 # Codes of a stream that broke or a daemon that went away or is restarting, rather than of a refused request.
 RETRY_CODES = frozenset({"UNAVAILABLE", "CANCELLED", "ABORTED", "RESOURCE_EXHAUSTED", "DEADLINE_EXCEEDED"})
 
@@ -39,21 +40,21 @@ def _stderr(line: str) -> None:
 
 class Reconnect:
     """The retry policy of one follower. Call `ok()` after each success and `failed(why)` after each failure:
-    `failed` sleeps before the next attempt (back-off from 0.25 s, doubling, at most 5 s, with jitter), or raises
+    `failed` sleeps before the next attempt (BACKOFF: from 0.25 s, doubling, at most 5 s, with jitter), or raises
     DaemonUnreachable once the daemon has been unreachable for `grace_s` since the last success. It never sleeps
     past `deadline` (a monotonic time), so the caller sees its own timeout in time."""
 
     def __init__(self, address: str, grace_s: float = GRACE_S, deadline: float | None = None,
                  notify: Callable[[str], None] | None = _stderr, clock: Callable[[], float] = time.monotonic,
-                 sleep: Callable[[float], None] = time.sleep, jitter: Callable[[], float] | None = None) -> None:
+                 sleep: Callable[[float], None] = time.sleep, rand: Callable[[], float] | None = None) -> None:
         self.address = address
         self.grace_s = grace_s
         self.deadline = deadline
         self.notify = notify
         self.clock = clock
         self.sleep = sleep
-        self.jitter = jitter
-        self.delay = FIRST_DELAY_S
+        self.rand = rand
+        self._delays: Delays | None = None  # made at the first failure: `random` is not imported to start up
         self.down_since: float | None = None
         self.failures = 0
 
@@ -61,7 +62,8 @@ class Reconnect:
         if self.down_since is not None and self.notify:
             self.notify(f"reconnected to the daemon at {self.address}")
         self.down_since = None
-        self.delay = FIRST_DELAY_S
+        if self._delays is not None:
+            self._delays.reset()
 
     def failed(self, why: str) -> None:
         """`why`: what failed, a sentence that names the daemon's address."""
@@ -75,18 +77,12 @@ class Reconnect:
         if left <= 0:
             raise DaemonUnreachable(f"gave up after {self.grace_s:g}s without the peloton daemon at {self.address}: "
                                     f"{why}")
-        pause = min(self.delay * self._jitter(), left)
+        if self._delays is None:
+            self._delays = Delays(BACKOFF, self.rand or system_random())
+        pause = min(self._delays.next(), left)
         if self.deadline is not None:
             pause = min(pause, max(0.0, self.deadline - now))
         self.sleep(pause)
-        self.delay = min(self.delay * 2, MAX_DELAY_S)
-
-    def _jitter(self) -> float:
-        if self.jitter is not None:
-            return self.jitter()
-        import random
-
-        return random.uniform(0.8, 1.2)  # noqa: S311 - spreading retries, not security
 
 
 class Call(Protocol):

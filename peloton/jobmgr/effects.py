@@ -7,6 +7,7 @@ allocation."""
 from __future__ import annotations
 
 import logging
+import random
 import threading
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -16,11 +17,13 @@ from prometheus_client import Gauge
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain.placement import GangRequest
 from peloton.errors import PelotonError
+from peloton.retry import Backoff, Delays
 
 log = logging.getLogger(__name__)
 
 PENDING = Gauge("peloton_jobmgr_pending_side_effects", "Kills, releases and enqueues not yet sent")
 CHUNK = 1000
+SEND_BACKOFF = Backoff(0.05, 5.0)  # a failed send is tried again after 0.05 s, doubling, at most 5 s
 
 
 @dataclass(slots=True)
@@ -76,7 +79,7 @@ class SideEffects:
             return self._cond.wait_for(lambda: not len(self._pending) and not self._busy, timeout)
 
     def _run(self) -> None:
-        backoff = 0.05
+        delays = Delays(SEND_BACKOFF, random.random)
         while True:
             with self._cond:
                 while not len(self._pending) and not self._stop:
@@ -87,9 +90,10 @@ class SideEffects:
                 self._busy = True
             try:
                 self._send(out)
-                backoff = 0.05
+                delays.reset()
             except PelotonError as e:
-                log.warning("side effects not sent yet (retrying in %.1fs): %s", backoff, e.message)
+                pause = delays.next()
+                log.warning("side effects not sent yet (retrying in %.1fs): %s", pause, e.message)
                 with self._cond:
                     out.merge(self._pending)
                     self._pending = out
@@ -97,8 +101,7 @@ class SideEffects:
                     self._on_error()
                 with self._cond:
                     self._busy = False
-                    self._cond.wait(backoff)
-                backoff = min(backoff * 2, 5.0)
+                    self._cond.wait(pause)
                 continue
             with self._cond:
                 self._busy = False

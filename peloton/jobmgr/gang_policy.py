@@ -177,9 +177,12 @@ def _set_task(jv: JobView, t: Task, state: TaskState, now: float, eff: Effects, 
 # operator looks for), the everyday ones at debug (a 100,000-gang job would otherwise write 200,000 lines)
 _GANG_NOTES = {G.RUNNING: ("debug", "running"), G.DONE: ("debug", "done"), G.ABORTING: ("warning", "failed"),
                G.PREEMPTING: ("info", "preempted"), G.QUEUED: ("info", "queued again")}
+_STOP_NOTE = ("debug", "stopped")
 
 
-def _set_gang(jv: JobView, g: Gang, state: GangState, now: float, eff: Effects, reason: str | None = None) -> None:
+def _set_gang(jv: JobView, g: Gang, state: GangState, now: float, eff: Effects, reason: str | None = None,
+              note: tuple[str, str] | None = None) -> None:
+    """`note`: (level, what) for the log line instead of the state's own (_GANG_NOTES)."""
     check_gang(g.state, state)
     jv.gang_counts[g.state] -= 1
     jv.gang_counts[state] += 1
@@ -189,10 +192,11 @@ def _set_gang(jv: JobView, g: Gang, state: GangState, now: float, eff: Effects, 
     if reason is not None:
         g.reason = reason
     eff.touch_gang(g)
-    note = _GANG_NOTES.get(state)
+    if note is None:
+        note = _GANG_NOTES.get(state)
     if note is not None and before != state:
         level, what = note
-        why = f": {g.reason}" if g.reason and state in (G.ABORTING, G.PREEMPTING, G.QUEUED) else ""
+        why = f": {g.reason}" if g.reason and state in (G.ABORTING, G.PREEMPTING, G.QUEUED, G.DONE) else ""
         eff.notes.append(Note(level, f"gang {g.gang_id} attempt {g.attempt} {what}{why}", g.job_id, g.gang_id))
 
 
@@ -343,12 +347,14 @@ def stop_gang(jv: JobView, gv: GangView, now: float, eff: Effects, reason: str =
         return
     if g.state.waiting:
         _kill_members(jv, gv, now, eff, reason)
-        _set_gang(jv, g, G.DONE, now, eff, reason=reason)
+        _set_gang(jv, g, G.DONE, now, eff, reason=reason, note=_STOP_NOTE)
         eff.release.append((g.gang_id, g.attempt))
         return
     _kill_members(jv, gv, now, eff, reason)
     if g.state != G.ABORTING:
-        _set_gang(jv, g, G.ABORTING, now, eff, reason=reason)
+        # ABORTING as a failed gang is, but a stop is asked for (the user's, or the job's end after another gang
+        # failed, which was logged as a warning itself): not a warning, or a stopped 1,000-gang job writes 1,000
+        _set_gang(jv, g, G.ABORTING, now, eff, reason=reason, note=_STOP_NOTE)
     _finish_if_quiet(jv, gv, now, eff)
 
 

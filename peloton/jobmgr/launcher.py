@@ -28,6 +28,8 @@ from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.observability.gang_metrics import GANG_STAGE
+from peloton.retry import Backoff
+from peloton.retry.sleeping import retry_call
 from peloton.security import run_as
 
 log = logging.getLogger(__name__)
@@ -39,7 +41,8 @@ BATCH = 64  # placements per pass
 
 
 UNREACHABLE_RETRY_S = 3.0  # how long a launch that finds no host manager is tried again
-UNREACHABLE_PAUSE_S = 0.25
+# between its tries: the channel reconnects within a second of the peer's return (server.RECONNECT)
+UNREACHABLE_BACKOFF = Backoff(0.1, 0.5)
 
 
 def _key(p: GangPlacement) -> tuple[str, int]:
@@ -166,14 +169,8 @@ class Launcher:
     def _send_launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
         """LaunchGangs; a call that found no connection is tried again for a few seconds (a host manager that has
         just failed over or restarted: the channel reconnects within a second), as it started nothing."""
-        deadline = time.monotonic() + UNREACHABLE_RETRY_S
-        while True:
-            try:
-                return self.hostmgr.launch(gangs)
-            except Unreachable:
-                if time.monotonic() >= deadline:
-                    raise
-            time.sleep(UNREACHABLE_PAUSE_S)
+        return retry_call(lambda: self.hostmgr.launch(gangs), retry_if=lambda e: isinstance(e, Unreachable),
+                          backoff=UNREACHABLE_BACKOFF, budget_s=UNREACHABLE_RETRY_S)
 
     def _release(self, placements: Sequence[GangPlacement]) -> None:
         try:

@@ -485,7 +485,9 @@ class JobManager:
                     and isinstance(tok[1], str)):
                 raise InvalidArgument("page_token: not a page token of this API", field="page_token")
             after = (float(tok[0]), tok[1])
-        with transaction(self.read_sessions) as s:
+        # one snapshot for the jobs and their task counts: two commits apart, a job could show RUNNING with all
+        # its tasks KILLING
+        with transaction(self.read_sessions, snapshot=True) as s:
             jobs = repo.list_jobs(s, states=st, owner=owner or None, respool=respool or None,
                                   name_contains=name_contains or None, limit=size + 1, after=after)
             more = len(jobs) > size

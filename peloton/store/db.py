@@ -142,6 +142,9 @@ def _ping_idle_connections(engine: Engine) -> None:
         try:
             with contextlib.closing(dbapi_connection.cursor()) as cur:
                 cur.execute("SELECT 1")
+            # psycopg2 began a transaction for it: end it, so that the caller's transaction begins afresh (its
+            # isolation level and read-only setting, see transaction(snapshot=True), can only be set outside one)
+            dbapi_connection.rollback()
         except Exception as e:  # noqa: BLE001 - any failure means this connection is gone
             # the pool catches this, discards the connection and checks out (or opens) another
             raise DisconnectionError(str(e)) from e
@@ -187,12 +190,18 @@ _DBAPI_UNAVAILABLE = _dbapi_unavailable()
 
 
 @contextlib.contextmanager
-def transaction(sessions: sessionmaker[Session]) -> Iterator[Session]:
+def transaction(sessions: sessionmaker[Session], *, snapshot: bool = False) -> Iterator[Session]:
     """One transaction: commit on success, rollback on error. A store that cannot be reached raises
-    StoreUnavailable."""
+    StoreUnavailable. `snapshot` (a read that must not mix commits, e.g. jobs and their task counts): every
+    statement sees the same snapshot. SQLite's read transactions already do (WAL: the snapshot of the first read);
+    PostgreSQL's default READ COMMITTED takes one per statement, so there it is REPEATABLE READ READ ONLY, which
+    never waits for or fails with a writer."""
     s = sessions()
     began = time.perf_counter()
     try:
+        if snapshot and s.get_bind().dialect.name == "postgresql":
+            # psycopg2 puts these on its BEGIN: no round trip of their own; the pool resets them on return
+            s.connection(execution_options={"isolation_level": "REPEATABLE READ", "postgresql_readonly": True})
         yield s
         s.commit()
     except BaseException as e:

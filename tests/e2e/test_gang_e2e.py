@@ -151,7 +151,8 @@ task: {{command: "echo $$ > {marker}/$PELOTON_INSTANCE; sleep 300", resources: {
     assert len(list(sandboxes.glob(f"{job}-*"))) == 4
     daemon.cli("job", "delete", job)
     assert daemon.cli("job", "get", job, check=False).returncode != 0
-    assert list(sandboxes.glob(f"{job}-*")) == []
+    # removed by the local backend's sandbox loop, woken by the delete (not in the DeleteJob call)
+    wait_until(lambda: list(sandboxes.glob(f"{job}-*")) == [], 15, what="the deleted job's sandboxes removed")
 
 
 def test_kill9_mid_run_adopts_whole_gang(daemon: Daemon, tmp_path: Path) -> None:

@@ -37,7 +37,7 @@ def test_finished_jobs_and_their_sandboxes_go_after_the_retention(short: ShortRe
     d.wait_state(running, "RUNNING")
     assert len(list(sandboxes.glob(f"{done}-*"))) == 2
     wait_until(lambda: d.cli("job", "get", done, check=False).returncode == 1, 30, what="the finished job deleted")
-    assert list(sandboxes.glob(f"{done}-*")) == []
+    wait_until(lambda: list(sandboxes.glob(f"{done}-*")) == [], 15, what="its sandboxes removed (in the background)")
     assert d.state(running) == "RUNNING" and list(sandboxes.glob(f"{running}-*"))
     assert "retention: deleted 1 jobs" in d.log()
     d.cli("job", "stop", running)

@@ -99,7 +99,7 @@ class Harness:
             return self.transport
 
         o = MesosOptions(reconcile_wait_s=0.2, **opts)
-        self.b = MesosBackend(o, factory, lambda: fid, self.saved.append, clock=self.clock)
+        self.b = MesosBackend(o, factory, lambda: fid, self.saved.append, clock=self.clock, rand=lambda: 1.0)
         self.b._on_status = self.statuses.append  # start() without the ticker thread
         assert self.transport is not None
         self.t: FakeTransport = self.transport
@@ -499,7 +499,7 @@ def test_reconciliation_after_subscribed_with_backoff_then_implicit() -> None:
     assert rec[0]["reconcile"] == {"tasks": [{"task_id": {"value": "job-0-1"}, "agent_id": {"value": S0}},
                                              {"task_id": {"value": "job-1-1"}, "agent_id": {"value": S2}}]}
     sent = [h.clock.t]
-    for _ in range(40):  # 20 s in 0.5 s ticks: re-sent after 2, 4, 8 s
+    for _ in range(40):  # 20 s in 0.5 s ticks: re-sent after 2, 4, 8 s (the top of the jitter: rand 1.0)
         h.tick(0.5)
         if len(h.t.of("RECONCILE")) > n + len(sent):
             sent.append(h.clock.t)

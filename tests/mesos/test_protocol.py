@@ -16,6 +16,7 @@ from peloton.domain.states import TaskState
 from peloton.hostmgr.mesos import calls
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
 from peloton.hostmgr.mesos.protocol import (
+    CALL_503_BACKOFF,
     Error,
     Failure,
     Heartbeat,
@@ -27,7 +28,6 @@ from peloton.hostmgr.mesos.protocol import (
     Unknown,
     Update,
     UpdateOperationStatus,
-    backoff_delay,
     exit_code,
     failure_exit_code,
     is_terminal,
@@ -38,6 +38,7 @@ from peloton.hostmgr.mesos.protocol import (
     redirect_base,
     validate_call,
 )
+from peloton.retry import Backoff
 from tests.mesos.transcript_dir import load_transcript, transcript_files
 
 JSON = dict[str, Any]
@@ -516,6 +517,8 @@ def test_master_addresses_and_redirects() -> None:
 
 
 def test_backoff() -> None:
-    assert backoff_delay(0, 1.0, 15.0, 0.0) == 0.5 and backoff_delay(0, 1.0, 15.0, 0.999) < 1.0
-    assert backoff_delay(3, 1.0, 15.0, 1.0) == 8.0
-    assert backoff_delay(50, 1.0, 15.0, 1.0) == 15.0 and backoff_delay(50, 1.0, 15.0, 0.0) == 7.5
+    b = Backoff(1.0, 15.0)  # the client's re-subscribe policy at its defaults
+    assert b.delay(0, 0.0) == 0.5 and b.delay(0, 0.999) < 1.0
+    assert b.delay(3, 1.0) == 8.0
+    assert b.delay(50, 1.0) == 15.0 and b.delay(50, 0.0) == 7.5
+    assert CALL_503_BACKOFF.delay(0, 1.0) == 0.1 and CALL_503_BACKOFF.delay(10, 1.0) == 2.0

@@ -4,6 +4,7 @@ following a log (fake reads), what start-up imports, the command table."""
 from __future__ import annotations
 
 import argparse
+import random
 import subprocess
 import sys
 import threading
@@ -38,7 +39,7 @@ class FakeClock:
 def reconnect(clock: FakeClock, grace: float = 60.0, deadline: float | None = None,
               notes: list[str] | None = None) -> Reconnect:
     return Reconnect("d:1", grace, deadline, notify=(notes.append if notes is not None else None), clock=clock,
-                     sleep=clock.sleep, jitter=lambda: 1.0)
+                     sleep=clock.sleep, rand=lambda: 1.0)
 
 
 class FakeCall:
@@ -119,11 +120,15 @@ def test_never_sleeps_past_the_callers_deadline() -> None:
 
 def test_jitter_spreads_the_pause() -> None:
     clock = FakeClock()
-    r = Reconnect("d:1", notify=None, clock=clock, sleep=clock.sleep)
+    r = Reconnect("d:1", notify=None, clock=clock, sleep=clock.sleep, rand=random.Random(3).random)
     for _ in range(20):
         r.failed("x")
         r.ok()
-    assert all(0.2 <= s <= 0.3 for s in clock.sleeps) and len(set(clock.sleeps)) > 1
+    assert all(0.125 <= s <= 0.25 for s in clock.sleeps) and len(set(clock.sleeps)) > 10
+    # the system's random source when none is given
+    r = Reconnect("d:1", notify=None, clock=clock, sleep=clock.sleep)
+    r.failed("x")
+    assert 0.125 <= clock.sleeps[-1] <= 0.25
 
 
 # --- watch_jobs: resume, snapshot, errors ------------------------------------------------------------------------

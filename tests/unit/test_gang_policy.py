@@ -481,6 +481,31 @@ def test_stop_job_on_a_running_gang_kills_members_then_ends_killed() -> None:
     assert jv.job.state == J.KILLED and gv.gang.attempt == 1
 
 
+def test_a_user_stop_is_not_logged_as_a_failure_while_a_real_failure_still_is() -> None:
+    """A stopped gang goes through ABORTING as a failed one does; the log must not call it failed (a warning per
+    gang per stop drowned the real failures)."""
+    jv = make_view(make_spec(4, min_available=2))
+    for i in range(len(jv.gangs)):
+        place(jv, i)
+        run_all(jv, i)
+    eff = policy.stop_job(jv, T0 + 3)
+    gang_notes = [n for n in eff.notes if n.gang_id]
+    assert gang_notes and all(n.level == "debug" and " stopped: job stopped" in n.text for n in gang_notes)
+    assert not [n for n in eff.notes if n.level == "warning"]
+    queued = make_view()  # a gang stopped while still queued: DONE at once, quietly too
+    eff = policy.stop_job(queued, T0 + 3)
+    assert [(n.level, n.text) for n in eff.notes if n.gang_id] == [
+        ("debug", f"gang {gang_id_for(JOB, 0)} attempt 1 stopped: job stopped")]
+    failing = make_view(make_spec(4, min_available=2, on_member_failure="fail_job"))
+    for i in range(len(failing.gangs)):
+        place(failing, i)
+        run_all(failing, i)
+    eff = apply(failing, 1, T.FAILED, message="segfault")
+    warnings = [n.text for n in eff.notes if n.level == "warning"]
+    assert any(" failed: " in w and "segfault" in w for w in warnings)  # the failed gang and the job
+    assert all("job failed" not in w for w in warnings)  # the gangs stopped because of it are not warnings
+
+
 def test_stop_job_twice_and_on_a_finished_job_is_a_no_op() -> None:
     jv = make_view()
     place(jv)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import json
 import os
 import signal
@@ -314,6 +315,53 @@ def test_the_sandboxes_of_tasks_ended_past_the_retention_go_and_the_others_stay(
     with pytest.raises(NotFound, match="sandbox-retention"):
         b.read_log("job1-0-1", "stdout", 0, 100)
     assert b.expire_sandboxes(ended.time + 10 * 86400) == 0
+
+
+def test_the_ended_sandboxes_kept_are_bounded_in_count_failed_ones_kept_longest_without_waiting_for_the_sweep(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], tmp_path: Path) -> None:
+    """Past the count the oldest go at once (the sweep is woken by the ends, not left to its 10-minute period),
+    a failed task's last."""
+    b, rec = make_backend(sandbox_max_count=2)
+    for tid, cmd in (("job1-0-1", "exit 3"), ("job1-1-1", "true"), ("job1-2-1", "true"), ("job1-3-1", "true")):
+        launch(b, spec(tid, cmd))
+        rec.wait_terminal(tid)
+        time.sleep(0.02)  # distinct end times
+    boxes = tmp_path / "sandboxes"
+    wait_for(lambda: set(os.listdir(boxes)) == {"job1-0-1", "job1-3-1"})
+    assert b.read_log("job1-0-1", "stdout", 0, 10) == (b"", 0)  # the failed one, oldest, kept
+
+
+def test_the_ended_sandboxes_kept_are_bounded_in_bytes(make_backend: Callable[..., tuple[LocalBackend, Recorder]],
+                                                       tmp_path: Path) -> None:
+    b, rec = make_backend(sandbox_max_count=0, sandbox_max_bytes=5 << 20)
+    for i in range(4):
+        launch(b, spec(f"job1-{i}-1", "head -c 2097152 /dev/urandom > big"))  # 2 MiB on disk each
+        rec.wait_terminal(f"job1-{i}-1")
+        time.sleep(0.02)
+    assert b.expire_sandboxes(time.time()) == 2
+    assert sorted(os.listdir(tmp_path / "sandboxes")) == ["job1-2-1", "job1-3-1"]  # the newest that fit
+
+
+def test_a_deleted_jobs_sandboxes_are_removed_by_the_sweep_not_by_the_caller(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], tmp_path: Path,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    b, rec = make_backend()
+    for tid in ("job1-0-1", "job1-1-1"):
+        launch(b, spec(tid, "true"))
+        rec.wait_terminal(tid)
+    launch(b, dataclasses.replace(spec("job2-0-1", "true"), job_id="job2"))
+    rec.wait_terminal("job2-0-1")
+    threads: list[str] = []
+    real = b._remove_job_sandboxes
+
+    def remove(wanted: set[str]) -> int:
+        threads.append(threading.current_thread().name)
+        return real(wanted)
+
+    monkeypatch.setattr(b, "_remove_job_sandboxes", remove)
+    assert b.remove_sandboxes(["job1"]) == 2  # found, handed to the sweep
+    wait_for(lambda: sorted(os.listdir(tmp_path / "sandboxes")) == ["job2-0-1"])
+    assert threads == ["loop-local-sandboxes"]
 
 
 def test_nonzero_exit_fails_and_says_why(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:

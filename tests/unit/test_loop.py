@@ -4,6 +4,7 @@ progress is not."""
 
 from __future__ import annotations
 
+import random
 import threading
 import time
 
@@ -16,7 +17,8 @@ from tests.clocks import ManualClock, settle
 
 
 def test_the_backoff_doubles_per_error_up_to_a_cap() -> None:
-    lp = Loop("x", lambda: False, 5.0)
+    top = lambda: 1.0  # noqa: E731 - the un-jittered delay
+    lp = Loop("x", lambda: False, 5.0, rand=top)
     assert lp.backoff_s() == 5.0
     waits = []
     for n in range(1, 40):
@@ -24,16 +26,30 @@ def test_the_backoff_doubles_per_error_up_to_a_cap() -> None:
         waits.append(lp.backoff_s())
     assert waits[0] == MAX_BACKOFF_S == 10.0  # 5 s doubled, then capped
     assert max(waits) == MAX_BACKOFF_S < 60.0
-    fast = Loop("y", lambda: False, 0.05)
+    fast = Loop("y", lambda: False, 0.05, rand=top)
     fast.consecutive_errors = 1
     assert fast.backoff_s() == 0.1
     fast.consecutive_errors = 3
     assert fast.backoff_s() == 0.4
     fast.consecutive_errors = 1000
     assert fast.backoff_s() == MAX_BACKOFF_S
-    slow = Loop("z", lambda: False, 30.0)  # a loop slower than the cap is never made faster by an error
+    slow = Loop("z", lambda: False, 30.0, rand=lambda: 0.0)  # a loop slower than the cap is never made faster
     slow.consecutive_errors = 3
     assert slow.backoff_s() == 30.0
+    spin = Loop("w", lambda: False, 0.0, rand=lambda: 0.0)  # no interval: an error still pauses
+    spin.consecutive_errors = 1
+    assert spin.backoff_s() > 0
+
+
+def test_the_backoff_after_errors_is_jittered_within_half_of_its_delay() -> None:
+    rng = random.Random(7)
+    lp = Loop("x", lambda: False, 0.05, rand=rng.random)
+    lp.consecutive_errors = 3  # 0.4 s un-jittered
+    waits = [lp.backoff_s() for _ in range(200)]
+    assert all(0.2 <= w <= 0.4 for w in waits)
+    assert max(waits) - min(waits) > 0.15  # spread over the range, not one value
+    lp.consecutive_errors = 0
+    assert lp.backoff_s() == 0.05  # a healthy loop keeps its period exactly
 
 
 def test_a_loop_survives_errors_and_resumes_when_its_dependency_returns() -> None:

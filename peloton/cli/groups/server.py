@@ -170,6 +170,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
         sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
+        sandbox_max_count=a.sandbox_max_count,
+        sandbox_max_bytes=int(parse_mib(a.sandbox_max_size, "--sandbox-max-size") * (1 << 20)),
         metrics_host_limit=a.metrics_host_limit,
         task_log_max_bytes=int(parse_mib(a.task_log_max, "--task-log-max") * (1 << 20)),
         task_log_keep=a.task_log_keep, task_cgroups=a.task_cgroups,
@@ -383,6 +385,12 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
                    help="local backend: the sandbox (logs and files) of a task that ended is removed this long "
                         "after it ended, even while its job is kept (earlier attempts of a long-lived job); 0: kept "
                         "until its job is deleted (default %(default)s)")
+    s.add_argument("--sandbox-max-count", type=int, default=1000, metavar="N",
+                   help="local backend: at most N sandboxes of ended tasks are kept, whatever their age: past it the "
+                        "oldest go, failed tasks' last (0: no bound; default %(default)s)")
+    s.add_argument("--sandbox-max-size", default="10Gi", metavar="SIZE",
+                   help="local backend: the sandboxes of ended tasks kept hold at most this much disk: past it the "
+                        "oldest go, failed tasks' last (0: no bound; default %(default)s)")
     s.add_argument("--task-cgroups", choices=["auto", "off"], default="auto",
                    help="local backend: auto puts each task into a cgroup (v2) of its own, so that nothing it starts "
                         "(setsid, double fork, another process group) outlives its stop or its end, where this "

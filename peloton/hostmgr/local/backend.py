@@ -35,6 +35,7 @@ from __future__ import annotations
 import contextlib
 import logging
 import os
+import random
 import select
 import shutil
 import signal
@@ -63,11 +64,13 @@ from peloton.hostmgr.local import cgroups, descendants, logrotate, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
+from peloton.hostmgr.local.sandbox_retention import EndedSandbox, to_remove
 from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware import metrics
+from peloton.retry import Backoff
 from peloton.security.unix_accounts import unvetted_system_account
 
 log = logging.getLogger(__name__)
@@ -85,6 +88,10 @@ LOG_CHECK_S = 10.0
 LOG_READ_TRIES = 3  # a log read overlapped by rotations this many times in a row returns its last try
 LOG_ROTATION_WAIT_S = 10.0  # a read waits at most this long for a rotation of its log to end
 DEFAULT_SANDBOX_RETENTION_S = 7 * 86400.0
+# ...and at most this many ended tasks' sandboxes, holding at most this many bytes, are kept (the oldest go first,
+# failed tasks' last): a busy daemon ends thousands of tasks an hour, which 7 days alone would all keep
+DEFAULT_SANDBOX_MAX_COUNT = 1000
+DEFAULT_SANDBOX_MAX_BYTES = 10 << 30
 SANDBOX_SWEEP_S = 600.0  # how often ended tasks' sandboxes are looked at for --sandbox-retention
 LOGS_ROTATED = Counter("peloton_local_task_logs_rotated_total", "Task stdout/stderr files rotated past the cap")
 SANDBOXES_EXPIRED = Counter("peloton_local_sandboxes_expired_total",
@@ -96,8 +103,33 @@ TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent again after this long (see kill)
 TERM_SOON_S = 0.02  # and after this long: a kill right after a launch meets wrappers just let go (spawner.py)
 _TERM_AGAIN = "\0term"  # timer key suffix (task ids never contain NUL)
 _CGROUP = "\0cgroup:"  # monitor key prefix (a task cgroup being emptied): its path follows
-CGROUP_RETRY_S = (0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to the second
+CGROUP_RETRY = Backoff(0.05, 5.0)  # an emptied cgroup's rmdir is retried after this, doubling up to 5 s
 TASK_CGROUPS = ("auto", "off")
+
+
+def _job_of(task_id: str) -> str:
+    """The job id of a task id (`<job>-<instance>-<attempt>`); "" for a name of another shape."""
+    return task_id.rsplit("-", 2)[0] if task_id.count("-") >= 2 else ""
+
+
+def _disk_usage(path: Path) -> int:
+    """Bytes on disk under `path` (allocated blocks; symlinks not followed); what cannot be read counts 0."""
+    total = 0
+    stack = [str(path)]
+    while stack:
+        try:
+            with os.scandir(stack.pop()) as it:
+                for entry in it:
+                    try:
+                        st = entry.stat(follow_symlinks=False)
+                    except OSError:
+                        continue
+                    total += st.st_blocks * 512
+                    if stat.S_ISDIR(st.st_mode):
+                        stack.append(entry.path)
+        except OSError:
+            continue
+    return total
 
 
 def make_local_hosts(
@@ -218,6 +250,8 @@ class LocalBackend:
         log_keep: int = DEFAULT_LOG_KEEP,
         log_check_s: float = LOG_CHECK_S,
         sandbox_retention_s: float = DEFAULT_SANDBOX_RETENTION_S,
+        sandbox_max_count: int = DEFAULT_SANDBOX_MAX_COUNT,
+        sandbox_max_bytes: int = DEFAULT_SANDBOX_MAX_BYTES,
         sandbox_sweep_s: float = SANDBOX_SWEEP_S,
         loop_clock: Clock = SYSTEM_CLOCK,
         task_cgroups: str = "auto",
@@ -229,6 +263,10 @@ class LocalBackend:
         `log_check_s`), keeping that many rotated files (logrotate.py); 0: never rotated.
         `sandbox_retention_s`: the sandbox of a task that ended longer ago than this is removed (looked at every
         `sandbox_sweep_s`), whether or not its job is still there; 0: kept until its job is deleted.
+        `sandbox_max_count`, `sandbox_max_bytes`: past these the oldest ended sandboxes go, failed tasks' last
+        (sandbox_retention.py; looked at again as soon as a tenth of the count more have ended); 0: no bound.
+        The sandboxes go on the `local-sandboxes` loop, those of deleted jobs too: never on a launch's or a
+        request's way.
         `loop_clock`: what those two loops wait on (and health judges them by).
         `task_cgroups`: `auto`, a cgroup v2 per task where this process can make them (cgroups.py), else (and with
         `off`) each task's wrapper is a child subreaper (descendants.py)."""
@@ -274,13 +312,24 @@ class LocalBackend:
         self._logs_cond = threading.Condition()
         self._rotating: set[tuple[Path, str]] = set()
         self._rotations = 0
+        for value, flag in ((sandbox_max_count, "sandbox_max_count"), (sandbox_max_bytes, "sandbox_max_bytes")):
+            if value < 0:
+                raise InvalidArgument(f"{flag} must not be negative, got {value}", field=flag)
         self._sandbox_retention_s = sandbox_retention_s
+        self._sandbox_max_count, self._sandbox_max_bytes = sandbox_max_count, sandbox_max_bytes
+        # what is known of ended sandboxes (an ended task's sandbox no longer changes: its size is measured once,
+        # outside the lock); guarded by _lock
+        self._ended_sandboxes: dict[str, EndedSandbox] = {}
+        self._ended_since_sweep = 0  # guarded by _lock
+        self._doomed_jobs: set[str] = set()  # deleted jobs whose sandboxes the sweep removes; guarded by _lock
         # its periodic housekeeping, as loops: the daemon's health watches them with its own (hostmgr's)
         self.loops: list[Loop] = []
         if log_max_bytes > 0:
             self.loops.append(Loop("local-logrotate", self._rotate_logs, log_check_s, loop_clock))
-        if sandbox_retention_s > 0:
-            self.loops.append(Loop("local-sandboxes", self._sweep_sandboxes, sandbox_sweep_s, loop_clock))
+        self._sandbox_loop: Loop | None = None
+        if sandbox_retention_s > 0 or sandbox_max_count > 0 or sandbox_max_bytes > 0:
+            self._sandbox_loop = Loop("local-sandboxes", self._sweep_sandboxes, sandbox_sweep_s, loop_clock)
+            self.loops.append(self._sandbox_loop)
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
@@ -386,10 +435,22 @@ class LocalBackend:
             yield name, sandbox
 
     def remove_sandboxes(self, job_ids: Collection[str]) -> int:
-        wanted = set(job_ids)
+        """The jobs' ended tasks' sandboxes are handed to the `local-sandboxes` loop, which removes them in the
+        background (a job of thousands of tasks took its DeleteJob tens of seconds); how many it will remove. A
+        crash first leaves them to the bounds. Without that loop they go here."""
+        if self._sandbox_loop is not None:
+            wanted = set(job_ids)
+            found = sum(1 for name, _ in self._sandboxes_not_running() if _job_of(name) in wanted) if wanted else 0
+            with self._lock:
+                self._doomed_jobs |= wanted
+            self._sandbox_loop.wake()
+            return found
+        return self._remove_job_sandboxes(set(job_ids))
+
+    def _remove_job_sandboxes(self, wanted: set[str]) -> int:
         removed = 0
         for name, sandbox in self._sandboxes_not_running() if wanted else ():
-            if (name.rsplit("-", 2)[0] if name.count("-") >= 2 else "") in wanted:
+            if _job_of(name) in wanted:
                 shutil.rmtree(sandbox, ignore_errors=True)
                 removed += 1
                 progress()  # (the retention loop's pass, when it deletes jobs in this process)
@@ -397,32 +458,65 @@ class LocalBackend:
 
     def expire_sandboxes(self, now: float) -> int:
         """Remove the sandboxes of tasks that ended more than the retention ago (by the time the wrapper recorded
-        the end, else the sandbox's last change when it recorded none); a task still running, or whose wrapper is
-        still alive, keeps its sandbox. How many went."""
-        removed = 0
-        for _, sandbox in self._sandboxes_not_running():
+        the end, else the sandbox's last change when it recorded none), then the oldest past the count and bytes
+        bounds (sandbox_retention.py); a task still running, or whose wrapper is still alive, keeps its sandbox.
+        How many went."""
+        ended: list[EndedSandbox] = []
+        seen: set[str] = set()
+        for name, sandbox in self._sandboxes_not_running():
             progress()  # a sweep of many sandboxes, some large, is a long pass that moves
-            ended = wrapper.read_exit(sandbox)
-            try:
-                ended_at = ended.finished_at if ended is not None else sandbox.stat().st_mtime
-            except OSError:
-                continue
-            if now - ended_at <= self._sandbox_retention_s:
-                continue
-            if ended is None:
-                pid = wrapper.read_pid(sandbox)
-                if pid and wrapper.is_wrapper(pid, sandbox):
-                    continue  # no end recorded and its wrapper lives: not ours to judge
-            shutil.rmtree(sandbox, ignore_errors=True)
-            removed += 1
-        if removed:
-            SANDBOXES_EXPIRED.inc(removed)
-            log.info("removed %d sandboxes of tasks that ended more than %.0f s ago (--sandbox-retention)", removed,
-                     self._sandbox_retention_s)
-        return removed
+            seen.add(name)
+            with self._lock:
+                known = self._ended_sandboxes.get(name)
+            if known is None:
+                known = self._ended_sandbox(name, sandbox)
+                if known is None:
+                    continue
+            ended.append(known)
+        with self._lock:  # forget what is gone (a deleted job's)
+            for name in [n for n in self._ended_sandboxes if n not in seen]:
+                del self._ended_sandboxes[name]
+        gone = to_remove(ended, now, self._sandbox_retention_s, self._sandbox_max_count, self._sandbox_max_bytes)
+        for name in gone:
+            progress()
+            path = self._sandbox_path(name)
+            if path is not None:
+                shutil.rmtree(path, ignore_errors=True)
+            with self._lock:
+                self._ended_sandboxes.pop(name, None)
+        if gone:
+            SANDBOXES_EXPIRED.inc(len(gone))
+            log.info("removed %d sandboxes of ended tasks (--sandbox-retention %.0f s, at most %d kept, %d bytes)",
+                     len(gone), self._sandbox_retention_s, self._sandbox_max_count, self._sandbox_max_bytes)
+        return len(gone)
+
+    def _ended_sandbox(self, name: str, sandbox: Path) -> EndedSandbox | None:
+        """What the sweep needs of an ended task's sandbox (None: not judged, as its wrapper still lives, or it is
+        gone). Remembered once the end is recorded (nothing changes it after)."""
+        ended = wrapper.read_exit(sandbox)
+        try:
+            ended_at = ended.finished_at if ended is not None else sandbox.stat().st_mtime
+        except OSError:
+            return None
+        if ended is None:
+            pid = wrapper.read_pid(sandbox)
+            if pid and wrapper.is_wrapper(pid, sandbox):
+                return None  # no end recorded and its wrapper lives: not ours to judge
+        e = EndedSandbox(name, ended_at, _disk_usage(sandbox),
+                         failed=ended is not None and ended.exit_code not in (None, 0))
+        if ended is not None:
+            with self._lock:
+                self._ended_sandboxes[name] = e
+        return e
 
     def _sweep_sandboxes(self) -> bool:
-        """The `local-sandboxes` loop's pass (a failure is logged and tried again at the next one)."""
+        """The `local-sandboxes` loop's pass (a failure is logged and tried again at the next one): deleted jobs'
+        sandboxes first, then those past the retention or the bounds."""
+        with self._lock:
+            doomed, self._doomed_jobs = self._doomed_jobs, set()
+            self._ended_since_sweep = 0
+        if doomed:
+            self._remove_job_sandboxes(doomed)
         self.expire_sandboxes(self._clock())
         return False
 
@@ -780,7 +874,7 @@ class LocalBackend:
                 break  # gone
             if cgroups.populated(path) is not False:
                 self._monitor.watch_fd(key, fd, select.EPOLLPRI)
-                delay = min(CGROUP_RETRY_S[0] * 2 ** min(tries, 16), CGROUP_RETRY_S[1])
+                delay = CGROUP_RETRY.delay(tries, random.random())
                 self._monitor.call_at(time.monotonic() + delay, key)
                 if tries == 20:
                     log.warning("local backend: cgroup %s is still not empty after its processes were killed",
@@ -788,7 +882,7 @@ class LocalBackend:
                 return
             os.close(fd)  # emptied meanwhile: remove it now
         else:
-            self._monitor.call_at(time.monotonic() + CGROUP_RETRY_S[1], key)  # empty, and yet busy: later
+            self._monitor.call_at(time.monotonic() + CGROUP_RETRY.max_s, key)  # empty, and yet busy: later
             return
         with self._lock:
             self._releasing.pop(path, None)
@@ -804,6 +898,12 @@ class LocalBackend:
                         h.remove(t.task_id)
 
     def _remember_locked(self, st: TaskStatus) -> None:
+        self._ended_sandboxes.pop(st.task_id, None)  # a task id launched again ended again: measured anew
+        if self._sandbox_loop is not None and self._sandbox_max_count:
+            self._ended_since_sweep += 1
+            if self._ended_since_sweep >= max(1, self._sandbox_max_count // 10):  # the count bound, soon not 10 min
+                self._ended_since_sweep = 0
+                self._sandbox_loop.wake()
         self._finished[st.task_id] = st
         self._finished.move_to_end(st.task_id)
         while len(self._finished) > _FINISHED_CACHE:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import logging
+import random
 import threading
 import time
 from collections.abc import Callable, Collection, Sequence
@@ -44,12 +45,15 @@ from peloton.hostmgr.mesos.offers import AgentView, covers
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol, exit_code, is_terminal, mesos_state_to_task_state
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop
 from peloton.modelaware import metrics
+from peloton.retry import Backoff
 from peloton.security import run_as
 
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5  # offers held too long are declined, reconciliation advanced, this often
 INVERSE_RECHECK_S = 30.0  # an inverse offer declined (our tasks still there) comes back after this
+# explicit reconciliation of the tasks not yet answered is sent again after 2 s, doubling up to 60 s, with jitter
+RECONCILE_BACKOFF = Backoff(2.0, 60.0)
 
 CONNECTED = Gauge("peloton_mesos_connected", "1 while subscribed to the Mesos master")
 EVENTS = Counter("peloton_mesos_events_total", "Events from the Mesos master (and the stream's ends), by type",
@@ -111,7 +115,7 @@ class _Reconciliation:
     started: float
     pending: set[str] = field(default_factory=set)
     next_send: float = 0.0
-    backoff: float = 2.0
+    attempt: int = 0  # explicit reconciliations sent so far: the next waits RECONCILE_BACKOFF's delay
 
 
 def _live(state: str) -> bool:
@@ -128,10 +132,13 @@ class MesosBackend:
         clock: Callable[[], float] = time.time,
         agent_files: AgentFiles | None = None,
         loop_clock: Clock = SYSTEM_CLOCK,
+        rand: Callable[[], float] = random.random,
     ) -> None:
         """`agent_files`: how task logs are read from the agents' sandboxes (files.py); `loop_clock`: what the
-        ticker loop waits on (and health judges it by)."""
+        ticker loop waits on (and health judges it by); `rand`: the draws of the reconciliation back-off's
+        jitter."""
         self.opts = opts
+        self._rand = rand
         self._files = agent_files or AgentFiles()
         self.clock = clock
         self._save_fid = save_framework_id
@@ -644,8 +651,8 @@ class MesosBackend:
                     implicit = True  # finish with an implicit round: it reveals tasks we do not know
                 elif now >= r.next_send:
                     reconcile = [self._reconcile_entry(tid) for tid in sorted(r.pending)]
-                    r.next_send = now + r.backoff
-                    r.backoff = min(r.backoff * 2, 60.0)
+                    r.next_send = now + RECONCILE_BACKOFF.delay(r.attempt, self._rand())
+                    r.attempt += 1
             if now - self._last_implicit >= self.opts.implicit_reconcile_s:
                 implicit = True
             if implicit:

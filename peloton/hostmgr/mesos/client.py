@@ -27,8 +27,15 @@ from urllib.parse import urlsplit
 
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig, validate_call
 from peloton.hostmgr.mesos.events import Error, Event, Subscribed, SubscribeRefused
-from peloton.hostmgr.mesos.protocol import API_PATH, SchedulerProtocol, backoff_delay, master_base, redirect_base
+from peloton.hostmgr.mesos.protocol import (
+    API_PATH,
+    CALL_503_BACKOFF,
+    SchedulerProtocol,
+    master_base,
+    redirect_base,
+)
 from peloton.hostmgr.mesos.recordio import RecordIODecoder, RecordIOError
+from peloton.retry import Backoff
 
 log = logging.getLogger(__name__)
 
@@ -100,6 +107,7 @@ class MesosClient:
         self.connect_timeout_s = connect_timeout_s
         self.backoff_min_s = backoff_min_s
         self.backoff_max_s = backoff_max_s
+        self._subscribe_backoff = Backoff(backoff_min_s, backoff_max_s)
         self.call_503_retries = call_503_retries
         self.call_idle_reconnect_s = call_idle_reconnect_s
         self._ssl = ssl_context
@@ -223,7 +231,7 @@ class MesosClient:
                 self._next_master = (self._next_master + 1) % len(self.masters)
             if self.protocol.halted is not None:
                 continue
-            delay = backoff_delay(attempt, self.backoff_min_s, self.backoff_max_s, self._rand())
+            delay = self._subscribe_backoff.delay(attempt, self._rand())
             attempt += 1
             log.info("mesos: re-subscribing in %.1fs", delay)
             self._sleep(delay)
@@ -323,7 +331,7 @@ class MesosClient:
             status, text = self._post(base, payload, self._headers(subscribe=False), call_type)
             if status != 503 or attempt == self.call_503_retries:
                 break
-            self._sleep(backoff_delay(attempt, 0.1, 2.0, self._rand()))
+            self._sleep(CALL_503_BACKOFF.delay(attempt, self._rand()))
         if 200 <= status < 300:
             return status, text
         raise MesosHTTPError(status, text, call_type)

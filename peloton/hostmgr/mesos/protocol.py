@@ -41,6 +41,7 @@ from peloton.hostmgr.mesos.events import (
     parse_offer,
     parse_task_status,
 )
+from peloton.retry import Backoff
 
 __all__ = [
     "API_PATH",
@@ -64,11 +65,11 @@ __all__ = [
     "SchedulerProtocol",
     "SubscribeRefused",
     "Subscribed",
+    "CALL_503_BACKOFF",
     "TERMINAL_STATES",
     "Unknown",
     "Update",
     "UpdateOperationStatus",
-    "backoff_delay",
     "exit_code",
     "failure_exit_code",
     "is_terminal",
@@ -242,10 +243,9 @@ def redirect_base(current: str, location: str) -> str:
     return master_base(loc)
 
 
-def backoff_delay(attempt: int, min_s: float, max_s: float, rand: float) -> float:
-    """Exponential backoff with jitter: attempt 0 -> [min/2, min], doubling, capped at max. `rand` in [0, 1)."""
-    base = min(max_s, min_s * (2 ** min(attempt, 30)))
-    return base * (0.5 + 0.5 * rand)
+# A call the master answered 503 (it is busy or electing) is tried again after this back-off (the shared policy,
+# peloton.retry: pure, as this module is); re-subscribing uses the same policy between the client's bounds.
+CALL_503_BACKOFF = Backoff(0.1, 2.0)
 
 
 # --- task states ------------------------------------------------------------------------------------------------
