@@ -16,6 +16,7 @@ from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from peloton import errors
+from peloton.domain.allocation import AdmissionPreview, GangAsk
 from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
 from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
@@ -117,6 +118,10 @@ class ResourceManagerClient(Protocol):
 
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         """The whole GPUs `pool` would be entitled to if it also asked for `extra_demand`; None while unknown."""
+
+    def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
+        """Whether each gang of a job not yet created would be admitted in `pool` now (a dry run), in order, as if
+        the earlier ones were; and how many of the pool's waiting gangs are ahead of it. Nothing changes."""
 
 
 class HostManagerClient(Protocol):

@@ -13,6 +13,7 @@ from google.protobuf import duration_pb2
 from peloton.api.clients import Probe, Victim
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
 from peloton.domain import checks, hostlabels
+from peloton.domain.allocation import GangAsk
 from peloton.domain.checks import duration_seconds
 from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.limits import PROTO_DURATION_MAX_NANOS, PROTO_DURATION_MAX_SECONDS
@@ -318,6 +319,14 @@ def vec_to_proto(r: Resources) -> internal_pb2.ResourceVector:
 
 def vec_from_proto(v: internal_pb2.ResourceVector) -> Resources:
     return Resources(cpu=v.cpu, mem=v.mem_mib, disk=v.disk_mib, gpu=v.gpu, ports=v.ports)
+
+
+def gang_ask_to_proto(g: GangAsk) -> internal_pb2.GangAsk:
+    return internal_pb2.GangAsk(total=vec_to_proto(g.total), preemptible=g.preemptible, priority=g.priority)
+
+
+def gang_ask_from_proto(g: internal_pb2.GangAsk) -> GangAsk:
+    return GangAsk(vec_from_proto(g.total), g.preemptible, g.priority)
 
 
 def gang_request_to_proto(g: GangRequest) -> internal_pb2.GangRequest:

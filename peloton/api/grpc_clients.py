@@ -19,6 +19,7 @@ from peloton.api import convert
 from peloton.api.clients import Dequeued, GangKey, HostChanges, Placed, Preemption, Reserved, TaskEvents
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2
+from peloton.domain.allocation import AdmissionPreview, GangAsk
 from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
 from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
@@ -154,6 +155,11 @@ class GrpcResourceManager:
             if p.HasField("entitlement_gpu"):
                 return int(p.entitlement_gpu + 1e-9)
         return None
+
+    def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
+        r = self._call("PreviewAdmission", internal_pb2.PreviewAdmissionRequest(
+            pool=pool, gangs=[convert.gang_ask_to_proto(g) for g in gangs]), 10)
+        return [AdmissionPreview(p.reason, p.ahead) for p in r.gangs]
 
 
 class GrpcHostManager:

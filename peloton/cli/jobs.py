@@ -48,19 +48,35 @@ def cmd_job_create(c: Client, a: argparse.Namespace) -> int:
 
 
 def _dry_run(a: argparse.Namespace, r: job_pb2.CreateJobResponse) -> int:
-    """What `job create --dry-run` prints: the spec was admitted (else the call failed as a create would), and
-    where each gang would go now. Exit 0 either way: a gang that would wait is not an error."""
+    """What `job create --dry-run` prints: the spec was accepted (else the call failed as a create would), and
+    for each gang whether its pool would admit it now and where it would go. Exit 0 either way: a gang that would
+    wait is not an error."""
     if a.output in render.DOCUMENTS:
         print(render.dumps({"admitted": True, "warnings": list(r.warnings),
                             "gangs": [render.to_dict(g) for g in r.dry_run]}))
         return 0
-    waiting = sum(1 for g in r.dry_run if g.waits)
-    print(f"dry run: the spec is valid and admitted; nothing was created. {len(r.dry_run) - waiting} of "
-          f"{len(r.dry_run)} gang(s) would be placed now" + (f", {waiting} would wait" if waiting else ""))
+    n = len(r.dry_run)
+    refused = [g.index for g in r.dry_run if g.admission_waits]
+    unplaced = sum(1 for g in r.dry_run if g.waits)
+    print(f"dry run: the spec is valid; nothing was created. {n - len(refused)} of {n} gang(s) would be admitted by "
+          f"the pool now, {n - unplaced} of {n} would find hosts free now")
+    stuck = [g.index for g in r.dry_run if g.admission_waits and not g.waits]
+    if stuck:  # free hosts are not enough: created now, these would wait in the queue all the same
+        print(f"gang(s) {', '.join(map(str, stuck))} would find hosts free but wait for admission (see ADMISSION)")
     rows = [[g.index, _instances(g.instances), ",".join(dict.fromkeys(g.hosts)) if g.hosts else "-",
-             "placed" if not g.waits else f"waits: {g.waits}"] for g in r.dry_run]
-    print(render.table(rows, ["GANG", "INSTANCES", "HOSTS", "NOW"]))
+             _admission(g), "placed" if not g.waits else f"waits: {g.waits}"] for g in r.dry_run]
+    print(render.table(rows, ["GANG", "INSTANCES", "HOSTS", "ADMISSION", "PLACEMENT"]))
     return 0
+
+
+def _admission(g: job_pb2.GangPreview) -> str:
+    """Whether its pool would admit the gang now; the reason without the prefix the column already says."""
+    if g.admission_waits:
+        behind = f" (behind {g.queued_ahead} waiting gang(s))" if g.queued_ahead else ""
+        return "would wait: " + g.admission_waits.removeprefix("waiting for admission: ") + behind
+    if g.queued_ahead:  # the pool's limits and entitlement admit it, but gangs queued before it go first
+        return f"would queue behind {g.queued_ahead} waiting gang(s) of its pool, within its limits and entitlement"
+    return "would be admitted now"
 
 
 def _instances(xs: Any) -> str:

@@ -53,3 +53,21 @@ class PoolUsage:
     demand: Resources
     entitlement: Entitlement | None  # None: the cluster's capacity is not known yet
     queued: int  # its own gangs waiting to be admitted or placed
+
+
+@dataclass(frozen=True, slots=True)
+class GangAsk:
+    """A gang of a job not yet created, as a dry run asks the resource manager whether it would be admitted."""
+
+    total: Resources
+    preemptible: bool = True
+    priority: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class AdmissionPreview:
+    """Whether a gang would be admitted now: `reason` why it would wait ("": admitted now), and how many gangs of
+    its pool already wait ahead of it (same or higher priority)."""
+
+    reason: str
+    ahead: int

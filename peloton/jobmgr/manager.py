@@ -23,6 +23,7 @@ from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
+from peloton.domain.allocation import GangAsk
 from peloton.domain.launch import TaskStatus
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
 from peloton.domain.placement import GangRequest, MemberRequest
@@ -102,13 +103,16 @@ def _untoken(token: str, field: str) -> object:
 
 @dataclass(frozen=True, slots=True)
 class GangPreview:
-    """Where a gang of a dry run would go now: a host per member (in the order of `instances`), or why it would
-    wait."""
+    """A gang of a dry run now: where it would go (a host per member, in the order of `instances`), or why it
+    would wait for hosts; why its pool would not admit it ("": it would), and how many of the pool's waiting
+    gangs are ahead of it."""
 
     index: int
     instances: tuple[int, ...]
     hosts: tuple[str, ...]
     waits: str
+    admission_waits: str = ""
+    queued_ahead: int = 0
 
 
 def gang_request(jv: policy.JobView, index: int) -> GangRequest:
@@ -250,25 +254,31 @@ class JobManager:
         self._check_fits_cluster(spec)
 
     def dry_run(self, spec: JobSpec) -> list[GangPreview]:
-        """`job create --dry-run`: the checks of create_job (each refusal the same), then where each gang would be
-        placed on the hosts' free resources now, in the order placement takes them. Nothing is written."""
+        """`job create --dry-run`: the checks of create_job (each refusal the same), then whether the resource
+        manager would admit each gang now (its pool's limits, entitlement and reservation; a what-if there) and
+        where it would be placed on the hosts' free resources now, in the order placement takes them. Nothing is
+        written, nothing queued."""
         spec = self.planner.resolve(spec)
         validate(spec)
         self._admit(spec)
         job, gangs, tasks = policy.new_job_records("dry-run", spec, self.clock())
         jv = policy.new_job_view(job, gangs, tasks)
-        placed, failed = place([gang_request(jv, g.index) for g in gangs], self.planner.free_now())
+        requests = [gang_request(jv, g.index) for g in gangs]
+        admission = self.resmgr.preview_admission(spec.respool, [GangAsk(r.total, r.preemptible, r.priority)
+                                                                 for r in requests])
+        placed, failed = place(requests, self.planner.free_now())
         by_gang = {p.gang_id: p for p in placed}
         why = {f.gang_id: f.reason for f in failed}
         out = []
-        for g in gangs:
+        for g, a in zip(gangs, admission, strict=True):
             instances = tuple(g.instances)
             p = by_gang.get(g.gang_id)
             if p is None:
-                out.append(GangPreview(g.index, instances, (), why.get(g.gang_id, "no hosts free for it now")))
+                out.append(GangPreview(g.index, instances, (), why.get(g.gang_id, "no hosts free for it now"),
+                                       a.reason, a.ahead))
             else:
                 host = {m.instance: m.hostname for m in p.members}
-                out.append(GangPreview(g.index, instances, tuple(host[i] for i in instances), ""))
+                out.append(GangPreview(g.index, instances, tuple(host[i] for i in instances), "", a.reason, a.ahead))
         return out
 
     def _created_for(self, request_id: str, spec: JobSpec) -> str | None:

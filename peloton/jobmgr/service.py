@@ -98,10 +98,11 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         if spec.user == "root" and not self.jm.root_allowed(spec.respool):
             raise PermissionDenied(f"task.user: pool {spec.respool} does not allow tasks to run as root (an admin "
                                    "may allow it: peloton pool create --allow-root)", field="task.user")
-        if request.dry_run:  # every check above, and the placements it would get now; nothing written (no uid)
+        if request.dry_run:  # every check above, its admission and placements now; nothing written (no uid)
             resp = job_pb2.CreateJobResponse(warnings=ignored_settings(spec, self.backend))
             for g in self.jm.dry_run(spec):
-                resp.dry_run.add(index=g.index, instances=g.instances, hosts=g.hosts, waits=g.waits)
+                resp.dry_run.add(index=g.index, instances=g.instances, hosts=g.hosts, waits=g.waits,
+                                 admission_waits=g.admission_waits, queued_ahead=g.queued_ahead)
             return resp
         if isinstance(decided, run_as.Allocate):  # once the job is known to be valid: a refused one writes nothing
             uid_range, principal = self.identities.uid_range, decided.principal

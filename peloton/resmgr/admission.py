@@ -7,7 +7,8 @@ A gang counts against its pool and all its ancestors. It is admitted when, whole
 - and, when it is not preemptible, in its own pool's reservation (`within_reservation`): work that cannot be
   preempted never sits on capacity borrowed from another pool. The root reserves nothing and takes anything.
 
-`admission_round` applies these to the queues (queues.py) and the holdings (holdings.py) in queue order.
+`admission_round` applies these to the queues (queues.py) and the holdings (holdings.py) in queue order;
+`admission_if` asks the same of a job not yet created (a dry run), changing nothing.
 """
 
 from __future__ import annotations
@@ -15,13 +16,14 @@ from __future__ import annotations
 import functools
 import heapq
 import math
-from collections.abc import Container, Mapping
+from collections.abc import Container, Mapping, Sequence
 
-from peloton.domain.allocation import Entitlement
+from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources, format_mib
+from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
-from peloton.resmgr.paths import chain
+from peloton.resmgr.paths import add, chain
 from peloton.resmgr.queues import Entry, Order, Queues
 
 _DIMS = ("cpu", "mem", "disk", "gpu")
@@ -112,6 +114,35 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
         queues.admit(e)
         holdings.hold(g)
         out.append(e)
+    return out
+
+
+def admission_if(pool_path: str, gangs: Sequence[GangAsk], pools: Mapping[str, ResourcePool],
+                 capacity: Resources | None, demand: Mapping[str, Resources], own: Mapping[str, Resources],
+                 allocated: Mapping[str, Resources], pinned: Mapping[str, Resources],
+                 waiting: Sequence[int]) -> list[AdmissionPreview]:
+    """Would the gangs of a job not yet created, in pool `pool_path`, be admitted now? For each, in order: why it
+    would wait ("": admitted now) by the same rules as `admission_round`, as if the job's earlier gangs were
+    admitted (they hold their totals), against entitlements computed as if the pool also asked for the whole job
+    (its gangs would be in its demand); and how many of the pool's waiting gangs (`waiting`: their priorities)
+    are ahead of it: same or higher priority, queued before it. The arguments are copies; nothing is changed.
+    No capacity known yet (or no root pool): no entitlement to check, as admission does then."""
+    ent: Mapping[str, Entitlement] = {}
+    if capacity is not None and "/" in pools and pool_path in pools:
+        with_job = dict(demand)
+        for g in gangs:
+            add(with_job, pool_path, g.total)
+        ent = entitlements(policies(pools.values()), capacity, with_job, own)
+    held, held_pinned = dict(allocated), dict(pinned)
+    out = []
+    for g in gangs:
+        reason = (admit(g.total, pool_path, pools, held) or entitled(g.total, pool_path, ent, held)
+                  or (within_reservation(g.total, pool_path, pools, held_pinned) if not g.preemptible else None))
+        out.append(AdmissionPreview(reason or "", sum(1 for p in waiting if p >= g.priority)))
+        for p in chain(pool_path):
+            add(held, p, g.total)
+        if not g.preemptible:
+            add(held_pinned, pool_path, g.total)
     return out
 
 

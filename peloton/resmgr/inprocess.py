@@ -7,6 +7,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from peloton.api.clients import Dequeued, GangKey, Placed, Preemption, Probe, Reserved, Victim, service_errors
+from peloton.domain.allocation import AdmissionPreview, GangAsk
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.resmgr.manager import Probe as HeldProbe
@@ -70,3 +71,7 @@ class InProcessResourceManager:
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         ent = self.rm.entitlement_if(pool, extra_demand)
         return int(ent.gpu + 1e-9) if ent is not None else None
+
+    @service_errors
+    def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
+        return self.rm.admission_if(pool, gangs)

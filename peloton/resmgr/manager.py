@@ -48,13 +48,13 @@ from collections.abc import Callable, Sequence
 
 from prometheus_client import Counter, Gauge, Histogram
 
-from peloton.domain.allocation import Entitlement, PoolUsage
+from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, PoolUsage
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
 from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import Reservation
-from peloton.resmgr.admission import admission_round
+from peloton.resmgr.admission import admission_if, admission_round
 from peloton.resmgr.callers import Current
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
@@ -484,6 +484,17 @@ class ResourceManager:
             capacity = self._capacity
             allocation = dict(self._held.own)
         return entitlements(pols, capacity, demand, allocation).get(path)  # pure: outside the lock
+
+    def admission_if(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
+        """Would these gangs of a job not yet created be admitted in `pool` now, and how many of its waiting gangs
+        are ahead of each (a dry run; admission.admission_if decides): a what-if, nothing changes."""
+        with self._cond:  # copies of the books (a few dicts of pools, the pool's queue), decided outside the lock
+            pools = dict(self._pools)
+            capacity = self._capacity
+            demand, own = dict(self._q.demand), dict(self._held.own)
+            allocated, pinned = dict(self._held.allocated), dict(self._held.pinned)
+            waiting = self._q.waiting_priorities(pool)
+        return admission_if(pool, gangs, pools, capacity, demand, own, allocated, pinned, waiting)
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Every pool's allocation, demand (with its subtree's), entitlement and queue, for GetPool/ListPools."""

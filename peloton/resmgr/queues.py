@@ -271,6 +271,16 @@ class Queues:
         """When the first parked entry is due (None: none parked)."""
         return self._parked[0][0] if self._parked else None
 
+    def waiting_priorities(self, pool: str) -> list[int]:
+        """The priorities of the pool's own WAITING entries, queued or parked (a dry run counts those ahead of a
+        new gang): its queue's live items and the parked ones, not every entry."""
+        out = []
+        for _, seq, gid in [*self._waiting.get(pool, ()), *self._parked]:
+            e = self.entries.get(gid)
+            if e is not None and e.seq == seq and e.state == State.WAITING and e.req.respool == pool:
+                out.append(e.req.priority)
+        return out
+
     # --- why a gang waits --------------------------------------------------------------------------------------
     def starve(self, e: Entry, now: float, block: str) -> None:
         """`e` was refused (`block`: pool | reservation | hosts); its settling window runs from the first time."""

@@ -11,6 +11,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
+from peloton.domain.limits import MAX_INSTANCES
 from peloton.domain.pools import check_pool, validate_pool
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.resmgr.manager import ResourceManager
@@ -101,6 +102,15 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             if u.entitlement is not None:
                 p.entitlement_gpu = u.entitlement.gpu
         return out
+
+    @grpc_errors
+    def PreviewAdmission(self, request: internal_pb2.PreviewAdmissionRequest, context: grpc.ServicerContext) -> internal_pb2.PreviewAdmissionResponse:
+        pool = request_checks.pool_path(request.pool, "pool")
+        if len(request.gangs) > MAX_INSTANCES:  # a job has no more gangs than instances
+            raise InvalidArgument(f"gangs: at most {MAX_INSTANCES}, got {len(request.gangs)}", field="gangs")
+        out = self.rm.admission_if(pool, [convert.gang_ask_from_proto(g) for g in request.gangs])
+        return internal_pb2.PreviewAdmissionResponse(
+            gangs=[internal_pb2.AdmissionPreview(reason=p.reason, ahead=p.ahead) for p in out])
 
 
 class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):

@@ -931,6 +931,110 @@ class GetPoolUsageResponse(_message.Message):
 Global___GetPoolUsageResponse: _TypeAlias = GetPoolUsageResponse  # noqa: Y015
 
 @_typing.final
+class GangAsk(_message.Message):
+    """A dry run's question (job create --dry-run): would the gangs of a job not yet created be admitted in their pool
+    now (its limits, the entitlements as if it also asked for the job, the reservation for non-preemptible gangs),
+    each as if the earlier ones were? A what-if: nothing changes.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TOTAL_FIELD_NUMBER: _builtins.int
+    PREEMPTIBLE_FIELD_NUMBER: _builtins.int
+    PRIORITY_FIELD_NUMBER: _builtins.int
+    preemptible: _builtins.bool
+    priority: _builtins.int
+    @_builtins.property
+    def total(self) -> Global___ResourceVector:
+        """every member's resources together"""
+
+    def __init__(
+        self,
+        *,
+        total: Global___ResourceVector | None = ...,
+        preemptible: _builtins.bool = ...,
+        priority: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["total", b"total"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["preemptible", b"preemptible", "priority", b"priority", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GangAsk: _TypeAlias = GangAsk  # noqa: Y015
+
+@_typing.final
+class PreviewAdmissionRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    POOL_FIELD_NUMBER: _builtins.int
+    GANGS_FIELD_NUMBER: _builtins.int
+    pool: _builtins.str
+    @_builtins.property
+    def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangAsk]:
+        """in the order they would be queued"""
+
+    def __init__(
+        self,
+        *,
+        pool: _builtins.str = ...,
+        gangs: _abc.Iterable[Global___GangAsk] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "pool", b"pool"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreviewAdmissionRequest: _TypeAlias = PreviewAdmissionRequest  # noqa: Y015
+
+@_typing.final
+class AdmissionPreview(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    REASON_FIELD_NUMBER: _builtins.int
+    AHEAD_FIELD_NUMBER: _builtins.int
+    reason: _builtins.str
+    """why it would wait for admission now; "": admitted now"""
+    ahead: _builtins.int
+    """the pool's waiting gangs ahead of it (same or higher priority)"""
+    def __init__(
+        self,
+        *,
+        reason: _builtins.str = ...,
+        ahead: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "reason", b"reason"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AdmissionPreview: _TypeAlias = AdmissionPreview  # noqa: Y015
+
+@_typing.final
+class PreviewAdmissionResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GANGS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___AdmissionPreview]:
+        """one per gang asked about, in order"""
+
+    def __init__(
+        self,
+        *,
+        gangs: _abc.Iterable[Global___AdmissionPreview] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PreviewAdmissionResponse: _TypeAlias = PreviewAdmissionResponse  # noqa: Y015
+
+@_typing.final
 class HostOffer(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

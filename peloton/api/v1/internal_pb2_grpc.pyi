@@ -41,6 +41,7 @@ class ResourceManagerInternalStub:
     RemoveGangs: _grpc.UnaryUnaryMultiCallable[_internal_pb2.RemoveGangsRequest, _internal_pb2.RemoveGangsResponse]
     GetPoolUsage: _grpc.UnaryUnaryMultiCallable[_internal_pb2.GetPoolUsageRequest, _internal_pb2.GetPoolUsageResponse]
     CheckGangs: _grpc.UnaryUnaryMultiCallable[_internal_pb2.CheckGangsRequest, _internal_pb2.CheckGangsResponse]
+    PreviewAdmission: _grpc.UnaryUnaryMultiCallable[_internal_pb2.PreviewAdmissionRequest, _internal_pb2.PreviewAdmissionResponse]
 
 @_typing.type_check_only
 class ResourceManagerInternalAsyncStub(ResourceManagerInternalStub):
@@ -53,6 +54,7 @@ class ResourceManagerInternalAsyncStub(ResourceManagerInternalStub):
     RemoveGangs: _aio.UnaryUnaryMultiCallable[_internal_pb2.RemoveGangsRequest, _internal_pb2.RemoveGangsResponse]  # type: ignore[assignment]
     GetPoolUsage: _aio.UnaryUnaryMultiCallable[_internal_pb2.GetPoolUsageRequest, _internal_pb2.GetPoolUsageResponse]  # type: ignore[assignment]
     CheckGangs: _aio.UnaryUnaryMultiCallable[_internal_pb2.CheckGangsRequest, _internal_pb2.CheckGangsResponse]  # type: ignore[assignment]
+    PreviewAdmission: _aio.UnaryUnaryMultiCallable[_internal_pb2.PreviewAdmissionRequest, _internal_pb2.PreviewAdmissionResponse]  # type: ignore[assignment]
 
 class ResourceManagerInternalServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -110,6 +112,13 @@ class ResourceManagerInternalServicer(metaclass=_abc_1.ABCMeta):
         request: _internal_pb2.CheckGangsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_internal_pb2.CheckGangsResponse, _abc.Awaitable[_internal_pb2.CheckGangsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PreviewAdmission(
+        self,
+        request: _internal_pb2.PreviewAdmissionRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_internal_pb2.PreviewAdmissionResponse, _abc.Awaitable[_internal_pb2.PreviewAdmissionResponse]]: ...
 
 def add_ResourceManagerInternalServicer_to_server(servicer: ResourceManagerInternalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

@@ -805,7 +805,7 @@ Global___CreateJobRequest: _TypeAlias = CreateJobRequest  # noqa: Y015
 
 @_typing.final
 class GangPreview(_message.Message):
-    """Where one gang of a dry run would go now (CreateJobRequest.dry_run)."""
+    """Whether one gang of a dry run would be admitted now, and where it would go (CreateJobRequest.dry_run)."""
 
     DESCRIPTOR: _descriptor.Descriptor
 
@@ -813,10 +813,18 @@ class GangPreview(_message.Message):
     INSTANCES_FIELD_NUMBER: _builtins.int
     HOSTS_FIELD_NUMBER: _builtins.int
     WAITS_FIELD_NUMBER: _builtins.int
+    ADMISSION_WAITS_FIELD_NUMBER: _builtins.int
+    QUEUED_AHEAD_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """the gang's index in the job"""
     waits: _builtins.str
     """why it would wait now (no hosts free for it, whole), "" when placed"""
+    admission_waits: _builtins.str
+    """Why its pool would not admit it now (its limit, its entitlement, or for a non-preemptible gang its
+    reservation), judged as if the job's earlier gangs were admitted; "" when it would be admitted now
+    """
+    queued_ahead: _builtins.int
+    """gangs of its pool already waiting with the same or a higher priority: ahead of it"""
     @_builtins.property
     def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """its members' instances"""
@@ -832,10 +840,12 @@ class GangPreview(_message.Message):
         instances: _abc.Iterable[_builtins.int] | None = ...,
         hosts: _abc.Iterable[_builtins.str] | None = ...,
         waits: _builtins.str = ...,
+        admission_waits: _builtins.str = ...,
+        queued_ahead: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hosts", b"hosts", "index", b"index", "instances", b"instances", "waits", b"waits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_waits", b"admission_waits", "hosts", b"hosts", "index", b"index", "instances", b"instances", "queued_ahead", b"queued_ahead", "waits", b"waits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
