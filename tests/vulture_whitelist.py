@@ -49,5 +49,6 @@ USED_WHERE_VULTURE_CANNOT_SEE = (
     ResourceManagerServicer.GetPlacements,
     ResourceManagerServicer.AckPlacements,
     ResourceManagerServicer.GetPoolUsage,
+    ResourceManagerServicer.PreviewAdmission,
     ResourcePoolRow.limit_,  # the column `limit`, set by name ("limit_") in store/repo.py's inserts and updates
 )

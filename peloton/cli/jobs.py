@@ -56,9 +56,9 @@ def _dry_run(a: argparse.Namespace, r: job_pb2.CreateJobResponse) -> int:
                             "gangs": [render.to_dict(g) for g in r.dry_run]}))
         return 0
     n = len(r.dry_run)
-    refused = [g.index for g in r.dry_run if g.admission_waits]
+    admitted = sum(1 for g in r.dry_run if not g.admission_waits and not g.queued_ahead)
     unplaced = sum(1 for g in r.dry_run if g.waits)
-    print(f"dry run: the spec is valid; nothing was created. {n - len(refused)} of {n} gang(s) would be admitted by "
+    print(f"dry run: the spec is valid; nothing was created. {admitted} of {n} gang(s) would be admitted by "
           f"the pool now, {n - unplaced} of {n} would find hosts free now")
     stuck = [g.index for g in r.dry_run if g.admission_waits and not g.waits]
     if stuck:  # free hosts are not enough: created now, these would wait in the queue all the same

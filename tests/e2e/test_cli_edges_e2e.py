@@ -74,6 +74,27 @@ def test_dry_run_admits_and_places_and_writes_nothing(cli: Daemon, db_url: str, 
         {t: n for t, n in after.items() if t != "task_events"}
 
 
+def test_dry_run_says_a_gang_placed_now_would_wait_for_its_pools_limit(cli: Daemon, db_url: str,
+                                                                      tmp_path: Path) -> None:
+    """The resource manager is asked too: the job's second gang fits the free hosts but not the pool's limit once
+    the first is counted, so it would wait for admission; nothing is written or queued."""
+    d = cli
+    d.cli("pool", "create", "/capped", "--limit", "cpu=4")
+    before = _rows(db_url)
+    spec = _spec(tmp_path, "name: two\ninstances: 2\nrespool: /capped\ngang: {min_available: 1}\n"
+                           "task: {command: 'true', resources: {cpu: 3, mem: 1Gi}}\n")
+    doc = json.loads(d.cli("job", "create", "-f", spec, "--dry-run", "-o", "json").stdout)
+    first, second = doc["gangs"]
+    assert first["admission_waits"] == "" and first["queued_ahead"] == 0 and first["hosts"], first
+    assert "pool /capped limit cpu=4 would be exceeded in cpu" in second["admission_waits"], second
+    assert second["hosts"] and second["waits"] == "", second  # the hosts have room: only admission holds it
+    table = d.cli("job", "create", "-f", spec, "--dry-run").stdout
+    assert "1 of 2 gang(s) would be admitted" in table and "would find hosts free but wait for admission" in table
+    assert "would be admitted now" in table and "would wait: pool /capped limit cpu=4" in table, table
+    assert _rows(db_url) == before
+    assert json.loads(d.cli("queue", "list", "-o", "json").stdout)["gangs"] == []
+
+
 def test_unique_prefixes_work_where_an_id_is_taken_and_ambiguous_ones_are_refused(cli: Daemon,
                                                                                    tmp_path: Path) -> None:
     d = cli

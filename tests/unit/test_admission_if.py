@@ -1,0 +1,89 @@
+"""A dry run's question to the resource manager: would a job's gangs be admitted now (admission.admission_if, pure),
+and the shell's what-if over its own books (ResourceManager.admission_if), which changes nothing."""
+
+from __future__ import annotations
+
+from peloton.domain.allocation import AdmissionPreview, GangAsk
+from peloton.domain.model import ResourcePool
+from peloton.domain.resources import Resources
+from peloton.resmgr.admission import admission_if
+from tests.unit.test_resmgr import SHORT, gang, make
+
+R = Resources
+ROOT = ResourcePool("/")
+
+
+def tree(*extra: ResourcePool) -> dict[str, ResourcePool]:
+    return {p.path: p for p in (ROOT, *extra)}
+
+
+def test_the_limit_counts_what_the_pool_holds_and_the_jobs_earlier_gangs() -> None:
+    pools = tree(ResourcePool("/a", limit=R(cpu=4)))
+    held = {"/a": R(cpu=2), "/": R(cpu=2)}
+    out = admission_if("/a", [GangAsk(R(cpu=2)), GangAsk(R(cpu=1))], pools, None, {}, {}, held, {}, [])
+    assert out[0] == AdmissionPreview("", 0)  # 2 held + 2 = the limit
+    # alone it would fit (2 + 1 <= 4); after the job's first gang it does not
+    assert "pool /a limit cpu=4 would be exceeded in cpu" in out[1].reason
+    assert admission_if("/a", [GangAsk(R(cpu=1))], pools, None, {}, {}, held, {}, [])[0].reason == ""
+
+
+def test_a_limit_up_the_chain_refuses_too() -> None:
+    pools = tree(ResourcePool("/a", limit=R(gpu=2)), ResourcePool("/a/b"))
+    out = admission_if("/a/b", [GangAsk(R(gpu=1)), GangAsk(R(gpu=1)), GangAsk(R(gpu=1))], pools, None, {}, {},
+                       {"/a": R(gpu=1)}, {}, [])
+    assert [bool(p.reason) for p in out] == [False, True, True]
+    assert "pool /a limit gpu=2" in out[1].reason
+
+
+def test_the_entitlement_is_computed_as_if_the_pool_asked_for_the_whole_job() -> None:
+    pools = tree(ResourcePool("/a"), ResourcePool("/b"))
+    capacity = R(cpu=10, mem=10_000, disk=10_000)
+    demand = {"/b": R(cpu=10)}  # /b wants the whole cluster; /a wants nothing yet
+    # without the job in /a's demand, /a would be entitled to nothing and refuse even a small gang
+    out = admission_if("/a", [GangAsk(R(cpu=4)), GangAsk(R(cpu=4))], pools, capacity, demand, {}, {}, {}, [])
+    assert out[0].reason == ""  # /a wants 8, /b 10: 5 each
+    assert "over pool /a's entitlement in cpu (entitled to 5 now, holds 4, the gang needs 4)" in out[1].reason
+
+
+def test_no_capacity_known_yet_checks_no_entitlement() -> None:
+    pools = tree(ResourcePool("/a"), ResourcePool("/b"))
+    out = admission_if("/a", [GangAsk(R(cpu=100))], pools, None, {"/b": R(cpu=10)}, {}, {}, {}, [])
+    assert out == [AdmissionPreview("", 0)]
+
+
+def test_a_non_preemptible_gang_must_fit_its_pools_reservation_beside_the_earlier_ones() -> None:
+    pools = tree(ResourcePool("/a", reservation=R(cpu=3)))
+    asks = [GangAsk(R(cpu=2), preemptible=False), GangAsk(R(cpu=2), preemptible=False), GangAsk(R(cpu=2))]
+    out = admission_if("/a", asks, pools, None, {}, {}, {}, {}, [])
+    assert out[0].reason == ""
+    assert "not preemptible" in out[1].reason and "reserves 3, its non-preemptible gangs hold 2" in out[1].reason
+    assert out[2].reason == ""  # preemptible: the reservation does not bound it
+    held = admission_if("/a", asks[:1], pools, None, {}, {}, {}, {"/a": R(cpu=2)}, [])
+    assert "not preemptible" in held[0].reason  # what the pool's own non-preemptible gangs hold counts
+
+
+def test_the_gangs_ahead_are_the_waiting_ones_of_the_same_or_a_higher_priority() -> None:
+    asks = [GangAsk(R(cpu=1), priority=p) for p in (0, 3, 6)]
+    out = admission_if("/", asks, tree(), None, {}, {}, {}, {}, [5, 0, 3])
+    assert [p.ahead for p in out] == [3, 2, 0]
+
+
+def test_an_unknown_pool_would_wait_and_the_books_are_not_changed() -> None:
+    demand, held = {"/": R(cpu=1)}, {"/": R(cpu=1)}
+    out = admission_if("/nope", [GangAsk(R(cpu=1))], tree(), R(cpu=4), demand, dict(held), held, {}, [])
+    assert "does not exist" in out[0].reason
+    assert demand == {"/": R(cpu=1)} and held == {"/": R(cpu=1)}
+
+
+def test_the_shell_asks_over_its_books_and_changes_nothing() -> None:
+    rm, _, _ = make(ResourcePool("/team", limit=R(cpu=4)), ResourcePool("/other"))
+    a, c = gang("a", n=2, cpu=2, pool="/team", at=1, priority=5), gang("c", n=1, pool="/other", at=3, priority=9)
+    rm.enqueue([a])
+    assert rm.dequeue(10, SHORT) == [a]  # a holds the whole limit
+    rm.enqueue([gang("b", n=1, cpu=1, pool="/team", at=2, priority=5), c])
+    assert rm.dequeue(10, SHORT) == [c]  # b waits: over the limit
+    before = (rm.usage(), rm.queue())
+    out = rm.admission_if("/team", [GangAsk(R(cpu=1), priority=5), GangAsk(R(cpu=1), priority=6)])
+    assert [p.ahead for p in out] == [1, 0]  # b (priority 5) waits in /team; c is another pool's
+    assert all("pool /team limit cpu=4 would be exceeded" in p.reason for p in out)
+    assert (rm.usage(), rm.queue()) == before
