@@ -267,6 +267,8 @@ def test_a_dry_run_is_refused_as_a_create_is_and_writes_nothing(api: Api) -> Non
     assert (first.index, list(first.instances), first.waits, len(set(first.hosts))) == (0, [0, 1], "", 2)
     assert (second.index, list(second.instances), list(second.hosts)) == (1, [2], [])
     assert "needs cpu=3" in second.waits and "short of cpu" in second.waits, second.waits
+    # the root pool limits nothing and nothing waits in it: both would be admitted now, hosts or not
+    assert (first.admission_waits, first.queued_ahead, second.admission_waits, second.queued_ahead) == ("", 0, "", 0)
     # the key was not kept: a create with it and another spec is a new job, not ALREADY_EXISTS
     job_id = api.jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("real"), request_id="dry-key"),
                                 timeout=RPC_TIMEOUT).job_id

@@ -123,3 +123,31 @@ def test_in_process_a_components_own_error_passes_as_it_is_and_any_other_becomes
     with pytest.raises(errors.NotFound) as nf:
         hm.remove_sandboxes(["x"])
     assert nf.value.field == "job_ids"
+
+
+def test_a_dry_runs_admission_question_goes_over_grpc_to_the_servicer_and_back() -> None:
+    """The --role path: GrpcResourceManager -> PreviewAdmission -> ResourceManagerServicer -> the what-if, each
+    gang's reason and gangs ahead back in order; a bad pool path is refused naming the field."""
+    from concurrent import futures
+
+    from peloton.api.v1 import internal_pb2_grpc
+    from peloton.domain.allocation import GangAsk
+    from peloton.resmgr.service import ResourceManagerServicer
+
+    rm = ResourceManager(lambda: [ResourcePool("/"), ResourcePool("/a", limit=Resources(cpu=4))], clock=lambda: 1000.0)
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            client = GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch))
+            asks = [GangAsk(Resources(cpu=3, mem=512), priority=2), GangAsk(Resources(cpu=3, mem=512), False, 2)]
+            out = client.preview_admission("/a", asks)
+            assert out == InProcessResourceManager(rm).preview_admission("/a", asks)
+            assert out[0].reason == "" and "pool /a limit cpu=4 would be exceeded" in out[1].reason
+            with pytest.raises(errors.InvalidArgument) as e:
+                client.preview_admission("a//b", asks)
+            assert e.value.message.startswith("pool: ")
+    finally:
+        server.stop(None)
