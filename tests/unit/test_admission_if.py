@@ -7,7 +7,7 @@ from peloton.domain.allocation import AdmissionPreview, GangAsk
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources
 from peloton.resmgr.admission import admission_if
-from tests.unit.test_resmgr import SHORT, gang, make
+from tests.unit.test_resmgr import SHORT, failure, gang, make
 
 R = Resources
 ROOT = ResourcePool("/")
@@ -87,3 +87,14 @@ def test_the_shell_asks_over_its_books_and_changes_nothing() -> None:
     assert [p.ahead for p in out] == [1, 0]  # b (priority 5) waits in /team; c is another pool's
     assert all("pool /team limit cpu=4 would be exceeded" in p.reason for p in out)
     assert (rm.usage(), rm.queue()) == before
+
+
+def test_a_gang_parked_after_a_failed_placement_still_waits_ahead() -> None:
+    rm, _, _ = make(ResourcePool("/a"))
+    g = gang("g", pool="/a")
+    rm.enqueue([g])
+    assert rm.dequeue(10, SHORT) == [g]
+    assert [p.ahead for p in rm.admission_if("/a", [GangAsk(R(cpu=1))])] == [0]  # placing: admitted, not ahead
+    rm.set_placements([], [failure(g)])  # back to WAITING, parked until its retry
+    assert rm.admission_if("/a", [GangAsk(R(cpu=1))]) == [AdmissionPreview("", 1)]
+    assert rm.admission_if("/", [GangAsk(R(cpu=1))]) == [AdmissionPreview("", 0)]  # its own pool's only
