@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # `make test`'s pytest. With arguments: pytest with them. Without: the whole suite as two pytest processes at
-# once, the in-process tests (tests/unit, tests/store: about 2.5 minutes, mostly CPU) beside the ones that start
-# daemons and clusters (tests/api, tests/e2e, tests/mesos, tests/faults: mostly waiting on them), so a 2-core
-# machine is busy while daemons start; the first group's output is printed after the second's. Both groups must
-# pass. Every test creates its own databases, directories and ports, so the two do not meet.
+# once, so a 2-core machine is busy while daemons start: the in-process tests (tests/unit, tests/store: about 3
+# minutes, mostly CPU) with the API and Mesos tests (a daemon or a fake master each) beside the e2e and fault tests
+# (tests/e2e, tests/faults: mostly waiting on real daemons and clusters, the longer half). The first group's output
+# is printed after the second's. Both groups must pass. Every test creates its own databases, directories and
+# ports, so the two do not meet.
 set -uo pipefail
 PYTEST=${PYTEST:-.venv/bin/pytest}
 if [ $# -gt 0 ]; then
@@ -11,12 +12,12 @@ if [ $# -gt 0 ]; then
 fi
 out=$(mktemp)
 trap 'rm -f "$out"' EXIT
-"$PYTEST" -q -p no:cacheprovider tests/unit tests/store >"$out" 2>&1 &
+"$PYTEST" -q -p no:cacheprovider tests/unit tests/store tests/api tests/mesos >"$out" 2>&1 &
 inproc=$!
-"$PYTEST" -q -p no:cacheprovider tests/api tests/e2e tests/mesos tests/faults
+"$PYTEST" -q -p no:cacheprovider tests/e2e tests/faults
 rest=$?
 wait "$inproc"
 first=$?
-echo "--- tests/unit and tests/store (run beside the above):"
+echo "--- tests/unit, tests/store, tests/api and tests/mesos (run beside the above):"
 cat "$out"
 [ "$first" -eq 0 ] && [ "$rest" -eq 0 ]
