@@ -41,13 +41,13 @@ from peloton.store import db, repo
 
 log = logging.getLogger("peloton.server")  # (the daemon's start-up story, in one logger)
 
-_ROLE_ORDER = tuple(ROLE_KEYS)  # jobmgr, resmgr, placement, hostmgr (the daemon's roles, server.ROLE_ORDER)
+_ROLE_ORDER = tuple(ROLE_KEYS)  # jobmgr, resmgr, placement, hostmgr (the daemon's roles, settings.ROLE_ORDER)
 _ROLES = frozenset(_ROLE_ORDER)
 STANDBY_POLL_S = 0.5  # how often a standby tries the locks (and ends a silent leader's lease)
 
 
 class Settings(Protocol):
-    """What of the daemon's settings (server.ServerConfig) the hold reads."""
+    """What of the daemon's settings (settings.ServerConfig) the hold reads."""
 
     listen: str
     advertise_address: str

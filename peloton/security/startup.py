@@ -18,7 +18,7 @@ log = logging.getLogger("peloton.server")  # (the daemon's start-up story, in on
 
 
 class Settings(Protocol):
-    """What of the daemon's settings (server.ServerConfig) these read."""
+    """What of the daemon's settings (settings.ServerConfig) these read."""
 
     backend: str
     roles: frozenset[str]

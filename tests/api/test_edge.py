@@ -26,7 +26,8 @@ from peloton.domain import limits
 from peloton.hostmgr.sim.backend import SimSettings
 from peloton.security import certs
 from peloton.security.identity import add_token
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 
 T = 15.0
 CREATE = "/peloton.v1.JobService/CreateJob"

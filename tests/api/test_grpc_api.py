@@ -27,7 +27,8 @@ from peloton.api.v1 import (
     respool_pb2_grpc,
 )
 from peloton.domain.resources import Resources
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 from tests.asroot import AS_ROOT_SETTINGS
 from tests.dbutil import postgres_database
 

@@ -25,7 +25,8 @@ from peloton.api import convert
 from peloton.api.v1 import job_pb2, job_pb2_grpc, respool_pb2, respool_pb2_grpc, task_pb2, task_pb2_grpc
 from peloton.domain import limits as L
 from peloton.domain.resources import Resources
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 from tests.asroot import AS_ROOT_SETTINGS
 from tests.dbutil import postgres_database
 

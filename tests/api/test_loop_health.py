@@ -27,7 +27,8 @@ from prometheus_client import REGISTRY
 from peloton import server
 from peloton.loop import Loop
 from peloton.observability.health import loop_roles, patience_s
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 from tests.clocks import ManualClock, settle
 from tests.dbutil import postgres_database
 

@@ -28,7 +28,8 @@ from peloton.api.v1 import (
 from peloton.domain.resources import Resources
 from peloton.hostmgr.sim.backend import SimSettings
 from peloton.security.identity import add_token
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 from tests.dbutil import postgres_database
 
 ROLES = ("admin", "operator", "submitter", "viewer")

@@ -16,7 +16,8 @@ from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.domain.resources import Resources
 from peloton.errors import Unavailable
 from peloton.hostmgr.sim.backend import SimSettings
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 
 
 @pytest.fixture

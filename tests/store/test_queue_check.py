@@ -15,7 +15,8 @@ import peloton.jobmgr.manager as jobmgr_manager
 from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.domain.resources import Resources
 from peloton.hostmgr.sim.backend import SimSettings
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 
 
 @pytest.fixture

@@ -22,7 +22,8 @@ from peloton.errors import NotFound
 from peloton.hostmgr.sim.backend import SimSettings
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers, shard_of
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 from peloton.store import db, repo
 from tests.dbutil import postgres_database
 from tests.store.test_writer import Recorded, create, stop

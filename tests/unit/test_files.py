@@ -11,7 +11,8 @@ import pytest
 from peloton.errors import InvalidArgument
 from peloton.files import private_dir, private_file, tighten
 from peloton.hostmgr.local.task_env import DEFAULT_ALLOW, inherited, parse_allow
-from peloton.server import Daemon, ServerConfig
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 
 
 def mode(p: Path) -> int:

@@ -45,7 +45,7 @@ def test_task_cgroups_is_a_setting_like_the_others(tmp_path: Path) -> None:
     assert effective(["--config", str(f), "--task-cgroups", "auto"], {}).task_cgroups == "auto"
     with pytest.raises(InvalidArgument, match="PELOTON_TASK_CGROUPS: must be one of auto, off, got 'no'"):
         effective([], {"PELOTON_TASK_CGROUPS": "no"})
-    from peloton.server import ServerConfig
+    from peloton.settings import ServerConfig
 
     with pytest.raises(InvalidArgument, match="--task-cgroups: must be one of auto, off, got 'on'"):
         ServerConfig("127.0.0.1:0", None, tmp_path, task_cgroups="on").check()

@@ -128,7 +128,8 @@ def cmd_server(a: argparse.Namespace) -> int:
     from peloton.hostmgr.local.task_env import parse_allow
     from peloton.observability import logs
     from peloton.security import run_as
-    from peloton.server import MesosSettings, ServerConfig, run_server
+    from peloton.server import run_server
+    from peloton.settings import MesosSettings, ServerConfig
 
     logs.configure(a.log_level, a.log_format)
     sim = _sim_settings(a)
