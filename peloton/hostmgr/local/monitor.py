@@ -29,6 +29,7 @@ class ProcessMonitor:
         self._lock = threading.Lock()
         self._fds: dict[int, str] = {}  # pidfd -> key
         self._keys: dict[str, int] = {}  # key -> pidfd
+        self._events: dict[int, int] = {}  # pidfd -> the events it is watched for
         self._timers: list[tuple[float, str]] = []
         self._stop = False
         self._thread: threading.Thread | None = None
@@ -51,8 +52,10 @@ class ProcessMonitor:
             old = self._keys.pop(key, None)
             if old is not None:
                 self._fds.pop(old, None)
+                self._events.pop(old, None)
             self._fds[fd] = key
             self._keys[key] = fd
+            self._events[fd] = events
         if old is not None:
             self._close(old)
         self._ep.register(fd, events)
@@ -62,6 +65,7 @@ class ProcessMonitor:
             fd = self._keys.pop(key, None)
             if fd is not None:
                 self._fds.pop(fd, None)
+                self._events.pop(fd, None)
         if fd is not None:
             self._close(fd)
 
@@ -84,6 +88,7 @@ class ProcessMonitor:
             fds = list(self._fds)
             self._fds.clear()
             self._keys.clear()
+            self._events.clear()
         for fd in fds:
             self._close(fd)
 
@@ -101,31 +106,41 @@ class ProcessMonitor:
                 events = self._ep.poll(timeout)
             except InterruptedError:
                 continue
-            exited: list[str] = []
-            done: list[int] = []
-            with self._lock:
-                for fd, _ in events:
-                    if fd == self._wake:
-                        continue
-                    key = self._fds.pop(fd, None)
-                    if key is not None:
-                        self._keys.pop(key, None)
-                        exited.append(key)
-                    done.append(fd)
-                due: list[str] = []
-                now = time.monotonic()
-                while self._timers and self._timers[0][0] <= now:
-                    due.append(heapq.heappop(self._timers)[1])
-            # the syscalls outside the lock (an fd number is reused only once closed: nobody else has it meanwhile)
-            if any(fd == self._wake for fd, _ in events):
-                with contextlib.suppress(BlockingIOError):
-                    os.eventfd_read(self._wake)
-            for fd in done:
-                self._close(fd)
-            for key in exited:
-                self._safe(self._on_exit, key)
-            for key in due:
-                self._safe(self._on_timer, key)
+            self._handle(events)
+
+    def _handle(self, events: list[tuple[int, int]]) -> None:
+        """One poll's events: the processes that exited, then the timers that are due."""
+        exited: list[str] = []
+        done: list[int] = []
+        with self._lock:
+            for fd, _ in events:
+                if fd == self._wake or fd not in self._fds:
+                    # not ours any more: unwatched (its owner closed it) between the poll and now. Its number may
+                    # already name another file of this process, which must not be closed here
+                    continue
+                if not _ready(fd, self._events.get(fd, select.EPOLLIN)):
+                    # the event was of an earlier descriptor with this number, closed and reused by a new watch
+                    # since the poll: this process has not exited
+                    continue
+                key = self._fds.pop(fd)
+                self._events.pop(fd, None)
+                self._keys.pop(key, None)
+                exited.append(key)
+                done.append(fd)
+            due: list[str] = []
+            now = time.monotonic()
+            while self._timers and self._timers[0][0] <= now:
+                due.append(heapq.heappop(self._timers)[1])
+        # the closes outside the lock: these descriptors are the monitor's alone now (popped above)
+        if any(fd == self._wake for fd, _ in events):
+            with contextlib.suppress(BlockingIOError):
+                os.eventfd_read(self._wake)
+        for fd in done:
+            self._close(fd)
+        for key in exited:
+            self._safe(self._on_exit, key)
+        for key in due:
+            self._safe(self._on_timer, key)
 
     @staticmethod
     def _safe(fn: Callable[[str], None], key: str) -> None:
@@ -133,3 +148,10 @@ class ProcessMonitor:
             fn(key)
         except Exception:  # noqa: BLE001 - one bad task must not stop the monitor
             log.exception("local backend monitor: handling %s failed", key)
+
+
+def _ready(fd: int, events: int) -> bool:
+    """Whether `fd` is ready for `events` now (a zero-timeout poll of that one descriptor; it does not wait)."""
+    p = select.poll()
+    p.register(fd, events)
+    return bool(p.poll(0))
