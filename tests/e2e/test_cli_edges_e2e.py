@@ -80,6 +80,8 @@ def test_dry_run_says_a_gang_placed_now_would_wait_for_its_pools_limit(cli: Daem
     the first is counted, so it would wait for admission; nothing is written or queued."""
     d = cli
     d.cli("pool", "create", "/capped", "--limit", "cpu=4")
+    # the audit log is written behind the call: the pool's record first, so that it is not counted as the dry run's
+    wait_until(lambda: _rows(db_url)["audit_events"] >= 1, what="the pool create's audit record")
     before = _rows(db_url)
     spec = _spec(tmp_path, "name: two\ninstances: 2\nrespool: /capped\ngang: {min_available: 1}\n"
                            "task: {command: 'true', resources: {cpu: 3, mem: 1Gi}}\n")
@@ -91,8 +93,11 @@ def test_dry_run_says_a_gang_placed_now_would_wait_for_its_pools_limit(cli: Daem
     table = d.cli("job", "create", "-f", spec, "--dry-run").stdout
     assert "1 of 2 gang(s) would be admitted" in table and "would find hosts free but wait for admission" in table
     assert "would be admitted now" in table and "would wait: pool /capped limit cpu=4" in table, table
-    assert _rows(db_url) == before
     assert json.loads(d.cli("queue", "list", "-o", "json").stdout)["gangs"] == []
+    # an audited change next: once its record is there, any of the dry runs' (written before it) would be too
+    d.cli("pool", "create", "/other")
+    wait_until(lambda: _rows(db_url)["audit_events"] > before["audit_events"], what="the second pool's audit record")
+    assert _rows(db_url) == {**before, "audit_events": before["audit_events"] + 1}
 
 
 def test_unique_prefixes_work_where_an_id_is_taken_and_ambiguous_ones_are_refused(cli: Daemon,
