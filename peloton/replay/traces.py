@@ -253,3 +253,11 @@ def read_cluster_file(text: str, source: str) -> ClusterShape:
     mem = _number(where, "mem_p_node", cell["mem_p_node"], positive=True)
     return ClusterShape(hosts=switches * per, gpus_per_host=gpus, racks=switches, cpus_per_host=cpus,
                         mem_gb_per_host=mem)
+
+
+def check_fits(jobs: list[TraceJob], cluster: ClusterShape, source: str) -> None:
+    """A gang larger than the whole cluster would wait forever: refused up front, naming its row."""
+    for j in jobs:
+        if j.gpus > cluster.gpus:
+            raise InvalidArgument(f"{source}: row {j.row}, job {j.name}: {j.gpus} GPUs, more than the cluster's "
+                                  f"{cluster.gpus} ({cluster.hosts} x {cluster.gpus_per_host})", field="gpus")

@@ -8,7 +8,7 @@ import io
 import pytest
 
 from peloton.errors import InvalidArgument
-from peloton.replay.traces import parse_cluster, read_cluster_file, read_trace
+from peloton.replay.traces import check_fits, parse_cluster, read_cluster_file, read_trace
 from peloton.replay.work import KNOWN
 from tests.public_data import require
 
@@ -185,3 +185,11 @@ def test_unknown_format() -> None:
     with pytest.raises(InvalidArgument, match="format: 'philly' is not one of pollux, tiresias, peloton"):
         read_trace(POLLUX_HEADER, "philly", "t.csv", KNOWN)
 
+
+
+def test_a_gang_larger_than_the_cluster_is_refused_naming_its_row() -> None:
+    jobs = read_trace((PUBLIC / "tiresias" / "60_job.csv").read_text(), "tiresias", "60_job.csv", KNOWN)
+    check_fits(jobs, parse_cluster("16x4"), "60_job.csv")  # the largest gang is 8
+    with pytest.raises(InvalidArgument, match=r"60_job.csv: row 2, job job-1: 8 GPUs, more than the cluster's 4 "
+                                              r"\(1 x 4\)"):
+        check_fits(jobs, read_cluster_file((PUBLIC / "tiresias" / "n1g4.csv").read_text(), "n1g4"), "60_job.csv")
