@@ -1,0 +1,1 @@
+"""Trace replay: public traces run through the real scheduler on the sim backend, and what users would feel."""
