@@ -5,7 +5,7 @@ How to read them: docs/scheduling-quality.md, "The report"."""
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
@@ -29,13 +29,17 @@ def flatten(doc: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
 
 
 def cell(key: str, v: Any) -> str:
+    """Seconds to a tenth, shares and fairness ratios to a thousandth, counts as they are, means of counts to a
+    hundredth; `-` for none."""
     if v is None:
         return "-"
+    if key.endswith("_s"):
+        return f"{v:.1f}"
+    if key.endswith(("_frac", "_bound", "ftf", "ftf_max")):
+        return f"{v:.3f}"
     if isinstance(v, int):  # bool too
         return str(v)
-    if key.endswith(("_frac", "_bound", "ftf", "ftf_max", "_mean")):
-        return f"{v:.3f}"
-    return f"{v:.1f}"
+    return f"{v:.2f}"
 
 
 def table(results: Mapping[str, Mapping[str, Any]]) -> str:
@@ -131,7 +135,7 @@ def step_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str, 
     body = frame.axes(title, xlabel, ylabel)
     for i, (name, points) in enumerate(series.items()):
         d, last = [], None
-        for x, y in points:
+        for x, y in _thin(points, frame.x):
             if last is None:
                 d.append(f"M{frame.x(x):.1f},{frame.y(y):.1f}")
             elif y != last:  # a run of equal values is one horizontal segment
@@ -142,6 +146,24 @@ def step_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str, 
         body.append(f'<g class="series" data-policy={quoteattr(name)}><path d="{" ".join(d)}" fill="none" '
                     f'stroke="{COLOURS[i % len(COLOURS)]}" stroke-width="1.5"/></g>')
     return _svg(body + _legend(list(series)))
+
+
+def _thin(points: Sequence[tuple[float, float]], px: Callable[[float], float]) -> list[tuple[float, float]]:
+    """At most four points per pixel column (its first, lowest, highest and last, in time order): a day of events
+    draws the same picture from a file a few hundred kilobytes long."""
+    out: list[tuple[float, float]] = []
+    i = 0
+    while i < len(points):
+        col = int(px(points[i][0]))
+        k = i
+        while k + 1 < len(points) and int(px(points[k + 1][0])) == col:
+            k += 1
+        run = points[i:k + 1]
+        keep = {0, len(run) - 1, min(range(len(run)), key=lambda n: run[n][1]),
+                max(range(len(run)), key=lambda n: run[n][1])}
+        out.extend(run[n] for n in sorted(keep))
+        i = k + 1
+    return out
 
 
 def box_chart(groups: Sequence[str], data: Mapping[str, Mapping[str, Sequence[float]]], title: str, xlabel: str,
@@ -207,12 +229,17 @@ def plots(replays: Mapping[str, Replay]) -> dict[str, str]:
     }
 
 
-def write(replays: Mapping[str, Replay], directory: Path) -> tuple[dict[str, dict[str, Any]], list[Path]]:
-    """Each policy's metrics, and the plots written into `directory` (created if absent): the paths written."""
+def write_plots(replays: Mapping[str, Replay], directory: Path) -> list[Path]:
+    """The plots of the policies' replays written into `directory` (created if absent): the paths written."""
     directory.mkdir(parents=True, exist_ok=True)
     paths = []
     for name, svg in plots(replays).items():
         path = directory / name
         path.write_text(svg)
         paths.append(path)
-    return {p: summarize(r) for p, r in replays.items()}, paths
+    return paths
+
+
+def compare(replays: Mapping[str, Replay]) -> dict[str, dict[str, Any]]:
+    """Each policy's metrics, in the order given: what `table` and `document` take."""
+    return {p: summarize(r) for p, r in replays.items()}
