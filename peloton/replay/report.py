@@ -129,9 +129,12 @@ def _legend(names: Sequence[str]) -> list[str]:
     return out
 
 
-def step_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str, xlabel: str, ylabel: str) -> str:
-    """Each series a step line (a value holds until the next point), one `<g class="series">` per name."""
-    frame = _Frame([x for s in series.values() for x, _ in s], [y for s in series.values() for _, y in s])
+def step_chart(series: Mapping[str, Sequence[tuple[float, float]]], title: str, xlabel: str, ylabel: str,
+               ymax: float | None = None) -> str:
+    """Each series a step line (a value holds until the next point), one `<g class="series">` per name; the y axis
+    reaches at least `ymax` (a share: 1)."""
+    ys = [y for s in series.values() for _, y in s] + ([] if ymax is None else [ymax])
+    frame = _Frame([x for s in series.values() for x, _ in s], ys)
     body = frame.axes(title, xlabel, ylabel)
     for i, (name, points) in enumerate(series.items()):
         d, last = [], None
@@ -223,7 +226,7 @@ def plots(replays: Mapping[str, Replay]) -> dict[str, str]:
     return {
         "queue.svg": step_chart(series("queue_length", ones), "Gangs waiting", f"time ({unit})", "queue length"),
         "allocation.svg": step_chart(series("gpus_allocated", gpus), "GPU allocation", f"time ({unit})",
-                                     "share of the cluster's GPUs allocated"),
+                                     "share of the cluster's GPUs allocated", ymax=1.0),
         "jct-by-size.svg": box_chart(present, jct, "Job completion time by gang size", "gang size (GPUs)",
                                      "JCT (s)"),
     }

@@ -95,6 +95,8 @@ def test_the_plots_are_well_formed_with_a_series_per_policy_and_labelled_axes(tm
         assert labels["axis-label x"] and labels["axis-label y"]
     queue = _parse((tmp_path / "plots" / "queue.svg").read_text())
     assert _labels(queue) == {"axis-label x": "time (s)", "axis-label y": "queue length"}
+    alloc = _parse((tmp_path / "plots" / "allocation.svg").read_text())
+    assert "1" in [t.text for t in alloc.iter(f"{SVG}text")]  # a share: the axis runs to 1
     boxes = _parse((tmp_path / "plots" / "jct-by-size.svg").read_text())
     # a box per gang size that has jobs (1, 2-4, 5-8) per policy
     for g in boxes.iter(f"{SVG}g"):
