@@ -38,7 +38,8 @@ class Cluster:
 @dataclass(frozen=True)
 class JobRecord:
     """One job as the replay saw it. `start` is when all its members were running in the run that finished (a job
-    preempted and started again: the last start); `start` and `end` are None for a job that never finished."""
+    preempted and started again: the last start), `first_start` when they first all ran (None: `start`); `start` and
+    `end` are None for a job that never finished."""
     name: str
     pool: str
     gpus: int
@@ -48,6 +49,14 @@ class JobRecord:
     gpus_per_host: Mapping[str, int] = field(default_factory=dict)  # the finishing run's placement
     racks: frozenset[str] = frozenset()
     preempted: int = 0
+    first_start: float | None = None
+
+    @property
+    def waited_s(self) -> float:
+        """Queueing delay: from submission until all members first ran."""
+        first = self.start if self.first_start is None else self.first_start
+        assert first is not None
+        return first - self.submit
 
     @property
     def finished(self) -> bool:
@@ -107,6 +116,9 @@ def check(replay: Replay) -> None:
         if j.start is not None and j.end is not None:
             if j.start < j.submit:
                 raise InvalidArgument(f"{where}: start {j.start} before submit {j.submit}", field="start")
+            if j.first_start is not None and not j.submit <= j.first_start <= j.start:
+                raise InvalidArgument(f"{where}: first_start {j.first_start} not between submit {j.submit} and "
+                                      f"start {j.start}", field="first_start")
             if j.end < j.start:
                 raise InvalidArgument(f"{where}: end {j.end} before start {j.start}", field="end")
             if j.gpus_per_host and sum(j.gpus_per_host.values()) != j.gpus:
@@ -208,13 +220,9 @@ def summarize(replay: Replay) -> dict[str, Any]:
         assert j.end is not None
         return j.end - j.submit
 
-    def wait(j: JobRecord) -> float:
-        assert j.start is not None
-        return j.start - j.submit
-
     out: dict[str, Any] = {
         "jobs": len(jobs), "finished": len(done), "unfinished": len(jobs) - len(done),
-        **_stats("jct", [jct(j) for j in done]), **_stats("queue", [wait(j) for j in done]),
+        **_stats("jct", [jct(j) for j in done]), **_stats("queue", [j.waited_s for j in done]),
         "makespan_s": makespan, "makespan_lower_bound_s": lb,
         "alloc_gpu_s": alloc, "work_gpu_s": work,
         "gpu_alloc_frac": alloc / capacity if capacity else 0.0,
@@ -225,15 +233,16 @@ def summarize(replay: Replay) -> dict[str, Any]:
         "hosts_per_gang_mean": mean([len(j.gpus_per_host) for j in done if j.gpus_per_host]),
         "racks_per_gang_mean": mean([len(j.racks) for j in done if j.racks]),
     }
+    out["gpu_alloc_of_bound"] = out["gpu_alloc_frac"] / out["gpu_alloc_bound"] if out["gpu_alloc_bound"] else None
     widest = max((j.gpus for j in jobs), default=0)
     out["largest_gang_gpus"] = widest
-    out["largest_gang_wait_s"] = max((wait(j) for j in done if j.gpus == widest), default=None)
+    out["largest_gang_wait_s"] = max((j.waited_s for j in done if j.gpus == widest), default=None)
     by_size: dict[str, Any] = {}
     for label, _, _ in SIZE_BUCKETS:
         b = [j for j in done if size_bucket(j.gpus) == label]
         by_size[label] = {
             "jobs": len([j for j in jobs if size_bucket(j.gpus) == label]),
-            **_stats("jct", [jct(j) for j in b]), "queue_mean_s": mean([wait(j) for j in b]),
+            **_stats("jct", [jct(j) for j in b]), "queue_mean_s": mean([j.waited_s for j in b]),
             "hosts_mean": mean([len(j.gpus_per_host) for j in b if j.gpus_per_host]),
             "hosts_min_mean": mean([math.ceil(j.gpus / c.gpus_per_host) for j in b]),
             "racks_mean": mean([len(j.racks) for j in b if j.racks]),

@@ -22,9 +22,10 @@ from peloton.replay.metrics import (
 
 
 def job(name: str, gpus: int, submit: float, start: float | None, end: float | None, pool: str = "p",
-        hosts: dict[str, int] | None = None, racks: frozenset[str] = frozenset(), preempted: int = 0) -> JobRecord:
+        hosts: dict[str, int] | None = None, racks: frozenset[str] = frozenset(), preempted: int = 0,
+        first_start: float | None = None) -> JobRecord:
     return JobRecord(name=name, pool=pool, gpus=gpus, submit=submit, start=start, end=end,
-                     gpus_per_host=hosts or {}, racks=racks, preempted=preempted)
+                     gpus_per_host=hosts or {}, racks=racks, preempted=preempted, first_start=first_start)
 
 
 # Three jobs on 2 hosts x 4 GPUs, run first-come first-served without backfill: a (4 GPUs) 0-10, b (8) 10-20, c (1,
@@ -52,7 +53,7 @@ def test_a_hand_computed_replay() -> None:
     assert m["gpu_alloc_frac"] == m["gpu_busy_frac"] == pytest.approx(0.625)
     # the area bound from t=0: 125 GPU-s / 8 GPUs = 15.625 s, longer than any job's submit + run (10 s)
     assert m["makespan_lower_bound_s"] == pytest.approx(15.625)
-    assert m["gpu_alloc_bound"] == pytest.approx(1.0)
+    assert m["gpu_alloc_bound"] == pytest.approx(1.0) and m["gpu_alloc_of_bound"] == pytest.approx(0.625)
     assert m["partial_gang_gpu_s"] == 0
     assert (m["hosts_per_gang_mean"], m["racks_per_gang_mean"]) == (pytest.approx(4 / 3), 1)
     assert (m["largest_gang_gpus"], m["largest_gang_wait_s"]) == (8, 10)
@@ -94,6 +95,7 @@ def test_the_bound_is_reached_by_a_schedule_that_packs_perfectly() -> None:
     m = summarize(Replay(Cluster(2, 4), jobs, [Sample(0, 6, 1), Sample(10, 6, 0), Sample(20, 0, 0)]))
     assert m["makespan_lower_bound_s"] == 20
     assert m["gpu_alloc_frac"] == m["gpu_alloc_bound"] == pytest.approx(0.75)
+    assert m["gpu_alloc_of_bound"] == pytest.approx(1)
 
 
 def test_the_bound_counts_idle_time_that_submissions_force() -> None:
@@ -106,6 +108,16 @@ def test_the_bound_counts_idle_time_that_submissions_force() -> None:
                                                   Sample(25, 8, 0), Sample(35, 0, 0)]))
     assert m1["gpu_alloc_frac"] == m1["gpu_alloc_bound"] == pytest.approx(2 / 3)
     assert m2["gpu_alloc_bound"] == pytest.approx(2 / 3) and m2["gpu_alloc_frac"] == pytest.approx(160 / 280)
+    assert m2["gpu_alloc_of_bound"] == pytest.approx(30 / 35)  # the shortest makespan over this one's
+
+
+def test_queueing_delay_runs_to_the_first_start_and_the_bound_uses_the_run_that_finished() -> None:
+    # preempted at 4 after starting at 2; started again at 6, done at 16 (a 10 s run)
+    m = summarize(Replay(Cluster(1, 4), [job("a", 4, 0, 6, 16, preempted=1, first_start=2)],
+                         [Sample(0, 0, 1), Sample(2, 4, 0), Sample(4, 0, 1), Sample(6, 4, 0), Sample(16, 0, 0)]))
+    assert (m["queue_mean_s"], m["largest_gang_wait_s"], m["jct_mean_s"], m["preemptions"]) == (2, 2, 16, 1)
+    assert (m["makespan_lower_bound_s"], m["work_gpu_s"], m["alloc_gpu_s"]) == (10, 40, 48)
+    assert m["gpu_busy_frac"] == pytest.approx(40 / 64) and m["gpu_alloc_frac"] == pytest.approx(48 / 64)
 
 
 def test_private_fifo_runs_in_submission_order_without_backfill() -> None:
@@ -132,6 +144,7 @@ def test_nearest_rank_percentiles_and_size_buckets() -> None:
     (Replay(Cluster(2, 4), [job("a", 1, 5, 4, 6)], []), "start", "start 4 before submit 5"),
     (Replay(Cluster(2, 4), [job("a", 1, 0, 4, 3)], []), "end", "end 3 before start 4"),
     (Replay(Cluster(2, 4), [job("a", 1, 0, 4, None)], []), "end", "both set or both None"),
+    (Replay(Cluster(2, 4), [job("a", 1, 2, 4, 5, first_start=1)], []), "first_start", "first_start 1"),
     (Replay(Cluster(2, 4), [job("a", 1, 0, 0, 1), job("a", 1, 0, 0, 1)], []), "name", "recorded twice"),
     (Replay(Cluster(2, 4), [job("a", 2, 0, 0, 1, hosts={"h": 1})], []), "gpus_per_host", "holds 1 GPUs"),
     (Replay(Cluster(2, 4), [], [Sample(1, 0, 0), Sample(0, 0, 0)]), "time", "timeline[1]"),
@@ -178,7 +191,8 @@ def schedules(draw: st.DrawFn) -> Replay:
                 t = c
                 break
         runs.append((t, t + run, g))
-        jobs[i] = job(f"j{i}", g, submit, t, t + run, pool=pool, hosts=_spread(g, per))
+        first = draw(st.one_of(st.none(), st.integers(submit, t)))  # a run before, preempted
+        jobs[i] = job(f"j{i}", g, submit, t, t + run, pool=pool, hosts=_spread(g, per), first_start=first)
     times = sorted({0} | {s for s, _, _ in runs} | {e for _, e, _ in runs} | {j.submit for j in jobs.values()})
     timeline = [Sample(t, used(t), sum(1 for j in jobs.values() if j.submit <= t < (j.start or 0)))
                 for t in times]
@@ -204,6 +218,7 @@ def test_invariants_of_any_valid_schedule(replay: Replay) -> None:
     assert m["partial_gang_gpu_s"] == 0
     runs = [j.run_s for j in replay.jobs]
     assert m["jct_mean_s"] >= sum(runs) / len(runs) - eps  # each JCT >= its run time
+    assert m["queue_mean_s"] <= m["jct_mean_s"] - sum(runs) / len(runs) + eps  # a wait ends by the last start
     assert m["queue_mean_s"] >= 0 and m["queue_p50_s"] <= m["queue_p99_s"] and m["jct_p50_s"] <= m["jct_p99_s"]
     assert sum(b["jobs"] for b in m["by_size"].values()) == m["jobs"]
     for pool in m["pools"].values():
