@@ -111,6 +111,16 @@ def test_the_bound_counts_idle_time_that_submissions_force() -> None:
     assert m2["gpu_alloc_of_bound"] == pytest.approx(30 / 35)  # the shortest makespan over this one's
 
 
+def test_gpus_held_before_a_run_count_as_allocated_and_stay_under_the_bound() -> None:
+    # docs/scheduling-quality.md's example: each job held 5 s before it runs; W / (G M_lb) = 20/30 would be exceeded
+    jobs = [job("a", 8, 0, 5, 15), job("b", 8, 20, 25, 35)]
+    m = summarize(Replay(Cluster(2, 4), jobs, [Sample(0, 8, 0), Sample(15, 0, 0), Sample(20, 8, 0),
+                                                 Sample(35, 0, 0)]))
+    assert (m["alloc_gpu_s"], m["work_gpu_s"], m["makespan_lower_bound_s"]) == (240, 160, 30)
+    assert m["gpu_alloc_frac"] == pytest.approx(30 / 35) and m["gpu_busy_frac"] == pytest.approx(20 / 35)
+    assert m["gpu_alloc_bound"] == 1 and m["work_gpu_s"] / (8 * 30) == pytest.approx(20 / 30)
+
+
 def test_queueing_delay_runs_to_the_first_start_and_the_bound_uses_the_run_that_finished() -> None:
     # preempted at 4 after starting at 2; started again at 6, done at 16 (a 10 s run)
     m = summarize(Replay(Cluster(1, 4), [job("a", 4, 0, 6, 16, preempted=1, first_start=2)],
