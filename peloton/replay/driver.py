@@ -36,6 +36,7 @@ from peloton.store import db, repo
 
 EPOCH = 1_700_000_000.0  # virtual time 0 on the components' clock (0.0 means "unset" in many records)
 MIN_STEP_S = 0.25  # a timer found due but acted on by no component is looked at again this much later
+TIMER_SLACK_S = 1e-6
 MAX_PASSES = 1000  # passes at one instant before the driver calls the components stuck (a bug, not a trace)
 DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
 
@@ -247,7 +248,10 @@ class Replay:
 
     def _next(self, submit_at: float | None) -> float | None:
         now = self.clock()
-        due = [t for t in (submit_at, self.sim.run_due(now), self.resmgr.next_due()) if t is not None]
+        rm = self.resmgr.next_due(retries=False)
+        # (resmgr compares differences of clock readings: a hair later, so that 0.05 s after is not 0.0499999)
+        due = [t for t in (submit_at, self.sim.run_due(now), rm + TIMER_SLACK_S if rm is not None else None)
+               if t is not None]
         if not due:
             return None
         return max(min(due), now + MIN_STEP_S) if min(due) <= now else min(due)

@@ -436,16 +436,23 @@ class ResourceManager:
             self._probes += find_probes(heads, now, MAX_PROBES - len(self._probes), self._settle_s, self._preemption,
                                         self._held, self._pools, self._ent, self._capacity, self._pre.preempting)
 
-    def next_due(self) -> float | None:
+    def next_due(self, retries: bool = True) -> float | None:
         """The earliest time (this manager's clock) at which a pass with nothing new to act on may act anyway: a
         parked gang's retry, a rate-limited unpark, a starved gang's next probe. None: nothing timed is pending.
-        Never later than the truth (an early answer only costs a pass): a replay jumps its clock here."""
+        Never later than the truth (an early answer only costs a pass): a replay jumps its clock here.
+        `retries` False leaves out what can only repeat the last answer while nothing else changes: a gang parked
+        after an unplaced round (capacity freed brings it back anyway) and the probe again of a starved gang
+        already probed, or refreshing its reservation (a replay steps at every change, and both come due then)."""
         with self._cond:
-            due = [t for t in (self._q.next_unpark(),) if t is not None]
+            first = self._q.next_unpark() if retries else self._q.next_held_unpark()
+            due = [first] if first is not None else []
             if self._unpark:
                 due.append(self._last_unpark + UNPARK_EVERY_S)
             if self._q.starved and self._capacity is not None:
                 for e in self._q.starved_heads():
+                    if not retries and (e.probed_at >= e.starved_since or e.block == "reservation"
+                                        or e.pending_victims(self._pre.preempting)):
+                        continue  # (the last two wait for hosts to free: a change)
                     every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
                     due.append(max(self._next_probe_round, e.starved_since + self._settle_s, e.probed_at + every))
             return min(due) if due else None
