@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.domain.launch import GangLaunch
@@ -130,7 +130,6 @@ class ReplayResult:
     total_gpus: int
     instants: int = 0  # virtual instants stepped
     wall_s: float = 0.0
-    extra: dict[str, float] = field(default_factory=dict)
 
 
 DurationOf = Callable[[Submission, Placement], float]

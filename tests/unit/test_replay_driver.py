@@ -68,5 +68,7 @@ def test_two_runs_give_the_same_result_gangs_whole_and_fast() -> None:
     for j in a.jobs:
         assert j.placement is not None and j.placement.gpus == size[j.name]  # never partial
         assert j.running_s is not None and j.end_s is not None and j.submitted_s <= j.running_s < j.end_s
+        assert j.last_start_s == j.running_s and j.runs == 1 and j.preemptions == 0  # one pool: nothing preempted
     assert max(s.gpus_allocated for s in a.timeline) <= a.total_gpus
+    assert 0 < a.wall_s < wall
     assert wall < 60, f"two replays of 200 jobs over 8 virtual hours took {wall:.1f}s"
