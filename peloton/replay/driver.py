@@ -37,6 +37,7 @@ from peloton.store import db, repo
 EPOCH = 1_700_000_000.0  # virtual time 0 on the components' clock (0.0 means "unset" in many records)
 MIN_STEP_S = 0.25  # a timer found due but acted on by no component is looked at again this much later
 TIMER_SLACK_S = 1e-6
+SAME_INSTANT_S = 1e-6  # between jobs the trace submits at the same second
 MAX_PASSES = 1000  # passes at one instant before the driver calls the components stuck (a bug, not a trace)
 DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
 
@@ -278,8 +279,12 @@ class Replay:
                 now = self.clock() - EPOCH
                 while i < len(self.subs) and self.subs[i].at_s <= now:
                     sub = self.subs[i]
+                    if i and self.subs[i - 1].at_s == sub.at_s:
+                        # resmgr breaks a tie of priority and submission time by gang id, a random one: jobs
+                        # submitted together are a hair apart, in the trace's order, so that every run agrees
+                        self.clock.advance_to(self.clock() + SAME_INSTANT_S)
                     job_id = self.jobmgr.create_job(sub.spec)
-                    r = self._results[sub.name] = JobResult(sub.name, job_id, now)
+                    r = self._results[sub.name] = JobResult(sub.name, job_id, sub.at_s)
                     self._by_job[job_id] = r
                     i += 1
                 self._settle()

@@ -72,3 +72,16 @@ def test_two_runs_give_the_same_result_gangs_whole_and_fast() -> None:
     assert max(s.gpus_allocated for s in a.timeline) <= a.total_gpus
     assert 0 < a.wall_s < wall
     assert wall < 60, f"two replays of 200 jobs over 8 virtual hours took {wall:.1f}s"
+
+
+def test_jobs_submitted_together_start_in_the_traces_order_on_every_run() -> None:
+    def run() -> list[tuple[str, float | None]]:
+        subs = [Submission(0, "hold", _spec("hold", 1, 4))] + [
+            Submission(5, f"s{i}", _spec(f"s{i}", 1, 4)) for i in range(6)]
+        r = Replay(Cluster(hosts=1, gpus=4), subs, lambda s, p: 10.0).run()
+        return [(j.name, j.running_s) for j in r.jobs]
+
+    first = run()
+    assert first == run()
+    starts = [t for name, t in first if name != "hold"]
+    assert starts == sorted(starts) and len(set(starts)) == 6  # one at a time, in the trace's order
