@@ -59,7 +59,7 @@ from peloton.resmgr.callers import Current
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import subtree_sums
-from peloton.resmgr.preemption import Preemptions, Probe, find_probes
+from peloton.resmgr.preemption import PROBE_EVERY_S, RESERVATION_REFRESH_S, Preemptions, Probe, find_probes
 from peloton.resmgr.queues import Entry, QueuedGang, Queues, State
 
 log = logging.getLogger(__name__)
@@ -93,11 +93,14 @@ ORDER_AGAIN_S = 60.0  # a preemption order not acted on (jobmgr restarted) is gi
 
 class ResourceManager:
     def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
-                 preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S, preemption: bool = True):
+                 preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S, preemption: bool = True,
+                 rate_clock: Callable[[], float] = time.monotonic):
         """`preemption_settle_s`: how long a pool's first gang waits before it may preempt or reserve hosts;
-        `preemption` False: it only reserves hosts."""
+        `preemption` False: it only reserves hosts. `rate_clock`: what the unpark rate limit counts in (real time;
+        a replay passes its virtual clock so that the limit, too, is deterministic)."""
         self._load_pools = load_pools
         self.clock = clock
+        self._rate_clock = rate_clock
         self.incarnation = uuid.uuid4().hex  # a new one whenever this forgets every gang (reset)
         self._settle_s = preemption_settle_s
         self._preemption = preemption
@@ -330,7 +333,7 @@ class ResourceManager:
 
     def _admit_locked(self, max_n: int) -> list[GangRequest]:
         now = self.clock()
-        mono = time.monotonic()  # the rate limit protects the CPU: real time, whatever the scheduling clock
+        mono = self._rate_clock()  # the rate limit protects the CPU: real time, whatever the scheduling clock
         if self._unpark and mono - self._last_unpark >= UNPARK_EVERY_S:
             self._q.unpark_all(now)
             self._unpark = False
@@ -432,6 +435,27 @@ class ResourceManager:
         if len(self._probes) < MAX_PROBES and heads:
             self._probes += find_probes(heads, now, MAX_PROBES - len(self._probes), self._settle_s, self._preemption,
                                         self._held, self._pools, self._ent, self._capacity, self._pre.preempting)
+
+    def next_due(self, retries: bool = True) -> float | None:
+        """The earliest time (this manager's clock) at which a pass with nothing new to act on may act anyway: a
+        parked gang's retry, a rate-limited unpark, a starved gang's next probe. None: nothing timed is pending.
+        Never later than the truth (an early answer only costs a pass): a replay jumps its clock here.
+        `retries` False leaves out what can only repeat the last answer while nothing else changes: a gang parked
+        after an unplaced round (capacity freed brings it back anyway) and the probe again of a starved gang
+        already probed, or refreshing its reservation (a replay steps at every change, and both come due then)."""
+        with self._cond:
+            first = self._q.next_unpark() if retries else self._q.next_held_unpark()
+            due = [first] if first is not None else []
+            if self._unpark:
+                due.append(self._last_unpark + UNPARK_EVERY_S)
+            if self._q.starved and self._capacity is not None:
+                for e in self._q.starved_heads():
+                    if not retries and (e.probed_at >= e.starved_since or e.block == "reservation"
+                                        or e.pending_victims(self._pre.preempting)):
+                        continue  # (the last two wait for hosts to free: a change)
+                    every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
+                    due.append(max(self._next_probe_round, e.starved_since + self._settle_s, e.probed_at + every))
+            return min(due) if due else None
 
     def reserving(self) -> list[GangKey]:
         """The waiting gangs the placement engine keeps hosts for (it forgets any other reservation)."""

@@ -271,6 +271,12 @@ class Queues:
         """When the first parked entry is due (None: none parked)."""
         return self._parked[0][0] if self._parked else None
 
+    def next_held_unpark(self) -> float | None:
+        """When the first parked entry held for a back-off is due (the others also return when capacity frees)."""
+        due = [t for t, seq, gid in self._parked
+               if (e := self.entries.get(gid)) is not None and e.seq == seq and e.hold]
+        return min(due) if due else None
+
     def waiting_priorities(self, pool: str) -> list[int]:
         """The priorities of the pool's own WAITING entries, queued or parked (a dry run counts those ahead of a
         new gang): its queue's live items and the parked ones, not every entry."""

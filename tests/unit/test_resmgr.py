@@ -707,3 +707,18 @@ def test_a_long_poll_of_a_replaced_job_manager_is_handed_nothing() -> None:
     waiting.join(5)
     assert got == [([], [])]
     assert [p.gang_id for p in rm.take_placements(10, SHORT, consumer="jobmgr-b")[0]] == ["j/0"]
+
+
+def test_next_due_is_an_unplaced_gangs_retry_unless_only_changes_matter() -> None:
+    clock = Clock()
+    rm = ResourceManager(Pools(), clock=clock, rate_clock=clock)  # (one clock: the replay's)
+    a = gang("a")
+    rm.enqueue([a])
+    assert rm.dequeue(10, 0.0, Resources(cpu=8, mem=4096)) == [a]
+    rm.set_placements([], [failure(a)])
+    clock.t += 0.1
+    assert rm.dequeue(10, 0.0) == []  # (capacity freed: the unpark is done, the gang held for its back-off)
+    assert rm.next_due() == clock.t - 0.1 + RETRY_AFTER_FAILED_PLACEMENT_S
+    # a replay leaves the retry out: with nothing changed it can only fail again; the first probe past the
+    # settling window (10 s from its first failure) is still due
+    assert rm.next_due(retries=False) == clock.t - 0.1 + 10.0

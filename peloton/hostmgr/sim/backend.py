@@ -172,7 +172,10 @@ class SimBackend:
     """Backend of simulated hosts and tasks. Thread-safe."""
 
     def __init__(self, hosts: list[HostConfig], *, seed: int = 0, clock: Callable[[], float] = time.time,
-                 timer_thread: bool = True) -> None:
+                 timer_thread: bool = True,
+                 duration_of: Callable[[GangLaunch], float | None] | None = None) -> None:
+        """`duration_of`: how long every member of a gang runs, decided from the placement it got (a replay's work
+        model, peloton/replay); None asks each member's environment (PELOTON_SIM_DURATION)."""
         if not hosts:
             raise InvalidArgument("the sim backend needs at least one host", field="hosts")
         self._hosts: dict[str, HostUsage] = {}
@@ -183,6 +186,7 @@ class SimBackend:
         self.seed = seed
         self._clock = clock
         self._timer_thread = timer_thread
+        self._duration_of = duration_of
         self._lock = threading.Lock()
         self._cond = threading.Condition(self._lock)
         self._tasks: dict[str, _Task] = {}
@@ -311,6 +315,7 @@ class SimBackend:
         if why is not None:
             return LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, why[0], why[1])
         tasks: list[_Task] = []
+        decided = self._duration_of(g) if self._duration_of is not None else None
         for spec in g.tasks:
             try:
                 b = behaviour(spec.env, self.seed, spec.task_id)
@@ -325,7 +330,7 @@ class SimBackend:
             if res is not usage.resources:
                 # one shared vector per shape of task: memory at scale
                 usage = RunningTask(usage.task_id, usage.hostname, res, usage.gpu_ids, usage.ports)
-            tasks.append(_Task(usage, b.duration, b.exit_code))
+            tasks.append(_Task(usage, b.duration if decided is None else decided, b.exit_code))
         if len(self._resources) > _INTERNED_MAX:
             self._resources.clear()
         for t in tasks:

@@ -1,0 +1,315 @@
+"""Replay: the production job manager, resource manager, placement engine and host manager (sim backend) run a
+trace in virtual time, deterministically, as fast as the CPU allows (docs/architecture.md, "Virtual time (replay)").
+
+No loop thread runs. The driver builds the components as server.py does, then at each virtual instant steps them
+in a fixed order (jobs due are submitted; the sim backend ends the tasks whose time has come; the job manager
+applies their statuses; the placement engine runs a round; the launcher launches what was placed; statuses again)
+until a pass does nothing, and jumps the clock to the next thing that is due: a submission, a sim task's end, or a
+timer of resmgr's (a parked gang's retry, a probe for a starved gang, `ResourceManager.next_due`). Every long poll
+is asked with a zero timeout, so nothing waits on the real clock. The job manager's writer and side-effect threads
+are work queues, not timers: after each step the driver waits until both are idle (a query through every writer
+shard, then `SideEffects.drain`), so each step sees everything the one before it caused, in the same order on
+every run.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import threading
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from peloton.domain.launch import GangLaunch
+from peloton.domain.model import ResourcePool
+from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec
+from peloton.hostmgr.inprocess import InProcessHostManager
+from peloton.hostmgr.manager import HostManager
+from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts
+from peloton.jobmgr.manager import JobManager
+from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.inprocess import InProcessResourceManager
+from peloton.resmgr.manager import ResourceManager
+from peloton.store import db, repo
+
+EPOCH = 1_700_000_000.0  # virtual time 0 on the components' clock (0.0 means "unset" in many records)
+MIN_STEP_S = 0.25  # a timer found due but acted on by no component is looked at again this much later
+TIMER_SLACK_S = 1e-6
+SAME_INSTANT_S = 1e-6  # between jobs the trace submits at the same second
+MAX_PASSES = 1000  # passes at one instant before the driver calls the components stuck (a bug, not a trace)
+DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
+
+
+class VirtualClock:
+    """loop.Clock and the components' `clock()`: time moves only when the driver says so. `wait` never blocks
+    (nothing waits in a replay: every poll has a zero timeout)."""
+
+    def __init__(self, start: float = EPOCH) -> None:
+        self.t = start
+
+    def __call__(self) -> float:
+        return self.t
+
+    def now(self) -> float:
+        return self.t
+
+    def wait(self, event: threading.Event, timeout: float) -> bool:
+        return event.is_set()
+
+    def advance_to(self, t: float) -> None:
+        if t < self.t:
+            raise ValueError(f"the virtual clock goes back: {t} < {self.t}")
+        self.t = t
+
+
+@dataclass(frozen=True, slots=True)
+class Cluster:
+    """`hosts` sim hosts of `gpus` GPUs each, spread over `racks` racks (drawn from `seed`)."""
+
+    hosts: int
+    gpus: int
+    racks: int = 1
+    cpu: float = 64.0
+    mem_mb: float = 256 * 1024.0
+    seed: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Submission:
+    """A trace's job: submitted at `at_s` (virtual seconds from the start), known by `name` in the results."""
+
+    at_s: float
+    name: str
+    spec: JobSpec
+
+
+@dataclass(frozen=True, slots=True)
+class Placement:
+    """Where one run of a gang went: (hostname, GPUs there) per host, in host order; and its racks."""
+
+    hosts: tuple[tuple[str, int], ...]
+    racks: tuple[str, ...]
+
+    @property
+    def gpus(self) -> int:
+        return sum(n for _, n in self.hosts)
+
+
+@dataclass(slots=True)
+class JobResult:
+    """Virtual seconds from the start of the replay. `running_s`: when every member of its first run ran (a gang
+    starts whole); `last_start_s`: its last run's start (later when it was preempted); `end_s`: when it ended."""
+
+    name: str
+    job_id: str
+    submitted_s: float
+    state: str = ""
+    running_s: float | None = None
+    last_start_s: float | None = None
+    end_s: float | None = None
+    placement: Placement | None = None  # its last run's
+    runs: int = 0
+    preemptions: int = 0
+
+
+@dataclass(frozen=True, slots=True)
+class Sample:
+    """The cluster at virtual second `t`, after every component acted: GPUs held by running members, gangs queued
+    (waiting for admission or placement)."""
+
+    t: float
+    gpus_allocated: int
+    queued: int
+
+
+@dataclass(slots=True)
+class ReplayResult:
+    jobs: list[JobResult]
+    timeline: list[Sample]
+    total_gpus: int
+    instants: int = 0  # virtual instants stepped
+    wall_s: float = 0.0
+
+
+DurationOf = Callable[[Submission, Placement], float]
+
+
+class Replay:
+    """One replay: `run()` once. `duration_of(submission, placement)`: how long a run of the job's gang lasts on
+    that placement (the work model's answer), in virtual seconds."""
+
+    def __init__(self, cluster: Cluster, submissions: Sequence[Submission], duration_of: DurationOf, *,
+                 pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
+                 store_url: str | None = None, seed: int = 0) -> None:
+        names = [s.name for s in submissions]
+        if len(set(names)) != len(names):
+            raise ValueError("submissions: names must be unique")
+        for s in submissions:
+            if not s.at_s >= 0:
+                raise ValueError(f"submissions[{s.name}].at_s: must be >= 0, got {s.at_s}")
+        self.cluster = cluster
+        self.subs = sorted(submissions, key=lambda s: (s.at_s, s.name))  # stable whatever the input's order
+        self.duration_of = duration_of
+        self.clock = VirtualClock()
+        self._tmp: tempfile.TemporaryDirectory[str] | None = None
+        if store_url is None:
+            self._tmp = tempfile.TemporaryDirectory(prefix="peloton-replay-")
+            store_url = f"sqlite:///{Path(self._tmp.name) / 'replay.db'}"
+        self.url = store_url
+        self._pools = list(pools)
+        self._preemption = preemption
+        self._settle_s = preemption_settle_s
+        self._seed = seed
+        self._results: dict[str, JobResult] = {}
+        self._by_job: dict[str, JobResult] = {}
+        self._subs_by_name = {s.name: s for s in self.subs}
+
+    # --- wiring (as server.py, without loops) -----------------------------------------------------------------
+    def _build(self) -> None:
+        c, clock = self.cluster, self.clock
+        db.upgrade(self.url)
+        self.engine_db = db.make_engine(self.url)
+        sessions, read = db.make_sessions(self.engine_db), db.make_read_sessions(self.engine_db)
+        with db.transaction(sessions) as s:
+            repo.ensure_root_pool(s, clock())
+            for p in self._pools:
+                repo.create_pool(s, p)
+
+        def load_pools() -> list[ResourcePool]:
+            with db.transaction(sessions) as s:
+                return repo.list_pools(s)
+
+        hosts = make_sim_hosts(c.hosts, Resources(cpu=c.cpu, mem=c.mem_mb, gpu=c.gpus), racks=c.racks,
+                               seed=c.seed)
+        self._rack = {h.hostname: h.labels["rack"] for h in hosts}
+        self.sim = SimBackend(hosts, seed=self._seed, clock=clock, timer_thread=False, duration_of=self._launched)
+        self.hostmgr = HostManager(self.sim, clock=clock)
+        self.resmgr = ResourceManager(load_pools, clock=clock, preemption_settle_s=self._settle_s,
+                                      preemption=self._preemption, rate_clock=clock)
+        rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
+        self.hostmgr.start()
+        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock)
+        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock)
+        self.jobmgr.start()
+        self.jobmgr.recover()
+
+    def _close(self) -> None:
+        self.jobmgr.stop()
+        self.hostmgr.stop()
+        self.engine_db.dispose()
+        if self._tmp is not None:
+            self._tmp.cleanup()
+
+    # --- the sim backend asks how long a gang runs (at its launch: every member RUNNING at this instant) ------
+    def _launched(self, g: GangLaunch) -> float | None:
+        r = self._by_job.get(g.tasks[0].job_id) if g.tasks else None
+        if r is None:
+            return None  # not a job of this replay's (none is): the member's own environment decides
+        per_host: dict[str, int] = {}
+        for t in g.tasks:
+            per_host[t.hostname] = per_host.get(t.hostname, 0) + len(t.gpu_ids)
+        hosts = tuple(sorted(per_host.items()))
+        p = Placement(hosts, tuple(sorted({self._rack[h] for h, _ in hosts})))
+        now = self.clock() - EPOCH
+        if r.running_s is None:
+            r.running_s = now
+        r.last_start_s, r.placement = now, p
+        r.runs += 1
+        d = float(self.duration_of(self._subs_by_name[r.name], p))
+        if not d > 0:
+            raise ValueError(f"duration_of({r.name}): must be > 0 seconds, got {d}")
+        return d
+
+    # --- stepping -----------------------------------------------------------------------------------------------
+    def _idle(self) -> None:
+        """Wait until the writer threads and the side-effect thread have done everything asked of them so far."""
+        for w in self.jobmgr.writer.shards:
+            w.read(lambda views: None)
+        if not self.jobmgr.effects.drain(DRAIN_TIMEOUT_S):
+            raise RuntimeError("replay: the job manager's side effects were not sent in time")
+
+    def _settle(self) -> None:
+        """Step every component at this instant until a whole pass does nothing."""
+        now = self.clock()
+        for _ in range(MAX_PASSES):
+            self.sim.run_due(now)
+            busy = self.jobmgr.events_once(0)
+            self._idle()
+            busy = self.placement.run_once() or busy
+            busy = self.jobmgr.launcher.launch_once(0) or busy
+            self._idle()
+            busy = self.jobmgr.events_once(0) or busy
+            self._idle()
+            if not busy:
+                return
+        raise RuntimeError(f"replay: the components did not settle at virtual second {now - EPOCH:.3f}")
+
+    def _next(self, submit_at: float | None) -> float | None:
+        now = self.clock()
+        rm = self.resmgr.next_due(retries=False)
+        # (resmgr compares differences of clock readings: a hair later, so that 0.05 s after is not 0.0499999)
+        due = [t for t in (submit_at, self.sim.run_due(now), rm + TIMER_SLACK_S if rm is not None else None)
+               if t is not None]
+        if not due:
+            return None
+        return max(min(due), now + MIN_STEP_S) if min(due) <= now else min(due)
+
+    def _sample(self, timeline: list[Sample]) -> None:
+        gpus = sum(t.resources.gpu for t in self.sim.running())
+        _, queued = self.resmgr.queue("", 0)
+        s = Sample(self.clock() - EPOCH, gpus, queued)
+        if not timeline or (timeline[-1].gpus_allocated, timeline[-1].queued) != (gpus, queued):
+            timeline.append(s)
+
+    def _done(self, submitted: int) -> bool:
+        if submitted < len(self.subs) or self.sim.running():
+            return False
+        _, queued = self.resmgr.queue("", 0)
+        return queued == 0
+
+    def run(self) -> ReplayResult:
+        start = time.perf_counter()
+        self._build()
+        try:
+            timeline: list[Sample] = []
+            i, instants = 0, 0
+            while True:
+                now = self.clock() - EPOCH
+                while i < len(self.subs) and self.subs[i].at_s <= now:
+                    sub = self.subs[i]
+                    if i and self.subs[i - 1].at_s == sub.at_s:
+                        # resmgr breaks a tie of priority and submission time by gang id, a random one: jobs
+                        # submitted together are a hair apart, in the trace's order, so that every run agrees
+                        self.clock.advance_to(self.clock() + SAME_INSTANT_S)
+                    job_id = self.jobmgr.create_job(sub.spec)
+                    r = self._results[sub.name] = JobResult(sub.name, job_id, sub.at_s)
+                    self._by_job[job_id] = r
+                    i += 1
+                self._settle()
+                self._sample(timeline)
+                instants += 1
+                if self._done(i):
+                    break
+                nxt = self._next(EPOCH + self.subs[i].at_s if i < len(self.subs) else None)
+                if nxt is None:
+                    _, queued = self.resmgr.queue("", 0)
+                    raise RuntimeError(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and "
+                                       "nothing due that could start them")
+                self.clock.advance_to(nxt)
+            self._collect()
+        finally:
+            self._close()
+        total = self.cluster.hosts * self.cluster.gpus
+        return ReplayResult([self._results[s.name] for s in self.subs], timeline, total, instants,
+                            time.perf_counter() - start)
+
+    def _collect(self) -> None:
+        """End state, end time and preemptions from the job manager's records (the store's)."""
+        for r in self._results.values():
+            rec = self.jobmgr.get_job(r.job_id)
+            r.state = rec.job.state.value
+            r.end_s = rec.job.completed_at - EPOCH if rec.job.completed_at else None
+            r.preemptions = sum(g.preemptions for g in rec.gangs)
+

@@ -1,0 +1,87 @@
+"""The replay driver: the real components in virtual time (peloton/replay/driver.py)."""
+
+from __future__ import annotations
+
+import random
+import time
+
+from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec
+from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Submission
+
+
+def _spec(name: str, members: int, gpus: int) -> JobSpec:
+    return JobSpec(name=name, instances=members, command="train", resources=Resources(cpu=1, mem=1024, gpu=gpus))
+
+
+def _trace(n: int, seed: int) -> tuple[list[Submission], dict[str, float]]:
+    rng = random.Random(seed)
+    subs, work = [], {}
+    for i in range(n):
+        members = rng.choice([1, 1, 2, 4, 8])
+        gpus = rng.choice([1, 2, 4]) if members == 1 else 4
+        subs.append(Submission(rng.uniform(0, 8 * 3600), f"j{i}", _spec(f"j{i}", members, gpus)))
+        work[f"j{i}"] = rng.uniform(300, 3600)
+    return subs, work
+
+
+def _run(n: int, seed: int) -> ReplayResult:
+    subs, work = _trace(n, seed)
+
+    def duration(s: Submission, p: Placement) -> float:
+        return work[s.name] * (1.0 if len(p.racks) == 1 else 1.2)  # a worse placement runs longer
+
+    return Replay(Cluster(hosts=16, gpus=4, racks=4), subs, duration).run()
+
+
+def _outcome(r: ReplayResult) -> list[tuple[object, ...]]:
+    return [(j.name, j.state, j.running_s, j.end_s, j.placement, j.preemptions) for j in r.jobs]
+
+
+def test_a_later_job_starts_exactly_when_the_earlier_one_ends() -> None:
+    subs = [Submission(0, "first", _spec("first", 2, 4)), Submission(10, "second", _spec("second", 2, 4))]
+    r = Replay(Cluster(hosts=2, gpus=4), subs, lambda s, p: 100.0).run()
+    first, second = r.jobs
+    assert (first.running_s, first.end_s) == (0.0, 100.0)
+    assert (second.submitted_s, second.running_s, second.end_s) == (10.0, 100.0, 200.0)
+    assert first.state == second.state == "SUCCEEDED"
+    assert first.placement is not None and first.placement.hosts == (("sim-00000", 4), ("sim-00001", 4))
+    assert [(s.t, s.gpus_allocated, s.queued) for s in r.timeline] == [
+        (0.0, 8, 0), (10.0, 8, 1), (100.0, 8, 0), (200.0, 0, 0)]
+
+
+def test_duration_follows_the_placement() -> None:
+    subs = [Submission(0, "a", _spec("a", 1, 4))]
+    r = Replay(Cluster(hosts=1, gpus=4), subs, lambda s, p: 50.0 * p.gpus).run()
+    assert r.jobs[0].end_s == 200.0
+
+
+def test_two_runs_give_the_same_result_gangs_whole_and_fast() -> None:
+    start = time.perf_counter()
+    a, b = _run(200, 7), _run(200, 7)
+    wall = time.perf_counter() - start
+    assert _outcome(a) == _outcome(b)
+    assert a.timeline == b.timeline
+    assert all(j.state == "SUCCEEDED" for j in a.jobs)
+    subs, _ = _trace(200, 7)
+    size = {s.name: s.spec.instances * s.spec.resources.gpu for s in subs}
+    for j in a.jobs:
+        assert j.placement is not None and j.placement.gpus == size[j.name]  # never partial
+        assert j.running_s is not None and j.end_s is not None and j.submitted_s <= j.running_s < j.end_s
+        assert j.last_start_s == j.running_s and j.runs == 1 and j.preemptions == 0  # one pool: nothing preempted
+    assert max(s.gpus_allocated for s in a.timeline) <= a.total_gpus
+    assert 0 < a.wall_s < wall
+    assert wall < 60, f"two replays of 200 jobs over 8 virtual hours took {wall:.1f}s"
+
+
+def test_jobs_submitted_together_start_in_the_traces_order_on_every_run() -> None:
+    def run() -> list[tuple[str, float | None]]:
+        subs = [Submission(0, "hold", _spec("hold", 1, 4))] + [
+            Submission(5, f"s{i}", _spec(f"s{i}", 1, 4)) for i in range(6)]
+        r = Replay(Cluster(hosts=1, gpus=4), subs, lambda s, p: 10.0).run()
+        return [(j.name, j.running_s) for j in r.jobs]
+
+    first = run()
+    assert first == run()
+    starts = [t for name, t in first if name != "hold" and t is not None]
+    assert starts == sorted(starts) and len(set(starts)) == 6  # one at a time, in the trace's order
