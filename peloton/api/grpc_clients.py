@@ -90,8 +90,8 @@ def _keys(keys: Sequence[GangKey]) -> list[internal_pb2.GangKey]:
     return [internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in keys]
 
 
-class GrpcResourceManager:
-    """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several)."""
+class _GrpcClient:
+    """A typed client's gRPC side: one method of its stub called, a failed call raised as the project's error."""
 
     def __init__(self, stub: Any) -> None:
         self._stub = stub
@@ -101,6 +101,10 @@ class GrpcResourceManager:
             return getattr(self._stub, method)(request, timeout=timeout_s)
         except grpc.RpcError as e:
             raise _error(e) from None
+
+
+class GrpcResourceManager(_GrpcClient):
+    """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several)."""
 
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest]) -> None:
         adopted = [convert.gang_request_to_proto(g) for g in running]
@@ -162,17 +166,8 @@ class GrpcResourceManager:
         return [AdmissionPreview(p.reason, p.ahead) for p in r.gangs]
 
 
-class GrpcHostManager:
+class GrpcHostManager(_GrpcClient):
     """HostManagerClient over a HostManagerInternal stub (a ConnectedStub, or a FailoverStub of them)."""
-
-    def __init__(self, stub: Any) -> None:
-        self._stub = stub
-
-    def _call(self, method: str, request: Any, timeout_s: float) -> Any:
-        try:
-            return getattr(self._stub, method)(request, timeout=timeout_s)
-        except grpc.RpcError as e:
-            raise _error(e) from None
 
     def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
         r = self._call("SyncHosts", internal_pb2.SyncHostsRequest(since_version=since_version, stream_id=stream_id),

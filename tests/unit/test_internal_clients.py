@@ -20,19 +20,8 @@ from peloton.hostmgr.manager import HostManager
 from peloton.leadership.failover import FailoverStub
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
+from tests.unit.test_failover import LocalRpcError
 from tests.unit.test_hostmgr_manager import FakeBackend
-
-
-class Failed(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str) -> None:
-        super().__init__(details)
-        self._code, self._details = code, details
-
-    def code(self) -> grpc.StatusCode:
-        return self._code
-
-    def details(self) -> str:
-        return self._details
 
 
 class FailingStub:
@@ -57,13 +46,13 @@ class FailingStub:
 ])
 def test_a_failed_call_is_the_error_of_its_code(code: grpc.StatusCode, cls: type[errors.PelotonError]) -> None:
     with pytest.raises(errors.PelotonError) as e:
-        GrpcResourceManager(FailingStub(Failed(code, "the details"))).remove_gangs([("j/0", 1)])
+        GrpcResourceManager(FailingStub(LocalRpcError(code, "the details"))).remove_gangs([("j/0", 1)])
     assert type(e.value) is cls and e.value.message == "the details"
 
 
 def test_unavailable_is_never_taken_for_not_sent_by_its_text() -> None:
     """gRPC's words for a connection it could not make, on a call that was sent: the outcome is unknown."""
-    stub = FailingStub(Failed(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"))
+    stub = FailingStub(LocalRpcError(grpc.StatusCode.UNAVAILABLE, "failed to connect to all addresses"))
     with pytest.raises(errors.Unavailable) as e:
         GrpcHostManager(stub).launch([])
     assert not isinstance(e.value, errors.Unreachable) and stub.calls == ["LaunchGangs"]
