@@ -288,32 +288,6 @@ def test_subscribe_stream_id_and_calls(masters: Callable[[], FakeMaster], client
         c.call(c.protocol.subscribe_call())
 
 
-def test_a_slow_call_holds_up_no_other_call(masters: Callable[[], FakeMaster], clients: Any) -> None:
-    """No lock is held while a call is sent and answered: a call the master is slow to answer (or one sleeping
-    between 503 retries) does not stop another thread's call; each goes on a keep-alive connection of its own."""
-    m = masters()
-    m.subscribe_plan = [Stream([subscribed()])]
-    c, rec = clients([m.url])
-    rec.wait(n_of(Subscribed))
-    m.hold["DECLINE"] = threading.Event()
-    slow: list[Any] = []
-    t = threading.Thread(target=lambda: slow.append(c.call(c.protocol.decline(["o1"], 1))))
-    t.start()
-    deadline = time.monotonic() + 5
-    while not m.bodies("DECLINE") and time.monotonic() < deadline:
-        time.sleep(0.01)
-    t0 = time.monotonic()
-    assert c.call(c.protocol.revive()) == (202, "")  # answered while the DECLINE still waits
-    assert time.monotonic() - t0 < 2.0 and not slow
-    m.hold["DECLINE"].set()
-    t.join(5)
-    assert slow == [(202, "")]
-    calls = [r for r in m.requests if r[0]["type"] in ("DECLINE", "REVIVE")]
-    assert calls[0][2] != calls[1][2]  # two connections
-    assert c.call(c.protocol.suppress()) == (202, "")
-    assert m.requests[-1][2] in {calls[0][2], calls[1][2]}  # kept alive for the next call
-
-
 def test_call_before_subscribing(clients: Any) -> None:
     c, _ = clients(["http://127.0.0.1:9"])  # nothing listens there
     with pytest.raises(NotSubscribedError):

@@ -5,8 +5,7 @@ errors on every master in turn with exponential backoff and jitter), reads the R
 with a socket read timeout of heartbeat × miss factor, and hands typed events to `on_event` from its thread.
 Any end of the stream (EOF, ERROR event, silence, read error) is reported as a Disconnected event and followed
 by a re-subscribe, except after a fatal ERROR ("Framework failed over" / "Framework has been removed"): then it
-waits for `resume()`. Calls go on separate keep-alive connections (one per call in flight, kept for the next)
-with the Mesos-Stream-Id header; no lock is held while one is sent or retried.
+waits for `resume()`. Calls go on a separate keep-alive connection with the Mesos-Stream-Id header.
 All decisions live in protocol.py; this module only moves bytes.
 """
 
@@ -42,7 +41,6 @@ log = logging.getLogger(__name__)
 __all__ = ["MesosCallFailed", "MesosClient", "MesosClientError", "MesosHTTPError", "NotSubscribedError"]
 
 MAX_REDIRECTS = 3
-MAX_IDLE_CALL_CONNS = 4  # keep-alive connections for calls kept while unused (more at once are opened, then closed)
 _MAX_ERROR_BODY = 4096
 _RECONNECT_ERRORS = (http.client.RemoteDisconnected, BrokenPipeError, ConnectionResetError)
 
@@ -117,13 +115,12 @@ class MesosClient:
         self._wake = threading.Event()
         self._sleep = sleep if sleep is not None else self._stop.wait
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # guards _stream_conn, _idle_calls, _calls_closed (memory only)
+        self._lock = threading.Lock()  # guards _stream_conn
         self._stream_conn: http.client.HTTPConnection | None = None
-        # keep-alive connections for calls not in use: (master, connection, last used). A call takes one (or opens
-        # one) and gives it back, so no lock is held while it is sent, answered or retried; concurrent calls go on
-        # connections of their own (a thread's own calls stay in order: each returns before the next is sent)
-        self._idle_calls: list[tuple[str, http.client.HTTPConnection, float]] = []
-        self._calls_closed = False
+        self._call_lock = threading.Lock()  # one call at a time on the keep-alive connection (keeps their order)
+        self._call_conn: http.client.HTTPConnection | None = None
+        self._call_conn_base = ""
+        self._call_conn_used_at = 0.0
         self._next_master = 0
         self.leader: str | None = None  # base URL of the master our stream is bound to
         # a SUBSCRIBE fails over whoever is subscribed as the framework: only a daemon that leads may send one (a
@@ -139,8 +136,6 @@ class MesosClient:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
-        with self._lock:
-            self._calls_closed = False
         self._thread = threading.Thread(target=self._run, name="mesos-subscription", daemon=True)
         self._thread.start()
 
@@ -149,11 +144,8 @@ class MesosClient:
         self._stop.set()
         self._wake.set()
         self._close_stream()
-        with self._lock:
-            self._calls_closed = True
-            idle, self._idle_calls = self._idle_calls, []
-        for _, conn, _ in idle:
-            conn.close()
+        with self._call_lock:
+            self._close_call_conn()
         t = self._thread
         if t is not None and t is not threading.current_thread():
             t.join(timeout_s)
@@ -323,69 +315,52 @@ class MesosClient:
         if call_type == "SUBSCRIBE":
             raise CallError("SUBSCRIBE is sent by the subscription thread only")
         payload = json.dumps(body).encode()
-        status, text = 0, ""
-        for attempt in range(self.call_503_retries + 1):
-            base = self.leader
-            if base is None or self.protocol.stream_id is None:
-                raise NotSubscribedError(f"{call_type}: not subscribed to a Mesos master")
-            status, text = self._post(base, payload, self._headers(subscribe=False), call_type)
-            if status != 503 or attempt == self.call_503_retries:
-                break
-            self._sleep(CALL_503_BACKOFF.delay(attempt, self._rand()))
+        with self._call_lock:
+            status, text = 0, ""
+            for attempt in range(self.call_503_retries + 1):
+                base = self.leader
+                if base is None or self.protocol.stream_id is None:
+                    raise NotSubscribedError(f"{call_type}: not subscribed to a Mesos master")
+                status, text = self._post(base, payload, self._headers(subscribe=False), call_type)
+                if status != 503 or attempt == self.call_503_retries:
+                    break
+                self._sleep(CALL_503_BACKOFF.delay(attempt, self._rand()))
         if 200 <= status < 300:
             return status, text
         raise MesosHTTPError(status, text, call_type)
 
-    def _take_call_conn(self, base: str) -> http.client.HTTPConnection | None:
-        """An idle keep-alive connection to `base` used lately, or None (the caller opens one). Idle ones to
-        another master, or idle too long, are closed (avoid racing the server closing an idle connection)."""
-        now = self._clock()
-        stale: list[http.client.HTTPConnection] = []
-        found = None
-        with self._lock:
-            keep = []
-            for b, conn, used_at in self._idle_calls:
-                if b != base or now - used_at > self.call_idle_reconnect_s:
-                    stale.append(conn)
-                elif found is None:
-                    found = conn
-                else:
-                    keep.append((b, conn, used_at))
-            self._idle_calls = keep
-        for conn in stale:
-            conn.close()
-        return found
-
-    def _give_back_call_conn(self, base: str, conn: http.client.HTTPConnection) -> None:
-        with self._lock:
-            if not self._calls_closed and len(self._idle_calls) < MAX_IDLE_CALL_CONNS:
-                self._idle_calls.append((base, conn, self._clock()))
-                return
-        conn.close()
+    def _close_call_conn(self) -> None:
+        if self._call_conn is not None:
+            self._call_conn.close()
+            self._call_conn = None
 
     def _post(self, base: str, payload: bytes, headers: dict[str, str], call_type: str) -> tuple[int, str]:
+        now = self._clock()
+        if (self._call_conn is not None and (self._call_conn_base != base
+                                             or now - self._call_conn_used_at > self.call_idle_reconnect_s)):
+            self._close_call_conn()  # avoid racing the server closing an idle keep-alive connection
         for _ in range(2):
-            conn = self._take_call_conn(base)
-            reused = conn is not None
-            if conn is None:
-                conn = self._connect(base, self.request_timeout_s)
+            reused = self._call_conn is not None
+            if self._call_conn is None:
+                self._call_conn = self._connect(base, self.request_timeout_s)
+                self._call_conn_base = base
+            conn = self._call_conn
             try:
                 conn.request("POST", API_PATH, body=payload, headers=headers)
                 resp = conn.getresponse()
                 text = _read_text(resp)
             except _RECONNECT_ERRORS as e:
-                conn.close()
+                self._close_call_conn()
                 if reused:  # the server closed the kept-alive connection before reading our request
                     log.debug("mesos: call connection was closed (%r); reconnecting", e)
                     continue
                 raise MesosCallFailed(f"{call_type} to {base}: {e!r}") from e
             except (OSError, http.client.HTTPException) as e:
-                conn.close()
+                self._close_call_conn()
                 raise MesosCallFailed(f"{call_type} to {base}: {e!r}") from e
+            self._call_conn_used_at = self._clock()
             if resp.will_close:
-                conn.close()
-            else:
-                self._give_back_call_conn(base, conn)
+                self._close_call_conn()
             if resp.status == 307:
                 text = f"not the leader any more (Location: {resp.getheader('Location', '')}) {text}".strip()
             return resp.status, text
