@@ -25,8 +25,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
+from peloton.modelaware import hostlabels
 from peloton.modelaware.gpus import DEFAULT_TABLE, LINK_GBYTES_S, NIC_EFFICIENCY, GpuTable
 
 RING = "allreduce-ring"

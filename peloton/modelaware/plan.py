@@ -22,8 +22,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
+from peloton.modelaware import hostlabels
 from peloton.modelaware.cost import (
     DEFAULT_GPU_LINK,
     DEFAULT_GPU_MODEL,
@@ -568,7 +568,7 @@ class PlanChoice:
 
 
 def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
-    """A host as the search sees it, its hardware from the well-known labels (peloton/domain/hostlabels.py); a
+    """A host as the search sees it, its hardware from the well-known labels (peloton/modelaware/hostlabels.py); a
     label that does not check counts as absent (the host manager refuses bad labels where hosts are declared, and
     reports a Mesos agent's)."""
     model, nic, link = _hardware(labels.get(hostlabels.GPU_MODEL), labels.get(hostlabels.NIC_GBPS),

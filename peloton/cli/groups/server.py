@@ -26,9 +26,9 @@ else:
 def _sim_settings(a: argparse.Namespace) -> SimSettings | None:
     """The SimSettings of `server --backend sim`, checked (errors name the flag); None for another backend."""
     from peloton.domain.hostgroups import parse_host_groups
-    from peloton.domain.hostlabels import check_for_hosts, parse_labels
     from peloton.domain.resources import parse_resources_flag
     from peloton.hostmgr.sim.backend import SimSettings
+    from peloton.modelaware.hostlabels import check_for_hosts, parse_labels
 
     flags = {"--sim-hosts": a.sim_hosts, "--sim-host-resources": a.sim_host_resources, "--sim-racks": a.sim_racks,
              "--sim-seed": a.sim_seed, "--sim-ports-per-host": a.sim_ports_per_host,
@@ -78,8 +78,8 @@ def _local_hosts(a: argparse.Namespace) -> tuple[int | None, Resources | None, d
     """`--local-hosts`, `--local-host-resources`, `--local-host-labels`, `--local-host-group`, checked (errors
     name the flag)."""
     from peloton.domain.hostgroups import parse_host_groups
-    from peloton.domain.hostlabels import check_for_hosts, parse_labels
     from peloton.domain.resources import parse_resources_flag
+    from peloton.modelaware.hostlabels import check_for_hosts, parse_labels
 
     if a.backend == "mesos":
         for flag, value in (("--local-hosts", a.local_hosts), ("--local-host-resources", a.local_host_resources),
