@@ -64,6 +64,7 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/cli_bench.py $(CLI_ARGS)
 	$(BIN)/python benchmarks/scheduling_bench.py $(SCHEDULING_ARGS)
 	$(BIN)/python benchmarks/model_bench.py $(MODEL_ARGS)
+	$(BIN)/python benchmarks/durability_bench.py
 
 clean:
 	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache .hypothesis

@@ -189,7 +189,7 @@ class Daemon:
         if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (self.postgres and "hostmgr" in roles):
             db.upgrade(self.url)  # (a SQLite file is created owner-only first: db.own_sqlite_file)
             self.hold.record()
-            self.engine = db.make_engine(self.url, self.hold.session)
+            self.engine = db.make_engine(self.url, self.hold.session, cfg.store_durability)
             self.sessions = db.make_sessions(self.engine)
             self.read_sessions = db.make_read_sessions(self.engine)
             self.hold.fence_commits(self.sessions, self.postgres)

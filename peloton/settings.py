@@ -44,6 +44,7 @@ class ServerConfig:
     listen: str
     db_url: str | None
     data_dir: Path
+    store_durability: str = "full"  # --store-durability: what a commit promises (store/db.py FULL, RELAXED)
     local_hosts: int | None = None
     local_host_resources: Resources | None = None
     local_host_labels: dict[str, str] = field(default_factory=dict)  # --local-host-labels: of the plain form's hosts

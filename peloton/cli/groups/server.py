@@ -22,6 +22,9 @@ else:
 
         return Path(*parts)
 
+# store/db.py DURABILITIES, the default first (not imported from there: the parser must not load SQLAlchemy)
+STORE_DURABILITIES = ("full", "relaxed")
+
 
 def _sim_settings(a: argparse.Namespace) -> SimSettings | None:
     """The SimSettings of `server --backend sim`, checked (errors name the flag); None for another backend."""
@@ -152,7 +155,7 @@ def cmd_server(a: argparse.Namespace) -> int:
     elif a.mesos_master:
         raise InvalidArgument("--mesos-master: only with --backend mesos")
     cfg = ServerConfig(
-        listen=a.listen, db_url=a.db, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
+        listen=a.listen, db_url=a.db, store_durability=a.store_durability, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
         local_hosts=local_hosts, local_host_resources=res, local_host_labels=local_labels,
         local_host_groups=local_groups, local_port_base=a.local_port_base,
         metrics_listen=a.metrics_listen, backend=a.backend, mesos=mesos,
@@ -310,6 +313,10 @@ def _store_flags(s: argparse.ArgumentParser) -> None:
                    help="print the effective settings (file, environment, flags) as TOML and exit")
     s.add_argument("--listen", default=config.DEFAULT_LISTEN, help="gRPC HOST:PORT (default %(default)s)")
     s.add_argument("--db", default=None, help="database URL (default: SQLite in the data dir)")
+    s.add_argument("--store-durability", choices=STORE_DURABILITIES, default=STORE_DURABILITIES[0],
+                   help="full: a change reported to a client survives a power loss (every commit synced); relaxed: "
+                        "it survives the daemon's crash, a power loss may take back the last commits (faster, "
+                        "above all on PostgreSQL) (default %(default)s)")
     s.add_argument("--data-dir", default=None,
                    help="default: $PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton "
                         "(/var/lib/peloton for root)")
