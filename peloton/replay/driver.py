@@ -142,7 +142,9 @@ class Replay:
 
     def __init__(self, cluster: Cluster, submissions: Sequence[Submission], duration_of: DurationOf, *,
                  pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
-                 store_url: str | None = None, seed: int = 0) -> None:
+                 store_url: str | None = None, seed: int = 0, order: str = "backfill") -> None:
+        if order not in ("backfill", "fifo"):
+            raise ValueError(f"order: must be backfill or fifo, got {order!r}")
         names = [s.name for s in submissions]
         if len(set(names)) != len(names):
             raise ValueError("submissions: names must be unique")
@@ -162,6 +164,7 @@ class Replay:
         self._preemption = preemption
         self._settle_s = preemption_settle_s
         self._seed = seed
+        self._order = order  # --placement-order: the resource manager's and the placement engine's
         self._results: dict[str, JobResult] = {}
         self._by_job: dict[str, JobResult] = {}
         self._subs_by_name = {s.name: s for s in self.subs}
@@ -187,11 +190,11 @@ class Replay:
         self.sim = SimBackend(hosts, seed=self._seed, clock=clock, timer_thread=False, duration_of=self._launched)
         self.hostmgr = HostManager(self.sim, clock=clock)
         self.resmgr = ResourceManager(load_pools, clock=clock, preemption_settle_s=self._settle_s,
-                                      preemption=self._preemption, rate_clock=clock)
+                                      preemption=self._preemption, rate_clock=clock, placement_order=self._order)
         rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
         self.hostmgr.start()
         self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock)
-        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock)
+        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock, order=self._order)
         self.jobmgr.start()
         self.jobmgr.recover()
 
