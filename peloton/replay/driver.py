@@ -22,7 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.domain.launch import GangLaunch
-from peloton.domain.model import ResourcePool
+from peloton.domain.model import ResourcePool, StoredModel
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.hostmgr.inprocess import InProcessHostManager
@@ -142,7 +142,8 @@ class Replay:
 
     def __init__(self, cluster: Cluster, submissions: Sequence[Submission], duration_of: DurationOf, *,
                  pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
-                 store_url: str | None = None, seed: int = 0, order: str = "backfill") -> None:
+                 store_url: str | None = None, seed: int = 0, order: str = "backfill",
+                 models: Sequence[StoredModel] = ()) -> None:
         if order not in ("backfill", "fifo"):
             raise ValueError(f"order: must be backfill or fifo, got {order!r}")
         names = [s.name for s in submissions]
@@ -165,6 +166,8 @@ class Replay:
         self._settle_s = preemption_settle_s
         self._seed = seed
         self._order = order  # --placement-order: the resource manager's and the placement engine's
+        self._models = list(models)  # stored models (`peloton model create`) the model-aware jobs name
+        self._job_seq = 0
         self._results: dict[str, JobResult] = {}
         self._by_job: dict[str, JobResult] = {}
         self._subs_by_name = {s.name: s for s in self.subs}
@@ -179,6 +182,8 @@ class Replay:
             repo.ensure_root_pool(s, clock())
             for p in self._pools:
                 repo.create_pool(s, p)
+            for m in self._models:
+                repo.create_model(s, m)
 
         def load_pools() -> list[ResourcePool]:
             with db.transaction(sessions) as s:
@@ -193,10 +198,16 @@ class Replay:
                                       preemption=self._preemption, rate_clock=clock, placement_order=self._order)
         rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
         self.hostmgr.start()
-        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock)
+        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock, job_ids=self._job_id)
         self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock, order=self._order)
         self.jobmgr.start()
         self.jobmgr.recover()
+
+    def _job_id(self) -> str:
+        """Job ids in submission order (12 hex digits, as the daemon's): ties that resmgr and preemption break by
+        gang id fall the same way on every run."""
+        self._job_seq += 1
+        return f"{self._job_seq:012x}"
 
     def _close(self) -> None:
         self.jobmgr.stop()

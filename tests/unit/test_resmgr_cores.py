@@ -354,9 +354,9 @@ def test_fifo_admits_nothing_behind_the_first_gang_waiting_for_hosts_in_any_pool
     assert [e.req.job_id for e in got] == ["vip", "big"]  # ahead of big, and big: not later nor new
     # without fifo the same queues admit everything
     q2, h2 = Queues(), Holdings()
-    for e in [*got, q.get("later/0"), q.get("new/0")]:
-        assert e is not None
-        q2.starve(q2.add(e.req, 2.0), 2.0, "hosts")
+    for entry in [*got, q.get("later/0"), q.get("new/0")]:
+        assert entry is not None
+        q2.starve(q2.add(entry.req, 2.0), 2.0, "hosts")
     assert [e.req.job_id for e in admission_round(q2, h2, pools, {}, 10, 2.0, 1.0, set())] == [
         "vip", "big", "later", "new"]
     # big placed: the next one waiting for hosts is the barrier
