@@ -22,6 +22,7 @@ from collections.abc import Container, Mapping, Sequence
 from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources, format_mib
+from peloton.placement.reservation import behind
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import add, chain
@@ -81,9 +82,10 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
     reservation waits `retry_s` and the gangs behind it go on. Refused gangs are marked starved (they may
     preempt) with their reason. Returns the admitted entries in order.
     `fifo` (placement order fifo): nothing ordered behind the first gang that waits for hosts (placement found
-    none) is admitted, in any pool, until it is placed."""
+    none) is admitted, in any pool, until it is placed; the first gang of each pool behind it says so."""
     out: list[Entry] = []
-    barrier = queues.first_unplaced() if fifo else None
+    first = queues.first_unplaced() if fifo else None
+    barrier = first.order() if first is not None else None
     # the pools' queues merged by their heads: a round costs O(pools + admitted), not O(waiting gangs)
     heads: list[tuple[Order, str]] = []
     for pool in queues.waiting_pools():
@@ -96,8 +98,9 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
         e = queues.head(pool)
         if e is None:
             continue
-        if barrier is not None and e.order() > barrier:
-            break  # the heads come best first: every other one is behind it too
+        if first is not None and barrier is not None and e.order() > barrier:
+            queues.set_reason(e, behind(first.req), now, preempting)
+            continue  # (the heads come best first: every one left is behind it too, and says so)
         g = e.req
         reason = (admit(g.total, g.respool, pools, holdings.allocated)
                   or entitled(g.total, g.respool, ent, holdings.allocated))

@@ -445,8 +445,8 @@ class ResourceManager:
         """The gangs that may be probed: each pool's first starved gang; under placement order fifo only those up to
         the first gang waiting for hosts (one behind it cannot start before it, so it takes nothing from others)."""
         heads = self._q.starved_heads()
-        barrier = self._q.first_unplaced() if self._fifo else None
-        return heads if barrier is None else [e for e in heads if e.order() <= barrier]
+        first = self._q.first_unplaced() if self._fifo else None
+        return heads if first is None else [e for e in heads if e.order() <= first.order()]
 
     def next_due(self, retries: bool = True) -> float | None:
         """The earliest time (this manager's clock) at which a pass with nothing new to act on may act anyway: a

@@ -347,11 +347,13 @@ def test_fifo_admits_nothing_behind_the_first_gang_waiting_for_hosts_in_any_pool
         q.starve(e, 1.0, "hosts")
         e.not_before = 0.0
         q.push(e, 1.0)
-    assert q.first_unplaced() == big.order()
+    assert q.first_unplaced() is big
     q.add(gang("new", n=1, cpu=1, pool="/y", at=4), 2.0)
     q.add(gang("vip", n=1, cpu=1, pool="/y", at=5, priority=9), 2.0)
     got = admission_round(q, h, pools, {}, 10, 2.0, 1.0, set(), fifo=True)
     assert [e.req.job_id for e in got] == ["vip", "big"]  # ahead of big, and big: not later nor new
+    assert q.reasons["later/0"].reason.startswith("waiting behind gang big/0 (pool /x)")  # /y's first says why
+    assert "new/0" not in q.reasons  # (behind later in its own pool: `peloton queue` says so)
     # without fifo the same queues admit everything
     q2, h2 = Queues(), Holdings()
     for entry in [*got, q.get("later/0"), q.get("new/0")]:
