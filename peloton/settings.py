@@ -152,7 +152,7 @@ class ServerConfig:
 
     def check(self) -> None:
         if self.placement_order not in ("backfill", "fifo"):
-            raise InvalidArgument(f"--placement-order: must be backfill or fifo, got {self.placement_order!r}",
+            raise InvalidArgument(f"--placement-order: must be one of backfill, fifo, got {self.placement_order!r}",
                                   field="--placement-order")
         if self.metrics_host_limit < 0:
             raise InvalidArgument(f"--metrics-host-limit: must be 0 (never) or more, got {self.metrics_host_limit}",
