@@ -367,3 +367,33 @@ def test_placement_order_must_be_backfill_or_fifo() -> None:
         place_around([], hosts(1), {}, now=0.0, order="lifo")
     with pytest.raises(ValueError, match="placement_order"):
         ResourceManager(Pools(), placement_order="lifo")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4])), min_size=1, max_size=10),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4)), max_size=6))
+def test_fifo_places_a_prefix_of_the_gangs_in_order_exactly_as_the_placer_would(
+        gangs: list[tuple[int, int]], busy: list[tuple[int, int]]) -> None:
+    """Whatever the gangs and the hosts: fifo places the longest prefix that fits one after the other, exactly
+    what `place` does with that prefix; every gang after it fails, and the hosts hold only the prefix's members."""
+    from peloton.placement.placer import place
+    from peloton.placement.reservation import place_around
+
+    def cluster() -> HostIndex:
+        index = hosts(3)
+        for k, (h, g) in enumerate(busy):
+            free = next(o.free.gpu for o in index.offers() if o.hostname == f"h{h}")
+            if min(g, free):
+                occupy(index, f"busy{k}", [(f"h{h}", min(g, free))])
+        return index
+
+    reqs = [dataclasses.replace(waiting(n, g), gang_id=f"g{k}/0", job_id=f"g{k}") for k, (n, g) in enumerate(gangs)]
+    index = cluster()
+    placements, failures = place_around(reqs, index, {}, now=0.0, order="fifo")
+    k = len(placements)
+    assert [p.gang_id for p in placements] == [g.gang_id for g in reqs[:k]]
+    assert [f.gang_id for f in failures] == [g.gang_id for g in reqs[k:]]
+    alone = cluster()
+    expected, first_failure = place(reqs[:k + 1], alone)
+    assert expected == placements and (k == len(reqs) or [f.gang_id for f in first_failure] == [reqs[k].gang_id])
+    assert sorted((o.hostname, o.free) for o in index.offers()) == sorted((o.hostname, o.free) for o in alone.offers())
