@@ -30,6 +30,7 @@ from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts
 from peloton.jobmgr.manager import JobManager
 from peloton.placement.engine import PlacementEngine
+from peloton.placement.reservation import ORDERS
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import db, repo
@@ -144,8 +145,8 @@ class Replay:
                  pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
                  store_url: str | None = None, seed: int = 0, order: str = "backfill",
                  models: Sequence[StoredModel] = ()) -> None:
-        if order not in ("backfill", "fifo"):
-            raise ValueError(f"order: must be backfill or fifo, got {order!r}")
+        if order not in ORDERS:
+            raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
         names = [s.name for s in submissions]
         if len(set(names)) != len(names):
             raise ValueError("submissions: names must be unique")
