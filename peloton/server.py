@@ -277,7 +277,7 @@ class Daemon:
 
         cfg = self.cfg
         self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
-                                      preemption=cfg.preemption)
+                                      preemption=cfg.preemption, placement_order=cfg.placement_order)
         self.resmgr_servicer = ResourceManagerServicer(self.resmgr)
         respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
             ResourcePoolServicer(self.resmgr, self.sessions), self.server)
@@ -396,7 +396,8 @@ class Daemon:
         if self.guard is not None:
             self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
         if "placement" in cfg.roles:
-            engine = self.placement = PlacementEngine(self.resmgr_client, self.hostmgr_client, poll_ms=LONG_POLL_MS)
+            engine = self.placement = PlacementEngine(self.resmgr_client, self.hostmgr_client, poll_ms=LONG_POLL_MS,
+                                                    order=cfg.placement_order)
             # a replaced leader places nothing (its plans would be refused at claim time anyway)
             self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
         self.loops.append(Loop("health", self._update_health, 5.0, self.clock))

@@ -170,7 +170,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs, gpu_table=Path(a.gpu_table) if a.gpu_table else None,
-        preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
+        preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption, placement_order=a.placement_order,
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
         sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
@@ -383,6 +383,10 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--no-preemption", action="store_true",
                    help="never preempt: gangs wait for capacity to free up on its own (hosts are still reserved "
                         "for a pool's first gang that no hosts fit)")
+    s.add_argument("--placement-order", choices=["backfill", "fifo"], default="backfill",
+                   help="backfill: a pool's first gang that no hosts fit gets hosts reserved, and gangs behind it "
+                        "run around them when they end in time; fifo: in the order gangs are admitted, nothing "
+                        "behind a gang that does not fit is placed until it is (default %(default)s)")
     s.add_argument("--job-retention", default="30d", metavar="DURATION",
                    help="finished jobs, their history and their sandboxes are deleted this long after they ended "
                         "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
