@@ -36,6 +36,7 @@ from peloton.modelaware.cost import (
     Prediction,
     combine,
     link_scale,
+    network_time,
     pairs,
     predict,
 )
@@ -428,7 +429,7 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
         return k * bsz / step if throughput else bsz / step
 
     def net(nic: float, n: int, units: float) -> float:
-        return p.alpha_n + p.beta_n * (p.reference.nic_gbps / nic) * units / pairs(n)
+        return network_time(p, p.reference.nic_gbps / nic, n, units)
 
     # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
     items: list[tuple[float, int, _Cand]] = []
@@ -445,12 +446,12 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
                 continue
             n_max = min(k, cl.hosts)
             if hier:
-                m = 2 if n_max == 2 else 3  # 2(n-1)/P(n) is least at n = 3
-                ts = net(cl.nic, m, 2 * (m - 1))
+                # the network ring's term grows with n from n = 3 on (2(n-1)/n and alpha_h 2(n-1)): least at 2 or 3
+                ts = min(net(cl.nic, m, 2 * (m - 1)) for m in (2, 3) if m <= n_max)
                 if n_max < k:  # some host has ceil(K / n_max) GPUs or more
                     ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
             else:
-                ts = net(cl.nic, n_max, 2 * (k - 1))  # the ring is fastest on the most hosts
+                ts = net(cl.nic, _ring_hosts(p, k, 2, n_max, cl.nic)[0], 2 * (k - 1))  # the ring's fastest host count
             items.append((score(k, bsz, cl.rel, ts), len(items), _Cand(k, bsz, cls=cl)))
     items.sort(key=lambda it: (-it[0], it[1]))
 
@@ -465,7 +466,7 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
         n_max = min(k, c.hosts)
         n_lo = max(2, c.fewest_hosts(top_level, k))
         if not hier:
-            for n in range(n_max, n_lo - 1, -1):  # fewer hosts, slower ring: stop at the first kept out
+            for n in _ring_hosts(p, k, n_lo, n_max, c.nic):  # fastest ring first: stop at the first kept out
                 s = score(k, bsz, c.rel, net(c.nic, n, 2 * (k - 1)))
                 if top.below(s):
                     break
@@ -485,6 +486,48 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
     plans = [_materialize(p, cand, req.pattern, table) for _, _, cand in top.kept.values()]
     plans.sort(key=lambda pl: _rank(pl, req.objective))
     return plans
+
+
+def _ring_hosts(p: CostParams, k: int, lo: int, hi: int, nic: float) -> list[int]:
+    """The host counts n in [lo, hi] (lo >= 2) of a ring of K whose slowest NIC is `nic`, fastest first (ties:
+    more hosts first).
+
+    Across n hosts the ring's network term is A / P(n) + B (n - 1), A = beta_n nic_scale 2(K-1), B = 2 alpha_h:
+    from n = 3 on a convex function, least near sqrt(A / B), so the order is a merge of the walks down and up from
+    there, with n = 2 (P = 1) put in its place. With alpha_h = 0 it is hi, hi - 1, ..., lo."""
+    if hi < lo:
+        return []
+    a = p.beta_n * (p.reference.nic_gbps / nic) * 2 * (k - 1)
+    b = 2 * p.alpha_h
+
+    def cost(n: int) -> float:
+        return a / pairs(n) + b * (n - 1)
+
+    first = max(lo, 3)
+    out: list[int] = []
+    if first <= hi:
+        best = hi if b <= 0 else min(max(round(math.sqrt(a / b)), first), hi)
+        # the continuous optimum rounds to a neighbour of the integer one: step to the least
+        while best > first and cost(best - 1) < cost(best):
+            best -= 1
+        while best < hi and cost(best + 1) < cost(best):
+            best += 1
+        down, up = best - 1, best + 1
+        out.append(best)
+        while down >= first or up <= hi:
+            if up > hi or (down >= first and cost(down) < cost(up)):
+                out.append(down)
+                down -= 1
+            else:
+                out.append(up)
+                up += 1
+    if lo <= 2 <= hi:
+        c2 = cost(2)
+        i = 0
+        while i < len(out) and cost(out[i]) <= c2:
+            i += 1
+        out.insert(i, 2)
+    return out
 
 
 def _materialize(params: CostParams, cand: _Cand, pattern: str, table: GpuTable) -> Plan:

@@ -22,7 +22,8 @@ def random_params(rng: random.Random) -> CostParams:
     return CostParams(alpha_c=rng.uniform(0.001, 0.3), beta_c=rng.uniform(1e-4, 0.1), alpha_r=rng.uniform(0, 0.2),
                       beta_r=rng.uniform(0, 0.3), alpha_n=rng.uniform(0, 1.0), beta_n=rng.uniform(0, 0.5),
                       gamma=rng.choice([1.0, rng.uniform(1, 4)]),
-                      reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)))
+                      reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)),
+                      alpha_h=rng.choice([0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.5)]))
 
 
 def random_cluster(rng: random.Random, most: int = 5) -> list[FreeHost]:
