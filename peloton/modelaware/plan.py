@@ -18,7 +18,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -451,7 +451,7 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
                 if n_max < k:  # some host has ceil(K / n_max) GPUs or more
                     ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
             else:
-                ts = net(cl.nic, _ring_hosts(p, k, 2, n_max, cl.nic)[0], 2 * (k - 1))  # the ring's fastest host count
+                ts = net(cl.nic, _ring_fastest(p, k, n_max, cl.nic), 2 * (k - 1))  # the ring's fastest host count
             items.append((score(k, bsz, cl.rel, ts), len(items), _Cand(k, bsz, cls=cl)))
     items.sort(key=lambda it: (-it[0], it[1]))
 
@@ -475,6 +475,9 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
             continue
         j = top_level
         for n in range(n_lo, n_max + 1):
+            # from n = 3 on the network ring's term only grows with n: once it alone is kept out, so is the rest
+            if n >= 3 and top.below(score(k, bsz, c.rel, net(c.nic, n, 2 * (n - 1)))):
+                break
             while j > 0 and c.capacity(j - 1, n) >= k:
                 j -= 1
             t = levels[j]
@@ -488,46 +491,64 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
     return plans
 
 
-def _ring_hosts(p: CostParams, k: int, lo: int, hi: int, nic: float) -> list[int]:
-    """The host counts n in [lo, hi] (lo >= 2) of a ring of K whose slowest NIC is `nic`, fastest first (ties:
-    more hosts first).
+def _ring_costs(p: CostParams, k: int, nic: float) -> tuple[float, float]:
+    """(A, B) of the ring's network term over n hosts, A / P(n) + B (n - 1) (beside alpha_n, the same for every
+    n): A = beta_n nic_scale 2(K-1), B = 2 alpha_h."""
+    return p.beta_n * (p.reference.nic_gbps / nic) * 2 * (k - 1), 2 * p.alpha_h
 
-    Across n hosts the ring's network term is A / P(n) + B (n - 1), A = beta_n nic_scale 2(K-1), B = 2 alpha_h:
-    from n = 3 on a convex function, least near sqrt(A / B), so the order is a merge of the walks down and up from
-    there, with n = 2 (P = 1) put in its place. With alpha_h = 0 it is hi, hi - 1, ..., lo."""
-    if hi < lo:
-        return []
-    a = p.beta_n * (p.reference.nic_gbps / nic) * 2 * (k - 1)
-    b = 2 * p.alpha_h
+
+def _ring_least(a: float, b: float, first: int, hi: int) -> int:
+    """The n in [first, hi] (first >= 3) with the least A / n + B (n - 1): a convex function, least near
+    sqrt(A / B) (the rounded optimum is a neighbour of the integer one: step to the least)."""
+    if b <= 0:
+        return hi
+    best = min(max(round(math.sqrt(a / b)), first), hi)
+    while best > first and a / (best - 1) + b * (best - 2) < a / best + b * (best - 1):
+        best -= 1
+    while best < hi and a / (best + 1) + b * best < a / best + b * (best - 1):
+        best += 1
+    return best
+
+
+def _ring_fastest(p: CostParams, k: int, hi: int, nic: float) -> int:
+    """The number of hosts in [2, hi] over which a ring of K is fastest (more hosts among equals)."""
+    a, b = _ring_costs(p, k, nic)
+    if hi < 3:
+        return 2
+    n = _ring_least(a, b, 3, hi)
+    return 2 if a + b < a / n + b * (n - 1) else n
+
+
+def _ring_hosts(p: CostParams, k: int, lo: int, hi: int, nic: float) -> Iterator[int]:
+    """The host counts n in [lo, hi] (lo >= 2) of a ring of K whose slowest NIC is `nic`, fastest first (ties:
+    more hosts first), lazily: the search stops at the first it keeps out.
+
+    From n = 3 on the ring's network term A / n + B (n - 1) is convex, so the order is a merge of the walks down
+    and up from its least, with n = 2 (A + B: P = 1) put in its place. With alpha_h = 0 it is hi, hi - 1, ..., lo."""
+    a, b = _ring_costs(p, k, nic)
 
     def cost(n: int) -> float:
         return a / pairs(n) + b * (n - 1)
 
+    two = lo <= 2 <= hi  # n = 2 still to place
+    c2 = a + b
     first = max(lo, 3)
-    out: list[int] = []
     if first <= hi:
-        best = hi if b <= 0 else min(max(round(math.sqrt(a / b)), first), hi)
-        # the continuous optimum rounds to a neighbour of the integer one: step to the least
-        while best > first and cost(best - 1) < cost(best):
-            best -= 1
-        while best < hi and cost(best + 1) < cost(best):
-            best += 1
-        down, up = best - 1, best + 1
-        out.append(best)
-        while down >= first or up <= hi:
+        n = _ring_least(a, b, first, hi)
+        down, up = n - 1, n + 1
+        while True:
+            if two and cost(n) > c2:
+                two = False
+                yield 2
+            yield n
+            if down < first and up > hi:
+                break
             if up > hi or (down >= first and cost(down) < cost(up)):
-                out.append(down)
-                down -= 1
+                n, down = down, down - 1
             else:
-                out.append(up)
-                up += 1
-    if lo <= 2 <= hi:
-        c2 = cost(2)
-        i = 0
-        while i < len(out) and cost(out[i]) <= c2:
-            i += 1
-        out.insert(i, 2)
-    return out
+                n, up = up, up + 1
+    if two:
+        yield 2
 
 
 def _materialize(params: CostParams, cand: _Cand, pattern: str, table: GpuTable) -> Plan:

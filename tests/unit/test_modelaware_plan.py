@@ -11,7 +11,7 @@ import pytest
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import HIERARCHICAL, PS, RING, CostParams, HostUse, Reference, predict
-from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, exhaustive, search
+from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, _ring_fastest, _ring_hosts, exhaustive, search
 
 MODELS = ("t4", "v100", "a100")
 NICS = (10, 25, 100)
@@ -70,6 +70,29 @@ def test_the_plan_for_k_gpus_is_within_1pct_of_the_exhaustive_optimum(pattern: s
             check_plan(p, hosts, params, pattern)
         cases += 1
     assert cases >= 250
+
+
+def test_ring_host_counts_come_fastest_first() -> None:
+    """The ring search walks its host counts n by the network term alone, alpha_h making it convex from n = 3 on
+    (least near sqrt(A/B)), n = 2 (P = 1) in its place; against a plain sort on random parameters."""
+    from peloton.modelaware.cost import network_time
+
+    for seed in range(400):
+        rng = random.Random(seed)
+        p = random_params(rng)
+        k = rng.randint(2, 200)
+        lo = rng.randint(2, 12)
+        hi = rng.randint(lo, 60)
+        nic = rng.choice(NICS)
+        scale = p.reference.nic_gbps / nic
+        want = sorted(range(lo, hi + 1), key=lambda n: (round(network_time(p, scale, n, 2 * (k - 1)), 12), -n))
+        got = list(_ring_hosts(p, k, lo, hi, nic))
+        assert [round(network_time(p, scale, n, 2 * (k - 1)), 12) for n in got] == [
+            round(network_time(p, scale, n, 2 * (k - 1)), 12) for n in want], seed
+        assert sorted(got) == list(range(lo, hi + 1)), seed
+        best = _ring_fastest(p, k, hi, nic)
+        assert network_time(p, scale, best, 2 * (k - 1)) == pytest.approx(
+            min(network_time(p, scale, n, 2 * (k - 1)) for n in range(2, hi + 1)), rel=1e-12), seed
 
 
 @pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
