@@ -500,9 +500,9 @@ def _ring_costs(p: CostParams, k: int, nic: float) -> tuple[float, float]:
 def _ring_least(a: float, b: float, first: int, hi: int) -> int:
     """The n in [first, hi] (first >= 3) with the least A / n + B (n - 1): a convex function, least near
     sqrt(A / B) (the rounded optimum is a neighbour of the integer one: step to the least)."""
-    if b <= 0:
+    if a >= b * hi * hi:  # sqrt(A / B) >= hi (or B = 0): falling all the way to hi
         return hi
-    best = min(max(round(math.sqrt(a / b)), first), hi)
+    best = min(max(int(math.sqrt(a / b) + 0.5), first), hi)
     while best > first and a / (best - 1) + b * (best - 2) < a / best + b * (best - 1):
         best -= 1
     while best < hi and a / (best + 1) + b * best < a / best + b * (best - 1):
