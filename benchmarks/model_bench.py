@@ -90,7 +90,7 @@ def noise(rows: list[ProfileRow], step: dict[tuple[tuple[int, ...], float], floa
     """The ceiling of the least ratio for a choice that ignores the batch (the best placement of each K, judged by
     its worst batch, the measurements as the oracle; K's placements that fit four 4-GPU hosts), and the spread
     max / min - 1 of the step times of different orderings of one multiset at one batch."""
-    per_k = []
+    per_k: list[dict[str, Any]] = []
     for k in range(1, 17):
         best: tuple[float, tuple[int, ...]] = (-1.0, ())
         for p in sorted({p for p, _ in step if sum(p) == k and len(p) <= 4 and max(p) <= 4}):

@@ -185,3 +185,18 @@ def test_bad_requests_name_the_field(req: PlanRequest, field: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         search(CostParams(0.1, 0.01, 0.01, 0.01, 0.1, 0.1, 1.0), [FreeHost("a", 4)], req)
     assert e.value.field == field
+
+
+def test_a_goal_recorded_before_the_per_host_latency_reads_without_it() -> None:
+    """A model-aware job records its cost model with its spec (goal_to_dict, in the store). One recorded before
+    params.alpha_h existed reads with alpha_h = 0, the model it was planned with; a new one keeps its alpha_h."""
+    from peloton.modelaware.plan import PlanGoal, goal_from_dict, goal_to_dict
+
+    params = CostParams(0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"), alpha_h=0.0055)
+    goal = PlanGoal(params, local_bsz=8)
+    assert goal_from_dict(goal_to_dict(goal)) == goal
+    old = goal_to_dict(goal)
+    old_params = dict(old["params"])  # type: ignore[call-overload]
+    del old_params["alpha_h"]
+    assert goal_from_dict({**old, "params": old_params}).params == CostParams(
+        0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"))
