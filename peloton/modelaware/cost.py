@@ -27,8 +27,8 @@ interLat). It is what makes a spread over more hosts cost something. `kappa` is 
 for what they share (its CPUs, which decode and augment each GPU's batch, its PCIe root complex and memory
 bandwidth): each GPU computes 1 + kappa (g - 1) times slower with g of the plan's GPUs busy on its host. The
 first-order form (nothing for a lone GPU, linear in the GPUs beside it, proportional to the compute) of what
-Mohan et al. measure (VLDB 2021, "Analyzing and Mitigating Data Stalls in DNN Training": input stalls grow as
-more GPUs share a server's CPUs) and of the CPU/GPU ratio Dike models; a synchronous step waits for its slowest
+Mohan et al. measure (VLDB 2021, "Analyzing and Mitigating Data Stalls in DNN Training": input pipelines stall
+when a server's CPUs are too few for its busy GPUs) and of the CPU/GPU ratio Dike models; a synchronous step waits for its slowest
 member, so the busiest host counts. It grows with the batch while sync does not, which is how a profile tells it
 apart (4 against 1111 at several batches), and it makes the best placement of K move with the batch: fewer,
 fuller hosts while sync dominates, a wider spread once compute does.

@@ -1,4 +1,4 @@
-"""Fitting the cost model's parameters to a profile (pure Python: a few dozen rows, eight parameters).
+"""Fitting the cost model's parameters to a profile (pure Python: a few dozen rows, nine parameters).
 
 Least squares on log(predicted / measured step time), so a 10% miss weighs the same on a 40 ms step as on a 2 s
 one, by Levenberg-Marquardt over the logarithms of the parameters (they stay positive; gamma = 1 + e^v stays
