@@ -2,12 +2,13 @@
 
 A plan is how many GPUs (workers) go on which hosts, the local batch, and for parameter-server models how many
 servers go where. The all-reduce search is exact for the cost model without enumerating placements: a ring's step
-time depends on the hosts used only through their number, their slowest GPU and their slowest NIC (and, on one
-host, its link); a hierarchical all-reduce's also on the largest within-host term, f(g) * link scale over its hosts.
-So for every pair of thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at or above
-both, the n hosts that can take the most GPUs are the best n hosts of that class (for the hierarchical pattern:
-the most within a level of the within-host term, the least level that fits); the K GPUs go over them as evenly as
-they allow (ties go to fewer hosts, then the evenest). Upper bounds on each (K, class) pair's score stop the search
+time depends on the hosts used only through their number, their slowest NIC (and, on one host, its link) and the
+largest compute load over them (GPU speed and, with contention kappa, the GPUs busy on the host); a hierarchical
+all-reduce's also on the largest within-host term, f(g) * link scale over its hosts. So for every pair of
+thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at or above both, the n hosts
+that can take the most GPUs within a load (and, hierarchical, a level of the within-host term) are the best n
+hosts of that class at the least load (and level) that fits; the K GPUs go over them as evenly as those caps allow
+(ties go to fewer hosts, then the evenest). Upper bounds on each (K, class) pair's score stop the search
 once no pair left can beat the plans kept, and hosts are grouped by type and free GPUs first, so 1,000 hosts cost
 what their few kinds cost. Parameter-server plans take the threshold classes' hosts with the most free GPUs and
 try the servers' layouts on them (not exhaustive).
@@ -257,13 +258,14 @@ def _rank(p: Plan, objective: str) -> tuple[object, ...]:
 
 
 # All-reduce plans (ring and hierarchical). A plan's step time depends on its hosts through their number n, their
-# slowest GPU, their slowest NIC and, within hosts, the largest per-host ring term f(g) * link scale (hierarchical;
-# a ring on one host too). The search goes through threshold classes: the hosts at or above a GPU speed and a NIC
+# largest compute load (ref / rel * (1 + kappa (g - 1)); with kappa = 0 their slowest GPU), their slowest NIC and,
+# within hosts, the largest per-host ring term f(g) * link scale (hierarchical; a ring on one host too). The search goes through threshold classes: the hosts at or above a GPU speed and a NIC
 # bandwidth some host has. Within a class it scores a candidate as if every host were the class's slowest (a
 # lower bound of the candidate's own prediction, and exact for the best plan: the best plan's hosts are all in the
 # class of its own slowest GPU and NIC, where a candidate at least as good is found). For the hierarchical
 # pattern, a level t of the within-host term caps each host at the most GPUs whose term stays within t; the least
-# t at which the n hosts of largest caps take K is the best within-host term n hosts of the class can have.
+# t at which the n hosts of largest caps take K is the best within-host term n hosts of the class can have. A load
+# v of the compute caps each host likewise (_Class); a candidate's cap is the least of the two.
 # Bounds: each (K, class) pair has an upper bound on its score; pairs are taken best bound first and the search
 # stops when a bound falls below the score of the `top`-th plan kept (one per shape). A plan's hosts are named
 # only for the plans kept.
