@@ -3,7 +3,7 @@
 docs/model-aware.md writes the formulas out with their sources. In short, for K GPUs on N hosts, each host h with
 g_h of them, a local batch b per GPU and a model of S bytes of gradients:
 
-    compute  T_c = max over hosts (alpha_c + beta_c * b) * rel(reference GPU) / rel(GPU of h)
+    compute  T_c = max over hosts (alpha_c + beta_c * b) * rel(reference GPU) / rel(GPU of h) * (1 + kappa (g_h - 1))
     sync     T_s = 0 when K = 1, else by pattern (X counts units of S moved; scales are reference / actual):
       ring all-reduce, one host:   alpha_r + beta_r * link_scale * 2(K-1)/K
       ring all-reduce, N hosts:    alpha_n + beta_n * nic_scale  * 2(K-1) / P + alpha_h * 2(N-1),
@@ -23,7 +23,15 @@ on the bert and cifar10 profiles it explains their two-host placements being the
 `alpha_h` is the latency term of the alpha-beta model (Thakur, Rabenseifner and Gropp 2005) for the ring's steps
 that cross hosts: of a ring all-reduce's 2(K-1) steps, 2(N-1) go over the network and pay its latency instead of
 the link's (NCCL's own ring model, src/graph/tuning.cc: (nsteps - nInterSteps) * intraLat + nInterSteps *
-interLat). It is what makes a spread over more hosts cost something.
+interLat). It is what makes a spread over more hosts cost something. `kappa` is the contention of a host's GPUs
+for what they share (its CPUs, which decode and augment each GPU's batch, its PCIe root complex and memory
+bandwidth): each GPU computes 1 + kappa (g - 1) times slower with g of the plan's GPUs busy on its host. The
+first-order form (nothing for a lone GPU, linear in the GPUs beside it, proportional to the compute) of what
+Mohan et al. measure (VLDB 2021, "Analyzing and Mitigating Data Stalls in DNN Training": input pipelines stall
+when a server's CPUs are too few for its busy GPUs) and of the CPU/GPU ratio Dike models; a synchronous step waits for its slowest
+member, so the busiest host counts. It grows with the batch while sync does not, which is how a profile tells it
+apart (4 against 1111 at several batches), and it makes the best placement of K move with the batch: fewer,
+fuller hosts while sync dominates, a wider spread once compute does.
 """
 
 from __future__ import annotations
@@ -68,16 +76,20 @@ class CostParams:
     # s per step of a ring that crosses hosts (2(N-1) of them) beyond a step within a host (latency). Last, with
     # a default: parameters fitted or stored before it existed describe rings without it (0)
     alpha_h: float = 0.0
+    # compute contention: each GPU's compute on a host with g of the plan's GPUs takes (1 + kappa (g - 1)) times
+    # its time alone (they share the host's CPUs, PCIe root complex and memory). Last, with a default: parameters
+    # fitted or stored before it existed describe GPUs that compute as if alone (0)
+    kappa: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {"alpha_c": self.alpha_c, "beta_c": self.beta_c, "alpha_r": self.alpha_r, "beta_r": self.beta_r,
-                "alpha_n": self.alpha_n, "beta_n": self.beta_n, "alpha_h": self.alpha_h, "gamma": self.gamma,
+                "alpha_n": self.alpha_n, "beta_n": self.beta_n, "alpha_h": self.alpha_h, "kappa": self.kappa, "gamma": self.gamma,
                 "reference": {"gpu_model": self.reference.gpu_model, "nic_gbps": self.reference.nic_gbps,
                               "gpu_link": self.reference.gpu_link}}
 
 
-PARAM_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "alpha_h", "gamma")
-OPTIONAL_PARAMS = {"alpha_h": 0.0}  # a document's params may leave these out (written before they existed)
+PARAM_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "alpha_h", "kappa", "gamma")
+OPTIONAL_PARAMS = {"alpha_h": 0.0, "kappa": 0.0}  # a document's params may leave these out (written before they existed)
 
 # The prior's alpha_h: NCCL's own estimate of what a ring step over the network costs beyond one within a host
 # (src/graph/tuning.cc, hwLat, Ring/Simple: NET 9.6 us, PCI 5.7 us, NVLink 3.4 us), once per all-reduce call;
@@ -117,7 +129,8 @@ class Prediction:
 def prior(parameter_bytes: float, flops_per_sample: float, table: GpuTable = DEFAULT_TABLE,
           reference: Reference = Reference()) -> CostParams:
     """Parameters from a model's description alone: compute at half the reference GPU's FP32 peak, gradients at
-    the link's effective bandwidth, fixed latencies (alpha_h: NCCL's per network step, per DDP bucket), no overlap.
+    the link's effective bandwidth, fixed latencies (alpha_h: NCCL's per network step, per DDP bucket), no overlap
+    and no contention (kappa = 0: nothing in a model's description tells how its input pipeline shares a host).
     A profile's fit replaces them."""
     fp32 = table.get(reference.gpu_model).fp32_tflops * 1e12
     link = LINK_GBYTES_S.get(reference.gpu_link, LINK_GBYTES_S[DEFAULT_GPU_LINK]) * 1e9
@@ -192,7 +205,7 @@ def compute_time(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, tabl
     """The slowest GPU's: a synchronous step waits for every member."""
     base = p.alpha_c + p.beta_c * local_bsz
     ref = table.relative(p.reference.gpu_model)
-    return max(base * ref / table.relative(h.gpu_model) for h in hosts if h.gpus > 0)
+    return max(base * ref / table.relative(h.gpu_model) * (1 + p.kappa * (h.gpus - 1)) for h in hosts if h.gpus > 0)
 
 
 def predict(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, pattern: str = RING,

@@ -5,7 +5,8 @@ written by `peloton model fit`).
      "description": {"parameters": 110000000, "parameter_bytes": 440000000, "flops_per_sample": 2.5e11,
                      "sync": "allreduce-ring", "local_bsz": 12, "dataset_samples": 88000},
      "params": {"alpha_c": ..., "beta_c": ..., "alpha_r": ..., "beta_r": ..., "alpha_n": ..., "beta_n": ...,
-                "alpha_h": ..., "gamma": ..., "reference": {"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}},
+                "alpha_h": ..., "kappa": ..., "gamma": ...,
+                "reference": {"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}},
      "fit": {"rows": 30, "median_error": 0.01, "p90_error": 0.03, "source": "bert/placements.csv"},
      "profile": [[[1, 1], 8, 1.40], ...],  # the rows fitted: [GPUs per host, local_bsz, step_time]
      "measured": [{"job_id": "...", "placement": [4, 4], "local_bsz": 12, "step_time": 2.5,
@@ -13,7 +14,8 @@ written by `peloton model fit`).
 
 Every part but `kind` is optional, but a document must give either `params` (fitted) or the description's
 `parameters` (or `parameter_bytes` or `layers`) and `flops_per_sample`, from which the prior is computed.
-`params.alpha_h` is optional (0: documents written before the cost model had it describe rings without it).
+`params.alpha_h` and `params.kappa` are optional (0: documents written before the cost model had them describe
+rings without a per-host latency, GPUs that compute as if alone on their host).
 """
 
 from __future__ import annotations

@@ -79,6 +79,23 @@ def test_params_written_before_the_per_host_latency_still_read_and_predict_as_be
     assert parse_document(json.loads(json.dumps(document_to_dict(new)))) == new
 
 
+def test_params_written_before_the_contention_term_still_read_and_predict_as_before() -> None:
+    """A document from before params.kappa: it reads as 0, every GPU computing as if alone on its host, so its
+    predictions do not move; written again, it carries kappa. The prior has none either (nothing in a model's
+    description tells how its input pipeline shares a host)."""
+    old = parse_document(FULL)
+    assert "kappa" not in FULL["params"] and old.params is not None and old.params.kappa == 0.0
+    pn = old.params
+    uses = uniform_hosts((4,), pn.reference)
+    assert predict(pn, uses, 8).compute_time == pytest.approx(pn.alpha_c + pn.beta_c * 8)
+    assert document_to_dict(old)["params"]["kappa"] == 0.0  # type: ignore[index]
+    new = parse_document(_with("params.kappa", 0.027))
+    assert new.params is not None and new.params.kappa == 0.027
+    assert predict(new.params, uses, 8).compute_time == pytest.approx((pn.alpha_c + pn.beta_c * 8) * 1.081)
+    assert parse_document(json.loads(json.dumps(document_to_dict(new)))) == new
+    assert prior(440e6, 2.5e11).kappa == 0.0
+
+
 def test_the_priors_per_host_latency_is_nccls_network_step_once_per_ddp_bucket() -> None:
     """cost.prior's alpha_h: NCCL's ring step over the network beyond one over PCIe (9.6 - 5.7 us), or NVLink
     (9.6 - 3.4 us), for each 25 MiB bucket PyTorch DDP all-reduces."""
@@ -131,6 +148,8 @@ def _with(path: str, value: object) -> dict[str, Any]:
     ("params.beta_n", float("inf"), "model.params.beta_n", "number"),
     ("params.alpha_h", -0.001, "model.params.alpha_h", "non-negative"),
     ("params.alpha_h", None, "model.params.alpha_h", "number"),
+    ("params.kappa", -0.01, "model.params.kappa", "non-negative"),
+    ("params.kappa", "high", "model.params.kappa", "number"),
     ("params.delta", 1, "model.params.delta", "unknown field"),
     ("params.reference.gpu_link", "infiniband", "model.params.reference.gpu_link", "must be one of"),
     ("params.reference.nic_gbps", 0, "model.params.reference.nic_gbps", "greater than 0"),

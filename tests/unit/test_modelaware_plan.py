@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
@@ -23,7 +24,8 @@ def random_params(rng: random.Random) -> CostParams:
                       beta_r=rng.uniform(0, 0.3), alpha_n=rng.uniform(0, 1.0), beta_n=rng.uniform(0, 0.5),
                       gamma=rng.choice([1.0, rng.uniform(1, 4)]),
                       reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)),
-                      alpha_h=rng.choice([0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.5)]))
+                      alpha_h=rng.choice([0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.5)]),
+                      kappa=rng.choice([0.0, rng.uniform(0, 0.1), rng.uniform(0, 1.0)]))
 
 
 def random_cluster(rng: random.Random, most: int = 5) -> list[FreeHost]:
@@ -134,6 +136,21 @@ def test_hierarchical_puts_more_gpus_on_the_nvlink_host() -> None:
     assert best is not None and plan.prediction.step_time == pytest.approx(best.step_time)
 
 
+@pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
+def test_with_contention_the_faster_host_takes_more_gpus(pattern: str) -> None:
+    """Under contention each host's GPUs compute (1 + kappa (g - 1)) / (relative speed) times the reference alone,
+    so 6 GPUs on an A100 host and a T4 host (8 free each) go 5 and 1, the A100's 5 still computing faster than
+    the T4's one, not 3 and 3 nor all 6 on the A100 (whose crowding would then be the slowest)."""
+    params = CostParams(0.05, 0.01, 0.001, 0.001, 0.01, 0.001, 1.0, Reference("t4", 100, "pcie"), kappa=0.6)
+    hosts = [FreeHost("fast", 8, "a100", 100, "pcie"), FreeHost("slow", 8, "t4", 100, "pcie")]
+    plan = search(params, hosts, PlanRequest(gpus=6, local_bsz=32, pattern=pattern))[0]
+    assert dict(plan.hosts) == {"fast": 5, "slow": 1}
+    best = exhaustive(params, hosts, 6, 32, pattern)
+    assert best is not None and plan.prediction.step_time == pytest.approx(best.step_time)
+    alike = search(replace(params, kappa=0.0), hosts, PlanRequest(gpus=6, local_bsz=32, pattern=pattern))[0]
+    assert alike.hosts == (("fast", 6),)
+
+
 def test_plans_are_ranked_one_per_shape() -> None:
     params = CostParams(0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"))  # bert's fit
     hosts = [FreeHost(f"h{i}", 4, "t4", 50, "pcie") for i in range(4)]
@@ -200,3 +217,24 @@ def test_a_goal_recorded_before_the_per_host_latency_reads_without_it() -> None:
     del old_params["alpha_h"]
     assert goal_from_dict({**old, "params": old_params}).params == CostParams(
         0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"))
+
+
+def test_a_goal_recorded_before_the_contention_term_reads_without_it() -> None:
+    """A goal recorded before params.kappa existed reads with kappa = 0, the model it was planned with, and plans
+    as it did; a new one keeps its kappa."""
+    from peloton.modelaware.plan import PlanGoal, choose, goal_from_dict, goal_to_dict
+
+    params = CostParams(0.017, 0.0007, 0.023, 0.015, 0.083, 0.0063, 3.0, Reference("t4", 50, "pcie"),
+                        alpha_h=0.0054, kappa=0.027)
+    goal = PlanGoal(params, local_bsz=1024)
+    assert goal_from_dict(goal_to_dict(goal)) == goal
+    old = goal_to_dict(goal)
+    old_params = dict(old["params"])  # type: ignore[call-overload]
+    del old_params["kappa"]
+    was = goal_from_dict({**old, "params": old_params})
+    assert was.params == CostParams(0.017, 0.0007, 0.023, 0.015, 0.083, 0.0063, 3.0, Reference("t4", 50, "pcie"),
+                                    alpha_h=0.0054)
+    hosts = [FreeHost(f"h{i}", 4, "t4", 50, "pcie") for i in range(4)]
+    old_plan, new_plan = choose(was, hosts, 4), choose(goal, hosts, 4)
+    assert old_plan is not None and new_plan is not None
+    assert old_plan[1].gpus_per_host == (4,) and new_plan[1].gpus_per_host == (1, 1, 1, 1)
