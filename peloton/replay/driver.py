@@ -42,6 +42,11 @@ MAX_PASSES = 1000  # passes at one instant before the driver calls the component
 DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
 
 
+class Stalled(RuntimeError):
+    """Gangs wait and nothing that could start them will ever come due: the scheduler cannot go on (the message
+    says why the first gang of each pool's queue waits)."""
+
+
 class VirtualClock:
     """loop.Clock and the components' `clock()`: time moves only when the driver says so. `wait` never blocks
     (nothing waits in a replay: every poll has a zero timeout)."""
@@ -331,9 +336,11 @@ class Replay:
                     break
                 nxt = self._next(EPOCH + self.subs[i].at_s if i < len(self.subs) else None)
                 if nxt is None:
-                    _, queued = self.resmgr.queue("", 0)
-                    raise RuntimeError(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and "
-                                       "nothing due that could start them")
+                    gangs, queued = self.resmgr.queue("", 1000)
+                    heads = "; ".join(f"{self._name_of(g.job_id)} ({g.pool}): {g.reason}" for g in gangs
+                                      if g.position == 1)
+                    raise Stalled(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and nothing "
+                                  f"due that could start them. {heads}")
                 self.clock.advance_to(nxt)
             self._collect()
         finally:
@@ -341,6 +348,10 @@ class Replay:
         total = self.cluster.hosts * self.cluster.gpus
         return ReplayResult([self._results[s.name] for s in self.subs], timeline, total, instants,
                             time.perf_counter() - start)
+
+    def _name_of(self, job_id: str) -> str:
+        r = self._by_job.get(job_id)
+        return r.name if r is not None else job_id
 
     def _collect(self) -> None:
         """End state, end time and preemptions from the job manager's records (the store's)."""

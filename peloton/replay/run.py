@@ -18,10 +18,10 @@ from typing import Any
 
 from peloton.domain.model import ResourcePool, StoredModel
 from peloton.domain.spec import JobSpec
-from peloton.errors import InvalidArgument
+from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.modelaware.document import document_to_dict, parse_document
 from peloton.replay import metrics, policies, report
-from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Submission
+from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Stalled, Submission
 from peloton.replay.traces import ClusterShape, TraceJob, check_fits, parse_cluster, read_cluster_file, read_trace
 from peloton.replay.work import KNOWN, SpeedModel, hosts_of, speed, speed_models, work_samples
 from peloton.store import db, repo
@@ -166,7 +166,8 @@ def _store(directory: str, s: Setup) -> str:
 
 
 def replay_one(s: Setup, policy: policies.Policy, preemption: bool, name: str | None = None) -> Outcome:
-    """`policy`'s replay of the trace (preemption on or off): deterministic for a seed."""
+    """`policy`'s replay of the trace (preemption on or off): deterministic for a seed. FailedPrecondition when
+    the scheduler stalls (gangs wait that nothing will ever start: driver.Stalled)."""
     by_name = specs(s, policy)
     subs = [Submission(j.submit_s, j.name, by_name[j.name]) for j in s.jobs]
     c = s.cluster
@@ -179,7 +180,10 @@ def replay_one(s: Setup, policy: policies.Policy, preemption: bool, name: str | 
         rp = Replay(cluster, subs, progress, pools=s.pools, preemption=preemption, store_url=_store(tmp, s),
                     seed=s.seed)
         holder.append(rp)
-        result = rp.run()
+        try:
+            result = rp.run()
+        except Stalled as e:
+            raise FailedPrecondition(f"{name or policy.name}: {e}") from None
     return Outcome(name or policy.name, result, to_metrics(result, s), by_name)
 
 
