@@ -153,8 +153,12 @@ class JobManager:
         clock: Callable[[], float] = time.time,
         writers: int = 1,
         gpu_table: GpuTable = DEFAULT_TABLE,
+        new_job_id: Callable[[], str] | None = None,
     ) -> None:
-        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite)."""
+        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite). `new_job_id`: a new
+        job's id (12 hex characters; default random): a replay numbers its jobs, so that every tie the components
+        break by id (gang ids, victims started at the same instant) falls the same way on every run."""
+        self._new_job_id = new_job_id or (lambda: uuid.uuid4().hex[:12])
         self.sessions = sessions
         self.read_sessions = read_sessions
         self.resmgr = resmgr
@@ -221,7 +225,7 @@ class JobManager:
         self._admit(spec)
         if run_as is not None:
             spec = replace(spec, run_as=run_as())
-        job_id = uuid.uuid4().hex[:12]
+        job_id = self._new_job_id()
         now = self.clock()
         job, gangs, tasks = policy.new_job_records(job_id, spec, now)
         job.request_id = request_id

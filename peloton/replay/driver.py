@@ -14,6 +14,7 @@ every run.
 
 from __future__ import annotations
 
+import itertools
 import tempfile
 import threading
 import time
@@ -208,7 +209,9 @@ class Replay:
                                       preemption=self._preemption, rate_clock=clock)
         rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
         self.hostmgr.start()
-        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock)
+        ids = itertools.count(1)
+        # job ids in submission order (not random): ties broken by id fall the same way on every run
+        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock, new_job_id=lambda: f"{next(ids):012x}")
         self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock)
         self.jobmgr.start()
         self.jobmgr.recover()

@@ -62,6 +62,19 @@ def test_a_preempted_job_keeps_its_work_and_finishes_what_is_left(tmp_path: Path
     assert max(x.partial_gpus for x in o.result.timeline) == 0
 
 
+def test_the_victims_among_gangs_started_together_are_the_same_on_every_run(tmp_path: Path) -> None:
+    """Four gangs of /a start at one instant; /b's gang takes two of them back. The resource manager breaks the tie
+    by gang id: the replay numbers its jobs (not random ids), so the same two are preempted every time."""
+    rows = "".join(f"a{i},0,2,resnet50,1000,seconds,,a,,,\n" for i in range(4)) + "b1,100,4,resnet50,200,seconds,,b,,,\n"
+    s = run.setup(_trace(tmp_path, rows), "peloton", cluster="2x4")
+    outcomes = [run.replay_one(s, POLICIES["default"], preemption=True) for _ in range(3)]
+    victims = [sorted(r.name for r in o.result.jobs if r.preemptions) for o in outcomes]
+    assert len(victims[0]) == 2 and victims == [victims[0]] * 3
+    assert run.completion_times(outcomes[:1]) == run.completion_times(outcomes[1:2]) == run.completion_times(
+        outcomes[2:])
+    assert [r.job_id for r in outcomes[0].result.jobs] == [f"{i:012x}" for i in range(1, 6)]
+
+
 def test_without_preemption_the_pool_waits_for_its_borrowed_share(tmp_path: Path) -> None:
     o = run.replay_one(_borrow_then_reclaim(tmp_path), POLICIES["default"], preemption=False)
     jobs = {r.name: r for r in o.result.jobs}
