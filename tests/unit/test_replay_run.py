@@ -164,6 +164,10 @@ def test_setup_refuses_what_it_cannot_replay_naming_the_flag(tmp_path: Path) -> 
     trace = _trace(tmp_path, "j,0,4,resnet50,10,seconds,,,,,\n")
     with pytest.raises(InvalidArgument, match="--cluster: give --cluster HxG or --cluster-file FILE"):
         run.setup(trace, "peloton")
+    with pytest.raises(InvalidArgument, match="--racks: a cluster file says its racks"):
+        run.setup(trace, "peloton", cluster_file=str(PUBLIC / "tiresias" / "cluster_spec.csv"), racks=2)
+    with pytest.raises(InvalidArgument, match="racks: 3 is not within 1..2"):
+        run.setup(trace, "peloton", cluster="2x4", racks=3)
     with pytest.raises(InvalidArgument, match=r"t\.csv: row 1, job j: 4 GPUs, more than the cluster's 2"):
         run.setup(trace, "peloton", cluster="1x2")
     with pytest.raises(InvalidArgument, match="TRACE: cannot read .*nope.csv"):
