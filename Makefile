@@ -65,6 +65,7 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/cli_bench.py $(CLI_ARGS)
 	$(BIN)/python benchmarks/scheduling_bench.py $(SCHEDULING_ARGS)
 	$(BIN)/python benchmarks/model_bench.py $(MODEL_ARGS)
+	$(BIN)/python benchmarks/durability_bench.py
 	$(BIN)/python benchmarks/replay_bench.py $(REPLAY_ARGS)
 
 clean:

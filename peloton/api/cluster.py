@@ -8,10 +8,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from peloton import __version__
+from peloton.api import caller
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
-from peloton.leadership.owner import Owner
-from peloton.security import identity
 
 if TYPE_CHECKING:
     import grpc
@@ -34,12 +33,22 @@ class ClusterFacts:
 
 
 @dataclass(frozen=True)
+class Leader:
+    """A lock's holder as callers are told of it (peloton/leadership/owner.py's Owner, what the API shows of it)."""
+    address: str
+    host: str
+    pid: int
+    since: float
+    lease: float  # seconds a silent holder keeps the lock before a standby ends it
+
+
+@dataclass(frozen=True)
 class Leadership:
     """Who acts on the store, as the store says (read per call)."""
-    leader: Owner | None
+    leader: Leader | None
     epoch: int
     standbys: Sequence[tuple[str, float, tuple[str, ...]]]  # (address, waiting since, roles)
-    roles: Sequence[tuple[str, Owner, float]] = ()  # (role, its leader, seconds since its last renewal)
+    roles: Sequence[tuple[str, Leader, float]] = ()  # (role, its leader, seconds since its last renewal)
 
 
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
@@ -52,7 +61,7 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     @grpc_errors
     def GetClusterInfo(self, request: cluster_pb2.GetClusterInfoRequest, context: grpc.ServicerContext) -> cluster_pb2.GetClusterInfoResponse:
         f = self.facts
-        who = identity.caller()
+        who = caller.current()
         return cluster_pb2.GetClusterInfoResponse(
             version=__version__, roles=list(f.roles), store=f.store, backend=f.backend, started_at=f.started_at,
             addresses=list(f.addresses), hosts=self.hosts(),

@@ -12,7 +12,7 @@ from google.protobuf import duration_pb2
 
 from peloton.api.clients import Probe, Victim
 from peloton.api.v1 import host_pb2, internal_pb2, job_pb2, model_pb2, respool_pb2, task_pb2
-from peloton.domain import checks, hostlabels
+from peloton.domain import checks, task_identity
 from peloton.domain.allocation import GangAsk
 from peloton.domain.checks import duration_seconds
 from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
@@ -38,8 +38,8 @@ from peloton.domain.spec import (
 )
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument
+from peloton.modelaware import hostlabels
 from peloton.modelaware import plan as plans
-from peloton.security import run_as
 
 if TYPE_CHECKING:
     from peloton.domain.allocation import Holding, PoolUsage
@@ -192,7 +192,7 @@ def job_to_proto(job: Job, gangs: Sequence[Gang], task_states: dict[str, int],
         created_at=job.created_at,
         updated_at=job.updated_at,
         completed_at=job.completed_at,
-        run_as=run_as.describe(job.spec.run_as) if job.spec.run_as is not None else job.spec.user,
+        run_as=task_identity.describe(job.spec.run_as) if job.spec.run_as is not None else job.spec.user,
     )
     status.task_states.update(task_states)
     if gang_states is not None:

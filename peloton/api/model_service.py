@@ -15,14 +15,13 @@ from typing import TYPE_CHECKING
 
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton.api import convert, request_checks
+from peloton.api import caller, convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import model_pb2, model_pb2_grpc
-from peloton.domain import checks
+from peloton.domain import checks, principal
 from peloton.domain.model import StoredModel
 from peloton.domain.stored_models import check_name, document_text
 from peloton.errors import Conflict, InvalidArgument, NotFound, PermissionDenied
-from peloton.security import identity
 from peloton.store import repo
 from peloton.store.db import transaction
 
@@ -34,7 +33,7 @@ MAX_PAGE = 1000
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a page of documents (each at most 1 MiB) stays well under a response's 4 MiB
 
 
-def may_change(who: identity.Principal, owner: str) -> bool:
+def may_change(who: principal.Principal, owner: str) -> bool:
     """A model is replaced or deleted by its owner or an admin."""
     return who.name == owner or "admin" in who.roles
 
@@ -48,7 +47,7 @@ class ModelBook:
         self.read_sessions = read_sessions
         self.clock = clock
 
-    def create(self, name: str, document_json: str, who: identity.Principal, replace: bool = False,
+    def create(self, name: str, document_json: str, who: principal.Principal, replace: bool = False,
                if_version: int = 0) -> tuple[StoredModel, bool]:
         """The model as stored, and whether an existing one was replaced. AlreadyExists for a name taken (without
         `replace`); PermissionDenied to replace another's model (unless an admin); InvalidArgument naming the field
@@ -99,7 +98,7 @@ class ModelBook:
                 break
         return models, (_token(models[-1].name) if more and models else "")
 
-    def delete(self, name: str, who: identity.Principal) -> None:
+    def delete(self, name: str, who: principal.Principal) -> None:
         check_name(name)
         with transaction(self.sessions) as s:
             model = repo.get_model(s, name)
@@ -129,7 +128,7 @@ class ModelServicer(model_pb2_grpc.ModelServiceServicer):
     @grpc_errors
     def CreateModel(self, request: model_pb2.CreateModelRequest, context: grpc.ServicerContext
                     ) -> model_pb2.CreateModelResponse:
-        model, replaced = self.book.create(request.name, request.document_json, identity.caller(), request.replace,
+        model, replaced = self.book.create(request.name, request.document_json, caller.current(), request.replace,
                                             request.if_version)
         return model_pb2.CreateModelResponse(model=convert.stored_model_to_proto(model), replaced=replaced)
 
@@ -148,5 +147,5 @@ class ModelServicer(model_pb2_grpc.ModelServiceServicer):
     @grpc_errors
     def DeleteModel(self, request: model_pb2.DeleteModelRequest, context: grpc.ServicerContext
                     ) -> model_pb2.DeleteModelResponse:
-        self.book.delete(request.name, identity.caller())
+        self.book.delete(request.name, caller.current())
         return model_pb2.DeleteModelResponse()

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from peloton.domain import hostlabels
 from peloton.domain.resources import Resources, parse_resources_flag
 from peloton.errors import InvalidArgument
+from peloton.modelaware import hostlabels
 
 MAX_GROUP_HOSTS = 1_000_000
 

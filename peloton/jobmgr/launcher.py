@@ -19,6 +19,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import Counter, Histogram
 
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
+from peloton.domain import task_identity
 from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec
 from peloton.domain.model import split_gang_id
 from peloton.domain.placement import GangPlacement, PlacementFailure
@@ -30,7 +31,6 @@ from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.retry import Backoff
 from peloton.retry.sleeping import retry_call
-from peloton.security import run_as
 
 log = logging.getLogger(__name__)
 
@@ -194,7 +194,7 @@ class Launcher:
         files = {"hostfile": hostfile(hostfile_members(p.members, spec.roles))}
         user = spec.run_as if spec.run_as is not None else spec.user
         # a uid of its owner's has no account to name it: USER and LOGNAME name the owner (unless the job does)
-        named = ({k: spec.owner for k in ("USER", "LOGNAME")} if run_as.dynamic_uid(user) is not None and spec.owner
+        named = ({k: spec.owner for k in ("USER", "LOGNAME")} if task_identity.dynamic_uid(user) is not None and spec.owner
                  else {})
         return GangLaunch(p.gang_id, p.attempt, tuple(
             LaunchSpec(task_id=m.task_id, job_id=p.job_id, instance=m.instance, attempt=p.attempt,

@@ -131,6 +131,10 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
     )
 
 
+def _random_job_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
 def _as_submitted(spec: JobSpec) -> JobSpec:
     """What the client sent, without what the daemon decided at create: the identity (the caller's, not the
     spec's), a model-aware job's goal, and the count `instances: auto` chose."""
@@ -153,12 +157,12 @@ class JobManager:
         clock: Callable[[], float] = time.time,
         writers: int = 1,
         gpu_table: GpuTable = DEFAULT_TABLE,
-        new_job_id: Callable[[], str] | None = None,
+        job_ids: Callable[[], str] | None = None,
     ) -> None:
-        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite). `new_job_id`: a new
-        job's id (12 hex characters; default random): a replay numbers its jobs, so that every tie the components
-        break by id (gang ids, victims started at the same instant) falls the same way on every run."""
-        self._new_job_id = new_job_id or (lambda: uuid.uuid4().hex[:12])
+        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite). `job_ids`: makes
+        a new job's id (default random, 12 hex digits; a replay numbers its jobs so that every tie broken by id,
+        such as which of two gangs placed together is preempted, falls the same way on every run)."""
+        self._new_job_id = job_ids or _random_job_id
         self.sessions = sessions
         self.read_sessions = read_sessions
         self.resmgr = resmgr

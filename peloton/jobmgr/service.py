@@ -9,10 +9,11 @@ from collections.abc import Iterator
 import grpc
 from prometheus_client import Gauge
 
-from peloton.api import convert, request_checks
+from peloton.api import caller, convert, request_checks
 from peloton.api.request_checks import job_id as _job_id
 from peloton.api.status import grpc_errors, grpc_stream_errors
 from peloton.api.v1 import job_pb2, job_pb2_grpc, task_pb2, task_pb2_grpc
+from peloton.domain import principal, task_identity
 from peloton.domain.spec import ignored_settings, validate_submitted
 from peloton.errors import InvalidArgument, PermissionDenied, ResourceExhausted, Unavailable
 from peloton.jobmgr.manager import MAX_EVENTS_SHOWN, MAX_PAGE_BYTES, JobManager
@@ -42,7 +43,7 @@ def _change_to_proto(c: JobChange) -> job_pb2.JobChange:
 def _shown(job: job_pb2.Job) -> job_pb2.Job:
     """The job as the caller may see it: the environment's values only for its owner and for principals with
     job.secrets.any; others see the names, each value replaced by REDACTED."""
-    who = identity.caller()
+    who = caller.current()
     envs = [job.spec.task.env, *(r.task.env for r in job.spec.roles)]
     if not any(envs) or who.may_see_secrets(job.spec.owner):
         return job
@@ -77,13 +78,13 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         request_id = request_checks.request_id(request.request_id)
         spec = convert.spec_from_proto(request.spec)
         validate_submitted(spec)  # bad input is named before any permission is judged
-        who = identity.caller()
-        if who is not identity.OPEN:  # the owner is the caller (an admin may create a job for someone else)
+        who = caller.current()
+        if who is not principal.OPEN:  # the owner is the caller (an admin may create a job for someone else)
             if spec.owner and spec.owner != who.name and "admin" not in who.roles:
                 raise PermissionDenied(f"owner: {who.name} may not create a job owned by {spec.owner!r} (only an "
                                        "admin may; leave owner out, it is the caller)", field="owner")
             spec = dataclasses.replace(spec, owner=spec.owner or who.name)
-            if not who.can(identity.JOB_CONTROL_ANY):  # operators and admins are never refused by a pool
+            if not who.can(principal.JOB_CONTROL_ANY):  # operators and admins are never refused by a pool
                 where, allowed = self.jm.access_list(spec.respool)
                 if allowed and who.name not in allowed:
                     raise PermissionDenied(
@@ -105,22 +106,22 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
                                  admission_waits=g.admission_waits, queued_ahead=g.queued_ahead)
             return resp
         if isinstance(decided, run_as.Allocate):  # once the job is known to be valid: a refused one writes nothing
-            uid_range, principal = self.identities.uid_range, decided.principal
+            uid_range, name = self.identities.uid_range, decided.principal
             job_id = self.jm.create_job(spec, request_id,
-                                        run_as=lambda: run_as.dynamic(self.jm.task_uid(principal, uid_range)))
+                                        run_as=lambda: task_identity.dynamic(self.jm.task_uid(name, uid_range)))
         else:
             job_id = self.jm.create_job(dataclasses.replace(spec, run_as=decided), request_id)
         return job_pb2.CreateJobResponse(job_id=job_id, warnings=ignored_settings(spec, self.backend))
 
-    def _run_as(self, who: identity.Principal, owner: str, requested: str) -> str | run_as.Allocate:
+    def _run_as(self, who: principal.Principal, owner: str, requested: str) -> str | run_as.Allocate:
         """The job's Unix identity (run_as.py): the caller's, or, for a job an admin creates for another owner,
         the owner's (its tasks are the owner's, and run as the owner's own uid). PermissionDenied for a
         task.user the caller may not name."""
         subject, socket_default = who, who.via == "unix socket"
-        if who is not identity.OPEN and owner and owner != who.name:
+        if who is not principal.OPEN and owner and owner != who.name:
             entry = self.principals.entry_of(owner) if self.principals is not None else identity.Entry(frozenset(),
                                                                                                        ())
-            subject, socket_default = identity.Principal(owner, entry.roles, "owner", entry.users, entry.user), False
+            subject, socket_default = principal.Principal(owner, entry.roles, "owner", entry.users, entry.user), False
         if requested:  # what the caller may name (an admin: anything)
             return str(run_as.resolve(self.identities, who, requested))
         return run_as.resolve(self.identities, subject, "", unix_socket_default=socket_default)
@@ -185,13 +186,13 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
         return job_pb2.DeleteJobResponse()
 
     def _may_control(self, job_id: str, what: str) -> None:
-        who = identity.caller()
-        if who.can(identity.JOB_CONTROL_ANY):
+        who = caller.current()
+        if who.can(principal.JOB_CONTROL_ANY):
             return
         owner = self.jm.get_job(job_id).job.spec.owner
         if not who.may_control(owner):
             raise PermissionDenied(f"{who.name} may not {what} job {job_id}, owned by {owner or 'nobody'}: that needs "
-                                   f"the permission {identity.JOB_CONTROL_ANY} (role operator or admin)")
+                                   f"the permission {principal.JOB_CONTROL_ANY} (role operator or admin)")
 
     @grpc_stream_errors
     def WatchJobs(self, request: job_pb2.WatchJobsRequest, context: grpc.ServicerContext
@@ -245,12 +246,12 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         offset = request.offset if request.HasField("offset") else None
         if offset is not None and offset < 0:
             raise InvalidArgument("offset: must not be negative", field="offset")
-        who = identity.caller()
-        if not who.can(identity.JOB_SECRETS_ANY):
+        who = caller.current()
+        if not who.can(principal.JOB_SECRETS_ANY):
             owner = self.jm.get_job(_job_id(request.job_id)).job.spec.owner
             if not who.may_see_secrets(owner):
                 raise PermissionDenied(f"{who.name} may not read the logs of job {request.job_id}, owned by {owner}: "
-                                       f"that needs the permission {identity.JOB_SECRETS_ANY} (role operator or "
+                                       f"that needs the permission {principal.JOB_SECRETS_ANY} (role operator or "
                                        "admin)")
         task_id, content, nxt, state = self.jm.task_log(
             _job_id(request.job_id), request_checks.instance(request.instance), request_checks.attempt(request.attempt),

@@ -20,7 +20,7 @@ from typing import IO, Protocol
 import grpc
 from sqlalchemy.orm import Session, sessionmaker
 
-from peloton.api.cluster import Leadership
+from peloton.api.cluster import Leader, Leadership
 from peloton.errors import FailedPrecondition
 from peloton.files import create_private, private_dir, tasks_run_as_others
 from peloton.leadership.fence import EPOCH_KEY, Fence, take_epochs
@@ -196,7 +196,8 @@ class Hold:
         if self.store_lock is None:
             return None
         if read_sessions is None:  # a --role placement or hostmgr process that leads with a lock but has no store
-            return Leadership(self.owner, 0, [], [(r, self.owner, 0.0) for r in sorted(self.cfg.roles)])
+            me = _shown(self.owner)
+            return Leadership(me, 0, [], [(r, me, 0.0) for r in sorted(self.cfg.roles)])
         sqlite = db.sqlite_path(self.cfg.db_url or db.default_sqlite_url(self.cfg.data_dir)) is not None
         with db.transaction(read_sessions) as s:
             # SQLite: one daemon, this one (its lock file, not the store, says who holds the lock)
@@ -204,7 +205,8 @@ class Hold:
             epoch = 0 if sqlite else int(repo.get_meta(s, EPOCH_KEY) or 0)  # (no one to fence on SQLite)
             waiting = [] if sqlite else standbys(s)
             roles = [] if sqlite else role_leaders(s)
-        return Leadership(leader, epoch, waiting, roles)
+        return Leadership(_shown(leader) if leader else None, epoch, waiting,
+                          [(r, _shown(o), q) for r, o, q in roles])
 
     def _fenced(self, why: str) -> None:
         """A commit found a newer epoch: another daemon leads. Stop acting now; the store guard finds the lock
@@ -273,3 +275,8 @@ class Hold:
         if self._lock_file is not None:
             self._lock_file.close()
             self._lock_file = None
+
+
+def _shown(o: Owner) -> Leader:
+    """What callers are told of a lock's holder (`peloton cluster info`)."""
+    return Leader(o.address, o.host, o.pid, o.since, o.lease)

@@ -18,12 +18,12 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from peloton.domain import hostlabels
 from peloton.errors import InvalidArgument
+from peloton.modelaware import hostlabels
 from peloton.modelaware.cost import (
     DEFAULT_GPU_LINK,
     DEFAULT_GPU_MODEL,
@@ -36,6 +36,7 @@ from peloton.modelaware.cost import (
     Prediction,
     combine,
     link_scale,
+    network_time,
     pairs,
     predict,
 )
@@ -428,7 +429,7 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
         return k * bsz / step if throughput else bsz / step
 
     def net(nic: float, n: int, units: float) -> float:
-        return p.alpha_n + p.beta_n * (p.reference.nic_gbps / nic) * units / pairs(n)
+        return network_time(p, p.reference.nic_gbps / nic, n, units)
 
     # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
     items: list[tuple[float, int, _Cand]] = []
@@ -445,12 +446,12 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
                 continue
             n_max = min(k, cl.hosts)
             if hier:
-                m = 2 if n_max == 2 else 3  # 2(n-1)/P(n) is least at n = 3
-                ts = net(cl.nic, m, 2 * (m - 1))
+                # the network ring's term grows with n from n = 3 on (2(n-1)/n and alpha_h 2(n-1)): least at 2 or 3
+                ts = min(net(cl.nic, m, 2 * (m - 1)) for m in (2, 3) if m <= n_max)
                 if n_max < k:  # some host has ceil(K / n_max) GPUs or more
                     ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
             else:
-                ts = net(cl.nic, n_max, 2 * (k - 1))  # the ring is fastest on the most hosts
+                ts = net(cl.nic, _ring_fastest(p, k, n_max, cl.nic), 2 * (k - 1))  # the ring's fastest host count
             items.append((score(k, bsz, cl.rel, ts), len(items), _Cand(k, bsz, cls=cl)))
     items.sort(key=lambda it: (-it[0], it[1]))
 
@@ -465,7 +466,7 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
         n_max = min(k, c.hosts)
         n_lo = max(2, c.fewest_hosts(top_level, k))
         if not hier:
-            for n in range(n_max, n_lo - 1, -1):  # fewer hosts, slower ring: stop at the first kept out
+            for n in _ring_hosts(p, k, n_lo, n_max, c.nic):  # fastest ring first: stop at the first kept out
                 s = score(k, bsz, c.rel, net(c.nic, n, 2 * (k - 1)))
                 if top.below(s):
                     break
@@ -474,6 +475,9 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
             continue
         j = top_level
         for n in range(n_lo, n_max + 1):
+            # from n = 3 on the network ring's term only grows with n: once it alone is kept out, so is the rest
+            if n >= 3 and top.below(score(k, bsz, c.rel, net(c.nic, n, 2 * (n - 1)))):
+                break
             while j > 0 and c.capacity(j - 1, n) >= k:
                 j -= 1
             t = levels[j]
@@ -485,6 +489,66 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
     plans = [_materialize(p, cand, req.pattern, table) for _, _, cand in top.kept.values()]
     plans.sort(key=lambda pl: _rank(pl, req.objective))
     return plans
+
+
+def _ring_costs(p: CostParams, k: int, nic: float) -> tuple[float, float]:
+    """(A, B) of the ring's network term over n hosts, A / P(n) + B (n - 1) (beside alpha_n, the same for every
+    n): A = beta_n nic_scale 2(K-1), B = 2 alpha_h."""
+    return p.beta_n * (p.reference.nic_gbps / nic) * 2 * (k - 1), 2 * p.alpha_h
+
+
+def _ring_least(a: float, b: float, first: int, hi: int) -> int:
+    """The n in [first, hi] (first >= 3) with the least A / n + B (n - 1): a convex function, least near
+    sqrt(A / B) (the rounded optimum is a neighbour of the integer one: step to the least)."""
+    if a >= b * hi * hi:  # sqrt(A / B) >= hi (or B = 0): falling all the way to hi
+        return hi
+    best = min(max(int(math.sqrt(a / b) + 0.5), first), hi)
+    while best > first and a / (best - 1) + b * (best - 2) < a / best + b * (best - 1):
+        best -= 1
+    while best < hi and a / (best + 1) + b * best < a / best + b * (best - 1):
+        best += 1
+    return best
+
+
+def _ring_fastest(p: CostParams, k: int, hi: int, nic: float) -> int:
+    """The number of hosts in [2, hi] over which a ring of K is fastest (more hosts among equals)."""
+    a, b = _ring_costs(p, k, nic)
+    if hi < 3:
+        return 2
+    n = _ring_least(a, b, 3, hi)
+    return 2 if a + b < a / n + b * (n - 1) else n
+
+
+def _ring_hosts(p: CostParams, k: int, lo: int, hi: int, nic: float) -> Iterator[int]:
+    """The host counts n in [lo, hi] (lo >= 2) of a ring of K whose slowest NIC is `nic`, fastest first (ties:
+    more hosts first), lazily: the search stops at the first it keeps out.
+
+    From n = 3 on the ring's network term A / n + B (n - 1) is convex, so the order is a merge of the walks down
+    and up from its least, with n = 2 (A + B: P = 1) put in its place. With alpha_h = 0 it is hi, hi - 1, ..., lo."""
+    a, b = _ring_costs(p, k, nic)
+
+    def cost(n: int) -> float:
+        return a / pairs(n) + b * (n - 1)
+
+    two = lo <= 2 <= hi  # n = 2 still to place
+    c2 = a + b
+    first = max(lo, 3)
+    if first <= hi:
+        n = _ring_least(a, b, first, hi)
+        down, up = n - 1, n + 1
+        while True:
+            if two and cost(n) > c2:
+                two = False
+                yield 2
+            yield n
+            if down < first and up > hi:
+                break
+            if up > hi or (down >= first and cost(down) < cost(up)):
+                n, down = down, down - 1
+            else:
+                n, up = up, up + 1
+    if two:
+        yield 2
 
 
 def _materialize(params: CostParams, cand: _Cand, pattern: str, table: GpuTable) -> Plan:
@@ -568,7 +632,7 @@ class PlanChoice:
 
 
 def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
-    """A host as the search sees it, its hardware from the well-known labels (peloton/domain/hostlabels.py); a
+    """A host as the search sees it, its hardware from the well-known labels (peloton/modelaware/hostlabels.py); a
     label that does not check counts as absent (the host manager refuses bad labels where hosts are declared, and
     reports a Mesos agent's)."""
     model, nic, link = _hardware(labels.get(hostlabels.GPU_MODEL), labels.get(hostlabels.NIC_GBPS),

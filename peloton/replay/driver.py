@@ -14,7 +14,6 @@ every run.
 
 from __future__ import annotations
 
-import itertools
 import tempfile
 import threading
 import time
@@ -23,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peloton.domain.launch import GangLaunch
-from peloton.domain.model import ResourcePool
+from peloton.domain.model import ResourcePool, StoredModel
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.hostmgr.inprocess import InProcessHostManager
@@ -31,6 +30,7 @@ from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts
 from peloton.jobmgr.manager import JobManager
 from peloton.placement.engine import PlacementEngine
+from peloton.placement.reservation import ORDERS
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import db, repo
@@ -160,7 +160,10 @@ class Replay:
 
     def __init__(self, cluster: Cluster, submissions: Sequence[Submission], duration_of: DurationOf, *,
                  pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
-                 store_url: str | None = None, seed: int = 0) -> None:
+                 store_url: str | None = None, seed: int = 0, order: str = "backfill",
+                 models: Sequence[StoredModel] = ()) -> None:
+        if order not in ORDERS:
+            raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
         names = [s.name for s in submissions]
         if len(set(names)) != len(names):
             raise ValueError("submissions: names must be unique")
@@ -180,6 +183,9 @@ class Replay:
         self._preemption = preemption
         self._settle_s = preemption_settle_s
         self._seed = seed
+        self._order = order  # --placement-order: the resource manager's and the placement engine's
+        self._models = list(models)  # stored models (`peloton model create`) the model-aware jobs name
+        self._job_seq = 0
         self._results: dict[str, JobResult] = {}
         self._by_job: dict[str, JobResult] = {}
         self._subs_by_name = {s.name: s for s in self.subs}
@@ -195,6 +201,8 @@ class Replay:
             repo.ensure_root_pool(s, clock())
             for p in self._pools:
                 repo.create_pool(s, p)
+            for m in self._models:
+                repo.create_model(s, m)
 
         def load_pools() -> list[ResourcePool]:
             with db.transaction(sessions) as s:
@@ -206,15 +214,19 @@ class Replay:
         self.sim = SimBackend(hosts, seed=self._seed, clock=clock, timer_thread=False, duration_of=self._launched)
         self.hostmgr = HostManager(self.sim, clock=clock)
         self.resmgr = ResourceManager(load_pools, clock=clock, preemption_settle_s=self._settle_s,
-                                      preemption=self._preemption, rate_clock=clock)
+                                      preemption=self._preemption, rate_clock=clock, placement_order=self._order)
         rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
         self.hostmgr.start()
-        ids = itertools.count(1)
-        # job ids in submission order (not random): ties broken by id fall the same way on every run
-        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock, new_job_id=lambda: f"{next(ids):012x}")
-        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock)
+        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock, job_ids=self._job_id)
+        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock, order=self._order)
         self.jobmgr.start()
         self.jobmgr.recover()
+
+    def _job_id(self) -> str:
+        """Job ids in submission order (12 hex digits, as the daemon's): ties that resmgr and preemption break by
+        gang id fall the same way on every run."""
+        self._job_seq += 1
+        return f"{self._job_seq:012x}"
 
     def _close(self) -> None:
         self.jobmgr.stop()

@@ -4,8 +4,8 @@
 A trace job of G GPUs is one gang of G members of one GPU each (a data-parallel job, one worker per GPU), with
 its host's share of CPUs and memory per GPU, so that GPUs are what runs out.
 
-- `fifo`: the plain gang, without `sla.max_runtime`: no gang backfills onto hosts reserved for the gang at the
-  head of its queue.
+- `fifo`: the plain gang, without `sla.max_runtime`, under the strict first-in, first-out placement order
+  (`--placement-order fifo`: nothing behind the first waiting gang starts before it).
 - `default`: the plain gang with `sla.max_runtime` (max_runtime_s), so that it may backfill as a user's job that
   declares its run time does (docs/pools.md, "Head-of-line reservation and backfill").
 - `model-aware`: the same gang, placed by the cost model of its application: `placement.strategy: model-aware`
@@ -39,7 +39,7 @@ class Policy:
     max_runtime: bool  # the gang declares sla.max_runtime (and so may backfill)
     model_aware: bool  # placed by its application's cost model
     auto: bool  # gang size chosen by the daemon within bounds
-    order: str  # the placement order: "fifo" (strict submission order) or "backfill" (the scheduler's own)
+    order: str  # the daemon's --placement-order (Replay(order=)): "fifo" (strict) or "backfill" (its default)
 
 
 POLICIES: dict[str, Policy] = {p.name: p for p in (

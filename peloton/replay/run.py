@@ -10,7 +10,6 @@ at no cost), so its next run lasts what is left at the speed of its next placeme
 from __future__ import annotations
 
 import json
-import tempfile
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,7 +23,6 @@ from peloton.replay import metrics, policies, report
 from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Stalled, Submission
 from peloton.replay.traces import ClusterShape, TraceJob, check_fits, parse_cluster, read_cluster_file, read_trace
 from peloton.replay.work import KNOWN, SpeedModel, hosts_of, speed, speed_models, work_samples
-from peloton.store import db, repo
 
 MIN_RUN_S = 1e-3  # a run whose work was all done before (a preemption at its very end) still lasts this long
 PROFILED = ("bert", "cifar10")  # the applications with a public profile: DIR/<application>/placements.csv
@@ -149,20 +147,12 @@ def specs(s: Setup, policy: policies.Policy) -> dict[str, JobSpec]:
             for j in s.jobs}
 
 
-def _store(directory: str, s: Setup) -> str:
-    """A store with the applications' model documents in it (model-aware jobs name them)."""
-    url = f"sqlite:///{Path(directory) / 'replay.db'}"
-    db.upgrade(url)
-    engine = db.make_engine(url)
-    try:
-        sessions = db.make_sessions(engine)
-        with db.transaction(sessions) as tx:
-            for name, doc in policies.model_documents(s.models, [j.application for j in s.jobs]).items():
-                text = json.dumps(document_to_dict(parse_document(doc)), sort_keys=True)
-                repo.create_model(tx, StoredModel(name=name, owner="replay", document=text))
-    finally:
-        engine.dispose()
-    return url
+def stored_models(s: Setup) -> list[StoredModel]:
+    """The model documents of the trace's applications, as `peloton model create` stores them (model-aware jobs
+    name them)."""
+    return [StoredModel(name=name, owner="replay", document=json.dumps(document_to_dict(parse_document(doc)),
+                                                                      sort_keys=True))
+            for name, doc in policies.model_documents(s.models, [j.application for j in s.jobs]).items()]
 
 
 def replay_one(s: Setup, policy: policies.Policy, preemption: bool, name: str | None = None) -> Outcome:
@@ -174,16 +164,15 @@ def replay_one(s: Setup, policy: policies.Policy, preemption: bool, name: str | 
     cluster = Cluster(hosts=c.hosts, gpus=c.gpus_per_host, racks=c.racks, cpu=float(c.cpus_per_host),
                       mem_mb=c.mem_gb_per_host * 1024, seed=s.seed,
                       labels=tuple(sorted(policies.host_labels(c).items())))
-    with tempfile.TemporaryDirectory(prefix="peloton-replay-") as tmp:
-        holder: list[Replay] = []
-        progress = Progress(s, lambda n: holder[0].history(n))
-        rp = Replay(cluster, subs, progress, pools=s.pools, preemption=preemption, store_url=_store(tmp, s),
-                    seed=s.seed)
-        holder.append(rp)
-        try:
-            result = rp.run()
-        except Stalled as e:
-            raise FailedPrecondition(f"{name or policy.name}: {e}") from None
+    holder: list[Replay] = []
+    progress = Progress(s, lambda n: holder[0].history(n))
+    rp = Replay(cluster, subs, progress, pools=s.pools, preemption=preemption, seed=s.seed, order=policy.order,
+                models=stored_models(s))
+    holder.append(rp)
+    try:
+        result = rp.run()
+    except Stalled as e:
+        raise FailedPrecondition(f"{name or policy.name}: {e}") from None
     return Outcome(name or policy.name, result, to_metrics(result, s), by_name)
 
 

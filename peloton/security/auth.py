@@ -1,5 +1,5 @@
-"""Authentication and authorization of the public API: who each call is from (identity.Principal), and whether
-its method's permission (identity.METHODS) is one of theirs. Servicers read the caller with identity.caller() for
+"""Authentication and authorization of the public API: who each call is from (principal.Principal), and whether
+its method's permission (identity.METHODS) is one of theirs. Servicers read the caller with caller.current() for
 what depends on the object (a job's owner).
 
 With authentication on (a principals file, or mutual TLS), a call is from:
@@ -22,12 +22,14 @@ from typing import Any
 
 import grpc
 
+from peloton.api import caller
 from peloton.api.audit import AuditLog, code_name, object_of
 from peloton.api.status import bounded, retry_after
-from peloton.domain import limits
+from peloton.domain import limits, principal
+from peloton.domain.principal import Principal
 from peloton.errors import PermissionDenied, ResourceExhausted, Unauthenticated
 from peloton.security import identity
-from peloton.security.identity import Principal, Principals
+from peloton.security.identity import Principals
 from peloton.security.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
@@ -51,7 +53,7 @@ class Authenticator:
 
     def principal(self, context: grpc.ServicerContext) -> Principal:
         if not self.enabled:
-            return identity.OPEN
+            return principal.OPEN
         if context.peer().startswith("unix:"):
             return Principal(self.owner, frozenset({"admin"}), "unix socket")
         for key, value in context.invocation_metadata() or ():
@@ -99,7 +101,7 @@ _CODES = {Unauthenticated: grpc.StatusCode.UNAUTHENTICATED, PermissionDenied: gr
 
 
 class Authorize(grpc.ServerInterceptor):
-    """Runs the Authenticator before every call; the servicer then finds the caller in identity.caller(). With an
+    """Runs the Authenticator before every call; the servicer then finds the caller in caller.current(). With an
     audit log, records every refused call (here or in the servicer) and every changing call with how it ended.
 
     The caller is authenticated before its request is read: each call is served as a client-streaming one (the
@@ -168,7 +170,7 @@ class Authorize(grpc.ServerInterceptor):
 
             def unary(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
                 p, request = admit(requests, context)
-                token = identity.CALLER.set(p)
+                token = caller.CALLER.set(p)
                 response, failed = None, True
                 try:
                     response = behaviour(request, context)
@@ -184,7 +186,7 @@ class Authorize(grpc.ServerInterceptor):
 
         def stream(requests: Iterator[Any], context: grpc.ServicerContext) -> Any:
             p, request = admit(requests, context)
-            token = identity.CALLER.set(p)
+            token = caller.CALLER.set(p)
             failed = True
             try:
                 yield from stream_behaviour(request, context)
@@ -220,6 +222,6 @@ def _details(context: grpc.ServicerContext) -> str:
 
 def _reset(token: Any) -> None:
     try:
-        identity.CALLER.reset(token)
+        caller.CALLER.reset(token)
     except ValueError:  # a stream closed from another context: that context's value is not ours to reset
         pass

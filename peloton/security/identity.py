@@ -1,5 +1,7 @@
-"""Who a caller is and what it may do: principals, roles, permissions, tokens. Pure apart from reading the
-principals file; the gRPC side (authenticating a call, checking its method's permission) is api/auth.py.
+"""How a caller becomes a principal, and what each RPC needs: tokens, the principals file, the methods' permissions.
+Pure apart from reading the principals file. The principal and its permissions are plain data
+(peloton/domain/principal.py); the gRPC side (authenticating a call, checking its method's permission) is
+security/auth.py, which hands the principal to the servicers through peloton/api/caller.py.
 
 Roles (cluster-wide for now; per-pool access lists are not built yet, docs/security.md):
   admin      everything
@@ -19,7 +21,6 @@ is a submitter (without a file, every certificate holder is)."""
 
 from __future__ import annotations
 
-import contextvars
 import hashlib
 import hmac
 import json
@@ -30,35 +31,26 @@ import secrets
 import threading
 import time
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
+from peloton.domain.principal import (
+    AUDIT_READ,
+    HOST_OPERATE,
+    HOST_READ,
+    JOB_CONTROL_OWN,
+    JOB_CREATE,
+    JOB_READ,
+    POOL_READ,
+    POOL_WRITE,
+    ROLES,
+    Principal,
+)
+from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.files import make_dirs
 
 log = logging.getLogger(__name__)
-
-JOB_CREATE = "job.create"
-JOB_READ = "job.read"
-JOB_CONTROL_OWN = "job.control.own"  # stop and delete one's own jobs
-JOB_CONTROL_ANY = "job.control.any"
-JOB_SECRETS_ANY = "job.secrets.any"  # the environment values and logs of any job (one's own are always visible)
-POOL_READ = "pool.read"
-POOL_WRITE = "pool.write"
-HOST_READ = "host.read"
-HOST_OPERATE = "host.operate"  # host drain; failure injection of the sim backend
-AUDIT_READ = "audit.read"
-ALL = frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ, POOL_WRITE,
-                 HOST_READ, HOST_OPERATE, AUDIT_READ})
-
-ROLES: dict[str, frozenset[str]] = {
-    "admin": ALL,
-    "operator": frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, JOB_CONTROL_ANY, JOB_SECRETS_ANY, POOL_READ,
-                           HOST_READ, HOST_OPERATE, AUDIT_READ}),
-    "submitter": frozenset({JOB_CREATE, JOB_READ, JOB_CONTROL_OWN, POOL_READ, HOST_READ}),
-    "viewer": frozenset({JOB_READ, POOL_READ, HOST_READ}),
-}
 
 # What each RPC needs (anything not listed: admin only). Health and reflection need nothing.
 PUBLIC_SERVICES = ("/grpc.health.v1.Health/", "/grpc.reflection.v1alpha.ServerReflection/",
@@ -100,59 +92,6 @@ MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobServic
                       "/peloton.v1.SimService/RecoverHost", "/peloton.v1.ModelService/CreateModel",
                       "/peloton.v1.ModelService/DeleteModel"})
 TOKEN_PREFIX = "pt_"
-
-
-@dataclass(frozen=True)
-class Principal:
-    name: str
-    roles: frozenset[str]
-    via: str  # how it was established: "token", "certificate", "unix socket", "open" (no authentication)
-    users: frozenset[str] = frozenset()  # Unix users its jobs may name in task.user besides `user`
-    user: str = ""  # the Unix user the principals file maps it to (its tasks' identity); "": none mapped
-    permissions: frozenset[str] = field(init=False)
-
-    def __post_init__(self) -> None:
-        perms: set[str] = set()
-        for r in self.roles:
-            perms |= ROLES.get(r, frozenset())
-        object.__setattr__(self, "permissions", frozenset(perms))
-
-    def can(self, permission: str) -> bool:
-        return permission in self.permissions
-
-    def require(self, permission: str, what: str = "") -> None:
-        if not self.can(permission):
-            raise PermissionDenied(f"{self.name} may not {what or permission}: that needs the permission "
-                                   f"{permission} ({_roles_with(permission)}), and {self.name} has "
-                                   f"{', '.join(sorted(self.roles)) or 'no role'}")
-
-    def may_control(self, owner: str) -> bool:
-        return self.can(JOB_CONTROL_ANY) or (self.can(JOB_CONTROL_OWN) and owner == self.name)
-
-    def may_see_secrets(self, owner: str) -> bool:
-        return self.can(JOB_SECRETS_ANY) or owner == self.name
-
-    def may_run_as(self, user: str) -> bool:
-        """Whether this principal's jobs may name the Unix user `user` in task.user (root is the pool's business
-        too). Never by its name alone: only the user the principals file maps it to, or lists for it."""
-        return "admin" in self.roles or (bool(self.user) and user == self.user) or user in self.users
-
-    def named_users(self) -> list[str]:
-        """The users it may name, for messages."""
-        return sorted({self.user, *self.users} - {""})
-
-
-def _roles_with(permission: str) -> str:
-    return "role " + " or ".join(r for r, p in ROLES.items() if permission in p)
-
-
-OPEN = Principal("anonymous", frozenset({"admin"}), "open")
-CALLER: contextvars.ContextVar[Principal] = contextvars.ContextVar("peloton_caller", default=OPEN)
-
-
-def caller() -> Principal:
-    """The principal of the call being served (OPEN when authentication is off, or for in-process calls)."""
-    return CALLER.get()
 
 
 def hash_token(token: str) -> str:

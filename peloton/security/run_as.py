@@ -31,10 +31,9 @@ import re
 from collections.abc import Callable, Collection
 from dataclasses import dataclass
 
+from peloton.domain.principal import Principal
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
-from peloton.security.identity import Principal
 
-DYNAMIC_PREFIX = "#"
 # Between the 16-bit uids and the subordinate ids useradd hands out from 100000 (rootless containers), and clear of
 # systemd's DynamicUser range (61184-65519) and of nobody (65534): nothing allocates here by default.
 DEFAULT_UID_RANGE = (65536, 99999)
@@ -68,30 +67,6 @@ class Allocate:
     """`resolve`'s answer when the principal's identity is a uid of the range: the caller allocates (or finds)
     the principal's uid and stores `dynamic(uid)`."""
     principal: str
-
-
-def dynamic(uid: int) -> str:
-    return f"{DYNAMIC_PREFIX}{uid}"
-
-
-def dynamic_uid(run_as: str) -> int | None:
-    """The uid of an allocated identity ("#65537"), None for a user name or ""."""
-    if not run_as.startswith(DYNAMIC_PREFIX):
-        return None
-    try:
-        return int(run_as[len(DYNAMIC_PREFIX):])
-    except ValueError:
-        return None
-
-
-def describe(run_as: str | None) -> str:
-    """How a job's identity reads in `peloton job get`."""
-    if run_as is None:
-        return ""
-    uid = dynamic_uid(run_as)
-    if uid is not None:
-        return f"uid {uid}"
-    return run_as
 
 
 def resolve(policy: Policy, who: Principal, requested: str, *, unix_socket_default: bool = False) -> str | Allocate:

@@ -9,16 +9,16 @@ import pytest
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.api.model_service import MAX_PAGE_BYTES, ModelBook
+from peloton.domain import principal
 from peloton.domain.model import StoredModel
 from peloton.errors import AlreadyExists, Conflict, InvalidArgument, NotFound, PermissionDenied
-from peloton.security import identity
 from peloton.store import db, repo
 
 DOC = {"kind": "peloton.model/v1",
        "description": {"parameters": 110_000_000, "flops_per_sample": 2.5e11, "sync": "allreduce-ring"}}
-ALICE = identity.Principal("alice", frozenset({"submitter"}), "token")
-BOB = identity.Principal("bob", frozenset({"submitter"}), "token")
-ADMIN = identity.Principal("root", frozenset({"admin"}), "token")
+ALICE = principal.Principal("alice", frozenset({"submitter"}), "token")
+BOB = principal.Principal("bob", frozenset({"submitter"}), "token")
+ADMIN = principal.Principal("root", frozenset({"admin"}), "token")
 
 
 class Clock:

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import pytest
 
-from peloton.domain import hostlabels
 from peloton.domain.hostgroups import HostGroup, parse_host_group, parse_host_groups
-from peloton.domain.hostlabels import HostHardware
 from peloton.domain.resources import Resources
 from peloton.errors import InvalidArgument
+from peloton.modelaware import hostlabels
+from peloton.modelaware.hostlabels import HostHardware
 
 
 def test_read_checks_and_normalizes_the_well_known_labels() -> None:

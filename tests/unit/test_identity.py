@@ -11,10 +11,12 @@ from typing import Any
 
 import pytest
 
+from peloton.domain import principal
+from peloton.domain.principal import Principal
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied, Unauthenticated
 from peloton.security import identity
 from peloton.security.auth import Authenticator
-from peloton.security.identity import Principal, Principals, add_token, parse_principals
+from peloton.security.identity import Principals, add_token, parse_principals
 
 
 def test_add_token_keeps_only_the_hash_owner_only(tmp_path: Path) -> None:
@@ -76,11 +78,11 @@ def test_a_principals_file_others_can_read_is_refused(tmp_path: Path) -> None:
 def test_permission_messages_name_what_is_missing() -> None:
     viewer = Principal("vic", frozenset({"viewer"}), "token")
     with pytest.raises(PermissionDenied, match="vic may not .*job.create .role admin or operator or submitter.*viewer"):
-        viewer.require(identity.JOB_CREATE)
+        viewer.require(principal.JOB_CREATE)
     sub = Principal("alice", frozenset({"submitter"}), "token")
     assert sub.may_control("alice") and not sub.may_control("bob") and sub.may_see_secrets("alice")
     op = Principal("olga", frozenset({"operator"}), "certificate")
-    assert op.may_control("bob") and op.may_see_secrets("bob") and not op.can(identity.POOL_WRITE)
+    assert op.may_control("bob") and op.may_see_secrets("bob") and not op.can(principal.POOL_WRITE)
 
 
 class FakeContext:
@@ -113,7 +115,7 @@ def test_how_a_call_is_authenticated(tmp_path: Path) -> None:
     # never an admin (who could allow root in a pool and run as root)
     assert Authenticator(None, mutual_tls=True).principal(FakeContext(cn="eve")).roles == frozenset({"submitter"})
     # authentication off: everyone is the open admin
-    assert Authenticator(None, mutual_tls=False).principal(FakeContext()) is identity.OPEN
+    assert Authenticator(None, mutual_tls=False).principal(FakeContext()) is principal.OPEN
 
 
 def test_every_public_method_has_a_permission() -> None:

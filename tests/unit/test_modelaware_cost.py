@@ -61,6 +61,33 @@ def test_all_reduce_sync_time(gpus: tuple[int, ...], pattern: str, sync: float) 
     assert pred.step_time == pytest.approx(0.2 + sync)  # gamma 1: no overlap
 
 
+@pytest.mark.parametrize(("gpus", "pattern", "extra"), [
+    ((4,), RING, 0.0),  # within one host no step crosses a host
+    ((4,), HIERARCHICAL, 0.0),
+    ((2, 2), RING, 2 * 1),  # 2(N-1) of the ring's steps cross hosts
+    ((3, 3, 3), RING, 2 * 2),
+    ((1, 1, 1, 1), RING, 2 * 3),
+    ((4, 4, 4, 4), RING, 2 * 3),  # by hosts, not by GPUs
+    ((4, 4, 4), HIERARCHICAL, 2 * 2),  # the ring across hosts, of one member each
+])
+def test_the_per_host_latency_is_paid_on_each_ring_step_across_hosts(gpus: tuple[int, ...], pattern: str,
+                                                                      extra: float) -> None:
+    """alpha_h, the alpha-beta model's latency of the steps that go over the network: 2(N-1) of a ring
+    all-reduce's steps (NCCL's ring model). alpha_h = 0 is the model as it was."""
+    with_h = replace(P, alpha_h=0.004)
+    assert sync_time(with_h, hosts(*gpus), pattern) == pytest.approx(sync_time(P, hosts(*gpus), pattern)
+                                                                     + 0.004 * extra)
+
+
+def test_with_a_per_host_latency_fewer_fuller_hosts_can_win() -> None:
+    """Without alpha_h the ring's network term only falls as hosts are added (2(K-1)/N); with it, three hosts of
+    three beat four hosts for nine GPUs once 2 alpha_h > beta_n 2(K-1)/3 - beta_n 2(K-1)/4."""
+    t = {(pl, h): sync_time(replace(P, alpha_h=h), hosts(*pl), RING)
+         for pl in ((3, 3, 3), (3, 2, 2, 2)) for h in (0.0, 0.2)}
+    assert t[(3, 2, 2, 2), 0.0] < t[(3, 3, 3), 0.0]
+    assert P.beta_n * 16 / 3 - P.beta_n * 16 / 4 < 2 * 0.2 and t[(3, 3, 3), 0.2] < t[(3, 2, 2, 2), 0.2]
+
+
 def test_a_host_without_gpus_takes_no_part() -> None:
     assert predict(P, hosts(2, 0, 2), 10).sync_time == pytest.approx(predict(P, hosts(2, 2), 10).sync_time)
     with pytest.raises(InvalidArgument) as e:

@@ -4,11 +4,14 @@ placements (an accuracy check on fixed data: deterministic)."""
 
 from __future__ import annotations
 
+import statistics
+
 import pytest
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware import fit
 from peloton.modelaware.cost import HIERARCHICAL, PARAM_NAMES, RING, CostParams, predict, uniform_hosts
+from peloton.modelaware.plan import FreeHost, PlanRequest, search
 from peloton.modelaware.profile import ProfileRow, select
 from tests.unit.modelaware_data import REFERENCE, SMALL, profile
 
@@ -23,9 +26,9 @@ def synthetic(true: CostParams, pattern: str) -> list[ProfileRow]:
 
 @pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
 @pytest.mark.parametrize("true", [
-    CostParams(0.05, 0.004, 0.03, 0.08, 0.2, 0.06, 1.8, REFERENCE),
-    CostParams(0.2, 0.05, 0.1, 0.1, 1.0, 0.1, 2.1, REFERENCE),  # like bert's fit
-    CostParams(0.01, 0.0007, 0.025, 0.015, 0.1, 0.006, 1.0, REFERENCE),  # no overlap at all
+    CostParams(0.05, 0.004, 0.03, 0.08, 0.2, 0.06, 1.8, REFERENCE, alpha_h=0.01),
+    CostParams(0.2, 0.05, 0.1, 0.1, 1.0, 0.1, 2.1, REFERENCE, alpha_h=0.003),  # like bert's fit
+    CostParams(0.01, 0.0007, 0.025, 0.015, 0.1, 0.006, 1.0, REFERENCE, alpha_h=0.0055),  # no overlap at all
 ], ids=["overlap", "bert-like", "gamma1"])
 def test_fit_recovers_the_parameters_of_a_profile_the_model_made(true: CostParams, pattern: str) -> None:
     r = fit.fit(synthetic(true, pattern), REFERENCE, pattern=pattern)
@@ -44,12 +47,28 @@ def test_what_a_profile_cannot_tell_keeps_the_base() -> None:
     assert r.fitted == ("alpha_c", "beta_c", "alpha_r", "beta_r", "gamma")
     assert (r.params.alpha_n, r.params.beta_n) == (0.7, 0.3)
     assert r.params.alpha_r == pytest.approx(0.03, rel=0.01) and r.params.gamma == pytest.approx(1.5, rel=0.01)
+    assert r.params.alpha_h == base.alpha_h
     one = fit.fit([r for r in rows if r.gpus == 1], REFERENCE, base=base)
     assert one.fitted == ("alpha_c", "beta_c")
     assert one.params.beta_c == pytest.approx(0.004, rel=0.01) and one.params.gamma == 1.0
     with pytest.raises(InvalidArgument) as e:
         fit.fit([], REFERENCE)
     assert e.value.field == "profile"
+
+
+def test_the_per_host_latency_needs_rows_on_two_host_counts() -> None:
+    """alpha_h (per ring step across hosts, 2(N-1) of them) is told from alpha_n only by rows on different numbers
+    of hosts: with every multi-host row on two hosts it keeps the base's value and alpha_n takes the rest."""
+    true = CostParams(0.05, 0.004, 0.03, 0.08, 0.2, 0.06, 1.5, REFERENCE, alpha_h=0.02)
+    rows = synthetic(true, RING)
+    two = [r for r in rows if len(r.placement) <= 2]
+    base = CostParams(0.01, 0.01, 0.01, 0.01, 0.7, 0.3, 1.0, alpha_h=0.004)
+    r = fit.fit(two, REFERENCE, base=base)
+    assert "alpha_h" not in r.fitted and r.params.alpha_h == 0.004
+    assert r.params.alpha_n == pytest.approx(0.2 + 2 * (0.02 - 0.004), rel=0.01)  # 2(N-1) = 2 steps at N = 2
+    assert r.max_error < 1e-6  # on two hosts the two latencies are one
+    both = fit.fit(rows, REFERENCE, base=base)
+    assert "alpha_h" in both.fitted and both.params.alpha_h == pytest.approx(0.02, rel=0.01)
 
 
 def test_quantiles_interpolate_like_numpy() -> None:
@@ -62,7 +81,7 @@ def test_quantiles_interpolate_like_numpy() -> None:
 def test_fitted_on_the_small_profile_it_predicts_the_other_placements(app: str, median: float, p90: float) -> None:
     """The issue's target: fitted on the placements {1, 4, 11, 1111, 44, 4444} (every local batch of them), the
     median error of the predicted step time on the application's other placements at most 10%, the 90th
-    percentile at most 30% (today: bert 4.4% / 11.7%, cifar10 8.0% / 15.8%; docs/model-aware.md, Accuracy)."""
+    percentile at most 30% (today: bert 4.4% / 11.7%, cifar10 6.7% / 14.6%; docs/model-aware.md, Accuracy)."""
     rows = profile(app)
     small = select(rows, SMALL)
     others = [r for r in rows if tuple(sorted(r.placement)) not in SMALL]
@@ -71,3 +90,56 @@ def test_fitted_on_the_small_profile_it_predicts_the_other_placements(app: str, 
     errs = fit.relative_errors(r.params, others)
     assert fit.quantile(errs, 0.5) <= median and fit.quantile(errs, 0.9) <= p90, (app, r.params)
     assert r.median_error <= median  # and it explains the rows it was fitted on
+
+
+def measured_steps(app: str) -> dict[tuple[tuple[int, ...], float], float]:
+    """The profile's mean step time of each (placement as a multiset, local batch)."""
+    steps: dict[tuple[tuple[int, ...], float], list[float]] = {}
+    for r in profile(app):
+        steps.setdefault((tuple(sorted(r.placement)), r.local_bsz), []).append(r.step_time)
+    return {key: statistics.fmean(v) for key, v in steps.items()}
+
+
+def ratio(step: dict[tuple[tuple[int, ...], float], float], placement: tuple[int, ...], bsz: float) -> float:
+    """The measured throughput of `placement` over the best measured placement of as many GPUs, at `bsz`."""
+    k = sum(placement)
+    best = max(k * bsz / t for (p, b), t in step.items() if b == bsz and sum(p) == k)
+    return k * bsz / step[(placement, bsz)] / best
+
+
+@pytest.mark.parametrize("app", ["bert", "cifar10"])
+def test_the_plan_picked_for_k_gpus_is_near_the_best_measured(app: str) -> None:
+    """Issue 20's plan quality, as benchmarks/model_bench.py measures it: for each K = 1..16 and local batch of the
+    profile, the plan `plan.search` picks on four free 4-GPU hosts with the model fitted on the small profile,
+    its measured throughput over the best measured placement of that K and batch (a planned placement the profile
+    never measured is left out). The mean at least 0.95 on both applications, and never below 0.80 on bert.
+    cifar10's least (0.72 today) misses 0.80; the next test shows no model of this form can reach it
+    (docs/model-aware.md, Accuracy)."""
+    rows = profile(app)
+    step = measured_steps(app)
+    params = fit.fit(select(rows, SMALL), REFERENCE).params
+    hosts = [FreeHost(f"h{i}", 4, REFERENCE.gpu_model, REFERENCE.nic_gbps, REFERENCE.gpu_link) for i in range(4)]
+    ratios = []
+    for bsz in sorted({r.local_bsz for r in rows}):
+        for k in range(1, 17):
+            plan = search(params, hosts, PlanRequest(gpus=k, local_bsz=bsz, top=1))[0]
+            placement = tuple(sorted(plan.gpus_per_host))
+            if (placement, bsz) in step:
+                ratios.append(ratio(step, placement, bsz))
+    assert len(ratios) >= 80
+    assert statistics.fmean(ratios) >= 0.95
+    if app == "bert":
+        assert min(ratios) >= 0.80
+
+
+def test_no_choice_that_ignores_the_batch_reaches_080_on_cifar10() -> None:
+    """On hosts alike, the compute term is the same for every placement of K GPUs and the sync term does not
+    depend on the batch, so the cost model ranks the placements of K the same at every batch. With the
+    measurements themselves as the oracle, the best such choice for K = 9 on four 4-GPU hosts still falls below
+    0.80 at some batch (333, the best at most batches, is measured at batch 64 19% slower than at batch 45): the
+    least-ratio target is out of reach because of the measurements' noise."""
+    step = measured_steps("cifar10")
+    nine = {p for p, _ in step if sum(p) == 9 and len(p) <= 4}
+    least = {p: min(ratio(step, p, b) for q, b in step if q == p) for p in nine}
+    assert len(nine) >= 6 and max(least.values()) < 0.80
+    assert least[(3, 3, 3)] < 0.80 and ratio(step, (3, 3, 3), 45) == 1.0

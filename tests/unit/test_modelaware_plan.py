@@ -11,7 +11,7 @@ import pytest
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import HIERARCHICAL, PS, RING, CostParams, HostUse, Reference, predict
-from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, exhaustive, search
+from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, _ring_fastest, _ring_hosts, exhaustive, search
 
 MODELS = ("t4", "v100", "a100")
 NICS = (10, 25, 100)
@@ -22,7 +22,8 @@ def random_params(rng: random.Random) -> CostParams:
     return CostParams(alpha_c=rng.uniform(0.001, 0.3), beta_c=rng.uniform(1e-4, 0.1), alpha_r=rng.uniform(0, 0.2),
                       beta_r=rng.uniform(0, 0.3), alpha_n=rng.uniform(0, 1.0), beta_n=rng.uniform(0, 0.5),
                       gamma=rng.choice([1.0, rng.uniform(1, 4)]),
-                      reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)))
+                      reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)),
+                      alpha_h=rng.choice([0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.5)]))
 
 
 def random_cluster(rng: random.Random, most: int = 5) -> list[FreeHost]:
@@ -69,6 +70,29 @@ def test_the_plan_for_k_gpus_is_within_1pct_of_the_exhaustive_optimum(pattern: s
             check_plan(p, hosts, params, pattern)
         cases += 1
     assert cases >= 250
+
+
+def test_ring_host_counts_come_fastest_first() -> None:
+    """The ring search walks its host counts n by the network term alone, alpha_h making it convex from n = 3 on
+    (least near sqrt(A/B)), n = 2 (P = 1) in its place; against a plain sort on random parameters."""
+    from peloton.modelaware.cost import network_time
+
+    for seed in range(400):
+        rng = random.Random(seed)
+        p = random_params(rng)
+        k = rng.randint(2, 200)
+        lo = rng.randint(2, 12)
+        hi = rng.randint(lo, 60)
+        nic = rng.choice(NICS)
+        scale = p.reference.nic_gbps / nic
+        want = sorted(range(lo, hi + 1), key=lambda n: (round(network_time(p, scale, n, 2 * (k - 1)), 12), -n))
+        got = list(_ring_hosts(p, k, lo, hi, nic))
+        assert [round(network_time(p, scale, n, 2 * (k - 1)), 12) for n in got] == [
+            round(network_time(p, scale, n, 2 * (k - 1)), 12) for n in want], seed
+        assert sorted(got) == list(range(lo, hi + 1)), seed
+        best = _ring_fastest(p, k, hi, nic)
+        assert network_time(p, scale, best, 2 * (k - 1)) == pytest.approx(
+            min(network_time(p, scale, n, 2 * (k - 1)) for n in range(2, hi + 1)), rel=1e-12), seed
 
 
 @pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
@@ -161,3 +185,18 @@ def test_bad_requests_name_the_field(req: PlanRequest, field: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         search(CostParams(0.1, 0.01, 0.01, 0.01, 0.1, 0.1, 1.0), [FreeHost("a", 4)], req)
     assert e.value.field == field
+
+
+def test_a_goal_recorded_before_the_per_host_latency_reads_without_it() -> None:
+    """A model-aware job records its cost model with its spec (goal_to_dict, in the store). One recorded before
+    params.alpha_h existed reads with alpha_h = 0, the model it was planned with; a new one keeps its alpha_h."""
+    from peloton.modelaware.plan import PlanGoal, goal_from_dict, goal_to_dict
+
+    params = CostParams(0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"), alpha_h=0.0055)
+    goal = PlanGoal(params, local_bsz=8)
+    assert goal_from_dict(goal_to_dict(goal)) == goal
+    old = goal_to_dict(goal)
+    old_params = dict(old["params"])  # type: ignore[call-overload]
+    del old_params["alpha_h"]
+    assert goal_from_dict({**old, "params": old_params}).params == CostParams(
+        0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"))

@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 
+from peloton.domain import principal, task_identity
+from peloton.domain.principal import Principal
 from peloton.errors import FailedPrecondition, InvalidArgument, PermissionDenied
-from peloton.security import identity, run_as
-from peloton.security.identity import Principal, add_token, parse_principals
+from peloton.security import run_as
+from peloton.security.identity import add_token, parse_principals
 from peloton.security.run_as import Allocate, Mode, Policy, resolve
 
 LOCAL, MESOS, OFF = Policy(Mode.LOCAL), Policy(Mode.MESOS), Policy(Mode.OFF)
@@ -47,7 +49,7 @@ def test_admins_name_any_user_and_the_daemons_own_user_runs_as_the_backends_defa
     assert resolve(LOCAL, ADMIN, "postgres") == "postgres"  # an admin's explicit choice
     assert resolve(LOCAL, ADMIN, "") == Allocate("ada")  # an admin by token is a tenant too
     assert resolve(LOCAL, SOCKET, "", unix_socket_default=True) == ""  # --default-task-user, never root
-    assert resolve(OFF, identity.OPEN, "") == "" and resolve(OFF, identity.OPEN, "bob") == "bob"
+    assert resolve(OFF, principal.OPEN, "") == "" and resolve(OFF, principal.OPEN, "bob") == "bob"
 
 
 def test_on_mesos_a_principal_needs_a_mapped_user() -> None:
@@ -66,10 +68,10 @@ def test_without_isolation_the_user_is_passed_on_but_still_checked() -> None:
 def test_uids_are_picked_lowest_first_skipping_allocated_ones_and_the_hosts() -> None:
     assert run_as.pick_uid((70000, 70005), {70000, 70002}, lambda u: u == 70001) == 70003
     assert run_as.pick_uid((70000, 70001), {70000}, lambda u: u == 70001) is None
-    assert run_as.dynamic(70003) == "#70003" and run_as.dynamic_uid("#70003") == 70003
-    assert run_as.dynamic_uid("alice") is None and run_as.dynamic_uid("#x") is None
-    assert run_as.describe("#70003") == "uid 70003" and run_as.describe("carol") == "carol"
-    assert run_as.describe(None) == ""
+    assert task_identity.dynamic(70003) == "#70003" and task_identity.dynamic_uid("#70003") == 70003
+    assert task_identity.dynamic_uid("alice") is None and task_identity.dynamic_uid("#x") is None
+    assert task_identity.describe("#70003") == "uid 70003" and task_identity.describe("carol") == "carol"
+    assert task_identity.describe(None) == ""
 
 
 @pytest.mark.parametrize(("text", "error"), [

@@ -51,7 +51,6 @@ from typing import Any
 
 from prometheus_client import Counter
 
-from peloton.domain import hostlabels
 from peloton.domain.hostgroups import HostGroup
 from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
 from peloton.domain.placement import HostOffer
@@ -69,7 +68,7 @@ from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, St
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
-from peloton.modelaware import metrics
+from peloton.modelaware import hostlabels, metrics
 from peloton.retry import Backoff
 from peloton.security.unix_accounts import unvetted_system_account
 

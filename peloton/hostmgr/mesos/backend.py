@@ -20,6 +20,7 @@ from typing import Any, Protocol
 
 from prometheus_client import Counter, Gauge
 
+from peloton.domain import task_identity
 from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
 from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
@@ -725,7 +726,7 @@ def _user_refusal(m: LaunchSpec) -> str:
     """Why a member cannot run as its user on an agent: an allocated uid has no name an agent could switch to
     (submit refuses such jobs on Mesos; one created on another backend's daemon may reach here), and a system
     account nobody vetted (a job created before task identities) is refused by name (run_as.SYSTEM_ACCOUNTS)."""
-    uid = run_as.dynamic_uid(m.user)
+    uid = task_identity.dynamic_uid(m.user)
     if uid is not None:
         return (f"task.user: uid {uid} has no name on the Mesos agents: map the job's owner to a Unix user in the "
                 "principals file")
