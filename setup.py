@@ -6,5 +6,6 @@ from setuptools import find_packages, setup
 setup(
     packages=[*find_packages(include=["peloton*"]), "peloton.migrations", "peloton.migrations.versions"],
     package_dir={"peloton.migrations": "migrations", "peloton.migrations.versions": "migrations/versions"},
-    package_data={"peloton": ["py.typed"], "peloton.migrations": ["script.py.mako"]},
+    package_data={"peloton": ["py.typed"], "peloton.migrations": ["script.py.mako"],
+                  "peloton.console": ["assets/*"]},  # the web console's pages (docs/ui.md)
 )

@@ -49,6 +49,7 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.config import split_hostport
+from peloton.console.server import Console
 from peloton.errors import FailedPrecondition, InvalidArgument, Unavailable
 from peloton.files import (
     create_private,
@@ -134,6 +135,7 @@ class Daemon:
         self.audit: AuditLog | None = None
         self.internal_server: grpc.Server | None = None
         self.channels: list[grpc.Channel] = []
+        self.console: Console | None = None
 
     def start(self) -> str:
         """Each step needs the ones before it. Nothing that acts (the backend, the loops) starts before the locks
@@ -141,6 +143,7 @@ class Daemon:
         self.cfg.check()
         self._refuse_without_secret()
         self._serve_metrics()
+        self._bind_console()
         self._take_hold()
         self._open_store()
         self._start_audit()
@@ -158,6 +161,9 @@ class Daemon:
         self._start_serving()
         self._start_loops()
         self._declare_serving()
+        if self.console is not None:
+            self.console.start(self.address, authenticated=self.authenticator.enabled)
+            log.info("web console on %s", self.console.url)
         return self.address
 
     def _refuse_without_secret(self) -> None:
@@ -444,6 +450,22 @@ class Daemon:
                 raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",
                                          field="--metrics-listen") from None
 
+    def _bind_console(self) -> None:
+        """The web console's port, taken now (a port in use refuses the start); it serves once the API does. It
+        calls the public API as its users (docs/ui.md): where this process serves no jobs, or serves the API over
+        TLS only (which the console cannot call yet), there is none."""
+        cfg = self.cfg
+        if not cfg.ui_listen:
+            return
+        if "jobmgr" not in cfg.roles:
+            log.info("no web console (--ui-listen): this process runs no job manager")
+            return
+        if cfg.tls_cert is not None:
+            log.warning("no web console (--ui-listen): the API is served over TLS, which the console does not call "
+                        "yet (docs/ui.md, \"Not built yet\"); pass --ui-listen '' to silence this")
+            return
+        self.console = Console(cfg.ui_listen)
+
     def _make_backend(self) -> Backend:
         cfg = self.cfg
         if cfg.backend == "sim":
@@ -650,6 +672,8 @@ class Daemon:
         """Stop serving, in order: refuse new calls, let each loop finish its pass (at most 3 s), end the calls in
         flight (2 s), release the store lock. Running tasks keep running: the next start adopts them."""
         self._closing.set()
+        if self.console is not None:
+            self.console.stop()
         census.STORE.attach(None)
         census.CLUSTER.attach(None)
         self.health.enter_graceful_shutdown()
@@ -728,6 +752,8 @@ def run_server(cfg: ServerConfig) -> None:
     d = Daemon(cfg)
     address = d.start()
     d.stop_on_signals()
+    if d.console is not None:
+        print(f"peloton: web console on {d.console.url}", flush=True)
     also = f" and unix:{d.unix_socket}" if d.unix_socket else ""
     print(f"peloton: serving on {address}{also} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)
     d.serve_forever()

@@ -1,0 +1,295 @@
+"use strict";
+// The console's pages: one script, no framework. Every value from the daemon goes into the page as text
+// (textContent, never HTML). Live updates: server-sent events from WatchJobs (/api/events), which the browser
+// resumes after a disconnect with Last-Event-ID.
+(function () {
+  const main = document.getElementById("main");
+  const statusLine = document.getElementById("status");
+  let session = null;
+  let events = null;
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "KILLED"]);
+  const STATES = ["INITIALIZED", "PENDING", "RUNNING", "FAILING", "KILLING", "SUCCEEDED", "FAILED", "KILLED"];
+
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  function stateBadge(s) { return h("span", { class: "state " + s }, s || "—"); }
+  function ago(t) {
+    if (!t) return "";
+    const s = Math.max(0, Date.now() / 1000 - t);
+    if (s < 60) return Math.round(s) + "s ago";
+    if (s < 3600) return Math.round(s / 60) + "m ago";
+    if (s < 86400) return (s / 3600).toFixed(1) + "h ago";
+    return (s / 86400).toFixed(1) + "d ago";
+  }
+  function fmt(n) { return Number.isInteger(n) ? String(n) : n.toFixed(1); }
+  function say(text) { statusLine.textContent = text; }
+
+  class HttpError extends Error {
+    constructor(status, body) { super(body.error || ("HTTP " + status)); this.status = status; this.body = body; }
+  }
+
+  async function get(url) {
+    const r = await fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } });
+    const body = await r.json().catch(() => ({}));
+    if (r.status === 401) { location.assign("/login"); throw new HttpError(r.status, body); }
+    if (!r.ok) throw new HttpError(r.status, body);
+    return body;
+  }
+
+  async function post(url) {
+    const r = await fetch(url, { method: "POST", credentials: "same-origin",
+                                 headers: { "X-CSRF-Token": session ? session.csrf : "" } });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new HttpError(r.status, body);
+    return body;
+  }
+
+  function showError(e) {
+    main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
+  }
+
+  function watch(query, onMessage) {
+    if (events) events.close();
+    events = new EventSource("/api/events" + query);
+    events.addEventListener("jobs", (ev) => onMessage(JSON.parse(ev.data)));
+    events.addEventListener("open", () => say("live"));
+    events.addEventListener("error", () => say("reconnecting…"));
+  }
+
+  function debounce(fn, ms) {
+    let t = null;
+    return () => { if (t) return; t = setTimeout(() => { t = null; fn(); }, ms); };
+  }
+
+  // ---- the cluster
+
+  async function cluster() {
+    document.title = "Cluster · Peloton";
+    const render = async () => {
+      const c = await get("/api/cluster");
+      const meters = ["gpu", "cpu", "mem_mib"].map((k) => {
+        const cap = c.capacity[k], used = c.allocated[k];
+        const pct = cap ? Math.round(100 * used / cap) : 0;
+        const label = { gpu: "GPUs", cpu: "CPUs", mem_mib: "Memory (MiB)" }[k];
+        return h("div", { class: "card" }, h("div", { class: "muted" }, label),
+          h("div", { class: "big" }, fmt(used), h("span", { class: "muted" }, " / " + fmt(cap))),
+          h("div", { class: "meter", role: "meter", "aria-label": label + " allocated", "aria-valuemin": 0,
+                     "aria-valuemax": cap, "aria-valuenow": used }, h("span", { style: null, "data-pct": pct })),
+          h("div", { class: "muted" }, pct + "% allocated"));
+      });
+      const hostStates = Object.entries(c.host_states).sort().map(([k, v]) => h("li", {}, stateBadge(k), " ", v));
+      main.replaceChildren(
+        h("h1", {}, "Cluster"),
+        h("div", { class: "cards" },
+          h("div", { class: "card" }, h("div", { class: "muted" }, "Hosts"), h("div", { class: "big" }, c.hosts),
+            h("ul", { class: "muted", "aria-label": "Hosts by state" }, hostStates)),
+          h("div", { class: "card" }, h("div", { class: "muted" }, "Gangs waiting"),
+            h("div", { class: "big" }, c.queued_gangs), h("a", { href: "/jobs?state=PENDING" }, "Pending jobs")),
+          meters,
+          h("div", { class: "card" }, h("div", { class: "muted" }, "Daemon"),
+            h("dl", { class: "facts" }, h("dt", {}, "backend"), h("dd", {}, c.backend),
+              h("dt", {}, "version"), h("dd", {}, c.version), h("dt", {}, "up since"), h("dd", {}, ago(c.started_at))))),
+        h("h2", {}, "Pools"),
+        h("table", { "aria-label": "Pools" },
+          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Pool"), h("th", { scope: "col" }, "GPUs allocated"),
+            h("th", { scope: "col" }, "GPUs wanted by waiting gangs"), h("th", { scope: "col" }, "Gangs waiting"))),
+          h("tbody", {}, c.pools.map((p) => h("tr", {},
+            h("td", {}, h("a", { href: "/jobs?pool=" + encodeURIComponent(p.path) }, p.path)),
+            h("td", {}, fmt(p.allocated.gpu)), h("td", {}, fmt(p.demand.gpu)), h("td", {}, p.queued_gangs))))));
+      // widths through the CSS object model: the policy allows no inline style attributes
+      for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), 1000));
+  }
+
+  // ---- the jobs list
+
+  async function jobs() {
+    document.title = "Jobs · Peloton";
+    const params = new URLSearchParams(location.search);
+    const tokens = [""];  // the page tokens of the pages before, for Previous
+    let rows = new Map();
+    const form = h("form", { class: "filters", role: "search", "aria-label": "Filter jobs" },
+      h("div", {}, h("label", { for: "f-state" }, "State"),
+        h("select", { id: "f-state", name: "state" }, h("option", { value: "" }, "any"),
+          STATES.map((s) => h("option", { value: s, selected: params.get("state") === s }, s)))),
+      h("div", {}, h("label", { for: "f-owner" }, "Owner"),
+        h("input", { id: "f-owner", name: "owner", value: params.get("owner") || "", size: 12 })),
+      h("div", {}, h("label", { for: "f-pool" }, "Pool"),
+        h("input", { id: "f-pool", name: "pool", value: params.get("pool") || "", size: 14, placeholder: "/" })),
+      h("div", {}, h("label", { for: "f-q" }, "Name contains"),
+        h("input", { id: "f-q", name: "q", value: params.get("q") || "", size: 16 })),
+      h("button", { type: "submit" }, "Filter"));
+    const tbody = h("tbody", { id: "jobs-body" });
+    const prev = h("button", { type: "button", id: "prev", disabled: true }, "Previous page");
+    const next = h("button", { type: "button", id: "next", disabled: true }, "Next page");
+    const count = h("span", { class: "muted", "aria-live": "polite" });
+    const error = h("p", { class: "error", role: "alert" });
+    main.replaceChildren(h("h1", {}, "Jobs"), form, error,
+      h("table", { "aria-label": "Jobs" },
+        h("thead", {}, h("tr", {}, ["Job", "Name", "Owner", "Pool", "State", "Tasks", "Why", "Created"].map(
+          (c) => h("th", { scope: "col" }, c)))), tbody),
+      h("div", { class: "pager" }, prev, next, count));
+
+    function row(j) {
+      const tasks = Object.entries(j.task_states).map(([s, n]) => n + " " + s.toLowerCase()).join(", ");
+      return h("tr", { "data-job": j.id },
+        h("td", {}, h("a", { href: "/jobs/" + j.id }, j.id)), h("td", {}, j.name), h("td", {}, j.owner),
+        h("td", {}, j.pool), h("td", { class: "st" }, stateBadge(j.state)), h("td", {}, tasks),
+        h("td", { class: "reason" }, j.reason), h("td", {}, ago(j.created_at)));
+    }
+
+    function query(token) {
+      const q = new URLSearchParams();
+      for (const k of ["state", "owner", "pool", "q"]) if (params.get(k)) q.set(k, params.get(k));
+      q.set("page_size", "50");
+      if (token) q.set("page_token", token);
+      return "/api/jobs?" + q.toString();
+    }
+
+    async function load() {
+      error.textContent = "";
+      let page;
+      try { page = await get(query(tokens[tokens.length - 1])); }
+      catch (e) { if (e.status !== 401) error.textContent = e.message; return; }
+      rows = new Map(page.jobs.map((j) => [j.id, j]));
+      tbody.replaceChildren(...page.jobs.map(row));
+      if (!page.jobs.length) tbody.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs match.")));
+      next.disabled = !page.next_page_token;
+      next.dataset.token = page.next_page_token;
+      prev.disabled = tokens.length === 1;
+      count.textContent = "page " + tokens.length + ", " + page.jobs.length + " jobs";
+    }
+    const reload = debounce(load, 500);
+
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const [k, v] of new FormData(form)) if (v) q.set(k, String(v));
+      history.pushState(null, "", "/jobs" + (q.toString() ? "?" + q : ""));
+      route();
+    });
+    next.addEventListener("click", () => { tokens.push(next.dataset.token); load(); });
+    prev.addEventListener("click", () => { tokens.pop(); load(); });
+    await load();
+    watch("", (m) => {
+      if (m.resync) { reload(); return; }
+      for (const c of m.changes) {
+        const j = rows.get(c.job_id);
+        if (!j) { if (tokens.length === 1) reload(); continue; }  // a new job, or one this page does not show
+        if (c.deleted || (params.get("state") && c.state !== params.get("state"))) { reload(); continue; }
+        j.state = c.state; j.reason = c.reason;
+        const tr = tbody.querySelector('tr[data-job="' + c.job_id + '"]');
+        if (tr) { tr.querySelector(".st").replaceChildren(stateBadge(c.state)); tr.querySelector(".reason").textContent = c.reason; }
+        reload();  // the task counts too
+      }
+    });
+  }
+
+  // ---- one job
+
+  function mayStop(j) {
+    if (!session || TERMINAL.has(j.state) || j.desired_state === "KILLED") return false;
+    return session.may_control_any || (session.may_control_own && j.owner === session.name);
+  }
+
+  async function job(id) {
+    document.title = "Job " + id + " · Peloton";
+    const render = async () => {
+      let j;
+      try { j = await get("/api/jobs/" + id); }
+      catch (e) { if (e.status !== 401) showError(e); return; }
+      const actions = h("div", { class: "actions" });
+      if (mayStop(j)) {
+        const stop = h("button", { type: "button", class: "danger", id: "stop" }, "Stop job");
+        stop.addEventListener("click", async () => {
+          if (!confirm("Stop job " + j.id + " (" + j.name + ")? Every member is killed.")) return;
+          stop.disabled = true;
+          try { await post("/api/jobs/" + j.id + "/stop"); say("stop requested"); }
+          catch (e) { say(e.message); stop.disabled = false; }
+        });
+        actions.append(stop);
+      }
+      main.replaceChildren(
+        h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
+        h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
+        actions,
+        h("div", { class: "card" }, h("dl", { class: "facts" },
+          h("dt", {}, "Why"), h("dd", { id: "job-reason" }, j.reason || "—"),
+          h("dt", {}, "Owner"), h("dd", {}, j.owner), h("dt", {}, "Pool"), h("dd", {}, j.pool),
+          h("dt", {}, "Created"), h("dd", {}, ago(j.created_at)),
+          h("dt", {}, "Runs as"), h("dd", {}, j.run_as || "the backend's default user"),
+          h("dt", {}, "Gangs"), h("dd", {}, j.gang_count + " (" + Object.entries(j.gang_states).map(([s, n]) => n + " " + s).join(", ") + ")"))),
+        h("h2", {}, "Gangs"),
+        h("table", { "aria-label": "Gangs" },
+          h("thead", {}, h("tr", {}, ["Gang", "Members", "State", "Attempt", "Run", "Preemptions", "Why"].map(
+            (c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, j.gangs.map((g) => h("tr", {}, h("td", {}, g.index), h("td", {}, g.instances),
+            h("td", {}, stateBadge(g.state)), h("td", {}, g.attempt), h("td", {}, g.run), h("td", {}, g.preemptions),
+            h("td", { class: "reason" }, g.reason))))),
+        h("h2", {}, "Members"),
+        h("table", { "aria-label": "Members" },
+          h("thead", {}, h("tr", {}, ["Instance", "Gang", "State", "Host", "GPUs", "Run", "Why"].map(
+            (c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, j.members.map((t) => h("tr", {}, h("td", {}, t.instance), h("td", {}, t.gang),
+            h("td", {}, stateBadge(t.state)), h("td", {}, t.host), h("td", {}, t.gpus.join(",")), h("td", {}, t.run),
+            h("td", { class: "reason" }, [t.reason, t.message].filter(Boolean).join(": ")))))),
+        j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null);
+    };
+    await render();
+    watch("?job=" + encodeURIComponent(id), debounce(() => render(), 300));
+  }
+
+  // ---- routing
+
+  async function route() {
+    if (events) { events.close(); events = null; }
+    const path = location.pathname;
+    for (const a of document.querySelectorAll("nav a")) {
+      const current = (a.dataset.view === "cluster" && path === "/") || (a.dataset.view === "jobs" && path.startsWith("/jobs"));
+      if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+    }
+    try {
+      const m = path.match(/^\/jobs\/([0-9a-f]{12})$/);
+      if (m) await job(m[1]);
+      else if (path === "/jobs") await jobs();
+      else await cluster();
+    } catch (e) { if (e.status !== 401) showError(e); }
+  }
+
+  document.addEventListener("click", (ev) => {
+    const a = ev.target.closest && ev.target.closest("a[href^='/']");
+    if (!a || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0 || a.getAttribute("href").startsWith("/assets/")) return;
+    ev.preventDefault();
+    history.pushState(null, "", a.getAttribute("href"));
+    route().then(() => main.focus());
+  });
+  window.addEventListener("popstate", route);
+
+  document.getElementById("logout").addEventListener("click", async () => {
+    await fetch("/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": session.csrf } });
+    location.assign("/login");
+  });
+
+  (async () => {
+    try { session = await get("/api/session"); }
+    catch (e) { if (e.status !== 401) showError(e); return; }
+    document.getElementById("who").textContent = session.name + " (" + (session.roles.join(", ") || "no role") + ")";
+    document.getElementById("logout").hidden = !session.authenticated;
+    await route();
+  })();
+})();

@@ -1,0 +1,102 @@
+"""The console's query parameters, read and checked (pure): a list's filters and page, a job id. A wrong one is
+an InvalidArgument naming the parameter, before any call to the API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from peloton.domain.states import JobState
+from peloton.errors import InvalidArgument
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500  # a page the browser renders in well under a second (the API allows 1,000)
+MAX_TEXT = 256
+MAX_WATCH_JOBS = 100  # job ids one event stream may follow (the API's own bound is higher)
+JOB_ID = re.compile(r"[0-9a-f]{12}")
+PAGE_TOKEN = re.compile(r"[A-Za-z0-9_=.:-]{0,1024}")
+JOB_STATES = tuple(s.value for s in JobState)
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    states: tuple[str, ...] = ()
+    owner: str = ""
+    pool: str = ""
+    name_contains: str = ""
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_token: str = ""
+
+
+def _only(query: Mapping[str, Sequence[str]], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise InvalidArgument(f"{unknown[0]}: not a parameter of {where}; known: {', '.join(sorted(allowed))}",
+                              field=unknown[0])
+
+
+def _one(query: Mapping[str, Sequence[str]], name: str) -> str:
+    values = query.get(name, [])
+    if len(values) > 1:
+        raise InvalidArgument(f"{name}: given {len(values)} times; give it once", field=name)
+    value = values[0] if values else ""
+    if len(value) > MAX_TEXT:
+        raise InvalidArgument(f"{name}: at most {MAX_TEXT} characters, got {len(value)}", field=name)
+    if any(ord(c) < 32 for c in value):
+        raise InvalidArgument(f"{name}: must not contain control characters", field=name)
+    return value
+
+
+def job_query(query: Mapping[str, Sequence[str]]) -> JobQuery:
+    """/api/jobs?state=RUNNING&state=PENDING&owner=&pool=&q=&page_size=&page_token="""
+    _only(query, frozenset({"state", "owner", "pool", "q", "page_size", "page_token"}), "/api/jobs")
+    states: list[str] = []
+    for raw in query.get("state", []):
+        for s in filter(None, raw.split(",")):
+            if s.upper() not in JOB_STATES:
+                raise InvalidArgument(f"state: {s!r} is not a job state; one of {', '.join(JOB_STATES)}",
+                                      field="state")
+            states.append(s.upper())
+    size_text = _one(query, "page_size")
+    page_size = DEFAULT_PAGE_SIZE
+    if size_text:
+        try:
+            page_size = int(size_text)
+        except ValueError:
+            raise InvalidArgument(f"page_size: must be a whole number, got {size_text!r}", field="page_size") from None
+        if not 1 <= page_size <= MAX_PAGE_SIZE:
+            raise InvalidArgument(f"page_size: must be between 1 and {MAX_PAGE_SIZE}, got {page_size}",
+                                  field="page_size")
+    token = _one(query, "page_token")
+    if not PAGE_TOKEN.fullmatch(token):
+        raise InvalidArgument("page_token: not a page token this console gave (use next_page_token of the page "
+                              "before)", field="page_token")
+    pool = _one(query, "pool")
+    if pool and not pool.startswith("/"):
+        raise InvalidArgument(f"pool: a pool's path starts with '/', got {pool!r}", field="pool")
+    return JobQuery(tuple(dict.fromkeys(states)), _one(query, "owner"), pool, _one(query, "q"), page_size, token)
+
+
+def job_id(text: str, name: str = "job") -> str:
+    if not JOB_ID.fullmatch(text):
+        raise InvalidArgument(f"{name}: a job id is 12 hexadecimal digits, got {text[:40]!r}", field=name)
+    return text
+
+
+def watch_jobs(query: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """/api/events?job=ID&job=ID: the jobs to follow (none: every job)."""
+    _only(query, frozenset({"job"}), "/api/events")
+    ids = tuple(dict.fromkeys(job_id(j) for raw in query.get("job", []) for j in filter(None, raw.split(","))))
+    if len(ids) > MAX_WATCH_JOBS:
+        raise InvalidArgument(f"job: at most {MAX_WATCH_JOBS} jobs per event stream, got {len(ids)}", field="job")
+    return ids
+
+
+def resume_point(last_event_id: str) -> tuple[str, int]:
+    """An SSE Last-Event-ID, `<stream_id>:<revision>` as the console sent it: where the watch resumes. Anything
+    else (a browser's first connection sends none) starts afresh."""
+    stream, _, rev = last_event_id.strip().rpartition(":")
+    if not stream or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", stream) or not rev.isdigit() or len(rev) > 18:
+        return "", 0
+    return stream, int(rev)
