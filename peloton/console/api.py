@@ -9,6 +9,7 @@ from typing import Any
 
 import grpc
 
+from peloton import errors
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import (
     cluster_pb2,
@@ -27,6 +28,7 @@ from peloton.domain import principal
 from peloton.domain.resources import parse_mib
 
 CALL_TIMEOUT_S = 10.0
+MAX_QUEUE_SHOWN = 1000  # queued gangs read for a page of the job list (the API's default bound)
 MAX_MEMBERS = 1000  # members listed on a job's page (the API pages them; the rest are counted)
 RESOURCES = ("cpu", "mem_mib", "disk_mib", "gpu")
 
@@ -102,7 +104,27 @@ class Api:
         r = self._call(self.jobs.ListJobs, job_pb2.ListJobsRequest(
             states=list(q.states), owner=q.owner, respool=q.pool, name_contains=q.name_contains,
             page_size=q.page_size, page_token=q.page_token), token)
-        return {"jobs": [_job_row(j) for j in r.jobs], "next_page_token": r.next_page_token}
+        rows = [_job_row(j) for j in r.jobs]
+        if any(row["state"] == "PENDING" for row in rows):
+            waiting = self._waiting(token)
+            for row in rows:
+                row["waiting"] = waiting.get(row["id"])
+        return {"jobs": rows, "next_page_token": r.next_page_token}
+
+    def _waiting(self, token: str) -> dict[str, dict[str, Any]]:
+        """Why each queued job waits: its first gang in the queue (position in its pool, since when, the reason),
+        from one ListQueue call for the page (the first MAX_QUEUE_SHOWN gangs in queue order: a job further back
+        shows its reason on its own page). Nothing for a caller the API does not let read the queue."""
+        try:
+            q = self._call(self.pools.ListQueue, respool_pb2.ListQueueRequest(limit=MAX_QUEUE_SHOWN), token)
+        except errors.PermissionDenied:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for g in q.gangs:
+            if g.job_id not in out:
+                out[g.job_id] = {"pool": g.pool, "position": g.position, "since": g.enqueued_at,
+                                 "state": g.state, "reason": g.reason, "gang": g.gang_id}
+        return out
 
     def get_job(self, job_id: str, token: str) -> dict[str, Any]:
         job = self._call(self.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id), token).job

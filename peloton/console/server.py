@@ -155,7 +155,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(body)))
         self.send_header("Content-Security-Policy", CSP)
         self.send_header("X-Content-Type-Options", "nosniff")
-        self.send_header("Referrer-Policy", "no-referrer")
+        # (not no-referrer: with it a browser sends `Origin: null` on a form's POST, and the login checks Origin)
+        self.send_header("Referrer-Policy", "same-origin")
         self.send_header("Cache-Control", "no-store")
         for k, v in (headers or {}).items():
             self.send_header(k, v)
@@ -221,6 +222,8 @@ class _Handler(BaseHTTPRequestHandler):
             path, query = url.path, parse_qs(url.query, keep_blank_values=True)
             if path.startswith("/assets/"):
                 self._asset(path[len("/assets/"):])
+            elif path == "/favicon.ico":  # asked for by a browser on a page without its <link rel=icon>
+                self._asset("icon.svg")
             elif path == "/login":
                 if self._token() is not None and not query.get("failed") and not self.console.authenticated:
                     self._redirect("/")

@@ -150,7 +150,14 @@
       return h("tr", { "data-job": j.id },
         h("td", {}, h("a", { href: "/jobs/" + j.id }, j.id)), h("td", {}, j.name), h("td", {}, j.owner),
         h("td", {}, j.pool), h("td", { class: "st" }, stateBadge(j.state)), h("td", {}, tasks),
-        h("td", { class: "reason" }, j.reason), h("td", {}, ago(j.created_at)));
+        h("td", { class: "reason" }, why(j)), h("td", {}, ago(j.created_at)));
+    }
+
+    function why(j) {
+      const w = j.waiting;
+      if (!w) return j.reason;
+      return "#" + w.position + " in " + w.pool + ", waiting " + ago(w.since).replace(" ago", "") +
+        (w.reason ? ": " + w.reason : " (" + w.state + ")");
     }
 
     function query(token) {
@@ -193,8 +200,9 @@
         if (!j) { if (tokens.length === 1) reload(); continue; }  // a new job, or one this page does not show
         if (c.deleted || (params.get("state") && c.state !== params.get("state"))) { reload(); continue; }
         j.state = c.state; j.reason = c.reason;
+        if (c.state !== "PENDING") j.waiting = null;
         const tr = tbody.querySelector('tr[data-job="' + c.job_id + '"]');
-        if (tr) { tr.querySelector(".st").replaceChildren(stateBadge(c.state)); tr.querySelector(".reason").textContent = c.reason; }
+        if (tr) { tr.querySelector(".st").replaceChildren(stateBadge(c.state)); tr.querySelector(".reason").textContent = why(j); }
         reload();  // the task counts too
       }
     });
@@ -229,7 +237,7 @@
         h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
         actions,
         h("div", { class: "card" }, h("dl", { class: "facts" },
-          h("dt", {}, "Why"), h("dd", { id: "job-reason" }, j.reason || "—"),
+          h("dt", {}, "Why"), h("dd", { id: "job-reason" }, j.reason || (j.gangs.find((g) => g.reason) || {}).reason || "—"),
           h("dt", {}, "Owner"), h("dd", {}, j.owner), h("dt", {}, "Pool"), h("dd", {}, j.pool),
           h("dt", {}, "Created"), h("dd", {}, ago(j.created_at)),
           h("dt", {}, "Runs as"), h("dd", {}, j.run_as || "the backend's default user"),
@@ -251,7 +259,13 @@
         j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null);
     };
     await render();
-    watch("?job=" + encodeURIComponent(id), debounce(() => render(), 300));
+    // a re-render keeps the keyboard's place: the focused control (by id) has the focus again
+    const rerender = async () => {
+      const focused = document.activeElement && document.activeElement.id;
+      await render();
+      if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+    };
+    watch("?job=" + encodeURIComponent(id), debounce(rerender, 300));
   }
 
   // ---- routing
