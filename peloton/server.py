@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -49,7 +49,6 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.config import split_hostport
-from peloton.console.server import Console
 from peloton.errors import FailedPrecondition, InvalidArgument, Unavailable
 from peloton.files import (
     create_private,
@@ -90,6 +89,9 @@ from peloton.security.identity import Principals
 from peloton.security.ratelimit import RateLimiter
 from peloton.settings import RATE_BURST_S, ServerConfig, local_only
 from peloton.store import db, repo
+
+if TYPE_CHECKING:
+    from peloton.console.server import Console
 
 AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one transaction
 log = logging.getLogger("peloton.server")
@@ -135,7 +137,7 @@ class Daemon:
         self.audit: AuditLog | None = None
         self.internal_server: grpc.Server | None = None
         self.channels: list[grpc.Channel] = []
-        self.console: Console | None = None
+        self.console: Console | None = None  # the web console (--ui-listen)
 
     def start(self) -> str:
         """Each step needs the ones before it. Nothing that acts (the backend, the loops) starts before the locks
@@ -464,6 +466,8 @@ class Daemon:
             log.warning("no web console (--ui-listen): the API is served over TLS, which the console does not call "
                         "yet (docs/ui.md, \"Not built yet\"); pass --ui-listen '' to silence this")
             return
+        from peloton.console.server import Console  # (http.server: ~30 ms of imports, only for a daemon with a console)
+
         self.console = Console(cfg.ui_listen)
 
     def _make_backend(self) -> Backend:
