@@ -23,7 +23,7 @@ from peloton.api.v1 import (
     task_pb2,
     task_pb2_grpc,
 )
-from peloton.console.params import JobQuery
+from peloton.console.params import HostQuery, JobQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
 
@@ -88,7 +88,7 @@ class Api:
             for k in RESOURCES:
                 capacity[k] += cap[k]
                 allocated[k] += alloc[k]
-            kind = h.drain or ("unhealthy" if h.health else h.state.lower() or "up")
+            kind = _host_status(h)
             states[kind] = states.get(kind, 0) + 1
         return {
             "version": info.version, "backend": info.backend, "started_at": info.started_at,
@@ -99,6 +99,51 @@ class Api:
             "pools": [{"path": p.path, "allocated": _res(p.allocated), "demand": _res(p.demand),
                        "queued_gangs": p.queued_gangs} for p in sorted(pools, key=lambda p: p.path)],
         }
+
+    def list_pools(self, token: str) -> dict[str, Any]:
+        """Every pool, parents before children (the tree by path), with what it is given and what it uses."""
+        pools = self._call(self.pools.ListPools, respool_pb2.ListPoolsRequest(), token).pools
+        out = []
+        for p in sorted(pools, key=lambda p: [x for x in p.path.split("/") if x]):
+            e = p.entitlement
+            out.append({
+                "path": p.path, "parent": _parent(p.path), "depth": p.path.count("/") if p.path != "/" else 0,
+                "reservation": _res(p.reservation), "limit": _res(p.limit) if p.HasField("limit") else None,
+                "share": p.share, "reservation_type": p.reservation_type or "elastic",
+                "allocated": _res(p.allocated), "demand": _res(p.demand),
+                "entitlement": {"cpu": round(e.cpu, 3), "mem_mib": round(e.mem_mib, 3), "gpu": round(e.gpu, 3)},
+                "queued_gangs": p.queued_gangs, "submitters": list(p.submitters)})
+        return {"pools": out}
+
+    def list_hosts(self, q: HostQuery, token: str) -> dict[str, Any]:
+        """The hosts by rack, each with its GPUs (used, free), its drain and health, and the jobs on it; filtered
+        and paged here (the API returns every host at once)."""
+        hosts = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(), token).hosts
+        rows = []
+        for h in sorted(hosts, key=lambda h: (h.labels.get("rack", ""), h.hostname)):
+            cap, alloc = _res(h.capacity), _res(h.allocated)
+            status = _host_status(h)
+            if q.status and status != q.status:
+                continue
+            rack = h.labels.get("rack", "")
+            if q.rack and rack != q.rack:
+                continue
+            rows.append({"hostname": h.hostname, "rack": rack, "status": status, "health": h.health,
+                         "drain_deadline": h.drain_deadline, "maintenance": h.maintenance,
+                         "gpus": int(cap["gpu"]), "gpus_used": int(alloc["gpu"]), "gpu_model": h.hardware.gpu_model,
+                         "cpu": cap["cpu"], "cpu_used": alloc["cpu"],
+                         "jobs": sorted({t.split("-")[0] for t in h.task_ids})})
+        start = q.page * q.page_size
+        return {"hosts": rows[start:start + q.page_size], "total": len(rows), "page": q.page,
+                "pages": max(1, -(-len(rows) // q.page_size)),
+                "racks": sorted({h.labels.get("rack", "") for h in hosts})}
+
+    def drain_host(self, hostname: str, token: str, undrain: bool = False) -> dict[str, Any]:
+        if undrain:
+            h = self._call(self.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=hostname), token).host
+        else:
+            h = self._call(self.hosts.DrainHost, host_pb2.DrainHostRequest(hostname=hostname), token).host
+        return {"hostname": h.hostname, "drain": h.drain}
 
     def list_jobs(self, q: JobQuery, token: str) -> dict[str, Any]:
         r = self._call(self.jobs.ListJobs, job_pb2.ListJobsRequest(
@@ -176,6 +221,19 @@ def _job_row(j: job_pb2.Job) -> dict[str, Any]:
     return {"id": j.id, "name": j.spec.name, "owner": j.spec.owner, "pool": j.spec.respool or "/",
             "state": st.state, "reason": st.reason, "created_at": st.created_at,
             "task_states": dict(st.task_states)}
+
+
+def _host_status(h: host_pb2.Host) -> str:
+    """One word for the map: drained or draining (an operator's, or Mesos maintenance), unhealthy (launches kept
+    failing there), down (the backend lost it), or up."""
+    return h.drain or ("unhealthy" if h.health else ("down" if h.state not in ("", "UP") else "up"))
+
+
+def _parent(path: str) -> str | None:
+    if path == "/":
+        return None
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
 
 
 def _plan(p: job_pb2.PlanInfo) -> dict[str, Any]:

@@ -58,16 +58,7 @@ def job_query(query: Mapping[str, Sequence[str]]) -> JobQuery:
                 raise InvalidArgument(f"state: {s!r} is not a job state; one of {', '.join(JOB_STATES)}",
                                       field="state")
             states.append(s.upper())
-    size_text = _one(query, "page_size")
-    page_size = DEFAULT_PAGE_SIZE
-    if size_text:
-        try:
-            page_size = int(size_text)
-        except ValueError:
-            raise InvalidArgument(f"page_size: must be a whole number, got {size_text!r}", field="page_size") from None
-        if not 1 <= page_size <= MAX_PAGE_SIZE:
-            raise InvalidArgument(f"page_size: must be between 1 and {MAX_PAGE_SIZE}, got {page_size}",
-                                  field="page_size")
+    page_size = _int(query, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
     token = _one(query, "page_token")
     if not PAGE_TOKEN.fullmatch(token):
         raise InvalidArgument("page_token: not a page token this console gave (use next_page_token of the page "
@@ -76,6 +67,50 @@ def job_query(query: Mapping[str, Sequence[str]]) -> JobQuery:
     if pool and not pool.startswith("/"):
         raise InvalidArgument(f"pool: a pool's path starts with '/', got {pool!r}", field="pool")
     return JobQuery(tuple(dict.fromkeys(states)), _one(query, "owner"), pool, _one(query, "q"), page_size, token)
+
+
+HOST_STATUSES = ("up", "draining", "drained", "unhealthy", "down")
+DEFAULT_HOST_PAGE = 200
+MAX_HOST_PAGE = 2000
+HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+@dataclass(frozen=True)
+class HostQuery:
+    rack: str = ""
+    status: str = ""
+    page: int = 0
+    page_size: int = DEFAULT_HOST_PAGE
+
+
+def _int(query: Mapping[str, Sequence[str]], name: str, default: int, low: int, high: int) -> int:
+    text = _one(query, name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgument(f"{name}: must be a whole number, got {text!r}", field=name) from None
+    if not low <= value <= high:
+        raise InvalidArgument(f"{name}: must be between {low} and {high}, got {value}", field=name)
+    return value
+
+
+def host_query(query: Mapping[str, Sequence[str]]) -> HostQuery:
+    """/api/hosts?rack=&status=&page=&page_size="""
+    _only(query, frozenset({"rack", "status", "page", "page_size"}), "/api/hosts")
+    status = _one(query, "status")
+    if status and status not in HOST_STATUSES:
+        raise InvalidArgument(f"status: {status!r} is not a host status; one of {', '.join(HOST_STATUSES)}",
+                              field="status")
+    return HostQuery(_one(query, "rack"), status, _int(query, "page", 0, 0, 1_000_000),
+                     _int(query, "page_size", DEFAULT_HOST_PAGE, 1, MAX_HOST_PAGE))
+
+
+def hostname(text: str) -> str:
+    if not HOSTNAME.fullmatch(text):
+        raise InvalidArgument(f"host: not a host name, got {text[:60]!r}", field="host")
+    return text
 
 
 def job_id(text: str, name: str = "job") -> str:

@@ -46,7 +46,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 STATUS = {errors.InvalidArgument: 400, errors.Unauthenticated: 401, errors.PermissionDenied: 403,
           errors.NotFound: 404, errors.AlreadyExists: 409, errors.FailedPrecondition: 409, errors.Conflict: 409,
           errors.ResourceExhausted: 429, errors.Unavailable: 503}
-PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12})")
+PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12}|pools|hosts)")
 
 
 def _loopback(host: str) -> bool:
@@ -278,6 +278,11 @@ class _Handler(BaseHTTPRequestHandler):
                 api.stop_job(params.job_id(m.group(1)), token)
                 self._json(200, {"stopped": m.group(1)})
                 return
+            m = re.fullmatch(r"/api/hosts/([^/]+)/(drain|undrain)", path)
+            if m:
+                self._json(200, self._api().drain_host(params.hostname(m.group(1)), token,
+                                                       undrain=m.group(2) == "undrain"))
+                return
             self._json(404, {"error": f"{path}: no such action", "field": None, "code": "NotFound"})
         except PelotonError as e:
             self._error(e)
@@ -334,6 +339,11 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/api/jobs/"):
             params._only(query, frozenset(), "/api/jobs/ID")
             self._json(200, api.get_job(params.job_id(path[len("/api/jobs/"):]), token))
+        elif path == "/api/pools":
+            params._only(query, frozenset(), path)
+            self._json(200, api.list_pools(token))
+        elif path == "/api/hosts":
+            self._json(200, api.list_hosts(params.host_query(query), token))
         elif path == "/api/events":
             self._events(api, params.watch_jobs(query), token)
         else:

@@ -6,6 +6,7 @@ PELOTON_UI_SCREENSHOTS=DIR they are also written to DIR (docs/ui/ holds the comm
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from collections.abc import Iterator
@@ -188,9 +189,9 @@ def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any,
 
 def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser: Any, daemon: ConsoleDaemon) -> None:
     log_in(browser, daemon, "victor")
-    for page in ("", "jobs"):
+    for page in ("", "jobs", "pools", "hosts"):
         browser.get(daemon.ui + page)
-        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table"), what=f"/{page}")
+        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table, main li.host"), what=f"/{page}")
         unlabelled = browser.execute_script("""
             return [...document.querySelectorAll("a, button, input, select, textarea")].filter((el) => !el.hidden)
               .filter((el) => !((el.labels && el.labels.length) || el.getAttribute("aria-label") ||
@@ -219,4 +220,48 @@ def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser:
     name.send_keys("live", Keys.ENTER)
     wait(browser, lambda dr: "state=RUNNING" in dr.current_url and "q=live" in dr.current_url,
          what="the filter in the address")
+    assert errors(browser) == []
+
+
+def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daemon: ConsoleDaemon,
+                                                               tmp_path: Path) -> None:
+    daemon.cli("pool", "create", "/research", "--reservation", "cpu=16,gpu=16", "--limit", "gpu=48")
+    daemon.cli("pool", "create", "/research/vision", "--reservation", "gpu=8")
+    idle = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"]
+                  if not h.get("task_ids"))
+    drained = idle[-1]  # a host without tasks: drained at once (one with tasks stays draining while they run)
+    daemon.cli("host", "drain", drained)
+    try:
+        log_in(browser, daemon, "alice")
+        browser.find_element(By.LINK_TEXT, "Pools").click()
+        rows = wait(browser, lambda dr: [r.get_attribute("data-pool") for r in
+                                         dr.find_elements(By.CSS_SELECTOR, "tr[data-pool]")], what="the pools")
+        assert rows[:3] == ["/", "/research", "/research/vision"], rows  # parents before children
+        cls = browser.find_element(By.CSS_SELECTOR, 'tr[data-pool="/research/vision"] td').get_attribute("class")
+        assert "depth-2" in cls
+        shot(browser, tmp_path, "pools")
+        browser.find_element(By.LINK_TEXT, "Hosts").click()
+        host = wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, f'li[data-host="{drained}"]'),
+                    what="the host map")[0]
+        assert "drained" in host.get_attribute("class") and "drained" in host.text
+        cells = host.find_elements(By.CSS_SELECTOR, ".gpu")
+        assert len(cells) == 8 and all("off" in c.get_attribute("class") for c in cells)
+        used = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.used")
+        assert used, "the jobs of the tests before use GPUs"
+        shot(browser, tmp_path, "hosts")
+        # the admin puts it back in service from the map
+        browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Undrain {drained}"]').click()
+        wait(browser, lambda dr: "up" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
+             .get_attribute("class"), what="the host in service")
+        assert daemon.cli("host", "list", "-o", "json").stdout.count('"drain": "drained"') == 0
+        assert errors(browser) == []
+    finally:
+        daemon.cli("host", "undrain", drained)
+
+
+def test_a_viewer_has_no_drain_button(browser: Any, daemon: ConsoleDaemon) -> None:
+    log_in(browser, daemon, "victor")
+    browser.get(daemon.ui + "hosts")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host"), what="the host map")
+    assert browser.find_elements(By.CSS_SELECTOR, "li.host button") == []
     assert errors(browser) == []

@@ -255,3 +255,50 @@ def test_without_authentication_every_caller_is_the_apis_anonymous_admin(tmp_pat
         job = d.submit(tmp_path, "open")
         assert b.post(f"/api/jobs/{job}/stop", csrf=None).status == 403  # CSRF still: any page could post
         assert b.post(f"/api/jobs/{job}/stop").status == 200
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("status=sleeping", "status"), ("page_size=0", "page_size"), ("page_size=2001", "page_size"),
+    ("page=-1", "page"), ("page=x", "page"), ("racks=r1", "racks"),
+])
+def test_bad_host_parameters_are_refused_naming_the_parameter(daemon: ConsoleDaemon, query: str, field: str) -> None:
+    a = logged_in(daemon, "victor").get(f"/api/hosts?{query}")
+    assert a.status == 400 and a.json()["field"] == field, a.body
+
+
+def test_the_host_map_pages_and_filters_on_the_server(daemon: ConsoleDaemon) -> None:
+    b = logged_in(daemon, "victor")
+    pages = [b.get(f"/api/hosts?page_size=5&page={p}").json() for p in range(3)]
+    names = [h["hostname"] for page in pages for h in page["hosts"]]
+    assert [len(p["hosts"]) for p in pages] == [5, 5, 2] and len(set(names)) == 12
+    assert all(p["total"] == 12 and p["pages"] == 3 for p in pages)
+    rack = pages[0]["racks"][0]
+    in_rack = b.get(f"/api/hosts?rack={rack}").json()["hosts"]
+    assert in_rack and all(h["rack"] == rack for h in in_rack)
+
+
+def test_drain_is_the_apis_a_viewers_is_refused_an_admins_shows_on_the_map(daemon: ConsoleDaemon) -> None:
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    host = [h["hostname"] for h in viewer.get("/api/hosts").json()["hosts"] if not h["jobs"]][-1]  # ends drained
+    a = viewer.post(f"/api/hosts/{host}/drain")
+    assert a.status == 403 and "victor may not call DrainHost" in a.json()["error"]
+    assert admin.post("/api/hosts/bad%20name/drain").json()["field"] == "host"
+    assert admin.post(f"/api/hosts/{host}/drain", csrf=None).status == 403
+    try:
+        assert admin.post(f"/api/hosts/{host}/drain").json()["hostname"] == host
+        drained = viewer.get("/api/hosts?status=drained").json()["hosts"]
+        assert [h["hostname"] for h in drained] == [host] and drained[0]["gpus_used"] == 0
+        assert viewer.get("/api/cluster").json()["host_states"].get("drained") == 1
+    finally:
+        assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""
+    assert any(e["method"].endswith("DrainHost") and not e["allowed"] for e in daemon.audit("victor"))
+
+
+def test_the_pools_come_as_a_tree(daemon: ConsoleDaemon) -> None:
+    daemon.cli("pool", "create", "/teams", "--reservation", "gpu=8")
+    daemon.cli("pool", "create", "/teams/a", "--reservation", "gpu=4")
+    pools = {p["path"]: p for p in logged_in(daemon, "victor").get("/api/pools").json()["pools"]}
+    assert pools["/teams/a"]["parent"] == "/teams" and pools["/teams"]["parent"] == "/" and pools["/"]["parent"] is None
+    assert pools["/teams"]["reservation"]["gpu"] == 8 and pools["/teams"]["limit"] is None
+    paths = list(pools)
+    assert paths.index("/teams") < paths.index("/teams/a")

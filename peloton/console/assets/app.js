@@ -268,19 +268,132 @@
     watch("?job=" + encodeURIComponent(id), debounce(rerender, 300));
   }
 
+  // ---- pools
+
+  async function pools() {
+    document.title = "Pools · Peloton";
+    const render = async () => {
+      const r = await get("/api/pools");
+      const res = (x) => x ? fmt(x.gpu) + " GPU, " + fmt(x.cpu) + " CPU" : "none";
+      // a limit's dimension that is 0 is no limit on it
+      const limit = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", x.cpu ? fmt(x.cpu) + " CPU" : "",
+                            x.mem_mib ? fmt(x.mem_mib) + " MiB" : ""].filter(Boolean).join(", ") || "no limit";
+      main.replaceChildren(h("h1", {}, "Pools"),
+        h("p", { class: "muted" }, "The tree of pools: what each is given (reservation, limit, share), what it may " +
+          "use now (entitlement), what it uses (allocated) and what its waiting gangs want (demand). A pool " +
+          "using more than its reservation borrows what others lend."),
+        h("table", { "aria-label": "Pools" },
+          h("thead", {}, h("tr", {}, ["Pool", "Reservation", "Limit", "Share", "Entitlement", "Allocated", "Demand",
+                                      "Gangs waiting", "Lends / borrows"].map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, r.pools.map((p) => {
+            const borrowed = p.allocated.gpu - p.reservation.gpu;
+            const lends = p.reservation_type !== "static" && borrowed < 0 && p.reservation.gpu > 0;
+            return h("tr", { "data-pool": p.path },
+              h("td", { class: "pool-name depth-" + Math.min(p.depth, 6) },
+                h("a", { href: "/jobs?pool=" + encodeURIComponent(p.path) }, p.path)),
+              h("td", {}, res(p.reservation), p.reservation_type === "static" ? " (static)" : ""),
+              h("td", {}, p.limit ? limit(p.limit) : "no limit"), h("td", {}, fmt(p.share)),
+              h("td", {}, fmt(p.entitlement.gpu) + " GPU, " + fmt(p.entitlement.cpu) + " CPU"),
+              h("td", {}, res(p.allocated)), h("td", {}, res(p.demand)), h("td", {}, p.queued_gangs),
+              h("td", {}, borrowed > 0 && p.reservation.gpu >= 0 && p.path !== "/" ? "borrows " + fmt(borrowed) + " GPU"
+                : lends ? "lends " + fmt(-borrowed) + " GPU" : "—"));
+          }))));
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), 1000));
+  }
+
+  // ---- hosts
+
+  function mayOperate() { return session && session.permissions.includes("host.operate"); }
+
+  async function hosts() {
+    document.title = "Hosts · Peloton";
+    const params = new URLSearchParams(location.search);
+    const render = async () => {
+      const q = new URLSearchParams();
+      for (const k of ["rack", "status", "page"]) if (params.get(k)) q.set(k, params.get(k));
+      const r = await get("/api/hosts?" + q.toString());
+      const form = h("form", { class: "filters", role: "search", "aria-label": "Filter hosts" },
+        h("div", {}, h("label", { for: "h-rack" }, "Rack"),
+          h("select", { id: "h-rack", name: "rack" }, h("option", { value: "" }, "any"),
+            r.racks.map((x) => h("option", { value: x, selected: params.get("rack") === x }, x || "(none)")))),
+        h("div", {}, h("label", { for: "h-status" }, "Status"),
+          h("select", { id: "h-status", name: "status" }, h("option", { value: "" }, "any"),
+            ["up", "draining", "drained", "unhealthy", "down"].map((x) => h("option", { value: x, selected: params.get("status") === x }, x)))),
+        h("button", { type: "submit" }, "Filter"));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const f = new URLSearchParams();
+        for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
+        history.pushState(null, "", "/hosts" + (f.toString() ? "?" + f : ""));
+        route();
+      });
+      const racks = new Map();
+      for (const x of r.hosts) { if (!racks.has(x.rack)) racks.set(x.rack, []); racks.get(x.rack).push(x); }
+      const legend = h("p", { class: "legend" }, h("span", { class: "gpu used" }), " used ",
+        h("span", { class: "gpu free" }), " free ", h("span", { class: "gpu off" }), " draining, drained, unhealthy or down");
+      const map = h("div", { class: "map" }, [...racks.entries()].map(([rack, hs]) => h("section", { class: "rack", "aria-label": "Rack " + (rack || "(none)") },
+        h("h2", {}, "Rack " + (rack || "(none)")),
+        h("ul", { class: "hostlist" }, hs.map((x) => {
+          const cells = [];
+          for (let i = 0; i < x.gpus; i++) {
+            cells.push(h("span", { class: "gpu " + (x.status !== "up" ? "off" : i < x.gpus_used ? "used" : "free") }));
+          }
+          const label = x.hostname + ": " + x.status + ", " + x.gpus_used + " of " + x.gpus + " GPUs used" +
+            (x.jobs.length ? " by " + x.jobs.join(", ") : "") + (x.health ? " (" + x.health + ")" : "");
+          const item = h("li", { class: "host " + x.status, "data-host": x.hostname, title: label },
+            h("div", { class: "hostname" }, x.hostname, " ", x.status !== "up" ? stateBadge(x.status) : null),
+            h("div", { class: "gpus", role: "img", "aria-label": label }, cells),
+            x.jobs.length ? h("div", { class: "muted jobs-on" }, x.jobs.slice(0, 3).map((j) => h("a", { href: "/jobs/" + j }, j)),
+              x.jobs.length > 3 ? " +" + (x.jobs.length - 3) : "") : null);
+          if (mayOperate() && !x.maintenance) {
+            const undrain = x.status === "draining" || x.status === "drained";
+            const b = h("button", { type: "button", class: "small", "aria-label": (undrain ? "Undrain " : "Drain ") + x.hostname },
+              undrain ? "Undrain" : "Drain");
+            b.addEventListener("click", async () => {
+              if (!undrain && !confirm("Drain " + x.hostname + "? No new gangs go there; its tasks run on.")) return;
+              b.disabled = true;
+              try { await post("/api/hosts/" + encodeURIComponent(x.hostname) + (undrain ? "/undrain" : "/drain")); await render(); }
+              catch (e) { say(e.message); b.disabled = false; }
+            });
+            item.append(b);
+          }
+          return item;
+        })))));
+      const page = r.page;
+      const pager = h("div", { class: "pager" });
+      if (r.pages > 1) {
+        const go = (p) => { params.set("page", String(p)); history.pushState(null, "", "/hosts?" + params); route(); };
+        const prev = h("button", { type: "button", disabled: page === 0 }, "Previous page");
+        const next = h("button", { type: "button", disabled: page + 1 >= r.pages }, "Next page");
+        prev.addEventListener("click", () => go(page - 1));
+        next.addEventListener("click", () => go(page + 1));
+        pager.append(prev, next);
+      }
+      pager.append(h("span", { class: "muted" }, r.total + " hosts, page " + (page + 1) + " of " + r.pages));
+      main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map, pager);
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), 1000));
+  }
+
   // ---- routing
 
   async function route() {
     if (events) { events.close(); events = null; }
     const path = location.pathname;
     for (const a of document.querySelectorAll("nav a")) {
-      const current = (a.dataset.view === "cluster" && path === "/") || (a.dataset.view === "jobs" && path.startsWith("/jobs"));
+      const v = a.dataset.view;
+      const current = (v === "cluster" && path === "/") || (v !== "cluster" && (path === "/" + v || path.startsWith("/" + v + "/")));
       if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
     }
     try {
       const m = path.match(/^\/jobs\/([0-9a-f]{12})$/);
       if (m) await job(m[1]);
       else if (path === "/jobs") await jobs();
+      else if (path === "/pools") await pools();
+      else if (path === "/hosts") await hosts();
       else await cluster();
     } catch (e) { if (e.status !== 401) showError(e); }
   }
