@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import http.client
 import json
+import socket
+import subprocess
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -13,7 +15,7 @@ from typing import Any
 import pytest
 
 from tests.e2e.console import Browser, ConsoleDaemon, wait_for
-from tests.e2e.harness import serving
+from tests.e2e.harness import PELOTON, serving
 
 pytestmark = pytest.mark.e2e
 
@@ -302,3 +304,37 @@ def test_the_pools_come_as_a_tree(daemon: ConsoleDaemon) -> None:
     assert pools["/teams"]["reservation"]["gpu"] == 8 and pools["/teams"]["limit"] is None
     paths = list(pools)
     assert paths.index("/teams") < paths.index("/teams/a")
+
+
+def _server(tmp: Path, *args: str) -> list[str]:
+    return [*PELOTON, "server", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "data"), "--backend", "sim",
+            "--sim-hosts", "2", "--metrics-listen", "", *args]
+
+
+def test_a_console_other_machines_could_reach_or_a_taken_port_refuses_the_start(tmp_path: Path) -> None:
+    r = subprocess.run(_server(tmp_path, "--ui-listen", "0.0.0.0:0"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--ui-listen: 0.0.0.0:0 can be reached from other machines" in r.stderr, r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(_server(tmp_path, "--ui-listen", f"127.0.0.1:{port}"), capture_output=True, text=True,
+                           timeout=60)
+    assert r.returncode == 1 and f"--ui-listen: cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert not (tmp_path / "data" / "daemon.addr").exists()  # refused before it served anything
+
+
+def test_a_daemon_whose_api_has_tls_serves_no_console_and_says_why(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    assert subprocess.run([*PELOTON, "certs", "init", str(certs)], capture_output=True, timeout=60).returncode == 0
+    proc = subprocess.Popen(_server(tmp_path, "--ui-listen", "127.0.0.1:0", "--tls-cert", str(certs / "server.pem"),
+                                    "--tls-key", str(certs / "server-key.pem")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on" in line and "web console" not in line
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "no web console (--ui-listen): the API is served over TLS" in err
