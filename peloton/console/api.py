@@ -23,6 +23,7 @@ from peloton.api.v1 import (
     task_pb2,
     task_pb2_grpc,
 )
+from peloton.console import timeline
 from peloton.console.params import HostQuery, JobQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
@@ -191,6 +192,16 @@ class Api:
                         for t in tasks.tasks],
             "members_more": bool(tasks.next_page_token),
         }
+
+    def member(self, job_id: str, instance: int, token: str, now: float) -> dict[str, Any]:
+        """One member's state events across its runs (the newest 1,000), as a timeline."""
+        t = self._call(self.tasks.GetTask, task_pb2.GetTaskRequest(job_id=job_id, instance=instance), token).task
+        events = [timeline.Event(e.attempt, e.state, e.time, e.host, e.reason or e.message) for e in t.events]
+        segs = timeline.segments(events, now)
+        return {"instance": t.instance, "task_id": t.task_id, "state": t.state, "run": t.attempt,
+                "events_total": t.events_total, "now": now,
+                "segments": [{"run": g.run, "state": g.state, "start": g.start, "end": g.end, "host": g.host,
+                              "reason": g.reason} for g in segs]}
 
     def stop_job(self, job_id: str, token: str) -> None:
         self._call(self.jobs.StopJob, job_pb2.StopJobRequest(job_id=job_id), token)

@@ -113,6 +113,13 @@ def hostname(text: str) -> str:
     return text
 
 
+def instance(text: str) -> int:
+    if not text.isdigit() or len(text) > 7:
+        raise InvalidArgument(f"instance: a member's instance is a whole number from 0, got {text[:20]!r}",
+                              field="instance")
+    return int(text)
+
+
 def job_id(text: str, name: str = "job") -> str:
     if not JOB_ID.fullmatch(text):
         raise InvalidArgument(f"{name}: a job id is 12 hexadecimal digits, got {text[:40]!r}", field=name)

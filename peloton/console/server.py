@@ -17,6 +17,7 @@ import re
 import secrets
 import socket
 import threading
+import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -336,6 +337,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, api.cluster_summary(token))
         elif path == "/api/jobs":
             self._json(200, api.list_jobs(params.job_query(query), token))
+        elif m := re.fullmatch(r"/api/jobs/([^/]+)/members/([^/]+)", path):
+            params._only(query, frozenset(), "/api/jobs/ID/members/N")
+            self._json(200, api.member(params.job_id(m.group(1)), params.instance(m.group(2)), token, time.time()))
         elif path.startswith("/api/jobs/"):
             params._only(query, frozenset(), "/api/jobs/ID")
             self._json(200, api.get_job(params.job_id(path[len("/api/jobs/"):]), token))

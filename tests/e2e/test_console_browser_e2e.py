@@ -131,6 +131,13 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
     assert len(members) == 4 and all("RUNNING" in m and "sim-" in m for m in members), members
     assert browser.find_elements(By.ID, "stop"), "an admin may stop the job"
     shot(browser, tmp_path, "job")
+    # a member's timeline, opened from the keyboard
+    browser.find_element(By.ID, "tl-1").send_keys(Keys.ENTER)
+    bar = wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "#timeline-1 .timeline"), what="a timeline")[0]
+    label = bar.get_attribute("aria-label")
+    assert label.startswith("Member 1: PENDING") and "RUNNING (run 1)" in label, label
+    assert browser.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true"
+    shot(browser, tmp_path, "job-timeline")
     browser.get(daemon.ui + f"jobs/{big}")
     wait(browser, lambda dr: dr.find_elements(By.ID, "job-reason"), what="the waiting job's page")
     wait(browser, lambda dr: "gang of 12 needs" in dr.find_element(By.ID, "job-reason").text, what="why it waits")

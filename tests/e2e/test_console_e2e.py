@@ -338,3 +338,18 @@ def test_a_daemon_whose_api_has_tls_serves_no_console_and_says_why(tmp_path: Pat
         proc.terminate()
         _, err = proc.communicate(timeout=30)
     assert "no web console (--ui-listen): the API is served over TLS" in err
+
+
+def test_a_members_timeline_follows_its_states(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "short", duration="1s")
+    daemon.wait_state(job, "SUCCEEDED")
+    b = logged_in(daemon, "victor")
+    m = b.get(f"/api/jobs/{job}/members/0").json()
+    states = [g["state"] for g in m["segments"]]
+    assert states[0] == "PENDING" and states[-1] == "SUCCEEDED" and "RUNNING" in states, states
+    assert all(g["end"] >= g["start"] for g in m["segments"]) and m["events_total"] == len(states)
+    assert m["segments"][-1]["start"] == m["segments"][-1]["end"]  # ended: a point
+    for path, field in ((f"/api/jobs/{job}/members/x", "instance"), ("/api/jobs/nope/members/0", "job")):
+        a = b.get(path)
+        assert a.status == 400 and a.json()["field"] == field
+    assert b.get(f"/api/jobs/{job}/members/7").status == 404

@@ -217,6 +217,59 @@
 
   async function job(id) {
     document.title = "Job " + id + " · Peloton";
+    const expanded = new Set();  // the members whose timeline is open (kept open across re-renders)
+
+    function timelineButton(i) {
+      const b = h("button", { type: "button", class: "small", id: "tl-" + i, "aria-expanded": "false",
+                              "aria-controls": "timeline-" + i, "aria-label": "Timeline of member " + i }, String(i));
+      b.addEventListener("click", async () => {
+        if (expanded.has(i)) {
+          expanded.delete(i);
+          const row = document.getElementById("timeline-" + i);
+          if (row) row.remove();
+          b.setAttribute("aria-expanded", "false");
+        } else {
+          expanded.add(i);
+          await showTimeline(i);
+        }
+      });
+      return b;
+    }
+
+    async function showTimeline(i) {
+      const tr = main.querySelector('tr[data-member="' + i + '"]');
+      if (!tr) return;
+      const m = await get("/api/jobs/" + id + "/members/" + i);
+      const old = document.getElementById("timeline-" + i);
+      if (old) old.remove();
+      const segs = m.segments;
+      const t0 = segs.length ? segs[0].start : m.now;
+      const t1 = Math.max(m.now, ...segs.map((g) => g.end));
+      const span = Math.max(t1 - t0, 0.001);
+      const bar = h("div", { class: "timeline", role: "img",
+        "aria-label": "Member " + i + ": " + segs.map((g) => g.state + " (run " + g.run + ")").join(", ") });
+      for (const g of segs) {
+        const seg = h("span", { class: "seg " + g.state, title: g.state + ", run " + g.run + (g.host ? " on " + g.host : "") +
+          ", " + fmt(g.end - g.start) + "s" + (g.reason ? ": " + g.reason : "") }, g.end > g.start ? g.state : "");
+        seg.dataset.left = String(100 * (g.start - t0) / span);
+        seg.dataset.width = String(Math.max(0.4, 100 * (g.end - g.start) / span));
+        bar.append(seg);
+      }
+      const list = h("table", { class: "events", "aria-label": "State changes of member " + i },
+        h("thead", {}, h("tr", {}, ["When", "Run", "State", "Host", "For", "Why"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, segs.map((g) => h("tr", {}, h("td", {}, new Date(g.start * 1000).toLocaleTimeString()),
+          h("td", {}, g.run), h("td", {}, stateBadge(g.state)), h("td", {}, g.host),
+          h("td", {}, g.end > g.start ? fmt(g.end - g.start) + "s" : ""), h("td", { class: "reason" }, g.reason)))));
+      const row = h("tr", { id: "timeline-" + i, class: "timeline-row" },
+        h("td", { colspan: 7 }, h("div", { class: "muted" }, "Member " + i + " (" + m.task_id + "), " +
+          m.events_total + " state changes" + (m.events_total > segs.length ? ", the newest " + segs.length + " shown" : "")),
+          bar, list));
+      tr.after(row);
+      for (const seg of bar.children) { seg.style.left = seg.dataset.left + "%"; seg.style.width = seg.dataset.width + "%"; }
+      const b = document.getElementById("tl-" + i);
+      if (b) b.setAttribute("aria-expanded", "true");
+    }
+
     const render = async () => {
       let j;
       try { j = await get("/api/jobs/" + id); }
@@ -251,18 +304,20 @@
             h("td", { class: "reason" }, g.reason))))),
         h("h2", {}, "Members"),
         h("table", { "aria-label": "Members" },
-          h("thead", {}, h("tr", {}, ["Instance", "Gang", "State", "Host", "GPUs", "Run", "Why"].map(
+          h("thead", {}, h("tr", {}, ["Instance (timeline)", "Gang", "State", "Host", "GPUs", "Run", "Why"].map(
             (c) => h("th", { scope: "col" }, c)))),
-          h("tbody", {}, j.members.map((t) => h("tr", {}, h("td", {}, t.instance), h("td", {}, t.gang),
+          h("tbody", {}, j.members.map((t) => h("tr", { "data-member": t.instance }, h("td", {}, timelineButton(t.instance)), h("td", {}, t.gang),
             h("td", {}, stateBadge(t.state)), h("td", {}, t.host), h("td", {}, t.gpus.join(",")), h("td", {}, t.run),
             h("td", { class: "reason" }, [t.reason, t.message].filter(Boolean).join(": ")))))),
         j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null);
     };
     await render();
+    for (const i of expanded) await showTimeline(i);
     // a re-render keeps the keyboard's place: the focused control (by id) has the focus again
     const rerender = async () => {
       const focused = document.activeElement && document.activeElement.id;
       await render();
+      for (const i of expanded) await showTimeline(i);
       if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
     };
     watch("?job=" + encodeURIComponent(id), debounce(rerender, 300));
