@@ -24,7 +24,7 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.console import timeline
-from peloton.console.params import HostQuery, JobQuery
+from peloton.console.params import HostQuery, JobQuery, QueueQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
 
@@ -115,6 +115,14 @@ class Api:
                 "entitlement": {"cpu": round(e.cpu, 3), "mem_mib": round(e.mem_mib, 3), "gpu": round(e.gpu, 3)},
                 "queued_gangs": p.queued_gangs, "submitters": list(p.submitters)})
         return {"pools": out}
+
+    def queue(self, q: QueueQuery, token: str) -> dict[str, Any]:
+        """The gangs waiting for admission or placement, first in queue order first, as `peloton queue`."""
+        r = self._call(self.pools.ListQueue, respool_pb2.ListQueueRequest(pool=q.pool, limit=q.limit), token)
+        return {"total": r.total, "gangs": [
+            {"gang": g.gang_id, "job_id": g.job_id, "attempt": g.attempt, "pool": g.pool, "priority": g.priority,
+             "members": g.members, "resources": _res(g.resources), "enqueued_at": g.enqueued_at, "state": g.state,
+             "reason": g.reason, "position": g.position, "preemptible": g.preemptible} for g in r.gangs]}
 
     def list_hosts(self, q: HostQuery, token: str) -> dict[str, Any]:
         """The hosts by rack, each with its GPUs (used, free), its drain and health, and the jobs on it; filtered

@@ -113,6 +113,24 @@ def hostname(text: str) -> str:
     return text
 
 
+MAX_QUEUE_PAGE = 1000  # ListQueue's own bound
+
+
+@dataclass(frozen=True)
+class QueueQuery:
+    pool: str = ""
+    limit: int = 200
+
+
+def queue_query(query: Mapping[str, Sequence[str]]) -> QueueQuery:
+    """/api/queue?pool=/P&limit=N: the gangs waiting in a pool and its subtree (every pool without one)."""
+    _only(query, frozenset({"pool", "limit"}), "/api/queue")
+    pool = _one(query, "pool")
+    if pool and not pool.startswith("/"):
+        raise InvalidArgument(f"pool: a pool's path starts with '/', got {pool!r}", field="pool")
+    return QueueQuery(pool, _int(query, "limit", 200, 1, MAX_QUEUE_PAGE))
+
+
 def instance(text: str) -> int:
     if not text.isdigit() or len(text) > 7:
         raise InvalidArgument(f"instance: a member's instance is a whole number from 0, got {text[:20]!r}",

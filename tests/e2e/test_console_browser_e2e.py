@@ -138,6 +138,13 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
     assert label.startswith("Member 1: PENDING") and "RUNNING (run 1)" in label, label
     assert browser.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true"
     shot(browser, tmp_path, "job-timeline")
+    browser.find_element(By.LINK_TEXT, "Queue").click()
+    why = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t else None)(
+        dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] .reason').text), what="the queue")
+    assert why.startswith("gang of 12 needs"), why
+    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text
+    assert row.startswith("/ 1 " + big), row  # pool, position, job
+    shot(browser, tmp_path, "queue")
     browser.get(daemon.ui + f"jobs/{big}")
     wait(browser, lambda dr: dr.find_elements(By.ID, "job-reason"), what="the waiting job's page")
     wait(browser, lambda dr: "gang of 12 needs" in dr.find_element(By.ID, "job-reason").text, what="why it waits")
@@ -196,7 +203,7 @@ def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any,
 
 def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser: Any, daemon: ConsoleDaemon) -> None:
     log_in(browser, daemon, "victor")
-    for page in ("", "jobs", "pools", "hosts"):
+    for page in ("", "jobs", "queue", "pools", "hosts"):
         browser.get(daemon.ui + page)
         wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table, main li.host"), what=f"/{page}")
         unlabelled = browser.execute_script("""

@@ -353,3 +353,24 @@ def test_a_members_timeline_follows_its_states(daemon: ConsoleDaemon, tmp_path: 
         a = b.get(path)
         assert a.status == 400 and a.json()["field"] == field
     assert b.get(f"/api/jobs/{job}/members/7").status == 404
+
+
+def test_the_queue_lists_waiting_gangs_in_order_with_their_reason(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    blocker = daemon.submit(tmp_path, "blocker", instances=12, gpu=8)  # a gang as big as the cluster: it waits
+    behind = daemon.submit(tmp_path, "behind", instances=12, gpu=8)
+    b = logged_in(daemon, "victor")
+    try:
+        q = wait_for(lambda: (lambda q: q if {g["job_id"] for g in q["gangs"]} >= {blocker, behind} else None)(
+            b.get("/api/queue?pool=/").json()), what="both gangs queued")
+        order = [g["job_id"] for g in q["gangs"]]
+        assert order.index(blocker) < order.index(behind)
+        mine = next(g for g in q["gangs"] if g["job_id"] == blocker)
+        assert (mine["gang"], mine["members"], mine["resources"]["gpu"]) == (f"{blocker}/0", 12, 96)
+        assert b.get("/api/queue?limit=1").json()["total"] >= 2 and len(b.get("/api/queue?limit=1").json()["gangs"]) == 1
+        for query, field in (("limit=0", "limit"), ("pool=x", "pool"), ("order=desc", "order")):
+            a = b.get(f"/api/queue?{query}")
+            assert a.status == 400 and a.json()["field"] == field
+    finally:
+        admin = logged_in(daemon, "alice")
+        for job in (blocker, behind):
+            admin.post(f"/api/jobs/{job}/stop")

@@ -97,7 +97,7 @@
           h("div", { class: "card" }, h("div", { class: "muted" }, "Hosts"), h("div", { class: "big" }, c.hosts),
             h("ul", { class: "muted", "aria-label": "Hosts by state" }, hostStates)),
           h("div", { class: "card" }, h("div", { class: "muted" }, "Gangs waiting"),
-            h("div", { class: "big" }, c.queued_gangs), h("a", { href: "/jobs?state=PENDING" }, "Pending jobs")),
+            h("div", { class: "big" }, c.queued_gangs), h("a", { href: "/queue" }, "The queue")),
           meters,
           h("div", { class: "card" }, h("div", { class: "muted" }, "Daemon"),
             h("dl", { class: "facts" }, h("dt", {}, "backend"), h("dd", {}, c.backend),
@@ -323,6 +323,47 @@
     watch("?job=" + encodeURIComponent(id), debounce(rerender, 300));
   }
 
+  // ---- the queue
+
+  async function queue() {
+    document.title = "Queue · Peloton";
+    const params = new URLSearchParams(location.search);
+    const render = async () => {
+      const q = new URLSearchParams();
+      if (params.get("pool")) q.set("pool", params.get("pool"));
+      const r = await get("/api/queue?" + q.toString());
+      const form = h("form", { class: "filters", role: "search", "aria-label": "Filter the queue" },
+        h("div", {}, h("label", { for: "q-pool" }, "Pool (and its subtree)"),
+          h("input", { id: "q-pool", name: "pool", value: params.get("pool") || "", size: 16, placeholder: "/" })),
+        h("button", { type: "submit" }, "Filter"));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const v = new FormData(form).get("pool");
+        history.pushState(null, "", "/queue" + (v ? "?pool=" + encodeURIComponent(String(v)) : ""));
+        route();
+      });
+      const res = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", fmt(x.cpu) + " CPU", fmt(x.mem_mib / 1024) + " GiB"]
+        .filter(Boolean).join(", ");
+      main.replaceChildren(h("h1", {}, "Queue"),
+        h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
+          "priority, then submission), and why each waits."), form,
+        h("table", { "aria-label": "Queue" },
+          h("thead", {}, h("tr", {}, ["Pool", "Position", "Job", "Gang", "Priority", "Members", "Resources",
+                                      "Waiting", "State", "Why"].map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, r.gangs.length ? r.gangs.map((g) => h("tr", { "data-gang": g.gang },
+            h("td", {}, g.pool), h("td", {}, g.position), h("td", {}, h("a", { href: "/jobs/" + g.job_id }, g.job_id)),
+            h("td", {}, g.gang.split("/")[1] + (g.attempt > 1 ? " (attempt " + g.attempt + ")" : "")),
+            h("td", {}, g.priority), h("td", {}, g.members), h("td", {}, res(g.resources)),
+            h("td", {}, ago(g.enqueued_at).replace(" ago", "")), h("td", {}, stateBadge(g.state)),
+            h("td", { class: "reason" }, g.reason))) :
+            h("tr", {}, h("td", { colspan: 10, class: "muted" }, "Nothing waits.")))),
+        h("p", { class: "muted" }, r.total > r.gangs.length ? "The first " + r.gangs.length + " of " + r.total + " gangs."
+          : r.total + " gangs waiting."));
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), 1000));
+  }
+
   // ---- pools
 
   async function pools() {
@@ -447,6 +488,7 @@
       const m = path.match(/^\/jobs\/([0-9a-f]{12})$/);
       if (m) await job(m[1]);
       else if (path === "/jobs") await jobs();
+      else if (path === "/queue") await queue();
       else if (path === "/pools") await pools();
       else if (path === "/hosts") await hosts();
       else await cluster();
