@@ -214,6 +214,9 @@ class Api:
     def stop_job(self, job_id: str, token: str) -> None:
         self._call(self.jobs.StopJob, job_pb2.StopJobRequest(job_id=job_id), token)
 
+    def delete_job(self, job_id: str, token: str) -> None:
+        self._call(self.jobs.DeleteJob, job_pb2.DeleteJobRequest(job_id=job_id), token)
+
     def watch(self, job_ids: tuple[str, ...], stream_id: str, after: int, token: str) -> Iterator[dict[str, Any]]:
         """WatchJobs as plain dicts, resumed after (stream_id, after) when given; ends when the daemon ends it or
         the channel closes. Heartbeats come through as messages without changes."""

@@ -273,11 +273,15 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/logout":
                 self._redirect("/login", {"Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
                 return
-            m = re.fullmatch(r"/api/jobs/([^/]+)/stop", path)
+            m = re.fullmatch(r"/api/jobs/([^/]+)/(stop|delete)", path)
             if m:
-                api = self._api()
-                api.stop_job(params.job_id(m.group(1)), token)
-                self._json(200, {"stopped": m.group(1)})
+                job = params.job_id(m.group(1))
+                if m.group(2) == "stop":
+                    self._api().stop_job(job, token)
+                    self._json(200, {"stopped": job})
+                else:
+                    self._api().delete_job(job, token)
+                    self._json(200, {"deleted": job})
                 return
             m = re.fullmatch(r"/api/hosts/([^/]+)/(drain|undrain)", path)
             if m:

@@ -175,6 +175,13 @@ def test_an_admin_stops_a_job_from_its_page_and_sees_it_end(browser: Any, daemon
     browser.switch_to.alert.accept()
     wait(browser, lambda dr: "KILLED" in dr.find_element(By.ID, "job-state").text, what="the job KILLED")
     assert not browser.find_elements(By.ID, "stop")
+    # ended: it may be deleted, and is gone from the list
+    wait(browser, lambda dr: dr.find_elements(By.ID, "delete"), what="the delete button")[0].click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda dr: dr.current_url.endswith("/jobs") and dr.find_elements(By.CSS_SELECTOR, "#jobs-body tr"),
+         what="back on the jobs list")
+    assert not browser.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job}"]')
+    assert daemon.cli("job", "get", job, check=False).returncode != 0
     assert errors(browser) == []
 
 

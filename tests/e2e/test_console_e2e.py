@@ -374,3 +374,17 @@ def test_the_queue_lists_waiting_gangs_in_order_with_their_reason(daemon: Consol
         admin = logged_in(daemon, "alice")
         for job in (blocker, behind):
             admin.post(f"/api/jobs/{job}/stop")
+
+
+def test_delete_is_the_apis_for_an_ended_job(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "to-delete", duration="1s")
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    running = daemon.submit(tmp_path, "running")
+    a = admin.post(f"/api/jobs/{running}/delete")
+    assert a.status == 409 and a.json()["code"] == "FailedPrecondition", a.body  # the API: only an ended job
+    daemon.wait_state(job, "SUCCEEDED")
+    a = viewer.post(f"/api/jobs/{job}/delete")
+    assert a.status == 403 and "victor may not call DeleteJob" in a.json()["error"]
+    assert admin.post(f"/api/jobs/{job}/delete", csrf=None).status == 403
+    assert admin.post(f"/api/jobs/{job}/delete").json() == {"deleted": job}
+    assert admin.get(f"/api/jobs/{job}").status == 404

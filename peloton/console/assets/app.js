@@ -8,6 +8,9 @@
   let session = null;
   let events = null;
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "KILLED"]);
+  // the cluster, queue, pools and hosts views read everything again (every host, every pool) when jobs change:
+  // at most this often, so that a busy cluster's changes do not turn into a ListHosts a second per browser
+  const SLOW_REFRESH_MS = 3000;
   const STATES = ["INITIALIZED", "PENDING", "RUNNING", "FAILING", "KILLING", "SUCCEEDED", "FAILED", "KILLED"];
 
   function h(tag, attrs, ...children) {
@@ -113,7 +116,7 @@
       for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
     };
     await render();
-    watch("", debounce(() => render().catch(showError), 1000));
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
   }
 
   // ---- the jobs list
@@ -215,6 +218,11 @@
     return session.may_control_any || (session.may_control_own && j.owner === session.name);
   }
 
+  function mayDelete(j) {
+    if (!session || !TERMINAL.has(j.state)) return false;
+    return session.may_control_any || (session.may_control_own && j.owner === session.name);
+  }
+
   async function job(id) {
     document.title = "Job " + id + " · Peloton";
     const expanded = new Set();  // the members whose timeline is open (kept open across re-renders)
@@ -284,6 +292,16 @@
           catch (e) { say(e.message); stop.disabled = false; }
         });
         actions.append(stop);
+      }
+      if (mayDelete(j)) {
+        const del = h("button", { type: "button", class: "danger", id: "delete" }, "Delete job");
+        del.addEventListener("click", async () => {
+          if (!confirm("Delete job " + j.id + " (" + j.name + ") and its records? This cannot be undone.")) return;
+          del.disabled = true;
+          try { await post("/api/jobs/" + j.id + "/delete"); history.pushState(null, "", "/jobs"); route(); }
+          catch (e) { say(e.message); del.disabled = false; }
+        });
+        actions.append(del);
       }
       main.replaceChildren(
         h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
@@ -361,7 +379,7 @@
           : r.total + " gangs waiting."));
     };
     await render();
-    watch("", debounce(() => render().catch(showError), 1000));
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
   }
 
   // ---- pools
@@ -396,7 +414,7 @@
           }))));
     };
     await render();
-    watch("", debounce(() => render().catch(showError), 1000));
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
   }
 
   // ---- hosts
@@ -471,7 +489,7 @@
       main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map, pager);
     };
     await render();
-    watch("", debounce(() => render().catch(showError), 1000));
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
   }
 
   // ---- routing
