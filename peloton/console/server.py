@@ -322,8 +322,11 @@ class _Handler(BaseHTTPRequestHandler):
             return
         try:
             who = self._api().whoami(token)
-        except (errors.Unauthenticated, errors.PermissionDenied):
+        except errors.Unauthenticated:
             self._redirect("/login?failed=unknown")
+            return
+        except errors.PermissionDenied:  # a principal without a role: it may not even ask who it is
+            self._redirect("/login?failed=denied")
             return
         log.info("console: %s logged in (%s)", who["name"], ", ".join(who["roles"]) or "no role")
         self._redirect("/", {"Set-Cookie": f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"})
@@ -378,11 +381,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.end_headers()
             self.wfile.write(b"retry: 1000\n\n")
             for m in _chain(first, watch):
+                # every message moves the resume point, a heartbeat's too: an id alone sets the browser's
+                # Last-Event-ID without an event (the SSE rules), so a reconnect misses nothing sent before it
+                out = f"id: {m['stream_id']}:{m['revision']}\n"
                 if m["changes"] or m["snapshot"] or m["resync"]:
-                    data = json.dumps(m, separators=(",", ":"))
-                    self.wfile.write(f"id: {m['stream_id']}:{m['revision']}\nevent: jobs\ndata: {data}\n\n".encode())
-                else:
-                    self.wfile.write(b": heartbeat\n\n")  # a browser gone is found here, within seconds
+                    out += f"event: jobs\ndata: {json.dumps(m, separators=(',', ':'))}\n"
+                self.wfile.write(out.encode() + b"\n")  # (a browser gone is found here, within seconds)
                 self.wfile.flush()
         except PelotonError as e:
             if started:  # the headers went: the browser reconnects (Last-Event-ID) after this event

@@ -182,8 +182,10 @@ def test_assets_are_served_from_the_package_and_nothing_else(daemon: ConsoleDaem
         assert b.get(bad).status == 404, bad
 
 
-def _events(b: Browser, path: str, last_event_id: str = "") -> Iterator[tuple[str, dict[str, Any]]]:
-    """(id, data) of each event of an event stream, as a browser's EventSource reads them."""
+def _events(b: Browser, path: str, last_event_id: str = "",
+            ids: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, data) of each event of an event stream, as a browser's EventSource reads them; `ids` collects every
+    id the stream sets (a heartbeat's, without an event, too), as the browser keeps its Last-Event-ID."""
     c = http.client.HTTPConnection(b.host, b.port, timeout=30)
     headers = {"Cookie": b.cookie, "Accept": "text/event-stream", **({"Last-Event-ID": last_event_id}
                                                                       if last_event_id else {})}
@@ -199,6 +201,8 @@ def _events(b: Browser, path: str, last_event_id: str = "") -> Iterator[tuple[st
             line = line.rstrip("\n")
             if line.startswith("id: "):
                 ev_id = line[4:]
+                if ids is not None:
+                    ids.append(ev_id)
             elif line.startswith("data: "):
                 data = line[6:]
             elif not line and data:
@@ -227,6 +231,30 @@ def test_the_event_stream_forwards_watchjobs_and_resumes_after_last_event_id(dae
         if "KILLED" in states:
             break
     assert states[-1] == "KILLED" and "KILLING" in states
+
+
+def test_a_stream_of_every_job_resumes_after_a_quiet_disconnect(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """Nothing changed while the browser was connected, yet its reconnect misses nothing: the stream's first
+    message (and every heartbeat) set its Last-Event-ID."""
+    b = logged_in(daemon, "victor")
+    ids: list[str] = []
+    c = http.client.HTTPConnection(b.host, b.port, timeout=30)
+    c.request("GET", "/api/events", headers={"Cookie": b.cookie})
+    r = c.getresponse()
+    while not ids:
+        line = r.fp.readline().decode()
+        assert line, "the stream ended"
+        if line.startswith("id: "):
+            ids.append(line[4:].strip())
+    c.close()
+    job = daemon.submit(tmp_path, "while-away")
+    seen: list[str] = []
+    for _, m in _events(b, "/api/events", last_event_id=ids[-1]):
+        assert not m["resync"]
+        seen += [ch["job_id"] for ch in m["changes"]]
+        if job in seen:
+            break
+    assert job in seen
 
 
 def test_event_stream_parameters_are_checked(daemon: ConsoleDaemon) -> None:
