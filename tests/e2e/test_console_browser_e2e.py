@@ -133,16 +133,17 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
     shot(browser, tmp_path, "job")
     # a member's timeline, opened from the keyboard
     browser.find_element(By.ID, "tl-1").send_keys(Keys.ENTER)
-    bar = wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "#timeline-1 .timeline"), what="a timeline")[0]
-    label = bar.get_attribute("aria-label")
+    label = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, "#timeline-1 .timeline").get_attribute(
+        "aria-label"), what="a timeline")
     assert label.startswith("Member 1: PENDING") and "RUNNING (run 1)" in label, label
-    assert browser.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true"
+    assert wait(browser, lambda dr: dr.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true",
+                what="the timeline's button expanded")
     shot(browser, tmp_path, "job-timeline")
     browser.find_element(By.LINK_TEXT, "Queue").click()
     why = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t else None)(
         dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] .reason').text), what="the queue")
     assert why.startswith("gang of 12 needs"), why
-    row = browser.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text
+    row = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text, what="a row")
     assert row.startswith("/ 1 " + big), row  # pool, position, job
     shot(browser, tmp_path, "queue")
     browser.get(daemon.ui + f"jobs/{big}")
@@ -260,15 +261,19 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daem
         rows = wait(browser, lambda dr: [r.get_attribute("data-pool") for r in
                                          dr.find_elements(By.CSS_SELECTOR, "tr[data-pool]")], what="the pools")
         assert rows[:3] == ["/", "/research", "/research/vision"], rows  # parents before children
-        cls = browser.find_element(By.CSS_SELECTOR, 'tr[data-pool="/research/vision"] td').get_attribute("class")
+        cls = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, 'tr[data-pool="/research/vision"] td')
+                   .get_attribute("class"), what="a pool's cell")
         assert "depth-2" in cls
         shot(browser, tmp_path, "pools")
         browser.find_element(By.LINK_TEXT, "Hosts").click()
-        host = wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, f'li[data-host="{drained}"]'),
-                    what="the host map")[0]
-        assert "drained" in host.get_attribute("class") and "drained" in host.text
-        cells = host.find_elements(By.CSS_SELECTOR, ".gpu")
-        assert len(cells) == 8 and all("off" in c.get_attribute("class") for c in cells)
+        def drained_host(dr: Any) -> tuple[str, str, list[str]]:
+            host = dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
+            return (host.get_attribute("class"), host.text,
+                    [c.get_attribute("class") for c in host.find_elements(By.CSS_SELECTOR, ".gpu")])
+
+        cls, text, cells = wait(browser, drained_host, what="the host map")
+        assert "drained" in cls and "drained" in text
+        assert len(cells) == 8 and all("off" in c for c in cells)
         used = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.used")
         assert used, "the jobs of the tests before use GPUs"
         shot(browser, tmp_path, "hosts")

@@ -72,9 +72,13 @@
     events.addEventListener("error", () => say("reconnecting…"));
   }
 
+  // Each view shown has its number: a refresh that was due for a view left meanwhile does nothing (it would
+  // read, say, a job just deleted from its own page).
+  let viewNumber = 0;
   function debounce(fn, ms) {
+    const mine = viewNumber;
     let t = null;
-    return () => { if (t) return; t = setTimeout(() => { t = null; fn(); }, ms); };
+    return () => { if (t) return; t = setTimeout(() => { t = null; if (mine === viewNumber) fn(); }, ms); };
   }
 
   // ---- the cluster
@@ -338,7 +342,17 @@
       for (const i of expanded) await showTimeline(i);
       if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
     };
-    watch("?job=" + encodeURIComponent(id), debounce(rerender, 300));
+    const refresh = debounce(rerender, 300);
+    watch("?job=" + encodeURIComponent(id), (m) => {
+      if (m.changes.some((c) => c.job_id === id && c.deleted)) {
+        if (events) { events.close(); events = null; }
+        viewNumber += 1;  // nothing more to refresh here
+        main.replaceChildren(h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
+          h("h1", {}, "Job " + id), h("p", { role: "status" }, "This job was deleted."));
+        return;
+      }
+      refresh();
+    });
   }
 
   // ---- the queue
@@ -495,6 +509,7 @@
   // ---- routing
 
   async function route() {
+    viewNumber += 1;
     if (events) { events.close(); events = null; }
     const path = location.pathname;
     for (const a of document.querySelectorAll("nav a")) {
