@@ -12,6 +12,8 @@ import grpc
 from peloton import errors
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
     cluster_pb2,
     cluster_pb2_grpc,
     host_pb2,
@@ -24,7 +26,7 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.console import timeline
-from peloton.console.params import HostQuery, JobQuery, QueueQuery
+from peloton.console.params import AuditQuery, HostQuery, JobQuery, QueueQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
 
@@ -51,6 +53,7 @@ class Api:
         self.tasks = task_pb2_grpc.TaskServiceStub(self.channel)
         self.pools = respool_pb2_grpc.ResourcePoolServiceStub(self.channel)
         self.hosts = host_pb2_grpc.HostServiceStub(self.channel)
+        self.audits = audit_pb2_grpc.AuditServiceStub(self.channel)
 
     def close(self) -> None:
         self.channel.close()  # ends the open watches too
@@ -123,6 +126,15 @@ class Api:
             {"gang": g.gang_id, "job_id": g.job_id, "attempt": g.attempt, "pool": g.pool, "priority": g.priority,
              "members": g.members, "resources": _res(g.resources), "enqueued_at": g.enqueued_at, "state": g.state,
              "reason": g.reason, "position": g.position, "preemptible": g.preemptible} for g in r.gangs]}
+
+    def audit(self, q: AuditQuery, token: str) -> dict[str, Any]:
+        """The audit log, newest first (audit.read: operators and admins; the API refuses the others)."""
+        r = self._call(self.audits.ListAuditEvents, audit_pb2.ListAuditEventsRequest(
+            principal=q.principal, object=q.object, denied_only=q.denied, limit=q.limit, before_id=q.before_id),
+            token)
+        events = [{"id": e.id, "at": e.at, "principal": e.principal, "via": e.via, "method": e.method,
+                   "object": e.object, "allowed": e.allowed, "code": e.code, "message": e.message} for e in r.events]
+        return {"events": events, "before": events[-1]["id"] if len(events) == q.limit else None}
 
     def list_hosts(self, q: HostQuery, token: str) -> dict[str, Any]:
         """The hosts by rack, each with its GPUs (used, free), its drain and health, and the jobs on it; filtered

@@ -131,6 +131,25 @@ def queue_query(query: Mapping[str, Sequence[str]]) -> QueueQuery:
     return QueueQuery(pool, _int(query, "limit", 200, 1, MAX_QUEUE_PAGE))
 
 
+@dataclass(frozen=True)
+class AuditQuery:
+    principal: str = ""
+    object: str = ""
+    denied: bool = False
+    limit: int = 100
+    before_id: int = 0
+
+
+def audit_query(query: Mapping[str, Sequence[str]]) -> AuditQuery:
+    """/api/audit?principal=&object=&denied=1&limit=&before=ID: newest first, a page at a time."""
+    _only(query, frozenset({"principal", "object", "denied", "limit", "before"}), "/api/audit")
+    denied = _one(query, "denied")
+    if denied not in ("", "0", "1"):
+        raise InvalidArgument(f"denied: 1 (only refused calls) or 0, got {denied!r}", field="denied")
+    return AuditQuery(_one(query, "principal"), _one(query, "object"), denied == "1",
+                      _int(query, "limit", 100, 1, 1000), _int(query, "before", 0, 0, 2**62))
+
+
 def instance(text: str) -> int:
     if not text.isdigit() or len(text) > 7:
         raise InvalidArgument(f"instance: a member's instance is a whole number from 0, got {text[:20]!r}",

@@ -47,7 +47,7 @@ CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self';
 STATUS = {errors.InvalidArgument: 400, errors.Unauthenticated: 401, errors.PermissionDenied: 403,
           errors.NotFound: 404, errors.AlreadyExists: 409, errors.FailedPrecondition: 409, errors.Conflict: 409,
           errors.ResourceExhausted: 429, errors.Unavailable: 503}
-PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12}|queue|pools|hosts)")
+PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12}|queue|pools|hosts|audit)")
 
 
 def _loopback(host: str) -> bool:
@@ -350,6 +350,8 @@ class _Handler(BaseHTTPRequestHandler):
         elif path.startswith("/api/jobs/"):
             params._only(query, frozenset(), "/api/jobs/ID")
             self._json(200, api.get_job(params.job_id(path[len("/api/jobs/"):]), token))
+        elif path == "/api/audit":
+            self._json(200, api.audit(params.audit_query(query), token))
         elif path == "/api/queue":
             self._json(200, api.queue(params.queue_query(query), token))
         elif path == "/api/pools":

@@ -209,6 +209,19 @@ def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any,
     assert daemon.state(job) == "RUNNING"
     assert any(e["method"].endswith("StopJob") and e["object"] == job and not e["allowed"]
                for e in daemon.audit("victor"))
+    assert not browser.find_element(By.CSS_SELECTOR, 'nav a[data-view="audit"]').is_displayed()  # no audit.read
+    # an admin finds the refusal in the console's audit log
+    browser.delete_all_cookies()
+    log_in(browser, daemon, "alice")
+    browser.find_element(By.LINK_TEXT, "Audit").click()
+    browser.find_element(By.ID, "a-principal").send_keys("victor")
+    browser.find_element(By.ID, "a-denied").send_keys("refused")
+    browser.find_element(By.ID, "a-denied").submit()
+    row = wait(browser, lambda dr: next((r.text for r in dr.find_elements(By.CSS_SELECTOR, "tr[data-audit]")
+                                         if job in r.text), None), what="the refused stop in the audit log")
+    assert "victor" in row and "StopJob" in row and "DENIED" in row, row
+    shot(browser, tmp_path, "audit")
+    assert [e for e in errors(browser) if "/stop" not in e["message"]] == []
 
 
 def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser: Any, daemon: ConsoleDaemon) -> None:

@@ -416,3 +416,26 @@ def test_delete_is_the_apis_for_an_ended_job(daemon: ConsoleDaemon, tmp_path: Pa
     assert admin.post(f"/api/jobs/{job}/delete", csrf=None).status == 403
     assert admin.post(f"/api/jobs/{job}/delete").json() == {"deleted": job}
     assert admin.get(f"/api/jobs/{job}").status == 404
+
+
+def test_the_audit_log_is_the_apis_for_whom_may_read_it(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "audited")
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    assert viewer.post(f"/api/jobs/{job}/stop").status == 403
+    a = viewer.get("/api/audit")
+    assert a.status == 403 and "victor may not call ListAuditEvents" in a.json()["error"]
+
+    def refused() -> list[dict[str, Any]]:
+        return [e for e in admin.get("/api/audit?principal=victor&denied=1").json()["events"]
+                if e["object"] == job]
+
+    events = wait_for(refused, what="the refused stop in the audit log")  # written in the background
+    assert events[0]["method"].endswith("StopJob") and not events[0]["allowed"] and events[0]["via"] == "token"
+    page = admin.get("/api/audit?limit=1").json()
+    assert len(page["events"]) == 1 and page["before"] == page["events"][0]["id"]
+    older = admin.get(f"/api/audit?limit=1&before={page['before']}").json()["events"]
+    assert older and older[0]["id"] < page["before"]
+    for query, field in (("denied=yes", "denied"), ("limit=0", "limit"), ("before=-1", "before"),
+                         ("who=victor", "who")):
+        r = admin.get(f"/api/audit?{query}")
+        assert r.status == 400 and r.json()["field"] == field, query

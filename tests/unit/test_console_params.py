@@ -70,3 +70,14 @@ def test_host_names() -> None:
     for bad in ("", "-x", "a/b", "a b", "x" * 300):
         with pytest.raises(InvalidArgument):
             params.hostname(bad)
+
+
+def test_an_audit_query_and_its_bounds() -> None:
+    assert params.audit_query({"principal": ["victor"], "denied": ["1"], "limit": ["10"], "before": ["77"]}) == \
+        params.AuditQuery("victor", "", True, 10, 77)
+    assert params.audit_query({}) == params.AuditQuery()
+    for query, field in (({"denied": ["true"]}, "denied"), ({"limit": ["1001"]}, "limit"),
+                         ({"before": ["x"]}, "before"), ({"since": ["1"]}, "since")):
+        with pytest.raises(InvalidArgument) as e:
+            params.audit_query(query)
+        assert e.value.field == field

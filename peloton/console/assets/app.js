@@ -506,10 +506,54 @@
     watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
   }
 
+  // ---- the audit log (audit.read)
+
+  async function audit() {
+    document.title = "Audit · Peloton";
+    const params = new URLSearchParams(location.search);
+    const q = new URLSearchParams();
+    for (const k of ["principal", "object", "denied", "before"]) if (params.get(k)) q.set(k, params.get(k));
+    const r = await get("/api/audit?" + q.toString());
+    const form = h("form", { class: "filters", role: "search", "aria-label": "Filter the audit log" },
+      h("div", {}, h("label", { for: "a-principal" }, "Principal"),
+        h("input", { id: "a-principal", name: "principal", value: params.get("principal") || "", size: 12 })),
+      h("div", {}, h("label", { for: "a-object" }, "Object (job, pool, host)"),
+        h("input", { id: "a-object", name: "object", value: params.get("object") || "", size: 16 })),
+      h("div", {}, h("label", { for: "a-denied" }, "Calls"),
+        h("select", { id: "a-denied", name: "denied" }, h("option", { value: "" }, "all"),
+          h("option", { value: "1", selected: params.get("denied") === "1" }, "refused only"))),
+      h("button", { type: "submit" }, "Filter"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const f = new URLSearchParams();
+      for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
+      history.pushState(null, "", "/audit" + (f.toString() ? "?" + f : ""));
+      route();
+    });
+    const older = h("button", { type: "button", id: "older", disabled: r.before === null }, "Older");
+    older.addEventListener("click", () => {
+      params.set("before", String(r.before));
+      history.pushState(null, "", "/audit?" + params);
+      route();
+    });
+    main.replaceChildren(h("h1", {}, "Audit log"), form,
+      h("table", { "aria-label": "Audit log" },
+        h("thead", {}, h("tr", {}, ["When", "Principal", "Via", "Call", "Object", "Outcome", "Message"].map(
+          (c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, r.events.map((e) => h("tr", { "data-audit": e.id },
+          h("td", {}, new Date(e.at * 1000).toLocaleString()), h("td", {}, e.principal), h("td", {}, e.via),
+          h("td", {}, e.method), h("td", {}, e.object),
+          h("td", {}, h("span", { class: "state " + (e.allowed ? "SUCCEEDED" : "FAILED") }, e.allowed ? "allowed" : "DENIED"),
+            e.code && e.code !== "OK" ? " " + e.code : ""),
+          h("td", { class: "reason" }, e.message))))),
+      h("div", { class: "pager" }, older));
+  }
+
   // ---- routing
 
   async function route() {
     viewNumber += 1;
+    say("");
     if (events) { events.close(); events = null; }
     const path = location.pathname;
     for (const a of document.querySelectorAll("nav a")) {
@@ -522,6 +566,7 @@
       if (m) await job(m[1]);
       else if (path === "/jobs") await jobs();
       else if (path === "/queue") await queue();
+      else if (path === "/audit") await audit();
       else if (path === "/pools") await pools();
       else if (path === "/hosts") await hosts();
       else await cluster();
@@ -547,6 +592,7 @@
     catch (e) { if (e.status !== 401) showError(e); return; }
     document.getElementById("who").textContent = session.name + " (" + (session.roles.join(", ") || "no role") + ")";
     document.getElementById("logout").hidden = !session.authenticated;
+    document.querySelector('nav a[data-view="audit"]').hidden = !session.permissions.includes("audit.read");
     await route();
   })();
 })();
