@@ -12,7 +12,12 @@ out and nothing here reads them), on their measurement cluster's hardware (T4, P
     on four free 4-GPU hosts, looked up in the measurements (its placement as a multiset of GPUs per host; the
     mean of the rows measuring it), its measured throughput K * bsz / step_time against the best measured
     placement of the same K and batch: the mean and the least ratio (targets: mean at least 0.95, never below
-    0.80). A (K, batch) with no measurement of the planned placement is counted as skipped;
+    0.80). A (K, batch) with no measurement of the planned placement is counted as skipped. Beside it, what the
+    measurements allow, with them as the oracle: the least ratio a choice that ignores the batch can reach (the
+    least over K of the best placement's worst batch; the model without contention, kappa = 0, is such a choice on
+    hosts alike), the least a choice that switches placement once as the batch grows can reach (kappa lets the
+    model's choice move with the batch), and the spread of step times between orderings of one multiset at one
+    batch (e.g. 1134, 4311);
 (c) plan time: 64 GPUs among `--hosts` heterogeneous hosts (GPU models t4/v100/a100/a10/l4, NICs 10-100 Gb/s,
     PCIe or NVLink, 0-8 free GPUs), for exactly 64 (`--gpus`) and for the best size up to 64 (`--max-gpus`),
     ring and hierarchical: the median of `--repeat` runs (target: under 50 ms).
@@ -21,6 +26,7 @@ out and nothing here reads them), on their measurement cluster's hardware (T4, P
 from __future__ import annotations
 
 import argparse
+import math
 import random
 import statistics
 import sys
@@ -80,7 +86,53 @@ def plan_quality(params: CostParams, rows: list[ProfileRow]) -> dict[str, Any]:
     worst = sorted(cases, key=lambda c: c["ratio"])[:10]
     return {"cases": len(cases), "skipped": skipped, "mean_ratio": statistics.fmean(ratios),
             "min_ratio": min(ratios), "below_0.95": sum(1 for r in ratios if r < 0.95),
-            "below_0.80": sum(1 for r in ratios if r < 0.80), "worst": worst}
+            "below_0.80": sum(1 for r in ratios if r < 0.80), "worst": worst, **noise(rows, step)}
+
+
+def noise(rows: list[ProfileRow], step: dict[tuple[tuple[int, ...], float], float]) -> dict[str, Any]:
+    """The ceiling of the least ratio for a choice that ignores the batch (the best placement of each K, judged by
+    its worst batch, the measurements as the oracle; K's placements that fit four 4-GPU hosts), and the spread
+    max / min - 1 of the step times of different orderings of one multiset at one batch."""
+    per_k: list[dict[str, Any]] = []
+    for k in range(1, 17):
+        best: tuple[float, tuple[int, ...]] = (-1.0, ())
+        for p in sorted({p for p, _ in step if sum(p) == k and len(p) <= 4 and max(p) <= 4}):
+            worst = min(k * b / t / max(k * b / u for (q, c), u in step.items() if c == b and sum(q) == k)
+                        for (q, b), t in step.items() if q == p)
+            best = max(best, (worst, p))
+        per_k.append({"gpus": k, "placement": format_placement(best[1]), "least": best[0]})
+    orders: dict[tuple[tuple[int, ...], float], list[float]] = {}
+    for r in rows:
+        orders.setdefault((tuple(sorted(r.placement)), r.local_bsz), []).append(r.step_time)
+    spread = [max(v) / min(v) - 1 for v in orders.values() if len(v) > 1]
+    low = min(per_k, key=lambda c: c["least"])
+    switch = switch_ceiling(step)
+    low_switch = min(switch, key=lambda c: c["least"])
+    return {"ceiling": low["least"], "ceiling_at": low, "ceiling_per_k": per_k, "switch_ceiling": low_switch["least"],
+            "switch_ceiling_at": low_switch, "switch_ceiling_per_k": switch, "orderings": len(spread),
+            "orderings_median": fit.quantile(spread, 0.5), "orderings_p90": fit.quantile(spread, 0.9)}
+
+
+def switch_ceiling(step: dict[tuple[tuple[int, ...], float], float]) -> list[dict[str, Any]]:
+    """Per K: the best least ratio of a choice that takes one placement below a batch and another from it on (each
+    measured at every batch K is; the measurements as the oracle)."""
+    out: list[dict[str, Any]] = []
+    for k in range(1, 17):
+        places = sorted({p for p, _ in step if sum(p) == k and len(p) <= 4 and max(p) <= 4})
+        batches = sorted({b for p, b in step if p in places})
+        best_of = {b: max(k * b / step[(p, b)] for p in places if (p, b) in step) for b in batches}
+        ratios = {p: [k * b / step[(p, b)] / best_of[b] for b in batches] for p in places
+                  if all((p, b) in step for b in batches)}
+        best: tuple[float, str, str, float] = (-1.0, "", "", 0.0)
+        for a, ra in ratios.items():
+            for c, rc in ratios.items():
+                for i in range(len(batches) + 1):
+                    least = min(ra[:i] + rc[i:])
+                    if least > best[0]:
+                        best = (least, format_placement(a), format_placement(c),
+                                batches[i] if i < len(batches) else math.inf)
+        out.append({"gpus": k, "least": best[0], "below": best[1], "from": best[2], "switch_at": best[3]})
+    return out
 
 
 def cluster(n: int, seed: int) -> list[FreeHost]:
@@ -172,6 +224,16 @@ def main() -> int:
              f"mean {quality['mean_ratio']:.3f}  min {quality['min_ratio']:.3f}  below 0.95: "
              f"{quality['below_0.95']}  below 0.80: {quality['below_0.80']}   (targets: mean >= 0.95, min >= 0.80)"),
         ]
+        lines.append(("least a batch-blind choice could reach",
+                      f"{quality['ceiling']:.3f} (K={quality['ceiling_at']['gpus']}: "
+                      f"{quality['ceiling_at']['placement']}, the measurements as the oracle)"))
+        sw = quality["switch_ceiling_at"]
+        lines.append(("least a choice switching once with the batch could reach",
+                      f"{quality['switch_ceiling']:.3f} (K={sw['gpus']}: {sw['below']} below batch "
+                      f"{sw['switch_at']:g}, {sw['from']} from it on)"))
+        lines.append((f"orderings of one multiset, {quality['orderings']} (placement, bsz)",
+                      f"step time max/min - 1: median {quality['orderings_median']:.1%}  "
+                      f"p90 {quality['orderings_p90']:.1%}"))
         if quality["skipped"]:
             lines.append(("skipped (planned placement not measured)",
                           ", ".join(f"K={s['gpus']} bsz={s['local_bsz']:g} {s['planned']}"

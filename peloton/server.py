@@ -197,7 +197,7 @@ class Daemon:
         if roles & {"jobmgr", "resmgr"} or cfg.backend == "mesos" or (self.postgres and "hostmgr" in roles):
             db.upgrade(self.url)  # (a SQLite file is created owner-only first: db.own_sqlite_file)
             self.hold.record()
-            self.engine = db.make_engine(self.url, self.hold.session)
+            self.engine = db.make_engine(self.url, self.hold.session, cfg.store_durability)
             self.sessions = db.make_sessions(self.engine)
             self.read_sessions = db.make_read_sessions(self.engine)
             self.hold.fence_commits(self.sessions, self.postgres)
@@ -285,7 +285,7 @@ class Daemon:
 
         cfg = self.cfg
         self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
-                                      preemption=cfg.preemption)
+                                      preemption=cfg.preemption, placement_order=cfg.placement_order)
         self.resmgr_servicer = ResourceManagerServicer(self.resmgr)
         respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
             ResourcePoolServicer(self.resmgr, self.sessions), self.server)
@@ -404,7 +404,8 @@ class Daemon:
         if self.guard is not None:
             self.loops.append(Loop("store", self.guard.run_once, 1.0, self.clock))
         if "placement" in cfg.roles:
-            engine = self.placement = PlacementEngine(self.resmgr_client, self.hostmgr_client, poll_ms=LONG_POLL_MS)
+            engine = self.placement = PlacementEngine(self.resmgr_client, self.hostmgr_client, poll_ms=LONG_POLL_MS,
+                                                    order=cfg.placement_order)
             # a replaced leader places nothing (its plans would be refused at claim time anyway)
             self.loops.append(Loop("placement", lambda: self._leads() and engine.run_once(), 0.05, self.clock))
         self.loops.append(Loop("health", self._update_health, 5.0, self.clock))

@@ -44,6 +44,7 @@ class ServerConfig:
     listen: str
     db_url: str | None
     data_dir: Path
+    store_durability: str = "full"  # --store-durability: what a commit promises (store/db.py FULL, RELAXED)
     local_hosts: int | None = None
     local_host_resources: Resources | None = None
     local_host_labels: dict[str, str] = field(default_factory=dict)  # --local-host-labels: of the plain form's hosts
@@ -77,6 +78,7 @@ class ServerConfig:
     task_uid_range: tuple[int, int] = run_as.DEFAULT_UID_RANGE
     preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S  # a pool's first gang waits this long to preempt
     preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
+    placement_order: str = "backfill"  # backfill | fifo: nothing behind a gang that does not fit is placed
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
     audit_retention_s: float = 90 * 24 * 3600.0  # audit records are deleted after this; 0: kept
     task_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # local backend: a stream past this is rotated; 0: never
@@ -151,6 +153,9 @@ class ServerConfig:
         return self.db_url is None or self.db_url.startswith("sqlite")
 
     def check(self) -> None:
+        if self.placement_order not in ("backfill", "fifo"):
+            raise InvalidArgument(f"--placement-order: must be one of backfill, fifo, got {self.placement_order!r}",
+                                  field="--placement-order")
         if self.metrics_host_limit < 0:
             raise InvalidArgument(f"--metrics-host-limit: must be 0 (never) or more, got {self.metrics_host_limit}",
                                   field="--metrics-host-limit")

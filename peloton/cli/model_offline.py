@@ -238,7 +238,7 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
     import os
 
     from peloton.modelaware import fit as fitting
-    from peloton.modelaware.cost import Reference
+    from peloton.modelaware.cost import PARAM_NAMES, Reference
     from peloton.modelaware.document import (
         MAX_NAME_CHARS,
         MAX_PROFILE_ROWS,
@@ -292,8 +292,7 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
     p = result.params
     fitted = set(result.fitted)
     print("  parameters: " + " ".join(f"{n}={getattr(p, n):.4g}{'' if n in fitted else ' (not fitted)'}"
-                                      for n in ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n",
-                                                "gamma")), file=say)
+                                      for n in PARAM_NAMES), file=say)
     if a.out != "-":
         print(f"wrote {a.out}", file=say)
     return 0

@@ -131,6 +131,10 @@ def gang_request(jv: policy.JobView, index: int) -> GangRequest:
     )
 
 
+def _random_job_id() -> str:
+    return uuid.uuid4().hex[:12]
+
+
 def _as_submitted(spec: JobSpec) -> JobSpec:
     """What the client sent, without what the daemon decided at create: the identity (the caller's, not the
     spec's), a model-aware job's goal, and the count `instances: auto` chose."""
@@ -153,8 +157,12 @@ class JobManager:
         clock: Callable[[], float] = time.time,
         writers: int = 1,
         gpu_table: GpuTable = DEFAULT_TABLE,
+        job_ids: Callable[[], str] | None = None,
     ) -> None:
-        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite)."""
+        """`writers`: shards of jobs, each committed by its own writer thread (one for SQLite). `job_ids`: makes
+        a new job's id (default random, 12 hex digits; a replay numbers its jobs so that every tie broken by id,
+        such as which of two gangs placed together is preempted, falls the same way on every run)."""
+        self._new_job_id = job_ids or _random_job_id
         self.sessions = sessions
         self.read_sessions = read_sessions
         self.resmgr = resmgr
@@ -221,7 +229,7 @@ class JobManager:
         self._admit(spec)
         if run_as is not None:
             spec = replace(spec, run_as=run_as())
-        job_id = uuid.uuid4().hex[:12]
+        job_id = self._new_job_id()
         now = self.clock()
         job, gangs, tasks = policy.new_job_records(job_id, spec, now)
         job.request_id = request_id

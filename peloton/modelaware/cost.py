@@ -3,12 +3,14 @@
 docs/model-aware.md writes the formulas out with their sources. In short, for K GPUs on N hosts, each host h with
 g_h of them, a local batch b per GPU and a model of S bytes of gradients:
 
-    compute  T_c = max over hosts (alpha_c + beta_c * b) * rel(reference GPU) / rel(GPU of h)
+    compute  T_c = max over hosts (alpha_c + beta_c * b) * rel(reference GPU) / rel(GPU of h) * (1 + kappa (g_h - 1))
     sync     T_s = 0 when K = 1, else by pattern (X counts units of S moved; scales are reference / actual):
       ring all-reduce, one host:   alpha_r + beta_r * link_scale * 2(K-1)/K
-      ring all-reduce, N hosts:    alpha_n + beta_n * nic_scale  * 2(K-1) / P,  P = 1 if N = 2 else N
+      ring all-reduce, N hosts:    alpha_n + beta_n * nic_scale  * 2(K-1) / P + alpha_h * 2(N-1),
+                                   P = 1 if N = 2 else N
       hierarchical all-reduce:     [alpha_r + beta_r * link_scale * 2(g-1)/g] + [alpha_n + beta_n * nic_scale
-                                   * 2(N-1) / P]  (within hosts, then one member per host across them)
+                                   * 2(N-1) / P + alpha_h * 2(N-1)]  (within hosts, then one member per host
+                                   across them)
       parameter servers (n):       alpha_n + beta_n * max over hosts (nic_scale_h * traffic_h), traffic_h the
                                    units of S through h's NIC both ways: 2 (w_h (1 - s_h/n) + s_h/n (K - w_h))
     step     T = (T_c^gamma + T_s^gamma)^(1/gamma)   (gamma >= 1: how far synchronisation overlaps compute)
@@ -18,10 +20,23 @@ counts the bytes each member moves over its slowest link (Patarasuk and Yuan 200
 Balso 2018 for Horovod's ring). `P` is the number of host pairs the ring's cross-host traffic spreads over: with
 two hosts every crossing joins the same pair, so the network term is K/P times each member's ring traffic; fitted
 on the bert and cifar10 profiles it explains their two-host placements being the slowest (docs/model-aware.md).
+`alpha_h` is the latency term of the alpha-beta model (Thakur, Rabenseifner and Gropp 2005) for the ring's steps
+that cross hosts: of a ring all-reduce's 2(K-1) steps, 2(N-1) go over the network and pay its latency instead of
+the link's (NCCL's own ring model, src/graph/tuning.cc: (nsteps - nInterSteps) * intraLat + nInterSteps *
+interLat). It is what makes a spread over more hosts cost something. `kappa` is the contention of a host's GPUs
+for what they share (its CPUs, which decode and augment each GPU's batch, its PCIe root complex and memory
+bandwidth): each GPU computes 1 + kappa (g - 1) times slower with g of the plan's GPUs busy on its host. The
+first-order form (nothing for a lone GPU, linear in the GPUs beside it, proportional to the compute) of what
+Mohan et al. measure (VLDB 2021, "Analyzing and Mitigating Data Stalls in DNN Training": input pipelines stall
+when a server's CPUs are too few for its busy GPUs) and of the CPU/GPU ratio Dike models; a synchronous step waits for its slowest
+member, so the busiest host counts. It grows with the batch while sync does not, which is how a profile tells it
+apart (4 against 1111 at several batches), and it makes the best placement of K move with the batch: fewer,
+fuller hosts while sync dominates, a wider spread once compute does.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -58,15 +73,29 @@ class CostParams:
     beta_n: float  # s per unit of S through the reference NIC
     gamma: float  # >= 1; 1: synchronisation does not overlap compute
     reference: Reference = Reference()
+    # s per step of a ring that crosses hosts (2(N-1) of them) beyond a step within a host (latency). Last, with
+    # a default: parameters fitted or stored before it existed describe rings without it (0)
+    alpha_h: float = 0.0
+    # compute contention: each GPU's compute on a host with g of the plan's GPUs takes (1 + kappa (g - 1)) times
+    # its time alone (they share the host's CPUs, PCIe root complex and memory). Last, with a default: parameters
+    # fitted or stored before it existed describe GPUs that compute as if alone (0)
+    kappa: float = 0.0
 
     def as_dict(self) -> dict[str, object]:
         return {"alpha_c": self.alpha_c, "beta_c": self.beta_c, "alpha_r": self.alpha_r, "beta_r": self.beta_r,
-                "alpha_n": self.alpha_n, "beta_n": self.beta_n, "gamma": self.gamma,
+                "alpha_n": self.alpha_n, "beta_n": self.beta_n, "alpha_h": self.alpha_h, "kappa": self.kappa, "gamma": self.gamma,
                 "reference": {"gpu_model": self.reference.gpu_model, "nic_gbps": self.reference.nic_gbps,
                               "gpu_link": self.reference.gpu_link}}
 
 
-PARAM_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "gamma")
+PARAM_NAMES = ("alpha_c", "beta_c", "alpha_r", "beta_r", "alpha_n", "beta_n", "alpha_h", "kappa", "gamma")
+OPTIONAL_PARAMS = {"alpha_h": 0.0, "kappa": 0.0}  # a document's params may leave these out (written before they existed)
+
+# The prior's alpha_h: NCCL's own estimate of what a ring step over the network costs beyond one within a host
+# (src/graph/tuning.cc, hwLat, Ring/Simple: NET 9.6 us, PCI 5.7 us, NVLink 3.4 us), once per all-reduce call;
+# PyTorch DDP makes one call per 25 MiB bucket of gradients (bucket_cap_mb; Li et al., VLDB 2020).
+NET_STEP_LATENCY_S = {"pcie": (9.6 - 5.7) * 1e-6, "nvlink": (9.6 - 3.4) * 1e-6}
+DDP_BUCKET_BYTES = 25 * 2**20
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,13 +129,21 @@ class Prediction:
 def prior(parameter_bytes: float, flops_per_sample: float, table: GpuTable = DEFAULT_TABLE,
           reference: Reference = Reference()) -> CostParams:
     """Parameters from a model's description alone: compute at half the reference GPU's FP32 peak, gradients at
-    the link's effective bandwidth, fixed latencies, no overlap. A profile's fit replaces them."""
+    the link's effective bandwidth, fixed latencies (alpha_h: NCCL's per network step, per DDP bucket), no overlap
+    and no contention (kappa = 0: nothing in a model's description tells how its input pipeline shares a host).
+    A profile's fit replaces them."""
     fp32 = table.get(reference.gpu_model).fp32_tflops * 1e12
     link = LINK_GBYTES_S.get(reference.gpu_link, LINK_GBYTES_S[DEFAULT_GPU_LINK]) * 1e9
     nic = reference.nic_gbps * 1e9 / 8 * NIC_EFFICIENCY
     return CostParams(alpha_c=0.005, beta_c=flops_per_sample / (0.5 * fp32), alpha_r=0.0005,
                       beta_r=parameter_bytes / link, alpha_n=0.002, beta_n=parameter_bytes / nic, gamma=1.0,
-                      reference=reference)
+                      reference=reference, alpha_h=prior_alpha_h(parameter_bytes, reference.gpu_link))
+
+
+def prior_alpha_h(parameter_bytes: float, gpu_link: str) -> float:
+    """Seconds per ring step across hosts: NCCL's network-over-link step latency, once per DDP bucket."""
+    buckets = max(1, math.ceil(parameter_bytes / DDP_BUCKET_BYTES))
+    return buckets * NET_STEP_LATENCY_S.get(gpu_link, NET_STEP_LATENCY_S[DEFAULT_GPU_LINK])
 
 
 def pairs(n_hosts: int) -> int:
@@ -135,11 +172,17 @@ def sync_time(p: CostParams, hosts: Sequence[HostUse], pattern: str = RING) -> f
         if inner:
             t += p.alpha_r + p.beta_r * inner
         if n > 1:
-            t += p.alpha_n + p.beta_n * nic_scale * 2 * (n - 1) / pairs(n)
+            t += network_time(p, nic_scale, n, 2 * (n - 1))
         return t
     if n == 1:
         return p.alpha_r + p.beta_r * link_scale(p, used[0].gpu_link) * 2 * (k - 1) / k
-    return p.alpha_n + p.beta_n * nic_scale * 2 * (k - 1) / pairs(n)
+    return network_time(p, nic_scale, n, 2 * (k - 1))
+
+
+def network_time(p: CostParams, nic_scale: float, n_hosts: int, units: float) -> float:
+    """A ring's time across `n_hosts` hosts (N >= 2): `units` of S spread over P(N) host pairs, and the latency of
+    its 2(N-1) host-to-host steps."""
+    return p.alpha_n + p.beta_n * nic_scale * units / pairs(n_hosts) + p.alpha_h * 2 * (n_hosts - 1)
 
 
 def _ps_sync(p: CostParams, hosts: Sequence[HostUse], k: int) -> float:
@@ -162,7 +205,7 @@ def compute_time(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, tabl
     """The slowest GPU's: a synchronous step waits for every member."""
     base = p.alpha_c + p.beta_c * local_bsz
     ref = table.relative(p.reference.gpu_model)
-    return max(base * ref / table.relative(h.gpu_model) for h in hosts if h.gpus > 0)
+    return max(base * ref / table.relative(h.gpu_model) * (1 + p.kappa * (h.gpus - 1)) for h in hosts if h.gpus > 0)
 
 
 def predict(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, pattern: str = RING,

@@ -5,7 +5,8 @@ written by `peloton model fit`).
      "description": {"parameters": 110000000, "parameter_bytes": 440000000, "flops_per_sample": 2.5e11,
                      "sync": "allreduce-ring", "local_bsz": 12, "dataset_samples": 88000},
      "params": {"alpha_c": ..., "beta_c": ..., "alpha_r": ..., "beta_r": ..., "alpha_n": ..., "beta_n": ...,
-                "gamma": ..., "reference": {"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}},
+                "alpha_h": ..., "kappa": ..., "gamma": ...,
+                "reference": {"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}},
      "fit": {"rows": 30, "median_error": 0.01, "p90_error": 0.03, "source": "bert/placements.csv"},
      "profile": [[[1, 1], 8, 1.40], ...],  # the rows fitted: [GPUs per host, local_bsz, step_time]
      "measured": [{"job_id": "...", "placement": [4, 4], "local_bsz": 12, "step_time": 2.5,
@@ -13,6 +14,8 @@ written by `peloton model fit`).
 
 Every part but `kind` is optional, but a document must give either `params` (fitted) or the description's
 `parameters` (or `parameter_bytes` or `layers`) and `flops_per_sample`, from which the prior is computed.
+`params.alpha_h` and `params.kappa` are optional (0: documents written before the cost model had them describe
+rings without a per-host latency, GPUs that compute as if alone on their host).
 """
 
 from __future__ import annotations
@@ -21,7 +24,7 @@ import math
 from dataclasses import dataclass, field
 
 from peloton.errors import InvalidArgument
-from peloton.modelaware.cost import PARAM_NAMES, PS, RING, SYNC_PATTERNS, CostParams, Reference, prior
+from peloton.modelaware.cost import OPTIONAL_PARAMS, PARAM_NAMES, PS, RING, SYNC_PATTERNS, CostParams, Reference, prior
 from peloton.modelaware.gpus import DEFAULT_TABLE, LINK_GBYTES_S, GpuTable
 from peloton.modelaware.profile import ProfileRow
 
@@ -169,9 +172,9 @@ def parse_params(v: object, f: str) -> CostParams:
     d = _obj(v, f, (*PARAM_NAMES, "reference"))
     vals = {}
     for name in PARAM_NAMES:
-        if name not in d:
+        if name not in d and name not in OPTIONAL_PARAMS:
             raise _bad(f"{f}.{name}", "required")
-        vals[name] = _num(d[name], f"{f}.{name}")
+        vals[name] = _num(d.get(name, OPTIONAL_PARAMS.get(name)), f"{f}.{name}")
     if vals["gamma"] < 1:
         raise _bad(f"{f}.gamma", f"at least 1, got {vals['gamma']}")
     return CostParams(**vals, reference=parse_reference(d.get("reference", {}), f"{f}.reference"))

@@ -1,9 +1,11 @@
-"""Fitting the cost model's parameters to a profile (pure Python: a few dozen rows, seven parameters).
+"""Fitting the cost model's parameters to a profile (pure Python: a few dozen rows, nine parameters).
 
 Least squares on log(predicted / measured step time), so a 10% miss weighs the same on a 40 ms step as on a 2 s
 one, by Levenberg-Marquardt over the logarithms of the parameters (they stay positive; gamma = 1 + e^v stays
->= 1). A parameter the profile cannot tell (no multi-host row: the network's) keeps its value from `base` (the
-prior of the model's description, or the defaults).
+>= 1). A parameter the profile cannot tell (no multi-host row: the network's; rows on one number of hosts only:
+the per-host latency alpha_h, which they cannot tell from alpha_n; no host with two GPUs or more at two local
+batches, or no row of one GPU per host: the contention kappa, which they cannot tell from the sync or from beta_c)
+keeps its value from `base` (the prior of the model's description, or the defaults).
 """
 
 from __future__ import annotations
@@ -13,13 +15,13 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from peloton.errors import InvalidArgument
-from peloton.modelaware.cost import RING, CostParams, Reference, predict, uniform_hosts
+from peloton.modelaware.cost import NET_STEP_LATENCY_S, RING, CostParams, Reference, predict, uniform_hosts
 from peloton.modelaware.profile import ProfileRow
 
 # When nothing better is known: a small model on the reference hardware (only the parameters a profile cannot
 # tell keep these values).
 DEFAULT_BASE = CostParams(alpha_c=0.005, beta_c=0.001, alpha_r=0.001, beta_r=0.01, alpha_n=0.005, beta_n=0.05,
-                          gamma=1.0)
+                          gamma=1.0, alpha_h=NET_STEP_LATENCY_S["pcie"])  # alpha_h: the prior's for one bucket
 _GAMMA_MAX = 10.0
 _FLOOR = 1e-9  # seconds: a parameter the fit drives to zero stays just above it (its logarithm stays finite)
 
@@ -64,6 +66,11 @@ def fit(rows: Sequence[ProfileRow], reference: Reference, base: CostParams | Non
         names += ["alpha_r", "beta_r"]
     if any(len(r.placement) > 1 for r in rows):
         names += ["alpha_n", "beta_n"]
+    if len({len(r.placement) for r in rows if len(r.placement) > 1}) > 1:
+        names.append("alpha_h")  # rows on two host counts tell the per-host latency from the per-sync one
+    crowded = {r.local_bsz for r in rows if max(r.placement) > 1}
+    if len(crowded) > 1 and any(max(r.placement) == 1 for r in rows):
+        names.append("kappa")  # a crowded host's time grows with the batch beyond the lone GPU's: contention
     if any(r.gpus > 1 for r in rows):
         names.append("gamma")
 
@@ -107,7 +114,8 @@ def _starts(rows: Sequence[ProfileRow], names: list[str], base: CostParams) -> l
     guesses = []
     for scale in (1.0, 0.1):
         g = {"alpha_c": icpt, "beta_c": slope, "alpha_r": sync_guess * scale * 0.5,
-             "beta_r": sync_guess * scale * 0.5, "alpha_n": sync_guess * scale, "beta_n": sync_guess * scale * 0.2}
+             "beta_r": sync_guess * scale * 0.5, "alpha_n": sync_guess * scale, "beta_n": sync_guess * scale * 0.2,
+             "alpha_h": sync_guess * scale * 0.05, "kappa": 0.05}
         guesses.append([math.log(max(g[n], _FLOOR)) if n != "gamma" else 0.0 for n in names])
     guesses.append([math.log(max(getattr(base, n), _FLOOR)) if n != "gamma" else math.log(max(base.gamma - 1, 0.01))
                     for n in names])

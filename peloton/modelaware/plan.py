@@ -2,12 +2,13 @@
 
 A plan is how many GPUs (workers) go on which hosts, the local batch, and for parameter-server models how many
 servers go where. The all-reduce search is exact for the cost model without enumerating placements: a ring's step
-time depends on the hosts used only through their number, their slowest GPU and their slowest NIC (and, on one
-host, its link); a hierarchical all-reduce's also on the largest within-host term, f(g) * link scale over its hosts.
-So for every pair of thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at or above
-both, the n hosts that can take the most GPUs are the best n hosts of that class (for the hierarchical pattern:
-the most within a level of the within-host term, the least level that fits); the K GPUs go over them as evenly as
-they allow (ties go to fewer hosts, then the evenest). Upper bounds on each (K, class) pair's score stop the search
+time depends on the hosts used only through their number, their slowest NIC (and, on one host, its link) and the
+largest compute load over them (GPU speed and, with contention kappa, the GPUs busy on the host); a hierarchical
+all-reduce's also on the largest within-host term, f(g) * link scale over its hosts. So for every pair of
+thresholds (a GPU speed and a NIC bandwidth that some host has), among the hosts at or above both, the n hosts
+that can take the most GPUs within a load (and, hierarchical, a level of the within-host term) are the best n
+hosts of that class at the least load (and level) that fits; the K GPUs go over them as evenly as those caps allow
+(ties go to fewer hosts, then the evenest). Upper bounds on each (K, class) pair's score stop the search
 once no pair left can beat the plans kept, and hosts are grouped by type and free GPUs first, so 1,000 hosts cost
 what their few kinds cost. Parameter-server plans take the threshold classes' hosts with the most free GPUs and
 try the servers' layouts on them (not exhaustive).
@@ -18,7 +19,7 @@ from __future__ import annotations
 import bisect
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,6 +37,7 @@ from peloton.modelaware.cost import (
     Prediction,
     combine,
     link_scale,
+    network_time,
     pairs,
     predict,
 )
@@ -256,13 +258,14 @@ def _rank(p: Plan, objective: str) -> tuple[object, ...]:
 
 
 # All-reduce plans (ring and hierarchical). A plan's step time depends on its hosts through their number n, their
-# slowest GPU, their slowest NIC and, within hosts, the largest per-host ring term f(g) * link scale (hierarchical;
-# a ring on one host too). The search goes through threshold classes: the hosts at or above a GPU speed and a NIC
+# largest compute load (ref / rel * (1 + kappa (g - 1)); with kappa = 0 their slowest GPU), their slowest NIC and,
+# within hosts, the largest per-host ring term f(g) * link scale (hierarchical; a ring on one host too). The search goes through threshold classes: the hosts at or above a GPU speed and a NIC
 # bandwidth some host has. Within a class it scores a candidate as if every host were the class's slowest (a
 # lower bound of the candidate's own prediction, and exact for the best plan: the best plan's hosts are all in the
 # class of its own slowest GPU and NIC, where a candidate at least as good is found). For the hierarchical
 # pattern, a level t of the within-host term caps each host at the most GPUs whose term stays within t; the least
-# t at which the n hosts of largest caps take K is the best within-host term n hosts of the class can have.
+# t at which the n hosts of largest caps take K is the best within-host term n hosts of the class can have. A load
+# v of the compute caps each host likewise (_Class); a candidate's cap is the least of the two.
 # Bounds: each (K, class) pair has an upper bound on its score; pairs are taken best bound first and the search
 # stops when a bound falls below the score of the `top`-th plan kept (one per shape). A plan's hosts are named
 # only for the plans kept.
@@ -274,71 +277,133 @@ def _ring_units(g: int) -> float:
 
 
 class _Class:
-    """Hosts at or above a GPU speed and a NIC bandwidth; `rel` and `nic` are their slowest."""
+    """Hosts at or above a GPU speed and a NIC bandwidth; `rel` and `nic` are their slowest.
 
-    def __init__(self, kinds: list[_Kind], scales: dict[str, float], levels: list[float]) -> None:
+    A host's cap is the most GPUs it can take at a pair of levels: j, of the within-host ring term (hierarchical;
+    a ring has one level, infinite), and c, of the compute load (a host of relative speed r with g GPUs busy
+    computes ref / r * (1 + kappa (g - 1)) times the reference GPU's time alone). The class's loads are those of its
+    hosts from its slowest GPU alone up: with kappa = 0 that is one load, and every cap is the host's free GPUs.
+    A cap depends on a host's GPU speed, link and free GPUs only: the counts are kept per such group, the hosts are
+    named only for the plans kept."""
+
+    def __init__(self, kinds: list[_Kind], scales: dict[str, float], levels: list[float], ref_rel: float,
+                 kappa: float) -> None:
         # among hosts of the same cap: the faster GPU, the faster NIC, the better link first
         self.kinds = sorted(kinds, key=lambda kd: (-kd.rel, -kd.nic_gbps, scales[kd.gpu_link], -kd.free,
                                                    kd.names))
         self.rel = min(kd.rel for kd in kinds)
+        self.rel_max = max(kd.rel for kd in kinds)
         self.nic = min(kd.nic_gbps for kd in kinds)
         self.hosts = sum(len(kd.names) for kd in kinds)
         self.free = sum(len(kd.names) * kd.free for kd in kinds)
         self.scale_min = min(scales[kd.gpu_link] for kd in kinds)
-        self._scales = scales
         self._levels = levels
-        self._runs: dict[int, tuple[list[tuple[_Kind, int]], list[int], list[int]]] = {}
+        self._scales = scales
+        self._ref_rel = ref_rel
+        self._kappa = kappa
+        floor = self.load(self.rel, 1)
+        self.loads = [floor] if not kappa else sorted(
+            {v for kd in kinds for g in range(1, kd.free + 1) if (v := self.load(kd.rel, g)) >= floor})
+        self.top_load = len(self.loads) - 1
+        self._groups: list[tuple[int, list[int], list[int]]] | None = None  # made when first needed
+        self._runs: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
 
-    def cap(self, kd: _Kind, j: int) -> int:
-        """The most GPUs of a host of kind `kd` whose within-host term stays within level j."""
-        t = self._levels[j] * (1 + 1e-12)
-        s = self._scales[kd.gpu_link]
-        g = kd.free
-        while g > 1 and _ring_units(g) * s > t:
-            g -= 1
-        return g
+    def load(self, rel: float, g: int) -> float:
+        """A GPU's compute time on a host of relative speed `rel` with g GPUs busy, in reference GPUs alone."""
+        return self._ref_rel / rel * (1 + self._kappa * (g - 1))
 
-    def _at(self, j: int) -> tuple[list[tuple[_Kind, int]], list[int], list[int]]:
-        """(kind, cap) largest cap first, and prefix sums of hosts and of caps."""
-        if j not in self._runs:
-            order = sorted(((kd, self.cap(kd, j)) for kd in self.kinds), key=lambda x: -x[1])
+    @staticmethod
+    def _level_caps(levels: list[float], scale: float, free: int) -> list[int]:
+        out = []
+        for t in levels:
+            g = free
+            while g > 1 and _ring_units(g) * scale > t * (1 + 1e-12):
+                g -= 1
+            out.append(g)
+        return out
+
+    def _load_caps(self, rel: float, free: int) -> list[int]:
+        out = []
+        g = 1
+        for v in self.loads:  # rising: so does the cap
+            while g < free and self.load(rel, g + 1) <= v * (1 + 1e-12):
+                g += 1
+            out.append(g)
+        return out
+
+    def _at(self, j: int, c: int) -> tuple[list[int], list[int], list[int]]:
+        """The caps at levels (j, c), largest first (each once), and prefix sums of hosts and of caps."""
+        run = self._runs.get((j, c))
+        if run is None:
+            if self._groups is None:
+                counts: dict[tuple[float, float, int], int] = {}
+                for kd in self.kinds:
+                    key = (kd.rel, self._scales[kd.gpu_link], kd.free)
+                    counts[key] = counts.get(key, 0) + len(kd.names)
+                # per group: (hosts, its cap at each within-host level, its cap at each load)
+                self._groups = [(n, self._level_caps(self._levels, scale, free), self._load_caps(rel, free))
+                                for (rel, scale, free), n in counts.items()]
+            hosts_at: dict[int, int] = {}
+            for n, by_level, by_load in self._groups:
+                cap = min(by_level[j], by_load[c])
+                hosts_at[cap] = hosts_at.get(cap, 0) + n
+            order = sorted(hosts_at, reverse=True)
             hosts = [0]
             caps = [0]
-            for kd, c in order:
-                hosts.append(hosts[-1] + len(kd.names))
-                caps.append(caps[-1] + c * len(kd.names))
-            self._runs[j] = (order, hosts, caps)
-        return self._runs[j]
+            for cap in order:
+                hosts.append(hosts[-1] + hosts_at[cap])
+                caps.append(caps[-1] + cap * hosts_at[cap])
+            run = self._runs[(j, c)] = (order, hosts, caps)
+        return run
 
-    def capacity(self, j: int, n: int) -> int:
-        """GPUs the n hosts of largest cap at level j take."""
-        order, hosts, caps = self._at(j)
+    def capacity(self, j: int, c: int, n: int) -> int:
+        """GPUs the n hosts of largest cap at levels (j, c) take."""
+        order, hosts, caps = self._at(j, c)
         i = bisect.bisect_right(hosts, n) - 1
         if i >= len(order):
             return caps[-1]
-        return caps[i] + (n - hosts[i]) * order[i][1]
+        return caps[i] + (n - hosts[i]) * order[i]
 
-    def fewest_hosts(self, j: int, k: int) -> int:
-        """The fewest hosts whose caps at level j add up to k (assumes the class takes k)."""
-        order, hosts, caps = self._at(j)
+    def fewest_hosts(self, j: int, c: int, k: int) -> int:
+        """The fewest hosts whose caps at levels (j, c) add up to k (assumes the class takes k)."""
+        order, hosts, caps = self._at(j, c)
         i = bisect.bisect_left(caps, k)  # caps[i-1] < k <= caps[i]
-        c = order[i - 1][1]
-        return hosts[i - 1] + -(-(k - caps[i - 1]) // c)
+        return hosts[i - 1] + -(-(k - caps[i - 1]) // order[i - 1])
 
-    def caps_of(self, j: int, n: int) -> list[int]:
+    def least_load(self, j: int, n: int, k: int, lo: int = 0) -> int:
+        """The least load c >= lo at which n hosts take k GPUs within level j; top_load + 1 when none does."""
+        hi = self.top_load
+        if self.capacity(j, hi, n) < k:
+            return hi + 1
+        while lo < hi:
+            mid = (lo + hi) // 2
+            if self.capacity(j, mid, n) >= k:
+                hi = mid
+            else:
+                lo = mid + 1
+        return lo
+
+    def caps_of(self, j: int, c: int, n: int) -> list[int]:
+        order, hosts, _ = self._at(j, c)
         out: list[int] = []
-        for kd, c in self._at(j)[0]:
-            take = min(len(kd.names), n - len(out))
-            out.extend([c] * take)
+        for i, cap in enumerate(order):
+            out.extend([cap] * min(hosts[i + 1] - hosts[i], n - len(out)))
             if len(out) == n:
                 break
         return out
 
-    def hosts_of(self, j: int, n: int) -> list[tuple[str, int, _Kind]]:
+    def hosts_of(self, j: int, c: int, n: int) -> list[tuple[str, int, _Kind]]:
+        """The n hosts of largest cap at levels (j, c), in the class's order among equal caps."""
+        ranked = []
+        for kd in self.kinds:
+            cap = min(self._level_caps([self._levels[j]], self._scales[kd.gpu_link], kd.free)[0],
+                      self._load_caps(kd.rel, kd.free)[c])
+            ranked.append((kd, cap))
+        ranked.sort(key=lambda x: -x[1])  # stable: the class's order among equal caps
         out: list[tuple[str, int, _Kind]] = []
-        for kd, c in self._at(j)[0]:
+        for kd, cap in ranked:
             for name in kd.names[:n - len(out)]:
-                out.append((name, c, kd))
+                out.append((name, cap, kd))
             if len(out) == n:
                 break
         return out
@@ -367,13 +432,14 @@ def _fill(k: int, caps: Sequence[int]) -> list[int]:
 
 @dataclass(frozen=True, slots=True)
 class _Cand:
-    """K GPUs on one host of `kind`, or on the n hosts of `cls` with the largest caps at `level`."""
+    """K GPUs on one host of `kind`, or on the n hosts of `cls` with the largest caps at `level` and `load`."""
 
     k: int
     bsz: float
     kind: _Kind | None = None
     cls: _Class | None = None
     level: int = 0
+    load: int = 0
     n: int = 1
 
 
@@ -418,44 +484,49 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
         for u in {kd.nic_gbps for kd in kinds}:
             members = tuple(i for i, kd in enumerate(kinds) if kd.rel >= r and kd.nic_gbps >= u)
             if members and members not in classes and sum(len(kinds[i].names) for i in members) >= 2:
-                classes[members] = _Class([kinds[i] for i in members], scales, levels)
+                classes[members] = _Class([kinds[i] for i in members], scales, levels, ref_rel, p.kappa)
 
     throughput = req.objective == "throughput"
 
-    def score(k: int, bsz: float, rel: float, ts: float) -> float:
-        tc = (p.alpha_c + p.beta_c * bsz) * ref_rel / rel
+    def score(k: int, bsz: float, load: float, ts: float) -> float:
+        """A plan of K whose busiest GPU computes `load` times the reference GPU alone, and syncs in ts."""
+        tc = (p.alpha_c + p.beta_c * bsz) * load
         step = combine(tc, ts, p.gamma)
         return k * bsz / step if throughput else bsz / step
 
     def net(nic: float, n: int, units: float) -> float:
-        return p.alpha_n + p.beta_n * (p.reference.nic_gbps / nic) * units / pairs(n)
+        return network_time(p, p.reference.nic_gbps / nic, n, units)
 
     # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
-    items: list[tuple[float, int, _Cand]] = []
+    items: list[tuple[float, int, _Cand, float]] = []  # (bound, order, candidate, least sync time)
     for k in sizes:
         bsz = float(req.local_bsz or req.global_bsz / k)
         for kd in kinds:
             if kd.free >= k:
                 ts = 0.0 if k == 1 else p.alpha_r + p.beta_r * scales[kd.gpu_link] * 2 * (k - 1) / k
-                items.append((score(k, bsz, kd.rel, ts), len(items), _Cand(k, bsz, kind=kd)))
+                load = ref_rel / kd.rel * (1 + p.kappa * (k - 1))
+                items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, kind=kd), ts))
         if k < 2:
             continue
         for cl in classes.values():
             if cl.free < k:
                 continue
             n_max = min(k, cl.hosts)
+            # some host has ceil(K / n_max) GPUs or more, none computes faster than the class's fastest alone
+            # (nor than its slowest: the class's loads start there); the least load is found when it is taken
+            load = max(cl.loads[0], ref_rel / cl.rel_max * (1 + p.kappa * (-(-k // n_max) - 1)))
             if hier:
-                m = 2 if n_max == 2 else 3  # 2(n-1)/P(n) is least at n = 3
-                ts = net(cl.nic, m, 2 * (m - 1))
+                # the network ring's term grows with n from n = 3 on (2(n-1)/n and alpha_h 2(n-1)): least at 2 or 3
+                ts = min(net(cl.nic, m, 2 * (m - 1)) for m in (2, 3) if m <= n_max)
                 if n_max < k:  # some host has ceil(K / n_max) GPUs or more
                     ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
             else:
-                ts = net(cl.nic, n_max, 2 * (k - 1))  # the ring is fastest on the most hosts
-            items.append((score(k, bsz, cl.rel, ts), len(items), _Cand(k, bsz, cls=cl)))
+                ts = net(cl.nic, _ring_fastest(p, k, n_max, cl.nic), 2 * (k - 1))  # the ring's fastest host count
+            items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, cls=cl), ts))
     items.sort(key=lambda it: (-it[0], it[1]))
 
     top = _Top(req.top)
-    for bound, _, item in items:
+    for bound, _, item, ts_lo in items:
         if top.below(bound):
             break
         k, bsz, c = item.k, item.bsz, item.cls
@@ -463,28 +534,112 @@ def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], 
             top.offer(bound, (k,), item)
             continue
         n_max = min(k, c.hosts)
-        n_lo = max(2, c.fewest_hosts(top_level, k))
-        if not hier:
-            for n in range(n_max, n_lo - 1, -1):  # fewer hosts, slower ring: stop at the first kept out
-                s = score(k, bsz, c.rel, net(c.nic, n, 2 * (k - 1)))
-                if top.below(s):
-                    break
-                top.offer(s, tuple(sorted(_fill(k, c.caps_of(top_level, n)), reverse=True)),
-                          _Cand(k, bsz, cls=c, level=top_level, n=n))
+        n_lo = max(2, c.fewest_hosts(top_level, c.top_load, k))
+        c_lo = c.least_load(top_level, n_max, k)
+        v_lo = c.loads[c_lo]  # the least compute load of any n: more hosts never load one more
+        if top.below(score(k, bsz, v_lo, ts_lo)):
             continue
-        j = top_level
+        if not hier:
+            for n in _ring_hosts(p, k, n_lo, n_max, c.nic):  # fastest ring first: stop at the first kept out
+                ts = net(c.nic, n, 2 * (k - 1))
+                if top.below(score(k, bsz, v_lo, ts)):
+                    break
+                ci = c.least_load(top_level, n, k, c_lo)
+                s = score(k, bsz, c.loads[ci], ts)
+                if not top.below(s):
+                    top.offer(s, tuple(sorted(_fill(k, c.caps_of(top_level, ci, n)), reverse=True)),
+                              _Cand(k, bsz, cls=c, level=top_level, load=ci, n=n))
+            continue
+        j_top = top_level
         for n in range(n_lo, n_max + 1):
-            while j > 0 and c.capacity(j - 1, n) >= k:
-                j -= 1
-            t = levels[j]
-            ts = (p.alpha_r + p.beta_r * t if t > 0 else 0.0) + net(c.nic, n, 2 * (n - 1))
-            s = score(k, bsz, c.rel, ts)
-            if not top.below(s):
-                top.offer(s, tuple(sorted(_fill(k, c.caps_of(j, n)), reverse=True)), _Cand(k, bsz, cls=c, level=j, n=n))
+            # from n = 3 on the network ring's term only grows with n: once it alone is kept out, so is the rest
+            ring = net(c.nic, n, 2 * (n - 1))
+            if n >= 3 and top.below(score(k, bsz, v_lo, ring)):
+                break
+            while j_top > 0 and c.capacity(j_top - 1, c.top_load, n) >= k:
+                j_top -= 1  # the least within-host level n hosts reach (at any load)
+            inner_lo = p.alpha_r + p.beta_r * levels[j_top] if levels[j_top] > 0 else 0.0
+            # the staircase of (load, within-host level) pairs at which n hosts take K: the least load first,
+            # then each greater load with the least level it allows (falling); stop once the compute alone,
+            # with the least sync n hosts can have, is kept out
+            j = top_level
+            for ci in range(c.least_load(top_level, n, k, c_lo), c.top_load + 1):
+                if top.below(score(k, bsz, c.loads[ci], inner_lo + ring)):
+                    break
+                while j > j_top and c.capacity(j - 1, ci, n) >= k:
+                    j -= 1
+                t = levels[j]
+                ts = (p.alpha_r + p.beta_r * t if t > 0 else 0.0) + ring
+                s = score(k, bsz, c.loads[ci], ts)
+                if not top.below(s):
+                    top.offer(s, tuple(sorted(_fill(k, c.caps_of(j, ci, n)), reverse=True)),
+                              _Cand(k, bsz, cls=c, level=j, load=ci, n=n))
+                if j == j_top:
+                    break  # a greater load cannot lower the within-host term further: only slower
 
     plans = [_materialize(p, cand, req.pattern, table) for _, _, cand in top.kept.values()]
     plans.sort(key=lambda pl: _rank(pl, req.objective))
     return plans
+
+
+def _ring_costs(p: CostParams, k: int, nic: float) -> tuple[float, float]:
+    """(A, B) of the ring's network term over n hosts, A / P(n) + B (n - 1) (beside alpha_n, the same for every
+    n): A = beta_n nic_scale 2(K-1), B = 2 alpha_h."""
+    return p.beta_n * (p.reference.nic_gbps / nic) * 2 * (k - 1), 2 * p.alpha_h
+
+
+def _ring_least(a: float, b: float, first: int, hi: int) -> int:
+    """The n in [first, hi] (first >= 3) with the least A / n + B (n - 1): a convex function, least near
+    sqrt(A / B) (the rounded optimum is a neighbour of the integer one: step to the least)."""
+    if a >= b * hi * hi:  # sqrt(A / B) >= hi (or B = 0): falling all the way to hi
+        return hi
+    best = min(max(int(math.sqrt(a / b) + 0.5), first), hi)
+    while best > first and a / (best - 1) + b * (best - 2) < a / best + b * (best - 1):
+        best -= 1
+    while best < hi and a / (best + 1) + b * best < a / best + b * (best - 1):
+        best += 1
+    return best
+
+
+def _ring_fastest(p: CostParams, k: int, hi: int, nic: float) -> int:
+    """The number of hosts in [2, hi] over which a ring of K is fastest (more hosts among equals)."""
+    a, b = _ring_costs(p, k, nic)
+    if hi < 3:
+        return 2
+    n = _ring_least(a, b, 3, hi)
+    return 2 if a + b < a / n + b * (n - 1) else n
+
+
+def _ring_hosts(p: CostParams, k: int, lo: int, hi: int, nic: float) -> Iterator[int]:
+    """The host counts n in [lo, hi] (lo >= 2) of a ring of K whose slowest NIC is `nic`, fastest first (ties:
+    more hosts first), lazily: the search stops at the first it keeps out.
+
+    From n = 3 on the ring's network term A / n + B (n - 1) is convex, so the order is a merge of the walks down
+    and up from its least, with n = 2 (A + B: P = 1) put in its place. With alpha_h = 0 it is hi, hi - 1, ..., lo."""
+    a, b = _ring_costs(p, k, nic)
+
+    def cost(n: int) -> float:
+        return a / pairs(n) + b * (n - 1)
+
+    two = lo <= 2 <= hi  # n = 2 still to place
+    c2 = a + b
+    first = max(lo, 3)
+    if first <= hi:
+        n = _ring_least(a, b, first, hi)
+        down, up = n - 1, n + 1
+        while True:
+            if two and cost(n) > c2:
+                two = False
+                yield 2
+            yield n
+            if down < first and up > hi:
+                break
+            if up > hi or (down >= first and cost(down) < cost(up)):
+                n, down = down, down - 1
+            else:
+                n, up = up, up + 1
+    if two:
+        yield 2
 
 
 def _materialize(params: CostParams, cand: _Cand, pattern: str, table: GpuTable) -> Plan:
@@ -493,7 +648,7 @@ def _materialize(params: CostParams, cand: _Cand, pattern: str, table: GpuTable)
         assert cand.kind is not None
         chosen = [(cand.kind.names[0], cand.k, cand.kind)]
     else:
-        hosts = cand.cls.hosts_of(cand.level, cand.n)
+        hosts = cand.cls.hosts_of(cand.level, cand.load, cand.n)
         chosen = [(name, g, kd) for (name, _, kd), g in zip(hosts, _fill(cand.k, [cap for _, cap, _ in hosts]),
                                                             strict=True)]
     chosen.sort(key=lambda h: (-h[1], h[0]))

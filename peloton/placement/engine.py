@@ -21,7 +21,7 @@ from peloton.api.clients import HostManagerClient, Probe, Reserved, ResourceMana
 from peloton.domain.placement import PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
-from peloton.placement.reservation import Reservation, place_around, reserve, reserve_after
+from peloton.placement.reservation import ORDERS, Reservation, place_around, reserve, reserve_after
 from peloton.placement.victims import Candidate, choose_victims
 
 if TYPE_CHECKING:
@@ -54,7 +54,13 @@ class PlacementEngine:
         batch: int = 500,
         poll_ms: int = 1000,
         clock: Callable[[], float] = time.time,
+        order: str = "backfill",
     ) -> None:
+        """`order`: "backfill" (head-of-line reservation and backfill) or "fifo" (the first gang of a round that
+        does not fit stops the round: reservation.place_around)."""
+        if order not in ORDERS:
+            raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
+        self.order = order
         self.resmgr = resmgr
         self.hostmgr = hostmgr
         self.batch = batch
@@ -118,7 +124,8 @@ class PlacementEngine:
             gangs = resp.gangs
             try:
                 self._sync()
-                placements, failures = place_around(gangs, self.index, self.reservations, self.clock())
+                placements, failures = place_around(gangs, self.index, self.reservations, self.clock(),
+                                                   self.order)
                 claimed: list[GangPlacement] = []
                 refused: list[PlacementFailure] = []
                 if placements:

@@ -14,6 +14,10 @@ before the reserved gang's expected start (backfill): it uses capacity that woul
 in time. A gang without max_runtime never backfills, and nothing backfills when the start is not known. The
 reserved gang therefore starts within a bound: as soon as the gangs on its hosts end, at the latest at their
 max_runtime.
+
+Placement order `fifo` (`--placement-order fifo`) goes further: in the order the resource manager hands gangs out,
+the first gang that does not fit stops the round, and none behind it is placed (no backfill at all, whatever their
+max_runtime); the resource manager then admits nothing ordered behind it until it is placed (admission.py).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from peloton.placement.placer import place
 from peloton.placement.victims import Candidate
 
 BACKFILL_SLACK_S = 5.0  # margin on a max_runtime: it is enforced by a check every 5 s, not to the second
+ORDERS = ("backfill", "fifo")  # --placement-order: head-of-line reservation and backfill | strict first in, first out
 
 
 @dataclass(frozen=True, slots=True)
@@ -110,16 +115,25 @@ def reserve_after(gang: GangRequest, victims: Sequence[Candidate], index: HostIn
 
 
 def place_around(gangs: Sequence[GangRequest], index: HostIndex, reservations: Mapping[tuple[str, int], Reservation],
-                 now: float) -> tuple[list[GangPlacement], list[PlacementFailure]]:
-    """`place`, in order, but each gang sees the hosts reserved for others as full unless it may backfill."""
-    if not reservations:
+                 now: float, order: str = "backfill") -> tuple[list[GangPlacement], list[PlacementFailure]]:
+    """`place`, in order, but each gang sees the hosts reserved for others as full unless it may backfill.
+    `order` "fifo": the first gang that does not fit stops the round; every gang after it fails too, untried,
+    saying which gang it waits behind."""
+    if order not in ORDERS:
+        raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
+    fifo = order == "fifo"
+    if not reservations and not fifo:
         return place(gangs, index)
     placements: list[GangPlacement] = []
     failures: list[PlacementFailure] = []
     hidden: dict[str, Vec] = {}
     hidden_for: frozenset[str] = frozenset()
+    blocker: GangRequest | None = None
     try:
         for g in gangs:
+            if blocker is not None:
+                failures.append(PlacementFailure(g.gang_id, g.job_id, g.attempt, behind(blocker)))
+                continue
             keep_out = frozenset(h for key, r in reservations.items()
                                  if key != (g.gang_id, g.attempt) and not may_backfill(g.max_runtime_s, now, r)
                                  for h in r.hosts)
@@ -132,6 +146,14 @@ def place_around(gangs: Sequence[GangRequest], index: HostIndex, reservations: M
                 f = [replace(f[0], reason=f"{f[0].reason} ({len(keep_out)} host(s) kept for gangs ahead in their "
                                           f"queues)")]
             failures += f
+            if f and fifo:
+                blocker = g
     finally:
         index.unhide(hidden)
     return placements, failures
+
+
+def behind(blocker: GangRequest) -> str:
+    """Why a gang waits under placement order fifo: one ahead of it does not fit yet."""
+    return (f"waiting behind gang {blocker.gang_id} (pool {blocker.respool}), which is ahead of it and does not fit "
+            f"yet (placement order fifo: nothing is placed before it)")

@@ -18,11 +18,11 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from peloton.domain.launch import GangLaunch
-from peloton.domain.model import ResourcePool
+from peloton.domain.model import ResourcePool, StoredModel
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.hostmgr.inprocess import InProcessHostManager
@@ -30,6 +30,7 @@ from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts
 from peloton.jobmgr.manager import JobManager
 from peloton.placement.engine import PlacementEngine
+from peloton.placement.reservation import ORDERS
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import db, repo
@@ -40,6 +41,11 @@ TIMER_SLACK_S = 1e-6
 SAME_INSTANT_S = 1e-6  # between jobs the trace submits at the same second
 MAX_PASSES = 1000  # passes at one instant before the driver calls the components stuck (a bug, not a trace)
 DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
+
+
+class Stalled(RuntimeError):
+    """Gangs wait and nothing that could start them will ever come due: the scheduler cannot go on (the message
+    says why the first gang of each pool's queue waits)."""
 
 
 class VirtualClock:
@@ -74,6 +80,7 @@ class Cluster:
     cpu: float = 64.0
     mem_mb: float = 256 * 1024.0
     seed: int = 0
+    labels: tuple[tuple[str, str], ...] = ()  # on every host (gpu_model, nic_gbps, gpu_link: what a plan sees)
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +104,15 @@ class Placement:
         return sum(n for _, n in self.hosts)
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a job's gang: from when every member ran to when the last one stopped (None: still running)."""
+
+    start_s: float
+    end_s: float | None
+    placement: Placement
+
+
 @dataclass(slots=True)
 class JobResult:
     """Virtual seconds from the start of the replay. `running_s`: when every member of its first run ran (a gang
@@ -112,6 +128,7 @@ class JobResult:
     placement: Placement | None = None  # its last run's
     runs: int = 0
     preemptions: int = 0
+    history: list[Run] = field(default_factory=list)  # every run, in order (a preempted gang's earlier ones)
 
 
 @dataclass(frozen=True, slots=True)
@@ -122,6 +139,7 @@ class Sample:
     t: float
     gpus_allocated: int
     queued: int
+    partial_gpus: int = 0  # GPUs held by gangs some of whose members run and others do not (must stay 0)
 
 
 @dataclass(slots=True)
@@ -133,7 +151,7 @@ class ReplayResult:
     wall_s: float = 0.0
 
 
-DurationOf = Callable[[Submission, Placement], float]
+DurationOf = Callable[[Submission, Placement], float]  # Replay.history(name) has the job's earlier runs
 
 
 class Replay:
@@ -142,7 +160,10 @@ class Replay:
 
     def __init__(self, cluster: Cluster, submissions: Sequence[Submission], duration_of: DurationOf, *,
                  pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
-                 store_url: str | None = None, seed: int = 0) -> None:
+                 store_url: str | None = None, seed: int = 0, order: str = "backfill",
+                 models: Sequence[StoredModel] = ()) -> None:
+        if order not in ORDERS:
+            raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
         names = [s.name for s in submissions]
         if len(set(names)) != len(names):
             raise ValueError("submissions: names must be unique")
@@ -162,9 +183,13 @@ class Replay:
         self._preemption = preemption
         self._settle_s = preemption_settle_s
         self._seed = seed
+        self._order = order  # --placement-order: the resource manager's and the placement engine's
+        self._models = list(models)  # stored models (`peloton model create`) the model-aware jobs name
+        self._job_seq = 0
         self._results: dict[str, JobResult] = {}
         self._by_job: dict[str, JobResult] = {}
         self._subs_by_name = {s.name: s for s in self.subs}
+        self._live: dict[str, tuple[str, ...]] = {}  # job id -> the task ids of its gang's run now
 
     # --- wiring (as server.py, without loops) -----------------------------------------------------------------
     def _build(self) -> None:
@@ -176,24 +201,32 @@ class Replay:
             repo.ensure_root_pool(s, clock())
             for p in self._pools:
                 repo.create_pool(s, p)
+            for m in self._models:
+                repo.create_model(s, m)
 
         def load_pools() -> list[ResourcePool]:
             with db.transaction(sessions) as s:
                 return repo.list_pools(s)
 
         hosts = make_sim_hosts(c.hosts, Resources(cpu=c.cpu, mem=c.mem_mb, gpu=c.gpus), racks=c.racks,
-                               seed=c.seed)
+                               seed=c.seed, labels=dict(c.labels))
         self._rack = {h.hostname: h.labels["rack"] for h in hosts}
         self.sim = SimBackend(hosts, seed=self._seed, clock=clock, timer_thread=False, duration_of=self._launched)
         self.hostmgr = HostManager(self.sim, clock=clock)
         self.resmgr = ResourceManager(load_pools, clock=clock, preemption_settle_s=self._settle_s,
-                                      preemption=self._preemption, rate_clock=clock)
+                                      preemption=self._preemption, rate_clock=clock, placement_order=self._order)
         rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
         self.hostmgr.start()
-        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock)
-        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock)
+        self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock, job_ids=self._job_id)
+        self.placement = PlacementEngine(rm, hm, poll_ms=0, clock=clock, order=self._order)
         self.jobmgr.start()
         self.jobmgr.recover()
+
+    def _job_id(self) -> str:
+        """Job ids in submission order (12 hex digits, as the daemon's): ties that resmgr and preemption break by
+        gang id fall the same way on every run."""
+        self._job_seq += 1
+        return f"{self._job_seq:012x}"
 
     def _close(self) -> None:
         self.jobmgr.stop()
@@ -217,10 +250,24 @@ class Replay:
             r.running_s = now
         r.last_start_s, r.placement = now, p
         r.runs += 1
+        self._end_run(r, now)  # a gang runs once at a time: its earlier run has ended
         d = float(self.duration_of(self._subs_by_name[r.name], p))
         if not d > 0:
             raise ValueError(f"duration_of({r.name}): must be > 0 seconds, got {d}")
+        r.history.append(Run(now, None, p))
+        self._live[r.job_id] = tuple(t.task_id for t in g.tasks)
         return d
+
+    def history(self, name: str) -> tuple[Run, ...]:
+        """The runs of job `name` so far (for `duration_of`, asked at a launch: the earlier runs, all ended)."""
+        r = self._results.get(name)
+        return tuple(r.history) if r is not None else ()
+
+    def _end_run(self, r: JobResult, now: float) -> None:
+        if r.history and r.history[-1].end_s is None:
+            last = r.history[-1]
+            r.history[-1] = Run(last.start_s, now, last.placement)
+        self._live.pop(r.job_id, None)
 
     # --- stepping -----------------------------------------------------------------------------------------------
     def _idle(self) -> None:
@@ -257,10 +304,20 @@ class Replay:
         return max(min(due), now + MIN_STEP_S) if min(due) <= now else min(due)
 
     def _sample(self, timeline: list[Sample]) -> None:
-        gpus = sum(t.resources.gpu for t in self.sim.running())
+        running = {t.task_id: t.resources.gpu for t in self.sim.running()}
+        gpus = sum(running.values())
         _, queued = self.resmgr.queue("", 0)
-        s = Sample(self.clock() - EPOCH, gpus, queued)
-        if not timeline or (timeline[-1].gpus_allocated, timeline[-1].queued) != (gpus, queued):
+        now = self.clock() - EPOCH
+        partial = 0
+        for job_id, tasks in list(self._live.items()):
+            up = [running[t] for t in tasks if t in running]
+            if not up:
+                self._end_run(self._by_job[job_id], now)  # ended (done, failed or preempted) at this instant
+            elif len(up) < len(tasks):
+                partial += sum(up)
+        s = Sample(now, gpus, queued, partial)
+        if not timeline or (timeline[-1].gpus_allocated, timeline[-1].queued, timeline[-1].partial_gpus) != (
+                gpus, queued, partial):
             timeline.append(s)
 
     def _done(self, submitted: int) -> bool:
@@ -294,9 +351,11 @@ class Replay:
                     break
                 nxt = self._next(EPOCH + self.subs[i].at_s if i < len(self.subs) else None)
                 if nxt is None:
-                    _, queued = self.resmgr.queue("", 0)
-                    raise RuntimeError(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and "
-                                       "nothing due that could start them")
+                    gangs, queued = self.resmgr.queue("", 1000)
+                    heads = "; ".join(f"{self._name_of(g.job_id)} ({g.pool}): {g.reason}" for g in gangs
+                                      if g.position == 1)
+                    raise Stalled(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and nothing "
+                                  f"due that could start them. {heads}")
                 self.clock.advance_to(nxt)
             self._collect()
         finally:
@@ -304,6 +363,10 @@ class Replay:
         total = self.cluster.hosts * self.cluster.gpus
         return ReplayResult([self._results[s.name] for s in self.subs], timeline, total, instants,
                             time.perf_counter() - start)
+
+    def _name_of(self, job_id: str) -> str:
+        r = self._by_job.get(job_id)
+        return r.name if r is not None else job_id
 
     def _collect(self) -> None:
         """End state, end time and preemptions from the job manager's records (the store's)."""

@@ -22,6 +22,7 @@ from collections.abc import Container, Mapping, Sequence
 from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk
 from peloton.domain.model import ResourcePool
 from peloton.domain.resources import Resources, format_mib
+from peloton.placement.reservation import behind
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import add, chain
@@ -73,14 +74,18 @@ def exceeds_limit_forever(gang_total: Resources, pool_path: str, pools: Mapping[
 
 def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool],
                     ent: Mapping[str, Entitlement], max_n: int, now: float, retry_s: float,
-                    preempting: Container[str]) -> list[Entry]:
+                    preempting: Container[str], fifo: bool = False) -> list[Entry]:
     """Admit up to `max_n` waiting gangs, best first across the pools: each admitted gang goes PLACING and holds
     its total at once, so the next one is checked against it. A pool whose first gang does not fit its pool's
     limit or entitlement admits nothing more this round: the gangs behind it wait too (else a stream of small
     gangs would take every freed share and it would never run). A non-preemptible gang refused by its own pool's
     reservation waits `retry_s` and the gangs behind it go on. Refused gangs are marked starved (they may
-    preempt) with their reason. Returns the admitted entries in order."""
+    preempt) with their reason. Returns the admitted entries in order.
+    `fifo` (placement order fifo): nothing ordered behind the first gang that waits for hosts (placement found
+    none) is admitted, in any pool, until it is placed; the first gang of each pool behind it says so."""
     out: list[Entry] = []
+    first = queues.first_unplaced() if fifo else None
+    barrier = first.order() if first is not None else None
     # the pools' queues merged by their heads: a round costs O(pools + admitted), not O(waiting gangs)
     heads: list[tuple[Order, str]] = []
     for pool in queues.waiting_pools():
@@ -93,6 +98,9 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
         e = queues.head(pool)
         if e is None:
             continue
+        if first is not None and barrier is not None and e.order() > barrier:
+            queues.set_reason(e, behind(first.req), now, preempting)
+            continue  # (the heads come best first: every one left is behind it too, and says so)
         g = e.req
         reason = (admit(g.total, g.respool, pools, holdings.allocated)
                   or entitled(g.total, g.respool, ent, holdings.allocated))

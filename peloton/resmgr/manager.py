@@ -53,7 +53,7 @@ from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
 from peloton.observability.gang_metrics import GANG_STAGE
-from peloton.placement.reservation import Reservation
+from peloton.placement.reservation import ORDERS, Reservation
 from peloton.resmgr.admission import admission_if, admission_round
 from peloton.resmgr.callers import Current
 from peloton.resmgr.entitlement import entitlements, policies
@@ -94,10 +94,15 @@ ORDER_AGAIN_S = 60.0  # a preemption order not acted on (jobmgr restarted) is gi
 class ResourceManager:
     def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
                  preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S, preemption: bool = True,
-                 rate_clock: Callable[[], float] = time.monotonic):
+                 rate_clock: Callable[[], float] = time.monotonic, placement_order: str = "backfill"):
         """`preemption_settle_s`: how long a pool's first gang waits before it may preempt or reserve hosts;
         `preemption` False: it only reserves hosts. `rate_clock`: what the unpark rate limit counts in (real time;
-        a replay passes its virtual clock so that the limit, too, is deterministic)."""
+        a replay passes its virtual clock so that the limit, too, is deterministic). `placement_order` "fifo":
+        nothing behind the first gang waiting for hosts is admitted, and only gangs up to it may preempt (the
+        placement engine's own order must be the same: --placement-order sets both)."""
+        if placement_order not in ORDERS:
+            raise ValueError(f"placement_order: must be one of {', '.join(ORDERS)}, got {placement_order!r}")
+        self._fifo = placement_order == "fifo"
         self._load_pools = load_pools
         self.clock = clock
         self._rate_clock = rate_clock
@@ -343,7 +348,7 @@ class ResourceManager:
         self._entitlements_locked()  # (only when an input changed)
         changes = self._q.reason_changes
         admitted = admission_round(self._q, self._held, self._pools, self._ent, max_n, now,
-                                   RETRY_AFTER_FAILED_PLACEMENT_S, self._pre.preempting)
+                                   RETRY_AFTER_FAILED_PLACEMENT_S, self._pre.preempting, self._fifo)
         if self._q.reason_changes != changes:
             self._cond.notify_all()  # news for jobmgr's long poll: why gangs wait
         out = []
@@ -431,10 +436,17 @@ class ResourceManager:
         if not self._q.starved or now < self._next_probe_round or self._capacity is None:
             return
         self._next_probe_round = now + PROBE_ROUND_EVERY_S
-        heads = self._q.starved_heads()
+        heads = self._starved_heads_locked()
         if len(self._probes) < MAX_PROBES and heads:
             self._probes += find_probes(heads, now, MAX_PROBES - len(self._probes), self._settle_s, self._preemption,
                                         self._held, self._pools, self._ent, self._capacity, self._pre.preempting)
+
+    def _starved_heads_locked(self) -> list[Entry]:
+        """The gangs that may be probed: each pool's first starved gang; under placement order fifo only those up to
+        the first gang waiting for hosts (one behind it cannot start before it, so it takes nothing from others)."""
+        heads = self._q.starved_heads()
+        first = self._q.first_unplaced() if self._fifo else None
+        return heads if first is None else [e for e in heads if e.order() <= first.order()]
 
     def next_due(self, retries: bool = True) -> float | None:
         """The earliest time (this manager's clock) at which a pass with nothing new to act on may act anyway: a
@@ -449,7 +461,7 @@ class ResourceManager:
             if self._unpark:
                 due.append(self._last_unpark + UNPARK_EVERY_S)
             if self._q.starved and self._capacity is not None:
-                for e in self._q.starved_heads():
+                for e in self._starved_heads_locked():
                     if not retries and (e.probed_at >= e.starved_since or e.block == "reservation"
                                         or e.pending_victims(self._pre.preempting)):
                         continue  # (the last two wait for hosts to free: a change)

@@ -311,6 +311,17 @@ class Queues:
         self.reason_changes += 1
         return True
 
+    def first_unplaced(self) -> Entry | None:
+        """The first WAITING gang the placement engine found no hosts for (placement order fifo admits nothing
+        behind it); None: none waits for hosts."""
+        first: Entry | None = None
+        for gid in self.starved:
+            e = self.entries.get(gid)
+            if e is not None and e.state == State.WAITING and e.block == "hosts" and (first is None
+                                                                                      or e.order() < first.order()):
+                first = e
+        return first
+
     def starved_heads(self) -> list[Entry]:
         """Each pool's first starved WAITING entry, best first (entries no longer starved are forgotten)."""
         heads: dict[str, Entry] = {}

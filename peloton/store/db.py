@@ -24,7 +24,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 import peloton
-from peloton.errors import Unavailable
+from peloton.errors import InvalidArgument, Unavailable
 from peloton.files import make_dirs, private_file, tighten
 
 STATEMENTS = Counter("peloton_store_statements_total", "SQL statements sent to the store (round trips)", ["kind"])
@@ -83,13 +83,26 @@ def _count_statements(engine: Engine) -> Engine:
     return engine
 
 
-def make_engine(url: str, application_name: str = "") -> Engine:
+# What a commit promises (`--store-durability`, docs/architecture.md "Durability"): FULL, the default: once a
+# transition is reported to a client, it survives a power loss (SQLite: synchronous=FULL, the WAL synced at every
+# commit; PostgreSQL: synchronous_commit=on). RELAXED: it survives the daemon's crash but not the machine's; a power
+# loss may take back the last commits, never corrupt the store (SQLite: synchronous=NORMAL, the WAL synced at
+# checkpoints only; PostgreSQL: synchronous_commit=off, the server's WAL writer syncs within 3 x wal_writer_delay).
+FULL = "full"
+RELAXED = "relaxed"
+DURABILITIES = (FULL, RELAXED)
+
+
+def make_engine(url: str, application_name: str = "", durability: str = FULL) -> Engine:
     """`application_name` (PostgreSQL): names this daemon's connections, so that a standby taking over from it
-    can end exactly them (leadership/lock.py)."""
-    return _count_statements(_make_engine(url, application_name))
+    can end exactly them (leadership/lock.py). `durability`: FULL or RELAXED (above)."""
+    if durability not in DURABILITIES:
+        raise InvalidArgument(f"store durability: expected one of {', '.join(DURABILITIES)}, got {durability!r}",
+                              field="store_durability")
+    return _count_statements(_make_engine(url, application_name, durability))
 
 
-def _make_engine(url: str, application_name: str = "") -> Engine:
+def _make_engine(url: str, application_name: str = "", durability: str = FULL) -> Engine:
     url = _normalize(url)
     if _is_sqlite(url):
         engine = create_engine(url, connect_args={"check_same_thread": False, "timeout": 30.0})
@@ -103,7 +116,7 @@ def _make_engine(url: str, application_name: str = "") -> Engine:
                 cur.execute("PRAGMA journal_mode=WAL")
                 cur.execute("PRAGMA foreign_keys=ON")
                 cur.execute("PRAGMA busy_timeout=30000")
-                cur.execute("PRAGMA synchronous=NORMAL")
+                cur.execute("PRAGMA synchronous=FULL" if durability == FULL else "PRAGMA synchronous=NORMAL")
             finally:
                 cur.close()
 
@@ -116,8 +129,10 @@ def _make_engine(url: str, application_name: str = "") -> Engine:
         return engine
     engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
                            executemany_mode="values_plus_batch",
-                           connect_args={"connect_timeout": 5, **({"application_name": application_name}
-                                                                 if application_name else {})})
+                           connect_args={"connect_timeout": 5,
+                                         **({"application_name": application_name} if application_name else {}),
+                                         # set either way: the server's own default may be off
+                                         "options": f"-c synchronous_commit={'on' if durability == FULL else 'off'}"})
     _ping_idle_connections(engine)
     return engine
 

@@ -263,3 +263,30 @@ def test_backfill_uses_reserved_hosts_only_for_gangs_that_end_in_time(pd: Preemp
     first = {j: json.loads(d.cli("task", "get", j, "0", "-o", "json").stdout)["events"] for j in (big, slow)}
     started = {j: min(e["time"] for e in ev if e["state"] == "RUNNING") for j, ev in first.items()}
     assert started[slow] > started[big]
+
+
+@dataclass
+class FifoDaemon(PreemptDaemon):
+    def server_args(self) -> list[str]:
+        return [*super().server_args(), "--placement-order", "fifo"]
+
+
+@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)  # placement's rule: one store
+def test_under_placement_order_fifo_nothing_starts_before_the_gang_that_waits(db_url: str, tmp_path: Path) -> None:
+    """The backfill test's setting under `--placement-order fifo`: the short gang that backfill would place on
+    the hosts kept for the big one waits behind it instead, says so, and starts only after it."""
+    one = "instances: 1\ntask: {{command: 'sleep {s}', resources: {{cpu: 0.5, mem: 32Mi, gpu: 1}}}}\n"
+    with serving(FifoDaemon(tmp_path / "data", db_url)) as d:
+        blocker = d.create("name: blocker\nsla: {max_runtime: 14s}\n" + one.format(s=8), tmp_path)
+        d.wait_state(blocker, "RUNNING")
+        big = d.create(_job("/", "big", "sleep 1").replace("gpu: 1", "gpu: 2"), tmp_path)  # every GPU
+        wait_until(lambda: _gang(d, big).get("reason"), 15, what="big's reason")
+        quick = d.create("name: quick\nsla: {max_runtime: 2s}\n" + one.format(s=1), tmp_path)
+        wait_until(lambda: "waiting behind gang" in _gang(d, quick).get("reason", ""), 15, what="quick's reason")
+        assert d.state(blocker) == "RUNNING" and d.state(big) == "PENDING" and d.state(quick) == "PENDING"
+        assert f"{big}/0" in _gang(d, quick)["reason"], _gang(d, quick)
+        d.wait_state(big, "SUCCEEDED", timeout=30)  # once the blocker ends
+        d.wait_state(quick, "SUCCEEDED", timeout=20)
+        events = {j: json.loads(d.cli("task", "get", j, "0", "-o", "json").stdout)["events"] for j in (big, quick)}
+        started = {j: min(e["time"] for e in ev if e["state"] == "RUNNING") for j, ev in events.items()}
+        assert started[quick] > started[big]

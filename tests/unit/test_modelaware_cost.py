@@ -61,6 +61,66 @@ def test_all_reduce_sync_time(gpus: tuple[int, ...], pattern: str, sync: float) 
     assert pred.step_time == pytest.approx(0.2 + sync)  # gamma 1: no overlap
 
 
+@pytest.mark.parametrize(("gpus", "pattern", "extra"), [
+    ((4,), RING, 0.0),  # within one host no step crosses a host
+    ((4,), HIERARCHICAL, 0.0),
+    ((2, 2), RING, 2 * 1),  # 2(N-1) of the ring's steps cross hosts
+    ((3, 3, 3), RING, 2 * 2),
+    ((1, 1, 1, 1), RING, 2 * 3),
+    ((4, 4, 4, 4), RING, 2 * 3),  # by hosts, not by GPUs
+    ((4, 4, 4), HIERARCHICAL, 2 * 2),  # the ring across hosts, of one member each
+])
+def test_the_per_host_latency_is_paid_on_each_ring_step_across_hosts(gpus: tuple[int, ...], pattern: str,
+                                                                      extra: float) -> None:
+    """alpha_h, the alpha-beta model's latency of the steps that go over the network: 2(N-1) of a ring
+    all-reduce's steps (NCCL's ring model). alpha_h = 0 is the model as it was."""
+    with_h = replace(P, alpha_h=0.004)
+    assert sync_time(with_h, hosts(*gpus), pattern) == pytest.approx(sync_time(P, hosts(*gpus), pattern)
+                                                                     + 0.004 * extra)
+
+
+def test_with_a_per_host_latency_fewer_fuller_hosts_can_win() -> None:
+    """Without alpha_h the ring's network term only falls as hosts are added (2(K-1)/N); with it, three hosts of
+    three beat four hosts for nine GPUs once 2 alpha_h > beta_n 2(K-1)/3 - beta_n 2(K-1)/4."""
+    t = {(pl, h): sync_time(replace(P, alpha_h=h), hosts(*pl), RING)
+         for pl in ((3, 3, 3), (3, 2, 2, 2)) for h in (0.0, 0.2)}
+    assert t[(3, 2, 2, 2), 0.0] < t[(3, 3, 3), 0.0]
+    assert P.beta_n * 16 / 3 - P.beta_n * 16 / 4 < 2 * 0.2 and t[(3, 3, 3), 0.2] < t[(3, 2, 2, 2), 0.2]
+
+
+@pytest.mark.parametrize(("gpus", "busiest"), [
+    ((1,), 1), ((4,), 4), ((1, 1, 1, 1), 1), ((3, 1), 3), ((2, 2, 2), 2), ((4, 4, 4, 4), 4), ((1, 0, 3), 3),
+])
+def test_contention_slows_each_gpu_by_the_gpus_busy_on_its_host(gpus: tuple[int, ...], busiest: int) -> None:
+    """kappa: a GPU's compute on a host with g of the plan's GPUs busy takes (1 + kappa (g - 1)) times its time
+    alone, the batch's part and the fixed part alike; the step waits for the busiest host. kappa = 0 is the model
+    as it was."""
+    crowded = replace(P, kappa=0.1)
+    assert compute_time(crowded, hosts(*gpus), 10) == pytest.approx(0.2 * (1 + 0.1 * (busiest - 1)))
+    assert compute_time(P, hosts(*gpus), 10) == pytest.approx(0.2)
+    assert sync_time(crowded, hosts(*gpus), RING) == sync_time(P, hosts(*gpus), RING)
+
+
+def test_contention_weighs_against_the_gpus_speed() -> None:
+    """The slowest member is the host whose GPU model and crowding together take longest: three GPUs on an A100
+    host (3.42 times a T4's throughput in the table) still beat one T4 alone, four on a T4 host do not."""
+    crowded = replace(P, kappa=0.5)
+    mixed = [HostUse(3, "a100"), HostUse(1, "t4")]
+    assert compute_time(crowded, mixed, 10) == pytest.approx(0.2)  # the T4 alone: 0.2; the A100s: 0.2 * 2 / 3.42
+    assert compute_time(crowded, [HostUse(4, "t4"), HostUse(1, "a100")], 10) == pytest.approx(0.2 * 2.5)
+
+
+def test_with_contention_spreading_wins_at_large_batches() -> None:
+    """Contention grows with the batch and sync does not: with kappa the best of 4 on one host and 1111 trade
+    places as the local batch grows, which no setting of the other parameters does on hosts alike."""
+    crowded = replace(P, kappa=0.1)
+
+    def step(gpus: tuple[int, ...], bsz: float) -> float:
+        return predict(crowded, hosts(*gpus), bsz).step_time
+
+    assert step((4,), 1) < step((1, 1, 1, 1), 1) and step((1, 1, 1, 1), 1000) < step((4,), 1000)
+
+
 def test_a_host_without_gpus_takes_no_part() -> None:
     assert predict(P, hosts(2, 0, 2), 10).sync_time == pytest.approx(predict(P, hosts(2, 2), 10).sync_time)
     with pytest.raises(InvalidArgument) as e:

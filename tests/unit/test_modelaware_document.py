@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from peloton.errors import InvalidArgument
-from peloton.modelaware.cost import PS, CostParams, Reference, prior
+from peloton.modelaware.cost import PS, CostParams, Reference, predict, prior, uniform_hosts
 from peloton.modelaware.document import (
     KIND,
     Description,
@@ -65,6 +65,46 @@ def test_a_description_alone_gives_the_prior() -> None:
     assert chosen.description.ps_count is None and isinstance(description, dict) and description["ps_count"] == "choose"
 
 
+def test_params_written_before_the_per_host_latency_still_read_and_predict_as_before() -> None:
+    """A document (stored model, job's recorded goal) from before params.alpha_h: it reads as 0, the ring without
+    a per-host term, so its predictions do not move; written again, it carries alpha_h."""
+    old = parse_document(FULL)
+    assert "alpha_h" not in FULL["params"] and old.params is not None and old.params.alpha_h == 0.0
+    uses = uniform_hosts((1, 1, 1, 1), old.params.reference)
+    pn = old.params
+    assert predict(pn, uses, 8).sync_time == pytest.approx(pn.alpha_n + pn.beta_n * 2 * 3 / 4)
+    assert document_to_dict(old)["params"]["alpha_h"] == 0.0  # type: ignore[index]
+    new = parse_document(_with("params.alpha_h", 0.0055))
+    assert new.params is not None and new.params.alpha_h == 0.0055
+    assert parse_document(json.loads(json.dumps(document_to_dict(new)))) == new
+
+
+def test_params_written_before_the_contention_term_still_read_and_predict_as_before() -> None:
+    """A document from before params.kappa: it reads as 0, every GPU computing as if alone on its host, so its
+    predictions do not move; written again, it carries kappa. The prior has none either (nothing in a model's
+    description tells how its input pipeline shares a host)."""
+    old = parse_document(FULL)
+    assert "kappa" not in FULL["params"] and old.params is not None and old.params.kappa == 0.0
+    pn = old.params
+    uses = uniform_hosts((4,), pn.reference)
+    assert predict(pn, uses, 8).compute_time == pytest.approx(pn.alpha_c + pn.beta_c * 8)
+    assert document_to_dict(old)["params"]["kappa"] == 0.0  # type: ignore[index]
+    new = parse_document(_with("params.kappa", 0.027))
+    assert new.params is not None and new.params.kappa == 0.027
+    assert predict(new.params, uses, 8).compute_time == pytest.approx((pn.alpha_c + pn.beta_c * 8) * 1.081)
+    assert parse_document(json.loads(json.dumps(document_to_dict(new)))) == new
+    assert prior(440e6, 2.5e11).kappa == 0.0
+
+
+def test_the_priors_per_host_latency_is_nccls_network_step_once_per_ddp_bucket() -> None:
+    """cost.prior's alpha_h: NCCL's ring step over the network beyond one over PCIe (9.6 - 5.7 us), or NVLink
+    (9.6 - 3.4 us), for each 25 MiB bucket PyTorch DDP all-reduces."""
+    assert prior(4000, 1e9).alpha_h == pytest.approx(3.9e-6)  # one bucket
+    assert prior(440e6, 2.5e11).alpha_h == pytest.approx(17 * 3.9e-6)  # bert: 440 MB in 17 buckets
+    nvlink = prior(440e6, 2.5e11, reference=Reference("a100", 100, "nvlink"))
+    assert nvlink.alpha_h == pytest.approx(17 * 6.2e-6)
+
+
 def test_the_smallest_document_is_params_alone() -> None:
     doc = parse_document({"params": {k: FULL["params"][k] for k in ("alpha_c", "beta_c", "alpha_r", "beta_r",
                                                                      "alpha_n", "beta_n", "gamma")}})
@@ -106,6 +146,10 @@ def _with(path: str, value: object) -> dict[str, Any]:
     ("params.gamma", 0.5, "model.params.gamma", "at least 1"),
     ("params.beta_n", "fast", "model.params.beta_n", "number"),
     ("params.beta_n", float("inf"), "model.params.beta_n", "number"),
+    ("params.alpha_h", -0.001, "model.params.alpha_h", "non-negative"),
+    ("params.alpha_h", None, "model.params.alpha_h", "number"),
+    ("params.kappa", -0.01, "model.params.kappa", "non-negative"),
+    ("params.kappa", "high", "model.params.kappa", "number"),
     ("params.delta", 1, "model.params.delta", "unknown field"),
     ("params.reference.gpu_link", "infiniband", "model.params.reference.gpu_link", "must be one of"),
     ("params.reference.nic_gbps", 0, "model.params.reference.nic_gbps", "greater than 0"),

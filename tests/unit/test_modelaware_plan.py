@@ -6,12 +6,13 @@ from __future__ import annotations
 
 import random
 from collections import Counter
+from dataclasses import replace
 
 import pytest
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import HIERARCHICAL, PS, RING, CostParams, HostUse, Reference, predict
-from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, exhaustive, search
+from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, _ring_fastest, _ring_hosts, exhaustive, search
 
 MODELS = ("t4", "v100", "a100")
 NICS = (10, 25, 100)
@@ -22,7 +23,9 @@ def random_params(rng: random.Random) -> CostParams:
     return CostParams(alpha_c=rng.uniform(0.001, 0.3), beta_c=rng.uniform(1e-4, 0.1), alpha_r=rng.uniform(0, 0.2),
                       beta_r=rng.uniform(0, 0.3), alpha_n=rng.uniform(0, 1.0), beta_n=rng.uniform(0, 0.5),
                       gamma=rng.choice([1.0, rng.uniform(1, 4)]),
-                      reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)))
+                      reference=Reference(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)),
+                      alpha_h=rng.choice([0.0, rng.uniform(0, 0.05), rng.uniform(0, 0.5)]),
+                      kappa=rng.choice([0.0, rng.uniform(0, 0.1), rng.uniform(0, 1.0)]))
 
 
 def random_cluster(rng: random.Random, most: int = 5) -> list[FreeHost]:
@@ -71,6 +74,29 @@ def test_the_plan_for_k_gpus_is_within_1pct_of_the_exhaustive_optimum(pattern: s
     assert cases >= 250
 
 
+def test_ring_host_counts_come_fastest_first() -> None:
+    """The ring search walks its host counts n by the network term alone, alpha_h making it convex from n = 3 on
+    (least near sqrt(A/B)), n = 2 (P = 1) in its place; against a plain sort on random parameters."""
+    from peloton.modelaware.cost import network_time
+
+    for seed in range(400):
+        rng = random.Random(seed)
+        p = random_params(rng)
+        k = rng.randint(2, 200)
+        lo = rng.randint(2, 12)
+        hi = rng.randint(lo, 60)
+        nic = rng.choice(NICS)
+        scale = p.reference.nic_gbps / nic
+        want = sorted(range(lo, hi + 1), key=lambda n: (round(network_time(p, scale, n, 2 * (k - 1)), 12), -n))
+        got = list(_ring_hosts(p, k, lo, hi, nic))
+        assert [round(network_time(p, scale, n, 2 * (k - 1)), 12) for n in got] == [
+            round(network_time(p, scale, n, 2 * (k - 1)), 12) for n in want], seed
+        assert sorted(got) == list(range(lo, hi + 1)), seed
+        best = _ring_fastest(p, k, hi, nic)
+        assert network_time(p, scale, best, 2 * (k - 1)) == pytest.approx(
+            min(network_time(p, scale, n, 2 * (k - 1)) for n in range(2, hi + 1)), rel=1e-12), seed
+
+
 @pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
 def test_the_chosen_size_is_within_1pct_of_the_exhaustive_optimum_over_every_size(pattern: str) -> None:
     """--max-gpus/--min-gpus, both objectives, a local or a global batch: the best over every allowed K."""
@@ -108,6 +134,21 @@ def test_hierarchical_puts_more_gpus_on_the_nvlink_host() -> None:
     assert dict(plan.hosts) == {"b": 2, "a": 1}
     best = exhaustive(params, hosts, 3, 8, HIERARCHICAL)
     assert best is not None and plan.prediction.step_time == pytest.approx(best.step_time)
+
+
+@pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
+def test_with_contention_the_faster_host_takes_more_gpus(pattern: str) -> None:
+    """Under contention each host's GPUs compute (1 + kappa (g - 1)) / (relative speed) times the reference alone,
+    so 6 GPUs on an A100 host and a T4 host (8 free each) go 5 and 1, the A100's 5 still computing faster than
+    the T4's one, not 3 and 3 nor all 6 on the A100 (whose crowding would then be the slowest)."""
+    params = CostParams(0.05, 0.01, 0.001, 0.001, 0.01, 0.001, 1.0, Reference("t4", 100, "pcie"), kappa=0.6)
+    hosts = [FreeHost("fast", 8, "a100", 100, "pcie"), FreeHost("slow", 8, "t4", 100, "pcie")]
+    plan = search(params, hosts, PlanRequest(gpus=6, local_bsz=32, pattern=pattern))[0]
+    assert dict(plan.hosts) == {"fast": 5, "slow": 1}
+    best = exhaustive(params, hosts, 6, 32, pattern)
+    assert best is not None and plan.prediction.step_time == pytest.approx(best.step_time)
+    alike = search(replace(params, kappa=0.0), hosts, PlanRequest(gpus=6, local_bsz=32, pattern=pattern))[0]
+    assert alike.hosts == (("fast", 6),)
 
 
 def test_plans_are_ranked_one_per_shape() -> None:
@@ -161,3 +202,39 @@ def test_bad_requests_name_the_field(req: PlanRequest, field: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         search(CostParams(0.1, 0.01, 0.01, 0.01, 0.1, 0.1, 1.0), [FreeHost("a", 4)], req)
     assert e.value.field == field
+
+
+def test_a_goal_recorded_before_the_per_host_latency_reads_without_it() -> None:
+    """A model-aware job records its cost model with its spec (goal_to_dict, in the store). One recorded before
+    params.alpha_h existed reads with alpha_h = 0, the model it was planned with; a new one keeps its alpha_h."""
+    from peloton.modelaware.plan import PlanGoal, goal_from_dict, goal_to_dict
+
+    params = CostParams(0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"), alpha_h=0.0055)
+    goal = PlanGoal(params, local_bsz=8)
+    assert goal_from_dict(goal_to_dict(goal)) == goal
+    old = goal_to_dict(goal)
+    old_params = dict(old["params"])  # type: ignore[call-overload]
+    del old_params["alpha_h"]
+    assert goal_from_dict({**old, "params": old_params}).params == CostParams(
+        0.22, 0.058, 0.14, 0.095, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"))
+
+
+def test_a_goal_recorded_before_the_contention_term_reads_without_it() -> None:
+    """A goal recorded before params.kappa existed reads with kappa = 0, the model it was planned with, and plans
+    as it did; a new one keeps its kappa."""
+    from peloton.modelaware.plan import PlanGoal, choose, goal_from_dict, goal_to_dict
+
+    params = CostParams(0.017, 0.0007, 0.023, 0.015, 0.083, 0.0063, 3.0, Reference("t4", 50, "pcie"),
+                        alpha_h=0.0054, kappa=0.027)
+    goal = PlanGoal(params, local_bsz=1024)
+    assert goal_from_dict(goal_to_dict(goal)) == goal
+    old = goal_to_dict(goal)
+    old_params = dict(old["params"])  # type: ignore[call-overload]
+    del old_params["kappa"]
+    was = goal_from_dict({**old, "params": old_params})
+    assert was.params == CostParams(0.017, 0.0007, 0.023, 0.015, 0.083, 0.0063, 3.0, Reference("t4", 50, "pcie"),
+                                    alpha_h=0.0054)
+    hosts = [FreeHost(f"h{i}", 4, "t4", 50, "pcie") for i in range(4)]
+    old_plan, new_plan = choose(was, hosts, 4), choose(goal, hosts, 4)
+    assert old_plan is not None and new_plan is not None
+    assert old_plan[1].gpus_per_host == (4,) and new_plan[1].gpus_per_host == (1, 1, 1, 1)

@@ -135,3 +135,50 @@ def test_a_gang_waiting_for_hosts_counts_once_as_unplaced_however_often_it_is_tr
     assert [p.gang_id for p in placed] == ["b/0"]  # once a went away
     assert counted("peloton_placement_gangs_total", "placed") == 2  # placed after waiting: in both
     assert counted("peloton_placement_gangs_total", "unplaced") == 1
+
+
+@pytest.mark.parametrize("order", ["backfill", "fifo"])
+def test_under_fifo_no_gang_behind_one_that_does_not_fit_is_placed_across_rounds(order: str) -> None:
+    """a takes one host; big wants both; small would fit on the other. Backfill places small around big; fifo
+    places nothing behind big, in this round or the next ones (resmgr admits nothing behind it), until big runs."""
+    clock = [1000.0]
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: clock[0], rate_clock=lambda: clock[0],
+                         placement_order=order)
+    hm = HostManager(FakeBackend(), clock=lambda: clock[0], claim_ttl_s=3600)
+    hm.start()
+    try:
+        engine = PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), poll_ms=0,
+                                 clock=lambda: clock[0], order=order)
+        rm.enqueue([gang("a", 1), gang("big", 2), gang("small", 1)])  # queue order a, big, small (by gang id)
+        assert engine.run_once()
+        placed, waiting = rm.take_placements(10, 0)
+        why = {f.gang_id: f.reason for f in waiting}
+        if order == "backfill":
+            assert sorted(p.gang_id for p in placed) == ["a/0", "small/0"]
+            return
+        assert [p.gang_id for p in placed] == ["a/0"]
+        assert why["small/0"].startswith("waiting behind gang big/0 (pool /)")
+        for _ in range(3):  # later rounds: big is tried alone, small is not even handed out
+            clock[0] += 2.0
+            engine.run_once()
+            assert rm.take_placements(10, 0)[0] == []
+            assert [g.gang_id for g in rm.queue()[0] if g.state == "placing"] == []
+        rm.remove([("a/0", 1)])  # a goes away (jobmgr took its placement: it releases the claim): big fits
+        hm.release_claims([("a/0", 1)])
+        clock[0] += 2.0
+        assert engine.run_once()
+        placed, _ = rm.take_placements(10, 0)
+        assert [p.gang_id for p in placed] == ["big/0"]
+        clock[0] += 2.0
+        engine.run_once()  # small's turn now, and no host is left for it
+        assert rm.take_placements(10, 0)[0] == []
+        assert [(g.gang_id, g.state) for g in rm.queue()[0]] == [("small/0", "waiting")]
+    finally:
+        hm.stop()
+
+
+def test_the_placement_order_is_checked() -> None:
+    rm = ResourceManager(lambda: [ResourcePool("/")])
+    hm = HostManager(FakeBackend(), claim_ttl_s=3600)
+    with pytest.raises(ValueError, match="order: must be one of backfill, fifo, got 'random'"):
+        PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), order="random")

@@ -326,3 +326,74 @@ def test_only_gangs_that_end_before_the_expected_start_backfill_into_reserved_ho
     assert next(f for f in failures if f.gang_id == "u/0").reason.endswith(
         "(1 host(s) kept for gangs ahead in their queues)")
     assert sorted(o.free.gpu for o in index.offers()) == [0, 2]  # the hiding undone
+
+
+def test_fifo_stops_the_round_at_the_first_gang_that_does_not_fit() -> None:
+    from peloton.placement.reservation import place_around
+
+    def g(name: str, n: int, gpus: int, max_runtime_s: float = 0.0) -> GangRequest:
+        return dataclasses.replace(waiting(n, gpus), gang_id=f"{name}/0", job_id=name, max_runtime_s=max_runtime_s)
+
+    gangs = [g("a", 1, 4), g("big", 2, 4), g("small", 1, 2, max_runtime_s=10.0), g("tiny", 1, 1)]
+    index = hosts(2)
+    placements, failures = place_around(gangs, index, {}, now=0.0)  # backfill: the small ones go around big
+    assert [p.gang_id for p in placements] == ["a/0", "small/0", "tiny/0"]
+    assert [f.gang_id for f in failures] == ["big/0"]
+
+    index = hosts(2)
+    placements, failures = place_around(gangs, index, {}, now=0.0, order="fifo")
+    assert [p.gang_id for p in placements] == ["a/0"]  # what is ahead of big is placed
+    assert [f.gang_id for f in failures] == ["big/0", "small/0", "tiny/0"]
+    assert failures[0].reason.startswith("gang of 2 needs") and failures[0].short_hosts  # big's own, the placer's
+    assert failures[1].reason == failures[2].reason and failures[1].reason.startswith(
+        "waiting behind gang big/0 (pool /), which is ahead of it and does not fit yet")
+    assert sorted(o.free.gpu for o in index.offers()) == [0, 4]  # only a's GPUs taken: the rest untouched
+
+    # a reservation is honoured the same way before the first failure
+    from peloton.placement.reservation import Reservation
+    index = hosts(2)
+    placements, failures = place_around([g("x", 1, 4), g("y", 1, 1)], index,
+                                        {("r/0", 1): Reservation(frozenset({"h0"}), None)}, now=0.0, order="fifo")
+    assert [p.gang_id for p in placements] == ["x/0"] and [f.gang_id for f in failures] == ["y/0"]
+    assert "kept for gangs ahead" in failures[0].reason
+
+
+def test_placement_order_must_be_backfill_or_fifo() -> None:
+    import pytest
+
+    from peloton.placement.reservation import place_around
+
+    with pytest.raises(ValueError, match="order: must be one of backfill, fifo"):
+        place_around([], hosts(1), {}, now=0.0, order="lifo")
+    with pytest.raises(ValueError, match="placement_order"):
+        ResourceManager(Pools(), placement_order="lifo")
+
+
+@settings(max_examples=80, deadline=None)
+@given(st.lists(st.tuples(st.integers(1, 3), st.sampled_from([1, 2, 4])), min_size=1, max_size=10),
+       st.lists(st.tuples(st.integers(0, 2), st.integers(1, 4)), max_size=6))
+def test_fifo_places_a_prefix_of_the_gangs_in_order_exactly_as_the_placer_would(
+        gangs: list[tuple[int, int]], busy: list[tuple[int, int]]) -> None:
+    """Whatever the gangs and the hosts: fifo places the longest prefix that fits one after the other, exactly
+    what `place` does with that prefix; every gang after it fails, and the hosts hold only the prefix's members."""
+    from peloton.placement.placer import place
+    from peloton.placement.reservation import place_around
+
+    def cluster() -> HostIndex:
+        index = hosts(3)
+        for k, (h, g) in enumerate(busy):
+            free = next(o.free.gpu for o in index.offers() if o.hostname == f"h{h}")
+            if min(g, free):
+                occupy(index, f"busy{k}", [(f"h{h}", min(g, free))])
+        return index
+
+    reqs = [dataclasses.replace(waiting(n, g), gang_id=f"g{k}/0", job_id=f"g{k}") for k, (n, g) in enumerate(gangs)]
+    index = cluster()
+    placements, failures = place_around(reqs, index, {}, now=0.0, order="fifo")
+    k = len(placements)
+    assert [p.gang_id for p in placements] == [g.gang_id for g in reqs[:k]]
+    assert [f.gang_id for f in failures] == [g.gang_id for g in reqs[k:]]
+    alone = cluster()
+    expected, first_failure = place(reqs[:k + 1], alone)
+    assert expected == placements and (k == len(reqs) or [f.gang_id for f in first_failure] == [reqs[k].gang_id])
+    assert sorted((o.hostname, o.free) for o in index.offers()) == sorted((o.hostname, o.free) for o in alone.offers())

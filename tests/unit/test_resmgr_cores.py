@@ -329,3 +329,38 @@ def test_only_the_last_retired_callers_are_remembered() -> None:
         c.asks(f"e{i}")
     assert c.asks("e0") == (True, f"e{MAX_RETIRED + 1}")  # forgotten: it is taken as a new caller
     assert c.asks(f"e{MAX_RETIRED}") == (False, "")
+
+
+def test_fifo_admits_nothing_behind_the_first_gang_waiting_for_hosts_in_any_pool() -> None:
+    pools = {"/": ResourcePool("/"), "/x": ResourcePool("/x"), "/y": ResourcePool("/y")}
+    q, h = Queues(), Holdings()
+    big = q.add(gang("big", n=2, cpu=1, pool="/x", at=1), 0.0)
+    q.add(gang("later", n=1, cpu=1, pool="/y", at=2), 0.0)
+    q.add(gang("urgent", n=1, cpu=1, pool="/y", at=3, priority=5), 0.0)
+    assert [e.req.job_id for e in admission_round(q, h, pools, {}, 10, 0.0, 1.0, set(), fifo=True)] == [
+        "urgent", "big", "later"]  # nothing waits for hosts yet: all go, best first
+    for e in list(q.entries.values()):  # placement: urgent placed; big found no hosts; later behind it
+        h.release(e.req.gang_id, e.req.attempt)
+        if e.req.job_id == "urgent":
+            q.drop(e.req.gang_id)
+            continue
+        q.starve(e, 1.0, "hosts")
+        e.not_before = 0.0
+        q.push(e, 1.0)
+    assert q.first_unplaced() is big
+    q.add(gang("new", n=1, cpu=1, pool="/y", at=4), 2.0)
+    q.add(gang("vip", n=1, cpu=1, pool="/y", at=5, priority=9), 2.0)
+    got = admission_round(q, h, pools, {}, 10, 2.0, 1.0, set(), fifo=True)
+    assert [e.req.job_id for e in got] == ["vip", "big"]  # ahead of big, and big: not later nor new
+    assert q.reasons["later/0"].reason.startswith("waiting behind gang big/0 (pool /x)")  # /y's first says why
+    assert "new/0" not in q.reasons  # (behind later in its own pool: `peloton queue` says so)
+    # without fifo the same queues admit everything
+    q2, h2 = Queues(), Holdings()
+    for entry in [*got, q.get("later/0"), q.get("new/0")]:
+        assert entry is not None
+        q2.starve(q2.add(entry.req, 2.0), 2.0, "hosts")
+    assert [e.req.job_id for e in admission_round(q2, h2, pools, {}, 10, 2.0, 1.0, set())] == [
+        "vip", "big", "later", "new"]
+    # big placed: the next one waiting for hosts is the barrier
+    q.drop("big/0")
+    assert [e.req.job_id for e in admission_round(q, h, pools, {}, 10, 2.0, 1.0, set(), fifo=True)] == ["later"]

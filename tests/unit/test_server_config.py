@@ -51,6 +51,19 @@ def test_task_cgroups_is_a_setting_like_the_others(tmp_path: Path) -> None:
         ServerConfig("127.0.0.1:0", None, tmp_path, task_cgroups="on").check()
 
 
+def test_the_placement_order_comes_from_any_source_and_is_checked(tmp_path: Path) -> None:
+    from peloton.settings import ServerConfig
+
+    f = tmp_path / "peloton.toml"
+    f.write_text('placement-order = "fifo"\n')
+    assert effective([], {}).placement_order == "backfill"
+    assert effective(["--config", str(f)], {}).placement_order == "fifo"
+    assert effective([], {"PELOTON_PLACEMENT_ORDER": "fifo"}).placement_order == "fifo"
+    assert effective(["--config", str(f), "--placement-order", "backfill"], {}).placement_order == "backfill"
+    with pytest.raises(InvalidArgument, match="--placement-order: must be one of backfill, fifo, got 'lifo'"):
+        ServerConfig("127.0.0.1:0", None, tmp_path, placement_order="lifo").check()
+
+
 @pytest.mark.parametrize("text,message", [
     ('listn = "x"', "unknown key 'listn' (did you mean 'listen'?)"),
     ('rate-limit = "fast"', "rate-limit: must be a number, got 'fast'"),
@@ -60,6 +73,7 @@ def test_task_cgroups_is_a_setting_like_the_others(tmp_path: Path) -> None:
     ("preemption-settle = -1", "preemption-settle: -1 is not between 0 and 86400 seconds"),
     ("listen = ", "not valid TOML"),
     ('task-cgroups = "on"', "task-cgroups: must be one of auto, off, got 'on'"),
+    ('placement-order = "lifo"', "placement-order: must be one of backfill, fifo, got 'lifo'"),
 ])
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "peloton.toml"

@@ -22,6 +22,9 @@ else:
 
         return Path(*parts)
 
+# store/db.py DURABILITIES, the default first (not imported from there: the parser must not load SQLAlchemy)
+STORE_DURABILITIES = ("full", "relaxed")
+
 
 def _sim_settings(a: argparse.Namespace) -> SimSettings | None:
     """The SimSettings of `server --backend sim`, checked (errors name the flag); None for another backend."""
@@ -152,7 +155,7 @@ def cmd_server(a: argparse.Namespace) -> int:
     elif a.mesos_master:
         raise InvalidArgument("--mesos-master: only with --backend mesos")
     cfg = ServerConfig(
-        listen=a.listen, db_url=a.db, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
+        listen=a.listen, db_url=a.db, store_durability=a.store_durability, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
         local_hosts=local_hosts, local_host_resources=res, local_host_labels=local_labels,
         local_host_groups=local_groups, local_port_base=a.local_port_base,
         metrics_listen=a.metrics_listen, ui_listen=a.ui_listen, backend=a.backend, mesos=mesos,
@@ -167,7 +170,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         tls_client_ca=Path(a.tls_client_ca) if a.tls_client_ca else None, metrics_tls=a.metrics_tls,
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs, gpu_table=Path(a.gpu_table) if a.gpu_table else None,
-        preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption,
+        preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption, placement_order=a.placement_order,
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
         sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
@@ -310,6 +313,10 @@ def _store_flags(s: argparse.ArgumentParser) -> None:
                    help="print the effective settings (file, environment, flags) as TOML and exit")
     s.add_argument("--listen", default=config.DEFAULT_LISTEN, help="gRPC HOST:PORT (default %(default)s)")
     s.add_argument("--db", default=None, help="database URL (default: SQLite in the data dir)")
+    s.add_argument("--store-durability", choices=STORE_DURABILITIES, default=STORE_DURABILITIES[0],
+                   help="full: a change reported to a client survives a power loss (every commit synced); relaxed: "
+                        "it survives the daemon's crash, a power loss may take back the last commits (faster, "
+                        "above all on PostgreSQL) (default %(default)s)")
     s.add_argument("--data-dir", default=None,
                    help="default: $PELOTON_DATA_DIR, else $XDG_DATA_HOME/peloton, else ~/.local/share/peloton "
                         "(/var/lib/peloton for root)")
@@ -378,6 +385,10 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--no-preemption", action="store_true",
                    help="never preempt: gangs wait for capacity to free up on its own (hosts are still reserved "
                         "for a pool's first gang that no hosts fit)")
+    s.add_argument("--placement-order", choices=["backfill", "fifo"], default="backfill",
+                   help="backfill: a pool's first gang that no hosts fit gets hosts reserved, and gangs behind it "
+                        "run around them when they end in time; fifo: in the order gangs are admitted, nothing "
+                        "behind a gang that does not fit is placed until it is (default %(default)s)")
     s.add_argument("--job-retention", default="30d", metavar="DURATION",
                    help="finished jobs, their history and their sandboxes are deleted this long after they ended "
                         "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
