@@ -214,7 +214,7 @@ def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any,
     browser.delete_all_cookies()
     log_in(browser, daemon, "alice")
     browser.find_element(By.LINK_TEXT, "Audit").click()
-    browser.find_element(By.ID, "a-principal").send_keys("victor")
+    wait(browser, lambda dr: dr.find_elements(By.ID, "a-principal"), what="the audit log")[0].send_keys("victor")
     browser.find_element(By.ID, "a-denied").send_keys("refused")
     browser.find_element(By.ID, "a-denied").submit()
     row = wait(browser, lambda dr: next((r.text for r in dr.find_elements(By.CSS_SELECTOR, "tr[data-audit]")
