@@ -119,8 +119,8 @@ class Planner:
 
     def auto_count(self, spec: JobSpec, goal: plans.PlanGoal) -> autosize.CountChoice | None:
         """The worker count of an `instances: auto` spec: the plan search's best plan of each allowed count on the
-        GPUs free now and on the whole cluster as if empty, and autosize's rule over them (objective
-        `throughput`); with objective `efficiency`, the count of the best samples/s per GPU (now, else as if
+        GPUs free now and on the whole cluster as if empty, and autosize's rule over them at model.min_efficiency
+        (objective `throughput`); with objective `efficiency`, the count of the best samples/s per GPU (now, else as if
         empty). None when no allowed count can be placed even on the empty cluster."""
         m = spec.model
         assert m is not None and m.auto_instances
@@ -146,7 +146,8 @@ class Planner:
         for k in range(m.min_instances, top + 1):
             best = rate(empty, k)
             options.append(autosize.CountOption(k, best, rate(free, k) if best else 0.0))
-        return autosize.choose_count(options, autosize.DEFAULT_MIN_EFFICIENCY)
+        threshold = autosize.DEFAULT_MIN_EFFICIENCY if m.min_efficiency is None else m.min_efficiency
+        return autosize.choose_count(options, threshold)
 
     @staticmethod
     def _request(goal: plans.PlanGoal, servers: int, top: int, **kw: int) -> plans.PlanRequest:
@@ -155,8 +156,8 @@ class Planner:
                                  servers=servers if goal.pattern == plans.PS else 0, top=top, **kw)
 
     def _auto_top(self, spec: JobSpec) -> int:
-        """The most workers an `instances: auto` spec may get: model.max_instances (0: no bound), and no more than
-        its pool would be entitled to GPUs if it asked for them (when that leaves room for the fewest allowed)."""
+        """The most workers an `instances: auto` spec may get (autosize.upper_bound): model.max_instances, the GPUs
+        its pool would be entitled to if it asked for them, the GPUs its pool reserves."""
         m = spec.model
         assert m is not None
         roles = spec.all_roles()
@@ -166,10 +167,16 @@ class Planner:
         for i, r in enumerate(roles):
             if i != w:
                 extra = extra + r.resources.scale(r.instances)
-        entitled = self._entitled_gpus(spec.respool, extra)
-        if entitled is not None and entitled >= m.min_instances:
-            top_count = min(top_count, entitled) if top_count else entitled
-        return top_count
+        return autosize.upper_bound(top_count, m.min_instances, self._entitled_gpus(spec.respool, extra),
+                                    self._reserved_gpus(spec.respool))
+
+    def _reserved_gpus(self, pool: str) -> int:
+        """The GPUs `pool` reserves (0: none, or no such pool)."""
+        try:
+            with transaction(self.read_sessions) as s:
+                return int(repo.get_pool(s, pool).reservation.gpu)
+        except NotFound:
+            return 0
 
     def _entitled_gpus(self, pool: str, asking: Resources) -> int | None:
         """The whole GPUs `pool` would be entitled to if it also asked for `asking`; None while the resource

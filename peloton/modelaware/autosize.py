@@ -46,6 +46,19 @@ class CountChoice:
     why: str
 
 
+def upper_bound(max_instances: int, min_instances: int, entitled: int | None, reserved: int) -> int:
+    """The most workers `instances: auto` may choose (0: no bound): `max_instances` (0: none), and no more than the
+    GPUs the job's pool would be entitled to if it asked for them (None: not known) nor than the GPUs the pool
+    reserves (0: none), each only where it leaves room for `min_instances`. Beyond its pool's reservation a gang
+    runs on GPUs lent by other pools: when they take them back it is preempted, and it waits until they lend
+    again."""
+    top = max_instances
+    for cap in (entitled, reserved or None):
+        if cap is not None and cap >= min_instances:
+            top = min(top, cap) if top else cap
+    return top
+
+
 def efficiency(option: CountOption, per_gpu_ref: float) -> float:
     """E(K): the option's samples/s per GPU (now when it fits now, else as if empty) over the reference's."""
     rate = option.now or option.best

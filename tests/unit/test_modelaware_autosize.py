@@ -4,13 +4,16 @@ curves, on random ones against the rule's definition, and through the real job m
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 
 import pytest
 
+from peloton.domain.model import ResourcePool
+from peloton.domain.resources import Resources
 from peloton.errors import InvalidArgument
-from peloton.modelaware.autosize import DEFAULT_MIN_EFFICIENCY, CountOption, choose_count
+from peloton.modelaware.autosize import DEFAULT_MIN_EFFICIENCY, CountOption, choose_count, upper_bound
 from peloton.modelaware.document import parse_document
 from peloton.modelaware.plan import FreeHost, exhaustive
 from peloton.replay.driver import Cluster, Replay, Submission
@@ -78,6 +81,17 @@ def test_the_bounds_are_the_options_and_unplaceable_counts_are_skipped() -> None
     assert choose_count([]) is None
 
 
+def test_the_upper_bound_is_the_least_of_max_instances_the_entitlement_and_the_reservation() -> None:
+    assert upper_bound(16, 2, None, 0) == 16
+    assert upper_bound(0, 2, None, 0) == 0  # no bound at all: every slot of the cluster
+    assert upper_bound(0, 2, 40, 0) == 40
+    assert upper_bound(64, 24, 64, 32) == 32  # beyond its pool's reservation a gang runs on loan
+    assert upper_bound(16, 2, 8, 32) == 8
+    # a cap below min_instances does not hold the job: it waits for admission as any other
+    assert upper_bound(16, 4, 3, 2) == 16
+    assert upper_bound(64, 24, 20, 32) == 32
+
+
 @pytest.mark.parametrize("seed", range(40))
 def test_random_curves_follow_the_rule(seed: int) -> None:
     rng = random.Random(seed)
@@ -132,8 +146,9 @@ def _count(subs: list[Submission], name: str) -> int:
 
 def test_the_daemon_sizes_auto_jobs_by_the_rule_on_an_idle_and_a_busy_cluster() -> None:
     """The job manager's planner (jobmgr/planning.py) on a sim cluster of 4 hosts x 4 T4s, bert at 8 per GPU,
-    bounds 2..16. Idle: the count the rule gives on the exhaustive best placement of every count. Busy (a plain
-    gang holds every GPU): the smallest count, not the upper bound."""
+    bounds 2..16. Idle: the count the rule gives on the exhaustive best placement of every count (with
+    model.min_efficiency 0, the fastest); in a pool reserving fewer GPUs, no more than it reserves. Busy (a gang
+    holds every GPU): the smallest count, not the upper bound."""
     params = parse_document(json.loads(_bert().document)).params
     assert params is not None
     hosts = [FreeHost(f"h{i}", 4) for i in range(4)]
@@ -142,6 +157,18 @@ def test_the_daemon_sizes_auto_jobs_by_the_rule_on_an_idle_and_a_busy_cluster() 
     assert expected is not None and expected.gpus > 2  # bert scales: an idle cluster gives it more than the fewest
     assert max(rates, key=lambda k: rates[k]) > expected.gpus  # but not the most samples/s: past the threshold
     assert _count([Submission(0, "auto", _model_aware("auto", auto=(2, 16)))], "auto") == expected.gpus
+    # model.min_efficiency 0: the most samples/s that starts now
+    spec = _model_aware("auto", auto=(2, 16))
+    assert spec.model is not None
+    greedy = dataclasses.replace(spec, model=dataclasses.replace(spec.model, min_efficiency=0.0))
+    assert _count([Submission(0, "auto", greedy)], "auto") == max(rates, key=lambda k: rates[k])
+
+    # in a pool that reserves 3 GPUs of the 16: at most 3, though the other 13 are free to borrow
+    pools = [ResourcePool("/p", reservation=Resources(cpu=12, mem=24 * 1024, gpu=3)),
+             ResourcePool("/q", reservation=Resources(cpu=52, mem=104 * 1024, gpu=13))]
+    r = Replay(Cluster(hosts=4, gpus=4), [Submission(0, "auto", _model_aware("auto", auto=(2, 16), pool="/p"))],
+               lambda s, p: 100.0, pools=pools, preemption=True, models=[_bert()]).run()
+    assert r.jobs[0].placement is not None and r.jobs[0].placement.gpus == 3
 
     hog = _model_aware("hog", instances=16)
     busy = [Submission(0, "hog", hog), Submission(10, "auto", _model_aware("auto", auto=(2, 16)))]
