@@ -121,7 +121,8 @@ def spec_from_proto(p: job_pb2.JobSpec) -> JobSpec:
 def _model_ref(m: job_pb2.ModelSpec) -> ModelRef:
     return ModelRef(name=m.name, local_bsz=m.local_bsz, global_bsz=m.global_bsz, objective=m.objective or "throughput",
                     auto_instances=m.auto_instances, min_instances=m.min_instances or 1,
-                    max_instances=m.max_instances)
+                    max_instances=m.max_instances,
+                    min_efficiency=m.min_efficiency if m.HasField("min_efficiency") else None)
 
 
 def _seconds(d: duration_pb2.Duration, field: str) -> float:
@@ -179,6 +180,8 @@ def spec_to_proto(s: JobSpec) -> job_pb2.JobSpec:
         p.model.name, p.model.local_bsz, p.model.global_bsz = m.name, m.local_bsz, m.global_bsz
         p.model.objective, p.model.auto_instances = m.objective, m.auto_instances
         p.model.min_instances, p.model.max_instances = m.min_instances, m.max_instances
+        if m.min_efficiency is not None:
+            p.model.min_efficiency = m.min_efficiency
     return p
 
 

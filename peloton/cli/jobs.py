@@ -111,7 +111,7 @@ def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
         print("no plan fits this cluster, even with every host free")
         return 1
     where = "on the hosts' free GPUs now" if r.on_free_hosts else "nothing fits now: on every host as if free"
-    what = (f"Plans (instances: auto; the best uses {r.instances} workers)" if spec.model.auto_instances
+    what = (f"Plans (instances: auto chooses {r.instances} workers)" if spec.model.auto_instances
             else f"Plans for {r.instances} workers")
     print(f"{what}, best first ({where}):")
     rows = []

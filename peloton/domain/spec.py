@@ -77,6 +77,7 @@ class ModelRef:
     auto_instances: bool = False  # `instances: auto`: the workers' count is chosen when the job is created
     min_instances: int = 1
     max_instances: int = 0  # 0: as many as fit
+    min_efficiency: float | None = None  # auto only: the least scaling efficiency of a count; None: 0.5
     # Decided by the daemon when the job is created: the cost model and batch the placement engine uses
     # (peloton/modelaware/plan.py goal_to_dict, as JSON), so a later change of the stored model does not move a
     # running job; "" until then.
@@ -294,6 +295,10 @@ def validate_model_ref(spec: JobSpec) -> None:
     checks.integer(m.max_instances, "model.max_instances", minimum=0, maximum=limits.MAX_GANG_SIZE)
     if m.max_instances and m.min_instances > m.max_instances:
         raise bad("model.min_instances", f"{m.min_instances} is more than model.max_instances ({m.max_instances})")
+    if m.min_efficiency is not None:
+        if not m.auto_instances:
+            raise bad("model.min_efficiency", "only with instances: auto (it chooses among the counts)")
+        checks.number(m.min_efficiency, "model.min_efficiency", minimum=0, maximum=1)
     workers = worker_roles(spec)
     where = "roles" if spec.roles else "task.resources.gpu"
     if len(workers) != 1:
@@ -456,14 +461,15 @@ def spec_to_dict(spec: JobSpec) -> dict[str, object]:
 def _model_to_dict(m: ModelRef) -> dict[str, object]:
     return {"name": m.name, "local_bsz": m.local_bsz, "global_bsz": m.global_bsz, "objective": m.objective,
             "auto_instances": m.auto_instances, "min_instances": m.min_instances, "max_instances": m.max_instances,
-            "goal_json": m.goal_json}
+            "goal_json": m.goal_json, **({"min_efficiency": m.min_efficiency} if m.min_efficiency is not None else {})}
 
 
 def _model_from_dict(d: dict[str, Any]) -> ModelRef:
     return ModelRef(name=d["name"], local_bsz=float(d.get("local_bsz", 0.0)),
                     global_bsz=float(d.get("global_bsz", 0.0)), objective=d.get("objective", "throughput"),
                     auto_instances=bool(d.get("auto_instances", False)), min_instances=int(d.get("min_instances", 1)),
-                    max_instances=int(d.get("max_instances", 0)), goal_json=d.get("goal_json", ""))
+                    max_instances=int(d.get("max_instances", 0)), goal_json=d.get("goal_json", ""),
+                    min_efficiency=float(d["min_efficiency"]) if d.get("min_efficiency") is not None else None)
 
 
 def _resources_to_dict(r: Resources) -> dict[str, object]:

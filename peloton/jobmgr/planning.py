@@ -18,6 +18,7 @@ from peloton.domain import limits
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers, worker_roles
 from peloton.errors import InvalidArgument, NotFound
+from peloton.modelaware import autosize
 from peloton.modelaware import plan as plans
 from peloton.modelaware.document import parse_document
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
@@ -77,12 +78,12 @@ class Planner:
         validate_submitted(spec)
         goal = self.goal(spec)
         if m.auto_instances:
-            best = self.plan(spec, goal, top=1).plans
-            if not best:
+            count = self.auto_count(spec, goal)
+            if count is None:
                 hi = m.max_instances or "any"
                 raise InvalidArgument(f"instances: auto: no plan of {m.min_instances} to {hi} workers fits this "
                                       "cluster, even empty", field="instances")
-            spec = replace(with_workers(spec, best[0].gpus), min_available=0)
+            spec = replace(with_workers(spec, count.gpus), min_available=0)
         spec = replace(spec, model=replace(m, goal_json=json.dumps(plans.goal_to_dict(goal))))
         return validate(spec)
 
@@ -99,31 +100,83 @@ class Planner:
             validate(spec)  # says what is wrong with the roles
         worker = roles[workers[0]]
         servers = sum(r.instances for i, r in enumerate(roles) if i != workers[0])
-        req_kw: dict[str, object] = {"gpus": 0 if m.auto_instances else worker.instances}
-        if m.auto_instances:
-            # no more workers than the pool is entitled to GPUs (when that leaves room for the fewest allowed)
-            top_count = m.max_instances
-            most = top_count or limits.MAX_GANG_SIZE
-            extra = worker.resources.scale(most)
-            for i, r in enumerate(roles):
-                if i != workers[0]:
-                    extra = extra + r.resources.scale(r.instances)
-            entitled = self._entitled_gpus(spec.respool, extra)
-            if entitled is not None and entitled >= m.min_instances:
-                top_count = min(top_count, entitled) if top_count else entitled
-            req_kw.update(min_gpus=m.min_instances, max_gpus=top_count)
+        if not m.auto_instances:
+            return self._search(spec, goal, servers, top, gpus=worker.instances)
+        count = self.auto_count(spec, goal)  # the plans of the count `job create` would choose now
+        return self._search(spec, goal, servers, top, gpus=count.gpus) if count else PlanOutcome([], False)
+
+    def _search(self, spec: JobSpec, goal: plans.PlanGoal, servers: int, top: int, **counts: int) -> PlanOutcome:
+        """The plan search on the hosts' free state now; when nothing fits now, on the whole hosts."""
+        worker = spec.all_roles()[worker_roles(spec)[0]]
         for index, free_now in ((self._free_now(), True), (self.capacity(), False)):
             if index is None:
                 continue
             slots = worker_slots(index, spec.constraints, worker.resources)
-            req = plans.PlanRequest(local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
-                                    pattern=goal.pattern if goal.pattern != plans.PS or servers else plans.RING,
-                                    servers=servers if goal.pattern == plans.PS else 0, top=top,
-                                    **req_kw)  # type: ignore[arg-type]
-            found = plans.search(goal.params, slots, req, goal.table())
+            found = plans.search(goal.params, slots, self._request(goal, servers, top, **counts), goal.table())
             if found:
                 return PlanOutcome(found, free_now)
         return PlanOutcome([], False)
+
+    def auto_count(self, spec: JobSpec, goal: plans.PlanGoal) -> autosize.CountChoice | None:
+        """The worker count of an `instances: auto` spec: the plan search's best plan of each allowed count on the
+        GPUs free now and on the whole cluster as if empty, and autosize's rule over them at model.min_efficiency
+        (objective `throughput`); with objective `efficiency`, the count of the best samples/s per GPU (now, else as if
+        empty). None when no allowed count can be placed even on the empty cluster."""
+        m = spec.model
+        assert m is not None and m.auto_instances
+        roles = spec.all_roles()
+        w = worker_roles(spec)[0]
+        servers = sum(r.instances for i, r in enumerate(roles) if i != w)
+        free = worker_slots(self._free_now(), spec.constraints, roles[w].resources)
+        whole = self.capacity()
+        empty = worker_slots(whole, spec.constraints, roles[w].resources) if whole is not None else free
+        top = self._auto_top(spec) or sum(h.free_gpus for h in empty)
+        if goal.objective != "throughput":  # the best samples/s per GPU of any allowed count
+            out = self._search(spec, goal, servers, 1, min_gpus=m.min_instances, max_gpus=top)
+            if not out.plans:
+                return None
+            return autosize.CountChoice(out.plans[0].gpus, out.plans[0].samples_per_s, 0.0, out.on_free_hosts,
+                                        f"objective {goal.objective}: the best samples/s per GPU")
+
+        def rate(slots: list[plans.FreeHost], k: int) -> float:
+            best = plans.search(goal.params, slots, self._request(goal, servers, 1, gpus=k), goal.table())
+            return best[0].samples_per_s if best else 0.0
+
+        options = []
+        for k in range(m.min_instances, top + 1):
+            best = rate(empty, k)
+            options.append(autosize.CountOption(k, best, rate(free, k) if best else 0.0))
+        threshold = autosize.DEFAULT_MIN_EFFICIENCY if m.min_efficiency is None else m.min_efficiency
+        return autosize.choose_count(options, threshold)
+
+    @staticmethod
+    def _request(goal: plans.PlanGoal, servers: int, top: int, **kw: int) -> plans.PlanRequest:
+        return plans.PlanRequest(local_bsz=goal.local_bsz, global_bsz=goal.global_bsz, objective=goal.objective,
+                                 pattern=goal.pattern if goal.pattern != plans.PS or servers else plans.RING,
+                                 servers=servers if goal.pattern == plans.PS else 0, top=top, **kw)
+
+    def _auto_top(self, spec: JobSpec) -> int:
+        """The most workers an `instances: auto` spec may get (autosize.upper_bound): model.max_instances, the GPUs
+        its pool would be entitled to if it asked for them, the GPUs its pool reserves."""
+        m = spec.model
+        assert m is not None
+        roles = spec.all_roles()
+        w = worker_roles(spec)[0]
+        top_count = m.max_instances
+        extra = roles[w].resources.scale(top_count or limits.MAX_GANG_SIZE)
+        for i, r in enumerate(roles):
+            if i != w:
+                extra = extra + r.resources.scale(r.instances)
+        return autosize.upper_bound(top_count, m.min_instances, self._entitled_gpus(spec.respool, extra),
+                                    self._reserved_gpus(spec.respool))
+
+    def _reserved_gpus(self, pool: str) -> int:
+        """The GPUs `pool` reserves (0: none, or no such pool)."""
+        try:
+            with transaction(self.read_sessions) as s:
+                return int(repo.get_pool(s, pool).reservation.gpu)
+        except NotFound:
+            return 0
 
     def _entitled_gpus(self, pool: str, asking: Resources) -> int | None:
         """The whole GPUs `pool` would be entitled to if it also asked for `asking`; None while the resource

@@ -105,3 +105,28 @@ def test_an_auto_jobs_json_goes_back_to_job_create() -> None:
     again = spec_from_proto(spec_to_proto(chosen))
     assert again.model is not None and again.model.auto_instances
     validate_submitted(again)
+
+
+def test_min_efficiency_reads_round_trips_and_is_checked() -> None:
+    """`model.min_efficiency` (instances: auto only): unset is None (the daemon's 0.5), 0 is kept as 0."""
+    auto = SPEC.replace("instances: 8", "instances: auto")
+    assert spec(auto).model.min_efficiency is None
+    for text, want in (("0", 0.0), ("0.7", 0.7), ("1", 1.0)):
+        s = spec(auto.replace("local_bsz: 12}", f"local_bsz: 12, min_efficiency: {text}}}"))
+        assert s.model is not None and s.model.min_efficiency == want
+        validate_submitted(s)
+        chosen = with_workers(s, 4)
+        assert spec_from_proto(spec_to_proto(chosen)).model == chosen.model  # the API keeps 0 apart from unset
+        assert spec_from_dict(spec_to_dict(chosen)) == chosen  # and so does the store
+    s = with_workers(spec(auto), 4)
+    m = s.model
+    assert m is not None
+    for bad in (-0.1, 1.5, float("nan")):
+        refused(replace(s, model=replace(m, min_efficiency=bad)), "model.min_efficiency")
+    fixed = spec()
+    assert fixed.model is not None
+    assert "only with instances: auto" in refused(replace(fixed, model=replace(fixed.model, min_efficiency=0.5)),
+                                                  "model.min_efficiency")
+    with pytest.raises(InvalidArgument) as e:
+        parse_spec(auto.replace("local_bsz: 12}", "local_bsz: 12, min_efficiency: lots}"))
+    assert e.value.field == "model.min_efficiency"

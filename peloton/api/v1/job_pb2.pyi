@@ -406,6 +406,7 @@ class ModelSpec(_message.Message):
     AUTO_INSTANCES_FIELD_NUMBER: _builtins.int
     MIN_INSTANCES_FIELD_NUMBER: _builtins.int
     MAX_INSTANCES_FIELD_NUMBER: _builtins.int
+    MIN_EFFICIENCY_FIELD_NUMBER: _builtins.int
     name: _builtins.str
     """a stored model (peloton model create)"""
     local_bsz: _builtins.float
@@ -422,6 +423,10 @@ class ModelSpec(_message.Message):
     """default 1"""
     max_instances: _builtins.int
     """0: as many as fit"""
+    min_efficiency: _builtins.float
+    """`instances: auto` only: the least scaling efficiency (samples/s per GPU against the smallest count's) a count
+    may have, 0..1; unset: 0.5. 0: the count with the most samples/s that starts now.
+    """
     def __init__(
         self,
         *,
@@ -432,12 +437,15 @@ class ModelSpec(_message.Message):
         auto_instances: _builtins.bool = ...,
         min_instances: _builtins.int = ...,
         max_instances: _builtins.int = ...,
+        min_efficiency: _builtins.float | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["_min_efficiency", b"_min_efficiency", "min_efficiency", b"min_efficiency"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["auto_instances", b"auto_instances", "global_bsz", b"global_bsz", "local_bsz", b"local_bsz", "max_instances", b"max_instances", "min_instances", b"min_instances", "name", b"name", "objective", b"objective"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_min_efficiency", b"_min_efficiency", "auto_instances", b"auto_instances", "global_bsz", b"global_bsz", "local_bsz", b"local_bsz", "max_instances", b"max_instances", "min_efficiency", b"min_efficiency", "min_instances", b"min_instances", "name", b"name", "objective", b"objective"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    def WhichOneof(self, oneof_group: _Never) -> None: ...
+    _WhichOneofReturnType__min_efficiency: _TypeAlias = _typing.Literal["min_efficiency"]  # noqa: Y015
+    _WhichOneofArgType__min_efficiency: _TypeAlias = _typing.Literal["_min_efficiency", b"_min_efficiency"]  # noqa: Y015
+    def WhichOneof(self, oneof_group: _WhichOneofArgType__min_efficiency) -> _WhichOneofReturnType__min_efficiency | None: ...
 
 Global___ModelSpec: _TypeAlias = ModelSpec  # noqa: Y015
 
