@@ -53,8 +53,9 @@ pg:
 	@bash scripts/ensure_postgres.sh
 
 ## The six benchmarks of the hot-path issue (1-6 of benchmarks/README.md), short settings (about 8 minutes on 2 cores), each printing a table and
-## writing JSON under benchmarks/results/, then the model-aware plans against the public profiles (a second). Bigger
-## runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS, CLI_ARGS, SCHEDULING_ARGS, MODEL_ARGS (see
+## writing JSON under benchmarks/results/, then the model-aware plans against the public profiles (a second) and
+## Pollux's workload-6 replayed per policy (half a minute). Bigger
+## runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS, CLI_ARGS, SCHEDULING_ARGS, MODEL_ARGS, REPLAY_ARGS (see
 ## benchmarks/README.md), e.g. `make bench MEMORY_ARGS='--tasks 100000'`.
 bench: $(STAMP) pg
 	$(BIN)/python benchmarks/placement_bench.py $(PLACEMENT_ARGS)
@@ -65,6 +66,7 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/scheduling_bench.py $(SCHEDULING_ARGS)
 	$(BIN)/python benchmarks/model_bench.py $(MODEL_ARGS)
 	$(BIN)/python benchmarks/durability_bench.py
+	$(BIN)/python benchmarks/replay_bench.py $(REPLAY_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache .hypothesis

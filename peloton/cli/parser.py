@@ -36,7 +36,7 @@ GROUPS: dict[str, tuple[str, str]] = {
     "cluster": ("cluster", "the daemon itself"),
     "host": ("cluster", "hosts"),
     "audit": ("cluster", "the audit log: changing and refused calls, newest first (admin, operator)"),
-    "sim": ("sim", "failure injection into a daemon that runs the sim backend"),
+    "sim": ("sim", "failure injection into a daemon that runs the sim backend; replay a trace offline"),
     "completion": ("completion", "print a shell completion script: source <(peloton completion bash), or zsh"),
 }
 

@@ -18,7 +18,7 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from peloton.domain.launch import GangLaunch
@@ -41,6 +41,11 @@ TIMER_SLACK_S = 1e-6
 SAME_INSTANT_S = 1e-6  # between jobs the trace submits at the same second
 MAX_PASSES = 1000  # passes at one instant before the driver calls the components stuck (a bug, not a trace)
 DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
+
+
+class Stalled(RuntimeError):
+    """Gangs wait and nothing that could start them will ever come due: the scheduler cannot go on (the message
+    says why the first gang of each pool's queue waits)."""
 
 
 class VirtualClock:
@@ -75,6 +80,7 @@ class Cluster:
     cpu: float = 64.0
     mem_mb: float = 256 * 1024.0
     seed: int = 0
+    labels: tuple[tuple[str, str], ...] = ()  # on every host (gpu_model, nic_gbps, gpu_link: what a plan sees)
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +104,15 @@ class Placement:
         return sum(n for _, n in self.hosts)
 
 
+@dataclass(frozen=True, slots=True)
+class Run:
+    """One run of a job's gang: from when every member ran to when the last one stopped (None: still running)."""
+
+    start_s: float
+    end_s: float | None
+    placement: Placement
+
+
 @dataclass(slots=True)
 class JobResult:
     """Virtual seconds from the start of the replay. `running_s`: when every member of its first run ran (a gang
@@ -113,6 +128,7 @@ class JobResult:
     placement: Placement | None = None  # its last run's
     runs: int = 0
     preemptions: int = 0
+    history: list[Run] = field(default_factory=list)  # every run, in order (a preempted gang's earlier ones)
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,6 +139,7 @@ class Sample:
     t: float
     gpus_allocated: int
     queued: int
+    partial_gpus: int = 0  # GPUs held by gangs some of whose members run and others do not (must stay 0)
 
 
 @dataclass(slots=True)
@@ -134,7 +151,7 @@ class ReplayResult:
     wall_s: float = 0.0
 
 
-DurationOf = Callable[[Submission, Placement], float]
+DurationOf = Callable[[Submission, Placement], float]  # Replay.history(name) has the job's earlier runs
 
 
 class Replay:
@@ -172,6 +189,7 @@ class Replay:
         self._results: dict[str, JobResult] = {}
         self._by_job: dict[str, JobResult] = {}
         self._subs_by_name = {s.name: s for s in self.subs}
+        self._live: dict[str, tuple[str, ...]] = {}  # job id -> the task ids of its gang's run now
 
     # --- wiring (as server.py, without loops) -----------------------------------------------------------------
     def _build(self) -> None:
@@ -191,7 +209,7 @@ class Replay:
                 return repo.list_pools(s)
 
         hosts = make_sim_hosts(c.hosts, Resources(cpu=c.cpu, mem=c.mem_mb, gpu=c.gpus), racks=c.racks,
-                               seed=c.seed)
+                               seed=c.seed, labels=dict(c.labels))
         self._rack = {h.hostname: h.labels["rack"] for h in hosts}
         self.sim = SimBackend(hosts, seed=self._seed, clock=clock, timer_thread=False, duration_of=self._launched)
         self.hostmgr = HostManager(self.sim, clock=clock)
@@ -232,10 +250,24 @@ class Replay:
             r.running_s = now
         r.last_start_s, r.placement = now, p
         r.runs += 1
+        self._end_run(r, now)  # a gang runs once at a time: its earlier run has ended
         d = float(self.duration_of(self._subs_by_name[r.name], p))
         if not d > 0:
             raise ValueError(f"duration_of({r.name}): must be > 0 seconds, got {d}")
+        r.history.append(Run(now, None, p))
+        self._live[r.job_id] = tuple(t.task_id for t in g.tasks)
         return d
+
+    def history(self, name: str) -> tuple[Run, ...]:
+        """The runs of job `name` so far (for `duration_of`, asked at a launch: the earlier runs, all ended)."""
+        r = self._results.get(name)
+        return tuple(r.history) if r is not None else ()
+
+    def _end_run(self, r: JobResult, now: float) -> None:
+        if r.history and r.history[-1].end_s is None:
+            last = r.history[-1]
+            r.history[-1] = Run(last.start_s, now, last.placement)
+        self._live.pop(r.job_id, None)
 
     # --- stepping -----------------------------------------------------------------------------------------------
     def _idle(self) -> None:
@@ -272,10 +304,20 @@ class Replay:
         return max(min(due), now + MIN_STEP_S) if min(due) <= now else min(due)
 
     def _sample(self, timeline: list[Sample]) -> None:
-        gpus = sum(t.resources.gpu for t in self.sim.running())
+        running = {t.task_id: t.resources.gpu for t in self.sim.running()}
+        gpus = sum(running.values())
         _, queued = self.resmgr.queue("", 0)
-        s = Sample(self.clock() - EPOCH, gpus, queued)
-        if not timeline or (timeline[-1].gpus_allocated, timeline[-1].queued) != (gpus, queued):
+        now = self.clock() - EPOCH
+        partial = 0
+        for job_id, tasks in list(self._live.items()):
+            up = [running[t] for t in tasks if t in running]
+            if not up:
+                self._end_run(self._by_job[job_id], now)  # ended (done, failed or preempted) at this instant
+            elif len(up) < len(tasks):
+                partial += sum(up)
+        s = Sample(now, gpus, queued, partial)
+        if not timeline or (timeline[-1].gpus_allocated, timeline[-1].queued, timeline[-1].partial_gpus) != (
+                gpus, queued, partial):
             timeline.append(s)
 
     def _done(self, submitted: int) -> bool:
@@ -309,9 +351,11 @@ class Replay:
                     break
                 nxt = self._next(EPOCH + self.subs[i].at_s if i < len(self.subs) else None)
                 if nxt is None:
-                    _, queued = self.resmgr.queue("", 0)
-                    raise RuntimeError(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and "
-                                       "nothing due that could start them")
+                    gangs, queued = self.resmgr.queue("", 1000)
+                    heads = "; ".join(f"{self._name_of(g.job_id)} ({g.pool}): {g.reason}" for g in gangs
+                                      if g.position == 1)
+                    raise Stalled(f"replay stalled at virtual second {now:.3f}: {queued} gangs queued and nothing "
+                                  f"due that could start them. {heads}")
                 self.clock.advance_to(nxt)
             self._collect()
         finally:
@@ -319,6 +363,10 @@ class Replay:
         total = self.cluster.hosts * self.cluster.gpus
         return ReplayResult([self._results[s.name] for s in self.subs], timeline, total, instants,
                             time.perf_counter() - start)
+
+    def _name_of(self, job_id: str) -> str:
+        r = self._by_job.get(job_id)
+        return r.name if r is not None else job_id
 
     def _collect(self) -> None:
         """End state, end time and preemptions from the job manager's records (the store's)."""

@@ -7,7 +7,7 @@ import time
 
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
-from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Submission
+from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Submission
 
 
 def _spec(name: str, members: int, gpus: int) -> JobSpec:
@@ -85,3 +85,24 @@ def test_jobs_submitted_together_start_in_the_traces_order_on_every_run() -> Non
     assert first == run()
     starts = [t for name, t in first if name != "hold" and t is not None]
     assert starts == sorted(starts) and len(set(starts)) == 6  # one at a time, in the trace's order
+
+
+def test_each_run_is_recorded_and_the_earlier_ones_are_there_at_a_launch() -> None:
+    subs = [Submission(0, "a", _spec("a", 2, 4)), Submission(5, "b", _spec("b", 1, 4))]
+    seen: dict[str, tuple[Run, ...]] = {}
+    holder: list[Replay] = []
+
+    def duration(s: Submission, p: Placement) -> float:
+        seen[s.name] = holder[0].history(s.name)
+        return 100.0
+
+    rp = Replay(Cluster(hosts=2, gpus=4, labels=(("gpu_model", "t4"),)), subs, duration)
+    holder.append(rp)
+    r = rp.run()
+    assert seen == {"a": (), "b": ()}  # a first run: nothing before it
+    a, b = r.jobs
+    assert a.placement is not None and b.placement is not None
+    assert a.history == [Run(0.0, 100.0, a.placement)] and b.history == [Run(100.0, 200.0, b.placement)]
+    assert rp.history("a") == tuple(a.history) and rp.history("nobody") == ()
+    assert all(s.partial_gpus == 0 for s in r.timeline)
+    assert {h.labels["gpu_model"] for h in rp.sim.hosts()} == {"t4"}  # the cluster's labels on every host

@@ -1,4 +1,5 @@
-"""`peloton sim fail-host|recover-host`: failure injection into a daemon that runs the sim backend."""
+"""`peloton sim fail-host|recover-host`: failure injection into a daemon that runs the sim backend; `peloton sim
+replay`: a trace replayed on the sim backend in this process (peloton/cli/replay.py)."""
 
 from __future__ import annotations
 
@@ -29,7 +30,9 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
     x = sm.add_parser("recover-host", help="bring a failed simulated host back, empty")
     x.add_argument("hostname", metavar="HOST")
     x.set_defaults(fn="groups.sim:cmd_sim_recover_host")
+    from peloton.cli import replay
 
+    replay.register(sm)
 
 
 def cmd_sim_fail_host(c: Client, a: argparse.Namespace) -> int:
