@@ -241,6 +241,19 @@ class Queues:
         self._waiting.pop(pool, None)
         return None
 
+    def behind(self, pool: str, n: int) -> list[Entry]:
+        """Up to `n` of the pool's WAITING entries after its first, in queue order (admission's backfill looks at
+        them), the queue unchanged: O(queue length). Stale items among the first are skipped, so fewer may come back."""
+        q = self._waiting.get(pool)
+        if not q:
+            return []
+        out: list[Entry] = []
+        for _, seq, gid in heapq.nsmallest(4 * n + 8, q):
+            e = self.entries.get(gid)
+            if e is not None and e.seq == seq and e.state == State.WAITING:
+                out.append(e)
+        return out[1:n + 1]
+
     def pop_head(self, pool: str) -> None:
         """Take the pool's first item off its queue (after `head` returned it)."""
         heapq.heappop(self._waiting[pool])
