@@ -350,11 +350,16 @@ class Queues:
                 heads[e.req.respool] = e
         return sorted(heads.values(), key=Entry.order)
 
-    def live_reservations(self) -> list[tuple[str, int]]:
-        """The waiting gangs that hold a reservation (the others are forgotten)."""
+    def live_reservations(self, barrier: Entry | None = None) -> list[tuple[str, int]]:
+        """The waiting gangs that hold a reservation (the others are forgotten). `barrier` (placement order fifo:
+        the first gang waiting for hosts): a gang ordered behind it loses its reservation, which would keep hosts
+        from it (a gang admitted later, by borrowing or once its pool's entitlement grew, may be ahead of a gang
+        that got its reservation earlier) while nothing behind it may start anyway."""
         out = []
         for gid in list(self.reserving):
             e = self.entries.get(gid)
+            if e is not None and barrier is not None and e is not barrier and e.order() > barrier.order():
+                e.reservation = None
             if e is None or e.reservation is None or e.state not in (State.WAITING, State.PLACING):
                 del self.reserving[gid]
             else:

@@ -515,3 +515,20 @@ def test_fifo_admits_nothing_behind_the_first_gang_waiting_for_hosts_in_any_pool
     # big placed: the next one waiting for hosts is the barrier
     q.drop("big/0")
     assert [e.req.job_id for e in admission_round(q, h, pools, {}, 10, 2.0, 1.0, set(), fifo=True)] == ["later"]
+
+
+def test_under_fifo_a_gang_behind_the_first_waiting_for_hosts_loses_its_reservation() -> None:
+    """Workload-2 under fifo with preemption stalled: /b's gang got hosts reserved, then /a's gang ahead of it in
+    order was admitted by borrowing, found those hosts kept from it, and became the first waiting for hosts, which
+    nothing behind it may pass: each waited for the other."""
+    q = Queues()
+    ahead = q.add(_wide("ahead", "/a", 48, 1), 0.0)
+    later = q.add(_wide("later", "/b", 24, 2), 0.0)
+    later.reservation = Reservation(frozenset({"h1", "h2"}), None)
+    later.block = "hosts"
+    q.reserving["later/0"] = None
+    assert q.live_reservations() == [("later/0", 1)]  # no barrier: kept
+    assert q.live_reservations(later) == [("later/0", 1)]  # the barrier itself keeps its own
+    q.starve(ahead, 1.0, "hosts")
+    assert q.first_unplaced() is ahead
+    assert q.live_reservations(ahead) == [] and later.reservation is None and "later/0" not in q.reserving
