@@ -136,10 +136,11 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
     cap = ent.get("/")
     if refused and cap is not None:
         free = _free(cap, holdings.allocated, pools, ent)
-        waiting = _borrow(queues, holdings, pools, ent, refused, free, max_n, out)
+        waiting, stop = _borrow(queues, holdings, pools, ent, refused, free, max_n, out)
         if not fifo:
             _backfill(queues, holdings, pools, ent, waiting, free, max_n, now, out)
-        refused = [(e, r) for e, r in refused if e.state == State.WAITING]
+        refused = [(e, r + _borrowing(e, stop, admit(e.req.total, e.req.respool, pools, holdings.allocated)
+                                      is not None)) for e, r in refused if e.state == State.WAITING]
     for e, reason in refused:
         queues.starve(e, now, "pool")
         queues.set_reason(e, reason, now, preempting)
@@ -154,7 +155,7 @@ def _take(queues: Queues, holdings: Holdings, e: Entry, out: list[Entry]) -> Non
 
 def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
             refused: Sequence[tuple[Entry, str]], free: list[float], max_n: int,
-            out: list[Entry]) -> list[tuple[Entry, float | None]]:
+            out: list[Entry]) -> tuple[list[tuple[Entry, float | None]], Entry | None]:
     """Admit, best first, the pools' first gangs that only an entitlement refused while they fit the free capacity
     (`free`, taken down by each): without it, two pools whose first gangs are each wider than their pool's share
     would both wait for ever beside idle capacity. A preemptible borrower makes its pool hold more than its
@@ -162,8 +163,10 @@ def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool
     non-preemptible one still runs only within its own pool's reservation. The first gang that does not fit the
     free capacity stops the borrowing: what frees up is kept for it (else smaller gangs of other pools would borrow
     it first, for ever), and the gangs after it can borrow no earlier than it could be admitted.
-    Returns the first gangs still waiting, each with the time it could borrow no earlier than (None: not known)."""
+    Returns the first gangs still waiting, each with the time it could borrow no earlier than (None: not known),
+    and the first that could not borrow (None: none)."""
     left: list[tuple[Entry, float | None]] = []
+    stop: Entry | None = None
     after: float | None = 0.0  # borrowing is open from then on (0: now; None: not before a time not known)
     for e, _ in refused:
         g = e.req
@@ -171,6 +174,7 @@ def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool
                 and admit(g.total, g.respool, pools, holdings.allocated) is None):  # (a limit is never borrowed)
             if not _fits(g.total, free):
                 left.append((e, 0.0))
+                stop = e
                 after = _earliest(g, pools, ent, holdings, free, 0.0)[1]  # the gangs after it borrow no sooner
                 continue
             if g.preemptible or within_reservation(g.total, g.respool, pools, holdings.pinned) is None:
@@ -179,7 +183,17 @@ def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool
                 _use(free, g.total)
                 continue
         left.append((e, after))
-    return left
+    return left, stop
+
+
+def _borrowing(e: Entry, stop: Entry | None, limited: bool) -> str:
+    """What a first gang refused by entitlement alone is told besides: when it may borrow beyond it (`stop`: the
+    first gang that could not borrow, which the later ones wait for)."""
+    if limited or stop is None:
+        return ""
+    if stop is e:
+        return " (or beyond it, borrowing, once the cluster has room for the whole gang)"
+    return f" (it may borrow beyond it only after gang {stop.req.gang_id}, ahead of it, does)"
 
 
 def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
