@@ -19,7 +19,7 @@ import heapq
 import math
 from collections.abc import Container, Mapping, Sequence
 
-from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk
+from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, Holding
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest
 from peloton.domain.resources import Resources, format_mib
@@ -34,6 +34,7 @@ _EPS = 1e-6
 _NONE = Resources()
 BACKFILL_DEPTH = 32  # the gangs behind a waiting first gang looked at for backfill, per pool and round
 MAX_ENDING = 4096  # the placed gangs with a max_runtime, earliest end first, an admission estimate frees
+_AFTER_STOP = -1.0  # a first gang may borrow no sooner than the first one that could not borrow could
 
 
 def admit(
@@ -138,7 +139,7 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
         free = _free(cap, holdings.allocated, pools, ent)
         waiting, stop = _borrow(queues, holdings, pools, ent, refused, free, max_n, out)
         if not fifo:
-            _backfill(queues, holdings, pools, ent, waiting, free, max_n, now, out)
+            _backfill(queues, holdings, pools, ent, waiting, stop, free, max_n, now, out)
         refused = [(e, r + _borrowing(e, stop, admit(e.req.total, e.req.respool, pools, holdings.allocated)
                                       is not None)) for e, r in refused if e.state == State.WAITING]
     for e, reason in refused:
@@ -163,11 +164,11 @@ def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool
     non-preemptible one still runs only within its own pool's reservation. The first gang that does not fit the
     free capacity stops the borrowing: what frees up is kept for it (else smaller gangs of other pools would borrow
     it first, for ever), and the gangs after it can borrow no earlier than it could be admitted.
-    Returns the first gangs still waiting, each with the time it could borrow no earlier than (None: not known),
-    and the first that could not borrow (None: none)."""
+    Returns the first gangs still waiting, each with the time it could borrow no earlier than (0: now;
+    _AFTER_STOP: when the first that could not borrow could), and that one (None: none)."""
     left: list[tuple[Entry, float | None]] = []
     stop: Entry | None = None
-    after: float | None = 0.0  # borrowing is open from then on (0: now; None: not before a time not known)
+    after = 0.0  # borrowing is open from then on (0: now; _AFTER_STOP: once the first that could not borrow could)
     for e, _ in refused:
         g = e.req
         if (after == 0.0 and len(out) < max_n and queues.head(g.respool) is e
@@ -175,7 +176,7 @@ def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool
             if not _fits(g.total, free):
                 left.append((e, 0.0))
                 stop = e
-                after = _earliest(g, pools, ent, holdings, free, 0.0)[1]  # the gangs after it borrow no sooner
+                after = _AFTER_STOP  # the gangs after it borrow no sooner than it could (found when needed)
                 continue
             if g.preemptible or within_reservation(g.total, g.respool, pools, holdings.pinned) is None:
                 queues.pop_head(g.respool)
@@ -197,25 +198,41 @@ def _borrowing(e: Entry, stop: Entry | None, limited: bool) -> str:
 
 
 def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
-              waiting: Sequence[tuple[Entry, float | None]], free: list[float], max_n: int, now: float,
-              out: list[Entry]) -> None:
+              waiting: Sequence[tuple[Entry, float | None]], stop: Entry | None, free: list[float], max_n: int,
+              now: float, out: list[Entry]) -> None:
     """Behind each pool's first gang still waiting (`waiting`: with the time it may borrow from), admit the gangs
     of its pool that cannot delay it: each has an sla.max_runtime ending (with BACKFILL_SLACK_S) before the first
     gang could be admitted at the latest (`_earliest`), and fits its pool's limits and entitlement, the free
     capacity and, when not preemptible, its pool's reservation. Nothing backfills while that time is not known
     (the gangs in the way have no max_runtime)."""
+    if not holdings.ending:
+        return  # nothing ends at a known time: no first gang's admission time is known
+    ending: tuple[tuple[str, Holding], ...] | None = None  # (the same for every pool: found once, when needed)
+    stop_at: list[float | None] = []  # when `stop` could borrow (found once, when needed)
+    free0 = list(free)  # (as it was before this backfill: `stop`'s estimate must not move with it)
     for head, borrow_from in waiting:
         if len(out) >= max_n:
             return
-        by = _earliest(head.req, pools, ent, holdings, free, borrow_from)
+        # the gangs that could backfill at all first: most pools have none, and the estimate is the dear part
+        behind = [e for e in queues.behind(head.req.respool, BACKFILL_DEPTH)
+                  if e.req.max_runtime_s and _fits(e.req.total, free)]
+        if not behind:
+            continue
+        if ending is None:
+            ending = holdings.earliest_ends(MAX_ENDING)
+        if borrow_from == _AFTER_STOP:
+            if not stop_at:
+                stop_at.append(_earliest(stop.req, pools, ent, holdings, free0, 0.0, ending)[1] if stop else None)
+            borrow_from = stop_at[0]
+        by = _earliest(head.req, pools, ent, holdings, free, borrow_from, ending)
         start = min((t for t in by if t is not None), default=None)
         if start is None or start <= now:
             continue
-        for e in queues.behind(head.req.respool, BACKFILL_DEPTH):
+        for e in behind:
             if len(out) >= max_n:
                 return
             g = e.req
-            if not g.max_runtime_s or now + g.max_runtime_s + BACKFILL_SLACK_S > start or not _fits(g.total, free):
+            if now + g.max_runtime_s + BACKFILL_SLACK_S > start or not _fits(g.total, free):
                 continue
             if (admit(g.total, g.respool, pools, holdings.allocated) is not None
                     or entitled(g.total, g.respool, ent, holdings.allocated) is not None
@@ -227,19 +244,20 @@ def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePo
 
 
 def _earliest(g: GangRequest, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
-              holdings: Holdings, free: Sequence[float],
-              borrow_from: float | None) -> tuple[float | None, float | None]:
+              holdings: Holdings, free: Sequence[float], borrow_from: float | None,
+              ending: Sequence[tuple[str, Holding]] | None = None) -> tuple[float | None, float | None]:
     """When gang `g`, waiting at the head of its pool, could be admitted at the latest, as the placed gangs with an
     sla.max_runtime end by then (earliest first; the others are taken to run for ever): (within its pool's limits
     and entitlements as they are now; as a borrower, within the limits and the free capacity, no earlier than
-    `borrow_from`). Each is None when not reached (for borrowing, also when `borrow_from` is None)."""
+    `borrow_from`). Each is None when not reached (for borrowing, also when `borrow_from` is None). `ending`:
+    `holdings.earliest_ends(MAX_ENDING)` if the caller has it already."""
     alloc = {p: holdings.allocated.get(p, _NONE) for p in chain(g.respool)}
     room = list(free)
     t_ent: float | None = None
     t_free: float | None = None
     if admit(g.total, g.respool, pools, alloc) is None and _fits(g.total, room):
         t_free = 0.0  # it fits now: only the order keeps it from borrowing
-    for _, h in holdings.earliest_ends(MAX_ENDING):
+    for _, h in ending if ending is not None else holdings.earliest_ends(MAX_ENDING):
         if t_ent is not None and t_free is not None:
             break
         for p in chain(h.pool):

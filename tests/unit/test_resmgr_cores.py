@@ -535,3 +535,29 @@ def test_under_fifo_a_gang_behind_the_first_waiting_for_hosts_loses_its_reservat
     q.starve(ahead, 1.0, "hosts")
     assert q.first_unplaced() is ahead
     assert q.live_reservations(ahead) == [] and later.reservation is None and "later/0" not in q.reserving
+
+
+def test_a_gang_in_line_behind_the_first_borrower_backfills_until_that_one_could_borrow() -> None:
+    """/a's first gang could borrow when ra ends (1001), but b48 is first in line to borrow, not before rb ends
+    (5001): so a gang of /a ending by 3005 cannot delay a40, and backfills."""
+    q, h = Queues(), Holdings()
+    for name, pool, gpus, runtime in (("rb", "/b", 20, 5000.0), ("ra", "/a", 30, 1000.0)):
+        h.hold(_wide(name, pool, gpus, 0, max_runtime_s=runtime))
+        h.placed(f"{name}/0", 1, (("h1", R(gpu=gpus)),), 1.0)
+    q.add(_wide("b48", "/b", 48, 1), 0.0)  # over /b's 32, 48 > 14 free: stops the borrowing
+    q.add(_wide("a40", "/a", 40, 2), 0.0)  # over /a's 32, behind b48 in line
+    q.add(_wide("as", "/a", 2, 3, max_runtime_s=3000), 0.0)
+    ent = _ent(q, h)
+    assert ent["/a"].gpu == ent["/b"].gpu == 32
+    got = admission_round(q, h, TWO, ent, 10, 0.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["as"]
+    # with b48 gone, a40 fits /a's entitlement at 1001: as (3005) would delay it
+    q2, h2 = Queues(), Holdings()
+    h2.hold(_wide("ra", "/a", 30, 0, max_runtime_s=1000.0))
+    h2.placed("ra/0", 1, (("h1", R(gpu=30)),), 1.0)
+    h2.hold(_wide("rb", "/b", 20, 0, max_runtime_s=5000.0))
+    h2.placed("rb/0", 1, (("h2", R(gpu=20)),), 1.0)
+    q2.add(_wide("a40", "/a", 40, 2), 0.0)  # /a entitled to 44: a40 fits it once ra ends
+    q2.add(_wide("as", "/a", 2, 3, max_runtime_s=3000), 0.0)
+    assert _ent(q2, h2)["/a"].gpu == 44
+    assert admission_round(q2, h2, TWO, _ent(q2, h2), 10, 0.0, 1.0, set()) == []
