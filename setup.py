@@ -4,7 +4,9 @@ peloton/migrations, so that an installed daemon can upgrade its store (`peloton 
 from setuptools import find_packages, setup
 
 setup(
-    packages=[*find_packages(include=["peloton*"]), "peloton.migrations", "peloton.migrations.versions"],
+    packages=[*find_packages(include=["peloton*"]), "peloton.migrations", "peloton.migrations.versions",
+              "peloton.console.assets"],  # the web console's pages: data, no Python (docs/ui.md)
     package_dir={"peloton.migrations": "migrations", "peloton.migrations.versions": "migrations/versions"},
-    package_data={"peloton": ["py.typed"], "peloton.migrations": ["script.py.mako"]},
+    package_data={"peloton": ["py.typed"], "peloton.migrations": ["script.py.mako"],
+                  "peloton.console.assets": ["*.html", "*.js", "*.css", "*.svg"]},
 )

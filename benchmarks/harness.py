@@ -54,6 +54,7 @@ class Daemon:
     address: str = ""
     metrics: str = ""
     pg_url: str = ""
+    console: str = ""  # the web console's URL, when its args ask for one (--ui-listen; none by default)
 
     def start(self) -> Daemon:
         if self.store == "postgresql":
@@ -71,7 +72,7 @@ class Daemon:
             [sys.executable, "-m", "peloton.cli.main", "server", "--listen", "127.0.0.1:0", "--db", db,
              "--data-dir", str(self.data_dir), "--metrics-listen", f"127.0.0.1:{mport}", "--log-level", "warning",
              # as root: the benchmark's clients call over TCP without tokens (its tasks run as nobody)
-             *(["--insecure"] if os.geteuid() == 0 else []), *self.args],
+             *(["--insecure"] if os.geteuid() == 0 else []), "--ui-listen", "", *self.args],
             stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
         )
         assert self.proc.stdout is not None
@@ -80,6 +81,9 @@ class Daemon:
             line = self.proc.stdout.readline()
             if not line:
                 break
+            c = re.search(r"web console on (\S+)", line)
+            if c:
+                self.console = c.group(1)
             m = re.search(r"serving on (\S+)", line)
             if m:
                 self.address = m.group(1)

@@ -11,6 +11,7 @@ if TYPE_CHECKING:
 
 DEFAULT_LISTEN = "127.0.0.1:5391"
 DEFAULT_METRICS_LISTEN = "127.0.0.1:5392"
+DEFAULT_UI_LISTEN = "127.0.0.1:5393"  # the web console (docs/ui.md)
 ROOT_DATA_DIR = "/var/lib/peloton"
 
 

@@ -16,7 +16,7 @@ import uuid
 from collections.abc import Callable
 from concurrent import futures
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import grpc
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
@@ -90,6 +90,9 @@ from peloton.security.ratelimit import RateLimiter
 from peloton.settings import RATE_BURST_S, ServerConfig, local_only
 from peloton.store import db, repo
 
+if TYPE_CHECKING:
+    from peloton.console.server import Console
+
 AUDIT_RETENTION_BATCH = 1000  # audit records the retention loop deletes in one transaction
 log = logging.getLogger("peloton.server")
 
@@ -134,6 +137,7 @@ class Daemon:
         self.audit: AuditLog | None = None
         self.internal_server: grpc.Server | None = None
         self.channels: list[grpc.Channel] = []
+        self.console: Console | None = None  # the web console (--ui-listen)
 
     def start(self) -> str:
         """Each step needs the ones before it. Nothing that acts (the backend, the loops) starts before the locks
@@ -141,6 +145,7 @@ class Daemon:
         self.cfg.check()
         self._refuse_without_secret()
         self._serve_metrics()
+        self._bind_console()
         self._take_hold()
         self._open_store()
         self._start_audit()
@@ -158,6 +163,9 @@ class Daemon:
         self._start_serving()
         self._start_loops()
         self._declare_serving()
+        if self.console is not None:
+            self.console.start(self.address, authenticated=self.authenticator.enabled)
+            log.info("web console on %s", self.console.url)
         return self.address
 
     def _refuse_without_secret(self) -> None:
@@ -445,6 +453,24 @@ class Daemon:
                 raise FailedPrecondition(f"--metrics-listen: cannot listen on {cfg.metrics_listen}: {e.strerror}",
                                          field="--metrics-listen") from None
 
+    def _bind_console(self) -> None:
+        """The web console's port, taken now (a port in use refuses the start); it serves once the API does. It
+        calls the public API as its users (docs/ui.md): where this process serves no jobs, or serves the API over
+        TLS only (which the console cannot call yet), there is none."""
+        cfg = self.cfg
+        if not cfg.ui_listen:
+            return
+        if "jobmgr" not in cfg.roles:
+            log.info("no web console (--ui-listen): this process runs no job manager")
+            return
+        if cfg.tls_cert is not None:
+            log.warning("no web console (--ui-listen): the API is served over TLS, which the console does not call "
+                        "yet (docs/ui.md, \"Not built yet\"); pass --ui-listen '' to silence this")
+            return
+        from peloton.console.server import Console  # (http.server: ~30 ms of imports, only for a daemon with a console)
+
+        self.console = Console(cfg.ui_listen)
+
     def _make_backend(self) -> Backend:
         cfg = self.cfg
         if cfg.backend == "sim":
@@ -651,6 +677,8 @@ class Daemon:
         """Stop serving, in order: refuse new calls, let each loop finish its pass (at most 3 s), end the calls in
         flight (2 s), release the store lock. Running tasks keep running: the next start adopts them."""
         self._closing.set()
+        if self.console is not None:
+            self.console.stop()
         census.STORE.attach(None)
         census.CLUSTER.attach(None)
         self.health.enter_graceful_shutdown()
@@ -729,6 +757,8 @@ def run_server(cfg: ServerConfig) -> None:
     d = Daemon(cfg)
     address = d.start()
     d.stop_on_signals()
+    if d.console is not None:
+        print(f"peloton: web console on {d.console.url}", flush=True)
     also = f" and unix:{d.unix_socket}" if d.unix_socket else ""
     print(f"peloton: serving on {address}{also} (pid {os.getpid()}, data {cfg.data_dir})", flush=True)
     d.serve_forever()

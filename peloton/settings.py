@@ -51,6 +51,7 @@ class ServerConfig:
     local_host_groups: tuple[HostGroup, ...] = ()  # --local-host-group: these hosts instead of --local-hosts'
     local_port_base: int = 31000
     metrics_listen: str = ""
+    ui_listen: str = ""  # the web console (peloton/console/, docs/ui.md): plain HTTP; "" none
     workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
     launchers: int = 4  # launcher loops: batches of placements launched concurrently
     jobmgr_writers: int | None = None  # shards of jobs, one writer thread each; None: 1 on SQLite, WRITERS_PG on PG
@@ -184,6 +185,13 @@ class ServerConfig:
                 "certificates or tokens (--tls-cert, --tls-key, and --tls-client-ca or --principals-file; "
                 "docs/security.md): anyone who reaches it could run commands as the daemon's user. Listen on "
                 "127.0.0.1 or a unix: socket, set up TLS, or pass --insecure to serve it anyway", field="--listen")
+        if self.ui_listen:
+            split_hostport(self.ui_listen, "--ui-listen")
+            if not self.insecure and not local_only(self.ui_listen):
+                raise InvalidArgument(
+                    f"--ui-listen: {self.ui_listen} can be reached from other machines, and the console is plain "
+                    "HTTP: the tokens its users log in with would cross the network in clear (docs/ui.md). Listen on "
+                    "127.0.0.1 (and reach it through an SSH tunnel), or pass --insecure", field="--ui-listen")
         if self.internal_listen and not self.insecure and not local_only(self.internal_listen):
             raise InvalidArgument(
                 f"--internal-listen: {self.internal_listen} can be reached from other machines, and the internal "

@@ -122,7 +122,7 @@ def main() -> None:
     sys.setprofile(_hook)
     data = tempfile.mkdtemp(prefix="peloton-trace-")
     cli.main(["server", "--listen", "127.0.0.1:0", "--db", f"sqlite:///{data}/peloton.db", "--data-dir", data,
-              "--insecure", "--log-level", "warning", "--backend", "sim", "--sim-hosts", "16",
+              "--insecure", "--log-level", "warning", "--ui-listen", "", "--backend", "sim", "--sim-hosts", "16",
               "--sim-host-resources", "cpu=64,mem=256Gi,gpu=8"])
     sys.setprofile(None)
     threading.setprofile(None)

@@ -10,6 +10,10 @@ from typing import Any
 import pytest
 
 NO_SKIP = os.environ.get("PELOTON_TEST_NO_SKIP") == "1"
+# The daemons the tests start serve no web console (its default port, 127.0.0.1:5393, is one for the whole machine,
+# and tests run side by side): `peloton server` reads PELOTON_UI_LISTEN as --ui-listen. The console's own tests
+# pass --ui-listen 127.0.0.1:0, which the command line's wins over (tests/e2e/test_console_e2e.py).
+os.environ.setdefault("PELOTON_UI_LISTEN", "")
 
 
 @pytest.hookimpl(hookwrapper=True)

@@ -94,17 +94,30 @@ def even_split(gpus: int, hosts: int) -> tuple[int, ...]:
     return (size + 1,) * extra + (size,) * (hosts - extra)
 
 
+def crowded_split(gpus: int, hosts: int, per_host: int) -> tuple[int, ...]:
+    """`gpus` over `hosts` hosts as unevenly as they go: each host as full as it can be while every later one keeps
+    at least one GPU."""
+    out, left = [], gpus
+    for i in range(hosts):
+        take = min(per_host, left - (hosts - 1 - i))
+        out.append(take)
+        left -= take
+    return tuple(out)
+
+
 def slowest_speed(model: SpeedModel, gpus: int, batch_size: int | None, cluster: ClusterShape) -> float:
     """The samples/s of the slowest placement a gang of `gpus` one-GPU members can get on the cluster. On hosts
-    alike, the cost model's all-reduce ring (peloton/modelaware/cost.py: compute_time, sync_time) depends only on
-    the gang's GPUs and the number of hosts it spans, so one placement per host count is enough: from the fewest
-    hosts that hold the gang to one GPU per host (at most every host)."""
+    alike, the cost model (peloton/modelaware/cost.py) charges the all-reduce by the gang's GPUs and the number of
+    hosts it spans, and compute by the GPUs busy on the busiest host (contention, kappa): so for each host count,
+    from the fewest hosts that hold the gang to one GPU per host (at most every host), the slowest placement is the
+    even one or the most crowded one."""
     fewest = -(-gpus // cluster.gpus_per_host)
     most = min(gpus, cluster.hosts)
     if fewest > most:
         raise InvalidArgument(f"{gpus} GPUs do not fit {cluster.hosts} hosts of {cluster.gpus_per_host}",
                               field="gpus")
-    return min(speed(model, hosts_of(even_split(gpus, n), cluster), batch_size) for n in range(fewest, most + 1))
+    return min(speed(model, hosts_of(split, cluster), batch_size) for n in range(fewest, most + 1)
+               for split in {even_split(gpus, n), crowded_split(gpus, n, cluster.gpus_per_host)})
 
 
 def max_runtime_s(job: TraceJob, model: SpeedModel, cluster: ClusterShape, sizes: Sequence[int]) -> float:

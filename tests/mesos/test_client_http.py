@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig, subscribe
-from peloton.hostmgr.mesos.client import MesosClient, MesosHTTPError, NotSubscribedError
+from peloton.hostmgr.mesos.client import MesosCallFailed, MesosClient, MesosHTTPError, NotSubscribedError
 from peloton.hostmgr.mesos.events import (
     Disconnected,
     Error,
@@ -62,7 +62,8 @@ class FakeMaster:
         self.subscribe_plan: list[Any] = []  # Stream | (status, text) | ("redirect", location); last one repeats
         self.call_statuses: list[tuple[int, str]] = []  # popped per call; default 202
         self.hold: dict[str, threading.Event] = {}  # call type -> answered only once set
-        self.requests: list[tuple[JSON, dict[str, str], tuple[str, int]]] = []
+        self.requests: list[tuple[JSON, dict[str, str], tuple[str, int]]] = []  # as they arrive
+        self.applied: list[str] = []  # call types as answered: the order the master applied them in
         self.push: queue.Queue[JSON] = queue.Queue()
         self.stopped = threading.Event()
         self.lock = threading.Lock()
@@ -85,6 +86,8 @@ class FakeMaster:
                     gate = master.hold.get(str(body.get("type")))
                     if gate is not None:
                         gate.wait(10)
+                    with master.lock:
+                        master.applied.append(str(body.get("type")))
                     master.answer_call(self)
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -270,7 +273,7 @@ def test_subscribe_stream_id_and_calls(masters: Callable[[], FakeMaster], client
     for body, headers, _ in calls:
         assert headers["Mesos-Stream-Id"] == "stream-1" and headers["Content-Type"] == "application/json"
         assert body["framework_id"] == {"value": "fw-1"}
-    assert calls[0][2] == calls[1][2]  # one keep-alive connection for calls
+    assert calls[0][2] != calls[1][2]  # two lanes (acks, offers): a connection each
 
     m.call_statuses = [(400, "Framework cannot be found")]
     with pytest.raises(MesosHTTPError) as err:
@@ -281,11 +284,141 @@ def test_subscribe_stream_id_and_calls(masters: Callable[[], FakeMaster], client
     before = len(m.requests)
     assert c.call(c.protocol.suppress())[0] == 202
     assert len(m.requests) - before == 3
+    offer_lane = {addr for b, _, addr in m.requests if b["type"] in ("DECLINE", "REVIVE", "SUPPRESS")}
+    assert len(offer_lane) == 1  # one keep-alive connection per lane
 
     with pytest.raises(CallError):
         c.call({"type": "UNKNOWN", "framework_id": {"value": "fw-1"}})  # would crash a real master
     with pytest.raises(CallError):
         c.call(c.protocol.subscribe_call())
+
+
+def _in_thread(fn: Callable[[], Any]) -> tuple[threading.Thread, list[Any]]:
+    """Run fn in a thread of its own; its result or exception lands in the list."""
+    out: list[Any] = []
+
+    def run() -> None:
+        try:
+            out.append(fn())
+        except Exception as e:  # noqa: BLE001 - the test looks at it
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    return t, out
+
+
+def _until(pred: Callable[[], bool], what: str) -> None:
+    deadline = time.monotonic() + 5
+    while not pred():
+        assert time.monotonic() < deadline, f"timed out waiting for {what}"
+        time.sleep(0.005)
+
+
+def _queued(c: MesosClient, lane: str, n: int) -> Callable[[], bool]:
+    """n calls made and waiting on `lane` (behind the one on the wire)."""
+    lanes = getattr(c, "_lanes", {})
+    return lambda: lane in lanes and lanes[lane].calls.qsize() == n
+
+
+def test_a_slow_call_holds_up_only_the_calls_that_must_follow_it(masters: Callable[[], FakeMaster],
+                                                                 clients: Any) -> None:
+    """No lock is held while a call is on the wire: an ACCEPT the master is slow to answer does not stop other
+    threads' RECONCILE and ACKNOWLEDGE (other lanes), while the DECLINE, REVIVE and SUPPRESS made after it, from
+    other threads, wait for it and reach the master in the order they were made. With a pool of concurrent
+    connections the master applied them before the ACCEPT, and the REVIVE before the DECLINE's filter."""
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()])]
+    c, rec = clients([m.url])
+    rec.wait(n_of(Subscribed))
+    m.hold["ACCEPT"] = threading.Event()
+    slow, slow_out = _in_thread(lambda: c.call(c.protocol.accept(["o1"], [], 5.0)))
+    _until(lambda: bool(m.bodies("ACCEPT")), "the ACCEPT on the wire")
+    waiting = []
+    for body in (c.protocol.decline(["o2"], 30.0), c.protocol.revive(), c.protocol.suppress()):
+        waiting.append(_in_thread(lambda body=body: c.call(body)))  # type: ignore[misc]
+        _until(_queued(c, "offers", len(waiting)), f"{body['type']} queued")
+    # other lanes go on meanwhile
+    assert c.call(c.protocol.reconcile([])) == (202, "")
+    assert c.call(c.protocol.acknowledge("S1", "t1", "zIaD0u+PR5aIi30SKZmmxw==")) == (202, "")
+    assert not slow_out and not any(out for _, out in waiting)
+    assert m.applied == ["RECONCILE", "ACKNOWLEDGE"]
+    m.hold["ACCEPT"].set()
+    for t, _ in [(slow, slow_out), *waiting]:
+        t.join(5)
+    assert slow_out == [(202, "")] and [out for _, out in waiting] == [[(202, "")]] * 3
+    assert m.applied[2:] == ["ACCEPT", "DECLINE", "REVIVE", "SUPPRESS"]  # the order they were made in
+
+
+def test_suppress_then_revive_from_two_threads_reach_the_master_in_that_order(
+        masters: Callable[[], FakeMaster], clients: Any) -> None:
+    """The trap of shared/mesos-api.md §3: a REVIVE made after a SUPPRESS but applied before it leaves the
+    framework suppressed (no offer again). The REVIVE waits for the SUPPRESS's answer, however slow."""
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()])]
+    c, rec = clients([m.url])
+    rec.wait(n_of(Subscribed))
+    m.hold["SUPPRESS"] = threading.Event()
+    t1, out1 = _in_thread(lambda: c.call(c.protocol.suppress()))
+    _until(lambda: bool(m.bodies("SUPPRESS")), "the SUPPRESS on the wire")
+    t2, out2 = _in_thread(lambda: c.call(c.protocol.revive()))
+    _until(lambda: _queued(c, "offers", 1)() or bool(m.bodies("REVIVE")), "the REVIVE made")
+    assert not m.bodies("REVIVE")  # not sent while the SUPPRESS is unanswered
+    m.hold["SUPPRESS"].set()
+    t1.join(5)
+    t2.join(5)
+    assert out1 == out2 == [(202, "")]
+    assert m.applied == ["SUPPRESS", "REVIVE"]
+
+
+def test_a_call_waiting_when_its_subscription_ends_is_not_sent_on_the_next(masters: Callable[[], FakeMaster],
+                                                                            clients: Any) -> None:
+    """A call is sent on the subscription it was made on or not at all: a SUPPRESS queued behind a slow ACCEPT
+    while the stream was replaced would suppress the new subscription, which the backend believes unsuppressed
+    (a SUBSCRIBE lifts suppression), and no offer would come again."""
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()], stream_id="stream-1"), Stream([subscribed()], stream_id="stream-2")]
+    c, rec = clients([m.url])
+    rec.wait(n_of(Subscribed))
+    m.hold["ACCEPT"] = threading.Event()
+    t1, out1 = _in_thread(lambda: c.call(c.protocol.accept(["o1"], [])))
+    _until(lambda: bool(m.bodies("ACCEPT")), "the ACCEPT on the wire")
+    t2, out2 = _in_thread(lambda: c.call(c.protocol.suppress()))
+    _until(_queued(c, "offers", 1), "the SUPPRESS queued")
+    m.push.put({"type": "ERROR", "error": {"message": "a transient error"}})  # the stream ends: re-subscribe
+    rec.wait(n_of(Subscribed, 2))
+    _until(lambda: c.protocol.stream_id == "stream-2", "the new stream")
+    m.hold["ACCEPT"].set()
+    t1.join(5)
+    t2.join(5)
+    assert out1 == [(202, "")]
+    assert isinstance(out2[0], NotSubscribedError) and "ended before it was sent" in str(out2[0])
+    assert not m.bodies("SUPPRESS")
+    assert c.call(c.protocol.suppress()) == (202, "")  # made on the new one: sent
+    assert m.bodies("SUPPRESS")[0][1]["Mesos-Stream-Id"] == "stream-2"
+
+
+def test_stop_fails_the_calls_not_answered_and_does_not_wait_for_them(masters: Callable[[], FakeMaster],
+                                                                        clients: Any) -> None:
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()])]
+    c, rec = clients([m.url])
+    rec.wait(n_of(Subscribed))
+    m.hold["ACCEPT"] = threading.Event()  # never set: the master never answers
+    t1, out1 = _in_thread(lambda: c.call(c.protocol.accept(["o1"], [])))
+    _until(lambda: bool(m.bodies("ACCEPT")), "the ACCEPT on the wire")
+    t2, out2 = _in_thread(lambda: c.call(c.protocol.kill("t1", "S1")))
+    _until(_queued(c, "offers", 1), "the KILL queued")
+    c.stop(timeout_s=5)
+    t1.join(5)
+    t2.join(5)
+    assert isinstance(out1[0], MesosCallFailed)  # on the wire: outcome unknown
+    assert isinstance(out2[0], MesosCallFailed) and "stopped" in str(out2[0])
+    assert not m.bodies("KILL")
+    assert not [t for t in threading.enumerate() if t.name.startswith("mesos-call-")]
+    with pytest.raises((MesosCallFailed, NotSubscribedError)):  # stopped (and the stream closed)
+        c.call(c.protocol.revive())
+    m.hold["ACCEPT"].set()
 
 
 def test_call_before_subscribing(clients: Any) -> None:

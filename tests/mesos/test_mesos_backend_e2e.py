@@ -194,8 +194,19 @@ def finish_and_succeed(fake: FakeMaster, d: MesosDaemon, job: str, tasks: list[d
 
 
 def fid_of(fake: FakeMaster) -> str:
-    fid: str = wait_until(lambda: fake.subscribed_frameworks and fake.subscribed_frameworks[0], 20, 0.05,
-                          "framework subscribed")
+    """The framework id, once the daemon knows it too: the master's side of the subscription is not enough (a
+    test that cut the stream then could cut it before SUBSCRIBED reached the daemon, which would then subscribe
+    anew as another framework). The daemon's ticker reconciles on a subscription only once it has handled
+    SUBSCRIBED (the framework id saved first): a RECONCILE on the current stream says so."""
+
+    def known() -> str | None:
+        for fid in fake.subscribed_frameworks:
+            sid = fake.stream_id(fid)
+            if any(c["headers"].get("Mesos-Stream-Id") == sid for c in fake.calls_of("RECONCILE")):
+                return fid
+        return None
+
+    fid: str = wait_until(known, 20, 0.05, "framework subscribed (and the daemon knowing it)")
     return fid
 
 

@@ -574,6 +574,39 @@ def test_suppress_after_idle_and_revive_on_demand() -> None:
     assert len(h.t.of("REVIVE")) == 1  # not suppressed any more: no second REVIVE
 
 
+def _suppressed_on_the_master(t: FakeTransport) -> bool:
+    """What the master makes of the calls it got: suppressed after a SUPPRESS, until a REVIVE."""
+    last = [c["type"] for c in t.calls if c["type"] in ("SUPPRESS", "REVIVE")]
+    return bool(last) and last[-1] == "SUPPRESS"
+
+
+def test_a_ticker_pass_landing_while_subscribed_is_handled_waits_for_it() -> None:
+    """The ticker's pass may come while SUBSCRIBED is being handled: the protocol core already knows the
+    subscription, the backend is still saving the framework id. A pass that acted then sent a SUPPRESS (nothing
+    pending yet) that the SUBSCRIBED handling "reset" afterwards: the master suppressed us, the backend believed
+    not, never revived, and no offer came again (the flaky Mesos e2e tests: a gang re-queued after its first
+    attempt was not placed within a minute). The pass now does nothing until the subscription is set up."""
+    h = Harness(idle_suppress_s=30.0)
+
+    def save_while_the_ticker_passes(fid: str | None) -> None:
+        h.saved.append(fid)
+        assert h.b.subscribed  # the protocol core knows the subscription already
+        h.tick(100)  # nothing demanded since the start: idle
+
+    h.b._save_fid = save_while_the_ticker_passes
+    h.subscribed()
+    assert h.saved == [FID]
+    h.b.offers()  # a job comes: demand
+    h.tick(0.5)
+    assert not _suppressed_on_the_master(h.t)  # offers keep coming
+    assert not h.t.of("SUPPRESS")  # that pass did nothing
+    h.tick(31)  # idle: suppressed, the backend knowing it
+    assert _suppressed_on_the_master(h.t) and h.b.suppressed
+    h.b.offers()
+    h.tick(0.5)
+    assert not _suppressed_on_the_master(h.t) and not h.b.suppressed  # revived on demand
+
+
 def test_failed_revive_is_retried_on_next_demand() -> None:
     h = Harness(idle_suppress_s=1.0)
     h.ready()

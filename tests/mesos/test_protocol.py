@@ -14,9 +14,10 @@ from hypothesis import strategies as st
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.hostmgr.mesos import calls
-from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
+from peloton.hostmgr.mesos.calls import CALL_TYPES, CallError, FrameworkConfig
 from peloton.hostmgr.mesos.protocol import (
     CALL_503_BACKOFF,
+    CALL_LANES,
     Error,
     Failure,
     Heartbeat,
@@ -28,6 +29,7 @@ from peloton.hostmgr.mesos.protocol import (
     Unknown,
     Update,
     UpdateOperationStatus,
+    call_lane,
     exit_code,
     failure_exit_code,
     is_terminal,
@@ -522,3 +524,15 @@ def test_backoff() -> None:
     assert b.delay(3, 1.0) == 8.0
     assert b.delay(50, 1.0) == 15.0 and b.delay(50, 0.0) == 7.5
     assert CALL_503_BACKOFF.delay(0, 1.0) == 0.1 and CALL_503_BACKOFF.delay(10, 1.0) == 2.0
+
+
+def test_calls_whose_order_matters_share_a_lane() -> None:
+    """REVIVE undoes SUPPRESS and the filters of DECLINE and ACCEPT, a KILL must follow the ACCEPT of its task:
+    one lane, so they reach the master in the order made. Acknowledgements keep their own order; reconciliation
+    needs none. Every call type has a lane (unknown ones the ordered "offers")."""
+    offers = {"ACCEPT", "DECLINE", "REVIVE", "SUPPRESS", "UPDATE_FRAMEWORK", "KILL", "ACCEPT_INVERSE_OFFERS",
+              "DECLINE_INVERSE_OFFERS", "TEARDOWN", "SHUTDOWN", "REQUEST"}
+    assert {t for t in CALL_TYPES - {"SUBSCRIBE"} if call_lane(t) == "offers"} == offers
+    assert call_lane("ACKNOWLEDGE") == call_lane("ACKNOWLEDGE_OPERATION_STATUS") == "acks"
+    assert call_lane("RECONCILE") == "queries" and call_lane("NOT_A_CALL") == "offers"
+    assert set(CALL_LANES) <= CALL_TYPES

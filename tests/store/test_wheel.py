@@ -57,3 +57,14 @@ def test_the_installed_wheel_upgrades_an_empty_database(venv: Path, db_url: str)
     head = ScriptDirectory(str(db.MIGRATIONS_DIR)).get_current_head()  # the checkout's
     assert r.stdout.strip() == f"database at revision {head}"
     assert db.current_revision(db_url) == head
+
+
+def test_the_installed_wheel_carries_the_web_consoles_pages(venv: Path) -> None:
+    """docs/ui.md: nothing is fetched at run time, the pages are the wheel's own files."""
+    r = _run(venv, venv.parent, "python", "-c",
+             "import peloton.console.server as s; print(s.__file__); print(' '.join(sorted(s._assets())))")
+    assert r.returncode == 0, r.stderr
+    where, names = r.stdout.split("\n")[:2]
+    assert not where.startswith(str(ROOT))  # the wheel's, not the checkout's
+    shipped = sorted(p.name for p in (ROOT / "peloton" / "console" / "assets").iterdir())
+    assert names.split() == shipped and "app.js" in shipped and "index.html" in shipped

@@ -155,7 +155,12 @@ class MesosBackend:
         self._inverse: dict[str, str] = {}  # outstanding inverse offer id -> agent id
         self._tasks: dict[str, _Task] = {}
         self._answers: dict[str, tuple[float, TaskStatus]] = {}  # task id -> (arrival, latest status)
-        self.suppressed = False
+        self.suppressed = False  # what this backend believes of the master (see `_set_up`)
+        # the subscription the ticker acts on: set once SUBSCRIBED has been handled here (its resets done), cleared
+        # when the stream ends. The protocol core knows of a subscription earlier (before the framework id is
+        # saved): a pass acting in between would send a SUPPRESS that the SUBSCRIBED handling then "resets"
+        # (`suppressed` False while the master suppresses us: no REVIVE, no offer ever again)
+        self._set_up = False
         self._last_demand = 0.0
         self._reconciliation: _Reconciliation | None = None
         self._last_implicit = 0.0
@@ -241,7 +246,7 @@ class MesosBackend:
         now = self.clock()
         with self._lock:
             self._last_demand = now
-            self._revive_wanted = self._revive_wanted or (self.suppressed and self.subscribed)
+            self._revive_wanted = self._revive_wanted or (self.suppressed and self._set_up)
             out = []
             for a in self._agents.values():
                 name = self._host_name(a)
@@ -541,6 +546,7 @@ class MesosBackend:
     def _disconnected(self) -> None:
         CONNECTED.set(0)
         with self._lock:
+            self._set_up = False
             changed = list(self._agents.values())
             for a in changed:
                 a.clear()
@@ -552,7 +558,8 @@ class MesosBackend:
             self._save_fid(fid)  # before anything else: a restart must come back as this framework
             self._saved_fid = fid
         with self._lock:
-            self.suppressed = False
+            self.suppressed = False  # a SUBSCRIBE lifts the suppression on the master; the ticker acts from now
+            self._set_up = True
             cleared = list(self._agents.values())
             for a in cleared:
                 a.clear()  # the master discarded them without RESCIND
@@ -628,7 +635,7 @@ class MesosBackend:
         implicit = False
         suppress = False
         with self._lock:
-            if not self.subscribed:
+            if not self.subscribed or not self._set_up:  # not before SUBSCRIBED is handled (see `_set_up`)
                 return
             revive, self._revive_wanted = self._revive_wanted and self.suppressed, False
             idle = now - self._last_demand > self.opts.idle_suppress_s

@@ -5,7 +5,10 @@ errors on every master in turn with exponential backoff and jitter), reads the R
 with a socket read timeout of heartbeat × miss factor, and hands typed events to `on_event` from its thread.
 Any end of the stream (EOF, ERROR event, silence, read error) is reported as a Disconnected event and followed
 by a re-subscribe, except after a fatal ERROR ("Framework failed over" / "Framework has been removed"): then it
-waits for `resume()`. Calls go on a separate keep-alive connection with the Mesos-Stream-Id header.
+waits for `resume()`. Calls go on other keep-alive connections with the Mesos-Stream-Id header, one per lane
+(protocol.call_lane): a caller hands its call to the lane's sender thread and waits for the answer with no lock
+held; each lane sends its calls one at a time in the order they were made, so those whose order matters reach
+the master in it, and the lanes go concurrently, so a slow call holds up only the calls that must follow it.
 All decisions live in protocol.py; this module only moves bytes.
 """
 
@@ -15,12 +18,15 @@ import base64
 import http.client
 import json
 import logging
+import queue
 import random
 import socket
 import ssl
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from concurrent.futures import Future
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -30,6 +36,7 @@ from peloton.hostmgr.mesos.protocol import (
     API_PATH,
     CALL_503_BACKOFF,
     SchedulerProtocol,
+    call_lane,
     master_base,
     redirect_base,
 )
@@ -66,6 +73,33 @@ class MesosHTTPError(MesosClientError):
 
 class MesosCallFailed(MesosClientError):
     """No HTTP answer (connection refused, reset, timeout): the call may or may not have been applied."""
+
+
+@dataclass(eq=False)
+class _Call:
+    """A call handed to a lane: sent only on the subscription it was made on (`stream_id`)."""
+
+    call_type: str
+    payload: bytes
+    stream_id: str
+    answer: Future[tuple[int, str]] = field(default_factory=Future)
+
+
+class _Lane:
+    """One lane's sender: its queue of calls, its thread, and the keep-alive connection only that thread uses."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.calls: queue.SimpleQueue[_Call | None] = queue.SimpleQueue()  # None: end the thread
+        self.thread: threading.Thread | None = None
+        self.conn: http.client.HTTPConnection | None = None
+        self.conn_base = ""
+        self.conn_used_at = 0.0
+
+    def close_conn(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
 
 
 class MesosClient:
@@ -115,12 +149,10 @@ class MesosClient:
         self._wake = threading.Event()
         self._sleep = sleep if sleep is not None else self._stop.wait
         self._thread: threading.Thread | None = None
-        self._lock = threading.Lock()  # guards _stream_conn
+        self._lock = threading.Lock()  # guards _stream_conn, _lanes, _lanes_closed (memory only)
         self._stream_conn: http.client.HTTPConnection | None = None
-        self._call_lock = threading.Lock()  # one call at a time on the keep-alive connection (keeps their order)
-        self._call_conn: http.client.HTTPConnection | None = None
-        self._call_conn_base = ""
-        self._call_conn_used_at = 0.0
+        self._lanes: dict[str, _Lane] = {}  # lane name -> its sender, started by the first call on it
+        self._lanes_closed = False  # stop() ended them: calls are refused until start()
         self._next_master = 0
         self.leader: str | None = None  # base URL of the master our stream is bound to
         # a SUBSCRIBE fails over whoever is subscribed as the framework: only a daemon that leads may send one (a
@@ -136,19 +168,33 @@ class MesosClient:
         if self._thread is not None and self._thread.is_alive():
             return
         self._stop.clear()
+        with self._lock:
+            self._lanes_closed = False
         self._thread = threading.Thread(target=self._run, name="mesos-subscription", daemon=True)
         self._thread.start()
 
     def stop(self, timeout_s: float = 5.0) -> None:
-        """Close the stream and the call connection and end the thread. Does NOT tear the framework down."""
+        """Close the stream and the call connections and end the threads; calls not yet answered fail with
+        MesosCallFailed (one on the wire: its outcome unknown). Does NOT tear the framework down."""
         self._stop.set()
         self._wake.set()
         self._close_stream()
-        with self._call_lock:
-            self._close_call_conn()
-        t = self._thread
-        if t is not None and t is not threading.current_thread():
-            t.join(timeout_s)
+        with self._lock:
+            self._lanes_closed = True
+            lanes, self._lanes = list(self._lanes.values()), {}
+            for lane in lanes:
+                lane.calls.put(None)  # after every call queued so far (call() queues under this lock)
+        for lane in lanes:
+            conn = lane.conn
+            if conn is not None and conn.sock is not None:
+                try:
+                    conn.sock.shutdown(socket.SHUT_RDWR)  # ends a call on the wire at once
+                except OSError:
+                    pass
+        deadline = time.monotonic() + timeout_s
+        for t in [self._thread, *(lane.thread for lane in lanes)]:
+            if t is not None and t is not threading.current_thread():
+                t.join(max(0.0, deadline - time.monotonic()))
 
     def resume(self, forget_framework_id: bool = False) -> None:
         """Re-subscribe after a fatal ERROR (the owner has cleared or kept the framework id)."""
@@ -307,60 +353,94 @@ class MesosClient:
 
     # --- calls --------------------------------------------------------------------------------------------------
     def call(self, body: Mapping[str, Any]) -> tuple[int, str]:
-        """Send one non-SUBSCRIBE call to the master our stream is bound to. Returns (status, body text) for
-        2xx (202 means queued, not applied: the outcome comes as events, possibly BEFORE this returns).
-        Raises CallError (invalid body, never sent), NotSubscribedError, MesosHTTPError (4xx with the master's
-        text, 307, 5xx after retries) or MesosCallFailed (no answer: outcome unknown)."""
+        """Send one non-SUBSCRIBE call to the master our stream is bound to, on its lane (see the module
+        docstring), and wait for the answer. Returns (status, body text) for 2xx (202 means queued, not applied:
+        the outcome comes as events, possibly BEFORE this returns). The call is sent on the subscription it was
+        made on or not at all: one whose stream ended while it waited is refused (NotSubscribedError), since what
+        it meant (offers, a SUPPRESS) does not carry over to the next subscription. Raises CallError (invalid
+        body, never sent), NotSubscribedError, MesosHTTPError (4xx with the master's text, 307, 5xx after
+        retries) or MesosCallFailed (no answer: outcome unknown)."""
         call_type = validate_call(body)
         if call_type == "SUBSCRIBE":
             raise CallError("SUBSCRIBE is sent by the subscription thread only")
-        payload = json.dumps(body).encode()
-        with self._call_lock:
-            status, text = 0, ""
-            for attempt in range(self.call_503_retries + 1):
-                base = self.leader
-                if base is None or self.protocol.stream_id is None:
-                    raise NotSubscribedError(f"{call_type}: not subscribed to a Mesos master")
-                status, text = self._post(base, payload, self._headers(subscribe=False), call_type)
-                if status != 503 or attempt == self.call_503_retries:
-                    break
-                self._sleep(CALL_503_BACKOFF.delay(attempt, self._rand()))
+        stream_id = self.protocol.stream_id
+        if self.leader is None or stream_id is None:
+            raise NotSubscribedError(f"{call_type}: not subscribed to a Mesos master")
+        c = _Call(call_type, json.dumps(body).encode(), stream_id)
+        name = call_lane(call_type)
+        with self._lock:  # memory only: the queue is unbounded
+            if self._lanes_closed:
+                raise MesosCallFailed(f"{call_type}: the Mesos client is stopped")
+            lane = self._lanes.get(name)
+            if lane is None:
+                lane = self._lanes[name] = _Lane(name)
+                lane.thread = threading.Thread(target=self._send_loop, args=(lane,), name=f"mesos-call-{name}",
+                                               daemon=True)
+                lane.thread.start()
+            lane.calls.put(c)
+        return c.answer.result()  # no lock held: the lane's thread sends it, then answers
+
+    def _send_loop(self, lane: _Lane) -> None:
+        """A lane's thread: its calls one at a time, in the order they were queued, until stop()."""
+        try:
+            while True:
+                c = lane.calls.get()
+                if c is None:
+                    return
+                if self._stop.is_set():
+                    c.answer.set_exception(MesosCallFailed(f"{c.call_type}: the Mesos client is stopped"))
+                    continue
+                try:
+                    c.answer.set_result(self._send(lane, c))
+                except BaseException as e:  # noqa: BLE001 - the caller gets it, whatever it is
+                    c.answer.set_exception(e)
+        finally:
+            lane.close_conn()
+
+    def _send(self, lane: _Lane, c: _Call) -> tuple[int, str]:
+        """One call, with its 503 retries (the retry sleeps end on stop())."""
+        status, text = 0, ""
+        for attempt in range(self.call_503_retries + 1):
+            base = self.leader
+            if base is None or self.protocol.stream_id is None:
+                raise NotSubscribedError(f"{c.call_type}: not subscribed to a Mesos master")
+            if self.protocol.stream_id != c.stream_id:
+                raise NotSubscribedError(f"{c.call_type}: the subscription it was made on ended before it was sent")
+            status, text = self._post(lane, base, c.payload, self._headers(subscribe=False), c.call_type)
+            if status != 503 or attempt == self.call_503_retries or self._stop.is_set():
+                break
+            self._sleep(CALL_503_BACKOFF.delay(attempt, self._rand()))
         if 200 <= status < 300:
             return status, text
-        raise MesosHTTPError(status, text, call_type)
+        raise MesosHTTPError(status, text, c.call_type)
 
-    def _close_call_conn(self) -> None:
-        if self._call_conn is not None:
-            self._call_conn.close()
-            self._call_conn = None
-
-    def _post(self, base: str, payload: bytes, headers: dict[str, str], call_type: str) -> tuple[int, str]:
+    def _post(self, lane: _Lane, base: str, payload: bytes, headers: dict[str, str],
+              call_type: str) -> tuple[int, str]:
         now = self._clock()
-        if (self._call_conn is not None and (self._call_conn_base != base
-                                             or now - self._call_conn_used_at > self.call_idle_reconnect_s)):
-            self._close_call_conn()  # avoid racing the server closing an idle keep-alive connection
+        if lane.conn is not None and (lane.conn_base != base or now - lane.conn_used_at > self.call_idle_reconnect_s):
+            lane.close_conn()  # avoid racing the server closing an idle keep-alive connection
         for _ in range(2):
-            reused = self._call_conn is not None
-            if self._call_conn is None:
-                self._call_conn = self._connect(base, self.request_timeout_s)
-                self._call_conn_base = base
-            conn = self._call_conn
+            reused = lane.conn is not None
+            if lane.conn is None:
+                lane.conn = self._connect(base, self.request_timeout_s)
+                lane.conn_base = base
+            conn = lane.conn
             try:
                 conn.request("POST", API_PATH, body=payload, headers=headers)
                 resp = conn.getresponse()
                 text = _read_text(resp)
             except _RECONNECT_ERRORS as e:
-                self._close_call_conn()
-                if reused:  # the server closed the kept-alive connection before reading our request
+                lane.close_conn()
+                if reused and not self._stop.is_set():  # the server closed the kept-alive connection first
                     log.debug("mesos: call connection was closed (%r); reconnecting", e)
                     continue
                 raise MesosCallFailed(f"{call_type} to {base}: {e!r}") from e
             except (OSError, http.client.HTTPException) as e:
-                self._close_call_conn()
+                lane.close_conn()
                 raise MesosCallFailed(f"{call_type} to {base}: {e!r}") from e
-            self._call_conn_used_at = self._clock()
+            lane.conn_used_at = self._clock()
             if resp.will_close:
-                self._close_call_conn()
+                lane.close_conn()
             if resp.status == 307:
                 text = f"not the leader any more (Location: {resp.getheader('Location', '')}) {text}".strip()
             return resp.status, text

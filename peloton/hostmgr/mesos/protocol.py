@@ -66,7 +66,9 @@ __all__ = [
     "SubscribeRefused",
     "Subscribed",
     "CALL_503_BACKOFF",
+    "CALL_LANES",
     "TERMINAL_STATES",
+    "call_lane",
     "Unknown",
     "Update",
     "UpdateOperationStatus",
@@ -246,6 +248,28 @@ def redirect_base(current: str, location: str) -> str:
 # A call the master answered 503 (it is busy or electing) is tried again after this back-off (the shared policy,
 # peloton.retry: pure, as this module is); re-subscribing uses the same policy between the client's bounds.
 CALL_503_BACKOFF = Backoff(0.1, 2.0)
+
+# Which lane a call goes on. Calls of one lane reach the master in the order they were made: the shell sends
+# them one at a time, each after the previous one's answer (the master applies calls in the order it gets them,
+# and across connections nothing orders them, shared/mesos-api.md §3). Lanes go concurrently, on connections of
+# their own, so a slow call holds up only the calls that must follow it.
+# - "offers": what the master offers us and runs for us. REVIVE lifts a SUPPRESS and clears the filters that
+#   DECLINE and ACCEPT set: each must land after the ones made before it, or the framework stays suppressed or
+#   filtered; a KILL made after the ACCEPT that launched its task must not overtake it (the master, not knowing
+#   the task yet, would answer TASK_GONE and then start it).
+# - "acks": the master applies only the acknowledgement of a task's oldest unacknowledged update; one overtaken
+#   by a later one is ignored and that update sent again after a back-off.
+# - "queries": reconciliation and the rest, which change nothing the other lanes depend on.
+CALL_LANES: dict[str, str] = {
+    "ACKNOWLEDGE": "acks", "ACKNOWLEDGE_OPERATION_STATUS": "acks",
+    "RECONCILE": "queries", "RECONCILE_OPERATIONS": "queries", "MESSAGE": "queries",
+}
+
+
+def call_lane(call_type: str) -> str:
+    """The lane of a call type (see CALL_LANES); anything else, order-sensitive or not known to be otherwise,
+    goes on "offers"."""
+    return CALL_LANES.get(call_type, "offers")
 
 
 # --- task states ------------------------------------------------------------------------------------------------

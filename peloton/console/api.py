@@ -1,0 +1,288 @@
+"""The console's calls to the daemon's own public gRPC API, each with the browser's credentials (its token), so
+that what a page shows and what an action may do are exactly what the API allows that caller, redacted and
+audited as the API does. Answers are shaped into plain JSON-ready dicts here: protobuf stays at this edge."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import grpc
+
+from peloton import errors
+from peloton.api.status import from_rpc_error
+from peloton.api.v1 import (
+    audit_pb2,
+    audit_pb2_grpc,
+    cluster_pb2,
+    cluster_pb2_grpc,
+    host_pb2,
+    host_pb2_grpc,
+    job_pb2,
+    job_pb2_grpc,
+    respool_pb2,
+    respool_pb2_grpc,
+    task_pb2,
+    task_pb2_grpc,
+)
+from peloton.console import timeline
+from peloton.console.params import AuditQuery, HostQuery, JobQuery, QueueQuery
+from peloton.domain import principal
+from peloton.domain.resources import parse_mib
+
+CALL_TIMEOUT_S = 10.0
+MAX_QUEUE_SHOWN = 1000  # queued gangs read for a page of the job list (the API's default bound)
+MAX_MEMBERS = 1000  # members listed on a job's page (the API pages them; the rest are counted)
+RESOURCES = ("cpu", "mem_mib", "disk_mib", "gpu")
+
+
+def _res(r: job_pb2.Resources) -> dict[str, float]:
+    """A Resources message in plain numbers (memory and disk in MiB)."""
+    return {"cpu": round(r.cpu, 3), "mem_mib": round(parse_mib(r.mem or 0, "mem"), 3),
+            "disk_mib": round(parse_mib(r.disk or 0, "disk"), 3), "gpu": float(r.gpu)}
+
+
+class Api:
+    """One channel to the daemon's public listener; every call carries the caller's token (none when the daemon
+    authenticates nobody: every caller is then the API's `anonymous` admin, as on its own port)."""
+
+    def __init__(self, address: str) -> None:
+        self.channel = grpc.insecure_channel(address)
+        self.cluster = cluster_pb2_grpc.ClusterServiceStub(self.channel)
+        self.jobs = job_pb2_grpc.JobServiceStub(self.channel)
+        self.tasks = task_pb2_grpc.TaskServiceStub(self.channel)
+        self.pools = respool_pb2_grpc.ResourcePoolServiceStub(self.channel)
+        self.hosts = host_pb2_grpc.HostServiceStub(self.channel)
+        self.audits = audit_pb2_grpc.AuditServiceStub(self.channel)
+
+    def close(self) -> None:
+        self.channel.close()  # ends the open watches too
+
+    @staticmethod
+    def _md(token: str) -> list[tuple[str, str]]:
+        return [("authorization", f"Bearer {token}")] if token else []
+
+    def _call(self, fn: Any, request: Any, token: str) -> Any:
+        try:
+            return fn(request, metadata=self._md(token), timeout=CALL_TIMEOUT_S)
+        except grpc.RpcError as e:
+            raise from_rpc_error(e) from None
+
+    def whoami(self, token: str) -> dict[str, Any]:
+        """Who the token is (UNAUTHENTICATED when the daemon does not know it), with what the console needs to
+        know of its rights: the pages hide what the API would refuse, the API refuses it anyway."""
+        info = self._call(self.cluster.GetClusterInfo, cluster_pb2.GetClusterInfoRequest(), token)
+        s = info.security
+        p = principal.Principal(s.caller, frozenset(s.caller_roles), s.caller_via)
+        return {"name": s.caller, "roles": sorted(s.caller_roles), "via": s.caller_via,
+                "authenticated": s.tokens or s.mutual_tls, "permissions": sorted(p.permissions),
+                "may_control_any": p.can(principal.JOB_CONTROL_ANY),
+                "may_control_own": p.can(principal.JOB_CONTROL_OWN)}
+
+    def cluster_summary(self, token: str) -> dict[str, Any]:
+        info = self._call(self.cluster.GetClusterInfo, cluster_pb2.GetClusterInfoRequest(), token)
+        hosts = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(), token).hosts
+        pools = self._call(self.pools.ListPools, respool_pb2.ListPoolsRequest(), token).pools
+        queue = self._call(self.pools.ListQueue, respool_pb2.ListQueueRequest(limit=1), token)
+        capacity = dict.fromkeys(RESOURCES, 0.0)
+        allocated = dict.fromkeys(RESOURCES, 0.0)
+        states: dict[str, int] = {}
+        for h in hosts:
+            cap, alloc = _res(h.capacity), _res(h.allocated)
+            for k in RESOURCES:
+                capacity[k] += cap[k]
+                allocated[k] += alloc[k]
+            kind = _host_status(h)
+            states[kind] = states.get(kind, 0) + 1
+        return {
+            "version": info.version, "backend": info.backend, "started_at": info.started_at,
+            "roles": list(info.roles), "hosts": len(hosts), "host_states": states,
+            "capacity": {k: round(v, 3) for k, v in capacity.items()},
+            "allocated": {k: round(v, 3) for k, v in allocated.items()},
+            "queued_gangs": queue.total,
+            "pools": [{"path": p.path, "allocated": _res(p.allocated), "demand": _res(p.demand),
+                       "queued_gangs": p.queued_gangs} for p in sorted(pools, key=lambda p: p.path)],
+        }
+
+    def list_pools(self, token: str) -> dict[str, Any]:
+        """Every pool, parents before children (the tree by path), with what it is given and what it uses."""
+        pools = self._call(self.pools.ListPools, respool_pb2.ListPoolsRequest(), token).pools
+        out = []
+        for p in sorted(pools, key=lambda p: [x for x in p.path.split("/") if x]):
+            e = p.entitlement
+            out.append({
+                "path": p.path, "parent": _parent(p.path), "depth": p.path.count("/") if p.path != "/" else 0,
+                "reservation": _res(p.reservation), "limit": _res(p.limit) if p.HasField("limit") else None,
+                "share": p.share, "reservation_type": p.reservation_type or "elastic",
+                "allocated": _res(p.allocated), "demand": _res(p.demand),
+                "entitlement": {"cpu": round(e.cpu, 3), "mem_mib": round(e.mem_mib, 3), "gpu": round(e.gpu, 3)},
+                "queued_gangs": p.queued_gangs, "submitters": list(p.submitters)})
+        return {"pools": out}
+
+    def queue(self, q: QueueQuery, token: str) -> dict[str, Any]:
+        """The gangs waiting for admission or placement, first in queue order first, as `peloton queue`."""
+        r = self._call(self.pools.ListQueue, respool_pb2.ListQueueRequest(pool=q.pool, limit=q.limit), token)
+        return {"total": r.total, "gangs": [
+            {"gang": g.gang_id, "job_id": g.job_id, "attempt": g.attempt, "pool": g.pool, "priority": g.priority,
+             "members": g.members, "resources": _res(g.resources), "enqueued_at": g.enqueued_at, "state": g.state,
+             "reason": g.reason, "position": g.position, "preemptible": g.preemptible} for g in r.gangs]}
+
+    def audit(self, q: AuditQuery, token: str) -> dict[str, Any]:
+        """The audit log, newest first (audit.read: operators and admins; the API refuses the others)."""
+        r = self._call(self.audits.ListAuditEvents, audit_pb2.ListAuditEventsRequest(
+            principal=q.principal, object=q.object, denied_only=q.denied, limit=q.limit, before_id=q.before_id),
+            token)
+        events = [{"id": e.id, "at": e.at, "principal": e.principal, "via": e.via, "method": e.method,
+                   "object": e.object, "allowed": e.allowed, "code": e.code, "message": e.message} for e in r.events]
+        return {"events": events, "before": events[-1]["id"] if len(events) == q.limit else None}
+
+    def list_hosts(self, q: HostQuery, token: str) -> dict[str, Any]:
+        """The hosts by rack, each with its GPUs (used, free), its drain and health, and the jobs on it; filtered
+        and paged here (the API returns every host at once)."""
+        hosts = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(), token).hosts
+        rows = []
+        for h in sorted(hosts, key=lambda h: (h.labels.get("rack", ""), h.hostname)):
+            cap, alloc = _res(h.capacity), _res(h.allocated)
+            status = _host_status(h)
+            if q.status and status != q.status:
+                continue
+            rack = h.labels.get("rack", "")
+            if q.rack and rack != q.rack:
+                continue
+            rows.append({"hostname": h.hostname, "rack": rack, "status": status, "health": h.health,
+                         "drain_deadline": h.drain_deadline, "maintenance": h.maintenance,
+                         "gpus": int(cap["gpu"]), "gpus_used": int(alloc["gpu"]), "gpu_model": h.hardware.gpu_model,
+                         "cpu": cap["cpu"], "cpu_used": alloc["cpu"],
+                         "jobs": sorted({t.split("-")[0] for t in h.task_ids})})
+        start = q.page * q.page_size
+        return {"hosts": rows[start:start + q.page_size], "total": len(rows), "page": q.page,
+                "pages": max(1, -(-len(rows) // q.page_size)),
+                "racks": sorted({h.labels.get("rack", "") for h in hosts})}
+
+    def drain_host(self, hostname: str, token: str, undrain: bool = False) -> dict[str, Any]:
+        if undrain:
+            h = self._call(self.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=hostname), token).host
+        else:
+            h = self._call(self.hosts.DrainHost, host_pb2.DrainHostRequest(hostname=hostname), token).host
+        return {"hostname": h.hostname, "drain": h.drain}
+
+    def list_jobs(self, q: JobQuery, token: str) -> dict[str, Any]:
+        r = self._call(self.jobs.ListJobs, job_pb2.ListJobsRequest(
+            states=list(q.states), owner=q.owner, respool=q.pool, name_contains=q.name_contains,
+            page_size=q.page_size, page_token=q.page_token), token)
+        rows = [_job_row(j) for j in r.jobs]
+        if any(row["state"] == "PENDING" for row in rows):
+            waiting = self._waiting(token)
+            for row in rows:
+                row["waiting"] = waiting.get(row["id"])
+        return {"jobs": rows, "next_page_token": r.next_page_token}
+
+    def _waiting(self, token: str) -> dict[str, dict[str, Any]]:
+        """Why each queued job waits: its first gang in the queue (position in its pool, since when, the reason),
+        from one ListQueue call for the page (the first MAX_QUEUE_SHOWN gangs in queue order: a job further back
+        shows its reason on its own page). Nothing for a caller the API does not let read the queue."""
+        try:
+            q = self._call(self.pools.ListQueue, respool_pb2.ListQueueRequest(limit=MAX_QUEUE_SHOWN), token)
+        except errors.PermissionDenied:
+            return {}
+        out: dict[str, dict[str, Any]] = {}
+        for g in q.gangs:
+            if g.job_id not in out:
+                out[g.job_id] = {"pool": g.pool, "position": g.position, "since": g.enqueued_at,
+                                 "state": g.state, "reason": g.reason, "gang": g.gang_id}
+        return out
+
+    def get_job(self, job_id: str, token: str) -> dict[str, Any]:
+        job = self._call(self.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id), token).job
+        tasks = self._call(self.tasks.ListTasks, task_pb2.ListTasksRequest(job_id=job_id, page_size=MAX_MEMBERS),
+                           token)
+        st = job.status
+        return {
+            **_job_row(job),
+            "desired_state": st.desired_state, "updated_at": st.updated_at, "completed_at": st.completed_at,
+            "run_as": st.run_as, "gang_count": st.gang_count, "gang_states": dict(st.gang_states),
+            "instances": job.spec.instances,
+            "gangs": [{"index": g.index, "instances": _ranges(list(g.instances)), "state": g.state,
+                       "attempt": g.attempt, "run": g.run, "preemptions": g.preemptions, "reason": g.reason,
+                       "plan": _plan(g.plan) if g.HasField("plan") else None} for g in st.gangs],
+            "members": [{"instance": t.instance, "gang": t.gang_index, "task_id": t.task_id, "run": t.attempt,
+                         "state": t.state, "host": t.host, "gpus": list(t.gpus), "role": t.role,
+                         "exit_code": t.exit_code if t.HasField("exit_code") else None, "reason": t.reason,
+                         "message": t.message, "started_at": t.started_at, "finished_at": t.finished_at}
+                        for t in tasks.tasks],
+            "members_more": bool(tasks.next_page_token),
+        }
+
+    def member(self, job_id: str, instance: int, token: str, now: float) -> dict[str, Any]:
+        """One member's state events across its runs (the newest 1,000), as a timeline."""
+        t = self._call(self.tasks.GetTask, task_pb2.GetTaskRequest(job_id=job_id, instance=instance), token).task
+        events = [timeline.Event(e.attempt, e.state, e.time, e.host, e.reason or e.message) for e in t.events]
+        segs = timeline.segments(events, now)
+        return {"instance": t.instance, "task_id": t.task_id, "state": t.state, "run": t.attempt,
+                "events_total": t.events_total, "now": now,
+                "segments": [{"run": g.run, "state": g.state, "start": g.start, "end": g.end, "host": g.host,
+                              "reason": g.reason} for g in segs]}
+
+    def stop_job(self, job_id: str, token: str) -> None:
+        self._call(self.jobs.StopJob, job_pb2.StopJobRequest(job_id=job_id), token)
+
+    def delete_job(self, job_id: str, token: str) -> None:
+        self._call(self.jobs.DeleteJob, job_pb2.DeleteJobRequest(job_id=job_id), token)
+
+    def watch(self, job_ids: tuple[str, ...], stream_id: str, after: int, token: str) -> Iterator[dict[str, Any]]:
+        """WatchJobs as plain dicts, resumed after (stream_id, after) when given; ends when the daemon ends it or
+        the channel closes. Heartbeats come through as messages without changes."""
+        stream = self.jobs.WatchJobs(job_pb2.WatchJobsRequest(job_ids=list(job_ids), tasks=bool(job_ids),
+                                                              stream_id=stream_id, after_revision=after),
+                                     metadata=self._md(token))
+        try:
+            for m in stream:
+                yield {"stream_id": m.stream_id, "revision": m.revision, "snapshot": m.snapshot, "resync": m.resync,
+                       "changes": [{"job_id": c.job_id, "state": c.state, "desired_state": c.desired_state,
+                                    "reason": c.reason, "deleted": c.deleted,
+                                    "tasks": [{"instance": t.instance, "state": t.state, "host": t.host,
+                                               "run": t.attempt, "reason": t.reason} for t in c.tasks]}
+                                   for c in m.changes]}
+        except grpc.RpcError as e:
+            if e.code() != grpc.StatusCode.CANCELLED:
+                raise from_rpc_error(e) from None
+        finally:
+            stream.cancel()
+
+
+def _job_row(j: job_pb2.Job) -> dict[str, Any]:
+    st = j.status
+    return {"id": j.id, "name": j.spec.name, "owner": j.spec.owner, "pool": j.spec.respool or "/",
+            "state": st.state, "reason": st.reason, "created_at": st.created_at,
+            "task_states": dict(st.task_states)}
+
+
+def _host_status(h: host_pb2.Host) -> str:
+    """One word for the map: drained or draining (an operator's, or Mesos maintenance), unhealthy (launches kept
+    failing there), down (the backend lost it), or up."""
+    return h.drain or ("unhealthy" if h.health else ("down" if h.state not in ("", "UP") else "up"))
+
+
+def _parent(path: str) -> str | None:
+    if path == "/":
+        return None
+    head = path.rsplit("/", 1)[0]
+    return head or "/"
+
+
+def _plan(p: job_pb2.PlanInfo) -> dict[str, Any]:
+    return {"gpus_per_host": list(p.gpus_per_host), "step_time": p.step_time, "samples_per_s": p.samples_per_s,
+            "measured_step_time": p.measured_step_time, "measured_samples_per_s": p.measured_samples_per_s}
+
+
+def _ranges(xs: list[int]) -> str:
+    """[0, 1, 2, 5] -> "0-2,5": a gang of 4,096 members is one short line."""
+    out: list[str] = []
+    i = 0
+    while i < len(xs):
+        j = i
+        while j + 1 < len(xs) and xs[j + 1] == xs[j] + 1:
+            j += 1
+        out.append(str(xs[i]) if i == j else f"{xs[i]}-{xs[j]}")
+        i = j + 1
+    return ",".join(out)

@@ -1,0 +1,598 @@
+"use strict";
+// The console's pages: one script, no framework. Every value from the daemon goes into the page as text
+// (textContent, never HTML). Live updates: server-sent events from WatchJobs (/api/events), which the browser
+// resumes after a disconnect with Last-Event-ID.
+(function () {
+  const main = document.getElementById("main");
+  const statusLine = document.getElementById("status");
+  let session = null;
+  let events = null;
+  const TERMINAL = new Set(["SUCCEEDED", "FAILED", "KILLED"]);
+  // the cluster, queue, pools and hosts views read everything again (every host, every pool) when jobs change:
+  // at most this often, so that a busy cluster's changes do not turn into a ListHosts a second per browser
+  const SLOW_REFRESH_MS = 3000;
+  const STATES = ["INITIALIZED", "PENDING", "RUNNING", "FAILING", "KILLING", "SUCCEEDED", "FAILED", "KILLED"];
+
+  function h(tag, attrs, ...children) {
+    const el = document.createElement(tag);
+    for (const [k, v] of Object.entries(attrs || {})) {
+      if (v === null || v === undefined || v === false) continue;
+      if (k === "class") el.className = v;
+      else if (k.startsWith("on")) el.addEventListener(k.slice(2), v);
+      else el.setAttribute(k, v === true ? "" : String(v));
+    }
+    for (const c of children.flat()) {
+      if (c === null || c === undefined) continue;
+      el.append(c instanceof Node ? c : document.createTextNode(String(c)));
+    }
+    return el;
+  }
+
+  function stateBadge(s) { return h("span", { class: "state " + s }, s || "—"); }
+  function ago(t) {
+    if (!t) return "";
+    const s = Math.max(0, Date.now() / 1000 - t);
+    if (s < 60) return Math.round(s) + "s ago";
+    if (s < 3600) return Math.round(s / 60) + "m ago";
+    if (s < 86400) return (s / 3600).toFixed(1) + "h ago";
+    return (s / 86400).toFixed(1) + "d ago";
+  }
+  function fmt(n) { return Number.isInteger(n) ? String(n) : n.toFixed(1); }
+  function say(text) { statusLine.textContent = text; }
+
+  class HttpError extends Error {
+    constructor(status, body) { super(body.error || ("HTTP " + status)); this.status = status; this.body = body; }
+  }
+
+  async function get(url) {
+    const r = await fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } });
+    const body = await r.json().catch(() => ({}));
+    if (r.status === 401) { location.assign("/login"); throw new HttpError(r.status, body); }
+    if (!r.ok) throw new HttpError(r.status, body);
+    return body;
+  }
+
+  async function post(url) {
+    const r = await fetch(url, { method: "POST", credentials: "same-origin",
+                                 headers: { "X-CSRF-Token": session ? session.csrf : "" } });
+    const body = await r.json().catch(() => ({}));
+    if (!r.ok) throw new HttpError(r.status, body);
+    return body;
+  }
+
+  function showError(e) {
+    main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
+  }
+
+  function watch(query, onMessage) {
+    if (events) events.close();
+    events = new EventSource("/api/events" + query);
+    events.addEventListener("jobs", (ev) => onMessage(JSON.parse(ev.data)));
+    events.addEventListener("open", () => say("live"));
+    events.addEventListener("error", () => say("reconnecting…"));
+  }
+
+  // Each view shown has its number: a refresh that was due for a view left meanwhile does nothing (it would
+  // read, say, a job just deleted from its own page).
+  let viewNumber = 0;
+  function debounce(fn, ms) {
+    const mine = viewNumber;
+    let t = null;
+    return () => { if (t) return; t = setTimeout(() => { t = null; if (mine === viewNumber) fn(); }, ms); };
+  }
+
+  // ---- the cluster
+
+  async function cluster() {
+    document.title = "Cluster · Peloton";
+    const render = async () => {
+      const c = await get("/api/cluster");
+      const meters = ["gpu", "cpu", "mem_mib"].map((k) => {
+        const cap = c.capacity[k], used = c.allocated[k];
+        const pct = cap ? Math.round(100 * used / cap) : 0;
+        const label = { gpu: "GPUs", cpu: "CPUs", mem_mib: "Memory (MiB)" }[k];
+        return h("div", { class: "card" }, h("div", { class: "muted" }, label),
+          h("div", { class: "big" }, fmt(used), h("span", { class: "muted" }, " / " + fmt(cap))),
+          h("div", { class: "meter", role: "meter", "aria-label": label + " allocated", "aria-valuemin": 0,
+                     "aria-valuemax": cap, "aria-valuenow": used }, h("span", { style: null, "data-pct": pct })),
+          h("div", { class: "muted" }, pct + "% allocated"));
+      });
+      const hostStates = Object.entries(c.host_states).sort().map(([k, v]) => h("li", {}, stateBadge(k), " ", v));
+      main.replaceChildren(
+        h("h1", {}, "Cluster"),
+        h("div", { class: "cards" },
+          h("div", { class: "card" }, h("div", { class: "muted" }, "Hosts"), h("div", { class: "big" }, c.hosts),
+            h("ul", { class: "muted", "aria-label": "Hosts by state" }, hostStates)),
+          h("div", { class: "card" }, h("div", { class: "muted" }, "Gangs waiting"),
+            h("div", { class: "big" }, c.queued_gangs), h("a", { href: "/queue" }, "The queue")),
+          meters,
+          h("div", { class: "card" }, h("div", { class: "muted" }, "Daemon"),
+            h("dl", { class: "facts" }, h("dt", {}, "backend"), h("dd", {}, c.backend),
+              h("dt", {}, "version"), h("dd", {}, c.version), h("dt", {}, "up since"), h("dd", {}, ago(c.started_at))))),
+        h("h2", {}, "Pools"),
+        h("table", { "aria-label": "Pools" },
+          h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Pool"), h("th", { scope: "col" }, "GPUs allocated"),
+            h("th", { scope: "col" }, "GPUs wanted by waiting gangs"), h("th", { scope: "col" }, "Gangs waiting"))),
+          h("tbody", {}, c.pools.map((p) => h("tr", {},
+            h("td", {}, h("a", { href: "/jobs?pool=" + encodeURIComponent(p.path) }, p.path)),
+            h("td", {}, fmt(p.allocated.gpu)), h("td", {}, fmt(p.demand.gpu)), h("td", {}, p.queued_gangs))))));
+      // widths through the CSS object model: the policy allows no inline style attributes
+      for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+  }
+
+  // ---- the jobs list
+
+  async function jobs() {
+    document.title = "Jobs · Peloton";
+    const params = new URLSearchParams(location.search);
+    const tokens = [""];  // the page tokens of the pages before, for Previous
+    let rows = new Map();
+    const form = h("form", { class: "filters", role: "search", "aria-label": "Filter jobs" },
+      h("div", {}, h("label", { for: "f-state" }, "State"),
+        h("select", { id: "f-state", name: "state" }, h("option", { value: "" }, "any"),
+          STATES.map((s) => h("option", { value: s, selected: params.get("state") === s }, s)))),
+      h("div", {}, h("label", { for: "f-owner" }, "Owner"),
+        h("input", { id: "f-owner", name: "owner", value: params.get("owner") || "", size: 12 })),
+      h("div", {}, h("label", { for: "f-pool" }, "Pool"),
+        h("input", { id: "f-pool", name: "pool", value: params.get("pool") || "", size: 14, placeholder: "/" })),
+      h("div", {}, h("label", { for: "f-q" }, "Name contains"),
+        h("input", { id: "f-q", name: "q", value: params.get("q") || "", size: 16 })),
+      h("button", { type: "submit" }, "Filter"));
+    const tbody = h("tbody", { id: "jobs-body" });
+    const prev = h("button", { type: "button", id: "prev", disabled: true }, "Previous page");
+    const next = h("button", { type: "button", id: "next", disabled: true }, "Next page");
+    const count = h("span", { class: "muted", "aria-live": "polite" });
+    const error = h("p", { class: "error", role: "alert" });
+    main.replaceChildren(h("h1", {}, "Jobs"), form, error,
+      h("table", { "aria-label": "Jobs" },
+        h("thead", {}, h("tr", {}, ["Job", "Name", "Owner", "Pool", "State", "Tasks", "Why", "Created"].map(
+          (c) => h("th", { scope: "col" }, c)))), tbody),
+      h("div", { class: "pager" }, prev, next, count));
+
+    function row(j) {
+      const tasks = Object.entries(j.task_states).map(([s, n]) => n + " " + s.toLowerCase()).join(", ");
+      return h("tr", { "data-job": j.id },
+        h("td", {}, h("a", { href: "/jobs/" + j.id }, j.id)), h("td", {}, j.name), h("td", {}, j.owner),
+        h("td", {}, j.pool), h("td", { class: "st" }, stateBadge(j.state)), h("td", {}, tasks),
+        h("td", { class: "reason" }, why(j)), h("td", {}, ago(j.created_at)));
+    }
+
+    function why(j) {
+      const w = j.waiting;
+      if (!w) return j.reason;
+      return "#" + w.position + " in " + w.pool + ", waiting " + ago(w.since).replace(" ago", "") +
+        (w.reason ? ": " + w.reason : " (" + w.state + ")");
+    }
+
+    function query(token) {
+      const q = new URLSearchParams();
+      for (const k of ["state", "owner", "pool", "q"]) if (params.get(k)) q.set(k, params.get(k));
+      q.set("page_size", "50");
+      if (token) q.set("page_token", token);
+      return "/api/jobs?" + q.toString();
+    }
+
+    async function load() {
+      error.textContent = "";
+      let page;
+      try { page = await get(query(tokens[tokens.length - 1])); }
+      catch (e) { if (e.status !== 401) error.textContent = e.message; return; }
+      rows = new Map(page.jobs.map((j) => [j.id, j]));
+      tbody.replaceChildren(...page.jobs.map(row));
+      if (!page.jobs.length) tbody.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs match.")));
+      next.disabled = !page.next_page_token;
+      next.dataset.token = page.next_page_token;
+      prev.disabled = tokens.length === 1;
+      count.textContent = "page " + tokens.length + ", " + page.jobs.length + " jobs";
+    }
+    const reload = debounce(load, 500);
+
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const q = new URLSearchParams();
+      for (const [k, v] of new FormData(form)) if (v) q.set(k, String(v));
+      history.pushState(null, "", "/jobs" + (q.toString() ? "?" + q : ""));
+      route();
+    });
+    next.addEventListener("click", () => { tokens.push(next.dataset.token); load(); });
+    prev.addEventListener("click", () => { tokens.pop(); load(); });
+    await load();
+    watch("", (m) => {
+      if (m.resync) { reload(); return; }
+      for (const c of m.changes) {
+        const j = rows.get(c.job_id);
+        if (!j) { if (tokens.length === 1) reload(); continue; }  // a new job, or one this page does not show
+        if (c.deleted || (params.get("state") && c.state !== params.get("state"))) { reload(); continue; }
+        j.state = c.state; j.reason = c.reason;
+        if (c.state !== "PENDING") j.waiting = null;
+        const tr = tbody.querySelector('tr[data-job="' + c.job_id + '"]');
+        if (tr) { tr.querySelector(".st").replaceChildren(stateBadge(c.state)); tr.querySelector(".reason").textContent = why(j); }
+        reload();  // the task counts too
+      }
+    });
+  }
+
+  // ---- one job
+
+  function mayStop(j) {
+    if (!session || TERMINAL.has(j.state) || j.desired_state === "KILLED") return false;
+    return session.may_control_any || (session.may_control_own && j.owner === session.name);
+  }
+
+  function mayDelete(j) {
+    if (!session || !TERMINAL.has(j.state)) return false;
+    return session.may_control_any || (session.may_control_own && j.owner === session.name);
+  }
+
+  async function job(id) {
+    document.title = "Job " + id + " · Peloton";
+    const expanded = new Set();  // the members whose timeline is open (kept open across re-renders)
+
+    function timelineButton(i) {
+      const b = h("button", { type: "button", class: "small", id: "tl-" + i, "aria-expanded": "false",
+                              "aria-controls": "timeline-" + i, "aria-label": "Timeline of member " + i }, String(i));
+      b.addEventListener("click", async () => {
+        if (expanded.has(i)) {
+          expanded.delete(i);
+          const row = document.getElementById("timeline-" + i);
+          if (row) row.remove();
+          b.setAttribute("aria-expanded", "false");
+        } else {
+          expanded.add(i);
+          await showTimeline(i);
+        }
+      });
+      return b;
+    }
+
+    async function showTimeline(i) {
+      const tr = main.querySelector('tr[data-member="' + i + '"]');
+      if (!tr) return;
+      const m = await get("/api/jobs/" + id + "/members/" + i);
+      const old = document.getElementById("timeline-" + i);
+      if (old) old.remove();
+      const segs = m.segments;
+      const t0 = segs.length ? segs[0].start : m.now;
+      const t1 = Math.max(m.now, ...segs.map((g) => g.end));
+      const span = Math.max(t1 - t0, 0.001);
+      const bar = h("div", { class: "timeline", role: "img",
+        "aria-label": "Member " + i + ": " + segs.map((g) => g.state + " (run " + g.run + ")").join(", ") });
+      for (const g of segs) {
+        const seg = h("span", { class: "seg " + g.state, title: g.state + ", run " + g.run + (g.host ? " on " + g.host : "") +
+          ", " + fmt(g.end - g.start) + "s" + (g.reason ? ": " + g.reason : "") }, g.end > g.start ? g.state : "");
+        seg.dataset.left = String(100 * (g.start - t0) / span);
+        seg.dataset.width = String(Math.max(0.4, 100 * (g.end - g.start) / span));
+        bar.append(seg);
+      }
+      const list = h("table", { class: "events", "aria-label": "State changes of member " + i },
+        h("thead", {}, h("tr", {}, ["When", "Run", "State", "Host", "For", "Why"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, segs.map((g) => h("tr", {}, h("td", {}, new Date(g.start * 1000).toLocaleTimeString()),
+          h("td", {}, g.run), h("td", {}, stateBadge(g.state)), h("td", {}, g.host),
+          h("td", {}, g.end > g.start ? fmt(g.end - g.start) + "s" : ""), h("td", { class: "reason" }, g.reason)))));
+      const row = h("tr", { id: "timeline-" + i, class: "timeline-row" },
+        h("td", { colspan: 7 }, h("div", { class: "muted" }, "Member " + i + " (" + m.task_id + "), " +
+          m.events_total + " state changes" + (m.events_total > segs.length ? ", the newest " + segs.length + " shown" : "")),
+          bar, list));
+      tr.after(row);
+      for (const seg of bar.children) { seg.style.left = seg.dataset.left + "%"; seg.style.width = seg.dataset.width + "%"; }
+      const b = document.getElementById("tl-" + i);
+      if (b) b.setAttribute("aria-expanded", "true");
+    }
+
+    const render = async () => {
+      let j;
+      try { j = await get("/api/jobs/" + id); }
+      catch (e) { if (e.status !== 401) showError(e); return; }
+      const actions = h("div", { class: "actions" });
+      if (mayStop(j)) {
+        const stop = h("button", { type: "button", class: "danger", id: "stop" }, "Stop job");
+        stop.addEventListener("click", async () => {
+          if (!confirm("Stop job " + j.id + " (" + j.name + ")? Every member is killed.")) return;
+          stop.disabled = true;
+          try { await post("/api/jobs/" + j.id + "/stop"); say("stop requested"); }
+          catch (e) { say(e.message); stop.disabled = false; }
+        });
+        actions.append(stop);
+      }
+      if (mayDelete(j)) {
+        const del = h("button", { type: "button", class: "danger", id: "delete" }, "Delete job");
+        del.addEventListener("click", async () => {
+          if (!confirm("Delete job " + j.id + " (" + j.name + ") and its records? This cannot be undone.")) return;
+          del.disabled = true;
+          try { await post("/api/jobs/" + j.id + "/delete"); history.pushState(null, "", "/jobs"); route(); }
+          catch (e) { say(e.message); del.disabled = false; }
+        });
+        actions.append(del);
+      }
+      main.replaceChildren(
+        h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
+        h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
+        actions,
+        h("div", { class: "card" }, h("dl", { class: "facts" },
+          h("dt", {}, "Why"), h("dd", { id: "job-reason" }, j.reason || (j.gangs.find((g) => g.reason) || {}).reason || "—"),
+          h("dt", {}, "Owner"), h("dd", {}, j.owner), h("dt", {}, "Pool"), h("dd", {}, j.pool),
+          h("dt", {}, "Created"), h("dd", {}, ago(j.created_at)),
+          h("dt", {}, "Runs as"), h("dd", {}, j.run_as || "the backend's default user"),
+          h("dt", {}, "Gangs"), h("dd", {}, j.gang_count + " (" + Object.entries(j.gang_states).map(([s, n]) => n + " " + s).join(", ") + ")"))),
+        h("h2", {}, "Gangs"),
+        h("table", { "aria-label": "Gangs" },
+          h("thead", {}, h("tr", {}, ["Gang", "Members", "State", "Attempt", "Run", "Preemptions", "Why"].map(
+            (c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, j.gangs.map((g) => h("tr", {}, h("td", {}, g.index), h("td", {}, g.instances),
+            h("td", {}, stateBadge(g.state)), h("td", {}, g.attempt), h("td", {}, g.run), h("td", {}, g.preemptions),
+            h("td", { class: "reason" }, g.reason))))),
+        h("h2", {}, "Members"),
+        h("table", { "aria-label": "Members" },
+          h("thead", {}, h("tr", {}, ["Instance (timeline)", "Gang", "State", "Host", "GPUs", "Run", "Why"].map(
+            (c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, j.members.map((t) => h("tr", { "data-member": t.instance }, h("td", {}, timelineButton(t.instance)), h("td", {}, t.gang),
+            h("td", {}, stateBadge(t.state)), h("td", {}, t.host), h("td", {}, t.gpus.join(",")), h("td", {}, t.run),
+            h("td", { class: "reason" }, [t.reason, t.message].filter(Boolean).join(": ")))))),
+        j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null);
+    };
+    await render();
+    for (const i of expanded) await showTimeline(i);
+    // a re-render keeps the keyboard's place: the focused control (by id) has the focus again
+    const rerender = async () => {
+      const focused = document.activeElement && document.activeElement.id;
+      await render();
+      for (const i of expanded) await showTimeline(i);
+      if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+    };
+    const refresh = debounce(rerender, 300);
+    watch("?job=" + encodeURIComponent(id), (m) => {
+      if (m.changes.some((c) => c.job_id === id && c.deleted)) {
+        if (events) { events.close(); events = null; }
+        viewNumber += 1;  // nothing more to refresh here
+        main.replaceChildren(h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
+          h("h1", {}, "Job " + id), h("p", { role: "status" }, "This job was deleted."));
+        return;
+      }
+      refresh();
+    });
+  }
+
+  // ---- the queue
+
+  async function queue() {
+    document.title = "Queue · Peloton";
+    const params = new URLSearchParams(location.search);
+    const render = async () => {
+      const q = new URLSearchParams();
+      if (params.get("pool")) q.set("pool", params.get("pool"));
+      const r = await get("/api/queue?" + q.toString());
+      const form = h("form", { class: "filters", role: "search", "aria-label": "Filter the queue" },
+        h("div", {}, h("label", { for: "q-pool" }, "Pool (and its subtree)"),
+          h("input", { id: "q-pool", name: "pool", value: params.get("pool") || "", size: 16, placeholder: "/" })),
+        h("button", { type: "submit" }, "Filter"));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const v = new FormData(form).get("pool");
+        history.pushState(null, "", "/queue" + (v ? "?pool=" + encodeURIComponent(String(v)) : ""));
+        route();
+      });
+      const res = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", fmt(x.cpu) + " CPU", fmt(x.mem_mib / 1024) + " GiB"]
+        .filter(Boolean).join(", ");
+      main.replaceChildren(h("h1", {}, "Queue"),
+        h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
+          "priority, then submission), and why each waits."), form,
+        h("table", { "aria-label": "Queue" },
+          h("thead", {}, h("tr", {}, ["Pool", "Position", "Job", "Gang", "Priority", "Members", "Resources",
+                                      "Waiting", "State", "Why"].map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, r.gangs.length ? r.gangs.map((g) => h("tr", { "data-gang": g.gang },
+            h("td", {}, g.pool), h("td", {}, g.position), h("td", {}, h("a", { href: "/jobs/" + g.job_id }, g.job_id)),
+            h("td", {}, g.gang.split("/")[1] + (g.attempt > 1 ? " (attempt " + g.attempt + ")" : "")),
+            h("td", {}, g.priority), h("td", {}, g.members), h("td", {}, res(g.resources)),
+            h("td", {}, ago(g.enqueued_at).replace(" ago", "")), h("td", {}, stateBadge(g.state)),
+            h("td", { class: "reason" }, g.reason))) :
+            h("tr", {}, h("td", { colspan: 10, class: "muted" }, "Nothing waits.")))),
+        h("p", { class: "muted" }, r.total > r.gangs.length ? "The first " + r.gangs.length + " of " + r.total + " gangs."
+          : r.total + " gangs waiting."));
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+  }
+
+  // ---- pools
+
+  async function pools() {
+    document.title = "Pools · Peloton";
+    const render = async () => {
+      const r = await get("/api/pools");
+      const res = (x) => x ? fmt(x.gpu) + " GPU, " + fmt(x.cpu) + " CPU" : "none";
+      // a limit's dimension that is 0 is no limit on it
+      const limit = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", x.cpu ? fmt(x.cpu) + " CPU" : "",
+                            x.mem_mib ? fmt(x.mem_mib) + " MiB" : ""].filter(Boolean).join(", ") || "no limit";
+      main.replaceChildren(h("h1", {}, "Pools"),
+        h("p", { class: "muted" }, "The tree of pools: what each is given (reservation, limit, share), what it may " +
+          "use now (entitlement), what it uses (allocated) and what its waiting gangs want (demand). A pool " +
+          "using more than its reservation borrows what others lend."),
+        h("table", { "aria-label": "Pools" },
+          h("thead", {}, h("tr", {}, ["Pool", "Reservation", "Limit", "Share", "Entitlement", "Allocated", "Demand",
+                                      "Gangs waiting", "Lends / borrows"].map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, r.pools.map((p) => {
+            const borrowed = p.allocated.gpu - p.reservation.gpu;
+            const lends = p.reservation_type !== "static" && borrowed < 0 && p.reservation.gpu > 0;
+            return h("tr", { "data-pool": p.path },
+              h("td", { class: "pool-name depth-" + Math.min(p.depth, 6) },
+                h("a", { href: "/jobs?pool=" + encodeURIComponent(p.path) }, p.path)),
+              h("td", {}, res(p.reservation), p.reservation_type === "static" ? " (static)" : ""),
+              h("td", {}, p.limit ? limit(p.limit) : "no limit"), h("td", {}, fmt(p.share)),
+              h("td", {}, fmt(p.entitlement.gpu) + " GPU, " + fmt(p.entitlement.cpu) + " CPU"),
+              h("td", {}, res(p.allocated)), h("td", {}, res(p.demand)), h("td", {}, p.queued_gangs),
+              h("td", {}, borrowed > 0 && p.reservation.gpu >= 0 && p.path !== "/" ? "borrows " + fmt(borrowed) + " GPU"
+                : lends ? "lends " + fmt(-borrowed) + " GPU" : "—"));
+          }))));
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+  }
+
+  // ---- hosts
+
+  function mayOperate() { return session && session.permissions.includes("host.operate"); }
+
+  async function hosts() {
+    document.title = "Hosts · Peloton";
+    const params = new URLSearchParams(location.search);
+    const render = async () => {
+      const q = new URLSearchParams();
+      for (const k of ["rack", "status", "page"]) if (params.get(k)) q.set(k, params.get(k));
+      const r = await get("/api/hosts?" + q.toString());
+      const form = h("form", { class: "filters", role: "search", "aria-label": "Filter hosts" },
+        h("div", {}, h("label", { for: "h-rack" }, "Rack"),
+          h("select", { id: "h-rack", name: "rack" }, h("option", { value: "" }, "any"),
+            r.racks.map((x) => h("option", { value: x, selected: params.get("rack") === x }, x || "(none)")))),
+        h("div", {}, h("label", { for: "h-status" }, "Status"),
+          h("select", { id: "h-status", name: "status" }, h("option", { value: "" }, "any"),
+            ["up", "draining", "drained", "unhealthy", "down"].map((x) => h("option", { value: x, selected: params.get("status") === x }, x)))),
+        h("button", { type: "submit" }, "Filter"));
+      form.addEventListener("submit", (ev) => {
+        ev.preventDefault();
+        const f = new URLSearchParams();
+        for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
+        history.pushState(null, "", "/hosts" + (f.toString() ? "?" + f : ""));
+        route();
+      });
+      const racks = new Map();
+      for (const x of r.hosts) { if (!racks.has(x.rack)) racks.set(x.rack, []); racks.get(x.rack).push(x); }
+      const legend = h("p", { class: "legend" }, h("span", { class: "gpu used" }), " used ",
+        h("span", { class: "gpu free" }), " free ", h("span", { class: "gpu off" }), " draining, drained, unhealthy or down");
+      const map = h("div", { class: "map" }, [...racks.entries()].map(([rack, hs]) => h("section", { class: "rack", "aria-label": "Rack " + (rack || "(none)") },
+        h("h2", {}, "Rack " + (rack || "(none)")),
+        h("ul", { class: "hostlist" }, hs.map((x) => {
+          const cells = [];
+          for (let i = 0; i < x.gpus; i++) {
+            cells.push(h("span", { class: "gpu " + (x.status !== "up" ? "off" : i < x.gpus_used ? "used" : "free") }));
+          }
+          const label = x.hostname + ": " + x.status + ", " + x.gpus_used + " of " + x.gpus + " GPUs used" +
+            (x.jobs.length ? " by " + x.jobs.join(", ") : "") + (x.health ? " (" + x.health + ")" : "");
+          const item = h("li", { class: "host " + x.status, "data-host": x.hostname, title: label },
+            h("div", { class: "hostname" }, x.hostname, " ", x.status !== "up" ? stateBadge(x.status) : null),
+            h("div", { class: "gpus", role: "img", "aria-label": label }, cells),
+            x.jobs.length ? h("div", { class: "muted jobs-on" }, x.jobs.slice(0, 3).map((j) => h("a", { href: "/jobs/" + j }, j)),
+              x.jobs.length > 3 ? " +" + (x.jobs.length - 3) : "") : null);
+          if (mayOperate() && !x.maintenance) {
+            const undrain = x.status === "draining" || x.status === "drained";
+            const b = h("button", { type: "button", class: "small", "aria-label": (undrain ? "Undrain " : "Drain ") + x.hostname },
+              undrain ? "Undrain" : "Drain");
+            b.addEventListener("click", async () => {
+              if (!undrain && !confirm("Drain " + x.hostname + "? No new gangs go there; its tasks run on.")) return;
+              b.disabled = true;
+              try { await post("/api/hosts/" + encodeURIComponent(x.hostname) + (undrain ? "/undrain" : "/drain")); await render(); }
+              catch (e) { say(e.message); b.disabled = false; }
+            });
+            item.append(b);
+          }
+          return item;
+        })))));
+      const page = r.page;
+      const pager = h("div", { class: "pager" });
+      if (r.pages > 1) {
+        const go = (p) => { params.set("page", String(p)); history.pushState(null, "", "/hosts?" + params); route(); };
+        const prev = h("button", { type: "button", disabled: page === 0 }, "Previous page");
+        const next = h("button", { type: "button", disabled: page + 1 >= r.pages }, "Next page");
+        prev.addEventListener("click", () => go(page - 1));
+        next.addEventListener("click", () => go(page + 1));
+        pager.append(prev, next);
+      }
+      pager.append(h("span", { class: "muted" }, r.total + " hosts, page " + (page + 1) + " of " + r.pages));
+      main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map, pager);
+    };
+    await render();
+    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+  }
+
+  // ---- the audit log (audit.read)
+
+  async function audit() {
+    document.title = "Audit · Peloton";
+    const params = new URLSearchParams(location.search);
+    const q = new URLSearchParams();
+    for (const k of ["principal", "object", "denied", "before"]) if (params.get(k)) q.set(k, params.get(k));
+    const r = await get("/api/audit?" + q.toString());
+    const form = h("form", { class: "filters", role: "search", "aria-label": "Filter the audit log" },
+      h("div", {}, h("label", { for: "a-principal" }, "Principal"),
+        h("input", { id: "a-principal", name: "principal", value: params.get("principal") || "", size: 12 })),
+      h("div", {}, h("label", { for: "a-object" }, "Object (job, pool, host)"),
+        h("input", { id: "a-object", name: "object", value: params.get("object") || "", size: 16 })),
+      h("div", {}, h("label", { for: "a-denied" }, "Calls"),
+        h("select", { id: "a-denied", name: "denied" }, h("option", { value: "" }, "all"),
+          h("option", { value: "1", selected: params.get("denied") === "1" }, "refused only"))),
+      h("button", { type: "submit" }, "Filter"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const f = new URLSearchParams();
+      for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
+      history.pushState(null, "", "/audit" + (f.toString() ? "?" + f : ""));
+      route();
+    });
+    const older = h("button", { type: "button", id: "older", disabled: r.before === null }, "Older");
+    older.addEventListener("click", () => {
+      params.set("before", String(r.before));
+      history.pushState(null, "", "/audit?" + params);
+      route();
+    });
+    main.replaceChildren(h("h1", {}, "Audit log"), form,
+      h("table", { "aria-label": "Audit log" },
+        h("thead", {}, h("tr", {}, ["When", "Principal", "Via", "Call", "Object", "Outcome", "Message"].map(
+          (c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, r.events.map((e) => h("tr", { "data-audit": e.id },
+          h("td", {}, new Date(e.at * 1000).toLocaleString()), h("td", {}, e.principal), h("td", {}, e.via),
+          h("td", {}, e.method), h("td", {}, e.object),
+          h("td", {}, h("span", { class: "state " + (e.allowed ? "SUCCEEDED" : "FAILED") }, e.allowed ? "allowed" : "DENIED"),
+            e.code && e.code !== "OK" ? " " + e.code : ""),
+          h("td", { class: "reason" }, e.message))))),
+      h("div", { class: "pager" }, older));
+  }
+
+  // ---- routing
+
+  async function route() {
+    viewNumber += 1;
+    say("");
+    if (events) { events.close(); events = null; }
+    const path = location.pathname;
+    for (const a of document.querySelectorAll("nav a")) {
+      const v = a.dataset.view;
+      const current = (v === "cluster" && path === "/") || (v !== "cluster" && (path === "/" + v || path.startsWith("/" + v + "/")));
+      if (current) a.setAttribute("aria-current", "page"); else a.removeAttribute("aria-current");
+    }
+    try {
+      const m = path.match(/^\/jobs\/([0-9a-f]{12})$/);
+      if (m) await job(m[1]);
+      else if (path === "/jobs") await jobs();
+      else if (path === "/queue") await queue();
+      else if (path === "/audit") await audit();
+      else if (path === "/pools") await pools();
+      else if (path === "/hosts") await hosts();
+      else await cluster();
+    } catch (e) { if (e.status !== 401) showError(e); }
+  }
+
+  document.addEventListener("click", (ev) => {
+    const a = ev.target.closest && ev.target.closest("a[href^='/']");
+    if (!a || ev.ctrlKey || ev.metaKey || ev.shiftKey || ev.button !== 0 || a.getAttribute("href").startsWith("/assets/")) return;
+    ev.preventDefault();
+    history.pushState(null, "", a.getAttribute("href"));
+    route().then(() => main.focus());
+  });
+  window.addEventListener("popstate", route);
+
+  document.getElementById("logout").addEventListener("click", async () => {
+    await fetch("/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": session.csrf } });
+    location.assign("/login");
+  });
+
+  (async () => {
+    try { session = await get("/api/session"); }
+    catch (e) { if (e.status !== 401) showError(e); return; }
+    document.getElementById("who").textContent = session.name + " (" + (session.roles.join(", ") || "no role") + ")";
+    document.getElementById("logout").hidden = !session.authenticated;
+    document.querySelector('nav a[data-view="audit"]').hidden = !session.permissions.includes("audit.read");
+    await route();
+  })();
+})();

@@ -1,0 +1,181 @@
+"""The console's query parameters, read and checked (pure): a list's filters and page, a job id. A wrong one is
+an InvalidArgument naming the parameter, before any call to the API."""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+from peloton.domain.states import JobState
+from peloton.errors import InvalidArgument
+
+DEFAULT_PAGE_SIZE = 50
+MAX_PAGE_SIZE = 500  # a page the browser renders in well under a second (the API allows 1,000)
+MAX_TEXT = 256
+MAX_WATCH_JOBS = 100  # job ids one event stream may follow (the API's own bound is higher)
+JOB_ID = re.compile(r"[0-9a-f]{12}")
+PAGE_TOKEN = re.compile(r"[A-Za-z0-9_=.:-]{0,1024}")
+JOB_STATES = tuple(s.value for s in JobState)
+
+
+@dataclass(frozen=True)
+class JobQuery:
+    states: tuple[str, ...] = ()
+    owner: str = ""
+    pool: str = ""
+    name_contains: str = ""
+    page_size: int = DEFAULT_PAGE_SIZE
+    page_token: str = ""
+
+
+def _only(query: Mapping[str, Sequence[str]], allowed: frozenset[str], where: str) -> None:
+    unknown = sorted(set(query) - allowed)
+    if unknown:
+        raise InvalidArgument(f"{unknown[0]}: not a parameter of {where}; known: {', '.join(sorted(allowed))}",
+                              field=unknown[0])
+
+
+def _one(query: Mapping[str, Sequence[str]], name: str) -> str:
+    values = query.get(name, [])
+    if len(values) > 1:
+        raise InvalidArgument(f"{name}: given {len(values)} times; give it once", field=name)
+    value = values[0] if values else ""
+    if len(value) > MAX_TEXT:
+        raise InvalidArgument(f"{name}: at most {MAX_TEXT} characters, got {len(value)}", field=name)
+    if any(ord(c) < 32 for c in value):
+        raise InvalidArgument(f"{name}: must not contain control characters", field=name)
+    return value
+
+
+def job_query(query: Mapping[str, Sequence[str]]) -> JobQuery:
+    """/api/jobs?state=RUNNING&state=PENDING&owner=&pool=&q=&page_size=&page_token="""
+    _only(query, frozenset({"state", "owner", "pool", "q", "page_size", "page_token"}), "/api/jobs")
+    states: list[str] = []
+    for raw in query.get("state", []):
+        for s in filter(None, raw.split(",")):
+            if s.upper() not in JOB_STATES:
+                raise InvalidArgument(f"state: {s!r} is not a job state; one of {', '.join(JOB_STATES)}",
+                                      field="state")
+            states.append(s.upper())
+    page_size = _int(query, "page_size", DEFAULT_PAGE_SIZE, 1, MAX_PAGE_SIZE)
+    token = _one(query, "page_token")
+    if not PAGE_TOKEN.fullmatch(token):
+        raise InvalidArgument("page_token: not a page token this console gave (use next_page_token of the page "
+                              "before)", field="page_token")
+    pool = _one(query, "pool")
+    if pool and not pool.startswith("/"):
+        raise InvalidArgument(f"pool: a pool's path starts with '/', got {pool!r}", field="pool")
+    return JobQuery(tuple(dict.fromkeys(states)), _one(query, "owner"), pool, _one(query, "q"), page_size, token)
+
+
+HOST_STATUSES = ("up", "draining", "drained", "unhealthy", "down")
+DEFAULT_HOST_PAGE = 200
+MAX_HOST_PAGE = 2000
+HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
+
+
+@dataclass(frozen=True)
+class HostQuery:
+    rack: str = ""
+    status: str = ""
+    page: int = 0
+    page_size: int = DEFAULT_HOST_PAGE
+
+
+def _int(query: Mapping[str, Sequence[str]], name: str, default: int, low: int, high: int) -> int:
+    text = _one(query, name)
+    if not text:
+        return default
+    try:
+        value = int(text)
+    except ValueError:
+        raise InvalidArgument(f"{name}: must be a whole number, got {text!r}", field=name) from None
+    if not low <= value <= high:
+        raise InvalidArgument(f"{name}: must be between {low} and {high}, got {value}", field=name)
+    return value
+
+
+def host_query(query: Mapping[str, Sequence[str]]) -> HostQuery:
+    """/api/hosts?rack=&status=&page=&page_size="""
+    _only(query, frozenset({"rack", "status", "page", "page_size"}), "/api/hosts")
+    status = _one(query, "status")
+    if status and status not in HOST_STATUSES:
+        raise InvalidArgument(f"status: {status!r} is not a host status; one of {', '.join(HOST_STATUSES)}",
+                              field="status")
+    return HostQuery(_one(query, "rack"), status, _int(query, "page", 0, 0, 1_000_000),
+                     _int(query, "page_size", DEFAULT_HOST_PAGE, 1, MAX_HOST_PAGE))
+
+
+def hostname(text: str) -> str:
+    if not HOSTNAME.fullmatch(text):
+        raise InvalidArgument(f"host: not a host name, got {text[:60]!r}", field="host")
+    return text
+
+
+MAX_QUEUE_PAGE = 1000  # ListQueue's own bound
+
+
+@dataclass(frozen=True)
+class QueueQuery:
+    pool: str = ""
+    limit: int = 200
+
+
+def queue_query(query: Mapping[str, Sequence[str]]) -> QueueQuery:
+    """/api/queue?pool=/P&limit=N: the gangs waiting in a pool and its subtree (every pool without one)."""
+    _only(query, frozenset({"pool", "limit"}), "/api/queue")
+    pool = _one(query, "pool")
+    if pool and not pool.startswith("/"):
+        raise InvalidArgument(f"pool: a pool's path starts with '/', got {pool!r}", field="pool")
+    return QueueQuery(pool, _int(query, "limit", 200, 1, MAX_QUEUE_PAGE))
+
+
+@dataclass(frozen=True)
+class AuditQuery:
+    principal: str = ""
+    object: str = ""
+    denied: bool = False
+    limit: int = 100
+    before_id: int = 0
+
+
+def audit_query(query: Mapping[str, Sequence[str]]) -> AuditQuery:
+    """/api/audit?principal=&object=&denied=1&limit=&before=ID: newest first, a page at a time."""
+    _only(query, frozenset({"principal", "object", "denied", "limit", "before"}), "/api/audit")
+    denied = _one(query, "denied")
+    if denied not in ("", "0", "1"):
+        raise InvalidArgument(f"denied: 1 (only refused calls) or 0, got {denied!r}", field="denied")
+    return AuditQuery(_one(query, "principal"), _one(query, "object"), denied == "1",
+                      _int(query, "limit", 100, 1, 1000), _int(query, "before", 0, 0, 2**62))
+
+
+def instance(text: str) -> int:
+    if not text.isdigit() or len(text) > 7:
+        raise InvalidArgument(f"instance: a member's instance is a whole number from 0, got {text[:20]!r}",
+                              field="instance")
+    return int(text)
+
+
+def job_id(text: str, name: str = "job") -> str:
+    if not JOB_ID.fullmatch(text):
+        raise InvalidArgument(f"{name}: a job id is 12 hexadecimal digits, got {text[:40]!r}", field=name)
+    return text
+
+
+def watch_jobs(query: Mapping[str, Sequence[str]]) -> tuple[str, ...]:
+    """/api/events?job=ID&job=ID: the jobs to follow (none: every job)."""
+    _only(query, frozenset({"job"}), "/api/events")
+    ids = tuple(dict.fromkeys(job_id(j) for raw in query.get("job", []) for j in filter(None, raw.split(","))))
+    if len(ids) > MAX_WATCH_JOBS:
+        raise InvalidArgument(f"job: at most {MAX_WATCH_JOBS} jobs per event stream, got {len(ids)}", field="job")
+    return ids
+
+
+def resume_point(last_event_id: str) -> tuple[str, int]:
+    """An SSE Last-Event-ID, `<stream_id>:<revision>` as the console sent it: where the watch resumes. Anything
+    else (a browser's first connection sends none) starts afresh."""
+    stream, _, rev = last_event_id.strip().rpartition(":")
+    if not stream or not re.fullmatch(r"[A-Za-z0-9_-]{1,64}", stream) or not rev.isdigit() or len(rev) > 18:
+        return "", 0
+    return stream, int(rev)

@@ -1,0 +1,417 @@
+"""The console's HTTP server: the standard library's http.server, a thread per connection (bounded), serving the
+assets shipped in the wheel and JSON endpoints that call the public API as the browser's caller (api.py).
+
+Security (docs/ui.md, "Security"): the caller's token lives in an HttpOnly, SameSite=Strict cookie and is handed to
+the API on every call, so what the API refuses the console cannot do; a changing request (POST) must come from
+this console's own pages (its Origin, and a CSRF token derived from the session that only a same-origin script
+can read); a console on loopback answers only requests addressed to loopback (a DNS-rebinding page cannot reach
+it); every answer forbids inline scripts and framing (Content-Security-Policy)."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import json
+import logging
+import re
+import secrets
+import socket
+import threading
+import time
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from importlib import resources
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+from peloton import errors
+from peloton.config import split_hostport
+from peloton.console import params
+from peloton.console.api import Api
+from peloton.errors import PelotonError
+
+log = logging.getLogger("peloton.console")
+
+COOKIE = "peloton_console"
+CSRF_HEADER = "X-CSRF-Token"
+MAX_CONNECTIONS = 64  # connections served at once; more wait in the listen backlog's place: refused
+MAX_STREAMS = 32  # of them, event streams (each holds a WatchJobs stream of the daemon's 256)
+MAX_BODY = 4096
+TOKEN = re.compile(r"[A-Za-z0-9_.~+/=-]{1,512}")
+LOOPBACK_NAMES = ("localhost", "::1")
+ASSET = re.compile(r"[a-z0-9-]+\.(html|js|css|svg)")
+TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
+         "css": "text/css; charset=utf-8", "svg": "image/svg+xml"}
+CSP = ("default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self'; connect-src 'self'; "
+       "form-action 'self'; frame-ancestors 'none'; base-uri 'none'")
+STATUS = {errors.InvalidArgument: 400, errors.Unauthenticated: 401, errors.PermissionDenied: 403,
+          errors.NotFound: 404, errors.AlreadyExists: 409, errors.FailedPrecondition: 409, errors.Conflict: 409,
+          errors.ResourceExhausted: 429, errors.Unavailable: 503}
+PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12}|queue|pools|hosts|audit)")
+
+
+def _loopback(host: str) -> bool:
+    host = host.strip("[]")
+    return host in LOOPBACK_NAMES or host.startswith("127.")
+
+
+def _assets() -> dict[str, bytes]:
+    """The console's files, read once from the installed package (the wheel's package data)."""
+    out = {}
+    for f in resources.files("peloton.console").joinpath("assets").iterdir():
+        if ASSET.fullmatch(f.name):
+            out[f.name] = f.read_bytes()
+    return out
+
+
+class Console:
+    """Bound at construction (a port in use refuses the daemon's start before it acts), serving once `start` is
+    given the API's address."""
+
+    def __init__(self, listen: str) -> None:
+        host, port = split_hostport(listen, "--ui-listen")
+        self.authenticated = True  # the daemon asks who calls: a login first (set by start)
+        self.loopback_only = _loopback(host)
+        self.key = secrets.token_bytes(32)  # CSRF tokens of this process's sessions
+        self.assets = _assets()
+        self.api: Api | None = None
+        self._streams = threading.BoundedSemaphore(MAX_STREAMS)
+        try:
+            self.httpd = _Server((host, port), _Handler, self)
+        except OSError as e:
+            raise errors.FailedPrecondition(f"--ui-listen: cannot listen on {listen}: {e.strerror}",
+                                            field="--ui-listen") from None
+        bound = self.httpd.server_address
+        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{bound[1]}/"
+        self._thread: threading.Thread | None = None
+
+    def start(self, api_address: str, authenticated: bool) -> None:
+        self.authenticated = authenticated
+        self.api = Api(api_address)
+        self._thread = threading.Thread(target=self.httpd.serve_forever, name="console", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        if self._thread is not None:
+            self.httpd.shutdown()
+        if self.api is not None:
+            self.api.close()  # the event streams' watches end, and their threads with them
+        self.httpd.server_close()
+
+    def csrf(self, token: str) -> str:
+        return hmac.new(self.key, token.encode(), hashlib.sha256).hexdigest()[:32]
+
+    def take_stream(self) -> bool:
+        return self._streams.acquire(blocking=False)
+
+    def give_stream(self) -> None:
+        self._streams.release()
+
+
+class _Server(ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True
+
+    def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], console: Console) -> None:
+        if ":" in address[0]:
+            self.address_family = socket.AF_INET6
+        self.console = console
+        self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        """A named thread per connection, at most MAX_CONNECTIONS at once (more are closed at once)."""
+        if not self._slots.acquire(blocking=False):
+            self.shutdown_request(request)
+            return
+        t = threading.Thread(target=self._serve, args=(request, client_address), name="console-request",
+                             daemon=True)
+        t.start()
+
+    def _serve(self, request: Any, client_address: Any) -> None:
+        try:
+            self.process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
+
+class _Handler(BaseHTTPRequestHandler):
+    server: _Server
+    protocol_version = "HTTP/1.0"
+    server_version = "peloton-console"
+    sys_version = ""
+
+    @property
+    def console(self) -> Console:
+        return self.server.console
+
+    def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - http.server's name
+        log.debug("%s %s", self.address_string(), format % args)
+
+    # -- answers
+
+    def _send(self, status: int, body: bytes, ctype: str, headers: dict[str, str] | None = None) -> None:
+        self.send_response(status)
+        self.send_header("Content-Type", ctype)
+        self.send_header("Content-Length", str(len(body)))
+        self.send_header("Content-Security-Policy", CSP)
+        self.send_header("X-Content-Type-Options", "nosniff")
+        # (not no-referrer: with it a browser sends `Origin: null` on a form's POST, and the login checks Origin)
+        self.send_header("Referrer-Policy", "same-origin")
+        self.send_header("Cache-Control", "no-store")
+        for k, v in (headers or {}).items():
+            self.send_header(k, v)
+        self.end_headers()
+        if self.command != "HEAD":
+            self.wfile.write(body)
+
+    def _json(self, status: int, obj: Any, headers: dict[str, str] | None = None) -> None:
+        self._send(status, json.dumps(obj, separators=(",", ":")).encode(), "application/json", headers)
+
+    def _error(self, e: PelotonError) -> None:
+        self._json(_status_of(e), {"error": str(e), "field": e.field, "code": type(e).__name__})
+
+    def _redirect(self, to: str, headers: dict[str, str] | None = None) -> None:
+        self._send(303, b"", "text/plain", {"Location": to, **(headers or {})})
+
+    # -- who asks
+
+    def _token(self) -> str | None:
+        """The session's token; "" when the daemon authenticates nobody; None: no session (log in first)."""
+        if not self.console.authenticated:
+            return ""
+        for part in self.headers.get("Cookie", "").split(";"):
+            name, _, value = part.strip().partition("=")
+            if name == COOKIE and TOKEN.fullmatch(value):
+                return value
+        return None
+
+    def _host_ok(self) -> bool:
+        """A console on loopback answers only requests addressed to loopback: a page of another site whose name
+        was made to resolve to 127.0.0.1 (DNS rebinding) is refused."""
+        if not self.console.loopback_only:
+            return True
+        host = self.headers.get("Host", "")
+        name = host.rpartition(":")[0] if host.count(":") == 1 or host.endswith("]") or "]:" in host else host
+        return _loopback(name)
+
+    def _same_origin(self) -> bool:
+        """A changing request from this console's own pages: the browser's Origin (sent with every POST) names
+        this console, and the fetch metadata, where sent, says same-origin."""
+        site = self.headers.get("Sec-Fetch-Site")
+        if site is not None and site not in ("same-origin", "none"):
+            return False
+        origin = self.headers.get("Origin")
+        return origin is None or origin == f"http://{self.headers.get('Host', '')}"
+
+    def _csrf_ok(self, token: str) -> bool:
+        given = self.headers.get(CSRF_HEADER, "")
+        return self._same_origin() and hmac.compare_digest(given, self.console.csrf(token))
+
+    # -- routes
+
+    def do_HEAD(self) -> None:  # noqa: N802
+        self.do_GET()
+
+    def do_GET(self) -> None:  # noqa: N802
+        try:
+            if not self._host_ok():
+                self._json(421, {"error": "Host: this console answers only requests addressed to loopback",
+                                 "field": "Host", "code": "InvalidArgument"})
+                return
+            url = urlsplit(self.path)
+            path, query = url.path, parse_qs(url.query, keep_blank_values=True)
+            if path.startswith("/assets/"):
+                self._asset(path[len("/assets/"):])
+            elif path == "/favicon.ico":  # asked for by a browser on a page without its <link rel=icon>
+                self._asset("icon.svg")
+            elif path == "/login":
+                if self._token() is not None and not query.get("failed") and not self.console.authenticated:
+                    self._redirect("/")
+                else:
+                    self._send(200, self.console.assets["login.html"], TYPES["html"])
+            elif PAGES.fullmatch(path):
+                if self._token() is None:
+                    self._redirect("/login")
+                else:
+                    self._send(200, self.console.assets["index.html"], TYPES["html"])
+            elif path.startswith("/api/"):
+                self._api_get(path, query)
+            else:
+                self._json(404, {"error": f"{path}: no such page", "field": None, "code": "NotFound"})
+        except PelotonError as e:
+            self._error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def do_POST(self) -> None:  # noqa: N802
+        try:
+            if not self._host_ok():
+                self._json(421, {"error": "Host: this console answers only requests addressed to loopback",
+                                 "field": "Host", "code": "InvalidArgument"})
+                return
+            length = self.headers.get("Content-Length", "0")
+            if not length.isdigit() or int(length) > MAX_BODY:
+                self._json(413, {"error": f"Content-Length: a request body is at most {MAX_BODY} bytes",
+                                 "field": "Content-Length", "code": "InvalidArgument"})
+                return
+            body = self.rfile.read(int(length))
+            path = urlsplit(self.path).path
+            if path == "/login":
+                self._login(body)
+                return
+            token = self._token()
+            if token is None:
+                raise errors.Unauthenticated("no session: log in first (/login)")
+            if not self._csrf_ok(token):
+                log.warning("console: refused a %s from %s without this console's CSRF token or origin",
+                            path, self.address_string())
+                self._json(403, {"error": f"{CSRF_HEADER}: missing or wrong, or the request came from another "
+                                          "site: changes are made from this console's own pages",
+                                 "field": CSRF_HEADER, "code": "PermissionDenied"})
+                return
+            if path == "/logout":
+                self._redirect("/login", {"Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
+                return
+            m = re.fullmatch(r"/api/jobs/([^/]+)/(stop|delete)", path)
+            if m:
+                job = params.job_id(m.group(1))
+                if m.group(2) == "stop":
+                    self._api().stop_job(job, token)
+                    self._json(200, {"stopped": job})
+                else:
+                    self._api().delete_job(job, token)
+                    self._json(200, {"deleted": job})
+                return
+            m = re.fullmatch(r"/api/hosts/([^/]+)/(drain|undrain)", path)
+            if m:
+                self._json(200, self._api().drain_host(params.hostname(m.group(1)), token,
+                                                       undrain=m.group(2) == "undrain"))
+                return
+            self._json(404, {"error": f"{path}: no such action", "field": None, "code": "NotFound"})
+        except PelotonError as e:
+            self._error(e)
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+
+    def _api(self) -> Api:
+        api = self.console.api
+        if api is None:
+            raise errors.Unavailable("the console is starting; retry in a moment")
+        return api
+
+    def _asset(self, name: str) -> None:
+        body = self.console.assets.get(name) if ASSET.fullmatch(name) else None
+        if body is None:
+            self._json(404, {"error": f"/assets/{name}: no such file", "field": None, "code": "NotFound"})
+            return
+        self._send(200, body, TYPES[name.rsplit(".", 1)[1]])
+
+    def _login(self, body: bytes) -> None:
+        if not self._same_origin():
+            self._json(403, {"error": "Origin: log in from this console's own page", "field": "Origin",
+                             "code": "PermissionDenied"})
+            return
+        if not self.console.authenticated:
+            self._redirect("/")
+            return
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        token = (form.get("token") or [""])[0].strip()
+        if not TOKEN.fullmatch(token):
+            self._redirect("/login?failed=token")
+            return
+        try:
+            who = self._api().whoami(token)
+        except errors.Unauthenticated:
+            self._redirect("/login?failed=unknown")
+            return
+        except errors.PermissionDenied:  # a principal without a role: it may not even ask who it is
+            self._redirect("/login?failed=denied")
+            return
+        log.info("console: %s logged in (%s)", who["name"], ", ".join(who["roles"]) or "no role")
+        self._redirect("/", {"Set-Cookie": f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"})
+
+    def _api_get(self, path: str, query: dict[str, list[str]]) -> None:
+        token = self._token()
+        if token is None:
+            raise errors.Unauthenticated("no session: log in first (/login)")
+        api = self._api()
+        if path == "/api/session":
+            params._only(query, frozenset(), path)
+            self._json(200, {**api.whoami(token), "csrf": self.console.csrf(token)})
+        elif path == "/api/cluster":
+            params._only(query, frozenset(), path)
+            self._json(200, api.cluster_summary(token))
+        elif path == "/api/jobs":
+            self._json(200, api.list_jobs(params.job_query(query), token))
+        elif m := re.fullmatch(r"/api/jobs/([^/]+)/members/([^/]+)", path):
+            params._only(query, frozenset(), "/api/jobs/ID/members/N")
+            self._json(200, api.member(params.job_id(m.group(1)), params.instance(m.group(2)), token, time.time()))
+        elif path.startswith("/api/jobs/"):
+            params._only(query, frozenset(), "/api/jobs/ID")
+            self._json(200, api.get_job(params.job_id(path[len("/api/jobs/"):]), token))
+        elif path == "/api/audit":
+            self._json(200, api.audit(params.audit_query(query), token))
+        elif path == "/api/queue":
+            self._json(200, api.queue(params.queue_query(query), token))
+        elif path == "/api/pools":
+            params._only(query, frozenset(), path)
+            self._json(200, api.list_pools(token))
+        elif path == "/api/hosts":
+            self._json(200, api.list_hosts(params.host_query(query), token))
+        elif path == "/api/events":
+            self._events(api, params.watch_jobs(query), token)
+        else:
+            raise errors.NotFound(f"{path}: no such endpoint")
+
+    def _events(self, api: Api, job_ids: tuple[str, ...], token: str) -> None:
+        """Server-sent events from WatchJobs: each message's id is `<stream_id>:<revision>`, which the browser
+        sends back as Last-Event-ID when it reconnects, and the watch resumes after it (or the daemon sends a
+        snapshot, or `resync` when it cannot)."""
+        stream_id, after = params.resume_point(self.headers.get("Last-Event-ID", ""))
+        if not self.console.take_stream():
+            raise errors.Unavailable(f"more than {MAX_STREAMS} open event streams on this console; retry later")
+        started = False
+        try:
+            watch = api.watch(job_ids, stream_id, after, token)
+            first = next(watch)  # a refusal (a revoked token) is an HTTP error, not a stream that ends at once
+            started = True
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Cache-Control", "no-store")
+            self.send_header("X-Content-Type-Options", "nosniff")
+            self.end_headers()
+            self.wfile.write(b"retry: 1000\n\n")
+            for m in _chain(first, watch):
+                # every message moves the resume point, a heartbeat's too: an id alone sets the browser's
+                # Last-Event-ID without an event (the SSE rules), so a reconnect misses nothing sent before it
+                out = f"id: {m['stream_id']}:{m['revision']}\n"
+                if m["changes"] or m["snapshot"] or m["resync"]:
+                    out += f"event: jobs\ndata: {json.dumps(m, separators=(',', ':'))}\n"
+                self.wfile.write(out.encode() + b"\n")  # (a browser gone is found here, within seconds)
+                self.wfile.flush()
+        except PelotonError as e:
+            if started:  # the headers went: the browser reconnects (Last-Event-ID) after this event
+                data = json.dumps({"error": str(e), "code": type(e).__name__})
+                self.wfile.write(f"event: failed\ndata: {data}\n\n".encode())
+            else:
+                raise
+        except StopIteration:
+            self._json(503, {"error": "the daemon ended the watch", "field": None, "code": "Unavailable"})
+        except (BrokenPipeError, ConnectionResetError):
+            pass
+        finally:
+            self.console.give_stream()
+
+
+def _chain(first: dict[str, Any], rest: Any) -> Any:
+    yield first
+    yield from rest
+
+
+def _status_of(e: PelotonError) -> int:
+    for cls, status in STATUS.items():
+        if isinstance(e, cls):
+            return status
+    return HTTPStatus.INTERNAL_SERVER_ERROR
+

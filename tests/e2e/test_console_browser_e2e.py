@@ -1,0 +1,308 @@
+"""The web console in a real headless Chromium (Debian's chromium and chromium-driver, driven by Selenium), against
+the real daemon on the sim backend: each view loads without a console error, a job created through the API
+appears and goes RUNNING without a reload, a viewer has no stop button and a forged stop is refused, every control
+has a label and the pages work from the keyboard. Each view's screenshot is taken here; with
+PELOTON_UI_SCREENSHOTS=DIR they are also written to DIR (docs/ui/ holds the committed ones: docs/ui.md)."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.console import ConsoleDaemon
+from tests.e2e.harness import serving
+
+pytestmark = pytest.mark.e2e
+webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev extra) drives the browser")
+from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
+from selenium.webdriver.common.by import By  # noqa: E402
+from selenium.webdriver.common.keys import Keys  # noqa: E402
+from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
+
+CHROMIUM, DRIVER = shutil.which("chromium"), shutil.which("chromedriver")
+SHOTS = os.environ.get("PELOTON_UI_SCREENSHOTS", "")
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleDaemon]:
+    tmp = tmp_path_factory.mktemp("console-browser")
+    d = ConsoleDaemon(tmp / "data", f"sqlite:///{tmp / 'peloton.db'}")
+    with serving(d):
+        yield d
+
+
+@pytest.fixture(scope="module")
+def chrome() -> Iterator[Any]:
+    if CHROMIUM is None or DRIVER is None:
+        pytest.skip("no chromium and chromedriver (Debian: apt-get install chromium chromium-driver; .ci/run does)")
+    from selenium.webdriver.chrome.service import Service
+
+    o = webdriver.ChromeOptions()
+    o.binary_location = CHROMIUM
+    for a in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--window-size=1280,860",
+              "--disable-background-networking", "--no-first-run"):
+        o.add_argument(a)
+    o.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(options=o, service=Service(DRIVER))
+    try:
+        yield driver
+    finally:
+        driver.quit()
+
+
+@pytest.fixture
+def browser(chrome: Any, daemon: ConsoleDaemon) -> Iterator[Any]:
+    """A fresh session (no cookie) and an empty console log for each test."""
+    chrome.get(daemon.ui + "login")
+    chrome.delete_all_cookies()
+    chrome.get_log("browser")
+    yield chrome
+
+
+def wait(driver: Any, cond: Any, timeout: float = 20, what: str = "") -> Any:
+    try:
+        # (a live page re-renders what changed: an element found a moment ago may be gone, and is looked up again)
+        return WebDriverWait(driver, timeout, poll_frequency=0.1,
+                             ignored_exceptions=[StaleElementReferenceException]).until(cond)
+    except TimeoutException:
+        raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}\n"
+                             f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}\n"
+                             f"console: {driver.get_log('browser')}") from None
+
+
+def errors(driver: Any) -> list[dict[str, Any]]:
+    return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
+
+
+def shot(driver: Any, tmp: Path, name: str) -> None:
+    path = tmp / f"{name}.png"
+    assert driver.save_screenshot(str(path)) and path.stat().st_size > 1000
+    if SHOTS:
+        Path(SHOTS).mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(path, Path(SHOTS) / path.name)
+
+
+def log_in(driver: Any, d: ConsoleDaemon, who: str, tmp: Path | None = None) -> None:
+    """Through the login form, from the keyboard: the token field has the focus, Enter submits."""
+    driver.get(d.ui)
+    wait(driver, lambda dr: dr.current_url.endswith("/login"), what="the login page")
+    field = driver.switch_to.active_element
+    assert field.get_attribute("id") == "token"
+    if tmp is not None:
+        shot(driver, tmp, "login")
+    field.send_keys(d.tokens[who], Keys.ENTER)
+    wait(driver, lambda dr: who in dr.find_element(By.ID, "who").text, what=f"{who} logged in")
+
+
+def state_of(driver: Any, job: str) -> str:
+    rows = driver.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job}"] .state')
+    return str(rows[0].text) if rows else ""
+
+
+def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "resnet-ddp", instances=4, gpu=4)
+    daemon.submit(tmp_path, "finished", duration="1s")
+    big = daemon.submit(tmp_path, "too-big-for-now", instances=12, gpu=8)  # waits: 12 hosts of 8, 16 GPUs in use
+    daemon.wait_state(job, "RUNNING")
+    log_in(browser, daemon, "alice", tmp_path)
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Pools] tbody tr"),
+         what="the cluster view")
+    assert "Hosts" in browser.find_element(By.ID, "main").text
+    shot(browser, tmp_path, "cluster")
+    browser.find_element(By.LINK_TEXT, "Jobs").click()
+    wait(browser, lambda dr: state_of(dr, big) == "PENDING" and state_of(dr, job) == "RUNNING", what="the jobs")
+    # why it waits, from the queue (its position, then the placer's reason once a round has tried it): live
+    reason = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t else None)(
+        dr.find_element(By.CSS_SELECTOR, f'tr[data-job="{big}"] .reason').text), what="the waiting job's reason")
+    assert reason.startswith("#1 in /, waiting "), reason
+    shot(browser, tmp_path, "jobs")
+    browser.find_element(By.LINK_TEXT, job).click()
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Members] tbody tr"),
+         what="the job page")
+    members = wait(browser, lambda dr: [m.text for m in dr.find_elements(By.CSS_SELECTOR,
+                                                                       "table[aria-label=Members] tbody tr")],
+                   what="the members")
+    assert len(members) == 4 and all("RUNNING" in m and "sim-" in m for m in members), members
+    assert browser.find_elements(By.ID, "stop"), "an admin may stop the job"
+    shot(browser, tmp_path, "job")
+    # a member's timeline, opened from the keyboard
+    browser.find_element(By.ID, "tl-1").send_keys(Keys.ENTER)
+    label = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, "#timeline-1 .timeline").get_attribute(
+        "aria-label"), what="a timeline")
+    assert label.startswith("Member 1: PENDING") and "RUNNING (run 1)" in label, label
+    assert wait(browser, lambda dr: dr.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true",
+                what="the timeline's button expanded")
+    shot(browser, tmp_path, "job-timeline")
+    browser.find_element(By.LINK_TEXT, "Queue").click()
+    why = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t else None)(
+        dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] .reason').text), what="the queue")
+    assert why.startswith("gang of 12 needs"), why
+    row = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text, what="a row")
+    assert row.startswith("/ 1 " + big), row  # pool, position, job
+    shot(browser, tmp_path, "queue")
+    browser.get(daemon.ui + f"jobs/{big}")
+    wait(browser, lambda dr: dr.find_elements(By.ID, "job-reason"), what="the waiting job's page")
+    wait(browser, lambda dr: "gang of 12 needs" in dr.find_element(By.ID, "job-reason").text, what="why it waits")
+    shot(browser, tmp_path, "job-waiting")
+    assert errors(browser) == []
+    # a gang as big as the cluster at the head of the queue would soon preempt the other tests' jobs
+    daemon.cli("job", "stop", big)
+
+
+def test_a_job_created_through_the_api_appears_live_and_goes_running(browser: Any, daemon: ConsoleDaemon,
+                                                                      tmp_path: Path) -> None:
+    log_in(browser, daemon, "victor")
+    browser.get(daemon.ui + "jobs")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "#jobs-body tr"), what="the jobs list")
+    browser.execute_script("window.notReloaded = true")
+    job = daemon.submit(tmp_path, "live", instances=2, gpu=2)
+    wait(browser, lambda dr: state_of(dr, job) == "RUNNING", timeout=15, what="the new job RUNNING on the page")
+    assert browser.execute_script("return window.notReloaded") is True  # the page was not loaded again
+    assert errors(browser) == []
+
+
+def test_an_admin_stops_a_job_from_its_page_and_sees_it_end(browser: Any, daemon: ConsoleDaemon,
+                                                            tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "to-stop")
+    daemon.wait_state(job, "RUNNING")
+    log_in(browser, daemon, "alice")
+    browser.get(daemon.ui + f"jobs/{job}")
+    stop = wait(browser, lambda dr: dr.find_elements(By.ID, "stop"), what="the stop button")[0]
+    stop.click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda dr: "KILLED" in dr.find_element(By.ID, "job-state").text, what="the job KILLED")
+    assert not browser.find_elements(By.ID, "stop")
+    # ended: it may be deleted, and is gone from the list
+    wait(browser, lambda dr: dr.find_elements(By.ID, "delete"), what="the delete button")[0].click()
+    browser.switch_to.alert.accept()
+    wait(browser, lambda dr: dr.current_url.endswith("/jobs") and dr.find_elements(By.CSS_SELECTOR, "#jobs-body tr"),
+         what="back on the jobs list")
+    assert not browser.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job}"]')
+    assert daemon.cli("job", "get", job, check=False).returncode != 0
+    assert errors(browser) == []
+
+
+def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any, daemon: ConsoleDaemon,
+                                                                   tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "not-yours")
+    daemon.wait_state(job, "RUNNING")
+    log_in(browser, daemon, "victor")
+    browser.get(daemon.ui + f"jobs/{job}")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Members] tbody tr"),
+         what="the job page")
+    assert browser.find_elements(By.ID, "stop") == []
+    shot(browser, tmp_path, "job-viewer")
+    assert errors(browser) == []
+    # the request the button would send, forged from the viewer's own page with its own CSRF token
+    status = browser.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        fetch("/api/session").then((r) => r.json()).then((s) => fetch("/api/jobs/" + arguments[0] + "/stop",
+            {method: "POST", headers: {"X-CSRF-Token": s.csrf}})).then((r) => r.json().then((b) => done([r.status, b])));
+    """, job)
+    assert status[0] == 403 and "victor may not call StopJob" in status[1]["error"]
+    assert daemon.state(job) == "RUNNING"
+    assert any(e["method"].endswith("StopJob") and e["object"] == job and not e["allowed"]
+               for e in daemon.audit("victor"))
+    assert not browser.find_element(By.CSS_SELECTOR, 'nav a[data-view="audit"]').is_displayed()  # no audit.read
+    # an admin finds the refusal in the console's audit log
+    browser.delete_all_cookies()
+    log_in(browser, daemon, "alice")
+    browser.find_element(By.LINK_TEXT, "Audit").click()
+    wait(browser, lambda dr: dr.find_elements(By.ID, "a-principal"), what="the audit log")[0].send_keys("victor")
+    browser.find_element(By.ID, "a-denied").send_keys("refused")
+    browser.find_element(By.ID, "a-denied").submit()
+    row = wait(browser, lambda dr: next((r.text for r in dr.find_elements(By.CSS_SELECTOR, "tr[data-audit]")
+                                         if job in r.text), None), what="the refused stop in the audit log")
+    assert "victor" in row and "StopJob" in row and "DENIED" in row, row
+    shot(browser, tmp_path, "audit")
+    assert [e for e in errors(browser) if "/stop" not in e["message"]] == []
+
+
+def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser: Any, daemon: ConsoleDaemon) -> None:
+    log_in(browser, daemon, "victor")
+    for page in ("", "jobs", "queue", "pools", "hosts"):
+        browser.get(daemon.ui + page)
+        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table, main li.host"), what=f"/{page}")
+        unlabelled = browser.execute_script("""
+            return [...document.querySelectorAll("a, button, input, select, textarea")].filter((el) => !el.hidden)
+              .filter((el) => !((el.labels && el.labels.length) || el.getAttribute("aria-label") ||
+                                el.textContent.trim())).map((el) => el.outerHTML);
+        """)
+        assert unlabelled == [], page
+    # Tab from the top: the skip link first, then the views
+    browser.get(daemon.ui)
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table"), what="the cluster view")
+    body = browser.find_element(By.TAG_NAME, "body")
+    body.send_keys(Keys.TAB)
+    order = []
+    for _ in range(3):
+        order.append(browser.switch_to.active_element.text)
+        browser.switch_to.active_element.send_keys(Keys.TAB)
+    assert order == ["Skip to content", "Cluster", "Jobs"], order
+    # back to "Jobs" and Enter: the jobs view, as a click would
+    browser.switch_to.active_element.send_keys(Keys.SHIFT, Keys.TAB)
+    assert browser.switch_to.active_element.text == "Jobs"
+    browser.switch_to.active_element.send_keys(Keys.ENTER)
+    wait(browser, lambda dr: dr.find_elements(By.ID, "f-state"), what="the jobs view")
+    # filter from the keyboard: choose a state, type a name, Enter submits
+    select = browser.find_element(By.ID, "f-state")
+    select.send_keys("RUNNING")
+    name = browser.find_element(By.ID, "f-q")
+    name.send_keys("live", Keys.ENTER)
+    wait(browser, lambda dr: "state=RUNNING" in dr.current_url and "q=live" in dr.current_url,
+         what="the filter in the address")
+    assert errors(browser) == []
+
+
+def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daemon: ConsoleDaemon,
+                                                               tmp_path: Path) -> None:
+    daemon.cli("pool", "create", "/research", "--reservation", "cpu=16,gpu=16", "--limit", "gpu=48")
+    daemon.cli("pool", "create", "/research/vision", "--reservation", "gpu=8")
+    idle = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"]
+                  if not h.get("task_ids"))
+    drained = idle[-1]  # a host without tasks: drained at once (one with tasks stays draining while they run)
+    daemon.cli("host", "drain", drained)
+    try:
+        log_in(browser, daemon, "alice")
+        browser.find_element(By.LINK_TEXT, "Pools").click()
+        rows = wait(browser, lambda dr: [r.get_attribute("data-pool") for r in
+                                         dr.find_elements(By.CSS_SELECTOR, "tr[data-pool]")], what="the pools")
+        assert rows[:3] == ["/", "/research", "/research/vision"], rows  # parents before children
+        cls = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, 'tr[data-pool="/research/vision"] td')
+                   .get_attribute("class"), what="a pool's cell")
+        assert "depth-2" in cls
+        shot(browser, tmp_path, "pools")
+        browser.find_element(By.LINK_TEXT, "Hosts").click()
+        def drained_host(dr: Any) -> tuple[str, str, list[str]]:
+            host = dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
+            return (host.get_attribute("class"), host.text,
+                    [c.get_attribute("class") for c in host.find_elements(By.CSS_SELECTOR, ".gpu")])
+
+        cls, text, cells = wait(browser, drained_host, what="the host map")
+        assert "drained" in cls and "drained" in text
+        assert len(cells) == 8 and all("off" in c for c in cells)
+        used = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.used")
+        assert used, "the jobs of the tests before use GPUs"
+        shot(browser, tmp_path, "hosts")
+        # the admin puts it back in service from the map
+        browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Undrain {drained}"]').click()
+        wait(browser, lambda dr: "up" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
+             .get_attribute("class"), what="the host in service")
+        assert daemon.cli("host", "list", "-o", "json").stdout.count('"drain": "drained"') == 0
+        assert errors(browser) == []
+    finally:
+        daemon.cli("host", "undrain", drained)
+
+
+def test_a_viewer_has_no_drain_button(browser: Any, daemon: ConsoleDaemon) -> None:
+    log_in(browser, daemon, "victor")
+    browser.get(daemon.ui + "hosts")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host"), what="the host map")
+    assert browser.find_elements(By.CSS_SELECTOR, "li.host button") == []
+    assert errors(browser) == []

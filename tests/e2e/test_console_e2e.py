@@ -1,0 +1,441 @@
+"""The web console over plain HTTP (no browser): login and sessions, CSRF, the API's permissions and audit behind
+each action, paging bounds and bad input (a clear error naming the parameter), the event stream and its resume,
+against the real daemon on the sim backend (docs/ui.md)."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.e2e.console import Browser, ConsoleDaemon, wait_for
+from tests.e2e.harness import PELOTON, serving
+
+pytestmark = pytest.mark.e2e
+
+
+@pytest.fixture(scope="module")
+def daemon(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ConsoleDaemon]:
+    tmp = tmp_path_factory.mktemp("console")
+    d = ConsoleDaemon(tmp / "data", f"sqlite:///{tmp / 'peloton.db'}")
+    with serving(d):
+        yield d
+
+
+def logged_in(d: ConsoleDaemon, who: str) -> Browser:
+    b = Browser(d.ui)
+    assert b.login(d.tokens[who]).status == 303
+    return b
+
+
+def test_without_a_session_pages_send_to_the_login_and_the_api_answers_401(daemon: ConsoleDaemon) -> None:
+    b = Browser(daemon.ui)
+    for page in ("/", "/jobs", "/jobs/0123456789ab"):
+        a = b.get(page)
+        assert (a.status, a.headers["location"]) == (303, "/login"), page
+    a = b.get("/api/session")
+    assert a.status == 401 and a.json()["code"] == "Unauthenticated"
+    login = b.get("/login")
+    assert login.status == 200 and b'name="token"' in login.body
+    assert "script-src 'self'" in login.headers["content-security-policy"]
+    assert "frame-ancestors 'none'" in login.headers["content-security-policy"]
+
+
+def test_an_unknown_token_is_refused_and_a_known_one_opens_a_strict_httponly_session(daemon: ConsoleDaemon) -> None:
+    b = Browser(daemon.ui)
+    a = b.login("pt_not-a-token-of-this-daemon")
+    assert (a.status, a.headers["location"]) == (303, "/login?failed=unknown")
+    assert "set-cookie" not in a.headers
+    a = b.login(daemon.tokens["victor"])
+    assert (a.status, a.headers["location"]) == (303, "/")
+    cookie = a.headers["set-cookie"]
+    assert "HttpOnly" in cookie and "SameSite=Strict" in cookie and "Path=/" in cookie
+    s = b.get("/api/session").json()
+    assert (s["name"], s["roles"], s["via"]) == ("victor", ["viewer"], "token")
+    assert not s["may_control_any"] and not s["may_control_own"] and len(s["csrf"]) == 32
+    assert b.get("/").status == 200
+
+
+def test_a_login_from_another_site_is_refused(daemon: ConsoleDaemon) -> None:
+    b = Browser(daemon.ui)
+    a = b.request("POST", "/login", f"token={daemon.tokens['alice']}".encode(),
+                  headers={"Origin": "http://evil.example"})
+    assert a.status == 403 and a.json()["field"] == "Origin" and "set-cookie" not in a.headers
+
+
+def test_a_request_addressed_to_another_name_is_refused(daemon: ConsoleDaemon) -> None:
+    """DNS rebinding: a page of evil.example whose name now resolves to 127.0.0.1 reaches the port, but its
+    requests carry Host: evil.example."""
+    b = logged_in(daemon, "alice")
+    a = b.get("/api/session", headers={"Host": "evil.example:80"})
+    assert a.status == 421 and a.json()["field"] == "Host"
+    assert b.get("/api/session", headers={"Host": f"localhost:{b.port}"}).status == 200
+
+
+def test_stop_needs_the_csrf_token_and_this_consoles_origin(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "csrf")
+    b = logged_in(daemon, "alice")
+    for csrf, headers in ((None, {}), ("0" * 32, {}), ("", {"Origin": "http://evil.example"}),
+                          ("", {"Sec-Fetch-Site": "cross-site"})):
+        a = b.post(f"/api/jobs/{job}/stop", csrf=csrf, headers=headers)
+        assert a.status == 403 and a.json()["field"] == "X-CSRF-Token", (csrf, headers, a.body)
+    assert daemon.state(job) not in ("KILLING", "KILLED")
+    a = b.post(f"/api/jobs/{job}/stop")
+    assert (a.status, a.json()) == (200, {"stopped": job})
+    daemon.wait_state(job, "KILLED")
+    assert any(e["method"].endswith("StopJob") and e["object"] == job and e["allowed"] for e in daemon.audit("alice"))
+
+
+def test_a_viewers_forged_stop_is_refused_by_the_api_and_audited(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "forged")
+    b = logged_in(daemon, "victor")
+    a = b.post(f"/api/jobs/{job}/stop")  # a well-formed request from the viewer's own session
+    assert a.status == 403 and a.json()["code"] == "PermissionDenied"
+    assert "victor may not call StopJob" in a.json()["error"]
+    assert daemon.state(job) not in ("KILLING", "KILLED")
+    denied = [e for e in daemon.audit("victor") if e["method"].endswith("StopJob")]
+    assert denied and not denied[0]["allowed"] and denied[0]["code"] == "PERMISSION_DENIED"
+
+
+def test_a_submitter_may_stop_only_its_own_jobs(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "not-sams")  # the daemon's user owns it
+    b = logged_in(daemon, "sam")
+    a = b.post(f"/api/jobs/{job}/stop")
+    assert a.status == 403 and "sam" in a.json()["error"]
+
+
+def test_the_job_list_pages_on_the_server_and_filters(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    made = {daemon.submit(tmp_path, f"paged-{i}", gpu=0) for i in range(5)}
+    b = logged_in(daemon, "victor")
+    seen: list[str] = []
+    token, pages = "", 0
+    while True:
+        page = b.get(f"/api/jobs?q=paged-&page_size=2&page_token={token}").json()
+        assert len(page["jobs"]) <= 2
+        seen += [j["id"] for j in page["jobs"]]
+        pages += 1
+        token = page["next_page_token"]
+        if not token:
+            break
+    assert set(seen) == made and len(seen) == 5 and pages == 3
+    running = wait_for(lambda: len(b.get("/api/jobs?q=paged-&state=RUNNING").json()["jobs"]) == 5,
+                       what="the five jobs RUNNING")
+    assert running
+    assert b.get("/api/jobs?q=paged-&state=SUCCEEDED,FAILED").json()["jobs"] == []
+    assert b.get("/api/jobs?q=paged-&owner=nobody-like-this").json()["jobs"] == []
+
+
+@pytest.mark.parametrize(("query", "field", "words"), [
+    ("page_size=0", "page_size", "between 1 and 500"),
+    ("page_size=501", "page_size", "between 1 and 500"),
+    ("page_size=ten", "page_size", "whole number"),
+    ("page_size=1&page_size=2", "page_size", "given 2 times"),
+    ("state=SLEEPING", "state", "not a job state"),
+    ("pool=research", "pool", "starts with '/'"),
+    ("page_token=%3Cscript%3E", "page_token", "not a page token"),
+    ("owner=" + "x" * 300, "owner", "at most 256"),
+    ("colour=red", "colour", "not a parameter of /api/jobs"),
+])
+def test_bad_list_parameters_are_refused_naming_the_parameter(daemon: ConsoleDaemon, query: str, field: str,
+                                                               words: str) -> None:
+    a = logged_in(daemon, "victor").get(f"/api/jobs?{query}")
+    assert a.status == 400, a.body
+    body = a.json()
+    assert body["field"] == field and words in body["error"] and body["code"] == "InvalidArgument"
+
+
+def test_a_job_page_shows_gangs_members_and_a_bad_or_unknown_id_says_so(daemon: ConsoleDaemon,
+                                                                         tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "gang", instances=3, gpu=4)
+    b = logged_in(daemon, "victor")
+    j = wait_for(lambda: (lambda j: j if j["state"] == "RUNNING" else None)(b.get(f"/api/jobs/{job}").json()),
+                 what="the job RUNNING")
+    assert [g["instances"] for g in j["gangs"]] == ["0-2"] and j["gangs"][0]["state"] == "RUNNING"
+    assert [m["instance"] for m in j["members"]] == [0, 1, 2]
+    assert all(m["state"] == "RUNNING" and m["host"].startswith("sim-") and len(m["gpus"]) == 4
+               for m in j["members"])
+    a = b.get("/api/jobs/not-a-job")
+    assert a.status == 400 and a.json()["field"] == "job"
+    a = b.get("/api/jobs/0123456789ab")
+    assert a.status == 404 and a.json()["code"] == "NotFound"
+
+
+def test_the_cluster_summary_counts_hosts_and_capacity(daemon: ConsoleDaemon) -> None:
+    c = logged_in(daemon, "victor").get("/api/cluster").json()
+    assert c["backend"] == "sim" and c["hosts"] == 12
+    assert c["capacity"]["gpu"] == 96 and c["capacity"]["cpu"] == 192
+    assert 0 <= c["allocated"]["gpu"] <= 96 and [p["path"] for p in c["pools"]][0] == "/"
+
+
+def test_assets_are_served_from_the_package_and_nothing_else(daemon: ConsoleDaemon) -> None:
+    b = Browser(daemon.ui)
+    js = b.get("/assets/app.js")
+    assert js.status == 200 and js.headers["content-type"].startswith("text/javascript")
+    assert js.headers["x-content-type-options"] == "nosniff"
+    for bad in ("/assets/../server.py", "/assets/server.py", "/assets/nope.js", "/etc/passwd"):
+        assert b.get(bad).status == 404, bad
+
+
+def _events(b: Browser, path: str, last_event_id: str = "",
+            ids: list[str] | None = None) -> Iterator[tuple[str, dict[str, Any]]]:
+    """(id, data) of each event of an event stream, as a browser's EventSource reads them; `ids` collects every
+    id the stream sets (a heartbeat's, without an event, too), as the browser keeps its Last-Event-ID."""
+    c = http.client.HTTPConnection(b.host, b.port, timeout=30)
+    headers = {"Cookie": b.cookie, "Accept": "text/event-stream", **({"Last-Event-ID": last_event_id}
+                                                                      if last_event_id else {})}
+    c.request("GET", path, headers=headers)
+    r = c.getresponse()
+    assert r.status == 200 and r.getheader("Content-Type") == "text/event-stream"
+    try:
+        ev_id, data = "", ""
+        while True:
+            line = r.fp.readline().decode()
+            if not line:
+                return
+            line = line.rstrip("\n")
+            if line.startswith("id: "):
+                ev_id = line[4:]
+                if ids is not None:
+                    ids.append(ev_id)
+            elif line.startswith("data: "):
+                data = line[6:]
+            elif not line and data:
+                yield ev_id, json.loads(data)
+                ev_id, data = "", ""
+    finally:
+        c.close()
+
+
+def test_the_event_stream_forwards_watchjobs_and_resumes_after_last_event_id(daemon: ConsoleDaemon,
+                                                                             tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "watched")
+    daemon.wait_state(job, "RUNNING")
+    b = logged_in(daemon, "alice")
+    stream = _events(b, f"/api/events?job={job}")
+    first_id, first = next(stream)
+    assert first["snapshot"] and first["changes"][0]["job_id"] == job and first["changes"][0]["state"] == "RUNNING"
+    del stream  # the browser goes away: the console notices at the next heartbeat
+    assert b.post(f"/api/jobs/{job}/stop").status == 200
+    daemon.wait_state(job, "KILLED")
+    # the browser comes back with the last id it saw: what changed meanwhile, not a snapshot
+    states: list[str] = []
+    for _, m in _events(b, f"/api/events?job={job}", last_event_id=first_id):
+        assert not m["snapshot"]
+        states += [c["state"] for c in m["changes"]]
+        if "KILLED" in states:
+            break
+    assert states[-1] == "KILLED" and "KILLING" in states
+
+
+def test_a_stream_of_every_job_resumes_after_a_quiet_disconnect(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """Nothing changed while the browser was connected, yet its reconnect misses nothing: the stream's first
+    message (and every heartbeat) set its Last-Event-ID."""
+    b = logged_in(daemon, "victor")
+    ids: list[str] = []
+    c = http.client.HTTPConnection(b.host, b.port, timeout=30)
+    c.request("GET", "/api/events", headers={"Cookie": b.cookie})
+    r = c.getresponse()
+    while not ids:
+        line = r.fp.readline().decode()
+        assert line, "the stream ended"
+        if line.startswith("id: "):
+            ids.append(line[4:].strip())
+    c.close()
+    job = daemon.submit(tmp_path, "while-away")
+    seen: list[str] = []
+    for _, m in _events(b, "/api/events", last_event_id=ids[-1]):
+        assert not m["resync"]
+        seen += [ch["job_id"] for ch in m["changes"]]
+        if job in seen:
+            break
+    assert job in seen
+
+
+def test_event_stream_parameters_are_checked(daemon: ConsoleDaemon) -> None:
+    b = logged_in(daemon, "victor")
+    a = b.get("/api/events?job=nope")
+    assert a.status == 400 and a.json()["field"] == "job"
+    a = b.get("/api/events?jobs=0123456789ab")
+    assert a.status == 400 and a.json()["field"] == "jobs"
+
+
+def test_logout_needs_csrf_and_ends_the_session_cookie(daemon: ConsoleDaemon) -> None:
+    b = logged_in(daemon, "victor")
+    assert b.post("/logout", csrf=None).status == 403
+    a = b.post("/logout")
+    assert a.status == 303 and "Max-Age=0" in a.headers["set-cookie"]
+
+
+def test_without_authentication_every_caller_is_the_apis_anonymous_admin(tmp_path: Path) -> None:
+    """A daemon that authenticates nobody (loopback, no principals file): the console asks for no login, and the
+    caller is who the API says, `anonymous`, an admin (docs/security.md)."""
+    d = ConsoleDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}", auth=False)
+    with serving(d):
+        b = Browser(d.ui)
+        assert b.get("/").status == 200
+        assert b.get("/login").status == 303
+        s = b.get("/api/session").json()
+        assert (s["name"], s["roles"], s["authenticated"]) == ("anonymous", ["admin"], False)
+        job = d.submit(tmp_path, "open")
+        assert b.post(f"/api/jobs/{job}/stop", csrf=None).status == 403  # CSRF still: any page could post
+        assert b.post(f"/api/jobs/{job}/stop").status == 200
+
+
+@pytest.mark.parametrize(("query", "field"), [
+    ("status=sleeping", "status"), ("page_size=0", "page_size"), ("page_size=2001", "page_size"),
+    ("page=-1", "page"), ("page=x", "page"), ("racks=r1", "racks"),
+])
+def test_bad_host_parameters_are_refused_naming_the_parameter(daemon: ConsoleDaemon, query: str, field: str) -> None:
+    a = logged_in(daemon, "victor").get(f"/api/hosts?{query}")
+    assert a.status == 400 and a.json()["field"] == field, a.body
+
+
+def test_the_host_map_pages_and_filters_on_the_server(daemon: ConsoleDaemon) -> None:
+    b = logged_in(daemon, "victor")
+    pages = [b.get(f"/api/hosts?page_size=5&page={p}").json() for p in range(3)]
+    names = [h["hostname"] for page in pages for h in page["hosts"]]
+    assert [len(p["hosts"]) for p in pages] == [5, 5, 2] and len(set(names)) == 12
+    assert all(p["total"] == 12 and p["pages"] == 3 for p in pages)
+    rack = pages[0]["racks"][0]
+    in_rack = b.get(f"/api/hosts?rack={rack}").json()["hosts"]
+    assert in_rack and all(h["rack"] == rack for h in in_rack)
+
+
+def test_drain_is_the_apis_a_viewers_is_refused_an_admins_shows_on_the_map(daemon: ConsoleDaemon) -> None:
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    host = [h["hostname"] for h in viewer.get("/api/hosts").json()["hosts"] if not h["jobs"]][-1]  # ends drained
+    a = viewer.post(f"/api/hosts/{host}/drain")
+    assert a.status == 403 and "victor may not call DrainHost" in a.json()["error"]
+    assert admin.post("/api/hosts/bad%20name/drain").json()["field"] == "host"
+    assert admin.post(f"/api/hosts/{host}/drain", csrf=None).status == 403
+    try:
+        assert admin.post(f"/api/hosts/{host}/drain").json()["hostname"] == host
+        drained = viewer.get("/api/hosts?status=drained").json()["hosts"]
+        assert [h["hostname"] for h in drained] == [host] and drained[0]["gpus_used"] == 0
+        assert viewer.get("/api/cluster").json()["host_states"].get("drained") == 1
+    finally:
+        assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""
+    assert any(e["method"].endswith("DrainHost") and not e["allowed"] for e in daemon.audit("victor"))
+
+
+def test_the_pools_come_as_a_tree(daemon: ConsoleDaemon) -> None:
+    daemon.cli("pool", "create", "/teams", "--reservation", "gpu=8")
+    daemon.cli("pool", "create", "/teams/a", "--reservation", "gpu=4")
+    pools = {p["path"]: p for p in logged_in(daemon, "victor").get("/api/pools").json()["pools"]}
+    assert pools["/teams/a"]["parent"] == "/teams" and pools["/teams"]["parent"] == "/" and pools["/"]["parent"] is None
+    assert pools["/teams"]["reservation"]["gpu"] == 8 and pools["/teams"]["limit"] is None
+    paths = list(pools)
+    assert paths.index("/teams") < paths.index("/teams/a")
+
+
+def _server(tmp: Path, *args: str) -> list[str]:
+    return [*PELOTON, "server", "--listen", "127.0.0.1:0", "--data-dir", str(tmp / "data"), "--backend", "sim",
+            "--sim-hosts", "2", "--metrics-listen", "", *args]
+
+
+def test_a_console_other_machines_could_reach_or_a_taken_port_refuses_the_start(tmp_path: Path) -> None:
+    r = subprocess.run(_server(tmp_path, "--ui-listen", "0.0.0.0:0"), capture_output=True, text=True, timeout=60)
+    assert r.returncode == 2 and "--ui-listen: 0.0.0.0:0 can be reached from other machines" in r.stderr, r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        r = subprocess.run(_server(tmp_path, "--ui-listen", f"127.0.0.1:{port}"), capture_output=True, text=True,
+                           timeout=60)
+    assert r.returncode == 1 and f"--ui-listen: cannot listen on 127.0.0.1:{port}" in r.stderr, r.stderr
+    assert not (tmp_path / "data" / "daemon.addr").exists()  # refused before it served anything
+
+
+def test_a_daemon_whose_api_has_tls_serves_no_console_and_says_why(tmp_path: Path) -> None:
+    certs = tmp_path / "certs"
+    assert subprocess.run([*PELOTON, "certs", "init", str(certs)], capture_output=True, timeout=60).returncode == 0
+    proc = subprocess.Popen(_server(tmp_path, "--ui-listen", "127.0.0.1:0", "--tls-cert", str(certs / "server.pem"),
+                                    "--tls-key", str(certs / "server-key.pem")),
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "serving on" in line and "web console" not in line
+    finally:
+        proc.terminate()
+        _, err = proc.communicate(timeout=30)
+    assert "no web console (--ui-listen): the API is served over TLS" in err
+
+
+def test_a_members_timeline_follows_its_states(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "short", duration="1s")
+    daemon.wait_state(job, "SUCCEEDED")
+    b = logged_in(daemon, "victor")
+    m = b.get(f"/api/jobs/{job}/members/0").json()
+    states = [g["state"] for g in m["segments"]]
+    assert states[0] == "PENDING" and states[-1] == "SUCCEEDED" and "RUNNING" in states, states
+    assert all(g["end"] >= g["start"] for g in m["segments"]) and m["events_total"] == len(states)
+    assert m["segments"][-1]["start"] == m["segments"][-1]["end"]  # ended: a point
+    for path, field in ((f"/api/jobs/{job}/members/x", "instance"), ("/api/jobs/nope/members/0", "job")):
+        a = b.get(path)
+        assert a.status == 400 and a.json()["field"] == field
+    assert b.get(f"/api/jobs/{job}/members/7").status == 404
+
+
+def test_the_queue_lists_waiting_gangs_in_order_with_their_reason(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    blocker = daemon.submit(tmp_path, "blocker", instances=12, gpu=8)  # a gang as big as the cluster: it waits
+    behind = daemon.submit(tmp_path, "behind", instances=12, gpu=8)
+    b = logged_in(daemon, "victor")
+    try:
+        q = wait_for(lambda: (lambda q: q if {g["job_id"] for g in q["gangs"]} >= {blocker, behind} else None)(
+            b.get("/api/queue?pool=/").json()), what="both gangs queued")
+        order = [g["job_id"] for g in q["gangs"]]
+        assert order.index(blocker) < order.index(behind)
+        mine = next(g for g in q["gangs"] if g["job_id"] == blocker)
+        assert (mine["gang"], mine["members"], mine["resources"]["gpu"]) == (f"{blocker}/0", 12, 96)
+        assert b.get("/api/queue?limit=1").json()["total"] >= 2 and len(b.get("/api/queue?limit=1").json()["gangs"]) == 1
+        for query, field in (("limit=0", "limit"), ("pool=x", "pool"), ("order=desc", "order")):
+            a = b.get(f"/api/queue?{query}")
+            assert a.status == 400 and a.json()["field"] == field
+    finally:
+        admin = logged_in(daemon, "alice")
+        for job in (blocker, behind):
+            admin.post(f"/api/jobs/{job}/stop")
+
+
+def test_delete_is_the_apis_for_an_ended_job(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "to-delete", duration="1s")
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    running = daemon.submit(tmp_path, "running")
+    a = admin.post(f"/api/jobs/{running}/delete")
+    assert a.status == 409 and a.json()["code"] == "FailedPrecondition", a.body  # the API: only an ended job
+    daemon.wait_state(job, "SUCCEEDED")
+    a = viewer.post(f"/api/jobs/{job}/delete")
+    assert a.status == 403 and "victor may not call DeleteJob" in a.json()["error"]
+    assert admin.post(f"/api/jobs/{job}/delete", csrf=None).status == 403
+    assert admin.post(f"/api/jobs/{job}/delete").json() == {"deleted": job}
+    assert admin.get(f"/api/jobs/{job}").status == 404
+
+
+def test_the_audit_log_is_the_apis_for_whom_may_read_it(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "audited")
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    assert viewer.post(f"/api/jobs/{job}/stop").status == 403
+    a = viewer.get("/api/audit")
+    assert a.status == 403 and "victor may not call ListAuditEvents" in a.json()["error"]
+
+    def refused() -> list[dict[str, Any]]:
+        return [e for e in admin.get("/api/audit?principal=victor&denied=1").json()["events"]
+                if e["object"] == job]
+
+    events = wait_for(refused, what="the refused stop in the audit log")  # written in the background
+    assert events[0]["method"].endswith("StopJob") and not events[0]["allowed"] and events[0]["via"] == "token"
+    page = admin.get("/api/audit?limit=1").json()
+    assert len(page["events"]) == 1 and page["before"] == page["events"][0]["id"]
+    older = admin.get(f"/api/audit?limit=1&before={page['before']}").json()["events"]
+    assert older and older[0]["id"] < page["before"]
+    for query, field in (("denied=yes", "denied"), ("limit=0", "limit"), ("before=-1", "before"),
+                         ("who=victor", "who")):
+        r = admin.get(f"/api/audit?{query}")
+        assert r.status == 400 and r.json()["field"] == field, query
