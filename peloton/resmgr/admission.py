@@ -19,18 +19,22 @@ import heapq
 import math
 from collections.abc import Container, Mapping, Sequence
 
-from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk
+from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, Holding
 from peloton.domain.model import ResourcePool
+from peloton.domain.placement import GangRequest
 from peloton.domain.resources import Resources, format_mib
-from peloton.placement.reservation import behind
+from peloton.placement.reservation import BACKFILL_SLACK_S, behind
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import add, chain
-from peloton.resmgr.queues import Entry, Order, Queues
+from peloton.resmgr.queues import Entry, Order, Queues, State
 
 _DIMS = ("cpu", "mem", "disk", "gpu")
 _EPS = 1e-6
 _NONE = Resources()
+BACKFILL_DEPTH = 32  # the gangs behind a waiting first gang looked at for backfill, per pool and round
+MAX_ENDING = 4096  # the placed gangs with a max_runtime, earliest end first, an admission estimate frees
+_AFTER_STOP = -1.0  # a first gang may borrow no sooner than the first one that could not borrow could
 
 
 def admit(
@@ -77,15 +81,25 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
                     preempting: Container[str], fifo: bool = False) -> list[Entry]:
     """Admit up to `max_n` waiting gangs, best first across the pools: each admitted gang goes PLACING and holds
     its total at once, so the next one is checked against it. A pool whose first gang does not fit its pool's
-    limit or entitlement admits nothing more this round: the gangs behind it wait too (else a stream of small
-    gangs would take every freed share and it would never run). A non-preemptible gang refused by its own pool's
-    reservation waits `retry_s` and the gangs behind it go on. Refused gangs are marked starved (they may
-    preempt) with their reason. Returns the admitted entries in order.
+    limit or entitlement admits nothing more within its entitlement this round: the gangs behind it wait too (else
+    a stream of small gangs would take every freed share and it would never run), but for two exceptions below. A
+    non-preemptible gang refused by its own pool's reservation waits `retry_s` and the gangs behind it go on.
+    Refused gangs are marked starved (they may preempt) with their reason. Returns the admitted entries in order.
+
+    Then, with the cluster's capacity known (`ent` has the root's):
+    - **borrowing** (work conservation): the pools' first gangs refused by entitlement alone, best first, are
+      admitted beyond it while they fit the capacity nobody holds; the first that does not fit stops it, so the
+      capacity that frees up goes to it before any later one borrows (`_borrow`);
+    - **backfill** (not under `fifo`): behind a first gang still waiting, a gang of its pool with an
+      sla.max_runtime that ends before the first one could be admitted at the latest, and that fits its own
+      pool's entitlement and the free capacity, is admitted: it cannot delay it (`_backfill`).
+
     `fifo` (placement order fifo): nothing ordered behind the first gang that waits for hosts (placement found
     none) is admitted, in any pool, until it is placed; the first gang of each pool behind it says so."""
     out: list[Entry] = []
     first = queues.first_unplaced() if fifo else None
     barrier = first.order() if first is not None else None
+    refused: list[tuple[Entry, str]] = []  # the pools' first gangs refused by a limit or an entitlement, in order
     # the pools' queues merged by their heads: a round costs O(pools + admitted), not O(waiting gangs)
     heads: list[tuple[Order, str]] = []
     for pool in queues.waiting_pools():
@@ -105,8 +119,7 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
         reason = (admit(g.total, g.respool, pools, holdings.allocated)
                   or entitled(g.total, g.respool, ent, holdings.allocated))
         if reason is not None:
-            queues.starve(e, now, "pool")
-            queues.set_reason(e, reason, now, preempting)
+            refused.append((e, reason))  # (starved and told why below, unless it borrows)
             continue
         queues.pop_head(pool)
         nxt = queues.head(pool)
@@ -120,10 +133,173 @@ def admission_round(queues: Queues, holdings: Holdings, pools: Mapping[str, Reso
                 e.not_before = now + retry_s
                 queues.push(e, now)
                 continue
-        queues.admit(e)
-        holdings.hold(g)
-        out.append(e)
+        _take(queues, holdings, e, out)
+    cap = ent.get("/")
+    if refused and cap is not None:
+        free = _free(cap, holdings.allocated, pools, ent)
+        waiting, stop = _borrow(queues, holdings, pools, ent, refused, free, max_n, out)
+        if not fifo:
+            _backfill(queues, holdings, pools, ent, waiting, stop, free, max_n, now, out)
+        refused = [(e, r + _borrowing(e, stop, admit(e.req.total, e.req.respool, pools, holdings.allocated)
+                                      is not None)) for e, r in refused if e.state == State.WAITING]
+    for e, reason in refused:
+        queues.starve(e, now, "pool")
+        queues.set_reason(e, reason, now, preempting)
     return out
+
+
+def _take(queues: Queues, holdings: Holdings, e: Entry, out: list[Entry]) -> None:
+    queues.admit(e)
+    holdings.hold(e.req)
+    out.append(e)
+
+
+def _borrow(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
+            refused: Sequence[tuple[Entry, str]], free: list[float], max_n: int,
+            out: list[Entry]) -> tuple[list[tuple[Entry, float | None]], Entry | None]:
+    """Admit, best first, the pools' first gangs that only an entitlement refused while they fit the free capacity
+    (`free`, taken down by each): without it, two pools whose first gangs are each wider than their pool's share
+    would both wait for ever beside idle capacity. A preemptible borrower makes its pool hold more than its
+    entitlement, so the pools whose share it uses take it back by preemption (reclaim), when that is on; a
+    non-preemptible one still runs only within its own pool's reservation. The first gang that does not fit the
+    free capacity stops the borrowing: what frees up is kept for it (else smaller gangs of other pools would borrow
+    it first, for ever), and the gangs after it can borrow no earlier than it could be admitted.
+    Returns the first gangs still waiting, each with the time it could borrow no earlier than (0: now;
+    _AFTER_STOP: when the first that could not borrow could), and that one (None: none)."""
+    left: list[tuple[Entry, float | None]] = []
+    stop: Entry | None = None
+    after = 0.0  # borrowing is open from then on (0: now; _AFTER_STOP: once the first that could not borrow could)
+    for e, _ in refused:
+        g = e.req
+        if (after == 0.0 and len(out) < max_n and queues.head(g.respool) is e
+                and admit(g.total, g.respool, pools, holdings.allocated) is None):  # (a limit is never borrowed)
+            if not _fits(g.total, free):
+                left.append((e, 0.0))
+                stop = e
+                after = _AFTER_STOP  # the gangs after it borrow no sooner than it could (found when needed)
+                continue
+            if g.preemptible or within_reservation(g.total, g.respool, pools, holdings.pinned) is None:
+                queues.pop_head(g.respool)
+                _take(queues, holdings, e, out)
+                _use(free, g.total)
+                continue
+        left.append((e, after))
+    return left, stop
+
+
+def _borrowing(e: Entry, stop: Entry | None, limited: bool) -> str:
+    """What a first gang refused by entitlement alone is told besides: when it may borrow beyond it (`stop`: the
+    first gang that could not borrow, which the later ones wait for)."""
+    if limited or stop is None:
+        return ""
+    if stop is e:
+        return " (or beyond it, borrowing, once the cluster has room for the whole gang)"
+    return f" (it may borrow beyond it only after gang {stop.req.gang_id}, ahead of it, does)"
+
+
+def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
+              waiting: Sequence[tuple[Entry, float | None]], stop: Entry | None, free: list[float], max_n: int,
+              now: float, out: list[Entry]) -> None:
+    """Behind each pool's first gang still waiting (`waiting`: with the time it may borrow from), admit the gangs
+    of its pool that cannot delay it: each has an sla.max_runtime ending (with BACKFILL_SLACK_S) before the first
+    gang could be admitted at the latest (`_earliest`), and fits its pool's limits and entitlement, the free
+    capacity and, when not preemptible, its pool's reservation. Nothing backfills while that time is not known
+    (the gangs in the way have no max_runtime)."""
+    if not holdings.ending:
+        return  # nothing ends at a known time: no first gang's admission time is known
+    ending: tuple[tuple[str, Holding], ...] | None = None  # (the same for every pool: found once, when needed)
+    stop_at: list[float | None] = []  # when `stop` could borrow (found once, when needed)
+    free0 = list(free)  # (as it was before this backfill: `stop`'s estimate must not move with it)
+    for head, borrow_from in waiting:
+        if len(out) >= max_n:
+            return
+        # the gangs that could backfill at all first: most pools have none, and the estimate is the dear part
+        behind = [e for e in queues.behind(head.req.respool, BACKFILL_DEPTH)
+                  if e.req.max_runtime_s and _fits(e.req.total, free)]
+        if not behind:
+            continue
+        if ending is None:
+            ending = holdings.earliest_ends(MAX_ENDING)
+        if borrow_from == _AFTER_STOP:
+            if not stop_at:
+                stop_at.append(_earliest(stop.req, pools, ent, holdings, free0, 0.0, ending)[1] if stop else None)
+            borrow_from = stop_at[0]
+        by = _earliest(head.req, pools, ent, holdings, free, borrow_from, ending)
+        start = min((t for t in by if t is not None), default=None)
+        if start is None or start <= now:
+            continue
+        for e in behind:
+            if len(out) >= max_n:
+                return
+            g = e.req
+            if now + g.max_runtime_s + BACKFILL_SLACK_S > start or not _fits(g.total, free):
+                continue
+            if (admit(g.total, g.respool, pools, holdings.allocated) is not None
+                    or entitled(g.total, g.respool, ent, holdings.allocated) is not None
+                    or (not g.preemptible
+                        and within_reservation(g.total, g.respool, pools, holdings.pinned) is not None)):
+                continue
+            _take(queues, holdings, e, out)  # (its queue item goes stale: `head` and `behind` skip it)
+            _use(free, g.total)
+
+
+def _earliest(g: GangRequest, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
+              holdings: Holdings, free: Sequence[float], borrow_from: float | None,
+              ending: Sequence[tuple[str, Holding]] | None = None) -> tuple[float | None, float | None]:
+    """When gang `g`, waiting at the head of its pool, could be admitted at the latest, as the placed gangs with an
+    sla.max_runtime end by then (earliest first; the others are taken to run for ever): (within its pool's limits
+    and entitlements as they are now; as a borrower, within the limits and the free capacity, no earlier than
+    `borrow_from`). Each is None when not reached (for borrowing, also when `borrow_from` is None). `ending`:
+    `holdings.earliest_ends(MAX_ENDING)` if the caller has it already."""
+    alloc = {p: holdings.allocated.get(p, _NONE) for p in chain(g.respool)}
+    room = list(free)
+    t_ent: float | None = None
+    t_free: float | None = None
+    if admit(g.total, g.respool, pools, alloc) is None and _fits(g.total, room):
+        t_free = 0.0  # it fits now: only the order keeps it from borrowing
+    for _, h in ending if ending is not None else holdings.earliest_ends(MAX_ENDING):
+        if t_ent is not None and t_free is not None:
+            break
+        for p in chain(h.pool):
+            if p in alloc:
+                alloc[p] = alloc[p] - h.total
+        room = [room[i] + getattr(h.total, _DIMS[i]) for i in range(4)]
+        if admit(g.total, g.respool, pools, alloc) is not None:
+            continue
+        if t_ent is None and entitled(g.total, g.respool, ent, alloc) is None:
+            t_ent = h.ends_at
+        if t_free is None and _fits(g.total, room):
+            t_free = h.ends_at
+    if borrow_from is None or t_free is None:
+        return t_ent, None
+    return t_ent, max(t_free, borrow_from)
+
+
+def _free(cap: Entitlement, allocated: Mapping[str, Resources], pools: Mapping[str, ResourcePool],
+          ent: Mapping[str, Entitlement]) -> list[float]:
+    """The capacity a gang may borrow, per dimension (whole GPUs): the cluster's that nobody holds, less what
+    static pools hold for themselves while idle (the part of each one's reservation, within its entitlement, that
+    its gangs do not use; a static pool inside another counts in both, which only lends less)."""
+    held = allocated.get("/", _NONE)
+    out = [cap.cpu - held.cpu, cap.mem - held.mem, cap.disk - held.disk, math.floor(cap.gpu + _EPS) - held.gpu]
+    for path, pool in pools.items():
+        e = ent.get(path)
+        if path == "/" or pool.reservation_type != "static" or e is None:
+            continue
+        used = allocated.get(path, _NONE)
+        for i, d in enumerate(_DIMS):
+            out[i] -= max(0.0, min(float(getattr(pool.reservation, d)), getattr(e, d)) - getattr(used, d))
+    return out
+
+
+def _fits(total: Resources, free: Sequence[float]) -> bool:
+    return (total.cpu <= free[0] + _EPS and total.mem <= free[1] + _EPS and total.disk <= free[2] + _EPS
+            and total.gpu <= free[3] + _EPS)
+
+
+def _use(free: list[float], total: Resources) -> None:
+    for i, d in enumerate(_DIMS):
+        free[i] -= getattr(total, d)
 
 
 def admission_if(pool_path: str, gangs: Sequence[GangAsk], pools: Mapping[str, ResourcePool],

@@ -472,7 +472,7 @@ class ResourceManager:
     def reserving(self) -> list[GangKey]:
         """The waiting gangs the placement engine keeps hosts for (it forgets any other reservation)."""
         with self._cond:
-            return self._q.live_reservations()
+            return self._q.live_reservations(self._q.first_unplaced() if self._fifo else None)
 
     def take_probes(self) -> list[Probe]:
         """The probes for the placement engine (taken with a dequeue)."""

@@ -241,6 +241,19 @@ class Queues:
         self._waiting.pop(pool, None)
         return None
 
+    def behind(self, pool: str, n: int) -> list[Entry]:
+        """Up to `n` of the pool's WAITING entries after its first, in queue order (admission's backfill looks at
+        them), the queue unchanged: O(queue length). Stale items among the first are skipped, so fewer may come back."""
+        q = self._waiting.get(pool)
+        if not q:
+            return []
+        out: list[Entry] = []
+        for _, seq, gid in heapq.nsmallest(4 * n + 8, q):
+            e = self.entries.get(gid)
+            if e is not None and e.seq == seq and e.state == State.WAITING:
+                out.append(e)
+        return out[1:n + 1]
+
     def pop_head(self, pool: str) -> None:
         """Take the pool's first item off its queue (after `head` returned it)."""
         heapq.heappop(self._waiting[pool])
@@ -337,11 +350,16 @@ class Queues:
                 heads[e.req.respool] = e
         return sorted(heads.values(), key=Entry.order)
 
-    def live_reservations(self) -> list[tuple[str, int]]:
-        """The waiting gangs that hold a reservation (the others are forgotten)."""
+    def live_reservations(self, barrier: Entry | None = None) -> list[tuple[str, int]]:
+        """The waiting gangs that hold a reservation (the others are forgotten). `barrier` (placement order fifo:
+        the first gang waiting for hosts): a gang ordered behind it loses its reservation, which would keep hosts
+        from it (a gang admitted later, by borrowing or once its pool's entitlement grew, may be ahead of a gang
+        that got its reservation earlier) while nothing behind it may start anyway."""
         out = []
         for gid in list(self.reserving):
             e = self.entries.get(gid)
+            if e is not None and barrier is not None and e is not barrier and e.order() > barrier.order():
+                e.reservation = None
             if e is None or e.reservation is None or e.state not in (State.WAITING, State.PLACING):
                 del self.reserving[gid]
             else:

@@ -126,12 +126,35 @@ def test_a_pools_file_as_pool_create_takes_them(tmp_path: Path) -> None:
 
 
 def test_a_scheduler_that_cannot_go_on_is_reported_not_a_traceback(tmp_path: Path) -> None:
-    """Two pools each reserving 8 GPUs, each with a 12-GPU gang at its head and nothing running: each pool is
-    entitled to 8 while the other asks too, so neither gang is admitted (the resource manager's admission as it is
-    today; docs/scheduling-quality.md, "Results"). The replay says so and exits 1."""
-    r = _replay(_trace(tmp_path, "x,0,12,resnet50,60,seconds,,,,,\ny,0,12,resnet50,60,seconds,,,,,\n"),
-                "--format", "peloton", "--cluster", "4x4", "--policy", "default")
+    """Two static pools reserving 8 GPUs each (held even while idle: never lent, docs/pools.md), each with a 12-GPU
+    gang at its head and nothing running: each pool is entitled to its 8 and neither may borrow the other's, so
+    neither gang is ever admitted. The replay says so and exits 1."""
+    pools = tmp_path / "pools.yaml"
+    pools.write_text("- {path: /a, reservation: {gpu: 8}, reservation_type: static}\n"
+                     "- {path: /b, reservation: {gpu: 8}, reservation_type: static}\n")
+    r = _replay(_trace(tmp_path, "x,0,12,resnet50,60,seconds,,a,,,\ny,0,12,resnet50,60,seconds,,b,,,\n"),
+                "--format", "peloton", "--cluster", "4x4", "--policy", "default", "--pools", str(pools))
     assert r.returncode == 1 and "Traceback" not in r.stderr
     assert "peloton: error: default: replay stalled at virtual second" in r.stderr
     assert "x (/a): waiting for admission: over pool /a's entitlement" in r.stderr
     assert "y (/b): waiting for admission: over pool /b's entitlement" in r.stderr
+
+
+def test_two_elastic_pools_whose_first_gangs_are_wider_than_their_shares_both_run(tmp_path: Path) -> None:
+    """The admission deadlock the replays found (docs/scheduling-quality.md): each elastic pool entitled to 8 of
+    16 GPUs, each first gang 12 wide. One borrows beyond its pool's share, then the other: both finish."""
+    for policy in ("fifo", "default"):
+        doc = _json(_trace(tmp_path, "x,0,12,resnet50,60,seconds,,,,,\ny,0,12,resnet50,60,seconds,,,,,\n"),
+                    "--format", "peloton", "--cluster", "4x4", "--policy", policy)
+        m = doc["policies"][policy]
+        assert doc["pools"] == {"/a": 8, "/b": 8} and m["jobs"] == 2 and m["partial_gang_gpu_s"] == 0
+
+
+def test_pollux_workload_5_in_two_pools_no_longer_stalls() -> None:
+    """It stalled at 38,221 virtual seconds (two 48-GPU imagenet gangs at the heads of /a and /b): every job now
+    finishes."""
+    p = PUBLIC / "adaptdl"
+    doc = _json(str(p / "workloads" / "workload-5.csv"), "--format", "pollux", "--cluster", "16x4", "--profiles",
+                str(p / "traces"), "--policy", "default")
+    m = doc["policies"]["default"]
+    assert doc["jobs"] == m["jobs"] > 100 and m["partial_gang_gpu_s"] == 0 and m["runs_over_max_runtime"] == 0

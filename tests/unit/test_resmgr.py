@@ -504,7 +504,7 @@ def test_pools_share_the_cluster_by_entitlement_and_idle_capacity_is_lent() -> N
     assert sorted(g.job_id for g in got) == ["a0", "b0"]  # 4 GPUs each: their reservations
     why = reasons(rm)
     assert why["a1"] == ("waiting for admission: over pool /a's entitlement in gpu (entitled to 4 now, holds 4, the "
-                         "gang needs 4)")
+                         "gang needs 4) (or beyond it, borrowing, once the cluster has room for the whole gang)")
     usage = rm.pool_usage()
     assert usage["/a"].entitlement is not None and usage["/a"].entitlement.gpu == 4
     assert usage["/a"].demand == Resources(cpu=2, mem=512, gpu=8) and usage["/a"].queued == 3  # a0 is placing

@@ -12,9 +12,10 @@ from peloton.domain.resources import Resources
 from peloton.placement.reservation import Reservation
 from peloton.resmgr.admission import admission_round
 from peloton.resmgr.callers import MAX_RETIRED, Current
+from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import chain, sub, subtree_sums
-from peloton.resmgr.preemption import PROBE_EVERY_S, Preemptions, find_probes
+from peloton.resmgr.preemption import PROBE_EVERY_S, Preemptions, find_probes, reclaim_candidates
 from peloton.resmgr.queues import Entry, Queues, State
 from tests.unit.test_resmgr import gang, placement
 
@@ -233,9 +234,162 @@ def test_a_non_preemptible_gang_beyond_its_reservation_backs_off_and_the_gangs_b
 def test_a_round_checks_the_entitlement_below_the_root() -> None:
     q, h = Queues(), Holdings()
     q.add(gang("a", n=4, cpu=1, pool="/r"), 0.0)
-    got = admission_round(q, h, POOLS, {"/": Entitlement(100, 10**6), "/r": Entitlement(2, 10**6)}, 10, 0.0, 1.0,
+    # 3 cpus in the cluster: too few to borrow beyond the entitlement (with 100 it would: below)
+    got = admission_round(q, h, POOLS, {"/": Entitlement(3, 10**6), "/r": Entitlement(2, 10**6)}, 10, 0.0, 1.0,
                           set())
     assert got == [] and "over pool /r's entitlement in cpu" in q.reasons["a/0"].reason
+    e = q.get("a/0")
+    assert e is not None and e.block == "pool" and e.starved_since == 0.0 and "a/0" in q.starved
+
+
+# --- borrowing beyond the entitlement and backfill at admission ---------------------------------------------------
+TWO = {"/": ResourcePool("/"), "/a": ResourcePool("/a"), "/b": ResourcePool("/b")}
+GPUS = R(cpu=1000, mem=10**7, gpu=64)
+
+
+def _ent(q: Queues, h: Holdings, pools: dict[str, ResourcePool] = TWO, cap: Resources = GPUS) -> dict[str, Entitlement]:
+    return entitlements(policies(pools.values()), cap, q.demand, h.own)
+
+
+def _wide(job: str, pool: str, gpus: int, at: float, max_runtime_s: float = 0.0) -> GangRequest:
+    return dataclasses.replace(gang(job, n=gpus, cpu=1, gpu=1, pool=pool, at=at), max_runtime_s=max_runtime_s)
+
+
+def test_two_pools_whose_first_gangs_are_wider_than_their_shares_do_not_deadlock() -> None:
+    """Pollux workload-5's stall: each pool entitled to 32 of 64 GPUs, each first gang 48 wide. Before borrowing,
+    neither was admitted, nor anything behind them, for ever."""
+    q, h = Queues(), Holdings()
+    q.add(_wide("a48", "/a", 48, 1), 0.0)
+    q.add(_wide("b48", "/b", 48, 2), 0.0)
+    q.add(_wide("b8", "/b", 8, 3), 0.0)
+    ent = _ent(q, h)
+    assert ent["/a"].gpu == ent["/b"].gpu == 32
+    got = admission_round(q, h, TWO, ent, 10, 5.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["a48"]  # the first in order borrows 16 GPUs of /b's share
+    assert h.allocated["/a"].gpu == 48 and "a48/0" not in q.starved
+    b = q.get("b48/0")  # 16 GPUs are left: it waits for them (and b8 behind it: no max_runtime to backfill)
+    assert b is not None and b.state == State.WAITING and b.block == "pool"
+    assert q.reasons["b48/0"].reason == (
+        "waiting for admission: over pool /b's entitlement in gpu (entitled to 32 now, holds 0, the gang needs 48) "
+        "(or beyond it, borrowing, once the cluster has room for the whole gang)")
+    assert q.get("b8/0").state == State.WAITING  # type: ignore[union-attr]
+    # a48 ends: /b alone asks, entitled to the cluster
+    h.release("a48/0", 1)
+    q.drop("a48/0")
+    assert [e.req.job_id for e in admission_round(q, h, TWO, _ent(q, h), 10, 6.0, 1.0, set())] == ["b48", "b8"]
+
+
+def test_gangs_within_their_share_go_first_then_the_borrowers_best_first() -> None:
+    q, h = Queues(), Holdings()
+    h.hold(_wide("run", "/a", 40, 0))  # /a holds 40 of 64
+    q.add(_wide("a8", "/a", 8, 1), 0.0)  # over /a's share: borrows, first in order, 8 of the 20 free
+    q.add(_wide("b48", "/b", 48, 2), 0.0)  # over /b's share, 48 > 12 free: waits
+    q.add(_wide("c", "/c", 4, 3), 0.0)  # within /c's share of 4
+    pools = {**TWO, "/c": ResourcePool("/c")}
+    ent = _ent(q, h, pools)
+    assert (ent["/a"].gpu, ent["/b"].gpu, ent["/c"].gpu) == (30, 30, 4)
+    got = admission_round(q, h, pools, ent, 10, 0.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["c", "a8"]
+    assert q.get("b48/0").state == State.WAITING  # type: ignore[union-attr]
+
+
+def test_a_gang_later_in_order_does_not_borrow_past_one_that_cannot() -> None:
+    q, h = Queues(), Holdings()
+    h.hold(_wide("run", "/a", 40, 0))
+    q.add(_wide("b48", "/b", 48, 1), 0.0)  # first in order, 24 free: it cannot borrow, and stops the others
+    q.add(_wide("a8", "/a", 8, 2), 0.0)  # /a holds 40 > its 32: over its share, it would borrow 8 of the 24 free
+    got = admission_round(q, h, TWO, _ent(q, h), 10, 0.0, 1.0, set())
+    assert got == [] and q.reasons["a8/0"].reason.endswith(
+        "(it may borrow beyond it only after gang b48/0, ahead of it, does)")
+    # without b48, a8 borrows
+    q.drop("b48/0")
+    assert [e.req.job_id for e in admission_round(q, h, TWO, _ent(q, h), 10, 0.0, 1.0, set())] == ["a8"]
+
+
+def test_no_borrowing_past_a_limit_nor_into_a_static_reservation_nor_beyond_a_pinned_reservation() -> None:
+    pools = {"/": ResourcePool("/"), "/a": ResourcePool("/a", limit=R(gpu=40)),
+             "/s": ResourcePool("/s", reservation=R(gpu=32), reservation_type="static")}
+    q, h = Queues(), Holdings()
+    q.add(_wide("a48", "/a", 48, 1), 0.0)  # beyond /a's limit: never, and it does not stop the others
+    q.add(_wide("a2", "/a", 2, 2), 0.0)
+    got = admission_round(q, h, pools, _ent(q, h, pools), 10, 0.0, 1.0, set())
+    assert got == [] and q.reasons["a48/0"].reason.endswith("(allocated cpu=0,mem=0Mi, gang needs cpu=48,mem=12Gi,gpu=48)")
+    q.drop("a48/0")
+    h.hold(_wide("run", "/a", 32, 0))  # /a holds 32: the rest of the cluster is /s's, idle but static
+    q.add(_wide("a4", "/a", 4, 3), 0.0)
+    ent = _ent(q, h, pools)
+    assert ent["/a"].gpu == 32
+    assert admission_round(q, h, pools, ent, 10, 0.0, 1.0, set()) == []
+    # /s elastic: its idle reservation is lent by the entitlement itself; a non-preemptible gang still runs only
+    # within its own pool's reservation (none here)
+    pools["/s"] = ResourcePool("/s", reservation=R(gpu=32))
+    pools["/b"] = ResourcePool("/b")
+    q2, h2 = Queues(), Holdings()
+    h2.hold(_wide("run", "/b", 32, 0))
+    q2.add(dataclasses.replace(_wide("pin", "/b", 8, 1), preemptible=False), 0.0)
+    q2.add(_wide("s40", "/s", 40, 2), 0.0)
+    ent2 = _ent(q2, h2, pools)
+    got2 = admission_round(q2, h2, pools, ent2, 10, 0.0, 1.0, set())
+    assert "pin" not in [e.req.job_id for e in got2]
+
+
+def test_a_borrower_makes_its_pool_a_reclaim_candidate() -> None:
+    q, h = Queues(), Holdings()
+    q.add(_wide("a48", "/a", 48, 1), 0.0)
+    q.add(_wide("b16", "/b", 16, 2), 0.0)
+    got = admission_round(q, h, TWO, _ent(q, h), 10, 0.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["a48", "b16"]  # b16 within /b's share of 32
+    h.placed("a48/0", 1, (("h1", R(gpu=48)),), 1.0)
+    q.add(_wide("b32", "/b", 16, 3), 0.0)  # /b wants its share back: 16 more
+    ent = _ent(q, h)
+    assert ent["/b"].gpu == 32 and h.allocated["/a"].gpu > ent["/a"].gpu
+    assert reclaim_candidates(R(gpu=16), "/b", h.by_gang, h.pool_gangs, h.own, ent, GPUS) == ["a48/0"]
+
+
+def test_backfill_at_admission_admits_only_what_ends_before_the_first_gang_could_be_admitted() -> None:
+    q, h = Queues(), Holdings()
+    running_gang = _wide("run", "/a", 34, 0, max_runtime_s=1000)  # /a holds 34, over its 32
+    h.hold(running_gang)
+    h.placed("run/0", 1, (("h1", R(gpu=34)),), 100.0)  # ends at 1100 at the latest
+    h.hold(_wide("mine", "/b", 26, 0))  # /b holds 26 (no max_runtime): 4 GPUs free
+    h.placed("mine/0", 1, (("h2", R(gpu=26)),), 100.0)
+    q.add(_wide("b8", "/b", 8, 1), 0.0)  # 26 + 8 > 32, 8 > 4 free: waits for run's end (borrowing)
+    q.add(_wide("short", "/b", 2, 2, max_runtime_s=500), 0.0)  # ends by 700 < 1100: backfills
+    q.add(_wide("long", "/b", 2, 3, max_runtime_s=2000), 0.0)  # would end after 1100: waits
+    q.add(_wide("open", "/b", 2, 4), 0.0)  # no max_runtime: waits
+    q.add(_wide("short2", "/b", 2, 5, max_runtime_s=100), 0.0)  # ends in time, fits the 2 left
+    q.add(_wide("short3", "/b", 2, 6, max_runtime_s=100), 0.0)  # nothing left
+    ent = _ent(q, h)
+    got = admission_round(q, h, TWO, ent, 10, 200.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["short", "short2"]
+    assert q.get("b8/0").state == State.WAITING and "b8/0" in q.starved  # type: ignore[union-attr]
+    assert "long/0" not in q.reasons and "open/0" not in q.reasons  # `peloton queue`: behind b8, as before
+    why = {g.job_id: (g.state, g.reason) for g in q.listing("/b")[0]}
+    assert why["b8"][1].startswith("waiting for admission: over pool /b's entitlement in gpu")
+    assert why["long"] == ("waiting", "waiting behind b8/0, the first gang of pool /b's queue")
+    assert why["short"][0] == why["short2"][0] == "placing"
+    # under fifo the same queues admit nothing behind b8
+    q2, h2 = Queues(), Holdings()
+    h2.hold(running_gang)
+    h2.placed("run/0", 1, (("h1", R(gpu=34)),), 100.0)
+    h2.hold(_wide("mine", "/b", 26, 0))
+    h2.placed("mine/0", 1, (("h2", R(gpu=26)),), 100.0)
+    for j in ("b8", "short", "short2"):
+        e = q.get(f"{j}/0")
+        assert e is not None
+        q2.add(e.req, 0.0)
+    assert admission_round(q2, h2, TWO, _ent(q2, h2), 10, 200.0, 1.0, set(), fifo=True) == []
+    # nothing ends in a known time: no backfill
+    q3, h3 = Queues(), Holdings()
+    h3.hold(_wide("run", "/a", 34, 0))
+    h3.placed("run/0", 1, (("h1", R(gpu=34)),), 100.0)
+    h3.hold(_wide("mine", "/b", 26, 0))
+    h3.placed("mine/0", 1, (("h2", R(gpu=26)),), 100.0)
+    for j in ("b8", "short"):
+        e = q.get(f"{j}/0")
+        assert e is not None
+        q3.add(e.req, 0.0)
+    assert admission_round(q3, h3, TWO, _ent(q3, h3), 10, 200.0, 1.0, set()) == []
 
 
 # --- preemption orders and probes -------------------------------------------------------------------------------
@@ -364,3 +518,46 @@ def test_fifo_admits_nothing_behind_the_first_gang_waiting_for_hosts_in_any_pool
     # big placed: the next one waiting for hosts is the barrier
     q.drop("big/0")
     assert [e.req.job_id for e in admission_round(q, h, pools, {}, 10, 2.0, 1.0, set(), fifo=True)] == ["later"]
+
+
+def test_under_fifo_a_gang_behind_the_first_waiting_for_hosts_loses_its_reservation() -> None:
+    """Workload-2 under fifo with preemption stalled: /b's gang got hosts reserved, then /a's gang ahead of it in
+    order was admitted by borrowing, found those hosts kept from it, and became the first waiting for hosts, which
+    nothing behind it may pass: each waited for the other."""
+    q = Queues()
+    ahead = q.add(_wide("ahead", "/a", 48, 1), 0.0)
+    later = q.add(_wide("later", "/b", 24, 2), 0.0)
+    later.reservation = Reservation(frozenset({"h1", "h2"}), None)
+    later.block = "hosts"
+    q.reserving["later/0"] = None
+    assert q.live_reservations() == [("later/0", 1)]  # no barrier: kept
+    assert q.live_reservations(later) == [("later/0", 1)]  # the barrier itself keeps its own
+    q.starve(ahead, 1.0, "hosts")
+    assert q.first_unplaced() is ahead
+    assert q.live_reservations(ahead) == [] and later.reservation is None and "later/0" not in q.reserving
+
+
+def test_a_gang_in_line_behind_the_first_borrower_backfills_until_that_one_could_borrow() -> None:
+    """/a's first gang could borrow when ra ends (1001), but b48 is first in line to borrow, not before rb ends
+    (5001): so a gang of /a ending by 3005 cannot delay a40, and backfills."""
+    q, h = Queues(), Holdings()
+    for name, pool, gpus, runtime in (("rb", "/b", 20, 5000.0), ("ra", "/a", 30, 1000.0)):
+        h.hold(_wide(name, pool, gpus, 0, max_runtime_s=runtime))
+        h.placed(f"{name}/0", 1, (("h1", R(gpu=gpus)),), 1.0)
+    q.add(_wide("b48", "/b", 48, 1), 0.0)  # over /b's 32, 48 > 14 free: stops the borrowing
+    q.add(_wide("a40", "/a", 40, 2), 0.0)  # over /a's 32, behind b48 in line
+    q.add(_wide("as", "/a", 2, 3, max_runtime_s=3000), 0.0)
+    ent = _ent(q, h)
+    assert ent["/a"].gpu == ent["/b"].gpu == 32
+    got = admission_round(q, h, TWO, ent, 10, 0.0, 1.0, set())
+    assert [e.req.job_id for e in got] == ["as"]
+    # with b48 gone, a40 fits /a's entitlement at 1001: as (3005) would delay it
+    q2, h2 = Queues(), Holdings()
+    h2.hold(_wide("ra", "/a", 30, 0, max_runtime_s=1000.0))
+    h2.placed("ra/0", 1, (("h1", R(gpu=30)),), 1.0)
+    h2.hold(_wide("rb", "/b", 20, 0, max_runtime_s=5000.0))
+    h2.placed("rb/0", 1, (("h2", R(gpu=20)),), 1.0)
+    q2.add(_wide("a40", "/a", 40, 2), 0.0)  # /a entitled to 44: a40 fits it once ra ends
+    q2.add(_wide("as", "/a", 2, 3, max_runtime_s=3000), 0.0)
+    assert _ent(q2, h2)["/a"].gpu == 44
+    assert admission_round(q2, h2, TWO, _ent(q2, h2), 10, 0.0, 1.0, set()) == []
