@@ -19,7 +19,7 @@ NUMBERS = {
     "peloton.v1.Resources": {"cpu"}, "peloton.v1.ResourcePool": {"share"},
     "peloton.v1.Entitlement": {"cpu", "mem_mib", "disk_mib", "gpu"}, "peloton.v1.HostHardware": {"nic_gbps"},
     "peloton.v1.ListAuditEventsRequest": {"since", "until"},  # a request: never printed
-    "peloton.v1.ModelSpec": {"local_bsz", "global_bsz"},  # samples per step
+    "peloton.v1.ModelSpec": {"local_bsz", "global_bsz", "min_efficiency"},  # samples per step; a fraction (auto)
     # a plan's predictions and measurements: seconds and samples/s as plain numbers (as `-o json` prints them)
     "peloton.v1.PlanAlternative": {"step_time", "samples_per_s"},
     "peloton.v1.PlanInfo": {"step_time", "samples_per_s", "local_bsz", "measured_step_time",
