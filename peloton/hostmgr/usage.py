@@ -72,7 +72,8 @@ class HostUsage:
             self.cpu = self.mem = self.disk = 0.0
         return t
 
-    def offer(self, with_ids: bool) -> HostOffer:
+    def offer(self, with_ids: bool, taken: Collection[int] = frozenset()) -> HostOffer:
+        """`taken`: ports of this host's range that something other than its tasks holds: not offered."""
         cfg, cap = self.config, self.capacity
         lo, hi = cfg.port_range
         gpu_ids: tuple[int, ...] = ()
@@ -81,7 +82,7 @@ class HostUsage:
             gpu_ids = tuple(g for g in cfg.gpu_ids if g not in self.gpus_used)
             free_ports: list[int] = []
             for p in range(lo, hi + 1):
-                if p not in self.ports_used:
+                if p not in self.ports_used and p not in taken:
                     free_ports.append(p)
                     if len(free_ports) >= MAX_OFFER_PORTS:
                         break
@@ -91,7 +92,8 @@ class HostUsage:
             mem=max(0.0, cap.mem - self.mem),
             disk=max(0.0, cap.disk - self.disk),
             gpu=len(cfg.gpu_ids) - len(self.gpus_used) if self.up else 0,
-            ports=min(MAX_OFFER_PORTS, cap.ports - len(self.ports_used)) if self.up else 0,
+            ports=min(MAX_OFFER_PORTS, cap.ports - len(self.ports_used)
+                      - sum(1 for p in taken if lo <= p <= hi and p not in self.ports_used)) if self.up else 0,
         )
         if not self.up:
             free = Resources()
@@ -141,11 +143,13 @@ class HostUsage:
         return None
 
 
-def offers_of(hosts: Mapping[str, HostUsage], hostnames: Collection[str] | None, with_ids: bool) -> list[HostOffer]:
-    """The offers of the named hosts that exist (every host when None), for a backend's `offers`."""
+def offers_of(hosts: Mapping[str, HostUsage], hostnames: Collection[str] | None, with_ids: bool,
+              taken: Collection[int] = frozenset()) -> list[HostOffer]:
+    """The offers of the named hosts that exist (every host when None), for a backend's `offers`; `taken`: ports
+    something else holds (HostUsage.offer)."""
     if hostnames is None:
-        return [h.offer(with_ids) for h in hosts.values()]
-    return [hosts[n].offer(with_ids) for n in hostnames if n in hosts]
+        return [h.offer(with_ids, taken) for h in hosts.values()]
+    return [hosts[n].offer(with_ids, taken) for n in hostnames if n in hosts]
 
 
 def check_gang(hosts: dict[str, HostUsage], tasks: tuple[LaunchSpec, ...]) -> tuple[str, str] | None:

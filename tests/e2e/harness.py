@@ -55,8 +55,9 @@ class Daemon:
     def __post_init__(self) -> None:
         self.log_path = self.data_dir / "daemon.log"
         if not self.port_base:
-            # a task port range of its own (each simulated host takes 1000 ports), so daemons never collide
-            self.port_base = random.randrange(20000, 40000, 2000)
+            # a task port range of its own (each simulated host takes 1000 ports), so daemons never collide, below
+            # the kernel's ephemeral ports (32768 on), which outgoing connections (the store's) take
+            self.port_base = random.randrange(20000, 30000, 2000)
 
     def server_args(self) -> list[str]:
         """What the daemon runs with besides address, store and data dir (variants override it)."""

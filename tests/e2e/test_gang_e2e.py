@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import os
 import pwd
+import random
 import re
+import socket
 import subprocess
 import sys
 import time
@@ -14,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests.asroot import let_others_pass
-from tests.e2e.harness import Daemon, pid_alive, wait_until
+from tests.e2e.harness import Daemon, pid_alive, serving, wait_until
 
 pytestmark = pytest.mark.e2e
 RENDEZVOUS = Path(__file__).parent / "rendezvous.py"
@@ -46,6 +48,46 @@ task:
     assert "hostfile: 127.0.0.1 slots=4" in logs[0]
     # job list shows it
     assert job in daemon.cli("job", "list").stdout
+
+
+
+def test_a_port_another_program_holds_is_never_handed_to_a_member(db_url: str, tmp_path: Path) -> None:
+    # the first port of each simulated host's range is held by a listening socket of this test (as an outgoing
+    # connection's ephemeral port would be): the members get other ports, bind them, and the job succeeds
+    holders: list[socket.socket] = []
+    while not holders:
+        base = random.randrange(20000, 30000, 2000)
+        try:
+            for p in (base, base + 1000):
+                s = socket.socket()
+                holders.append(s)
+                s.bind(("127.0.0.1", p))
+                s.listen()
+        except OSError:  # (someone holds it already: another base)
+            for s in holders:
+                s.close()
+            holders = []
+    try:
+        with serving(Daemon(tmp_path / "data", db_url, port_base=base)) as d:
+            job = d.create(f"""
+name: ports
+instances: 2
+placement: {{strategy: spread}}
+task:
+  command: {sys.executable} -c "import os, socket; socket.socket().bind(('127.0.0.1', int(os.environ['PELOTON_PORTS']))); print('bound')"
+  resources: {{cpu: 0.5, mem: 64Mi, ports: 1}}
+""", tmp_path)
+            d.wait_state(job, "SUCCEEDED")
+            tasks = d.tasks(job)
+            assert {t["host"] for t in tasks} == {"local-0", "local-1"}
+            for t in tasks:
+                assert t["ports"] and not set(t["ports"]) & {base, base + 1000}, t
+                assert d.cli("task", "logs", job, str(t["instance"])).stdout.strip() == "bound"
+                assert t["attempt"] == 1  # a refused launch uses up no attempt
+            assert "held by another socket on this machine" in d.log()
+    finally:
+        for s in holders:
+            s.close()
 
 
 def test_distinct_gpus_per_member_on_each_host(daemon: Daemon, tmp_path: Path) -> None:

@@ -7,6 +7,7 @@ import dataclasses
 import json
 import os
 import signal
+import socket
 import stat
 import subprocess
 import threading
@@ -883,3 +884,40 @@ def test_a_member_reports_its_speed_in_its_metrics_file_and_only_a_regular_file_
     assert b.read_log("t-m", "metrics", 0, 10) == (data[-10:], size)  # the tail: the last lines count
     assert b.read_log("t-s", "metrics", 0, 4096) == (b"", 0)  # a symlink is not followed
     assert b.read_log("unknown", "metrics", 0, 4096) == (b"", 0)
+
+
+def test_parse_proc_net_reads_each_sockets_local_port() -> None:
+    from peloton.hostmgr.local.sockets import parse_ports
+    table = (
+        "  sl  local_address rem_address   st tx_queue rx_queue tr tm->when retrnsmt   uid  timeout inode\n"
+        "   0: 0100007F:7918 00000000:0000 0A 00000000:00000000 00:00000000 00000000     0        0 1\n"
+        "   1: 0100007F:D431 0100007F:1538 01 00000000:00000000 00:00000000 00000000     0        0 2\n"
+        "   2: 00000000000000000000000001000000:0000 00000000000000000000000000000000:0000 07 0 0 0 0 0 0\n"
+        "garbage\n")
+    assert parse_ports(table) == {0x7918, 0xD431}  # 31000 (listening), 54321 (a connection); port 0 is unbound
+
+
+def test_a_port_another_socket_holds_refuses_the_gang_and_is_not_offered_again(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    # ports the machine's network shares with everything else: one held by a plain socket is not handed to a task
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    probe.listen()
+    held = probe.getsockname()[1]
+    try:
+        hosts = make_local_hosts(1, HOST_RES, port_base=held, ports_per_host=3)
+        b, rec = make_backend(hosts=hosts)
+        (offer,) = b.offers(with_ids=True)
+        assert held in offer.ports  # (nothing tells the backend before a launch)
+        r = launch(b, spec("t1", "true", ports=(held,)))
+        assert r.outcome == LaunchOutcome.REFUSED, r
+        assert f"port {held}" in r.message and "held by another socket" in r.message
+        assert rec.of("t1") == [] and b.running() == []  # nothing started, nothing accounted
+        (offer,) = b.offers(with_ids=True)
+        assert held not in offer.ports and offer.ports == (held + 1, held + 2)
+        assert offer.free.ports == 2
+        r = launch(b, spec("t2", "true", ports=(held + 1,)))  # a port nobody holds: started
+        assert r.outcome == LaunchOutcome.OK, r
+        rec.wait_terminal("t2")
+    finally:
+        probe.close()

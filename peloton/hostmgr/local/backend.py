@@ -59,7 +59,7 @@ from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.files import private_dir, tasks_run_as_others
 from peloton.hostmgr.backend import HostsCallback, StatusCallback
-from peloton.hostmgr.local import cgroups, descendants, logrotate, wrapper
+from peloton.hostmgr.local import cgroups, descendants, logrotate, sockets, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
@@ -85,6 +85,7 @@ DEFAULT_LOG_MAX_BYTES = 100 << 20  # a stream's current file; with DEFAULT_LOG_K
 DEFAULT_LOG_KEEP = 2
 LOG_CHECK_S = 10.0
 LOG_READ_TRIES = 3  # a log read overlapped by rotations this many times in a row returns its last try
+TAKEN_PORT_HOLD_S = 60.0  # a port found held by another socket is not offered for this long (TCP's TIME_WAIT)
 LOG_ROTATION_WAIT_S = 10.0  # a read waits at most this long for a rotation of its log to end
 DEFAULT_SANDBOX_RETENTION_S = 7 * 86400.0
 # ...and at most this many ended tasks' sandboxes, holding at most this many bytes, are kept (the oldest go first,
@@ -321,6 +322,9 @@ class LocalBackend:
         self._ended_sandboxes: dict[str, EndedSandbox] = {}
         self._ended_since_sweep = 0  # guarded by _lock
         self._doomed_jobs: set[str] = set()  # deleted jobs whose sandboxes the sweep removes; guarded by _lock
+        # ports some socket other than our tasks' held when a gang was to get them -> until when none is offered
+        # (sockets.py: this machine's network is shared); guarded by _lock
+        self._taken_ports: dict[int, float] = {}
         # its periodic housekeeping, as loops: the daemon's health watches them with its own (hostmgr's)
         self.loops: list[Loop] = []
         if log_max_bytes > 0:
@@ -379,8 +383,15 @@ class LocalBackend:
     # ----------------------------------------------------------------------------------------------- queries
 
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
+        now = self._clock()
         with self._lock:
-            return offers_of(self._hosts, hostnames, with_ids)
+            return offers_of(self._hosts, hostnames, with_ids, self._taken_ports_locked(now))
+
+    def _taken_ports_locked(self, now: float) -> Collection[int]:
+        if self._taken_ports:
+            for p in [p for p, until in self._taken_ports.items() if until <= now]:
+                del self._taken_ports[p]
+        return self._taken_ports.keys()
 
     def hosts(self) -> list[HostInfo]:
         with self._lock:
@@ -598,9 +609,12 @@ class LocalBackend:
     def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
         results: dict[int, LaunchResult] = {}
         launches: dict[int, _Launch] = {}
+        # the sockets of this machine, read once a batch and outside the lock: only when some member takes ports
+        held = sockets.ports_in_use() if any(s.ports for g in gangs for s in g.tasks) else frozenset()
+        now = self._clock()
         with self._lock:
             for i, g in enumerate(gangs):
-                why = self._refusal_locked(g)
+                why = self._refusal_locked(g) or self._port_held_locked(g, held, now)
                 if why is not None:
                     tid, msg = why
                     results[i] = LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, tid, msg)
@@ -640,6 +654,18 @@ class LocalBackend:
                 if self._bad_file_name(name):
                     return spec.task_id, f"invalid sandbox file name {name!r}"
         return check_gang(self._hosts, g.tasks)
+
+    def _port_held_locked(self, g: GangLaunch, held: frozenset[int], now: float) -> tuple[str, str] | None:
+        """A member's port that some other socket on this machine holds: the gang is refused (and placed again),
+        and the port is not offered for a while, rather than its task failing to bind it."""
+        for spec in g.tasks:
+            for p in spec.ports:
+                if p in held:
+                    self._taken_ports[p] = now + TAKEN_PORT_HOLD_S
+                    log.info("local backend: port %d is held by another socket on this machine: gang %s is "
+                             "placed again on other ports", p, g.gang_id)
+                    return spec.task_id, f"port {p} on host {spec.hostname} is held by another socket on this machine"
+        return None
 
     def _start_gang(self, lg: _Launch) -> LaunchResult:
         with self._lock:
