@@ -54,7 +54,8 @@ def spec_size(spec: job_pb2.JobSpec, field: str = "spec") -> None:
         raise checks.bad(field, f"{size} bytes serialized, more than the {limits.MAX_SPEC_BYTES} a job spec may have")
 
 
-def list_jobs(states: Sequence[str], owner: str, respool: str, name_contains: str, limit: int) -> None:
+def list_jobs(states: Sequence[str], owner: str, respool: str, name_contains: str, limit: int,
+              id_prefix: str = "") -> None:
     """The filters and page size of ListJobs ("" and 0 mean no filter and the default page)."""
     if len(states) > limits.MAX_STATE_FILTERS:
         raise checks.bad("states", f"at most {limits.MAX_STATE_FILTERS} states, got {len(states)}")
@@ -67,6 +68,9 @@ def list_jobs(states: Sequence[str], owner: str, respool: str, name_contains: st
         validate_pool_path(respool, "respool")
     checks.text(name_contains, "name_contains", max_chars=limits.MAX_NAME_CONTAINS_CHARS)
     checks.integer(limit, "limit", minimum=0, maximum=limits.MAX_LIST_LIMIT)
+    if id_prefix and (len(id_prefix) > limits.DAEMON_JOB_ID_CHARS or any(ch not in "0123456789abcdef" for ch in id_prefix)):
+        raise checks.bad("id_prefix", f"at most {limits.DAEMON_JOB_ID_CHARS} lowercase hex digits (the start of a job id), "
+                                      f"got {checks.show(id_prefix)}")
 
 
 def page(page_size: int, page_token: str) -> None:

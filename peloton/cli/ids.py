@@ -3,7 +3,8 @@ job's does.
 
 Resolved here, in the CLI, not in the daemon: the API keeps taking whole ids only (a script or another client never
 acts on a job it did not name in full, and no RPC's meaning changes), and a whole id, what scripts pass, costs
-nothing more: only an id shorter than the daemon's 12 characters is looked up, by listing the jobs' ids once."""
+nothing more: only an id shorter than the daemon's 12 characters is looked up, by one ListJobs page filtered on the
+daemon by `id_prefix` (a daemon too old to know that filter answers unfiltered: then every job is listed)."""
 
 from __future__ import annotations
 
@@ -36,14 +37,22 @@ def resolve_args(c: Client, a: argparse.Namespace) -> None:
 def resolve(c: Client, prefix: str, field: str = "job_id") -> str:
     """The one job id that starts with `prefix`; NotFound when none does, InvalidArgument naming the candidates
     when several do."""
+    from peloton.api.v1 import job_pb2
     from peloton.cli.jobs import list_jobs
     from peloton.errors import InvalidArgument, NotFound
 
-    matches = [j.id for j in list_jobs(c, [], "", "", 0) if j.id.startswith(prefix)]
-    if len(matches) == 1:
+    page = c.call(c.jobs.ListJobs, job_pb2.ListJobsRequest(id_prefix=prefix, page_size=SHOWN + 1))
+    more = bool(page.next_page_token)
+    ids = [j.id for j in page.jobs]
+    if not all(i.startswith(prefix) for i in ids):  # a daemon that ignores id_prefix: every job, filtered here
+        ids, more = [j.id for j in list_jobs(c, [], "", "", 0)], False
+    matches = [i for i in ids if i.startswith(prefix)]
+    if len(matches) == 1 and not more:
         return matches[0]
     if not matches:
         raise NotFound(f"{field}: no job's id starts with {prefix!r}", field=field)
-    shown = ", ".join(matches[:SHOWN]) + (f" and {len(matches) - SHOWN} more" if len(matches) > SHOWN else "")
-    raise InvalidArgument(f"{field}: {prefix!r} is the start of {len(matches)} job ids: {shown} (give more of "
-                          "the id)", field=field)
+    if more or len(matches) > SHOWN:
+        raise InvalidArgument(f"{field}: {prefix!r} is the start of more than {SHOWN} job ids: "
+                              f"{', '.join(matches[:SHOWN])}, ... (give more of the id)", field=field)
+    raise InvalidArgument(f"{field}: {prefix!r} is the start of {len(matches)} job ids: {', '.join(matches)} (give "
+                          "more of the id)", field=field)

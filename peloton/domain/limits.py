@@ -34,6 +34,7 @@ MAX_POOL_SEGMENT_CHARS = 128  # one name between slashes in a pool path
 MAX_PRINCIPAL_CHARS = 128  # a principal's name (audit_events.principal is varchar(128))
 MAX_POOL_SUBMITTERS = 1000  # principals in one pool's access list
 MAX_JOB_ID_CHARS = 128  # jobs.id is varchar(128); the daemon's ids are 12 hex characters
+DAEMON_JOB_ID_CHARS = 12  # (jobmgr/manager.py: uuid4().hex[:12]); ListJobs' id_prefix is at most this long
 MAX_REQUEST_ID_CHARS = 128  # CreateJobRequest.request_id (jobs.request_id is String(128))
 MAX_CONTAINER_IMAGE_CHARS = 1024
 MAX_USER_CHARS = 32  # a task's user name (useradd's limit on Linux)

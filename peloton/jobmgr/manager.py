@@ -489,7 +489,7 @@ class JobManager:
         return out
 
     def list_jobs(self, states: Sequence[str], owner: str, respool: str, name_contains: str, page_size: int,
-                  page_token: str) -> tuple[list[JobRecord], str]:
+                  page_token: str, id_prefix: str = "") -> tuple[list[JobRecord], str]:
         try:
             st = [JobState(x.upper()) for x in states] or None
         except ValueError:
@@ -507,7 +507,8 @@ class JobManager:
         # its tasks KILLING
         with transaction(self.read_sessions, snapshot=True) as s:
             jobs = repo.list_jobs(s, states=st, owner=owner or None, respool=respool or None,
-                                  name_contains=name_contains or None, limit=size + 1, after=after)
+                                  name_contains=name_contains or None, id_prefix=id_prefix or None,
+                                  limit=size + 1, after=after)
             more = len(jobs) > size
             jobs = jobs[:size]
             counts = repo.task_state_counts(s, [j.id for j in jobs])

@@ -155,10 +155,10 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
     @grpc_errors
     def ListJobs(self, request: job_pb2.ListJobsRequest, context: grpc.ServicerContext) -> job_pb2.ListJobsResponse:
         request_checks.list_jobs(request.states, request.owner, request.respool, request.name_contains,
-                                 request.limit)
+                                 request.limit, request.id_prefix)
         request_checks.page(request.page_size, request.page_token)
         rows, nxt = self.jm.list_jobs(list(request.states), request.owner, request.respool, request.name_contains,
-                                      request.page_size or request.limit, request.page_token)
+                                      request.page_size or request.limit, request.page_token, request.id_prefix)
         out = job_pb2.ListJobsResponse()
         size = 0
         for i, r in enumerate(rows):

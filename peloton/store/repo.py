@@ -367,13 +367,14 @@ def list_jobs(
     owner: str | None = None,
     respool: str | None = None,
     name_contains: str | None = None,
+    id_prefix: str | None = None,
     limit: int = 100,
     after: tuple[float, str] | None = None,
 ) -> list[Job]:
     """One page of jobs, newest first (created_at, then id, both descending, so the order is total);
     `after` = (created_at, id) of the last job of the previous page (keyset paging: stable while jobs are added).
     Filters combine with AND; `name_contains` is case-insensitive on both stores (ASCII letters only on SQLite,
-    whose lower() knows no others). One statement: on PostgreSQL a later read in the same transaction (e.g.
+    whose lower() knows no others); `id_prefix`: ids that start with it. One statement: on PostgreSQL a later read in the same transaction (e.g.
     task_state_counts) may see commits this one did not."""
     q = select(_JOBS)
     if after is not None:
@@ -387,6 +388,8 @@ def list_jobs(
     if name_contains:
         # Case-insensitive on both backends (SQLite's LIKE already is; PostgreSQL's is not).
         q = q.where(_JOBS.c.name.icontains(name_contains, autoescape=True))
+    if id_prefix:
+        q = q.where(_JOBS.c.id.startswith(id_prefix, autoescape=True))
     q = q.order_by(_JOBS.c.created_at.desc(), _JOBS.c.id.desc()).limit(max(0, int(limit)))
     return [_job_from_row(r) for r in s.execute(q).all()]
 

@@ -134,6 +134,8 @@ def test_list_jobs_filters_order_limit(sessions: Sessions) -> None:
     assert ids(name_contains="_") == ["j2"]  # LIKE wildcards are escaped
     assert ids(name_contains="%") == ["j3"]
     assert ids(name_contains="zzz") == []
+    assert ids(id_prefix="j") == ["j4", "j3", "j2", "j1"] and ids(id_prefix="j3") == ["j3"]
+    assert ids(id_prefix="j", owner="alice", limit=1) == ["j3"] and ids(id_prefix="k") == []
 
 
 def test_update_jobs(sessions: Sessions) -> None:

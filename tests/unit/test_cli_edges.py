@@ -143,28 +143,32 @@ def test_queue_takes_one_pool() -> None:
 
 # --- id prefixes -----------------------------------------------------------------------------------------------
 class _Jobs:
-    """A daemon's ListJobs over these ids, in pages of the size asked."""
+    """A daemon's ListJobs over these ids, in pages of the size asked, filtered by id_prefix unless `old` (a
+    daemon from before that filter, which ignores the field)."""
 
-    def __init__(self, job_ids: list[str]) -> None:
-        self.ids, self.calls = job_ids, 0
+    def __init__(self, job_ids: list[str], old: bool = False) -> None:
+        self.ids, self.calls, self.old = job_ids, 0, old
 
     def call(self, method: Any, req: job_pb2.ListJobsRequest) -> job_pb2.ListJobsResponse:
         self.calls += 1
         start = int(req.page_token or 0)
-        page = self.ids[start:start + req.page_size]
-        nxt = str(start + req.page_size) if start + req.page_size < len(self.ids) else ""
+        ids = self.ids if self.old else [i for i in self.ids if i.startswith(req.id_prefix)]
+        page = ids[start:start + req.page_size]
+        nxt = str(start + req.page_size) if start + req.page_size < len(ids) else ""
         return job_pb2.ListJobsResponse(jobs=[job_pb2.Job(id=i) for i in page], next_page_token=nxt)
 
     jobs = SimpleNamespace(ListJobs=None)
 
 
-def test_a_unique_prefix_is_the_job_and_a_whole_id_costs_no_call() -> None:
-    c = _Jobs([f"{i:03x}" + "0" * 9 for i in range(2500)])  # three pages
+@pytest.mark.parametrize(("old", "calls"), [(False, 1), (True, 1 + 3)])
+def test_a_unique_prefix_is_the_job_and_a_whole_id_costs_no_call(old: bool, calls: int) -> None:
+    # one filtered page per prefix; a daemon that ignores id_prefix: every job listed (2500: three pages)
+    c = _Jobs([f"{i:03x}" + "0" * 9 for i in range(2500)], old=old)
     assert ids.resolve(c, "4d2") == "4d2000000000"  # type: ignore[arg-type]
     a = argparse.Namespace(job_id="abcdef012345", job_ids=["4d2", "0ff000000000"], jobs=None)
     c.calls = 0
     ids.resolve_args(c, a)  # type: ignore[arg-type]
-    assert a.job_id == "abcdef012345" and a.job_ids == ["4d2000000000", "0ff000000000"] and c.calls == 3
+    assert a.job_id == "abcdef012345" and a.job_ids == ["4d2000000000", "0ff000000000"] and c.calls == calls
     c.calls = 0
     ids.resolve_args(c, argparse.Namespace(job_id="abcdef012345"))  # type: ignore[arg-type]
     assert c.calls == 0
@@ -174,7 +178,7 @@ def test_an_ambiguous_prefix_names_its_candidates_and_an_unknown_one_is_not_foun
     c = _Jobs(["aa0000000001", "aa0000000002", "ab0000000003"] + [f"c{i:011x}" for i in range(12)])
     with pytest.raises(InvalidArgument, match=r"'aa' is the start of 2 job ids: aa0000000001, aa0000000002 \(give"):
         ids.resolve(c, "aa")  # type: ignore[arg-type]
-    with pytest.raises(InvalidArgument, match=r"12 job ids: .* and 2 more"):
+    with pytest.raises(InvalidArgument, match=r"more than 10 job ids: c0{11}, c0{10}1, .*, c0{10}9, \.\.\. \(give"):
         ids.resolve(c, "c")  # type: ignore[arg-type]
     with pytest.raises(NotFound, match="no job's id starts with 'dd'"):
         ids.resolve(c, "dd")  # type: ignore[arg-type]

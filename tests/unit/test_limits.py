@@ -428,6 +428,9 @@ LIST_LIMITS: list[tuple[str, dict[str, Any], dict[str, Any]]] = [
     ("name_contains", {"name_contains": "n" * L.MAX_NAME_CONTAINS_CHARS},
      {"name_contains": "n" * (L.MAX_NAME_CONTAINS_CHARS + 1)}),
     ("name_contains", {"name_contains": "%_"}, {"name_contains": "x\x00"}),
+    ("id_prefix", {"id_prefix": "0123456789ab"}, {"id_prefix": "0123456789abc"}),
+    ("id_prefix", {"id_prefix": "cafe"}, {"id_prefix": "CAFE"}),
+    ("id_prefix", {"id_prefix": "f"}, {"id_prefix": "f%"}),
 ]
 
 

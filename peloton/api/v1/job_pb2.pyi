@@ -944,6 +944,7 @@ class ListJobsRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    ID_PREFIX_FIELD_NUMBER: _builtins.int
     owner: _builtins.str
     respool: _builtins.str
     name_contains: _builtins.str
@@ -953,6 +954,8 @@ class ListJobsRequest(_message.Message):
     """default 100, at most 1000"""
     page_token: _builtins.str
     """next_page_token of the previous page"""
+    id_prefix: _builtins.str
+    """only jobs whose id starts with this (lowercase hex, at most 12 characters): how the CLI resolves a short id"""
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
     def __init__(
@@ -965,10 +968,11 @@ class ListJobsRequest(_message.Message):
         limit: _builtins.int = ...,
         page_size: _builtins.int = ...,
         page_token: _builtins.str = ...,
+        id_prefix: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["limit", b"limit", "name_contains", b"name_contains", "owner", b"owner", "page_size", b"page_size", "page_token", b"page_token", "respool", b"respool", "states", b"states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id_prefix", b"id_prefix", "limit", b"limit", "name_contains", b"name_contains", "owner", b"owner", "page_size", b"page_size", "page_token", b"page_token", "respool", b"respool", "states", b"states"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
