@@ -163,7 +163,7 @@ class GrpcResourceManager(_GrpcClient):
     def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
         r = self._call("PreviewAdmission", internal_pb2.PreviewAdmissionRequest(
             pool=pool, gangs=[convert.gang_ask_to_proto(g) for g in gangs]), 10)
-        return [AdmissionPreview(p.reason, p.ahead) for p in r.gangs]
+        return [AdmissionPreview(p.reason, p.ahead, p.borrows) for p in r.gangs]
 
 
 class GrpcHostManager(_GrpcClient):

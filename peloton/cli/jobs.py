@@ -76,6 +76,8 @@ def _admission(g: job_pb2.GangPreview) -> str:
         return "would wait: " + g.admission_waits.removeprefix("waiting for admission: ") + behind
     if g.queued_ahead:  # the pool's limits and entitlement admit it, but gangs queued before it go first
         return f"would queue behind {g.queued_ahead} waiting gang(s) of its pool, within its limits and entitlement"
+    if g.borrows:
+        return "would be admitted now, borrowing beyond its pool's entitlement (taken back by preemption if needed)"
     return "would be admitted now"
 
 

@@ -67,7 +67,9 @@ class GangAsk:
 @dataclass(frozen=True, slots=True)
 class AdmissionPreview:
     """Whether a gang would be admitted now: `reason` why it would wait ("": admitted now), and how many gangs of
-    its pool already wait ahead of it (same or higher priority)."""
+    its pool already wait ahead of it (same or higher priority); `borrows`: admitted beyond its pool's
+    entitlement, on capacity nobody holds (borrowing: taken back by preemption when other pools need it)."""
 
     reason: str
     ahead: int
+    borrows: bool = False

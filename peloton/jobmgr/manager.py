@@ -113,6 +113,7 @@ class GangPreview:
     waits: str
     admission_waits: str = ""
     queued_ahead: int = 0
+    borrows: bool = False  # admitted beyond its pool's entitlement (AdmissionPreview.borrows)
 
 
 def gang_request(jv: policy.JobView, index: int) -> GangRequest:
@@ -283,10 +284,11 @@ class JobManager:
             p = by_gang.get(g.gang_id)
             if p is None:
                 out.append(GangPreview(g.index, instances, (), why.get(g.gang_id, "no hosts free for it now"),
-                                       a.reason, a.ahead))
+                                       a.reason, a.ahead, a.borrows))
             else:
                 host = {m.instance: m.hostname for m in p.members}
-                out.append(GangPreview(g.index, instances, tuple(host[i] for i in instances), "", a.reason, a.ahead))
+                out.append(GangPreview(g.index, instances, tuple(host[i] for i in instances), "", a.reason, a.ahead,
+                                       a.borrows))
         return out
 
     def _created_for(self, request_id: str, spec: JobSpec) -> str | None:

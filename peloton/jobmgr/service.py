@@ -103,7 +103,8 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             resp = job_pb2.CreateJobResponse(warnings=ignored_settings(spec, self.backend))
             for g in self.jm.dry_run(spec):
                 resp.dry_run.add(index=g.index, instances=g.instances, hosts=g.hosts, waits=g.waits,
-                                 admission_waits=g.admission_waits, queued_ahead=g.queued_ahead)
+                                 admission_waits=g.admission_waits, queued_ahead=g.queued_ahead,
+                                 borrows=g.borrows)
             return resp
         if isinstance(decided, run_as.Allocate):  # once the job is known to be valid: a refused one writes nothing
             uid_range, name = self.identities.uid_range, decided.principal

@@ -305,13 +305,21 @@ def _use(free: list[float], total: Resources) -> None:
 def admission_if(pool_path: str, gangs: Sequence[GangAsk], pools: Mapping[str, ResourcePool],
                  capacity: Resources | None, demand: Mapping[str, Resources], own: Mapping[str, Resources],
                  allocated: Mapping[str, Resources], pinned: Mapping[str, Resources],
-                 waiting: Sequence[int]) -> list[AdmissionPreview]:
+                 waiting: Sequence[int], heads: Sequence[tuple[str, Resources, int]] = ()
+                 ) -> list[AdmissionPreview]:
     """Would the gangs of a job not yet created, in pool `pool_path`, be admitted now? For each, in order: why it
     would wait ("": admitted now) by the same rules as `admission_round`, as if the job's earlier gangs were
     admitted (they hold their totals), against entitlements computed as if the pool also asked for the whole job
     (its gangs would be in its demand); and how many of the pool's waiting gangs (`waiting`: their priorities)
     are ahead of it: same or higher priority, queued before it. The arguments are copies; nothing is changed.
-    No capacity known yet (or no root pool): no entitlement to check, as admission does then."""
+    No capacity known yet (or no root pool): no entitlement to check, as admission does then.
+
+    A gang refused by the entitlement alone borrows (`borrows`, as `_borrow` admits it) when it would be its
+    pool's first waiting gang (none ahead) and fits the capacity nobody holds (`_free`) once the other pools'
+    first waiting gangs (`heads`: pool, total, priority) have had their turn, as an admission round gives it: each
+    within its pool's limit and entitlement holds its total first; then those refused by their entitlement alone
+    and ahead of it (same or higher priority: queued earlier) borrow in order, and the first of them that does
+    not fit stops the borrowing. Only the pools' first gangs are looked at, not the gangs behind them."""
     ent: Mapping[str, Entitlement] = {}
     if capacity is not None and "/" in pools and pool_path in pools:
         with_job = dict(demand)
@@ -320,16 +328,54 @@ def admission_if(pool_path: str, gangs: Sequence[GangAsk], pools: Mapping[str, R
         ent = entitlements(policies(pools.values()), capacity, with_job, own)
     held, held_pinned = dict(allocated), dict(pinned)
     ranked = sorted(waiting)  # the gangs ahead by bisection: a job may have 100,000 gangs, a pool as many waiting
+    cap = ent.get("/")
     out = []
     for g in gangs:
-        reason = (admit(g.total, pool_path, pools, held) or entitled(g.total, pool_path, ent, held)
-                  or (within_reservation(g.total, pool_path, pools, held_pinned) if not g.preemptible else None))
-        out.append(AdmissionPreview(reason or "", len(ranked) - bisect.bisect_left(ranked, g.priority)))
+        ahead = len(ranked) - bisect.bisect_left(ranked, g.priority)
+        limited = admit(g.total, pool_path, pools, held)
+        reason = limited or entitled(g.total, pool_path, ent, held)
+        borrows = False
+        if reason is not None and limited is None and cap is not None and not ahead:
+            stop, free = _borrow_room(g, heads, pools, ent, held, cap)
+            if stop:
+                reason += f" (it may borrow beyond it only after {stop}, ahead of it, does)"
+            elif not _fits(g.total, free):
+                reason += " (or beyond it, borrowing, once the cluster has room for the whole gang)"
+            elif g.preemptible or within_reservation(g.total, pool_path, pools, held_pinned) is None:
+                reason, borrows = None, True
+        if reason is None and not g.preemptible:
+            reason = within_reservation(g.total, pool_path, pools, held_pinned)
+        out.append(AdmissionPreview(reason or "", ahead, borrows))
         for p in chain(pool_path):
             add(held, p, g.total)
         if not g.preemptible:
             add(held_pinned, pool_path, g.total)
     return out
+
+
+def _borrow_room(g: GangAsk, heads: Sequence[tuple[str, Resources, int]], pools: Mapping[str, ResourcePool],
+                 ent: Mapping[str, Entitlement], held: Mapping[str, Resources], cap: Entitlement
+                 ) -> tuple[str, list[float]]:
+    """What an admission round would leave `g` to borrow from: the capacity nobody holds once the other pools'
+    first gangs (`heads`) within their limits and entitlements hold theirs, and those refused by their entitlement
+    alone and ahead of `g` (same or higher priority) have borrowed, in order; and the first of these that does not
+    fit, which stops the borrowing ("" when none)."""
+    after = dict(held)
+    borrowers = []
+    for pool, total, priority in heads:
+        if admit(total, pool, pools, after) is not None:
+            continue  # (over a limit: it neither holds nor borrows)
+        if entitled(total, pool, ent, after) is None:
+            for p in chain(pool):
+                add(after, p, total)
+        elif priority >= g.priority:
+            borrowers.append((pool, total))
+    free = _free(cap, after, pools, ent)
+    for pool, total in borrowers:
+        if not _fits(total, free):
+            return f"the first waiting gang of pool {pool}", free
+        _use(free, total)
+    return "", free
 
 
 def _limits(limit: Resources) -> str:

@@ -530,7 +530,9 @@ class ResourceManager:
             demand, own = dict(self._q.demand), dict(self._held.own)
             allocated, pinned = dict(self._held.allocated), dict(self._held.pinned)
             waiting = self._q.waiting_priorities(pool)
-        return admission_if(pool, gangs, pools, capacity, demand, own, allocated, pinned, waiting)
+            firsts = [e for e in (self._q.head(p) for p in self._q.waiting_pools() if p != pool) if e is not None]
+            heads = [(e.req.respool, e.req.total, e.req.priority) for e in sorted(firsts, key=lambda e: e.order())]
+        return admission_if(pool, gangs, pools, capacity, demand, own, allocated, pinned, waiting, heads)
 
     def pool_usage(self) -> dict[str, PoolUsage]:
         """Every pool's allocation, demand (with its subtree's), entitlement and queue, for GetPool/ListPools."""

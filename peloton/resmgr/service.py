@@ -110,7 +110,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             raise InvalidArgument(f"gangs: at most {MAX_INSTANCES}, got {len(request.gangs)}", field="gangs")
         out = self.rm.admission_if(pool, [convert.gang_ask_from_proto(g) for g in request.gangs])
         return internal_pb2.PreviewAdmissionResponse(
-            gangs=[internal_pb2.AdmissionPreview(reason=p.reason, ahead=p.ahead) for p in out])
+            gangs=[internal_pb2.AdmissionPreview(reason=p.reason, ahead=p.ahead, borrows=p.borrows) for p in out])
 
 
 class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):

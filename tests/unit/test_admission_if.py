@@ -38,11 +38,13 @@ def test_a_limit_up_the_chain_refuses_too() -> None:
 def test_the_entitlement_is_computed_as_if_the_pool_asked_for_the_whole_job() -> None:
     pools = tree(ResourcePool("/a"), ResourcePool("/b"))
     capacity = R(cpu=10, mem=10_000, disk=10_000)
-    demand = {"/b": R(cpu=10)}  # /b wants the whole cluster; /a wants nothing yet
+    demand = {"/b": R(cpu=10)}  # /b wants the whole cluster (its first gang waits); /a wants nothing yet
     # without the job in /a's demand, /a would be entitled to nothing and refuse even a small gang
-    out = admission_if("/a", [GangAsk(R(cpu=4)), GangAsk(R(cpu=4))], pools, capacity, demand, {}, {}, {}, [])
-    assert out[0].reason == ""  # /a wants 8, /b 10: 5 each
-    assert "over pool /a's entitlement in cpu (entitled to 5 now, holds 4, the gang needs 4)" in out[1].reason
+    out = admission_if("/a", [GangAsk(R(cpu=4)), GangAsk(R(cpu=4))], pools, capacity, demand, {}, {}, {}, [],
+                       [("/b", R(cpu=10), 0)])
+    assert out[0].reason == "" and not out[0].borrows  # /a wants 8, /b 10: 5 each
+    assert out[1].reason == ("waiting for admission: over pool /a's entitlement in cpu (entitled to 5 now, holds 4, the gang needs 4) (it "
+                             "may borrow beyond it only after the first waiting gang of pool /b, ahead of it, does)")
 
 
 def test_no_capacity_known_yet_checks_no_entitlement() -> None:
@@ -98,3 +100,57 @@ def test_a_gang_parked_after_a_failed_placement_still_waits_ahead() -> None:
     rm.set_placements([], [failure(g)])  # back to WAITING, parked until its retry
     assert rm.admission_if("/a", [GangAsk(R(cpu=1))]) == [AdmissionPreview("", 1)]
     assert rm.admission_if("/", [GangAsk(R(cpu=1))]) == [AdmissionPreview("", 0)]  # its own pool's only
+
+
+# a gang over its pool's entitlement alone borrows the capacity nobody holds, as an admission round lets it
+GPU_POOLS = (ResourcePool("/a", reservation=R(gpu=4)), ResourcePool("/b", reservation=R(gpu=4)))
+GPU_CLUSTER = R(cpu=64, mem=65536, gpu=8)
+
+
+def _preview(asks: list[GangAsk], heads: list[tuple[str, Resources, int]],
+             held: dict[str, Resources]) -> list[AdmissionPreview]:
+    demand = {p: R(gpu=t.gpu) for p, t, _ in heads}
+    return admission_if("/a", asks, tree(*GPU_POOLS), GPU_CLUSTER, demand, {}, held, {}, [], heads)
+
+
+def test_a_gang_over_its_entitlement_borrows_when_no_first_gang_ahead_stops_it() -> None:
+    held = {"/a": R(gpu=2), "/": R(gpu=2)}  # /a runs 2 GPUs; 6 are free
+    asks = [GangAsk(R(gpu=4), priority=5)]  # /a would hold 6, entitled to 4
+    # /b's first gang (8 GPUs, does not fit the 6 free) is behind it (lower priority): it borrows
+    (p,) = _preview(asks, [("/b", R(gpu=8), 0)], held)
+    assert p == AdmissionPreview("", 0, borrows=True)
+    # ... ahead of it (same priority, queued earlier), it stops the borrowing
+    (p,) = _preview(asks, [("/b", R(gpu=8), 5)], held)
+    assert not p.borrows and p.reason.endswith("(it may borrow beyond it only after the first waiting gang of "
+                                               "pool /b, ahead of it, does)")
+    # ... ahead and fitting, it borrows first: 2 GPUs are left, too few
+    (p,) = _preview(asks, [("/b", R(gpu=4), 9)], {**held, "/b": R(gpu=1), "/": R(gpu=3)})
+    assert not p.borrows and p.reason.endswith("(or beyond it, borrowing, once the cluster has room for the whole "
+                                               "gang)")
+    # not the pool's first gang: only first gangs borrow
+    out = admission_if("/a", asks, tree(*GPU_POOLS), GPU_CLUSTER, {"/b": R(gpu=8)}, {}, held, {}, [9],
+                       [("/b", R(gpu=8), 0)])
+    assert not out[0].borrows and out[0].ahead == 1 and "entitlement" in out[0].reason
+
+
+def test_a_non_preemptible_gang_borrows_only_within_its_pools_reservation() -> None:
+    held = {"/a": R(gpu=2), "/": R(gpu=2)}  # (preemptible: its non-preemptible gangs hold nothing)
+    (p,) = _preview([GangAsk(R(gpu=4), preemptible=False, priority=5)], [("/b", R(gpu=8), 0)], held)
+    assert p.borrows  # 4 GPUs: within /a's reservation of 4
+    (p,) = _preview([GangAsk(R(gpu=5), preemptible=False, priority=5)], [("/b", R(gpu=8), 0)], held)
+    assert not p.borrows and "over pool /a's entitlement" in p.reason  # 5 fit the 6 free, but not the reservation
+
+
+def test_the_preview_says_borrows_where_the_admission_round_borrows() -> None:
+    rm, _, _ = make(*GPU_POOLS)
+    rm.enqueue([gang("a0", n=1, gpu=2, pool="/a", at=1)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, GPU_CLUSTER)] == ["a0"]
+    rm.enqueue([gang("b1", n=1, gpu=8, pool="/b", at=2)])
+    assert rm.dequeue(10, SHORT, GPU_CLUSTER) == []  # 6 free: b1 waits
+    (p,) = rm.admission_if("/a", [GangAsk(R(cpu=1, mem=256, gpu=4), priority=5)])
+    assert p == AdmissionPreview("", 0, borrows=True)
+    (q,) = rm.admission_if("/a", [GangAsk(R(cpu=1, mem=256, gpu=4), priority=0)])
+    assert not q.borrows and "after the first waiting gang of pool /b" in q.reason
+    rm.enqueue([gang("a1", n=1, gpu=4, pool="/a", at=3, priority=5)])
+    assert [g.job_id for g in rm.dequeue(10, SHORT, GPU_CLUSTER)] == ["a1"]  # admitted beyond /a's 4, as said
+    assert rm.pool_usage()["/a"].allocated.gpu == 6

@@ -994,19 +994,23 @@ class AdmissionPreview(_message.Message):
 
     REASON_FIELD_NUMBER: _builtins.int
     AHEAD_FIELD_NUMBER: _builtins.int
+    BORROWS_FIELD_NUMBER: _builtins.int
     reason: _builtins.str
     """why it would wait for admission now; "": admitted now"""
     ahead: _builtins.int
     """the pool's waiting gangs ahead of it (same or higher priority)"""
+    borrows: _builtins.bool
+    """admitted beyond the pool's entitlement, on capacity nobody holds"""
     def __init__(
         self,
         *,
         reason: _builtins.str = ...,
         ahead: _builtins.int = ...,
+        borrows: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "reason", b"reason"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ahead", b"ahead", "borrows", b"borrows", "reason", b"reason"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

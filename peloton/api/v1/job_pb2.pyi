@@ -823,6 +823,7 @@ class GangPreview(_message.Message):
     WAITS_FIELD_NUMBER: _builtins.int
     ADMISSION_WAITS_FIELD_NUMBER: _builtins.int
     QUEUED_AHEAD_FIELD_NUMBER: _builtins.int
+    BORROWS_FIELD_NUMBER: _builtins.int
     index: _builtins.int
     """the gang's index in the job"""
     waits: _builtins.str
@@ -833,6 +834,10 @@ class GangPreview(_message.Message):
     """
     queued_ahead: _builtins.int
     """gangs of its pool already waiting with the same or a higher priority: ahead of it"""
+    borrows: _builtins.bool
+    """admitted beyond its pool's entitlement, on capacity nobody holds (borrowing: with preemption on, taken back
+    when the pools whose share it uses need it)
+    """
     @_builtins.property
     def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """its members' instances"""
@@ -850,10 +855,11 @@ class GangPreview(_message.Message):
         waits: _builtins.str = ...,
         admission_waits: _builtins.str = ...,
         queued_ahead: _builtins.int = ...,
+        borrows: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_waits", b"admission_waits", "hosts", b"hosts", "index", b"index", "instances", b"instances", "queued_ahead", b"queued_ahead", "waits", b"waits"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["admission_waits", b"admission_waits", "borrows", b"borrows", "hosts", b"hosts", "index", b"index", "instances", b"instances", "queued_ahead", b"queued_ahead", "waits", b"waits"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
