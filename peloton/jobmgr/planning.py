@@ -142,10 +142,15 @@ class Planner:
             best = plans.search(goal.params, slots, self._request(goal, servers, 1, gpus=k), goal.table())
             return best[0].samples_per_s if best else 0.0
 
+        # a count searched on the GPUs free now only where it can fit them, and not again on an idle cluster (the
+        # free slots are every slot): one search per count there, not two
+        idle = free == empty
+        free_gpus = sum(h.free_gpus for h in free)
         options = []
         for k in range(m.min_instances, top + 1):
             best = rate(empty, k)
-            options.append(autosize.CountOption(k, best, rate(free, k) if best else 0.0))
+            now = best if idle else rate(free, k) if best and k <= free_gpus else 0.0
+            options.append(autosize.CountOption(k, best, now))
         threshold = autosize.DEFAULT_MIN_EFFICIENCY if m.min_efficiency is None else m.min_efficiency
         return autosize.choose_count(options, threshold)
 
