@@ -27,5 +27,4 @@
       document.getElementById("certificate").hidden = false;
     }
   }).catch(() => {});
-  document.getElementById("token").focus();
 })();
