@@ -39,9 +39,11 @@ class TlsConsoleDaemon(ConsoleDaemon):
     tokens: dict[str, str] = field(default_factory=dict)
 
     def server_args(self) -> list[str]:
+        """The console on every interface (the later --ui-listen wins), without --insecure: HTTPS with client
+        certificates may be served where other machines reach it."""
         c = self.certs
         return [*super().server_args(), "--tls-cert", str(c / "server.pem"), "--tls-key", str(c / "server-key.pem"),
-                "--tls-client-ca", str(c / "ca.pem"), "--ui-login-ttl", str(TTL_S)]
+                "--tls-client-ca", str(c / "ca.pem"), "--ui-login-ttl", str(TTL_S), "--ui-listen", "0.0.0.0:0"]
 
 
 def client_cert(certs: Path, name: str) -> tuple[Path, Path]:
@@ -130,7 +132,9 @@ def browser(d: TlsConsoleDaemon, who: str | None) -> TlsBrowser:
 def test_the_console_of_a_tls_daemon_is_https_and_asks_for_a_certificate_of_its_ca(daemon: TlsConsoleDaemon,
                                                                                     tmp_path: Path) -> None:
     assert daemon.ui.startswith("https://127.0.0.1:")
-    assert "web console on https://" in daemon.log() and "client certificates of --tls-client-ca log in" in daemon.log()
+    log = daemon.log()
+    assert "web console on https://" in log and "client certificates of --tls-client-ca log in" in log
+    assert "INSECURE" not in log
     b = browser(daemon, "victor")
     a = b.get("/login")
     assert a.status == 200 and b"Log in" in a.body
