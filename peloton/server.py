@@ -6,10 +6,13 @@ contracts."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
+import secrets
 import signal
 import sys
+import tempfile
 import threading
 import time
 import uuid
@@ -26,7 +29,7 @@ from sqlalchemy.engine import Engine
 
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.closing import RefuseWhileClosing
-from peloton.api.cluster import ClusterFacts, ClusterServicer
+from peloton.api.cluster import ClusterFacts, ClusterServicer, ConsoleLogins
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
 from peloton.api.model_service import ModelBook, ModelServicer
@@ -85,6 +88,7 @@ from peloton.retry.sleeping import retry_call
 from peloton.security import identity, run_as, startup
 from peloton.security.auth import Authenticator, Authorize
 from peloton.security.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.security.console_login import OneTimeLogins
 from peloton.security.identity import Principals
 from peloton.security.ratelimit import RateLimiter
 from peloton.settings import RATE_BURST_S, ServerConfig, local_only
@@ -138,6 +142,8 @@ class Daemon:
         self.internal_server: grpc.Server | None = None
         self.channels: list[grpc.Channel] = []
         self.console: Console | None = None  # the web console (--ui-listen)
+        self.console_socket: Path | None = None  # the API for the console only (its secret), owner-only
+        self.console_logins = OneTimeLogins(cfg.ui_login_ttl_s)  # `peloton cluster ui-login`
 
     def start(self) -> str:
         """Each step needs the ones before it. Nothing that acts (the backend, the loops) starts before the locks
@@ -164,8 +170,12 @@ class Daemon:
         self._start_loops()
         self._declare_serving()
         if self.console is not None:
-            self.console.start(self.address, authenticated=self.authenticator.enabled)
-            log.info("web console on %s", self.console.url)
+            assert self.console_socket is not None and self.authenticator.console_secret is not None
+            self.console.start(f"unix:{self.console_socket}", self.authenticator.console_secret,
+                               authenticated=self.authenticator.enabled)
+            log.info("web console on %s%s", self.console.url,
+                     " (HTTPS, client certificates of --tls-client-ca log in)" if self.console.tls and
+                     self.cfg.tls_client_ca else " (HTTPS)" if self.console.tls else "")
         return self.address
 
     def _refuse_without_secret(self) -> None:
@@ -309,8 +319,10 @@ class Daemon:
                                      field="--listen")
         self.address = f"{'127.0.0.1' if host in ('0.0.0.0', '', '[::]', '::') else host}:{bound}"
         self.unix_socket = self._serve_unix_socket()
-        for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen)):
-            if addr and not local_only(addr) and not (flag == "--listen" and cfg.authenticated):  # --insecure
+        self.console_socket = self._serve_console_socket()
+        for flag, addr in (("--listen", cfg.listen), ("--internal-listen", cfg.internal_listen),
+                           ("--ui-listen", cfg.ui_listen if self.console is not None else "")):
+            if addr and not local_only(addr) and not (flag != "--internal-listen" and cfg.authenticated):  # --insecure
                 self._insecure.append(f"INSECURE (--insecure): {flag} {addr} is reachable from other machines "
                                       "without TLS or authentication; anyone who reaches it can run commands as "
                                       "this daemon's user (docs/security.md)")
@@ -364,11 +376,25 @@ class Daemon:
             task_identities={run_as.Mode.LOCAL: "per principal", run_as.Mode.MESOS: "mapped users",
                              run_as.Mode.OFF: "none"}[self.identities.mode],
             uid_range=(f"{cfg.task_uid_range[0]}-{cfg.task_uid_range[1]}"
-                       if self.identities.mode is run_as.Mode.LOCAL else "")),
+                       if self.identities.mode is run_as.Mode.LOCAL else ""), owner=self.authenticator.owner),
             hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0,
-            leadership=lambda: self.hold.report(self.read_sessions if self.engine is not None else None)),
+            leadership=lambda: self.hold.report(self.read_sessions if self.engine is not None else None),
+            console=self._console_logins()),
             self.server)
         self.services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
+
+    def _console_logins(self) -> ConsoleLogins | None:
+        """`peloton cluster ui-login`'s one-time links, where this process serves a console."""
+        if self.console is None:
+            return None
+        logins = self.console_logins
+
+        def make() -> tuple[str, str, int]:
+            login = logins.make(time.time())
+            return login.login_id, login.secret, logins.ttl_s
+
+        return ConsoleLogins(url=self.console.url, authenticated=self.authenticator.enabled, make=make,
+                             spend=lambda login_id, secret: logins.spend(login_id, secret, time.time()))
 
     def _start_serving(self) -> None:
         """Reflection of every service added, then the public server (health NOT_SERVING until the loops run)."""
@@ -454,22 +480,22 @@ class Daemon:
                                          field="--metrics-listen") from None
 
     def _bind_console(self) -> None:
-        """The web console's port, taken now (a port in use refuses the start); it serves once the API does. It
-        calls the public API as its users (docs/ui.md): where this process serves no jobs, or serves the API over
-        TLS only (which the console cannot call yet), there is none."""
+        """The web console's port, taken now (a port in use refuses the start); it serves once the API does, over
+        HTTPS with the API's own certificate when the API has TLS. It calls the public API as its users, over a
+        socket of its own (docs/ui.md): where this process serves no jobs there is none."""
         cfg = self.cfg
         if not cfg.ui_listen:
             return
         if "jobmgr" not in cfg.roles:
             log.info("no web console (--ui-listen): this process runs no job manager")
             return
-        if cfg.tls_cert is not None:
-            log.warning("no web console (--ui-listen): the API is served over TLS, which the console does not call "
-                        "yet (docs/ui.md, \"Not built yet\"); pass --ui-listen '' to silence this")
-            return
         from peloton.console.server import Console  # (http.server: ~30 ms of imports, only for a daemon with a console)
 
-        self.console = Console(cfg.ui_listen)
+        tls = None
+        if cfg.tls_cert is not None:
+            assert cfg.tls_key is not None
+            tls = (cfg.tls_cert, cfg.tls_key, cfg.tls_client_ca)
+        self.console = Console(cfg.ui_listen, tls)
 
     def _make_backend(self) -> Backend:
         cfg = self.cfg
@@ -528,6 +554,28 @@ class Daemon:
         if bound == 0:
             raise FailedPrecondition(f"--unix-socket: cannot listen on {path}", field="--unix-socket")
         os.chmod(path, 0o600)
+        return path
+
+    def _serve_console_socket(self) -> Path | None:
+        """The public API on a Unix socket for the web console alone: owner-only like the daemon's own, and a call
+        there is the owner's unless it carries the console's secret, made now and held only in this process's
+        memory (auth.py): with it, the console says for whom it calls, and the API decides what they may do. It
+        reaches the API whatever its TLS (the console's callers were authenticated by the console's own HTTPS)."""
+        if self.console is None:
+            return None
+        path = self.cfg.data_dir / "console.sock"
+        if len(str(path)) > MAX_SOCKET_PATH:  # a deep data dir: a private directory of its own instead
+            path = Path(tempfile.mkdtemp(prefix="peloton-console-")) / "api.sock"
+        path.unlink(missing_ok=True)  # left by a daemon that died (the data-dir lock is ours now)
+        try:
+            with owner_only_umask():
+                bound = self.server.add_insecure_port(f"unix:{path}")
+        except RuntimeError:
+            bound = 0
+        if bound == 0:
+            raise FailedPrecondition(f"--ui-listen: cannot serve the console's API socket {path}", field="--ui-listen")
+        os.chmod(path, 0o600)
+        self.authenticator.console_secret = secrets.token_hex(32)
         return path
 
     def _channel(self, address: str) -> grpc.Channel:
@@ -696,6 +744,11 @@ class Daemon:
         for lp in self.loops:
             lp.join(deadline - time.monotonic())
         self.server.stop(grace=2).wait(5)
+        if self.console_socket is not None:
+            self.console_socket.unlink(missing_ok=True)
+            if self.console_socket.parent.name.startswith("peloton-console-"):  # its own private directory
+                with contextlib.suppress(OSError):
+                    self.console_socket.parent.rmdir()
         if self.internal_server is not None:
             self.internal_server.stop(grace=1).wait(5)
         if getattr(self, "metrics_server", None) is not None:

@@ -51,7 +51,8 @@ class ServerConfig:
     local_host_groups: tuple[HostGroup, ...] = ()  # --local-host-group: these hosts instead of --local-hosts'
     local_port_base: int = 31000
     metrics_listen: str = ""
-    ui_listen: str = ""  # the web console (peloton/console/, docs/ui.md): plain HTTP; "" none
+    ui_listen: str = ""  # the web console (peloton/console/, docs/ui.md): HTTPS when the API has TLS; "" none
+    ui_login_ttl_s: int = 60  # how long a one-time console login (`peloton cluster ui-login`) lasts
     workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
     launchers: int = 4  # launcher loops: batches of placements launched concurrently
     jobmgr_writers: int | None = None  # shards of jobs, one writer thread each; None: 1 on SQLite, WRITERS_PG on PG
@@ -187,11 +188,18 @@ class ServerConfig:
                 "127.0.0.1 or a unix: socket, set up TLS, or pass --insecure to serve it anyway", field="--listen")
         if self.ui_listen:
             split_hostport(self.ui_listen, "--ui-listen")
-            if not self.insecure and not local_only(self.ui_listen):
+            # as the API: beyond loopback only over TLS (HTTPS with the daemon's certificate) and with callers
+            # who prove who they are (a client certificate or a token)
+            if not self.insecure and not self.authenticated and not local_only(self.ui_listen):
                 raise InvalidArgument(
-                    f"--ui-listen: {self.ui_listen} can be reached from other machines, and the console is plain "
-                    "HTTP: the tokens its users log in with would cross the network in clear (docs/ui.md). Listen on "
-                    "127.0.0.1 (and reach it through an SSH tunnel), or pass --insecure", field="--ui-listen")
+                    f"--ui-listen: {self.ui_listen} can be reached from other machines, and this daemon has no TLS "
+                    "with client certificates or tokens: the console would be plain HTTP (the tokens its users log "
+                    "in with would cross the network in clear) or open to anyone (docs/ui.md). Listen on 127.0.0.1 "
+                    "(and reach it through an SSH tunnel), set up TLS (--tls-cert, --tls-key, and --tls-client-ca or "
+                    "--principals-file), or pass --insecure", field="--ui-listen")
+        if not 1 <= self.ui_login_ttl_s <= 3600:
+            raise InvalidArgument(f"--ui-login-ttl: must be between 1 and 3600 seconds, got {self.ui_login_ttl_s}",
+                                  field="--ui-login-ttl")
         if self.internal_listen and not self.insecure and not local_only(self.internal_listen):
             raise InvalidArgument(
                 f"--internal-listen: {self.internal_listen} can be reached from other machines, and the internal "

@@ -39,10 +39,10 @@ DROPPED = Counter("peloton_audit_records_dropped_total", "Audit records dropped:
 
 
 def object_of(request: Any, response: Any = None) -> str:
-    """What a call was about: a job id, a pool path, a host name or a model's name (a created job: its new id; a
-    refused one: the pool it named)."""
+    """What a call was about: a job id, a pool path, a host name, a model's name or a console login's id (a created
+    job: its new id; a refused one: the pool it named)."""
     for source, field in ((response, "job_id"), (request, "job_id"), (request, "path"), (request, "hostname"),
-                          (request, "name")):
+                          (request, "name"), (response, "login_id"), (request, "login_id")):
         value = getattr(source, field, "") if source is not None else ""
         if value:
             return str(value)

@@ -11,6 +11,7 @@ from peloton import __version__
 from peloton.api import caller
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
+from peloton.errors import FailedPrecondition
 
 if TYPE_CHECKING:
     import grpc
@@ -30,6 +31,7 @@ class ClusterFacts:
     warnings: Sequence[str] = field(default_factory=tuple)
     task_identities: str = ""  # per principal | mapped users | none (run_as.py)
     uid_range: str = ""
+    owner: str = ""  # the daemon's own user: whom the owner-only socket's calls and a one-time console login are
 
 
 @dataclass(frozen=True)
@@ -51,12 +53,50 @@ class Leadership:
     roles: Sequence[tuple[str, Leader, float]] = ()  # (role, its leader, seconds since its last renewal)
 
 
+@dataclass(frozen=True)
+class ConsoleLogins:
+    """The web console's one-time logins (security/console_login.py), handed over by the daemon where it serves a
+    console: `make()` -> (login id, secret, seconds it lasts); `spend(id, secret)` raises PermissionDenied."""
+    url: str  # the console's address
+    authenticated: bool  # without authentication no login is asked: the address alone is answered
+    make: Callable[[], tuple[str, str, int]]
+    spend: Callable[[str, str], None]
+
+
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     def __init__(self, facts: ClusterFacts, hosts: Callable[[], int] = lambda: 0,
-                 leadership: Callable[[], Leadership | None] = lambda: None) -> None:
+                 leadership: Callable[[], Leadership | None] = lambda: None,
+                 console: ConsoleLogins | None = None) -> None:
         self.facts = facts
         self.hosts = hosts
         self.leadership = leadership
+        self.console = console
+
+    @grpc_errors
+    def CreateConsoleLogin(self, request: cluster_pb2.CreateConsoleLoginRequest, context: grpc.ServicerContext) -> cluster_pb2.CreateConsoleLoginResponse:
+        """Only the daemon's own user over the owner-only socket gets here (identity.METHODS)."""
+        c = self._console()
+        if not c.authenticated:
+            return cluster_pb2.CreateConsoleLoginResponse(url=c.url, no_login_needed=True)
+        login_id, secret, ttl = c.make()
+        # in the fragment: a browser never sends it, so no log of any proxy or server sees the code
+        return cluster_pb2.CreateConsoleLoginResponse(url=f"{c.url}login#once={login_id}.{secret}", ttl_seconds=ttl,
+                                                      login_id=login_id)
+
+    @grpc_errors
+    def RedeemConsoleLogin(self, request: cluster_pb2.RedeemConsoleLoginRequest, context: grpc.ServicerContext) -> cluster_pb2.RedeemConsoleLoginResponse:
+        """Only this daemon's console gets here (identity.METHODS): the login spent, and for whom it was."""
+        c = self._console()
+        if not c.authenticated:
+            raise FailedPrecondition("authentication is off: the console asks no login")
+        c.spend(request.login_id, request.secret)
+        return cluster_pb2.RedeemConsoleLoginResponse(principal=self.facts.owner)
+
+    def _console(self) -> ConsoleLogins:
+        if self.console is None:
+            raise FailedPrecondition("this daemon serves no web console (--ui-listen, and a process with the job "
+                                     "manager)")
+        return self.console
 
     @grpc_errors
     def GetClusterInfo(self, request: cluster_pb2.GetClusterInfoRequest, context: grpc.ServicerContext) -> cluster_pb2.GetClusterInfoResponse:

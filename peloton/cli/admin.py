@@ -327,6 +327,25 @@ def _task_users(mode: str, uid_range: str) -> str:
     return "not isolated: the backend's default user, or the job's task.user"
 
 
+def cmd_cluster_ui_login(c: Client, a: argparse.Namespace) -> int:
+    """The daemon answers only its own user over its owner-only socket; the link's code is in its fragment."""
+    from peloton.api.v1 import cluster_pb2
+    from peloton.cli.client import Stub
+
+    r = c.call(Stub(c.channel, cluster_pb2, "ClusterService").CreateConsoleLogin,
+               cluster_pb2.CreateConsoleLoginRequest())
+    if a.output in render.DOCUMENTS:
+        print(render.json_message(r))
+        return 0
+    print(r.url)
+    if r.no_login_needed:
+        print("(authentication is off: the console asks no login)", file=sys.stderr)
+    else:
+        print(f"(opens the console once, within {r.ttl_seconds}s, as the daemon's own user; login {r.login_id})",
+              file=sys.stderr)
+    return 0
+
+
 def cmd_cluster_info(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import cluster_pb2
     from peloton.cli.client import Stub

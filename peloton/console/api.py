@@ -6,6 +6,7 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from typing import Any
+from urllib.parse import quote
 
 import grpc
 
@@ -29,6 +30,7 @@ from peloton.console import timeline
 from peloton.console.params import AuditQuery, HostQuery, JobQuery, QueueQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
+from peloton.security.auth import CONSOLE_SECRET, ON_BEHALF
 
 CALL_TIMEOUT_S = 10.0
 MAX_QUEUE_SHOWN = 1000  # queued gangs read for a page of the job list (the API's default bound)
@@ -43,10 +45,15 @@ def _res(r: job_pb2.Resources) -> dict[str, float]:
 
 
 class Api:
-    """One channel to the daemon's public listener; every call carries the caller's token (none when the daemon
-    authenticates nobody: every caller is then the API's `anonymous` admin, as on its own port)."""
+    """One channel to the daemon's API, on the console's own owner-only Unix socket (whatever the API's TLS); every
+    call carries the console's secret and says for whom it is (security/auth.py): `token`, the caller's credential,
+    is an API token (checked by the API as any), "certificate:<name>" (a client certificate the console's HTTPS
+    verified: the API gives it the roles it gives that certificate), "local:<name>" (a one-time login of the
+    daemon's user), or "" when the daemon authenticates nobody (every caller is then the API's `anonymous` admin,
+    as on its own port)."""
 
-    def __init__(self, address: str) -> None:
+    def __init__(self, address: str, secret: str) -> None:
+        self.secret = secret
         self.channel = grpc.insecure_channel(address)
         self.cluster = cluster_pb2_grpc.ClusterServiceStub(self.channel)
         self.jobs = job_pb2_grpc.JobServiceStub(self.channel)
@@ -58,9 +65,22 @@ class Api:
     def close(self) -> None:
         self.channel.close()  # ends the open watches too
 
-    @staticmethod
-    def _md(token: str) -> list[tuple[str, str]]:
-        return [("authorization", f"Bearer {token}")] if token else []
+    def _md(self, token: str) -> list[tuple[str, str]]:
+        md = [(CONSOLE_SECRET, self.secret)]
+        kind, colon, name = token.partition(":")
+        if not token:
+            return md
+        if not colon:
+            return [*md, (ON_BEHALF, "token"), ("authorization", f"Bearer {token}")]
+        if kind == "certificate":
+            return [*md, (ON_BEHALF, f"certificate:{quote(name, safe='')}")]
+        return [*md, (ON_BEHALF, "local")]
+
+    def redeem_login(self, login_id: str, secret: str) -> str:
+        """A one-time login spent (the API audits it, and refuses one unknown, used or expired); for whom it was."""
+        r = self._call(self.cluster.RedeemConsoleLogin,
+                       cluster_pb2.RedeemConsoleLoginRequest(login_id=login_id, secret=secret), "")
+        return str(r.principal)
 
     def _call(self, fn: Any, request: Any, token: str) -> Any:
         try:

@@ -5,7 +5,13 @@ Security (docs/ui.md, "Security"): the caller's token lives in an HttpOnly, Same
 the API on every call, so what the API refuses the console cannot do; a changing request (POST) must come from
 this console's own pages (its Origin, and a CSRF token derived from the session that only a same-origin script
 can read); a console on loopback answers only requests addressed to loopback (a DNS-rebinding page cannot reach
-it); every answer forbids inline scripts and framing (Content-Security-Policy)."""
+it); every answer forbids inline scripts and framing (Content-Security-Policy).
+
+Where the daemon's API has TLS, the console is HTTPS with the daemon's own certificate and, with --tls-client-ca,
+asks browsers for a client certificate of that CA as the API asks its clients (the handshake fails without one).
+Besides a token, a browser logs in with that certificate (the API gives it the roles it gives the certificate), or
+with a one-time link of `peloton cluster ui-login` (the daemon's own user); those sessions are the console's own
+(sessions.py), a certificate's bound to the certificate it logged in with."""
 
 from __future__ import annotations
 
@@ -16,11 +22,13 @@ import logging
 import re
 import secrets
 import socket
+import ssl
 import threading
 import time
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
+from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
@@ -28,6 +36,7 @@ from peloton import errors
 from peloton.config import split_hostport
 from peloton.console import params
 from peloton.console.api import Api
+from peloton.console.sessions import SESSION_PREFIX, Sessions
 from peloton.errors import PelotonError
 
 log = logging.getLogger("peloton.console")
@@ -38,6 +47,9 @@ MAX_CONNECTIONS = 64  # connections served at once; more wait in the listen back
 MAX_STREAMS = 32  # of them, event streams (each holds a WatchJobs stream of the daemon's 256)
 MAX_BODY = 4096
 TOKEN = re.compile(r"[A-Za-z0-9_.~+/=-]{1,512}")
+SESSION = re.compile(re.escape(SESSION_PREFIX) + r"[A-Za-z0-9_-]{43}")
+ONCE = re.compile(r"([0-9a-f]{8})\.([A-Za-z0-9_-]{43})")  # a one-time login's code: <login id>.<secret>
+HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshake by then is let go
 LOOPBACK_NAMES = ("localhost", "::1")
 ASSET = re.compile(r"[a-z0-9-]+\.(html|js|css|svg)")
 TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
@@ -64,17 +76,36 @@ def _assets() -> dict[str, bytes]:
     return out
 
 
+def _tls_context(cert: Path, key: Path, client_ca: Path | None) -> ssl.SSLContext:
+    """HTTPS with the daemon's own certificate; with a client CA, the handshake needs a certificate it signed (as
+    the API's: verified for client use, the purpose a server context checks)."""
+    ctx = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    ctx.minimum_version = ssl.TLSVersion.TLSv1_2
+    try:
+        ctx.load_cert_chain(cert, key)
+        if client_ca is not None:
+            ctx.load_verify_locations(cafile=client_ca)
+            ctx.verify_mode = ssl.CERT_REQUIRED
+    except (OSError, ssl.SSLError) as e:
+        raise errors.FailedPrecondition(f"--ui-listen: cannot serve HTTPS with --tls-cert {cert}: {e}",
+                                        field="--ui-listen") from None
+    return ctx
+
+
 class Console:
     """Bound at construction (a port in use refuses the daemon's start before it acts), serving once `start` is
-    given the API's address."""
+    given the API's address. `tls`: (certificate, key, client CA or None) when the API has TLS."""
 
-    def __init__(self, listen: str) -> None:
+    def __init__(self, listen: str, tls: tuple[Path, Path, Path | None] | None = None) -> None:
         host, port = split_hostport(listen, "--ui-listen")
         self.authenticated = True  # the daemon asks who calls: a login first (set by start)
         self.loopback_only = _loopback(host)
         self.key = secrets.token_bytes(32)  # CSRF tokens of this process's sessions
         self.assets = _assets()
         self.api: Api | None = None
+        self.sessions = Sessions()  # certificate and one-time logins (a token login's session is its token)
+        self.tls = tls is not None
+        self.ssl_context = _tls_context(*tls) if tls is not None else None
         self._streams = threading.BoundedSemaphore(MAX_STREAMS)
         try:
             self.httpd = _Server((host, port), _Handler, self)
@@ -82,12 +113,14 @@ class Console:
             raise errors.FailedPrecondition(f"--ui-listen: cannot listen on {listen}: {e.strerror}",
                                             field="--ui-listen") from None
         bound = self.httpd.server_address
-        self.url = f"http://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{bound[1]}/"
+        scheme = "https" if self.tls else "http"
+        self.url = f"{scheme}://{'127.0.0.1' if host in ('0.0.0.0', '') else host}:{bound[1]}/"
         self._thread: threading.Thread | None = None
 
-    def start(self, api_address: str, authenticated: bool) -> None:
+    def start(self, api_address: str, secret: str, authenticated: bool) -> None:
+        """`api_address`: the console's own socket of the API, where `secret` says a call is the console's."""
         self.authenticated = authenticated
-        self.api = Api(api_address)
+        self.api = Api(api_address, secret)
         self._thread = threading.Thread(target=self.httpd.serve_forever, name="console", daemon=True)
         self._thread.start()
 
@@ -130,6 +163,16 @@ class _Server(ThreadingHTTPServer):
 
     def _serve(self, request: Any, client_address: Any) -> None:
         try:
+            ctx = self.console.ssl_context
+            if ctx is not None:  # the handshake here, in the connection's thread: a slow one holds only its own
+                try:
+                    request.settimeout(HANDSHAKE_TIMEOUT_S)
+                    request = ctx.wrap_socket(request, server_side=True)
+                    request.settimeout(None)
+                except (OSError, ssl.SSLError) as e:  # (no certificate of the CA, plain HTTP, a scan)
+                    log.debug("console: TLS handshake with %s failed: %s", client_address[0], e)
+                    self.shutdown_request(request)
+                    return
             self.process_request_thread(request, client_address)
         finally:
             self._slots.release()
@@ -176,15 +219,48 @@ class _Handler(BaseHTTPRequestHandler):
 
     # -- who asks
 
-    def _token(self) -> str | None:
-        """The session's token; "" when the daemon authenticates nobody; None: no session (log in first)."""
-        if not self.console.authenticated:
-            return ""
+    def _cookie(self) -> str:
         for part in self.headers.get("Cookie", "").split(";"):
             name, _, value = part.strip().partition("=")
-            if name == COOKIE and TOKEN.fullmatch(value):
+            if name == COOKIE and (TOKEN.fullmatch(value) or SESSION.fullmatch(value)):
                 return value
+        return ""
+
+    def _token(self) -> str | None:
+        """The caller's credential for the API (api.py: a token, "certificate:<name>" or "local:<name>"); "" when
+        the daemon authenticates nobody; None: no session (log in first)."""
+        if not self.console.authenticated:
+            return ""
+        value = self._cookie()
+        if value.startswith(SESSION_PREFIX):
+            s = self.console.sessions.get(value, self._fingerprint(), time.time())
+            return s.credential if s is not None else None
+        return value or None
+
+    def _csrf_of_session(self) -> str:
+        """The session's CSRF token: an HMAC of its cookie (a token, or the console's session id)."""
+        return self.console.csrf(self._cookie() if self.console.authenticated else "")
+
+    def _fingerprint(self) -> bytes:
+        """The SHA-256 of the client certificate this connection presented (b"" for none)."""
+        der = self.connection.getpeercert(binary_form=True) if isinstance(self.connection, ssl.SSLSocket) else None
+        return hashlib.sha256(der).digest() if der else b""
+
+    def _certificate_name(self) -> str | None:
+        """The subject's common name of the client certificate the handshake verified (as the API reads it)."""
+        if not isinstance(self.connection, ssl.SSLSocket):
+            return None
+        cert: dict[str, Any] = dict(self.connection.getpeercert() or {})
+        for rdn in cert.get("subject", ()):
+            for attribute in rdn:
+                if attribute[0] == "commonName" and attribute[1]:
+                    return str(attribute[1])
         return None
+
+    def _cookie_header(self, value: str, max_age: int | None = None) -> str:
+        # Secure over HTTPS: the browser never sends it over plain HTTP
+        return (f"{COOKIE}={value}; HttpOnly; SameSite=Strict; Path=/" + ("; Secure" if self.console.tls else "")
+                + (f"; Max-Age={max_age}" if max_age is not None else ""))
 
     def _host_ok(self) -> bool:
         """A console on loopback answers only requests addressed to loopback: a page of another site whose name
@@ -202,11 +278,12 @@ class _Handler(BaseHTTPRequestHandler):
         if site is not None and site not in ("same-origin", "none"):
             return False
         origin = self.headers.get("Origin")
-        return origin is None or origin == f"http://{self.headers.get('Host', '')}"
+        scheme = "https" if self.console.tls else "http"
+        return origin is None or origin == f"{scheme}://{self.headers.get('Host', '')}"
 
-    def _csrf_ok(self, token: str) -> bool:
+    def _csrf_ok(self) -> bool:
         given = self.headers.get(CSRF_HEADER, "")
-        return self._same_origin() and hmac.compare_digest(given, self.console.csrf(token))
+        return self._same_origin() and hmac.compare_digest(given, self._csrf_of_session())
 
     # -- routes
 
@@ -235,6 +312,10 @@ class _Handler(BaseHTTPRequestHandler):
                     self._redirect("/login")
                 else:
                     self._send(200, self.console.assets["index.html"], TYPES["html"])
+            elif path == "/api/login":  # what the login page offers (no session needed)
+                params._only(query, frozenset(), path)
+                self._json(200, {"certificate": self._certificate_name() if self.console.authenticated else None,
+                                 "authenticated": self.console.authenticated})
             elif path.startswith("/api/"):
                 self._api_get(path, query)
             else:
@@ -260,10 +341,13 @@ class _Handler(BaseHTTPRequestHandler):
             if path == "/login":
                 self._login(body)
                 return
+            if path == "/login/once":
+                self._login_once(body)
+                return
             token = self._token()
             if token is None:
                 raise errors.Unauthenticated("no session: log in first (/login)")
-            if not self._csrf_ok(token):
+            if not self._csrf_ok():
                 log.warning("console: refused a %s from %s without this console's CSRF token or origin",
                             path, self.address_string())
                 self._json(403, {"error": f"{CSRF_HEADER}: missing or wrong, or the request came from another "
@@ -271,7 +355,8 @@ class _Handler(BaseHTTPRequestHandler):
                                  "field": CSRF_HEADER, "code": "PermissionDenied"})
                 return
             if path == "/logout":
-                self._redirect("/login", {"Set-Cookie": f"{COOKIE}=; HttpOnly; SameSite=Strict; Path=/; Max-Age=0"})
+                self.console.sessions.close(self._cookie())
+                self._redirect("/login", {"Set-Cookie": self._cookie_header("", max_age=0)})
                 return
             m = re.fullmatch(r"/api/jobs/([^/]+)/(stop|delete)", path)
             if m:
@@ -316,6 +401,9 @@ class _Handler(BaseHTTPRequestHandler):
             self._redirect("/")
             return
         form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        if (form.get("method") or [""])[0] == "certificate":
+            self._login_certificate()
+            return
         token = (form.get("token") or [""])[0].strip()
         if not TOKEN.fullmatch(token):
             self._redirect("/login?failed=token")
@@ -329,7 +417,51 @@ class _Handler(BaseHTTPRequestHandler):
             self._redirect("/login?failed=denied")
             return
         log.info("console: %s logged in (%s)", who["name"], ", ".join(who["roles"]) or "no role")
-        self._redirect("/", {"Set-Cookie": f"{COOKIE}={token}; HttpOnly; SameSite=Strict; Path=/"})
+        self._redirect("/", {"Set-Cookie": self._cookie_header(token)})
+
+    def _login_certificate(self) -> None:
+        """The client certificate this connection presented (the handshake verified it against --tls-client-ca):
+        the API says who it is, with the roles it gives that certificate; the session is bound to it."""
+        name = self._certificate_name()
+        if name is None:
+            self._redirect("/login?failed=nocert")
+            return
+        credential = f"certificate:{name}"
+        try:
+            who = self._api().whoami(credential)
+        except (errors.Unauthenticated, errors.PermissionDenied):  # a name the principals file gives no role
+            log.info("console: a client certificate of %r was refused: it has no role here", name)
+            self._redirect("/login?failed=certdenied")
+            return
+        sid = self.console.sessions.open(credential, self._fingerprint(), time.time())
+        log.info("console: %s logged in by client certificate (%s)", who["name"], ", ".join(who["roles"]) or "no role")
+        self._redirect("/", {"Set-Cookie": self._cookie_header(sid)})
+
+    def _login_once(self, body: bytes) -> None:
+        """A one-time link of `peloton cluster ui-login`: its code (from the link's fragment, posted by the login
+        page) spent through the API, which refuses one unknown, used or expired and audits each try; the session
+        is the daemon's own user's. The code is never logged."""
+        if not self._same_origin():
+            self._json(403, {"error": "Origin: log in from this console's own page", "field": "Origin",
+                             "code": "PermissionDenied"})
+            return
+        if not self.console.authenticated:
+            self._redirect("/")
+            return
+        form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        m = ONCE.fullmatch((form.get("once") or [""])[0].strip())
+        if m is None:
+            self._redirect("/login?failed=once")
+            return
+        try:
+            name = self._api().redeem_login(m.group(1), m.group(2))
+        except errors.PermissionDenied as e:
+            log.info("console: %s", e)  # (names the login's id and why, never its code)
+            self._redirect("/login?failed=" + ("expired" if "expired" in str(e) else "once"))
+            return
+        sid = self.console.sessions.open(f"local:{name}", b"", time.time())
+        log.info("console: %s logged in by a one-time link of peloton cluster ui-login (login %s)", name, m.group(1))
+        self._redirect("/", {"Set-Cookie": self._cookie_header(sid)})
 
     def _api_get(self, path: str, query: dict[str, list[str]]) -> None:
         token = self._token()
@@ -338,7 +470,7 @@ class _Handler(BaseHTTPRequestHandler):
         api = self._api()
         if path == "/api/session":
             params._only(query, frozenset(), path)
-            self._json(200, {**api.whoami(token), "csrf": self.console.csrf(token)})
+            self._json(200, {**api.whoami(token), "csrf": self._csrf_of_session()})
         elif path == "/api/cluster":
             params._only(query, frozenset(), path)
             self._json(200, api.cluster_summary(token))

@@ -9,16 +9,22 @@ With authentication on (a principals file, or mutual TLS), a call is from:
     name (none for a name it does not list); without a principals file, a submitter of its own jobs (an admin
     needs an entry in a principals file: holding a certificate of the CA is not enough);
   - nobody: UNAUTHENTICATED.
+The daemon's web console calls over a private owner-only Unix socket with this process's console secret
+(CONSOLE_SECRET) and says for whom (ON_BEHALF): a browser's token (checked here as any), or an identity the console
+verified itself: a client certificate of --tls-client-ca (given the roles that certificate would get here) or a
+one-time local login of the daemon's user. The secret never leaves the process, so only the console can say so.
 With it off, every call is from `anonymous`, an admin (the single-user default: loopback and owner-only socket)."""
 
 from __future__ import annotations
 
 import getpass
+import hmac
 import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
 from typing import Any
+from urllib.parse import unquote
 
 import grpc
 
@@ -34,6 +40,9 @@ from peloton.security.ratelimit import RateLimiter
 
 log = logging.getLogger(__name__)
 CERTIFICATE_DEFAULT_ROLES = frozenset({"submitter"})  # a client certificate the principals file does not list
+CONSOLE_SECRET = "x-peloton-console"  # metadata: the console's secret (only over the Unix socket)
+ON_BEHALF = "x-peloton-as"  # metadata: "token" | "certificate:<name, %-encoded>" | "local"; none: the console itself
+CONSOLE = Principal("(console)", frozenset(), "console")  # the console on its own account: it may spend a login
 
 
 class Authenticator:
@@ -45,6 +54,7 @@ class Authenticator:
         self.enabled = principals is not None or mutual_tls
         self.limiter = limiter
         self.clock = clock
+        self.console_secret: str | None = None  # set when this process serves a console (server.py)
         self._limit_lock = threading.Lock()
         try:
             self.owner = getpass.getuser()
@@ -54,31 +64,63 @@ class Authenticator:
     def principal(self, context: grpc.ServicerContext) -> Principal:
         if not self.enabled:
             return principal.OPEN
+        metadata = {k: str(v) for k, v in context.invocation_metadata() or ()}
         if context.peer().startswith("unix:"):
+            if CONSOLE_SECRET in metadata:
+                return self._for_console(metadata)
             return Principal(self.owner, frozenset({"admin"}), "unix socket")
-        for key, value in context.invocation_metadata() or ():
-            if key == "authorization":
-                scheme, _, token = str(value).partition(" ")
-                if scheme.lower() != "bearer" or not token:
-                    raise Unauthenticated("authorization: expected \"Bearer <token>\"")
-                p = self.principals.by_token(token.strip()) if self.principals is not None else None
-                if p is None:
-                    raise Unauthenticated("the token is not known to this daemon (revoked, or for another cluster)")
-                return p
+        if "authorization" in metadata:
+            return self._by_token(metadata["authorization"])
         names = (context.auth_context() or {}).get("x509_common_name") or []
         if names:
             name = names[0].decode() if isinstance(names[0], bytes) else str(names[0])
-            if self.principals is None:  # a certificate of the CA alone: a submitter of its own jobs, never admin
-                return Principal(name, CERTIFICATE_DEFAULT_ROLES, "certificate")
-            e = self.principals.entry_of(name)  # with a file, it says who may do what (a name it lacks: nothing)
-            return Principal(name, e.roles, "certificate", e.users, e.user)
+            return self.by_certificate(name, "certificate")
         raise Unauthenticated("no credentials: give a token (--token, $PELOTON_TOKEN) or a client certificate "
                               "(--client-cert)")
+
+    def _by_token(self, value: str) -> Principal:
+        scheme, _, token = value.partition(" ")
+        if scheme.lower() != "bearer" or not token:
+            raise Unauthenticated("authorization: expected \"Bearer <token>\"")
+        p = self.principals.by_token(token.strip()) if self.principals is not None else None
+        if p is None:
+            raise Unauthenticated("the token is not known to this daemon (revoked, or for another cluster)")
+        return p
+
+    def by_certificate(self, name: str, via: str) -> Principal:
+        """Who a client certificate of the CA whose subject is `name` is (the API's handshake, or the console's)."""
+        if self.principals is None:  # a certificate of the CA alone: a submitter of its own jobs, never admin
+            return Principal(name, CERTIFICATE_DEFAULT_ROLES, via)
+        e = self.principals.entry_of(name)  # with a file, it says who may do what (a name it lacks: nothing)
+        return Principal(name, e.roles, via, e.users, e.user)
+
+    def _for_console(self, metadata: dict[str, str]) -> Principal:
+        """A call of this process's console, for the browser's caller it names (module doc)."""
+        if self.console_secret is None or not hmac.compare_digest(metadata[CONSOLE_SECRET].encode(),
+                                                                  self.console_secret.encode()):
+            raise Unauthenticated(f"{CONSOLE_SECRET}: not this daemon's console")
+        kind, _, name = metadata.get(ON_BEHALF, "").partition(":")
+        if kind == "token":
+            return self._by_token(metadata.get("authorization", ""))
+        if kind == "certificate" and name:
+            return self.by_certificate(unquote(name), "certificate via console")
+        if kind == "local":
+            return Principal(self.owner, frozenset({"admin"}), "local login via console")
+        if kind == "":
+            return CONSOLE
+        raise Unauthenticated(f"{ON_BEHALF}: {kind!r} is not a kind of caller")
 
     def authorize(self, method: str, p: Principal) -> None:
         """PermissionDenied unless `p` may call `method`; ResourceExhausted beyond its rate of changing calls."""
         needed = identity.METHODS.get(method)
-        if needed is None:  # a method the table does not know: admins only
+        if needed is not None and needed.startswith(identity.VIA):
+            way = needed[len(identity.VIA):]
+            if self.enabled and p.via != way:
+                raise PermissionDenied(f"{p.name} may not call {method.rsplit('/', 1)[-1]}: only "
+                                       + ("the daemon's own user may, over its owner-only Unix socket (peloton "
+                                          "cluster ui-login on the daemon's machine, as its user)"
+                                          if way == "unix socket" else "the daemon's own console may"))
+        elif needed is None:  # a method the table does not know: admins only
             if "admin" not in p.roles:
                 raise PermissionDenied(f"{p.name} may not call {method}: only an admin may")
         else:

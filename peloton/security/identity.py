@@ -83,14 +83,20 @@ METHODS: dict[str, str] = {
     "/peloton.v1.ModelService/GetModel": JOB_READ,
     "/peloton.v1.ModelService/ListModels": JOB_READ,
     "/peloton.v1.ModelService/DeleteModel": JOB_CONTROL_OWN,  # and the model's owner, unless an admin
+    # decided by how the caller came, not by a role (auth.Authenticator.authorize): the daemon's own user over its
+    # owner-only socket makes a one-time console login; only the daemon's own console spends one
+    "/peloton.v1.ClusterService/CreateConsoleLogin": "via:unix socket",
+    "/peloton.v1.ClusterService/RedeemConsoleLogin": "via:console",
 }
+VIA = "via:"  # a METHODS value naming the one way a caller may come, instead of a permission
 # The calls that change something: what the per-principal rate limit counts (--rate-limit).
 MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobService/StopJob",
                       "/peloton.v1.JobService/DeleteJob", "/peloton.v1.ResourcePoolService/CreatePool",
                       "/peloton.v1.ResourcePoolService/UpdatePool",
                       "/peloton.v1.ResourcePoolService/DeletePool", "/peloton.v1.SimService/FailHost",
                       "/peloton.v1.SimService/RecoverHost", "/peloton.v1.ModelService/CreateModel",
-                      "/peloton.v1.ModelService/DeleteModel"})
+                      "/peloton.v1.ModelService/DeleteModel", "/peloton.v1.ClusterService/CreateConsoleLogin",
+                      "/peloton.v1.ClusterService/RedeemConsoleLogin"})
 TOKEN_PREFIX = "pt_"
 
 

@@ -352,22 +352,6 @@ def test_a_console_other_machines_could_reach_or_a_taken_port_refuses_the_start(
     assert not (tmp_path / "data" / "daemon.addr").exists()  # refused before it served anything
 
 
-def test_a_daemon_whose_api_has_tls_serves_no_console_and_says_why(tmp_path: Path) -> None:
-    certs = tmp_path / "certs"
-    assert subprocess.run([*PELOTON, "certs", "init", str(certs)], capture_output=True, timeout=60).returncode == 0
-    proc = subprocess.Popen(_server(tmp_path, "--ui-listen", "127.0.0.1:0", "--tls-cert", str(certs / "server.pem"),
-                                    "--tls-key", str(certs / "server-key.pem")),
-                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    try:
-        assert proc.stdout is not None
-        line = proc.stdout.readline()
-        assert "serving on" in line and "web console" not in line
-    finally:
-        proc.terminate()
-        _, err = proc.communicate(timeout=30)
-    assert "no web console (--ui-listen): the API is served over TLS" in err
-
-
 def test_a_members_timeline_follows_its_states(daemon: ConsoleDaemon, tmp_path: Path) -> None:
     job = daemon.submit(tmp_path, "short", duration="1s")
     daemon.wait_state(job, "SUCCEEDED")

@@ -135,3 +135,23 @@ def test_a_repeatable_flag_takes_a_list_and_the_place_that_wins_gives_all_of_its
     import tomllib
     back = tomllib.loads(capsys.readouterr().out)
     assert back["sim-host-group"] == ["1:cpu=1:nic_gbps=10", "2:cpu=2"]
+
+
+def test_a_console_beyond_loopback_needs_tls_with_client_certificates_or_tokens(tmp_path: Path) -> None:
+    """As --listen: an HTTPS console (the API's certificate) whose callers prove who they are may listen where other
+    machines reach it; plain HTTP, or TLS without authentication, may not (without --insecure)."""
+    from peloton.security import certs
+    from peloton.settings import ServerConfig
+
+    certs.init(tmp_path / "pki", ["node-a"])
+    cert, key = tmp_path / "pki" / "server.pem", tmp_path / "pki" / "server-key.pem"
+    ServerConfig("127.0.0.1:0", None, tmp_path, ui_listen="0.0.0.0:5393", tls_cert=cert, tls_key=key,
+                 tls_client_ca=tmp_path / "pki" / "ca.pem").check()
+    for refused in (ServerConfig("127.0.0.1:0", None, tmp_path, ui_listen="0.0.0.0:5393"),
+                    ServerConfig("127.0.0.1:0", None, tmp_path, ui_listen="0.0.0.0:5393", tls_cert=cert, tls_key=key)):
+        with pytest.raises(InvalidArgument, match="--ui-listen: 0.0.0.0:5393 can be reached from other machines"):
+            refused.check()
+    ServerConfig("127.0.0.1:0", None, tmp_path, ui_listen="0.0.0.0:5393", insecure=True).check()
+    with pytest.raises(InvalidArgument, match="--ui-login-ttl: must be between 1 and 3600 seconds, got 0"):
+        ServerConfig("127.0.0.1:0", None, tmp_path, ui_login_ttl_s=0).check()
+    assert effective(["--ui-login-ttl", "30"], {}).ui_login_ttl == 30

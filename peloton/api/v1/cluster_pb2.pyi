@@ -270,3 +270,99 @@ class Security(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Security: _TypeAlias = Security  # noqa: Y015
+
+@_typing.final
+class CreateConsoleLoginRequest(_message.Message):
+    """A one-time login to the web console for the daemon's own user (`peloton cluster ui-login`, docs/ui.md): asked
+    for over the owner-only Unix socket only.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateConsoleLoginRequest: _TypeAlias = CreateConsoleLoginRequest  # noqa: Y015
+
+@_typing.final
+class CreateConsoleLoginResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    URL_FIELD_NUMBER: _builtins.int
+    TTL_SECONDS_FIELD_NUMBER: _builtins.int
+    LOGIN_ID_FIELD_NUMBER: _builtins.int
+    NO_LOGIN_NEEDED_FIELD_NUMBER: _builtins.int
+    url: _builtins.str
+    """The console's address with the one-time code in its fragment (never sent to a server, so never in a log):
+    open it within ttl_seconds, once. Without authentication, the console's address alone (no login is asked).
+    """
+    ttl_seconds: _builtins.int
+    login_id: _builtins.str
+    """names this login in the audit log (not secret: the code's other half is)"""
+    no_login_needed: _builtins.bool
+    """authentication is off: every caller is an admin, the console asks no login"""
+    def __init__(
+        self,
+        *,
+        url: _builtins.str = ...,
+        ttl_seconds: _builtins.int = ...,
+        login_id: _builtins.str = ...,
+        no_login_needed: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["login_id", b"login_id", "no_login_needed", b"no_login_needed", "ttl_seconds", b"ttl_seconds", "url", b"url"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateConsoleLoginResponse: _TypeAlias = CreateConsoleLoginResponse  # noqa: Y015
+
+@_typing.final
+class RedeemConsoleLoginRequest(_message.Message):
+    """Called by the daemon's own console only (its private socket and secret): the code of a one-time login, spent."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOGIN_ID_FIELD_NUMBER: _builtins.int
+    SECRET_FIELD_NUMBER: _builtins.int
+    login_id: _builtins.str
+    secret: _builtins.str
+    def __init__(
+        self,
+        *,
+        login_id: _builtins.str = ...,
+        secret: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["login_id", b"login_id", "secret", b"secret"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeemConsoleLoginRequest: _TypeAlias = RedeemConsoleLoginRequest  # noqa: Y015
+
+@_typing.final
+class RedeemConsoleLoginResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    principal: _builtins.str
+    """who the login is for: the daemon's own user"""
+    def __init__(
+        self,
+        *,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["principal", b"principal"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RedeemConsoleLoginResponse: _TypeAlias = RedeemConsoleLoginResponse  # noqa: Y015

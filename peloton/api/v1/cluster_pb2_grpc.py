@@ -39,12 +39,34 @@ class ClusterServiceStub:
                 request_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoResponse.FromString,
                 _registered_method=True)
+        self.CreateConsoleLogin = channel.unary_unary(
+                '/peloton.v1.ClusterService/CreateConsoleLogin',
+                request_serializer=peloton_dot_v1_dot_cluster__pb2.CreateConsoleLoginRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_cluster__pb2.CreateConsoleLoginResponse.FromString,
+                _registered_method=True)
+        self.RedeemConsoleLogin = channel.unary_unary(
+                '/peloton.v1.ClusterService/RedeemConsoleLogin',
+                request_serializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
     """Missing associated documentation comment in .proto file."""
 
     def GetClusterInfo(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def CreateConsoleLogin(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RedeemConsoleLogin(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
@@ -57,6 +79,16 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoResponse.SerializeToString,
+            ),
+            'CreateConsoleLogin': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateConsoleLogin,
+                    request_deserializer=peloton_dot_v1_dot_cluster__pb2.CreateConsoleLoginRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_cluster__pb2.CreateConsoleLoginResponse.SerializeToString,
+            ),
+            'RedeemConsoleLogin': grpc.unary_unary_rpc_method_handler(
+                    servicer.RedeemConsoleLogin,
+                    request_deserializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +118,60 @@ class ClusterService:
             '/peloton.v1.ClusterService/GetClusterInfo',
             peloton_dot_v1_dot_cluster__pb2.GetClusterInfoRequest.SerializeToString,
             peloton_dot_v1_dot_cluster__pb2.GetClusterInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateConsoleLogin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ClusterService/CreateConsoleLogin',
+            peloton_dot_v1_dot_cluster__pb2.CreateConsoleLoginRequest.SerializeToString,
+            peloton_dot_v1_dot_cluster__pb2.CreateConsoleLoginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RedeemConsoleLogin(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ClusterService/RedeemConsoleLogin',
+            peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginRequest.SerializeToString,
+            peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginResponse.FromString,
             options,
             channel_credentials,
             insecure,

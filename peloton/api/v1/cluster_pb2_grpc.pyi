@@ -32,11 +32,15 @@ class ClusterServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ClusterServiceAsyncStub: ...
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterInfoRequest, _cluster_pb2.GetClusterInfoResponse]
+    CreateConsoleLogin: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CreateConsoleLoginRequest, _cluster_pb2.CreateConsoleLoginResponse]
+    RedeemConsoleLogin: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.RedeemConsoleLoginRequest, _cluster_pb2.RedeemConsoleLoginResponse]
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterInfoRequest, _cluster_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
+    CreateConsoleLogin: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CreateConsoleLoginRequest, _cluster_pb2.CreateConsoleLoginResponse]  # type: ignore[assignment]
+    RedeemConsoleLogin: _aio.UnaryUnaryMultiCallable[_cluster_pb2.RedeemConsoleLoginRequest, _cluster_pb2.RedeemConsoleLoginResponse]  # type: ignore[assignment]
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -45,5 +49,19 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.GetClusterInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.GetClusterInfoResponse, _abc.Awaitable[_cluster_pb2.GetClusterInfoResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def CreateConsoleLogin(
+        self,
+        request: _cluster_pb2.CreateConsoleLoginRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.CreateConsoleLoginResponse, _abc.Awaitable[_cluster_pb2.CreateConsoleLoginResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RedeemConsoleLogin(
+        self,
+        request: _cluster_pb2.RedeemConsoleLoginRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.RedeemConsoleLoginResponse, _abc.Awaitable[_cluster_pb2.RedeemConsoleLoginResponse]]: ...
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -13,6 +13,9 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
         cl = g.add_subparsers(dest="cmd", required=True)
         x = cl.add_parser("info", help="version, roles, store, backend, uptime, how it is secured, and who you are")
         x.set_defaults(fn="admin:cmd_cluster_info")
+        x = cl.add_parser("ui-login", help="a one-time link that logs you in to the web console as the daemon's own "
+                                           "user (on its machine, as its user: over the owner-only socket)")
+        x.set_defaults(fn="admin:cmd_cluster_ui_login")
     elif name == "host":
         _host(g.add_subparsers(dest="cmd", required=True))
     elif name == "audit":

@@ -158,7 +158,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         listen=a.listen, db_url=a.db, store_durability=a.store_durability, data_dir=Path(a.data_dir) if a.data_dir else config.default_data_dir(),
         local_hosts=local_hosts, local_host_resources=res, local_host_labels=local_labels,
         local_host_groups=local_groups, local_port_base=a.local_port_base,
-        metrics_listen=a.metrics_listen, ui_listen=a.ui_listen, backend=a.backend, mesos=mesos,
+        metrics_listen=a.metrics_listen, ui_listen=a.ui_listen, ui_login_ttl_s=a.ui_login_ttl, backend=a.backend, mesos=mesos,
         roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
         advertise_address=a.advertise_address, leader_lease_s=a.leader_lease,
@@ -341,7 +341,11 @@ def _log_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--metrics-listen", default=config.DEFAULT_METRICS_LISTEN,
                    help="Prometheus HOST:PORT ('' to disable; default %(default)s)")
     s.add_argument("--ui-listen", default=config.DEFAULT_UI_LISTEN,
-                   help="the web console's HOST:PORT, plain HTTP ('' to disable; default %(default)s; docs/ui.md)")
+                   help="the web console's HOST:PORT: HTTPS with the API's certificate when it has TLS, else plain "
+                        "HTTP ('' to disable; default %(default)s; docs/ui.md)")
+    s.add_argument("--ui-login-ttl", type=int, default=60, metavar="SECONDS",
+                   help="how long a one-time console link of `peloton cluster ui-login` lasts (1-3600, default "
+                        "%(default)s)")
     s.add_argument("--log-level", default="info", choices=["debug", "info", "warning", "error"],
                    help="the least severe log lines written (default %(default)s)")
     s.add_argument("--log-format", default="text", choices=["text", "json"],

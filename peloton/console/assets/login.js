@@ -1,10 +1,30 @@
 "use strict";
 (function () {
+  // a one-time link of `peloton cluster ui-login`: its code is in the fragment (never sent to a server); posted
+  // once, then taken out of the address bar and the history
+  const once = /^#once=([0-9a-f]{8}\.[A-Za-z0-9_-]{43})$/.exec(location.hash);
+  if (once) {
+    history.replaceState(null, "", "/login");
+    document.getElementById("once-code").value = once[1];
+    document.getElementById("once").submit();
+    return;
+  }
   const why = new URLSearchParams(location.search).get("failed");
-  if (!why) return;
-  const p = document.getElementById("failed");
-  p.textContent = why === "unknown" ? "This daemon does not know that token (revoked, or for another cluster)."
-    : why === "denied" ? "That token's principal has no role here: an admin gives it one (peloton token create NAME --role viewer)."
-    : "That is not a token: tokens look like pt_… (peloton token create).";
-  p.hidden = false;
+  if (why) {
+    const p = document.getElementById("failed");
+    p.textContent = why === "unknown" ? "This daemon does not know that token (revoked, or for another cluster)."
+      : why === "denied" ? "That token's principal has no role here: an admin gives it one (peloton token create NAME --role viewer)."
+      : why === "nocert" ? "Your browser presented no client certificate."
+      : why === "certdenied" ? "Your client certificate's name has no role here: an admin gives it one in the principals file."
+      : why === "expired" ? "That one-time link has expired: run peloton cluster ui-login again."
+      : why === "once" ? "That one-time link was used already or is not one: run peloton cluster ui-login again."
+      : "That is not a token: tokens look like pt_… (peloton token create).";
+    p.hidden = false;
+  }
+  fetch("/api/login", { credentials: "same-origin" }).then((r) => r.json()).then((o) => {
+    if (o.certificate) {
+      document.getElementById("certificate-name").textContent = o.certificate;
+      document.getElementById("certificate").hidden = false;
+    }
+  }).catch(() => {});
 })();
