@@ -93,7 +93,8 @@ VIA = "via:"  # a METHODS value naming the one way a caller may come, instead of
 MUTATING = frozenset({"/peloton.v1.JobService/CreateJob", "/peloton.v1.JobService/StopJob",
                       "/peloton.v1.JobService/DeleteJob", "/peloton.v1.ResourcePoolService/CreatePool",
                       "/peloton.v1.ResourcePoolService/UpdatePool",
-                      "/peloton.v1.ResourcePoolService/DeletePool", "/peloton.v1.SimService/FailHost",
+                      "/peloton.v1.ResourcePoolService/DeletePool", "/peloton.v1.HostService/DrainHost",
+                      "/peloton.v1.HostService/UndrainHost", "/peloton.v1.SimService/FailHost",
                       "/peloton.v1.SimService/RecoverHost", "/peloton.v1.ModelService/CreateModel",
                       "/peloton.v1.ModelService/DeleteModel", "/peloton.v1.ClusterService/CreateConsoleLogin",
                       "/peloton.v1.ClusterService/RedeemConsoleLogin"})

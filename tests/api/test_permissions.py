@@ -278,6 +278,18 @@ def test_the_audit_log_records_changes_and_refusals(cluster: Cluster) -> None:
     assert any(e.method == "JobService/StopJob" and e.code == "UNAUTHENTICATED" and e.object == "" and
                e.message.startswith("no credentials") for e in strangers)
     assert all(e.via.startswith("ipv") for e in strangers)  # its peer address
+    # a host drained and undrained (the console's actions too) is recorded, and so is a viewer's refused drain
+    from peloton.api.v1 import host_pb2, host_pb2_grpc
+    hosts = host_pb2_grpc.HostServiceStub(cluster.channel)
+    with pytest.raises(grpc.RpcError):
+        hosts.DrainHost(host_pb2.DrainHostRequest(hostname="sim-00001"), timeout=T, metadata=cluster.md("viewer"))
+    hosts.DrainHost(host_pb2.DrainHostRequest(hostname="sim-00001"), timeout=T, metadata=cluster.md("operator"))
+    hosts.UndrainHost(host_pb2.UndrainHostRequest(hostname="sim-00001"), timeout=T, metadata=cluster.md("operator"))
+    drains = audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(object="sim-00001"), timeout=T,
+                                   metadata=cluster.md("operator")).events
+    assert [(e.principal, e.method, e.allowed) for e in reversed(drains)] == [
+        ("viewer", "HostService/DrainHost", False), ("operator", "HostService/DrainHost", True),
+        ("operator", "HostService/UndrainHost", True)]
     denied = audit.ListAuditEvents(audit_pb2.ListAuditEventsRequest(principal="viewer", denied_only=True), timeout=T,
                                    metadata=cluster.md("admin")).events
     assert denied and all(not e.allowed and e.principal == "viewer" for e in denied)
