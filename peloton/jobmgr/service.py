@@ -218,6 +218,10 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             self._watchers.release()
 
 
+MAX_EVENT_INSTANCES = 10_000  # members named in one ListTaskEvents
+MAX_EVENTS_LISTED = 10_000  # events in one ListTaskEvents answer (a few hundred bytes each: under 4 MiB)
+
+
 class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm
@@ -236,6 +240,21 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         p = convert.task_to_proto(task, events, self.jm.get_spec(job_id))
         p.events_total = len(events) if len(events) < MAX_EVENTS_SHOWN else self.jm.count_task_events(job_id, instance)
         return task_pb2.GetTaskResponse(task=p)
+
+    @grpc_errors
+    def ListTaskEvents(self, request: task_pb2.ListTaskEventsRequest, context: grpc.ServicerContext
+                       ) -> task_pb2.ListTaskEventsResponse:
+        job_id = _job_id(request.job_id)
+        if len(request.instances) > MAX_EVENT_INSTANCES:
+            raise InvalidArgument(f"instances: at most {MAX_EVENT_INSTANCES}, got {len(request.instances)}",
+                                  field="instances")
+        for i, n in enumerate(request.instances):
+            request_checks.instance(n, f"instances[{i}]")
+        if not 0 <= request.limit <= MAX_EVENTS_LISTED:
+            raise InvalidArgument(f"limit: must be 0..{MAX_EVENTS_LISTED}, got {request.limit}", field="limit")
+        events, total = self.jm.list_task_events(job_id, list(request.instances) or None,
+                                                 request.limit or MAX_EVENTS_SHOWN)
+        return task_pb2.ListTaskEventsResponse(events=[convert.task_event_to_proto(e) for e in events], total=total)
 
     @grpc_errors
     def GetTaskLogs(self, request: task_pb2.GetTaskLogsRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskLogsResponse:
