@@ -10,8 +10,9 @@ The jobs: one member each (cpu 0.1, no GPU), created by `--clients` gRPC clients
 and succeed, one in ten runs an hour (RUNNING), and one in 500 asks for every GPU of a twentieth of the hosts for
 an hour (the first twenty run, the rest wait: PENDING, with a reason).
 Measured once they are all created: the jobs list (first page, a state filter, a name filter, 20 pages deep), one
-job, a member's timeline, the cluster summary (every host), the hosts map's first page, the queue, the pools, the
-page and app.js. A page of the browser makes one to three of these calls."""
+job, its events, a member's timeline and log, a big job's events and its gang's timeline (every member side by
+side), the cluster summary (every host), the hosts map's first page, the queue, the pools, the page and app.js. A
+page of the browser makes one to three of these calls (the job page: the job and its events at once)."""
 
 from __future__ import annotations
 
@@ -106,6 +107,7 @@ def main() -> None:
 
         first = json.loads(timed(u + "api/jobs")[1])
         job = first["jobs"][-1]["id"]
+        big = json.loads(timed(u + "api/jobs?q=bench-499&state=RUNNING")[1])["jobs"][0]["id"]  # the first big one
         # the 20th page's token, to time a page deep in the list
         token = ""
         for _ in range(19):
@@ -120,6 +122,10 @@ def main() -> None:
             ("jobs: 20th page", f"api/jobs?page_token={token}"),
             ("one job", f"api/jobs/{job}"),
             ("a member's timeline", f"api/jobs/{job}/members/0"),
+            ("a job's events", f"api/jobs/{job}/events"),
+            ("a member's log", f"api/jobs/{job}/members/0/logs"),
+            (f"a big job's events ({max(1, a.hosts // 20)} members)", f"api/jobs/{big}/events"),
+            ("its gang's timeline (every member)", f"api/jobs/{big}/gangs/0/timeline"),
             ("cluster summary", "api/cluster"),
             ("hosts map, first page", "api/hosts"),
             ("queue", "api/queue"),

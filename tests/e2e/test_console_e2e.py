@@ -511,6 +511,18 @@ def test_a_job_page_has_its_events_a_gangs_timeline_and_its_logs(daemon: Console
     assert a.status == 404 and a.json()["field"] == "gang"
 
 
+def test_a_model_aware_jobs_page_has_its_plan_with_predicted_speed(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit_model_aware(tmp_path, "planned")
+    daemon.wait_state(job, "RUNNING")
+    try:
+        plan = logged_in(daemon, "victor").get(f"/api/jobs/{job}").json()["gangs"][0]["plan"]
+        assert sum(plan["gpus_per_host"]) == 2 and plan["step_time"] > 0 and plan["samples_per_s"] > 0, plan
+        assert plan["local_bsz"] == 8 and plan["measured_members"] == 0  # simulated members measure nothing
+        assert all(a["samples_per_s"] > 0 for a in plan["alternatives"])
+    finally:
+        daemon.cli("job", "stop", job)
+
+
 def test_delete_is_the_apis_for_an_ended_job(daemon: ConsoleDaemon, tmp_path: Path) -> None:
     job = daemon.submit(tmp_path, "to-delete", duration="1s")
     viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")

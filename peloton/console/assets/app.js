@@ -445,7 +445,8 @@
         });
         actions.append(del);
       }
-      main.replaceChildren(
+      // (replaceChildren would write a null or an array as text: the parts that may be absent or many are flattened)
+      main.replaceChildren(...[
         h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
         h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
         actions,
@@ -471,7 +472,7 @@
             h("td", {}, stateBadge(t.state)), h("td", {}, t.host), h("td", {}, t.gpus.join(",")), h("td", {}, t.run),
             h("td", { class: "reason" }, [t.reason, t.message].filter(Boolean).join(": ")))))),
         j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null,
-        h("h2", {}, "Events"), eventList, logs.el);
+        h("h2", {}, "Events"), eventList, logs.el].flat().filter((x) => x !== null && x !== undefined));
       placeSegments(main);
     };
     await render();
