@@ -201,7 +201,7 @@ def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(b
     assert [b.split(":")[0] for b in bars] == ["Member 0", "Member 1", "Member 2"], bars
     assert all("PENDING" in b and "RUNNING (run 1)" in b for b in bars), bars
     assert browser.find_element(By.ID, "gtl-0").get_attribute("aria-expanded") == "true"
-    browser.execute_script("document.getElementById('gang-timeline-0').scrollIntoView()")
+    browser.execute_script("document.querySelector('table[aria-label=Gangs]').scrollIntoView()")
     shot(browser, tmp_path, "job-gang-timeline")
     # member 1's log, followed until its run ends (the page stops following then); from the keyboard
     member = browser.find_element(By.ID, "log-member")

@@ -72,6 +72,10 @@
     events.addEventListener("error", () => say("reconnecting…"));
   }
 
+  // A view's answer that comes after the view was left (a click on another view while it loaded) is not shown:
+  // it would replace the view now on the page.
+  function paint(mine, ...nodes) { if (mine === viewNumber) main.replaceChildren(...nodes); }
+
   // Each view shown has its number: a refresh that was due for a view left meanwhile does nothing (it would
   // read, say, a job just deleted from its own page).
   let viewNumber = 0;
@@ -84,6 +88,7 @@
   // ---- the cluster
 
   async function cluster() {
+    const mine = viewNumber;
     document.title = "Cluster · Peloton";
     const render = async () => {
       const c = await get("/api/cluster");
@@ -98,7 +103,7 @@
           h("div", { class: "muted" }, pct + "% allocated"));
       });
       const hostStates = Object.entries(c.host_states).sort().map(([k, v]) => h("li", {}, stateBadge(k), " ", v));
-      main.replaceChildren(
+      paint(mine, 
         h("h1", {}, "Cluster"),
         h("div", { class: "cards" },
           h("div", { class: "card" }, h("div", { class: "muted" }, "Hosts"), h("div", { class: "big" }, c.hosts),
@@ -446,7 +451,7 @@
         actions.append(del);
       }
       // (replaceChildren would write a null or an array as text: the parts that may be absent or many are flattened)
-      main.replaceChildren(...[
+      paint(mine, ...[
         h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
         h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
         actions,
@@ -522,6 +527,7 @@
   }
 
   async function queue() {
+    const mine = viewNumber;
     document.title = "Queue · Peloton";
     const params = new URLSearchParams(location.search);
     const render = async () => {
@@ -540,7 +546,7 @@
       });
       const res = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", fmt(x.cpu) + " CPU", fmt(x.mem_mib / 1024) + " GiB"]
         .filter(Boolean).join(", ");
-      main.replaceChildren(h("h1", {}, "Queue"),
+      paint(mine, h("h1", {}, "Queue"),
         h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
           "priority, then submission), and why each waits. A gang first in its pool that no hosts fit holds hosts " +
           "(nothing else starts there but gangs that end before it may start) until they free up."), form,
@@ -565,6 +571,7 @@
   // ---- pools
 
   async function pools() {
+    const mine = viewNumber;
     document.title = "Pools · Peloton";
     const render = async () => {
       const r = await get("/api/pools");
@@ -572,7 +579,7 @@
       // a limit's dimension that is 0 is no limit on it
       const limit = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", x.cpu ? fmt(x.cpu) + " CPU" : "",
                             x.mem_mib ? fmt(x.mem_mib) + " MiB" : ""].filter(Boolean).join(", ") || "no limit";
-      main.replaceChildren(h("h1", {}, "Pools"),
+      paint(mine, h("h1", {}, "Pools"),
         h("p", { class: "muted" }, "The tree of pools: what each is given (reservation, limit, share), what it may " +
           "use now (entitlement), what it uses (allocated) and what its waiting gangs want (demand). A pool " +
           "using more than its reservation borrows what others lend."),
@@ -602,6 +609,7 @@
   function mayOperate() { return session && session.permissions.includes("host.operate"); }
 
   async function hosts() {
+    const mine = viewNumber;
     document.title = "Hosts · Peloton";
     const params = new URLSearchParams(location.search);
     const render = async () => {
@@ -666,7 +674,7 @@
         pager.append(prev, next);
       }
       pager.append(h("span", { class: "muted" }, r.total + " hosts, page " + (page + 1) + " of " + r.pages));
-      main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map, pager);
+      paint(mine, h("h1", {}, "Hosts"), form, legend, map, pager);
     };
     await render();
     watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
@@ -675,6 +683,7 @@
   // ---- the audit log (audit.read)
 
   async function audit() {
+    const mine = viewNumber;
     document.title = "Audit · Peloton";
     const params = new URLSearchParams(location.search);
     const q = new URLSearchParams();
@@ -702,7 +711,7 @@
       history.pushState(null, "", "/audit?" + params);
       route();
     });
-    main.replaceChildren(h("h1", {}, "Audit log"), form,
+    paint(mine, h("h1", {}, "Audit log"), form,
       h("table", { "aria-label": "Audit log" },
         h("thead", {}, h("tr", {}, ["When", "Principal", "Via", "Call", "Object", "Outcome", "Message"].map(
           (c) => h("th", { scope: "col" }, c)))),
