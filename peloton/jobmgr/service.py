@@ -219,7 +219,7 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
 
 
 MAX_EVENT_INSTANCES = 10_000  # members named in one ListTaskEvents
-MAX_EVENTS_LISTED = 10_000  # events in one ListTaskEvents answer (a few hundred bytes each: under 4 MiB)
+MAX_EVENTS_LISTED = 10_000  # events in one ListTaskEvents answer (and at most MAX_PAGE_BYTES of them)
 
 
 class TaskServicer(task_pb2_grpc.TaskServiceServicer):
@@ -254,7 +254,14 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
             raise InvalidArgument(f"limit: must be 0..{MAX_EVENTS_LISTED}, got {request.limit}", field="limit")
         events, total = self.jm.list_task_events(job_id, list(request.instances) or None,
                                                  request.limit or MAX_EVENTS_SHOWN)
-        return task_pb2.ListTaskEventsResponse(events=[convert.task_event_to_proto(e) for e in events], total=total)
+        out = [convert.task_event_to_proto(e) for e in events]
+        # an answer stays under MAX_PAGE_BYTES (a client's default limit is 4 MiB; reasons and messages are free
+        # text): the oldest beyond it are left out, as those beyond `limit` are
+        size, first = sum(p.ByteSize() + 4 for p in out), 0
+        while size > MAX_PAGE_BYTES and first < len(out):
+            size -= out[first].ByteSize() + 4
+            first += 1
+        return task_pb2.ListTaskEventsResponse(events=out[first:], total=total)
 
     @grpc_errors
     def GetTaskLogs(self, request: task_pb2.GetTaskLogsRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskLogsResponse:

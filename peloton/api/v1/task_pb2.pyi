@@ -254,7 +254,7 @@ class ListTaskEventsRequest(_message.Message):
     LIMIT_FIELD_NUMBER: _builtins.int
     job_id: _builtins.str
     limit: _builtins.int
-    """the newest this many (0: 1000; at most 10000)"""
+    """the newest this many (0: 1000; at most 10000), and at most 2 MiB of them (the newest)"""
     @_builtins.property
     def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
         """only these members (at most 10000); empty: every member"""
