@@ -222,6 +222,17 @@ MAX_EVENT_INSTANCES = 10_000  # members named in one ListTaskEvents
 MAX_EVENTS_LISTED = 10_000  # events in one ListTaskEvents answer (and at most MAX_PAGE_BYTES of them)
 
 
+def newest_within(events: list[task_pb2.TaskEvent], budget: int) -> list[task_pb2.TaskEvent]:
+    """The newest of `events` (oldest first) whose encoding fits `budget` bytes: an answer stays under a client's
+    default 4 MiB limit whatever the reasons and messages (free text) hold; the oldest are left out, as those
+    beyond the request's limit are."""
+    size, first = sum(e.ByteSize() + 4 for e in events), 0  # + a repeated field's tag and length, at most
+    while size > budget and first < len(events):
+        size -= events[first].ByteSize() + 4
+        first += 1
+    return events[first:]
+
+
 class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm
@@ -254,14 +265,8 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
             raise InvalidArgument(f"limit: must be 0..{MAX_EVENTS_LISTED}, got {request.limit}", field="limit")
         events, total = self.jm.list_task_events(job_id, list(request.instances) or None,
                                                  request.limit or MAX_EVENTS_SHOWN)
-        out = [convert.task_event_to_proto(e) for e in events]
-        # an answer stays under MAX_PAGE_BYTES (a client's default limit is 4 MiB; reasons and messages are free
-        # text): the oldest beyond it are left out, as those beyond `limit` are
-        size, first = sum(p.ByteSize() + 4 for p in out), 0
-        while size > MAX_PAGE_BYTES and first < len(out):
-            size -= out[first].ByteSize() + 4
-            first += 1
-        return task_pb2.ListTaskEventsResponse(events=out[first:], total=total)
+        out = newest_within([convert.task_event_to_proto(e) for e in events], MAX_PAGE_BYTES)
+        return task_pb2.ListTaskEventsResponse(events=out, total=total)
 
     @grpc_errors
     def GetTaskLogs(self, request: task_pb2.GetTaskLogsRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskLogsResponse:
