@@ -440,7 +440,7 @@ def test_the_queue_shows_the_hosts_a_head_of_line_gang_holds_and_when_they_free(
         g = wait_for(lambda: gang_of(wide, "max_runtime"), what="the wide gang's reservation with a start")
         assert len(g["reserved_hosts"]) == 2 and hosts[timed] in g["reserved_hosts"]
         assert hosts[untimed] not in g["reserved_hosts"] and g["reserved_hosts"] == sorted(g["reserved_hosts"])
-        assert abs(g["expected_start"] - (started + 300)) < 5, (g["expected_start"], started)
+        assert abs(g["expected_start"] - (started + 300)) < 15, (g["expected_start"], started)  # placed, then ran
         assert "expected to start in" in g["reason"]
         j = json.loads(d.cli("queue", "-o", "json").stdout)["gangs"]
         mine = next(x for x in j if x["job_id"] == wide)
