@@ -8,10 +8,12 @@ Prints a table and writes JSON; asserts nothing.
 
 The jobs: one member each (cpu 0.1, no GPU), created by `--clients` gRPC clients at once; most run 1 s of sim time
 and succeed, one in ten runs an hour (RUNNING), and one in 500 asks for every GPU of a twentieth of the hosts for
-an hour (the first twenty run, the rest wait: PENDING, with a reason).
+an hour (the first twenty run, the rest wait: PENDING, with a reason); `--big-every`
+sets how many jobs there are to one big one.
 Measured once they are all created: the jobs list (first page, a state filter, a name filter, 20 pages deep), one
-job, a member's timeline, the cluster summary (every host), the hosts map's first page, the queue, the pools, the
-page and app.js. A page of the browser makes one to three of these calls."""
+job, its events, a member's timeline and log, a big job's events and its gang's timeline (every member side by
+side), the cluster summary (every host), the hosts map's first page, the queue, the pools, the page and app.js. A
+page of the browser makes one to three of these calls (the job page: the job and its events at once)."""
 
 from __future__ import annotations
 
@@ -31,12 +33,12 @@ from benchmarks.harness import Daemon, percentile, running, table, write_results
 from peloton.api.v1 import job_pb2, job_pb2_grpc  # noqa: E402
 
 
-def spec(i: int, hosts: int) -> job_pb2.JobSpec:
+def spec(i: int, hosts: int, big_every: int = 500) -> job_pb2.JobSpec:
     s = job_pb2.JobSpec(name=f"bench-{i}", instances=1)
     s.task.command = "train.py"
     s.task.resources.cpu = 0.1
     s.task.resources.mem = "64Mi"
-    if i % 500 == 499:  # every GPU of a twentieth of the hosts, for an hour: the first twenty run, the rest wait
+    if i % big_every == big_every - 1:  # every GPU of a twentieth of the hosts, for an hour: the first twenty run, the rest wait
         s.instances = max(1, hosts // 20)
         s.task.resources.gpu = 8
         s.task.env["PELOTON_SIM_DURATION"] = "3600s"
@@ -45,7 +47,7 @@ def spec(i: int, hosts: int) -> job_pb2.JobSpec:
     return s
 
 
-def create(address: str, n: int, clients: int, hosts: int) -> float:
+def create(address: str, n: int, clients: int, hosts: int, big_every: int = 500) -> float:
     """`n` jobs from `clients` threads; returns the seconds it took."""
     done = [0]
     lock = threading.Lock()
@@ -54,7 +56,7 @@ def create(address: str, n: int, clients: int, hosts: int) -> float:
         ch = grpc.insecure_channel(address)
         stub = job_pb2_grpc.JobServiceStub(ch)
         for i in range(k, n, clients):
-            stub.CreateJob(job_pb2.CreateJobRequest(spec=spec(i, hosts), request_id=f"b{i}"), timeout=120)
+            stub.CreateJob(job_pb2.CreateJobRequest(spec=spec(i, hosts, big_every), request_id=f"b{i}"), timeout=120)
             with lock:
                 done[0] += 1
         ch.close()
@@ -92,6 +94,8 @@ def main() -> None:
     ap.add_argument("--jobs", type=int, default=100_000)
     ap.add_argument("--samples", type=int, default=40)
     ap.add_argument("--clients", type=int, default=4)
+    ap.add_argument("--big-every", type=int, default=500,
+                    help="one job in this many is big (a twentieth of the hosts): the first twenty run, the rest wait")
     ap.add_argument("--store", choices=["sqlite", "postgresql"], default="sqlite")
     ap.add_argument("--out")
     a = ap.parse_args()
@@ -99,13 +103,15 @@ def main() -> None:
                 "--sim-racks", "40", "--ui-listen", "127.0.0.1:0", "--max-waiting-jobs", "0"], store=a.store)
     with running(d):
         print(f"daemon at {d.address}, console at {d.console}; creating {a.jobs} jobs on {a.hosts} hosts", flush=True)
-        took = create(d.address, a.jobs, a.clients, a.hosts)
+        took = create(d.address, a.jobs, a.clients, a.hosts, a.big_every)
         time.sleep(5)  # the last placements and 1 s runs settle
         u = d.console
         import json
 
         first = json.loads(timed(u + "api/jobs")[1])
         job = first["jobs"][-1]["id"]
+        big = next(j["id"] for j in json.loads(timed(u + f"api/jobs?q=bench-{a.big_every - 1}&state=RUNNING")[1])["jobs"]
+                   if j["name"] == f"bench-{a.big_every - 1}")  # the first big one, running
         # the 20th page's token, to time a page deep in the list
         token = ""
         for _ in range(19):
@@ -120,6 +126,10 @@ def main() -> None:
             ("jobs: 20th page", f"api/jobs?page_token={token}"),
             ("one job", f"api/jobs/{job}"),
             ("a member's timeline", f"api/jobs/{job}/members/0"),
+            ("a job's events", f"api/jobs/{job}/events"),
+            ("a member's log", f"api/jobs/{job}/members/0/logs"),
+            (f"a big job's events ({max(1, a.hosts // 20)} members)", f"api/jobs/{big}/events"),
+            ("its gang's timeline (every member)", f"api/jobs/{big}/gangs/0/timeline"),
             ("cluster summary", "api/cluster"),
             ("hosts map, first page", "api/hosts"),
             ("queue", "api/queue"),

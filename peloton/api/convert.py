@@ -249,13 +249,16 @@ def task_to_proto(t: Task, events: Sequence[TaskEvent] = (), spec: JobSpec | Non
     if spec is not None and spec.roles and t.instance < spec.instances:
         role, p.role_rank = spec.role_at(t.instance)
         p.role = role.name
-    for e in events:
-        pe = p.events.add(
-            attempt=e.attempt, state=e.state.value, time=e.time, host=e.host, reason=e.reason, message=e.message
-        )
-        if e.exit_code is not None:
-            pe.exit_code = e.exit_code
+    p.events.extend(task_event_to_proto(e) for e in events)
     return p
+
+
+def task_event_to_proto(e: TaskEvent) -> task_pb2.TaskEvent:
+    pe = task_pb2.TaskEvent(attempt=e.attempt, state=e.state.value, time=e.time, host=e.host, reason=e.reason,
+                            message=e.message, instance=e.instance)
+    if e.exit_code is not None:
+        pe.exit_code = e.exit_code
+    return pe
 
 
 def pool_from_proto(p: respool_pb2.ResourcePool) -> ResourcePool:

@@ -154,12 +154,31 @@ def cmd_queue(c: Client, a: argparse.Namespace) -> int:
         return 0
     now = time.time()
     rows = [[g.pool, g.position, g.job_id, g.gang_id.rsplit("/", 1)[-1], g.priority, g.members,
-             _compact(g.resources), _waited(now - g.enqueued_at), g.state, g.reason or "-"] for g in r.gangs]
+             _compact(g.resources), _waited(now - g.enqueued_at), g.state, _hosts(list(g.reserved_hosts)),
+             expected_start(g.expected_start, g.expected_start_basis, now), g.reason or "-"] for g in r.gangs]
     print(render.table(rows, ["POOL", "POS", "JOB", "GANG", "PRIO", "SIZE", "RESOURCES", "WAITING", "STATE",
-                              "REASON"]))
+                              "RESERVED", "STARTS", "REASON"]))
     if r.total > len(r.gangs):
         print(f"({r.total - len(r.gangs)} more; --limit)", file=sys.stderr)
     return 0
+
+
+def _hosts(names: list[str]) -> str:
+    """A reservation's hosts on one short cell: the first two and how many more."""
+    if not names:
+        return "-"
+    return ",".join(names[:2]) + (f"+{len(names) - 2}" if len(names) > 2 else "")
+
+
+def expected_start(at: float, basis: str, now: float) -> str:
+    """When a reserved gang is expected to start: `in 42s` (the max_runtime ends of the gangs on its hosts),
+    `unknown` (nothing bounds it: a gang there has no max_runtime, or victims are being preempted); `-` without a
+    reservation."""
+    if not basis:
+        return "-"
+    if not at:
+        return "unknown"
+    return f"in {_waited(at - now)}"
 
 
 def queue_pool(words: list[str] | str | None) -> str:

@@ -32,7 +32,7 @@ TIMESTAMPS: dict[str, frozenset[str]] = {
     "peloton.v1.TaskInfo": frozenset({"started_at", "finished_at"}),
     "peloton.v1.TaskEvent": frozenset({"time"}),
     "peloton.v1.Host": frozenset({"drain_deadline"}),
-    "peloton.v1.QueuedGang": frozenset({"enqueued_at"}),
+    "peloton.v1.QueuedGang": frozenset({"enqueued_at", "expected_start"}),
     "peloton.v1.GetClusterInfoResponse": frozenset({"started_at"}),
     "peloton.v1.Leadership": frozenset({"leading_since"}),
     "peloton.v1.RoleLeader": frozenset({"since"}),

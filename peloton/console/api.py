@@ -27,7 +27,7 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.console import timeline
-from peloton.console.params import AuditQuery, HostQuery, JobQuery, QueueQuery
+from peloton.console.params import LOG_TAIL, AuditQuery, HostQuery, JobQuery, LogQuery, QueueQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
 from peloton.security.auth import CONSOLE_SECRET, ON_BEHALF
@@ -35,6 +35,9 @@ from peloton.security.auth import CONSOLE_SECRET, ON_BEHALF
 CALL_TIMEOUT_S = 10.0
 MAX_QUEUE_SHOWN = 1000  # queued gangs read for a page of the job list (the API's default bound)
 MAX_MEMBERS = 1000  # members listed on a job's page (the API pages them; the rest are counted)
+MAX_TIMELINE_MEMBERS = 256  # a gang's members drawn side by side (the first by instance; the rest are counted)
+MAX_TIMELINE_EVENTS = 5000  # their newest state changes, together: every member's bar covers the same window
+ENDED_TASK = frozenset({"SUCCEEDED", "FAILED", "KILLED", "LOST"})  # a log that grows no more (PREEMPTED restarts)
 RESOURCES = ("cpu", "mem_mib", "disk_mib", "gpu")
 
 
@@ -145,7 +148,9 @@ class Api:
         return {"total": r.total, "gangs": [
             {"gang": g.gang_id, "job_id": g.job_id, "attempt": g.attempt, "pool": g.pool, "priority": g.priority,
              "members": g.members, "resources": _res(g.resources), "enqueued_at": g.enqueued_at, "state": g.state,
-             "reason": g.reason, "position": g.position, "preemptible": g.preemptible} for g in r.gangs]}
+             "reason": g.reason, "position": g.position, "preemptible": g.preemptible,
+             "reserved_hosts": list(g.reserved_hosts), "expected_start": g.expected_start or None,
+             "expected_start_basis": g.expected_start_basis or None} for g in r.gangs]}
 
     def audit(self, q: AuditQuery, token: str) -> dict[str, Any]:
         """The audit log, newest first (audit.read: operators and admins; the API refuses the others)."""
@@ -240,8 +245,45 @@ class Api:
         segs = timeline.segments(events, now)
         return {"instance": t.instance, "task_id": t.task_id, "state": t.state, "run": t.attempt,
                 "events_total": t.events_total, "now": now,
-                "segments": [{"run": g.run, "state": g.state, "start": g.start, "end": g.end, "host": g.host,
-                              "reason": g.reason} for g in segs]}
+                "segments": [_segment(g) for g in segs]}
+
+    def job_events(self, job_id: str, limit: int, token: str) -> dict[str, Any]:
+        """The job's newest state changes across its members, newest first, in one ListTaskEvents call."""
+        r = self._call(self.tasks.ListTaskEvents, task_pb2.ListTaskEventsRequest(job_id=job_id, limit=limit), token)
+        return {"total": r.total, "events": [_event(e) for e in reversed(r.events)]}
+
+    def gang_timeline(self, job_id: str, gang: int, token: str, now: float) -> dict[str, Any]:
+        """Every member of a gang side by side (the first MAX_TIMELINE_MEMBERS): GetJob for its members, one
+        ListTaskEvents for their newest MAX_TIMELINE_EVENTS state changes together (not a GetTask per member),
+        cut into timeline segments per member. `since`: the oldest event read, when older ones were left out."""
+        job = self._call(self.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id), token).job
+        g = next((x for x in job.status.gangs if x.index == gang), None)
+        if g is None:
+            raise errors.NotFound(f"gang: job {job_id} has no gang {gang} (of the first 1,000)", field="gang")
+        members = sorted(g.instances)[:MAX_TIMELINE_MEMBERS]
+        r = self._call(self.tasks.ListTaskEvents, task_pb2.ListTaskEventsRequest(
+            job_id=job_id, instances=members, limit=MAX_TIMELINE_EVENTS), token)
+        by_member: dict[int, list[timeline.Event]] = {i: [] for i in members}
+        for e in r.events:
+            by_member.setdefault(e.instance, []).append(
+                timeline.Event(e.attempt, e.state, e.time, e.host, e.reason or e.message))
+        rows = [{"instance": i, "segments": [_segment(s) for s in timeline.segments(evs, now)]}
+                for i, evs in sorted(by_member.items())]
+        return {"gang": gang, "state": g.state, "run": g.run, "members": rows, "members_total": len(g.instances),
+                "events_total": r.total, "now": now,
+                "since": r.events[0].time if r.events and r.total > len(r.events) else None}
+
+    def logs(self, job_id: str, instance: int, q: LogQuery, token: str) -> dict[str, Any]:
+        """A piece of a member's log: its last LOG_TAIL bytes, or from `offset` on (following: the page asks again
+        from next_offset until the run has ended and nothing more came)."""
+        req = task_pb2.GetTaskLogsRequest(job_id=job_id, instance=instance, attempt=q.run, stream=q.stream)
+        if q.offset is None:
+            req.tail_bytes = LOG_TAIL
+        else:
+            req.offset = q.offset
+        r = self._call(self.tasks.GetTaskLogs, req, token)
+        return {"task_id": r.task_id, "content": r.content.decode("utf-8", "replace"), "next_offset": r.next_offset,
+                "task_state": r.task_state, "ended": r.task_state in ENDED_TASK}
 
     def stop_job(self, job_id: str, token: str) -> None:
         self._call(self.jobs.StopJob, job_pb2.StopJobRequest(job_id=job_id), token)
@@ -277,6 +319,15 @@ def _job_row(j: job_pb2.Job) -> dict[str, Any]:
             "task_states": dict(st.task_states)}
 
 
+def _segment(g: timeline.Segment) -> dict[str, Any]:
+    return {"run": g.run, "state": g.state, "start": g.start, "end": g.end, "host": g.host, "reason": g.reason}
+
+
+def _event(e: task_pb2.TaskEvent) -> dict[str, Any]:
+    return {"instance": e.instance, "run": e.attempt, "state": e.state, "time": e.time, "host": e.host,
+            "reason": e.reason, "message": e.message, "exit_code": e.exit_code if e.HasField("exit_code") else None}
+
+
 def _host_status(h: host_pb2.Host) -> str:
     """One word for the map: drained or draining (an operator's, or Mesos maintenance), unhealthy (launches kept
     failing there), down (the backend lost it), or up."""
@@ -292,7 +343,10 @@ def _parent(path: str) -> str | None:
 
 def _plan(p: job_pb2.PlanInfo) -> dict[str, Any]:
     return {"gpus_per_host": list(p.gpus_per_host), "step_time": p.step_time, "samples_per_s": p.samples_per_s,
-            "measured_step_time": p.measured_step_time, "measured_samples_per_s": p.measured_samples_per_s}
+            "local_bsz": p.local_bsz, "measured_step_time": p.measured_step_time,
+            "measured_samples_per_s": p.measured_samples_per_s, "measured_members": p.measured_members,
+            "alternatives": [{"gpus_per_host": list(a.gpus_per_host), "step_time": a.step_time,
+                              "samples_per_s": a.samples_per_s} for a in p.alternatives]}
 
 
 def _ranges(xs: list[int]) -> str:

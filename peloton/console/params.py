@@ -150,6 +150,42 @@ def audit_query(query: Mapping[str, Sequence[str]]) -> AuditQuery:
                       _int(query, "limit", 100, 1, 1000), _int(query, "before", 0, 0, 2**62))
 
 
+MAX_JOB_EVENTS = 1000  # a job page's events list (ListTaskEvents allows 10,000)
+
+
+def events_limit(query: Mapping[str, Sequence[str]]) -> int:
+    """/api/jobs/ID/events?limit=N: the job's newest N state changes."""
+    _only(query, frozenset({"limit"}), "/api/jobs/ID/events")
+    return _int(query, "limit", 200, 1, MAX_JOB_EVENTS)
+
+
+LOG_STREAMS = ("stdout", "stderr")
+LOG_TAIL = 64 * 1024  # the first read of a log: its last 64 KiB (then follow from next_offset)
+
+
+@dataclass(frozen=True)
+class LogQuery:
+    stream: str = "stdout"
+    offset: int | None = None  # None: the last LOG_TAIL bytes
+    run: int = 0  # 0: the current run
+
+
+def log_query(query: Mapping[str, Sequence[str]]) -> LogQuery:
+    """/api/jobs/ID/members/N/logs?stream=stdout|stderr&offset=B&run=R"""
+    _only(query, frozenset({"stream", "offset", "run"}), "/api/jobs/ID/members/N/logs")
+    stream = _one(query, "stream") or "stdout"
+    if stream not in LOG_STREAMS:
+        raise InvalidArgument(f"stream: stdout or stderr, got {stream[:20]!r}", field="stream")
+    offset = _int(query, "offset", -1, 0, 2**62) if _one(query, "offset") else None
+    return LogQuery(stream, offset, _int(query, "run", 0, 0, 2**31 - 1))
+
+
+def gang_index(text: str) -> int:
+    if not text.isdigit() or len(text) > 7:
+        raise InvalidArgument(f"gang: a gang's index is a whole number from 0, got {text[:20]!r}", field="gang")
+    return int(text)
+
+
 def instance(text: str) -> int:
     if not text.isdigit() or len(text) > 7:
         raise InvalidArgument(f"instance: a member's instance is a whole number from 0, got {text[:20]!r}",

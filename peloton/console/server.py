@@ -476,6 +476,15 @@ class _Handler(BaseHTTPRequestHandler):
             self._json(200, api.cluster_summary(token))
         elif path == "/api/jobs":
             self._json(200, api.list_jobs(params.job_query(query), token))
+        elif m := re.fullmatch(r"/api/jobs/([^/]+)/members/([^/]+)/logs", path):
+            q = params.log_query(query)
+            self._json(200, api.logs(params.job_id(m.group(1)), params.instance(m.group(2)), q, token))
+        elif m := re.fullmatch(r"/api/jobs/([^/]+)/events", path):
+            self._json(200, api.job_events(params.job_id(m.group(1)), params.events_limit(query), token))
+        elif m := re.fullmatch(r"/api/jobs/([^/]+)/gangs/([^/]+)/timeline", path):
+            params._only(query, frozenset(), "/api/jobs/ID/gangs/G/timeline")
+            self._json(200, api.gang_timeline(params.job_id(m.group(1)), params.gang_index(m.group(2)), token,
+                                              time.time()))
         elif m := re.fullmatch(r"/api/jobs/([^/]+)/members/([^/]+)", path):
             params._only(query, frozenset(), "/api/jobs/ID/members/N")
             self._json(200, api.member(params.job_id(m.group(1)), params.instance(m.group(2)), token, time.time()))

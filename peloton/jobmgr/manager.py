@@ -546,6 +546,13 @@ class JobManager:
                 raise NotFound(f"job {job_id} has no instance {instance}")
             return tasks[0], repo.get_task_events(s, job_id, instance, newest=MAX_EVENTS_SHOWN)
 
+    def list_task_events(self, job_id: str, instances: list[int] | None, newest: int) -> tuple[list[TaskEvent], int]:
+        """The job's newest events across its members (or those named), oldest first, and how many in all;
+        NotFound for an unknown job."""
+        with transaction(self.read_sessions) as s:
+            repo.get_job(s, job_id)
+            return repo.list_task_events(s, job_id, instances, newest)
+
     def get_spec(self, job_id: str) -> JobSpec:
         with transaction(self.read_sessions) as s:
             return repo.get_job(s, job_id).spec

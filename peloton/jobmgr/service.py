@@ -219,6 +219,21 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             self._watchers.release()
 
 
+MAX_EVENT_INSTANCES = 10_000  # members named in one ListTaskEvents
+MAX_EVENTS_LISTED = 10_000  # events in one ListTaskEvents answer (and at most MAX_PAGE_BYTES of them)
+
+
+def newest_within(events: list[task_pb2.TaskEvent], budget: int) -> list[task_pb2.TaskEvent]:
+    """The newest of `events` (oldest first) whose encoding fits `budget` bytes: an answer stays under a client's
+    default 4 MiB limit whatever the reasons and messages (free text) hold; the oldest are left out, as those
+    beyond the request's limit are."""
+    size, first = sum(e.ByteSize() + 4 for e in events), 0  # + a repeated field's tag and length, at most
+    while size > budget and first < len(events):
+        size -= events[first].ByteSize() + 4
+        first += 1
+    return events[first:]
+
+
 class TaskServicer(task_pb2_grpc.TaskServiceServicer):
     def __init__(self, jm: JobManager) -> None:
         self.jm = jm
@@ -237,6 +252,22 @@ class TaskServicer(task_pb2_grpc.TaskServiceServicer):
         p = convert.task_to_proto(task, events, self.jm.get_spec(job_id))
         p.events_total = len(events) if len(events) < MAX_EVENTS_SHOWN else self.jm.count_task_events(job_id, instance)
         return task_pb2.GetTaskResponse(task=p)
+
+    @grpc_errors
+    def ListTaskEvents(self, request: task_pb2.ListTaskEventsRequest, context: grpc.ServicerContext
+                       ) -> task_pb2.ListTaskEventsResponse:
+        job_id = _job_id(request.job_id)
+        if len(request.instances) > MAX_EVENT_INSTANCES:
+            raise InvalidArgument(f"instances: at most {MAX_EVENT_INSTANCES}, got {len(request.instances)}",
+                                  field="instances")
+        for i, n in enumerate(request.instances):
+            request_checks.instance(n, f"instances[{i}]")
+        if not 0 <= request.limit <= MAX_EVENTS_LISTED:
+            raise InvalidArgument(f"limit: must be 0..{MAX_EVENTS_LISTED}, got {request.limit}", field="limit")
+        events, total = self.jm.list_task_events(job_id, list(request.instances) or None,
+                                                 request.limit or MAX_EVENTS_SHOWN)
+        out = newest_within([convert.task_event_to_proto(e) for e in events], MAX_PAGE_BYTES)
+        return task_pb2.ListTaskEventsResponse(events=out, total=total)
 
     @grpc_errors
     def GetTaskLogs(self, request: task_pb2.GetTaskLogsRequest, context: grpc.ServicerContext) -> task_pb2.GetTaskLogsResponse:

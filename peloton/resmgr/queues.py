@@ -79,6 +79,9 @@ class QueuedGang:
     reason: str
     position: int  # in its own pool's queue, 1 = next
     preemptible: bool
+    reserved_hosts: tuple[str, ...] = ()  # its head-of-line reservation, sorted; () when it holds none
+    expected_start: float | None = None  # when the reserved hosts are expected to free; None: not known
+    start_basis: str = ""  # what expected_start rests on: max_runtime | preemption | unknown ("": no reservation)
 
 
 class Queues:
@@ -394,7 +397,22 @@ class Queues:
                 if not reason and head != g.gang_id:
                     reason = f"waiting behind {head}, the first gang of pool {g.respool}'s queue"
             if len(out) < limit:
+                r = e.reservation
                 out.append(QueuedGang(g.gang_id, g.job_id, g.attempt, g.respool, g.priority, len(g.members),
                                       g.total, e.queued_at, "waiting" if e.state == State.WAITING else "placing",
-                                      reason, position[g.respool], g.preemptible))
+                                      reason, position[g.respool], g.preemptible,
+                                      tuple(sorted(r.hosts)) if r is not None else (),
+                                      r.start if r is not None else None, _basis(e)))
         return out, len(waiting)
+
+
+def _basis(e: Entry) -> str:
+    """What a reserved gang's expected start rests on: the sla.max_runtime ends of the gangs on its hosts (the
+    placement engine's what-if, reservation.py), victims being preempted for it (their grace: no time known), or
+    nothing (a gang there has no max_runtime)."""
+    r = e.reservation
+    if r is None:
+        return ""
+    if r.start is not None:
+        return "max_runtime"
+    return "preemption" if e.waits_for else "unknown"

@@ -166,7 +166,9 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
         return respool_pb2.ListQueueResponse(total=total, gangs=[respool_pb2.QueuedGang(
             gang_id=g.gang_id, job_id=g.job_id, attempt=g.attempt, pool=g.pool, priority=g.priority,
             members=g.members, resources=convert.resources_to_proto(g.total), enqueued_at=g.queued_at,
-            state=g.state, reason=g.reason, position=g.position, preemptible=g.preemptible) for g in gangs])
+            state=g.state, reason=g.reason, position=g.position, preemptible=g.preemptible,
+            reserved_hosts=g.reserved_hosts, expected_start=g.expected_start or 0.0,
+            expected_start_basis=g.start_basis) for g in gangs])
 
     @grpc_errors
     def DeletePool(self, request: respool_pb2.DeletePoolRequest, context: grpc.ServicerContext) -> respool_pb2.DeletePoolResponse:

@@ -65,6 +65,7 @@ METHODS: dict[str, str] = {
     "/peloton.v1.JobService/DeleteJob": JOB_CONTROL_OWN,
     "/peloton.v1.TaskService/ListTasks": JOB_READ,
     "/peloton.v1.TaskService/GetTask": JOB_READ,
+    "/peloton.v1.TaskService/ListTaskEvents": JOB_READ,
     "/peloton.v1.TaskService/GetTaskLogs": JOB_READ,  # and the job's owner, unless job.secrets.any
     "/peloton.v1.ResourcePoolService/CreatePool": POOL_WRITE,
     "/peloton.v1.ResourcePoolService/UpdatePool": POOL_WRITE,

@@ -25,6 +25,8 @@ from peloton.api.v1 import (
     job_pb2_grpc,
     respool_pb2,
     respool_pb2_grpc,
+    task_pb2,
+    task_pb2_grpc,
 )
 from peloton.domain.resources import Resources
 from peloton.server import Daemon
@@ -44,6 +46,7 @@ class Api:
     pools: respool_pb2_grpc.ResourcePoolServiceStub
     hosts: host_pb2_grpc.HostServiceStub
     health: health_pb2_grpc.HealthStub
+    tasks: task_pb2_grpc.TaskServiceStub
 
 
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
@@ -72,7 +75,7 @@ def _serve(tmp: Path, url: str) -> Iterator[Api]:
     try:
         yield Api(address, d, channel, job_pb2_grpc.JobServiceStub(channel),
                   respool_pb2_grpc.ResourcePoolServiceStub(channel), host_pb2_grpc.HostServiceStub(channel),
-                  health_pb2_grpc.HealthStub(channel))
+                  health_pb2_grpc.HealthStub(channel), task_pb2_grpc.TaskServiceStub(channel))
     finally:
         try:
             for j in job_pb2_grpc.JobServiceStub(channel).ListJobs(job_pb2.ListJobsRequest(),
@@ -433,6 +436,36 @@ def test_a_small_job_succeeds(api: Api) -> None:
                                                       timeout=RPC_TIMEOUT).jobs}
     api.jobs.DeleteJob(job_pb2.DeleteJobRequest(job_id=job_id), timeout=RPC_TIMEOUT)
     assert call_error(api.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id)).code() == grpc.StatusCode.NOT_FOUND
+
+
+def test_a_jobs_members_events_come_together_in_one_call(api: Api) -> None:
+    """ListTaskEvents: every member's state changes, oldest first, each naming its member, as GetTask has them
+    one member at a time; the members named only; the newest `limit`, with the total."""
+    job_id = api.jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("events", instances=3, command="true")),
+                                timeout=RPC_TIMEOUT).job_id
+    wait_state(api, job_id, {"SUCCEEDED", "FAILED", "KILLED"})
+    r = api.tasks.ListTaskEvents(task_pb2.ListTaskEventsRequest(job_id=job_id), timeout=RPC_TIMEOUT)
+    each = {i: api.tasks.GetTask(task_pb2.GetTaskRequest(job_id=job_id, instance=i), timeout=RPC_TIMEOUT).task.events
+            for i in range(3)}
+    assert r.total == len(r.events) == sum(len(v) for v in each.values())
+    assert [e.time for e in r.events] == sorted(e.time for e in r.events)
+    for i, evs in each.items():
+        assert [(e.state, e.time) for e in r.events if e.instance == i] == [(e.state, e.time) for e in evs]
+        assert {e.instance for e in evs} == {i}  # GetTask's events name their member too
+    assert {e.state for e in r.events} >= {"PENDING", "RUNNING", "SUCCEEDED"}
+    two = api.tasks.ListTaskEvents(task_pb2.ListTaskEventsRequest(job_id=job_id, instances=[0, 2]),
+                                   timeout=RPC_TIMEOUT)
+    assert {e.instance for e in two.events} == {0, 2} and two.total == len(each[0]) + len(each[2])
+    last = api.tasks.ListTaskEvents(task_pb2.ListTaskEventsRequest(job_id=job_id, limit=2), timeout=RPC_TIMEOUT)
+    assert list(last.events) == list(r.events)[-2:] and last.total == r.total
+    for request, field in ((task_pb2.ListTaskEventsRequest(job_id=job_id, limit=10_001), "limit"),
+                           (task_pb2.ListTaskEventsRequest(job_id=job_id, instances=[1, -1]), "instances[1]"),
+                           (task_pb2.ListTaskEventsRequest(job_id=job_id, instances=list(range(10_001))),
+                            "instances")):
+        e = call_error(api.tasks.ListTaskEvents, request)
+        assert e.code() == grpc.StatusCode.INVALID_ARGUMENT and field in (e.details() or ""), e.details()
+    e = call_error(api.tasks.ListTaskEvents, task_pb2.ListTaskEventsRequest(job_id="0123456789ab"))
+    assert e.code() == grpc.StatusCode.NOT_FOUND
 
 
 def test_a_job_in_a_limited_pool_runs(api: Api) -> None:

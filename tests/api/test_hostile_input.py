@@ -426,7 +426,8 @@ READS = [Case(f"GetPool-{name}", "GetPool", const(respool_pb2.GetPoolRequest(pat
 READS += [Case("GetPool-long", "GetPool", const(respool_pb2.GetPoolRequest(path=LONG_POOL)), OK)]
 READS += [Case(f"{rpc}-job-id-{name}", rpc, const(req(job_id=v)), expect) for rpc, req in
           (("GetJob", job_pb2.GetJobRequest), ("ListTasks", task_pb2.ListTasksRequest),
-           ("GetTask", task_pb2.GetTaskRequest), ("GetTaskLogs", task_pb2.GetTaskLogsRequest))
+           ("GetTask", task_pb2.GetTaskRequest), ("GetTaskLogs", task_pb2.GetTaskLogsRequest),
+           ("ListTaskEvents", task_pb2.ListTaskEventsRequest))
           for name, v, expect in JOB_IDS]
 READS += [
     Case("GetJob-known", "GetJob", lambda api: job_pb2.GetJobRequest(job_id=api.known_job), OK),
@@ -447,6 +448,18 @@ READS += [
          const(task_pb2.GetTaskLogsRequest(job_id=NO_SUCH_JOB, tail_bytes=(1 << 20) + 1)), "tail_bytes"),
     Case("GetTaskLogs-stream-nul", "GetTaskLogs",
          const(task_pb2.GetTaskLogsRequest(job_id=NO_SUCH_JOB, stream="stdout\x00")), "stream"),
+    Case("ListTaskEvents-known", "ListTaskEvents",
+         lambda api: task_pb2.ListTaskEventsRequest(job_id=api.known_job, instances=[0], limit=10_000), OK),
+    Case("ListTaskEvents-instance-negative", "ListTaskEvents",
+         const(task_pb2.ListTaskEventsRequest(job_id=NO_SUCH_JOB, instances=[0, -1])), "instances[1]"),
+    Case("ListTaskEvents-too-many-instances", "ListTaskEvents",
+         const(task_pb2.ListTaskEventsRequest(job_id=NO_SUCH_JOB, instances=range(10_001))), "instances"),
+    Case("ListTaskEvents-limit-negative", "ListTaskEvents",
+         const(task_pb2.ListTaskEventsRequest(job_id=NO_SUCH_JOB, limit=-1)), "limit"),
+    Case("ListTaskEvents-limit-over", "ListTaskEvents",
+         const(task_pb2.ListTaskEventsRequest(job_id=NO_SUCH_JOB, limit=10_001)), "limit"),
+    Case("ListTaskEvents-unknown-job", "ListTaskEvents",
+         const(task_pb2.ListTaskEventsRequest(job_id=NO_SUCH_JOB)), NOT_FOUND),
     Case("GetTaskLogs-attempt-absent", "GetTaskLogs",
          lambda api: task_pb2.GetTaskLogsRequest(job_id=api.known_job, attempt=L.INT32_MAX), grpc.StatusCode.NOT_FOUND),
 ]
@@ -486,6 +499,7 @@ METHODS = {
     "ListTasks": ("tasks", "/peloton.v1.TaskService/ListTasks"),
     "GetTask": ("tasks", "/peloton.v1.TaskService/GetTask"),
     "GetTaskLogs": ("tasks", "/peloton.v1.TaskService/GetTaskLogs"),
+    "ListTaskEvents": ("tasks", "/peloton.v1.TaskService/ListTaskEvents"),
     "CreatePool": ("pools", "/peloton.v1.ResourcePoolService/CreatePool"),
     "GetPool": ("pools", "/peloton.v1.ResourcePoolService/GetPool"),
     "DeletePool": ("pools", "/peloton.v1.ResourcePoolService/DeletePool"),
@@ -583,7 +597,8 @@ def test_read_rpc(apis: dict[str, Api], case: Case) -> None:
 
 def test_every_mutating_rpc_and_read_rpc_is_covered() -> None:
     assert {c.rpc for c in MUTATING} == {"CreateJob", "StopJob", "DeleteJob", "CreatePool", "DeletePool"}
-    assert {c.rpc for c in READS} == {"GetJob", "ListJobs", "ListTasks", "GetTask", "GetTaskLogs", "GetPool"}
+    assert {c.rpc for c in READS} == {"GetJob", "ListJobs", "ListTasks", "GetTask", "GetTaskLogs", "ListTaskEvents",
+                                           "GetPool"}
 
 
 def test_accepted_jobs_are_listed_on_both_stores(apis: dict[str, Api]) -> None:

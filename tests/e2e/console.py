@@ -23,6 +23,16 @@ task:
   env: {{PELOTON_SIM_DURATION: {duration}}}
   resources: {{cpu: 4, mem: 8Gi, gpu: {gpu}}}
 """
+MODEL_SPEC = """
+name: {name}
+instances: {instances}
+model: {{name: tiny, local_bsz: 8}}
+placement: {{strategy: model-aware}}
+task:
+  command: train.py
+  env: {{PELOTON_SIM_DURATION: 600s}}
+  resources: {{cpu: 2, mem: 4Gi, gpu: 1}}
+"""
 
 
 @dataclass
@@ -60,6 +70,16 @@ class ConsoleDaemon(Daemon):
 
     def submit(self, tmp: Path, name: str, instances: int = 1, gpu: int = 1, duration: str = "600s") -> str:
         return self.create(SPEC.format(name=name, instances=instances, gpu=gpu, duration=duration), tmp)
+
+    def submit_model_aware(self, tmp: Path, name: str, instances: int = 2) -> str:
+        """A model-aware job (docs/model-aware.md) of a model described, not fitted: its plan comes from the cost
+        model's prior (stored once)."""
+        model = tmp / "tiny-model.json"
+        if not json.loads(self.cli("model", "list", "-o", "json").stdout)["models"]:
+            model.write_text(json.dumps({"kind": "peloton.model/v1", "name": "tiny", "description": {
+                "parameters": 100_000_000, "flops_per_sample": 2.5e11, "local_bsz": 8}}))
+            self.cli("model", "create", "tiny", "-f", str(model))
+        return self.create(MODEL_SPEC.format(name=name, instances=instances), tmp)
 
     def audit(self, principal: str) -> list[dict[str, Any]]:
         return list(json.loads(self.cli("audit", "--principal", principal, "-o", "json").stdout)["events"])

@@ -105,8 +105,25 @@ def state_of(driver: Any, job: str) -> str:
     return str(rows[0].text) if rows else ""
 
 
+TIMED = """
+name: resnet-ddp
+instances: 4
+sla: {max_runtime: 1h}
+task: {command: train.py, env: {PELOTON_SIM_DURATION: 600s}, resources: {cpu: 4, mem: 8Gi, gpu: 4}}
+"""
+
+
+def unlabelled(driver: Any) -> list[str]:
+    """The controls shown that have no label (a <label>, aria-label or text)."""
+    return list(driver.execute_script("""
+        return [...document.querySelectorAll("a, button, input, select, textarea")].filter((el) => !el.hidden)
+          .filter((el) => !((el.labels && el.labels.length) || el.getAttribute("aria-label") ||
+                            el.textContent.trim())).map((el) => el.outerHTML);
+    """))
+
+
 def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
-    job = daemon.submit(tmp_path, "resnet-ddp", instances=4, gpu=4)
+    job = daemon.create(TIMED, tmp_path)  # with a max_runtime: the big gang's expected start is known
     daemon.submit(tmp_path, "finished", duration="1s")
     big = daemon.submit(tmp_path, "too-big-for-now", instances=12, gpu=8)  # waits: 12 hosts of 8, 16 GPUs in use
     daemon.wait_state(job, "RUNNING")
@@ -118,7 +135,8 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
     browser.find_element(By.LINK_TEXT, "Jobs").click()
     wait(browser, lambda dr: state_of(dr, big) == "PENDING" and state_of(dr, job) == "RUNNING", what="the jobs")
     # why it waits, from the queue (its position, then the placer's reason once a round has tried it): live
-    reason = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t else None)(
+    # (then, after the settling window, that it waits for the hosts reserved for it)
+    reason = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t or "reserved hosts" in t else None)(
         dr.find_element(By.CSS_SELECTOR, f'tr[data-job="{big}"] .reason').text), what="the waiting job's reason")
     assert reason.startswith("#1 in /, waiting "), reason
     shot(browser, tmp_path, "jobs")
@@ -140,19 +158,80 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
                 what="the timeline's button expanded")
     shot(browser, tmp_path, "job-timeline")
     browser.find_element(By.LINK_TEXT, "Queue").click()
-    why = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t else None)(
-        dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] .reason').text), what="the queue")
-    assert why.startswith("gang of 12 needs"), why
     row = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text, what="a row")
     assert row.startswith("/ 1 " + big), row  # pool, position, job
+    # first in its pool and no hosts fit: every host is held for it (after the settling window, 10 s), expected
+    # free when resnet-ddp's max_runtime ends; the view re-reads on job changes, so it is asked again
+    def held(dr: Any) -> tuple[str, str, str] | None:
+        dr.get(daemon.ui + "queue")
+        cells = wait(dr, lambda d2: d2.find_elements(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] td'), what="a row")
+        got = (cells[9].text, cells[10].text, cells[11].text)
+        return got if got[0] != "—" else None
+    hosts, starts, why = wait(browser, held, timeout=40, what="the hosts held for the big gang")
+    assert hosts.endswith("(12)") and "and 6 more" in hosts, hosts
+    assert starts.startswith("in ") and "by the max_runtime of the gangs there" in starts, starts
+    assert "waiting for reserved hosts" in why, why
     shot(browser, tmp_path, "queue")
     browser.get(daemon.ui + f"jobs/{big}")
     wait(browser, lambda dr: dr.find_elements(By.ID, "job-reason"), what="the waiting job's page")
-    wait(browser, lambda dr: "gang of 12 needs" in dr.find_element(By.ID, "job-reason").text, what="why it waits")
+    wait(browser, lambda dr: "reserved hosts" in dr.find_element(By.ID, "job-reason").text, what="why it waits")
     shot(browser, tmp_path, "job-waiting")
     assert errors(browser) == []
     # a gang as big as the cluster at the head of the queue would soon preempt the other tests' jobs
     daemon.cli("job", "stop", big)
+
+
+def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(browser: Any, daemon: ConsoleDaemon,
+                                                                               tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "three-of-a-gang", instances=3, gpu=1, duration="30s")
+    daemon.wait_state(job, "RUNNING")
+    log_in(browser, daemon, "alice")  # the logs: an admin's (a viewer reads only its own jobs' logs)
+    browser.get(daemon.ui + f"jobs/{job}")
+    rows = wait(browser, lambda dr: [r.text for r in dr.find_elements(By.CSS_SELECTOR,
+                                                                      "table[aria-label=Events] tbody tr")],
+                what="the job's events")
+    assert any("RUNNING" in r for r in rows) and any("PENDING" in r for r in rows), rows
+    assert "null" not in browser.find_element(By.ID, "main").text  # nothing absent written as text
+    # every member of the gang side by side, opened from the keyboard
+    # (the live page re-renders as the members change: a button found may be replaced before the key reaches it)
+    wait(browser, lambda dr: dr.find_element(By.ID, "gtl-0").send_keys(Keys.ENTER) or True, what="the button")
+    bars = wait(browser, lambda dr: [b.get_attribute("aria-label") for b in
+                                     dr.find_elements(By.CSS_SELECTOR, "#gang-timeline-0 .timeline")],
+                what="the gang's timeline")
+    assert [b.split(":")[0] for b in bars] == ["Member 0", "Member 1", "Member 2"], bars
+    assert all("PENDING" in b and "RUNNING (run 1)" in b for b in bars), bars
+    assert browser.find_element(By.ID, "gtl-0").get_attribute("aria-expanded") == "true"
+    browser.execute_script("document.querySelector('table[aria-label=Gangs]').scrollIntoView()")
+    shot(browser, tmp_path, "job-gang-timeline")
+    # member 1's log, followed until its run ends (the page stops following then); from the keyboard
+    member = browser.find_element(By.ID, "log-member")
+    member.send_keys(Keys.CONTROL, "a")
+    member.send_keys("1")
+    browser.find_element(By.ID, "log-show").send_keys(Keys.ENTER)
+    wait(browser, lambda dr: "following" in dr.find_element(By.ID, "log-state").text
+         and "RUNNING on" in dr.find_element(By.ID, "log-text").text, what="the log, followed")
+    assert f"{job}-1-1" in browser.find_element(By.ID, "log-state").text
+    text = wait(browser, lambda dr: (lambda t: t if "ended: not following" in dr.find_element(By.ID, "log-state").text
+                                     else None)(dr.find_element(By.ID, "log-text").text), timeout=40,
+                what="the run's end in the log, and following stopped")
+    assert "SUCCEEDED" in text and text.count("RUNNING on") == 1, text
+    assert browser.find_element(By.ID, "gtl-0").get_attribute("aria-expanded") == "true"  # kept across re-renders
+    browser.execute_script("document.getElementById('log-text').scrollIntoView(false)")
+    shot(browser, tmp_path, "job-logs")
+    assert unlabelled(browser) == []
+    # a model-aware job: the plan the cost model chose, its predicted speed, and the measured one (none: simulated)
+    planned = daemon.submit_model_aware(tmp_path, "bert-like")
+    try:
+        browser.get(daemon.ui + f"jobs/{planned}")
+        row = wait(browser, lambda dr: (lambda r: r[0].text if r else None)(
+            dr.find_elements(By.CSS_SELECTOR, 'table[aria-label=Plans] tr[data-plan="0"]')), what="the plan")
+        assert "not reported yet" in row, row  # simulated members measure nothing
+        predicted = browser.find_elements(By.CSS_SELECTOR, 'tr[data-plan="0"] td')[3].text
+        assert float(predicted) > 0, row
+        shot(browser, tmp_path, "job-plan")
+    finally:
+        daemon.cli("job", "stop", planned)
+    assert errors(browser) == []
 
 
 def test_a_job_created_through_the_api_appears_live_and_goes_running(browser: Any, daemon: ConsoleDaemon,
@@ -229,12 +308,7 @@ def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser:
     for page in ("", "jobs", "queue", "pools", "hosts"):
         browser.get(daemon.ui + page)
         wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table, main li.host"), what=f"/{page}")
-        unlabelled = browser.execute_script("""
-            return [...document.querySelectorAll("a, button, input, select, textarea")].filter((el) => !el.hidden)
-              .filter((el) => !((el.labels && el.labels.length) || el.getAttribute("aria-label") ||
-                                el.textContent.trim())).map((el) => el.outerHTML);
-        """)
-        assert unlabelled == [], page
+        assert unlabelled(browser) == [], page
     # Tab from the top: the skip link first, then the views
     browser.get(daemon.ui)
     wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "main table"), what="the cluster view")

@@ -9,6 +9,7 @@ import json
 import socket
 import subprocess
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -386,6 +387,124 @@ def test_the_queue_lists_waiting_gangs_in_order_with_their_reason(daemon: Consol
         admin = logged_in(daemon, "alice")
         for job in (blocker, behind):
             admin.post(f"/api/jobs/{job}/stop")
+
+
+@dataclass
+class ThreeHostDaemon(ConsoleDaemon):
+    """Three hosts of 8 GPUs, and a head-of-line gang probed for hosts after a second."""
+
+    def server_args(self) -> list[str]:
+        args = super().server_args()
+        args[args.index("--sim-hosts") + 1] = "3"
+        return [*args, "--preemption-settle", "1"]
+
+
+def test_the_queue_shows_the_hosts_a_head_of_line_gang_holds_and_when_they_free(tmp_path: Path) -> None:
+    """A gang of two whole hosts, while one host runs a gang with max_runtime 300 s and another one without: the
+    hosts kept for it are the free one and the timed one's, expected free at its start + 300 s (max_runtime);
+    once nothing there has a max_runtime, its start is unknown. In the console's queue and `peloton queue`."""
+    d = ThreeHostDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}")
+    timed_spec = ("name: timed\ninstances: 1\nsla: {max_runtime: 300s}\ntask: {command: x, env: "
+                  "{PELOTON_SIM_DURATION: 600s}, resources: {cpu: 4, mem: 8Gi, gpu: 8}}\n")
+    with serving(d):
+        b = logged_in(d, "victor")
+        timed = d.create(timed_spec, tmp_path)
+        d.wait_state(timed, "RUNNING")
+        untimed = d.submit(tmp_path, "untimed", gpu=8)
+        d.wait_state(untimed, "RUNNING")
+        hosts = {j: d.tasks(j)[0]["host"] for j in (timed, untimed)}
+        started = min(e["time"] for e in b.get(f"/api/jobs/{timed}/events").json()["events"]
+                      if e["state"] == "RUNNING")
+        wide = d.submit(tmp_path, "wide", instances=2, gpu=8)
+
+        def gang_of(job: str, basis: str) -> Any:
+            return next((g for g in b.get("/api/queue").json()["gangs"]
+                         if g["job_id"] == job and g["expected_start_basis"] == basis), None)
+
+        g = wait_for(lambda: gang_of(wide, "max_runtime"), what="the wide gang's reservation with a start")
+        assert len(g["reserved_hosts"]) == 2 and hosts[timed] in g["reserved_hosts"]
+        assert hosts[untimed] not in g["reserved_hosts"] and g["reserved_hosts"] == sorted(g["reserved_hosts"])
+        assert abs(g["expected_start"] - (started + 300)) < 15, (g["expected_start"], started)  # placed, then ran
+        assert "expected to start in" in g["reason"]
+        j = json.loads(d.cli("queue", "-o", "json").stdout)["gangs"]
+        mine = next(x for x in j if x["job_id"] == wide)
+        assert mine["reserved_hosts"] == g["reserved_hosts"] and mine["expected_start_basis"] == "max_runtime"
+        assert mine["expected_start"].endswith("Z")  # a time, as every time of -o json
+        table = d.cli("queue").stdout
+        assert "RESERVED" in table.splitlines()[0] and "STARTS" in table.splitlines()[0]
+        row = next(line for line in table.splitlines() if wide in line)
+        assert " in 4m" in row or " in 5m" in row, row
+        d.cli("job", "stop", timed)
+        d.wait_state(wide, "RUNNING")  # the hosts held for it
+        assert {t["host"] for t in d.tasks(wide)} == set(g["reserved_hosts"])
+        wider = d.submit(tmp_path, "wider", instances=2, gpu=8)
+        g = wait_for(lambda: gang_of(wider, "unknown"), what="a reservation whose start nothing bounds")
+        assert g["expected_start"] is None and len(g["reserved_hosts"]) == 2
+        row = next(line for line in d.cli("queue").stdout.splitlines() if wider in line)
+        assert "unknown" in row, row
+
+
+def test_a_job_page_has_its_events_a_gangs_timeline_and_its_logs(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """The job's state changes across its members (one ListTaskEvents), every member of a gang side by side, and
+    a member's log read from an offset (as the page follows it) until its run has ended."""
+    job = daemon.submit(tmp_path, "trio", instances=3, duration="1s")
+    daemon.wait_state(job, "SUCCEEDED")
+    viewer, admin = logged_in(daemon, "victor"), logged_in(daemon, "alice")
+    ev = viewer.get(f"/api/jobs/{job}/events").json()
+    assert ev["total"] == len(ev["events"]) and {e["instance"] for e in ev["events"]} == {0, 1, 2}
+    assert [e["time"] for e in ev["events"]] == sorted((e["time"] for e in ev["events"]), reverse=True)
+    assert ev["events"][0]["state"] == "SUCCEEDED" and "PENDING" in {e["state"] for e in ev["events"]}
+    assert viewer.get(f"/api/jobs/{job}/events?limit=2").json()["events"] == ev["events"][:2]
+    t = viewer.get(f"/api/jobs/{job}/gangs/0/timeline").json()
+    assert [m["instance"] for m in t["members"]] == [0, 1, 2] and t["members_total"] == 3 and t["since"] is None
+    for m in t["members"]:
+        states = [s["state"] for s in m["segments"]]
+        assert states[0] == "PENDING" and states[-1] == "SUCCEEDED" and "RUNNING" in states, states
+    assert t["events_total"] == ev["total"]
+    # logs: a viewer may not read another's (the API's rule); an admin reads the tail, then from the offset
+    a = viewer.get(f"/api/jobs/{job}/members/0/logs")
+    assert a.status == 403, a.body
+    log = admin.get(f"/api/jobs/{job}/members/0/logs").json()
+    assert log["ended"] and log["task_state"] == "SUCCEEDED" and log["content"] and log["task_id"] == f"{job}-0-1"
+    more = admin.get(f"/api/jobs/{job}/members/0/logs?offset={log['next_offset']}").json()
+    assert more["content"] == "" and more["next_offset"] == log["next_offset"] and more["ended"]
+    # following a running member: its log grows until its run ends
+    running = daemon.submit(tmp_path, "followed", duration="3s")
+    daemon.wait_state(running, "RUNNING")
+    first = admin.get(f"/api/jobs/{running}/members/0/logs").json()
+    assert not first["ended"], first
+    got, offset = first["content"], first["next_offset"]
+
+    def follow() -> bool:
+        nonlocal got, offset
+        r = admin.get(f"/api/jobs/{running}/members/0/logs?offset={offset}").json()
+        got, offset = got + r["content"], r["next_offset"]
+        return bool(r["ended"] and not r["content"])
+
+    wait_for(follow, what="the followed run's end")
+    assert len(got) > len(first["content"]) and "SUCCEEDED" in got, got
+    for path, field in ((f"/api/jobs/{job}/gangs/x/timeline", "gang"), (f"/api/jobs/{job}/events?limit=0", "limit"),
+                        (f"/api/jobs/{job}/events?since=1", "since"),
+                        (f"/api/jobs/{job}/members/0/logs?stream=metrics", "stream"),
+                        (f"/api/jobs/{job}/members/0/logs?offset=-1", "offset"),
+                        (f"/api/jobs/{job}/members/0/logs?tail=5", "tail"),
+                        ("/api/jobs/nope/events", "job")):
+        a = admin.get(path)
+        assert a.status == 400 and a.json()["field"] == field, (path, a.body)
+    a = admin.get(f"/api/jobs/{job}/gangs/4/timeline")
+    assert a.status == 404 and a.json()["field"] == "gang"
+
+
+def test_a_model_aware_jobs_page_has_its_plan_with_predicted_speed(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit_model_aware(tmp_path, "planned")
+    daemon.wait_state(job, "RUNNING")
+    try:
+        plan = logged_in(daemon, "victor").get(f"/api/jobs/{job}").json()["gangs"][0]["plan"]
+        assert sum(plan["gpus_per_host"]) == 2 and plan["step_time"] > 0 and plan["samples_per_s"] > 0, plan
+        assert plan["local_bsz"] == 8 and plan["measured_members"] == 0  # simulated members measure nothing
+        assert all(a["samples_per_s"] > 0 for a in plan["alternatives"])
+    finally:
+        daemon.cli("job", "stop", job)
 
 
 def test_delete_is_the_apis_for_an_ended_job(daemon: ConsoleDaemon, tmp_path: Path) -> None:

@@ -88,14 +88,15 @@ def test_the_queue_shows_who_waits_in_order_and_why(daemon: Daemon, tmp_path: Pa
 
     def rows() -> list[list[str]]:
         out = d.cli("queue", "/q").stdout.splitlines()
-        return [line.split(None, 9) for line in out[1:]]
+        return [line.split(None, 11) for line in out[1:]]
 
     got = wait_until(lambda: rows() if len(rows()) == 2 and all(r[8] == "waiting" for r in rows()) else None,
                      what="two gangs waiting in /q")
     assert [(r[0], r[1], r[2]) for r in got] == [("/q", "1", waiting[0]), ("/q", "2", waiting[1])]
-    assert got[0][9].startswith("waiting for admission: pool /q limit"), got
+    assert (got[0][9], got[0][10]) == ("-", "-"), got  # over its limit: no hosts held for it, no expected start
+    assert got[0][11].startswith("waiting for admission: pool /q limit"), got
     # the second waits behind the first (it does not overtake it, though it is no bigger)
-    assert got[1][9] == f"waiting behind {waiting[0]}/0, the first gang of pool /q's queue", got
+    assert got[1][11] == f"waiting behind {waiting[0]}/0, the first gang of pool /q's queue", got
     assert json.loads(d.cli("queue", "-o", "json").stdout)["total"] == 2
     missing = d.cli("queue", "/nope", check=False)
     assert missing.returncode == 1 and "pool: resource pool /nope does not exist" in missing.stderr

@@ -273,6 +273,28 @@ def test_task_events(sessions: Sessions) -> None:
         assert repo.get_task_events(s, "j1", 2) == []
 
 
+def test_a_jobs_events_across_its_members_come_in_one_read_newest_first_cut(sessions: Sessions) -> None:
+    """ListTaskEvents' read: the job's newest events of the members asked for (consecutive ones as a range,
+    scattered ones as a list), oldest first, and how many match beyond the cut."""
+    add_job(sessions, "j1", instances=6)
+    add_job(sessions, "j2")
+    evs = [TaskEvent("j1", i, 1, st, 10.0 * i + k) for i in range(6)
+           for k, st in enumerate((TaskState.PENDING, TaskState.RUNNING))]
+    with db.transaction(sessions) as s:
+        repo.append_task_events(s, list(reversed(evs)) + [TaskEvent("j2", 0, 1, TaskState.PENDING, 0.5)])
+    with db.transaction(sessions) as s:
+        assert repo.list_task_events(s, "j1") == (evs, 12)
+        assert repo.list_task_events(s, "j1", newest=3) == (evs[-3:], 12)  # the newest, still oldest first
+        assert repo.list_task_events(s, "j1", [1, 2, 3]) == (evs[2:8], 6)  # a range
+        assert repo.list_task_events(s, "j1", [5, 0], newest=3) == ([evs[1], evs[10], evs[11]], 4)  # scattered
+        assert repo.list_task_events(s, "j1", list(range(0, 6, 2)) * 40) == ([e for e in evs if e.instance % 2 == 0],
+                                                                            6)
+        many = list(range(0, 400, 2))  # more runs than are asked for as ranges: a list
+        assert repo.list_task_events(s, "j1", many) == ([e for e in evs if e.instance % 2 == 0], 6)
+        assert repo.list_task_events(s, "j1", []) == ([], 0)
+        assert repo.list_task_events(s, "nope") == ([], 0)
+
+
 # --- pools ------------------------------------------------------------------------------------------------
 def test_pools(sessions: Sessions) -> None:
     with db.transaction(sessions) as s:

@@ -81,3 +81,28 @@ def test_an_audit_query_and_its_bounds() -> None:
         with pytest.raises(InvalidArgument) as e:
             params.audit_query(query)
         assert e.value.field == field
+
+
+def test_a_log_query_reads_from_the_tail_or_an_offset() -> None:
+    assert params.log_query({}) == params.LogQuery("stdout", None, 0)
+    assert params.log_query({"stream": ["stderr"], "offset": ["0"], "run": ["2"]}) == params.LogQuery("stderr", 0, 2)
+    for query, field in (({"stream": ["metrics"]}, "stream"), ({"offset": ["-1"]}, "offset"),
+                         ({"offset": ["x"]}, "offset"), ({"run": ["-2"]}, "run"), ({"tail": ["5"]}, "tail"),
+                         ({"offset": ["1", "2"]}, "offset")):
+        with pytest.raises(InvalidArgument) as e:
+            params.log_query(query)
+        assert e.value.field == field, query
+
+
+def test_a_job_events_limit_and_a_gang_index() -> None:
+    assert params.events_limit({}) == 200 and params.events_limit({"limit": ["1000"]}) == 1000
+    assert params.gang_index("12") == 12
+    for bad, fn, field in (({"limit": ["0"]}, params.events_limit, "limit"), ({"limit": ["1001"]},
+                           params.events_limit, "limit"), ({"since": ["1"]}, params.events_limit, "since")):
+        with pytest.raises(InvalidArgument) as e:
+            fn(bad)
+        assert e.value.field == field
+    for text in ("x", "-1", "12345678"):
+        with pytest.raises(InvalidArgument) as e:
+            params.gang_index(text)
+        assert e.value.field == "gang"

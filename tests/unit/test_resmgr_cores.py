@@ -184,6 +184,22 @@ def test_the_listing_gives_positions_per_pool_and_says_who_a_gang_waits_behind()
     assert q.queued() == {"/p": 2, "/p/x": 1, "/other": 1}
 
 
+def test_the_listing_gives_a_reserved_gangs_hosts_and_expected_start_and_what_it_rests_on() -> None:
+    """`peloton queue` and the console's queue: the hosts kept for a gang, sorted, and when they free up: by the
+    max_runtime of the gangs there (a time), by victims being preempted (no time), or not bounded at all."""
+    q = Queues()
+    timed, unbounded, preempting, plain = (q.add(gang(j, at=i, pool=f"/{j}"), 0.0)
+                                           for i, j in enumerate(("t", "u", "v", "w")))
+    timed.reservation = Reservation(frozenset({"h2", "h10", "h1"}), 1234.5)
+    unbounded.reservation = Reservation(frozenset({"h3"}), None)
+    preempting.reservation = Reservation(frozenset({"h4"}), None)
+    preempting.waits_for = ("victim/0",)
+    got = {g.job_id: (g.reserved_hosts, g.expected_start, g.start_basis) for g in q.listing()[0]}
+    assert got == {"t": (("h1", "h10", "h2"), 1234.5, "max_runtime"), "u": (("h3",), None, "unknown"),
+                   "v": (("h4",), None, "preemption"), "w": ((), None, "")}
+    assert plain.reservation is None
+
+
 def test_each_pools_first_starved_gang_is_a_head_best_first() -> None:
     q = Queues()
     es = [q.add(gang(j, at=i, pool=p, priority=pr), 0.0)

@@ -295,6 +295,9 @@ class QueuedGang(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     POSITION_FIELD_NUMBER: _builtins.int
     PREEMPTIBLE_FIELD_NUMBER: _builtins.int
+    RESERVED_HOSTS_FIELD_NUMBER: _builtins.int
+    EXPECTED_START_FIELD_NUMBER: _builtins.int
+    EXPECTED_START_BASIS_FIELD_NUMBER: _builtins.int
     gang_id: _builtins.str
     """<job_id>/<gang_index>"""
     job_id: _builtins.str
@@ -311,9 +314,25 @@ class QueuedGang(_message.Message):
     position: _builtins.int
     """in its pool's queue, 1 = next (priority first, then submission time)"""
     preemptible: _builtins.bool
+    expected_start: _builtins.float
+    """When the reserved hosts are expected to free (Unix seconds): the end, by its sla.max_runtime, of the last
+    gang running there that must go; 0: not known (see expected_start_basis).
+    """
+    expected_start_basis: _builtins.str
+    """What expected_start rests on: "max_runtime" (the sla.max_runtime ends of the gangs on the reserved hosts),
+    "preemption" (victims are being preempted for it: their grace bounds it, not known to the second), "unknown"
+    (a gang there has no sla.max_runtime: nothing bounds it); empty without a reservation.
+    """
     @_builtins.property
     def resources(self) -> _job_pb2.Resources:
         """the whole gang's"""
+
+    @_builtins.property
+    def reserved_hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """A head-of-line gang's reservation: the hosts the placement engine keeps for it (nothing else is placed there
+        but backfill), sorted; empty when it holds none (it fits elsewhere, is not first in its pool, or was not
+        probed yet).
+        """
 
     def __init__(
         self,
@@ -330,10 +349,13 @@ class QueuedGang(_message.Message):
         reason: _builtins.str = ...,
         position: _builtins.int = ...,
         preemptible: _builtins.bool = ...,
+        reserved_hosts: _abc.Iterable[_builtins.str] | None = ...,
+        expected_start: _builtins.float = ...,
+        expected_start_basis: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["resources", b"resources"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "enqueued_at", b"enqueued_at", "gang_id", b"gang_id", "job_id", b"job_id", "members", b"members", "pool", b"pool", "position", b"position", "preemptible", b"preemptible", "priority", b"priority", "reason", b"reason", "resources", b"resources", "state", b"state"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "enqueued_at", b"enqueued_at", "expected_start", b"expected_start", "expected_start_basis", b"expected_start_basis", "gang_id", b"gang_id", "job_id", b"job_id", "members", b"members", "pool", b"pool", "position", b"position", "preemptible", b"preemptible", "priority", b"priority", "reason", b"reason", "reserved_hosts", b"reserved_hosts", "resources", b"resources", "state", b"state"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15peloton/v1/task.proto\x12\npeloton.v1\"\x8e\x01\n\tTaskEvent\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x16\n\texit_code\x18\x07 \x01(\x05H\x00\x88\x01\x01\x42\x0c\n\n_exit_code\"\xfb\x02\n\x08TaskInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\x05\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x12\n\ngang_index\x18\x05 \x01(\x05\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0c\n\x04host\x18\x07 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x08 \x01(\t\x12\r\n\x05ports\x18\t \x03(\x05\x12\x0c\n\x04gpus\x18\n \x03(\x05\x12\x16\n\texit_code\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x0f\n\x07message\x18\r \x01(\t\x12\x12\n\nstarted_at\x18\x0e \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\x0f \x01(\x01\x12%\n\x06\x65vents\x18\x10 \x03(\x0b\x32\x15.peloton.v1.TaskEvent\x12\x14\n\x0c\x65vents_total\x18\x11 \x01(\x05\x12\x0c\n\x04role\x18\x12 \x01(\t\x12\x11\n\trole_rank\x18\x13 \x01(\x05\x42\x0c\n\n_exit_code\"I\n\x10ListTasksRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x11ListTasksResponse\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.peloton.v1.TaskInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\x0eGetTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\x05\"5\n\x0fGetTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.peloton.v1.TaskInfo\"\x8b\x01\n\x12GetTaskLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0e\n\x06stream\x18\x04 \x01(\t\x12\x12\n\ntail_bytes\x18\x05 \x01(\x03\x12\x13\n\x06offset\x18\x06 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_offset\"`\n\x13GetTaskLogsResponse\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x03\x12\x12\n\ntask_state\x18\x04 \x01(\t2\xeb\x01\n\x0bTaskService\x12H\n\tListTasks\x12\x1c.peloton.v1.ListTasksRequest\x1a\x1d.peloton.v1.ListTasksResponse\x12\x42\n\x07GetTask\x12\x1a.peloton.v1.GetTaskRequest\x1a\x1b.peloton.v1.GetTaskResponse\x12N\n\x0bGetTaskLogs\x12\x1e.peloton.v1.GetTaskLogsRequest\x1a\x1f.peloton.v1.GetTaskLogsResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15peloton/v1/task.proto\x12\npeloton.v1\"\xa0\x01\n\tTaskEvent\x12\x0f\n\x07\x61ttempt\x18\x01 \x01(\x05\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0c\n\x04time\x18\x03 \x01(\x01\x12\x0c\n\x04host\x18\x04 \x01(\t\x12\x0e\n\x06reason\x18\x05 \x01(\t\x12\x0f\n\x07message\x18\x06 \x01(\t\x12\x16\n\texit_code\x18\x07 \x01(\x05H\x00\x88\x01\x01\x12\x10\n\x08instance\x18\x08 \x01(\x05\x42\x0c\n\n_exit_code\"\xfb\x02\n\x08TaskInfo\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\x05\x12\x0f\n\x07task_id\x18\x03 \x01(\t\x12\x0f\n\x07\x61ttempt\x18\x04 \x01(\x05\x12\x12\n\ngang_index\x18\x05 \x01(\x05\x12\r\n\x05state\x18\x06 \x01(\t\x12\x0c\n\x04host\x18\x07 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x08 \x01(\t\x12\r\n\x05ports\x18\t \x03(\x05\x12\x0c\n\x04gpus\x18\n \x03(\x05\x12\x16\n\texit_code\x18\x0b \x01(\x05H\x00\x88\x01\x01\x12\x0e\n\x06reason\x18\x0c \x01(\t\x12\x0f\n\x07message\x18\r \x01(\t\x12\x12\n\nstarted_at\x18\x0e \x01(\x01\x12\x13\n\x0b\x66inished_at\x18\x0f \x01(\x01\x12%\n\x06\x65vents\x18\x10 \x03(\x0b\x32\x15.peloton.v1.TaskEvent\x12\x14\n\x0c\x65vents_total\x18\x11 \x01(\x05\x12\x0c\n\x04role\x18\x12 \x01(\t\x12\x11\n\trole_rank\x18\x13 \x01(\x05\x42\x0c\n\n_exit_code\"I\n\x10ListTasksRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tpage_size\x18\x02 \x01(\x05\x12\x12\n\npage_token\x18\x03 \x01(\t\"Q\n\x11ListTasksResponse\x12#\n\x05tasks\x18\x01 \x03(\x0b\x32\x14.peloton.v1.TaskInfo\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\"2\n\x0eGetTaskRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\x05\"5\n\x0fGetTaskResponse\x12\"\n\x04task\x18\x01 \x01(\x0b\x32\x14.peloton.v1.TaskInfo\"I\n\x15ListTaskEventsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x11\n\tinstances\x18\x02 \x03(\x05\x12\r\n\x05limit\x18\x03 \x01(\x05\"N\n\x16ListTaskEventsResponse\x12%\n\x06\x65vents\x18\x01 \x03(\x0b\x32\x15.peloton.v1.TaskEvent\x12\r\n\x05total\x18\x02 \x01(\x05\"\x8b\x01\n\x12GetTaskLogsRequest\x12\x0e\n\x06job_id\x18\x01 \x01(\t\x12\x10\n\x08instance\x18\x02 \x01(\x05\x12\x0f\n\x07\x61ttempt\x18\x03 \x01(\x05\x12\x0e\n\x06stream\x18\x04 \x01(\t\x12\x12\n\ntail_bytes\x18\x05 \x01(\x03\x12\x13\n\x06offset\x18\x06 \x01(\x03H\x00\x88\x01\x01\x42\t\n\x07_offset\"`\n\x13GetTaskLogsResponse\x12\x0f\n\x07task_id\x18\x01 \x01(\t\x12\x0f\n\x07\x63ontent\x18\x02 \x01(\x0c\x12\x13\n\x0bnext_offset\x18\x03 \x01(\x03\x12\x12\n\ntask_state\x18\x04 \x01(\t2\xc4\x02\n\x0bTaskService\x12H\n\tListTasks\x12\x1c.peloton.v1.ListTasksRequest\x1a\x1d.peloton.v1.ListTasksResponse\x12\x42\n\x07GetTask\x12\x1a.peloton.v1.GetTaskRequest\x1a\x1b.peloton.v1.GetTaskResponse\x12N\n\x0bGetTaskLogs\x12\x1e.peloton.v1.GetTaskLogsRequest\x1a\x1f.peloton.v1.GetTaskLogsResponse\x12W\n\x0eListTaskEvents\x12!.peloton.v1.ListTaskEventsRequest\x1a\".peloton.v1.ListTaskEventsResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -32,21 +32,25 @@ _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peloton.v1.task_pb2', _glob
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
   _globals['_TASKEVENT']._serialized_start=38
-  _globals['_TASKEVENT']._serialized_end=180
-  _globals['_TASKINFO']._serialized_start=183
-  _globals['_TASKINFO']._serialized_end=562
-  _globals['_LISTTASKSREQUEST']._serialized_start=564
-  _globals['_LISTTASKSREQUEST']._serialized_end=637
-  _globals['_LISTTASKSRESPONSE']._serialized_start=639
-  _globals['_LISTTASKSRESPONSE']._serialized_end=720
-  _globals['_GETTASKREQUEST']._serialized_start=722
-  _globals['_GETTASKREQUEST']._serialized_end=772
-  _globals['_GETTASKRESPONSE']._serialized_start=774
-  _globals['_GETTASKRESPONSE']._serialized_end=827
-  _globals['_GETTASKLOGSREQUEST']._serialized_start=830
-  _globals['_GETTASKLOGSREQUEST']._serialized_end=969
-  _globals['_GETTASKLOGSRESPONSE']._serialized_start=971
-  _globals['_GETTASKLOGSRESPONSE']._serialized_end=1067
-  _globals['_TASKSERVICE']._serialized_start=1070
-  _globals['_TASKSERVICE']._serialized_end=1305
+  _globals['_TASKEVENT']._serialized_end=198
+  _globals['_TASKINFO']._serialized_start=201
+  _globals['_TASKINFO']._serialized_end=580
+  _globals['_LISTTASKSREQUEST']._serialized_start=582
+  _globals['_LISTTASKSREQUEST']._serialized_end=655
+  _globals['_LISTTASKSRESPONSE']._serialized_start=657
+  _globals['_LISTTASKSRESPONSE']._serialized_end=738
+  _globals['_GETTASKREQUEST']._serialized_start=740
+  _globals['_GETTASKREQUEST']._serialized_end=790
+  _globals['_GETTASKRESPONSE']._serialized_start=792
+  _globals['_GETTASKRESPONSE']._serialized_end=845
+  _globals['_LISTTASKEVENTSREQUEST']._serialized_start=847
+  _globals['_LISTTASKEVENTSREQUEST']._serialized_end=920
+  _globals['_LISTTASKEVENTSRESPONSE']._serialized_start=922
+  _globals['_LISTTASKEVENTSRESPONSE']._serialized_end=1000
+  _globals['_GETTASKLOGSREQUEST']._serialized_start=1003
+  _globals['_GETTASKLOGSREQUEST']._serialized_end=1142
+  _globals['_GETTASKLOGSRESPONSE']._serialized_start=1144
+  _globals['_GETTASKLOGSRESPONSE']._serialized_end=1240
+  _globals['_TASKSERVICE']._serialized_start=1243
+  _globals['_TASKSERVICE']._serialized_end=1567
 # @@protoc_insertion_point(module_scope)

@@ -29,6 +29,7 @@ class TaskEvent(_message.Message):
     REASON_FIELD_NUMBER: _builtins.int
     MESSAGE_FIELD_NUMBER: _builtins.int
     EXIT_CODE_FIELD_NUMBER: _builtins.int
+    INSTANCE_FIELD_NUMBER: _builtins.int
     attempt: _builtins.int
     """the run (the number in the task id)"""
     state: _builtins.str
@@ -37,6 +38,8 @@ class TaskEvent(_message.Message):
     reason: _builtins.str
     message: _builtins.str
     exit_code: _builtins.int
+    instance: _builtins.int
+    """the member it is of (ListTaskEvents; GetTask: its own)"""
     def __init__(
         self,
         *,
@@ -47,10 +50,11 @@ class TaskEvent(_message.Message):
         reason: _builtins.str = ...,
         message: _builtins.str = ...,
         exit_code: _builtins.int | None = ...,
+        instance: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "exit_code", b"exit_code"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "attempt", b"attempt", "exit_code", b"exit_code", "host", b"host", "message", b"message", "reason", b"reason", "state", b"state", "time", b"time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code", "attempt", b"attempt", "exit_code", b"exit_code", "host", b"host", "instance", b"instance", "message", b"message", "reason", b"reason", "state", b"state", "time", b"time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     _WhichOneofReturnType__exit_code: _TypeAlias = _typing.Literal["exit_code"]  # noqa: Y015
     _WhichOneofArgType__exit_code: _TypeAlias = _typing.Literal["_exit_code", b"_exit_code"]  # noqa: Y015
@@ -236,6 +240,65 @@ class GetTaskResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___GetTaskResponse: _TypeAlias = GetTaskResponse  # noqa: Y015
+
+@_typing.final
+class ListTaskEventsRequest(_message.Message):
+    """A job's state changes across its members (or the members named) at once: the newest `limit`, so that every
+    member's timeline covers the same window (the job page's events and a gang's timeline, in one call).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    JOB_ID_FIELD_NUMBER: _builtins.int
+    INSTANCES_FIELD_NUMBER: _builtins.int
+    LIMIT_FIELD_NUMBER: _builtins.int
+    job_id: _builtins.str
+    limit: _builtins.int
+    """the newest this many (0: 1000; at most 10000), and at most 2 MiB of them (the newest)"""
+    @_builtins.property
+    def instances(self) -> _containers.RepeatedScalarFieldContainer[_builtins.int]:
+        """only these members (at most 10000); empty: every member"""
+
+    def __init__(
+        self,
+        *,
+        job_id: _builtins.str = ...,
+        instances: _abc.Iterable[_builtins.int] | None = ...,
+        limit: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["instances", b"instances", "job_id", b"job_id", "limit", b"limit"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskEventsRequest: _TypeAlias = ListTaskEventsRequest  # noqa: Y015
+
+@_typing.final
+class ListTaskEventsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EVENTS_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    total: _builtins.int
+    """how many match, beyond the limit too"""
+    @_builtins.property
+    def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskEvent]:
+        """oldest first (time, then the order they were recorded); each names its instance"""
+
+    def __init__(
+        self,
+        *,
+        events: _abc.Iterable[Global___TaskEvent] | None = ...,
+        total: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "total", b"total"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskEventsResponse: _TypeAlias = ListTaskEventsResponse  # noqa: Y015
 
 @_typing.final
 class GetTaskLogsRequest(_message.Message):

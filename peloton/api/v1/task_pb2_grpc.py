@@ -49,6 +49,11 @@ class TaskServiceStub:
                 request_serializer=peloton_dot_v1_dot_task__pb2.GetTaskLogsRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_task__pb2.GetTaskLogsResponse.FromString,
                 _registered_method=True)
+        self.ListTaskEvents = channel.unary_unary(
+                '/peloton.v1.TaskService/ListTaskEvents',
+                request_serializer=peloton_dot_v1_dot_task__pb2.ListTaskEventsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_task__pb2.ListTaskEventsResponse.FromString,
+                _registered_method=True)
 
 
 class TaskServiceServicer:
@@ -72,6 +77,12 @@ class TaskServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListTaskEvents(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_TaskServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +100,11 @@ def add_TaskServiceServicer_to_server(servicer, server):
                     servicer.GetTaskLogs,
                     request_deserializer=peloton_dot_v1_dot_task__pb2.GetTaskLogsRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_task__pb2.GetTaskLogsResponse.SerializeToString,
+            ),
+            'ListTaskEvents': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskEvents,
+                    request_deserializer=peloton_dot_v1_dot_task__pb2.ListTaskEventsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_task__pb2.ListTaskEventsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +188,33 @@ class TaskService:
             '/peloton.v1.TaskService/GetTaskLogs',
             peloton_dot_v1_dot_task__pb2.GetTaskLogsRequest.SerializeToString,
             peloton_dot_v1_dot_task__pb2.GetTaskLogsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskEvents(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.TaskService/ListTaskEvents',
+            peloton_dot_v1_dot_task__pb2.ListTaskEventsRequest.SerializeToString,
+            peloton_dot_v1_dot_task__pb2.ListTaskEventsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,6 +34,7 @@ class TaskServiceStub:
     ListTasks: _grpc.UnaryUnaryMultiCallable[_task_pb2.ListTasksRequest, _task_pb2.ListTasksResponse]
     GetTask: _grpc.UnaryUnaryMultiCallable[_task_pb2.GetTaskRequest, _task_pb2.GetTaskResponse]
     GetTaskLogs: _grpc.UnaryUnaryMultiCallable[_task_pb2.GetTaskLogsRequest, _task_pb2.GetTaskLogsResponse]
+    ListTaskEvents: _grpc.UnaryUnaryMultiCallable[_task_pb2.ListTaskEventsRequest, _task_pb2.ListTaskEventsResponse]
 
 @_typing.type_check_only
 class TaskServiceAsyncStub(TaskServiceStub):
@@ -41,6 +42,7 @@ class TaskServiceAsyncStub(TaskServiceStub):
     ListTasks: _aio.UnaryUnaryMultiCallable[_task_pb2.ListTasksRequest, _task_pb2.ListTasksResponse]  # type: ignore[assignment]
     GetTask: _aio.UnaryUnaryMultiCallable[_task_pb2.GetTaskRequest, _task_pb2.GetTaskResponse]  # type: ignore[assignment]
     GetTaskLogs: _aio.UnaryUnaryMultiCallable[_task_pb2.GetTaskLogsRequest, _task_pb2.GetTaskLogsResponse]  # type: ignore[assignment]
+    ListTaskEvents: _aio.UnaryUnaryMultiCallable[_task_pb2.ListTaskEventsRequest, _task_pb2.ListTaskEventsResponse]  # type: ignore[assignment]
 
 class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -63,5 +65,12 @@ class TaskServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _task_pb2.GetTaskLogsRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_task_pb2.GetTaskLogsResponse, _abc.Awaitable[_task_pb2.GetTaskLogsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTaskEvents(
+        self,
+        request: _task_pb2.ListTaskEventsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_task_pb2.ListTaskEventsResponse, _abc.Awaitable[_task_pb2.ListTaskEventsResponse]]: ...
 
 def add_TaskServiceServicer_to_server(servicer: TaskServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -72,6 +72,10 @@
     events.addEventListener("error", () => say("reconnecting…"));
   }
 
+  // A view's answer that comes after the view was left (a click on another view while it loaded) is not shown:
+  // it would replace the view now on the page.
+  function paint(mine, ...nodes) { if (mine === viewNumber) main.replaceChildren(...nodes); }
+
   // Each view shown has its number: a refresh that was due for a view left meanwhile does nothing (it would
   // read, say, a job just deleted from its own page).
   let viewNumber = 0;
@@ -84,6 +88,7 @@
   // ---- the cluster
 
   async function cluster() {
+    const mine = viewNumber;
     document.title = "Cluster · Peloton";
     const render = async () => {
       const c = await get("/api/cluster");
@@ -98,7 +103,7 @@
           h("div", { class: "muted" }, pct + "% allocated"));
       });
       const hostStates = Object.entries(c.host_states).sort().map(([k, v]) => h("li", {}, stateBadge(k), " ", v));
-      main.replaceChildren(
+      paint(mine, 
         h("h1", {}, "Cluster"),
         h("div", { class: "cards" },
           h("div", { class: "card" }, h("div", { class: "muted" }, "Hosts"), h("div", { class: "big" }, c.hosts),
@@ -227,9 +232,155 @@
     return session.may_control_any || (session.may_control_own && j.owner === session.name);
   }
 
+  // A bar of timeline segments on a window [t0, t0 + span] shared by every bar drawn together.
+  function segmentBar(label, segs, t0, span) {
+    const bar = h("div", { class: "timeline", role: "img", "aria-label": label + ": " +
+      (segs.map((g) => g.state + " (run " + g.run + ")").join(", ") || "no state changes") });
+    for (const g of segs) {
+      const seg = h("span", { class: "seg " + g.state, title: g.state + ", run " + g.run + (g.host ? " on " + g.host : "") +
+        ", " + fmt(g.end - g.start) + "s" + (g.reason ? ": " + g.reason : "") }, g.end > g.start ? g.state : "");
+      seg.dataset.left = String(100 * (g.start - t0) / span);
+      seg.dataset.width = String(Math.max(0.4, 100 * (g.end - g.start) / span));
+      bar.append(seg);
+    }
+    return bar;
+  }
+  // widths through the CSS object model: the policy allows no inline style attributes
+  function placeSegments(root) {
+    for (const seg of root.querySelectorAll(".timeline .seg")) {
+      seg.style.left = seg.dataset.left + "%"; seg.style.width = seg.dataset.width + "%";
+    }
+  }
+  function seconds(x) { return x >= 1 ? x.toFixed(2) + " s" : (1000 * x).toFixed(1) + " ms"; }
+
   async function job(id) {
     document.title = "Job " + id + " · Peloton";
     const expanded = new Set();  // the members whose timeline is open (kept open across re-renders)
+    const gangsOpen = new Set();  // the gangs whose members' timeline is open
+    const mine = viewNumber;
+
+    function gangButton(g) {
+      const b = h("button", { type: "button", class: "small", id: "gtl-" + g, "aria-expanded": "false",
+                              "aria-controls": "gang-timeline-" + g, "aria-label": "Timeline of every member of gang " + g },
+        "Timeline");
+      b.addEventListener("click", async () => {
+        if (gangsOpen.has(g)) {
+          gangsOpen.delete(g);
+          const row = document.getElementById("gang-timeline-" + g);
+          if (row) row.remove();
+          b.setAttribute("aria-expanded", "false");
+        } else {
+          gangsOpen.add(g);
+          await showGangTimeline(g);
+        }
+      });
+      return b;
+    }
+
+    // every member of the gang side by side, on one time axis: one request (one ListTaskEvents behind it)
+    async function showGangTimeline(g) {
+      const tr = main.querySelector('tr[data-gang="' + g + '"]');
+      if (!tr) return;
+      const t = await get("/api/jobs/" + id + "/gangs/" + g + "/timeline");
+      const old = document.getElementById("gang-timeline-" + g);
+      if (old) old.remove();
+      const all = t.members.flatMap((m) => m.segments);
+      const t0 = all.length ? Math.min(...all.map((x) => x.start)) : t.now;
+      const t1 = Math.max(t.now, ...all.map((x) => x.end));
+      const span = Math.max(t1 - t0, 0.001);
+      const rows = h("div", { class: "gang-timeline" }, t.members.map((m) => h("div", { class: "gt-row" },
+        h("span", { class: "gt-label" }, "member " + m.instance),
+        segmentBar("Member " + m.instance, m.segments, t0, span))));
+      const note = "Gang " + g + ": " + t.members.length + " of " + t.members_total + " members, " + t.events_total +
+        " state changes" + (t.since ? ", those since " + new Date(t.since * 1000).toLocaleTimeString() + " shown" : "") +
+        "; from " + new Date(t0 * 1000).toLocaleTimeString() + " to " + new Date(t1 * 1000).toLocaleTimeString() + ".";
+      const row = h("tr", { id: "gang-timeline-" + g, class: "timeline-row" },
+        h("td", { colspan: 8 }, h("div", { class: "muted" }, note), rows));
+      tr.after(row);
+      placeSegments(row);
+      const b = document.getElementById("gtl-" + g);
+      if (b) b.setAttribute("aria-expanded", "true");
+    }
+
+    // ---- logs, followed: read the tail, then from next_offset every second until the run has ended and
+    // nothing more came. The panel is built once and kept across re-renders (its text and its follow).
+    const logs = (() => {
+      const member = h("input", { id: "log-member", name: "member", type: "number", min: 0, value: 0, size: 6 });
+      const stream = h("select", { id: "log-stream", name: "stream" },
+        h("option", { value: "stdout" }, "stdout"), h("option", { value: "stderr" }, "stderr"));
+      const follow = h("input", { id: "log-follow", name: "follow", type: "checkbox", checked: true });
+      const out = h("pre", { id: "log-text", class: "log", tabindex: 0, "aria-label": "Log" });
+      const state = h("p", { id: "log-state", class: "muted", "aria-live": "polite" });
+      const form = h("form", { class: "filters", "aria-label": "Show a member's log" },
+        h("div", {}, h("label", { for: "log-member" }, "Member (instance)"), member),
+        h("div", {}, h("label", { for: "log-stream" }, "Stream"), stream),
+        h("div", {}, h("label", { for: "log-follow" }, "Follow"), follow),
+        h("button", { type: "submit", id: "log-show" }, "Show log"));
+      let reading = 0;  // each Show starts a new read; an older one stops
+      form.addEventListener("submit", async (ev) => {
+        ev.preventDefault();
+        const me = ++reading;
+        const base = "/api/jobs/" + id + "/members/" + encodeURIComponent(member.value) + "/logs?stream=" + stream.value;
+        out.textContent = "";
+        state.textContent = "reading…";
+        let r;
+        try { r = await get(base); }
+        catch (e) { state.textContent = e.message; return; }
+        out.textContent = r.content;
+        let offset = r.next_offset;
+        const line = (x) => x.task_id + " (" + (x.task_state || "?") + ")";
+        state.textContent = line(r) + (r.ended || !follow.checked ? ", not following" : ", following…");
+        if (r.ended || !follow.checked) return;
+        while (me === reading && mine === viewNumber && follow.checked) {
+          await new Promise((ok) => setTimeout(ok, 1000));
+          if (me !== reading || mine !== viewNumber) return;
+          try { r = await get(base + "&offset=" + offset); }
+          catch (e) { state.textContent = e.message; return; }
+          if (r.content) { out.append(r.content); out.scrollTop = out.scrollHeight; }
+          offset = r.next_offset;
+          if (r.ended && !r.content) { state.textContent = line(r) + ", ended: not following"; return; }
+          state.textContent = line(r) + ", following…";
+        }
+        if (me === reading) state.textContent = line(r) + ", not following";
+      });
+      return { el: h("section", { "aria-label": "Logs" }, h("h2", {}, "Logs"), form, state, out), member, form };
+    })();
+
+    function planTable(j) {
+      const planned = j.gangs.filter((g) => g.plan);
+      if (!planned.length) return null;
+      return [h("h2", {}, "Plan (model-aware)"),
+        h("table", { "aria-label": "Plans" },
+          h("thead", {}, h("tr", {}, ["Gang", "GPUs per host", "Predicted step", "Predicted samples/s",
+            "Measured step", "Measured samples/s", "Measured by", "Local batch", "Runner-ups"].map((c) => h("th", { scope: "col" }, c)))),
+          h("tbody", {}, planned.map((g) => {
+            const p = g.plan;
+            const measured = p.measured_members > 0;
+            return h("tr", { "data-plan": g.index }, h("td", {}, g.index), h("td", {}, p.gpus_per_host.join(" + ")),
+              h("td", {}, seconds(p.step_time)), h("td", {}, fmt(p.samples_per_s)),
+              h("td", {}, measured ? seconds(p.measured_step_time) : "not reported yet"),
+              h("td", {}, measured ? fmt(p.measured_samples_per_s) + " (" +
+                Math.round(100 * p.measured_samples_per_s / Math.max(p.samples_per_s, 1e-9)) + "% of predicted)" : "—"),
+              h("td", {}, measured ? p.measured_members + " members" : "—"), h("td", {}, fmt(p.local_bsz)),
+              h("td", {}, p.alternatives.map((a) => a.gpus_per_host.join("+") + ": " + fmt(a.samples_per_s) + "/s").join("; ") || "—"));
+          })))];
+    }
+
+    async function eventsTable() {
+      let r;
+      try { r = await get("/api/jobs/" + id + "/events?limit=200"); }
+      catch (e) { return h("p", { class: "error" }, e.message); }
+      return [h("table", { class: "events", "aria-label": "Events" },
+        h("thead", {}, h("tr", {}, ["When", "Member", "Run", "State", "Host", "Why"].map((c) => h("th", { scope: "col" }, c)))),
+        h("tbody", {}, r.events.length ? r.events.map((e) => h("tr", {},
+          h("td", {}, new Date(e.time * 1000).toLocaleTimeString()), h("td", {}, e.instance), h("td", {}, e.run),
+          h("td", {}, stateBadge(e.state)), h("td", {}, e.host),
+          h("td", { class: "reason" }, [e.reason, e.message].filter(Boolean).join(": ") +
+            (e.exit_code !== null ? " (exit " + e.exit_code + ")" : "")))) :
+          h("tr", {}, h("td", { colspan: 6, class: "muted" }, "No state changes yet.")))),
+        h("p", { class: "muted" }, r.total > r.events.length ? "The newest " + r.events.length + " of " + r.total + "."
+          : r.total + " state changes.")];
+    }
 
     function timelineButton(i) {
       const b = h("button", { type: "button", class: "small", id: "tl-" + i, "aria-expanded": "false",
@@ -258,15 +409,7 @@
       const t0 = segs.length ? segs[0].start : m.now;
       const t1 = Math.max(m.now, ...segs.map((g) => g.end));
       const span = Math.max(t1 - t0, 0.001);
-      const bar = h("div", { class: "timeline", role: "img",
-        "aria-label": "Member " + i + ": " + segs.map((g) => g.state + " (run " + g.run + ")").join(", ") });
-      for (const g of segs) {
-        const seg = h("span", { class: "seg " + g.state, title: g.state + ", run " + g.run + (g.host ? " on " + g.host : "") +
-          ", " + fmt(g.end - g.start) + "s" + (g.reason ? ": " + g.reason : "") }, g.end > g.start ? g.state : "");
-        seg.dataset.left = String(100 * (g.start - t0) / span);
-        seg.dataset.width = String(Math.max(0.4, 100 * (g.end - g.start) / span));
-        bar.append(seg);
-      }
+      const bar = segmentBar("Member " + i, segs, t0, span);
       const list = h("table", { class: "events", "aria-label": "State changes of member " + i },
         h("thead", {}, h("tr", {}, ["When", "Run", "State", "Host", "For", "Why"].map((c) => h("th", { scope: "col" }, c)))),
         h("tbody", {}, segs.map((g) => h("tr", {}, h("td", {}, new Date(g.start * 1000).toLocaleTimeString()),
@@ -277,14 +420,14 @@
           m.events_total + " state changes" + (m.events_total > segs.length ? ", the newest " + segs.length + " shown" : "")),
           bar, list));
       tr.after(row);
-      for (const seg of bar.children) { seg.style.left = seg.dataset.left + "%"; seg.style.width = seg.dataset.width + "%"; }
+      placeSegments(row);
       const b = document.getElementById("tl-" + i);
       if (b) b.setAttribute("aria-expanded", "true");
     }
 
     const render = async () => {
-      let j;
-      try { j = await get("/api/jobs/" + id); }
+      let j, eventList;
+      try { [j, eventList] = await Promise.all([get("/api/jobs/" + id), eventsTable()]); }
       catch (e) { if (e.status !== 401) showError(e); return; }
       const actions = h("div", { class: "actions" });
       if (mayStop(j)) {
@@ -307,7 +450,8 @@
         });
         actions.append(del);
       }
-      main.replaceChildren(
+      // (replaceChildren would write a null or an array as text: the parts that may be absent or many are flattened)
+      paint(mine, ...[
         h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
         h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
         actions,
@@ -319,11 +463,12 @@
           h("dt", {}, "Gangs"), h("dd", {}, j.gang_count + " (" + Object.entries(j.gang_states).map(([s, n]) => n + " " + s).join(", ") + ")"))),
         h("h2", {}, "Gangs"),
         h("table", { "aria-label": "Gangs" },
-          h("thead", {}, h("tr", {}, ["Gang", "Members", "State", "Attempt", "Run", "Preemptions", "Why"].map(
+          h("thead", {}, h("tr", {}, ["Gang", "Members", "State", "Attempt", "Run", "Preemptions", "Why", "Members' states"].map(
             (c) => h("th", { scope: "col" }, c)))),
-          h("tbody", {}, j.gangs.map((g) => h("tr", {}, h("td", {}, g.index), h("td", {}, g.instances),
+          h("tbody", {}, j.gangs.map((g) => h("tr", { "data-gang": g.index }, h("td", {}, g.index), h("td", {}, g.instances),
             h("td", {}, stateBadge(g.state)), h("td", {}, g.attempt), h("td", {}, g.run), h("td", {}, g.preemptions),
-            h("td", { class: "reason" }, g.reason))))),
+            h("td", { class: "reason" }, g.reason), h("td", {}, gangButton(g.index)))))),
+        planTable(j),
         h("h2", {}, "Members"),
         h("table", { "aria-label": "Members" },
           h("thead", {}, h("tr", {}, ["Instance (timeline)", "Gang", "State", "Host", "GPUs", "Run", "Why"].map(
@@ -331,15 +476,19 @@
           h("tbody", {}, j.members.map((t) => h("tr", { "data-member": t.instance }, h("td", {}, timelineButton(t.instance)), h("td", {}, t.gang),
             h("td", {}, stateBadge(t.state)), h("td", {}, t.host), h("td", {}, t.gpus.join(",")), h("td", {}, t.run),
             h("td", { class: "reason" }, [t.reason, t.message].filter(Boolean).join(": ")))))),
-        j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null);
+        j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null,
+        h("h2", {}, "Events"), eventList, logs.el].flat().filter((x) => x !== null && x !== undefined));
+      placeSegments(main);
     };
     await render();
     for (const i of expanded) await showTimeline(i);
+    for (const g of gangsOpen) await showGangTimeline(g);
     // a re-render keeps the keyboard's place: the focused control (by id) has the focus again
     const rerender = async () => {
       const focused = document.activeElement && document.activeElement.id;
       await render();
       for (const i of expanded) await showTimeline(i);
+      for (const g of gangsOpen) await showGangTimeline(g);
       if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
     };
     const refresh = debounce(rerender, 300);
@@ -357,7 +506,28 @@
 
   // ---- the queue
 
+  // the hosts a head-of-line gang holds: the first few named, all of them in the title
+  function reservedHosts(names) {
+    if (!names.length) return "—";
+    const shown = names.slice(0, 6);
+    return h("span", { title: names.join(", ") }, shown.join(", "), names.length > shown.length ? " and " +
+      (names.length - shown.length) + " more" : "", " (" + names.length + ")");
+  }
+  // when the held hosts are expected to free, and what that rests on
+  function expectedStart(g) {
+    if (!g.expected_start_basis) return "—";
+    if (g.expected_start_basis === "max_runtime" && g.expected_start) {
+      const s = Math.max(0, g.expected_start - Date.now() / 1000);
+      return h("span", { title: "the end of the last gang on the held hosts, by its sla.max_runtime" },
+        (s < 1 ? "now" : "in " + ago(Date.now() / 1000 - s).replace(" ago", "")) + " (" +
+        new Date(g.expected_start * 1000).toLocaleTimeString() + ", by the max_runtime of the gangs there)");
+    }
+    if (g.expected_start_basis === "preemption") return "unknown (gangs there are being preempted for it)";
+    return "unknown (a gang there has no max_runtime)";
+  }
+
   async function queue() {
+    const mine = viewNumber;
     document.title = "Queue · Peloton";
     const params = new URLSearchParams(location.search);
     const render = async () => {
@@ -376,19 +546,21 @@
       });
       const res = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", fmt(x.cpu) + " CPU", fmt(x.mem_mib / 1024) + " GiB"]
         .filter(Boolean).join(", ");
-      main.replaceChildren(h("h1", {}, "Queue"),
+      paint(mine, h("h1", {}, "Queue"),
         h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
-          "priority, then submission), and why each waits."), form,
+          "priority, then submission), and why each waits. A gang first in its pool that no hosts fit holds hosts " +
+          "(nothing else starts there but gangs that end before it may start) until they free up."), form,
         h("table", { "aria-label": "Queue" },
           h("thead", {}, h("tr", {}, ["Pool", "Position", "Job", "Gang", "Priority", "Members", "Resources",
-                                      "Waiting", "State", "Why"].map((c) => h("th", { scope: "col" }, c)))),
+                                      "Waiting", "State", "Hosts held for it", "Expected start", "Why"].map((c) => h("th", { scope: "col" }, c)))),
           h("tbody", {}, r.gangs.length ? r.gangs.map((g) => h("tr", { "data-gang": g.gang },
             h("td", {}, g.pool), h("td", {}, g.position), h("td", {}, h("a", { href: "/jobs/" + g.job_id }, g.job_id)),
             h("td", {}, g.gang.split("/")[1] + (g.attempt > 1 ? " (attempt " + g.attempt + ")" : "")),
             h("td", {}, g.priority), h("td", {}, g.members), h("td", {}, res(g.resources)),
             h("td", {}, ago(g.enqueued_at).replace(" ago", "")), h("td", {}, stateBadge(g.state)),
+            h("td", { class: "reserved" }, reservedHosts(g.reserved_hosts)), h("td", { class: "starts" }, expectedStart(g)),
             h("td", { class: "reason" }, g.reason))) :
-            h("tr", {}, h("td", { colspan: 10, class: "muted" }, "Nothing waits.")))),
+            h("tr", {}, h("td", { colspan: 12, class: "muted" }, "Nothing waits.")))),
         h("p", { class: "muted" }, r.total > r.gangs.length ? "The first " + r.gangs.length + " of " + r.total + " gangs."
           : r.total + " gangs waiting."));
     };
@@ -399,6 +571,7 @@
   // ---- pools
 
   async function pools() {
+    const mine = viewNumber;
     document.title = "Pools · Peloton";
     const render = async () => {
       const r = await get("/api/pools");
@@ -406,7 +579,7 @@
       // a limit's dimension that is 0 is no limit on it
       const limit = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", x.cpu ? fmt(x.cpu) + " CPU" : "",
                             x.mem_mib ? fmt(x.mem_mib) + " MiB" : ""].filter(Boolean).join(", ") || "no limit";
-      main.replaceChildren(h("h1", {}, "Pools"),
+      paint(mine, h("h1", {}, "Pools"),
         h("p", { class: "muted" }, "The tree of pools: what each is given (reservation, limit, share), what it may " +
           "use now (entitlement), what it uses (allocated) and what its waiting gangs want (demand). A pool " +
           "using more than its reservation borrows what others lend."),
@@ -436,6 +609,7 @@
   function mayOperate() { return session && session.permissions.includes("host.operate"); }
 
   async function hosts() {
+    const mine = viewNumber;
     document.title = "Hosts · Peloton";
     const params = new URLSearchParams(location.search);
     const render = async () => {
@@ -500,7 +674,7 @@
         pager.append(prev, next);
       }
       pager.append(h("span", { class: "muted" }, r.total + " hosts, page " + (page + 1) + " of " + r.pages));
-      main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map, pager);
+      paint(mine, h("h1", {}, "Hosts"), form, legend, map, pager);
     };
     await render();
     watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
@@ -509,6 +683,7 @@
   // ---- the audit log (audit.read)
 
   async function audit() {
+    const mine = viewNumber;
     document.title = "Audit · Peloton";
     const params = new URLSearchParams(location.search);
     const q = new URLSearchParams();
@@ -536,7 +711,7 @@
       history.pushState(null, "", "/audit?" + params);
       route();
     });
-    main.replaceChildren(h("h1", {}, "Audit log"), form,
+    paint(mine, h("h1", {}, "Audit log"), form,
       h("table", { "aria-label": "Audit log" },
         h("thead", {}, h("tr", {}, ["When", "Principal", "Via", "Call", "Object", "Outcome", "Message"].map(
           (c) => h("th", { scope: "col" }, c)))),
