@@ -20,7 +20,11 @@ from tests.e2e.harness import serving
 
 pytestmark = pytest.mark.e2e
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev extra) drives the browser")
-from selenium.common.exceptions import StaleElementReferenceException, TimeoutException  # noqa: E402
+from selenium.common.exceptions import (  # noqa: E402
+    ElementNotInteractableException,
+    StaleElementReferenceException,
+    TimeoutException,
+)
 from selenium.webdriver.common.by import By  # noqa: E402
 from selenium.webdriver.common.keys import Keys  # noqa: E402
 from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
@@ -67,9 +71,10 @@ def browser(chrome: Any, daemon: ConsoleDaemon) -> Iterator[Any]:
 
 def wait(driver: Any, cond: Any, timeout: float = 20, what: str = "") -> Any:
     try:
-        # (a live page re-renders what changed: an element found a moment ago may be gone, and is looked up again)
-        return WebDriverWait(driver, timeout, poll_frequency=0.1,
-                             ignored_exceptions=[StaleElementReferenceException]).until(cond)
+        # (a live page re-renders what changed: an element found a moment ago may be gone, or not yet shown, and is
+        # looked up again)
+        return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=[
+            StaleElementReferenceException, ElementNotInteractableException]).until(cond)
     except TimeoutException:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}\n"
                              f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}\n"
@@ -204,10 +209,15 @@ def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(b
     browser.execute_script("document.querySelector('table[aria-label=Gangs]').scrollIntoView()")
     shot(browser, tmp_path, "job-gang-timeline")
     # member 1's log, followed until its run ends (the page stops following then); from the keyboard
-    member = browser.find_element(By.ID, "log-member")
-    member.send_keys(Keys.CONTROL, "a")
-    member.send_keys("1")
-    browser.find_element(By.ID, "log-show").send_keys(Keys.ENTER)
+
+    def show_member_1(dr: Any) -> bool:
+        member = dr.find_element(By.ID, "log-member")
+        member.send_keys(Keys.CONTROL, "a")
+        member.send_keys("1")
+        dr.find_element(By.ID, "log-show").send_keys(Keys.ENTER)
+        return True
+
+    wait(browser, show_member_1, what="the log's member field and its Show button")
     wait(browser, lambda dr: "following" in dr.find_element(By.ID, "log-state").text
          and "RUNNING on" in dr.find_element(By.ID, "log-text").text, what="the log, followed")
     assert f"{job}-1-1" in browser.find_element(By.ID, "log-state").text
