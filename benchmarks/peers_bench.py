@@ -323,8 +323,8 @@ PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 """)
 
     def _start(self, *argv: str) -> None:
-        self.procs.append(subprocess.Popen(list(argv), env=self.env, stdout=subprocess.DEVNULL,
-                                           stderr=open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.err", "wb")))
+        with open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.err", "wb") as err:  # the child's copy stays
+            self.procs.append(subprocess.Popen(list(argv), env=self.env, stdout=subprocess.DEVNULL, stderr=err))
 
     @contextlib.contextmanager
     def up(self) -> Iterator[SlurmPeer]:
@@ -489,14 +489,18 @@ def rows(results: dict[str, Any]) -> list[tuple[str, str]]:
         out.append((label, "  |  ".join(f(results[n]) if "skipped" not in results[n] else "skipped" for n in names)))
 
     sizes = next((list(r["latency_by_size"]) for r in results.values() if "latency_by_size" in r), [])
+    def running(s: str) -> Callable[[dict[str, Any]], str]:
+        return lambda r: f"{r['latency_by_size'][s]['p50_ms']:.1f} / {r['latency_by_size'][s]['p99_ms']:.1f} ms"
+
+    def allocated(s: str) -> Callable[[dict[str, Any]], str]:
+        return lambda r: (f"{r['latency_by_size'][s]['allocated']['p50_ms']:.1f} ms"
+                          if "allocated" in r["latency_by_size"][s] else "-")
+
     for s in sizes:
-        line(f"request -> {s} running, p50 / p99",
-             lambda r, s=s: f"{r['latency_by_size'][s]['p50_ms']:.1f} / {r['latency_by_size'][s]['p99_ms']:.1f} ms")
+        line(f"request -> {s} running, p50 / p99", running(s))
     if any("allocated" in v for r in results.values() for v in r.get("latency_by_size", {}).values()):
         for s in sizes:
-            line(f"  request -> {s} allocated (Slurm), p50",
-                 lambda r, s=s: f"{r['latency_by_size'][s]['allocated']['p50_ms']:.1f} ms"
-                 if "allocated" in r["latency_by_size"][s] else "-")
+            line(f"  request -> {s} allocated (Slurm), p50", allocated(s))
     line("closed loop: gangs/s (members/s)",
          lambda r: f"{r['throughput']['gangs_per_s']:.1f} ({r['throughput']['members_per_s']:.0f})")
     line("  latency under load p50 / p99",
