@@ -95,6 +95,11 @@ class Cluster:
 
             drop_postgres_db(self.url)
 
+    def statements(self) -> dict[str, float]:
+        """The store's statements and commits so far, all processes together."""
+        return {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
+                for kind in ("statement", "commit")}
+
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far: each process, the PostgreSQL backends of the database, every PostgreSQL process,
         and this process (the clients)."""
@@ -151,7 +156,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             with lock:
                 errors.append(f"{type(e).__name__}: {e}")
 
-    cpu0 = cluster.cpu()
+    cpu0, stmts0 = cluster.cpu(), cluster.statements()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=loop) for _ in range(clients)]
     for t in threads:
@@ -163,11 +168,14 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
         watch.when(jid, *ENDED).result(300)
     wall = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cluster.cpu())
+    stmts = cluster.statements()
     watch.close()
     ch.close()
     gangs = len(ids)
     return {"gangs": gangs, "tasks": gangs * size, "seconds": elapsed, "wall_s": wall,
             "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed, "latency": summary(lat),
+            "store_statements_per_gang": (stmts["statement"] - stmts0["statement"]) / max(gangs, 1),
+            "store_commits_per_gang": (stmts["commit"] - stmts0["commit"]) / max(gangs, 1),
             "error_count": len(errors), "errors": errors[:10], "cpu": per_unit(cpu, gangs, size),
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
             "ceiling_gangs_per_s": ceiling_gangs_per_s({k: 1000 * v / max(gangs, 1) for k, v in cpu.items()
@@ -201,7 +209,9 @@ def main() -> None:
     for mode, rs in runs.items():
         for i, r in enumerate(rs):
             rows.append((f"{mode} #{i + 1}", f"{r['gangs_per_s']:.1f} gangs/s ({r['tasks_per_s']:.0f} tasks/s), "
-                                             f"p50 {r['latency']['p50_ms']:.1f} ms, {r['error_count']} errors"))
+                                             f"p50 {r['latency']['p50_ms']:.1f} ms, {r['error_count']} errors, "
+                                             f"{r['store_statements_per_gang']:.1f} statements and "
+                                             f"{r['store_commits_per_gang']:.1f} commits a gang"))
             for k, v in r["cpu"].items():
                 rows.append((f"  cpu: {k}", f"{v['ms_per_gang']:.2f} ms/gang  {v['us_per_task']:.0f} us/task  "
                                             f"({r['cores_busy'][k]:.2f} cores)"))
