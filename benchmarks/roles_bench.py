@@ -125,8 +125,8 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
     return out
 
 
-def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, size: int,
-                duration: str) -> dict[str, Any]:
+def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, size: int, duration: str,
+                idle_s: float) -> dict[str, Any]:
     ch = grpc.insecure_channel(address)
     stub = job_pb2_grpc.JobServiceStub(ch)
     watch = JobWatch(ch)
@@ -135,6 +135,11 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
         jid = str(stub.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=60).job_id)
         watch.when(jid, "RUNNING", *ENDED).result(120)
         watch.when(jid, *ENDED).result(120)
+    # what each process spends with nothing submitted (its loops' ticks): a fixed cost, not a gang's
+    time.sleep(2)  # the warm-up's last gang's side effects settle
+    idle0, t_idle = cluster.cpu(), time.perf_counter()
+    time.sleep(idle_s)
+    idle = {k: v / (time.perf_counter() - t_idle) for k, v in cpu_delta(idle0, cluster.cpu()).items()}
     stop = time.monotonic() + seconds
     lat: list[float] = []
     ids: list[str] = []
@@ -180,7 +185,10 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
             "ceiling_gangs_per_s": ceiling_gangs_per_s({k: 1000 * v / max(gangs, 1) for k, v in cpu.items()
                                                         if k in (*ROLES, "all-in-one")}),
-            "cores_busy": {k: v / wall for k, v in cpu.items()}}
+            "cores_busy": {k: v / wall for k, v in cpu.items()}, "idle_cores": idle,
+            # less what it would have spent idle over the same stretch: what the gangs themselves cost
+            "cpu_beyond_idle": per_unit({k: max(0.0, v - idle.get(k, 0.0) * wall) for k, v in cpu.items()},
+                                        gangs, size)}
 
 
 def main() -> None:
@@ -190,6 +198,7 @@ def main() -> None:
     ap.add_argument("--size", type=int, default=8, help="members per gang")
     ap.add_argument("--duration", default="1s", help="how long each member runs (sim time)")
     ap.add_argument("--hosts", type=int, default=10_000, help="sim hosts (cpu=64,mem=256Gi,gpu=8; 40 racks)")
+    ap.add_argument("--idle", type=float, default=5.0, help="seconds of each process's idle CPU, before the loop")
     ap.add_argument("--rounds", type=int, default=1, help="all-in-one and split, in turn, this many times")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
@@ -201,7 +210,7 @@ def main() -> None:
             cluster = Cluster(mode == "split", sim)
             print(f"  {mode}: starting", file=sys.stderr, flush=True)
             with cluster.up() as address:
-                runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration))
+                runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle))
     res = {"workload": f"sim backend, {a.hosts} hosts, PostgreSQL; {a.clients} closed-loop clients of {a.size}-member "
                        f"1-GPU gangs running {a.duration}", "runs": runs,
            "parameters": {k: v for k, v in vars(a).items() if k != "json"}}
@@ -214,7 +223,8 @@ def main() -> None:
                                              f"{r['store_commits_per_gang']:.1f} commits a gang"))
             for k, v in r["cpu"].items():
                 rows.append((f"  cpu: {k}", f"{v['ms_per_gang']:.2f} ms/gang  {v['us_per_task']:.0f} us/task  "
-                                            f"({r['cores_busy'][k]:.2f} cores)"))
+                                            f"({r['cores_busy'][k]:.2f} cores; idle {r['idle_cores'][k]:.3f}, "
+                                            f"beyond idle {r['cpu_beyond_idle'][k]['ms_per_gang']:.2f} ms/gang)"))
     print(f"components as processes: {res['workload']}")
     print(table(rows))
     print(f"  json: {write_results('roles', res, a.json)}")
