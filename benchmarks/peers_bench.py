@@ -58,7 +58,7 @@ from benchmarks.harness import (  # noqa: E402
 from peloton.api.v1 import job_pb2, job_pb2_grpc  # noqa: E402
 
 GPUS_PER_HOST = 8
-SLURM_PROGRAMS = ("slurmctld", "slurmd", "salloc", "srun", "scancel", "sinfo", "scontrol", "munged")
+SLURM_PROGRAMS = ("slurmctld", "slurmd", "salloc", "srun", "scancel", "sinfo", "squeue", "munged")
 SLURM_INSTALL = "apt-get install -y slurmctld slurmd slurm-client munge"
 FILL_SIZES = (1, 2, 4, 8, 16)
 FILL_DURATIONS_S = (0.5, 1.5)
@@ -226,6 +226,7 @@ class SlurmGang:
     end: Future[float] = field(default_factory=Future)
     lines: list[str] = field(default_factory=list)
     env: dict[str, str] = field(default_factory=dict)  # SLURM_CONF, for scancel
+    stopping: bool = False
 
     def read(self) -> None:
         """salloc's and srun's stderr, line by line, until they exit (one thread per gang)."""
@@ -241,12 +242,17 @@ class SlurmGang:
             started += slurm_started(line)
             if self.granted_at is not None and started >= self.size and not self.run.done():
                 self.run.set_result(now)
+            if self.size == 0 and self.stopping and "has been revoked" in line and not self.end.done():
+                self.end.set_result(now)  # allocation only, stopped: it has ended once released
+                with contextlib.suppress(OSError):  # and salloc's own sleep with it
+                    os.killpg(self.proc.pid, signal.SIGKILL)
         self.proc.wait()
         now = time.perf_counter()
         if not self.run.done():
             self.run.set_exception(RuntimeError(f"salloc ended ({self.proc.returncode}) before every member ran: "
                                                 + " | ".join(self.lines[-5:])))
-        self.end.set_result(now)
+        if not self.end.done():
+            self.end.set_result(now)
 
     def running(self, timeout: float) -> float:
         return self.run.result(timeout)
@@ -258,6 +264,7 @@ class SlurmGang:
         return self.proc.returncode == 0
 
     def stop(self) -> None:
+        self.stopping = True
         if self.job_id is not None:
             subprocess.run(["scancel", str(self.job_id)], env=self.env, check=False)
 
@@ -267,11 +274,13 @@ class SlurmPeer:
 
     name = "slurm"
 
-    def __init__(self, hosts: int, launch: str = "srun") -> None:
+    def __init__(self, hosts: int, launch: str = "srun", sched_params: str = "") -> None:
         self.hosts = hosts
+        self.sched_params = sched_params  # slurm.conf's SchedulerParameters, when given
         self.launch = launch  # srun: the members run on the nodes; none: allocation only (salloc runs one sleep)
         self.dir = Path(tempfile.mkdtemp(prefix="peloton-peers-slurm-"))
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.sallocs: list[subprocess.Popen[str]] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.dir / "slurm.conf")}
 
     def _write_config(self) -> None:
@@ -311,6 +320,7 @@ SelectType=select/cons_tres
 SelectTypeParameters=CR_CPU
 GresTypes=gpu
 SchedulerType=sched/backfill
+{f"SchedulerParameters={self.sched_params}" if self.sched_params else ""}
 MpiDefault=none
 ReturnToService=2
 JobAcctGatherType=jobacct_gather/none
@@ -362,9 +372,16 @@ PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         raise RuntimeError(f"Slurm: no {what} after {timeout:.0f} s (scratch dir {self.dir}){logs}")
 
     def _stop(self) -> None:
-        with contextlib.suppress(OSError, subprocess.SubprocessError):
+        with contextlib.suppress(OSError, subprocess.SubprocessError, RuntimeError):
             subprocess.run(["scancel", "--full", "--user", getpass.getuser()], env=self.env, check=False, timeout=30,
                            capture_output=True)
+            # the jobs' steps end while their slurmd is still there to end them (else slurmstepd outlives it)
+            self._wait(lambda: not subprocess.run(["squeue", "-h"], env=self.env, capture_output=True, text=True,
+                                                  check=False, timeout=30).stdout.strip(), "empty queue", 20)
+        for sa in self.sallocs:
+            if sa.poll() is None:
+                with contextlib.suppress(OSError):
+                    os.killpg(sa.pid, signal.SIGKILL)
         for p in reversed(self.procs):  # slurmd, then slurmctld, then munged
             if p.poll() is None:
                 p.send_signal(signal.SIGTERM)
@@ -380,7 +397,9 @@ PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP
         members = ["srun", "-v"] if self.launch == "srun" else []
         proc = subprocess.Popen(["salloc", "-n", str(size), "--cpus-per-task=1", "--gpus-per-task=1", *members,
                                  "sleep", str(seconds)], env=self.env, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+                                stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                start_new_session=True)  # its group: salloc and its command, killed together
+        self.sallocs.append(proc)
         # allocation only: "running" once granted (no member is started on a node)
         g = SlurmGang(proc, size if self.launch == "srun" else 0, env=self.env)
         threading.Thread(target=g.read, daemon=True, name="salloc-reader").start()
@@ -530,6 +549,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--slurm-launch", choices=["srun", "none"], default="srun",
                     help="srun: a Slurm gang runs when srun has started every member on the nodes; none: when salloc "
                          "is granted the allocation (no member started; salloc itself runs one sleep)")
+    ap.add_argument("--slurm-sched-params", default="batch_sched_delay=0",
+                    help="slurm.conf's SchedulerParameters ('' for Slurm's defaults: a job that could not start at "
+                         "once waits for the next scheduling pass, up to batch_sched_delay=3 s)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     a.sizes = [int(s) for s in a.sizes.split(",") if s.strip()]
@@ -547,7 +569,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                 print(f"  slurm: skipped: {why}", file=sys.stderr)
                 results[name] = {"skipped": why}
                 continue
-            results[name] = run_peer(SlurmPeer(a.hosts, a.slurm_launch), a)
+            results[name] = run_peer(SlurmPeer(a.hosts, a.slurm_launch, a.slurm_sched_params), a)
         else:
             results[name] = run_peer(PelotonPeer(name.removeprefix("peloton-"), a.hosts), a)
     res = {"workload": f"{a.hosts} hosts x {GPUS_PER_HOST} GPUs; gang members take 1 GPU + 1 CPU and run sleep",
