@@ -442,7 +442,7 @@ def throughput(peer: Peer, submitters: int, size: int, seconds: float, sleep_s: 
                 lat.append(t1 - t0)
                 gangs.append(g)
 
-    busy0, total0 = _machine_jiffies()
+    busy0, _ = _machine_jiffies()
     cpu0 = peer.server_cpu_s()
     t0 = time.perf_counter()
     threads = [threading.Thread(target=loop) for _ in range(submitters)]
