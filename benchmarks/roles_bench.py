@@ -17,6 +17,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import resource
+import shutil
 import sys
 import tempfile
 import threading
@@ -83,17 +84,23 @@ class Cluster:
     @contextlib.contextmanager
     def up(self) -> Iterator[str]:
         """The address of the job API."""
+        ok = False
         try:
             for d in self.procs.values():
                 d.data_dir.mkdir(parents=True, exist_ok=True)
                 d.start()
             yield self.procs.get("jobmgr", self.procs.get("all-in-one")).address  # type: ignore[union-attr]
+            ok = True
         finally:
             for d in reversed(self.procs.values()):
                 d.stop()
             from tests.dbutil import drop_postgres_db
 
             drop_postgres_db(self.url)
+            if ok:
+                shutil.rmtree(self.dir, ignore_errors=True)
+            else:  # the processes' logs (daemon.log in each data dir) say why
+                print(f"  kept {self.dir} (the daemons' logs)", file=sys.stderr)
 
     def statements(self) -> dict[str, float]:
         """The store's statements and commits so far, all processes together."""
@@ -191,7 +198,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
                                         gangs, size)}
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--seconds", type=float, default=20.0, help="length of each closed loop")
     ap.add_argument("--clients", type=int, default=8)
@@ -201,9 +208,9 @@ def main() -> None:
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of each process's idle CPU, before the loop")
     ap.add_argument("--rounds", type=int, default=1, help="all-in-one and split, in turn, this many times")
     ap.add_argument("--json", default=None)
-    a = ap.parse_args()
+    a = ap.parse_args(argv)
     sim = ["--backend", "sim", "--sim-hosts", str(a.hosts), "--sim-host-resources", "cpu=64,mem=256Gi,gpu=8",
-           "--sim-racks", "40"]
+           "--sim-racks", str(min(40, a.hosts))]
     runs: dict[str, list[dict[str, Any]]] = {"all-in-one": [], "split": []}
     for _ in range(a.rounds):
         for mode in runs:
@@ -228,6 +235,7 @@ def main() -> None:
     print(f"components as processes: {res['workload']}")
     print(table(rows))
     print(f"  json: {write_results('roles', res, a.json)}")
+    return res
 
 
 if __name__ == "__main__":
