@@ -280,6 +280,7 @@ class SlurmPeer:
         self.launch = launch  # srun: the members run on the nodes; none: allocation only (salloc runs one sleep)
         self.dir = Path(tempfile.mkdtemp(prefix="peloton-peers-slurm-"))
         self.procs: list[subprocess.Popen[bytes]] = []
+        self.names: list[str] = []  # of procs, for messages
         self.sallocs: list[subprocess.Popen[str]] = []
         self.env = {**os.environ, "SLURM_CONF": str(self.dir / "slurm.conf")}
 
@@ -335,6 +336,7 @@ PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP
     def _start(self, *argv: str) -> None:
         with open(self.dir / "log" / f"{Path(argv[0]).name}-{len(self.procs)}.err", "wb") as err:  # the child's copy stays
             self.procs.append(subprocess.Popen(list(argv), env=self.env, stdout=subprocess.DEVNULL, stderr=err))
+        self.names.append(" ".join(argv[:1] + argv[-2:] if argv[0] == "slurmd" else argv[:1]))
 
     @contextlib.contextmanager
     def up(self) -> Iterator[SlurmPeer]:
@@ -360,16 +362,16 @@ PartitionName=bench Nodes=ALL Default=YES MaxTime=INFINITE State=UP
 
     def _wait(self, cond: Callable[[], bool], what: str, timeout: float) -> None:
         deadline = time.monotonic() + timeout
-        while time.monotonic() < deadline:
+        dead: list[str] = []
+        while time.monotonic() < deadline and not dead:
             if cond():
                 return
-            for p in self.procs:
-                if p.poll() is not None:
-                    break
+            dead = [n for n, p in zip(self.names, self.procs, strict=True) if p.poll() is not None]  # no use waiting
             time.sleep(0.2)
         logs = "".join(f"\n--- {f.name}\n{f.read_text(errors='replace')[-1500:]}"
                        for f in sorted((self.dir / "log").iterdir()))
-        raise RuntimeError(f"Slurm: no {what} after {timeout:.0f} s (scratch dir {self.dir}){logs}")
+        why = f"{', '.join(dead)} exited" if dead else f"not after {timeout:.0f} s"
+        raise RuntimeError(f"Slurm: no {what}: {why} (scratch dir {self.dir}){logs}")
 
     def _stop(self) -> None:
         with contextlib.suppress(OSError, subprocess.SubprocessError, RuntimeError):
