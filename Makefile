@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: run test lint typecheck proto proto-check min-deps bench venv clean pg
+.PHONY: run test lint typecheck proto proto-check min-deps bench bench-peers venv clean pg
 
 # The editable install in compat mode: a plain path in a .pth file; the default editable mode installs an import
 # hook that costs every Python start-up (each CLI call) ~14 ms. Falls back to it if a future setuptools drops compat
@@ -67,6 +67,12 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/model_bench.py $(MODEL_ARGS)
 	$(BIN)/python benchmarks/durability_bench.py
 	$(BIN)/python benchmarks/replay_bench.py $(REPLAY_ARGS)
+
+## peloton (SQLite, PostgreSQL) side by side with Slurm on one workload (benchmarks/README.md, 13; about 6 minutes).
+## Installs nothing: without Slurm it prints how (apt-get install -y slurmctld slurmd slurm-client munge) and
+## skips it. Flags: PEERS_ARGS, e.g. `make bench-peers PEERS_ARGS='--peers slurm --seconds 60'`.
+bench-peers: $(STAMP) pg
+	$(BIN)/python benchmarks/peers_bench.py $(PEERS_ARGS)
 
 clean:
 	rm -rf $(VENV) .venv-min .pytest_cache .mypy_cache .ruff_cache .hypothesis
