@@ -25,7 +25,7 @@ from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.errors import Unavailable
 from peloton.store import bulk, repo
-from peloton.store.db import STATEMENTS, transaction
+from peloton.store.db import count_statement, transaction
 
 log = logging.getLogger(__name__)
 
@@ -100,7 +100,7 @@ class Fence:
             rows = cur.fetchall()
         finally:
             cur.close()
-        STATEMENTS.labels("statement").inc()
+        count_statement("SELECT", "meta")
         found = {k: int(v or 0) for k, v in rows}
         stale = [k for k in self._keys if found.get(k, 0) != self.epochs[k]]
         if not stale:

@@ -23,7 +23,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from peloton.store.db import STATEMENTS
+from peloton.store.db import count_statement
 
 UPDATE_CHUNK = 250  # rows per PostgreSQL UPDATE statement
 COPY_ABOVE = 500  # rows: COPY beats a rendered multi-row INSERT on PostgreSQL above this
@@ -53,10 +53,10 @@ def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str
                 chunk = rows[start:start + UPDATE_CHUNK]
                 cur.execute(sql, [[r[i] for r in chunk] for i in range(width)])
                 n += cur.rowcount
-                STATEMENTS.labels("statement").inc()
+                count_statement("UPDATE", table.name)
             return n
         cur.executemany(_sqlite_update_sql(table.name, keys, cols), [(*r[len(keys):], *r[:len(keys)]) for r in rows])
-        STATEMENTS.labels("statement").inc()
+        count_statement("UPDATE", table.name)
         return int(cur.rowcount)
     finally:
         cur.close()
@@ -71,12 +71,14 @@ def insert_rows(s: Session, table: Table, cols: tuple[str, ...], rows: Sequence[
         if dialect != "postgresql":
             marks = ", ".join("?" for _ in cols)
             cur.executemany(f'INSERT INTO "{table.name}" ({column_list}) VALUES ({marks})', rows)
+            count_statement("INSERT", table.name)
         elif len(rows) < COPY_ABOVE:
             execute_values(cur, f'INSERT INTO "{table.name}" ({column_list}) VALUES %s', rows, page_size=1000)
+            count_statement("INSERT", table.name)
         else:
             data = "".join("\t".join(_copy_field(v) for v in r) + "\n" for r in rows)
             cur.copy_expert(f'COPY "{table.name}" ({column_list}) FROM STDIN', io.StringIO(data))
-        STATEMENTS.labels("statement").inc()
+            count_statement("COPY", table.name)
     finally:
         cur.close()
 
