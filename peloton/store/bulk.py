@@ -111,3 +111,78 @@ def _copy_field(v: Any) -> str:
     if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
         text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return text
+
+
+# --- a whole batch in one statement (PostgreSQL) -----------------------------------------------------------------
+# A group commit's writes (new jobs' rows, the updates of jobs, gangs and tasks, the task events) and the fence's
+# epoch check (leadership/fence.py) as one statement of data-modifying CTEs: one round trip and one parse for the
+# whole batch instead of one per table, then the commit. The sub-statements share one snapshot, so a row must not be
+# both inserted and updated in one batch (the caller sends those one table at a time), and the foreign keys are
+# checked at the end of the statement, when every CTE's rows are in.
+FENCE_INFO = "peloton.fence"  # Session.info: the object whose epochs every commit checks (Fence)
+FENCE_CHECKED = "peloton.fence.checked"  # Session.info: this transaction's epochs were read with its writes
+
+
+class Insert:
+    """Rows to INSERT into one table: every row has `cols`, in that order."""
+    __slots__ = ("table", "cols", "rows")
+
+    def __init__(self, table: Table, cols: tuple[str, ...]) -> None:
+        self.table, self.cols = table, cols
+        self.rows: list[Sequence[Any]] = []
+
+
+class Update:
+    """Rows to UPDATE by primary key (`keys`' values first, then `cols`')."""
+    __slots__ = ("table", "keys", "cols", "rows")
+
+    def __init__(self, table: Table, keys: tuple[str, ...], cols: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
+        self.table, self.keys, self.cols, self.rows = table, keys, cols, rows
+
+
+def fits_one_statement(inserts: Sequence[Insert], updates: Sequence[Update]) -> bool:
+    """Small enough for write_batch (bigger batches: a statement per table, chunked or COPY, as above)."""
+    return (all(len(i.rows) < COPY_ABOVE for i in inserts) and all(len(u.rows) <= UPDATE_CHUNK for u in updates)
+            and sum(len(i.rows) for i in inserts) + sum(len(u.rows) for u in updates) <= 4 * UPDATE_CHUNK)
+
+
+def write_batch(s: Session, inserts: Sequence[Insert], updates: Sequence[Update]) -> list[int]:
+    """PostgreSQL only: every insert and update (and, when the session has a fence, its epoch check) in one
+    statement. Returns how many rows each update changed (fewer than given: some did not exist). A fence that finds
+    another leader raises (its `checked`) after the statement: the caller rolls back."""
+    inserts = [i for i in inserts if i.rows]
+    updates = [u for u in updates if u.rows]
+    fence = s.info.get(FENCE_INFO)
+    parts: list[str] = []
+    params: list[Any] = []
+    for n, ins in enumerate(inserts):
+        marks = "(" + ", ".join("%s" for _ in ins.cols) + ")"
+        column_list = ", ".join(f'"{c}"' for c in ins.cols)
+        parts.append(f'i{n} AS (INSERT INTO "{ins.table.name}" ({column_list}) VALUES '
+                     + ", ".join(marks for _ in ins.rows) + " RETURNING 1)")
+        for r in ins.rows:
+            params.extend(r)
+    for n, up in enumerate(updates):
+        parts.append(f"u{n} AS ({_pg_update_sql(up.table, up.keys, up.cols)} RETURNING 1)")
+        width = len(up.keys) + len(up.cols)
+        params.extend([r[i] for r in up.rows] for i in range(width))
+    selects = [f"(SELECT count(*) FROM u{n})" for n in range(len(updates))]
+    if fence is not None:
+        parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
+        params.append(list(fence.keys))
+        selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
+    if not parts:
+        return []
+    # the inserts' CTEs are referenced nowhere: PostgreSQL runs a data-modifying CTE whether or not it is read
+    sql = "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")
+    cur, _ = cursor(s)
+    try:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    count_statement("BATCH", "*")
+    counts = [int(c) for c in row[:len(updates)]]
+    if fence is not None:
+        fence.checked(s, list(zip(row[-2] or [], row[-1] or [], strict=True)))
+    return counts
