@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -244,6 +245,8 @@ def main() -> None:
             loop = closed_loop(stub, watch, d, a.clients, a.seconds, a.size, a.duration, parse_seconds(a.duration))
         res = {
             "store": a.store,
+            # PostgreSQL's driver: psycopg2, or psycopg 3 with PELOTON_TEST_PG_URL=postgresql+psycopg://...
+            "driver": make_url(d.pg_url).get_driver_name() if d.pg_url else "",
             "workload": f"sim backend, {a.hosts} hosts ({a.host_resources}, {a.racks} racks); gangs of 1-GPU "
                         f"members (cpu=1, mem=1Gi)",
             "daemon_start_s": started_s,
@@ -294,7 +297,7 @@ def main() -> None:
     ]
     if res["profile"]:
         rows += profile_rows(res["profile"])
-    print(f"sim backend end to end, {a.store}: {res['workload']}")
+    print(f"sim backend end to end, {a.store}{' (' + res['driver'] + ')' if res['driver'] else ''}: {res['workload']}")
     print(table(rows))
     print(f"  json: {write_results(f'sim-{a.store}', res, a.json)}")
 

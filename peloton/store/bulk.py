@@ -37,6 +37,11 @@ def cursor(s: Session) -> tuple[Any, str]:
     return dbapi.cursor(), conn.dialect.name
 
 
+def _psycopg3(s: Session) -> bool:
+    """The PostgreSQL driver is psycopg 3 (`postgresql+psycopg://`), not psycopg2."""
+    return s.get_bind().dialect.driver == "psycopg"
+
+
 def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ...],
                 rows: Sequence[Sequence[Any]]) -> int:
     """UPDATE the rows whose primary key (`keys`) is each row's first values, setting `cols` to the rest.
@@ -72,6 +77,17 @@ def insert_rows(s: Session, table: Table, cols: tuple[str, ...], rows: Sequence[
             marks = ", ".join("?" for _ in cols)
             cur.executemany(f'INSERT INTO "{table.name}" ({column_list}) VALUES ({marks})', rows)
             count_statement("INSERT", table.name)
+        elif _psycopg3(s):  # no execute_values: one multi-row INSERT, or COPY (binary-safe rows, no text to escape)
+            if len(rows) < COPY_ABOVE:
+                marks = "(" + ", ".join("%s" for _ in cols) + ")"
+                cur.execute(f'INSERT INTO "{table.name}" ({column_list}) VALUES ' + ", ".join(marks for _ in rows),
+                            [v for r in rows for v in r])
+                count_statement("INSERT", table.name)
+            else:
+                with cur.copy(f'COPY "{table.name}" ({column_list}) FROM STDIN') as copy:
+                    for r in rows:
+                        copy.write_row(r)
+                count_statement("COPY", table.name)
         elif len(rows) < COPY_ABOVE:
             execute_values(cur, f'INSERT INTO "{table.name}" ({column_list}) VALUES %s', rows, page_size=1000)
             count_statement("INSERT", table.name)
@@ -148,33 +164,12 @@ def fits_one_statement(inserts: Sequence[Insert], updates: Sequence[Update]) -> 
 
 def write_batch(s: Session, inserts: Sequence[Insert], updates: Sequence[Update]) -> list[int]:
     """PostgreSQL only: every insert and update (and, when the session has a fence, its epoch check) in one
-    statement. Returns how many rows each update changed (fewer than given: some did not exist). A fence that finds
-    another leader raises (its `checked`) after the statement: the caller rolls back."""
-    inserts = [i for i in inserts if i.rows]
-    updates = [u for u in updates if u.rows]
+    statement. Returns how many rows each update with rows changed (fewer than given: some did not exist). A fence
+    that finds another leader raises (its `checked`) after the statement: the caller rolls back."""
     fence = s.info.get(FENCE_INFO)
-    parts: list[str] = []
-    params: list[Any] = []
-    for n, ins in enumerate(inserts):
-        marks = "(" + ", ".join("%s" for _ in ins.cols) + ")"
-        column_list = ", ".join(f'"{c}"' for c in ins.cols)
-        parts.append(f'i{n} AS (INSERT INTO "{ins.table.name}" ({column_list}) VALUES '
-                     + ", ".join(marks for _ in ins.rows) + " RETURNING 1)")
-        for r in ins.rows:
-            params.extend(r)
-    for n, up in enumerate(updates):
-        parts.append(f"u{n} AS ({_pg_update_sql(up.table, up.keys, up.cols)} RETURNING 1)")
-        width = len(up.keys) + len(up.cols)
-        params.extend([r[i] for r in up.rows] for i in range(width))
-    selects = [f"(SELECT count(*) FROM u{n})" for n in range(len(updates))]
-    if fence is not None:
-        parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
-        params.append(list(fence.keys))
-        selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
-    if not parts:
+    sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys))
+    if not sql:
         return []
-    # the inserts' CTEs are referenced nowhere: PostgreSQL runs a data-modifying CTE whether or not it is read
-    sql = "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")
     cur, _ = cursor(s)
     try:
         cur.execute(sql, params)
@@ -182,7 +177,36 @@ def write_batch(s: Session, inserts: Sequence[Insert], updates: Sequence[Update]
     finally:
         cur.close()
     count_statement("BATCH", "*")
-    counts = [int(c) for c in row[:len(updates)]]
+    n = sum(1 for u in updates if u.rows)
     if fence is not None:
-        fence.checked(s, list(zip(row[-2] or [], row[-1] or [], strict=True)))
-    return counts
+        fence.checked(s, list(zip(row[n] or [], row[n + 1] or [], strict=True)))
+    return [int(c) for c in row[:n]]
+
+
+def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update],
+              fence_keys: list[str] | None) -> tuple[str, list[Any]]:
+    """write_batch's statement and parameters ("" when there is nothing to send). It selects the count of each
+    update's rows, then the fence's keys and values (two arrays, in key order)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for n, ins in enumerate(i for i in inserts if i.rows):
+        marks = "(" + ", ".join("%s" for _ in ins.cols) + ")"
+        column_list = ", ".join(f'"{c}"' for c in ins.cols)
+        parts.append(f'i{n} AS (INSERT INTO "{ins.table.name}" ({column_list}) VALUES '
+                     + ", ".join(marks for _ in ins.rows) + " RETURNING 1)")
+        for r in ins.rows:
+            params.extend(r)
+    selects: list[str] = []
+    for n, up in enumerate(u for u in updates if u.rows):
+        parts.append(f"u{n} AS ({_pg_update_sql(up.table, up.keys, up.cols)} RETURNING 1)")
+        width = len(up.keys) + len(up.cols)
+        params.extend([r[i] for r in up.rows] for i in range(width))
+        selects.append(f"(SELECT count(*) FROM u{n})")
+    if fence_keys is not None:
+        parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
+        params.append(fence_keys)
+        selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
+    if not parts:
+        return "", []
+    # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
+    return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1"), params

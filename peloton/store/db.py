@@ -149,8 +149,9 @@ def _make_engine(url: str, application_name: str = "", durability: str = FULL) -
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
-    engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
-                           executemany_mode="values_plus_batch",
+    # psycopg2 by default; `postgresql+psycopg://` picks psycopg 3 (measured against it: docs/performance.md)
+    psycopg2_only = {"executemany_mode": "values_plus_batch"} if make_url(url).get_driver_name() == "psycopg2" else {}
+    engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10, **psycopg2_only,
                            connect_args={"connect_timeout": 5,
                                          **({"application_name": application_name} if application_name else {}),
                                          # set either way: the server's own default may be off
@@ -220,7 +221,13 @@ def _dbapi_unavailable() -> tuple[type[BaseException], ...]:
 
     import psycopg2
 
-    return (sqlite3.OperationalError, sqlite3.InterfaceError, psycopg2.OperationalError, psycopg2.InterfaceError)
+    out: tuple[type[BaseException], ...] = (sqlite3.OperationalError, sqlite3.InterfaceError,
+                                            psycopg2.OperationalError, psycopg2.InterfaceError)
+    try:
+        import psycopg  # psycopg 3, when installed (not a dependency)
+    except ImportError:
+        return out
+    return (*out, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 _DBAPI_UNAVAILABLE = _dbapi_unavailable()

@@ -454,14 +454,7 @@ class Writes:
     def send(self, s: Session, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
              tasks: Sequence[Task] = ()) -> None:
         """Send what was gathered, and the updates of `jobs`, `gangs`, `tasks` (by primary key)."""
-        updates = [
-            bulk.Update(_JOBS, ("id",), _JOB_COLS, [_job_update_row(j) for j in jobs]),
-            bulk.Update(_GANGS, ("job_id", "idx"), _GANG_COLS, [_gang_update_row(g) for g in gangs]),
-            bulk.Update(_TASKS, ("job_id", "instance"), _TASK_COLS,
-                        [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks])]
-        inserts = [bulk.Insert(_JOBS, tuple(self._jobs[0])) if self._jobs else bulk.Insert(_JOBS, ()),
-                   *self._inserts.values()]
-        inserts[0].rows = [tuple(r[c] for c in inserts[0].cols) for r in self._jobs]
+        inserts, updates = self.parts(jobs, gangs, tasks)
         created = self._created
         if (s.get_bind().dialect.name == "postgresql" and bulk.fits_one_statement(inserts, updates)
                 # one statement's parts share a snapshot: an update cannot see a row inserted beside it
@@ -482,6 +475,19 @@ class Writes:
                 _update(s, up.table, up.keys, up.cols, up.rows, what)
         if inserts[3].rows:
             bulk.insert_rows(s, _EVENTS, inserts[3].cols, inserts[3].rows)
+
+    def parts(self, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
+              tasks: Sequence[Task] = ()) -> tuple[list[bulk.Insert], list[bulk.Update]]:
+        """The rows to send: inserts of jobs, gangs, tasks, events; updates of jobs, gangs, tasks (some empty)."""
+        updates = [
+            bulk.Update(_JOBS, ("id",), _JOB_COLS, [_job_update_row(j) for j in jobs]),
+            bulk.Update(_GANGS, ("job_id", "idx"), _GANG_COLS, [_gang_update_row(g) for g in gangs]),
+            bulk.Update(_TASKS, ("job_id", "instance"), _TASK_COLS,
+                        [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks])]
+        inserts = [bulk.Insert(_JOBS, tuple(self._jobs[0])) if self._jobs else bulk.Insert(_JOBS, ()),
+                   *self._inserts.values()]
+        inserts[0].rows = [tuple(r[c] for c in inserts[0].cols) for r in self._jobs]
+        return inserts, updates
 
     def _taken(self) -> str:
         return f"job {self._jobs[0]['id']!r} already exists" if len(self._jobs) == 1 else \
