@@ -158,6 +158,16 @@ class Daemon:
                 total += float(m.group(3))
         return total
 
+    def metric_samples(self, name: str) -> dict[tuple[tuple[str, str], ...], float]:
+        """Every sample of a Prometheus metric: {its labels (sorted (name, value) pairs): value}."""
+        text = urllib.request.urlopen(self.metrics, timeout=10).read().decode()
+        out: dict[tuple[tuple[str, str], ...], float] = {}
+        for line in text.splitlines():
+            m = re.match(r"([a-zA-Z_:]+)(\{[^}]*\})?\s+(\S+)", line)
+            if m and m.group(1) == name:
+                out[tuple(sorted(re.findall(r'(\w+)="([^"]*)"', m.group(2) or "")))] = float(m.group(3))
+        return out
+
     @contextlib.contextmanager
     def profiled(self, out: str | None) -> Iterator[None]:
         """py-spy (if installed) samples the daemon while the block runs (only the samples of threads holding the

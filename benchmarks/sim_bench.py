@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from sqlalchemy.engine import make_url
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
@@ -148,6 +149,7 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
             with lock:
                 errors.append(f"{type(e).__name__}: {e}")
 
+    targets0 = d.metric_samples(TARGETS)
     stmts0 = d.metric("peloton_store_statements_total", kind="statement")
     commits0 = d.metric("peloton_store_statements_total", kind="commit")
     writer0 = writer_snapshot(d)
@@ -170,16 +172,32 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
     commits = d.metric("peloton_store_statements_total", kind="commit") - commits0
     gangs = len(lat)
     per = max(gangs, 1)
+    targets = statements_by_target(targets0, d.metric_samples(TARGETS), per)
     return {
         "clients": clients, "gang_size": size, "member_duration": duration, "seconds": elapsed,
         "gangs": gangs, "tasks": gangs * size, "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed,
         "latency": summary(lat), "errors": errors[:20], "error_count": len(errors),
         "drain_s": drain, "store_statements_per_gang": stmts / per, "store_commits_per_gang": commits / per,
+        "store_statements_per_gang_by_target": targets,
         "daemon_cpu_ms_per_gang": 1000 * cpu["daemon_cpu_s"] / per,
         "clients_cpu_ms_per_gang": 1000 * cpu["clients_cpu_s"] / per,
         "postgres_db_cpu_ms_per_gang": 1000 * cpu["postgres_db_cpu_s"] / per,
         "cpu": cpu, "writer": writer,
     }
+
+
+TARGETS = "peloton_store_statement_targets_total"
+
+
+def statements_by_target(before: dict[Any, float], after: dict[Any, float], per: float) -> dict[str, float]:
+    """Statements per gang by "VERB table" (the daemon's peloton_store_statement_targets_total), most first."""
+    out: dict[str, float] = {}
+    for labels, v in after.items():
+        n = (v - before.get(labels, 0.0)) / per
+        if n > 0.005:
+            d = dict(labels)
+            out[f"{d.get('op', '?')} {d.get('table', '')}".strip()] = round(n, 2)
+    return dict(sorted(out.items(), key=lambda kv: -kv[1]))
 
 
 def parse_seconds(text: str) -> float:
@@ -227,6 +245,8 @@ def main() -> None:
             loop = closed_loop(stub, watch, d, a.clients, a.seconds, a.size, a.duration, parse_seconds(a.duration))
         res = {
             "store": a.store,
+            # PostgreSQL's driver: psycopg2, or psycopg 3 with PELOTON_TEST_PG_URL=postgresql+psycopg://...
+            "driver": make_url(d.pg_url).get_driver_name() if d.pg_url else "",
             "workload": f"sim backend, {a.hosts} hosts ({a.host_resources}, {a.racks} racks); gangs of 1-GPU "
                         f"members (cpu=1, mem=1Gi)",
             "daemon_start_s": started_s,
@@ -258,6 +278,8 @@ def main() -> None:
         ("  latency under load p50 / p99", f"{t['latency']['p50_ms']:.1f} / {t['latency']['p99_ms']:.1f} ms"),
         ("  store statements / commits per gang",
          f"{t['store_statements_per_gang']:.1f} / {t['store_commits_per_gang']:.1f}"),
+        ("    statements per gang by verb and table", ", ".join(
+            f"{k} {v:.1f}" for k, v in t["store_statements_per_gang_by_target"].items()) or "-"),
         ("  daemon CPU per gang", f"{t['daemon_cpu_ms_per_gang']:.1f} ms"),
         ("  clients CPU per gang", f"{t['clients_cpu_ms_per_gang']:.1f} ms"),
         ("  postgres (this db) CPU per gang", f"{t['postgres_db_cpu_ms_per_gang']:.1f} ms"),
@@ -275,7 +297,7 @@ def main() -> None:
     ]
     if res["profile"]:
         rows += profile_rows(res["profile"])
-    print(f"sim backend end to end, {a.store}: {res['workload']}")
+    print(f"sim backend end to end, {a.store}{' (' + res['driver'] + ')' if res['driver'] else ''}: {res['workload']}")
     print(table(rows))
     print(f"  json: {write_results(f'sim-{a.store}', res, a.json)}")
 

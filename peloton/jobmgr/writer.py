@@ -238,6 +238,7 @@ class Writer:
         created: list[policy.JobView] = []
         deleted: list[str] = []
         with transaction(self.sessions) as s:
+            writes = repo.Writes()  # sent together at the end: on PostgreSQL one statement (store/bulk.py)
             need = set(self._reload)
             for m in batch:
                 need.update(m.job_ids)
@@ -258,8 +259,8 @@ class Writer:
                     assert m.view is not None
                     jv = m.view
                     if not m.inserted:
-                        repo.insert_job(s, jv.job, [gv.gang for gv in jv.gangs.values()], list(jv.tasks.values()))
-                        repo.append_task_events(s, m.events)
+                        writes.insert_job(jv.job, [gv.gang for gv in jv.gangs.values()], list(jv.tasks.values()))
+                        writes.append_task_events(m.events)
                         ROWS.labels("tasks").inc(len(jv.tasks))
                     else:
                         eff.touch_job(jv.job)
@@ -268,6 +269,8 @@ class Writer:
                     eff.enqueue += [(jv.job.id, i) for i in jv.gangs]
                     results.append((m, jv.job.id))
                 elif m.kind == Kind.DELETE:
+                    writes.send(s)  # a job created earlier in this batch is in the store before it is deleted
+                    writes = repo.Writes()
                     for jid in m.job_ids:
                         repo.delete_job(s, jid)
                         self.cache.pop(jid, None)
@@ -278,7 +281,7 @@ class Writer:
                     applied = m.apply(views, now)
                     eff.merge(applied)
                     results.append((m, applied))
-            self._write(s, eff)
+            self._write(s, writes, eff)
 
         def done() -> None:
             for m, r in results:
@@ -299,19 +302,13 @@ class Writer:
         return done
 
     @staticmethod
-    def _write(s: Session, eff: policy.Effects) -> None:
-        if eff.jobs:
-            repo.update_jobs(s, list(eff.jobs.values()))
-            ROWS.labels("jobs").inc(len(eff.jobs))
-        if eff.gangs:
-            repo.update_gangs(s, list(eff.gangs.values()))
-            ROWS.labels("gangs").inc(len(eff.gangs))
-        if eff.tasks:
-            repo.update_tasks(s, list(eff.tasks.values()))
-            ROWS.labels("tasks").inc(len(eff.tasks))
-        if eff.events:
-            repo.append_task_events(s, eff.events)
-            ROWS.labels("task_events").inc(len(eff.events))
+    def _write(s: Session, writes: repo.Writes, eff: policy.Effects) -> None:
+        writes.append_task_events(eff.events)
+        writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()))
+        ROWS.labels("jobs").inc(len(eff.jobs))
+        ROWS.labels("gangs").inc(len(eff.gangs))
+        ROWS.labels("tasks").inc(len(eff.tasks))
+        ROWS.labels("task_events").inc(len(eff.events))
 
 
 

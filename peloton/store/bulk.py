@@ -9,6 +9,12 @@ events) are most of what the job manager writes. Everything else goes through SQ
   `UPDATE ... FROM unnest(<an array per column>)` per chunk, so a batch is one round trip whatever its size.
 - INSERT: SQLite, one executemany; PostgreSQL, one multi-row INSERT (psycopg2's execute_values) or, for big
   batches, COPY (several times faster again: nothing to render).
+- A whole group commit (write_batch, PostgreSQL): the inserts and updates of every table and the fence's epoch
+  check as one statement of data-modifying CTEs, so a batch is one round trip and the commit (issue 24: 11
+  statements per gang down to 2).
+
+On psycopg 3 (`postgresql+psycopg://`, measured and not adopted: docs/performance.md) the same, without
+execute_values (a multi-row INSERT of its own) and with COPY written row by row.
 """
 
 from __future__ import annotations
@@ -23,7 +29,7 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from peloton.store.db import STATEMENTS
+from peloton.store.db import count_statement
 
 UPDATE_CHUNK = 250  # rows per PostgreSQL UPDATE statement
 COPY_ABOVE = 500  # rows: COPY beats a rendered multi-row INSERT on PostgreSQL above this
@@ -35,6 +41,11 @@ def cursor(s: Session) -> tuple[Any, str]:
     dbapi = conn.connection.dbapi_connection
     assert dbapi is not None  # (None only once the connection is closed)
     return dbapi.cursor(), conn.dialect.name
+
+
+def _psycopg3(s: Session) -> bool:
+    """The PostgreSQL driver is psycopg 3 (`postgresql+psycopg://`), not psycopg2."""
+    return s.get_bind().dialect.driver == "psycopg"
 
 
 def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ...],
@@ -53,10 +64,10 @@ def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str
                 chunk = rows[start:start + UPDATE_CHUNK]
                 cur.execute(sql, [[r[i] for r in chunk] for i in range(width)])
                 n += cur.rowcount
-                STATEMENTS.labels("statement").inc()
+                count_statement("UPDATE", table.name)
             return n
         cur.executemany(_sqlite_update_sql(table.name, keys, cols), [(*r[len(keys):], *r[:len(keys)]) for r in rows])
-        STATEMENTS.labels("statement").inc()
+        count_statement("UPDATE", table.name)
         return int(cur.rowcount)
     finally:
         cur.close()
@@ -71,12 +82,25 @@ def insert_rows(s: Session, table: Table, cols: tuple[str, ...], rows: Sequence[
         if dialect != "postgresql":
             marks = ", ".join("?" for _ in cols)
             cur.executemany(f'INSERT INTO "{table.name}" ({column_list}) VALUES ({marks})', rows)
+            count_statement("INSERT", table.name)
+        elif _psycopg3(s):  # no execute_values: one multi-row INSERT, or COPY (binary-safe rows, no text to escape)
+            if len(rows) < COPY_ABOVE:
+                marks = "(" + ", ".join("%s" for _ in cols) + ")"
+                cur.execute(f'INSERT INTO "{table.name}" ({column_list}) VALUES ' + ", ".join(marks for _ in rows),
+                            [v for r in rows for v in r])
+                count_statement("INSERT", table.name)
+            else:
+                with cur.copy(f'COPY "{table.name}" ({column_list}) FROM STDIN') as copy:
+                    for r in rows:
+                        copy.write_row(r)
+                count_statement("COPY", table.name)
         elif len(rows) < COPY_ABOVE:
             execute_values(cur, f'INSERT INTO "{table.name}" ({column_list}) VALUES %s', rows, page_size=1000)
+            count_statement("INSERT", table.name)
         else:
             data = "".join("\t".join(_copy_field(v) for v in r) + "\n" for r in rows)
             cur.copy_expert(f'COPY "{table.name}" ({column_list}) FROM STDIN', io.StringIO(data))
-        STATEMENTS.labels("statement").inc()
+            count_statement("COPY", table.name)
     finally:
         cur.close()
 
@@ -109,3 +133,86 @@ def _copy_field(v: Any) -> str:
     if "\\" in text or "\t" in text or "\n" in text or "\r" in text:
         text = text.replace("\\", "\\\\").replace("\t", "\\t").replace("\n", "\\n").replace("\r", "\\r")
     return text
+
+
+# --- a whole batch in one statement (PostgreSQL) -----------------------------------------------------------------
+# A group commit's writes (new jobs' rows, the updates of jobs, gangs and tasks, the task events) and the fence's
+# epoch check (leadership/fence.py) as one statement of data-modifying CTEs: one round trip and one parse for the
+# whole batch instead of one per table, then the commit. The sub-statements share one snapshot, so a row must not be
+# both inserted and updated in one batch (the caller sends those one table at a time), and the foreign keys are
+# checked at the end of the statement, when every CTE's rows are in.
+FENCE_INFO = "peloton.fence"  # Session.info: the object whose epochs every commit checks (Fence)
+FENCE_CHECKED = "peloton.fence.checked"  # Session.info: this transaction's epochs were read with its writes
+
+
+class Insert:
+    """Rows to INSERT into one table: every row has `cols`, in that order."""
+    __slots__ = ("table", "cols", "rows")
+
+    def __init__(self, table: Table, cols: tuple[str, ...]) -> None:
+        self.table, self.cols = table, cols
+        self.rows: list[Sequence[Any]] = []
+
+
+class Update:
+    """Rows to UPDATE by primary key (`keys`' values first, then `cols`')."""
+    __slots__ = ("table", "keys", "cols", "rows")
+
+    def __init__(self, table: Table, keys: tuple[str, ...], cols: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
+        self.table, self.keys, self.cols, self.rows = table, keys, cols, rows
+
+
+def fits_one_statement(inserts: Sequence[Insert], updates: Sequence[Update]) -> bool:
+    """Small enough for write_batch (bigger batches: a statement per table, chunked or COPY, as above)."""
+    return (all(len(i.rows) < COPY_ABOVE for i in inserts) and all(len(u.rows) <= UPDATE_CHUNK for u in updates)
+            and sum(len(i.rows) for i in inserts) + sum(len(u.rows) for u in updates) <= 4 * UPDATE_CHUNK)
+
+
+def write_batch(s: Session, inserts: Sequence[Insert], updates: Sequence[Update]) -> list[int]:
+    """PostgreSQL only: every insert and update (and, when the session has a fence, its epoch check) in one
+    statement. Returns how many rows each update with rows changed (fewer than given: some did not exist). A fence
+    that finds another leader raises (its `checked`) after the statement: the caller rolls back."""
+    fence = s.info.get(FENCE_INFO)
+    sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys))
+    if not sql:
+        return []
+    cur, _ = cursor(s)
+    try:
+        cur.execute(sql, params)
+        row = cur.fetchone()
+    finally:
+        cur.close()
+    count_statement("BATCH", "*")
+    n = sum(1 for u in updates if u.rows)
+    if fence is not None:
+        fence.checked(s, list(zip(row[n] or [], row[n + 1] or [], strict=True)))
+    return [int(c) for c in row[:n]]
+
+
+def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update],
+              fence_keys: list[str] | None) -> tuple[str, list[Any]]:
+    """write_batch's statement and parameters ("" when there is nothing to send). It selects the count of each
+    update's rows, then the fence's keys and values (two arrays, in key order)."""
+    parts: list[str] = []
+    params: list[Any] = []
+    for n, ins in enumerate(i for i in inserts if i.rows):
+        marks = "(" + ", ".join("%s" for _ in ins.cols) + ")"
+        column_list = ", ".join(f'"{c}"' for c in ins.cols)
+        parts.append(f'i{n} AS (INSERT INTO "{ins.table.name}" ({column_list}) VALUES '
+                     + ", ".join(marks for _ in ins.rows) + " RETURNING 1)")
+        for r in ins.rows:
+            params.extend(r)
+    selects: list[str] = []
+    for n, up in enumerate(u for u in updates if u.rows):
+        parts.append(f"u{n} AS ({_pg_update_sql(up.table, up.keys, up.cols)} RETURNING 1)")
+        width = len(up.keys) + len(up.cols)
+        params.extend([r[i] for r in up.rows] for i in range(width))
+        selects.append(f"(SELECT count(*) FROM u{n})")
+    if fence_keys is not None:
+        parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
+        params.append(fence_keys)
+        selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
+    if not parts:
+        return "", []
+    # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
+    return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1"), params

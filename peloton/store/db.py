@@ -8,6 +8,7 @@ A store that cannot be reached (connection refused or lost, SQLite locked past i
 from __future__ import annotations
 
 import contextlib
+import re
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -32,6 +33,26 @@ TRANSACTIONS = Histogram("peloton_store_transaction_seconds", "One store transac
                          "by kind (read, write)", ["kind"],
                          buckets=(0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 10.0))
 _TX = {kind: TRANSACTIONS.labels(kind) for kind in ("read", "write")}
+# Which statements those are: the SQL verb and the first table named (a batch of several tables in one statement,
+# bulk.write_batch: op "BATCH", table "*"). For the benchmarks' per-gang breakdown (sim_bench.py).
+STATEMENT_TARGETS = Counter("peloton_store_statement_targets_total", "SQL statements sent to the store, by SQL verb "
+                            "and first table named", ["op", "table"])
+_TARGET = re.compile(r'\b(?:FROM|INTO|UPDATE)\s+"?(\w+)', re.IGNORECASE)
+
+
+def count_statement(op: str, table: str) -> None:
+    """One statement sent (the hot paths that bypass SQLAlchemy count their own: bulk.py, fence.py)."""
+    STATEMENTS.labels("statement").inc()
+    STATEMENT_TARGETS.labels(op, table).inc()
+
+
+def _target(statement: str) -> tuple[str, str]:
+    """(verb, first table) of a statement's text, cheaply (once per statement sent through SQLAlchemy)."""
+    words = statement.lstrip().split(None, 1)
+    op = words[0].upper() if words else "?"
+    m = _TARGET.search(statement)
+    return op, (m.group(1) if m else "")
+
 
 def _migrations_dir() -> Path:
     """The Alembic scripts: inside the package when installed from a wheel (setup.py puts them there), else the
@@ -73,8 +94,9 @@ def _count_statements(engine: Engine) -> Engine:
     stmt, commit = STATEMENTS.labels("statement"), STATEMENTS.labels("commit")
 
     @event.listens_for(engine, "before_cursor_execute")
-    def _on_execute(*_args: Any) -> None:
+    def _on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
         stmt.inc()
+        STATEMENT_TARGETS.labels(*_target(statement)).inc()
 
     @event.listens_for(engine, "commit")
     def _on_commit(*_args: Any) -> None:
@@ -127,8 +149,9 @@ def _make_engine(url: str, application_name: str = "", durability: str = FULL) -
             conn.exec_driver_sql("BEGIN" if conn.get_execution_options().get(_READ_ONLY) else "BEGIN IMMEDIATE")
 
         return engine
-    engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10,
-                           executemany_mode="values_plus_batch",
+    # psycopg2 by default; `postgresql+psycopg://` picks psycopg 3 (measured against it: docs/performance.md)
+    psycopg2_only = {"executemany_mode": "values_plus_batch"} if make_url(url).get_driver_name() == "psycopg2" else {}
+    engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10, **psycopg2_only,
                            connect_args={"connect_timeout": 5,
                                          **({"application_name": application_name} if application_name else {}),
                                          # set either way: the server's own default may be off
@@ -198,7 +221,13 @@ def _dbapi_unavailable() -> tuple[type[BaseException], ...]:
 
     import psycopg2
 
-    return (sqlite3.OperationalError, sqlite3.InterfaceError, psycopg2.OperationalError, psycopg2.InterfaceError)
+    out: tuple[type[BaseException], ...] = (sqlite3.OperationalError, sqlite3.InterfaceError,
+                                            psycopg2.OperationalError, psycopg2.InterfaceError)
+    try:
+        import psycopg  # psycopg 3, when installed (not a dependency)
+    except ImportError:
+        return out
+    return (*out, psycopg.OperationalError, psycopg.InterfaceError)
 
 
 _DBAPI_UNAVAILABLE = _dbapi_unavailable()

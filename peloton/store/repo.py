@@ -407,8 +407,11 @@ def update_jobs(s: Session, jobs: Sequence[Job]) -> None:
     """Batch write of state, desired, reason, updated_at, completed_at (other columns stay). NotFound if a job does
     not exist; the other rows may have been written: the caller rolls back. The job manager's writer thread is the
     only caller (one write transaction per group commit)."""
-    _update(s, _JOBS, ("id",), _JOB_COLS,
-            [(j.id, JobState(j.state).value, j.desired, j.reason, j.updated_at, j.completed_at) for j in jobs], "jobs")
+    _update(s, _JOBS, ("id",), _JOB_COLS, [_job_update_row(j) for j in jobs], "jobs")
+
+
+def _job_update_row(j: Job) -> tuple[Any, ...]:
+    return (j.id, JobState(j.state).value, j.desired, j.reason, j.updated_at, j.completed_at)
 
 
 def delete_job(s: Session, job_id: str) -> None:
@@ -419,6 +422,98 @@ def delete_job(s: Session, job_id: str) -> None:
     for model in (TaskEventRow, TaskRow, GangRow):
         s.execute(delete(model).where(model.job_id == job_id).execution_options(**_NO_SYNC))
     s.execute(delete(JobRow).where(JobRow.id == job_id).execution_options(**_NO_SYNC))
+
+
+class Writes:
+    """A group commit's writes, gathered and then sent together (`send`): new jobs with their gangs, tasks and first
+    events, the updates of jobs, gangs and tasks, and task events. On PostgreSQL a batch that is not too big goes
+    as one statement with the fence's epoch check (bulk.write_batch: one round trip, then the commit); otherwise,
+    and on SQLite (in-process: no round trips to save), one statement per table, as the functions above send them.
+    Errors are theirs: AlreadyExists (field 'id') for a job id taken, NotFound for an update of a row that does
+    not exist; the caller rolls back."""
+
+    def __init__(self) -> None:
+        self._jobs: list[dict[str, Any]] = []
+        self._inserts = {t.name: bulk.Insert(t, ()) for t in (_GANGS, _TASKS, _EVENTS)}
+        self._created: set[str] = set()
+
+    def insert_job(self, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
+        # rendered now, as inserting it now would: a later change in this batch goes as an update
+        self._jobs.append(_job_to_dict(job))
+        self._add(_GANGS, [_gang_to_dict(g) for g in gangs])
+        self._add(_TASKS, [_task_to_dict(t) for t in tasks])
+        self._created.add(job.id)
+
+    def append_task_events(self, events: Sequence[TaskEvent]) -> None:
+        self._add(_EVENTS, [_event_to_dict(e) for e in events])
+
+    def _add(self, table: Table, rows: list[dict[str, Any]]) -> None:
+        if not rows:
+            return
+        ins = self._inserts[table.name]
+        if not ins.cols:
+            ins.cols = tuple(rows[0])
+        ins.rows.extend(tuple(r[c] for c in ins.cols) for r in rows)
+
+    def send(self, s: Session, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
+             tasks: Sequence[Task] = ()) -> None:
+        """Send what was gathered, and the updates of `jobs`, `gangs`, `tasks` (by primary key)."""
+        inserts, updates = self.parts(jobs, gangs, tasks)
+        created = self._created
+        if (s.get_bind().dialect.name == "postgresql" and bulk.fits_one_statement(inserts, updates)
+                # one statement's parts share a snapshot: an update cannot see a row inserted beside it
+                and not any(j.id in created for j in jobs)
+                and not any(g.job_id in created for g in gangs) and not any(t.job_id in created for t in tasks)):
+            self._send_one(s, inserts, updates)
+            return
+        if self._jobs:
+            try:
+                _core(s).execute(insert(_JOBS), self._jobs)
+            except IntegrityError as e:
+                raise AlreadyExists(self._taken(), field="id") from e
+        for ins in inserts[1:3]:  # gangs, tasks; the events after the updates, as before
+            if ins.rows:
+                bulk.insert_rows(s, ins.table, ins.cols, ins.rows)
+        for up, what in zip(updates, ("jobs", "gangs", "tasks"), strict=True):
+            if up.rows:
+                _update(s, up.table, up.keys, up.cols, up.rows, what)
+        if inserts[3].rows:
+            bulk.insert_rows(s, _EVENTS, inserts[3].cols, inserts[3].rows)
+
+    def parts(self, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
+              tasks: Sequence[Task] = ()) -> tuple[list[bulk.Insert], list[bulk.Update]]:
+        """The rows to send: inserts of jobs, gangs, tasks, events; updates of jobs, gangs, tasks (some empty)."""
+        updates = [
+            bulk.Update(_JOBS, ("id",), _JOB_COLS, [_job_update_row(j) for j in jobs]),
+            bulk.Update(_GANGS, ("job_id", "idx"), _GANG_COLS, [_gang_update_row(g) for g in gangs]),
+            bulk.Update(_TASKS, ("job_id", "instance"), _TASK_COLS,
+                        [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks])]
+        inserts = [bulk.Insert(_JOBS, tuple(self._jobs[0])) if self._jobs else bulk.Insert(_JOBS, ()),
+                   *self._inserts.values()]
+        inserts[0].rows = [tuple(r[c] for c in inserts[0].cols) for r in self._jobs]
+        return inserts, updates
+
+    def _taken(self) -> str:
+        return f"job {self._jobs[0]['id']!r} already exists" if len(self._jobs) == 1 else \
+            "a job of this batch already exists"
+
+    def _send_one(self, s: Session, inserts: list[bulk.Insert], updates: list[bulk.Update]) -> None:
+        try:
+            counts = bulk.write_batch(s, inserts, updates)
+        except Exception as e:
+            # a job id (or request id) taken: a unique key of the jobs table, or of its gangs' or tasks' (keyed by
+            # job id; the statement's parts run in no set order). psycopg2's own error: no SQLAlchemy here
+            if self._jobs and type(e).__name__ == "UniqueViolation" and \
+                    getattr(getattr(e, "diag", None), "table_name", None) in (_JOBS.name, _GANGS.name, _TASKS.name):
+                raise AlreadyExists(self._taken(), field="id") from e
+            raise
+        for up, n, what in zip([u for u in updates if u.rows], counts,
+                               [w for u, w in zip(updates, ("jobs", "gangs", "tasks"), strict=True) if u.rows],
+                               strict=True):
+            if n != len(up.rows):
+                sample = ", ".join("/".join(str(v) for v in r[:len(up.keys)]) for r in up.rows[:5])
+                raise NotFound(f"{len(up.rows) - n} of the {what} to update do not exist (batch of {len(up.rows)}: "
+                               f"{sample})")
 
 
 # --- gangs ------------------------------------------------------------------------------------------------
@@ -451,9 +546,12 @@ def gangs_in_states(s: Session, states: Sequence[GangState]) -> list[Gang]:
 def update_gangs(s: Session, gangs: Sequence[Gang]) -> None:
     """Batch write of state, attempt, reason, launch_deadline, updated_at, preemptions, plan (instances stay).
     NotFound if a gang does not exist; the other rows of the batch may have been written: the caller rolls back."""
-    _update(s, _GANGS, ("job_id", "idx"), _GANG_COLS,
-            [(g.job_id, g.index, GangState(g.state).value, g.attempt, g.reason, g.launch_deadline, g.updated_at,
-              g.preemptions, g.plan) for g in gangs], "gangs")
+    _update(s, _GANGS, ("job_id", "idx"), _GANG_COLS, [_gang_update_row(g) for g in gangs], "gangs")
+
+
+def _gang_update_row(g: Gang) -> tuple[Any, ...]:
+    return (g.job_id, g.index, GangState(g.state).value, g.attempt, g.reason, g.launch_deadline, g.updated_at,
+            g.preemptions, g.plan)
 
 
 # --- tasks ------------------------------------------------------------------------------------------------

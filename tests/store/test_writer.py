@@ -19,7 +19,7 @@ from peloton.domain.model import TaskEvent
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec
 from peloton.domain.states import JobState, TaskState
-from peloton.errors import NotFound, Unavailable
+from peloton.errors import AlreadyExists, NotFound, Unavailable
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
 from peloton.store import db, repo
@@ -122,17 +122,17 @@ def test_a_store_outage_fails_the_batch_with_unavailable_and_forgets_nothing(
 ) -> None:
     w, rec = writer
     create(w, "a")
-    real = repo.update_jobs
+    real = repo.Writes.send
 
-    def down(s: Session, jobs: Any) -> None:
+    def down(self: repo.Writes, s: Session, *args: Any) -> None:
         raise StoreUnavailable("the store is unavailable (test); retry later")
 
-    monkeypatch.setattr(repo, "update_jobs", down)
+    monkeypatch.setattr(repo.Writes, "send", down)
     performed = len(rec.performed)
     with pytest.raises(StoreUnavailable):
         w.run(stop("a"))
     assert len(rec.performed) == performed  # nothing of a batch that was not committed is acted upon
-    monkeypatch.setattr(repo, "update_jobs", real)
+    monkeypatch.setattr(repo.Writes, "send", real)
     assert w.read(lambda views: views["a"].job.state, ["a"]) == JobState.PENDING  # as the store has it
     w.run(stop("a"))
     with db.transaction(sessions) as s:
@@ -154,13 +154,14 @@ def test_a_status_update_of_a_big_job_writes_a_handful_of_rows(writer: tuple[Wri
     w, _ = writer
     create(w, "big", instances=3000, min_available=1)  # 3000 gangs of one
     written: list[int] = []
-    real = repo.update_tasks
+    real = repo.Writes.send
 
-    def counting(s: Session, tasks: Any) -> None:
-        written.append(len(tasks))
-        real(s, tasks)
+    def counting(self: repo.Writes, s: Session, jobs: Any = (), gangs: Any = (), tasks: Any = ()) -> None:
+        if tasks:
+            written.append(len(tasks))
+        real(self, s, jobs, gangs, tasks)
 
-    monkeypatch.setattr(repo, "update_tasks", counting)
+    monkeypatch.setattr(repo.Writes, "send", counting)
 
     def launch_first(views: Views, now: float) -> policy.Effects:
         from peloton.domain.placement import GangPlacement, MemberAssignment
@@ -229,3 +230,127 @@ def test_a_connection_lost_in_a_bulk_statement_is_an_outage_not_a_bug(sessions: 
             raise sqlite3.OperationalError("database is locked")
     with db.transaction(sessions) as s:  # and the store is usable again
         assert repo.get_meta(s, "k") is None
+
+
+def _statements() -> dict[tuple[str, str], float]:
+    """The store's statements so far, by (verb, table) (db.STATEMENT_TARGETS)."""
+    return {(s.labels["op"], s.labels["table"]): s.value for m in db.STATEMENT_TARGETS.collect() for s in m.samples
+            if s.name.endswith("_total")}
+
+
+def _sent(before: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
+    return {k: v - before.get(k, 0.0) for k, v in _statements().items() if v - before.get(k, 0.0)}
+
+
+def _queued(w: Writer, mutations: list[Mutation[Any]]) -> list[Future[Any]]:
+    """Submit `mutations` behind a blocker, so that they are committed as one batch."""
+    hold = threading.Event()
+    blocker = w.submit(Mutation(Kind.QUERY, query=lambda views: hold.wait(5)))
+    futures = [w.submit(m) for m in mutations]
+    hold.set()
+    blocker.result(5)
+    return futures
+
+
+def _creating(job_id: str) -> Mutation[Any]:
+    spec = JobSpec(name=job_id, instances=2, command="true", resources=Resources(cpu=1))
+    job, gangs, tasks = policy.new_job_records(job_id, spec, 10.0)
+    return Mutation(Kind.CREATE, view=policy.new_job_view(job, gangs, tasks),
+                    events=[TaskEvent(job_id, t.instance, 1, TaskState.PENDING, 10.0) for t in tasks], rows=2)
+
+
+def test_a_group_commit_sends_one_statement_on_postgresql_and_one_per_table_on_sqlite(
+        writer: tuple[Writer, Recorded], sessions: sessionmaker[Session], db_url: str) -> None:
+    w, _ = writer
+    for i in range(5):
+        create(w, f"old{i}")
+    before = _statements()
+    # new jobs with their first events, and stops of others (updates of jobs, gangs, tasks and more events)
+    for f in _queued(w, [_creating(f"new{i}") for i in range(5)] + [stop(f"old{i}") for i in range(5)]):
+        f.result(10)
+    sent = _sent(before)
+    if db_url.startswith("postgresql"):
+        assert sent == {("BATCH", "*"): 1}
+    else:
+        assert sent == {("INSERT", t): 1 for t in ("jobs", "gangs", "tasks", "task_events")} | {
+            ("UPDATE", t): 1 for t in ("jobs", "gangs", "tasks")} | {("BEGIN", ""): 1}  # (BEGIN IMMEDIATE)
+    with db.transaction(sessions) as s:
+        got = repo.get_jobs(s, [f"{p}{i}" for p in ("old", "new") for i in range(5)])
+        assert {j.id: j.state for j in got.values()} == {
+            **{f"old{i}": JobState.KILLED for i in range(5)}, **{f"new{i}": JobState.PENDING for i in range(5)}}
+        assert [(t.instance, t.state) for t in repo.get_tasks(s, "new3")] == [(0, TaskState.PENDING),
+                                                                                (1, TaskState.PENDING)]
+        assert len(repo.get_task_events(s, "new3", 0)) == 1
+        assert {t.state for t in repo.get_tasks(s, "old2")} == {TaskState.KILLED}
+
+
+def test_a_taken_job_id_fails_its_create_alone_in_a_batch(writer: tuple[Writer, Recorded],
+                                                          sessions: sessionmaker[Session]) -> None:
+    w, _ = writer
+    create(w, "a")
+    futures = _queued(w, [_creating("b"), _creating("a"), _creating("c")])
+    assert futures[0].result(10) == "b" and futures[2].result(10) == "c"
+    with pytest.raises(AlreadyExists, match="job 'a' already exists") as e:
+        futures[1].result(10)
+    assert e.value.field == "id"
+    with db.transaction(sessions) as s:
+        assert set(repo.get_jobs(s, ["a", "b", "c"])) == {"a", "b", "c"}
+
+
+def test_a_job_created_and_changed_in_one_batch(writer: tuple[Writer, Recorded],
+                                                sessions: sessionmaker[Session]) -> None:
+    """The update cannot go in the statement that inserts the row (one snapshot): it goes after it."""
+    w, _ = writer
+    for f in _queued(w, [_creating("a"), stop("a"), _creating("b")]):
+        f.result(10)
+    with db.transaction(sessions) as s:
+        assert repo.get_job(s, "a").state == JobState.KILLED and repo.get_job(s, "b").state == JobState.PENDING
+        assert {t.state for t in repo.get_tasks(s, "a")} == {TaskState.KILLED}
+
+
+def test_an_update_of_a_row_that_is_gone_fails_the_mutation(writer: tuple[Writer, Recorded],
+                                                            sessions: sessionmaker[Session]) -> None:
+    w, _ = writer
+    create(w, "a")
+    w.read(lambda views: views["a"], ["a"])  # cached
+    with db.transaction(sessions) as s:  # gone behind the writer's back (not something the daemon does)
+        s.execute(text("DELETE FROM task_events WHERE job_id = 'a'"))
+        s.execute(text("DELETE FROM tasks WHERE job_id = 'a'"))
+    with pytest.raises(NotFound, match="of the tasks to update do not exist"):
+        w.run(stop("a"))
+    with db.transaction(sessions) as s:
+        assert repo.get_job(s, "a").state == JobState.PENDING  # rolled back: not half written
+
+
+def test_the_fence_is_checked_in_the_batch_statement_and_refuses_a_replaced_leader(db_url: str) -> None:
+    from peloton.leadership.fence import EPOCH_KEY, Fence, Fenced, take_epochs
+
+    db.upgrade(db_url)
+    engines = [db.make_engine(db_url), db.make_engine(db_url)]
+    try:
+        a, b = db.make_sessions(engines[0]), db.make_sessions(engines[1])
+        told: list[str] = []
+        Fence(take_epochs(a)[EPOCH_KEY], told.append).install(a)
+        rec = Recorded()
+        w = Writer(a, rec.publish, rec.perform, clock=lambda: 50.0)
+        w.start()
+        try:
+            create(w, "a")
+            before = _statements()
+            w.run(stop("a"))
+            sent = _sent(before)
+            # PostgreSQL: the epochs are read in the batch's statement, not again before the commit
+            assert sent == ({("BATCH", "*"): 1} if db_url.startswith("postgresql") else
+                            {("UPDATE", "jobs"): 1, ("UPDATE", "gangs"): 1, ("UPDATE", "tasks"): 1,
+                             ("INSERT", "task_events"): 1, ("SELECT", "meta"): 1, ("BEGIN", ""): 1})
+            take_epochs(b)  # another daemon takes over
+            with pytest.raises(Fenced, match="no longer the store's leader"):
+                w.run(_creating("late"))
+            assert len(told) == 1
+        finally:
+            w.stop()
+        with db.transaction(b) as s:
+            assert repo.get_jobs(s, ["late"]) == {}  # rolled back
+    finally:
+        for e in engines:
+            e.dispose()
