@@ -36,11 +36,13 @@ def run(mode: str, user: str, batches: int, batch: int, root: Path) -> dict[str,
     pool = SpawnerPool(1, inherited(os.environ))
     per_task: list[float] = []
     fds: list[int] = []
+    parent = root / mode / (user or "self")
+    parent.mkdir(mode=0o711, parents=True, exist_ok=True)  # prepare() makes the sandbox, not the dirs above it
     try:
         for b in range(batches + 1):  # the first batch starts the spawner: not counted
             tasks: list[dict[str, object]] = []
             for i in range(batch):
-                sandbox = root / mode / user / f"t{b}-{i}"
+                sandbox = parent / f"t{b}-{i}"
                 task: dict[str, object] = {"sandbox": str(sandbox), "command": "true", "env": {}, "files": {},
                                            "user": user, "root_allowed": False}
                 if mode == "cgroup":

@@ -11,7 +11,7 @@ from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchRes
 from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.hostmgr.backend import HostsCallback, StatusCallback
+from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
 from peloton.hostmgr.manager import HostManager
 
 
@@ -28,8 +28,9 @@ class FakeBackend:
         self.during_launch: list[object] = []  # run while "starting" (to interleave other calls)
         self.windows: dict[str, float] = {}  # maintenance the cluster manager announced
 
-    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback) -> None:
-        self.cb, self.hosts_cb = on_status, on_hosts_changed
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback,
+              on_statuses: StatusesCallback | None = None) -> None:
+        self.cb, self.hosts_cb, self.batch_cb = on_status, on_hosts_changed, on_statuses
 
     def stop(self) -> None:
         pass
