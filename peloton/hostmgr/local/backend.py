@@ -293,7 +293,7 @@ class LocalBackend:
         self._on_status: StatusCallback | None = None
         self._on_statuses: StatusesCallback | None = None
         self._journal = Journal(self._data_dir / JOURNAL_FILE, self._snapshot)
-        self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
+        self._monitor = ProcessMonitor(self._on_exit, self._on_timer, self._on_exits)
         self._cgroups: cgroups.TaskCgroups | None = None
         if task_cgroups == "auto":
             self._cgroups, why = cgroups.probe(self._data_dir)
@@ -683,21 +683,22 @@ class LocalBackend:
         except SpawnerDied as e:  # no spawner to be had (the backend is stopping)
             results = [Unknown(str(e))] * len(tasks)
         out: list[LaunchResult] = []
+        pids: list[Record] = []
         k = 0
         for lg in lgs:
-            out.append(self._settle(lg, results[k:k + len(lg.tasks)], reports))
+            out.append(self._settle(lg, results[k:k + len(lg.tasks)], pids, reports))
             k += len(lg.tasks)
             progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
+        self._journal.append(pids)  # (not durable: a wrapper writes its pid into its sandbox as well)
         return out
 
-    def _settle(self, lg: _Launch, results: Sequence[Started | NotStarted | Unknown | None],
+    def _settle(self, lg: _Launch, results: Sequence[Started | NotStarted | Unknown | None], pids: list[Record],
                 reports: list[TaskStatus]) -> LaunchResult:
-        """What the spawners did with one gang's members: watch what started, then the gang runs whole or is
-        stopped."""
+        """What the spawners did with one gang's members: watch what started (its pid record into `pids`), then
+        the gang runs whole or is stopped."""
         failure: tuple[str, str, bool] | None = None
         lost: Unknown | None = None
         killed = False
-        pids: list[Record] = []
         for t, r in zip(lg.tasks, results, strict=True):
             if isinstance(r, Started):
                 with self._lock:
@@ -719,8 +720,6 @@ class LocalBackend:
                 if pid and wrapper.is_wrapper(pid, t.sandbox):
                     with contextlib.suppress(OSError):
                         os.killpg(pid, signal.SIGKILL)
-        if pids:
-            self._journal.append(pids)
         if lost is not None:
             log.error("local backend: gang %s: %s", lg.gang.gang_id, lost.message)
             failure = failure or (lg.tasks[0].task_id, lost.message, False)
@@ -873,31 +872,41 @@ class LocalBackend:
 
     def _on_exit(self, task_id: str) -> None:
         """The wrapper has exited: reap it, read how the command ended, report."""
-        if task_id.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
-            self._continue_release(task_id[len(_CGROUP):])
-            return
-        with self._lock:
-            t = self._tasks.get(task_id)
-            if t is None or t.exited:
-                return
-            t.exited = True
-        # anything the command left in its group goes (the wrapper does this itself when it can), and in its
-        # cgroup: whatever session or group it moved to
-        with contextlib.suppress(OSError):
-            os.killpg(t.pid, signal.SIGKILL)
-        if t.cgroup:
-            self._release_cgroup(t.cgroup)
-        st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
-        self._unregister([t])
-        if t.aborted:
-            return
-        self._journal.append([{"op": "end", "task": t.task_id, "final": _status_to_json(st)}])
-        with self._lock:
-            self._remember_locked(st)
-            if not t.announced:
-                t.deferred = st  # reported right after RUNNING
-                return
-        self._report(st)
+        self._on_exits([task_id])
+
+    def _on_exits(self, keys: list[str]) -> None:
+        """Wrappers that have exited (and task cgroups being emptied that changed): for each, how its command
+        ended; then one journal hand-over and one report for them all."""
+        ends: list[Record] = []
+        reports: list[TaskStatus] = []
+        for key in keys:
+            if key.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
+                self._continue_release(key[len(_CGROUP):])
+                continue
+            with self._lock:
+                t = self._tasks.get(key)
+                if t is None or t.exited:
+                    continue
+                t.exited = True
+            # anything the command left in its group goes (the wrapper does this itself when it can), and in its
+            # cgroup: whatever session or group it moved to
+            with contextlib.suppress(OSError):
+                os.killpg(t.pid, signal.SIGKILL)
+            if t.cgroup:
+                self._release_cgroup(t.cgroup)
+            st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
+            self._unregister([t])
+            if t.aborted:
+                continue
+            ends.append({"op": "end", "task": t.task_id, "final": _status_to_json(st)})
+            with self._lock:
+                self._remember_locked(st)
+                if not t.announced:
+                    t.deferred = st  # reported right after RUNNING
+                    continue
+            reports.append(st)
+        self._journal.append(ends)
+        self._report_all(reports)
 
     def _release_cgroup(self, path: str) -> None:
         """Kill whatever is left in a task's cgroup and remove the cgroup once it is empty: its cgroup.events
