@@ -117,6 +117,19 @@ def launch_of(p: GangPlacement) -> GangLaunch:
                    m.ports) for m in p.members))
 
 
+def test_a_batch_of_statuses_is_logged_in_order_and_answers_a_waiting_poll_at_once() -> None:
+    hm, be = make()
+    assert be.batch_cb is not None
+    got: list[list[tuple[int, TaskStatus]]] = []
+    poll = threading.Thread(target=lambda: got.append(hm.wait_events(0, 10, 10.0)[0]))
+    poll.start()
+    be.batch_cb([TaskStatus(f"j-{i}-1", TaskState.RUNNING, 1.0, "h1") for i in range(3)]
+                + [TaskStatus("j-3-1", TaskState.SUCCEEDED, 1.0, "h2")])
+    poll.join(10)
+    # one wake, once the whole batch is in: the poll answers all of it (a wake per status could answer the first alone)
+    assert [[(seq, st.task_id) for seq, st in got[0]]] == [[(1, "j-0-1"), (2, "j-1-1"), (3, "j-2-1"), (4, "j-3-1")]]
+
+
 def test_updates_are_acknowledged_only_after_the_caller_says_they_are_persisted() -> None:
     hm, be = make()
     assert be.cb is not None

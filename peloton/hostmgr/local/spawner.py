@@ -294,6 +294,7 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
         if SETPRIV is not None and not subreaper:
             drop = [SETPRIV, f"--reuid={who.pw_uid}", f"--regid={who.pw_gid}",
                     f"--groups={','.join(str(g) for g in groups)}" if groups else "--clear-groups", "--"]
+            back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             os.chdir(sandbox)  # inherited by the child (this process has one thread): setpriv keeps it
             try:
                 return os.posix_spawn(
@@ -307,7 +308,8 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
                     setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
                 )
             finally:
-                os.chdir("/")
+                os.fchdir(back)
+                os.close(back)
         p = subprocess.Popen(
             args, executable=SHELL, cwd=sandbox, env=env,
             stdin=subprocess.DEVNULL if gate is None else gate, stdout=logs[0], stderr=logs[1], close_fds=True,
