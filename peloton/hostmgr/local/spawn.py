@@ -162,68 +162,84 @@ class SpawnerPool:
             sp.close()
 
     @contextlib.contextmanager
-    def _get(self, want: int = 1) -> Iterator[tuple[list[_Spawner], set[int]]]:
-        """1 to `want` spawners: the first waits for a permit, the others are taken only if free now. Each is
-        given back at the end, or closed if its index is in the yielded set (the caller adds the ones that died)
-        or an exception ended the block."""
-        self._sem.acquire()
-        permits = 1
-        while permits < want and self._sem.acquire(blocking=False):
-            permits += 1
-        sps: list[_Spawner] = []
-        failed: set[int] = set()
-        try:
-            for _ in range(permits):
-                sps.append(self._take())
-            yield sps, failed
-        except BaseException:
-            failed.update(range(len(sps)))
-            raise
-        finally:
-            for i, sp in enumerate(sps):
-                self._give_back(sp, i not in failed)
-            for _ in range(permits):
-                self._sem.release()
+    def _get(self) -> Iterator[_Spawner]:
+        """A spawner, waited for; given back at the end (closed if the block raised)."""
+        with self._sem:
+            sp = self._take()
+            ok = False
+            try:
+                yield sp
+                ok = True
+            finally:
+                self._give_back(sp, ok)
 
     def spawn(self, tasks: list[dict[str, object]]) -> list[Started | NotStarted]:
         """Start `tasks` in order (stopping at the first that cannot be started). SpawnerDied if the spawner
         went away meanwhile (it is replaced next time)."""
-        with self._get() as (sps, _):
-            return [r for r in sps[0].spawn(tasks) if r is not None]
+        with self._get() as sp:
+            return [r for r in sp.spawn(tasks) if r is not None]
 
     def spawn_many(self, tasks: list[dict[str, object]], per_spawner: int = 2
                    ) -> list[Started | NotStarted | Unknown | None]:
         """Start `tasks` in parallel over as many spawners as are free (up to one per `per_spawner` tasks; at
         least one, waited for), each taking a contiguous share. A task's `group` (its gang) is skipped by its
         spawner after another task of the group failed there (None: skipped). One entry per task, in order; a
-        spawner that died gives its tasks Unknown (it is replaced next time). Nothing here holds a lock while a
-        spawner works: the requests go out first, then the replies are read."""
+        spawner that died gives its tasks Unknown (it is replaced next time). No lock is held while a spawner
+        works: the requests go out first, then each reply is read and its spawner given back at once (a launch
+        beside this one waits for the first spawner free, not for the last)."""
         if not tasks:
             return []
         want = max(1, min(self.size, -(-len(tasks) // max(1, per_spawner))))
+        self._sem.acquire()
+        permits = 1
+        while permits < want and self._sem.acquire(blocking=False):
+            permits += 1
+        sps: list[_Spawner | None] = []
+        try:
+            for _ in range(permits):
+                sps.append(self._take())
+        except BaseException:
+            for sp in sps:
+                assert sp is not None
+                self._give_back(sp, False)
+            for _ in range(permits):
+                self._sem.release()
+            raise
+        n = len(sps)
+        bounds = [len(tasks) * i // n for i in range(n + 1)]
+        sent: list[str] = []
+        for i, sp in enumerate(sps):
+            assert sp is not None
+            try:
+                sp.send(tasks[bounds[i]:bounds[i + 1]])
+                sent.append("")
+            except SpawnerDied as e:
+                sent.append(str(e) or "its socket is closed")
         out: list[Started | NotStarted | Unknown | None] = []
-        with self._get(want) as (sps, failed):
-            n = len(sps)
-            bounds = [len(tasks) * i // n for i in range(n + 1)]
-            sent: list[bool] = []
+        try:
             for i, sp in enumerate(sps):
-                try:
-                    sp.send(tasks[bounds[i]:bounds[i + 1]])
-                    sent.append(True)
-                except SpawnerDied:
-                    sent.append(False)
-            for i, sp in enumerate(sps):
+                assert sp is not None
                 share = bounds[i + 1] - bounds[i]
+                ok = False
                 try:
-                    if not sent[i]:
-                        raise SpawnerDied("its socket is closed")
+                    if sent[i]:
+                        raise SpawnerDied(sent[i])
                     got: list[Started | NotStarted | Unknown | None] = list(sp.receive())
                     got += [None] * (share - len(got))  # after a task of no group failed: not tried
+                    ok = True
                 except SpawnerDied as e:
-                    failed.add(i)
                     log.error("local backend: a spawner died while starting %d tasks: %s", share, e)
                     got = [Unknown(f"the process starting tasks died: {e}")] * share
+                finally:
+                    sps[i] = None
+                    self._give_back(sp, ok)
+                    self._sem.release()
                 out += got
+        finally:  # (an exception above: what was not read is lost, as its spawners are)
+            for sp in sps:
+                if sp is not None:
+                    self._give_back(sp, False)
+                    self._sem.release()
         return out
 
     def close(self) -> None:
