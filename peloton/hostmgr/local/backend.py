@@ -639,7 +639,19 @@ class LocalBackend:
         if ready:
             for (i, _), r in zip(ready, self._start_gangs([lg for _, lg in ready], reports), strict=True):
                 results[i] = r
-        self._report_all(reports)  # RUNNING (and what ended meanwhile) of every gang: one hand-over, one wake
+        self._report_all(reports)  # RUNNING of every gang started (KILLED of those stopped): one hand-over, one wake
+        # only now may an end be reported as it comes (a member that ended meanwhile left its end for here: after
+        # its RUNNING, whichever thread saw it)
+        deferred: list[TaskStatus] = []
+        with self._lock:
+            for i, lg in ready:
+                if results[i].outcome == LaunchOutcome.OK:
+                    for t in lg.tasks:
+                        t.announced = True
+                        if t.deferred is not None:
+                            deferred.append(t.deferred)
+                            t.deferred = None
+        self._report_all(deferred)
         return [results[i] for i in range(len(gangs))]
 
     def _refusal_locked(self, g: GangLaunch) -> tuple[str, str] | None:
@@ -728,17 +740,10 @@ class LocalBackend:
         return self._abort(lg, failure, reports)
 
     def _announce(self, lg: _Launch, reports: list[TaskStatus]) -> LaunchResult:
-        """Every member's command has started: RUNNING, then whatever ended meanwhile (into `reports`)."""
+        """Every member's command has started: RUNNING (into `reports`; launch() reports what ended meanwhile
+        once these are out)."""
         now = self._clock()
-        with self._lock:
-            deferred = []
-            for t in lg.tasks:
-                t.announced = True
-                if t.deferred is not None:
-                    deferred.append(t.deferred)
-                    t.deferred = None
         reports += [TaskStatus(t.task_id, TaskState.RUNNING, now, t.hostname) for t in lg.tasks]
-        reports += deferred
         return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.OK)
 
     def _abort(self, lg: _Launch, failure: tuple[str, str, bool] | None,
