@@ -23,7 +23,9 @@ once empty (its cgroup.events, watched by the monitor), and at start the cgroups
 Concurrency: `_lock` guards the in-memory book (hosts' usage, tasks) only. Spawning, sandbox files, journal writes
 and signals to finished groups happen outside it; status callbacks are made with no lock held. A launch registers
 every member of a gang in the book first (so its resources are never free in between), makes the journal durable
-once for the whole batch, then has a spawner start the gang's members.
+once for the whole batch, then has the spawners start the members of every gang of the batch in parallel, and
+hands the batch's RUNNING statuses over at once (one wake of the host manager), an end seen meanwhile after them.
+The monitor hands over the exits one poll found the same way: one journal append, one report.
 
 Users: a task runs as its spec's `user`, else as the backend's default user (`nobody` when the daemon runs as root,
 the daemon's own user otherwise). A root daemon gives the sandbox to that user and keeps the directories above it

@@ -1,5 +1,6 @@
 """The daemon's side of the spawner (spawner.py): a small pool of spawner processes, each used by one launch at a
-time, so launches in parallel start their tasks in parallel and nothing is shared between them (no lock is held
+time; a launch splits its members over the spawners free at that moment (spawn_many), so a gang's members start in
+parallel, and launches in parallel start their tasks in parallel with nothing shared between them (no lock is held
 while a spawner works). A spawner that dies is replaced on the next launch."""
 
 from __future__ import annotations

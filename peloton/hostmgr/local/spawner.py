@@ -2,12 +2,13 @@
 never competes with the daemon's own threads for the daemon's interpreter lock (CPython's posix_spawn holds it
 through vfork and exec) and runs on another core.
 
-The daemon keeps a few of these (one per launch in progress, see SpawnerPool in spawn.py), each started once with
-`python -I -S <this file>` (standard library only, no site: it starts in milliseconds) and spoken to over a Unix
-stream socket (its descriptor number is the argument): length-prefixed JSON requests, each a list of tasks to start in order; replies with
-each task's pid and, passed with SCM_RIGHTS, a pidfd opened at once (so the daemon watches exactly that process,
-whatever happens to its pid). It stops at the first task that cannot be started. It exits when the socket closes
-(the daemon stopped or died); the tasks, in their own sessions, run on.
+The daemon keeps a few of these (SpawnerPool in spawn.py: a launch splits its members over the free ones), each
+started once with `python -I -S <this file>` (standard library only, no site: it starts in milliseconds) and spoken
+to over a Unix stream socket (its descriptor number is the argument): length-prefixed JSON requests, each a list of
+tasks to start in order; replies with each task's pid and, passed with SCM_RIGHTS, a pidfd opened at once (so the
+daemon watches exactly that process, whatever happens to its pid). A task that cannot be started ends the request,
+or, for tasks with a `group` (their gang), makes it skip the rest of that group (`{"skipped": true}`). It exits
+when the socket closes (the daemon stopped or died); the tasks, in their own sessions, run on.
 
 What a task runs, started with posix_spawn in a new session (so it leads its process group and outlives the daemon),
 with every signal disposition and the signal mask back to the defaults (Python ignores SIGPIPE and SIGXFSZ, and
@@ -15,7 +16,8 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
 - writes its pid to `pids` (a daemon killed between spawning and recording the pid finds it there);
 - catches SIGTERM (a handler, not "ignore": exec resets caught signals to their default, so the command stays
   killable) so that a SIGTERM to the group stops the command while the wrapper still records the result;
-- runs the command with `/bin/sh -c` in `work/` (so `$$` and `exit` in the command are the command's own);
+- runs the command in `work/`: executed directly when it has no shell syntax (argv_of: the rule is there), else with
+  `/bin/sh -c` (so `$$` and `exit` in the command are the command's own);
 - writes the command's exit status to `exit` (the file's mtime is when it ended);
 - SIGKILLs its whole process group, like a container being torn down; the daemon then kills what is left in the
   task's cgroup (a process that setsid()s leaves the group, not the cgroup).
@@ -31,9 +33,10 @@ path; the command starts that much after RUNNING is reported. A task with `subre
 (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
 command's orphans, now its children, before it ends.
 
-A task with a user (task.user) other than the spawner's own is started by subprocess's fork and exec instead
-(spawn_as: posix_spawn cannot change user), whose child enters the sandbox before it drops to the user, so the
-task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
+A task with a user (task.user) other than the spawner's own is started by posix_spawn of util-linux's setpriv in
+the sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot
+change user; without setpriv, and for a child subreaper, subprocess's fork and exec, whose child enters the sandbox
+before it drops to the user); either way the task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
 user's (0700/0600); HOME, USER and LOGNAME are the user's unless the job sets them. uid 0 is refused unless the
 task names root explicitly (its pool allows it: checked at submit) or the daemon's --default-task-user is root.
 """
@@ -73,7 +76,7 @@ rc=$?
 cd -P .. && (umask 077 && echo $rc > exit)
 """
 # The same, for a command executed directly (argv_of): its argv follows the sandbox and the sandbox's absolute path.
-# The first word is an absolute path or has a `/` (never a name the wrapper's shell would take for a builtin).
+# Its first word is never a name the wrapper's shell would take for a builtin or keyword (_SHELL_WORDS).
 _RUN_DIRECT = _RUN.replace('/bin/sh -c "$2"', 'shift 2 && "$@"')
 WRAPPER = _ENTER + _RUN + "kill -KILL 0\n"
 
@@ -114,7 +117,8 @@ def wrapper_of(gate: bool, subreaper: bool, direct: bool) -> str:
 # - the first word is not a shell reserved word or builtin (_SHELL_WORDS: `echo`, `exec`, `cd`, `test`, ...) and
 #   has no `=` (an assignment);
 # - the first word has a `/` (run as it is, from work/), or is found as an executable file in the task's PATH, whose
-#   entries are all absolute (the shell would look it up there: a name not found is left to the shell's 127).
+#   entries are all absolute (the wrapper's shell looks it up there, argv[0] as written: a name not found is left to
+#   `sh -c` and its 127).
 # So `$VAR`, `~`, globs, `;`, `&&`, `|`, redirections, `#`, `\`, subshells and `VAR=x cmd` all keep the shell; a
 # command forces one with any of them (`exec cmd ...` is the cheapest: the shell execs the command in its place),
 # and passes such characters to a program without one by single-quoting them.
@@ -172,8 +176,9 @@ def split_plain(command: str) -> list[str] | None:
 
 
 def argv_of(command: str, env: dict[str, str]) -> list[str] | None:
-    """The argv to execute `command` with, no shell between (the rule above), the first word resolved in the
-    task's PATH as the shell would; None: it runs under /bin/sh -c."""
+    """The argv to execute `command` with, no shell between (the rule above); None: it runs under /bin/sh -c. The
+    words are as written (argv[0] too, as a shell passes it): the wrapper's shell finds the program in the task's
+    PATH as it would for `sh -c`; it is looked up here only to know it is a program of that PATH, not the shell's."""
     words = split_plain(command)
     if words is None:
         return None
@@ -185,7 +190,7 @@ def argv_of(command: str, env: dict[str, str]) -> list[str] | None:
     for d in dirs:
         path = f"{d.rstrip('/')}/{words[0]}"
         if os.path.isfile(path) and os.access(path, os.X_OK):
-            return [path, *words[1:]]
+            return words
     return None  # not found: the shell says so (127) as it always did
 
 
