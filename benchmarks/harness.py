@@ -55,6 +55,7 @@ class Daemon:
     metrics: str = ""
     pg_url: str = ""
     console: str = ""  # the web console's URL, when its args ask for one (--ui-listen; none by default)
+    root: Path = ROOT  # the checkout whose code the daemon runs (another tree's: an A/B against it)
 
     def start(self) -> Daemon:
         if self.store == "postgresql":
@@ -73,7 +74,7 @@ class Daemon:
              "--data-dir", str(self.data_dir), "--metrics-listen", f"127.0.0.1:{mport}", "--log-level", "warning",
              # as root: the benchmark's clients call over TCP without tokens (its tasks run as nobody)
              *(["--insecure"] if os.geteuid() == 0 else []), "--ui-listen", "", *self.args],
-            stdout=subprocess.PIPE, stderr=log, text=True, cwd=ROOT,
+            stdout=subprocess.PIPE, stderr=log, text=True, cwd=self.root,
         )
         assert self.proc.stdout is not None
         deadline = time.monotonic() + 120

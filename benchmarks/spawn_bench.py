@@ -1,8 +1,9 @@
 """Benchmark 7: what starting a task costs the local backend's spawner, by how the task is contained (no daemon, no
 store), through a real spawner process: the plain wrapper (its process group only, as before cgroups), a cgroup per
 task (the spawner makes the cgroup, starts the wrapper gated, replies, then moves the wrapper in and lets it go:
-the reply is what is timed), and a child subreaper (fork, prctl, exec). Batches of `--batch` tasks (a gang)
-running `true`, 50 ms apart, as the daemon's own user and, as root, as `nobody`. Then a task cgroup's own steps.
+the reply is what is timed), and a child subreaper (fork, prctl, exec); and the plain and cgroup ways with the
+batch split over 4 spawners, as a launch does (`x4`). Batches of `--batch` tasks (a gang) running `true`, 50 ms
+apart, every way in turn, as the daemon's own user and, as root, as `nobody`. Then a task cgroup's own steps.
 Prints a table and writes JSON; asserts nothing.
 
     .venv/bin/python benchmarks/spawn_bench.py [--batches 40] [--batch 8] [--rounds 3]
@@ -27,48 +28,71 @@ from peloton.hostmgr.local.spawn import SpawnerPool, Started  # noqa: E402
 from peloton.hostmgr.local.task_env import inherited  # noqa: E402
 
 
-def run(mode: str, user: str, batches: int, batch: int, root: Path) -> dict[str, float]:
-    cg = None
-    if mode == "cgroup":
-        cg, _ = cgroups.probe(root)
-        if cg is None:
-            return {"skipped": 1.0}
-    pool = SpawnerPool(1, inherited(os.environ))
-    per_task: list[float] = []
-    fds: list[int] = []
-    try:
-        for b in range(batches + 1):  # the first batch starts the spawner: not counted
-            tasks: list[dict[str, object]] = []
-            for i in range(batch):
-                sandbox = root / mode / user / f"t{b}-{i}"
-                task: dict[str, object] = {"sandbox": str(sandbox), "command": "true", "env": {}, "files": {},
-                                           "user": user, "root_allowed": False}
-                if mode == "cgroup":
-                    assert cg is not None
-                    task["cgroup"] = cg.new_path(f"t{b}-{i}")
-                elif mode == "subreaper":
-                    task["subreaper"] = True
-                tasks.append(task)
-            t0 = time.perf_counter()
-            results = pool.spawn(tasks)
-            took = time.perf_counter() - t0
-            assert all(isinstance(r, Started) for r in results), results
-            fds += [r.pidfd for r in results if isinstance(r, Started) and r.pidfd is not None]
-            if b:
-                per_task.append(took / batch * 1000)
-            time.sleep(0.05)  # let them end: the next batch is timed on a quiet spawner
-            for t in tasks:  # as the daemon does once a wrapper ended (not timed: not on the launch's path)
-                if "cgroup" in t:
-                    cgroups.kill(str(t["cgroup"]))
-                    cgroups.remove(str(t["cgroup"]))
-    finally:
-        pool.close()
-        for fd in fds:
+class Runner:
+    """One way of starting tasks (a mode, a user, how many spawners), with its own spawner pool; `batch()` starts
+    and times one batch. `spawners` > 1: the batch is split over them as a launch does (spawn_many)."""
+
+    def __init__(self, mode: str, user: str, spawners: int, root: Path) -> None:
+        self.mode, self.user, self.spawners = mode, user, spawners
+        self.cg = None
+        self.skipped = False
+        if mode == "cgroup":
+            self.cg, _ = cgroups.probe(root)
+            self.skipped = self.cg is None
+        self.pool = SpawnerPool(spawners, inherited(os.environ))
+        self.per_task: list[float] = []
+        self.fds: list[int] = []
+        self.parent = root / f"{mode}-{spawners}" / (user or "self")
+        self.parent.mkdir(mode=0o711, parents=True, exist_ok=True)  # prepare() makes the sandbox, not its parents
+        self.n = 0
+
+    @property
+    def key(self) -> str:
+        return f"{self.mode}{'' if self.spawners == 1 else f' x{self.spawners}'}/{self.user or 'self'}"
+
+    def batch(self, size: int, counted: bool) -> None:
+        tasks: list[dict[str, object]] = []
+        for _ in range(size):
+            self.n += 1
+            task: dict[str, object] = {"sandbox": str(self.parent / f"t{self.n}"), "command": "true", "env": {},
+                                       "files": {}, "user": self.user, "root_allowed": False}
+            if self.cg is not None:
+                task["cgroup"] = self.cg.new_path(f"t{self.n}")
+            elif self.mode == "subreaper":
+                task["subreaper"] = True
+            tasks.append(task)
+        t0 = time.perf_counter()
+        results: list[object] = list(self.pool.spawn(tasks) if self.spawners == 1 else self.pool.spawn_many(tasks))
+        took = time.perf_counter() - t0
+        assert all(isinstance(r, Started) for r in results), results
+        self.fds += [r.pidfd for r in results if isinstance(r, Started) and r.pidfd is not None]
+        if counted:
+            self.per_task.append(took / size * 1000)
+        self._tasks = tasks
+
+    def after(self) -> None:
+        for t in self._tasks:  # as the daemon does once a wrapper ended (not timed: not on the launch's path)
+            if "cgroup" in t:
+                cgroups.kill(str(t["cgroup"]))
+                cgroups.remove(str(t["cgroup"]))
+
+    def close(self) -> dict[str, float]:
+        self.pool.close()
+        for fd in self.fds:
             os.close(fd)
-        if cg is not None:
-            cgroups.kill_and_remove_subtree(root)
-    return {"ms_per_task_p50": statistics.median(per_task), "ms_per_task_mean": statistics.fmean(per_task),
-            "ms_per_task_min": min(per_task)}
+        return {"ms_per_task_p50": statistics.median(self.per_task),
+                "ms_per_task_mean": statistics.fmean(self.per_task), "ms_per_task_min": min(self.per_task)}
+
+
+def run(runners: list[Runner], batches: int, batch: int) -> None:
+    """Every runner a batch in turn (the order rotating), `batches` times after an uncounted first (which starts the
+    spawners), 50 ms apart: the machine's load falls on every way alike."""
+    for b in range(batches + 1):
+        for k in range(len(runners)):
+            r = runners[(b + k) % len(runners)]
+            r.batch(batch, counted=b > 0)
+            time.sleep(0.05)  # let them end: the next batch is timed on quiet spawners
+            r.after()
 
 
 def cgroup_steps(n: int, root: Path) -> dict[str, float]:
@@ -115,7 +139,7 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--batches", type=int, default=40)
     ap.add_argument("--batch", type=int, default=8)
-    ap.add_argument("--rounds", type=int, default=3, help="the modes are measured in turn this many times")
+    ap.add_argument("--rounds", type=int, default=3, help="this many times --batches batches of every way, in turn")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     users = [""] + (["nobody"] if os.geteuid() == 0 else [])
@@ -124,12 +148,25 @@ def main() -> int:
     os.chmod(root, 0o711)
     out: dict[str, dict[str, float]] = {}
     try:
+        runners = [Runner(mode, user, 1, root) for user in users for mode in modes]
+        # a gang split over 4 spawners, as a launch does now (spawn_many; not in trees before issue 24)
+        if hasattr(SpawnerPool, "spawn_many"):
+            runners += [Runner(mode, user, 4, root) for user in users for mode in ("plain", "cgroup")]
+        live = [r for r in runners if not r.skipped]
         samples: dict[str, list[dict[str, float]]] = {}
-        for _ in range(a.rounds):  # interleaved, so that the machine's load hits every mode alike
-            for user in users:
-                for mode in modes:
-                    samples.setdefault(f"{mode}/{user or 'self'}", []).append(run(mode, user, a.batches, a.batch,
-                                                                                   root))
+        try:
+            for _ in range(a.rounds):
+                run(live, a.batches, a.batch)
+        finally:
+            for r in live:
+                samples[r.key] = [r.close()]
+        for r in runners:
+            if r.skipped:
+                samples[r.key] = [{"skipped": 1.0}]
+        for r in runners:
+            if r.cg is not None:
+                cgroups.kill_and_remove_subtree(root)
+                break
         steps = cgroup_steps(200, root)
         for key, runs in samples.items():
             if any("skipped" in r for r in runs):
@@ -138,13 +175,14 @@ def main() -> int:
             out[key] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
-    print(f"spawner: ms per task started, batches of {a.batch} (`true`), median of {a.rounds} rounds")
-    for key, r in out.items():
-        if "skipped" in r:
-            print(f"  {key:22} skipped (no cgroup v2 here)")
+    print(f"spawner: ms per task started, batches of {a.batch} (`true`), every way in turn, medians over "
+          f"{a.rounds} x {a.batches} batches")
+    for key, got in out.items():
+        if "skipped" in got:
+            print(f"  {key:24} skipped (no cgroup v2 here)")
         else:
-            print(f"  {key:22} p50 {r['ms_per_task_p50']:.3f}  mean {r['ms_per_task_mean']:.3f}  "
-                  f"min {r['ms_per_task_min']:.3f}")
+            print(f"  {key:24} p50 {got['ms_per_task_p50']:.3f}  mean {got['ms_per_task_mean']:.3f}  "
+                  f"min {got['ms_per_task_min']:.3f}")
     if steps:
         print("  a task's cgroup, step by step (ms, p50): " + ", ".join(f"{k} {v:.3f}" for k, v in steps.items()))
     path = write_results("spawn", {"modes": out, "cgroup_steps_ms": steps, "parameters": vars(a)}, a.json)

@@ -21,6 +21,7 @@ class LaunchError(Exception):
 
 
 StatusCallback = Callable[[TaskStatus], None]
+StatusesCallback = Callable[[Sequence[TaskStatus]], None]  # several at once, in order (one wake for the batch)
 HostsCallback = Callable[[Collection[str]], None]
 
 
@@ -28,10 +29,13 @@ class Backend(Protocol):
     """A cluster backend. Thread-safe; it calls its callbacks from its own threads, never while holding a lock
     of its own, so the callee may call back into it."""
 
-    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback) -> None:
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback,
+              on_statuses: StatusesCallback | None = None) -> None:
         """Begin monitoring (and adopt tasks a previous daemon left running). `on_hosts_changed(names)` tells the
         host manager that the free resources of these hosts changed for a reason it cannot see itself (offers
-        arriving or rescinded, a host lost or added); launches and status updates need no such call."""
+        arriving or rescinded, a host lost or added); launches and status updates need no such call.
+        `on_statuses(list)`: several statuses at once (a launch's RUNNING), one hand-over and one wake instead of
+        one each; a backend may use it or report one at a time through `on_status`."""
 
     def stop(self) -> None:
         """Stop monitoring. Running tasks are NOT killed: a restarted daemon adopts them."""

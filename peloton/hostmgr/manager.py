@@ -100,7 +100,7 @@ class HostManager:
         self._acked_seq = 0
 
     def start(self) -> None:
-        self.backend.start(self._on_status, self._on_hosts_changed)
+        self.backend.start(self._on_status, self._on_hosts_changed, self._on_statuses)
 
     def close(self) -> None:
         """The daemon is stopping: `wait_events` returns now, and later calls at once (the backend runs on)."""
@@ -125,12 +125,21 @@ class HostManager:
 
     # --- status events ------------------------------------------------------------------------------------
     def _on_status(self, status: TaskStatus) -> None:
-        TASK_STATUSES.labels(status.state.value).inc()
-        if status.state.terminal and status.hostname:
+        self._on_statuses((status,))
+
+    def _on_statuses(self, statuses: Sequence[TaskStatus]) -> None:
+        """Statuses from the backend, in order: appended to the event log with one wake of its long polls for
+        the lot (a gang's RUNNING came as a wake per member: a poll woken for each, answering one each)."""
+        ended: set[str] = set()
+        for status in statuses:
+            TASK_STATUSES.labels(status.state.value).inc()
+            if status.state.terminal and status.hostname:
+                ended.add(status.hostname)
+        if ended:
             with self._lock:
-                self._touch_locked((status.hostname,))
+                self._touch_locked(ended)
         with self._cond:
-            self._events.append(status)
+            self._events += statuses
             if len(self._events) > EVENT_LOG_LIMIT:
                 drop = len(self._events) - EVENT_LOG_LIMIT
                 del self._events[:drop]

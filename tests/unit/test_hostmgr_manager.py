@@ -11,7 +11,7 @@ from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchRes
 from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.hostmgr.backend import HostsCallback, StatusCallback
+from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
 from peloton.hostmgr.manager import HostManager
 
 
@@ -28,8 +28,9 @@ class FakeBackend:
         self.during_launch: list[object] = []  # run while "starting" (to interleave other calls)
         self.windows: dict[str, float] = {}  # maintenance the cluster manager announced
 
-    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback) -> None:
-        self.cb, self.hosts_cb = on_status, on_hosts_changed
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback,
+              on_statuses: StatusesCallback | None = None) -> None:
+        self.cb, self.hosts_cb, self.batch_cb = on_status, on_hosts_changed, on_statuses
 
     def stop(self) -> None:
         pass
@@ -114,6 +115,19 @@ def launch_of(p: GangPlacement) -> GangLaunch:
     return GangLaunch(p.gang_id, p.attempt, tuple(
         LaunchSpec(m.task_id, p.job_id, m.instance, p.attempt, m.hostname, "true", {}, m.resources, m.gpu_ids,
                    m.ports) for m in p.members))
+
+
+def test_a_batch_of_statuses_is_logged_in_order_and_answers_a_waiting_poll_at_once() -> None:
+    hm, be = make()
+    assert be.batch_cb is not None
+    got: list[list[tuple[int, TaskStatus]]] = []
+    poll = threading.Thread(target=lambda: got.append(hm.wait_events(0, 10, 10.0)[0]))
+    poll.start()
+    be.batch_cb([TaskStatus(f"j-{i}-1", TaskState.RUNNING, 1.0, "h1") for i in range(3)]
+                + [TaskStatus("j-3-1", TaskState.SUCCEEDED, 1.0, "h2")])
+    poll.join(10)
+    # one wake, once the whole batch is in: the poll answers all of it (a wake per status could answer the first alone)
+    assert [[(seq, st.task_id) for seq, st in got[0]]] == [[(1, "j-0-1"), (2, "j-1-1"), (3, "j-2-1"), (4, "j-3-1")]]
 
 
 def test_updates_are_acknowledged_only_after_the_caller_says_they_are_persisted() -> None:

@@ -575,14 +575,14 @@ def test_a_gang_killed_while_it_is_being_started_is_stopped_at_once(
     make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b, rec = make_backend(n=1)
-    real_spawn = b._spawners.spawn
+    real_spawn = b._spawners.spawn_many
 
     def spawn_then_kill(tasks: list[dict[str, object]]) -> list[object]:
         out = real_spawn(tasks)
         b.kill(["s0", "s1"])  # the job is stopped while its members are being started
         return out  # type: ignore[return-value]
 
-    monkeypatch.setattr(b._spawners, "spawn", spawn_then_kill)
+    monkeypatch.setattr(b._spawners, "spawn_many", spawn_then_kill)
     t0 = time.monotonic()
     r = launch(b, spec("s0", "sleep 30"), spec("s1", "sleep 30"))
     monkeypatch.undo()

@@ -23,7 +23,9 @@ once empty (its cgroup.events, watched by the monitor), and at start the cgroups
 Concurrency: `_lock` guards the in-memory book (hosts' usage, tasks) only. Spawning, sandbox files, journal writes
 and signals to finished groups happen outside it; status callbacks are made with no lock held. A launch registers
 every member of a gang in the book first (so its resources are never free in between), makes the journal durable
-once for the whole batch, then has a spawner start the gang's members.
+once for the whole batch, then has the spawners start the members of every gang of the batch in parallel, and
+hands the batch's RUNNING statuses over at once (one wake of the host manager), an end seen meanwhile after them.
+The monitor hands over the exits one poll found the same way: one journal append, one report.
 
 Users: a task runs as its spec's `user`, else as the backend's default user (`nobody` when the daemon runs as root,
 the daemon's own user otherwise). A root daemon gives the sandbox to that user and keeps the directories above it
@@ -58,13 +60,13 @@ from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.files import private_dir, tasks_run_as_others
-from peloton.hostmgr.backend import HostsCallback, StatusCallback
+from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
 from peloton.hostmgr.local import cgroups, descendants, logrotate, sockets, wrapper
 from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
 from peloton.hostmgr.local.sandbox_retention import EndedSandbox, to_remove
-from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started
+from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started, Unknown
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
@@ -292,8 +294,9 @@ class LocalBackend:
         self._tasks: dict[str, _Task] = {}
         self._finished: OrderedDict[str, TaskStatus] = OrderedDict()
         self._on_status: StatusCallback | None = None
+        self._on_statuses: StatusesCallback | None = None
         self._journal = Journal(self._data_dir / JOURNAL_FILE, self._snapshot)
-        self._monitor = ProcessMonitor(self._on_exit, self._on_timer)
+        self._monitor = ProcessMonitor(self._on_exit, self._on_timer, self._on_exits)
         self._cgroups: cgroups.TaskCgroups | None = None
         if task_cgroups == "auto":
             self._cgroups, why = cgroups.probe(self._data_dir)
@@ -336,12 +339,14 @@ class LocalBackend:
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
-    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None) -> None:
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None,
+              on_statuses: StatusesCallback | None = None) -> None:
         """Adopt the tasks a previous daemon left, report how the others ended while it was down, then monitor."""
         if self._started:
             raise RuntimeError("LocalBackend already started")
         self._started = True
         self._on_status = on_status
+        self._on_statuses = on_statuses
         log.info("local backend: what a task starts is contained by %s", self._containment)
         statuses, release = self._adopt()
         self._journal.start()  # compacts: only the live tasks remain
@@ -639,9 +644,30 @@ class LocalBackend:
                     results[i] = LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED,
                                               message=f"cannot record the launch: {e}")
                 launches = {}
+        reports: list[TaskStatus] = []
+        ready: list[tuple[int, _Launch]] = []
         for i, lg in launches.items():
-            results[i] = self._start_gang(lg)
-            progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
+            refused = self._before_start(lg, reports)
+            if refused is None:
+                ready.append((i, lg))
+            else:
+                results[i] = refused
+        if ready:
+            for (i, _), r in zip(ready, self._start_gangs([lg for _, lg in ready], reports), strict=True):
+                results[i] = r
+        self._report_all(reports)  # RUNNING of every gang started (KILLED of those stopped): one hand-over, one wake
+        # only now may an end be reported as it comes (a member that ended meanwhile left its end for here: after
+        # its RUNNING, whichever thread saw it)
+        deferred: list[TaskStatus] = []
+        with self._lock:
+            for i, lg in ready:
+                if results[i].outcome == LaunchOutcome.OK:
+                    for t in lg.tasks:
+                        t.announced = True
+                        if t.deferred is not None:
+                            deferred.append(t.deferred)
+                            t.deferred = None
+        self._report_all(deferred)
         return [results[i] for i in range(len(gangs))]
 
     def _refusal_locked(self, g: GangLaunch) -> tuple[str, str] | None:
@@ -667,74 +693,92 @@ class LocalBackend:
                     return spec.task_id, f"port {p} on host {spec.hostname} is held by another socket on this machine"
         return None
 
-    def _start_gang(self, lg: _Launch) -> LaunchResult:
+    def _before_start(self, lg: _Launch, reports: list[TaskStatus]) -> LaunchResult | None:
+        """A gang that must not start after all (killed meanwhile, a system account nobody vetted): its result."""
         with self._lock:
             killed = any(t.kill_wall is not None for t in lg.tasks)
         if killed:
-            return self._abort(lg, None)
+            return self._abort(lg, None, reports)
         specs = {s.task_id: s for s in lg.gang.tasks}
         for t in lg.tasks:
             why = unvetted_system_account(specs[t.task_id])
             if why:
-                return self._abort(lg, (t.task_id, why, True))
-        try:
-            results = self._spawners.spawn([{"sandbox": str(t.sandbox), "command": specs[t.task_id].command,
-                                             "env": self._env(t, specs[t.task_id]),
-                                             "files": specs[t.task_id].files,
-                                             **({"cgroup": t.cgroup} if t.cgroup else {"subreaper": True}),
-                                             **self._user(specs[t.task_id])} for t in lg.tasks])
-        except SpawnerDied as e:
-            # what it started before it went is unknown to us: the wrappers wrote their pids; stop them
-            log.error("local backend: a spawner died while starting gang %s: %s", lg.gang.gang_id, e)
+                return self._abort(lg, (t.task_id, why, True), reports)
+        return None
+
+    def _start_gangs(self, lgs: list[_Launch], reports: list[TaskStatus]) -> list[LaunchResult]:
+        """Start the members of every gang at once, in parallel over the spawners (spawn.py: each takes a share;
+        a member that cannot start makes its spawner skip the rest of its gang there), then settle each gang:
+        whole, or stopped (_abort)."""
+        tasks: list[dict[str, object]] = []
+        for g, lg in enumerate(lgs):
+            specs = {s.task_id: s for s in lg.gang.tasks}
             for t in lg.tasks:
+                spec = specs[t.task_id]
+                tasks.append({"sandbox": str(t.sandbox), "command": spec.command, "env": self._env(t, spec),
+                              "files": spec.files, "group": g,
+                              **({"cgroup": t.cgroup} if t.cgroup else {"subreaper": True}), **self._user(spec)})
+        try:
+            results = self._spawners.spawn_many(tasks)
+        except SpawnerDied as e:  # no spawner to be had (the backend is stopping)
+            results = [Unknown(str(e))] * len(tasks)
+        out: list[LaunchResult] = []
+        pids: list[Record] = []
+        k = 0
+        for lg in lgs:
+            out.append(self._settle(lg, results[k:k + len(lg.tasks)], pids, reports))
+            k += len(lg.tasks)
+            progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
+        self._journal.append(pids)  # (not durable: a wrapper writes its pid into its sandbox as well)
+        return out
+
+    def _settle(self, lg: _Launch, results: Sequence[Started | NotStarted | Unknown | None], pids: list[Record],
+                reports: list[TaskStatus]) -> LaunchResult:
+        """What the spawners did with one gang's members: watch what started (its pid record into `pids`), then
+        the gang runs whole or is stopped."""
+        failure: tuple[str, str, bool] | None = None
+        lost: Unknown | None = None
+        killed = False
+        for t, r in zip(lg.tasks, results, strict=True):
+            if isinstance(r, Started):
+                with self._lock:
+                    t.pid = r.pid
+                    killed = killed or t.kill_wall is not None
+                pids.append({"op": "pid", "task": t.task_id, "pid": r.pid})
+                if r.pidfd is None:
+                    self._on_exit(t.task_id)  # over already: handled like any exit
+                else:
+                    self._monitor.watch_fd(t.task_id, r.pidfd)
+            elif isinstance(r, NotStarted):
+                failure = failure or (t.task_id, r.message, r.permanent)
+            elif isinstance(r, Unknown):
+                # what its spawner started before it went is unknown to us: the wrappers wrote their pids; stop them
+                lost = lost or r
                 if t.cgroup:
                     cgroups.kill(t.cgroup)  # (removed by _abort: none of these has a pid)
                 pid = wrapper.read_pid(t.sandbox)
                 if pid and wrapper.is_wrapper(pid, t.sandbox):
                     with contextlib.suppress(OSError):
                         os.killpg(pid, signal.SIGKILL)
-            return self._abort(lg, (lg.tasks[0].task_id, f"the process starting tasks died: {e}", False))
-        failure: tuple[str, str, bool] | None = None
-        pids: list[Record] = []
-        for t, r in zip(lg.tasks, results, strict=False):
-            if isinstance(r, NotStarted):
-                failure = (t.task_id, r.message, r.permanent)
-                break
-            assert isinstance(r, Started)
-            with self._lock:
-                t.pid = r.pid
-                killed = killed or t.kill_wall is not None
-            pids.append({"op": "pid", "task": t.task_id, "pid": r.pid})
-            if r.pidfd is None:
-                self._on_exit(t.task_id)  # over already: handled like any exit
-            else:
-                self._monitor.watch_fd(t.task_id, r.pidfd)
-        if pids:
-            self._journal.append(pids)
+        if lost is not None:
+            log.error("local backend: gang %s: %s", lg.gang.gang_id, lost.message)
+            failure = failure or (lg.tasks[0].task_id, lost.message, False)
         if failure is None and not killed:
-            return self._announce(lg)
-        return self._abort(lg, failure)
+            return self._announce(lg, reports)
+        return self._abort(lg, failure, reports)
 
-    def _announce(self, lg: _Launch) -> LaunchResult:
-        """Every member's command has started: report RUNNING, then whatever ended meanwhile."""
+    def _announce(self, lg: _Launch, reports: list[TaskStatus]) -> LaunchResult:
+        """Every member's command has started: RUNNING (into `reports`; launch() reports what ended meanwhile
+        once these are out)."""
         now = self._clock()
-        with self._lock:
-            deferred = []
-            for t in lg.tasks:
-                t.announced = True
-                if t.deferred is not None:
-                    deferred.append(t.deferred)
-                    t.deferred = None
-        for t in lg.tasks:
-            self._report(TaskStatus(t.task_id, TaskState.RUNNING, now, t.hostname))
-        for st in deferred:
-            self._report(st)
+        reports += [TaskStatus(t.task_id, TaskState.RUNNING, now, t.hostname) for t in lg.tasks]
         return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.OK)
 
-    def _abort(self, lg: _Launch, failure: tuple[str, str, bool] | None) -> LaunchResult:
+    def _abort(self, lg: _Launch, failure: tuple[str, str, bool] | None,
+               reports: list[TaskStatus]) -> LaunchResult:
         """Stop what was started of a gang that cannot start whole. A failed member: the gang FAILED, nothing of it
         reported. A kill that came first: REFUSED, and every member reported KILLED (it never ran, or was stopped
-        before the gang came up)."""
+        before the gang came up; into `reports`)."""
         now = self._clock()
         with self._lock:
             spawned = [t for t in lg.tasks if t.pid and not t.exited]
@@ -750,9 +794,8 @@ class LocalBackend:
         if failure is not None:
             tid, msg, permanent = failure
             return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.FAILED, tid, msg, permanent)
-        for t in lg.tasks:
-            self._report(TaskStatus(t.task_id, TaskState.KILLED, now, t.hostname, reason="killed",
-                                    message="killed before the gang started"))
+        reports += [TaskStatus(t.task_id, TaskState.KILLED, now, t.hostname, reason="killed",
+                               message="killed before the gang started") for t in lg.tasks]
         return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED,
                             message="killed before it started")
 
@@ -809,6 +852,18 @@ class LocalBackend:
         except Exception:  # noqa: BLE001 - a failing callback must not kill the monitor
             log.exception("local backend: status callback failed for %s", st.task_id)
 
+    def _report_all(self, statuses: list[TaskStatus]) -> None:
+        """Several statuses, in order: handed over at once where the receiver takes batches (one wake)."""
+        cb = self._on_statuses
+        if cb is None or len(statuses) < 2:
+            for st in statuses:
+                self._report(st)
+            return
+        try:
+            cb(statuses)
+        except Exception:  # noqa: BLE001 - a failing callback must not fail the launch
+            log.exception("local backend: status callback failed for %d statuses", len(statuses))
+
     def _signal(self, t: _Task, sig: int) -> None:
         """Signal every process of the task, unless its wrapper is gone (its pid may belong to a stranger now):
         the wrapper's process group, and every other process in the task's cgroup or, without one, of the tree
@@ -850,31 +905,41 @@ class LocalBackend:
 
     def _on_exit(self, task_id: str) -> None:
         """The wrapper has exited: reap it, read how the command ended, report."""
-        if task_id.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
-            self._continue_release(task_id[len(_CGROUP):])
-            return
-        with self._lock:
-            t = self._tasks.get(task_id)
-            if t is None or t.exited:
-                return
-            t.exited = True
-        # anything the command left in its group goes (the wrapper does this itself when it can), and in its
-        # cgroup: whatever session or group it moved to
-        with contextlib.suppress(OSError):
-            os.killpg(t.pid, signal.SIGKILL)
-        if t.cgroup:
-            self._release_cgroup(t.cgroup)
-        st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
-        self._unregister([t])
-        if t.aborted:
-            return
-        self._journal.append([{"op": "end", "task": t.task_id, "final": _status_to_json(st)}])
-        with self._lock:
-            self._remember_locked(st)
-            if not t.announced:
-                t.deferred = st  # reported right after RUNNING
-                return
-        self._report(st)
+        self._on_exits([task_id])
+
+    def _on_exits(self, keys: list[str]) -> None:
+        """Wrappers that have exited (and task cgroups being emptied that changed): for each, how its command
+        ended; then one journal hand-over and one report for them all."""
+        ends: list[Record] = []
+        reports: list[TaskStatus] = []
+        for key in keys:
+            if key.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
+                self._continue_release(key[len(_CGROUP):])
+                continue
+            with self._lock:
+                t = self._tasks.get(key)
+                if t is None or t.exited:
+                    continue
+                t.exited = True
+            # anything the command left in its group goes (the wrapper does this itself when it can), and in its
+            # cgroup: whatever session or group it moved to
+            with contextlib.suppress(OSError):
+                os.killpg(t.pid, signal.SIGKILL)
+            if t.cgroup:
+                self._release_cgroup(t.cgroup)
+            st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
+            self._unregister([t])
+            if t.aborted:
+                continue
+            ends.append({"op": "end", "task": t.task_id, "final": _status_to_json(st)})
+            with self._lock:
+                self._remember_locked(st)
+                if not t.announced:
+                    t.deferred = st  # reported right after RUNNING
+                    continue
+            reports.append(st)
+        self._journal.append(ends)
+        self._report_all(reports)
 
     def _release_cgroup(self, path: str) -> None:
         """Kill whatever is left in a task's cgroup and remove the cgroup once it is empty: its cgroup.events

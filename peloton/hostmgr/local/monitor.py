@@ -18,10 +18,13 @@ log = logging.getLogger(__name__)
 
 
 class ProcessMonitor:
-    def __init__(self, on_exit: Callable[[str], None], on_timer: Callable[[str], None]) -> None:
+    def __init__(self, on_exit: Callable[[str], None], on_timer: Callable[[str], None],
+                 on_exits: Callable[[list[str]], None] | None = None) -> None:
         """`on_exit(key)` when the watched process has exited; `on_timer(key)` when a timer set with `call_at`
-        is due. Both run on the monitor thread, with no lock of the monitor held."""
+        is due. Both run on the monitor thread, with no lock of the monitor held. With `on_exits`, the keys that
+        one poll found exited are handed to it at once instead (a gang that ends together: one batch)."""
         self._on_exit = on_exit
+        self._on_exits = on_exits
         self._on_timer = on_timer
         self._ep = select.epoll()
         self._wake = os.eventfd(0, os.EFD_NONBLOCK | os.EFD_CLOEXEC)
@@ -137,8 +140,14 @@ class ProcessMonitor:
                 os.eventfd_read(self._wake)
         for fd in done:
             self._close(fd)
-        for key in exited:
-            self._safe(self._on_exit, key)
+        if self._on_exits is not None and len(exited) > 1:
+            try:
+                self._on_exits(exited)
+            except Exception:  # noqa: BLE001 - one bad task must not stop the monitor
+                log.exception("local backend monitor: handling %d exits failed", len(exited))
+        else:
+            for key in exited:
+                self._safe(self._on_exit, key)
         for key in due:
             self._safe(self._on_timer, key)
 

@@ -1,5 +1,6 @@
 """The daemon's side of the spawner (spawner.py): a small pool of spawner processes, each used by one launch at a
-time, so launches in parallel start their tasks in parallel and nothing is shared between them (no lock is held
+time; a launch splits its members over the spawners free at that moment (spawn_many), so a gang's members start in
+parallel, and launches in parallel start their tasks in parallel with nothing shared between them (no lock is held
 while a spawner works). A spawner that dies is replaced on the next launch."""
 
 from __future__ import annotations
@@ -42,6 +43,14 @@ class SpawnerDied(Exception):
     """The spawner went away in the middle of a request: what it started is unknown."""
 
 
+@dataclass(frozen=True, slots=True)
+class Unknown:
+    """spawn_many: the spawner that had this task died in the middle of its request: whether it started is
+    unknown (its wrapper, if any, wrote its pid)."""
+
+    message: str
+
+
 class _Spawner:
     def __init__(self, env: dict[str, str]) -> None:
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
@@ -59,16 +68,29 @@ class _Spawner:
         self._buf = b""
         self._fds: list[int] = []
 
-    def spawn(self, tasks: list[dict[str, object]]) -> list[Started | NotStarted]:
+    def spawn(self, tasks: list[dict[str, object]]) -> list[Started | NotStarted | None]:
+        self.send(tasks)
+        return self.receive()
+
+    def send(self, tasks: list[dict[str, object]]) -> None:
         body = json.dumps({"tasks": tasks}).encode()
         try:
             self.sock.sendall(_HEADER.pack(len(body)) + body)
+        except OSError as e:
+            raise SpawnerDied(str(e) or type(e).__name__) from None
+
+    def receive(self) -> list[Started | NotStarted | None]:
+        """The reply to the request sent: one entry per task tried (None: skipped, as another task of its group
+        could not start)."""
+        try:
             reply = json.loads(self._read_frame())
         except (OSError, EOFError, ValueError) as e:
             raise SpawnerDied(str(e) or type(e).__name__) from None
-        out: list[Started | NotStarted] = []
+        out: list[Started | NotStarted | None] = []
         for r in reply["results"]:
-            if "error" in r:
+            if "skipped" in r:
+                out.append(None)
+            elif "error" in r:
                 out.append(NotStarted(str(r["error"]), bool(r["permanent"])))
             else:
                 out.append(Started(int(r["pid"]), self._fds.pop(0) if r["pidfd"] else None))
@@ -105,49 +127,121 @@ class SpawnerPool:
         """`env`: the environment of the spawners, which every task starts from (default: the allow-listed part
         of the daemon's, task_env.py)."""
         self._env = env if env is not None else inherited(os.environ)
+        self.size = size
         self._sem = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
         self._idle: list[_Spawner] = []
         self._all: list[_Spawner] = []
         self._closed = False
 
+    def _take(self) -> _Spawner:
+        """An idle spawner, or a new one (a permit of _sem is held)."""
+        with self._lock:
+            if self._closed:
+                raise SpawnerDied("the local backend is stopping")
+            sp = self._idle.pop() if self._idle else None
+        if sp is not None and sp.proc.poll() is not None:  # died while idle: replace it, nothing was lost
+            log.warning("local backend: a spawner exited (code %s); starting another", sp.proc.returncode)
+            with self._lock:
+                if sp in self._all:
+                    self._all.remove(sp)
+            sp.close()
+            sp = None
+        if sp is None:
+            sp = _Spawner(self._env)
+            with self._lock:
+                self._all.append(sp)
+        return sp
+
+    def _give_back(self, sp: _Spawner, ok: bool) -> None:
+        with self._lock:
+            if ok and not self._closed:
+                self._idle.append(sp)
+            elif sp in self._all:
+                self._all.remove(sp)
+        if not ok:
+            sp.close()
+
     @contextlib.contextmanager
     def _get(self) -> Iterator[_Spawner]:
+        """A spawner, waited for; given back at the end (closed if the block raised)."""
         with self._sem:
-            with self._lock:
-                if self._closed:
-                    raise SpawnerDied("the local backend is stopping")
-                sp = self._idle.pop() if self._idle else None
-            if sp is not None and sp.proc.poll() is not None:  # died while idle: replace it, nothing was lost
-                log.warning("local backend: a spawner exited (code %s); starting another", sp.proc.returncode)
-                with self._lock:
-                    if sp in self._all:
-                        self._all.remove(sp)
-                sp.close()
-                sp = None
-            if sp is None:
-                sp = _Spawner(self._env)
-                with self._lock:
-                    self._all.append(sp)
+            sp = self._take()
             ok = False
             try:
                 yield sp
                 ok = True
             finally:
-                with self._lock:
-                    if ok and not self._closed:
-                        self._idle.append(sp)
-                    else:
-                        if sp in self._all:
-                            self._all.remove(sp)
-                if not ok:
-                    sp.close()
+                self._give_back(sp, ok)
 
     def spawn(self, tasks: list[dict[str, object]]) -> list[Started | NotStarted]:
         """Start `tasks` in order (stopping at the first that cannot be started). SpawnerDied if the spawner
         went away meanwhile (it is replaced next time)."""
         with self._get() as sp:
-            return sp.spawn(tasks)
+            return [r for r in sp.spawn(tasks) if r is not None]
+
+    def spawn_many(self, tasks: list[dict[str, object]], per_spawner: int = 2
+                   ) -> list[Started | NotStarted | Unknown | None]:
+        """Start `tasks` in parallel over as many spawners as are free (up to one per `per_spawner` tasks; at
+        least one, waited for), each taking a contiguous share. A task's `group` (its gang) is skipped by its
+        spawner after another task of the group failed there (None: skipped). One entry per task, in order; a
+        spawner that died gives its tasks Unknown (it is replaced next time). No lock is held while a spawner
+        works: the requests go out first, then each reply is read and its spawner given back at once (a launch
+        beside this one waits for the first spawner free, not for the last)."""
+        if not tasks:
+            return []
+        want = max(1, min(self.size, -(-len(tasks) // max(1, per_spawner))))
+        self._sem.acquire()
+        permits = 1
+        while permits < want and self._sem.acquire(blocking=False):
+            permits += 1
+        sps: list[_Spawner | None] = []
+        try:
+            for _ in range(permits):
+                sps.append(self._take())
+        except BaseException:
+            for sp in sps:
+                assert sp is not None
+                self._give_back(sp, False)
+            for _ in range(permits):
+                self._sem.release()
+            raise
+        n = len(sps)
+        bounds = [len(tasks) * i // n for i in range(n + 1)]
+        sent: list[str] = []
+        for i, sp in enumerate(sps):
+            assert sp is not None
+            try:
+                sp.send(tasks[bounds[i]:bounds[i + 1]])
+                sent.append("")
+            except SpawnerDied as e:
+                sent.append(str(e) or "its socket is closed")
+        out: list[Started | NotStarted | Unknown | None] = []
+        try:
+            for i, sp in enumerate(sps):
+                assert sp is not None
+                share = bounds[i + 1] - bounds[i]
+                ok = False
+                try:
+                    if sent[i]:
+                        raise SpawnerDied(sent[i])
+                    got: list[Started | NotStarted | Unknown | None] = list(sp.receive())
+                    got += [None] * (share - len(got))  # after a task of no group failed: not tried
+                    ok = True
+                except SpawnerDied as e:
+                    log.error("local backend: a spawner died while starting %d tasks: %s", share, e)
+                    got = [Unknown(f"the process starting tasks died: {e}")] * share
+                finally:
+                    sps[i] = None
+                    self._give_back(sp, ok)
+                    self._sem.release()
+                out += got
+        finally:  # (an exception above: what was not read is lost, as its spawners are)
+            for sp in sps:
+                if sp is not None:
+                    self._give_back(sp, False)
+                    self._sem.release()
+        return out
 
     def close(self) -> None:
         with self._lock:

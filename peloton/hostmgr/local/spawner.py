@@ -2,12 +2,13 @@
 never competes with the daemon's own threads for the daemon's interpreter lock (CPython's posix_spawn holds it
 through vfork and exec) and runs on another core.
 
-The daemon keeps a few of these (one per launch in progress, see SpawnerPool in spawn.py), each started once with
-`python -I -S <this file>` (standard library only, no site: it starts in milliseconds) and spoken to over a Unix
-stream socket (its descriptor number is the argument): length-prefixed JSON requests, each a list of tasks to start in order; replies with
-each task's pid and, passed with SCM_RIGHTS, a pidfd opened at once (so the daemon watches exactly that process,
-whatever happens to its pid). It stops at the first task that cannot be started. It exits when the socket closes
-(the daemon stopped or died); the tasks, in their own sessions, run on.
+The daemon keeps a few of these (SpawnerPool in spawn.py: a launch splits its members over the free ones), each
+started once with `python -I -S <this file>` (standard library only, no site: it starts in milliseconds) and spoken
+to over a Unix stream socket (its descriptor number is the argument): length-prefixed JSON requests, each a list of
+tasks to start in order; replies with each task's pid and, passed with SCM_RIGHTS, a pidfd opened at once (so the
+daemon watches exactly that process, whatever happens to its pid). A task that cannot be started ends the request,
+or, for tasks with a `group` (their gang), makes it skip the rest of that group (`{"skipped": true}`). It exits
+when the socket closes (the daemon stopped or died); the tasks, in their own sessions, run on.
 
 What a task runs, started with posix_spawn in a new session (so it leads its process group and outlives the daemon),
 with every signal disposition and the signal mask back to the defaults (Python ignores SIGPIPE and SIGXFSZ, and
@@ -15,7 +16,8 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
 - writes its pid to `pids` (a daemon killed between spawning and recording the pid finds it there);
 - catches SIGTERM (a handler, not "ignore": exec resets caught signals to their default, so the command stays
   killable) so that a SIGTERM to the group stops the command while the wrapper still records the result;
-- runs the command with `/bin/sh -c` in `work/` (so `$$` and `exit` in the command are the command's own);
+- runs the command in `work/`: executed directly when it has no shell syntax (argv_of: the rule is there), else with
+  `/bin/sh -c` (so `$$` and `exit` in the command are the command's own);
 - writes the command's exit status to `exit` (the file's mtime is when it ended);
 - SIGKILLs its whole process group, like a container being torn down; the daemon then kills what is left in the
   task's cgroup (a process that setsid()s leaves the group, not the cgroup).
@@ -31,9 +33,10 @@ path; the command starts that much after RUNNING is reported. A task with `subre
 (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
 command's orphans, now its children, before it ends.
 
-A task with a user (task.user) other than the spawner's own is started by subprocess's fork and exec instead
-(spawn_as: posix_spawn cannot change user), whose child enters the sandbox before it drops to the user, so the
-task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
+A task with a user (task.user) other than the spawner's own is started by posix_spawn of util-linux's setpriv in
+the sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot
+change user; without setpriv, and for a child subreaper, subprocess's fork and exec, whose child enters the sandbox
+before it drops to the user); either way the task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
 user's (0700/0600); HOME, USER and LOGNAME are the user's unless the job sets them. uid 0 is refused unless the
 task names root explicitly (its pool allows it: checked at submit) or the daemon's --default-task-user is root.
 """
@@ -72,6 +75,9 @@ cd -P work && /bin/sh -c "$2"
 rc=$?
 cd -P .. && (umask 077 && echo $rc > exit)
 """
+# The same, for a command executed directly (argv_of): its argv follows the sandbox and the sandbox's absolute path.
+# Its first word is never a name the wrapper's shell would take for a builtin or keyword (_SHELL_WORDS).
+_RUN_DIRECT = _RUN.replace('/bin/sh -c "$2"', 'shift 2 && "$@"')
 WRAPPER = _ENTER + _RUN + "kill -KILL 0\n"
 
 # The wrapper of a task with a cgroup of its own: its first two lines, then the gate (see above), then the rest.
@@ -97,10 +103,113 @@ kill -KILL 0
 PR_SET_CHILD_SUBREAPER = 36
 
 
+def wrapper_of(gate: bool, subreaper: bool, direct: bool) -> str:
+    """The wrapper's text: WRAPPER, WRAPPER_GATED or WRAPPER_SUBREAPER, running the command directly or not."""
+    text = WRAPPER_SUBREAPER if subreaper else WRAPPER_GATED if gate else WRAPPER
+    return text.replace(_RUN, _RUN_DIRECT) if direct else text
+
+
+# ---------------------------------------------------------------------------------------------- direct exec
+# A command is executed without `/bin/sh -c` when a shell would do nothing with it but split it into words
+# (argv_of). The rule, conservatively (anything else runs under /bin/sh -c exactly as before):
+# - outside quotes, only letters, digits, `_ - . / , : + = @ %` and blanks (space, tab) between words;
+# - '...' (anything but `'` inside) and "..." (anything but `"`, `$`, a backquote and `\` inside);
+# - the first word is not a shell reserved word or builtin (_SHELL_WORDS: `echo`, `exec`, `cd`, `test`, ...) and
+#   has no `=` (an assignment);
+# - the first word has a `/` (run as it is, from work/), or is found as an executable file in the task's PATH, whose
+#   entries are all absolute (the wrapper's shell looks it up there, argv[0] as written: a name not found is left to
+#   `sh -c` and its 127).
+# So `$VAR`, `~`, globs, `;`, `&&`, `|`, redirections, `#`, `\`, subshells and `VAR=x cmd` all keep the shell; a
+# command forces one with any of them (`exec cmd ...` is the cheapest: the shell execs the command in its place),
+# and passes such characters to a program without one by single-quoting them.
+_PLAIN = frozenset("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789_-./,:+=@%")
+_IN_DOUBLE_QUOTES_NOT = frozenset('"$`\\')
+_SHELL_WORDS = frozenset((
+    # reserved words (POSIX, dash, bash)
+    "!", "{", "}", "case", "do", "done", "elif", "else", "esac", "fi", "for", "if", "in", "then", "until", "while",
+    "function", "select", "time", "coproc", "[[", "]]",
+    # dash's builtins (and bash's that a script may expect), special or not
+    ".", ":", "[", "alias", "bg", "break", "cd", "chdir", "command", "continue", "echo", "eval", "exec", "exit",
+    "export", "false", "fc", "fg", "getopts", "hash", "jobs", "kill", "local", "printf", "pwd", "read", "readonly",
+    "return", "set", "shift", "test", "times", "trap", "true", "type", "ulimit", "umask", "unalias", "unset",
+    "wait", "source", "let", "declare", "typeset", "shopt", "builtin", "enable", "help", "history", "logout",
+    "mapfile", "readarray", "suspend", "disown", "dirs", "popd", "pushd", "bind", "caller", "compgen", "complete",
+    "compopt",
+))
+
+
+def split_plain(command: str) -> list[str] | None:
+    """The words of `command` when a shell would only split it into words and remove quotes (the rule above, but
+    for the first word's lookup); None when it needs the shell."""
+    words: list[str] = []
+    word: list[str] = []
+    in_word = False
+    i, n = 0, len(command)
+    while i < n:
+        c = command[i]
+        if c in " \t":
+            if in_word:
+                words.append("".join(word))
+                word, in_word = [], False
+            i += 1
+            continue
+        if c in _PLAIN:
+            word.append(c)
+        elif c in "'\"":
+            end = command.find(c, i + 1)
+            if end < 0:
+                return None  # unterminated: the shell's syntax error
+            part = command[i + 1:end]
+            if c == '"' and any(ch in _IN_DOUBLE_QUOTES_NOT for ch in part):
+                return None
+            word.append(part)
+            i = end
+        else:
+            return None
+        in_word = True
+        i += 1
+    if in_word:
+        words.append("".join(word))
+    if not words or not words[0] or words[0] in _SHELL_WORDS or "=" in words[0]:
+        return None
+    return words
+
+
+def argv_of(command: str, env: dict[str, str]) -> list[str] | None:
+    """The argv to execute `command` with, no shell between (the rule above); None: it runs under /bin/sh -c. The
+    words are as written (argv[0] too, as a shell passes it): the wrapper's shell finds the program in the task's
+    PATH as it would for `sh -c`; it is looked up here only to know it is a program of that PATH, not the shell's."""
+    words = split_plain(command)
+    if words is None:
+        return None
+    if "/" in words[0]:
+        return words
+    dirs = env.get("PATH", "").split(":")
+    if not env.get("PATH") or any(not d.startswith("/") for d in dirs):
+        return None  # the shell's default PATH, or the work dir in it: the shell's business
+    for d in dirs:
+        path = f"{d.rstrip('/')}/{words[0]}"
+        if os.path.isfile(path) and os.access(path, os.X_OK):
+            return words
+    return None  # not found: the shell says so (127) as it always did
+
+
 _OUT_FLAGS = os.O_WRONLY | os.O_CREAT | os.O_APPEND
 _HEADER = struct.Struct("!I")
 _DEFAULT_SIGNALS = tuple(s for s in (signal.SIGPIPE, signal.SIGXFSZ, signal.SIGCHLD, signal.SIGINT, signal.SIGTERM,
                                      signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1, signal.SIGUSR2))
+
+
+def _args(sandbox: str, command: str, env: dict[str, str], gate: bool, subreaper: bool,
+          absolute: str | None = None) -> list[str]:
+    """The wrapper's argv: `sh -c WRAPPER peloton-task SANDBOX COMMAND [ABSOLUTE]`, or, for a command executed
+    directly, `sh -c WRAPPER peloton-task SANDBOX ABSOLUTE ARGV...` (`absolute`: the sandbox's absolute path, which
+    is_wrapper looks for, when SANDBOX is `.`)."""
+    argv = argv_of(command, env)
+    head = [SHELL, "-c", wrapper_of(gate, subreaper, argv is not None), "peloton-task", sandbox]
+    if argv is None:
+        return head + [command] + ([absolute] if absolute else [])
+    return head + [absolute or sandbox] + argv
 
 
 def spawn(sandbox: str, command: str, env: dict[str, str], subreaper: bool = False, gate: int | None = None) -> int:
@@ -111,7 +220,7 @@ def spawn(sandbox: str, command: str, env: dict[str, str], subreaper: bool = Fal
     if subreaper:
         return _spawn_subreaper(sandbox, command, env)
     return os.posix_spawn(
-        SHELL, [SHELL, "-c", WRAPPER if gate is None else WRAPPER_GATED, "peloton-task", sandbox, command], env,
+        SHELL, _args(sandbox, command, env, gate is not None, False), env,
         file_actions=[
             (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if gate is None else
             (os.POSIX_SPAWN_DUP2, gate, 0),
@@ -128,7 +237,7 @@ def _spawn_subreaper(sandbox: str, command: str, env: dict[str, str]) -> int:
         for name in (STDOUT_FILE, STDERR_FILE):
             logs.append(os.open(f"{sandbox}/{name}", _OUT_FLAGS | os.O_CLOEXEC, 0o600))
         p = subprocess.Popen(
-            [SHELL, "-c", WRAPPER_SUBREAPER, "peloton-task", sandbox, command], executable=SHELL, env=env,
+            _args(sandbox, command, env, False, True), executable=SHELL, env=env,
             stdin=subprocess.DEVNULL, stdout=logs[0], stderr=logs[1], close_fds=True, start_new_session=True,
             preexec_fn=_become_subreaper)
     except subprocess.SubprocessError as e:
@@ -162,28 +271,54 @@ def _become_subreaper() -> None:
         raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
 
+# util-linux's setpriv: how a task starts as another user by posix_spawn (which cannot change user itself)
+SETPRIV = next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, os.X_OK)), None)
+
+
 def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd,
              subreaper: bool = False, gate: int | None = None) -> int:
-    """spawn(), as the user `who` (the spawner runs as root). posix_spawn cannot change user, so this is
-    subprocess's fork and exec, whose child runs C only: it enters the sandbox (still root: the user needs no
-    permission on the directories above it), drops to the user's groups, gid and uid, and executes the wrapper with
-    `.` for the sandbox (its absolute path is the last argument, for is_wrapper). The logs are created here, as
-    root, only if nothing is in their place (O_EXCL, O_NOFOLLOW: the user owns the sandbox already), and given to
-    the user. Raises OSError as spawn()."""
+    """spawn(), as the user `who` (the spawner runs as root). The wrapper is started in the sandbox (entered as
+    root: the user needs no permission on the directories above it), with `.` for the sandbox (its absolute path
+    is an argument too, for is_wrapper), as the user's groups, gid and uid. The logs are created here, as root, only
+    if nothing is in their place (O_EXCL, O_NOFOLLOW: the user owns the sandbox already), and given to the user.
+
+    posix_spawn cannot change user: it starts `setpriv` (SETPRIV), which drops to the user and executes the wrapper
+    in the same process, so this costs the spawner what spawn() does (a vfork and an exec: subprocess's fork and
+    exec, which a user switch needs, cost several times that and wait for the exec). Without setpriv, and for a
+    child subreaper (prctl between fork and exec), subprocess's fork and exec, whose child runs C only.
+    Raises OSError as spawn(); a setpriv that fails (it should not, as root) ends the task before its wrapper ran
+    (LOST, its message in stderr)."""
     new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW
     logs = []
+    groups = [] if who.pw_name.startswith("#") else os.getgrouplist(who.pw_name, who.pw_gid)
+    args = _args(".", command, env, gate is not None, subreaper, absolute=sandbox)
     try:
         for name in (STDOUT_FILE, STDERR_FILE):
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
+        if SETPRIV is not None and not subreaper:
+            drop = [SETPRIV, f"--reuid={who.pw_uid}", f"--regid={who.pw_gid}",
+                    f"--groups={','.join(str(g) for g in groups)}" if groups else "--clear-groups", "--"]
+            back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            os.chdir(sandbox)  # inherited by the child (this process has one thread): setpriv keeps it
+            try:
+                return os.posix_spawn(
+                    SETPRIV, drop + args, env,
+                    file_actions=[
+                        (os.POSIX_SPAWN_OPEN, 0, os.devnull, os.O_RDONLY, 0) if gate is None else
+                        (os.POSIX_SPAWN_DUP2, gate, 0),
+                        (os.POSIX_SPAWN_DUP2, logs[0], 1),
+                        (os.POSIX_SPAWN_DUP2, logs[1], 2),
+                    ],
+                    setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=(),
+                )
+            finally:
+                os.fchdir(back)
+                os.close(back)
         p = subprocess.Popen(
-            [SHELL, "-c", WRAPPER_SUBREAPER if subreaper else WRAPPER if gate is None else WRAPPER_GATED,
-             "peloton-task", ".", command, sandbox],
-            executable=SHELL, cwd=sandbox, env=env,
+            args, executable=SHELL, cwd=sandbox, env=env,
             stdin=subprocess.DEVNULL if gate is None else gate, stdout=logs[0], stderr=logs[1], close_fds=True,
-            start_new_session=True,
-            restore_signals=True, user=who.pw_uid, group=who.pw_gid,
-            extra_groups=[] if who.pw_name.startswith("#") else os.getgrouplist(who.pw_name, who.pw_gid),
+            start_new_session=True, restore_signals=True, user=who.pw_uid, group=who.pw_gid, extra_groups=groups,
             preexec_fn=_become_subreaper if subreaper else None)
     except subprocess.SubprocessError as e:
         raise OSError(errno.EIO, str(e)) from None
@@ -389,13 +524,20 @@ def serve(sock: socket.socket) -> None:
             return
         replies: list[dict[str, object]] = []
         fds: list[int] = []
+        failed: set[object] = set()  # the groups (gangs) with a task that could not start: the rest of each is skipped
         for task in request["tasks"]:
+            group = task.get("group")
+            if group in failed:
+                replies.append({"skipped": True})
+                continue
             entry, fd = start(task, base_env)
             replies.append(entry)
             if fd is not None:
                 fds.append(fd)
             if "error" in entry:
-                break
+                if group is None:
+                    break  # tasks of no group: the first failure ends the request
+                failed.add(group)
         body = json.dumps({"results": replies}).encode()
         frame = _HEADER.pack(len(body)) + body
         try:

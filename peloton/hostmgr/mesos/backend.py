@@ -26,7 +26,7 @@ from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument
-from peloton.hostmgr.backend import HostsCallback, LaunchError, StatusCallback
+from peloton.hostmgr.backend import HostsCallback, LaunchError, StatusCallback, StatusesCallback
 from peloton.hostmgr.mesos import calls, files
 from peloton.hostmgr.mesos.calls import CallError, FrameworkConfig
 from peloton.hostmgr.mesos.events import (
@@ -193,7 +193,9 @@ class MesosBackend:
             return False
 
     # --- Backend interface ----------------------------------------------------------------------------------
-    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None) -> None:
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None,
+              on_statuses: StatusesCallback | None = None) -> None:
+        del on_statuses  # updates arrive one at a time from the master
         self._on_status = on_status
         self._on_hosts_changed = on_hosts_changed
         self._transport.start()

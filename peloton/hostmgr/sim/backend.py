@@ -33,7 +33,7 @@ from peloton.domain.placement import HostOffer
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound, PelotonError
-from peloton.hostmgr.backend import HostsCallback, StatusCallback
+from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
 from peloton.hostmgr.sim.durations import behaviour, format_duration, unit_draw
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
 
@@ -204,7 +204,9 @@ class SimBackend:
 
     # ----------------------------------------------------------------------------------------------- lifecycle
 
-    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None) -> None:
+    def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None,
+              on_statuses: StatusesCallback | None = None) -> None:
+        del on_statuses  # (its statuses are reported one at a time)
         if self._started:
             raise RuntimeError("SimBackend already started")
         self._started = True

@@ -1,0 +1,281 @@
+"""The local backend's launch path (issue 24): a command without shell syntax is executed by the wrapper directly
+(no `/bin/sh -c` between), a gang's members start in parallel over the spawner pool, a task as another user is
+started by posix_spawn through setpriv, and a launch's statuses are handed over as one batch. Real processes."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import pwd
+import signal
+import sys
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import pytest
+
+from peloton.domain.launch import GangLaunch, LaunchOutcome, TaskStatus
+from peloton.domain.states import TaskState
+from peloton.hostmgr.local import spawner, wrapper
+from peloton.hostmgr.local.backend import LocalBackend
+from peloton.hostmgr.local.spawn import NotStarted, SpawnerPool, Started
+from peloton.hostmgr.local.task_env import inherited
+from tests.unit.test_local_backend import (  # noqa: F401 - make_backend is a fixture
+    Recorder,
+    group_gone,
+    launch,
+    make_backend,
+    running_ids,
+    spec,
+    wait_for,
+)
+
+PY = sys.executable
+AS_ROOT = os.geteuid() == 0
+
+
+def _out(b: LocalBackend, task_id: str, stream: str = "stdout") -> str:
+    return b.read_log(task_id, stream, 0, 100_000)[0].decode()
+
+
+def _children(pid: int) -> list[int]:
+    try:
+        text = Path(f"/proc/{pid}/task/{pid}/children").read_text()
+    except OSError:
+        return []
+    return [int(p) for p in text.split()]
+
+
+def _cmdline(pid: int) -> list[str]:
+    return Path(f"/proc/{pid}/cmdline").read_bytes().decode().split("\0")[:-1]
+
+
+def _ppid(pid: int) -> int:
+    return int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1])
+
+
+# ------------------------------------------------------------------------------------------------ the rule
+
+
+@pytest.mark.parametrize(("command", "words"), [
+    ("sleep 30", ["sleep", "30"]),
+    ("  sleep\t30  ", ["sleep", "30"]),
+    ("prog 'a b' \"c d\" '' x", ["prog", "a b", "c d", "", "x"]),
+    ("prog '$HOME; *' \"a|b>c\" 'it''s'", ["prog", "$HOME; *", "a|b>c", "its"]),  # quoted: literal
+    ("prog --opt=1 a=b -x, user@host:/p%2 +1", ["prog", "--opt=1", "a=b", "-x,", "user@host:/p%2", "+1"]),
+    ("/bin/echo hi", ["/bin/echo", "hi"]),  # a path: not the shell's builtin
+    ("./run.sh a", ["./run.sh", "a"]),
+    ("prog 'two\nlines'", ["prog", "two\nlines"]),
+])
+def test_a_command_without_shell_syntax_is_split_into_its_words(command: str, words: list[str]) -> None:
+    assert spawner.split_plain(command) == words
+
+
+@pytest.mark.parametrize("command", [
+    "", "   ", "a | b", "a; b", "a && b", "a || b", "a & ", "a > f", "a < f", "a 2>&1", "(a)", "{ a; }",
+    "a $HOME", 'a "$HOME"', "a ${X}", "a `b`", 'a "`b`"', "a $(b)", "a ~/x", "a ~", "ls *.txt", "ls a?", "ls [ab]",
+    "a # comment", "a\\ b", 'a "b\\"c"', "FOO=1 prog", "a 'unterminated", 'a "unterminated', "a\nb", "a !b",
+    # the shell's words: reserved words and builtins (`echo` is the shell's, not /bin/echo)
+    "echo hi", "exec sleep 1", "cd /tmp", "exit 3", "export A=1", "set -e", "true", "false", "test -f x", "[ 1 ]",
+    "kill 1", "printf x", "if", "while", ". ./env", "source x", "'echo' hi", "umask 0", "ulimit -n 1", "wait",
+])
+def test_a_command_with_shell_syntax_or_a_shell_word_first_keeps_the_shell(command: str) -> None:
+    assert spawner.split_plain(command) is None
+
+
+def test_the_first_word_must_be_a_program_of_the_tasks_path(tmp_path: Path) -> None:
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    (tmp_path / "b" / "tool").write_text("#!/bin/sh\n")
+    (tmp_path / "b" / "tool").chmod(0o755)
+    (tmp_path / "a" / "tool").write_text("not executable")  # skipped, as the shell skips it
+    (tmp_path / "a" / "tool").chmod(0o644 if not AS_ROOT else 0o600)  # (root may execute anything with an x bit)
+    path = f"{tmp_path}/a:{tmp_path}/b/"
+    assert spawner.argv_of("tool x 'y z'", {"PATH": path}) == ["tool", "x", "y z"]  # argv[0] as the shell passes it
+    assert spawner.argv_of("no-such-tool x", {"PATH": path}) is None  # the shell says "not found" (127)
+    assert spawner.argv_of("tool", {"PATH": f"{path}:relative"}) is None  # a PATH with the work dir in it
+    assert spawner.argv_of("tool", {"PATH": f"{path}:"}) is None
+    assert spawner.argv_of("tool", {}) is None  # the shell's own default PATH
+    assert spawner.argv_of("/no/such x", {}) == ["/no/such", "x"]  # a path is the shell's to execute as it is
+    assert spawner.argv_of("tool | cat", {"PATH": path}) is None
+
+
+# ------------------------------------------------------------------------------------------------ real tasks
+
+
+def test_a_plain_command_runs_as_the_wrappers_own_child_and_a_shell_command_under_sh(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    b, rec = make_backend(n=1)
+    assert launch(b, spec("direct", "sleep 30"), spec("shell", "sleep 30; true")).outcome == LaunchOutcome.OK
+    for tid in ("direct", "shell"):
+        pid = b._tasks[tid].pid
+        mine = _cmdline(pid)
+
+        def commands(pid: int = pid, mine: list[str] = mine) -> list[list[str]]:
+            """What the wrapper's children run, once executed (not the wrapper's own forks)."""
+            return [c for c in map(_cmdline, _children(pid)) if c not in ([], mine)]
+
+        wait_for(lambda: bool(commands()))
+        (got,) = commands()
+        if tid == "direct":
+            assert got == ["sleep", "30"], got  # no shell between, argv[0] as a shell would pass it
+        else:
+            assert got == ["/bin/sh", "-c", "sleep 30; true"], got
+        assert wrapper.is_wrapper(pid, b._tasks[tid].sandbox)  # the sandbox is still in the wrapper's argv
+    b.kill(["direct", "shell"], grace_s=5.0)
+    for tid in ("direct", "shell"):
+        assert rec.wait_terminal(tid).state == TaskState.KILLED  # SIGTERM to the group reaches both
+
+
+def test_quoting_expansion_pipes_and_exit_codes_with_and_without_a_shell(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    b, rec = make_backend(n=1)
+    cases = {
+        "argv": (f"{PY} -c 'import sys; print(sys.argv[1:])' 'a b' \"c;d\" '' '$FOO'", TaskState.SUCCEEDED,
+                 "['a b', 'c;d', '', '$FOO']\n"),
+        "expand": ('/bin/echo "$FOO" $FOO', TaskState.SUCCEEDED, "x y x y\n"),
+        "pipe": ("/bin/echo abc | tr a-z A-Z", TaskState.SUCCEEDED, "ABC\n"),
+        "cwd": ("pwd", TaskState.SUCCEEDED, None),  # a builtin: the shell's
+        "exit3": (f"{PY} -c 'import sys; sys.exit(3)'", TaskState.FAILED, ""),
+        "sh-exit3": ("exit 3", TaskState.FAILED, ""),
+        "missing": ("./no-such-program", TaskState.FAILED, ""),
+        "not-found": ("no-such-command-anywhere", TaskState.FAILED, ""),
+        "not-exec": ("/etc/passwd", TaskState.FAILED, ""),
+        "self-term": (f"{PY} -c 'import os, signal; os.kill(os.getpid(), signal.SIGTERM)'", TaskState.FAILED, ""),
+    }
+    for tid, (command, _, _) in cases.items():
+        assert launch(b, spec(tid, command, env={"FOO": "x y"}, cpu=0.1, mem=1)).outcome == LaunchOutcome.OK
+    got = {tid: rec.wait_terminal(tid) for tid in cases}
+    for tid, (_, state, stdout) in cases.items():
+        assert got[tid].state == state, (tid, got[tid], _out(b, tid, "stderr"))
+        if stdout is not None:
+            assert _out(b, tid) == stdout, tid
+    assert _out(b, "cwd") == f"{b._sandboxes / 'cwd' / 'work'}\n"
+    assert got["exit3"].exit_code == 3 and got["sh-exit3"].exit_code == 3
+    for tid in ("missing", "not-found"):
+        assert got[tid].exit_code == 127 and "command not found" in got[tid].message
+    assert got["not-exec"].exit_code == 126 and "not executable" in got["not-exec"].message
+    assert got["self-term"].exit_code is None and got["self-term"].message == f"killed by signal {int(signal.SIGTERM)}"
+
+
+def test_the_members_of_a_gang_start_in_parallel_over_the_spawners(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    b, rec = make_backend(n=2, spawners=4)
+    members = [spec(f"p{i}", "sleep 30", f"local-{i % 2}") for i in range(8)]
+    assert launch(b, *members).outcome == LaunchOutcome.OK
+    spawners = {_ppid(b._tasks[m.task_id].pid) for m in members}  # a wrapper's parent is its spawner
+    assert len(spawners) == 4, spawners  # two members each (spawn_many's per_spawner)
+    assert [s.task_id for s in rec.statuses] == [m.task_id for m in members]  # RUNNING, in order
+    assert all(s.state == TaskState.RUNNING for s in rec.statuses)
+    b.kill([m.task_id for m in members], grace_s=5.0)
+    for m in members:
+        assert rec.wait_terminal(m.task_id).state == TaskState.KILLED
+
+
+def test_a_member_that_cannot_start_stops_the_members_other_spawners_started(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    b, rec = make_backend(n=2, spawners=4)
+    members = [spec(f"f{i}", "sleep 30", f"local-{i % 2}") for i in range(8)]
+    members[5] = spec("f5", "sleep 30\0", "local-1")  # cannot be started (a NUL byte): its share's second
+    real = b._spawners.spawn_many
+    started: list[object] = []
+
+    def spawn_many(tasks: list[dict[str, object]]) -> list[object]:
+        out = real(tasks)
+        started.extend(out)
+        return out  # type: ignore[return-value]
+
+    monkeypatch.setattr(b._spawners, "spawn_many", spawn_many)
+    r = launch(b, *members)
+    assert r.outcome == LaunchOutcome.FAILED and r.task_id == "f5" and r.permanent
+    pgids = [x.pid for x in started if isinstance(x, Started)]
+    assert len(pgids) == 7  # the other shares were started before the failure was known ...
+    wait_for(lambda: running_ids(b) == set())
+    wait_for(lambda: all(group_gone(p) for p in pgids))  # ... and stopped: all or nothing
+    assert rec.statuses == []
+    monkeypatch.undo()
+    assert launch(b, *(spec(f"f{i}", "true", f"local-{i % 2}") for i in range(8))).outcome == LaunchOutcome.OK
+
+
+def test_a_spawner_skips_the_rest_of_a_group_after_a_failure_and_starts_the_other_groups(tmp_path: Path) -> None:
+    pool = SpawnerPool(1, inherited(os.environ))
+    fds: list[int] = []
+    try:
+        tasks: list[dict[str, object]] = [
+            {"sandbox": str(tmp_path / name), "command": command, "env": {}, "files": {}, "group": group}
+            for name, command, group in (("a0", "true", 0), ("a1", "true\0", 0), ("a2", "true", 0),
+                                         ("b0", "true", 1), ("b1", "true", 1))]
+        out = pool.spawn_many(tasks, per_spawner=10)
+        fds += [r.pidfd for r in out if isinstance(r, Started) and r.pidfd is not None]
+        assert [type(r).__name__ for r in out] == ["Started", "NotStarted", "NoneType", "Started", "Started"]
+        assert isinstance(out[1], NotStarted) and out[1].permanent
+        # no group: the first failure ends the request (the spawner's old contract, spawn())
+        plain = pool.spawn([{k: v for k, v in t.items() if k != "group"} | {"sandbox": f"{t['sandbox']}-2"}
+                            for t in tasks])
+        fds += [r.pidfd for r in plain if isinstance(r, Started) and r.pidfd is not None]
+        assert [type(r).__name__ for r in plain] == ["Started", "NotStarted"]
+    finally:
+        pool.close()
+        for fd in fds:
+            os.close(fd)
+
+
+def test_a_launchs_statuses_are_handed_over_as_one_batch(tmp_path: Path) -> None:
+    from peloton.hostmgr.local.backend import make_local_hosts
+    from tests.unit.test_local_backend import HOST_RES, TEST_TASK_USER, kill_leftovers
+
+    b = LocalBackend(tmp_path, make_local_hosts(1, HOST_RES), default_user=TEST_TASK_USER)
+    one, batches = Recorder(), list[Sequence[TaskStatus]]()
+    b.start(one, None, batches.append)
+    try:
+        (r,) = b.launch([GangLaunch("g/0", 1, tuple(spec(f"s{i}", "sleep 30") for i in range(4)))])
+        assert r.outcome == LaunchOutcome.OK
+        assert [[(s.task_id, s.state) for s in batch] for batch in batches] == [
+            [(f"s{i}", TaskState.RUNNING) for i in range(4)]]
+        assert one.statuses == []
+        b.kill([f"s{i}" for i in range(4)], grace_s=5.0)
+        wait_for(lambda: sum(map(len, batches)) + len(one.statuses) == 8)  # the ends: by poll, batched
+        ends: list[TaskStatus] = [s for batch in batches[1:] for s in batch] + one.statuses
+        assert sorted(s.task_id for s in ends) == [f"s{i}" for i in range(4)]
+        assert all(s.state == TaskState.KILLED for s in ends)
+    finally:
+        b.stop()
+        kill_leftovers(tmp_path)
+
+
+# ------------------------------------------------------------------------------------------------ other users
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+@pytest.mark.parametrize("setpriv", [True, False])
+def test_a_task_as_another_user_has_only_that_users_ids_groups_and_no_capabilities(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, setpriv: bool) -> None:
+    """spawn_as by posix_spawn through setpriv, and by subprocess's fork where there is no setpriv: the same."""
+    if not setpriv:
+        monkeypatch.setattr(spawner, "SETPRIV", None)
+    elif spawner.SETPRIV is None:
+        pytest.skip("no setpriv on this machine")
+    who = pwd.getpwnam("daemon")
+    os.chmod(tmp_path, 0o700)  # the user needs no permission above its sandbox: it is entered as root
+    env = {"PATH": "/usr/bin:/bin"}
+    groups = sorted(os.getgrouplist(who.pw_name, who.pw_gid))
+    cwd = os.getcwd()
+    for name, command in (("direct", "cat /proc/self/status"), ("shell", "cat /proc/self/status; pwd")):
+        assert (spawner.argv_of(command, env) is None) == (name == "shell")
+        sandbox = str(tmp_path / name)
+        spawner.prepare(sandbox, {}, who)
+        pid = spawner.spawn_as(sandbox, command, env, who)
+        assert os.getcwd() == cwd  # the spawner's own working directory is as it was
+        with contextlib.suppress(ChildProcessError):
+            os.waitpid(pid, 0)
+        text = (Path(sandbox) / "stdout").read_text()
+        lines = dict(line.split(":", 1) for line in text.splitlines() if ":" in line)
+        assert lines["Uid"].split() == [str(who.pw_uid)] * 4, (name, text, (Path(sandbox) / "stderr").read_text())
+        assert lines["Gid"].split() == [str(who.pw_gid)] * 4
+        assert sorted(int(g) for g in lines["Groups"].split()) == groups
+        assert int(lines["CapEff"], 16) == 0 and int(lines["CapPrm"], 16) == 0
+        ended = wrapper.read_exit(Path(sandbox))
+        assert ended is not None and ended.exit_code == 0
+        if name == "shell":
+            assert text.splitlines()[-1] == f"{sandbox}/work"
