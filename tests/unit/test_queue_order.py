@@ -139,7 +139,7 @@ def test_a_parked_gang_is_promoted_when_it_comes_back_and_stale_promotions_are_d
     wide = q.add(_g("wide", 21, 4 * H, at=1.0), 1.0)
     q.add(_g("narrow", 2, 600, at=2.0), 2.0)
     q.pop_head("/")  # (narrow)
-    assert (e := q.head("/")) is wide
+    assert q.head("/") is wide
     q.pop_head("/")
     q.admit(wide)  # placing: its promotion item goes stale
     assert q.next_promotion() is None
@@ -147,7 +147,7 @@ def test_a_parked_gang_is_promoted_when_it_comes_back_and_stale_promotions_are_d
     q.push(wide, 10.0)  # unplaced: parked until 2000
     assert q.promote_due(1500.0) == 0 and q.head("/") is None  # parked: not queued by a promotion
     q.unpark_due(2000.0)  # back after its promotion time: queued in the first queue at once
-    assert (e := q.head("/")) is wide and wide.order()[1] == 0
+    assert q.head("/") is wide and wide.order()[1] == 0
 
 
 def test_a_gang_of_higher_priority_stays_first_whatever_its_size() -> None:
