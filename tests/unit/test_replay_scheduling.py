@@ -173,8 +173,9 @@ def test_model_aware_and_auto_jobs_are_planned_and_run_in_virtual_time() -> None
 
 
 # --- determinism -------------------------------------------------------------------------------------------------
-def _mixed() -> list[tuple[object, ...]]:
-    """A mixed replay: two pools with preemption on, plain and model-aware gangs, some `instances: auto`."""
+def _mixed(order: str = "arrival") -> list[tuple[object, ...]]:
+    """A mixed replay: two pools with preemption on, plain and model-aware gangs, some `instances: auto`. Under
+    queue order gpu-time (promotion after 10 minutes) the plain gangs declare a max_runtime (the others none)."""
     rng = random.Random(11)
     pools = [ResourcePool("/a", reservation=Resources(cpu=128, mem=512 * 1024, gpu=8)),
              ResourcePool("/b", reservation=Resources(cpu=128, mem=512 * 1024, gpu=8))]
@@ -186,21 +187,24 @@ def _mixed() -> list[tuple[object, ...]]:
             # at most a pool's reservation (8 GPUs): a bigger gang waits as long as the other pool wants its half
             members = rng.choice([1, 2])
             spec = _in(pool, f"j{i}", members, 4 if members > 1 else rng.choice([1, 2, 4]))
+            if order == "gpu-time":  # (longer than any run below: 1,500 s x 1.3)
+                spec = dataclasses.replace(spec, max_runtime_s=2000.0 * members)
         else:
             spec = _model_aware(f"j{i}", rng.choice([2, 4, 8]), (2, 8) if kind == "auto" else None, pool)
         subs.append(Submission(at, f"j{i}", spec))
     work = {s.name: rng.uniform(200, 1500) for s in subs}
     r = Replay(Cluster(hosts=4, gpus=4, racks=2), subs,
                lambda s, p: work[s.name] * (1.0 if len(p.racks) == 1 else 1.3), pools=pools, preemption=True,
-               models=[_bert()]).run()
+               models=[_bert()], queue_order=QueueOrder(order, promote_after_s=600.0)).run()
     assert {j.state for j in r.jobs} == {"SUCCEEDED"}
     return [dataclasses.astuple(j) for j in r.jobs] + [dataclasses.astuple(s) for s in r.timeline]
 
 
-def test_a_mixed_replay_gives_the_same_results_in_two_processes() -> None:
+@pytest.mark.parametrize("order", ["arrival", "gpu-time"])
+def test_a_mixed_replay_gives_the_same_results_in_two_processes(order: str) -> None:
     """Two processes (different string hash seeds, so no set's order can pass for determinism): the same job
-    results, ids included, and the same timeline."""
-    code = f"import json; from {__name__} import {_mixed.__name__} as run; print(json.dumps(run()))"
+    results, ids included, and the same timeline, under either queue order."""
+    code = f"import json; from {__name__} import {_mixed.__name__} as run; print(json.dumps(run({order!r})))"
     out = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}
