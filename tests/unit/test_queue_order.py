@@ -155,3 +155,29 @@ def test_a_gang_of_higher_priority_stays_first_whatever_its_size() -> None:
     q.add(_g("small", 1, 60, at=1.0), 1.0)
     q.add(_g("urgent", 64, 30 * 86400, at=2.0, priority=3), 2.0)
     assert _heads(q) == ["urgent", "small"]
+
+
+# --- through the resource manager ----------------------------------------------------------------------------------
+@pytest.mark.parametrize("promote_after_s", [600.0, 86400.0])
+def test_the_resource_manager_admits_in_the_queue_order_and_wakes_for_a_promotion(promote_after_s: float) -> None:
+    from peloton.resmgr.manager import ResourceManager
+    from tests.unit.test_resmgr import SHORT, Clock, Pools
+
+    clock = Clock(1000.0)
+    rm = ResourceManager(Pools(), clock=clock, queue_order=QueueOrder("gpu-time", promote_after_s))
+    wide = dataclasses.replace(gang("wide", n=2, gpu=4, at=1000.0), max_runtime_s=4 * H)  # 32 GPU-hours: queue 3
+    narrow = dataclasses.replace(gang("narrow", n=1, gpu=1, at=1001.0), max_runtime_s=600.0)  # queue 0
+    rm.enqueue([wide, narrow])
+    assert [g.job_id for g in rm.dequeue(1, SHORT)] == ["narrow"]  # submitted later, first in line
+    assert rm.next_due(retries=False) == 1000.0 + promote_after_s  # the wide gang's promotion: a replay steps there
+    clock.t = 1600.0
+    narrow2 = dataclasses.replace(gang("narrow2", n=1, gpu=1, at=1500.0), max_runtime_s=600.0)
+    rm.enqueue([narrow2])
+    # promoted after 600 s, the wide gang goes before narrow2 (submitted after it); not yet promoted, after it
+    first = "wide" if promote_after_s == 600.0 else "narrow2"
+    assert [g.job_id for g in rm.dequeue(1, SHORT)] == [first]
+    # and under the default order, first come, first served
+    arrival = ResourceManager(Pools(), clock=Clock(1000.0))
+    arrival.enqueue([wide, narrow])
+    assert [g.job_id for g in arrival.dequeue(2, SHORT)] == ["wide", "narrow"]
+    assert arrival.next_due(retries=False) is None
