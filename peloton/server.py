@@ -295,7 +295,8 @@ class Daemon:
 
         cfg = self.cfg
         self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
-                                      preemption=cfg.preemption, placement_order=cfg.placement_order)
+                                      preemption=cfg.preemption, placement_order=cfg.placement_order,
+                                      queue_order=cfg.queue_order_value())
         self.resmgr_servicer = ResourceManagerServicer(self.resmgr)
         respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
             ResourcePoolServicer(self.resmgr, self.sessions), self.server)

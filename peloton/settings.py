@@ -26,6 +26,7 @@ from peloton.leadership.owner import LEASE_S
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
 from peloton.observability import census
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S
+from peloton.resmgr.ordering import DEFAULT_PROMOTE_AFTER_S, QueueOrder
 from peloton.security import run_as
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
@@ -80,6 +81,8 @@ class ServerConfig:
     preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S  # a pool's first gang waits this long to preempt
     preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
     placement_order: str = "backfill"  # backfill | fifo: nothing behind a gang that does not fit is placed
+    queue_order: str = "arrival"  # arrival | gpu-time: a pool's waiting gangs' order (resmgr/ordering.py)
+    queue_promote_after_s: float = DEFAULT_PROMOTE_AFTER_S  # gpu-time: a gang waiting this long goes first in line
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
     audit_retention_s: float = 90 * 24 * 3600.0  # audit records are deleted after this; 0: kept
     task_log_max_bytes: int = DEFAULT_LOG_MAX_BYTES  # local backend: a stream past this is rotated; 0: never
@@ -116,6 +119,11 @@ class ServerConfig:
             raise InvalidArgument(f"--gpu-table: cannot read {self.gpu_table}: {e.strerror}",
                                   field="--gpu-table") from None
         return load_table(text, source="--gpu-table")
+
+    def queue_order_value(self) -> QueueOrder:
+        """--queue-order and --queue-promote-after as the resource manager takes them; InvalidArgument naming the
+        flag when either is wrong."""
+        return QueueOrder(self.queue_order, self.queue_promote_after_s)
 
     def principals_path(self) -> Path | None:
         if self.principals_file is not None:
@@ -157,6 +165,7 @@ class ServerConfig:
         if self.placement_order not in ("backfill", "fifo"):
             raise InvalidArgument(f"--placement-order: must be one of backfill, fifo, got {self.placement_order!r}",
                                   field="--placement-order")
+        self.queue_order_value()  # an unknown order or a bad promotion time names its flag
         if self.metrics_host_limit < 0:
             raise InvalidArgument(f"--metrics-host-limit: must be 0 (never) or more, got {self.metrics_host_limit}",
                                   field="--metrics-host-limit")

@@ -43,6 +43,12 @@ def register(sm: Any) -> None:
                         "four)")
     x.add_argument("--preemption", choices=["on", "off", "both"], default="on",
                    help="preemption between pools on (default), off, or both (each policy twice)")
+    x.add_argument("--queue-order", default="arrival", metavar="ORDER",
+                   help="the daemon's --queue-order for every policy: arrival (default) or gpu-time (least expected "
+                        "GPU-time first, with aging; docs/pools.md)")
+    x.add_argument("--queue-promote-after", default="4h", metavar="DURATION",
+                   help="the daemon's --queue-promote-after: under gpu-time, a gang waiting this long goes to the "
+                        "first queue (default %(default)s)")
     x.add_argument("--seed", type=int, default=0, metavar="N",
                    help="which hosts share a rack, and the sim backend's draws (default 0); a seed replays the "
                         "same")
@@ -59,18 +65,22 @@ def cmd_sim_replay(a: argparse.Namespace) -> int:
     """Bad input raises InvalidArgument: main prints it as one line and exits 2."""
     from peloton.cli import render
     from peloton.errors import InvalidArgument
+    from peloton.hostmgr.sim.durations import parse_duration
     from peloton.replay import policies, report, run
+    from peloton.resmgr.ordering import QueueOrder
 
     chosen = policies.parse_policies(a.policy)
     if not 0 <= a.seed < 2**63:
         raise InvalidArgument(f"--seed: {a.seed} is not within 0..2^63-1", field="seed")
+    queue_order = QueueOrder(a.queue_order, parse_duration(a.queue_promote_after.strip(), "--queue-promote-after"))
     pools = read_pools(a.pools) if a.pools is not None else None
     s = run.setup(a.trace, a.format, cluster=a.cluster, cluster_file=a.cluster_file, racks=a.racks,
-                  profiles=a.profiles, pools=pools, seed=a.seed)
+                  profiles=a.profiles, pools=pools, seed=a.seed, queue_order=queue_order)
     preemption = {"on": [True], "off": [False], "both": [True, False]}[a.preemption]
     c = s.cluster
     print(f"replaying {s.source}: {len(s.jobs)} jobs on {c.hosts} hosts x {c.gpus_per_host} GPUs "
-          f"({c.racks} rack(s)), pools {', '.join(f'{p.path} ({p.reservation.gpu} GPUs)' for p in s.pools)}",
+          f"({c.racks} rack(s)), pools {', '.join(f'{p.path} ({p.reservation.gpu} GPUs)' for p in s.pools)}, "
+          f"queue order {queue_order.kind}",
           file=sys.stderr)
 
     def said(o: run.Outcome) -> None:

@@ -33,6 +33,7 @@ from peloton.placement.engine import PlacementEngine
 from peloton.placement.reservation import ORDERS
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
+from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 from peloton.store import db, repo
 
 EPOCH = 1_700_000_000.0  # virtual time 0 on the components' clock (0.0 means "unset" in many records)
@@ -161,6 +162,7 @@ class Replay:
     def __init__(self, cluster: Cluster, submissions: Sequence[Submission], duration_of: DurationOf, *,
                  pools: Sequence[ResourcePool] = (), preemption: bool = True, preemption_settle_s: float = 10.0,
                  store_url: str | None = None, seed: int = 0, order: str = "backfill",
+                 queue_order: QueueOrder = ARRIVAL,
                  models: Sequence[StoredModel] = ()) -> None:
         if order not in ORDERS:
             raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
@@ -184,6 +186,7 @@ class Replay:
         self._settle_s = preemption_settle_s
         self._seed = seed
         self._order = order  # --placement-order: the resource manager's and the placement engine's
+        self._queue_order = queue_order  # --queue-order (and --queue-promote-after): the resource manager's
         self._models = list(models)  # stored models (`peloton model create`) the model-aware jobs name
         self._job_seq = 0
         self._results: dict[str, JobResult] = {}
@@ -214,7 +217,8 @@ class Replay:
         self.sim = SimBackend(hosts, seed=self._seed, clock=clock, timer_thread=False, duration_of=self._launched)
         self.hostmgr = HostManager(self.sim, clock=clock)
         self.resmgr = ResourceManager(load_pools, clock=clock, preemption_settle_s=self._settle_s,
-                                      preemption=self._preemption, rate_clock=clock, placement_order=self._order)
+                                      preemption=self._preemption, rate_clock=clock, placement_order=self._order,
+                                      queue_order=self._queue_order)
         rm, hm = InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr)
         self.hostmgr.start()
         self.jobmgr = JobManager(sessions, read, rm, hm, clock=clock, job_ids=self._job_id)

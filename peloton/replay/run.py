@@ -23,6 +23,7 @@ from peloton.replay import metrics, policies, report
 from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Stalled, Submission
 from peloton.replay.traces import ClusterShape, TraceJob, check_fits, parse_cluster, read_cluster_file, read_trace
 from peloton.replay.work import KNOWN, SpeedModel, hosts_of, speed, speed_models, work_samples
+from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 
 MIN_RUN_S = 1e-3  # a run whose work was all done before (a preemption at its very end) still lasts this long
 PROFILED = ("bert", "cifar10")  # the applications with a public profile: DIR/<application>/placements.csv
@@ -40,6 +41,7 @@ class Setup:
     pools: list[ResourcePool]
     pool_of: dict[str, str]  # job name -> pool path
     seed: int = 0
+    queue_order: QueueOrder = ARRIVAL  # the daemon's --queue-order (and --queue-promote-after), every policy's
 
 
 @dataclass(slots=True)
@@ -86,7 +88,8 @@ def read_profiles(directory: str | None) -> dict[str, tuple[str, str]]:
 
 
 def setup(trace_path: str, fmt: str, *, cluster: str | None = None, cluster_file: str | None = None, racks: int = 1,
-          profiles: str | None = None, pools: Sequence[ResourcePool] | None = None, seed: int = 0) -> Setup:
+          profiles: str | None = None, pools: Sequence[ResourcePool] | None = None, seed: int = 0,
+          queue_order: QueueOrder = ARRIVAL) -> Setup:
     """Everything a replay needs from the files named (nothing is started; every error names its file, row and
     column, or its flag)."""
     if (cluster is None) == (cluster_file is None):
@@ -105,7 +108,7 @@ def setup(trace_path: str, fmt: str, *, cluster: str | None = None, cluster_file
     for j in jobs:  # the work is known (a Pollux job's application has a data set and epochs)
         work_samples(j, models[j.application], shape)
     all_pools, pool_of = policies.assign_pools(jobs, shape, pools)
-    return Setup(source, jobs, shape, models, all_pools, pool_of, seed)
+    return Setup(source, jobs, shape, models, all_pools, pool_of, seed, queue_order)
 
 
 # --- the work model ------------------------------------------------------------------------------------------------
@@ -167,7 +170,7 @@ def replay_one(s: Setup, policy: policies.Policy, preemption: bool, name: str | 
     holder: list[Replay] = []
     progress = Progress(s, lambda n: holder[0].history(n))
     rp = Replay(cluster, subs, progress, pools=s.pools, preemption=preemption, seed=s.seed, order=policy.order,
-                models=stored_models(s))
+                queue_order=s.queue_order, models=stored_models(s))
     holder.append(rp)
     try:
         result = rp.run()
@@ -235,6 +238,7 @@ def document(s: Setup, outcomes: Sequence[Outcome]) -> dict[str, Any]:
     """`-o json`: report.document's, with what was replayed on what."""
     c = s.cluster
     return {"trace": s.source, "jobs": len(s.jobs), "seed": s.seed,
+            "queue_order": {"order": s.queue_order.kind, "promote_after_s": s.queue_order.promote_after_s},
             "cluster": {"hosts": c.hosts, "gpus_per_host": c.gpus_per_host, "racks": c.racks},
             "pools": {p.path: p.reservation.gpu for p in s.pools}, **report.document(results(outcomes))}
 

@@ -58,6 +58,7 @@ from peloton.resmgr.admission import admission_if, admission_round
 from peloton.resmgr.callers import Current
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
+from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 from peloton.resmgr.paths import subtree_sums
 from peloton.resmgr.preemption import PROBE_EVERY_S, RESERVATION_REFRESH_S, Preemptions, Probe, find_probes
 from peloton.resmgr.queues import Entry, QueuedGang, Queues, State
@@ -94,12 +95,14 @@ ORDER_AGAIN_S = 60.0  # a preemption order not acted on (jobmgr restarted) is gi
 class ResourceManager:
     def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
                  preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S, preemption: bool = True,
-                 rate_clock: Callable[[], float] = time.monotonic, placement_order: str = "backfill"):
+                 rate_clock: Callable[[], float] = time.monotonic, placement_order: str = "backfill",
+                 queue_order: QueueOrder = ARRIVAL):
         """`preemption_settle_s`: how long a pool's first gang waits before it may preempt or reserve hosts;
         `preemption` False: it only reserves hosts. `rate_clock`: what the unpark rate limit counts in (real time;
         a replay passes its virtual clock so that the limit, too, is deterministic). `placement_order` "fifo":
         nothing behind the first gang waiting for hosts is admitted, and only gangs up to it may preempt (the
-        placement engine's own order must be the same: --placement-order sets both)."""
+        placement engine's own order must be the same: --placement-order sets both). `queue_order`: the order of
+        each pool's waiting gangs (--queue-order, ordering.py)."""
         if placement_order not in ORDERS:
             raise ValueError(f"placement_order: must be one of {', '.join(ORDERS)}, got {placement_order!r}")
         self._fifo = placement_order == "fifo"
@@ -111,7 +114,7 @@ class ResourceManager:
         self._preemption = preemption
         self._cond = threading.Condition()
         # the state, all guarded by _cond: the cores' books, then what only the shell keeps
-        self._q = Queues()
+        self._q = Queues(queue_order)
         self._pre = Preemptions()
         self._held = Holdings(on_release=self._released_locked)
         self._unpark = False  # capacity freed: move every parked entry back (at most every UNPARK_EVERY_S)
@@ -327,6 +330,9 @@ class ResourceManager:
                     return []
                 # wake when something is enqueued/removed, or when a parked gang may be retried
                 wait = left
+                promote = self._q.next_promotion()
+                if promote is not None:
+                    wait = min(wait, max(0.0, promote - self.clock()))
                 due = self._q.next_unpark()
                 if due is not None:
                     wait = min(wait, max(0.0, due - self.clock()))
@@ -344,6 +350,7 @@ class ResourceManager:
             self._unpark = False
             self._last_unpark = mono
         self._q.unpark_due(now)
+        self._q.promote_due(now)
         max_n = min(max_n, MAX_IN_FLIGHT - len(self._q.in_flight))  # back-pressure: launchers are behind
         self._entitlements_locked()  # (only when an input changed)
         changes = self._q.reason_changes
@@ -458,6 +465,9 @@ class ResourceManager:
         with self._cond:
             first = self._q.next_unpark() if retries else self._q.next_held_unpark()
             due = [first] if first is not None else []
+            promote = self._q.next_promotion()  # (a promotion changes the order: never left out)
+            if promote is not None:
+                due.append(promote)
             if self._unpark:
                 due.append(self._last_unpark + UNPARK_EVERY_S)
             if self._q.starved and self._capacity is not None:

@@ -3,8 +3,9 @@ through. Pure: plain data, the clock passed in, no lock (the shell, manager.py, 
 
 An entry goes WAITING (in its pool's queue, or parked until a time) -> PLACING (admitted, handed to placement) ->
 READY (placed and claimed) -> HANDED (given to jobmgr), and is dropped when jobmgr acknowledges it; it goes back
-to WAITING from PLACING or HANDED. Each pool's queue is ordered by priority (highest first), then submission time,
-then gang id. The queues are heaps with lazy deletion: an entry's `seq` changes whenever it is queued again, so a
+to WAITING from PLACING or HANDED. Each pool's queue is ordered by `--queue-order` (ordering.py): priority (highest
+first), then, under `gpu-time`, the gang's queue of expected service (promoted to the first after a wait), then
+submission time, then gang id. An entry's key is computed when it is queued and again when it is promoted. The queues are heaps with lazy deletion: an entry's `seq` changes whenever it is queued again, so a
 heap item whose seq is not its entry's current one (or whose entry is gone or moved on) is stale and skipped.
 """
 
@@ -18,9 +19,9 @@ from enum import Enum
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.placement.reservation import Reservation, describe
+from peloton.resmgr.ordering import ARRIVAL, Order, QueueOrder, promote_at, rank
 from peloton.resmgr.paths import add, sub
 
-Order = tuple[int, float, str]  # (-priority, enqueued at, gang id): smaller is first
 Item = tuple[Order, int, str]  # (order, seq, gang id): a queue's heap item
 
 
@@ -49,9 +50,12 @@ class Entry:
     admitted_at: float = 0.0  # when it was first admitted: the placing stage's start
     waits_for: tuple[str, ...] = ()  # the gangs preempted for it
     reservation: Reservation | None = None  # the hosts the placement engine keeps for it
+    key: Order | None = None  # its place in the queue order, as of its last queueing or promotion
 
     def order(self) -> Order:
-        return -self.req.priority, self.req.enqueued_at, self.req.gang_id
+        if self.key is not None:
+            return self.key
+        return -self.req.priority, 0, self.req.enqueued_at, self.req.gang_id
 
     def pending_victims(self, preempting: Container[str]) -> list[str]:
         """The gangs preempted for it that still hold their share (forgotten once none does)."""
@@ -88,10 +92,12 @@ class Queues:
     """Every gang attempt the resource manager knows by state, with the indexes the shell's rounds need.
     `entries` and the index dicts are read directly; the transitions go through the methods."""
 
-    def __init__(self) -> None:
+    def __init__(self, order: QueueOrder = ARRIVAL) -> None:
+        self.queue_order = order
         self.entries: dict[str, Entry] = {}  # gang id -> its current attempt's entry
         self._waiting: dict[str, list[Item]] = {}  # pool -> its WAITING entries by order (a heap; lazy deletion)
         self._parked: list[tuple[float, int, str]] = []  # WAITING entries not before a time
+        self._promote: list[tuple[float, int, str]] = []  # queued WAITING entries due for promotion (gpu-time)
         self._ready: list[Item] = []  # READY entries by order (lazy heap)
         self.handed: dict[str, None] = {}  # HANDED gang ids, oldest first
         self.in_flight: set[str] = set()  # PLACING, READY or HANDED
@@ -106,6 +112,7 @@ class Queues:
         for d in (self.entries, self._waiting, self.handed, self.demand, self.starved, self.reserving, self.reasons):
             d.clear()
         self._parked.clear()
+        self._promote.clear()
         self._ready.clear()
         self.in_flight.clear()
 
@@ -154,7 +161,7 @@ class Queues:
         if e.not_before > now:
             heapq.heappush(self._parked, (e.not_before, e.seq, e.req.gang_id))
         else:
-            self._queue(e)
+            self._queue(e, now)
 
     def admit(self, e: Entry) -> None:
         """WAITING -> PLACING (the caller popped it from its pool's queue)."""
@@ -220,8 +227,39 @@ class Queues:
         return [e for e in self.entries.values() if e.state == State.PLACING]
 
     # --- the waiting queues ------------------------------------------------------------------------------------
-    def _queue(self, e: Entry) -> None:
-        heapq.heappush(self._waiting.setdefault(e.req.respool, []), (e.order(), e.seq, e.req.gang_id))
+    def _queue(self, e: Entry, now: float) -> None:
+        g = e.req
+        e.key = rank(self.queue_order, g.priority, g.total.gpu, g.max_runtime_s, g.enqueued_at, g.gang_id,
+                     e.queued_at, now)
+        heapq.heappush(self._waiting.setdefault(g.respool, []), (e.key, e.seq, g.gang_id))
+        due = promote_at(self.queue_order, e.key[1], e.queued_at)
+        if due is not None:
+            heapq.heappush(self._promote, (due, e.seq, g.gang_id))
+
+    def promote_due(self, now: float) -> int:
+        """The queued gangs whose promotion time has come move to the first queue (queue order gpu-time): each
+        is queued again under a new seq, its old heap item going stale. How many moved."""
+        n = 0
+        while self._promote and self._promote[0][0] <= now:
+            _, seq, gid = heapq.heappop(self._promote)
+            e = self.entries.get(gid)
+            if e is None or e.seq != seq or e.state != State.WAITING or e.not_before > now:
+                continue  # gone, moved on, or parked (queued again with its new key when it is unparked)
+            self._seq += 1
+            e.seq = self._seq
+            self._queue(e, now)
+            n += 1
+        return n
+
+    def next_promotion(self) -> float | None:
+        """When the first queued gang is due for promotion (None: none), stale items at the top dropped."""
+        while self._promote:
+            _, seq, gid = self._promote[0]
+            e = self.entries.get(gid)
+            if e is not None and e.seq == seq and e.state == State.WAITING:
+                return self._promote[0][0]
+            heapq.heappop(self._promote)
+        return None
 
     def _undemand(self, e: Entry) -> None:
         if e.in_demand:
@@ -272,7 +310,7 @@ class Queues:
                 self._parked.append(item)
                 continue
             e.not_before = 0.0
-            self._queue(e)
+            self._queue(e, now)
         heapq.heapify(self._parked)
 
     def unpark_due(self, now: float) -> None:
@@ -281,7 +319,7 @@ class Queues:
             _, seq, gid = heapq.heappop(self._parked)
             e = self.entries.get(gid)
             if e is not None and e.seq == seq and e.state == State.WAITING:
-                self._queue(e)
+                self._queue(e, now)
 
     def next_unpark(self) -> float | None:
         """When the first parked entry is due (None: none parked)."""

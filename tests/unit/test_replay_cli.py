@@ -97,6 +97,9 @@ def test_a_bad_row_is_named_exit_2_no_traceback_nothing_written(tmp_path: Path) 
     r = _replay(trace, "--format", "peloton", "--cluster", "4x4", "--policy", "fastest")
     assert (r.returncode, r.stderr) == (2, "peloton: error: --policy: unknown policy 'fastest' (one of fifo, "
                                            "default, model-aware, auto)\n")
+    r = _replay(trace, "--format", "peloton", "--cluster", "4x4", "--queue-order", "lifo")
+    assert (r.returncode, r.stderr) == (2, "peloton: error: --queue-order: must be one of arrival, gpu-time, got "
+                                           "'lifo'\n")
     r = _replay(trace, "--format", "peloton", "--cluster", "4x4", "--seed", "-1")
     assert (r.returncode, r.stderr) == (2, "peloton: error: --seed: -1 is not within 0..2^63-1\n")
     r = _replay(trace, "--format", "peloton")

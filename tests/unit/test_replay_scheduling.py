@@ -19,6 +19,7 @@ from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, ModelRef
 from peloton.replay.driver import Cluster, JobResult, Replay, ReplayResult, Submission
 from peloton.resmgr.manager import PROBE_ROUND_EVERY_S
+from peloton.resmgr.ordering import QueueOrder
 from tests.unit.test_replay_driver import _outcome, _spec
 
 
@@ -85,6 +86,47 @@ def test_a_pool_takes_back_its_lent_gpus_by_preemption_or_waits_without(preempti
     assert b1.end_s == b1.last_start_s + 1000.0  # from the start (the work model here keeps no progress)
 
 
+# --- the queue order (--queue-order) ------------------------------------------------------------------------------
+def _declared(pool: str, name: str, members: int, max_runtime_s: float) -> JobSpec:
+    return dataclasses.replace(_in(pool, name, members, 4), max_runtime_s=max_runtime_s)
+
+
+def _queue_order_replay(order: QueueOrder) -> dict[str, tuple[float | None, float | None]]:
+    """/a (8 of 16 GPUs) is full with a-hold; /b holds 4 GPUs with b-hold (both 1,000 s, no max_runtime). Then /b
+    queues wide (12 GPUs, max_runtime 1 h: 12 GPU-hours), narrow (4 GPUs, 10 min: 2/3 GPU-hour) and, at 200 s,
+    narrow2 (the same). Wide is over /b's entitlement and cannot borrow the 4 GPUs free; nothing can backfill
+    behind it (the gangs in the way have no max_runtime, so when it could start is not known)."""
+    pools = [ResourcePool("/a", reservation=HALF), ResourcePool("/b", reservation=HALF)]
+    subs = [Submission(0, "a-hold", _in("/a", "a-hold", 2, 4)), Submission(0, "b-hold", _in("/b", "b-hold", 1, 4)),
+            Submission(1, "wide", _declared("/b", "wide", 3, 3600)),
+            Submission(2, "narrow", _declared("/b", "narrow", 1, 600)),
+            Submission(200, "narrow2", _declared("/b", "narrow2", 1, 600))]
+    took = {"a-hold": 1000.0, "b-hold": 1000.0, "wide": 50.0, "narrow": 300.0, "narrow2": 300.0}
+    r = Replay(Cluster(hosts=4, gpus=4), subs, lambda s, p: took[s.name], pools=pools, preemption=False,
+               queue_order=order).run()
+    assert {j.state for j in r.jobs} == {"SUCCEEDED"}
+    assert not [s for s in r.timeline if s.partial_gpus]  # whole gangs only, under every order
+    return {j.name: (j.running_s, j.end_s) for j in r.jobs}
+
+
+def test_the_queue_order_gpu_time_lets_narrow_short_gangs_pass_a_wide_one_until_it_is_promoted() -> None:
+    arrival = _queue_order_replay(QueueOrder("arrival"))
+    # first come, first served: both narrow gangs wait behind wide until the holds end
+    assert arrival["wide"][0] == arrival["narrow"][0] == pytest.approx(1000.0, abs=1e-3)
+    assert arrival["narrow2"][0] is not None and arrival["narrow2"][0] >= 1000.0
+    never = _queue_order_replay(QueueOrder("gpu-time", promote_after_s=86400.0))
+    # least expected GPU-time first: narrow starts at once in /b's room, narrow2 as soon as narrow ends
+    assert never["narrow"] == (pytest.approx(2.0, abs=0.01), pytest.approx(302.0, abs=0.01))
+    assert never["narrow2"][0] == pytest.approx(302.0, abs=0.01)
+    assert never["wide"][0] == pytest.approx(1000.0, abs=1e-3)
+    # aging: wide is promoted 100 s after it queued, before narrow2 comes, so narrow2 waits behind it again
+    aged = _queue_order_replay(QueueOrder("gpu-time", promote_after_s=100.0))
+    assert aged["narrow"][0] == pytest.approx(2.0, abs=0.01)
+    assert aged["wide"][0] == pytest.approx(1000.0, abs=1e-3)
+    assert aged["narrow2"][0] is not None and aged["narrow2"][0] >= 1000.0
+    assert aged == _queue_order_replay(QueueOrder("gpu-time", promote_after_s=100.0))  # deterministic
+
+
 # --- model-aware jobs and instances: auto ------------------------------------------------------------------------
 def _bert() -> StoredModel:
     from peloton.modelaware.document import ModelDocument, document_to_dict
@@ -131,8 +173,9 @@ def test_model_aware_and_auto_jobs_are_planned_and_run_in_virtual_time() -> None
 
 
 # --- determinism -------------------------------------------------------------------------------------------------
-def _mixed() -> list[tuple[object, ...]]:
-    """A mixed replay: two pools with preemption on, plain and model-aware gangs, some `instances: auto`."""
+def _mixed(order: str = "arrival") -> list[tuple[object, ...]]:
+    """A mixed replay: two pools with preemption on, plain and model-aware gangs, some `instances: auto`. Under
+    queue order gpu-time (promotion after 10 minutes) the plain gangs declare a max_runtime (the others none)."""
     rng = random.Random(11)
     pools = [ResourcePool("/a", reservation=Resources(cpu=128, mem=512 * 1024, gpu=8)),
              ResourcePool("/b", reservation=Resources(cpu=128, mem=512 * 1024, gpu=8))]
@@ -144,21 +187,24 @@ def _mixed() -> list[tuple[object, ...]]:
             # at most a pool's reservation (8 GPUs): a bigger gang waits as long as the other pool wants its half
             members = rng.choice([1, 2])
             spec = _in(pool, f"j{i}", members, 4 if members > 1 else rng.choice([1, 2, 4]))
+            if order == "gpu-time":  # (longer than any run below: 1,500 s x 1.3)
+                spec = dataclasses.replace(spec, max_runtime_s=2000.0 * members)
         else:
             spec = _model_aware(f"j{i}", rng.choice([2, 4, 8]), (2, 8) if kind == "auto" else None, pool)
         subs.append(Submission(at, f"j{i}", spec))
     work = {s.name: rng.uniform(200, 1500) for s in subs}
     r = Replay(Cluster(hosts=4, gpus=4, racks=2), subs,
                lambda s, p: work[s.name] * (1.0 if len(p.racks) == 1 else 1.3), pools=pools, preemption=True,
-               models=[_bert()]).run()
+               models=[_bert()], queue_order=QueueOrder(order, promote_after_s=600.0)).run()
     assert {j.state for j in r.jobs} == {"SUCCEEDED"}
     return [dataclasses.astuple(j) for j in r.jobs] + [dataclasses.astuple(s) for s in r.timeline]
 
 
-def test_a_mixed_replay_gives_the_same_results_in_two_processes() -> None:
+@pytest.mark.parametrize("order", ["arrival", "gpu-time"])
+def test_a_mixed_replay_gives_the_same_results_in_two_processes(order: str) -> None:
     """Two processes (different string hash seeds, so no set's order can pass for determinism): the same job
-    results, ids included, and the same timeline."""
-    code = f"import json; from {__name__} import {_mixed.__name__} as run; print(json.dumps(run()))"
+    results, ids included, and the same timeline, under either queue order."""
+    code = f"import json; from {__name__} import {_mixed.__name__} as run; print(json.dumps(run({order!r})))"
     out = []
     for seed in ("1", "2"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

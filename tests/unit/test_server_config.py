@@ -64,6 +64,33 @@ def test_the_placement_order_comes_from_any_source_and_is_checked(tmp_path: Path
         ServerConfig("127.0.0.1:0", None, tmp_path, placement_order="lifo").check()
 
 
+def test_the_queue_order_comes_from_any_source_and_is_checked(tmp_path: Path) -> None:
+    from peloton.cli.groups.server import _promote_after
+    from peloton.resmgr.ordering import QueueOrder
+    from peloton.settings import ServerConfig
+
+    f = tmp_path / "peloton.toml"
+    f.write_text('queue-order = "gpu-time"\nqueue-promote-after = "90m"\n')
+    default = effective([], {})
+    assert (default.queue_order, _promote_after(default.queue_promote_after)) == ("arrival", 4 * 3600.0)
+    a = effective(["--config", str(f)], {})
+    assert (a.queue_order, _promote_after(a.queue_promote_after)) == ("gpu-time", 5400.0)
+    assert effective([], {"PELOTON_QUEUE_ORDER": "gpu-time"}).queue_order == "gpu-time"
+    a = effective(["--config", str(f), "--queue-order", "arrival", "--queue-promote-after", "2h"], {})
+    assert (a.queue_order, _promote_after(a.queue_promote_after)) == ("arrival", 7200.0)
+    cfg = ServerConfig("127.0.0.1:0", None, tmp_path, queue_order="gpu-time", queue_promote_after_s=5400.0)
+    cfg.check()
+    assert cfg.queue_order_value() == QueueOrder("gpu-time", 5400.0)
+    with pytest.raises(InvalidArgument, match="--queue-order: must be one of arrival, gpu-time, got 'sjf'") as e:
+        ServerConfig("127.0.0.1:0", None, tmp_path, queue_order="sjf").check()
+    assert e.value.field == "--queue-order"
+    with pytest.raises(InvalidArgument, match="--queue-promote-after: must be a positive number of seconds") as e:
+        ServerConfig("127.0.0.1:0", None, tmp_path, queue_order="gpu-time", queue_promote_after_s=0.0).check()
+    assert e.value.field == "--queue-promote-after"
+    with pytest.raises(InvalidArgument, match="--queue-promote-after"):
+        _promote_after("soon")
+
+
 @pytest.mark.parametrize("text,message", [
     ('listn = "x"', "unknown key 'listn' (did you mean 'listen'?)"),
     ('rate-limit = "fast"', "rate-limit: must be a number, got 'fast'"),
@@ -74,6 +101,7 @@ def test_the_placement_order_comes_from_any_source_and_is_checked(tmp_path: Path
     ("listen = ", "not valid TOML"),
     ('task-cgroups = "on"', "task-cgroups: must be one of auto, off, got 'on'"),
     ('placement-order = "lifo"', "placement-order: must be one of backfill, fifo, got 'lifo'"),
+    ('queue-order = "sjf"', "queue-order: must be one of arrival, gpu-time, got 'sjf'"),
 ])
 def test_a_bad_file_is_one_line_naming_the_key(tmp_path: Path, text: str, message: str) -> None:
     f = tmp_path / "peloton.toml"

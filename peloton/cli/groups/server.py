@@ -171,6 +171,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs, gpu_table=Path(a.gpu_table) if a.gpu_table else None,
         preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption, placement_order=a.placement_order,
+        queue_order=a.queue_order, queue_promote_after_s=_promote_after(a.queue_promote_after),
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
         sandbox_retention_s=_retention(a.sandbox_retention, "--sandbox-retention"),
@@ -237,6 +238,13 @@ def _retention(text: str, flag: str) -> float:
     if seconds < 0:
         raise InvalidArgument(f"{flag}: must not be negative, got {text!r}", field=flag)
     return seconds
+
+
+def _promote_after(text: str) -> float:
+    """--queue-promote-after: a duration (90m, 4h, or seconds); ServerConfig.check refuses one not positive."""
+    from peloton.hostmgr.sim.durations import parse_duration
+
+    return parse_duration(text.strip(), "--queue-promote-after")
 
 
 def _seconds_arg(text: str) -> float:
@@ -393,6 +401,15 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
                    help="backfill: a pool's first gang that no hosts fit gets hosts reserved, and gangs behind it "
                         "run around them when they end in time; fifo: in the order gangs are admitted, nothing "
                         "behind a gang that does not fit is placed until it is (default %(default)s)")
+    s.add_argument("--queue-order", choices=["arrival", "gpu-time"], default="arrival",
+                   help="the order of each pool's waiting gangs, after sla.priority: arrival (submission time) or "
+                        "gpu-time (least expected GPU-time first: GPUs x sla.max_runtime in queues of 1, 4, 16, 64, "
+                        "256 GPU-hours and more, a gang without max_runtime last; promoted to the first queue after "
+                        "--queue-promote-after; docs/pools.md) (default %(default)s)")
+    s.add_argument("--queue-promote-after", default="4h", metavar="DURATION",
+                   help="queue order gpu-time: a gang that has waited this long (30m, 4h) goes to the first queue, "
+                        "among the others there by submission, so that no gang waits behind later ones for longer "
+                        "(default %(default)s)")
     s.add_argument("--job-retention", default="30d", metavar="DURATION",
                    help="finished jobs, their history and their sandboxes are deleted this long after they ended "
                         "(30d, 12h, 90m; 0: kept until `job delete`; default %(default)s)")
