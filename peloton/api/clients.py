@@ -59,6 +59,7 @@ class Dequeued:
     release_claims: list[GangKey]
     probes: list[Probe]
     reserving: list[GangKey]
+    placement_order: str = ""  # resmgr's --placement-order ("": not said; the engine's own)
 
 
 @dataclass(frozen=True, slots=True)

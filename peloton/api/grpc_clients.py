@@ -120,7 +120,8 @@ class GrpcResourceManager(_GrpcClient):
         return Dequeued(gangs=[convert.gang_request_from_proto(g) for g in r.gangs],
                         release_claims=[(k.gang_id, k.attempt) for k in r.release_claims],
                         probes=[convert.probe_from_proto(p) for p in r.probes],
-                        reserving=[(k.gang_id, k.attempt) for k in r.reserving])
+                        reserving=[(k.gang_id, k.attempt) for k in r.reserving],
+                        placement_order=r.placement_order)
 
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
                        stale: Sequence[PlacementFailure], preemptions: Sequence[Preemption],

@@ -60,7 +60,8 @@ class PlacementEngine:
         does not fit stops the round: reservation.place_around)."""
         if order not in ORDERS:
             raise ValueError(f"order: must be one of {', '.join(ORDERS)}, got {order!r}")
-        self.order = order
+        self._given_order = order  # this process's setting
+        self.order = order  # the order it places by: the resource manager's once it says it (run_once)
         self.resmgr = resmgr
         self.hostmgr = hostmgr
         self.batch = batch
@@ -105,6 +106,16 @@ class PlacementEngine:
         self._stream_id, self._version = r.stream_id, r.version
         SYNCED_HOSTS.inc(len(offers))
 
+    def _follow_order(self, told: str) -> None:
+        """The resource manager's placement order is the one: it admits by it, and the two must agree (fifo's
+        rounds stop where its admission stops). A process given another one (a split deployment) says so once."""
+        if not told or told == self.order or told not in ORDERS:
+            return
+        if told != self._given_order:
+            log.warning("placement engine: --placement-order %s given, but the resource manager places by %s: "
+                        "following it (give both processes the same --placement-order)", self._given_order, told)
+        self.order = told
+
     def run_once(self) -> bool:
         self._sync()  # the capacity resmgr divides among the pools (cheap: only what changed)
         resp = self.resmgr.dequeue(self.batch, self.poll_ms / 1000, self._total, self.id)
@@ -112,6 +123,7 @@ class PlacementEngine:
             # before this round claims anything: a gang placed again claims under the same key
             self.hostmgr.release_claims(resp.release_claims)
             ORPHANED_CLAIMS.inc(len(resp.release_claims))
+        self._follow_order(resp.placement_order)
         live = set(resp.reserving)
         for key in [k for k in self.reservations if k not in live]:
             del self.reservations[key]

@@ -106,6 +106,7 @@ class ResourceManager:
         if placement_order not in ORDERS:
             raise ValueError(f"placement_order: must be one of {', '.join(ORDERS)}, got {placement_order!r}")
         self._fifo = placement_order == "fifo"
+        self.placement_order = placement_order  # told to the placement engines with each dequeue
         self._load_pools = load_pools
         self.clock = clock
         self._rate_clock = rate_clock

@@ -182,3 +182,40 @@ def test_the_placement_order_is_checked() -> None:
     hm = HostManager(FakeBackend(), claim_ttl_s=3600)
     with pytest.raises(ValueError, match="order: must be one of backfill, fifo, got 'random'"):
         PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), order="random")
+
+
+@pytest.mark.parametrize("via", ["grpc", "inprocess"])
+def test_the_engine_places_by_the_resource_managers_order_whatever_its_own(via: str,
+                                                                          caplog: pytest.LogCaptureFixture) -> None:
+    """A split deployment whose placement process was given backfill, beside a resmgr on fifo: fifo it is (else
+    the engine would place small around big, which resmgr's admission then holds behind big), and it says so."""
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0, placement_order="fifo")
+    hm = HostManager(FakeBackend(), clock=lambda: 1000.0, claim_ttl_s=3600)
+    hm.start()
+    server = None
+    try:
+        if via == "inprocess":
+            engine = PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), poll_ms=0,
+                                     order="backfill")
+        else:
+            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
+            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
+            port = server.add_insecure_port("127.0.0.1:0")
+            server.start()
+            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+            engine = PlacementEngine(GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(channel)),
+                                     GrpcHostManager(internal_pb2_grpc.HostManagerInternalStub(channel)), poll_ms=0,
+                                     order="backfill")
+        rm.enqueue([gang("a", 1), gang("big", 2), gang("small", 1)])
+        with caplog.at_level("WARNING", logger="peloton.placement.engine"):
+            assert engine.run_once()
+            engine.run_once()
+        placed, _ = rm.take_placements(10, 0)
+        assert [p.gang_id for p in placed] == ["a/0"] and engine.order == "fifo"
+        said = [r.getMessage() for r in caplog.records if "placement-order" in r.getMessage()]
+        assert len(said) == 1 and "backfill given, but the resource manager places by fifo" in said[0]
+    finally:
+        if server is not None:
+            server.stop(None)
+        hm.stop()

@@ -385,6 +385,11 @@ class DequeueGangsResponse(_message.Message):
     RELEASE_CLAIMS_FIELD_NUMBER: _builtins.int
     PROBES_FIELD_NUMBER: _builtins.int
     RESERVING_FIELD_NUMBER: _builtins.int
+    PLACEMENT_ORDER_FIELD_NUMBER: _builtins.int
+    placement_order: _builtins.str
+    """resmgr's --placement-order (backfill, fifo): the placement engine places in it, whatever its own process was
+    given ("" from a resmgr before this field: the engine's own)
+    """
     @_builtins.property
     def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangRequest]: ...
     @_builtins.property
@@ -410,10 +415,11 @@ class DequeueGangsResponse(_message.Message):
         release_claims: _abc.Iterable[Global___GangKey] | None = ...,
         probes: _abc.Iterable[Global___PreemptionProbe] | None = ...,
         reserving: _abc.Iterable[Global___GangKey] | None = ...,
+        placement_order: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "probes", b"probes", "release_claims", b"release_claims", "reserving", b"reserving"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "placement_order", b"placement_order", "probes", b"probes", "release_claims", b"release_claims", "reserving", b"reserving"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
