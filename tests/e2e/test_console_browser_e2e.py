@@ -81,6 +81,13 @@ def wait(driver: Any, cond: Any, timeout: float = 20, what: str = "") -> Any:
                              f"console: {driver.get_log('browser')}") from None
 
 
+def act(driver: Any, by: str, value: str, *keys: str) -> None:
+    """Click the element (or type `keys` into it), looked up again until it takes: a live page may re-render it
+    between the lookup and the action."""
+    wait(driver, lambda dr: (dr.find_element(by, value).send_keys(*keys) if keys
+                             else dr.find_element(by, value).click()) or True, what=f"{value} to act on")
+
+
 def errors(driver: Any) -> list[dict[str, Any]]:
     return [e for e in driver.get_log("browser") if e["level"] == "SEVERE"]
 
@@ -131,59 +138,62 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
     job = daemon.create(TIMED, tmp_path)  # with a max_runtime: the big gang's expected start is known
     daemon.submit(tmp_path, "finished", duration="1s")
     big = daemon.submit(tmp_path, "too-big-for-now", instances=12, gpu=8)  # waits: 12 hosts of 8, 16 GPUs in use
-    daemon.wait_state(job, "RUNNING")
-    log_in(browser, daemon, "alice", tmp_path)
-    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Pools] tbody tr"),
-         what="the cluster view")
-    assert "Hosts" in browser.find_element(By.ID, "main").text
-    shot(browser, tmp_path, "cluster")
-    browser.find_element(By.LINK_TEXT, "Jobs").click()
-    wait(browser, lambda dr: state_of(dr, big) == "PENDING" and state_of(dr, job) == "RUNNING", what="the jobs")
-    # why it waits, from the queue (its position, then the placer's reason once a round has tried it): live
-    # (then, after the settling window, that it waits for the hosts reserved for it)
-    reason = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t or "reserved hosts" in t else None)(
-        dr.find_element(By.CSS_SELECTOR, f'tr[data-job="{big}"] .reason').text), what="the waiting job's reason")
-    assert reason.startswith("#1 in /, waiting "), reason
-    shot(browser, tmp_path, "jobs")
-    browser.find_element(By.LINK_TEXT, job).click()
-    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Members] tbody tr"),
-         what="the job page")
-    members = wait(browser, lambda dr: [m.text for m in dr.find_elements(By.CSS_SELECTOR,
-                                                                       "table[aria-label=Members] tbody tr")],
-                   what="the members")
-    assert len(members) == 4 and all("RUNNING" in m and "sim-" in m for m in members), members
-    assert browser.find_elements(By.ID, "stop"), "an admin may stop the job"
-    shot(browser, tmp_path, "job")
-    # a member's timeline, opened from the keyboard
-    browser.find_element(By.ID, "tl-1").send_keys(Keys.ENTER)
-    label = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, "#timeline-1 .timeline").get_attribute(
-        "aria-label"), what="a timeline")
-    assert label.startswith("Member 1: PENDING") and "RUNNING (run 1)" in label, label
-    assert wait(browser, lambda dr: dr.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true",
-                what="the timeline's button expanded")
-    shot(browser, tmp_path, "job-timeline")
-    browser.find_element(By.LINK_TEXT, "Queue").click()
-    row = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text, what="a row")
-    assert row.startswith("/ 1 " + big), row  # pool, position, job
-    # first in its pool and no hosts fit: every host is held for it (after the settling window, 10 s), expected
-    # free when resnet-ddp's max_runtime ends; the view re-reads on job changes, so it is asked again
-    def held(dr: Any) -> tuple[str, str, str] | None:
-        dr.get(daemon.ui + "queue")
-        cells = wait(dr, lambda d2: d2.find_elements(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] td'), what="a row")
-        got = (cells[9].text, cells[10].text, cells[11].text)
-        return got if got[0] != "—" else None
-    hosts, starts, why = wait(browser, held, timeout=40, what="the hosts held for the big gang")
-    assert hosts.endswith("(12)") and "and 6 more" in hosts, hosts
-    assert starts.startswith("in ") and "by the max_runtime of the gangs there" in starts, starts
-    assert "waiting for reserved hosts" in why, why
-    shot(browser, tmp_path, "queue")
-    browser.get(daemon.ui + f"jobs/{big}")
-    wait(browser, lambda dr: dr.find_elements(By.ID, "job-reason"), what="the waiting job's page")
-    wait(browser, lambda dr: "reserved hosts" in dr.find_element(By.ID, "job-reason").text, what="why it waits")
-    shot(browser, tmp_path, "job-waiting")
-    assert errors(browser) == []
-    # a gang as big as the cluster at the head of the queue would soon preempt the other tests' jobs
-    daemon.cli("job", "stop", big)
+    try:
+        daemon.wait_state(job, "RUNNING")
+        log_in(browser, daemon, "alice", tmp_path)
+        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Pools] tbody tr"),
+             what="the cluster view")
+        assert "Hosts" in browser.find_element(By.ID, "main").text
+        shot(browser, tmp_path, "cluster")
+        act(browser, By.LINK_TEXT, "Jobs")
+        wait(browser, lambda dr: state_of(dr, big) == "PENDING" and state_of(dr, job) == "RUNNING", what="the jobs")
+        # why it waits, from the queue (its position, then the placer's reason once a round has tried it): live
+        # (then, after the settling window, that it waits for the hosts reserved for it)
+        reason = wait(browser, lambda dr: (lambda t: t if "gang of 12 needs" in t or "reserved hosts" in t else None)(
+            dr.find_element(By.CSS_SELECTOR, f'tr[data-job="{big}"] .reason').text), what="the waiting job's reason")
+        assert reason.startswith("#1 in /, waiting "), reason
+        shot(browser, tmp_path, "jobs")
+        act(browser, By.LINK_TEXT, job)
+        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Members] tbody tr"),
+             what="the job page")
+        members = wait(browser, lambda dr: [m.text for m in dr.find_elements(By.CSS_SELECTOR,
+                                                                           "table[aria-label=Members] tbody tr")],
+                       what="the members")
+        assert len(members) == 4 and all("RUNNING" in m and "sim-" in m for m in members), members
+        assert browser.find_elements(By.ID, "stop"), "an admin may stop the job"
+        shot(browser, tmp_path, "job")
+        # a member's timeline, opened from the keyboard
+        act(browser, By.ID, "tl-1", Keys.ENTER)
+        label = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, "#timeline-1 .timeline").get_attribute(
+            "aria-label"), what="a timeline")
+        assert label.startswith("Member 1: PENDING") and "RUNNING (run 1)" in label, label
+        assert wait(browser, lambda dr: dr.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "true",
+                    what="the timeline's button expanded")
+        shot(browser, tmp_path, "job-timeline")
+        act(browser, By.LINK_TEXT, "Queue")
+        row = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text, what="a row")
+        assert row.startswith("/ 1 " + big), row  # pool, position, job
+        # first in its pool and no hosts fit: every host is held for it (after the settling window, 10 s), expected
+        # free when resnet-ddp's max_runtime ends; the view re-reads on job changes, so it is asked again
+        def held(dr: Any) -> tuple[str, str, str] | None:
+            dr.get(daemon.ui + "queue")
+            cells = wait(dr, lambda d2: d2.find_elements(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"] td'), what="a row")
+            got = (cells[9].text, cells[10].text, cells[11].text)
+            return got if got[0] != "—" else None
+        hosts, starts, why = wait(browser, held, timeout=40, what="the hosts held for the big gang")
+        assert hosts.endswith("(12)") and "and 6 more" in hosts, hosts
+        assert starts.startswith("in ") and "by the max_runtime of the gangs there" in starts, starts
+        assert "waiting for reserved hosts" in why, why
+        shot(browser, tmp_path, "queue")
+        browser.get(daemon.ui + f"jobs/{big}")
+        wait(browser, lambda dr: dr.find_elements(By.ID, "job-reason"), what="the waiting job's page")
+        wait(browser, lambda dr: "reserved hosts" in dr.find_element(By.ID, "job-reason").text, what="why it waits")
+        shot(browser, tmp_path, "job-waiting")
+        assert errors(browser) == []
+    finally:
+        # a gang as big as the cluster at the head of the queue would soon preempt the other tests' jobs, and its
+        # reservation would hold every host from them: stopped whatever happened above
+        daemon.cli("job", "stop", big, check=False)
 
 
 def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(browser: Any, daemon: ConsoleDaemon,
@@ -302,9 +312,9 @@ def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any,
     # an admin finds the refusal in the console's audit log
     browser.delete_all_cookies()
     log_in(browser, daemon, "alice")
-    browser.find_element(By.LINK_TEXT, "Audit").click()
+    act(browser, By.LINK_TEXT, "Audit")
     wait(browser, lambda dr: dr.find_elements(By.ID, "a-principal"), what="the audit log")[0].send_keys("victor")
-    browser.find_element(By.ID, "a-denied").send_keys("refused")
+    act(browser, By.ID, "a-denied", "refused")
     browser.find_element(By.ID, "a-denied").submit()
     row = wait(browser, lambda dr: next((r.text for r in dr.find_elements(By.CSS_SELECTOR, "tr[data-audit]")
                                          if job in r.text), None), what="the refused stop in the audit log")
@@ -354,7 +364,7 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daem
     daemon.cli("host", "drain", drained)
     try:
         log_in(browser, daemon, "alice")
-        browser.find_element(By.LINK_TEXT, "Pools").click()
+        act(browser, By.LINK_TEXT, "Pools")
         rows = wait(browser, lambda dr: [r.get_attribute("data-pool") for r in
                                          dr.find_elements(By.CSS_SELECTOR, "tr[data-pool]")], what="the pools")
         assert rows[:3] == ["/", "/research", "/research/vision"], rows  # parents before children
@@ -362,7 +372,7 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daem
                    .get_attribute("class"), what="a pool's cell")
         assert "depth-2" in cls
         shot(browser, tmp_path, "pools")
-        browser.find_element(By.LINK_TEXT, "Hosts").click()
+        act(browser, By.LINK_TEXT, "Hosts")
         def drained_host(dr: Any) -> tuple[str, str, list[str]]:
             host = dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
             return (host.get_attribute("class"), host.text,
@@ -375,7 +385,7 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daem
         assert used, "the jobs of the tests before use GPUs"
         shot(browser, tmp_path, "hosts")
         # the admin puts it back in service from the map
-        browser.find_element(By.CSS_SELECTOR, f'button[aria-label="Undrain {drained}"]').click()
+        act(browser, By.CSS_SELECTOR, f'button[aria-label="Undrain {drained}"]')
         wait(browser, lambda dr: "up" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
              .get_attribute("class"), what="the host in service")
         assert daemon.cli("host", "list", "-o", "json").stdout.count('"drain": "drained"') == 0
