@@ -825,6 +825,29 @@ class JobManager:
             self._queue_check_at = 0.0
         self._resmgr_incarnation = incarnation
 
+    def next_deadline(self) -> float | None:
+        """When the reconciler next has a deadline to act on (a gang's launch deadline, a running gang's
+        sla.max_runtime: reconcile_once fails the gang from then on); None when no gang has one. A replay steps its
+        virtual clock to it, so that what the daemon's loop enforces happens at the same virtual instant."""
+
+        def scan(views: Views) -> float | None:
+            due: float | None = None
+            for jv in views.values():
+                limit = jv.spec.max_runtime_s
+                for gv in jv.gangs.values():
+                    g = gv.gang
+                    at: float | None = None
+                    if g.state in (GangState.PLACED, GangState.LAUNCHING) and g.launch_deadline:
+                        at = g.launch_deadline
+                    elif limit and g.state == GangState.RUNNING and policy.running_since(gv) > 0:
+                        at = policy.running_since(gv) + limit
+                    if at is not None and (due is None or at < due):
+                        due = at
+            return due
+
+        found = [t for t in self.writer.read_each(scan) if t is not None]
+        return min(found) if found else None
+
     def reconcile_once(self) -> bool:
         now = self.clock()
         full = now >= self._full_reconcile_at

@@ -5,7 +5,9 @@ No loop thread runs. The driver builds the components as server.py does, then at
 in a fixed order (jobs due are submitted; the sim backend ends the tasks whose time has come; the job manager
 applies their statuses; the placement engine runs a round; the launcher launches what was placed; statuses again)
 until a pass does nothing, and jumps the clock to the next thing that is due: a submission, a sim task's end, or a
-timer of resmgr's (a parked gang's retry, a probe for a starved gang, `ResourceManager.next_due`). Every long poll
+timer of resmgr's (a parked gang's retry, a probe for a starved gang, `ResourceManager.next_due`), or a deadline
+of the job manager's reconciler (a gang's `sla.max_runtime` or launch deadline, `JobManager.next_deadline`), which
+is stepped at every instant as its loop would run. Every long poll
 is asked with a zero timeout, so nothing waits on the real clock. The job manager's writer and side-effect threads
 are work queues, not timers: after each step the driver waits until both are idle (a query through every writer
 shard, then `SideEffects.drain`), so each step sees everything the one before it caused, in the same order on
@@ -284,6 +286,8 @@ class Replay:
     def _settle(self) -> None:
         """Step every component at this instant until a whole pass does nothing."""
         now = self.clock()
+        self.jobmgr.reconcile_once()  # (its loop's work: max_runtime and launch deadlines, stopped jobs, drift)
+        self._idle()
         for _ in range(MAX_PASSES):
             self.sim.run_due(now)
             busy = self.jobmgr.events_once(0)
@@ -300,9 +304,10 @@ class Replay:
     def _next(self, submit_at: float | None) -> float | None:
         now = self.clock()
         rm = self.resmgr.next_due(retries=False)
+        jm = self.jobmgr.next_deadline()
         # (resmgr compares differences of clock readings: a hair later, so that 0.05 s after is not 0.0499999)
-        due = [t for t in (submit_at, self.sim.run_due(now), rm + TIMER_SLACK_S if rm is not None else None)
-               if t is not None]
+        due = [t for t in (submit_at, self.sim.run_due(now), rm + TIMER_SLACK_S if rm is not None else None,
+                           jm + TIMER_SLACK_S if jm is not None else None) if t is not None]
         if not due:
             return None
         return max(min(due), now + MIN_STEP_S) if min(due) <= now else min(due)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import random
 import time
 
@@ -106,3 +107,15 @@ def test_each_run_is_recorded_and_the_earlier_ones_are_there_at_a_launch() -> No
     assert rp.history("a") == tuple(a.history) and rp.history("nobody") == ()
     assert all(s.partial_gpus == 0 for s in r.timeline)
     assert {h.labels["gpu_model"] for h in rp.sim.hosts()} == {"t4"}  # the cluster's labels on every host
+
+
+def test_a_run_past_its_max_runtime_is_ended_by_the_reconciler_at_that_virtual_instant() -> None:
+    # the daemon's reconciler loop enforces sla.max_runtime; in a replay it is stepped, and the clock stops at the
+    # deadline: the gang is killed whole at 60 s (its work would take 100), its job fails, the next one starts
+    over = dataclasses.replace(_spec("over", 2, 2), max_runtime_s=60.0)
+    subs = [Submission(0, "over", over), Submission(10, "next", _spec("next", 1, 4))]
+    r = Replay(Cluster(hosts=1, gpus=4), subs, lambda s, p: 100.0).run()
+    first, second = r.jobs
+    assert first.state == "FAILED" and second.state == "SUCCEEDED"
+    assert abs(second.running_s - 60.0) < 0.01 and abs(second.end_s - 160.0) < 0.01, (second.running_s, second.end_s)
+    assert all(s.partial_gpus == 0 for s in r.timeline)
