@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
+import json
+from collections.abc import Callable
 
 import grpc
 
@@ -11,6 +15,8 @@ from peloton.api.status import grpc_errors
 from peloton.api.v1 import host_pb2, host_pb2_grpc, internal_pb2, internal_pb2_grpc
 from peloton.domain import checks, limits
 from peloton.domain.checks import duration_seconds
+from peloton.domain.gpumap import HOST_STATUSES, Waiting
+from peloton.hostmgr import listing
 from peloton.hostmgr.inprocess import MAX_LOG_BYTES
 from peloton.hostmgr.manager import HostManager
 
@@ -102,16 +108,25 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
 
 
 class HostServicer(host_pb2_grpc.HostServiceServicer):
-    def __init__(self, hm: HostManager) -> None:
+    def __init__(self, hm: HostManager, waiting: Callable[[], Waiting] = Waiting) -> None:
+        """`waiting()`: the queue's GPU asks and reservations (the resource manager's, when it runs in this
+        process; none otherwise: no GPU is then reserved or stranded)."""
         self.hm = hm
+        self.waiting = waiting
+
+    def rows(self) -> list[listing.HostRow]:
+        """Every host, by rack then name, with its status and GPUs' states (also the cluster summary's input)."""
+        return listing.rows(self.hm.hosts(), self.hm.drains(), self.hm.health(), self.hm.maintenance(),
+                            self.waiting())
 
     @grpc_errors
     def ListHosts(self, request: host_pb2.ListHostsRequest, context: grpc.ServicerContext) -> host_pb2.ListHostsResponse:
-        drains, health, windows = self.hm.drains(), self.hm.health(), self.hm.maintenance()
-        return host_pb2.ListHostsResponse(hosts=[
-            convert.host_to_proto(h, held, drains.get(h.hostname), health.get(h.hostname, ""),
-                                  maintenance=h.hostname in windows)
-            for h, held in self.hm.hosts()])
+        f, after = _host_filter(request)
+        rows = self.rows()
+        chosen, nxt, total = listing.page(rows, f, request.page_size, after)
+        return host_pb2.ListHostsResponse(
+            hosts=[_row_to_proto(r) for r in chosen], next_page_token=_token(nxt) if nxt else "", total=total,
+            racks=sorted({r.rack for r in rows}))
 
     @grpc_errors
     def DrainHost(self, request: host_pb2.DrainHostRequest, context: grpc.ServicerContext) -> host_pb2.DrainHostResponse:
@@ -136,6 +151,47 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
             if h.hostname == hostname:
                 return convert.host_to_proto(h, held, drains.get(hostname), maintenance=hostname in windows)
         return host_pb2.Host(hostname=hostname)  # gone meanwhile
+
+
+def _row_to_proto(r: listing.HostRow) -> host_pb2.Host:
+    p = convert.host_to_proto(r.info, r.held, r.drain_deadline, r.health, maintenance=r.maintenance)
+    p.status = r.status
+    p.reserved_for = r.reserved_for
+    p.gpus.extend(host_pb2.HostGpu(id=g.id, state=g.state, task_id=g.task_id) for g in r.gpus())
+    return p
+
+
+def _token(key: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def _host_filter(r: host_pb2.ListHostsRequest) -> tuple[listing.HostFilter, tuple[str, str] | None]:
+    """The request's filters and where its page starts, checked: a bad one names its field."""
+    checks.number(r.page_size, "page_size", minimum=0, maximum=listing.MAX_PAGE)
+    for s in r.states:
+        if s not in HOST_STATUSES:
+            raise checks.bad("states", f"{s!r} is not a host status; one of {', '.join(HOST_STATUSES)}")
+    checks.number(r.min_free_gpus, "min_free_gpus", minimum=0, maximum=1_000_000)
+    for name, text in (("rack", r.rack), ("name_contains", r.name_contains)):
+        checks.text(text, name, max_chars=255)
+    labels: list[tuple[str, str | None]] = []
+    for item in r.labels:
+        checks.text(item, "labels", max_chars=512)
+        k, eq, v = item.partition("=")
+        if not k.strip():
+            raise checks.bad("labels", f"{item!r}: a label filter is key=value or key")
+        labels.append((k.strip(), v.strip() if eq else None))
+    after = None
+    if r.page_token:
+        try:
+            key = json.loads(base64.urlsafe_b64decode(r.page_token.encode()))
+            if not (isinstance(key, list) and len(key) == 2 and all(isinstance(x, str) for x in key)):
+                raise ValueError
+            after = (key[0], key[1])
+        except (ValueError, binascii.Error, UnicodeError):
+            raise checks.bad("page_token", "not a page token ListHosts gave (next_page_token of the page "
+                                           "before)") from None
+    return listing.HostFilter(frozenset(r.states), r.rack, tuple(labels), r.min_free_gpus, r.name_contains), after
 
 
 def _hostname(name: str) -> None:

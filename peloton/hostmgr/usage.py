@@ -105,7 +105,8 @@ class HostUsage:
         cfg = self.config
         return HostInfo(hostname=cfg.hostname, address=cfg.address, capacity=self.capacity,
                         allocated=self.allocated, labels=dict(cfg.labels), state="UP" if self.up else "DOWN",
-                        task_ids=tuple(sorted(self.tasks)))
+                        task_ids=tuple(sorted(self.tasks)), gpu_ids=cfg.gpu_ids,
+                        gpu_holders=tuple((g, t.task_id) for t in self.tasks.values() for g in t.gpu_ids))
 
     def conflict(self, spec: LaunchSpec, batch: Resources, batch_gpus: set[int], batch_ports: set[int]) -> str | None:
         """Why `spec` cannot be accounted for on this host on top of what it uses and what the rest of its batch

@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import Counter, Gauge, Histogram
 
 from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, PoolUsage
+from peloton.domain.gpumap import GpuAsk, Waiting, distinct_asks
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
@@ -550,6 +551,22 @@ class ResourceManager:
         subtree ("": every pool), with each one's position in its own pool's queue; and how many there are."""
         with self._cond:
             return self._q.listing(pool, limit)
+
+    def waiting(self) -> Waiting:
+        """What the hosts map needs of the queue (domain/gpumap.py): the distinct member asks of the gangs waiting
+        or being placed that ask for GPUs, and the hosts kept for a waiting gang (its reservation)."""
+        asks: list[GpuAsk] = []
+        reserved: dict[str, str] = {}
+        with self._cond:  # memory only: a pass over the queue's entries
+            for e in self._q.entries.values():
+                if e.state not in (State.WAITING, State.PLACING):
+                    continue
+                g = e.req
+                asks += [GpuAsk(m.resources, g.constraints) for m in g.members if m.resources.gpu > 0]
+                if e.reservation is not None:
+                    for h in e.reservation.hosts:
+                        reserved.setdefault(h, g.gang_id)
+        return Waiting(distinct_asks(asks), reserved)
 
     def capacity(self) -> Resources | None:
         """The cluster's capacity as last reported by the placement engine (None: not yet)."""

@@ -39,6 +39,11 @@ class ClusterServiceStub:
                 request_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoResponse.FromString,
                 _registered_method=True)
+        self.GetClusterSummary = channel.unary_unary(
+                '/peloton.v1.ClusterService/GetClusterSummary',
+                request_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -50,6 +55,14 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterSummary(self, request, context):
+        """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+        gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -57,6 +70,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.GetClusterInfo,
                     request_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterInfoResponse.SerializeToString,
+            ),
+            'GetClusterSummary': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterSummary,
+                    request_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -86,6 +104,33 @@ class ClusterService:
             '/peloton.v1.ClusterService/GetClusterInfo',
             peloton_dot_v1_dot_cluster__pb2.GetClusterInfoRequest.SerializeToString,
             peloton_dot_v1_dot_cluster__pb2.GetClusterInfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterSummary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ClusterService/GetClusterSummary',
+            peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryRequest.SerializeToString,
+            peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryResponse.FromString,
             options,
             channel_credentials,
             insecure,

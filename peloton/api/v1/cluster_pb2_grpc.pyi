@@ -32,11 +32,19 @@ class ClusterServiceStub:
     @_typing.overload
     def __new__(cls, channel: _aio.Channel) -> ClusterServiceAsyncStub: ...
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterInfoRequest, _cluster_pb2.GetClusterInfoResponse]
+    GetClusterSummary: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterSummaryRequest, _cluster_pb2.GetClusterSummaryResponse]
+    """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+    gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
     def __init__(self, channel: _aio.Channel) -> None: ...
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterInfoRequest, _cluster_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
+    GetClusterSummary: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterSummaryRequest, _cluster_pb2.GetClusterSummaryResponse]  # type: ignore[assignment]
+    """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+    gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+    """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -45,5 +53,15 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.GetClusterInfoRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.GetClusterInfoResponse, _abc.Awaitable[_cluster_pb2.GetClusterInfoResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetClusterSummary(
+        self,
+        request: _cluster_pb2.GetClusterSummaryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.GetClusterSummaryResponse, _abc.Awaitable[_cluster_pb2.GetClusterSummaryResponse]]:
+        """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+        gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+        """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
