@@ -544,7 +544,8 @@
       const pager = h("div", { class: "pager" }, prev, next,
         h("span", { class: "muted", "aria-live": "polite" }, r.total + " hosts" + (r.total > r.hosts.length ? ", page " + page +
           " (" + r.hosts.length + " shown)" : "")));
-      main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map, r.hosts.length ? null : h("p", { class: "muted" }, "No host matches."), pager);
+      main.replaceChildren(h("h1", {}, "Hosts"), form, legend, map,
+        ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
     watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
