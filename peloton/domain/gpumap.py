@@ -25,7 +25,6 @@ from peloton.domain.resources import Resources
 from peloton.domain.spec import Constraint
 
 HOST_STATUSES = ("up", "draining", "drained", "unhealthy", "down")
-GPU_STATES = ("used", "free", "stranded", "reserved", "draining", "drained", "unhealthy", "down")
 
 
 @dataclass(frozen=True, slots=True)

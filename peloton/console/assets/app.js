@@ -8,8 +8,8 @@
   let session = null;
   let events = null;
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "KILLED"]);
-  // the cluster, queue, pools and hosts views read everything again (every host, every pool) when jobs change:
-  // at most this often, so that a busy cluster's changes do not turn into a ListHosts a second per browser
+  // the cluster, queue, pools and hosts views read their answer again when jobs change: at most this often, so
+  // that a busy cluster's changes do not turn into a summary of every host a second per browser
   const SLOW_REFRESH_MS = 3000;
   // what each GPU state is called on the map (the API's words: HostGpu.state)
   const GPU_WORDS = { used: "used", free: "free", stranded: "free but stranded", reserved: "reserved for a waiting gang",
