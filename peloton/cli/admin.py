@@ -230,7 +230,7 @@ def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
     h = next((x for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest(name_contains=a.hostname)).hosts
               if x.hostname == a.hostname), None)
     if h is None:
-        names = [x.hostname for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest()).hosts]
+        names = sorted(x.hostname for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest()).hosts)
         raise NotFound(f"hostname: no host {a.hostname} (hosts: {', '.join(names[:10])}"
                        f"{' ...' if len(names) > 10 else ''})")
     if a.output in render.DOCUMENTS:
