@@ -382,7 +382,7 @@ class Daemon:
         sources: list[str] = []
         hosts = listing.Summary()
         if self.host_servicer is not None:
-            hosts = listing.summarize(self.host_servicer.rows())
+            hosts = self.host_servicer.summary()
             sources.append("hosts")
         queued = 0
         if self.resmgr is not None:

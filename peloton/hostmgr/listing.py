@@ -23,8 +23,10 @@ class HostFilter:
     name_contains: str = ""
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class HostRow:
+    """One host as ListHosts shows it (read-only: the servicer may hand the same rows to several calls)."""
+    key: tuple[str, str]  # (rack, hostname): the order, and where a page token says to go on from
     info: HostInfo
     held: bool  # an offer held or leased (Host.offer_held)
     status: str
@@ -36,11 +38,7 @@ class HostRow:
 
     @property
     def rack(self) -> str:
-        return self.info.labels.get("rack", "")
-
-    @property
-    def key(self) -> tuple[str, str]:
-        return (self.rack, self.info.hostname)
+        return self.key[0]
 
     def gpus(self) -> list[gpumap.GpuSlot]:
         h = self.info
@@ -52,18 +50,31 @@ def rows(hosts: Sequence[tuple[HostInfo, bool]], drains: Mapping[str, float], he
          windows: set[str], waiting: gpumap.Waiting) -> list[HostRow]:
     """Every host with its status, reservation and whether its free GPUs are stranded, by rack then name."""
     out = []
-    for h, held in hosts:
-        deadline = drains.get(h.hostname)
-        drain = "" if deadline is None else ("draining" if h.task_ids else "drained")
-        reason = health.get(h.hostname, "")
-        status = gpumap.host_status(drain, reason, h.state)
-        reserved = waiting.reserved.get(h.hostname, "")
+    asks, kept = waiting.asks, waiting.reserved
+    for h, held in hosts:  # (10,000 hosts: kept to plain lookups, a Resources only where a gang might fit)
+        name = h.hostname
+        deadline = drains.get(name)
+        reason = health.get(name, "")
+        if deadline is not None:
+            status = "draining" if h.task_ids else "drained"
+        elif reason:
+            status = "unhealthy"
+        else:
+            status = "down" if h.state not in ("", "UP") else "up"
+        reserved = kept.get(name, "")
         c, a = h.capacity, h.allocated
-        free = Resources(c.cpu - a.cpu, c.mem - a.mem, c.disk - a.disk, c.gpu - a.gpu)
-        out.append(HostRow(h, held, status, deadline, reason, h.hostname in windows, reserved,
-                           gpumap.stranded(status, free, h.labels, bool(reserved), waiting.asks)))
-    out.sort(key=lambda r: r.key)
+        strand = False
+        if asks and status == "up" and c.gpu > a.gpu and not reserved:
+            free = Resources(c.cpu - a.cpu, c.mem - a.mem, c.disk - a.disk, c.gpu - a.gpu)
+            strand = gpumap.stranded(status, free, h.labels, False, asks)
+        out.append(HostRow((h.labels.get("rack", ""), name), h, held, status, deadline, reason, name in windows,
+                           reserved, strand))
+    out.sort(key=_key)
     return out
+
+
+def _key(r: HostRow) -> tuple[str, str]:
+    return r.key
 
 
 def matches(r: HostRow, f: HostFilter) -> bool:

@@ -7,6 +7,7 @@ import binascii
 import bisect
 import json
 from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -113,11 +114,32 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         process; none otherwise: no GPU is then reserved or stranded)."""
         self.hm = hm
         self.waiting = waiting
+        # the last rows and their summary, with what they were made from: a console re-reading an unchanged
+        # cluster of 10,000 hosts reuses them (one tuple, replaced whole: two calls at once may both compute it)
+        self._cached: tuple[Any, list[listing.HostRow], list[listing.Summary]] | None = None
+
+    def _rows(self) -> tuple[list[listing.HostRow], list[listing.Summary]]:
+        version = self.hm.version  # read first: a host that changes after it moves it again
+        drains, health, windows, waiting = self.hm.drains(), self.hm.health(), self.hm.maintenance(), self.waiting()
+        key = (version, drains, health, windows, waiting)
+        cached = self._cached
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        rows = listing.rows(self.hm.hosts(), drains, health, windows, waiting)
+        summary: list[listing.Summary] = []  # made when first asked for
+        self._cached = (key, rows, summary)
+        return rows, summary
 
     def rows(self) -> list[listing.HostRow]:
-        """Every host, by rack then name, with its status and GPUs' states (also the cluster summary's input)."""
-        return listing.rows(self.hm.hosts(), self.hm.drains(), self.hm.health(), self.hm.maintenance(),
-                            self.waiting())
+        """Every host, by rack then name, with its status and GPUs' states (read-only)."""
+        return self._rows()[0]
+
+    def summary(self) -> listing.Summary:
+        """The sums of every host, for GetClusterSummary."""
+        rows, made = self._rows()
+        if not made:
+            made.append(listing.summarize(rows))
+        return made[0]
 
     @grpc_errors
     def ListHosts(self, request: host_pb2.ListHostsRequest, context: grpc.ServicerContext) -> host_pb2.ListHostsResponse:
