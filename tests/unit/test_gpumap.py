@@ -111,3 +111,20 @@ def test_rows_are_by_rack_then_name_and_filters_and_pages_hold() -> None:
 def test_quantiles_from_buckets_as_prometheus_estimates_them(buckets: list[tuple[float, float]], q: float,
                                                             want: float) -> None:
     assert quantile(buckets, q) == pytest.approx(want)
+
+
+def test_a_hosts_info_is_kept_until_the_host_changes() -> None:
+    from peloton.domain.launch import RunningTask
+    from peloton.hostmgr.usage import HostConfig, HostUsage
+
+    h = HostUsage(HostConfig("h", Resources(cpu=8, mem=1024, gpu=2), gpu_ids=(0, 1)))
+    first = h.info()
+    assert h.info() is first and first.gpu_holders == ()
+    h.add(RunningTask("j-0-1", "h", Resources(cpu=1, mem=64, gpu=1), (1,)))
+    held = h.info()
+    assert held is not first and held.gpu_holders == ((1, "j-0-1"),) and held.allocated.gpu == 1
+    h.up = False
+    assert h.info().state == "DOWN"
+    h.up = True
+    h.remove("j-0-1")
+    assert h.info().gpu_holders == () and h.info().allocated.gpu == 0 and h.info().state == "UP"
