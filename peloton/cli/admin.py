@@ -227,7 +227,8 @@ def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import host_pb2
     from peloton.errors import NotFound
 
-    h = next((x for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest(name_contains=a.hostname)).hosts
+    h = next((x for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest(name_contains=a.hostname,
+                                                                               with_gpus=True)).hosts
               if x.hostname == a.hostname), None)
     if h is None:
         names = sorted(x.hostname for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest()).hosts)

@@ -135,7 +135,8 @@ class Api:
         which job, free, stranded, reserved, out of service), its drain and health, and the jobs on it."""
         r = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(
             page_size=q.page_size, page_token=q.page_token, states=[q.status] if q.status else [], rack=q.rack,
-            labels=[q.label] if q.label else [], min_free_gpus=q.min_free_gpus, name_contains=q.name_contains), token)
+            labels=[q.label] if q.label else [], min_free_gpus=q.min_free_gpus, name_contains=q.name_contains,
+            with_gpus=True), token)
         rows = []
         for h in r.hosts:
             cap, alloc = _res(h.capacity), _res(h.allocated)

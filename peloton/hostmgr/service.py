@@ -147,7 +147,7 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         rows = self.rows()
         chosen, nxt, total = listing.page(rows, f, request.page_size, after)
         return host_pb2.ListHostsResponse(
-            hosts=[_row_to_proto(r) for r in chosen], next_page_token=_token(nxt) if nxt else "", total=total,
+            hosts=[_row_to_proto(r, request.with_gpus) for r in chosen], next_page_token=_token(nxt) if nxt else "", total=total,
             racks=sorted({r.rack for r in rows}))
 
     @grpc_errors
@@ -175,11 +175,12 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         return host_pb2.Host(hostname=hostname)  # gone meanwhile
 
 
-def _row_to_proto(r: listing.HostRow) -> host_pb2.Host:
+def _row_to_proto(r: listing.HostRow, with_gpus: bool) -> host_pb2.Host:
     p = convert.host_to_proto(r.info, r.held, r.drain_deadline, r.health, maintenance=r.maintenance)
     p.status = r.status
     p.reserved_for = r.reserved_for
-    p.gpus.extend(host_pb2.HostGpu(id=g.id, state=g.state, task_id=g.task_id) for g in r.gpus())
+    if with_gpus:
+        p.gpus.extend(host_pb2.HostGpu(id=g.id, state=g.state, task_id=g.task_id) for g in r.gpus())
     return p
 
 

@@ -50,7 +50,7 @@ def api(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory
 
 
 def hosts(api: Api, **kw: Any) -> host_pb2.ListHostsResponse:
-    return api.hosts.ListHosts(host_pb2.ListHostsRequest(**kw), timeout=T)
+    return api.hosts.ListHosts(host_pb2.ListHostsRequest(with_gpus=True, **kw), timeout=T)
 
 
 def wait_for(pred: Callable[[], Any], timeout: float = 30.0) -> Any:
@@ -86,6 +86,9 @@ def test_an_empty_request_lists_every_host_by_rack_then_name_as_before(api: Api)
     assert keys == sorted(keys)
     assert list(r.racks) == ["r0", "r1", "r2"]
     assert all(h.status == "up" and len(h.gpus) == 4 for h in r.hosts)
+    plain = api.hosts.ListHosts(host_pb2.ListHostsRequest(), timeout=T)  # as before: no GPUs unless asked
+    assert [h.hostname for h in plain.hosts] == [h.hostname for h in r.hosts] and not any(h.gpus for h in plain.hosts)
+    assert all(h.status == "up" for h in plain.hosts)
 
 
 def test_pages_cover_every_host_once_in_order(api: Api) -> None:

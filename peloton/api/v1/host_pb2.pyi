@@ -99,7 +99,7 @@ class Host(_message.Message):
 
     @_builtins.property
     def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostGpu]:
-        """Each GPU of the host and what it is now (docs/ui.md, "The hosts map"). The local and sim backends know which
+        """Each GPU of the host and what it is now (docs/ui.md, "The hosts map"), when ListHostsRequest.with_gpus. The local and sim backends know which
         task holds which GPU id; Mesos counts GPUs, so there the ids are positions and a used GPU names no task.
         """
 
@@ -214,6 +214,7 @@ class ListHostsRequest(_message.Message):
     LABELS_FIELD_NUMBER: _builtins.int
     MIN_FREE_GPUS_FIELD_NUMBER: _builtins.int
     NAME_CONTAINS_FIELD_NUMBER: _builtins.int
+    WITH_GPUS_FIELD_NUMBER: _builtins.int
     page_size: _builtins.int
     """hosts a page, at most 1,000; 0: every host that matches, in one answer (as before paging)"""
     page_token: _builtins.str
@@ -224,6 +225,10 @@ class ListHostsRequest(_message.Message):
     """only hosts in service (status up) with at least this many GPUs free"""
     name_contains: _builtins.str
     """only hosts whose name contains this text"""
+    with_gpus: _builtins.bool
+    """fill each host's `gpus` (HostGpu): about half the answer's size, so asked for (every host of 10,000 with them
+    is over the 4 MiB a client takes by default)
+    """
     @_builtins.property
     def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """only hosts of these statuses (Host.status): up, draining, drained, unhealthy, down"""
@@ -242,10 +247,11 @@ class ListHostsRequest(_message.Message):
         labels: _abc.Iterable[_builtins.str] | None = ...,
         min_free_gpus: _builtins.int = ...,
         name_contains: _builtins.str = ...,
+        with_gpus: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "min_free_gpus", b"min_free_gpus", "name_contains", b"name_contains", "page_size", b"page_size", "page_token", b"page_token", "rack", b"rack", "states", b"states"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "min_free_gpus", b"min_free_gpus", "name_contains", b"name_contains", "page_size", b"page_size", "page_token", b"page_token", "rack", b"rack", "states", b"states", "with_gpus", b"with_gpus"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
