@@ -143,8 +143,7 @@ class Api:
             rows.append({"hostname": h.hostname, "rack": h.labels.get("rack", ""), "status": h.status,
                          "health": h.health, "drain_deadline": h.drain_deadline, "maintenance": h.maintenance,
                          "reserved_for": h.reserved_for, "gpu_model": h.hardware.gpu_model,
-                         "gpus": [{"id": g.id, "state": g.state, "job": _job_of(g.task_id), "task_id": g.task_id}
-                                  for g in h.gpus],
+                         "gpus": [{"id": g.id, "state": g.state, "job": _job_of(g.task_id)} for g in h.gpus],
                          "gpus_used": int(alloc["gpu"]), "cpu": cap["cpu"], "cpu_used": alloc["cpu"],
                          "jobs": sorted({_job_of(t) for t in h.task_ids})})
         return {"hosts": rows, "total": r.total, "next_page_token": r.next_page_token, "racks": list(r.racks)}

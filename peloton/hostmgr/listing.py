@@ -4,6 +4,7 @@ reads the host manager and the queue, and converts."""
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
@@ -21,6 +22,9 @@ class HostFilter:
     labels: tuple[tuple[str, str | None], ...] = ()  # (key, value), or (key, None): any value
     min_free_gpus: int = 0
     name_contains: str = ""
+
+
+NO_FILTER = HostFilter()
 
 
 @dataclass(slots=True)
@@ -95,10 +99,8 @@ def page(all_rows: Sequence[HostRow], f: HostFilter, size: int,
          after: tuple[str, str] | None) -> tuple[list[HostRow], tuple[str, str] | None, int]:
     """The rows that match `f` after the key `after` (None: from the first), at most `size` (0: all); the key to
     go on from (None: the last page); how many match in all."""
-    chosen = [r for r in all_rows if matches(r, f)]
-    start = 0
-    if after is not None:
-        start = next((i for i, r in enumerate(chosen) if r.key > after), len(chosen))
+    chosen = list(all_rows) if f == NO_FILTER else [r for r in all_rows if matches(r, f)]
+    start = 0 if after is None else bisect.bisect_right(chosen, after, key=_key)  # (in key order)
     if not size:
         return chosen[start:], None, len(chosen)
     out = chosen[start:start + size]

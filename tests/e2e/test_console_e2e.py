@@ -348,7 +348,6 @@ def test_the_map_says_which_job_holds_each_gpu_and_which_are_stranded_or_reserve
         for h in hosts:
             used = [g for g in h["gpus"] if g["state"] == "used"]
             assert len(used) == 7 and {g["job"] for g in used} == {sevens}, h
-            assert all(g["task_id"].startswith(sevens + "-") for g in used)
         assert {g["state"] for h in hosts for g in h["gpus"]} == {"used", "free"}  # nobody waits: idle, not stranded
         two = daemon.submit(tmp_path, "two", instances=1, gpu=2)
 
