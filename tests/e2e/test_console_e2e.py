@@ -166,7 +166,8 @@ def test_a_job_page_shows_gangs_members_and_a_bad_or_unknown_id_says_so(daemon: 
     assert a.status == 404 and a.json()["code"] == "NotFound"
 
 
-def test_the_cluster_summary_counts_hosts_and_capacity(daemon: ConsoleDaemon) -> None:
+def test_the_cluster_summary_counts_hosts_and_capacity(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    daemon.wait_state(daemon.submit(tmp_path, "summed"), "RUNNING")
     c = logged_in(daemon, "victor").get("/api/cluster").json()
     assert c["backend"] == "sim" and c["hosts"] == 12 and c["racks"] == 3
     assert c["capacity"]["gpu"] == 96 and c["capacity"]["cpu"] == 192
