@@ -22,6 +22,7 @@ from peloton.hostmgr.inprocess import MAX_LOG_BYTES
 from peloton.hostmgr.manager import HostManager
 
 MAX_RUNNING_PAGE = 10_000
+MAX_HOST_FILTERS = 32  # states or labels in one ListHosts request
 
 
 class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
@@ -191,6 +192,9 @@ def _token(key: tuple[str, str]) -> str:
 def _host_filter(r: host_pb2.ListHostsRequest) -> tuple[listing.HostFilter, tuple[str, str] | None]:
     """The request's filters and where its page starts, checked: a bad one names its field."""
     checks.number(r.page_size, "page_size", minimum=0, maximum=listing.MAX_PAGE)
+    for name, items in (("states", r.states), ("labels", r.labels)):
+        if len(items) > MAX_HOST_FILTERS:
+            raise checks.bad(name, f"at most {MAX_HOST_FILTERS} filters, got {len(items)}")
     for s in r.states:
         if s not in HOST_STATUSES:
             raise checks.bad("states", f"{s!r} is not a host status; one of {', '.join(HOST_STATUSES)}")

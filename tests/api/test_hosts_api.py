@@ -125,6 +125,9 @@ def test_filters_by_rack_name_and_label(api: Api) -> None:
     (host_pb2.ListHostsRequest(page_token="not a token"), "page_token"),
     (host_pb2.ListHostsRequest(page_token="WyJhIl0="), "page_token"),  # ["a"]: not a key
     (host_pb2.ListHostsRequest(rack="a\x00b"), "rack"),
+    (host_pb2.ListHostsRequest(name_contains="x" * 256), "name_contains"),
+    (host_pb2.ListHostsRequest(labels=["rack"] * 33), "labels"),
+    (host_pb2.ListHostsRequest(states=["up"] * 33), "states"),
 ])
 def test_a_bad_request_names_its_field(api: Api, request_: host_pb2.ListHostsRequest, field: str) -> None:
     status, details = code(api.hosts.ListHosts, request_)
