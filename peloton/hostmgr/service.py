@@ -169,10 +169,10 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         return host_pb2.UndrainHostResponse(host=self._host(request.hostname))
 
     def _host(self, hostname: str) -> host_pb2.Host:
-        drains, windows = self.hm.drains(), self.hm.maintenance()
-        for h, held in self.hm.hosts():
-            if h.hostname == hostname:
-                return convert.host_to_proto(h, held, drains.get(hostname), maintenance=hostname in windows)
+        """The host as ListHosts shows it, with its GPUs (after a drain: its status says draining or drained)."""
+        for r in self.rows():
+            if r.info.hostname == hostname:
+                return _row_to_proto(r, True)
         return host_pb2.Host(hostname=hostname)  # gone meanwhile
 
 

@@ -149,7 +149,8 @@ def test_gpus_used_by_which_task_stranded_reserved_and_drained_and_the_summary(a
     # the six idle hosts are free for everyone: drain two of them, and take the rest's GPUs
     idle = [h.hostname for h in hosts(api).hosts if h.allocated.gpu == 0]
     assert len(idle) == 6
-    api.hosts.DrainHost(host_pb2.DrainHostRequest(hostname=idle[0]), timeout=T)
+    drained = api.hosts.DrainHost(host_pb2.DrainHostRequest(hostname=idle[0]), timeout=T).host
+    assert (drained.drain, drained.status, [g.state for g in drained.gpus]) == ("drained", "drained", ["drained"] * 4)
     filler = create(api, "fill", 5, 4)
     wait_for(lambda: hosts(api, min_free_gpus=1).total == 3)  # the three with one free GPU each
     waiting = create(api, "two", 1, 2)
