@@ -12,8 +12,9 @@ an hour (the first twenty run, the rest wait: PENDING, with a reason); `--big-ev
 sets how many jobs there are to one big one.
 Measured once they are all created: the jobs list (first page, a state filter, a name filter, 20 pages deep), one
 job, its events, a member's timeline and log, a big job's events and its gang's timeline (every member side by
-side), the cluster summary (every host), the hosts map's first page, the queue, the pools, the page and app.js. A
-page of the browser makes one to three of these calls (the job page: the job and its events at once)."""
+side), the cluster summary, the hosts map (its first page, a rack, hosts with 8 GPUs free, the 10th page; a console
+before paged ListHosts has no page token: that row is left out), the queue, the pools, the page and app.js. A page of
+the browser makes one to three of these calls (the job page: the job and its events at once)."""
 
 from __future__ import annotations
 
@@ -116,6 +117,11 @@ def main() -> None:
         token = ""
         for _ in range(19):
             token = json.loads(timed(u + f"api/jobs?page_token={token}")[1])["next_page_token"]
+        # the hosts map's 10th page (a page token is the API's own, where paging goes by rack then name)
+        htoken = ""
+        for _ in range(9):
+            htoken = json.loads(timed(u + f"api/hosts?page_token={htoken}")[1]).get("next_page_token", "")
+        deep = [("hosts map, 10th page", f"api/hosts?page_token={htoken}")] if htoken else []
         rows = [measure(n, u + p, a.samples) for n, p in (
             ("page /jobs (HTML)", "jobs"),
             ("app.js", "assets/app.js"),
@@ -132,6 +138,9 @@ def main() -> None:
             ("its gang's timeline (every member)", f"api/jobs/{big}/gangs/0/timeline"),
             ("cluster summary", "api/cluster"),
             ("hosts map, first page", "api/hosts"),
+            ("hosts map, a rack", "api/hosts?rack=r7"),
+            ("hosts map, 8 GPUs free", "api/hosts?free_gpus=8"),
+            *deep,
             ("queue", "api/queue"),
             ("pools", "api/pools"),
         )]

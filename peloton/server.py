@@ -29,7 +29,7 @@ from sqlalchemy.engine import Engine
 
 from peloton.api.audit import AuditLog, AuditServicer
 from peloton.api.closing import RefuseWhileClosing
-from peloton.api.cluster import ClusterFacts, ClusterServicer, ConsoleLogins
+from peloton.api.cluster import ClusterFacts, ClusterServicer, ClusterSummary, ConsoleLogins, Stage
 from peloton.api.edge import PUBLIC_PORT_OPTIONS, GatePublicReads
 from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
 from peloton.api.model_service import ModelBook, ModelServicer
@@ -52,6 +52,7 @@ from peloton.api.v1 import (
     task_pb2_grpc,
 )
 from peloton.config import split_hostport
+from peloton.domain.gpumap import Waiting
 from peloton.errors import FailedPrecondition, InvalidArgument, Unavailable
 from peloton.files import (
     create_private,
@@ -60,6 +61,7 @@ from peloton.files import (
     tasks_run_as_others,
     warn_untraversable,
 )
+from peloton.hostmgr import listing
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.local.backend import (
@@ -77,7 +79,7 @@ from peloton.leadership.hold import Hold
 from peloton.leadership.owner import Owner
 from peloton.leadership.standby import RequireLeader
 from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
-from peloton.observability import census
+from peloton.observability import census, gang_metrics
 from peloton.observability.health import judge
 from peloton.placement.engine import PlacementEngine
 from peloton.resmgr.inprocess import InProcessResourceManager
@@ -263,6 +265,7 @@ class Daemon:
 
     def _add_hostmgr(self) -> None:
         self.hostmgr_servicer: HostManagerServicer | None = None
+        self.host_servicer: HostServicer | None = None
         if "hostmgr" not in self.cfg.roles:
             return
 
@@ -280,7 +283,10 @@ class Daemon:
             with db.transaction(self.sessions) as s:
                 self.hostmgr.load_drains(repo.get_drains(s))
         self.hostmgr_servicer = HostManagerServicer(self.hostmgr)
-        host_pb2_grpc.add_HostServiceServicer_to_server(HostServicer(self.hostmgr), self.server)
+        # the queue's GPU asks and reservations, for the hosts map: from the resource manager of this process
+        self.host_servicer = HostServicer(
+            self.hostmgr, lambda: self.resmgr.waiting() if self.resmgr is not None else Waiting())
+        host_pb2_grpc.add_HostServiceServicer_to_server(self.host_servicer, self.server)
         self.services += [(host_pb2.DESCRIPTOR, "HostService")]
         self.services += self._add_sim_service()
 
@@ -380,8 +386,7 @@ class Daemon:
                        if self.identities.mode is run_as.Mode.LOCAL else ""), owner=self.authenticator.owner),
             hosts=lambda: len(self.hostmgr.backend.hosts()) if self.hostmgr is not None else 0,
             leadership=lambda: self.hold.report(self.read_sessions if self.engine is not None else None),
-            console=self._console_logins()),
-            self.server)
+            console=self._console_logins(), summary=self._cluster_summary), self.server)
         self.services += [(cluster_pb2.DESCRIPTOR, "ClusterService")]
 
     def _console_logins(self) -> ConsoleLogins | None:
@@ -396,6 +401,27 @@ class Daemon:
 
         return ConsoleLogins(url=self.console.url, authenticated=self.authenticator.enabled, make=make,
                              spend=lambda login_id, secret: logins.spend(login_id, secret, time.time()))
+
+    def _cluster_summary(self) -> ClusterSummary:
+        """GetClusterSummary: the hosts' sums (host manager), the queue's length (resource manager), gangs by state
+        (the store, where the job manager runs) and the stage latencies this process observed."""
+        sources: list[str] = []
+        hosts = listing.Summary()
+        if self.host_servicer is not None:
+            hosts = self.host_servicer.summary()
+            sources.append("hosts")
+        queued = 0
+        if self.resmgr is not None:
+            queued = self.resmgr.queue(limit=0)[1]
+            sources.append("queue")
+        gangs: dict[str, int] = {}
+        if self.jobmgr is not None:
+            with db.transaction(self.read_sessions) as s:
+                gangs = repo.count_gangs_by_state(s)
+            sources.append("gangs")
+        return ClusterSummary(
+            tuple(sources), hosts.hosts, hosts.host_states, hosts.capacity, hosts.allocated, hosts.gpus, hosts.racks,
+            queued, gangs, tuple(Stage(n, c, m, q) for n, c, m, q in gang_metrics.stage_latencies()))
 
     def _start_serving(self) -> None:
         """Reflection of every service added, then the public server (health NOT_SERVING until the loops run)."""

@@ -3,14 +3,16 @@ the facts at start; only the caller and the host count are read per call."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
 from peloton import __version__
 from peloton.api import caller
+from peloton.api.convert import resources_to_proto
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import cluster_pb2, cluster_pb2_grpc
+from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition
 
 if TYPE_CHECKING:
@@ -63,14 +65,40 @@ class ConsoleLogins:
     spend: Callable[[str, str], None]
 
 
+@dataclass(frozen=True)
+class Stage:
+    """How long gangs spent in one stage (gang_metrics.py): how many, the mean and p50, p95, p99 in seconds."""
+    stage: str
+    count: int
+    mean: float
+    quantiles: tuple[float, ...]  # p50, p95, p99
+
+
+@dataclass(frozen=True)
+class ClusterSummary:
+    """GetClusterSummary's answer, gathered by the daemon from the components this process runs (`sources`)."""
+    sources: tuple[str, ...] = ()
+    hosts: int = 0
+    host_states: Mapping[str, int] = field(default_factory=dict)
+    capacity: Resources = Resources()
+    allocated: Resources = Resources()
+    gpus: Mapping[str, int] = field(default_factory=dict)
+    racks: int = 0
+    queued_gangs: int = 0
+    gang_states: Mapping[str, int] = field(default_factory=dict)
+    stages: Sequence[Stage] = ()
+
+
 class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
     def __init__(self, facts: ClusterFacts, hosts: Callable[[], int] = lambda: 0,
                  leadership: Callable[[], Leadership | None] = lambda: None,
-                 console: ConsoleLogins | None = None) -> None:
+                 console: ConsoleLogins | None = None,
+                 summary: Callable[[], ClusterSummary] = ClusterSummary) -> None:
         self.facts = facts
         self.hosts = hosts
         self.leadership = leadership
         self.console = console
+        self.summary = summary
 
     @grpc_errors
     def CreateConsoleLogin(self, request: cluster_pb2.CreateConsoleLoginRequest, context: grpc.ServicerContext) -> cluster_pb2.CreateConsoleLoginResponse:
@@ -97,6 +125,20 @@ class ClusterServicer(cluster_pb2_grpc.ClusterServiceServicer):
             raise FailedPrecondition("this daemon serves no web console (--ui-listen, and a process with the job "
                                      "manager)")
         return self.console
+
+    @grpc_errors
+    def GetClusterSummary(self, request: cluster_pb2.GetClusterSummaryRequest, context: grpc.ServicerContext) -> cluster_pb2.GetClusterSummaryResponse:
+        s = self.summary()
+        out = cluster_pb2.GetClusterSummaryResponse(
+            sources=list(s.sources), hosts=s.hosts, capacity=resources_to_proto(s.capacity),
+            allocated=resources_to_proto(s.allocated), racks=s.racks, queued_gangs=s.queued_gangs,
+            stages=[cluster_pb2.StageLatency(stage=g.stage, count=g.count, mean_seconds=g.mean,
+                                             p50_seconds=g.quantiles[0], p95_seconds=g.quantiles[1],
+                                             p99_seconds=g.quantiles[2]) for g in s.stages])
+        out.host_states.update(s.host_states)
+        out.gpus.update(s.gpus)
+        out.gang_states.update(s.gang_states)
+        return out
 
     @grpc_errors
     def GetClusterInfo(self, request: cluster_pb2.GetClusterInfoRequest, context: grpc.ServicerContext) -> cluster_pb2.GetClusterInfoResponse:

@@ -209,10 +209,16 @@ def cmd_pool_delete(c: Client, a: argparse.Namespace) -> int:
 def cmd_host_list(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import host_pb2
 
-    r = c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest())
+    if a.limit is not None and not 1 <= a.limit <= 1000:
+        raise InvalidArgument(f"--limit: between 1 and 1000 hosts, got {a.limit}", field="--limit")
+    r = c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest(
+        states=a.state or [], rack=a.rack or "", labels=a.label or [], min_free_gpus=a.free_gpus or 0,
+        name_contains=a.name or "", page_size=a.limit or 0))
     if a.output in render.DOCUMENTS:
         print(render.json_message(r))
         return 0
+    if r.total > len(r.hosts):
+        print(f"({r.total - len(r.hosts)} more; --limit)", file=sys.stderr)
     rows = [[h.hostname, h.address, h.state + (" (unhealthy)" if h.health else ""), _drain(h),
              render.resources(h.capacity, disk=True), render.resources(h.allocated, disk=True, gpu=h.capacity.gpu > 0), len(h.task_ids),
              "yes" if h.offer_held else "no", _hardware(h.hardware),
@@ -240,10 +246,11 @@ def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
     from peloton.api.v1 import host_pb2
     from peloton.errors import NotFound
 
-    hosts = c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest()).hosts
-    h = next((x for x in hosts if x.hostname == a.hostname), None)
+    h = next((x for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest(name_contains=a.hostname,
+                                                                               with_gpus=True)).hosts
+              if x.hostname == a.hostname), None)
     if h is None:
-        names = [x.hostname for x in hosts]
+        names = sorted(x.hostname for x in c.call(c.hosts.ListHosts, host_pb2.ListHostsRequest()).hosts)
         raise NotFound(f"hostname: no host {a.hostname} (hosts: {', '.join(names[:10])}"
                        f"{' ...' if len(names) > 10 else ''})")
     if a.output in render.DOCUMENTS:
@@ -257,7 +264,8 @@ def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
     rows = [["host", h.hostname], ["address", h.address], ["state", h.state + (" (unhealthy)" if h.health else "")],
             ["drain", _drain(h)], ["capacity", render.resources(h.capacity, disk=True)],
             ["allocated", render.resources(h.allocated, disk=True, gpu=h.capacity.gpu > 0)],
-            ["tasks", ", ".join(h.task_ids) or "-"], ["offer held", "yes" if h.offer_held else "no"],
+            ["tasks", ", ".join(h.task_ids) or "-"], ["gpus", _gpus(h) or "-"],
+            ["kept for", h.reserved_for or "-"], ["offer held", "yes" if h.offer_held else "no"],
             ["gpu model", defaulted("gpu_model", hw.gpu_model) if hw.gpu_model else "- (no GPUs)"],
             ["gpu link", defaulted("gpu_link", hw.gpu_link) if hw.gpu_link else "- (no GPUs)"],
             ["nic", defaulted("nic_gbps", f"{hw.nic_gbps:g} Gbit/s")],
@@ -268,6 +276,11 @@ def cmd_host_get(c: Client, a: argparse.Namespace) -> int:
     for why in hw.invalid:
         print(f"{h.hostname}: {why} (its default is assumed)")
     return 0
+
+
+def _gpus(h: host_pb2.Host) -> str:
+    """Each GPU and what it is: `0 used (JOB-0-1), 1 stranded`."""
+    return ", ".join(f"{g.id} {g.state}" + (f" ({g.task_id})" if g.task_id else "") for g in h.gpus)
 
 
 def _drain(h: host_pb2.Host) -> str:

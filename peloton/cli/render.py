@@ -43,6 +43,7 @@ TIMESTAMPS: dict[str, frozenset[str]] = {
 SECONDS: dict[str, frozenset[str]] = {
     "peloton.v1.Leadership": frozenset({"lease_seconds"}),
     "peloton.v1.RoleLeader": frozenset({"silent_seconds"}),
+    "peloton.v1.StageLatency": frozenset({"mean_seconds", "p50_seconds", "p95_seconds", "p99_seconds"}),
 }
 _NONE: frozenset[str] = frozenset()
 

@@ -103,26 +103,20 @@ class Api:
                 "may_control_own": p.can(principal.JOB_CONTROL_OWN)}
 
     def cluster_summary(self, token: str) -> dict[str, Any]:
+        """The cluster view: the daemon, GetClusterSummary (sums of every host without a host list, gangs by state,
+        stage latencies) and the pools."""
         info = self._call(self.cluster.GetClusterInfo, cluster_pb2.GetClusterInfoRequest(), token)
-        hosts = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(), token).hosts
+        c = self._call(self.cluster.GetClusterSummary, cluster_pb2.GetClusterSummaryRequest(), token)
         pools = self._call(self.pools.ListPools, respool_pb2.ListPoolsRequest(), token).pools
-        queue = self._call(self.pools.ListQueue, respool_pb2.ListQueueRequest(limit=1), token)
-        capacity = dict.fromkeys(RESOURCES, 0.0)
-        allocated = dict.fromkeys(RESOURCES, 0.0)
-        states: dict[str, int] = {}
-        for h in hosts:
-            cap, alloc = _res(h.capacity), _res(h.allocated)
-            for k in RESOURCES:
-                capacity[k] += cap[k]
-                allocated[k] += alloc[k]
-            kind = _host_status(h)
-            states[kind] = states.get(kind, 0) + 1
         return {
             "version": info.version, "backend": info.backend, "started_at": info.started_at,
-            "roles": list(info.roles), "hosts": len(hosts), "host_states": states,
-            "capacity": {k: round(v, 3) for k, v in capacity.items()},
-            "allocated": {k: round(v, 3) for k, v in allocated.items()},
-            "queued_gangs": queue.total,
+            "roles": list(info.roles), "sources": list(c.sources), "hosts": c.hosts,
+            "host_states": dict(c.host_states), "racks": c.racks,
+            "capacity": _res(c.capacity), "allocated": _res(c.allocated), "gpus": dict(c.gpus),
+            "queued_gangs": c.queued_gangs, "gang_states": dict(c.gang_states),
+            "stages": [{"stage": g.stage, "count": g.count, "mean_s": round(g.mean_seconds, 4),
+                        "p50_s": round(g.p50_seconds, 4), "p95_s": round(g.p95_seconds, 4),
+                        "p99_s": round(g.p99_seconds, 4)} for g in c.stages],
             "pools": [{"path": p.path, "allocated": _res(p.allocated), "demand": _res(p.demand),
                        "queued_gangs": p.queued_gangs} for p in sorted(pools, key=lambda p: p.path)],
         }
@@ -162,27 +156,22 @@ class Api:
         return {"events": events, "before": events[-1]["id"] if len(events) == q.limit else None}
 
     def list_hosts(self, q: HostQuery, token: str) -> dict[str, Any]:
-        """The hosts by rack, each with its GPUs (used, free), its drain and health, and the jobs on it; filtered
-        and paged here (the API returns every host at once)."""
-        hosts = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(), token).hosts
+        """A page of the hosts, by rack then name, filtered and paged by ListHosts: each with its GPUs (used by
+        which job, free, stranded, reserved, out of service), its drain and health, and the jobs on it."""
+        r = self._call(self.hosts.ListHosts, host_pb2.ListHostsRequest(
+            page_size=q.page_size, page_token=q.page_token, states=[q.status] if q.status else [], rack=q.rack,
+            labels=[q.label] if q.label else [], min_free_gpus=q.min_free_gpus, name_contains=q.name_contains,
+            with_gpus=True), token)
         rows = []
-        for h in sorted(hosts, key=lambda h: (h.labels.get("rack", ""), h.hostname)):
+        for h in r.hosts:
             cap, alloc = _res(h.capacity), _res(h.allocated)
-            status = _host_status(h)
-            if q.status and status != q.status:
-                continue
-            rack = h.labels.get("rack", "")
-            if q.rack and rack != q.rack:
-                continue
-            rows.append({"hostname": h.hostname, "rack": rack, "status": status, "health": h.health,
-                         "drain_deadline": h.drain_deadline, "maintenance": h.maintenance,
-                         "gpus": int(cap["gpu"]), "gpus_used": int(alloc["gpu"]), "gpu_model": h.hardware.gpu_model,
-                         "cpu": cap["cpu"], "cpu_used": alloc["cpu"],
-                         "jobs": sorted({t.split("-")[0] for t in h.task_ids})})
-        start = q.page * q.page_size
-        return {"hosts": rows[start:start + q.page_size], "total": len(rows), "page": q.page,
-                "pages": max(1, -(-len(rows) // q.page_size)),
-                "racks": sorted({h.labels.get("rack", "") for h in hosts})}
+            rows.append({"hostname": h.hostname, "rack": h.labels.get("rack", ""), "status": h.status,
+                         "health": h.health, "drain_deadline": h.drain_deadline, "maintenance": h.maintenance,
+                         "reserved_for": h.reserved_for, "gpu_model": h.hardware.gpu_model,
+                         "gpus": [{"id": g.id, "state": g.state, "job": _job_of(g.task_id)} for g in h.gpus],
+                         "gpus_used": int(alloc["gpu"]), "cpu": cap["cpu"], "cpu_used": alloc["cpu"],
+                         "jobs": sorted({_job_of(t) for t in h.task_ids})})
+        return {"hosts": rows, "total": r.total, "next_page_token": r.next_page_token, "racks": list(r.racks)}
 
     def drain_host(self, hostname: str, token: str, undrain: bool = False) -> dict[str, Any]:
         if undrain:
@@ -328,10 +317,9 @@ def _event(e: task_pb2.TaskEvent) -> dict[str, Any]:
             "reason": e.reason, "message": e.message, "exit_code": e.exit_code if e.HasField("exit_code") else None}
 
 
-def _host_status(h: host_pb2.Host) -> str:
-    """One word for the map: drained or draining (an operator's, or Mesos maintenance), unhealthy (launches kept
-    failing there), down (the backend lost it), or up."""
-    return h.drain or ("unhealthy" if h.health else ("down" if h.state not in ("", "UP") else "up"))
+def _job_of(task_id: str) -> str:
+    """The job of a task id (`<job_id>-<instance>-<run>`); "" for none."""
+    return task_id.split("-")[0] if task_id else ""
 
 
 def _parent(path: str) -> str | None:

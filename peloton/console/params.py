@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from peloton.domain.gpumap import HOST_STATUSES
 from peloton.domain.states import JobState
 from peloton.errors import InvalidArgument
 
@@ -69,9 +70,8 @@ def job_query(query: Mapping[str, Sequence[str]]) -> JobQuery:
     return JobQuery(tuple(dict.fromkeys(states)), _one(query, "owner"), pool, _one(query, "q"), page_size, token)
 
 
-HOST_STATUSES = ("up", "draining", "drained", "unhealthy", "down")
 DEFAULT_HOST_PAGE = 200
-MAX_HOST_PAGE = 2000
+MAX_HOST_PAGE = 1000  # ListHosts' own bound
 HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 
 
@@ -79,8 +79,11 @@ HOSTNAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,252}")
 class HostQuery:
     rack: str = ""
     status: str = ""
-    page: int = 0
+    label: str = ""  # key=value, or key
+    name_contains: str = ""
+    min_free_gpus: int = 0
     page_size: int = DEFAULT_HOST_PAGE
+    page_token: str = ""
 
 
 def _int(query: Mapping[str, Sequence[str]], name: str, default: int, low: int, high: int) -> int:
@@ -97,14 +100,21 @@ def _int(query: Mapping[str, Sequence[str]], name: str, default: int, low: int, 
 
 
 def host_query(query: Mapping[str, Sequence[str]]) -> HostQuery:
-    """/api/hosts?rack=&status=&page=&page_size="""
-    _only(query, frozenset({"rack", "status", "page", "page_size"}), "/api/hosts")
+    """/api/hosts?rack=&status=&label=&q=&free_gpus=&page_size=&page_token= (filtered and paged by ListHosts)"""
+    _only(query, frozenset({"rack", "status", "label", "q", "free_gpus", "page_size", "page_token"}), "/api/hosts")
     status = _one(query, "status")
     if status and status not in HOST_STATUSES:
         raise InvalidArgument(f"status: {status!r} is not a host status; one of {', '.join(HOST_STATUSES)}",
                               field="status")
-    return HostQuery(_one(query, "rack"), status, _int(query, "page", 0, 0, 1_000_000),
-                     _int(query, "page_size", DEFAULT_HOST_PAGE, 1, MAX_HOST_PAGE))
+    label = _one(query, "label")
+    if label.startswith("="):
+        raise InvalidArgument(f"label: key=value or key, got {label!r}", field="label")
+    token = _one(query, "page_token")
+    if not PAGE_TOKEN.fullmatch(token):
+        raise InvalidArgument("page_token: not a page token this console gave (use next_page_token of the page "
+                              "before)", field="page_token")
+    return HostQuery(_one(query, "rack"), status, label, _one(query, "q"), _int(query, "free_gpus", 0, 0, 1024),
+                     _int(query, "page_size", DEFAULT_HOST_PAGE, 1, MAX_HOST_PAGE), token)
 
 
 def hostname(text: str) -> str:

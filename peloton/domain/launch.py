@@ -100,3 +100,7 @@ class HostInfo:
     state: str = "UP"
     task_ids: tuple[str, ...] = ()
     holds_offer: bool = False  # the backend holds an unused offer for this host (Mesos)
+    # the host's GPU ids, and (GPU id, task id) for each GPU a task holds, where the backend knows ids (local, sim;
+    # Mesos counts GPUs: empty)
+    gpu_ids: tuple[int, ...] = ()
+    gpu_holders: tuple[tuple[int, str], ...] = ()

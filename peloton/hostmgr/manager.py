@@ -118,6 +118,12 @@ class HostManager:
             self._versions.pop(h, None)
             self._versions[h] = self._version
 
+    @property
+    def version(self) -> int:
+        """Moves whenever a host's free resources, claims, drain or health change (after the change)."""
+        with self._lock:
+            return self._version
+
     def _on_hosts_changed(self, hosts: Collection[str]) -> None:
         with self._lock:
             self._touch_locked(hosts)

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import base64
+import binascii
 import bisect
+import json
+from collections.abc import Callable
+from typing import Any
 
 import grpc
 
@@ -11,10 +16,13 @@ from peloton.api.status import grpc_errors
 from peloton.api.v1 import host_pb2, host_pb2_grpc, internal_pb2, internal_pb2_grpc
 from peloton.domain import checks, limits
 from peloton.domain.checks import duration_seconds
+from peloton.domain.gpumap import HOST_STATUSES, Waiting
+from peloton.hostmgr import listing
 from peloton.hostmgr.inprocess import MAX_LOG_BYTES
 from peloton.hostmgr.manager import HostManager
 
 MAX_RUNNING_PAGE = 10_000
+MAX_HOST_FILTERS = 32  # states or labels in one ListHosts request
 
 
 class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
@@ -102,16 +110,46 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
 
 
 class HostServicer(host_pb2_grpc.HostServiceServicer):
-    def __init__(self, hm: HostManager) -> None:
+    def __init__(self, hm: HostManager, waiting: Callable[[], Waiting] = Waiting) -> None:
+        """`waiting()`: the queue's GPU asks and reservations (the resource manager's, when it runs in this
+        process; none otherwise: no GPU is then reserved or stranded)."""
         self.hm = hm
+        self.waiting = waiting
+        # the last rows and their summary, with what they were made from: a console re-reading an unchanged
+        # cluster of 10,000 hosts reuses them (one tuple, replaced whole: two calls at once may both compute it)
+        self._cached: tuple[Any, list[listing.HostRow], list[listing.Summary]] | None = None
+
+    def _rows(self) -> tuple[list[listing.HostRow], list[listing.Summary]]:
+        version = self.hm.version  # read first: a host that changes after it moves it again
+        drains, health, windows, waiting = self.hm.drains(), self.hm.health(), self.hm.maintenance(), self.waiting()
+        key = (version, drains, health, windows, waiting)
+        cached = self._cached
+        if cached is not None and cached[0] == key:
+            return cached[1], cached[2]
+        rows = listing.rows(self.hm.hosts(), drains, health, windows, waiting)
+        summary: list[listing.Summary] = []  # made when first asked for
+        self._cached = (key, rows, summary)
+        return rows, summary
+
+    def rows(self) -> list[listing.HostRow]:
+        """Every host, by rack then name, with its status and GPUs' states (read-only)."""
+        return self._rows()[0]
+
+    def summary(self) -> listing.Summary:
+        """The sums of every host, for GetClusterSummary."""
+        rows, made = self._rows()
+        if not made:
+            made.append(listing.summarize(rows))
+        return made[0]
 
     @grpc_errors
     def ListHosts(self, request: host_pb2.ListHostsRequest, context: grpc.ServicerContext) -> host_pb2.ListHostsResponse:
-        drains, health, windows = self.hm.drains(), self.hm.health(), self.hm.maintenance()
-        return host_pb2.ListHostsResponse(hosts=[
-            convert.host_to_proto(h, held, drains.get(h.hostname), health.get(h.hostname, ""),
-                                  maintenance=h.hostname in windows)
-            for h, held in self.hm.hosts()])
+        f, after = _host_filter(request)
+        rows = self.rows()
+        chosen, nxt, total = listing.page(rows, f, request.page_size, after)
+        return host_pb2.ListHostsResponse(
+            hosts=[_row_to_proto(r, request.with_gpus) for r in chosen], next_page_token=_token(nxt) if nxt else "", total=total,
+            racks=sorted({r.rack for r in rows}))
 
     @grpc_errors
     def DrainHost(self, request: host_pb2.DrainHostRequest, context: grpc.ServicerContext) -> host_pb2.DrainHostResponse:
@@ -131,11 +169,56 @@ class HostServicer(host_pb2_grpc.HostServiceServicer):
         return host_pb2.UndrainHostResponse(host=self._host(request.hostname))
 
     def _host(self, hostname: str) -> host_pb2.Host:
-        drains, windows = self.hm.drains(), self.hm.maintenance()
-        for h, held in self.hm.hosts():
-            if h.hostname == hostname:
-                return convert.host_to_proto(h, held, drains.get(hostname), maintenance=hostname in windows)
+        """The host as ListHosts shows it, with its GPUs (after a drain: its status says draining or drained)."""
+        for r in self.rows():
+            if r.info.hostname == hostname:
+                return _row_to_proto(r, True)
         return host_pb2.Host(hostname=hostname)  # gone meanwhile
+
+
+def _row_to_proto(r: listing.HostRow, with_gpus: bool) -> host_pb2.Host:
+    p = convert.host_to_proto(r.info, r.held, r.drain_deadline, r.health, maintenance=r.maintenance)
+    p.status = r.status
+    p.reserved_for = r.reserved_for
+    if with_gpus:
+        p.gpus.extend(host_pb2.HostGpu(id=g.id, state=g.state, task_id=g.task_id) for g in r.gpus())
+    return p
+
+
+def _token(key: tuple[str, str]) -> str:
+    return base64.urlsafe_b64encode(json.dumps(list(key)).encode()).decode()
+
+
+def _host_filter(r: host_pb2.ListHostsRequest) -> tuple[listing.HostFilter, tuple[str, str] | None]:
+    """The request's filters and where its page starts, checked: a bad one names its field."""
+    checks.number(r.page_size, "page_size", minimum=0, maximum=listing.MAX_PAGE)
+    for name, items in (("states", r.states), ("labels", r.labels)):
+        if len(items) > MAX_HOST_FILTERS:
+            raise checks.bad(name, f"at most {MAX_HOST_FILTERS} filters, got {len(items)}")
+    for s in r.states:
+        if s not in HOST_STATUSES:
+            raise checks.bad("states", f"{s!r} is not a host status; one of {', '.join(HOST_STATUSES)}")
+    checks.number(r.min_free_gpus, "min_free_gpus", minimum=0, maximum=1_000_000)
+    for name, text in (("rack", r.rack), ("name_contains", r.name_contains)):
+        checks.text(text, name, max_chars=255)
+    labels: list[tuple[str, str | None]] = []
+    for item in r.labels:
+        checks.text(item, "labels", max_chars=512)
+        k, eq, v = item.partition("=")
+        if not k.strip():
+            raise checks.bad("labels", f"{item!r}: a label filter is key=value or key")
+        labels.append((k.strip(), v.strip() if eq else None))
+    after = None
+    if r.page_token:
+        try:
+            key = json.loads(base64.urlsafe_b64decode(r.page_token.encode()))
+            if not (isinstance(key, list) and len(key) == 2 and all(isinstance(x, str) for x in key)):
+                raise ValueError
+            after = (key[0], key[1])
+        except (ValueError, binascii.Error, UnicodeError):
+            raise checks.bad("page_token", "not a page token ListHosts gave (next_page_token of the page "
+                                           "before)") from None
+    return listing.HostFilter(frozenset(r.states), r.rack, tuple(labels), r.min_free_gpus, r.name_contains), after
 
 
 def _hostname(name: str) -> None:

@@ -49,6 +49,7 @@ from collections.abc import Callable, Sequence
 from prometheus_client import Counter, Gauge, Histogram
 
 from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, PoolUsage
+from peloton.domain.gpumap import GpuAsk, Waiting, distinct_asks
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
@@ -122,6 +123,9 @@ class ResourceManager:
         self._last_unpark = float("-inf")
         self._orphaned: dict[GangKey, None] = {}  # claims of placements dropped before jobmgr took them, oldest first
         self._probes: list[Probe] = []
+        # each waiting gang's distinct GPU asks, made once for its request (a gang of 512 alike members is one):
+        # the hosts map asks for them at every page (waiting())
+        self._gpu_asks: dict[str, tuple[GangRequest, tuple[GpuAsk, ...]]] = {}
         self._next_probe_round = float("-inf")
         self._closed = False  # the daemon is stopping: long polls answer at once
         self._engine = Current()  # the placement engine that asks for gangs
@@ -563,6 +567,28 @@ class ResourceManager:
         subtree ("": every pool), with each one's position in its own pool's queue; and how many there are."""
         with self._cond:
             return self._q.listing(pool, limit)
+
+    def waiting(self) -> Waiting:
+        """What the hosts map needs of the queue (domain/gpumap.py): the distinct member asks of the gangs waiting
+        or being placed that ask for GPUs, and the hosts kept for a waiting gang (its reservation)."""
+        asks: list[GpuAsk] = []
+        reserved: dict[str, str] = {}
+        with self._cond:  # memory only: a pass over the queue's entries (each gang's asks made once, below)
+            known, self._gpu_asks = self._gpu_asks, {}
+            for e in self._q.entries.values():
+                if e.state not in (State.WAITING, State.PLACING):
+                    continue
+                g = e.req
+                mine = known.get(g.gang_id)
+                if mine is None or mine[0] is not g:
+                    mine = (g, distinct_asks(GpuAsk(m.resources, g.constraints) for m in g.members
+                                             if m.resources.gpu > 0))
+                self._gpu_asks[g.gang_id] = mine
+                asks += mine[1]
+                if e.reservation is not None:
+                    for h in e.reservation.hosts:
+                        reserved.setdefault(h, g.gang_id)
+        return Waiting(distinct_asks(asks), reserved)
 
     def capacity(self) -> Resources | None:
         """The cluster's capacity as last reported by the placement engine (None: not yet)."""

@@ -80,6 +80,7 @@ METHODS: dict[str, str] = {
     "/peloton.v1.SimService/RecoverHost": HOST_OPERATE,
     "/peloton.v1.AuditService/ListAuditEvents": AUDIT_READ,
     "/peloton.v1.ClusterService/GetClusterInfo": HOST_READ,  # every role: who am I, how is this daemon set up
+    "/peloton.v1.ClusterService/GetClusterSummary": HOST_READ,  # every role: the cluster at a glance
     "/peloton.v1.ModelService/CreateModel": JOB_CREATE,  # replacing one: its owner or an admin (api/model_service.py)
     "/peloton.v1.ModelService/GetModel": JOB_READ,
     "/peloton.v1.ModelService/ListModels": JOB_READ,

@@ -946,6 +946,12 @@ def delete_audit_before(s: Session, before: float, limit: int) -> int:
 # --- the census: how many jobs, gangs and tasks are in each state (the metrics' gauges) -------------------------
 
 
+def count_gangs_by_state(s: Session) -> dict[str, int]:
+    """{state: gangs}: one GROUP BY (the cluster summary, per call)."""
+    rows = s.execute(select(_GANGS.c.state, func.count()).group_by(_GANGS.c.state)).all()
+    return {str(state): int(n) for state, n in rows}
+
+
 def count_by_state(s: Session) -> dict[str, dict[str, int]]:
     """{"jobs": {state: n}, "gangs": {...}, "tasks": {...}}: one GROUP BY per table (a scan of each; the metrics
     endpoint asks at most every CENSUS_EVERY_S). Three statements: on PostgreSQL they may see different commits."""

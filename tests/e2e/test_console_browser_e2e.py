@@ -15,7 +15,7 @@ from typing import Any
 
 import pytest
 
-from tests.e2e.console import ConsoleDaemon
+from tests.e2e.console import Browser, ConsoleDaemon, wait_for
 from tests.e2e.harness import serving
 
 pytestmark = pytest.mark.e2e
@@ -354,14 +354,23 @@ def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser:
     assert errors(browser) == []
 
 
-def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daemon: ConsoleDaemon,
-                                                               tmp_path: Path) -> None:
+def test_the_pools_tree_and_the_hosts_map_show_a_drained_host_and_stranded_and_reserved_gpus(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
     daemon.cli("pool", "create", "/research", "--reservation", "cpu=16,gpu=16", "--limit", "gpu=48")
     daemon.cli("pool", "create", "/research/vision", "--reservation", "gpu=8")
-    idle = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"]
-                  if not h.get("task_ids"))
-    drained = idle[-1]  # a host without tasks: drained at once (one with tasks stays draining while they run)
-    daemon.cli("host", "drain", drained)
+    # an empty cluster, one host drained, eleven members of 7 GPUs on the other eleven (one GPU free on each), then
+    # a member of 2 GPUs that waits: the free GPUs are stranded, but on the host kept for it (reserved)
+    api = Browser(daemon.ui)
+    api.login(daemon.tokens["alice"])
+    for state in ("RUNNING", "PENDING"):
+        for j in api.get(f"/api/jobs?state={state}&page_size=500").json()["jobs"]:
+            api.post(f"/api/jobs/{j['id']}/stop")
+    wait_for(lambda: api.get("/api/cluster").json()["allocated"]["gpu"] == 0, what="an empty cluster")
+    drained = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"])[-1]
+    daemon.cli("host", "drain", drained)  # without tasks: drained at once
+    sevens = daemon.submit(tmp_path, "sevens", instances=11, gpu=7)
+    daemon.wait_state(sevens, "RUNNING")
+    two = daemon.submit(tmp_path, "two", instances=1, gpu=2)
     try:
         log_in(browser, daemon, "alice")
         act(browser, By.LINK_TEXT, "Pools")
@@ -373,25 +382,58 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host(browser: Any, daem
         assert "depth-2" in cls
         shot(browser, tmp_path, "pools")
         act(browser, By.LINK_TEXT, "Hosts")
+
         def drained_host(dr: Any) -> tuple[str, str, list[str]]:
             host = dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
             return (host.get_attribute("class"), host.text,
-                    [c.get_attribute("class") for c in host.find_elements(By.CSS_SELECTOR, ".gpu")])
+                    [c.get_attribute("data-state") for c in host.find_elements(By.CSS_SELECTOR, ".gpu")])
 
         cls, text, cells = wait(browser, drained_host, what="the host map")
-        assert "drained" in cls and "drained" in text
-        assert len(cells) == 8 and all("off" in c for c in cells)
+        assert "drained" in cls and "drained" in text and cells == ["drained"] * 8
+        # the map re-reads on job changes (at most every 3 s); the reservation comes after the gang's settling time
+        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.reserved"), timeout=60,
+             what="a GPU reserved for the waiting gang")
+        reserved = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.reserved")
+        stranded = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.stranded")
+        assert (len(reserved), len(stranded)) == (1, 10)
+        assert stranded[0].get_attribute("title").endswith(": free but stranded")
+        kept = browser.find_element(By.CSS_SELECTOR, "li.host.up .reserved-for").text
+        assert kept == f"kept for {two}/0", kept
         used = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.used")
-        assert used, "the jobs of the tests before use GPUs"
+        assert len(used) == 77 and all(u.get_attribute("data-job") == sevens for u in used)
+        assert used[0].get_attribute("title").endswith(f": used by job {sevens}")
+        label = browser.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"] .gpus').get_attribute("aria-label")
+        assert label.startswith(f"{drained}: drained, 8 GPUs: 8 drained"), label
         shot(browser, tmp_path, "hosts")
+        # the cluster view: GPUs and gangs by state, and the stage latencies
+        act(browser, By.LINK_TEXT, "Cluster")
+        gpus = wait(browser, lambda dr: dr.find_element(By.ID, "gpu-states").text, what="the GPUs by state")
+        assert "used 77" in gpus and "free but stranded 10" in gpus and "reserved for a waiting gang 1" in gpus, gpus
+        assert "RUNNING" in browser.find_element(By.ID, "gang-states").text
+        run = browser.find_element(By.CSS_SELECTOR, 'tr[data-stage="submitted_to_running"]').text
+        assert "none yet" not in run, run
+        browser.execute_script("window.scrollTo(0, 0)")
+        shot(browser, tmp_path, "cluster")
+        act(browser, By.LINK_TEXT, "Hosts")
+        wait(browser, lambda dr: dr.find_elements(By.ID, "h-status"), what="the host map")
+        # filter from the keyboard: the status, Enter submits; the map shows the drained host alone
+        act(browser, By.ID, "h-status", "drained")
+        act(browser, By.ID, "h-q", Keys.ENTER)
+        wait(browser, lambda dr: "status=drained" in dr.current_url and [
+            h.get_attribute("data-host") for h in dr.find_elements(By.CSS_SELECTOR, "li.host")] == [drained],
+            what="the drained host alone")
         # the admin puts it back in service from the map
         act(browser, By.CSS_SELECTOR, f'button[aria-label="Undrain {drained}"]')
+        wait(browser, lambda dr: "No host matches." in dr.find_element(By.ID, "main").text, what="none drained")
+        browser.get(daemon.ui + "hosts")
         wait(browser, lambda dr: "up" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
              .get_attribute("class"), what="the host in service")
         assert daemon.cli("host", "list", "-o", "json").stdout.count('"drain": "drained"') == 0
         assert errors(browser) == []
     finally:
         daemon.cli("host", "undrain", drained)
+        for j in (sevens, two):
+            daemon.cli("job", "stop", j)
 
 
 def test_a_viewer_has_no_drain_button(browser: Any, daemon: ConsoleDaemon) -> None:

@@ -167,11 +167,21 @@ def test_a_job_page_shows_gangs_members_and_a_bad_or_unknown_id_says_so(daemon: 
     assert a.status == 404 and a.json()["code"] == "NotFound"
 
 
-def test_the_cluster_summary_counts_hosts_and_capacity(daemon: ConsoleDaemon) -> None:
+def test_the_cluster_summary_counts_hosts_and_capacity(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    daemon.wait_state(daemon.submit(tmp_path, "summed"), "RUNNING")
     c = logged_in(daemon, "victor").get("/api/cluster").json()
-    assert c["backend"] == "sim" and c["hosts"] == 12
+    assert c["backend"] == "sim" and c["hosts"] == 12 and c["racks"] == 3
     assert c["capacity"]["gpu"] == 96 and c["capacity"]["cpu"] == 192
     assert 0 <= c["allocated"]["gpu"] <= 96 and [p["path"] for p in c["pools"]][0] == "/"
+    assert sorted(c["sources"]) == ["gangs", "hosts", "queue"]
+    assert sum(c["gpus"].values()) == 96 and c["gpus"].get("used", 0) == c["allocated"]["gpu"]
+    assert sum(c["host_states"].values()) == 12
+    # gangs by state, from the store; the stage latencies of the gangs that ran
+    assert c["gang_states"].get("RUNNING", 0) >= 1, c["gang_states"]
+    stages = {g["stage"]: g for g in c["stages"]}
+    assert list(stages) == ["queued", "placing", "launched", "launching", "submitted_to_running"]
+    run = stages["submitted_to_running"]
+    assert run["count"] >= 1 and 0 <= run["p50_s"] <= run["p95_s"] <= run["p99_s"]
 
 
 def test_assets_are_served_from_the_package_and_nothing_else(daemon: ConsoleDaemon) -> None:
@@ -289,8 +299,9 @@ def test_without_authentication_every_caller_is_the_apis_anonymous_admin(tmp_pat
 
 
 @pytest.mark.parametrize(("query", "field"), [
-    ("status=sleeping", "status"), ("page_size=0", "page_size"), ("page_size=2001", "page_size"),
-    ("page=-1", "page"), ("page=x", "page"), ("racks=r1", "racks"),
+    ("status=sleeping", "status"), ("page_size=0", "page_size"), ("page_size=1001", "page_size"),
+    ("page=1", "page"), ("page_token=a%20b", "page_token"), ("free_gpus=-1", "free_gpus"),
+    ("free_gpus=x", "free_gpus"), ("label==x", "label"), ("racks=r1", "racks"),
 ])
 def test_bad_host_parameters_are_refused_naming_the_parameter(daemon: ConsoleDaemon, query: str, field: str) -> None:
     a = logged_in(daemon, "victor").get(f"/api/hosts?{query}")
@@ -299,13 +310,67 @@ def test_bad_host_parameters_are_refused_naming_the_parameter(daemon: ConsoleDae
 
 def test_the_host_map_pages_and_filters_on_the_server(daemon: ConsoleDaemon) -> None:
     b = logged_in(daemon, "victor")
-    pages = [b.get(f"/api/hosts?page_size=5&page={p}").json() for p in range(3)]
+    pages, token = [], ""
+    for _ in range(4):
+        page = b.get(f"/api/hosts?page_size=5&page_token={token}").json()
+        pages.append(page)
+        token = page["next_page_token"]
+        if not token:
+            break
     names = [h["hostname"] for page in pages for h in page["hosts"]]
     assert [len(p["hosts"]) for p in pages] == [5, 5, 2] and len(set(names)) == 12
-    assert all(p["total"] == 12 and p["pages"] == 3 for p in pages)
-    rack = pages[0]["racks"][0]
+    assert all(p["total"] == 12 and p["racks"] == ["r0", "r1", "r2"] for p in pages)
+    keys = [(h["rack"], h["hostname"]) for page in pages for h in page["hosts"]]
+    assert keys == sorted(keys)  # rack by rack
+    rack = pages[0]["racks"][1]
     in_rack = b.get(f"/api/hosts?rack={rack}").json()["hosts"]
     assert in_rack and all(h["rack"] == rack for h in in_rack)
+    one = b.get(f"/api/hosts?q={names[3]}").json()
+    assert [h["hostname"] for h in one["hosts"]] == [names[3]] and one["total"] == 1
+    assert b.get(f"/api/hosts?label=rack%3D{rack}").json()["total"] == len(in_rack)
+    for h in b.get("/api/hosts?free_gpus=8").json()["hosts"]:
+        assert h["status"] == "up" and [g["state"] for g in h["gpus"]].count("used") == 0
+
+
+def test_the_map_says_which_job_holds_each_gpu_and_which_are_stranded_or_reserved(daemon: ConsoleDaemon,
+                                                                                 tmp_path: Path) -> None:
+    """Twelve members of 7 GPUs leave one GPU free on each of the twelve hosts; a member of 2 GPUs then waits, as
+    no host has 2 free: those free GPUs are stranded, except on the host the resource manager keeps for it (after
+    its settling time) whose GPU is reserved."""
+    admin, viewer = logged_in(daemon, "alice"), logged_in(daemon, "victor")
+    for state in ("RUNNING", "PENDING"):  # the jobs of the tests before: an empty cluster
+        for j in admin.get(f"/api/jobs?state={state}&page_size=500").json()["jobs"]:
+            admin.post(f"/api/jobs/{j['id']}/stop")
+    wait_for(lambda: viewer.get("/api/cluster").json()["allocated"]["gpu"] == 0, what="an empty cluster")
+    sevens = daemon.submit(tmp_path, "sevens", instances=12, gpu=7)
+    two: str = ""
+    try:
+        daemon.wait_state(sevens, "RUNNING")
+        hosts = viewer.get("/api/hosts").json()["hosts"]
+        for h in hosts:
+            used = [g for g in h["gpus"] if g["state"] == "used"]
+            assert len(used) == 7 and {g["job"] for g in used} == {sevens}, h
+        assert {g["state"] for h in hosts for g in h["gpus"]} == {"used", "free"}  # nobody waits: idle, not stranded
+        two = daemon.submit(tmp_path, "two", instances=1, gpu=2)
+
+        def stranded() -> dict[str, Any] | None:
+            c = viewer.get("/api/cluster").json()
+            return c if c["gpus"].get("stranded", 0) + c["gpus"].get("reserved", 0) == 12 else None
+
+        c = wait_for(stranded, what="the free GPUs stranded")
+        assert c["gpus"]["used"] == 84 and c["queued_gangs"] >= 1
+        reserved = wait_for(lambda: [h for h in viewer.get("/api/hosts").json()["hosts"] if h["reserved_for"]],
+                            timeout=60, what="a host kept for the waiting gang")
+        assert [h["reserved_for"] for h in reserved] == [f"{two}/0"]
+        assert [g["state"] for g in reserved[0]["gpus"]].count("reserved") == 1
+        c = viewer.get("/api/cluster").json()
+        assert (c["gpus"]["stranded"], c["gpus"]["reserved"]) == (11, 1)
+        assert c["gang_states"].get("RUNNING", 0) >= 1 and sum(c["gang_states"].values()) >= 2
+    finally:
+        for j in (sevens, two):
+            if j:
+                admin.post(f"/api/jobs/{j}/stop")
+        daemon.submit(tmp_path, "keeps-a-gpu")  # the tests after want a cluster in use (a gang of all 96 GPUs waits)
 
 
 def test_drain_is_the_apis_a_viewers_is_refused_an_admins_shows_on_the_map(daemon: ConsoleDaemon) -> None:
@@ -319,6 +384,7 @@ def test_drain_is_the_apis_a_viewers_is_refused_an_admins_shows_on_the_map(daemo
         assert admin.post(f"/api/hosts/{host}/drain").json()["hostname"] == host
         drained = viewer.get("/api/hosts?status=drained").json()["hosts"]
         assert [h["hostname"] for h in drained] == [host] and drained[0]["gpus_used"] == 0
+        assert [g["state"] for g in drained[0]["gpus"]] == ["drained"] * 8
         assert viewer.get("/api/cluster").json()["host_states"].get("drained") == 1
     finally:
         assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""

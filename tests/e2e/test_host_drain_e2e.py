@@ -80,3 +80,39 @@ def test_without_a_deadline_the_gangs_finish_there_and_then_the_host_is_drained(
     assert (g["attempt"], g["run"], g["preemptions"]) == (1, 1, 0), g
     wait_until(lambda: hosts(d)[busy]["drain"] == "drained", 15, what="the host drained once its gangs ended")
     d.cli("host", "undrain", busy)
+
+
+def test_host_list_filters_on_the_daemon_and_host_get_says_which_task_holds_each_gpu(daemon: Daemon,
+                                                                                   tmp_path: Path) -> None:
+    d = daemon
+    a = d.create(GANG.format(name="filters"), tmp_path)  # both members on one host (pack): its 2 GPUs used
+    d.wait_state(a, "RUNNING")
+    (busy,) = where(d, a)
+    (idle,) = set(hosts(d)) - {busy}
+    d.cli("host", "drain", idle)
+    try:
+        def names(*args: str) -> list[str]:
+            return [h["hostname"] for h in json.loads(d.cli("host", "list", "-o", "json", *args).stdout)["hosts"]]
+
+        assert names("--state", "drained") == [idle]
+        assert names("--state", "up") == [busy]
+        assert sorted(names("--state", "up", "--state", "drained")) == sorted([busy, idle])
+        assert names("--free-gpus", "1") == []  # the busy host's GPUs are used, the idle one is drained
+        assert names("--name", idle) == [idle] and names("--label", "no-such-label") == []
+        assert names("--label", f"host={busy}") == [busy]
+        out = d.cli("host", "list", "--limit", "1")
+        assert len(out.stdout.splitlines()) == 2 and "(1 more; --limit)" in out.stderr
+        bad = d.cli("host", "list", "--limit", "0", check=False)
+        assert bad.returncode != 0 and "--limit" in bad.stderr
+        bad = d.cli("host", "list", "--label", "=x", check=False)
+        assert bad.returncode != 0 and "labels" in bad.stderr
+        doc = json.loads(d.cli("host", "get", busy, "-o", "json").stdout)
+        assert doc["status"] == "up" and [g["state"] for g in doc["gpus"]] == ["used", "used"]
+        assert {g["task_id"].split("-")[0] for g in doc["gpus"]} == {a}
+        text = d.cli("host", "get", busy).stdout
+        assert f"gpus:       0 used ({a}-" in text and "kept for:   -" in text
+        drained = json.loads(d.cli("host", "get", idle, "-o", "json").stdout)
+        assert [g["state"] for g in drained["gpus"]] == ["drained", "drained"]
+    finally:
+        d.cli("host", "undrain", idle)
+        d.cli("job", "stop", a)

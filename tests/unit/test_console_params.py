@@ -33,9 +33,14 @@ def test_a_wrong_job_query_names_its_parameter(query: dict[str, list[str]], fiel
 
 
 def test_a_host_query_and_its_bounds() -> None:
-    assert params.host_query({"rack": ["r1"], "status": ["drained"], "page": ["2"], "page_size": ["10"]}) == \
-        params.HostQuery("r1", "drained", 2, 10)
-    for query, field in (({"status": ["asleep"]}, "status"), ({"page": ["-1"]}, "page"),
+    assert params.host_query({"rack": ["r1"], "status": ["drained"], "page_token": ["WyJyMSIsICJoIl0="],
+                              "page_size": ["10"], "label": ["gpu_model=a100"], "q": ["sim-"],
+                              "free_gpus": ["2"]}) == \
+        params.HostQuery("r1", "drained", "gpu_model=a100", "sim-", 2, 10, "WyJyMSIsICJoIl0=")
+    assert params.host_query({}) == params.HostQuery()
+    for query, field in (({"status": ["asleep"]}, "status"), ({"page": ["1"]}, "page"),
+                         ({"page_token": ["a b"]}, "page_token"), ({"free_gpus": ["-1"]}, "free_gpus"),
+                         ({"label": ["=x"]}, "label"), ({"q": ["a\x01"]}, "q"),
                          ({"page_size": [str(params.MAX_HOST_PAGE + 1)]}, "page_size")):
         with pytest.raises(InvalidArgument) as e:
             params.host_query(query)

@@ -117,5 +117,6 @@ def test_a_run_past_its_max_runtime_is_ended_by_the_reconciler_at_that_virtual_i
     r = Replay(Cluster(hosts=1, gpus=4), subs, lambda s, p: 100.0).run()
     first, second = r.jobs
     assert first.state == "FAILED" and second.state == "SUCCEEDED"
+    assert second.running_s is not None and second.end_s is not None
     assert abs(second.running_s - 60.0) < 0.01 and abs(second.end_s - 160.0) < 0.01, (second.running_s, second.end_s)
     assert all(s.partial_gpus == 0 for s in r.timeline)

@@ -722,3 +722,18 @@ def test_next_due_is_an_unplaced_gangs_retry_unless_only_changes_matter() -> Non
     # a replay leaves the retry out: with nothing changed it can only fail again; the first probe past the
     # settling window (10 s from its first failure) is still due
     assert rm.next_due(retries=False) == clock.t - 0.1 + 10.0
+
+
+def test_the_hosts_maps_view_of_the_queue_is_each_waiting_gangs_distinct_gpu_asks() -> None:
+    """ResourceManager.waiting(): a gang of many alike members is one ask, made once for its request; gangs without
+    GPUs ask nothing of the map; a gang that left the queue is forgotten."""
+    rm, _, _ = make()
+    big, cpu_only = gang("big", n=512, gpu=8), gang("cpu")
+    rm.enqueue([big, cpu_only])
+    w = rm.waiting()
+    assert [a.resources for a in w.asks] == [Resources(cpu=1, mem=256, gpu=8)] and w.reserved == {}
+    assert rm.waiting().asks[0] is w.asks[0]  # made once
+    assert {g.gang_id for g in rm.dequeue(2, SHORT)} == {"big/0", "cpu/0"}  # being placed: still waiting for hosts
+    assert len(rm.waiting().asks) == 1
+    rm.set_placements([placement(big), placement(cpu_only)], [])
+    assert rm.waiting().asks == ()

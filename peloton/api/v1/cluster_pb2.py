@@ -22,35 +22,54 @@ _runtime_version.ValidateProtobufRuntimeVersion(
 _sym_db = _symbol_database.Default()
 
 
+from peloton.api.v1 import job_pb2 as peloton_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peloton/v1/cluster.proto\x12\npeloton.v1\"\x17\n\x15GetClusterInfoRequest\"\xe2\x01\n\x16GetClusterInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\r\n\x05roles\x18\x02 \x03(\t\x12\r\n\x05store\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\x01\x12\x11\n\taddresses\x18\x06 \x03(\t\x12&\n\x08security\x18\x07 \x01(\x0b\x32\x14.peloton.v1.Security\x12\r\n\x05hosts\x18\x08 \x01(\x05\x12*\n\nleadership\x18\t \x01(\x0b\x32\x16.peloton.v1.Leadership\"\xd0\x01\n\nLeadership\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x13\n\x0bleader_host\x18\x02 \x01(\t\x12\x12\n\nleader_pid\x18\x03 \x01(\x05\x12\x15\n\rleading_since\x18\x04 \x01(\x01\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12%\n\x08standbys\x18\x06 \x03(\x0b\x32\x13.peloton.v1.Standby\x12\x15\n\rlease_seconds\x18\x07 \x01(\x01\x12%\n\x05roles\x18\x08 \x03(\x0b\x32\x16.peloton.v1.RoleLeader\"m\n\nRoleLeader\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\r\n\x05since\x18\x05 \x01(\x01\x12\x16\n\x0esilent_seconds\x18\x06 \x01(\x01\"@\n\x07Standby\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x15\n\rwaiting_since\x18\x02 \x01(\x01\x12\r\n\x05roles\x18\x03 \x03(\t\"\xc5\x01\n\x08Security\x12\x0b\n\x03tls\x18\x01 \x01(\x08\x12\x12\n\nmutual_tls\x18\x02 \x01(\x08\x12\x0e\n\x06tokens\x18\x03 \x01(\x08\x12\x10\n\x08insecure\x18\x04 \x01(\x08\x12\x0e\n\x06\x63\x61ller\x18\x05 \x01(\t\x12\x14\n\x0c\x63\x61ller_roles\x18\x06 \x03(\t\x12\x12\n\ncaller_via\x18\x07 \x01(\t\x12\x10\n\x08warnings\x18\x08 \x03(\t\x12\x17\n\x0ftask_identities\x18\t \x01(\t\x12\x11\n\tuid_range\x18\n \x01(\t\"\x1b\n\x19\x43reateConsoleLoginRequest\"i\n\x1a\x43reateConsoleLoginResponse\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x05\x12\x10\n\x08login_id\x18\x03 \x01(\t\x12\x17\n\x0fno_login_needed\x18\x04 \x01(\x08\"=\n\x19RedeemConsoleLoginRequest\x12\x10\n\x08login_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"/\n\x1aRedeemConsoleLoginResponse\x12\x11\n\tprincipal\x18\x01 \x01(\t2\xb3\x02\n\x0e\x43lusterService\x12W\n\x0eGetClusterInfo\x12!.peloton.v1.GetClusterInfoRequest\x1a\".peloton.v1.GetClusterInfoResponse\x12\x63\n\x12\x43reateConsoleLogin\x12%.peloton.v1.CreateConsoleLoginRequest\x1a&.peloton.v1.CreateConsoleLoginResponse\x12\x63\n\x12RedeemConsoleLogin\x12%.peloton.v1.RedeemConsoleLoginRequest\x1a&.peloton.v1.RedeemConsoleLoginResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x18peloton/v1/cluster.proto\x12\npeloton.v1\x1a\x14peloton/v1/job.proto\"\x17\n\x15GetClusterInfoRequest\"\xe2\x01\n\x16GetClusterInfoResponse\x12\x0f\n\x07version\x18\x01 \x01(\t\x12\r\n\x05roles\x18\x02 \x03(\t\x12\r\n\x05store\x18\x03 \x01(\t\x12\x0f\n\x07\x62\x61\x63kend\x18\x04 \x01(\t\x12\x12\n\nstarted_at\x18\x05 \x01(\x01\x12\x11\n\taddresses\x18\x06 \x03(\t\x12&\n\x08security\x18\x07 \x01(\x0b\x32\x14.peloton.v1.Security\x12\r\n\x05hosts\x18\x08 \x01(\x05\x12*\n\nleadership\x18\t \x01(\x0b\x32\x16.peloton.v1.Leadership\"\xd0\x01\n\nLeadership\x12\x0e\n\x06leader\x18\x01 \x01(\t\x12\x13\n\x0bleader_host\x18\x02 \x01(\t\x12\x12\n\nleader_pid\x18\x03 \x01(\x05\x12\x15\n\rleading_since\x18\x04 \x01(\x01\x12\r\n\x05\x65poch\x18\x05 \x01(\x03\x12%\n\x08standbys\x18\x06 \x03(\x0b\x32\x13.peloton.v1.Standby\x12\x15\n\rlease_seconds\x18\x07 \x01(\x01\x12%\n\x05roles\x18\x08 \x03(\x0b\x32\x16.peloton.v1.RoleLeader\"m\n\nRoleLeader\x12\x0c\n\x04role\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\x0c\n\x04host\x18\x03 \x01(\t\x12\x0b\n\x03pid\x18\x04 \x01(\x05\x12\r\n\x05since\x18\x05 \x01(\x01\x12\x16\n\x0esilent_seconds\x18\x06 \x01(\x01\"@\n\x07Standby\x12\x0f\n\x07\x61\x64\x64ress\x18\x01 \x01(\t\x12\x15\n\rwaiting_since\x18\x02 \x01(\x01\x12\r\n\x05roles\x18\x03 \x03(\t\"\xc5\x01\n\x08Security\x12\x0b\n\x03tls\x18\x01 \x01(\x08\x12\x12\n\nmutual_tls\x18\x02 \x01(\x08\x12\x0e\n\x06tokens\x18\x03 \x01(\x08\x12\x10\n\x08insecure\x18\x04 \x01(\x08\x12\x0e\n\x06\x63\x61ller\x18\x05 \x01(\t\x12\x14\n\x0c\x63\x61ller_roles\x18\x06 \x03(\t\x12\x12\n\ncaller_via\x18\x07 \x01(\t\x12\x10\n\x08warnings\x18\x08 \x03(\t\x12\x17\n\x0ftask_identities\x18\t \x01(\t\x12\x11\n\tuid_range\x18\n \x01(\t\"\x1b\n\x19\x43reateConsoleLoginRequest\"i\n\x1a\x43reateConsoleLoginResponse\x12\x0b\n\x03url\x18\x01 \x01(\t\x12\x13\n\x0bttl_seconds\x18\x02 \x01(\x05\x12\x10\n\x08login_id\x18\x03 \x01(\t\x12\x17\n\x0fno_login_needed\x18\x04 \x01(\x08\"=\n\x19RedeemConsoleLoginRequest\x12\x10\n\x08login_id\x18\x01 \x01(\t\x12\x0e\n\x06secret\x18\x02 \x01(\t\"/\n\x1aRedeemConsoleLoginResponse\x12\x11\n\tprincipal\x18\x01 \x01(\t\"\x1a\n\x18GetClusterSummaryRequest\"\xc7\x04\n\x19GetClusterSummaryResponse\x12\x0f\n\x07sources\x18\x01 \x03(\t\x12\r\n\x05hosts\x18\x02 \x01(\x05\x12J\n\x0bhost_states\x18\x03 \x03(\x0b\x32\x35.peloton.v1.GetClusterSummaryResponse.HostStatesEntry\x12\'\n\x08\x63\x61pacity\x18\x04 \x01(\x0b\x32\x15.peloton.v1.Resources\x12(\n\tallocated\x18\x05 \x01(\x0b\x32\x15.peloton.v1.Resources\x12=\n\x04gpus\x18\x06 \x03(\x0b\x32/.peloton.v1.GetClusterSummaryResponse.GpusEntry\x12\x14\n\x0cqueued_gangs\x18\x07 \x01(\x05\x12J\n\x0bgang_states\x18\x08 \x03(\x0b\x32\x35.peloton.v1.GetClusterSummaryResponse.GangStatesEntry\x12(\n\x06stages\x18\t \x03(\x0b\x32\x18.peloton.v1.StageLatency\x12\r\n\x05racks\x18\n \x01(\x05\x1a\x31\n\x0fHostStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x1a+\n\tGpusEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\x1a\x31\n\x0fGangStatesEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\x05:\x02\x38\x01\"\x81\x01\n\x0cStageLatency\x12\r\n\x05stage\x18\x01 \x01(\t\x12\r\n\x05\x63ount\x18\x02 \x01(\x03\x12\x14\n\x0cmean_seconds\x18\x03 \x01(\x01\x12\x13\n\x0bp50_seconds\x18\x04 \x01(\x01\x12\x13\n\x0bp95_seconds\x18\x05 \x01(\x01\x12\x13\n\x0bp99_seconds\x18\x06 \x01(\x01\x32\x95\x03\n\x0e\x43lusterService\x12W\n\x0eGetClusterInfo\x12!.peloton.v1.GetClusterInfoRequest\x1a\".peloton.v1.GetClusterInfoResponse\x12\x63\n\x12\x43reateConsoleLogin\x12%.peloton.v1.CreateConsoleLoginRequest\x1a&.peloton.v1.CreateConsoleLoginResponse\x12\x63\n\x12RedeemConsoleLogin\x12%.peloton.v1.RedeemConsoleLoginRequest\x1a&.peloton.v1.RedeemConsoleLoginResponse\x12`\n\x11GetClusterSummary\x12$.peloton.v1.GetClusterSummaryRequest\x1a%.peloton.v1.GetClusterSummaryResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'peloton.v1.cluster_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=40
-  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=63
-  _globals['_GETCLUSTERINFORESPONSE']._serialized_start=66
-  _globals['_GETCLUSTERINFORESPONSE']._serialized_end=292
-  _globals['_LEADERSHIP']._serialized_start=295
-  _globals['_LEADERSHIP']._serialized_end=503
-  _globals['_ROLELEADER']._serialized_start=505
-  _globals['_ROLELEADER']._serialized_end=614
-  _globals['_STANDBY']._serialized_start=616
-  _globals['_STANDBY']._serialized_end=680
-  _globals['_SECURITY']._serialized_start=683
-  _globals['_SECURITY']._serialized_end=880
-  _globals['_CREATECONSOLELOGINREQUEST']._serialized_start=882
-  _globals['_CREATECONSOLELOGINREQUEST']._serialized_end=909
-  _globals['_CREATECONSOLELOGINRESPONSE']._serialized_start=911
-  _globals['_CREATECONSOLELOGINRESPONSE']._serialized_end=1016
-  _globals['_REDEEMCONSOLELOGINREQUEST']._serialized_start=1018
-  _globals['_REDEEMCONSOLELOGINREQUEST']._serialized_end=1079
-  _globals['_REDEEMCONSOLELOGINRESPONSE']._serialized_start=1081
-  _globals['_REDEEMCONSOLELOGINRESPONSE']._serialized_end=1128
-  _globals['_CLUSTERSERVICE']._serialized_start=1131
-  _globals['_CLUSTERSERVICE']._serialized_end=1438
+  _globals['_GETCLUSTERSUMMARYRESPONSE_HOSTSTATESENTRY']._loaded_options = None
+  _globals['_GETCLUSTERSUMMARYRESPONSE_HOSTSTATESENTRY']._serialized_options = b'8\001'
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GPUSENTRY']._loaded_options = None
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GPUSENTRY']._serialized_options = b'8\001'
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GANGSTATESENTRY']._loaded_options = None
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GANGSTATESENTRY']._serialized_options = b'8\001'
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_start=62
+  _globals['_GETCLUSTERINFOREQUEST']._serialized_end=85
+  _globals['_GETCLUSTERINFORESPONSE']._serialized_start=88
+  _globals['_GETCLUSTERINFORESPONSE']._serialized_end=314
+  _globals['_LEADERSHIP']._serialized_start=317
+  _globals['_LEADERSHIP']._serialized_end=525
+  _globals['_ROLELEADER']._serialized_start=527
+  _globals['_ROLELEADER']._serialized_end=636
+  _globals['_STANDBY']._serialized_start=638
+  _globals['_STANDBY']._serialized_end=702
+  _globals['_SECURITY']._serialized_start=705
+  _globals['_SECURITY']._serialized_end=902
+  _globals['_CREATECONSOLELOGINREQUEST']._serialized_start=904
+  _globals['_CREATECONSOLELOGINREQUEST']._serialized_end=931
+  _globals['_CREATECONSOLELOGINRESPONSE']._serialized_start=933
+  _globals['_CREATECONSOLELOGINRESPONSE']._serialized_end=1038
+  _globals['_REDEEMCONSOLELOGINREQUEST']._serialized_start=1040
+  _globals['_REDEEMCONSOLELOGINREQUEST']._serialized_end=1101
+  _globals['_REDEEMCONSOLELOGINRESPONSE']._serialized_start=1103
+  _globals['_REDEEMCONSOLELOGINRESPONSE']._serialized_end=1150
+  _globals['_GETCLUSTERSUMMARYREQUEST']._serialized_start=1152
+  _globals['_GETCLUSTERSUMMARYREQUEST']._serialized_end=1178
+  _globals['_GETCLUSTERSUMMARYRESPONSE']._serialized_start=1181
+  _globals['_GETCLUSTERSUMMARYRESPONSE']._serialized_end=1764
+  _globals['_GETCLUSTERSUMMARYRESPONSE_HOSTSTATESENTRY']._serialized_start=1619
+  _globals['_GETCLUSTERSUMMARYRESPONSE_HOSTSTATESENTRY']._serialized_end=1668
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GPUSENTRY']._serialized_start=1670
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GPUSENTRY']._serialized_end=1713
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GANGSTATESENTRY']._serialized_start=1715
+  _globals['_GETCLUSTERSUMMARYRESPONSE_GANGSTATESENTRY']._serialized_end=1764
+  _globals['_STAGELATENCY']._serialized_start=1767
+  _globals['_STAGELATENCY']._serialized_end=1896
+  _globals['_CLUSTERSERVICE']._serialized_start=1899
+  _globals['_CLUSTERSERVICE']._serialized_end=2304
 # @@protoc_insertion_point(module_scope)

@@ -7,6 +7,7 @@ from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf.internal import containers as _containers
+from peloton.api.v1 import job_pb2 as _job_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -366,3 +367,188 @@ class RedeemConsoleLoginResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RedeemConsoleLoginResponse: _TypeAlias = RedeemConsoleLoginResponse  # noqa: Y015
+
+@_typing.final
+class GetClusterSummaryRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetClusterSummaryRequest: _TypeAlias = GetClusterSummaryRequest  # noqa: Y015
+
+@_typing.final
+class GetClusterSummaryResponse(_message.Message):
+    """The cluster at a glance, counted when asked, without a host list (the web console's cluster view)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    @_typing.final
+    class HostStatesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class GpusEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    @_typing.final
+    class GangStatesEntry(_message.Message):
+        DESCRIPTOR: _descriptor.Descriptor
+
+        KEY_FIELD_NUMBER: _builtins.int
+        VALUE_FIELD_NUMBER: _builtins.int
+        key: _builtins.str
+        value: _builtins.int
+        def __init__(
+            self,
+            *,
+            key: _builtins.str = ...,
+            value: _builtins.int = ...,
+        ) -> None: ...
+        _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+        def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+        _ClearFieldArgType: _TypeAlias = _typing.Literal["key", b"key", "value", b"value"]  # noqa: Y015
+        def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+        def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+    SOURCES_FIELD_NUMBER: _builtins.int
+    HOSTS_FIELD_NUMBER: _builtins.int
+    HOST_STATES_FIELD_NUMBER: _builtins.int
+    CAPACITY_FIELD_NUMBER: _builtins.int
+    ALLOCATED_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    QUEUED_GANGS_FIELD_NUMBER: _builtins.int
+    GANG_STATES_FIELD_NUMBER: _builtins.int
+    STAGES_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    hosts: _builtins.int
+    queued_gangs: _builtins.int
+    """gangs waiting for admission or placement, every pool (ListQueue's total)"""
+    racks: _builtins.int
+    """distinct values of the hosts' label `rack` ("" counts as one)"""
+    @_builtins.property
+    def sources(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """what this process counted: "hosts" (it runs the host manager), "queue" (the resource manager), "gangs" (the job
+        manager's store); the fields of the others are empty (a --role process without them)
+        """
+
+    @_builtins.property
+    def host_states(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """hosts by Host.status: up, draining, drained, unhealthy, down"""
+
+    @_builtins.property
+    def capacity(self) -> _job_pb2.Resources:
+        """of every host, whatever its status"""
+
+    @_builtins.property
+    def allocated(self) -> _job_pb2.Resources:
+        """what the tasks on every host hold"""
+
+    @_builtins.property
+    def gpus(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """every GPU by HostGpu.state: free, used, stranded, reserved, draining, ..."""
+
+    @_builtins.property
+    def gang_states(self) -> _containers.ScalarMap[_builtins.str, _builtins.int]:
+        """every gang in the store by state"""
+
+    @_builtins.property
+    def stages(self) -> _containers.RepeatedCompositeFieldContainer[Global___StageLatency]:
+        """how long gangs spent in each stage since this process started (the metric peloton_gang_stage_seconds)"""
+
+    def __init__(
+        self,
+        *,
+        sources: _abc.Iterable[_builtins.str] | None = ...,
+        hosts: _builtins.int = ...,
+        host_states: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        capacity: _job_pb2.Resources | None = ...,
+        allocated: _job_pb2.Resources | None = ...,
+        gpus: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        queued_gangs: _builtins.int = ...,
+        gang_states: _abc.Mapping[_builtins.str, _builtins.int] | None = ...,
+        stages: _abc.Iterable[Global___StageLatency] | None = ...,
+        racks: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "capacity", b"capacity"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "capacity", b"capacity", "gang_states", b"gang_states", "gpus", b"gpus", "host_states", b"host_states", "hosts", b"hosts", "queued_gangs", b"queued_gangs", "racks", b"racks", "sources", b"sources", "stages", b"stages"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___GetClusterSummaryResponse: _TypeAlias = GetClusterSummaryResponse  # noqa: Y015
+
+@_typing.final
+class StageLatency(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STAGE_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    MEAN_SECONDS_FIELD_NUMBER: _builtins.int
+    P50_SECONDS_FIELD_NUMBER: _builtins.int
+    P95_SECONDS_FIELD_NUMBER: _builtins.int
+    P99_SECONDS_FIELD_NUMBER: _builtins.int
+    stage: _builtins.str
+    """queued, placing, launched, launching, submitted_to_running (docs/architecture.md, the metrics table)"""
+    count: _builtins.int
+    """gangs that went through it"""
+    mean_seconds: _builtins.float
+    p50_seconds: _builtins.float
+    """quantiles estimated from the histogram's buckets (linear within a bucket; past the last bucket: its bound)"""
+    p95_seconds: _builtins.float
+    p99_seconds: _builtins.float
+    def __init__(
+        self,
+        *,
+        stage: _builtins.str = ...,
+        count: _builtins.int = ...,
+        mean_seconds: _builtins.float = ...,
+        p50_seconds: _builtins.float = ...,
+        p95_seconds: _builtins.float = ...,
+        p99_seconds: _builtins.float = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "mean_seconds", b"mean_seconds", "p50_seconds", b"p50_seconds", "p95_seconds", b"p95_seconds", "p99_seconds", b"p99_seconds", "stage", b"stage"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StageLatency: _TypeAlias = StageLatency  # noqa: Y015

@@ -49,6 +49,11 @@ class ClusterServiceStub:
                 request_serializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginResponse.FromString,
                 _registered_method=True)
+        self.GetClusterSummary = channel.unary_unary(
+                '/peloton.v1.ClusterService/GetClusterSummary',
+                request_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryResponse.FromString,
+                _registered_method=True)
 
 
 class ClusterServiceServicer:
@@ -72,6 +77,14 @@ class ClusterServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetClusterSummary(self, request, context):
+        """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+        gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ClusterServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -89,6 +102,11 @@ def add_ClusterServiceServicer_to_server(servicer, server):
                     servicer.RedeemConsoleLogin,
                     request_deserializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginResponse.SerializeToString,
+            ),
+            'GetClusterSummary': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetClusterSummary,
+                    request_deserializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -172,6 +190,33 @@ class ClusterService:
             '/peloton.v1.ClusterService/RedeemConsoleLogin',
             peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginRequest.SerializeToString,
             peloton_dot_v1_dot_cluster__pb2.RedeemConsoleLoginResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetClusterSummary(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ClusterService/GetClusterSummary',
+            peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryRequest.SerializeToString,
+            peloton_dot_v1_dot_cluster__pb2.GetClusterSummaryResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -34,6 +34,10 @@ class ClusterServiceStub:
     GetClusterInfo: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterInfoRequest, _cluster_pb2.GetClusterInfoResponse]
     CreateConsoleLogin: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.CreateConsoleLoginRequest, _cluster_pb2.CreateConsoleLoginResponse]
     RedeemConsoleLogin: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.RedeemConsoleLoginRequest, _cluster_pb2.RedeemConsoleLoginResponse]
+    GetClusterSummary: _grpc.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterSummaryRequest, _cluster_pb2.GetClusterSummaryResponse]
+    """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+    gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+    """
 
 @_typing.type_check_only
 class ClusterServiceAsyncStub(ClusterServiceStub):
@@ -41,6 +45,10 @@ class ClusterServiceAsyncStub(ClusterServiceStub):
     GetClusterInfo: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterInfoRequest, _cluster_pb2.GetClusterInfoResponse]  # type: ignore[assignment]
     CreateConsoleLogin: _aio.UnaryUnaryMultiCallable[_cluster_pb2.CreateConsoleLoginRequest, _cluster_pb2.CreateConsoleLoginResponse]  # type: ignore[assignment]
     RedeemConsoleLogin: _aio.UnaryUnaryMultiCallable[_cluster_pb2.RedeemConsoleLoginRequest, _cluster_pb2.RedeemConsoleLoginResponse]  # type: ignore[assignment]
+    GetClusterSummary: _aio.UnaryUnaryMultiCallable[_cluster_pb2.GetClusterSummaryRequest, _cluster_pb2.GetClusterSummaryResponse]  # type: ignore[assignment]
+    """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+    gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+    """
 
 class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -63,5 +71,15 @@ class ClusterServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _cluster_pb2.RedeemConsoleLoginRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_cluster_pb2.RedeemConsoleLoginResponse, _abc.Awaitable[_cluster_pb2.RedeemConsoleLoginResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def GetClusterSummary(
+        self,
+        request: _cluster_pb2.GetClusterSummaryRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_cluster_pb2.GetClusterSummaryResponse, _abc.Awaitable[_cluster_pb2.GetClusterSummaryResponse]]:
+        """Capacity and allocation per resource, hosts and GPUs by state, the queue's length, gangs by state and the
+        gangs' stage latencies: what `ListHosts` would say summed, without sending every host.
+        """
 
 def add_ClusterServiceServicer_to_server(servicer: ClusterServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -26,7 +26,7 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from peloton.api.v1 import job_pb2 as peloton_dot_v1_dot_job__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15peloton/v1/host.proto\x12\npeloton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14peloton/v1/job.proto\"\x86\x03\n\x04Host\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x15.peloton.v1.Resources\x12(\n\tallocated\x18\x04 \x01(\x0b\x32\x15.peloton.v1.Resources\x12,\n\x06labels\x18\x05 \x03(\x0b\x32\x1c.peloton.v1.Host.LabelsEntry\x12\r\n\x05state\x18\x06 \x01(\t\x12\x12\n\noffer_held\x18\x07 \x01(\x08\x12\x10\n\x08task_ids\x18\x08 \x03(\t\x12\r\n\x05\x64rain\x18\t \x01(\t\x12\x16\n\x0e\x64rain_deadline\x18\n \x01(\x01\x12\x0e\n\x06health\x18\x0b \x01(\t\x12\x13\n\x0bmaintenance\x18\x0c \x01(\x08\x12*\n\x08hardware\x18\r \x01(\x0b\x32\x18.peloton.v1.HostHardware\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"i\n\x0cHostHardware\x12\x11\n\tgpu_model\x18\x01 \x01(\t\x12\x10\n\x08nic_gbps\x18\x02 \x01(\x01\x12\x10\n\x08gpu_link\x18\x03 \x01(\t\x12\x11\n\tdefaulted\x18\x04 \x03(\t\x12\x0f\n\x07invalid\x18\x05 \x03(\t\"\x12\n\x10ListHostsRequest\"4\n\x11ListHostsResponse\x12\x1f\n\x05hosts\x18\x01 \x03(\x0b\x32\x10.peloton.v1.Host\"Q\n\x10\x44rainHostRequest\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12+\n\x08\x64\x65\x61\x64line\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"3\n\x11\x44rainHostResponse\x12\x1e\n\x04host\x18\x01 \x01(\x0b\x32\x10.peloton.v1.Host\"&\n\x12UndrainHostRequest\x12\x10\n\x08hostname\x18\x01 \x01(\t\"5\n\x13UndrainHostResponse\x12\x1e\n\x04host\x18\x01 \x01(\x0b\x32\x10.peloton.v1.Host2\xf1\x01\n\x0bHostService\x12H\n\tListHosts\x12\x1c.peloton.v1.ListHostsRequest\x1a\x1d.peloton.v1.ListHostsResponse\x12H\n\tDrainHost\x12\x1c.peloton.v1.DrainHostRequest\x1a\x1d.peloton.v1.DrainHostResponse\x12N\n\x0bUndrainHost\x12\x1e.peloton.v1.UndrainHostRequest\x1a\x1f.peloton.v1.UndrainHostResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x15peloton/v1/host.proto\x12\npeloton.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14peloton/v1/job.proto\"\xcf\x03\n\x04Host\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12\x0f\n\x07\x61\x64\x64ress\x18\x02 \x01(\t\x12\'\n\x08\x63\x61pacity\x18\x03 \x01(\x0b\x32\x15.peloton.v1.Resources\x12(\n\tallocated\x18\x04 \x01(\x0b\x32\x15.peloton.v1.Resources\x12,\n\x06labels\x18\x05 \x03(\x0b\x32\x1c.peloton.v1.Host.LabelsEntry\x12\r\n\x05state\x18\x06 \x01(\t\x12\x12\n\noffer_held\x18\x07 \x01(\x08\x12\x10\n\x08task_ids\x18\x08 \x03(\t\x12\r\n\x05\x64rain\x18\t \x01(\t\x12\x16\n\x0e\x64rain_deadline\x18\n \x01(\x01\x12\x0e\n\x06health\x18\x0b \x01(\t\x12\x13\n\x0bmaintenance\x18\x0c \x01(\x08\x12*\n\x08hardware\x18\r \x01(\x0b\x32\x18.peloton.v1.HostHardware\x12\x0e\n\x06status\x18\x0e \x01(\t\x12!\n\x04gpus\x18\x0f \x03(\x0b\x32\x13.peloton.v1.HostGpu\x12\x14\n\x0creserved_for\x18\x10 \x01(\t\x1a-\n\x0bLabelsEntry\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t:\x02\x38\x01\"5\n\x07HostGpu\x12\n\n\x02id\x18\x01 \x01(\x05\x12\r\n\x05state\x18\x02 \x01(\t\x12\x0f\n\x07task_id\x18\x03 \x01(\t\"i\n\x0cHostHardware\x12\x11\n\tgpu_model\x18\x01 \x01(\t\x12\x10\n\x08nic_gbps\x18\x02 \x01(\x01\x12\x10\n\x08gpu_link\x18\x03 \x01(\t\x12\x11\n\tdefaulted\x18\x04 \x03(\t\x12\x0f\n\x07invalid\x18\x05 \x03(\t\"\xa8\x01\n\x10ListHostsRequest\x12\x11\n\tpage_size\x18\x01 \x01(\x05\x12\x12\n\npage_token\x18\x02 \x01(\t\x12\x0e\n\x06states\x18\x03 \x03(\t\x12\x0c\n\x04rack\x18\x04 \x01(\t\x12\x0e\n\x06labels\x18\x05 \x03(\t\x12\x15\n\rmin_free_gpus\x18\x06 \x01(\x05\x12\x15\n\rname_contains\x18\x07 \x01(\t\x12\x11\n\twith_gpus\x18\x08 \x01(\x08\"k\n\x11ListHostsResponse\x12\x1f\n\x05hosts\x18\x01 \x03(\x0b\x32\x10.peloton.v1.Host\x12\x17\n\x0fnext_page_token\x18\x02 \x01(\t\x12\r\n\x05total\x18\x03 \x01(\x05\x12\r\n\x05racks\x18\x04 \x03(\t\"Q\n\x10\x44rainHostRequest\x12\x10\n\x08hostname\x18\x01 \x01(\t\x12+\n\x08\x64\x65\x61\x64line\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"3\n\x11\x44rainHostResponse\x12\x1e\n\x04host\x18\x01 \x01(\x0b\x32\x10.peloton.v1.Host\"&\n\x12UndrainHostRequest\x12\x10\n\x08hostname\x18\x01 \x01(\t\"5\n\x13UndrainHostResponse\x12\x1e\n\x04host\x18\x01 \x01(\x0b\x32\x10.peloton.v1.Host2\xf1\x01\n\x0bHostService\x12H\n\tListHosts\x12\x1c.peloton.v1.ListHostsRequest\x1a\x1d.peloton.v1.ListHostsResponse\x12H\n\tDrainHost\x12\x1c.peloton.v1.DrainHostRequest\x1a\x1d.peloton.v1.DrainHostResponse\x12N\n\x0bUndrainHost\x12\x1e.peloton.v1.UndrainHostRequest\x1a\x1f.peloton.v1.UndrainHostResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -36,23 +36,25 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_HOST_LABELSENTRY']._loaded_options = None
   _globals['_HOST_LABELSENTRY']._serialized_options = b'8\001'
   _globals['_HOST']._serialized_start=92
-  _globals['_HOST']._serialized_end=482
-  _globals['_HOST_LABELSENTRY']._serialized_start=437
-  _globals['_HOST_LABELSENTRY']._serialized_end=482
-  _globals['_HOSTHARDWARE']._serialized_start=484
-  _globals['_HOSTHARDWARE']._serialized_end=589
-  _globals['_LISTHOSTSREQUEST']._serialized_start=591
-  _globals['_LISTHOSTSREQUEST']._serialized_end=609
-  _globals['_LISTHOSTSRESPONSE']._serialized_start=611
-  _globals['_LISTHOSTSRESPONSE']._serialized_end=663
-  _globals['_DRAINHOSTREQUEST']._serialized_start=665
-  _globals['_DRAINHOSTREQUEST']._serialized_end=746
-  _globals['_DRAINHOSTRESPONSE']._serialized_start=748
-  _globals['_DRAINHOSTRESPONSE']._serialized_end=799
-  _globals['_UNDRAINHOSTREQUEST']._serialized_start=801
-  _globals['_UNDRAINHOSTREQUEST']._serialized_end=839
-  _globals['_UNDRAINHOSTRESPONSE']._serialized_start=841
-  _globals['_UNDRAINHOSTRESPONSE']._serialized_end=894
-  _globals['_HOSTSERVICE']._serialized_start=897
-  _globals['_HOSTSERVICE']._serialized_end=1138
+  _globals['_HOST']._serialized_end=555
+  _globals['_HOST_LABELSENTRY']._serialized_start=510
+  _globals['_HOST_LABELSENTRY']._serialized_end=555
+  _globals['_HOSTGPU']._serialized_start=557
+  _globals['_HOSTGPU']._serialized_end=610
+  _globals['_HOSTHARDWARE']._serialized_start=612
+  _globals['_HOSTHARDWARE']._serialized_end=717
+  _globals['_LISTHOSTSREQUEST']._serialized_start=720
+  _globals['_LISTHOSTSREQUEST']._serialized_end=888
+  _globals['_LISTHOSTSRESPONSE']._serialized_start=890
+  _globals['_LISTHOSTSRESPONSE']._serialized_end=997
+  _globals['_DRAINHOSTREQUEST']._serialized_start=999
+  _globals['_DRAINHOSTREQUEST']._serialized_end=1080
+  _globals['_DRAINHOSTRESPONSE']._serialized_start=1082
+  _globals['_DRAINHOSTRESPONSE']._serialized_end=1133
+  _globals['_UNDRAINHOSTREQUEST']._serialized_start=1135
+  _globals['_UNDRAINHOSTREQUEST']._serialized_end=1173
+  _globals['_UNDRAINHOSTRESPONSE']._serialized_start=1175
+  _globals['_UNDRAINHOSTRESPONSE']._serialized_end=1228
+  _globals['_HOSTSERVICE']._serialized_start=1231
+  _globals['_HOSTSERVICE']._serialized_end=1472
 # @@protoc_insertion_point(module_scope)

@@ -57,6 +57,9 @@ class Host(_message.Message):
     HEALTH_FIELD_NUMBER: _builtins.int
     MAINTENANCE_FIELD_NUMBER: _builtins.int
     HARDWARE_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    GPUS_FIELD_NUMBER: _builtins.int
+    RESERVED_FOR_FIELD_NUMBER: _builtins.int
     hostname: _builtins.str
     address: _builtins.str
     state: _builtins.str
@@ -72,6 +75,14 @@ class Host(_message.Message):
     """The cluster manager scheduled maintenance on it (Mesos maintenance windows): drained like an operator's drain,
     with the window's start as its deadline, until the window is lifted (`host undrain` does not apply).
     """
+    status: _builtins.str
+    """One word for the host, what ListHostsRequest.states matches: drained or draining (an operator's drain, or a
+    maintenance window), unhealthy (launches kept failing there), down (the backend lost it), or up.
+    """
+    reserved_for: _builtins.str
+    """The waiting gang this host is kept for (the head-of-line reservation), "<job_id>/<gang_index>"; "": none.
+    Known where the resource manager runs in the same process as the host manager (the default).
+    """
     @_builtins.property
     def capacity(self) -> _job_pb2.Resources: ...
     @_builtins.property
@@ -84,6 +95,12 @@ class Host(_message.Message):
     def hardware(self) -> Global___HostHardware:
         """What the model-aware cost model assumes of the host: its well-known labels with the defaults applied
         (docs/model-aware.md, "Host labels").
+        """
+
+    @_builtins.property
+    def gpus(self) -> _containers.RepeatedCompositeFieldContainer[Global___HostGpu]:
+        """Each GPU of the host and what it is now (docs/ui.md, "The hosts map"), when ListHostsRequest.with_gpus. The local and sim backends know which
+        task holds which GPU id; Mesos counts GPUs, so there the ids are positions and a used GPU names no task.
         """
 
     def __init__(
@@ -102,14 +119,47 @@ class Host(_message.Message):
         health: _builtins.str = ...,
         maintenance: _builtins.bool = ...,
         hardware: Global___HostHardware | None = ...,
+        status: _builtins.str = ...,
+        gpus: _abc.Iterable[Global___HostGpu] | None = ...,
+        reserved_for: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["allocated", b"allocated", "capacity", b"capacity", "hardware", b"hardware"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "allocated", b"allocated", "capacity", b"capacity", "drain", b"drain", "drain_deadline", b"drain_deadline", "hardware", b"hardware", "health", b"health", "hostname", b"hostname", "labels", b"labels", "maintenance", b"maintenance", "offer_held", b"offer_held", "state", b"state", "task_ids", b"task_ids"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["address", b"address", "allocated", b"allocated", "capacity", b"capacity", "drain", b"drain", "drain_deadline", b"drain_deadline", "gpus", b"gpus", "hardware", b"hardware", "health", b"health", "hostname", b"hostname", "labels", b"labels", "maintenance", b"maintenance", "offer_held", b"offer_held", "reserved_for", b"reserved_for", "state", b"state", "status", b"status", "task_ids", b"task_ids"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___Host: _TypeAlias = Host  # noqa: Y015
+
+@_typing.final
+class HostGpu(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    TASK_ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.int
+    state: _builtins.str
+    """used (by task_id); free; stranded (free on a host in service, while gangs wait for GPUs and no member of any of
+    them fits in what the host has free: docs/ui.md); reserved (free, on a host kept for a waiting gang); or, free
+    on a host out of service, the host's status: draining, drained, unhealthy or down.
+    """
+    task_id: _builtins.str
+    """the task that holds it (used); "" where the backend does not say"""
+    def __init__(
+        self,
+        *,
+        id: _builtins.int = ...,
+        state: _builtins.str = ...,
+        task_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "state", b"state", "task_id", b"task_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___HostGpu: _TypeAlias = HostGpu  # noqa: Y015
 
 @_typing.final
 class HostHardware(_message.Message):
@@ -153,14 +203,55 @@ Global___HostHardware: _TypeAlias = HostHardware  # noqa: Y015
 
 @_typing.final
 class ListHostsRequest(_message.Message):
+    """Hosts come by rack (the label `rack`, "" first), then by name. Every filter given must hold."""
+
     DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    STATES_FIELD_NUMBER: _builtins.int
+    RACK_FIELD_NUMBER: _builtins.int
+    LABELS_FIELD_NUMBER: _builtins.int
+    MIN_FREE_GPUS_FIELD_NUMBER: _builtins.int
+    NAME_CONTAINS_FIELD_NUMBER: _builtins.int
+    WITH_GPUS_FIELD_NUMBER: _builtins.int
+    page_size: _builtins.int
+    """hosts a page, at most 1,000; 0: every host that matches, in one answer (as before paging)"""
+    page_token: _builtins.str
+    """next_page_token of the page before"""
+    rack: _builtins.str
+    """only the hosts of this rack (their label `rack`)"""
+    min_free_gpus: _builtins.int
+    """only hosts in service (status up) with at least this many GPUs free"""
+    name_contains: _builtins.str
+    """only hosts whose name contains this text"""
+    with_gpus: _builtins.bool
+    """fill each host's `gpus` (HostGpu): about half the answer's size, so asked for (every host of 10,000 with them
+    is over the 4 MiB a client takes by default)
+    """
+    @_builtins.property
+    def states(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """only hosts of these statuses (Host.status): up, draining, drained, unhealthy, down"""
+
+    @_builtins.property
+    def labels(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """only hosts with every one of these labels: "key=value", or "key" (any value)"""
 
     def __init__(
         self,
+        *,
+        page_size: _builtins.int = ...,
+        page_token: _builtins.str = ...,
+        states: _abc.Iterable[_builtins.str] | None = ...,
+        rack: _builtins.str = ...,
+        labels: _abc.Iterable[_builtins.str] | None = ...,
+        min_free_gpus: _builtins.int = ...,
+        name_contains: _builtins.str = ...,
+        with_gpus: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["labels", b"labels", "min_free_gpus", b"min_free_gpus", "name_contains", b"name_contains", "page_size", b"page_size", "page_token", b"page_token", "rack", b"rack", "states", b"states", "with_gpus", b"with_gpus"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -171,16 +262,30 @@ class ListHostsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     HOSTS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    TOTAL_FIELD_NUMBER: _builtins.int
+    RACKS_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    """"": this was the last page"""
+    total: _builtins.int
+    """the hosts that match the filters, on every page"""
     @_builtins.property
     def hosts(self) -> _containers.RepeatedCompositeFieldContainer[Global___Host]: ...
+    @_builtins.property
+    def racks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """every rack of the cluster (their label `rack`; "" for hosts without one), sorted"""
+
     def __init__(
         self,
         *,
         hosts: _abc.Iterable[Global___Host] | None = ...,
+        next_page_token: _builtins.str = ...,
+        total: _builtins.int = ...,
+        racks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["hosts", b"hosts"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["hosts", b"hosts", "next_page_token", b"next_page_token", "racks", b"racks", "total", b"total"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

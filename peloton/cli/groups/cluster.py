@@ -23,7 +23,17 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
 
 
 def _host(h: argparse._SubParsersAction) -> None:
-    x = add_command(h, "list", help="every host: capacity, allocation, tasks, and whether it is draining")
+    x = add_command(h, "list", help="every host (by rack, then name): capacity, allocation, tasks, and whether it "
+                                   "is draining; filtered on the daemon")
+    x.add_argument("--state", action="append", default=None, choices=["up", "draining", "drained", "unhealthy", "down"],
+                   help="only hosts of this status (repeat for several)")
+    x.add_argument("--rack", default=None, help="only the hosts of this rack (their label rack)")
+    x.add_argument("--label", action="append", default=None, metavar="KEY[=VALUE]",
+                   help="only hosts with this label (any value without =VALUE); repeat: every one")
+    x.add_argument("--free-gpus", type=int, default=None, metavar="N",
+                   help="only hosts in service with at least N GPUs free")
+    x.add_argument("--name", default=None, metavar="TEXT", help="only hosts whose name contains TEXT")
+    x.add_argument("--limit", type=int, default=None, metavar="N", help="at most N hosts (1-1000; default: all)")
     x.set_defaults(fn="admin:cmd_host_list")
     x = add_command(h, "get", help="one host: capacity, allocation, tasks, drain, and the GPU model, GPU link and "
                                    "network bandwidth the model-aware cost model assumes of it")

@@ -8,9 +8,12 @@
   let session = null;
   let events = null;
   const TERMINAL = new Set(["SUCCEEDED", "FAILED", "KILLED"]);
-  // the cluster, queue, pools and hosts views read everything again (every host, every pool) when jobs change:
-  // at most this often, so that a busy cluster's changes do not turn into a ListHosts a second per browser
+  // the cluster, queue, pools and hosts views read their answer again when jobs change: at most this often, so
+  // that a busy cluster's changes do not turn into a summary of every host a second per browser
   const SLOW_REFRESH_MS = 3000;
+  // what each GPU state is called on the map (the API's words: HostGpu.state)
+  const GPU_WORDS = { used: "used", free: "free", stranded: "free but stranded", reserved: "reserved for a waiting gang",
+                      draining: "draining", drained: "drained", unhealthy: "unhealthy", down: "down" };
   const STATES = ["INITIALIZED", "PENDING", "RUNNING", "FAILING", "KILLING", "SUCCEEDED", "FAILED", "KILLED"];
 
   function h(tag, attrs, ...children) {
@@ -103,7 +106,14 @@
           h("div", { class: "muted" }, pct + "% allocated"));
       });
       const hostStates = Object.entries(c.host_states).sort().map(([k, v]) => h("li", {}, stateBadge(k), " ", v));
-      paint(mine, 
+      const gpuStates = ["used", "free", "stranded", "reserved", "draining", "drained", "unhealthy", "down"]
+        .filter((k) => c.gpus[k]).map((k) => h("li", { "data-gpus": k }, h("span", { class: "gpu " + k }), " " + GPU_WORDS[k] + " ", c.gpus[k]));
+      const gangStates = Object.entries(c.gang_states).sort().map(([k, v]) => h("li", { "data-gangs": k }, stateBadge(k), " ", v));
+      const secs = (x) => x < 1 ? Math.round(x * 1000) + " ms" : x < 120 ? x.toFixed(1) + " s" : (x / 60).toFixed(1) + " min";
+      const STAGE_WORDS = { queued: "queued (enqueued → admitted)", placing: "placing (admitted → placed)",
+        launched: "launched (launch → started by the backend)", launching: "launching (launch → every member running)",
+        submitted_to_running: "submitted → running" };
+      paint(mine,
         h("h1", {}, "Cluster"),
         h("div", { class: "cards" },
           h("div", { class: "card" }, h("div", { class: "muted" }, "Hosts"), h("div", { class: "big" }, c.hosts),
@@ -111,9 +121,22 @@
           h("div", { class: "card" }, h("div", { class: "muted" }, "Gangs waiting"),
             h("div", { class: "big" }, c.queued_gangs), h("a", { href: "/queue" }, "The queue")),
           meters,
+          h("div", { class: "card", id: "gpu-states" }, h("div", { class: "muted" }, "GPUs by state"),
+            h("ul", { class: "plain", "aria-label": "GPUs by state" }, gpuStates.length ? gpuStates : h("li", { class: "muted" }, "no GPUs")),
+            h("a", { href: "/hosts" }, "The hosts map")),
+          h("div", { class: "card", id: "gang-states" }, h("div", { class: "muted" }, "Gangs by state"),
+            h("ul", { class: "plain", "aria-label": "Gangs by state" }, gangStates.length ? gangStates : h("li", { class: "muted" }, "no gangs"))),
           h("div", { class: "card" }, h("div", { class: "muted" }, "Daemon"),
             h("dl", { class: "facts" }, h("dt", {}, "backend"), h("dd", {}, c.backend),
               h("dt", {}, "version"), h("dd", {}, c.version), h("dt", {}, "up since"), h("dd", {}, ago(c.started_at))))),
+        h("h2", {}, "Gang stage latencies"),
+        h("p", { class: "muted" }, "How long gangs spent in each stage since the daemon started (estimated from the " +
+          "histogram peloton_gang_stage_seconds)."),
+        h("table", { "aria-label": "Gang stage latencies", id: "stages" },
+          h("thead", {}, h("tr", {}, ["Stage", "Gangs", "Mean", "p50", "p95", "p99"].map((x) => h("th", { scope: "col" }, x)))),
+          h("tbody", {}, c.stages.map((g) => h("tr", { "data-stage": g.stage }, h("td", {}, STAGE_WORDS[g.stage] || g.stage),
+            h("td", {}, g.count), g.count ? [h("td", {}, secs(g.mean_s)), h("td", {}, secs(g.p50_s)), h("td", {}, secs(g.p95_s)),
+            h("td", {}, secs(g.p99_s))] : h("td", { colspan: 4, class: "muted" }, "none yet"))))),
         h("h2", {}, "Pools"),
         h("table", { "aria-label": "Pools" },
           h("thead", {}, h("tr", {}, h("th", { scope: "col" }, "Pool"), h("th", { scope: "col" }, "GPUs allocated"),
@@ -608,21 +631,34 @@
 
   function mayOperate() { return session && session.permissions.includes("host.operate"); }
 
+  // the page tokens of the hosts pages before this one (Previous), kept while the filters stay the same
+  let hostPages = { filters: null, tokens: [] };
+
   async function hosts() {
     const mine = viewNumber;
     document.title = "Hosts · Peloton";
     const params = new URLSearchParams(location.search);
+    const FILTERS = ["rack", "status", "free_gpus", "label", "q"];
+    const filters = FILTERS.map((k) => k + "=" + (params.get(k) || "")).join("&");
+    if (hostPages.filters !== filters) hostPages = { filters: filters, tokens: [] };
     const render = async () => {
       const q = new URLSearchParams();
-      for (const k of ["rack", "status", "page"]) if (params.get(k)) q.set(k, params.get(k));
+      for (const k of [...FILTERS, "page_token"]) if (params.get(k)) q.set(k, params.get(k));
       const r = await get("/api/hosts?" + q.toString());
       const form = h("form", { class: "filters", role: "search", "aria-label": "Filter hosts" },
         h("div", {}, h("label", { for: "h-rack" }, "Rack"),
           h("select", { id: "h-rack", name: "rack" }, h("option", { value: "" }, "any"),
-            r.racks.map((x) => h("option", { value: x, selected: params.get("rack") === x }, x || "(none)")))),
+            r.racks.filter((x) => x).map((x) => h("option", { value: x, selected: params.get("rack") === x }, x)))),
         h("div", {}, h("label", { for: "h-status" }, "Status"),
           h("select", { id: "h-status", name: "status" }, h("option", { value: "" }, "any"),
             ["up", "draining", "drained", "unhealthy", "down"].map((x) => h("option", { value: x, selected: params.get("status") === x }, x)))),
+        h("div", {}, h("label", { for: "h-free" }, "Free GPUs at least"),
+          h("input", { id: "h-free", name: "free_gpus", type: "number", min: 0, max: 1024, size: 4,
+                       value: params.get("free_gpus") || "" })),
+        h("div", {}, h("label", { for: "h-label" }, "Label (key=value)"),
+          h("input", { id: "h-label", name: "label", size: 14, value: params.get("label") || "" })),
+        h("div", {}, h("label", { for: "h-q" }, "Name contains"),
+          h("input", { id: "h-q", name: "q", size: 12, value: params.get("q") || "" })),
         h("button", { type: "submit" }, "Filter"));
       form.addEventListener("submit", (ev) => {
         ev.preventDefault();
@@ -633,20 +669,26 @@
       });
       const racks = new Map();
       for (const x of r.hosts) { if (!racks.has(x.rack)) racks.set(x.rack, []); racks.get(x.rack).push(x); }
-      const legend = h("p", { class: "legend" }, h("span", { class: "gpu used" }), " used ",
-        h("span", { class: "gpu free" }), " free ", h("span", { class: "gpu off" }), " draining, drained, unhealthy or down");
+      const legend = h("p", { class: "legend", "aria-label": "Legend" },
+        ["used", "free", "stranded", "reserved", "draining", "unhealthy"].map((k) =>
+          h("span", { class: "key" }, h("span", { class: "gpu " + k }), " " + GPU_WORDS[k] + (k === "draining" ? ", drained or down" : ""))));
+      const gpuWord = (g) => "GPU " + g.id + ": " + GPU_WORDS[g.state] + (g.job ? " by job " + g.job : "");
       const map = h("div", { class: "map" }, [...racks.entries()].map(([rack, hs]) => h("section", { class: "rack", "aria-label": "Rack " + (rack || "(none)") },
         h("h2", {}, "Rack " + (rack || "(none)")),
         h("ul", { class: "hostlist" }, hs.map((x) => {
-          const cells = [];
-          for (let i = 0; i < x.gpus; i++) {
-            cells.push(h("span", { class: "gpu " + (x.status !== "up" ? "off" : i < x.gpus_used ? "used" : "free") }));
-          }
-          const label = x.hostname + ": " + x.status + ", " + x.gpus_used + " of " + x.gpus + " GPUs used" +
-            (x.jobs.length ? " by " + x.jobs.join(", ") : "") + (x.health ? " (" + x.health + ")" : "");
+          const cells = x.gpus.map((g) => h("span", { class: "gpu " + g.state, "data-gpu": g.id, "data-state": g.state,
+                                                     "data-job": g.job || null, title: gpuWord(g) }));
+          const counts = {};
+          for (const g of x.gpus) counts[g.state] = (counts[g.state] || 0) + 1;
+          const label = x.hostname + ": " + x.status + ", " + x.gpus.length + " GPUs: " +
+            Object.entries(counts).map(([k, n]) => n + " " + GPU_WORDS[k]).join(", ") +
+            (x.jobs.length ? "; jobs " + x.jobs.join(", ") : "") + (x.reserved_for ? "; kept for gang " + x.reserved_for : "") +
+            (x.health ? " (" + x.health + ")" : "");
           const item = h("li", { class: "host " + x.status, "data-host": x.hostname, title: label },
             h("div", { class: "hostname" }, x.hostname, " ", x.status !== "up" ? stateBadge(x.status) : null),
             h("div", { class: "gpus", role: "img", "aria-label": label }, cells),
+            x.reserved_for ? h("div", { class: "muted reserved-for" }, "kept for ",
+              h("a", { href: "/jobs/" + x.reserved_for.split("/")[0] }, x.reserved_for)) : null,
             x.jobs.length ? h("div", { class: "muted jobs-on" }, x.jobs.slice(0, 3).map((j) => h("a", { href: "/jobs/" + j }, j)),
               x.jobs.length > 3 ? " +" + (x.jobs.length - 3) : "") : null);
           if (mayOperate() && !x.maintenance) {
@@ -663,18 +705,21 @@
           }
           return item;
         })))));
-      const page = r.page;
-      const pager = h("div", { class: "pager" });
-      if (r.pages > 1) {
-        const go = (p) => { params.set("page", String(p)); history.pushState(null, "", "/hosts?" + params); route(); };
-        const prev = h("button", { type: "button", disabled: page === 0 }, "Previous page");
-        const next = h("button", { type: "button", disabled: page + 1 >= r.pages }, "Next page");
-        prev.addEventListener("click", () => go(page - 1));
-        next.addEventListener("click", () => go(page + 1));
-        pager.append(prev, next);
-      }
-      pager.append(h("span", { class: "muted" }, r.total + " hosts, page " + (page + 1) + " of " + r.pages));
-      paint(mine, h("h1", {}, "Hosts"), form, legend, map, pager);
+      const go = (token) => {
+        if (token) params.set("page_token", token); else params.delete("page_token");
+        history.pushState(null, "", "/hosts" + (params.toString() ? "?" + params : ""));
+        route();
+      };
+      const prev = h("button", { type: "button", id: "hosts-prev", disabled: !params.get("page_token") }, "Previous page");
+      const next = h("button", { type: "button", id: "hosts-next", disabled: !r.next_page_token }, "Next page");
+      prev.addEventListener("click", () => go(hostPages.tokens.pop() || ""));
+      next.addEventListener("click", () => { hostPages.tokens.push(params.get("page_token") || ""); go(r.next_page_token); });
+      const page = hostPages.tokens.length + 1;
+      const pager = h("div", { class: "pager" }, prev, next,
+        h("span", { class: "muted", "aria-live": "polite" }, r.total + " hosts" + (r.total > r.hosts.length ? ", page " + page +
+          " (" + r.hosts.length + " shown)" : "")));
+      paint(mine, h("h1", {}, "Hosts"), form, legend, map,
+        ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
     watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
