@@ -605,13 +605,19 @@
       paint(mine, h("h1", {}, "Pools"),
         h("p", { class: "muted" }, "The tree of pools: what each is given (reservation, limit, share), what it may " +
           "use now (entitlement), what it uses (allocated) and what its waiting gangs want (demand). A pool " +
-          "using more than its reservation borrows what others lend."),
+          "using more than its reservation borrows what its sibling pools lend (their idle elastic reservations, in " +
+          "proportion), and past that capacity no sibling reserves."),
         h("table", { "aria-label": "Pools" },
           h("thead", {}, h("tr", {}, ["Pool", "Reservation", "Limit", "Share", "Entitlement", "Allocated", "Demand",
                                       "Gangs waiting", "Lends / borrows"].map((c) => h("th", { scope: "col" }, c)))),
           h("tbody", {}, r.pools.map((p) => {
-            const borrowed = p.allocated.gpu - p.reservation.gpu;
-            const lends = p.reservation_type !== "static" && borrowed < 0 && p.reservation.gpu > 0;
+            const loans = (xs) => xs.map((x) => fmt(x.gpus) + " " + x.pool).join(", ");
+            const lending = [];
+            if (p.borrows_from.length || p.borrows_unreserved > 0) {
+              lending.push("borrows " + [loans(p.borrows_from) && "from " + loans(p.borrows_from),
+                p.borrows_unreserved > 0 ? fmt(p.borrows_unreserved) + " unreserved" : ""].filter(Boolean).join("; ") + " (GPUs)");
+            }
+            if (p.lends_to.length) lending.push("lends to " + loans(p.lends_to) + " (GPUs)");
             return h("tr", { "data-pool": p.path },
               h("td", { class: "pool-name depth-" + Math.min(p.depth, 6) },
                 h("a", { href: "/jobs?pool=" + encodeURIComponent(p.path) }, p.path)),
@@ -619,8 +625,7 @@
               h("td", {}, p.limit ? limit(p.limit) : "no limit"), h("td", {}, fmt(p.share)),
               h("td", {}, fmt(p.entitlement.gpu) + " GPU, " + fmt(p.entitlement.cpu) + " CPU"),
               h("td", {}, res(p.allocated)), h("td", {}, res(p.demand)), h("td", {}, p.queued_gangs),
-              h("td", {}, borrowed > 0 && p.reservation.gpu >= 0 && p.path !== "/" ? "borrows " + fmt(borrowed) + " GPU"
-                : lends ? "lends " + fmt(-borrowed) + " GPU" : "—"));
+              h("td", { class: "lending" }, lending.length ? lending.join("; ") : "—"));
           }))));
     };
     await render();
