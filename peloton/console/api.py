@@ -179,12 +179,17 @@ class Api:
                          "jobs": sorted({_job_of(t) for t in h.task_ids})})
         return {"hosts": rows, "total": r.total, "next_page_token": r.next_page_token, "racks": list(r.racks)}
 
-    def drain_host(self, hostname: str, token: str, undrain: bool = False) -> dict[str, Any]:
+    def drain_host(self, hostname: str, token: str, undrain: bool = False,
+                   deadline_s: float | None = None) -> dict[str, Any]:
+        """Drain (with a deadline in seconds from now, or none) or undrain a host."""
         if undrain:
             h = self._call(self.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=hostname), token).host
         else:
-            h = self._call(self.hosts.DrainHost, host_pb2.DrainHostRequest(hostname=hostname), token).host
-        return {"hostname": h.hostname, "drain": h.drain}
+            req = host_pb2.DrainHostRequest(hostname=hostname)
+            if deadline_s is not None:
+                req.deadline.FromNanoseconds(round(deadline_s * 1e9))
+            h = self._call(self.hosts.DrainHost, req, token).host
+        return {"hostname": h.hostname, "drain": h.drain, "drain_deadline": h.drain_deadline or None}
 
     def list_jobs(self, q: JobQuery, token: str) -> dict[str, Any]:
         r = self._call(self.jobs.ListJobs, job_pb2.ListJobsRequest(

@@ -8,6 +8,7 @@ import http.client
 import json
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -386,6 +387,17 @@ def test_drain_is_the_apis_a_viewers_is_refused_an_admins_shows_on_the_map(daemo
         assert [h["hostname"] for h in drained] == [host] and drained[0]["gpus_used"] == 0
         assert [g["state"] for g in drained[0]["gpus"]] == ["drained"] * 8
         assert viewer.get("/api/cluster").json()["host_states"].get("drained") == 1
+        assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""
+        # with a deadline (the CLI's --deadline), checked before anything is asked of the API
+        assert admin.post(f"/api/hosts/{host}/drain?deadline=soon").json()["field"] == "deadline"
+        assert admin.post(f"/api/hosts/{host}/drain?deadline=0s").json()["field"] == "deadline"
+        assert admin.post(f"/api/hosts/{host}/drain?when=2h").json()["field"] == "when"
+        assert viewer.get("/api/hosts?status=drained").json()["hosts"] == []  # none of those drained it
+        before = time.time()
+        r = admin.post(f"/api/hosts/{host}/drain?deadline=2h").json()
+        assert r["drain"] == "drained" and before + 7190 < r["drain_deadline"] < time.time() + 7210, r
+        shown = viewer.get("/api/hosts?status=drained").json()["hosts"]
+        assert [h["drain_deadline"] for h in shown] == [r["drain_deadline"]]
     finally:
         assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""
     assert any(e["method"].endswith("DrainHost") and not e["allowed"] for e in daemon.audit("victor"))
