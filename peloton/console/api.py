@@ -26,7 +26,7 @@ from peloton.api.v1 import (
     task_pb2,
     task_pb2_grpc,
 )
-from peloton.console import timeline
+from peloton.console import lending, timeline
 from peloton.console.params import LOG_TAIL, AuditQuery, HostQuery, JobQuery, LogQuery, QueueQuery
 from peloton.domain import principal
 from peloton.domain.resources import parse_mib
@@ -124,16 +124,22 @@ class Api:
     def list_pools(self, token: str) -> dict[str, Any]:
         """Every pool, parents before children (the tree by path), with what it is given and what it uses."""
         pools = self._call(self.pools.ListPools, respool_pb2.ListPoolsRequest(), token).pools
+        lent = lending.lending([lending.PoolHolding(p.path, p.reservation.gpu, p.allocated.gpu,
+                                                    p.reservation_type == "static") for p in pools])
         out = []
         for p in sorted(pools, key=lambda p: [x for x in p.path.split("/") if x]):
             e = p.entitlement
+            loans = lent[p.path]
             out.append({
                 "path": p.path, "parent": _parent(p.path), "depth": p.path.count("/") if p.path != "/" else 0,
                 "reservation": _res(p.reservation), "limit": _res(p.limit) if p.HasField("limit") else None,
                 "share": p.share, "reservation_type": p.reservation_type or "elastic",
                 "allocated": _res(p.allocated), "demand": _res(p.demand),
                 "entitlement": {"cpu": round(e.cpu, 3), "mem_mib": round(e.mem_mib, 3), "gpu": round(e.gpu, 3)},
-                "queued_gangs": p.queued_gangs, "submitters": list(p.submitters)})
+                "queued_gangs": p.queued_gangs, "submitters": list(p.submitters),
+                # who lends GPUs to whom: an attribution among siblings (lending.py), biggest first
+                "lends_to": _loans(loans.lends_to), "borrows_from": _loans(loans.borrows_from),
+                "borrows_unreserved": round(loans.unreserved, 3)})
         return {"pools": out}
 
     def queue(self, q: QueueQuery, token: str) -> dict[str, Any]:
@@ -173,12 +179,17 @@ class Api:
                          "jobs": sorted({_job_of(t) for t in h.task_ids})})
         return {"hosts": rows, "total": r.total, "next_page_token": r.next_page_token, "racks": list(r.racks)}
 
-    def drain_host(self, hostname: str, token: str, undrain: bool = False) -> dict[str, Any]:
+    def drain_host(self, hostname: str, token: str, undrain: bool = False,
+                   deadline_s: float | None = None) -> dict[str, Any]:
+        """Drain (with a deadline in seconds from now, or none) or undrain a host."""
         if undrain:
             h = self._call(self.hosts.UndrainHost, host_pb2.UndrainHostRequest(hostname=hostname), token).host
         else:
-            h = self._call(self.hosts.DrainHost, host_pb2.DrainHostRequest(hostname=hostname), token).host
-        return {"hostname": h.hostname, "drain": h.drain}
+            req = host_pb2.DrainHostRequest(hostname=hostname)
+            if deadline_s is not None:
+                req.deadline.FromNanoseconds(round(deadline_s * 1e9))
+            h = self._call(self.hosts.DrainHost, req, token).host
+        return {"hostname": h.hostname, "drain": h.drain, "drain_deadline": h.drain_deadline or None}
 
     def list_jobs(self, q: JobQuery, token: str) -> dict[str, Any]:
         r = self._call(self.jobs.ListJobs, job_pb2.ListJobsRequest(
@@ -315,6 +326,11 @@ def _segment(g: timeline.Segment) -> dict[str, Any]:
 def _event(e: task_pb2.TaskEvent) -> dict[str, Any]:
     return {"instance": e.instance, "run": e.attempt, "state": e.state, "time": e.time, "host": e.host,
             "reason": e.reason, "message": e.message, "exit_code": e.exit_code if e.HasField("exit_code") else None}
+
+
+def _loans(by_pool: dict[str, float]) -> list[dict[str, Any]]:
+    return [{"pool": k, "gpus": round(v, 3)} for k, v in sorted(by_pool.items(), key=lambda kv: (-kv[1], kv[0]))
+            if round(v, 3) > 0]
 
 
 def _job_of(task_id: str) -> str:

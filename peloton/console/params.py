@@ -7,6 +7,7 @@ import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
+from peloton.domain.durations import parse_duration
 from peloton.domain.gpumap import HOST_STATUSES
 from peloton.domain.states import JobState
 from peloton.errors import InvalidArgument
@@ -115,6 +116,22 @@ def host_query(query: Mapping[str, Sequence[str]]) -> HostQuery:
                               "before)", field="page_token")
     return HostQuery(_one(query, "rack"), status, label, _one(query, "q"), _int(query, "free_gpus", 0, 0, 1024),
                      _int(query, "page_size", DEFAULT_HOST_PAGE, 1, MAX_HOST_PAGE), token)
+
+
+MAX_DRAIN_DEADLINE_S = 365 * 24 * 3600.0  # (a drain's deadline is from now: a year is already no deadline)
+
+
+def drain_deadline(query: Mapping[str, Sequence[str]]) -> float | None:
+    """POST /api/hosts/NAME/drain?deadline=2h: seconds from now after which the gangs still on the host are
+    preempted (the CLI's `host drain --deadline`); None without one (they finish in their own time)."""
+    _only(query, frozenset({"deadline"}), "/api/hosts/NAME/drain")
+    text = _one(query, "deadline").strip()
+    if not text:
+        return None
+    seconds = parse_duration(text, "deadline")
+    if not 0 < seconds <= MAX_DRAIN_DEADLINE_S:
+        raise InvalidArgument(f"deadline: more than 0 and at most a year, got {text!r}", field="deadline")
+    return seconds
 
 
 def hostname(text: str) -> str:

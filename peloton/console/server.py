@@ -370,8 +370,9 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             m = re.fullmatch(r"/api/hosts/([^/]+)/(drain|undrain)", path)
             if m:
-                self._json(200, self._api().drain_host(params.hostname(m.group(1)), token,
-                                                       undrain=m.group(2) == "undrain"))
+                host, undrain = params.hostname(m.group(1)), m.group(2) == "undrain"
+                deadline = None if undrain else params.drain_deadline(parse_qs(urlsplit(self.path).query))
+                self._json(200, self._api().drain_host(host, token, undrain=undrain, deadline_s=deadline))
                 return
             self._json(404, {"error": f"{path}: no such action", "field": None, "code": "NotFound"})
         except PelotonError as e:

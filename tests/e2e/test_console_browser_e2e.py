@@ -429,6 +429,13 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host_and_stranded_and_r
         wait(browser, lambda dr: "up" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{drained}"]')
              .get_attribute("class"), what="the host in service")
         assert daemon.cli("host", "list", "-o", "json").stdout.count('"drain": "drained"') == 0
+        # and drains it again, with a deadline for the gangs there, answered in the dialog the button opens
+        act(browser, By.CSS_SELECTOR, f'button[aria-label="Drain {drained}"]')
+        wait(browser, lambda dr: dr.switch_to.alert, what="the drain's dialog").send_keys("2h")
+        browser.switch_to.alert.accept()
+        host = wait(browser, lambda dr: next((x for x in json.loads(daemon.cli("host", "list", "-o", "json").stdout)[
+            "hosts"] if x["hostname"] == drained and x["drain"]), None), what="the host drained from the map")
+        assert host["drain"] in ("draining", "drained") and host.get("drain_deadline"), host
         assert errors(browser) == []
     finally:
         daemon.cli("host", "undrain", drained)

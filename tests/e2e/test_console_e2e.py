@@ -8,6 +8,7 @@ import http.client
 import json
 import socket
 import subprocess
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -386,12 +387,23 @@ def test_drain_is_the_apis_a_viewers_is_refused_an_admins_shows_on_the_map(daemo
         assert [h["hostname"] for h in drained] == [host] and drained[0]["gpus_used"] == 0
         assert [g["state"] for g in drained[0]["gpus"]] == ["drained"] * 8
         assert viewer.get("/api/cluster").json()["host_states"].get("drained") == 1
+        assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""
+        # with a deadline (the CLI's --deadline), checked before anything is asked of the API
+        assert admin.post(f"/api/hosts/{host}/drain?deadline=soon").json()["field"] == "deadline"
+        assert admin.post(f"/api/hosts/{host}/drain?deadline=0s").json()["field"] == "deadline"
+        assert admin.post(f"/api/hosts/{host}/drain?when=2h").json()["field"] == "when"
+        assert viewer.get("/api/hosts?status=drained").json()["hosts"] == []  # none of those drained it
+        before = time.time()
+        r = admin.post(f"/api/hosts/{host}/drain?deadline=2h").json()
+        assert r["drain"] == "drained" and before + 7190 < r["drain_deadline"] < time.time() + 7210, r
+        shown = viewer.get("/api/hosts?status=drained").json()["hosts"]
+        assert [h["drain_deadline"] for h in shown] == [r["drain_deadline"]]
     finally:
         assert admin.post(f"/api/hosts/{host}/undrain").json()["drain"] == ""
     assert any(e["method"].endswith("DrainHost") and not e["allowed"] for e in daemon.audit("victor"))
 
 
-def test_the_pools_come_as_a_tree(daemon: ConsoleDaemon) -> None:
+def test_the_pools_come_as_a_tree(daemon: ConsoleDaemon, tmp_path: Path) -> None:
     daemon.cli("pool", "create", "/teams", "--reservation", "gpu=8")
     daemon.cli("pool", "create", "/teams/a", "--reservation", "gpu=4")
     pools = {p["path"]: p for p in logged_in(daemon, "victor").get("/api/pools").json()["pools"]}
@@ -399,6 +411,19 @@ def test_the_pools_come_as_a_tree(daemon: ConsoleDaemon) -> None:
     assert pools["/teams"]["reservation"]["gpu"] == 8 and pools["/teams"]["limit"] is None
     paths = list(pools)
     assert paths.index("/teams") < paths.index("/teams/a")
+    # who lends to whom: /teams/a's gang of 6 GPUs is 2 beyond its reservation, lent by /teams/b's idle 4
+    daemon.cli("pool", "create", "/teams/b", "--reservation", "gpu=4")
+    job = daemon.create("name: borrower\ninstances: 1\nrespool: /teams/a\ntask: {command: train.py, "
+                        "env: {PELOTON_SIM_DURATION: 600s}, resources: {cpu: 1, mem: 1Gi, gpu: 6}}\n", tmp_path)
+    try:
+        daemon.wait_state(job, "RUNNING")
+        pools = {p["path"]: p for p in logged_in(daemon, "victor").get("/api/pools").json()["pools"]}
+        assert pools["/teams/a"]["borrows_from"] == [{"pool": "/teams/b", "gpus": 2}], pools["/teams/a"]
+        assert pools["/teams/a"]["borrows_unreserved"] == 0
+        assert pools["/teams/b"]["lends_to"] == [{"pool": "/teams/a", "gpus": 2}]
+        assert pools["/teams"]["borrows_from"] == [] and pools["/teams"]["lends_to"] == []  # within its 8
+    finally:
+        daemon.cli("job", "stop", job)
 
 
 def _server(tmp: Path, *args: str) -> list[str]:

@@ -111,3 +111,15 @@ def test_a_job_events_limit_and_a_gang_index() -> None:
         with pytest.raises(InvalidArgument) as e:
             params.gang_index(text)
         assert e.value.field == "gang"
+
+
+def test_a_drain_deadline_is_a_duration_from_now_or_none() -> None:
+    assert params.drain_deadline({}) is None and params.drain_deadline({"deadline": [" "]}) is None
+    assert params.drain_deadline({"deadline": ["1h30m"]}) == 5400.0
+    for bad in (["soon"], ["0s"], ["400d"], ["1h", "2h"]):
+        with pytest.raises(InvalidArgument) as e:
+            params.drain_deadline({"deadline": bad})
+        assert e.value.field == "deadline", bad
+    with pytest.raises(InvalidArgument) as e:
+        params.drain_deadline({"at": ["1h"]})
+    assert e.value.field == "at"

@@ -41,6 +41,12 @@
     return (s / 86400).toFixed(1) + "d ago";
   }
   function fmt(n) { return Number.isInteger(n) ? String(n) : n.toFixed(1); }
+  function until(t) {  // "in 2.0h" for a time to come, "passed" for one gone
+    const s = t - Date.now() / 1000;
+    if (s <= 0) return "passed";
+    if (s < 3600) return "in " + Math.max(1, Math.round(s / 60)) + "m";
+    return s < 86400 ? "in " + (s / 3600).toFixed(1) + "h" : "in " + (s / 86400).toFixed(1) + "d";
+  }
   function say(text) { statusLine.textContent = text; }
 
   class HttpError extends Error {
@@ -605,13 +611,19 @@
       paint(mine, h("h1", {}, "Pools"),
         h("p", { class: "muted" }, "The tree of pools: what each is given (reservation, limit, share), what it may " +
           "use now (entitlement), what it uses (allocated) and what its waiting gangs want (demand). A pool " +
-          "using more than its reservation borrows what others lend."),
+          "using more than its reservation borrows what its sibling pools lend (their idle elastic reservations, in " +
+          "proportion), and past that capacity no sibling reserves."),
         h("table", { "aria-label": "Pools" },
           h("thead", {}, h("tr", {}, ["Pool", "Reservation", "Limit", "Share", "Entitlement", "Allocated", "Demand",
                                       "Gangs waiting", "Lends / borrows"].map((c) => h("th", { scope: "col" }, c)))),
           h("tbody", {}, r.pools.map((p) => {
-            const borrowed = p.allocated.gpu - p.reservation.gpu;
-            const lends = p.reservation_type !== "static" && borrowed < 0 && p.reservation.gpu > 0;
+            const loans = (xs) => xs.map((x) => fmt(x.gpus) + " " + x.pool).join(", ");
+            const lending = [];
+            if (p.borrows_from.length || p.borrows_unreserved > 0) {
+              lending.push("borrows " + [loans(p.borrows_from) && "from " + loans(p.borrows_from),
+                p.borrows_unreserved > 0 ? fmt(p.borrows_unreserved) + " unreserved" : ""].filter(Boolean).join("; ") + " (GPUs)");
+            }
+            if (p.lends_to.length) lending.push("lends to " + loans(p.lends_to) + " (GPUs)");
             return h("tr", { "data-pool": p.path },
               h("td", { class: "pool-name depth-" + Math.min(p.depth, 6) },
                 h("a", { href: "/jobs?pool=" + encodeURIComponent(p.path) }, p.path)),
@@ -619,8 +631,7 @@
               h("td", {}, p.limit ? limit(p.limit) : "no limit"), h("td", {}, fmt(p.share)),
               h("td", {}, fmt(p.entitlement.gpu) + " GPU, " + fmt(p.entitlement.cpu) + " CPU"),
               h("td", {}, res(p.allocated)), h("td", {}, res(p.demand)), h("td", {}, p.queued_gangs),
-              h("td", {}, borrowed > 0 && p.reservation.gpu >= 0 && p.path !== "/" ? "borrows " + fmt(borrowed) + " GPU"
-                : lends ? "lends " + fmt(-borrowed) + " GPU" : "—"));
+              h("td", { class: "lending" }, lending.length ? lending.join("; ") : "—"));
           }))));
     };
     await render();
@@ -683,9 +694,12 @@
           const label = x.hostname + ": " + x.status + ", " + x.gpus.length + " GPUs: " +
             Object.entries(counts).map(([k, n]) => n + " " + GPU_WORDS[k]).join(", ") +
             (x.jobs.length ? "; jobs " + x.jobs.join(", ") : "") + (x.reserved_for ? "; kept for gang " + x.reserved_for : "") +
-            (x.health ? " (" + x.health + ")" : "");
+            (x.health ? " (" + x.health + ")" : "") +
+            (x.status === "draining" && x.drain_deadline ? "; its gangs preempted " + until(x.drain_deadline) : "");
           const item = h("li", { class: "host " + x.status, "data-host": x.hostname, title: label },
             h("div", { class: "hostname" }, x.hostname, " ", x.status !== "up" ? stateBadge(x.status) : null),
+            x.status === "draining" && x.drain_deadline ? h("div", { class: "muted drain-deadline" },
+              "deadline " + until(x.drain_deadline)) : null,
             h("div", { class: "gpus", role: "img", "aria-label": label }, cells),
             x.reserved_for ? h("div", { class: "muted reserved-for" }, "kept for ",
               h("a", { href: "/jobs/" + x.reserved_for.split("/")[0] }, x.reserved_for)) : null,
@@ -696,9 +710,13 @@
             const b = h("button", { type: "button", class: "small", "aria-label": (undrain ? "Undrain " : "Drain ") + x.hostname },
               undrain ? "Undrain" : "Drain");
             b.addEventListener("click", async () => {
-              if (!undrain && !confirm("Drain " + x.hostname + "? No new gangs go there; its tasks run on.")) return;
+              // a drain asks for its deadline too (the CLI's --deadline): empty, the gangs there finish in their own time
+              const deadline = undrain ? "" : prompt("Drain " + x.hostname + "? No new gangs go there. A deadline after " +
+                "which the gangs still there are preempted (e.g. 30m, 2h), or empty for none:", "");
+              if (deadline === null) return;
               b.disabled = true;
-              try { await post("/api/hosts/" + encodeURIComponent(x.hostname) + (undrain ? "/undrain" : "/drain")); await render(); }
+              const q = deadline.trim() ? "?deadline=" + encodeURIComponent(deadline.trim()) : "";
+              try { await post("/api/hosts/" + encodeURIComponent(x.hostname) + (undrain ? "/undrain" : "/drain" + q)); await render(); }
               catch (e) { say(e.message); b.disabled = false; }
             });
             item.append(b);
