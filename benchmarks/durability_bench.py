@@ -260,6 +260,10 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
             return super().copy_expert(sql, file, size)
 
     eng = db.make_engine(url)
+    if (eng.dialect.name, eng.dialect.driver) != ("postgresql", "psycopg2"):
+        eng.dispose()  # SQLite runs in the daemon's process: there is no server for pgbench to drive
+        raise ValueError(f"store url: the writer's statements are recorded on PostgreSQL through psycopg2 (the "
+                         f"product's driver), got {eng.dialect.name}+{eng.dialect.driver}")
     event.listen(eng, "connect", lambda conn, _rec: setattr(conn, "cursor_factory", Recording))
     event.listen(eng, "begin", lambda _conn: sent.append(_BEGIN))
     event.listen(eng, "commit", lambda _conn: sent.append(_COMMIT))
