@@ -12,7 +12,14 @@ psycopg2 the whole batch in one statement (store/bulk.py's write_batch, now), an
 them and the commit; server-side parameters, prepared after 5 uses), or the one statement in a pipeline with its
 commit. Each variant runs N gang lives in the sim benchmark's shape: `--gangs` new 8-task jobs (rows of jobs, gangs,
 tasks, first events), then their launch intent and RUNNING (updates of the jobs, gangs and tasks, an event per task),
-each batch one transaction with the fence's epoch check. Variants alternate in `--rounds` rounds on one database."""
+each batch one transaction with the fence's epoch check. Variants alternate in `--rounds` rounds on one database.
+
+    .venv/bin/python benchmarks/durability_bench.py --pgbench [--pgbench-clients 1,2,4,8,16] [--pgbench-seconds 10]
+        [--durabilities full,relaxed] [--pgbench-modes simple,prepared] [--gangs 2] [--members 8] [--rounds 3]
+
+With `--pgbench` (only that), the store's limit: the writer's group commits of a gang's life (create, launch intent,
+RUNNING, end), recorded from the real Writer on a scratch database, replayed by PostgreSQL's pgbench from 1-16
+clients; gangs/s, tasks/s, commits/s, latency and PostgreSQL's CPU per commit (benchmarks/README.md)."""
 
 from __future__ import annotations
 
