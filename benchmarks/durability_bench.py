@@ -413,7 +413,8 @@ def pgbench_once(pgbench: str, url: str, script: Path, clients: int, seconds: fl
            "-c", str(clients), "-j", str(clients), "-T", str(int(seconds)), "-M", mode, "-D", "n=0", "-f", str(script),
            "-l", "--log-prefix", str(logs / "life"), u.database or ""]
     # the daemon sets synchronous_commit the same way (store/db.py)
-    env = {**os.environ, "PGOPTIONS": f"-c synchronous_commit={'on' if durability == db.FULL else 'off'}"}
+    env = {**os.environ, "PGOPTIONS": f"-c synchronous_commit={'on' if durability == db.FULL else 'off'}",
+           **({"PGPASSWORD": u.password} if u.password else {})}
     children = resource.getrusage(resource.RUSAGE_CHILDREN)
     busy0, total0 = _machine_jiffies()
     load0 = os.getloadavg()[0]
