@@ -88,6 +88,12 @@ def placed_by(engine: Proc) -> int:
     return sum(int(n) for n in re.findall(r"placed (\d+) gangs", engine.log()))
 
 
+def stale(c: Cluster) -> int:
+    """Claims the host manager refused the engines (another engine had taken the hosts), from their debug logs."""
+    return sum(int(n) for e in c.engines for n in re.findall(r"placed \d+ gangs \(\d+ unplaced, (\d+) stale\)",
+                                                              e.log()))
+
+
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_two_engines_place_many_gangs_whole_and_never_book_a_gpu_twice(db_url: str, tmp_path: Path) -> None:
     c = Cluster(tmp_path, db_url, engines=2)
@@ -103,6 +109,7 @@ def test_two_engines_place_many_gangs_whole_and_never_book_a_gpu_twice(db_url: s
             check_whole_and_never_double_booked(ch, jobs)
         assert all(placed_by(e) > 0 for e in c.engines), [placed_by(e) for e in c.engines]  # both acted
         assert "2 engines act" in c.core.log()
+        print(f"\n{stale(c)} claims refused (engines' conflicts), each a gang placed again")
     finally:
         c.stop()
 
@@ -130,6 +137,8 @@ def test_an_engine_killed_mid_run_leaves_its_gangs_to_the_others(db_url: str, tm
             watch.close()
             check_whole_and_never_double_booked(ch, jobs + more)
         assert placed_by(c.engines[1]) > survivor  # the other engine carried on
-        assert "2 engines act" in c.core.log()
+        log = c.core.log()
+        assert "2 engines act" in log and re.search(r"placement engine\(s\) \w+ silent for 10 s: \d+ gangs", log)
+        print(f"\n{stale(c)} claims refused (engines' conflicts); {log.count('go back to the queue')} engine gone")
     finally:
         c.stop()
