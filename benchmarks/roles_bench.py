@@ -107,9 +107,12 @@ class Cluster:
                 print(f"  kept {self.dir} (the daemons' logs)", file=sys.stderr)
 
     def statements(self) -> dict[str, float]:
-        """The store's statements and commits so far, all processes together."""
-        return {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
-                for kind in ("statement", "commit")}
+        """The store's statements and commits so far, all processes together, and the claims the host manager
+        refused (`refused`: another engine had taken the hosts, or they changed under the engine's copy)."""
+        out = {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
+               for kind in ("statement", "commit")}
+        out["refused"] = sum(d.metric("peloton_hostmgr_claims_total", result="refused") for d in self.procs.values())
+        return out
 
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far: each process, the PostgreSQL backends of the database, every PostgreSQL process,
@@ -201,6 +204,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed, "latency": summary(lat),
             "store_statements_per_gang": (stmts["statement"] - stmts0["statement"]) / max(gangs, 1),
             "store_commits_per_gang": (stmts["commit"] - stmts0["commit"]) / max(gangs, 1),
+            "claims_refused": stmts["refused"] - stmts0["refused"],
             "error_count": len(errors), "errors": errors[:10], "cpu": per_unit(cpu, gangs, size),
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
             "ceiling_gangs_per_s": ceiling_gangs_per_s({k: 1000 * v / max(gangs, 1) for k, v in cpu.items()
@@ -248,7 +252,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append((f"{mode} #{i + 1}", f"{r['gangs_per_s']:.1f} gangs/s ({r['tasks_per_s']:.0f} tasks/s), "
                                              f"p50 {r['latency']['p50_ms']:.1f} ms, {r['error_count']} errors, "
                                              f"{r['store_statements_per_gang']:.1f} statements and "
-                                             f"{r['store_commits_per_gang']:.1f} commits a gang"))
+                                             f"{r['store_commits_per_gang']:.1f} commits a gang, "
+                                             f"{r['claims_refused']:.0f} claims refused"))
             for k, v in r["cpu"].items():
                 rows.append((f"  cpu: {k}", f"{v['ms_per_gang']:.2f} ms/gang  {v['us_per_task']:.0f} us/task  "
                                             f"({r['cores_busy'][k]:.2f} cores; idle {r['idle_cores'][k]:.3f}, "
