@@ -3,7 +3,9 @@ one process of the job manager, resource manager and host manager (sim backend),
 placement process keeps no store of its own (on SQLite it locks only its data dir), so the store is shared the same
 way on both. Many gangs compete for a small cluster: every gang runs whole, no GPU is ever given to two tasks at
 once, and each engine places some of them. Killed mid-run, an engine's gangs go back to the queue (after its lease)
-and the others place them."""
+and the others place them. Claim conflicts between the engines are rare here (an engine dequeues every admitted gang
+at once, so one engine usually holds a whole wave; printed with -s): tests/unit/test_placement_engines_shared.py
+makes one on purpose."""
 
 from __future__ import annotations
 
