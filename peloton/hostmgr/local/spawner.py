@@ -517,7 +517,8 @@ def _let_go() -> None:
                 finally:
                     os.close(fd)
             except OSError as e:
-                if e.errno not in (errno.ESRCH, errno.ENOENT):  # gone already: killed, its cgroup removed
+                # gone already: killed, its cgroup removed (ENODEV: removed while this moved the ones before)
+                if e.errno not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
                     sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
                 continue
             with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
