@@ -339,10 +339,11 @@ def _cgroup_of(pid: int) -> str:
 
 
 @needs_cgroups
-@pytest.mark.parametrize("ending", ["go", "close"])
+@pytest.mark.parametrize("ending", ["go", "close", "nothing"])
 def test_a_gated_wrapper_is_moved_and_let_go_only_when_the_daemon_says_go_or_goes(tmp_path: Path, ending: str) -> None:
     """spawn_many's order (spawn.py): every spawner of a launch replies first; only then are the wrappers moved into
-    their cgroups (a move stalls every fork on the machine), on `go`, or when the daemon's socket closes."""
+    their cgroups (a move stalls every fork on the machine), on `go`, or when the daemon's socket closes, or, with
+    neither, after spawner.GO_WAIT_S."""
     from peloton.hostmgr.local.spawn import _Spawner
 
     assert _CGROUPS is not None
@@ -359,7 +360,7 @@ def test_a_gated_wrapper_is_moved_and_let_go_only_when_the_daemon_says_go_or_goe
         assert _cgroup_of(r.pid) != cg[len(_CGROUPS.mount):]  # outside its cgroup
         if ending == "go":
             sp.let_go()
-        else:
+        elif ending == "close":
             sp.close()
         wait_for(lambda: (sandbox / "work" / "ran").exists())
         wait_for(lambda: wrapper.read_exit(sandbox) is not None)

@@ -26,7 +26,7 @@ posix_spawn returns once /bin/sh has been executed: from then on the command is 
 A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
 stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
 only then, when the daemon says so (a `{"go": true}` frame, sent once every spawner of the launch has answered;
-or the daemon's socket closing), moves the wrappers of the request into their cgroups and lets them go; a wrapper
+the daemon's socket closing; or GO_WAIT_S without either), moves the wrappers of the request into their cgroups and lets them go; a wrapper
 that gets no `go` (the move failed, the spawner died) exits 125 without running the command. Moving a process
 between cgroups waits for an RCU grace period when none has moved lately (10-15 ms here, once per burst), and while
 it waits every fork on the machine (the cgroup_threadgroup_rwsem) and every cgroup mkdir (the cgroup mutex) waits
@@ -498,6 +498,9 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
 
 # (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
 _gated: list[tuple[int, int, str, int]] = []
+# how long started wrappers wait for the daemon's `go` before they are let go without it (the daemon sends it once
+# the launch's last spawner has replied: milliseconds, or a few hundred under a heavy load)
+GO_WAIT_S = 2.0
 
 
 def _let_go() -> None:
@@ -541,6 +544,8 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
 def serve(sock: socket.socket) -> None:
     base_env = dict(os.environ)
     while True:
+        if _gated and not select.select([sock], [], [], GO_WAIT_S)[0]:
+            _let_go()  # no `go` in time (a daemon thread stuck, a daemon of another release): they run anyway
         try:
             (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
             request = json.loads(_read_exact(sock, size))
