@@ -198,10 +198,10 @@ class SpawnerPool:
         least one, waited for), each taking a contiguous share. A task's `group` (its gang) is skipped by its
         spawner after another task of the group failed there (None: skipped). One entry per task, in order; a
         spawner that died gives its tasks Unknown (it is replaced next time). No lock is held while a spawner
-        works: the requests go out first, then each reply is read and its spawner given back at once (a launch
-        beside this one waits for the first spawner free, not for the last). The spawners move the wrappers into
-        their cgroups once every reply is in (let_go): a move stalls every fork on the machine for a grace period
-        (spawner.py), which would otherwise fall on the spawners still starting this launch's members."""
+        works: the requests go out first, then the replies are read. Once every reply is in, each spawner is told
+        to move the wrappers it started into their cgroups (let_go) and given back: a move stalls every fork on
+        the machine for a grace period (spawner.py), which would otherwise fall on the spawners still starting
+        this launch's members (a launch beside this one thus waits for this launch's last spawner to answer)."""
         if not tasks:
             return []
         want = max(1, min(self.size, -(-len(tasks) // max(1, per_spawner))))

@@ -25,16 +25,16 @@ posix_spawn returns once /bin/sh has been executed: from then on the command is 
 
 A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
 stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
-only then, when the daemon says so (a `{"go": true}` frame, sent once every spawner of the launch has answered;
-the daemon's socket closing; or GO_WAIT_S without either), moves the wrappers of the request into their cgroups and lets them go; a wrapper
-that gets no `go` (the move failed, the spawner died) exits 125 without running the command. Moving a process
-between cgroups waits for an RCU grace period when none has moved lately (10-15 ms here, once per burst), and while
-it waits every fork on the machine (the cgroup_threadgroup_rwsem) and every cgroup mkdir (the cgroup mutex) waits
-too: hence after the replies, where it is not on the launch's path, and after all of them, where it stalls no
-other spawner of the same launch; the command starts that much after RUNNING is reported. A task with `subreaper` instead
-(no cgroups: descendants.py) is started by fork and exec, the child making itself a child subreaper in between
-(PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
-command's orphans, now its children, before it ends.
+only then, when the daemon says so (a `{"go": true}` frame, sent once every spawner of the launch has answered; the
+daemon's socket closing; or GO_WAIT_S without either), moves the wrappers of the request into their cgroups and lets
+them go; a wrapper that gets no `go` (the move failed, the spawner died) exits 125 without running the command.
+Moving a process between cgroups waits for an RCU grace period when none has moved lately (10-15 ms here, once per
+burst), and while it waits every fork on the machine (the cgroup_threadgroup_rwsem) and every cgroup mkdir (the
+cgroup mutex) waits too: hence after the replies, where it is not on the launch's path, and after all of them, where
+it stalls no other spawner of the same launch; the command starts that much after RUNNING is reported. A task with
+`subreaper` instead (no cgroups: descendants.py) is started by fork and exec, the child making itself a child
+subreaper in between (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs
+WRAPPER_SUBREAPER, which kills the command's orphans, now its children, before it ends.
 
 A task with a user (task.user) other than the spawner's own is started by posix_spawn of util-linux's setpriv in
 the sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot
@@ -578,6 +578,7 @@ def serve(sock: socket.socket) -> None:
             if sent < len(frame):
                 sock.sendall(frame[sent:])
         except (BrokenPipeError, ConnectionError):
+            _let_go()  # the daemon went before the reply: what it may have journalled as started runs, as before
             return
         finally:
             for fd in fds:
