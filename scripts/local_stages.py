@@ -25,6 +25,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.harness import Daemon, JobWatch, gang_spec, percentile, running  # noqa: E402
 from benchmarks.local_bench import HOSTS, create  # noqa: E402
 from peloton.api.v1 import job_pb2_grpc  # noqa: E402
+from peloton.observability.gang_metrics import STAGES as GANG_STAGES  # noqa: E402
 
 # (stage, the mark it ends at); a mark is `event.enter` or `event.exit` of the first such event after the request
 STAGES = (
@@ -73,6 +74,13 @@ def breakdown(samples: list[dict[str, float]], t0s: list[float]) -> list[tuple[s
     return rows
 
 
+def gang_stage_totals(d: Daemon) -> dict[str, tuple[float, float]]:
+    """The daemon's own gang stage histogram (observability/gang_metrics.py): stage -> (sum of seconds, count)."""
+    sums = d.metric_samples("peloton_gang_stage_seconds_sum")
+    counts = d.metric_samples("peloton_gang_stage_seconds_count")
+    return {s: (sums.get((("stage", s),), 0.0), counts.get((("stage", s),), 0.0)) for s in GANG_STAGES}
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--samples", type=int, default=30, help="requests per gang size")
@@ -88,13 +96,17 @@ def main() -> int:
     if a.tree:
         d.root = Path(a.tree).resolve()
     windows: dict[int, list[tuple[float, float]]] = {}
+    histogram: dict[int, dict[str, float]] = {}  # size -> stage -> the daemon's mean over the size's requests, ms
     with running(d):
         ch = grpc.insecure_channel(d.address)
         stub = job_pb2_grpc.JobServiceStub(ch)
         watch = JobWatch(ch)
         for size in [int(x) for x in a.sizes.split(",")]:
             windows[size] = []
+            before: dict[str, tuple[float, float]] = {}
             for i in range(a.samples + 1):  # the first: a warm-up
+                if i == 1:
+                    before = gang_stage_totals(d)
                 t0 = time.monotonic()
                 jid = create(stub, gang_spec(size, f"sleep {a.sleep}"))
                 _, seen = watch.when(jid, "RUNNING", "SUCCEEDED", "FAILED").result(60)
@@ -102,6 +114,9 @@ def main() -> int:
                 watch.when(jid, "SUCCEEDED", "FAILED", "KILLED").result(60)
                 if i:
                     windows[size].append((t0, t1))
+            after = gang_stage_totals(d)
+            histogram[size] = {s: 1000 * (after[s][0] - before[s][0]) / max(1.0, after[s][1] - before[s][1])
+                               for s in GANG_STAGES}
         watch.close()
     events = []
     for line in trace.read_text().splitlines():
@@ -114,6 +129,8 @@ def main() -> int:
               f"p90 {percentile(total, 90):.1f} ms ({len(ws)} requests)")
         for label, p50, p90 in breakdown([marks(events, t0, t1) for t0, t1 in ws], [t0 for t0, _ in ws]):
             print(f"  {label:<45} {p50:7.2f}  {p90:7.2f} ms")
+        print("  the daemon's own gang stage histogram, mean ms: "
+              + ", ".join(f"{s} {v:.1f}" for s, v in histogram[size].items()))
     return 0
 
 
