@@ -1,6 +1,8 @@
 """The local backend's launch path (issue 24): a command without shell syntax is executed by the wrapper directly
 (no `/bin/sh -c` between), a gang's members start in parallel over the spawner pool, a task as another user is
-started by posix_spawn through setpriv, and a launch's statuses are handed over as one batch. Real processes."""
+started by posix_spawn through setpriv, a launch's statuses are handed over as one batch, the wrapper writes its
+files with no subshell, and gated wrappers go into their cgroups only once the launch is answered. Real
+processes."""
 
 from __future__ import annotations
 
@@ -16,7 +18,7 @@ import pytest
 
 from peloton.domain.launch import GangLaunch, LaunchOutcome, TaskStatus
 from peloton.domain.states import TaskState
-from peloton.hostmgr.local import spawner, wrapper
+from peloton.hostmgr.local import cgroups, spawner, wrapper
 from peloton.hostmgr.local.backend import LocalBackend
 from peloton.hostmgr.local.spawn import NotStarted, SpawnerPool, Started
 from peloton.hostmgr.local.task_env import inherited
@@ -195,6 +197,9 @@ def test_a_member_that_cannot_start_stops_the_members_other_spawners_started(
     wait_for(lambda: all(group_gone(p) for p in pgids))  # ... and stopped: all or nothing
     assert rec.statuses == []
     monkeypatch.undo()
+    # the same task ids again once the backend has seen every stopped wrapper end (its monitor, a moment after the
+    # processes are gone)
+    wait_for(lambda: not any(f"f{i}" in b._tasks for i in range(8)))
     assert launch(b, *(spec(f"f{i}", "true", f"local-{i % 2}") for i in range(8))).outcome == LaunchOutcome.OK
 
 
@@ -279,3 +284,89 @@ def test_a_task_as_another_user_has_only_that_users_ids_groups_and_no_capabiliti
         assert ended is not None and ended.exit_code == 0
         if name == "shell":
             assert text.splitlines()[-1] == f"{sandbox}/work"
+
+
+# ------------------------------------------------------------------------ the wrapper's own writes, the cgroup moves
+
+
+@pytest.mark.parametrize("umask", [0o022, 0o027, 0o002])
+def test_the_wrapper_writes_pids_and_exit_owner_only_without_a_subshell_and_the_command_keeps_its_umask(
+        tmp_path: Path, umask: int) -> None:
+    for gate, subreaper, direct in ((False, False, True), (True, False, False), (False, True, True)):
+        text = spawner.wrapper_of(gate, subreaper, direct, umask)
+        assert spawner.UMASK_MARK not in text and f"umask {umask:04o}" in text
+        # dash forks for a `( ... )` subshell: no line of the wrapper opens one
+        assert not any(line.lstrip().startswith("(") or "&& (" in line or "; (" in line
+                       for line in text.splitlines())
+    pool = SpawnerPool(1, inherited(os.environ))
+    sandbox = tmp_path / "t"
+    old = os.umask(umask)  # the spawner (started at the first spawn) inherits it, as it inherits the daemon's
+    try:
+        (r,) = pool.spawn([{"sandbox": str(sandbox), "command": "umask; touch made", "env": {}, "files": {}}])
+    finally:
+        os.umask(old)
+    try:
+        assert isinstance(r, Started) and r.pidfd is not None
+        wait_for(lambda: wrapper.read_exit(sandbox) is not None)
+        os.close(r.pidfd)
+    finally:
+        pool.close()
+    assert (sandbox / "stdout").read_text().strip() == f"{umask:04o}"  # the command's own umask ...
+    assert (sandbox / "work" / "made").stat().st_mode & 0o777 == 0o666 & ~umask
+    for name in ("pids", "exit"):  # ... and the wrapper's files owner-only whatever it is
+        assert (sandbox / name).stat().st_mode & 0o777 == 0o600, name
+    assert wrapper.read_pid(sandbox) == r.pid
+    rec = wrapper.read_exit(sandbox)
+    assert rec is not None and rec.exit_code == 0
+
+
+def test_current_umask_reads_the_umask_without_changing_it() -> None:
+    old = os.umask(0o037)
+    try:
+        assert spawner.current_umask() == 0o037
+        assert os.umask(0o037) == 0o037  # unchanged by the reading
+    finally:
+        os.umask(old)
+
+
+_GATE_DATA_DIR = Path("/nonexistent/peloton-launch-gate-probe")  # only names the test's cgroup subtree
+_CGROUPS, _WHY_NOT = cgroups.probe(_GATE_DATA_DIR)
+needs_cgroups = pytest.mark.skipif(_CGROUPS is None, reason=f"cgroup v2 cannot be used here: {_WHY_NOT}")
+
+
+def _cgroup_of(pid: int) -> str:
+    return next(line[3:] for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines() if line.startswith("0::"))
+
+
+@needs_cgroups
+@pytest.mark.parametrize("ending", ["go", "close", "nothing"])
+def test_a_gated_wrapper_is_moved_and_let_go_only_when_the_daemon_says_go_or_goes(tmp_path: Path, ending: str) -> None:
+    """spawn_many's order (spawn.py): every spawner of a launch replies first; only then are the wrappers moved into
+    their cgroups (a move stalls every fork on the machine), on `go`, or when the daemon's socket closes, or, with
+    neither, after spawner.GO_WAIT_S."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)  # (the last test's cleanup removed it)
+    cg = _CGROUPS.new_path("gate-test")
+    sp = _Spawner(inherited(os.environ))
+    sandbox = tmp_path / "t"
+    try:
+        sp.send([{"sandbox": str(sandbox), "command": "touch ran", "env": {}, "files": {}, "cgroup": cg}])
+        (r,) = sp.receive()
+        assert isinstance(r, Started) and r.pidfd is not None
+        wait_for(lambda: wrapper.read_pid(sandbox) == r.pid)  # the wrapper is past its first lines ...
+        assert not (sandbox / "work" / "ran").exists()  # ... and waits at its gate,
+        assert _cgroup_of(r.pid) != cg[len(_CGROUPS.mount):]  # outside its cgroup
+        if ending == "go":
+            sp.let_go()
+        elif ending == "close":
+            sp.close()
+        wait_for(lambda: (sandbox / "work" / "ran").exists())
+        wait_for(lambda: wrapper.read_exit(sandbox) is not None)
+        rec = wrapper.read_exit(sandbox)
+        assert rec is not None and rec.exit_code == 0  # moved, then let go: not 125
+        os.close(r.pidfd)
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)

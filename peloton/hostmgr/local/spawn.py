@@ -70,10 +70,22 @@ class _Spawner:
 
     def spawn(self, tasks: list[dict[str, object]]) -> list[Started | NotStarted | None]:
         self.send(tasks)
-        return self.receive()
+        out = self.receive()
+        self.let_go()
+        return out
 
     def send(self, tasks: list[dict[str, object]]) -> None:
-        body = json.dumps({"tasks": tasks}).encode()
+        self._frame({"tasks": tasks})
+
+    def let_go(self) -> None:
+        """Tell the spawner to move the wrappers it started into their cgroups and let them run (spawner.py: a
+        move stalls every fork on the machine for a grace period, so a launch's moves wait until every spawner of
+        the launch has answered). No reply; a spawner gone meanwhile let them go as it saw its socket close."""
+        with contextlib.suppress(SpawnerDied):
+            self._frame({"go": True})
+
+    def _frame(self, doc: dict[str, object]) -> None:
+        body = json.dumps(doc).encode()
         try:
             self.sock.sendall(_HEADER.pack(len(body)) + body)
         except OSError as e:
@@ -186,8 +198,10 @@ class SpawnerPool:
         least one, waited for), each taking a contiguous share. A task's `group` (its gang) is skipped by its
         spawner after another task of the group failed there (None: skipped). One entry per task, in order; a
         spawner that died gives its tasks Unknown (it is replaced next time). No lock is held while a spawner
-        works: the requests go out first, then each reply is read and its spawner given back at once (a launch
-        beside this one waits for the first spawner free, not for the last)."""
+        works: the requests go out first, then the replies are read. Once every reply is in, each spawner is told
+        to move the wrappers it started into their cgroups (let_go) and given back: a move stalls every fork on
+        the machine for a grace period (spawner.py), which would otherwise fall on the spawners still starting
+        this launch's members (a launch beside this one thus waits for this launch's last spawner to answer)."""
         if not tasks:
             return []
         want = max(1, min(self.size, -(-len(tasks) // max(1, per_spawner))))
@@ -217,26 +231,32 @@ class SpawnerPool:
             except SpawnerDied as e:
                 sent.append(str(e) or "its socket is closed")
         out: list[Started | NotStarted | Unknown | None] = []
+        answered: list[_Spawner] = []
         try:
             for i, sp in enumerate(sps):
                 assert sp is not None
                 share = bounds[i + 1] - bounds[i]
-                ok = False
                 try:
                     if sent[i]:
                         raise SpawnerDied(sent[i])
                     got: list[Started | NotStarted | Unknown | None] = list(sp.receive())
                     got += [None] * (share - len(got))  # after a task of no group failed: not tried
-                    ok = True
+                    answered.append(sp)
                 except SpawnerDied as e:
                     log.error("local backend: a spawner died while starting %d tasks: %s", share, e)
                     got = [Unknown(f"the process starting tasks died: {e}")] * share
-                finally:
                     sps[i] = None
-                    self._give_back(sp, ok)
+                    self._give_back(sp, False)
                     self._sem.release()
                 out += got
-        finally:  # (an exception above: what was not read is lost, as its spawners are)
+            for sp in answered:  # every reply is in: the moves into cgroups stall no spawn of this launch now
+                sp.let_go()
+            for i, sp in enumerate(sps):
+                if sp is not None:
+                    sps[i] = None
+                    self._give_back(sp, True)
+                    self._sem.release()
+        finally:  # (an exception above: what was not read is lost, as its spawners are; they let go as they close)
             for sp in sps:
                 if sp is not None:
                     self._give_back(sp, False)

@@ -25,13 +25,16 @@ posix_spawn returns once /bin/sh has been executed: from then on the command is 
 
 A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
 stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
-only then moves the wrappers of the request into their cgroups and lets them go; a wrapper that gets no `go` (the
-move failed, the spawner died) exits 125 without running the command. Moving a process between cgroups waits for
-an RCU grace period when none has moved lately (10-15 ms here, once per burst), which is thus not on the launch's
-path; the command starts that much after RUNNING is reported. A task with `subreaper` instead
-(no cgroups: descendants.py) is started by fork and exec, the child making itself a child subreaper in between
-(PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs WRAPPER_SUBREAPER, which kills the
-command's orphans, now its children, before it ends.
+only then, when the daemon says so (a `{"go": true}` frame, sent once every spawner of the launch has answered; the
+daemon's socket closing; or GO_WAIT_S without either), moves the wrappers of the request into their cgroups and lets
+them go; a wrapper that gets no `go` (the move failed, the spawner died) exits 125 without running the command.
+Moving a process between cgroups waits for an RCU grace period when none has moved lately (10-15 ms here, once per
+burst), and while it waits every fork on the machine (the cgroup_threadgroup_rwsem) and every cgroup mkdir (the
+cgroup mutex) waits too: hence after the replies, where it is not on the launch's path, and after all of them, where
+it stalls no other spawner of the same launch; the command starts that much after RUNNING is reported. A task with
+`subreaper` instead (no cgroups: descendants.py) is started by fork and exec, the child making itself a child
+subreaper in between (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs
+WRAPPER_SUBREAPER, which kills the command's orphans, now its children, before it ends.
 
 A task with a user (task.user) other than the spawner's own is started by posix_spawn of util-linux's setpriv in
 the sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot
@@ -65,15 +68,18 @@ STDERR_FILE = "stderr"
 WORK_DIR = "work"
 
 # `cd -P`: physical, so `cd ..` is the sandbox whatever `work` was made into meanwhile (a logical cd would go by
-# the path it came by). `pids` and `exit` are written under an owner-only umask (in a subshell, whose $$ is still
-# the wrapper's), the command keeps the umask it was given.
+# the path it came by). `pids` and `exit` are written under an owner-only umask, set by the wrapper's own shell (a
+# builtin: no fork, where a `( ... )` subshell costs dash a fork each), and the umask it was given (UMASK_MARK: the
+# spawner's, wrapper_of puts it in) is set back before the command runs, so the command keeps it. After the command
+# nothing is created that the umask would matter for.
+UMASK_MARK = "@UMASK@"
 _ENTER = """cd -P "$1" || exit 127
-(umask 077 && echo $$ > pids)
+umask 077; echo $$ > pids; umask @UMASK@
 """
 _RUN = """trap : TERM
 cd -P work && /bin/sh -c "$2"
 rc=$?
-cd -P .. && (umask 077 && echo $rc > exit)
+cd -P .. && umask 077 && echo $rc > exit
 """
 # The same, for a command executed directly (argv_of): its argv follows the sandbox and the sandbox's absolute path.
 # Its first word is never a name the wrapper's shell would take for a builtin or keyword (_SHELL_WORDS).
@@ -103,10 +109,27 @@ kill -KILL 0
 PR_SET_CHILD_SUBREAPER = 36
 
 
-def wrapper_of(gate: bool, subreaper: bool, direct: bool) -> str:
-    """The wrapper's text: WRAPPER, WRAPPER_GATED or WRAPPER_SUBREAPER, running the command directly or not."""
+def wrapper_of(gate: bool, subreaper: bool, direct: bool, umask: int) -> str:
+    """The wrapper's text: WRAPPER, WRAPPER_GATED or WRAPPER_SUBREAPER, running the command directly or not, giving
+    the command `umask` (the one the wrapper is started with)."""
     text = WRAPPER_SUBREAPER if subreaper else WRAPPER_GATED if gate else WRAPPER
-    return text.replace(_RUN, _RUN_DIRECT) if direct else text
+    text = text.replace(_RUN, _RUN_DIRECT) if direct else text
+    return text.replace(UMASK_MARK, f"{umask & 0o777:04o}")
+
+
+_UMASK: list[int] = []  # the spawner's umask, read once in main(): nothing changes it there
+
+
+def current_umask() -> int:
+    """This process's umask, without setting it (os.umask can only set it, which would race another thread's file
+    creation): /proc/self/status's `Umask:` line (Linux >= 4.7); in the spawner, the one main() read."""
+    if _UMASK:
+        return _UMASK[0]
+    with open("/proc/self/status", encoding="ascii", errors="replace") as f:
+        for line in f:
+            if line.startswith("Umask:"):
+                return int(line.split()[1], 8)
+    raise OSError(errno.ENOSYS, "/proc/self/status has no Umask line")
 
 
 # ---------------------------------------------------------------------------------------------- direct exec
@@ -206,7 +229,7 @@ def _args(sandbox: str, command: str, env: dict[str, str], gate: bool, subreaper
     directly, `sh -c WRAPPER peloton-task SANDBOX ABSOLUTE ARGV...` (`absolute`: the sandbox's absolute path, which
     is_wrapper looks for, when SANDBOX is `.`)."""
     argv = argv_of(command, env)
-    head = [SHELL, "-c", wrapper_of(gate, subreaper, argv is not None), "peloton-task", sandbox]
+    head = [SHELL, "-c", wrapper_of(gate, subreaper, argv is not None, current_umask()), "peloton-task", sandbox]
     if argv is None:
         return head + [command] + ([absolute] if absolute else [])
     return head + [absolute or sandbox] + argv
@@ -475,6 +498,9 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
 
 # (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
 _gated: list[tuple[int, int, str, int]] = []
+# how long started wrappers wait for the daemon's `go` before they are let go without it (the daemon sends it once
+# the launch's last spawner has replied: milliseconds, or a few hundred under a heavy load)
+GO_WAIT_S = 2.0
 
 
 def _let_go() -> None:
@@ -494,7 +520,8 @@ def _let_go() -> None:
                 finally:
                     os.close(fd)
             except OSError as e:
-                if e.errno not in (errno.ESRCH, errno.ENOENT):  # gone already: killed, its cgroup removed
+                # gone already: killed, its cgroup removed (ENODEV: removed while this moved the ones before)
+                if e.errno not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
                     sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
                 continue
             with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
@@ -517,11 +544,17 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
 def serve(sock: socket.socket) -> None:
     base_env = dict(os.environ)
     while True:
+        if _gated and not select.select([sock], [], [], GO_WAIT_S)[0]:
+            _let_go()  # no `go` in time (a daemon thread stuck, a daemon of another release): they run anyway
         try:
             (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
             request = json.loads(_read_exact(sock, size))
         except (EOFError, ConnectionError):
+            _let_go()  # the daemon went after the reply: what it was told started runs, as it was told
             return
+        _let_go()  # `go` (every spawner of the launch has answered), or a request that came before it
+        if "tasks" not in request:
+            continue
         replies: list[dict[str, object]] = []
         fds: list[int] = []
         failed: set[object] = set()  # the groups (gangs) with a task that could not start: the rest of each is skipped
@@ -545,11 +578,12 @@ def serve(sock: socket.socket) -> None:
             if sent < len(frame):
                 sock.sendall(frame[sent:])
         except (BrokenPipeError, ConnectionError):
+            _let_go()  # the daemon went before the reply: what it may have journalled as started runs, as before
             return
         finally:
             for fd in fds:
                 os.close(fd)
-            _let_go()  # after the reply (the daemon reports RUNNING meanwhile), whether it arrived or not
+        # the wrappers are let go at the next frame: `go`, once every spawner of the launch has answered
 
 
 def _ints(fds: list[int]) -> bytes:
@@ -562,6 +596,7 @@ def main() -> int:
     # own (spawn.py), so Ctrl-C at the daemon's terminal never reaches it.
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
+    _UMASK.append(current_umask())  # what every wrapper gives its command (wrapper_of)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
     sock = socket.socket(fileno=fd)
