@@ -151,14 +151,15 @@ class Writer:
                 self._cond.wait()
             if self._stop and not self._queue:
                 return None
-            batch: list[Mutation[Any]] = []
-            rows = 0
-            while self._queue and len(batch) < MAX_BATCH:
-                m = self._queue[0]
-                if batch and rows + m.rows > MAX_BATCH_ROWS:
+            # everything queued, in one take (one wake of this thread for all of it), up to the batch's bounds
+            n, rows = 0, 0
+            for m in self._queue:
+                if n == MAX_BATCH or (n and rows + m.rows > MAX_BATCH_ROWS):
                     break
-                batch.append(self._queue.pop(0))
+                n += 1
                 rows += m.rows
+            batch = self._queue[:n]
+            del self._queue[:n]
             return batch
 
     def _run(self) -> None:
@@ -166,10 +167,12 @@ class Writer:
             batch = self._take()
             if batch is None:
                 return
-            queries = [m for m in batch if m.kind == Kind.QUERY and not m.job_ids]
-            writes = [m for m in batch if m not in queries]
-            for m in queries:  # nothing to load: answer from the cache, no transaction
-                self._answer(m)
+            writes: list[Mutation[Any]] = []
+            for m in batch:
+                if m.kind == Kind.QUERY and not m.job_ids:  # nothing to load: answer from the cache, no transaction
+                    self._answer(m)
+                else:
+                    writes.append(m)
             if writes:
                 self._commit_batch(writes)
 

@@ -94,7 +94,7 @@ _KEY_CHUNK = 2000
 _JOB_COLS = ("state", "desired", "reason", "updated_at", "completed_at")
 _GANG_COLS = ("state", "attempt", "reason", "launch_deadline", "updated_at", "preemptions", "plan")
 _TASK_COLS = ("attempt", "state", "host", "address", "ports", "gpu_ids", "exit_code", "reason", "message",
-              "started_at", "finished_at", "updated_at")  # the order of _task_mutable
+              "started_at", "finished_at", "updated_at")  # the order of _task_values
 _NO_SYNC = {"synchronize_session": False}
 _JOB_TERMINAL = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value)
 
@@ -182,21 +182,18 @@ def _gang_from_row(r: Row[Any]) -> Gang:
     )
 
 
+def _task_values(t: Task) -> tuple[Any, ...]:
+    """A task's mutable columns' values, in _TASK_COLS order (a tuple: written for every task row updated)."""
+    return (t.attempt, TaskState(t.state).value, t.host, t.address, _int_list(t.ports), _int_list(t.gpu_ids),
+            t.exit_code, t.reason, t.message, t.started_at, t.finished_at, t.updated_at)
+
+
 def _task_mutable(t: Task) -> dict[str, Any]:
-    return {
-        "attempt": t.attempt,
-        "state": TaskState(t.state).value,
-        "host": t.host,
-        "address": t.address,
-        "ports": _int_list(t.ports),
-        "gpu_ids": _int_list(t.gpu_ids),
-        "exit_code": t.exit_code,
-        "reason": t.reason,
-        "message": t.message,
-        "started_at": t.started_at,
-        "finished_at": t.finished_at,
-        "updated_at": t.updated_at,
-    }
+    return dict(zip(_TASK_COLS, _task_values(t), strict=True))
+
+
+def _task_update_row(t: Task) -> tuple[Any, ...]:
+    return (t.job_id, t.instance, *_task_values(t))
 
 
 def _task_to_dict(t: Task) -> dict[str, Any]:
@@ -487,7 +484,7 @@ class Writes:
             bulk.Update(_JOBS, ("id",), _JOB_COLS, [_job_update_row(j) for j in jobs]),
             bulk.Update(_GANGS, ("job_id", "idx"), _GANG_COLS, [_gang_update_row(g) for g in gangs]),
             bulk.Update(_TASKS, ("job_id", "instance"), _TASK_COLS,
-                        [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks])]
+                        [_task_update_row(t) for t in tasks])]
         inserts = [bulk.Insert(_JOBS, tuple(self._jobs[0])) if self._jobs else bulk.Insert(_JOBS, ()),
                    *self._inserts.values()]
         inserts[0].rows = [tuple(r[c] for c in inserts[0].cols) for r in self._jobs]
@@ -601,7 +598,7 @@ def update_tasks(s: Session, tasks: Sequence[Task]) -> None:
     exit_code, reason, message, started_at, finished_at, updated_at). NotFound if a task does not exist
     (the caller must roll back: other rows of the batch may have been written)."""
     _update(s, _TASKS, ("job_id", "instance"), _TASK_COLS,
-            [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks], "tasks")
+            [_task_update_row(t) for t in tasks], "tasks")
 
 
 def task_state_counts(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:
