@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 from prometheus_client import Gauge
 
@@ -59,22 +59,22 @@ class JobChange:
 
 
 @dataclass(eq=False, slots=True)
-class _Waiter:
+class Waiter:
     """One watcher waiting for changes: what it watches, the revision it has seen, and the gate it sleeps on
     (acquired once at registration; `WatchHub.append` releases it, once, to wake the watcher)."""
     job_ids: Collection[str]
     tasks: bool
     after: int
-    gate: threading.Lock = field(default_factory=threading.Lock)
+    gate: threading.Lock
 
     def wants(self, c: JobChange) -> bool:
         return (self.tasks or c.job_changed or c.deleted) and (not self.job_ids or c.job_id in self.job_ids)
 
 
-def woken(waiters: Iterable[_Waiter], by_job: Mapping[str, Iterable[_Waiter]], changes: Iterable[JobChange]
-          ) -> set[_Waiter]:
+def woken(waiters: Iterable[Waiter], by_job: Mapping[str, Iterable[Waiter]], changes: Iterable[JobChange]
+          ) -> set[Waiter]:
     """The waiters `changes` have something for: `waiters` watch every job, `by_job` those of named jobs."""
-    out: set[_Waiter] = set()
+    out: set[Waiter] = set()
     every = list(waiters)
     for c in changes:
         for w in every:
@@ -93,8 +93,8 @@ class WatchHub:
         self._lock = threading.Lock()
         self._changes: list[JobChange] = []  # revision = _first + index
         self._first = 1
-        self._every: set[_Waiter] = set()  # waiting watchers of every job
-        self._by_job: dict[str, set[_Waiter]] = {}  # waiting watchers of named jobs, by job
+        self._every: set[Waiter] = set()  # waiting watchers of every job
+        self._by_job: dict[str, set[Waiter]] = {}  # waiting watchers of named jobs, by job
         self.closed = False
 
     @property
@@ -151,18 +151,18 @@ class WatchHub:
         with self._lock:
             return len(set(self._waiting()))
 
-    def _waiting(self) -> Iterator[_Waiter]:
+    def _waiting(self) -> Iterator[Waiter]:
         yield from self._every
         for ws in self._by_job.values():
             yield from ws
 
-    def _register(self, w: _Waiter) -> None:
+    def _register(self, w: Waiter) -> None:
         if not w.job_ids:
             self._every.add(w)
         for jid in w.job_ids:
             self._by_job.setdefault(jid, set()).add(w)
 
-    def _unregister(self, w: _Waiter) -> None:
+    def _unregister(self, w: Waiter) -> None:
         self._every.discard(w)
         for jid in w.job_ids:
             ws = self._by_job.get(jid)
@@ -197,8 +197,9 @@ class WatchHub:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return [], after, False
-                w = _Waiter(job_ids, tasks, after)
-                w.gate.acquire()
+                gate = threading.Lock()
+                gate.acquire()
+                w = Waiter(job_ids, tasks, after, gate)
                 self._register(w)
             if not w.gate.acquire(timeout=left):  # not woken: gone from the hub unless a wake raced the timeout
                 with self._lock:

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from peloton.jobmgr.watch import JobChange, TaskChange, WatchHub, woken, _Waiter
+from peloton.jobmgr.watch import JobChange, TaskChange, Waiter, WatchHub, woken
 
 
 def job(jid: str, state: str = "RUNNING") -> JobChange:
@@ -107,8 +107,8 @@ def test_close_wakes_every_watcher() -> None:
 
 
 def test_woken_matches_by_job_and_kind() -> None:
-    every_jobs, every_tasks = _Waiter((), False, 0), _Waiter((), True, 0)
-    of_a, of_b = _Waiter({"a"}, False, 0), _Waiter({"b"}, True, 0)
+    every_jobs, every_tasks = Waiter((), False, 0, threading.Lock()), Waiter((), True, 0, threading.Lock())
+    of_a, of_b = Waiter({"a"}, False, 0, threading.Lock()), Waiter({"b"}, True, 0, threading.Lock())
     by_job = {"a": [of_a], "b": [of_b]}
     assert woken([every_jobs, every_tasks], by_job, [task_only("a")]) == {every_tasks}
     assert woken([every_jobs, every_tasks], by_job, [task_only("b")]) == {every_tasks, of_b}
