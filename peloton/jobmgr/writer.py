@@ -42,6 +42,8 @@ BATCHES = Histogram("peloton_jobmgr_commit_seconds", "One group commit: load, ru
 BATCH_SIZE = Histogram("peloton_jobmgr_commit_mutations", "Mutations per group commit",
                        buckets=(1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024))
 ROWS = Counter("peloton_jobmgr_rows_written_total", "Rows written by the job manager", ["table"])
+# the children, looked up once: labels() on every commit showed in the writer's profile
+_ROWS_JOBS, _ROWS_GANGS, _ROWS_TASKS, _ROWS_EVENTS = (ROWS.labels(t) for t in ("jobs", "gangs", "tasks", "task_events"))
 
 Views = dict[str, policy.JobView]
 T = TypeVar("T")
@@ -264,7 +266,7 @@ class Writer:
                     if not m.inserted:
                         writes.insert_job(jv.job, [gv.gang for gv in jv.gangs.values()], list(jv.tasks.values()))
                         writes.append_task_events(m.events)
-                        ROWS.labels("tasks").inc(len(jv.tasks))
+                        _ROWS_TASKS.inc(len(jv.tasks))
                     else:
                         eff.touch_job(jv.job)
                     self.cache[jv.job.id] = jv
@@ -308,10 +310,10 @@ class Writer:
     def _write(s: Session, writes: repo.Writes, eff: policy.Effects) -> None:
         writes.append_task_events(eff.events)
         writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()))
-        ROWS.labels("jobs").inc(len(eff.jobs))
-        ROWS.labels("gangs").inc(len(eff.gangs))
-        ROWS.labels("tasks").inc(len(eff.tasks))
-        ROWS.labels("task_events").inc(len(eff.events))
+        _ROWS_JOBS.inc(len(eff.jobs))
+        _ROWS_GANGS.inc(len(eff.gangs))
+        _ROWS_TASKS.inc(len(eff.tasks))
+        _ROWS_EVENTS.inc(len(eff.events))
 
 
 

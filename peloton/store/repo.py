@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Row,
@@ -114,6 +115,15 @@ def _dumps(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True)
 
 
+E = TypeVar("E", bound=StrEnum)
+
+
+def _state_text(cls: type[E], v: E | str) -> str:
+    """The column text of a state: a member of `cls` as it is (no enum lookup: this runs for every row written),
+    anything else through `cls` (a value that is not one of its states raises)."""
+    return v._value_ if type(v) is cls else cls(v).value
+
+
 def _int_list(xs: Sequence[int]) -> str:
     """json.dumps of a list of ints, without json's overhead (it runs for every task row written)."""
     return "[" + ",".join(str(int(x)) for x in xs) + "]"
@@ -184,7 +194,7 @@ def _gang_from_row(r: Row[Any]) -> Gang:
 
 def _task_values(t: Task) -> tuple[Any, ...]:
     """A task's mutable columns' values, in _TASK_COLS order (a tuple: written for every task row updated)."""
-    return (t.attempt, TaskState(t.state).value, t.host, t.address, _int_list(t.ports), _int_list(t.gpu_ids),
+    return (t.attempt, _state_text(TaskState, t.state), t.host, t.address, _int_list(t.ports), _int_list(t.gpu_ids),
             t.exit_code, t.reason, t.message, t.started_at, t.finished_at, t.updated_at)
 
 
@@ -196,8 +206,15 @@ def _task_update_row(t: Task) -> tuple[Any, ...]:
     return (t.job_id, t.instance, *_task_values(t))
 
 
+_TASK_INSERT_COLS = ("job_id", "instance", "gang_index", *_TASK_COLS)
+
+
 def _task_to_dict(t: Task) -> dict[str, Any]:
-    return {"job_id": t.job_id, "instance": t.instance, "gang_index": t.gang_index, **_task_mutable(t)}
+    return dict(zip(_TASK_INSERT_COLS, _task_insert_row(t), strict=True))
+
+
+def _task_insert_row(t: Task) -> tuple[Any, ...]:
+    return (t.job_id, t.instance, t.gang_index, *_task_values(t))
 
 
 def _task_from_row(r: Row[Any]) -> Task:
@@ -220,18 +237,17 @@ def _task_from_row(r: Row[Any]) -> Task:
     )
 
 
+_EVENT_COLS = ("job_id", "instance", "attempt", "state", "time", "host", "reason", "message", "exit_code")
+
+
+def _event_values(e: TaskEvent) -> tuple[Any, ...]:
+    """A task event's row, in _EVENT_COLS order (a tuple: one is written for every task's every transition)."""
+    return (e.job_id, e.instance, e.attempt, _state_text(TaskState, e.state), e.time, e.host, e.reason, e.message,
+            e.exit_code)
+
+
 def _event_to_dict(e: TaskEvent) -> dict[str, Any]:
-    return {
-        "job_id": e.job_id,
-        "instance": e.instance,
-        "attempt": e.attempt,
-        "state": TaskState(e.state).value,
-        "time": e.time,
-        "host": e.host,
-        "reason": e.reason,
-        "message": e.message,
-        "exit_code": e.exit_code,
-    }
+    return dict(zip(_EVENT_COLS, _event_values(e), strict=True))
 
 
 def _event_from_row(r: Row[Any]) -> TaskEvent:
@@ -437,20 +453,25 @@ class Writes:
     def insert_job(self, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
         # rendered now, as inserting it now would: a later change in this batch goes as an update
         self._jobs.append(_job_to_dict(job))
-        self._add(_GANGS, [_gang_to_dict(g) for g in gangs])
-        self._add(_TASKS, [_task_to_dict(t) for t in tasks])
+        gang_rows = [_gang_to_dict(g) for g in gangs]
+        if gang_rows:
+            cols = tuple(gang_rows[0])
+            self._add(_GANGS, cols, [tuple(r[c] for c in cols) for r in gang_rows])
+        self._add(_TASKS, _TASK_INSERT_COLS, [_task_insert_row(t) for t in tasks])
         self._created.add(job.id)
 
     def append_task_events(self, events: Sequence[TaskEvent]) -> None:
-        self._add(_EVENTS, [_event_to_dict(e) for e in events])
+        self._add(_EVENTS, _EVENT_COLS, [_event_values(e) for e in events])
 
-    def _add(self, table: Table, rows: list[dict[str, Any]]) -> None:
+    def _add(self, table: Table, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        """Rows (tuples of `cols`' values) to insert into `table`; a table's rows all have the same columns."""
         if not rows:
             return
         ins = self._inserts[table.name]
         if not ins.cols:
-            ins.cols = tuple(rows[0])
-        ins.rows.extend(tuple(r[c] for c in ins.cols) for r in rows)
+            ins.cols = cols
+        assert ins.cols == cols, (table.name, ins.cols, cols)
+        ins.rows.extend(rows)
 
     def send(self, s: Session, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
              tasks: Sequence[Task] = ()) -> None:
