@@ -186,10 +186,8 @@ class Daemon:
             return
         spy = subprocess.Popen([exe, "record", "--pid", str(self.proc.pid), "--rate", str(PY_SPY_RATE), "--format",
                                 "raw", "-o", out, "--threads", "--nonblocking",
-                                # PELOTON_PROFILE=wall: every thread's stack, waiting included (where a thread waits);
-                                # =cpu: the threads running on a core (py-spy's default: C code without the GIL too)
-                                *_PROFILE_MODE.get(os.environ.get("PELOTON_PROFILE", ""), ["--gil"])],
-                               stdout=subprocess.DEVNULL,
+                                # PELOTON_PROFILE=wall: every thread's stack, waiting included (where a thread waits)
+                                "--idle" if os.environ.get("PELOTON_PROFILE") == "wall" else "--gil"], stdout=subprocess.DEVNULL,
                                stderr=subprocess.DEVNULL)
         try:
             yield
@@ -200,9 +198,6 @@ class Daemon:
     def cpu_seconds(self) -> float:
         assert self.proc is not None
         return proc_cpu_seconds(self.proc.pid)
-
-
-_PROFILE_MODE = {"wall": ["--idle"], "cpu": []}
 
 
 def profile_summary(path: str, top: int = 15) -> dict[str, Any]:
