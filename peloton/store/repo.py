@@ -198,10 +198,6 @@ def _task_values(t: Task) -> tuple[Any, ...]:
             t.exit_code, t.reason, t.message, t.started_at, t.finished_at, t.updated_at)
 
 
-def _task_mutable(t: Task) -> dict[str, Any]:
-    return dict(zip(_TASK_COLS, _task_values(t), strict=True))
-
-
 def _task_update_row(t: Task) -> tuple[Any, ...]:
     return (t.job_id, t.instance, *_task_values(t))
 
