@@ -1,8 +1,10 @@
 """The watch hub: every committed change of a job or a task, numbered (a revision per job change) and kept for a
 while, so that watchers get them in order and can resume after a disconnect.
 
-The writer publishes after each commit (on its own thread, with the records it just wrote); a watcher waits on
-the hub's condition and reads the history after the revision it last saw. A watcher too far behind for the
+The writer publishes after each commit (on its own thread, with the records it just wrote); a watcher reads the
+history after the revision it last saw and, when nothing there is for it, waits. A commit wakes only the watchers it
+has something for (one wake each per commit; a watcher of other jobs, or of jobs only while tasks changed, sleeps on):
+with many streams open, every commit waking every stream's thread would cost each of them a wake and a scan. A watcher too far behind for the
 history (or one resuming a stream of a daemon that restarted) gets a snapshot of the jobs it watches instead, or,
 watching every job, a `resync` notice. The revision of a stream is in memory: `stream_id` says which stream.
 """
@@ -12,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 import uuid
-from collections.abc import Collection, Iterable
+from collections.abc import Collection, Iterable, Iterator, Mapping
 from dataclasses import dataclass
 
 from prometheus_client import Gauge
@@ -56,19 +58,49 @@ class JobChange:
                          job_changed)
 
 
+@dataclass(eq=False, slots=True)
+class Waiter:
+    """One watcher waiting for changes: what it watches, the revision it has seen, and the gate it sleeps on
+    (acquired once at registration; `WatchHub.append` releases it, once, to wake the watcher)."""
+    job_ids: Collection[str]
+    tasks: bool
+    after: int
+    gate: threading.Lock
+
+    def wants(self, c: JobChange) -> bool:
+        return (self.tasks or c.job_changed or c.deleted) and (not self.job_ids or c.job_id in self.job_ids)
+
+
+def woken(waiters: Iterable[Waiter], by_job: Mapping[str, Iterable[Waiter]], changes: Iterable[JobChange]
+          ) -> set[Waiter]:
+    """The waiters `changes` have something for: `waiters` watch every job, `by_job` those of named jobs."""
+    out: set[Waiter] = set()
+    every = list(waiters)
+    for c in changes:
+        for w in every:
+            if w not in out and w.wants(c):
+                out.add(w)
+        for w in by_job.get(c.job_id, ()):
+            if w not in out and w.wants(c):
+                out.add(w)
+    return out
+
+
 class WatchHub:
     def __init__(self, history: int = HISTORY) -> None:
         self.stream_id = uuid.uuid4().hex
         self._limit = history
-        self._cond = threading.Condition()
+        self._lock = threading.Lock()
         self._changes: list[JobChange] = []  # revision = _first + index
         self._first = 1
+        self._every: set[Waiter] = set()  # waiting watchers of every job
+        self._by_job: dict[str, set[Waiter]] = {}  # waiting watchers of named jobs, by job
         self.closed = False
 
     @property
     def revision(self) -> int:
         """The newest revision published (0 before any)."""
-        with self._cond:
+        with self._lock:
             return self._first + len(self._changes) - 1
 
     def publish(self, views: Iterable[policy.JobView], eff: policy.Effects, deleted: Collection[str] = ()) -> None:
@@ -83,24 +115,61 @@ class WatchHub:
             self.append(out)
 
     def append(self, changes: list[JobChange]) -> None:
-        with self._cond:
+        """Add one commit's changes and wake, once each, the watchers they concern (and any the history's trim
+        left behind: they learn it at once, as a `lost`)."""
+        with self._lock:
             self._changes.extend(changes)
             if len(self._changes) > self._limit:
                 drop = len(self._changes) - self._limit
                 del self._changes[:drop]
                 self._first += drop
-            self._cond.notify_all()
+                wake = {w for w in self._waiting() if w.after < self._first - 1}
+            else:
+                wake = set()
+            if self._every or self._by_job:
+                wake |= woken(self._every, self._by_job, changes)
+            for w in wake:
+                self._unregister(w)
+                w.gate.release()
 
     def close(self) -> None:
         """The daemon is stopping: every watcher's wait returns now (their streams end, clients resume elsewhere)."""
-        with self._cond:
+        with self._lock:
             self.closed = True
-            self._cond.notify_all()
+            for w in set(self._waiting()):
+                self._unregister(w)
+                w.gate.release()
 
     def can_resume(self, stream_id: str, after: int) -> bool:
         """Whether every change after `after` of `stream_id` is still in the history."""
-        with self._cond:
+        with self._lock:
             return stream_id == self.stream_id and self._first - 1 <= after <= self._first + len(self._changes) - 1
+
+    @property
+    def waiting(self) -> int:
+        """Watchers asleep in `wait` now."""
+        with self._lock:
+            return len(set(self._waiting()))
+
+    def _waiting(self) -> Iterator[Waiter]:
+        yield from self._every
+        for ws in self._by_job.values():
+            yield from ws
+
+    def _register(self, w: Waiter) -> None:
+        if not w.job_ids:
+            self._every.add(w)
+        for jid in w.job_ids:
+            self._by_job.setdefault(jid, set()).add(w)
+
+    def _unregister(self, w: Waiter) -> None:
+        self._every.discard(w)
+        for jid in w.job_ids:
+            ws = self._by_job.get(jid)
+            if ws is not None:
+                ws.discard(w)
+                if not ws:
+                    del self._by_job[jid]
 
     def wait(self, after: int, timeout_s: float, job_ids: Collection[str] = (), tasks: bool = False
              ) -> tuple[list[JobChange], int, bool]:
@@ -108,8 +177,10 @@ class WatchHub:
         `timeout_s` for one; the revision they bring the watcher to; and whether changes were lost (the watcher
         fell behind the history)."""
         deadline = time.monotonic() + timeout_s
-        with self._cond:
-            while not self.closed:
+        while True:
+            with self._lock:
+                if self.closed:
+                    return [], after, False
                 last = self._first + len(self._changes) - 1
                 if after < self._first - 1:
                     return [], last, True
@@ -126,5 +197,10 @@ class WatchHub:
                 left = deadline - time.monotonic()
                 if left <= 0:
                     return [], after, False
-                self._cond.wait(left)
-            return [], after, False
+                gate = threading.Lock()
+                gate.acquire()
+                w = Waiter(job_ids, tasks, after, gate)
+                self._register(w)
+            if not w.gate.acquire(timeout=left):  # not woken: gone from the hub unless a wake raced the timeout
+                with self._lock:
+                    self._unregister(w)

@@ -193,26 +193,40 @@ def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update],
               fence_keys: list[str] | None) -> tuple[str, list[Any]]:
     """write_batch's statement and parameters ("" when there is nothing to send). It selects the count of each
     update's rows, then the fence's keys and values (two arrays, in key order)."""
-    parts: list[str] = []
-    params: list[Any] = []
-    for n, ins in enumerate(i for i in inserts if i.rows):
-        marks = "(" + ", ".join("%s" for _ in ins.cols) + ")"
-        column_list = ", ".join(f'"{c}"' for c in ins.cols)
-        parts.append(f'i{n} AS (INSERT INTO "{ins.table.name}" ({column_list}) VALUES '
-                     + ", ".join(marks for _ in ins.rows) + " RETURNING 1)")
-        for r in ins.rows:
-            params.extend(r)
-    selects: list[str] = []
-    for n, up in enumerate(u for u in updates if u.rows):
-        parts.append(f"u{n} AS ({_pg_update_sql(up.table, up.keys, up.cols)} RETURNING 1)")
-        width = len(up.keys) + len(up.cols)
-        params.extend([r[i] for r in up.rows] for i in range(width))
-        selects.append(f"(SELECT count(*) FROM u{n})")
-    if fence_keys is not None:
-        parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
-        params.append(fence_keys)
-        selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
-    if not parts:
+    ins = [i for i in inserts if i.rows]
+    ups = [u for u in updates if u.rows]
+    if not ins and not ups and fence_keys is None:
         return "", []
+    params: list[Any] = []
+    for i in ins:
+        for r in i.rows:
+            params.extend(r)
+    for u in ups:
+        params.extend(list(col) for col in zip(*u.rows, strict=True))  # an array per column
+    if fence_keys is not None:
+        params.append(fence_keys)
+    sql = _batch_text(tuple((i.table, i.cols, len(i.rows)) for i in ins), tuple((u.table, u.keys, u.cols) for u in ups),
+                      fence_keys is not None)
+    return sql, params
+
+
+@functools.lru_cache(maxsize=1024)
+def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
+                updates: tuple[tuple[Table, tuple[str, ...], tuple[str, ...]], ...], fence: bool) -> str:
+    """batch_sql's text for a batch of this shape (the tables, their columns, the inserts' row counts): a group
+    commit's shapes repeat (a gang's create, intent, RUNNING, end), so the text is built once per shape."""
+    parts: list[str] = []
+    for n, (table, cols, rows) in enumerate(inserts):
+        marks = "(" + ", ".join("%s" for _ in cols) + ")"
+        column_list = ", ".join(f'"{c}"' for c in cols)
+        parts.append(f'i{n} AS (INSERT INTO "{table.name}" ({column_list}) VALUES '
+                     + ", ".join(marks for _ in range(rows)) + " RETURNING 1)")
+    selects: list[str] = []
+    for n, (table, keys, cols) in enumerate(updates):
+        parts.append(f"u{n} AS ({_pg_update_sql(table, keys, cols)} RETURNING 1)")
+        selects.append(f"(SELECT count(*) FROM u{n})")
+    if fence:
+        parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
+        selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
     # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
-    return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1"), params
+    return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")

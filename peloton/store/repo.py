@@ -34,7 +34,8 @@ from __future__ import annotations
 
 import json
 from collections.abc import Iterable, Sequence
-from typing import Any
+from enum import StrEnum
+from typing import Any, TypeVar
 
 from sqlalchemy import (
     Row,
@@ -94,7 +95,7 @@ _KEY_CHUNK = 2000
 _JOB_COLS = ("state", "desired", "reason", "updated_at", "completed_at")
 _GANG_COLS = ("state", "attempt", "reason", "launch_deadline", "updated_at", "preemptions", "plan")
 _TASK_COLS = ("attempt", "state", "host", "address", "ports", "gpu_ids", "exit_code", "reason", "message",
-              "started_at", "finished_at", "updated_at")  # the order of _task_mutable
+              "started_at", "finished_at", "updated_at")  # the order of _task_values
 _NO_SYNC = {"synchronize_session": False}
 _JOB_TERMINAL = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value)
 
@@ -112,6 +113,15 @@ def _update(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ..
 # --- conversions ------------------------------------------------------------------------------------------
 def _dumps(v: Any) -> str:
     return json.dumps(v, separators=(",", ":"), sort_keys=True)
+
+
+E = TypeVar("E", bound=StrEnum)
+
+
+def _state_text(cls: type[E], v: E | str) -> str:
+    """The column text of a state: a member of `cls` as it is (no enum lookup: this runs for every row written),
+    anything else through `cls` (a value that is not one of its states raises)."""
+    return v._value_ if type(v) is cls else cls(v).value
 
 
 def _int_list(xs: Sequence[int]) -> str:
@@ -182,25 +192,25 @@ def _gang_from_row(r: Row[Any]) -> Gang:
     )
 
 
-def _task_mutable(t: Task) -> dict[str, Any]:
-    return {
-        "attempt": t.attempt,
-        "state": TaskState(t.state).value,
-        "host": t.host,
-        "address": t.address,
-        "ports": _int_list(t.ports),
-        "gpu_ids": _int_list(t.gpu_ids),
-        "exit_code": t.exit_code,
-        "reason": t.reason,
-        "message": t.message,
-        "started_at": t.started_at,
-        "finished_at": t.finished_at,
-        "updated_at": t.updated_at,
-    }
+def _task_values(t: Task) -> tuple[Any, ...]:
+    """A task's mutable columns' values, in _TASK_COLS order (a tuple: written for every task row updated)."""
+    return (t.attempt, _state_text(TaskState, t.state), t.host, t.address, _int_list(t.ports), _int_list(t.gpu_ids),
+            t.exit_code, t.reason, t.message, t.started_at, t.finished_at, t.updated_at)
+
+
+def _task_update_row(t: Task) -> tuple[Any, ...]:
+    return (t.job_id, t.instance, *_task_values(t))
+
+
+_TASK_INSERT_COLS = ("job_id", "instance", "gang_index", *_TASK_COLS)
 
 
 def _task_to_dict(t: Task) -> dict[str, Any]:
-    return {"job_id": t.job_id, "instance": t.instance, "gang_index": t.gang_index, **_task_mutable(t)}
+    return dict(zip(_TASK_INSERT_COLS, _task_insert_row(t), strict=True))
+
+
+def _task_insert_row(t: Task) -> tuple[Any, ...]:
+    return (t.job_id, t.instance, t.gang_index, *_task_values(t))
 
 
 def _task_from_row(r: Row[Any]) -> Task:
@@ -223,18 +233,17 @@ def _task_from_row(r: Row[Any]) -> Task:
     )
 
 
+_EVENT_COLS = ("job_id", "instance", "attempt", "state", "time", "host", "reason", "message", "exit_code")
+
+
+def _event_values(e: TaskEvent) -> tuple[Any, ...]:
+    """A task event's row, in _EVENT_COLS order (a tuple: one is written for every task's every transition)."""
+    return (e.job_id, e.instance, e.attempt, _state_text(TaskState, e.state), e.time, e.host, e.reason, e.message,
+            e.exit_code)
+
+
 def _event_to_dict(e: TaskEvent) -> dict[str, Any]:
-    return {
-        "job_id": e.job_id,
-        "instance": e.instance,
-        "attempt": e.attempt,
-        "state": TaskState(e.state).value,
-        "time": e.time,
-        "host": e.host,
-        "reason": e.reason,
-        "message": e.message,
-        "exit_code": e.exit_code,
-    }
+    return dict(zip(_EVENT_COLS, _event_values(e), strict=True))
 
 
 def _event_from_row(r: Row[Any]) -> TaskEvent:
@@ -440,20 +449,25 @@ class Writes:
     def insert_job(self, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task]) -> None:
         # rendered now, as inserting it now would: a later change in this batch goes as an update
         self._jobs.append(_job_to_dict(job))
-        self._add(_GANGS, [_gang_to_dict(g) for g in gangs])
-        self._add(_TASKS, [_task_to_dict(t) for t in tasks])
+        gang_rows = [_gang_to_dict(g) for g in gangs]
+        if gang_rows:
+            cols = tuple(gang_rows[0])
+            self._add(_GANGS, cols, [tuple(r[c] for c in cols) for r in gang_rows])
+        self._add(_TASKS, _TASK_INSERT_COLS, [_task_insert_row(t) for t in tasks])
         self._created.add(job.id)
 
     def append_task_events(self, events: Sequence[TaskEvent]) -> None:
-        self._add(_EVENTS, [_event_to_dict(e) for e in events])
+        self._add(_EVENTS, _EVENT_COLS, [_event_values(e) for e in events])
 
-    def _add(self, table: Table, rows: list[dict[str, Any]]) -> None:
+    def _add(self, table: Table, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
+        """Rows (tuples of `cols`' values) to insert into `table`; a table's rows all have the same columns."""
         if not rows:
             return
         ins = self._inserts[table.name]
         if not ins.cols:
-            ins.cols = tuple(rows[0])
-        ins.rows.extend(tuple(r[c] for c in ins.cols) for r in rows)
+            ins.cols = cols
+        assert ins.cols == cols, (table.name, ins.cols, cols)
+        ins.rows.extend(rows)
 
     def send(self, s: Session, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
              tasks: Sequence[Task] = ()) -> None:
@@ -487,7 +501,7 @@ class Writes:
             bulk.Update(_JOBS, ("id",), _JOB_COLS, [_job_update_row(j) for j in jobs]),
             bulk.Update(_GANGS, ("job_id", "idx"), _GANG_COLS, [_gang_update_row(g) for g in gangs]),
             bulk.Update(_TASKS, ("job_id", "instance"), _TASK_COLS,
-                        [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks])]
+                        [_task_update_row(t) for t in tasks])]
         inserts = [bulk.Insert(_JOBS, tuple(self._jobs[0])) if self._jobs else bulk.Insert(_JOBS, ()),
                    *self._inserts.values()]
         inserts[0].rows = [tuple(r[c] for c in inserts[0].cols) for r in self._jobs]
@@ -601,7 +615,7 @@ def update_tasks(s: Session, tasks: Sequence[Task]) -> None:
     exit_code, reason, message, started_at, finished_at, updated_at). NotFound if a task does not exist
     (the caller must roll back: other rows of the batch may have been written)."""
     _update(s, _TASKS, ("job_id", "instance"), _TASK_COLS,
-            [(t.job_id, t.instance, *_task_mutable(t).values()) for t in tasks], "tasks")
+            [_task_update_row(t) for t in tasks], "tasks")
 
 
 def task_state_counts(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str, int]]:

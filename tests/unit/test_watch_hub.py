@@ -1,0 +1,116 @@
+"""The watch hub's wakes: a commit wakes the watchers it has something for, once each, and no others; what a
+watcher reads (order, filters, a history it fell behind) is as before."""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+
+from peloton.jobmgr.watch import JobChange, TaskChange, Waiter, WatchHub, woken
+
+
+def job(jid: str, state: str = "RUNNING") -> JobChange:
+    return JobChange(jid, state, "RUNNING", "")
+
+
+def task_only(jid: str) -> JobChange:
+    t = TaskChange(0, f"{jid}-0-1", 1, "RUNNING", "h1", None, "", "")
+    return JobChange(jid, "RUNNING", "RUNNING", "", (t,), job_changed=False)
+
+
+def until(cond: Callable[[], bool], timeout: float = 5.0) -> None:
+    end = time.monotonic() + timeout
+    while not cond():
+        assert time.monotonic() < end, "timed out"
+        time.sleep(0.001)
+
+
+class Waiting:
+    """A watcher in `hub.wait` on a thread of its own."""
+
+    def __init__(self, hub: WatchHub, after: int, job_ids: tuple[str, ...] = (), tasks: bool = False,
+                 timeout_s: float = 30.0) -> None:
+        self.result: tuple[list[JobChange], int, bool] | None = None
+        self._t = threading.Thread(target=self._run, args=(hub, after, timeout_s, job_ids, tasks), daemon=True)
+        self._t.start()
+
+    def _run(self, hub: WatchHub, after: int, timeout_s: float, job_ids: tuple[str, ...], tasks: bool) -> None:
+        self.result = hub.wait(after, timeout_s, job_ids, tasks)
+
+    def join(self) -> tuple[list[JobChange], int, bool]:
+        self._t.join(10)
+        assert self.result is not None
+        return self.result
+
+
+def test_a_commit_wakes_only_the_watchers_it_concerns() -> None:
+    hub = WatchHub()
+    of_a, of_b, of_all = Waiting(hub, 0, ("a",)), Waiting(hub, 0, ("b",)), Waiting(hub, 0)
+    until(lambda: hub.waiting == 3)
+    hub.append([job("a")])
+    assert [c.job_id for c in of_a.join()[0]] == ["a"]
+    assert [c.job_id for c in of_all.join()[0]] == ["a"]
+    assert hub.waiting == 1  # b's watcher sleeps on
+    hub.append([job("b", "SUCCEEDED")])
+    changes, rev, lost = of_b.join()
+    assert [(c.job_id, c.state) for c in changes] == [("b", "SUCCEEDED")] and rev == 2 and not lost
+    assert hub.waiting == 0
+
+
+def test_task_changes_do_not_wake_a_job_level_watcher() -> None:
+    hub = WatchHub()
+    jobs, tasks = Waiting(hub, 0, ("a",)), Waiting(hub, 0, ("a",), tasks=True)
+    until(lambda: hub.waiting == 2)
+    hub.append([task_only("a")])
+    changes, rev, _ = tasks.join()
+    assert [len(c.tasks) for c in changes] == [1] and rev == 1
+    assert hub.waiting == 1
+    hub.append([job("a", "SUCCEEDED")])
+    changes, rev, _ = jobs.join()
+    assert [(c.job_id, c.state, c.tasks) for c in changes] == [("a", "SUCCEEDED", ())] and rev == 2
+
+
+def test_one_wake_per_commit_and_the_changes_in_order() -> None:
+    hub = WatchHub()
+    w = Waiting(hub, 0)
+    until(lambda: hub.waiting == 1)
+    hub.append([job("a", "PENDING"), job("b"), job("a", "RUNNING")])
+    changes, rev, lost = w.join()
+    assert [(c.job_id, c.state) for c in changes] == [("a", "PENDING"), ("b", "RUNNING"), ("a", "RUNNING")]
+    assert rev == 3 and not lost
+
+
+def test_a_watcher_the_history_left_behind_is_told_at_once() -> None:
+    hub = WatchHub(history=2)
+    w = Waiting(hub, 0, ("a",))
+    until(lambda: hub.waiting == 1)
+    hub.append([job("x"), job("y"), job("z")])  # nothing of a's, but revision 1 is gone from the history
+    changes, rev, lost = w.join()
+    assert lost and changes == [] and rev == 3
+
+
+def test_a_wait_times_out_and_leaves_the_hub() -> None:
+    hub = WatchHub()
+    hub.append([job("b")])
+    assert hub.wait(0, 0.01, ("a",)) == ([], 1, False)  # b's change is passed over: the revision moves on
+    assert hub.waiting == 0
+
+
+def test_close_wakes_every_watcher() -> None:
+    hub = WatchHub()
+    ws = [Waiting(hub, 0, ("a",)), Waiting(hub, 0), Waiting(hub, 0, ("b", "c"), tasks=True)]
+    until(lambda: hub.waiting == 3)
+    hub.close()
+    assert [w.join() for w in ws] == [([], 0, False)] * 3
+    assert hub.waiting == 0
+
+
+def test_woken_matches_by_job_and_kind() -> None:
+    every_jobs, every_tasks = Waiter((), False, 0, threading.Lock()), Waiter((), True, 0, threading.Lock())
+    of_a, of_b = Waiter({"a"}, False, 0, threading.Lock()), Waiter({"b"}, True, 0, threading.Lock())
+    by_job = {"a": [of_a], "b": [of_b]}
+    assert woken([every_jobs, every_tasks], by_job, [task_only("a")]) == {every_tasks}
+    assert woken([every_jobs, every_tasks], by_job, [task_only("b")]) == {every_tasks, of_b}
+    assert woken([every_jobs, every_tasks], by_job, [job("a")]) == {every_jobs, every_tasks, of_a}
+    assert woken([], by_job, [JobChange("c", "", "", "", deleted=True)]) == set()
