@@ -95,8 +95,10 @@ task:
 
 
 def test_failure_injection_commands(sim: SimDaemon) -> None:
-    r = sim.cli("sim", "fail-host", "sim-00199", "--recover-after", "1s")
-    assert r.stderr.strip() == "failed host sim-00199: 0 task(s) lost; it recovers in 1s"
+    # 5 s, not 1: on a loaded machine the next CLI call can take longer than a second to start, and the host
+    # must still be down when it looks
+    r = sim.cli("sim", "fail-host", "sim-00199", "--recover-after", "5s")
+    assert r.stderr.strip() == "failed host sim-00199: 0 task(s) lost; it recovers in 5s"
     assert sim.host_table()["sim-00199"]["state"] == "DOWN"
     wait_until(lambda: sim.host_table()["sim-00199"]["state"] == "UP", 30, 0.3, "sim-00199 to recover")
     assert sim.cli("sim", "recover-host", "sim-00199").stderr.strip() == "host sim-00199 was not down"
