@@ -94,13 +94,16 @@ class HostUsage:
         ports: tuple[int, ...] = ()
         if with_ids:
             gpu_ids = tuple(g for g in cfg.gpu_ids if g not in self.gpus_used)
-            free_ports: list[int] = []
-            for p in range(lo, hi + 1):
-                if p not in self.ports_used and p not in taken:
-                    free_ports.append(p)
-                    if len(free_ports) >= MAX_OFFER_PORTS:
-                        break
-            ports = tuple(free_ports)
+            if not self.ports_used and not taken:  # (the common case: the range from its start, no test per port)
+                ports = tuple(range(lo, min(hi, lo + MAX_OFFER_PORTS - 1) + 1))
+            else:
+                free_ports: list[int] = []
+                for p in range(lo, hi + 1):
+                    if p not in self.ports_used and p not in taken:
+                        free_ports.append(p)
+                        if len(free_ports) >= MAX_OFFER_PORTS:
+                            break
+                ports = tuple(free_ports)
         free = Resources(
             cpu=max(0.0, cap.cpu - self.cpu),
             mem=max(0.0, cap.mem - self.mem),

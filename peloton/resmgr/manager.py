@@ -32,8 +32,9 @@ candidate victims. The engine picks the victims with the placer; resmgr records 
 (with the placements) to preempt each whole, and the waiting gang says which gangs it waits for until their
 allocations are released. An order jobmgr did not act on is given again after ORDER_AGAIN_S.
 
-This module is the shell: it owns the one condition that guards everything (memory only; callers long-poll on it),
-the clock, the long polls and the metrics, and leaves every decision to the pure cores over plain data: queues.py
+This module is the shell: it owns the one lock that guards everything (memory only), with a condition for each side
+that long-polls on it (`_cond`: the placement engines' dequeue; `_ready`: the job manager's launchers), the clock,
+the long polls and the metrics, and leaves every decision to the pure cores over plain data: queues.py
 (the entries and their queues), holdings.py (what each gang and pool holds), admission.py (who is admitted, in which
 order), entitlement.py (each pool's share), preemption.py (probes, candidates and orders). No core takes a lock.
 """
@@ -114,8 +115,14 @@ class ResourceManager:
         self.incarnation = uuid.uuid4().hex  # a new one whenever this forgets every gang (reset)
         self._settle_s = preemption_settle_s
         self._preemption = preemption
-        self._cond = threading.Condition()
-        # the state, all guarded by _cond: the cores' books, then what only the shell keeps
+        # One lock, two conditions on it, so that a change wakes only the side it is news to: `_cond` (the
+        # placement engines waiting in dequeue: something may be admitted) and `_ready` (the launchers waiting in
+        # take_placements: placements, reasons or orders to take). A batch of placements wakes one launcher, which
+        # passes the wake on if it left some (a wake per launcher per batch was among the hottest frames).
+        self._mu = threading.RLock()  # (re-entrant, as the one condition's default lock was)
+        self._cond = threading.Condition(self._mu)
+        self._ready = threading.Condition(self._mu)
+        # the state, all guarded by _cond's lock: the cores' books, then what only the shell keeps
         self._q = Queues(queue_order)
         self._pre = Preemptions()
         self._held = Holdings(on_release=self._released_locked)
@@ -145,6 +152,14 @@ class ResourceManager:
             self._changed_locked()
             self._cond.notify_all()
 
+    def _news_for_consumer_locked(self) -> None:
+        """Placements, reasons or orders to take: wake one waiting launcher (it passes the wake on if it leaves
+        some: take_placements), not all of them for one batch."""
+        self._ready.notify()
+
+    def _consumer_news_left_locked(self) -> bool:
+        return self._q.has_ready() or bool(self._q.reasons) or bool(self._pre.orders)
+
     def _changed_locked(self) -> None:
         """An input of the entitlements changed: recompute them before the next admission, and give the parked
         gangs another look."""
@@ -156,6 +171,7 @@ class ResourceManager:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._ready.notify_all()
 
     def pools(self) -> dict[str, ResourcePool]:
         with self._cond:
@@ -176,6 +192,7 @@ class ResourceManager:
             self._changed_locked()
             QUEUED.set(0)
             self._cond.notify_all()
+            self._ready.notify_all()
 
     # --- bookkeeping ------------------------------------------------------------------------------------------
     def _orphan_locked(self, p: GangPlacement) -> None:
@@ -205,7 +222,7 @@ class ResourceManager:
 
     def _set_reason_locked(self, e: Entry, reason: str, now: float) -> None:
         if self._q.set_reason(e, reason, now, self._pre.preempting):
-            self._cond.notify_all()
+            self._news_for_consumer_locked()
 
     # --- jobmgr side ----------------------------------------------------------------------------------------
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest] = ()) -> None:
@@ -262,21 +279,28 @@ class ResourceManager:
                 return [], []
             while True:
                 if self._consumer.superseded(consumer):  # replaced while it waited: hand it nothing
+                    if self._consumer_news_left_locked():
+                        self._news_for_consumer_locked()  # (the wake was meant for the current one)
                     return [], []
                 now = self.clock()
-                for e in self._q.expired(now, HANDED_TIMEOUT_S):  # jobmgr died with them: placed again
+                expired = self._q.expired(now, HANDED_TIMEOUT_S)
+                for e in expired:  # jobmgr died with them: placed again
                     self._release_alloc_locked(e.req.gang_id, e.req.attempt)
                     self._q.push(e, now)
+                if expired:
+                    self._cond.notify_all()  # the placement side has them to admit again
                 self._pre.again(now, ORDER_AGAIN_S)
-                if self._q.has_ready() or self._q.reasons or self._pre.orders:
+                if self._consumer_news_left_locked():
                     break
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     return [], []
-                self._cond.wait(min(left, HANDED_TIMEOUT_S))
+                self._ready.wait(min(left, HANDED_TIMEOUT_S))
             out = self._q.hand(max_n, self.clock())
             reasons = list(self._q.reasons.values())
             self._q.reasons.clear()
+            if self._q.has_ready():
+                self._news_for_consumer_locked()  # more than this caller takes: the next launcher's turn
             return out, reasons
 
     def take_preemptions(self) -> list[tuple[str, int, str]]:
@@ -362,7 +386,7 @@ class ResourceManager:
         admitted = admission_round(self._q, self._held, self._pools, self._ent, max_n, now,
                                    RETRY_AFTER_FAILED_PLACEMENT_S, self._pre.preempting, self._fifo)
         if self._q.reason_changes != changes:
-            self._cond.notify_all()  # news for jobmgr's long poll: why gangs wait
+            self._news_for_consumer_locked()  # news for jobmgr's long poll: why gangs wait
         out = []
         for e in admitted:
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
@@ -406,11 +430,14 @@ class ResourceManager:
                 for p in placements:
                     self._orphan_locked(p)
                 log.warning("dropped the answers of a replaced placement engine (%d placements)", len(placements))
+                self._cond.notify_all()  # the current engine releases their claims
                 return
+            orphaned = False
             for p in placements:
                 e = self._q.live(p.gang_id, p.attempt, State.PLACING)
                 if e is None:
                     self._orphan_locked(p)  # removed (job stopped, resmgr reset) while placing: nobody launches it
+                    orphaned = True
                     continue
                 self._q.place(e, p)
                 GANG_STAGE.labels("placing").observe(max(0.0, now - e.admitted_at))
@@ -439,7 +466,10 @@ class ResourceManager:
                     self._q.reserving[gid] = None
                     self._set_reason_locked(e, "", now)
             QUEUED.set(len(self._q))
-            self._cond.notify_all()
+            if placements or preemptions:
+                self._news_for_consumer_locked()  # one wake for the batch (take_placements passes it on)
+            if failures or stale or preemptions or reservations or orphaned:
+                self._cond.notify_all()  # the queue or admission's inputs changed: news for any other engine
 
     # --- preemption -----------------------------------------------------------------------------------------
     def _probe_locked(self, now: float) -> None:
