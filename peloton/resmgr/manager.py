@@ -58,7 +58,7 @@ from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import ORDERS, Reservation
 from peloton.resmgr.admission import admission_if, admission_round
 from peloton.resmgr.callers import Current
-from peloton.resmgr.entitlement import entitlements, policies
+from peloton.resmgr.entitlement import PoolTree, entitlements, policies, pool_tree
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 from peloton.resmgr.paths import subtree_sums
@@ -141,6 +141,8 @@ class ResourceManager:
         self._ent: dict[str, Entitlement] = {}
         self._ent_dirty = True
         self._pools: dict[str, ResourcePool] = {}
+        self._tree: PoolTree | None = None  # the pools' policies and shape, made when the pools change
+        self._gauges: dict[str, _PoolGauges] = {}  # each pool's metric series, looked up once
         self.refresh_pools()
 
     def refresh_pools(self) -> None:
@@ -148,7 +150,9 @@ class ResourceManager:
         with self._cond:
             for gone in set(self._pools) - set(pools):
                 _forget_metrics(gone)
+                self._gauges.pop(gone, None)
             self._pools = pools
+            self._tree = None  # (made again when next needed: _tree_locked)
             self._changed_locked()
             self._cond.notify_all()
 
@@ -531,21 +535,31 @@ class ResourceManager:
         if not self._ent_dirty:
             return
         self._ent_dirty = False
-        if self._capacity is None or "/" not in self._pools:
+        tree = self._tree_locked()
+        if self._capacity is None or tree is None:
             self._ent = {}
             return
-        self._ent = entitlements(policies(self._pools.values()), self._capacity, self._q.demand, self._held.own)
+        self._ent = entitlements(tree.policies, self._capacity, self._q.demand, self._held.own, tree)
         demand = subtree_sums(self._q.demand, self._pools)
         queued = self._q.queued()
         allocated = self._held.allocated
         for path in self._pools:  # every pool, so a figure that fell to 0 says 0
             ent, alloc, want = self._ent.get(path), allocated.get(path, _ZERO), demand.get(path, _ZERO)
-            for dim in DIMS:
+            g = self._gauges.get(path)
+            if g is None:  # (a labels() lookup costs a few microseconds: 13 a pool, at every recomputation)
+                g = self._gauges[path] = _PoolGauges(path)
+            for dim, entitled, held, wanted in g.dims:
                 unit = BASE_UNITS[dim]
-                POOL_ENTITLEMENT.labels(path, dim).set(getattr(ent, dim) * unit if ent is not None else 0.0)
-                POOL_ALLOCATION.labels(path, dim).set(getattr(alloc, dim) * unit)
-                POOL_DEMAND.labels(path, dim).set(getattr(want, dim) * unit)
-            POOL_QUEUED.labels(path).set(queued.get(path, 0))
+                entitled.set(getattr(ent, dim) * unit if ent is not None else 0.0)
+                held.set(getattr(alloc, dim) * unit)
+                wanted.set(getattr(want, dim) * unit)
+            g.queued.set(queued.get(path, 0))
+
+    def _tree_locked(self) -> PoolTree | None:
+        """The pools' tree (None without a root pool), made once for each set of pools."""
+        if self._tree is None and "/" in self._pools:
+            self._tree = pool_tree(policies(self._pools.values()))
+        return self._tree
 
     # --- views ----------------------------------------------------------------------------------------------
     def usage(self) -> tuple[dict[str, Resources], dict[str, int]]:
@@ -557,14 +571,14 @@ class ResourceManager:
         """`path`'s entitlement if it also asked for `extra` (what a new job would ask): a what-if, nothing changes.
         None while the cluster's capacity is not known, or for a pool this manager does not have."""
         with self._cond:
-            if self._capacity is None or "/" not in self._pools or path not in self._pools:
+            tree = self._tree_locked()
+            if self._capacity is None or tree is None or path not in self._pools:
                 return None
-            pols = policies(self._pools.values())
             demand = dict(self._q.demand)
             demand[path] = demand.get(path, Resources()) + extra
             capacity = self._capacity
             allocation = dict(self._held.own)
-        return entitlements(pols, capacity, demand, allocation).get(path)  # pure: outside the lock
+        return entitlements(tree.policies, capacity, demand, allocation, tree).get(path)  # pure: outside the lock
 
     def admission_if(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
         """Would these gangs of a job not yet created be admitted in `pool` now, and how many of its waiting gangs
@@ -624,6 +638,17 @@ class ResourceManager:
         """The cluster's capacity as last reported by the placement engine (None: not yet)."""
         with self._cond:
             return self._capacity
+
+
+class _PoolGauges:
+    """One pool's metric series (POOL_ENTITLEMENT, _ALLOCATION, _DEMAND per dimension; POOL_QUEUED)."""
+
+    __slots__ = ("dims", "queued")
+
+    def __init__(self, pool: str) -> None:
+        self.dims = tuple((dim, POOL_ENTITLEMENT.labels(pool, dim), POOL_ALLOCATION.labels(pool, dim),
+                           POOL_DEMAND.labels(pool, dim)) for dim in DIMS)
+        self.queued = POOL_QUEUED.labels(pool)
 
 
 def _forget_metrics(pool: str) -> None:
