@@ -198,5 +198,6 @@ def check_gang(hosts: dict[str, HostUsage], tasks: tuple[LaunchSpec, ...]) -> tu
 
 def accounted(spec: LaunchSpec) -> RunningTask:
     """What a launched member takes on its host: gpu and ports count what it was actually given."""
-    r = replace(spec.resources, gpu=len(spec.gpu_ids), ports=len(spec.ports))
+    s = spec.resources
+    r = Resources(s.cpu, s.mem, s.disk, len(spec.gpu_ids), len(spec.ports))  # (dataclasses.replace: 4x the cost)
     return RunningTask(spec.task_id, spec.hostname, r, tuple(spec.gpu_ids), tuple(spec.ports))

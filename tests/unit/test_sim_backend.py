@@ -621,7 +621,7 @@ def test_a_gang_killed_before_its_start_is_reported_killed_in_one_batch() -> Non
     # the kill lands between the gang's registration and its start (the window a launch leaves unlocked)
     original = b._start_gang
 
-    def kill_first(g: GangLaunch, tasks: list) -> LaunchResult:  # type: ignore[type-arg]
+    def kill_first(g: GangLaunch, tasks: list) -> LaunchResult:
         b.kill(["x"])
         return original(g, tasks)
 
