@@ -139,13 +139,16 @@ class HostManager:
         """Statuses from the backend, in order: appended to the event log with one wake of its long polls for
         the lot (a gang's RUNNING came as a wake per member: a poll woken for each, answering one each)."""
         ended: set[str] = set()
+        counts: dict[TaskState, int] = {}
         for status in statuses:
-            counter = _STATUS_COUNTERS.get(status.state)
-            if counter is None:  # (labels() looks the series up under a lock: once a state, not once a status)
-                counter = _STATUS_COUNTERS[status.state] = TASK_STATUSES.labels(status.state.value)
-            counter.inc()
+            counts[status.state] = counts.get(status.state, 0) + 1
             if status.state.terminal and status.hostname:
                 ended.add(status.hostname)
+        for state, n in counts.items():  # (each inc and labels() takes a lock: once a state, not once a status)
+            counter = _STATUS_COUNTERS.get(state)
+            if counter is None:
+                counter = _STATUS_COUNTERS[state] = TASK_STATUSES.labels(state.value)
+            counter.inc(n)
         if ended:
             with self._lock:
                 self._touch_locked(ended)
