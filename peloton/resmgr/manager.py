@@ -143,6 +143,7 @@ class ResourceManager:
         self._pools: dict[str, ResourcePool] = {}
         self._tree: PoolTree | None = None  # the pools' policies and shape, made when the pools change
         self._gauges: dict[str, _PoolGauges] = {}  # each pool's metric series, looked up once
+        self._gauges_of = _FORGOTTEN[0]  # (series removed since, by any manager: looked up again)
         self.refresh_pools()
 
     def refresh_pools(self) -> None:
@@ -543,6 +544,8 @@ class ResourceManager:
         demand = subtree_sums(self._q.demand, self._pools)
         queued = self._q.queued()
         allocated = self._held.allocated
+        if self._gauges_of != _FORGOTTEN[0]:
+            self._gauges, self._gauges_of = {}, _FORGOTTEN[0]
         for path in self._pools:  # every pool, so a figure that fell to 0 says 0
             ent, alloc, want = self._ent.get(path), allocated.get(path, _ZERO), demand.get(path, _ZERO)
             g = self._gauges.get(path)
@@ -651,7 +654,11 @@ class _PoolGauges:
         self.queued = POOL_QUEUED.labels(pool)
 
 
+_FORGOTTEN = [0]  # how many times pools' series were removed: a kept series may be gone from the registry
+
+
 def _forget_metrics(pool: str) -> None:
+    _FORGOTTEN[0] += 1
     for dim in DIMS:
         for g in (POOL_ENTITLEMENT, POOL_ALLOCATION, POOL_DEMAND):
             try:

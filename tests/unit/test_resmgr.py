@@ -803,3 +803,23 @@ def test_a_launcher_leaving_placements_passes_the_wake_on() -> None:
         t.join(20)  # (far less than the long poll's 60 s: a launcher never woken would still be waiting)
     assert not any(t.is_alive() for t in threads)
     assert sorted(p.job_id for ps in got for p in ps) == ["j0", "j1", "j2"] and all(len(ps) == 1 for ps in got)
+
+
+def test_pool_metrics_stay_published_after_another_manager_forgets_the_pool() -> None:
+    """Each manager keeps its pools' series; one removed from the registry by another manager (its pool gone
+    there) is looked up again, not set where nobody reads it."""
+    from prometheus_client import REGISTRY
+
+    def queued(pool: str) -> float | None:
+        return REGISTRY.get_sample_value("peloton_pool_queued_gangs", {"pool": pool})
+
+    a, _, _ = make(ResourcePool("/kept"))
+    b, _, b_pools = make(ResourcePool("/kept"))
+    a.enqueue([gang("x", pool="/kept")])
+    assert a.dequeue(10, SHORT, CLUSTER) and queued("/kept") == 1
+    b_pools.pools = [ResourcePool("/")]
+    b.refresh_pools()  # /kept is gone for b: its series is removed
+    assert queued("/kept") is None
+    a.enqueue([gang("y", pool="/kept")])
+    a.dequeue(10, SHORT, CLUSTER)
+    assert queued("/kept") == 2
