@@ -14,7 +14,12 @@ over the leaves; a quarter of the cluster is already allocated. Measures, each t
 - a round on a full cluster (the gangs placed on 1,000 hosts of 8 GPUs by the placer, a third with a max_runtime)
   in which the first gangs of the pools' queues fit no host: admission, the probes for preemption and
   reservation (resmgr), and the victim choice and reservation for each probe with the placer (placement
-  engine), as one round does them. The gangs placed are timed in placement_bench.py.
+  engine), as one round does them. The gangs placed are timed in placement_bench.py;
+- the scheduling pipeline of the all-in-one daemon on the sim backend, in this one thread (no store, no gRPC, no
+  job manager): gangs of 8 one-GPU members enqueued in resmgr (one pool), a placement engine round (dequeue,
+  sync, place, claim, set_placements), taken and acknowledged as the launcher does, launched by the host manager
+  on the sim backend, their RUNNING statuses taken from the host manager's event log, then ended (the sim's
+  timer step) and removed from resmgr: the CPU time per gang, `--pipeline-gangs` gangs, 2 and 32 a round.
 """
 
 from __future__ import annotations
@@ -29,6 +34,8 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import table, write_results  # noqa: E402
+from peloton.api.clients import ResourceManagerClient  # noqa: E402
+from peloton.domain.launch import GangLaunch, LaunchSpec  # noqa: E402
 from peloton.domain.model import ResourcePool  # noqa: E402
 from peloton.domain.placement import (  # noqa: E402
     GangPlacement,
@@ -38,12 +45,17 @@ from peloton.domain.placement import (  # noqa: E402
     PlacementFailure,
 )
 from peloton.domain.resources import Resources  # noqa: E402
+from peloton.hostmgr.inprocess import InProcessHostManager  # noqa: E402
+from peloton.hostmgr.manager import HostManager  # noqa: E402
+from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts  # noqa: E402
+from peloton.placement.engine import PlacementEngine  # noqa: E402
 from peloton.placement.index import HostIndex  # noqa: E402
 from peloton.placement.placer import place  # noqa: E402
 from peloton.placement.reservation import reserve, reserve_after  # noqa: E402
 from peloton.placement.victims import Candidate, choose_victims  # noqa: E402
 from peloton.resmgr import manager as resmgr_manager  # noqa: E402
 from peloton.resmgr.entitlement import PoolPolicy, entitlements  # noqa: E402
+from peloton.resmgr.inprocess import InProcessResourceManager  # noqa: E402
 from peloton.resmgr.manager import ResourceManager  # noqa: E402
 
 HOST = Resources(cpu=64, mem=256 * 1024, gpu=8)
@@ -92,7 +104,10 @@ def main() -> int:
     ap.add_argument("--hosts", type=int, default=1_000)
     ap.add_argument("--repeat", type=int, default=20)
     ap.add_argument("--json", default=None)
+    ap.add_argument("--pipeline-gangs", type=int, default=2000, help="gangs through the pipeline, each batch size")
+    ap.add_argument("--pipeline-hosts", type=int, default=10_000)
     a = ap.parse_args()
+    pipeline = {per: _pipeline(a.pipeline_gangs, per, a.pipeline_hosts) for per in (2, 32)}
     rng = random.Random(7)
     capacity = HOST.scale(a.hosts)
     pools = tree(a.pools, capacity, rng)
@@ -153,6 +168,7 @@ def main() -> int:
         "entitlement_ms": ent_ms,
         "admission_round_ms": statistics.median(round_ms), "admitted_in_round": statistics.median(admitted),
         "blocked_round_ms": statistics.median(blocked_ms), "blocked_round_gangs": statistics.median(looked_at),
+        "pipeline_cpu_ms_per_gang_2": pipeline[2], "pipeline_cpu_ms_per_gang_32": pipeline[32],
     }
     print(f"scheduling round: {len(pools)} pools, {len(waiting)} waiting gangs, {len(running)} running, "
           f"{a.hosts} hosts")
@@ -167,9 +183,48 @@ def main() -> int:
          f"{results['full_round_ms']:.1f} ms ({results['full_round_admission_ms']:.1f} ms in resmgr; "
          f"{results['full_round_probes']:.0f} probes: {results['full_round_victim_sets']:.0f} victim sets, "
          f"{results['full_round_reservations']:.0f} reservations)"),
+        (f"pipeline on the sim backend ({a.pipeline_hosts} hosts), CPU per gang of 8",
+         f"{pipeline[2]:.3f} ms at 2 gangs a round, {pipeline[32]:.3f} ms at 32"),
     ]))
     print(f"  json: {write_results('scheduling', results, a.json)}")
     return 0
+
+
+def _pipeline(n: int, per_round: int, hosts: int) -> float:
+    """CPU ms per gang of the scheduling pipeline (module docstring), `n` gangs, `per_round` a round."""
+    clock = [1000.0]
+    backend = SimBackend(make_sim_hosts(hosts, HOST, racks=40, ports_per_host=1000), clock=lambda: clock[0],
+                         timer_thread=False)
+    hm = HostManager(backend, clock=lambda: clock[0])
+    hm.start()
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: clock[0])
+    resmgr: ResourceManagerClient = InProcessResourceManager(rm)
+    engine = PlacementEngine(resmgr, InProcessHostManager(hm), poll_ms=0, clock=lambda: clock[0])
+    one_gpu = Resources(cpu=1, mem=1024, gpu=1)
+    engine.run_once()  # the first sync copies every host: not part of a gang's cost
+    seq, done, t0 = hm.last_seq, 0, time.process_time()
+    while done < n:
+        batch = [GangRequest(gang_id=f"j{done + i}/0", job_id=f"j{done + i}", attempt=1,
+                             members=tuple(MemberRequest(m, f"j{done + i}-{m}-1", one_gpu) for m in range(8)),
+                             enqueued_at=clock[0]) for i in range(per_round)]
+        rm.enqueue(batch)
+        while engine.run_once() and rm.queue()[1]:  # (a round takes what was admitted)
+            pass
+        placed, _ = rm.take_placements(per_round, 0.0)
+        rm.ack_placements([(p.gang_id, p.attempt) for p in placed], [])
+        hm.launch([GangLaunch(p.gang_id, p.attempt, tuple(
+            LaunchSpec(m.task_id, p.job_id, m.instance, p.attempt, m.hostname, "", {}, m.resources, m.gpu_ids,
+                       m.ports) for m in p.members)) for p in placed])
+        clock[0] += 1.0
+        backend.kill([m.task_id for p in placed for m in p.members])  # (they end: their hosts are free again)
+        events, _ = hm.wait_events(seq, 100_000, 0.0)
+        seq = events[-1][0] if events else seq
+        hm.ack_events(seq)
+        rm.remove([(p.gang_id, p.attempt) for p in placed])
+        if len(placed) != per_round:
+            raise RuntimeError(f"pipeline: {len(placed)} of {per_round} gangs placed")
+        done += per_round
+    return (time.process_time() - t0) * 1000 / done
 
 
 def _full_cluster_round(a: argparse.Namespace, pools: list[ResourcePool], leaves: list[str], rng: random.Random

@@ -45,6 +45,19 @@ class Claim:
         return {m.hostname for m in self.placement.members}
 
 
+def _first_free(ids: Sequence[int], held: set[int], n: int) -> list[int]:
+    """The first `n` of `ids` (lowest first) not in `held`; fewer when there are not that many."""
+    out: list[int] = []
+    if n <= 0:
+        return out
+    for i in ids:
+        if i not in held:
+            out.append(i)
+            if len(out) == n:
+                break
+    return out
+
+
 class ClaimBook:
     def __init__(self) -> None:
         self._claims: dict[ClaimKey, Claim] = {}
@@ -97,8 +110,9 @@ class ClaimBook:
                 need = need + m.resources
             f = offer.free
             free = Resources(f.cpu - h.resources.cpu, f.mem - h.resources.mem, f.disk - h.resources.disk)
-            gpus = [g for g in offer.gpu_ids if g not in h.gpu_ids]
-            ports = [q for q in offer.ports if q not in h.ports]
+            # only as many free ids as the members ask for (an offer lists up to 1,000 ports, most gangs ask none)
+            gpus = _first_free(offer.gpu_ids, h.gpu_ids, need.gpu)
+            ports = _first_free(offer.ports, h.ports, need.ports)
             short = Resources(need.cpu, need.mem, need.disk).short_of(free)
             if need.gpu > len(gpus):
                 short.append("gpu")

@@ -24,6 +24,7 @@ from prometheus_client import Counter, Histogram
 from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, TaskStatus
 from peloton.domain.placement import GangPlacement, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
+from peloton.domain.states import TaskState
 from peloton.errors import NotFound, Unavailable
 from peloton.hostmgr.backend import Backend
 from peloton.hostmgr.claims import ClaimBook, ClaimKey
@@ -31,6 +32,7 @@ from peloton.hostmgr.claims import ClaimBook, ClaimKey
 log = logging.getLogger(__name__)
 
 TASK_STATUSES = Counter("peloton_hostmgr_task_status_total", "Task status updates from the backend", ["state"])
+_STATUS_COUNTERS: dict[TaskState, Counter] = {}  # TASK_STATUSES' series by state, looked up once
 LAUNCHES = Counter("peloton_hostmgr_gang_launches_total", "Gang launches", ["result"])
 LAUNCH_FAILURES = Counter("peloton_hostmgr_launch_failures_total", "Gang launches refused or failed, by reason: "
                           "killed_before_launch, stale_claim, claim_mismatch (refused); task_error (the task's own "
@@ -137,10 +139,16 @@ class HostManager:
         """Statuses from the backend, in order: appended to the event log with one wake of its long polls for
         the lot (a gang's RUNNING came as a wake per member: a poll woken for each, answering one each)."""
         ended: set[str] = set()
+        counts: dict[TaskState, int] = {}
         for status in statuses:
-            TASK_STATUSES.labels(status.state.value).inc()
+            counts[status.state] = counts.get(status.state, 0) + 1
             if status.state.terminal and status.hostname:
                 ended.add(status.hostname)
+        for state, n in counts.items():  # (each inc and labels() takes a lock: once a state, not once a status)
+            counter = _STATUS_COUNTERS.get(state)
+            if counter is None:
+                counter = _STATUS_COUNTERS[state] = TASK_STATUSES.labels(state.value)
+            counter.inc(n)
         if ended:
             with self._lock:
                 self._touch_locked(ended)

@@ -94,13 +94,16 @@ class HostUsage:
         ports: tuple[int, ...] = ()
         if with_ids:
             gpu_ids = tuple(g for g in cfg.gpu_ids if g not in self.gpus_used)
-            free_ports: list[int] = []
-            for p in range(lo, hi + 1):
-                if p not in self.ports_used and p not in taken:
-                    free_ports.append(p)
-                    if len(free_ports) >= MAX_OFFER_PORTS:
-                        break
-            ports = tuple(free_ports)
+            if not self.ports_used and not taken:  # (the common case: the range from its start, no test per port)
+                ports = tuple(range(lo, min(hi, lo + MAX_OFFER_PORTS - 1) + 1))
+            else:
+                free_ports: list[int] = []
+                for p in range(lo, hi + 1):
+                    if p not in self.ports_used and p not in taken:
+                        free_ports.append(p)
+                        if len(free_ports) >= MAX_OFFER_PORTS:
+                            break
+                ports = tuple(free_ports)
         free = Resources(
             cpu=max(0.0, cap.cpu - self.cpu),
             mem=max(0.0, cap.mem - self.mem),
@@ -195,5 +198,6 @@ def check_gang(hosts: dict[str, HostUsage], tasks: tuple[LaunchSpec, ...]) -> tu
 
 def accounted(spec: LaunchSpec) -> RunningTask:
     """What a launched member takes on its host: gpu and ports count what it was actually given."""
-    r = replace(spec.resources, gpu=len(spec.gpu_ids), ports=len(spec.ports))
+    s = spec.resources
+    r = Resources(s.cpu, s.mem, s.disk, len(spec.gpu_ids), len(spec.ports))  # (dataclasses.replace: 4x the cost)
     return RunningTask(spec.task_id, spec.hostname, r, tuple(spec.gpu_ids), tuple(spec.ports))

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Iterable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from peloton.domain.allocation import Entitlement
 from peloton.domain.model import ResourcePool
@@ -66,15 +66,41 @@ def policies(pools: Iterable[ResourcePool]) -> dict[str, PoolPolicy]:
             for p in pools}
 
 
+@dataclass(frozen=True, slots=True)
+class PoolTree:
+    """The pools' shape: each one's children and the orders to walk them in. It changes only with the pools, not
+    with demand or allocation, so the resource manager makes it once per set of pools (`pool_tree`) rather than
+    at every computation of the entitlements (a gang enqueued makes one)."""
+
+    policies: Mapping[str, PoolPolicy]
+    kids: Mapping[str, list[str]] = field(repr=False)
+    top_down: tuple[str, ...] = field(repr=False)  # parents before their children
+    bottom_up: tuple[str, ...] = field(repr=False)  # children before their parents
+
+
+def pool_tree(pools: Mapping[str, PoolPolicy]) -> PoolTree:
+    """The tree of `pools` (every pool by path, "/" and each non-root pool's parent included: ValueError
+    otherwise)."""
+    return PoolTree(pools, _children(pools), tuple(sorted(pools, key=_depth)),
+                    tuple(sorted(pools, key=_depth, reverse=True)))
+
+
+def _tree_of(pools: Mapping[str, PoolPolicy], tree: PoolTree | None) -> PoolTree:
+    """`tree` when it was made of these very pools, else theirs made now."""
+    return tree if tree is not None and tree.policies is pools else pool_tree(pools)
+
+
 def want(
     pools: Mapping[str, PoolPolicy],
     demand: Mapping[str, Resources],
     allocation: Mapping[str, Resources],
+    tree: PoolTree | None = None,
 ) -> dict[str, Resources]:
     """Each pool's want: min(allocation + demand, limit) for a leaf; min(own gangs' + children's wants, limit)
-    above. Ports 0. Entries of `demand` and `allocation` for unknown pools are ignored."""
-    kids = _children(pools)
-    per_dim = {dim: _wants(pools, kids, dim, demand, allocation)[0] for dim in DIMS}
+    above. Ports 0. Entries of `demand` and `allocation` for unknown pools are ignored. `tree`: `pool_tree(pools)`
+    if the caller keeps it."""
+    t = _tree_of(pools, tree)
+    per_dim = {dim: _wants(pools, t, dim, demand, allocation)[0] for dim in DIMS}
     return {
         p: Resources(per_dim["cpu"][p], per_dim["mem"][p], per_dim["disk"][p], int(per_dim["gpu"][p]))
         for p in pools
@@ -86,19 +112,21 @@ def entitlements(
     capacity: Resources,
     demand: Mapping[str, Resources],
     allocation: Mapping[str, Resources],
+    tree: PoolTree | None = None,
 ) -> dict[str, Entitlement]:
     """Every pool's entitlement (the root's and interior pools' included).
 
     `pools`: every pool by path, "/" included, each non-root pool's parent included (ValueError otherwise).
     `capacity`: the cluster's total. `demand`: per pool, what its waiting gangs need; `allocation`: per pool, what
-    its admitted gangs hold now (normally leaves; missing: nothing)."""
-    kids = _children(pools)
-    top_down = sorted(pools, key=_depth)
+    its admitted gangs hold now (normally leaves; missing: nothing). `tree`: `pool_tree(pools)`, if the caller
+    keeps it (made here otherwise)."""
+    t = _tree_of(pools, tree)
+    kids = t.kids
     per_dim: dict[str, dict[str, float]] = {}
     for dim in DIMS:
-        wants, needs = _wants(pools, kids, dim, demand, allocation)
+        wants, needs = _wants(pools, t, dim, demand, allocation)
         ent = {"/": min(_nonneg(getattr(capacity, dim)), _limit(pools["/"], dim))}
-        for p in top_down:
+        for p in t.top_down:
             children = kids[p]
             if not children:
                 continue
@@ -157,7 +185,7 @@ def _water_fill(amount: float, room: list[float], shares: list[float]) -> list[f
 
 def _wants(
     pools: Mapping[str, PoolPolicy],
-    kids: Mapping[str, list[str]],
+    tree: PoolTree,
     dim: str,
     demand: Mapping[str, Resources],
     allocation: Mapping[str, Resources],
@@ -166,7 +194,8 @@ def _wants(
     in the subtree hold while idle."""
     wants: dict[str, float] = {}
     needs: dict[str, float] = {}
-    for p in sorted(pools, key=_depth, reverse=True):
+    kids = tree.kids
+    for p in tree.bottom_up:
         pol = pools[p]
         lim = _limit(pol, dim)
         own = _own(p, dim, demand, allocation)

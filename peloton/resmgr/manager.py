@@ -32,8 +32,9 @@ candidate victims. The engine picks the victims with the placer; resmgr records 
 (with the placements) to preempt each whole, and the waiting gang says which gangs it waits for until their
 allocations are released. An order jobmgr did not act on is given again after ORDER_AGAIN_S.
 
-This module is the shell: it owns the one condition that guards everything (memory only; callers long-poll on it),
-the clock, the long polls and the metrics, and leaves every decision to the pure cores over plain data: queues.py
+This module is the shell: it owns the one lock that guards everything (memory only), with a condition for each side
+that long-polls on it (`_cond`: the placement engines' dequeue; `_ready`: the job manager's launchers), the clock,
+the long polls and the metrics, and leaves every decision to the pure cores over plain data: queues.py
 (the entries and their queues), holdings.py (what each gang and pool holds), admission.py (who is admitted, in which
 order), entitlement.py (each pool's share), preemption.py (probes, candidates and orders). No core takes a lock.
 """
@@ -57,7 +58,7 @@ from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import ORDERS, Reservation
 from peloton.resmgr.admission import admission_if, admission_round
 from peloton.resmgr.callers import ENGINE_LEASE_S, ENGINE_MODES, Current, Engines, orphan_release
-from peloton.resmgr.entitlement import entitlements, policies
+from peloton.resmgr.entitlement import PoolTree, entitlements, policies, pool_tree
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 from peloton.resmgr.paths import subtree_sums
@@ -121,8 +122,14 @@ class ResourceManager:
         self.incarnation = uuid.uuid4().hex  # a new one whenever this forgets every gang (reset)
         self._settle_s = preemption_settle_s
         self._preemption = preemption
-        self._cond = threading.Condition()
-        # the state, all guarded by _cond: the cores' books, then what only the shell keeps
+        # One lock, two conditions on it, so that a change wakes only the side it is news to: `_cond` (the
+        # placement engines waiting in dequeue: something may be admitted) and `_ready` (the launchers waiting in
+        # take_placements: placements, reasons or orders to take). A batch of placements wakes one launcher, which
+        # passes the wake on if it left some (a wake per launcher per batch was among the hottest frames).
+        self._mu = threading.RLock()  # (re-entrant, as the one condition's default lock was)
+        self._cond = threading.Condition(self._mu)
+        self._ready = threading.Condition(self._mu)
+        # the state, all guarded by _cond's lock: the cores' books, then what only the shell keeps
         self._q = Queues(queue_order)
         self._pre = Preemptions()
         self._held = Holdings(on_release=self._released_locked)
@@ -143,6 +150,9 @@ class ResourceManager:
         self._ent: dict[str, Entitlement] = {}
         self._ent_dirty = True
         self._pools: dict[str, ResourcePool] = {}
+        self._tree: PoolTree | None = None  # the pools' policies and shape, made when the pools change
+        self._gauges: dict[str, _PoolGauges] = {}  # each pool's metric series, looked up once
+        self._gauges_of = _FORGOTTEN[0]  # (series removed since, by any manager: looked up again)
         self.refresh_pools()
 
     def refresh_pools(self) -> None:
@@ -150,9 +160,19 @@ class ResourceManager:
         with self._cond:
             for gone in set(self._pools) - set(pools):
                 _forget_metrics(gone)
+                self._gauges.pop(gone, None)
             self._pools = pools
+            self._tree = None  # (made again when next needed: _tree_locked)
             self._changed_locked()
             self._cond.notify_all()
+
+    def _news_for_consumer_locked(self) -> None:
+        """Placements, reasons or orders to take: wake one waiting launcher (it passes the wake on if it leaves
+        some: take_placements), not all of them for one batch."""
+        self._ready.notify()
+
+    def _consumer_news_left_locked(self) -> bool:
+        return self._q.has_ready() or bool(self._q.reasons) or bool(self._pre.orders)
 
     def _changed_locked(self) -> None:
         """An input of the entitlements changed: recompute them before the next admission, and give the parked
@@ -165,6 +185,7 @@ class ResourceManager:
         with self._cond:
             self._closed = True
             self._cond.notify_all()
+            self._ready.notify_all()
 
     def pools(self) -> dict[str, ResourcePool]:
         with self._cond:
@@ -185,6 +206,7 @@ class ResourceManager:
             self._changed_locked()
             QUEUED.set(0)
             self._cond.notify_all()
+            self._ready.notify_all()
 
     # --- bookkeeping ------------------------------------------------------------------------------------------
     def _orphan_locked(self, p: GangPlacement) -> None:
@@ -237,7 +259,7 @@ class ResourceManager:
 
     def _set_reason_locked(self, e: Entry, reason: str, now: float) -> None:
         if self._q.set_reason(e, reason, now, self._pre.preempting):
-            self._cond.notify_all()
+            self._news_for_consumer_locked()
 
     # --- jobmgr side ----------------------------------------------------------------------------------------
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest] = ()) -> None:
@@ -294,21 +316,28 @@ class ResourceManager:
                 return [], []
             while True:
                 if self._consumer.superseded(consumer):  # replaced while it waited: hand it nothing
+                    if self._consumer_news_left_locked():
+                        self._news_for_consumer_locked()  # (the wake was meant for the current one)
                     return [], []
                 now = self.clock()
-                for e in self._q.expired(now, HANDED_TIMEOUT_S):  # jobmgr died with them: placed again
+                expired = self._q.expired(now, HANDED_TIMEOUT_S)
+                for e in expired:  # jobmgr died with them: placed again
                     self._release_alloc_locked(e.req.gang_id, e.req.attempt)
                     self._q.push(e, now)
+                if expired:
+                    self._cond.notify_all()  # the placement side has them to admit again
                 self._pre.again(now, ORDER_AGAIN_S)
-                if self._q.has_ready() or self._q.reasons or self._pre.orders:
+                if self._consumer_news_left_locked():
                     break
                 left = deadline - time.monotonic()
                 if left <= 0 or self._closed:
                     return [], []
-                self._cond.wait(min(left, HANDED_TIMEOUT_S))
+                self._ready.wait(min(left, HANDED_TIMEOUT_S))
             out = self._q.hand(max_n, self.clock())
             reasons = list(self._q.reasons.values())
             self._q.reasons.clear()
+            if self._q.has_ready():
+                self._news_for_consumer_locked()  # more than this caller takes: the next launcher's turn
             return out, reasons
 
     def take_preemptions(self) -> list[tuple[str, int, str]]:
@@ -404,7 +433,7 @@ class ResourceManager:
         admitted = admission_round(self._q, self._held, self._pools, self._ent, max_n, now,
                                    RETRY_AFTER_FAILED_PLACEMENT_S, self._pre.preempting, self._fifo)
         if self._q.reason_changes != changes:
-            self._cond.notify_all()  # news for jobmgr's long poll: why gangs wait
+            self._news_for_consumer_locked()  # news for jobmgr's long poll: why gangs wait
         out = []
         for e in admitted:
             e.engine = engine
@@ -493,13 +522,16 @@ class ResourceManager:
                 for p in placements:
                     self._orphan_locked(p)
                 log.warning("dropped the answers of a replaced placement engine (%d placements)", len(placements))
+                self._cond.notify_all()  # the current engine releases their claims
                 return
+            orphaned = False
             for p in placements:
                 e = self._q.live(p.gang_id, p.attempt, State.PLACING)
                 if e is None or (self._shared and e.engine != engine):
                     # removed (job stopped, resmgr reset) while placing, or taken back from this engine (it was
                     # silent past its lease): nobody launches it
                     self._orphan_late_locked(p)
+                    orphaned = True
                     continue
                 if self._shared:
                     self._orphaned.pop((p.gang_id, p.attempt), None)  # its new claim succeeded: the old one is gone
@@ -530,7 +562,10 @@ class ResourceManager:
                     self._q.reserving[gid] = None
                     self._set_reason_locked(e, "", now)
             QUEUED.set(len(self._q))
-            self._cond.notify_all()
+            if placements or preemptions:
+                self._news_for_consumer_locked()  # one wake for the batch (take_placements passes it on)
+            if failures or stale or preemptions or reservations or orphaned:
+                self._cond.notify_all()  # the queue or admission's inputs changed: news for any other engine
 
     # --- preemption -----------------------------------------------------------------------------------------
     def _probe_locked(self, now: float) -> None:
@@ -592,21 +627,33 @@ class ResourceManager:
         if not self._ent_dirty:
             return
         self._ent_dirty = False
-        if self._capacity is None or "/" not in self._pools:
+        tree = self._tree_locked()
+        if self._capacity is None or tree is None:
             self._ent = {}
             return
-        self._ent = entitlements(policies(self._pools.values()), self._capacity, self._q.demand, self._held.own)
+        self._ent = entitlements(tree.policies, self._capacity, self._q.demand, self._held.own, tree)
         demand = subtree_sums(self._q.demand, self._pools)
         queued = self._q.queued()
         allocated = self._held.allocated
+        if self._gauges_of != _FORGOTTEN[0]:
+            self._gauges, self._gauges_of = {}, _FORGOTTEN[0]
         for path in self._pools:  # every pool, so a figure that fell to 0 says 0
             ent, alloc, want = self._ent.get(path), allocated.get(path, _ZERO), demand.get(path, _ZERO)
-            for dim in DIMS:
+            g = self._gauges.get(path)
+            if g is None:  # (a labels() lookup costs a few microseconds: 13 a pool, at every recomputation)
+                g = self._gauges[path] = _PoolGauges(path)
+            for dim, entitled, held, wanted in g.dims:
                 unit = BASE_UNITS[dim]
-                POOL_ENTITLEMENT.labels(path, dim).set(getattr(ent, dim) * unit if ent is not None else 0.0)
-                POOL_ALLOCATION.labels(path, dim).set(getattr(alloc, dim) * unit)
-                POOL_DEMAND.labels(path, dim).set(getattr(want, dim) * unit)
-            POOL_QUEUED.labels(path).set(queued.get(path, 0))
+                entitled.set(getattr(ent, dim) * unit if ent is not None else 0.0)
+                held.set(getattr(alloc, dim) * unit)
+                wanted.set(getattr(want, dim) * unit)
+            g.queued.set(queued.get(path, 0))
+
+    def _tree_locked(self) -> PoolTree | None:
+        """The pools' tree (None without a root pool), made once for each set of pools."""
+        if self._tree is None and "/" in self._pools:
+            self._tree = pool_tree(policies(self._pools.values()))
+        return self._tree
 
     # --- views ----------------------------------------------------------------------------------------------
     def usage(self) -> tuple[dict[str, Resources], dict[str, int]]:
@@ -618,14 +665,14 @@ class ResourceManager:
         """`path`'s entitlement if it also asked for `extra` (what a new job would ask): a what-if, nothing changes.
         None while the cluster's capacity is not known, or for a pool this manager does not have."""
         with self._cond:
-            if self._capacity is None or "/" not in self._pools or path not in self._pools:
+            tree = self._tree_locked()
+            if self._capacity is None or tree is None or path not in self._pools:
                 return None
-            pols = policies(self._pools.values())
             demand = dict(self._q.demand)
             demand[path] = demand.get(path, Resources()) + extra
             capacity = self._capacity
             allocation = dict(self._held.own)
-        return entitlements(pols, capacity, demand, allocation).get(path)  # pure: outside the lock
+        return entitlements(tree.policies, capacity, demand, allocation, tree).get(path)  # pure: outside the lock
 
     def admission_if(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
         """Would these gangs of a job not yet created be admitted in `pool` now, and how many of its waiting gangs
@@ -687,7 +734,22 @@ class ResourceManager:
             return self._capacity
 
 
+class _PoolGauges:
+    """One pool's metric series (POOL_ENTITLEMENT, _ALLOCATION, _DEMAND per dimension; POOL_QUEUED)."""
+
+    __slots__ = ("dims", "queued")
+
+    def __init__(self, pool: str) -> None:
+        self.dims = tuple((dim, POOL_ENTITLEMENT.labels(pool, dim), POOL_ALLOCATION.labels(pool, dim),
+                           POOL_DEMAND.labels(pool, dim)) for dim in DIMS)
+        self.queued = POOL_QUEUED.labels(pool)
+
+
+_FORGOTTEN = [0]  # how many times pools' series were removed: a kept series may be gone from the registry
+
+
 def _forget_metrics(pool: str) -> None:
+    _FORGOTTEN[0] += 1
     for dim in DIMS:
         for g in (POOL_ENTITLEMENT, POOL_ALLOCATION, POOL_DEMAND):
             try:

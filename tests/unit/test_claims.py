@@ -115,3 +115,19 @@ def test_nothing_is_ever_held_twice(ops: list[tuple[list[str], int, int, str]]) 
     for key in list(live):
         book.release(key)
     assert all(book.held(h) is None for h in offers) and len(book) == 0
+
+
+def test_a_claim_takes_only_the_ids_it_asks_for_after_those_held() -> None:
+    """The ids are picked from the offer's lists, skipping what other claims hold, only as many as asked: a gang
+    without ports holds none, and one asking for more than are left is refused for ports."""
+    book = ClaimBook()
+    offers = {"h1": offer("h1", gpus=4, ports=4)}
+    a = book.claim(placement("a/0", ["h1"], gpu=2, ports=3), offers, NOW, 60)
+    assert isinstance(a, GangPlacement) and (a.members[0].gpu_ids, a.members[0].ports) == ((0, 1), (31000, 31001,
+                                                                                                   31002))
+    none = book.claim(placement("b/0", ["h1"], gpu=0, ports=0), offers, NOW, 60)
+    assert isinstance(none, GangPlacement) and (none.members[0].gpu_ids, none.members[0].ports) == ((), ())
+    why = book.claim(placement("c/0", ["h1"], gpu=1, ports=2), offers, NOW, 60)
+    assert isinstance(why, str) and "short of ports" in why and "gpu" not in why.split("short of")[1]
+    d = book.claim(placement("d/0", ["h1"], gpu=2, ports=1), offers, NOW, 60)
+    assert isinstance(d, GangPlacement) and (d.members[0].gpu_ids, d.members[0].ports) == ((2, 3), (31003,))

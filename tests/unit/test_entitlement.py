@@ -11,7 +11,7 @@ from hypothesis import strategies as st
 
 from peloton.domain.allocation import Entitlement
 from peloton.domain.resources import Resources
-from peloton.resmgr.entitlement import DIMS, PoolPolicy, entitlements, want
+from peloton.resmgr.entitlement import DIMS, PoolPolicy, entitlements, pool_tree, want
 from peloton.resmgr.paths import ancestors
 
 R = Resources
@@ -383,3 +383,27 @@ def test_want_is_capped_demand_plus_allocation_summed_up_the_tree(s: Scenario) -
             own = sum(getattr(m.get(p, R()), dim) for m in (s.demand, s.allocation))
             below = sum(getattr(w[c], dim) for c in kids[p])
             assert getattr(w[p], dim) == pytest.approx(min(own + below, lim(pol, dim)), rel=REL, abs=ABS)
+
+
+@given(scenarios(interior_demand=True))
+@settings(max_examples=60, deadline=None)
+def test_a_kept_tree_gives_what_a_tree_made_anew_gives(s: Scenario) -> None:
+    """The resource manager keeps the pools' tree between computations (pool_tree): the answers are the same as
+    without it, and a tree of other pools is not used."""
+    t = pool_tree(s.pools)
+    assert entitlements(s.pools, s.capacity, s.demand, s.allocation, t) == entitlements(
+        s.pools, s.capacity, s.demand, s.allocation)
+    assert want(s.pools, s.demand, s.allocation, t) == want(s.pools, s.demand, s.allocation)
+    other = pool_tree(tree(P("/x"), P("/x/y")))
+    assert entitlements(s.pools, s.capacity, s.demand, s.allocation, other) == entitlements(
+        s.pools, s.capacity, s.demand, s.allocation)
+
+
+def test_the_tree_orders_parents_before_children_and_checks_the_tree() -> None:
+    t = pool_tree(tree(P("/a"), P("/a/b"), P("/a/b/c"), P("/d")))
+    assert t.kids["/"] == ["/a", "/d"] and t.kids["/a"] == ["/a/b"] and t.kids["/a/b/c"] == []
+    for order, parent_first in ((t.top_down, True), (t.bottom_up, False)):
+        for child, parent in (("/a", "/"), ("/a/b", "/a"), ("/a/b/c", "/a/b"), ("/d", "/")):
+            assert (order.index(parent) < order.index(child)) == parent_first
+    with pytest.raises(ValueError, match="parent /x is missing"):
+        pool_tree(tree(P("/x/y")))

@@ -737,3 +737,89 @@ def test_the_hosts_maps_view_of_the_queue_is_each_waiting_gangs_distinct_gpu_ask
     assert len(rm.waiting().asks) == 1
     rm.set_placements([placement(big), placement(cpu_only)], [])
     assert rm.waiting().asks == ()
+
+
+class _Wakes:
+    """Counts the wakes of one of the manager's conditions (it still wakes: the real method is called)."""
+
+    def __init__(self, cond: threading.Condition) -> None:
+        self.n = 0
+        real_notify = cond.notify
+
+        def notify(n: int = 1) -> None:
+            self.n += 1
+            real_notify(n)
+
+        def notify_all() -> None:  # (Condition.notify_all calls self.notify: counted once here)
+            self.n += 1
+            real_notify(len(cond._waiters))  # type: ignore[attr-defined]
+
+        cond.notify, cond.notify_all = notify, notify_all  # type: ignore[method-assign]
+
+
+def test_a_batch_of_placements_wakes_the_launchers_side_once_and_not_the_engines() -> None:
+    rm, clock, _ = make()
+    gs = [gang(f"j{i}", at=i) for i in range(3)]
+    rm.enqueue(gs)
+    assert rm.dequeue(10, SHORT) == gs
+    engine, launchers = _Wakes(rm._cond), _Wakes(rm._ready)
+    rm.set_placements([placement(g) for g in gs], [])
+    assert (engine.n, launchers.n) == (0, 1)
+    # a failure puts a gang back in the queue (news for admission), and its reason is news for jobmgr
+    rm.enqueue([g4 := gang("j4", at=4)])
+    assert rm.dequeue(10, SHORT) == [g4]
+    engine.n = launchers.n = 0
+    rm.set_placements([], [failure(g4)])
+    assert engine.n == 1 and launchers.n >= 1
+    # an enqueue is news for the engines only
+    engine.n = launchers.n = 0
+    rm.enqueue([gang("j5", at=5)])
+    assert (engine.n, launchers.n) == (1, 0)
+
+
+def test_a_launcher_leaving_placements_passes_the_wake_on() -> None:
+    """One wake for a batch: the launcher woken takes its share and wakes the next while placements are left,
+    so that every waiting launcher gets one without waiting out its long poll."""
+    rm, _, _ = make()
+    gs = [gang(f"j{i}", at=i) for i in range(3)]
+    rm.enqueue(gs)
+    assert rm.dequeue(10, SHORT) == gs
+    got: list[list[GangPlacement]] = []
+    lock = threading.Lock()
+
+    def take() -> None:
+        placements, _ = rm.take_placements(1, 60.0)
+        with lock:
+            got.append(placements)
+
+    threads = [threading.Thread(target=take, daemon=True) for _ in range(3)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 10
+    while len(rm._ready._waiters) < 3 and time.monotonic() < deadline:  # type: ignore[attr-defined]
+        time.sleep(0.01)  # every launcher waits before the batch comes
+    rm.set_placements([placement(g) for g in gs], [])
+    for t in threads:
+        t.join(20)  # (far less than the long poll's 60 s: a launcher never woken would still be waiting)
+    assert not any(t.is_alive() for t in threads)
+    assert sorted(p.job_id for ps in got for p in ps) == ["j0", "j1", "j2"] and all(len(ps) == 1 for ps in got)
+
+
+def test_pool_metrics_stay_published_after_another_manager_forgets_the_pool() -> None:
+    """Each manager keeps its pools' series; one removed from the registry by another manager (its pool gone
+    there) is looked up again, not set where nobody reads it."""
+    from prometheus_client import REGISTRY
+
+    def queued(pool: str) -> float | None:
+        return REGISTRY.get_sample_value("peloton_pool_queued_gangs", {"pool": pool})
+
+    a, _, _ = make(ResourcePool("/kept"))
+    b, _, b_pools = make(ResourcePool("/kept"))
+    a.enqueue([gang("x", pool="/kept")])
+    assert a.dequeue(10, SHORT, CLUSTER) and queued("/kept") == 1
+    b_pools.pools = [ResourcePool("/")]
+    b.refresh_pools()  # /kept is gone for b: its series is removed
+    assert queued("/kept") is None
+    a.enqueue([gang("y", pool="/kept")])
+    a.dequeue(10, SHORT, CLUSTER)
+    assert queued("/kept") == 2

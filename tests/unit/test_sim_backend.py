@@ -31,6 +31,7 @@ from peloton.hostmgr.sim.durations import (
     parse_duration_range,
     unit_draw,
 )
+from peloton.hostmgr.usage import MAX_OFFER_PORTS, HostConfig, HostUsage, accounted
 
 HOST_RES = Resources(cpu=8, mem=32 * 1024, gpu=4)
 
@@ -588,3 +589,57 @@ def test_server_sim_flags_are_checked(flags: list[str], error: str) -> None:
     with pytest.raises(InvalidArgument) as e:
         _settings(*flags)
     assert e.value.message.startswith(error)
+
+
+def test_statuses_go_to_the_host_manager_as_one_batch_per_gang_and_per_timer_step() -> None:
+    """With a batch callback (the host manager's: one wake of its event long poll), a gang's RUNNING statuses are
+    one call, and so are the ends of one timer step; in order, and none is also reported one at a time."""
+    clock = Clock()
+    b = SimBackend(make_sim_hosts(4, HOST_RES, racks=2, ports_per_host=100), seed=0, clock=clock,
+                   timer_thread=False)
+    single = Recorder()
+    batches: list[list[tuple[str, TaskState]]] = []
+    b.start(single, single.hosts_changed, lambda sts: batches.append([(s.task_id, s.state) for s in sts]))
+    r = launch(b, spec("a", env={"PELOTON_SIM_DURATION": "1s"}), spec("b", env={"PELOTON_SIM_DURATION": "1s"}),
+               spec("c", host="sim-00001"))
+    assert r.outcome == LaunchOutcome.OK
+    assert batches == [[("a", TaskState.RUNNING), ("b", TaskState.RUNNING), ("c", TaskState.RUNNING)]]
+    b.run_due(clock.t + 1)
+    assert batches[1:] == [[("a", TaskState.SUCCEEDED), ("b", TaskState.SUCCEEDED)]]
+    b.kill(["c"])
+    assert batches[2:] == [[("c", TaskState.KILLED)]]
+    assert single.statuses == []
+
+
+def test_a_gang_killed_before_its_start_is_reported_killed_in_one_batch() -> None:
+    clock = Clock()
+    b = SimBackend(make_sim_hosts(2, HOST_RES, racks=1, ports_per_host=100), seed=0, clock=clock,
+                   timer_thread=False)
+    batches: list[list[tuple[str, TaskState]]] = []
+    rec = Recorder()
+    b.start(rec, rec.hosts_changed, lambda sts: batches.append([(s.task_id, s.state) for s in sts]))
+    # the kill lands between the gang's registration and its start (the window a launch leaves unlocked)
+    original = b._start_gang
+
+    def kill_first(g: GangLaunch, tasks: list) -> LaunchResult:
+        b.kill(["x"])
+        return original(g, tasks)
+
+    b._start_gang = kill_first  # type: ignore[method-assign]
+    r = launch(b, spec("x"), spec("y"))
+    assert r.outcome == LaunchOutcome.REFUSED
+    assert batches == [[("x", TaskState.KILLED), ("y", TaskState.KILLED)]]
+    assert b.running() == [] and free(b).cpu == HOST_RES.cpu
+
+
+def test_offers_with_ids_list_the_free_ports_lowest_first_up_to_the_cap() -> None:
+    wide = HostUsage(HostConfig("w", HOST_RES, (0, 1), port_range=(20000, 22999)))
+    o = wide.offer(True)
+    assert o.ports == tuple(range(20000, 20000 + MAX_OFFER_PORTS)) and o.free.ports == MAX_OFFER_PORTS
+    assert wide.offer(True, taken={20001}).ports[:3] == (20000, 20002, 20003)
+    narrow = HostUsage(HostConfig("n", HOST_RES, (0, 1), port_range=(31000, 31004)))
+    assert narrow.offer(True).ports == (31000, 31001, 31002, 31003, 31004)
+    narrow.add(accounted(spec("t", host="n", gpu_ids=(1,), ports=(31000, 31002))))
+    o = narrow.offer(True)
+    assert (o.ports, o.gpu_ids, o.free.ports, o.free.gpu) == ((31001, 31003, 31004), (0,), 3, 1)
+    assert narrow.offer(False).ports == ()

@@ -197,6 +197,7 @@ class SimBackend:
         self._generation: dict[str, int] = {}  # hostname -> how many times it failed
         self._resources: dict[Resources, Resources] = {}  # interned resource vectors of tasks
         self._on_status: StatusCallback | None = None
+        self._on_statuses: StatusesCallback | None = None  # a batch in one call (the host manager: one wake)
         self._on_hosts_changed: HostsCallback | None = None
         self._thread: threading.Thread | None = None
         self._stopping = False
@@ -206,11 +207,11 @@ class SimBackend:
 
     def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback | None = None,
               on_statuses: StatusesCallback | None = None) -> None:
-        del on_statuses  # (its statuses are reported one at a time)
         if self._started:
             raise RuntimeError("SimBackend already started")
         self._started = True
         self._on_status = on_status
+        self._on_statuses = on_statuses
         self._on_hosts_changed = on_hosts_changed
         if self._timer_thread:
             self._thread = threading.Thread(target=self._run_timer, name="sim-timer", daemon=True)
@@ -353,15 +354,13 @@ class SimBackend:
                 for t in tasks:
                     t.phase, t.started_at = _STARTED, now
         if killed:
-            for t in tasks:
-                self._report(TaskStatus(t.task_id, TaskState.KILLED, now, t.hostname, reason="killed",
-                                        message="killed before the gang started"))
+            self._report_all([TaskStatus(t.task_id, TaskState.KILLED, now, t.hostname, reason="killed",
+                                         message="killed before the gang started") for t in tasks])
             return LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, message="killed before it started")
         if lost is not None:
             return LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, lost.task_id,
                                 f"host {lost.hostname} failed before the gang started")
-        for t in tasks:
-            self._report(TaskStatus(t.task_id, TaskState.RUNNING, now, t.hostname))
+        self._report_all([TaskStatus(t.task_id, TaskState.RUNNING, now, t.hostname) for t in tasks])
         deferred: list[TaskStatus] = []
         with self._lock:
             head = self._ends[0][0] if self._ends else None
@@ -376,8 +375,7 @@ class SimBackend:
                     heapq.heappush(self._ends, (t.end, t.task_id))
             if self._ends and (head is None or self._ends[0][0] < head):
                 self._cond.notify_all()  # the timer sleeps until an earlier time than it should now
-        for st in deferred:
-            self._report(st)
+        self._report_all(deferred)
         return LaunchResult(g.gang_id, g.attempt, LaunchOutcome.OK)
 
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
@@ -397,8 +395,7 @@ class SimBackend:
                                                     message="killed"))
                 if st is not None:
                     out.append(st)
-        for st in out:
-            self._report(st)
+        self._report_all(out)
 
     # ----------------------------------------------------------------------------------------------- failures
 
@@ -434,8 +431,7 @@ class SimBackend:
                 self._cond.notify_all()
         log.info("sim: host %s failed (%d tasks lost)%s", hostname, lost,
                  f", recovers in {format_duration(recover_after_s)}" if recover_after_s is not None else "")
-        for st in out:
-            self._report(st)
+        self._report_all(out)
         self._hosts_changed([hostname])
         return lost
 
@@ -484,8 +480,7 @@ class SimBackend:
                     h.up = True
                     recovered.append(name)
             nxt = self._next_due_locked()
-        for st in out:
-            self._report(st)
+        self._report_all(out)
         if recovered:
             log.info("sim: hosts recovered: %s", ", ".join(recovered))
             self._hosts_changed(recovered)
@@ -550,6 +545,22 @@ class SimBackend:
                           if (t := self._tasks.get(tid)) is not None and t.phase == _ANNOUNCED and t.end == e]
             heapq.heapify(self._ends)
             self._stale = 0
+
+    def _report_all(self, statuses: Sequence[TaskStatus]) -> None:
+        """In order, in one call where the host manager takes a batch (one wake of its event long polls for a
+        gang's members, or a timer step's ends, instead of one each)."""
+        if not statuses:
+            return
+        batch = self._on_statuses
+        if batch is None:
+            for st in statuses:
+                self._report(st)
+            return
+        try:
+            batch(statuses)
+        except Exception:  # noqa: BLE001 - a failing callback must not kill the timer or a launch
+            log.exception("sim backend: status callback failed for %d statuses (%s...)", len(statuses),
+                          statuses[0].task_id)
 
     def _report(self, st: TaskStatus) -> None:
         cb = self._on_status
