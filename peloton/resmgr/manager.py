@@ -373,29 +373,43 @@ class ResourceManager:
         return ok
 
     # --- placement side -------------------------------------------------------------------------------------
+    @property
+    def shared(self) -> bool:
+        """--placement-engines shared: several placement engines act at once."""
+        return self._shared
+
     def dequeue(self, max_n: int, timeout_s: float, capacity: Resources | None = None,
-                engine: str = "") -> list[GangRequest]:
+                engine: str = "", gone: Callable[[], bool] | None = None) -> list[GangRequest]:
         """Admitted gangs in priority order (highest first, then oldest). Their allocation is recorded now so
         admission of the next gang sees it. `capacity`: the cluster's, as the placement engine knows it;
-        `engine`: the placement engine's id (a new one takes back what the last one was placing)."""
+        `engine`: the placement engine's id (a new one takes back what the last one was placing); `gone`: true
+        once the caller has gone (its call cancelled: wake_engines wakes the wait), which then takes nothing."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
             if self._shared:
                 self._engine_begins_locked(engine)
                 try:
-                    return self._dequeue_locked(max_n, deadline, capacity, engine)
+                    return self._dequeue_locked(max_n, deadline, capacity, engine, gone)
                 finally:
                     self._engines.end(engine, self._rate_clock())
             if not self._engine_asks_locked(engine):
                 return []
-            return self._dequeue_locked(max_n, deadline, capacity, engine)
+            return self._dequeue_locked(max_n, deadline, capacity, engine, gone)
+
+    def wake_engines(self) -> None:
+        """A placement engine's call ended (with several engines, one that died: its long poll is to end now,
+        taking nothing, and its lease then runs out; dequeue's `gone`)."""
+        with self._cond:
+            self._cond.notify_all()
 
     def _dequeue_locked(self, max_n: int, deadline: float, capacity: Resources | None,
-                        engine: str) -> list[GangRequest]:
+                        engine: str, gone: Callable[[], bool] | None) -> list[GangRequest]:
         if capacity is not None and capacity != self._capacity:
             self._capacity = capacity
             self._changed_locked()
         while True:
+            if gone is not None and gone():  # the engine died in its long poll: what it took would wait for its lease
+                return []
             if not self._shared and self._engine.superseded(engine):  # replaced while it waited: admit nothing
                 return []
             out = self._admit_locked(max_n, engine)

@@ -35,9 +35,17 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
 
     @grpc_errors
     def DequeueGangs(self, request: internal_pb2.DequeueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.DequeueGangsResponse:
+        gone = None
+        if self.rm.shared:
+            # an engine that dies in its long poll ends it at once and takes nothing (its gangs, probes and claims
+            # to release would otherwise wait for its lease to run out); with one engine a new one takes them back
+            context.add_callback(self.rm.wake_engines)
+            gone = lambda: not context.is_active()  # noqa: E731
         gangs = self.rm.dequeue(request.max_gangs or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0,
                                 convert.vec_from_proto(request.capacity) if request.HasField("capacity") else None,
-                                engine=request.engine)
+                                engine=request.engine, gone=gone)
+        if gone is not None and gone():
+            return internal_pb2.DequeueGangsResponse()
         return internal_pb2.DequeueGangsResponse(
             gangs=[convert.gang_request_to_proto(g) for g in gangs],
             release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims(request.engine)],

@@ -148,6 +148,26 @@ def test_the_gangs_of_an_engine_that_went_silent_go_back_with_their_claims_to_wh
     assert p.gang_id == "a/0"
 
 
+def test_an_engine_gone_in_its_long_poll_takes_nothing_and_its_wait_ends_at_once(
+        rm: tuple[ResourceManager, Clock]) -> None:
+    import threading
+    import time
+
+    r, _ = rm
+    dead = threading.Event()
+    got: list[list[GangRequest]] = []
+    waiter = threading.Thread(target=lambda: got.append(r.dequeue(1, 30.0, engine="A", gone=dead.is_set)))
+    waiter.start()
+    time.sleep(0.1)  # A is in its long poll, nothing queued
+    dead.set()  # its connection went (the servicer's callback): the wait ends now, not in 30 s
+    r.wake_engines()
+    waiter.join(5)
+    assert not waiter.is_alive() and got == [[]]
+    r.enqueue([gang("a", 1)])
+    assert r.dequeue(1, SHORT, engine="A", gone=lambda: True) == []  # a gone caller never takes a gang
+    assert [g.gang_id for g in r.dequeue(1, SHORT, engine="B")] == ["a/0"]
+
+
 def test_the_claim_of_a_removed_gang_goes_to_any_engine(rm: tuple[ResourceManager, Clock]) -> None:
     r, clock = rm
     r.enqueue([gang("a", 1)])
