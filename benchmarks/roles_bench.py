@@ -133,7 +133,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, size: int, duration: str,
-                idle_s: float) -> dict[str, Any]:
+                idle_s: float, profile: str | None = None) -> dict[str, Any]:
     ch = grpc.insecure_channel(address)
     stub = job_pb2_grpc.JobServiceStub(ch)
     watch = JobWatch(ch)
@@ -170,15 +170,19 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
 
     cpu0, stmts0 = cluster.cpu(), cluster.statements()
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    for jid in ids:  # their whole lives count
-        watch.when(jid, *ENDED).result(300)
-    wall = time.perf_counter() - t0
+    with contextlib.ExitStack() as profiling:  # py-spy on each process over the loop (--profile), GIL samples only
+        if profile:
+            for name, d in cluster.procs.items():
+                profiling.enter_context(d.profiled(f"{profile}-{name}.txt"))
+        threads = [threading.Thread(target=loop) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        for jid in ids:  # their whole lives count
+            watch.when(jid, *ENDED).result(300)
+        wall = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cluster.cpu())
     stmts = cluster.statements()
     watch.close()
@@ -207,17 +211,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--hosts", type=int, default=10_000, help="sim hosts (cpu=64,mem=256Gi,gpu=8; 40 racks)")
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of each process's idle CPU, before the loop")
     ap.add_argument("--rounds", type=int, default=1, help="all-in-one and split, in turn, this many times")
+    ap.add_argument("--modes", default="all-in-one,split", help="which layouts to run, in this order")
+    ap.add_argument("--profile", default=None, metavar="PREFIX",
+                    help="py-spy (if installed) samples each process over the loop into PREFIX-<process>.txt "
+                         "(the last round's; harness.profile_summary reads them)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     sim = ["--backend", "sim", "--sim-hosts", str(a.hosts), "--sim-host-resources", "cpu=64,mem=256Gi,gpu=8",
            "--sim-racks", str(min(40, a.hosts))]
-    runs: dict[str, list[dict[str, Any]]] = {"all-in-one": [], "split": []}
+    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
+    if not modes or set(modes) - {"all-in-one", "split"}:
+        ap.error(f"--modes: a comma-separated list of all-in-one and split, got {a.modes!r}")
+    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
     for _ in range(a.rounds):
         for mode in runs:
             cluster = Cluster(mode == "split", sim)
             print(f"  {mode}: starting", file=sys.stderr, flush=True)
             with cluster.up() as address:
-                runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle))
+                runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle,
+                                              a.profile))
     res = {"workload": f"sim backend, {a.hosts} hosts, PostgreSQL; {a.clients} closed-loop clients of {a.size}-member "
                        f"1-GPU gangs running {a.duration}", "runs": runs,
            "parameters": {k: v for k, v in vars(a).items() if k != "json"}}
