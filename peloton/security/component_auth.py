@@ -74,31 +74,3 @@ class RequireSecret(grpc.ServerInterceptor):
                     return continuation(details)
                 break
         return self._deny
-
-
-class _Call:
-    def __init__(self, details: grpc.ClientCallDetails, metadata: list[tuple[str, str]]) -> None:
-        self.method = details.method
-        self.timeout = details.timeout
-        self.metadata = metadata
-        self.credentials = details.credentials
-        self.wait_for_ready = getattr(details, "wait_for_ready", None)
-        self.compression = getattr(details, "compression", None)
-
-
-class SendSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the shared secret to every call of a component's channel to another component."""
-
-    def __init__(self, secret: str) -> None:
-        self._entry = (METADATA_KEY, secret)
-
-    def _with_secret(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return _Call(details, [*(details.metadata or ()), self._entry])
-
-    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
-                              request: Any) -> Any:
-        return continuation(self._with_secret(details), request)
-
-    def intercept_unary_stream(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
-                               request: Any) -> Any:
-        return continuation(self._with_secret(details), request)
