@@ -107,6 +107,15 @@ class Cluster:
         return {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
                 for kind in ("statement", "commit")}
 
+    def internal_calls(self) -> dict[str, float]:
+        """The internal gRPC calls answered so far (a split deployment's), by method, all processes together."""
+        out: dict[str, float] = {}
+        for d in self.procs.values():
+            for labels, v in d.metric_samples("peloton_internal_calls_total").items():
+                method = dict(labels).get("method", "")
+                out[method] = out.get(method, 0.0) + v
+        return out
+
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far: each process, the PostgreSQL backends of the database, every PostgreSQL process,
         and this process (the clients)."""
@@ -168,7 +177,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             with lock:
                 errors.append(f"{type(e).__name__}: {e}")
 
-    cpu0, stmts0 = cluster.cpu(), cluster.statements()
+    cpu0, stmts0, calls0 = cluster.cpu(), cluster.statements(), cluster.internal_calls()
     t0 = time.perf_counter()
     with contextlib.ExitStack() as profiling:  # py-spy on each process over the loop (--profile), GIL samples only
         if profile:
@@ -185,6 +194,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
         wall = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cluster.cpu())
     stmts = cluster.statements()
+    calls = {k: (v - calls0.get(k, 0.0)) / max(len(ids), 1) for k, v in cluster.internal_calls().items()}
     watch.close()
     ch.close()
     gangs = len(ids)
@@ -192,6 +202,8 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed, "latency": summary(lat),
             "store_statements_per_gang": (stmts["statement"] - stmts0["statement"]) / max(gangs, 1),
             "store_commits_per_gang": (stmts["commit"] - stmts0["commit"]) / max(gangs, 1),
+            # internal gRPC calls a gang, by method (split only: one process calls its components directly)
+            "internal_calls_per_gang": {k: v for k, v in sorted(calls.items()) if v > 0},
             "error_count": len(errors), "errors": errors[:10], "cpu": per_unit(cpu, gangs, size),
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
             "ceiling_gangs_per_s": ceiling_gangs_per_s({k: 1000 * v / max(gangs, 1) for k, v in cpu.items()
@@ -240,6 +252,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                              f"p50 {r['latency']['p50_ms']:.1f} ms, {r['error_count']} errors, "
                                              f"{r['store_statements_per_gang']:.1f} statements and "
                                              f"{r['store_commits_per_gang']:.1f} commits a gang"))
+            if r["internal_calls_per_gang"]:
+                rows.append(("  internal calls a gang", f"{sum(r['internal_calls_per_gang'].values()):.2f}: " + ", ".join(
+                    f"{k} {v:.2f}" for k, v in r["internal_calls_per_gang"].items())))
             for k, v in r["cpu"].items():
                 rows.append((f"  cpu: {k}", f"{v['ms_per_gang']:.2f} ms/gang  {v['us_per_task']:.0f} us/task  "
                                             f"({r['cores_busy'][k]:.2f} cores; idle {r['idle_cores'][k]:.3f}, "

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client import Counter
 
 from peloton.api.edge import refusing
 from peloton.errors import FailedPrecondition
@@ -56,6 +57,10 @@ def load_secret(path: Path, create: bool) -> str:
     return value
 
 
+INTERNAL_CALLS = Counter("peloton_internal_calls_total", "Calls of the internal services answered for the other "
+                         "components of a split deployment, by method", ["method"])
+
+
 class RequireSecret(grpc.ServerInterceptor):
     """Answers UNAUTHENTICATED to every call without the shared secret."""
 
@@ -71,6 +76,7 @@ class RequireSecret(grpc.ServerInterceptor):
             if key == METADATA_KEY:
                 raw = value.encode() if isinstance(value, str) else value
                 if hmac.compare_digest(raw, self._secret):
+                    INTERNAL_CALLS.labels(details.method.rpartition("/")[2]).inc()
                     return continuation(details)
                 break
         return self._deny
