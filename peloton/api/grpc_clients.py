@@ -118,8 +118,10 @@ class GrpcResourceManager(_GrpcClient):
         adopted = [convert.gang_request_to_proto(g) for g in running]
         for p in adopted:
             p.running = True
-        self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
+        r = self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
             gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove)), 30)
+        if remove and not r.removed:  # a resmgr of an earlier release ignored them (a rolling upgrade)
+            self.remove_gangs(remove)
 
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
         r = self._call("DequeueGangs", internal_pb2.DequeueGangsRequest(
@@ -149,6 +151,8 @@ class GrpcResourceManager(_GrpcClient):
         r = self._call("GetPlacements", internal_pb2.GetPlacementsRequest(
             max=max_placements, timeout_ms=round(timeout_s * 1000), consumer=consumer, ack_done=_keys(ack_done)),
             timeout_s + 10)
+        if ack_done and not r.acked:  # a resmgr of an earlier release ignored them (a rolling upgrade)
+            self.ack_placements(ack_done, [])
         return Placed(placements=[convert.placement_from_proto(p) for p in r.placements],
                       pending=[convert.failure_from_proto(f) for f in r.pending],
                       preempt=[(p.gang_id, p.attempt, p.reason) for p in r.preempt], incarnation=r.incarnation)
@@ -212,6 +216,8 @@ class GrpcHostManager(_GrpcClient):
         r = self._call("WaitTaskEvents", internal_pb2.WaitTaskEventsRequest(
             after_seq=after_seq, max_events=max_events, timeout_ms=round(timeout_s * 1000),
             ack_up_to_seq=ack_up_to_seq, ack_stream_id=ack_stream_id), timeout_s + 10)
+        if ack_up_to_seq > 0 and not r.acked and r.stream_id == ack_stream_id:  # a hostmgr of an earlier release
+            self._call("AckTaskEvents", internal_pb2.AckTaskEventsRequest(up_to_seq=ack_up_to_seq), 30)
         return TaskEvents([(e.seq, convert.status_from_proto(e)) for e in r.events], r.stream_id, r.gap)
 
     def reconcile(self, task_ids: Sequence[str]) -> list[TaskStatus]:

@@ -73,8 +73,8 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
             self.hm.ack_events(request.ack_up_to_seq)
         events, gap = self.hm.wait_events(request.after_seq, request.max_events or 1000, timeout)
         return internal_pb2.WaitTaskEventsResponse(
-            events=[convert.status_to_proto(st, seq) for seq, st in events], stream_id=self.hm.stream_id, gap=gap
-        )
+            events=[convert.status_to_proto(st, seq) for seq, st in events], stream_id=self.hm.stream_id, gap=gap,
+            acked=True)
 
     @grpc_errors
     def AckTaskEvents(self, request: internal_pb2.AckTaskEventsRequest, context: grpc.ServicerContext) -> internal_pb2.AckTaskEventsResponse:

@@ -34,7 +34,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             self.rm.remove([(k.gang_id, k.attempt) for k in request.remove])
         if gangs:
             self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
-        return internal_pb2.EnqueueGangsResponse()
+        return internal_pb2.EnqueueGangsResponse(removed=True)
 
     @grpc_errors
     def DequeueGangs(self, request: internal_pb2.DequeueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.DequeueGangsResponse:
@@ -73,6 +73,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             pending=[convert.failure_to_proto(f) for f in pending],
             preempt=[internal_pb2.PreemptGang(gang_id=g, attempt=a, reason=r) for g, a, r in self.rm.take_preemptions()],
             incarnation=self.rm.incarnation,
+            acked=True,
         )
 
     @grpc_errors

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
 from concurrent import futures
+from typing import Any
 
 import grpc
 import pytest
 
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
-from peloton.api.grpc_clients import GrpcHostManager, GrpcResourceManager
-from peloton.api.v1 import internal_pb2_grpc
+from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
 from peloton.domain.launch import TaskStatus
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
@@ -170,3 +171,64 @@ def test_a_poll_for_placements_acknowledges_the_last_pass_first(clients: tuple) 
     assert rmc.get_placements(10, 0.05, "one", ack_done=[("a/0", 1)]).placements == []
     again = rmc.get_placements(10, 0.05, "two")  # "one" went away: what it did not acknowledge is handed again
     assert [p.gang_id for p in again.placements] == ["b/0"]
+
+
+# --- a peer of an earlier release ignores the new fields: the client sends them the old way -----------------------
+
+
+class OldPeer:
+    """A stub of a release before these fields: every answer is the empty message of its method's response (no
+    `removed` / `acked`; WaitTaskEvents of stream "s1"), every request recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(request: Any, timeout: float | None = None) -> Any:
+            self.sent.append((name, request))
+            if name == "WaitTaskEvents":
+                return internal_pb2.WaitTaskEventsResponse(stream_id="s1")
+            return getattr(internal_pb2, f"{name}Response")()
+
+        return call
+
+
+def test_removals_an_old_resmgr_ignored_are_sent_by_remove_gangs() -> None:
+    old = OldPeer()
+    GrpcResourceManager(old).enqueue([gang("a")], [], remove=[("b/0", 1)])
+    assert [n for n, _ in old.sent] == ["EnqueueGangs", "RemoveGangs"]
+    assert [(k.gang_id, k.attempt) for k in old.sent[1][1].gangs] == [("b/0", 1)]
+    old.sent.clear()
+    GrpcResourceManager(old).enqueue([gang("a")], [])  # nothing to remove: one call
+    assert [n for n, _ in old.sent] == ["EnqueueGangs"]
+
+
+def test_acks_an_old_peer_ignored_are_sent_by_their_own_calls() -> None:
+    old = OldPeer()
+    GrpcResourceManager(old).get_placements(10, 0.0, "one", ack_done=[("a/0", 1)])
+    assert [n for n, _ in old.sent] == ["GetPlacements", "AckPlacements"]
+    assert [(k.gang_id, k.attempt) for k in old.sent[1][1].done] == [("a/0", 1)] and not old.sent[1][1].retry
+    old.sent.clear()
+    GrpcHostManager(old).wait_events(5, 10, 0.0, ack_up_to_seq=5, ack_stream_id="s1")
+    assert [n for n, _ in old.sent] == ["WaitTaskEvents", "AckTaskEvents"] and old.sent[1][1].up_to_seq == 5
+    old.sent.clear()
+    GrpcHostManager(old).wait_events(5, 10, 0.0, ack_up_to_seq=5, ack_stream_id="s0")  # its stream changed
+    assert [n for n, _ in old.sent] == ["WaitTaskEvents"]
+
+
+def test_every_call_of_a_connected_stub_carries_its_metadata() -> None:
+    got: list[Any] = []
+
+    class Stub:
+        def __getattr__(self, name: str) -> Any:
+            return lambda request, timeout=None, metadata=None: got.append((name, metadata))
+
+    class Channel:  # only watched for its state (which matters to LaunchGangs alone)
+        def subscribe(self, callback: Any, **_: Any) -> None:
+            pass
+
+    stub = ConnectedStub(Stub(), Channel(), [("x-peloton-component", "s3cret")])
+    stub.KillTasks(internal_pb2.KillTasksRequest(), timeout=1)
+    stub.KillTasks(internal_pb2.KillTasksRequest(), timeout=1, metadata=[("k", "v")])
+    assert got == [("KillTasks", (("x-peloton-component", "s3cret"),)),
+                   ("KillTasks", (("k", "v"), ("x-peloton-component", "s3cret")))]

@@ -337,12 +337,19 @@ Global___EnqueueGangsRequest: _TypeAlias = EnqueueGangsRequest  # noqa: Y015
 class EnqueueGangsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.bool
+    """The request's `remove` was applied. False from a resmgr of a release before it (it ignores the field): the
+    caller sends them by RemoveGangs instead.
+    """
     def __init__(
         self,
+        *,
+        removed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -669,9 +676,14 @@ class GetPlacementsResponse(_message.Message):
     PENDING_FIELD_NUMBER: _builtins.int
     PREEMPT_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
     incarnation: _builtins.str
     """Changes whenever resmgr starts afresh (a restart, or a standby taking over): it knows no gang then, and the
     caller must enqueue its queued gangs and register its running ones again (CheckGangs).
+    """
+    acked: _builtins.bool
+    """The request's ack_done was applied. False from a resmgr of a release before it (it ignores the field): the
+    caller sends them by AckPlacements instead.
     """
     @_builtins.property
     def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Placement]:
@@ -694,10 +706,11 @@ class GetPlacementsResponse(_message.Message):
         pending: _abc.Iterable[Global___Failure] | None = ...,
         preempt: _abc.Iterable[Global___PreemptGang] | None = ...,
         incarnation: _builtins.str = ...,
+        acked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "pending", b"pending", "placements", b"placements", "preempt", b"preempt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "incarnation", b"incarnation", "pending", b"pending", "placements", b"placements", "preempt", b"preempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1660,10 +1673,15 @@ class WaitTaskEventsResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _builtins.int
     STREAM_ID_FIELD_NUMBER: _builtins.int
     GAP_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
     stream_id: _builtins.str
     """changes when hostmgr restarts: the caller must reconcile"""
     gap: _builtins.bool
     """events after `after_seq` were dropped (too many unacknowledged): the caller must reconcile"""
+    acked: _builtins.bool
+    """The request's ack was taken (applied, or ignored for another stream). False from a hostmgr of a release before
+    it (it ignores the field): the caller sends it by AckTaskEvents instead.
+    """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskStatusEvent]: ...
     def __init__(
@@ -1672,10 +1690,11 @@ class WaitTaskEventsResponse(_message.Message):
         events: _abc.Iterable[Global___TaskStatusEvent] | None = ...,
         stream_id: _builtins.str = ...,
         gap: _builtins.bool = ...,
+        acked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "gap", b"gap", "stream_id", b"stream_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "events", b"events", "gap", b"gap", "stream_id", b"stream_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
