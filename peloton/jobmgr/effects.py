@@ -1,9 +1,9 @@
 """The side effects of committed changes, sent on their own thread in commit order: kills to the host manager;
 releases, enqueues and adoptions to resmgr. Everything that arrived since the last send goes in one call per
 kind (in bounded chunks), and the releases' last chunk rides with the first chunk of enqueues (EnqueueGangs
-forgets its `remove` first): one round trip to resmgr where a batch has both, in the same order as two. A call that fails is retried with back-off until it goes through: every one of them is
-idempotent, and a lost enqueue would leave a gang waiting for the periodic check, a lost release would keep its
-allocation."""
+forgets its `remove` first): one round trip to resmgr where a batch has both, in the same order as two. A call
+that fails is retried with back-off until it goes through: every one of them is idempotent, and a lost enqueue
+would leave a gang waiting for the periodic check, a lost release would keep its allocation."""
 
 from __future__ import annotations
 
@@ -123,8 +123,8 @@ class SideEffects:
         while out.release or out.enqueue:
             release, chunk = resmgr_call(out.release, out.enqueue, CHUNK)
             if chunk:
-                self.resmgr.enqueue([g for g, running in chunk if not running], [g for g, running in chunk if running],
-                                    remove=release)
+                self.resmgr.enqueue([g for g, running in chunk if not running],
+                                    [g for g, running in chunk if running], remove=release)
             else:
                 self.resmgr.remove_gangs(release)
             del out.release[:len(release)]
