@@ -1,6 +1,6 @@
 """Benchmark 14: what each component costs, run as separate `--role` processes (issue 24's scale on paper).
 
-    .venv/bin/python benchmarks/roles_bench.py [--seconds 20] [--clients 8] [--rounds 1]
+    .venv/bin/python benchmarks/roles_bench.py [--seconds 20] [--clients 8] [--rounds 1] [--engines 1,2]
 
 On PostgreSQL and the sim backend (no processes run, so what is measured is the scheduler's own work), the same
 closed loop twice in turn: one all-in-one daemon, then four processes (`--role hostmgr`, `resmgr`, `placement`,
@@ -9,7 +9,9 @@ gang of `--size` 1-GPU members that run `--duration` (sim time) and wait until i
 `--seconds`; then every gang is waited for until it has ended, so its whole life counts. For each process, its CPU
 seconds from /proc over that stretch, per gang and per task; the same for the PostgreSQL backends serving the
 database, every PostgreSQL process, and the clients. docs/performance.md turns these into what 4 machines of 32
-cores would reach. Asserts nothing.
+cores would reach. `--engines 1,2` runs the split processes once with each number of `--role placement` processes
+(more than one: --placement-engines shared; `placement-all` sums them); `--no-all-in-one` leaves that mode out.
+Asserts nothing.
 """
 
 from __future__ import annotations
@@ -62,7 +64,7 @@ def ceiling_gangs_per_s(ms_per_gang: dict[str, float], cores_each: float = 1.0) 
 class Cluster:
     """The daemon(s) of one mode on one fresh PostgreSQL database; `procs` names each process."""
 
-    def __init__(self, split: bool, sim: list[str]) -> None:
+    def __init__(self, split: bool, sim: list[str], engines: int = 1) -> None:
         from tests.dbutil import fresh_postgres_url
 
         self.url = fresh_postgres_url()
@@ -74,10 +76,12 @@ class Cluster:
         secret = ["--internal-secret-file", str(self.dir / "internal.secret")]
         hm, rm = self.dir / "hostmgr", self.dir / "resmgr"
         uses = ["--resmgr", f"unix:{rm}/internal.sock", "--hostmgr", f"unix:{hm}/internal.sock", *secret]
+        shared = ["--placement-engines", "shared"] if engines > 1 else []
         self.procs = {  # in the order they start: the serving ones first (the first creates the secret)
             "hostmgr": Daemon(["--role", "hostmgr", *sim, *secret, *db], data_dir=hm),
-            "resmgr": Daemon(["--role", "resmgr", *secret, *db], data_dir=rm),
-            "placement": Daemon(["--role", "placement", *uses, *db], data_dir=self.dir / "placement"),
+            "resmgr": Daemon(["--role", "resmgr", *shared, *secret, *db], data_dir=rm),
+            **{engine_name(i): Daemon(["--role", "placement", *shared, *uses, *db],
+                                      data_dir=self.dir / engine_name(i)) for i in range(engines)},
             "jobmgr": Daemon(["--role", "jobmgr", *uses, *db], data_dir=self.dir / "jobmgr"),
         }
 
@@ -103,9 +107,12 @@ class Cluster:
                 print(f"  kept {self.dir} (the daemons' logs)", file=sys.stderr)
 
     def statements(self) -> dict[str, float]:
-        """The store's statements and commits so far, all processes together."""
-        return {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
-                for kind in ("statement", "commit")}
+        """The store's statements and commits so far, all processes together, and the claims the host manager
+        refused (`refused`: another engine had taken the hosts, or they changed under the engine's copy)."""
+        out = {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
+               for kind in ("statement", "commit")}
+        out["refused"] = sum(d.metric("peloton_hostmgr_claims_total", result="refused") for d in self.procs.values())
+        return out
 
     def internal_calls(self) -> dict[str, float]:
         """The internal gRPC calls answered so far (a split deployment's), by method, all processes together."""
@@ -132,12 +139,21 @@ class Cluster:
                 "clients": ru.ru_utime + ru.ru_stime}
 
 
+def engine_name(i: int) -> str:
+    """The i-th placement process (0: "placement", as with one)."""
+    return "placement" if i == 0 else f"placement-{i + 1}"
+
+
 def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, float]:
-    """Per process, and the PostgreSQL ones summed (a backend that ended in between is not counted)."""
+    """Per process, the PostgreSQL ones summed (a backend that ended in between is not counted), and with several
+    placement processes their sum (`placement-all`)."""
     out: dict[str, float] = {}
     for k, v in after.items():
         key = "postgres_db" if k.startswith("pg:") else "postgres_all" if k.startswith("pgall:") else k
         out[key] = out.get(key, 0.0) + v - before.get(k, 0.0)
+    engines = [v for k, v in out.items() if k.startswith("placement-")]
+    if engines and "placement" in out:
+        out["placement-all"] = out["placement"] + sum(engines)
     return out
 
 
@@ -204,6 +220,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             "store_commits_per_gang": (stmts["commit"] - stmts0["commit"]) / max(gangs, 1),
             # internal gRPC calls a gang, by method (split only: one process calls its components directly)
             "internal_calls_per_gang": {k: v for k, v in sorted(calls.items()) if v > 0},
+            "claims_refused": stmts["refused"] - stmts0["refused"],
             "error_count": len(errors), "errors": errors[:10], "cpu": per_unit(cpu, gangs, size),
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
             "ceiling_gangs_per_s": ceiling_gangs_per_s({k: 1000 * v / max(gangs, 1) for k, v in cpu.items()
@@ -223,21 +240,25 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--hosts", type=int, default=10_000, help="sim hosts (cpu=64,mem=256Gi,gpu=8; 40 racks)")
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of each process's idle CPU, before the loop")
     ap.add_argument("--rounds", type=int, default=1, help="all-in-one and split, in turn, this many times")
-    ap.add_argument("--modes", default="all-in-one,split", help="which layouts to run, in this order")
     ap.add_argument("--profile", default=None, metavar="PREFIX",
                     help="py-spy (if installed) samples each process over the loop into PREFIX-<process>.txt "
                          "(the last round's; harness.profile_summary reads them)")
+    ap.add_argument("--engines", default="1", help="placement processes of the split mode, a run for each number "
+                                                   "given (1,2: one, then two with --placement-engines shared)")
+    ap.add_argument("--no-all-in-one", action="store_true", help="the split processes only")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     sim = ["--backend", "sim", "--sim-hosts", str(a.hosts), "--sim-host-resources", "cpu=64,mem=256Gi,gpu=8",
            "--sim-racks", str(min(40, a.hosts))]
-    modes = [m.strip() for m in a.modes.split(",") if m.strip()]
-    if not modes or set(modes) - {"all-in-one", "split"}:
-        ap.error(f"--modes: a comma-separated list of all-in-one and split, got {a.modes!r}")
-    runs: dict[str, list[dict[str, Any]]] = {m: [] for m in modes}
+    counts = [int(n) for n in a.engines.split(",") if n.strip()]
+    if not counts or min(counts) < 1:
+        ap.error(f"--engines: numbers of 1 or more, comma-separated, got {a.engines!r}")
+    modes = {"split" if n == 1 else f"split-{n}-engines": n for n in counts}
+    runs: dict[str, list[dict[str, Any]]] = {**({} if a.no_all_in_one else {"all-in-one": []}),
+                                             **{m: [] for m in modes}}
     for _ in range(a.rounds):
         for mode in runs:
-            cluster = Cluster(mode == "split", sim)
+            cluster = Cluster(mode != "all-in-one", sim, modes.get(mode, 1))
             print(f"  {mode}: starting", file=sys.stderr, flush=True)
             with cluster.up() as address:
                 runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle,
@@ -251,7 +272,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             rows.append((f"{mode} #{i + 1}", f"{r['gangs_per_s']:.1f} gangs/s ({r['tasks_per_s']:.0f} tasks/s), "
                                              f"p50 {r['latency']['p50_ms']:.1f} ms, {r['error_count']} errors, "
                                              f"{r['store_statements_per_gang']:.1f} statements and "
-                                             f"{r['store_commits_per_gang']:.1f} commits a gang"))
+                                             f"{r['store_commits_per_gang']:.1f} commits a gang, "
+                                             f"{r['claims_refused']:.0f} claims refused"))
             if r["internal_calls_per_gang"]:
                 rows.append(("  internal calls a gang", f"{sum(r['internal_calls_per_gang'].values()):.2f}: " + ", ".join(
                     f"{k} {v:.2f}" for k, v in r["internal_calls_per_gang"].items())))

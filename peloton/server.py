@@ -196,11 +196,12 @@ class Daemon:
         make_dirs(cfg.data_dir, traversable=tasks_run_as_others())
         self.url = cfg.db_url or db.default_sqlite_url(cfg.data_dir)
         self.postgres = db.sqlite_path(self.url) is None
-        if "jobmgr" in roles or self.postgres:
+        if ("jobmgr" in roles or self.postgres) and not cfg.lockless_placement:
             # before migrating: a refused daemon, or a standby of a newer release, must not change the schema
             # under the daemon that acts on the store
             self.hold.take_store_lock(self.url)
-        else:  # a --role process on SQLite (or with no store): one per data dir, no standby but on that machine
+        else:  # a --role process on SQLite (or with no store), or a placement engine beside others (no lock): one
+            # per data dir, no standby but on that machine
             self.hold.lock_data_dir()
 
     def _open_store(self) -> None:
@@ -302,7 +303,7 @@ class Daemon:
         cfg = self.cfg
         self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
                                       preemption=cfg.preemption, placement_order=cfg.placement_order,
-                                      queue_order=cfg.queue_order_value())
+                                      queue_order=cfg.queue_order_value(), placement_engines=cfg.placement_engines)
         self.resmgr_servicer = ResourceManagerServicer(self.resmgr)
         respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
             ResourcePoolServicer(self.resmgr, self.sessions), self.server)

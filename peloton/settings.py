@@ -81,6 +81,9 @@ class ServerConfig:
     preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S  # a pool's first gang waits this long to preempt
     preemption: bool = True  # False: gangs never preempt (hosts are still reserved for them)
     placement_order: str = "backfill"  # backfill | fifo: nothing behind a gang that does not fit is placed
+    # leader: one placement engine at a time (the others stand by for its lock); shared: several act at once, each
+    # on the gangs it dequeues (resmgr/callers.py Engines)
+    placement_engines: str = "leader"
     queue_order: str = "arrival"  # arrival | gpu-time: a pool's waiting gangs' order (resmgr/ordering.py)
     queue_promote_after_s: float = DEFAULT_PROMOTE_AFTER_S  # gpu-time: a gang waiting this long goes first in line
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
@@ -142,6 +145,12 @@ class ServerConfig:
             return None
         return Path(self.unix_socket) if self.unix_socket else self.data_dir / "peloton.sock"
 
+    @property
+    def lockless_placement(self) -> bool:
+        """A placement engine that acts beside others (--placement-engines shared, and no other role): it takes no
+        lock of the store, only its data dir's."""
+        return self.placement_engines == "shared" and self.roles == frozenset({"placement"})
+
     def serves_internal(self) -> bool:
         """Another process will call this one's resmgr or hostmgr (a split deployment), or the operator asked."""
         return bool(self.internal_listen) or (self.roles != ROLES and bool(self.roles & {"resmgr", "hostmgr"}))
@@ -166,6 +175,13 @@ class ServerConfig:
             raise InvalidArgument(f"--placement-order: must be one of backfill, fifo, got {self.placement_order!r}",
                                   field="--placement-order")
         self.queue_order_value()  # an unknown order or a bad promotion time names its flag
+        if self.placement_engines not in ("leader", "shared"):
+            raise InvalidArgument(f"--placement-engines: must be one of leader, shared, got "
+                                  f"{self.placement_engines!r}", field="--placement-engines")
+        if self.lockless_placement and self.standby:
+            raise InvalidArgument("--standby: a --role placement process with --placement-engines shared takes no "
+                                  "lock, so there is nothing to stand by for: start it without --standby (it acts "
+                                  "at once, beside the other engines)", field="--standby")
         if self.metrics_host_limit < 0:
             raise InvalidArgument(f"--metrics-host-limit: must be 0 (never) or more, got {self.metrics_host_limit}",
                                   field="--metrics-host-limit")

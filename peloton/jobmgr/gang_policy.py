@@ -23,7 +23,7 @@ O(1), not a walk over every gang.
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 
 from peloton.domain.launch import TaskStatus
@@ -678,6 +678,11 @@ def new_job_records(job_id: str, spec: JobSpec, now: float) -> tuple[Job, list[G
     return job, gangs, tasks
 
 
+def first_events(tasks: Sequence[Task], now: float) -> list[TaskEvent]:
+    """Each new task's first event, written with the job's rows by CreateJob."""
+    return [TaskEvent(t.job_id, t.instance, 1, T.PENDING, now, reason="job created") for t in tasks]
+
+
 def new_job_view(job: Job, gangs: list[Gang], tasks: list[Task]) -> JobView:
     """The view of records made by `new_job_records` (or loaded): tasks grouped by gang in one pass."""
     by_gang: dict[int, dict[int, Task]] = {g.index: {} for g in gangs}
@@ -693,5 +698,5 @@ def _gang_index(gang_id: str) -> int:
 __all__ = [
     "Effects", "GangView", "JobView", "apply_status", "attempts_used", "evict_from_hosts", "on_hosts", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
     "gang_failed", "gang_id_for", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
-    "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
+    "first_events", "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

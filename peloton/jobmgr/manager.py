@@ -236,7 +236,7 @@ class JobManager:
         job, gangs, tasks = policy.new_job_records(job_id, spec, now)
         job.request_id = request_id
         jv = policy.new_job_view(job, gangs, tasks)
-        events = [TaskEvent(job_id, t.instance, 1, TaskState.PENDING, now, reason="job created") for t in tasks]
+        events = policy.first_events(tasks, now)
         rows = 1 + len(gangs) + 2 * len(tasks)
         try:
             if rows <= BIG_JOB_ROWS:

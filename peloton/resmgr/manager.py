@@ -56,7 +56,7 @@ from peloton.domain.resources import BASE_UNITS, Resources
 from peloton.observability.gang_metrics import GANG_STAGE
 from peloton.placement.reservation import ORDERS, Reservation
 from peloton.resmgr.admission import admission_if, admission_round
-from peloton.resmgr.callers import Current
+from peloton.resmgr.callers import ENGINE_LEASE_S, ENGINE_MODES, Current, Engines, orphan_release
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.ordering import ARRIVAL, QueueOrder
@@ -97,15 +97,22 @@ class ResourceManager:
     def __init__(self, load_pools: Callable[[], Sequence[ResourcePool]], clock: Callable[[], float] = time.time,
                  preemption_settle_s: float = DEFAULT_PREEMPTION_SETTLE_S, preemption: bool = True,
                  rate_clock: Callable[[], float] = time.monotonic, placement_order: str = "backfill",
-                 queue_order: QueueOrder = ARRIVAL):
+                 queue_order: QueueOrder = ARRIVAL, placement_engines: str = "leader",
+                 engine_lease_s: float = ENGINE_LEASE_S):
         """`preemption_settle_s`: how long a pool's first gang waits before it may preempt or reserve hosts;
         `preemption` False: it only reserves hosts. `rate_clock`: what the unpark rate limit counts in (real time;
         a replay passes its virtual clock so that the limit, too, is deterministic). `placement_order` "fifo":
         nothing behind the first gang waiting for hosts is admitted, and only gangs up to it may preempt (the
         placement engine's own order must be the same: --placement-order sets both). `queue_order`: the order of
-        each pool's waiting gangs (--queue-order, ordering.py)."""
+        each pool's waiting gangs (--queue-order, ordering.py). `placement_engines` "leader": one placement engine
+        at a time, and one that asks under a new id replaces the last (its standby took over); "shared": several
+        act at once (--placement-engines shared), each placing the gangs it dequeued, and one silent for
+        `engine_lease_s` (its `rate_clock`) is gone: the gangs it was placing go back to the queue."""
         if placement_order not in ORDERS:
             raise ValueError(f"placement_order: must be one of {', '.join(ORDERS)}, got {placement_order!r}")
+        if placement_engines not in ENGINE_MODES:
+            raise ValueError(f"placement_engines: must be one of {', '.join(ENGINE_MODES)}, got {placement_engines!r}")
+        self._shared = placement_engines == "shared"
         self._fifo = placement_order == "fifo"
         self.placement_order = placement_order  # told to the placement engines with each dequeue
         self._load_pools = load_pools
@@ -128,7 +135,9 @@ class ResourceManager:
         self._gpu_asks: dict[str, tuple[GangRequest, tuple[GpuAsk, ...]]] = {}
         self._next_probe_round = float("-inf")
         self._closed = False  # the daemon is stopping: long polls answer at once
-        self._engine = Current()  # the placement engine that asks for gangs
+        self._engine = Current()  # the placement engine that asks for gangs ("leader")
+        self._engines = Engines(engine_lease_s)  # the placement engines that act at once ("shared")
+        self._warned_replaced = False  # a replaced engine kept asking ("leader"): said once
         self._consumer = Current()  # the job manager that takes placements
         self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
         self._ent: dict[str, Entitlement] = {}
@@ -183,17 +192,40 @@ class ResourceManager:
         while len(self._orphaned) > MAX_ORPHANED_CLAIMS:
             del self._orphaned[next(iter(self._orphaned))]
 
-    def take_orphaned_claims(self) -> list[GangKey]:
-        """The claims of placements dropped before jobmgr took them, for the placement engine to release."""
+    def take_orphaned_claims(self, engine: str = "") -> list[GangKey]:
+        """The claims of placements dropped before jobmgr took them, for the placement engine `engine` to release
+        (with several engines, only those no other engine may claim again first: callers.orphan_release)."""
         with self._cond:
-            out = list(self._orphaned)
-            self._orphaned.clear()
+            if not self._shared:
+                out = list(self._orphaned)
+                self._orphaned.clear()
+                return out
+            out = []
+            for key in list(self._orphaned):
+                e = self._q.get(key[0])
+                state = None if e is None or e.req.attempt != key[1] else e.state.name.lower()
+                what = orphan_release(state, e.engine if e is not None else "", engine)
+                if what != "keep":
+                    del self._orphaned[key]
+                if what == "give":
+                    out.append(key)
             return out
+
+    def _orphan_late_locked(self, p: GangPlacement) -> None:
+        """An engine claimed `p` for a gang attempt it no longer places. Released by some engine, unless the same
+        attempt was placed since (by another engine, whose claim then succeeded: the late one is gone already)."""
+        e = self._q.live(p.gang_id, p.attempt, State.READY, State.HANDED)
+        if not (self._shared and e is not None):
+            self._orphan_locked(p)
 
     def _drop_locked(self, gang_id: str) -> None:
         e = self._q.drop(gang_id)
         if e is not None and e.state == State.READY and e.placement is not None:
             self._orphan_locked(e.placement)  # HANDED ones are jobmgr's: its launcher releases what it drops
+        elif e is not None and e.state == State.PLACING and self._shared:
+            # its engine may be gone (with several, nothing else says so) and have claimed it: any engine releases
+            # it (one that is alive and claims it later answers with the claim, which is released then)
+            self._orphaned[(e.req.gang_id, e.req.attempt)] = None
 
     def _release_alloc_locked(self, gang_id: str, up_to_attempt: int) -> bool:
         return self._held.release(gang_id, up_to_attempt) is not None
@@ -319,35 +351,45 @@ class ResourceManager:
         `engine`: the placement engine's id (a new one takes back what the last one was placing)."""
         deadline = time.monotonic() + timeout_s
         with self._cond:
+            if self._shared:
+                self._engine_begins_locked(engine)
+                try:
+                    return self._dequeue_locked(max_n, deadline, capacity, engine)
+                finally:
+                    self._engines.end(engine, self._rate_clock())
             if not self._engine_asks_locked(engine):
                 return []
-            if capacity is not None and capacity != self._capacity:
-                self._capacity = capacity
-                self._changed_locked()
-            while True:
-                if self._engine.superseded(engine):  # replaced while it waited: admit nothing for it
-                    return []
-                out = self._admit_locked(max_n)
-                if out or self._orphaned or self._probes:
-                    return out
-                left = deadline - time.monotonic()
-                if left <= 0 or self._closed:
-                    return []
-                # wake when something is enqueued/removed, or when a parked gang may be retried
-                wait = left
-                promote = self._q.next_promotion()
-                if promote is not None:
-                    wait = min(wait, max(0.0, promote - self.clock()))
-                due = self._q.next_unpark()
-                if due is not None:
-                    wait = min(wait, max(0.0, due - self.clock()))
-                    if self._unpark:
-                        wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
-                if self._q.starved:
-                    wait = min(wait, max(0.05, self._next_probe_round - self.clock()))
-                self._cond.wait(wait)
+            return self._dequeue_locked(max_n, deadline, capacity, engine)
 
-    def _admit_locked(self, max_n: int) -> list[GangRequest]:
+    def _dequeue_locked(self, max_n: int, deadline: float, capacity: Resources | None,
+                        engine: str) -> list[GangRequest]:
+        if capacity is not None and capacity != self._capacity:
+            self._capacity = capacity
+            self._changed_locked()
+        while True:
+            if not self._shared and self._engine.superseded(engine):  # replaced while it waited: admit nothing
+                return []
+            out = self._admit_locked(max_n, engine)
+            if out or self._probes or (self._orphaned and (not self._shared or self._orphans_for_locked(engine))):
+                return out
+            left = deadline - time.monotonic()
+            if left <= 0 or self._closed:
+                return []
+            # wake when something is enqueued/removed, or when a parked gang may be retried
+            wait = left
+            promote = self._q.next_promotion()
+            if promote is not None:
+                wait = min(wait, max(0.0, promote - self.clock()))
+            due = self._q.next_unpark()
+            if due is not None:
+                wait = min(wait, max(0.0, due - self.clock()))
+                if self._unpark:
+                    wait = min(wait, max(0.0, self._last_unpark + UNPARK_EVERY_S - time.monotonic()))
+            if self._q.starved:
+                wait = min(wait, max(0.05, self._next_probe_round - self.clock()))
+            self._cond.wait(wait)
+
+    def _admit_locked(self, max_n: int, engine: str = "") -> list[GangRequest]:
         now = self.clock()
         mono = self._rate_clock()  # the rate limit protects the CPU: real time, whatever the scheduling clock
         if self._unpark and mono - self._last_unpark >= UNPARK_EVERY_S:
@@ -365,6 +407,7 @@ class ResourceManager:
             self._cond.notify_all()  # news for jobmgr's long poll: why gangs wait
         out = []
         for e in admitted:
+            e.engine = engine
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             if not e.admitted_at:  # (a gang that failed placement and is admitted again is not counted again)
                 GANG_STAGE.labels("queued").observe(max(0.0, now - e.queued_at))
@@ -379,17 +422,59 @@ class ResourceManager:
         is released by the new one before it claims anything (orphaned claims). False: `engine` was replaced."""
         ok, replaced = self._engine.asks(engine)
         if replaced:
-            now = self.clock()
-            back = self._q.placing()
-            for e in back:
-                self._release_alloc_locked(e.req.gang_id, e.req.attempt)
-                self._orphaned[(e.req.gang_id, e.req.attempt)] = None
-                e.not_before = now
-                self._q.push(e, now)
+            back = self._take_back_locked(self._q.placing())
             if back:
                 log.warning("a new placement engine asks: %d gangs the last one was placing go back to the queue",
-                            len(back))
+                            back)
+        elif not ok and not self._warned_replaced:
+            self._warned_replaced = True
+            log.warning("a replaced placement engine asks again and is given nothing: if several placement engines "
+                        "run at once, start the resource manager with --placement-engines shared")
         return ok
+
+    def _take_back_locked(self, entries: Sequence[Entry]) -> int:
+        """Gangs an engine that is gone was placing: back to the queue at once, their claims (if it made any) to
+        be released by the engine that places them next, before it claims them again."""
+        now = self.clock()
+        for e in entries:
+            self._release_alloc_locked(e.req.gang_id, e.req.attempt)
+            self._orphaned[(e.req.gang_id, e.req.attempt)] = None
+            e.not_before = now
+            e.engine = ""
+            self._q.push(e, now)
+        if entries:
+            self._cond.notify_all()
+        return len(entries)
+
+    def _engine_begins_locked(self, engine: str) -> None:
+        """--placement-engines shared: a call of `engine` begins (see _engines_heard_locked)."""
+        if self._engines.begin(engine, self._rate_clock()):
+            log.info("placement engine %s asks: %d engines act", engine[:8], len(self._engines))
+        self._engines_gone_locked()
+
+    def _engines_heard_locked(self, engine: str) -> None:
+        """--placement-engines shared: `engine` answered; any engine silent past its lease is gone, and the gangs
+        it was placing go back to the queue."""
+        if self._engines.heard(engine, self._rate_clock()):
+            log.info("placement engine %s answers: %d engines act", engine[:8], len(self._engines))
+        self._engines_gone_locked()
+
+    def _engines_gone_locked(self) -> None:
+        gone = self._engines.gone(self._rate_clock())
+        if not gone:
+            return
+        back = self._take_back_locked([e for e in self._q.placing() if e.engine in gone])
+        log.warning("placement engine(s) %s silent for %.0f s: %d gangs they were placing go back to the queue",
+                    ", ".join(g[:8] for g in gone), self._engines.lease_s, back)
+
+    def _orphans_for_locked(self, engine: str) -> bool:
+        """Some orphaned claim is for `engine` to release now (--placement-engines shared)."""
+        for gid, attempt in self._orphaned:
+            e = self._q.get(gid)
+            if e is None or e.req.attempt != attempt or orphan_release(
+                    e.state.name.lower(), e.engine, engine) != "keep":
+                return True
+        return False
 
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
                        stale: Sequence[PlacementFailure] = (),
@@ -402,22 +487,28 @@ class ResourceManager:
         dropped, their claims released."""
         now = self.clock()
         with self._cond:
-            if self._engine.superseded(engine):
+            if self._shared:
+                self._engines_heard_locked(engine)
+            elif self._engine.superseded(engine):
                 for p in placements:
                     self._orphan_locked(p)
                 log.warning("dropped the answers of a replaced placement engine (%d placements)", len(placements))
                 return
             for p in placements:
                 e = self._q.live(p.gang_id, p.attempt, State.PLACING)
-                if e is None:
-                    self._orphan_locked(p)  # removed (job stopped, resmgr reset) while placing: nobody launches it
+                if e is None or (self._shared and e.engine != engine):
+                    # removed (job stopped, resmgr reset) while placing, or taken back from this engine (it was
+                    # silent past its lease): nobody launches it
+                    self._orphan_late_locked(p)
                     continue
+                if self._shared:
+                    self._orphaned.pop((p.gang_id, p.attempt), None)  # its new claim succeeded: the old one is gone
                 self._q.place(e, p)
                 GANG_STAGE.labels("placing").observe(max(0.0, now - e.admitted_at))
                 self._held.placed(p.gang_id, p.attempt, tuple((m.hostname, m.resources) for m in p.members), now)
             for f, backoff in [(f, RETRY_AFTER_FAILED_PLACEMENT_S) for f in failures] + [(f, 0.0) for f in stale]:
                 e = self._q.live(f.gang_id, f.attempt, State.PLACING)
-                if e is None:
+                if e is None or (self._shared and e.engine != engine):
                     continue
                 self._release_alloc_locked(f.gang_id, f.attempt)
                 e.not_before = now + backoff

@@ -50,6 +50,7 @@ class Entry:
     admitted_at: float = 0.0  # when it was first admitted: the placing stage's start
     waits_for: tuple[str, ...] = ()  # the gangs preempted for it
     reservation: Reservation | None = None  # the hosts the placement engine keeps for it
+    engine: str = ""  # the placement engine that dequeued it (PLACING): only its answers count
     key: Order | None = None  # its place in the queue order, as of its last queueing or promotion
 
     def order(self) -> Order:

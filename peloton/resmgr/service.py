@@ -43,7 +43,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
                                 engine=request.engine)
         return internal_pb2.DequeueGangsResponse(
             gangs=[convert.gang_request_to_proto(g) for g in gangs],
-            release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims()],
+            release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims(request.engine)],
             probes=[convert.probe_to_proto(p.gang, p.candidates, p.need, p.ending) for p in self.rm.take_probes()],
             reserving=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.reserving()],
             placement_order=self.rm.placement_order)
