@@ -114,6 +114,15 @@ class Cluster:
         out["refused"] = sum(d.metric("peloton_hostmgr_claims_total", result="refused") for d in self.procs.values())
         return out
 
+    def internal_calls(self) -> dict[str, float]:
+        """The internal gRPC calls answered so far (a split deployment's), by method, all processes together."""
+        out: dict[str, float] = {}
+        for d in self.procs.values():
+            for labels, v in d.metric_samples("peloton_internal_calls_total").items():
+                method = dict(labels).get("method", "")
+                out[method] = out.get(method, 0.0) + v
+        return out
+
     def cpu(self) -> dict[str, float]:
         """CPU seconds so far: each process, the PostgreSQL backends of the database, every PostgreSQL process,
         and this process (the clients)."""
@@ -149,7 +158,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, size: int, duration: str,
-                idle_s: float) -> dict[str, Any]:
+                idle_s: float, profile: str | None = None) -> dict[str, Any]:
     ch = grpc.insecure_channel(address)
     stub = job_pb2_grpc.JobServiceStub(ch)
     watch = JobWatch(ch)
@@ -184,19 +193,24 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             with lock:
                 errors.append(f"{type(e).__name__}: {e}")
 
-    cpu0, stmts0 = cluster.cpu(), cluster.statements()
+    cpu0, stmts0, calls0 = cluster.cpu(), cluster.statements(), cluster.internal_calls()
     t0 = time.perf_counter()
-    threads = [threading.Thread(target=loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
-    for jid in ids:  # their whole lives count
-        watch.when(jid, *ENDED).result(300)
-    wall = time.perf_counter() - t0
+    with contextlib.ExitStack() as profiling:  # py-spy on each process over the loop (--profile), GIL samples only
+        if profile:
+            for name, d in cluster.procs.items():
+                profiling.enter_context(d.profiled(f"{profile}-{name}.txt"))
+        threads = [threading.Thread(target=loop) for _ in range(clients)]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        elapsed = time.perf_counter() - t0
+        for jid in ids:  # their whole lives count
+            watch.when(jid, *ENDED).result(300)
+        wall = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cluster.cpu())
     stmts = cluster.statements()
+    calls = {k: (v - calls0.get(k, 0.0)) / max(len(ids), 1) for k, v in cluster.internal_calls().items()}
     watch.close()
     ch.close()
     gangs = len(ids)
@@ -204,6 +218,8 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed, "latency": summary(lat),
             "store_statements_per_gang": (stmts["statement"] - stmts0["statement"]) / max(gangs, 1),
             "store_commits_per_gang": (stmts["commit"] - stmts0["commit"]) / max(gangs, 1),
+            # internal gRPC calls a gang, by method (split only: one process calls its components directly)
+            "internal_calls_per_gang": {k: v for k, v in sorted(calls.items()) if v > 0},
             "claims_refused": stmts["refused"] - stmts0["refused"],
             "error_count": len(errors), "errors": errors[:10], "cpu": per_unit(cpu, gangs, size),
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
@@ -224,6 +240,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--hosts", type=int, default=10_000, help="sim hosts (cpu=64,mem=256Gi,gpu=8; 40 racks)")
     ap.add_argument("--idle", type=float, default=5.0, help="seconds of each process's idle CPU, before the loop")
     ap.add_argument("--rounds", type=int, default=1, help="all-in-one and split, in turn, this many times")
+    ap.add_argument("--profile", default=None, metavar="PREFIX",
+                    help="py-spy (if installed) samples each process over the loop into PREFIX-<process>.txt "
+                         "(the last round's; harness.profile_summary reads them)")
     ap.add_argument("--engines", default="1", help="placement processes of the split mode, a run for each number "
                                                    "given (1,2: one, then two with --placement-engines shared)")
     ap.add_argument("--no-all-in-one", action="store_true", help="the split processes only")
@@ -242,7 +261,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             cluster = Cluster(mode != "all-in-one", sim, modes.get(mode, 1))
             print(f"  {mode}: starting", file=sys.stderr, flush=True)
             with cluster.up() as address:
-                runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle))
+                runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle,
+                                              a.profile))
     res = {"workload": f"sim backend, {a.hosts} hosts, PostgreSQL; {a.clients} closed-loop clients of {a.size}-member "
                        f"1-GPU gangs running {a.duration}", "runs": runs,
            "parameters": {k: v for k, v in vars(a).items() if k != "json"}}
@@ -254,6 +274,9 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                              f"{r['store_statements_per_gang']:.1f} statements and "
                                              f"{r['store_commits_per_gang']:.1f} commits a gang, "
                                              f"{r['claims_refused']:.0f} claims refused"))
+            if r["internal_calls_per_gang"]:
+                rows.append(("  internal calls a gang", f"{sum(r['internal_calls_per_gang'].values()):.2f}: " + ", ".join(
+                    f"{k} {v:.2f}" for k, v in r["internal_calls_per_gang"].items())))
             for k, v in r["cpu"].items():
                 rows.append((f"  cpu: {k}", f"{v['ms_per_gang']:.2f} ms/gang  {v['us_per_task']:.0f} us/task  "
                                             f"({r['cores_busy'][k]:.2f} cores; idle {r['idle_cores'][k]:.3f}, "

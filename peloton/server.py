@@ -89,7 +89,7 @@ from peloton.retry import Backoff
 from peloton.retry.sleeping import retry_call
 from peloton.security import identity, run_as, startup
 from peloton.security.auth import Authenticator, Authorize
-from peloton.security.component_auth import RequireSecret, SendSecret, load_secret
+from peloton.security.component_auth import METADATA_KEY, RequireSecret, load_secret
 from peloton.security.console_login import OneTimeLogins
 from peloton.security.identity import Principals
 from peloton.security.ratelimit import RateLimiter
@@ -607,11 +607,10 @@ class Daemon:
         return path
 
     def _channel(self, address: str) -> grpc.Channel:
-        """To another process's internal services, presenting the components' shared secret."""
-        secret = load_secret(self.cfg.secret_file(), create=False)
+        """To another process's internal services (the calls present the shared secret: `_stub`)."""
         ch = grpc.insecure_channel(address, options=[*MESSAGE_LIMITS, *RECONNECT])
         self.channels.append(ch)
-        return grpc.intercept_channel(ch, SendSecret(secret))
+        return ch
 
     def _stub(self, stub: Callable[[grpc.Channel], Any], addresses: str, role: str,
               client: Callable[[Any], Any]) -> Any:
@@ -621,7 +620,8 @@ class Daemon:
         listed = split_addresses(addresses)
         if not listed or not self.cfg.roles & {"jobmgr", "placement"}:
             return None
-        stubs = [ConnectedStub(stub(ch), ch) for ch in (self._channel(a) for a in listed)]
+        secret = [(METADATA_KEY, load_secret(self.cfg.secret_file(), create=False))]  # with every call
+        stubs = [ConnectedStub(stub(ch), ch, secret) for ch in (self._channel(a) for a in listed)]
         return client(stubs[0] if len(stubs) == 1 else FailoverStub(stubs, listed, role))
 
     def _serve_internal(self, hostmgr: HostManagerServicer | None,

@@ -94,8 +94,10 @@ class TaskEvents:
 
 
 class ResourceManagerClient(Protocol):
-    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest]) -> None:
-        """Queue `gangs`; register `running` (adopted after a restart) as holding their resources."""
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
+                remove: Sequence[GangKey] = ()) -> None:
+        """Forget `remove` first (as remove_gangs), then queue `gangs` and register `running` (adopted after a
+        restart) as holding their resources: one call for what one batch of side effects sends to resmgr."""
 
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
         """Long poll for admitted gangs (placement engine `engine`; `capacity`: the cluster's total)."""
@@ -105,8 +107,10 @@ class ResourceManagerClient(Protocol):
                        reservations: Sequence[Reserved], engine: str) -> None:
         """A placement round's outcome (`stale`: gangs that go back to their queue at once)."""
 
-    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
-        """Long poll for claimed placements (launcher `consumer`)."""
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str,
+                       ack_done: Sequence[GangKey] = ()) -> Placed:
+        """Long poll for claimed placements (launcher `consumer`); first, as ack_placements' `done`, forget
+        `ack_done` (their launch intents are durable)."""
 
     def ack_placements(self, done: Sequence[GangKey], retry: Sequence[GangKey]) -> None:
         """Placements whose launch intent is durable (`done`), and those to queue again (`retry`)."""
@@ -145,11 +149,11 @@ class HostManagerClient(Protocol):
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         """Kill these tasks (after `grace_s` of SIGTERM, where given)."""
 
-    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> TaskEvents:
-        """Long poll for status updates after `after_seq`."""
-
-    def ack_events(self, up_to_seq: int) -> None:
-        """The updates up to `up_to_seq` are durable: the backend may acknowledge them upstream."""
+    def wait_events(self, after_seq: int, max_events: int, timeout_s: float, ack_up_to_seq: int = 0,
+                    ack_stream_id: str = "") -> TaskEvents:
+        """Long poll for status updates after `after_seq`; first, as AckTaskEvents, the updates up to
+        `ack_up_to_seq` (0: none) are durable, if `ack_stream_id` is still the stream (a restarted host manager's
+        new stream ignores it)."""
 
     def reconcile(self, task_ids: Sequence[str]) -> list[TaskStatus]:
         """What the backend knows of these tasks now."""

@@ -45,11 +45,13 @@ class NotSent(grpc.RpcError):
 class ConnectedStub:
     """A generated stub over `channel` whose SEND_ONLY_WHEN_CONNECTED methods are sent only while the channel is
     connected (its state as gRPC last reported it: one field read; otherwise up to CONNECT_WAIT_S for it to
-    connect), so that their failure before sending is known for certain."""
+    connect), so that their failure before sending is known for certain. Every call carries `metadata` (the
+    components' shared secret): passed with the call, which costs less than a client interceptor on the channel."""
 
-    def __init__(self, stub: Any, channel: grpc.Channel) -> None:
+    def __init__(self, stub: Any, channel: grpc.Channel, metadata: Sequence[tuple[str, str]] = ()) -> None:
         self._stub = stub
         self._channel = channel
+        self._metadata = tuple(metadata)
         self._state = grpc.ChannelConnectivity.IDLE
         channel.subscribe(self._changed, try_to_connect=False)
 
@@ -69,14 +71,19 @@ class ConnectedStub:
         if name.startswith("_"):
             raise AttributeError(name)
         method = getattr(self._stub, name)
-        if name not in SEND_ONLY_WHEN_CONNECTED:
+        guarded = name in SEND_ONLY_WHEN_CONNECTED
+        metadata = self._metadata
+        if not guarded and not metadata:
             return method
 
         def call(request: Any, **kwargs: Any) -> Any:
-            if not self._connected():
+            if guarded and not self._connected():
                 raise NotSent(name)
+            if metadata:
+                kwargs["metadata"] = (*(kwargs.get("metadata") or ()), *metadata)
             return method(request, **kwargs)
 
+        setattr(self, name, call)  # made once per method: later calls find it without __getattr__
         return call
 
 
@@ -106,12 +113,15 @@ class _GrpcClient:
 class GrpcResourceManager(_GrpcClient):
     """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several)."""
 
-    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest]) -> None:
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
+                remove: Sequence[GangKey] = ()) -> None:
         adopted = [convert.gang_request_to_proto(g) for g in running]
         for p in adopted:
             p.running = True
-        self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
-            gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted]), 30)
+        r = self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
+            gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove)), 30)
+        if remove and not r.removed:  # a resmgr of an earlier release ignored them (a rolling upgrade)
+            self.remove_gangs(remove)
 
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
         r = self._call("DequeueGangs", internal_pb2.DequeueGangsRequest(
@@ -136,9 +146,13 @@ class GrpcResourceManager(_GrpcClient):
                                                    expected_start=start) for (g, a), hosts, start in reservations],
             engine=engine), 30)
 
-    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str,
+                       ack_done: Sequence[GangKey] = ()) -> Placed:
         r = self._call("GetPlacements", internal_pb2.GetPlacementsRequest(
-            max=max_placements, timeout_ms=round(timeout_s * 1000), consumer=consumer), timeout_s + 10)
+            max=max_placements, timeout_ms=round(timeout_s * 1000), consumer=consumer, ack_done=_keys(ack_done)),
+            timeout_s + 10)
+        if ack_done and not r.acked:  # a resmgr of an earlier release ignored them (a rolling upgrade)
+            self.ack_placements(ack_done, [])
         return Placed(placements=[convert.placement_from_proto(p) for p in r.placements],
                       pending=[convert.failure_from_proto(f) for f in r.pending],
                       preempt=[(p.gang_id, p.attempt, p.reason) for p in r.preempt], incarnation=r.incarnation)
@@ -197,13 +211,14 @@ class GrpcHostManager(_GrpcClient):
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
         self._call("KillTasks", internal_pb2.KillTasksRequest(task_ids=task_ids, grace_s=grace_s or 0.0), 30)
 
-    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> TaskEvents:
+    def wait_events(self, after_seq: int, max_events: int, timeout_s: float, ack_up_to_seq: int = 0,
+                    ack_stream_id: str = "") -> TaskEvents:
         r = self._call("WaitTaskEvents", internal_pb2.WaitTaskEventsRequest(
-            after_seq=after_seq, max_events=max_events, timeout_ms=round(timeout_s * 1000)), timeout_s + 10)
+            after_seq=after_seq, max_events=max_events, timeout_ms=round(timeout_s * 1000),
+            ack_up_to_seq=ack_up_to_seq, ack_stream_id=ack_stream_id), timeout_s + 10)
+        if ack_up_to_seq > 0 and not r.acked and r.stream_id == ack_stream_id:  # a hostmgr of an earlier release
+            self._call("AckTaskEvents", internal_pb2.AckTaskEventsRequest(up_to_seq=ack_up_to_seq), 30)
         return TaskEvents([(e.seq, convert.status_from_proto(e)) for e in r.events], r.stream_id, r.gap)
-
-    def ack_events(self, up_to_seq: int) -> None:
-        self._call("AckTaskEvents", internal_pb2.AckTaskEventsRequest(up_to_seq=up_to_seq), 30)
 
     def reconcile(self, task_ids: Sequence[str]) -> list[TaskStatus]:
         r = self._call("ReconcileTasks", internal_pb2.ReconcileTasksRequest(task_ids=task_ids), 60)

@@ -45,13 +45,12 @@ class InProcessHostManager:
         self.hm.kill(list(task_ids), grace_s or None)
 
     @service_errors
-    def wait_events(self, after_seq: int, max_events: int, timeout_s: float) -> TaskEvents:
+    def wait_events(self, after_seq: int, max_events: int, timeout_s: float, ack_up_to_seq: int = 0,
+                    ack_stream_id: str = "") -> TaskEvents:
+        if ack_up_to_seq > 0 and ack_stream_id == self.hm.stream_id:
+            self.hm.ack_events(ack_up_to_seq)
         events, gap = self.hm.wait_events(after_seq, max_events or 1000, min(max(timeout_s, 0.0), MAX_WAIT_S))
         return TaskEvents(events, self.hm.stream_id, gap)
-
-    @service_errors
-    def ack_events(self, up_to_seq: int) -> None:
-        self.hm.ack_events(up_to_seq)
 
     @service_errors
     def reconcile(self, task_ids: Sequence[str]) -> list[TaskStatus]:

@@ -69,10 +69,12 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
     @grpc_errors
     def WaitTaskEvents(self, request: internal_pb2.WaitTaskEventsRequest, context: grpc.ServicerContext) -> internal_pb2.WaitTaskEventsResponse:
         timeout = min(max(request.timeout_ms, 0), 30_000) / 1000.0
+        if request.ack_up_to_seq > 0 and request.ack_stream_id == self.hm.stream_id:  # as AckTaskEvents
+            self.hm.ack_events(request.ack_up_to_seq)
         events, gap = self.hm.wait_events(request.after_seq, request.max_events or 1000, timeout)
         return internal_pb2.WaitTaskEventsResponse(
-            events=[convert.status_to_proto(st, seq) for seq, st in events], stream_id=self.hm.stream_id, gap=gap
-        )
+            events=[convert.status_to_proto(st, seq) for seq, st in events], stream_id=self.hm.stream_id, gap=gap,
+            acked=True)
 
     @grpc_errors
     def AckTaskEvents(self, request: internal_pb2.AckTaskEventsRequest, context: grpc.ServicerContext) -> internal_pb2.AckTaskEventsResponse:

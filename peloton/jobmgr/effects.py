@@ -1,8 +1,9 @@
 """The side effects of committed changes, sent on their own thread in commit order: kills to the host manager;
 releases, enqueues and adoptions to resmgr. Everything that arrived since the last send goes in one call per
-kind (in bounded chunks). A call that fails is retried with back-off until it goes through: every one of them is
-idempotent, and a lost enqueue would leave a gang waiting for the periodic check, a lost release would keep its
-allocation."""
+kind (in bounded chunks), and the releases' last chunk rides with the first chunk of enqueues (EnqueueGangs
+forgets its `remove` first): one round trip to resmgr where a batch has both, in the same order as two. A call
+that fails is retried with back-off until it goes through: every one of them is idempotent, and a lost enqueue
+would leave a gang waiting for the periodic check, a lost release would keep its allocation."""
 
 from __future__ import annotations
 
@@ -119,10 +120,21 @@ class SideEffects:
             self.hostmgr.kill(batch, grace)
             sent = set(batch)
             out.preempt = [x for x in out.preempt if x[0] not in sent]
-        while out.release:
-            self.resmgr.remove_gangs(out.release[:CHUNK])
-            del out.release[:CHUNK]
-        while out.enqueue:
-            chunk = out.enqueue[:CHUNK]
-            self.resmgr.enqueue([g for g, running in chunk if not running], [g for g, running in chunk if running])
-            del out.enqueue[:CHUNK]
+        while out.release or out.enqueue:
+            release, chunk = resmgr_call(out.release, out.enqueue, CHUNK)
+            if chunk:
+                self.resmgr.enqueue([g for g, running in chunk if not running],
+                                    [g for g, running in chunk if running], remove=release)
+            else:
+                self.resmgr.remove_gangs(release)
+            del out.release[:len(release)]
+            del out.enqueue[:len(chunk)]
+
+
+def resmgr_call(release: list[tuple[str, int]], enqueue: list[tuple[GangRequest, bool]],
+                chunk: int) -> tuple[list[tuple[str, int]], list[tuple[GangRequest, bool]]]:
+    """The next call to resmgr of a batch's releases and enqueues, in their order (every release before any
+    enqueue): (releases, enqueues), at most `chunk` of each. The enqueues start only with the releases' last chunk,
+    which they join: one call where the batch has both and each fits a chunk."""
+    first = release[:chunk]
+    return first, (enqueue[:chunk] if len(release) <= chunk else [])

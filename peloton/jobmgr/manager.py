@@ -175,6 +175,7 @@ class JobManager:
         self.launcher = Launcher(self.writer, resmgr, hostmgr, self._resmgr_seen)
         self._after_seq = 0
         self._stream_id = ""
+        self._unacked = 0  # updates committed, not yet acknowledged: the next WaitTaskEvents carries the ack
         self._full_reconcile_at = 0.0
         self._queue_check_at = 0.0
         self._resmgr_incarnation = ""
@@ -707,7 +708,9 @@ class JobManager:
         self.writer.mutate_by_job(by_job, statuses_of)  # by shard: a job missing from a shard's views is deleted
 
     def events_once(self, timeout_ms: int = 1000) -> bool:
-        r = self.hostmgr.wait_events(self._after_seq, 2000, timeout_ms / 1000)
+        # the ack of the last batch rides on this poll (a call that fails keeps it for the next: acks repeat safely)
+        r = self.hostmgr.wait_events(self._after_seq, 2000, timeout_ms / 1000, self._unacked, self._stream_id)
+        self._unacked = 0
         if r.stream_id != self._stream_id:
             if self._stream_id:
                 log.warning("host manager restarted: reconciling every live task")
@@ -723,8 +726,9 @@ class JobManager:
             return False
         self.apply_statuses([st for _, st in r.events])
         self._after_seq = r.events[-1][0]
-        # only now, with the updates committed, may the backend acknowledge them upstream
-        self.hostmgr.ack_events(self._after_seq)
+        # only now, with the updates committed, may the backend acknowledge them upstream: with the next poll,
+        # which follows at once (the loop runs again without pausing after a pass that did something)
+        self._unacked = self._after_seq
         return True
 
     # --- recovery -----------------------------------------------------------------------------------------------

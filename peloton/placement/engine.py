@@ -69,6 +69,7 @@ class PlacementEngine:
         self.index = HostIndex()
         self._stream_id = ""
         self._version = 0
+        self._synced_at = -float("inf")  # time.monotonic() of the last sync
         self._capacity: dict[str, Resources] = {}  # every host's total (not its free part)
         self._total: Resources | None = None  # their sum, what the pools' entitlements divide; None: not synced
         self.clock = clock
@@ -104,6 +105,7 @@ class PlacementEngine:
                     total = total - gone
             self._total = total
         self._stream_id, self._version = r.stream_id, r.version
+        self._synced_at = time.monotonic()
         SYNCED_HOSTS.inc(len(offers))
 
     def _follow_order(self, told: str) -> None:
@@ -117,7 +119,10 @@ class PlacementEngine:
         self.order = told
 
     def run_once(self) -> bool:
-        self._sync()  # the capacity resmgr divides among the pools (cheap: only what changed)
+        # the capacity resmgr divides among the pools (cheap: only what changed), unless the last round's sync
+        # is younger than a poll (a busy engine: one SyncHosts a round, not two; idle, one a poll as before)
+        if self._version == 0 or time.monotonic() - self._synced_at >= self.poll_ms / 1000:
+            self._sync()
         resp = self.resmgr.dequeue(self.batch, self.poll_ms / 1000, self._total, self.id)
         if resp.release_claims:
             # before this round claims anything: a gang placed again claims under the same key

@@ -35,8 +35,12 @@ class InProcessResourceManager:
         self.rm = rm
 
     @service_errors
-    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest]) -> None:
-        self.rm.enqueue(gangs, running)
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
+                remove: Sequence[GangKey] = ()) -> None:
+        if remove:
+            self.rm.remove(remove)
+        if gangs or running:
+            self.rm.enqueue(gangs, running)
 
     @service_errors
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
@@ -51,7 +55,10 @@ class InProcessResourceManager:
         self.rm.set_placements(placements, failures, stale, preemptions, reservations, engine=engine)
 
     @service_errors
-    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str,
+                       ack_done: Sequence[GangKey] = ()) -> Placed:
+        if ack_done:
+            self.rm.ack_placements(ack_done, [])
         placements, pending = self.rm.take_placements(max_placements or 100, _wait(timeout_s), consumer=consumer)
         return Placed(placements, pending, self.rm.take_preemptions(), self.rm.incarnation)
 

@@ -30,8 +30,11 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
     def EnqueueGangs(self, request: internal_pb2.EnqueueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.EnqueueGangsResponse:
         gangs = [convert.gang_request_from_proto(g) for g in request.gangs]
         running = [g for g, p in zip(gangs, request.gangs, strict=True) if p.running]
-        self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
-        return internal_pb2.EnqueueGangsResponse()
+        if request.remove:  # first, as RemoveGangs: a batch's releases come before its new gangs
+            self.rm.remove([(k.gang_id, k.attempt) for k in request.remove])
+        if gangs:
+            self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
+        return internal_pb2.EnqueueGangsResponse(removed=True)
 
     @grpc_errors
     def DequeueGangs(self, request: internal_pb2.DequeueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.DequeueGangsResponse:
@@ -68,6 +71,8 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
 
     @grpc_errors
     def GetPlacements(self, request: internal_pb2.GetPlacementsRequest, context: grpc.ServicerContext) -> internal_pb2.GetPlacementsResponse:
+        if request.ack_done:  # as AckPlacements' done, before taking
+            self.rm.ack_placements([(k.gang_id, k.attempt) for k in request.ack_done], [])
         placements, pending = self.rm.take_placements(
             request.max or 100, min(max(request.timeout_ms, 0), 30_000) / 1000.0, consumer=request.consumer
         )
@@ -76,6 +81,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             pending=[convert.failure_to_proto(f) for f in pending],
             preempt=[internal_pb2.PreemptGang(gang_id=g, attempt=a, reason=r) for g, a, r in self.rm.take_preemptions()],
             incarnation=self.rm.incarnation,
+            acked=True,
         )
 
     @grpc_errors

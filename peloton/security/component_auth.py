@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import grpc
+from prometheus_client import Counter
 
 from peloton.api.edge import refusing
 from peloton.errors import FailedPrecondition
@@ -56,6 +57,10 @@ def load_secret(path: Path, create: bool) -> str:
     return value
 
 
+INTERNAL_CALLS = Counter("peloton_internal_calls_total", "Calls of the internal services answered for the other "
+                         "components of a split deployment, by method", ["method"])
+
+
 class RequireSecret(grpc.ServerInterceptor):
     """Answers UNAUTHENTICATED to every call without the shared secret."""
 
@@ -71,34 +76,7 @@ class RequireSecret(grpc.ServerInterceptor):
             if key == METADATA_KEY:
                 raw = value.encode() if isinstance(value, str) else value
                 if hmac.compare_digest(raw, self._secret):
+                    INTERNAL_CALLS.labels(details.method.rpartition("/")[2]).inc()
                     return continuation(details)
                 break
         return self._deny
-
-
-class _Call:
-    def __init__(self, details: grpc.ClientCallDetails, metadata: list[tuple[str, str]]) -> None:
-        self.method = details.method
-        self.timeout = details.timeout
-        self.metadata = metadata
-        self.credentials = details.credentials
-        self.wait_for_ready = getattr(details, "wait_for_ready", None)
-        self.compression = getattr(details, "compression", None)
-
-
-class SendSecret(grpc.UnaryUnaryClientInterceptor, grpc.UnaryStreamClientInterceptor):
-    """Adds the shared secret to every call of a component's channel to another component."""
-
-    def __init__(self, secret: str) -> None:
-        self._entry = (METADATA_KEY, secret)
-
-    def _with_secret(self, details: grpc.ClientCallDetails) -> grpc.ClientCallDetails:
-        return _Call(details, [*(details.metadata or ()), self._entry])
-
-    def intercept_unary_unary(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
-                              request: Any) -> Any:
-        return continuation(self._with_secret(details), request)
-
-    def intercept_unary_stream(self, continuation: Callable[..., Any], details: grpc.ClientCallDetails,
-                               request: Any) -> Any:
-        return continuation(self._with_secret(details), request)

@@ -47,8 +47,14 @@ class FakeResmgr:
     def __init__(self, placements: list[GangPlacement]) -> None:
         self.placements = placements
         self.acks: list[tuple[list[tuple[str, int]], list[tuple[str, int]]]] = []
+        self.fail: Exception | None = None  # what the next polls raise
 
-    def get_placements(self, max_placements: int, timeout_s: float, consumer: str) -> Placed:
+    def get_placements(self, max_placements: int, timeout_s: float, consumer: str,
+                       ack_done: list[GangKey] = []) -> Placed:  # noqa: B006 - never changed
+        if self.fail is not None:
+            raise self.fail
+        if ack_done:
+            self.acks.append((list(ack_done), []))
         out = Placed(self.placements, [], [], "")
         self.placements = []
         return out
@@ -87,7 +93,9 @@ def placed(jv: policy.JobView) -> GangPlacement:
 def run(views: Views, placements: list[GangPlacement], writer_fail: Exception | None = None,
         hm: FakeHostmgr | None = None) -> tuple[FakeResmgr, FakeHostmgr]:
     rm, hm = FakeResmgr(placements), hm or FakeHostmgr()
-    Launcher(FakeWriter(views, writer_fail), rm, hm).launch_once(timeout_ms=0)  # type: ignore[arg-type]
+    launcher = Launcher(FakeWriter(views, writer_fail), rm, hm)  # type: ignore[arg-type]
+    launcher.launch_once(timeout_ms=0)
+    launcher.launch_once(timeout_ms=0)  # the next poll acknowledges what the pass made durable
     return rm, hm
 
 
@@ -97,6 +105,21 @@ def test_intents_are_acknowledged_once_durable_then_launched() -> None:
     assert rm.acks == [([("a/0", 1)], [])]
     assert hm.launched == [["a-0-1", "a-1-1"]] and hm.released == []
     assert a.gangs[0].gang.state == GangState.LAUNCHING and a.tasks[1].ports == [31001]
+
+
+def test_a_poll_that_fails_keeps_its_acknowledgements_for_the_next() -> None:
+    a = job("a")
+    rm, hm = FakeResmgr([placed(a)]), FakeHostmgr()
+    launcher = Launcher(FakeWriter({"a": a}), rm, hm)  # type: ignore[arg-type]
+    launcher.launch_once(timeout_ms=0)
+    assert rm.acks == [] and hm.launched == [["a-0-1", "a-1-1"]]  # launched; acknowledged with the next poll
+    rm.fail = Unavailable("resmgr away")
+    with pytest.raises(Unavailable):
+        launcher.launch_once(timeout_ms=0)
+    rm.fail = None
+    launcher.launch_once(timeout_ms=0)
+    launcher.launch_once(timeout_ms=0)
+    assert rm.acks == [([("a/0", 1)], [])]  # once
 
 
 def test_a_store_that_is_down_sends_the_placements_back_and_releases_their_claims() -> None:

@@ -219,3 +219,29 @@ def test_the_engine_places_by_the_resource_managers_order_whatever_its_own(via: 
         if server is not None:
             server.stop(None)
         hm.stop()
+
+
+def test_a_busy_engine_syncs_the_hosts_once_a_round(parts: tuple[PlacementEngine, ResourceManager, HostManager]) -> None:
+    """SyncHosts before the dequeue (the capacity resmgr divides) only when the last sync is older than a poll: a
+    round right after another syncs once, inside the round; the first round, and one after a quiet poll, twice."""
+    engine, rm, _ = parts
+    engine.poll_ms = 60_000  # no round here waits: each finds a gang queued
+    calls: list[int] = []
+    sync = engine.hostmgr.sync_hosts
+
+    def counted(since_version: int, stream_id: str = "", timeout_s: float = 30):  # type: ignore[no-untyped-def]
+        calls.append(since_version)
+        return sync(since_version, stream_id, timeout_s)
+
+    engine.hostmgr.sync_hosts = counted  # type: ignore[method-assign]
+    one_gpu = Resources(cpu=1, mem=10, gpu=1)
+    for i, expected in enumerate((2, 1, 2)):
+        if i == 2:
+            engine._synced_at -= 61  # a poll went by since the last sync
+        rm.enqueue([GangRequest(gang_id=f"g{i}/0", job_id=f"g{i}", attempt=1,
+                                members=(MemberRequest(0, f"g{i}-0-1", one_gpu),))])
+        calls.clear()
+        assert engine.run_once()
+        assert len(calls) == expected, (i, calls)
+    placed, _ = rm.take_placements(10, SHORT)
+    assert sorted(p.gang_id for p in placed) == ["g0/0", "g1/0", "g2/0"]

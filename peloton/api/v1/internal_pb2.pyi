@@ -310,16 +310,24 @@ class EnqueueGangsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GANGS_FIELD_NUMBER: _builtins.int
+    REMOVE_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangRequest]: ...
+    @_builtins.property
+    def remove(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangKey]:
+        """Gangs to forget first, as RemoveGangs does: the job manager's side effects send a batch's releases and its new
+        gangs in one call (a round trip fewer per batch between processes).
+        """
+
     def __init__(
         self,
         *,
         gangs: _abc.Iterable[Global___GangRequest] | None = ...,
+        remove: _abc.Iterable[Global___GangKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "remove", b"remove"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -329,12 +337,19 @@ Global___EnqueueGangsRequest: _TypeAlias = EnqueueGangsRequest  # noqa: Y015
 class EnqueueGangsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    REMOVED_FIELD_NUMBER: _builtins.int
+    removed: _builtins.bool
+    """The request's `remove` was applied. False from a resmgr of a release before it (it ignores the field): the
+    caller sends them by RemoveGangs instead.
+    """
     def __init__(
         self,
+        *,
+        removed: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["removed", b"removed"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -623,6 +638,7 @@ class GetPlacementsRequest(_message.Message):
     MAX_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
     CONSUMER_FIELD_NUMBER: _builtins.int
+    ACK_DONE_FIELD_NUMBER: _builtins.int
     max: _builtins.int
     timeout_ms: _builtins.int
     consumer: _builtins.str
@@ -630,16 +646,23 @@ class GetPlacementsRequest(_message.Message):
     to the last one and not acknowledged are handed out again at once (it died, or its standby took over)
     instead of after the hand-out timeout.
     """
+    @_builtins.property
+    def ack_done(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangKey]:
+        """As AckPlacements' `done`, before taking: the launcher acknowledges a pass's durable intents with its next poll
+        (a round trip fewer per pass). Placements to queue again still go by AckPlacements, at once.
+        """
+
     def __init__(
         self,
         *,
         max: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
         consumer: _builtins.str = ...,
+        ack_done: _abc.Iterable[Global___GangKey] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["consumer", b"consumer", "max", b"max", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_done", b"ack_done", "consumer", b"consumer", "max", b"max", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -653,9 +676,14 @@ class GetPlacementsResponse(_message.Message):
     PENDING_FIELD_NUMBER: _builtins.int
     PREEMPT_FIELD_NUMBER: _builtins.int
     INCARNATION_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
     incarnation: _builtins.str
     """Changes whenever resmgr starts afresh (a restart, or a standby taking over): it knows no gang then, and the
     caller must enqueue its queued gangs and register its running ones again (CheckGangs).
+    """
+    acked: _builtins.bool
+    """The request's ack_done was applied. False from a resmgr of a release before it (it ignores the field): the
+    caller sends them by AckPlacements instead.
     """
     @_builtins.property
     def placements(self) -> _containers.RepeatedCompositeFieldContainer[Global___Placement]:
@@ -678,10 +706,11 @@ class GetPlacementsResponse(_message.Message):
         pending: _abc.Iterable[Global___Failure] | None = ...,
         preempt: _abc.Iterable[Global___PreemptGang] | None = ...,
         incarnation: _builtins.str = ...,
+        acked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["incarnation", b"incarnation", "pending", b"pending", "placements", b"placements", "preempt", b"preempt"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "incarnation", b"incarnation", "pending", b"pending", "placements", b"placements", "preempt", b"preempt"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1609,19 +1638,29 @@ class WaitTaskEventsRequest(_message.Message):
     AFTER_SEQ_FIELD_NUMBER: _builtins.int
     MAX_EVENTS_FIELD_NUMBER: _builtins.int
     TIMEOUT_MS_FIELD_NUMBER: _builtins.int
+    ACK_UP_TO_SEQ_FIELD_NUMBER: _builtins.int
+    ACK_STREAM_ID_FIELD_NUMBER: _builtins.int
     after_seq: _builtins.int
     max_events: _builtins.int
     timeout_ms: _builtins.int
+    ack_up_to_seq: _builtins.int
+    """As AckTaskEvents, before waiting (0: none): the events up to this one are persisted. Only for the stream
+    `ack_stream_id` (the stream_id an earlier answer gave); an ack of another stream (hostmgr restarted) is ignored.
+    The task-events loop acknowledges a batch with its next poll: a round trip fewer per batch.
+    """
+    ack_stream_id: _builtins.str
     def __init__(
         self,
         *,
         after_seq: _builtins.int = ...,
         max_events: _builtins.int = ...,
         timeout_ms: _builtins.int = ...,
+        ack_up_to_seq: _builtins.int = ...,
+        ack_stream_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["after_seq", b"after_seq", "max_events", b"max_events", "timeout_ms", b"timeout_ms"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ack_stream_id", b"ack_stream_id", "ack_up_to_seq", b"ack_up_to_seq", "after_seq", b"after_seq", "max_events", b"max_events", "timeout_ms", b"timeout_ms"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1634,10 +1673,15 @@ class WaitTaskEventsResponse(_message.Message):
     EVENTS_FIELD_NUMBER: _builtins.int
     STREAM_ID_FIELD_NUMBER: _builtins.int
     GAP_FIELD_NUMBER: _builtins.int
+    ACKED_FIELD_NUMBER: _builtins.int
     stream_id: _builtins.str
     """changes when hostmgr restarts: the caller must reconcile"""
     gap: _builtins.bool
     """events after `after_seq` were dropped (too many unacknowledged): the caller must reconcile"""
+    acked: _builtins.bool
+    """The request's ack was taken (applied, or ignored for another stream). False from a hostmgr of a release before
+    it (it ignores the field): the caller sends it by AckTaskEvents instead.
+    """
     @_builtins.property
     def events(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskStatusEvent]: ...
     def __init__(
@@ -1646,10 +1690,11 @@ class WaitTaskEventsResponse(_message.Message):
         events: _abc.Iterable[Global___TaskStatusEvent] | None = ...,
         stream_id: _builtins.str = ...,
         gap: _builtins.bool = ...,
+        acked: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "gap", b"gap", "stream_id", b"stream_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acked", b"acked", "events", b"events", "gap", b"gap", "stream_id", b"stream_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

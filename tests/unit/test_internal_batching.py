@@ -1,0 +1,234 @@
+"""What rides together across the internal services (issue 24, the split roles' CPU): a batch of side effects sends
+its releases and its new gangs to resmgr in one EnqueueGangs (releases first, as two calls would), and the
+task-events loop acknowledges a batch with its next WaitTaskEvents (only on the stream it belongs to). Both over
+real gRPC (a split deployment's typed clients) and in one process."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Sequence
+from concurrent import futures
+from typing import Any
+
+import grpc
+import pytest
+
+from peloton.api.clients import HostManagerClient, ResourceManagerClient
+from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
+from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.domain.launch import TaskStatus
+from peloton.domain.model import ResourcePool
+from peloton.domain.placement import GangRequest, MemberRequest
+from peloton.domain.resources import Resources
+from peloton.domain.states import TaskState
+from peloton.errors import Unavailable
+from peloton.hostmgr.inprocess import InProcessHostManager
+from peloton.hostmgr.manager import HostManager
+from peloton.hostmgr.service import HostManagerServicer
+from peloton.jobmgr import effects
+from peloton.jobmgr.effects import Outbox, SideEffects, resmgr_call
+from peloton.resmgr.inprocess import InProcessResourceManager
+from peloton.resmgr.manager import ResourceManager
+from peloton.resmgr.service import ResourceManagerServicer
+from tests.unit.test_hostmgr_manager import FakeBackend
+
+
+def gang(job: str, attempt: int = 1) -> GangRequest:
+    r = Resources(cpu=1, mem=10, gpu=1)
+    return GangRequest(gang_id=f"{job}/0", job_id=job, attempt=attempt,
+                       members=(MemberRequest(0, f"{job}-0-{attempt}", r),))
+
+
+# --- the split of a batch into calls (pure) --------------------------------------------------------------------
+
+
+def test_releases_and_enqueues_that_fit_a_chunk_go_in_one_call() -> None:
+    a, b = (gang("a"), False), (gang("b"), True)
+    assert resmgr_call([("x/0", 1), ("y/0", 2)], [a, b], 10) == ([("x/0", 1), ("y/0", 2)], [a, b])
+    assert resmgr_call([], [a], 10) == ([], [a])
+    assert resmgr_call([("x/0", 1)], [], 10) == ([("x/0", 1)], [])
+
+
+def test_enqueues_wait_for_the_last_chunk_of_releases() -> None:
+    """Every release goes before any enqueue, as when they were two calls: the first chunks of releases go alone."""
+    rel = [(f"r{i}/0", 1) for i in range(5)]
+    enq = [(gang(f"e{i}"), False) for i in range(3)]
+    assert resmgr_call(rel, enq, 2) == (rel[:2], [])
+    assert resmgr_call(rel[4:], enq, 2) == (rel[4:], enq[:2])
+
+
+class Recording:
+    """A ResourceManagerClient's enqueue and remove_gangs, recorded; `fail_at`: the call (0-based) that raises."""
+
+    def __init__(self, fail_at: int = -1) -> None:
+        self.calls: list[tuple[str, list[str], list[tuple[str, int]]]] = []
+        self.fail_at = fail_at
+
+    def _record(self, call: tuple[str, list[str], list[tuple[str, int]]]) -> None:
+        if len(self.calls) == self.fail_at:
+            self.fail_at = -1
+            raise Unavailable("resmgr away")
+        self.calls.append(call)
+
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
+                remove: Sequence[tuple[str, int]] = ()) -> None:
+        self._record(("enqueue", [g.gang_id for g in [*gangs, *running]], list(remove)))
+
+    def remove_gangs(self, gangs: Sequence[tuple[str, int]]) -> None:
+        self._record(("remove", [], list(gangs)))
+
+
+def test_the_side_effects_send_a_batch_in_as_few_calls_as_keep_its_order(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(effects, "CHUNK", 2)
+    rm = Recording()
+    out = Outbox(release=[("r0/0", 1), ("r1/0", 1), ("r2/0", 1)],
+                 enqueue=[(gang("e0"), False), (gang("e1"), True), (gang("e2"), False)])
+    SideEffects(rm, None)._send(out)  # type: ignore[arg-type]
+    assert rm.calls == [("remove", [], [("r0/0", 1), ("r1/0", 1)]),
+                        ("enqueue", ["e0/0", "e1/0"], [("r2/0", 1)]),
+                        ("enqueue", ["e2/0"], [])]
+    assert not len(out)
+
+
+def test_a_failed_call_leaves_only_what_was_not_sent(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(effects, "CHUNK", 2)
+    rm = Recording(fail_at=1)
+    out = Outbox(release=[("r0/0", 1), ("r1/0", 1), ("r2/0", 1)], enqueue=[(gang("e0"), False)])
+    with pytest.raises(Unavailable):
+        SideEffects(rm, None)._send(out)  # type: ignore[arg-type]
+    assert out.release == [("r2/0", 1)] and [g.gang_id for g, _ in out.enqueue] == ["e0/0"]
+    SideEffects(rm, None)._send(out)  # type: ignore[arg-type]  # the retry sends the rest, once
+    assert rm.calls == [("remove", [], [("r0/0", 1), ("r1/0", 1)]), ("enqueue", ["e0/0"], [("r2/0", 1)])]
+
+
+# --- over gRPC and in one process ------------------------------------------------------------------------------
+
+
+@pytest.fixture(params=["grpc", "inprocess"])
+def clients(request: pytest.FixtureRequest) -> Iterator[tuple[ResourceManagerClient, HostManagerClient,
+                                                              ResourceManager, HostManager, FakeBackend]]:
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
+    be = FakeBackend()
+    hm = HostManager(be, clock=lambda: 1000.0, claim_ttl_s=3600)
+    hm.start()
+    if request.param == "inprocess":
+        try:
+            yield InProcessResourceManager(rm), InProcessHostManager(hm), rm, hm, be
+        finally:
+            hm.stop()
+        return
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
+    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
+    internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
+    try:
+        yield (GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(channel)),
+               GrpcHostManager(internal_pb2_grpc.HostManagerInternalStub(channel)), rm, hm, be)
+    finally:
+        channel.close()
+        server.stop(None)
+        hm.stop()
+
+
+def test_an_enqueue_forgets_what_it_removes_first(clients: tuple) -> None:
+    rmc, _, rm, _, _ = clients
+    rmc.enqueue([gang("a"), gang("b")], [])
+    rmc.enqueue([gang("a", attempt=2), gang("c")], [], remove=[("a/0", 1), ("b/0", 1)])
+    queued, total = rm.queue()
+    assert total == 2 and sorted((g.gang_id, g.attempt) for g in queued) == [("a/0", 2), ("c/0", 1)]
+    rmc.enqueue([], [], remove=[("c/0", 1)])  # removals alone
+    assert [(g.gang_id, g.attempt) for g in rm.queue()[0]] == [("a/0", 2)]
+
+
+def test_a_poll_acknowledges_the_batch_before_it_only_on_its_stream(clients: tuple) -> None:
+    _, hmc, _, hm, be = clients
+    assert be.cb is not None
+    be.cb(TaskStatus("j-0-1", TaskState.RUNNING, 1.0, ack="a1"))
+    be.cb(TaskStatus("j-1-1", TaskState.RUNNING, 1.0, ack="a2"))
+    r = hmc.wait_events(0, 1, 0.05)
+    assert [seq for seq, _ in r.events] == [1] and be.acked == []
+    r2 = hmc.wait_events(1, 10, 0.05, ack_up_to_seq=1, ack_stream_id="another stream")
+    assert [seq for seq, _ in r2.events] == [2] and be.acked == []  # a restarted host manager's: ignored
+    r3 = hmc.wait_events(2, 10, 0.05, ack_up_to_seq=2, ack_stream_id=r.stream_id)
+    assert r3.events == [] and be.acked == [["a1", "a2"]]
+    assert hm.wait_events(0, 10, 0.05) == ([], False)  # forgotten once acknowledged
+
+
+def test_a_poll_for_placements_acknowledges_the_last_pass_first(clients: tuple) -> None:
+    """A placement acknowledged with the next poll is forgotten: a job manager that takes over (another consumer)
+    is not handed it again, as it is one that was not acknowledged."""
+    from peloton.domain.placement import GangPlacement, MemberAssignment
+
+    rmc, _, rm, _, _ = clients
+    cluster = Resources(cpu=16, mem=1000, gpu=8)
+    rm.enqueue([gang("a"), gang("b")])
+    got = rm.dequeue(10, 0.05, cluster)
+    rm.set_placements([GangPlacement(g.gang_id, g.job_id, g.attempt, tuple(
+        MemberAssignment(m.instance, m.task_id, "h1", "127.0.0.1", m.resources) for m in g.members)) for g in got], [])
+    first = rmc.get_placements(10, 0.05, "one")
+    assert sorted(p.gang_id for p in first.placements) == ["a/0", "b/0"]
+    assert rmc.get_placements(10, 0.05, "one", ack_done=[("a/0", 1)]).placements == []
+    again = rmc.get_placements(10, 0.05, "two")  # "one" went away: what it did not acknowledge is handed again
+    assert [p.gang_id for p in again.placements] == ["b/0"]
+
+
+# --- a peer of an earlier release ignores the new fields: the client sends them the old way -----------------------
+
+
+class OldPeer:
+    """A stub of a release before these fields: every answer is the empty message of its method's response (no
+    `removed` / `acked`; WaitTaskEvents of stream "s1"), every request recorded."""
+
+    def __init__(self) -> None:
+        self.sent: list[tuple[str, Any]] = []
+
+    def __getattr__(self, name: str) -> Any:
+        def call(request: Any, timeout: float | None = None) -> Any:
+            self.sent.append((name, request))
+            if name == "WaitTaskEvents":
+                return internal_pb2.WaitTaskEventsResponse(stream_id="s1")
+            return getattr(internal_pb2, f"{name}Response")()
+
+        return call
+
+
+def test_removals_an_old_resmgr_ignored_are_sent_by_remove_gangs() -> None:
+    old = OldPeer()
+    GrpcResourceManager(old).enqueue([gang("a")], [], remove=[("b/0", 1)])
+    assert [n for n, _ in old.sent] == ["EnqueueGangs", "RemoveGangs"]
+    assert [(k.gang_id, k.attempt) for k in old.sent[1][1].gangs] == [("b/0", 1)]
+    old.sent.clear()
+    GrpcResourceManager(old).enqueue([gang("a")], [])  # nothing to remove: one call
+    assert [n for n, _ in old.sent] == ["EnqueueGangs"]
+
+
+def test_acks_an_old_peer_ignored_are_sent_by_their_own_calls() -> None:
+    old = OldPeer()
+    GrpcResourceManager(old).get_placements(10, 0.0, "one", ack_done=[("a/0", 1)])
+    assert [n for n, _ in old.sent] == ["GetPlacements", "AckPlacements"]
+    assert [(k.gang_id, k.attempt) for k in old.sent[1][1].done] == [("a/0", 1)] and not old.sent[1][1].retry
+    old.sent.clear()
+    GrpcHostManager(old).wait_events(5, 10, 0.0, ack_up_to_seq=5, ack_stream_id="s1")
+    assert [n for n, _ in old.sent] == ["WaitTaskEvents", "AckTaskEvents"] and old.sent[1][1].up_to_seq == 5
+    old.sent.clear()
+    GrpcHostManager(old).wait_events(5, 10, 0.0, ack_up_to_seq=5, ack_stream_id="s0")  # its stream changed
+    assert [n for n, _ in old.sent] == ["WaitTaskEvents"]
+
+
+def test_every_call_of_a_connected_stub_carries_its_metadata() -> None:
+    got: list[Any] = []
+
+    class Stub:
+        def __getattr__(self, name: str) -> Any:
+            return lambda request, timeout=None, metadata=None: got.append((name, metadata))
+
+    class Channel:  # only watched for its state (which matters to LaunchGangs alone)
+        def subscribe(self, callback: Any, **_: Any) -> None:
+            pass
+
+    stub = ConnectedStub(Stub(), Channel(), [("x-peloton-component", "s3cret")])
+    stub.KillTasks(internal_pb2.KillTasksRequest(), timeout=1)
+    stub.KillTasks(internal_pb2.KillTasksRequest(), timeout=1, metadata=[("k", "v")])
+    assert got == [("KillTasks", (("x-peloton-component", "s3cret"),)),
+                   ("KillTasks", (("k", "v"), ("x-peloton-component", "s3cret")))]
