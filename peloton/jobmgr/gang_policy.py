@@ -611,8 +611,18 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
                     _set_task(jv, t, st.state, now, eff, host=st.hostname)
             eff.adopt.append((jv.job.id, g.index))
             continue
-        lost = [t.instance for t in gv.members() if t.state not in (T.RUNNING, T.SUCCEEDED)]
-        gang_failed(jv, gv, now, eff, f"found partial after daemon restart (members {lost} not running)")
+        # a member that failed on its own while the daemon was down is the gang's failure, said as it would have
+        # been live (its exit code, and whether a retry can help); otherwise members were lost with the daemon
+        ended = [(t.instance, statuses[t.task_id]) for t in gv.members()
+                 if t.task_id in statuses and statuses[t.task_id].state == T.FAILED and t.state == T.FAILED]
+        if ended:
+            instance, st = ended[0]
+            detail = st.message or st.reason or st.state.value.lower()
+            gang_failed(jv, gv, now, eff, f"member {instance} {st.state.value}: {detail} (while the daemon was down)",
+                        permanent=st.permanent)
+        else:
+            lost = [t.instance for t in gv.members() if t.state not in (T.RUNNING, T.SUCCEEDED)]
+            gang_failed(jv, gv, now, eff, f"found partial after daemon restart (members {lost} not running)")
     derive_job_state(jv, now, eff)
     return eff
 

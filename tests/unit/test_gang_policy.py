@@ -709,6 +709,25 @@ def test_recover_keeps_a_launching_gang_whose_members_are_all_on_their_way() -> 
     assert eff.adopt == [] and eff.enqueue == [(JOB, 0)] and gv.gang.attempt == 2
 
 
+def test_recover_names_the_member_that_failed_while_the_daemon_was_down() -> None:
+    """A member that exited non-zero while the daemon was down fails its gang as it would have live: its exit
+    code is the reason (not "partial"), and a permanent failure is not retried."""
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    ended = status(jv, 1, T.FAILED, exit_code=3, message="exit code 3")
+    eff = policy.recover(jv, {**_statuses(jv, {0: T.RUNNING, 2: T.RUNNING}), ended.task_id: ended}, T0 + 100)
+    assert sorted(eff.kill) == [task_id_for(JOB, 0, 1), task_id_for(JOB, 2, 1)]
+    assert "member 1 FAILED: exit code 3 (while the daemon was down)" in gv.gang.reason
+    assert "partial" not in gv.gang.reason
+    # members the backend lost with the daemon (no exit code): partial, as before
+    jv = make_view()
+    gv = place(jv)
+    run_all(jv)
+    policy.recover(jv, _statuses(jv, {0: T.RUNNING, 1: T.LOST, 2: T.RUNNING}), T0 + 100)
+    assert "found partial after daemon restart (members [1] not running)" in (jv.job.reason or gv.gang.reason)
+
+
 def test_recover_tears_down_a_partial_gang_and_requeues_it() -> None:
     jv = make_view()
     gv = place(jv)
