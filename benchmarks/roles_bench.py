@@ -200,7 +200,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, size: int, duration: str,
-                idle_s: float, profile: str | None = None, threads: bool = False) -> dict[str, Any]:
+                idle_s: float, profile: str | None = None, by_thread_cpu: bool = False) -> dict[str, Any]:
     ch = grpc.insecure_channel(address)
     stub = job_pb2_grpc.JobServiceStub(ch)
     watch = JobWatch(ch)
@@ -238,7 +238,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
     # --threads: the job manager's (or the one daemon's) CPU by thread, from /proc (CPU, not GIL samples: a thread
     # the OS preempts while it holds the GIL shows in py-spy's --gil samples, not here)
     jm = cluster.procs.get("jobmgr", cluster.procs.get("all-in-one"))
-    jm_pid = jm.proc.pid if threads and jm is not None and jm.proc is not None else 0
+    jm_pid = jm.proc.pid if by_thread_cpu and jm is not None and jm.proc is not None else 0
     names = thread_names(jm_pid) if jm_pid else {}
     threads0 = thread_cpu(jm_pid) if names else {}
     cpu0, stmts0, calls0 = cluster.cpu(), cluster.statements(), cluster.internal_calls()
