@@ -466,11 +466,12 @@ _SHAREABLE = ("job_id", "command", "resources", "container_image", "user", "lega
 def _common(maps: Iterable[dict[str, str]]) -> dict[str, str]:
     """The entries every map has, with the same value."""
     it = iter(maps)
-    out = dict(next(it, {}))
+    first = next(it, {})
+    out = dict(first)
     for m in it:
         if not out:
             break
-        if m is not out:  # (members often share the very dict: the launcher's files)
+        if m is not first:  # (members often share the very dict: the launcher's files)
             out = {k: v for k, v in out.items() if m.get(k) == v}
     return out
 
