@@ -11,6 +11,8 @@ seconds from /proc over that stretch, per gang and per task; the same for the Po
 database, every PostgreSQL process, and the clients. docs/performance.md turns these into what 4 machines of 32
 cores would reach. `--engines 1,2` runs the split processes once with each number of `--role placement` processes
 (more than one: --placement-engines shared; `placement-all` sums them); `--no-all-in-one` leaves that mode out.
+`--threads`: the job manager's CPU by thread (/proc; py-spy names the threads), in either mode. It reports the writer's
+group commits a gang and mutations in each too.
 Asserts nothing.
 """
 
@@ -18,8 +20,11 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import os
+import re
 import resource
 import shutil
+import subprocess
 import sys
 import tempfile
 import threading
@@ -112,6 +117,9 @@ class Cluster:
         out = {kind: sum(d.metric("peloton_store_statements_total", kind=kind) for d in self.procs.values())
                for kind in ("statement", "commit")}
         out["refused"] = sum(d.metric("peloton_hostmgr_claims_total", result="refused") for d in self.procs.values())
+        # the job manager's group commits and the mutations they carried (the writer's histogram)
+        out["batches"] = sum(d.metric("peloton_jobmgr_commit_mutations_count") for d in self.procs.values())
+        out["mutations"] = sum(d.metric("peloton_jobmgr_commit_mutations_sum") for d in self.procs.values())
         return out
 
     def internal_calls(self) -> dict[str, float]:
@@ -139,6 +147,40 @@ class Cluster:
                 "clients": ru.ru_utime + ru.ru_stime}
 
 
+def thread_names(pid: int) -> dict[int, str]:
+    """The daemon's threads by OS thread id -> name (digits as N: a pool's threads together), from `py-spy dump`
+    ({} without py-spy); the threads py-spy does not name (gRPC's C threads, no Python frame) are left out."""
+    exe = shutil.which("py-spy") or shutil.which("py-spy", path=str(Path(sys.executable).parent))
+    if exe is None:
+        print("  (--threads: py-spy is not installed (`.venv/bin/pip install py-spy`); by process only)", file=sys.stderr)
+        return {}
+    out = subprocess.run([exe, "dump", "--nonblocking", "--pid", str(pid)], capture_output=True, text=True,
+                         timeout=60).stdout
+    return {int(m.group(1), 0): re.sub(r"\d+", "N", m.group(2))
+            for m in re.finditer(r'Thread (\S+) \([^)]*\): "([^"]*)"', out)}
+
+
+def thread_cpu(pid: int) -> dict[int, float]:
+    """CPU seconds of each thread of a process (user + system, /proc), by OS thread id."""
+    out: dict[int, float] = {}
+    with contextlib.suppress(OSError):
+        for tid in os.listdir(f"/proc/{pid}/task"):
+            with contextlib.suppress(OSError):
+                f = Path(f"/proc/{pid}/task/{tid}/stat").read_text().rsplit(")", 1)[1].split()
+                out[int(tid)] = (int(f[11]) + int(f[12])) / os.sysconf("SC_CLK_TCK")
+    return out
+
+
+def by_thread(names: dict[int, str], before: dict[int, float], after: dict[int, float]) -> dict[str, float]:
+    """CPU seconds between two thread_cpu snapshots, summed by thread name ("other": gRPC's C threads and any
+    thread py-spy did not name)."""
+    out: dict[str, float] = {}
+    for tid, v in after.items():
+        k = names.get(tid, "other")
+        out[k] = out.get(k, 0.0) + v - before.get(tid, 0.0)
+    return out
+
+
 def engine_name(i: int) -> str:
     """The i-th placement process (0: "placement", as with one)."""
     return "placement" if i == 0 else f"placement-{i + 1}"
@@ -158,7 +200,7 @@ def cpu_delta(before: dict[str, float], after: dict[str, float]) -> dict[str, fl
 
 
 def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, size: int, duration: str,
-                idle_s: float, profile: str | None = None) -> dict[str, Any]:
+                idle_s: float, profile: str | None = None, by_thread_cpu: bool = False) -> dict[str, Any]:
     ch = grpc.insecure_channel(address)
     stub = job_pb2_grpc.JobServiceStub(ch)
     watch = JobWatch(ch)
@@ -193,6 +235,12 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             with lock:
                 errors.append(f"{type(e).__name__}: {e}")
 
+    # --threads: the job manager's (or the one daemon's) CPU by thread, from /proc (CPU, not GIL samples: a thread
+    # the OS preempts while it holds the GIL shows in py-spy's --gil samples, not here)
+    jm = cluster.procs.get("jobmgr", cluster.procs.get("all-in-one"))
+    jm_pid = jm.proc.pid if by_thread_cpu and jm is not None and jm.proc is not None else 0
+    names = thread_names(jm_pid) if jm_pid else {}
+    threads0 = thread_cpu(jm_pid) if names else {}
     cpu0, stmts0, calls0 = cluster.cpu(), cluster.statements(), cluster.internal_calls()
     t0 = time.perf_counter()
     with contextlib.ExitStack() as profiling:  # py-spy on each process over the loop (--profile), GIL samples only
@@ -209,6 +257,7 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             watch.when(jid, *ENDED).result(300)
         wall = time.perf_counter() - t0
     cpu = cpu_delta(cpu0, cluster.cpu())
+    jm_threads = by_thread(names, threads0, thread_cpu(jm_pid)) if names else {}
     stmts = cluster.statements()
     calls = {k: (v - calls0.get(k, 0.0)) / max(len(ids), 1) for k, v in cluster.internal_calls().items()}
     watch.close()
@@ -221,11 +270,17 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
             # internal gRPC calls a gang, by method (split only: one process calls its components directly)
             "internal_calls_per_gang": {k: v for k, v in sorted(calls.items()) if v > 0},
             "claims_refused": stmts["refused"] - stmts0["refused"],
+            # the writer's group commits a gang and mutations in each (smaller batches: more commits for the work)
+            "writer_commits_per_gang": (stmts["batches"] - stmts0["batches"]) / max(gangs, 1),
+            "mutations_per_commit": (stmts["mutations"] - stmts0["mutations"]) / max(stmts["batches"] - stmts0["batches"], 1),
             "error_count": len(errors), "errors": errors[:10], "cpu": per_unit(cpu, gangs, size),
             # one process of each with one core of its own (its GIL): the gangs/s it could sustain
             "ceiling_gangs_per_s": ceiling_gangs_per_s({k: 1000 * v / max(gangs, 1) for k, v in cpu.items()
                                                         if k in (*ROLES, "all-in-one")}),
             "cores_busy": {k: v / wall for k, v in cpu.items()}, "idle_cores": idle,
+            # --threads: the job manager's CPU by thread, ms a gang
+            "jobmgr_threads_ms_per_gang": {k: 1000 * v / max(gangs, 1) for k, v in
+                                           sorted(jm_threads.items(), key=lambda x: -x[1]) if v > 0},
             # less what it would have spent idle over the same stretch: what the gangs themselves cost
             "cpu_beyond_idle": per_unit({k: max(0.0, v - idle.get(k, 0.0) * wall) for k, v in cpu.items()},
                                         gangs, size)}
@@ -246,6 +301,8 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
     ap.add_argument("--engines", default="1", help="placement processes of the split mode, a run for each number "
                                                    "given (1,2: one, then two with --placement-engines shared)")
     ap.add_argument("--no-all-in-one", action="store_true", help="the split processes only")
+    ap.add_argument("--threads", action="store_true",
+                    help="the job manager's (and the one daemon's) CPU by thread, from /proc (needs py-spy to name them)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args(argv)
     sim = ["--backend", "sim", "--sim-hosts", str(a.hosts), "--sim-host-resources", "cpu=64,mem=256Gi,gpu=8",
@@ -262,7 +319,7 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
             print(f"  {mode}: starting", file=sys.stderr, flush=True)
             with cluster.up() as address:
                 runs[mode].append(closed_loop(address, cluster, a.clients, a.seconds, a.size, a.duration, a.idle,
-                                              a.profile))
+                                              a.profile, a.threads))
     res = {"workload": f"sim backend, {a.hosts} hosts, PostgreSQL; {a.clients} closed-loop clients of {a.size}-member "
                        f"1-GPU gangs running {a.duration}", "runs": runs,
            "parameters": {k: v for k, v in vars(a).items() if k != "json"}}
@@ -273,10 +330,15 @@ def main(argv: list[str] | None = None) -> dict[str, Any]:
                                              f"p50 {r['latency']['p50_ms']:.1f} ms, {r['error_count']} errors, "
                                              f"{r['store_statements_per_gang']:.1f} statements and "
                                              f"{r['store_commits_per_gang']:.1f} commits a gang, "
-                                             f"{r['claims_refused']:.0f} claims refused"))
+                                             f"{r['claims_refused']:.0f} claims refused, writer: "
+                                             f"{r['writer_commits_per_gang']:.2f} group commits a gang of "
+                                             f"{r['mutations_per_commit']:.2f} mutations"))
             if r["internal_calls_per_gang"]:
                 rows.append(("  internal calls a gang", f"{sum(r['internal_calls_per_gang'].values()):.2f}: " + ", ".join(
                     f"{k} {v:.2f}" for k, v in r["internal_calls_per_gang"].items())))
+            if r["jobmgr_threads_ms_per_gang"]:
+                rows.append(("  job manager's threads", ", ".join(
+                    f"{k} {v:.2f}" for k, v in r["jobmgr_threads_ms_per_gang"].items()) + " ms/gang"))
             for k, v in r["cpu"].items():
                 rows.append((f"  cpu: {k}", f"{v['ms_per_gang']:.2f} ms/gang  {v['us_per_task']:.0f} us/task  "
                                             f"({r['cores_busy'][k]:.2f} cores; idle {r['idle_cores'][k]:.3f}, "

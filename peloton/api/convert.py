@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import math
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from fractions import Fraction
 from typing import TYPE_CHECKING
 
@@ -429,12 +429,85 @@ def failure_from_proto(p: internal_pb2.Failure) -> PlacementFailure:
     return PlacementFailure(p.gang_id, p.job_id, p.attempt, p.reason, dict(p.short_hosts))
 
 
-def gang_launch_to_proto(g: GangLaunch) -> internal_pb2.GangLaunch:
-    return internal_pb2.GangLaunch(gang_id=g.gang_id, attempt=g.attempt, tasks=[launch_to_proto(t) for t in g.tasks])
+def gang_launch_to_proto(g: GangLaunch, shared: bool = False) -> internal_pb2.GangLaunch:
+    """`shared`: what every member has the same (the job, command, resources, user; the env entries and files: the
+    hostfile, the training variables common to all) once for the gang, each member with only the rest (`members`);
+    else each member whole (`tasks`), what a host manager of an earlier release reads."""
+    if not shared:
+        return internal_pb2.GangLaunch(gang_id=g.gang_id, attempt=g.attempt, tasks=[launch_to_proto(t) for t in g.tasks])
+    ts = g.tasks
+    same = {f: getattr(ts[0], f) for f in _SHAREABLE if ts and all(getattr(t, f) == getattr(ts[0], f) for t in ts)}
+    env, files = _common(t.env for t in ts), _common(t.files for t in ts)
+    p = internal_pb2.GangLaunch(gang_id=g.gang_id, attempt=g.attempt)
+    for t in ts:
+        m = p.members.add(task_id=t.task_id, instance=t.instance, attempt=t.attempt, hostname=t.hostname,
+                          gpu_ids=t.gpu_ids, ports=t.ports,
+                          **{f: getattr(t, f) for f in _SHAREABLE if f not in same and f != "resources"})
+        if "resources" not in same:
+            m.resources.CopyFrom(vec_to_proto(t.resources))
+        m.env.update(_own(t.env, env))
+        m.files.update(_own(t.files, files))
+    s = p.shared
+    for f, v in same.items():
+        if f == "resources":
+            s.resources.CopyFrom(vec_to_proto(v))
+        else:
+            setattr(s, f, v)
+    s.env.update(env)
+    s.files.update(files)
+    return p
+
+
+# the LaunchSpec fields the shared form sends once when every member has the same (each empty where not: a member's
+# empty value then reads as the shared one, which is empty too)
+_SHAREABLE = ("job_id", "command", "resources", "container_image", "user", "legacy_user")
+
+
+def _common(maps: Iterable[dict[str, str]]) -> dict[str, str]:
+    """The entries every map has, with the same value."""
+    it = iter(maps)
+    first = next(it, {})
+    out = dict(first)
+    for m in it:
+        if not out:
+            break
+        if m is not first:  # (members often share the very dict: the launcher's files)
+            out = {k: v for k, v in out.items() if m.get(k) == v}
+    return out
+
+
+def _own(m: dict[str, str], common: dict[str, str]) -> dict[str, str]:
+    """`m`'s entries that `common` does not give (so `{**common, **own}` is `m` again)."""
+    return m if not common else {k: v for k, v in m.items() if k not in common}
+
+
+def _str_map(m: Mapping[str, str]) -> dict[str, str]:
+    """A protobuf map as a dict: an empty one without building its views, a comprehension (a quarter faster than
+    dict(m), which goes through the Mapping mixins' keys view on upb's maps)."""
+    return {k: m[k] for k in m} if m else {}
 
 
 def gang_launch_from_proto(p: internal_pb2.GangLaunch) -> GangLaunch:
-    return GangLaunch(p.gang_id, p.attempt, tuple(launch_from_proto(t) for t in p.tasks))
+    if not p.members:
+        return GangLaunch(p.gang_id, p.attempt, tuple(launch_from_proto(t) for t in p.tasks))
+    s = p.shared  # read once a gang, not once a member
+    job_id, command, image, user, legacy = s.job_id, s.command, s.container_image, s.user, s.legacy_user
+    res = vec_from_proto(s.resources) if s.HasField("resources") else None
+    env, files = _str_map(s.env), _str_map(s.files)
+    out = []
+    for m in p.members:
+        own_env, own_files = _str_map(m.env), _str_map(m.files)
+        out.append(LaunchSpec(
+            task_id=m.task_id, job_id=m.job_id or job_id, instance=m.instance, attempt=m.attempt, hostname=m.hostname,
+            command=m.command or command,
+            # members with no entries of their own share the gang's dict (nothing changes a LaunchSpec's maps: the
+            # in-process launcher shares its files dict too)
+            env={**env, **own_env} if own_env else env,
+            resources=res if res is not None else vec_from_proto(m.resources),
+            gpu_ids=tuple(m.gpu_ids), ports=tuple(m.ports),
+            files={**files, **own_files} if own_files else files,
+            container_image=m.container_image or image, user=m.user or user, legacy_user=m.legacy_user or legacy))
+    return GangLaunch(p.gang_id, p.attempt, tuple(out))
 
 
 def launch_result_to_proto(r: LaunchResult) -> internal_pb2.LaunchResult:
@@ -501,11 +574,11 @@ def launch_from_proto(p: internal_pb2.LaunchTask) -> LaunchSpec:
         attempt=p.attempt,
         hostname=p.hostname,
         command=p.command,
-        env=dict(p.env),
+        env=_str_map(p.env),
         resources=vec_from_proto(p.resources),
         gpu_ids=tuple(p.gpu_ids),
         ports=tuple(p.ports),
-        files=dict(p.files),
+        files=_str_map(p.files),
         container_image=p.container_image,
         user=p.user,
         legacy_user=p.legacy_user,

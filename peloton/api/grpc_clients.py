@@ -184,6 +184,10 @@ class GrpcResourceManager(_GrpcClient):
 class GrpcHostManager(_GrpcClient):
     """HostManagerClient over a HostManagerInternal stub (a ConnectedStub, or a FailoverStub of them)."""
 
+    # whether the last LaunchGangs answer said the host manager reads the shared form (one bool, written whole by
+    # whichever launcher thread called last: a stale read costs one launch sent the other way)
+    _launch_shared = False
+
     def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
         r = self._call("SyncHosts", internal_pb2.SyncHostsRequest(since_version=since_version, stream_id=stream_id),
                        timeout_s)
@@ -204,8 +208,13 @@ class GrpcHostManager(_GrpcClient):
         return r.version, None if r.unchanged else [convert.offer_from_proto(o) for o in r.hosts]
 
     def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        # the shared form once the host manager said it reads it, each member whole until then and again after an
+        # answer without it (an earlier release's, say after a rollback: it refused the shared launches, and the
+        # launcher retries those gangs)
+        shared = self._launch_shared
         r = self._call("LaunchGangs", internal_pb2.LaunchGangsRequest(
-            gangs=[convert.gang_launch_to_proto(g) for g in gangs]), 60)
+            gangs=[convert.gang_launch_to_proto(g, shared) for g in gangs]), 60)
+        self._launch_shared = r.shared_read
         return [convert.launch_result_from_proto(x) for x in r.results]
 
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:

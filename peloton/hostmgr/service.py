@@ -59,7 +59,8 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
     @grpc_errors
     def LaunchGangs(self, request: internal_pb2.LaunchGangsRequest, context: grpc.ServicerContext) -> internal_pb2.LaunchGangsResponse:
         results = self.hm.launch([convert.gang_launch_from_proto(g) for g in request.gangs])
-        return internal_pb2.LaunchGangsResponse(results=[convert.launch_result_to_proto(r) for r in results])
+        return internal_pb2.LaunchGangsResponse(results=[convert.launch_result_to_proto(r) for r in results],
+                                                shared_read=True)
 
     @grpc_errors
     def KillTasks(self, request: internal_pb2.KillTasksRequest, context: grpc.ServicerContext) -> internal_pb2.KillTasksResponse:

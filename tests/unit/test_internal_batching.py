@@ -1,7 +1,8 @@
 """What rides together across the internal services (issue 24, the split roles' CPU): a batch of side effects sends
 its releases and its new gangs to resmgr in one EnqueueGangs (releases first, as two calls would), and the
-task-events loop acknowledges a batch with its next WaitTaskEvents (only on the stream it belongs to). Both over
-real gRPC (a split deployment's typed clients) and in one process."""
+task-events loop acknowledges a batch with its next WaitTaskEvents (only on the stream it belongs to), and a launch
+sends what a gang's members share (the hostfile, the common environment) once for the gang. Both over real gRPC (a
+split deployment's typed clients) and in one process."""
 
 from __future__ import annotations
 
@@ -12,10 +13,11 @@ from typing import Any
 import grpc
 import pytest
 
+from peloton.api import convert
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc
-from peloton.domain.launch import TaskStatus
+from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.resources import Resources
@@ -29,7 +31,7 @@ from peloton.jobmgr.effects import Outbox, SideEffects, resmgr_call
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from peloton.resmgr.service import ResourceManagerServicer
-from tests.unit.test_hostmgr_manager import FakeBackend
+from tests.unit.test_hostmgr_manager import FakeBackend, placed
 
 
 def gang(job: str, attempt: int = 1) -> GangRequest:
@@ -232,3 +234,108 @@ def test_every_call_of_a_connected_stub_carries_its_metadata() -> None:
     stub.KillTasks(internal_pb2.KillTasksRequest(), timeout=1, metadata=[("k", "v")])
     assert got == [("KillTasks", (("x-peloton-component", "s3cret"),)),
                    ("KillTasks", (("k", "v"), ("x-peloton-component", "s3cret")))]
+
+
+# --- a launch's shared form: what every member has, once a gang -------------------------------------------------
+
+
+def training_gang(n: int = 3, attempt: int = 1) -> GangLaunch:
+    """A launch as the launcher makes one: the same hostfile dict for every member, an environment mostly common
+    (one variable a member overrides, one only some members have)."""
+    files = {"hostfile": "h1 slots=2\nh2 slots=1\n"}
+    r = Resources(1, 10, 0, 1, 1)
+    tasks = []
+    for i in range(n):
+        env = {"PELOTON_JOB_ID": "j", "PELOTON_PEERS": "h1,h1,h2", "PELOTON_INSTANCE": str(i), "SHARED": "x"}
+        if i == 1:
+            env["SHARED"] = "mine"  # not common: each keeps its own
+            env["ONLY_ONE"] = "1"
+        tasks.append(LaunchSpec(f"j-{i}-{attempt}", "j", i, attempt, "h1" if i < 2 else "h2", f"run {i}", env, r,
+                                (0,), (), files, "", "#70000", False))
+    return GangLaunch("j/0", attempt, tuple(tasks))
+
+
+def test_the_shared_form_reads_back_as_the_same_launch() -> None:
+    g = training_gang()
+    p = convert.gang_launch_to_proto(g, shared=True)
+    assert not p.tasks and len(p.members) == 3  # an earlier release reads `tasks` alone: it sees no member
+    s = p.shared
+    assert dict(s.env) == {"PELOTON_JOB_ID": "j", "PELOTON_PEERS": "h1,h1,h2"}
+    assert dict(s.files) == {"hostfile": "h1 slots=2\nh2 slots=1\n"} and not any(m.files for m in p.members)
+    assert dict(p.members[1].env) == {"PELOTON_INSTANCE": "1", "SHARED": "mine", "ONLY_ONE": "1"}
+    # the same for all: once; a command of each member's own: with each
+    assert (s.job_id, s.user, s.resources.gpu) == ("j", "#70000", 1) and not any(m.job_id or m.user for m in p.members)
+    assert not s.command and [m.command for m in p.members] == ["run 0", "run 1", "run 2"]
+    back = convert.gang_launch_from_proto(internal_pb2.GangLaunch.FromString(p.SerializeToString()))
+    assert back == g
+    whole = convert.gang_launch_to_proto(g)  # the form an earlier release reads
+    assert not whole.members and not whole.HasField("shared") and dict(whole.tasks[0].env) == g.tasks[0].env
+    assert convert.gang_launch_from_proto(whole) == g
+
+
+def test_the_shared_form_of_members_with_nothing_in_common() -> None:
+    r = Resources(1, 10, 0, 0, 0)
+    g = GangLaunch("k/0", 2, (LaunchSpec("k-0-2", "k", 0, 2, "h1", "a", {"A": "1"}, r),
+                              LaunchSpec("k-1-2", "k", 1, 2, "h1", "b", {"B": "2"}, r, files={"f": "x"})))
+    g = GangLaunch("k/0", 2, (*g.tasks, LaunchSpec("k-2-2", "k", 2, 2, "h2", "b", {}, Resources(2, 10, 0, 0, 0),
+                                                   container_image="img", legacy_user=True)))
+    p = convert.gang_launch_to_proto(g, shared=True)
+    assert not p.shared.env and not p.shared.files and not p.shared.HasField("resources")
+    assert not p.shared.container_image and not p.shared.legacy_user and p.shared.job_id == "k"
+    assert convert.gang_launch_from_proto(p) == g
+    one = GangLaunch("k/0", 2, g.tasks[:1])  # one member: all of it is "shared"
+    assert convert.gang_launch_from_proto(convert.gang_launch_to_proto(one, shared=True)) == one
+
+
+def test_a_launch_reaches_the_backend_whole_in_either_form(clients: tuple) -> None:
+    """The first launch goes each member whole (the client does not yet know what the host manager reads), the next
+    in the shared form over gRPC; the backend gets the same members either way."""
+    _, hmc, _, hm, be = clients
+    got: list[GangLaunch] = []
+    real = be.launch
+
+    def launch(gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
+        got.extend(gangs)
+        return real(gangs)
+
+    be.launch = launch
+    for attempt in (1, 2):
+        host = f"h{attempt}"  # (each host has 2 GPUs: the first launch holds those of h1)
+        [c], _ = hm.claim([placed("j/0", [host, host], attempt=attempt)])
+        g = GangLaunch(c.gang_id, attempt, tuple(LaunchSpec(  # the claim's GPUs and ports, the rest a training gang's
+            m.task_id, t.job_id, m.instance, attempt, m.hostname, t.command, t.env, m.resources, m.gpu_ids, m.ports,
+            t.files, user=t.user) for m, t in zip(c.members, training_gang(2, attempt).tasks, strict=True)))
+        assert [r.outcome for r in hmc.launch([g])] == [LaunchOutcome.OK]
+        assert got[-1] == g
+        hm.release_claims([("j/0", attempt)])
+    if isinstance(hmc, GrpcHostManager):
+        assert hmc._launch_shared  # the answer said so
+
+
+def test_an_old_host_manager_is_sent_each_member_whole() -> None:
+    old = OldPeer()
+    hmc = GrpcHostManager(old)
+    hmc.launch([training_gang()])
+    hmc.launch([training_gang()])
+    assert [len(r.gangs[0].tasks) for _, r in old.sent] == [3, 3] and not any(r.gangs[0].members for _, r in old.sent)
+    hmc._launch_shared = True  # a new host manager answered before it, then an old one took over (a rollback)
+    hmc.launch([training_gang()])
+    assert len(old.sent[-1][1].gangs[0].members) == 3
+    hmc.launch([training_gang()])  # its answer lacked `shared_read`: whole again
+    assert len(old.sent[-1][1].gangs[0].tasks) == 3 and not old.sent[-1][1].gangs[0].members
+
+
+def test_an_old_host_manager_refuses_a_shared_launch_starting_nothing() -> None:
+    """What a host manager of an earlier release makes of the shared form: a gang of no members (it reads `tasks`
+    only), which its claim refuses; the launcher launches such a gang again (the next time each member whole)."""
+    be = FakeBackend()
+    hm = HostManager(be, clock=lambda: 1000.0, claim_ttl_s=3600)
+    hm.start()
+    try:
+        hm.claim([placed("j/0", ["h1", "h1"])])
+        p = convert.gang_launch_to_proto(training_gang(2), shared=True)
+        as_old = GangLaunch(p.gang_id, p.attempt, tuple(convert.launch_from_proto(t) for t in p.tasks))
+        [r] = hm.launch([as_old])
+        assert r.outcome == LaunchOutcome.REFUSED and be.launched == []
+    finally:
+        hm.stop()

@@ -1449,20 +1449,37 @@ class GangLaunch(_message.Message):
     GANG_ID_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
     TASKS_FIELD_NUMBER: _builtins.int
+    MEMBERS_FIELD_NUMBER: _builtins.int
+    SHARED_FIELD_NUMBER: _builtins.int
     gang_id: _builtins.str
     attempt: _builtins.int
     @_builtins.property
-    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaunchTask]: ...
+    def tasks(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaunchTask]:
+        """Each member whole: what a host manager of an earlier release reads, and all a sender of one sends."""
+
+    @_builtins.property
+    def members(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaunchTask]:
+        """The shared form (sent once the host manager's answer had `shared_read`): what every member has the same once in
+        `shared` (job_id, command, resources, container_image, user, legacy_user when all members agree; the env entries
+        and files all of them have), each member in `members` with the rest (a field it leaves empty is `shared`'s; its
+        env and files add to `shared`'s), and `tasks` empty. A host manager of an earlier release reads `tasks` only: it
+        refuses such a launch (no members against its claim's), starting nothing, and the gang is launched again the old way.
+        """
+
+    @_builtins.property
+    def shared(self) -> Global___LaunchTask: ...
     def __init__(
         self,
         *,
         gang_id: _builtins.str = ...,
         attempt: _builtins.int = ...,
         tasks: _abc.Iterable[Global___LaunchTask] | None = ...,
+        members: _abc.Iterable[Global___LaunchTask] | None = ...,
+        shared: Global___LaunchTask | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["shared", b"shared"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "gang_id", b"gang_id", "tasks", b"tasks"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "gang_id", b"gang_id", "members", b"members", "shared", b"shared", "tasks", b"tasks"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1529,6 +1546,9 @@ class LaunchGangsResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     RESULTS_FIELD_NUMBER: _builtins.int
+    SHARED_READ_FIELD_NUMBER: _builtins.int
+    shared_read: _builtins.bool
+    """this host manager reads GangLaunch's shared form (an earlier release's never sets it)"""
     @_builtins.property
     def results(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaunchResult]:
         """one per gang, in order"""
@@ -1537,10 +1557,11 @@ class LaunchGangsResponse(_message.Message):
         self,
         *,
         results: _abc.Iterable[Global___LaunchResult] | None = ...,
+        shared_read: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["results", b"results", "shared_read", b"shared_read"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
