@@ -486,6 +486,10 @@ def launch_refused(jv: JobView, gv: GangView, attempt: int, now: float, reason: 
                           message="never started")
         _finish_if_quiet(jv, gv, now, eff)
     else:
+        # resmgr may still hold this attempt as handed out (the launcher acknowledges placements with its next
+        # poll): an enqueue of an attempt it knows is ignored, so the release goes first (the same call, applied
+        # first) and the enqueue then queues it anew, its allocation released meanwhile
+        eff.release.append((g.gang_id, g.attempt))
         _requeue(jv, gv, now, eff, g.attempt, f"re-queued: launch refused: {reason}", "launch refused",
                  f"{reason}; re-queued without counting an attempt")
     derive_job_state(jv, now, eff)

@@ -1003,8 +1003,10 @@ def test_a_status_about_a_refused_launch_changes_nothing() -> None:
     its queue as the same attempt (same task id); the backend's "unknown: LOST" answer must not apply."""
     jv = make_view()
     gv = place(jv)
-    policy.launch_refused(jv, gv, 1, T0 + 2, "the claim expired")
+    eff = policy.launch_refused(jv, gv, 1, T0 + 2, "the claim expired")
     assert gv.gang.state == G.QUEUED and states(gv) == [T.PENDING] * 3
+    # resmgr may still hold the attempt as handed out: released first, then enqueued anew (same attempt)
+    assert eff.release == [(gv.gang.gang_id, 1)] and eff.enqueue == [(JOB, 0)] and gv.gang.attempt == 1
     before = snapshot(jv)
     eff = apply(jv, 0, T.LOST, now=T0 + 3)
     assert snapshot(jv) == before and eff == Effects()

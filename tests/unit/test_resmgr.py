@@ -165,6 +165,28 @@ def test_set_placements_moves_a_gang_to_ready_and_keeps_its_allocation() -> None
     assert rm.take_placements(10, SHORT) == ([], [])
 
 
+def test_a_refused_launch_released_and_enqueued_again_as_the_same_attempt_is_queued_anew() -> None:
+    """The launcher acknowledges placements with its next poll, so a launch the backend refused at once comes back
+    (release, then enqueue of the same attempt: gang_policy.launch_refused) while resmgr still holds it handed
+    out. An enqueue alone would be ignored (an attempt it knows), and the late ack would then hold its allocation
+    for a gang nobody places: the gang would never start."""
+    rm, _, _ = make()
+    a = gang("a", n=2, cpu=1)
+    rm.enqueue([a])
+    assert rm.dequeue(10, SHORT) == [a]
+    rm.set_placements([placement(a)], [])
+    (p,), _ = rm.take_placements(10, SHORT)  # handed out, not acknowledged yet
+    rm.enqueue([a])  # alone: ignored, as any repeat of a known attempt is
+    assert rm.dequeue(10, SHORT) == []
+    rm.remove([("a/0", 1)])
+    rm.enqueue([a])
+    rm.ack_placements([("a/0", 1)], [])  # the late acknowledgement of the refused launch: no effect now
+    assert rm.dequeue(10, SHORT) == [a]  # placed again
+    rm.set_placements([placement(a)], [])
+    (again,), _ = rm.take_placements(10, SHORT)
+    assert again.gang_id == "a/0" and again.attempt == 1
+
+
 def test_take_placements_honours_max() -> None:
     rm, _, _ = make()
     gs = [gang(f"j{i}", at=i) for i in range(3)]
