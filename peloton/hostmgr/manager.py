@@ -480,12 +480,17 @@ class HostManager:
         drains = set(self.drains())
         with self._lock:
             unhealthy = {host for host, h in self._health.items() if h.until > now}
-        out = []
-        for h in self.backend.hosts():
-            state = ("drained" if not h.task_ids else "draining") if h.hostname in drains else (
-                "unhealthy" if h.hostname in unhealthy else "up")
-            out.append((h, h.state.lower() if h.state != "UP" else state))
-        return out
+        special = drains | unhealthy
+
+        def state(h: HostInfo) -> str:
+            if h.state != "UP":
+                return h.state.lower()
+            if h.hostname in drains:
+                return "drained" if not h.task_ids else "draining"
+            return "unhealthy" if h.hostname in unhealthy else "up"
+
+        # one comprehension, the usual host decided inline: this runs over every host at every scrape
+        return [(h, "up" if h.state == "UP" and h.hostname not in special else state(h)) for h in self.backend.hosts()]
 
     def hosts(self) -> list[tuple[HostInfo, bool]]:
         held = self.held_hosts()

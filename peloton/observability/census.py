@@ -163,13 +163,16 @@ class ClusterCensus(Collector):
     def _update(self, hosts: list[tuple[Any, str]]) -> None:
         """Bring the totals to `hosts` (with `_mu` held): only the hosts that changed are recounted."""
         rows = self._rows
+        get = rows.get
         changed = False
         for h, state in hosts:
-            row = rows.get(h.hostname)
+            row = get(h.hostname)
             if row is not None:
-                if row.state == state and (row.info is h or (  # (a backend that builds its HostInfo anew: Mesos)
+                if row.info is h and row.state == state:  # the usual host: checked inline, 100,000 a scrape
+                    continue
+                if row.state == state and (  # a backend that builds its HostInfo anew (Mesos): compare
                         row.info.capacity == h.capacity and row.info.allocated == h.allocated
-                        and row.info.holds_offer == h.holds_offer)):
+                        and row.info.holds_offer == h.holds_offer):
                     row.info = h
                     continue
                 self._add(row, -1)
