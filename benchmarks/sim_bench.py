@@ -123,18 +123,43 @@ def scrape_costs(hosts: int, rounds: int = 10, seed: int = 1) -> dict[str, Any]:
             "backend_lock_ms_changed": 1000 * statistics.median(held_changed)}
 
 
-def scrape_only(counts: list[int], json_path: str | None) -> None:
+def daemon_scrape_cpu(hosts: int, store: str, scrapes: int = 30) -> dict[str, float]:
+    """CPU ms the daemon spends on one whole /metrics scrape (every family, the census included), idle daemon on
+    `hosts` sim hosts: its CPU over `scrapes` scrapes in a row, less what it used idle over as long."""
+    import urllib.request
+
+    d = Daemon(sim_args(hosts, "cpu=64,mem=256Gi,gpu=8", 40), store=store)
+    with running(d):
+        urllib.request.urlopen(d.metrics, timeout=60).read()  # the first builds every host's HostInfo
+        time.sleep(1.0)
+        c0, t0 = d.cpu_seconds(), time.perf_counter()
+        time.sleep(3.0)
+        idle_rate = (d.cpu_seconds() - c0) / (time.perf_counter() - t0)
+        c0, t0 = d.cpu_seconds(), time.perf_counter()
+        for _ in range(scrapes):
+            urllib.request.urlopen(d.metrics, timeout=60).read()
+        wall = time.perf_counter() - t0
+        cpu = d.cpu_seconds() - c0 - idle_rate * wall
+    return {"hosts": hosts, "daemon_cpu_ms_per_scrape": 1000 * cpu / scrapes, "idle_cpu_ms_per_s": 1000 * idle_rate}
+
+
+def scrape_only(counts: list[int], json_path: str | None, store: str) -> None:
     import logging
 
     logging.disable(logging.INFO)  # each failed sim host says so
     res = [scrape_costs(n) for n in counts]
+    # a whole daemon only up to 20,000 hosts (100,000 sim hosts take a minute to start)
+    daemons = [daemon_scrape_cpu(n, store) for n in counts if n <= 20_000]
     rows = [(f"{r['hosts']:,} hosts: scrape CPU first / unchanged / 1% changed",
              f"{r['first_cpu_ms']:.1f} / {r['unchanged_cpu_ms']:.2f} / {r['changed_1pct_cpu_ms']:.1f} ms; backend "
              f"lock held {r['backend_lock_ms_unchanged']:.2f} / {r['backend_lock_ms_changed']:.2f} ms")
             for r in res]
-    print("cluster census scrape (in-process, sim hosts cpu=64 mem=256Gi gpu=8), medians of 10")
+    rows += [(f"{r['hosts']:,} hosts: idle daemon, CPU per whole /metrics scrape",
+              f"{r['daemon_cpu_ms_per_scrape']:.1f} ms (30 in a row, less its idle {r['idle_cpu_ms_per_s']:.0f} ms/s)")
+             for r in daemons]
+    print("cluster census scrape (in-process, sim hosts cpu=64 mem=256Gi gpu=8), medians of 10; then a daemon")
     print(table(rows))
-    print(f"  json: {write_results('sim-scrape', {'scrapes': res}, json_path)}")
+    print(f"  json: {write_results('sim-scrape', {'scrapes': res, 'daemon': daemons}, json_path)}")
 
 
 class Scraper:
@@ -340,7 +365,7 @@ def main() -> None:
                                                         "in-process and nothing else")
     a = ap.parse_args()
     if a.scrape_only:
-        scrape_only([int(x) for x in a.scrape_only.split(",") if x], a.json)
+        scrape_only([int(x) for x in a.scrape_only.split(",") if x], a.json, a.store)
         return
     sizes = [int(x) for x in a.sizes.split(",") if x]
 
