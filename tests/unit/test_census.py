@@ -131,10 +131,10 @@ def test_the_incremental_census_equals_a_full_recount_after_random_changes(seed:
             elif what < 0.8:  # one field only, in an object built anew
                 name = rng.choice(names)
                 h = hosts[name][0]
-                field = rng.choice(["capacity", "allocated", "holds_offer"])
-                new = {"capacity": Resources(cpu=rng.choice([0.1, 2.5]), gpu=1), "allocated": Resources(cpu=0.7),
-                       "holds_offer": not h.holds_offer}[field]
-                hosts[name] = (replace(h, **{field: new}), hosts[name][1])
+                one = rng.randrange(3)
+                h = (replace(h, capacity=Resources(cpu=rng.choice([0.1, 2.5]), gpu=1)) if one == 0 else
+                     replace(h, allocated=Resources(cpu=0.7)) if one == 1 else replace(h, holds_offer=not h.holds_offer))
+                hosts[name] = (h, hosts[name][1])
             else:
                 name = rng.choice(names)
                 hosts[name] = (hosts[name][0], rng.choice(states))
