@@ -81,37 +81,45 @@ class StoreCensus(Collector):
             yield g
 
 
-class _Row:
-    """One host's part of the census, kept between scrapes: a host whose HostInfo object and state are the same
-    ones as at the last scrape (backends keep a host's HostInfo until it changes) costs an identity check."""
-
-    __slots__ = ("info", "state", "have", "used", "have_fx", "used_fx")
-
-    def __init__(self, info: Any, state: str) -> None:
-        self.info, self.state = info, state
-        self.have = tuple(float(getattr(info.capacity, r)) * SCALE[r] for r in RESOURCES)
-        self.used = tuple(float(getattr(info.allocated, r)) * SCALE[r] for r in RESOURCES)
-        self.have_fx = tuple(_fixed(v) for v in self.have)
-        self.used_fx = tuple(_fixed(v) for v in self.used)
+def _have(info: Any) -> list[float]:
+    """A host's capacity as exported, per resource of RESOURCES."""
+    return [float(getattr(info.capacity, r)) * SCALE[r] for r in RESOURCES]
 
 
-_FX = 1074  # every finite float is a whole multiple of 2**-1074: sums kept in those units are exact integers
+def _used(info: Any) -> list[float]:
+    return [float(getattr(info.allocated, r)) * SCALE[r] for r in RESOURCES]
 
 
-def _fixed(v: float) -> int:
-    """`v` in units of 2**-1074, exactly (its denominator is a power of two)."""
-    n, d = v.as_integer_ratio()
-    return n << (_FX + 1 - d.bit_length())
+class ExactSum:
+    """A sum of floats kept exactly, as an integer count of 2**-k (every float is a whole multiple of a power of
+    two): adding and taking away values in any order ends where summing the values left anew ends, and `value` is
+    that exact sum rounded once (as math.fsum). Small: k is the finest fraction seen (a whole-number sum stays a
+    plain int)."""
 
+    __slots__ = ("n", "k")
 
-def _float(fx: int) -> float:
-    return fx / (1 << _FX)  # int / int is correctly rounded: the exact sum, rounded once
+    def __init__(self) -> None:
+        self.n, self.k = 0, 0
+
+    def add(self, v: float, sign: int = 1) -> None:
+        num, den = v.as_integer_ratio()
+        k = den.bit_length() - 1  # den is 2**k
+        if k > self.k:
+            self.n <<= k - self.k
+            self.k = k
+        self.n += sign * (num << (self.k - k))
+
+    @property
+    def value(self) -> float:
+        return self.n / (1 << self.k)  # int / int is correctly rounded
 
 
 def exact_sum(values: Iterable[float]) -> float:
-    """What the census reports for a sum: the exact sum of `values` rounded once (math.fsum), so that adding and
-    taking away hosts one at a time gives the same figure as summing them all anew."""
-    return _float(sum(_fixed(v) for v in values))
+    """What the census reports for a sum of hosts' figures: their exact sum, rounded once."""
+    total = ExactSum()
+    for v in values:
+        total.add(v)
+    return total.value
 
 
 class ClusterCensus(Collector):
@@ -121,7 +129,7 @@ class ClusterCensus(Collector):
     Kept incrementally: each scrape takes one snapshot of the hosts (`hosts()`, a list of references) and updates
     the totals with the hosts whose HostInfo or state changed since the last scrape; the families are built again
     only when something changed (an unchanged cluster is answered with the last ones). Sums are exact (kept as
-    integers), so the figures are those a full recount gives whatever the order of changes. `_mu` serialises
+    integers: ExactSum), so the figures are those a full recount gives whatever the order of changes. `_mu` serialises
     scrapes (two at once would update the totals twice); nothing on the scheduling path takes it."""
 
     def __init__(self) -> None:
@@ -132,10 +140,11 @@ class ClusterCensus(Collector):
         self._reset()
 
     def _reset(self) -> None:
-        self._rows: dict[str, _Row] = {}
+        # each host's HostInfo and state as last counted (a reference to what the backend keeps anyway)
+        self._rows: dict[str, tuple[Any, str]] = {}
         self._states: dict[str, int] = {}
-        self._have_up = [0] * len(RESOURCES)  # exact sums (units of 2**-1074) over the hosts that are up
-        self._used = [0] * len(RESOURCES)  # over every host
+        self._have_up = [ExactSum() for _ in RESOURCES]  # over the hosts that are up
+        self._used = [ExactSum() for _ in RESOURCES]  # over every host
         self._held = 0
         self._families: tuple[GaugeMetricFamily, ...] | None = None  # the last ones; None: build them again
 
@@ -149,16 +158,18 @@ class ClusterCensus(Collector):
             self._host_limit = host_limit
             self._reset()
 
-    def _add(self, row: _Row, sign: int) -> None:
-        self._states[row.state] = self._states.get(row.state, 0) + sign
-        if not self._states[row.state]:
-            del self._states[row.state]
-        self._held += sign * bool(row.info.holds_offer)
-        up = row.state == "up"
-        for i in range(len(RESOURCES)):
-            self._used[i] += sign * row.used_fx[i]
-            if up:
-                self._have_up[i] += sign * row.have_fx[i]
+    def _add(self, info: Any, state: str, sign: int) -> None:
+        """Count a host in (sign 1) or out (-1); its figures are worked out from its HostInfo again, the same way,
+        so taking it out takes away exactly what counting it in added."""
+        self._states[state] = self._states.get(state, 0) + sign
+        if not self._states[state]:
+            del self._states[state]
+        self._held += sign * bool(info.holds_offer)
+        for total, v in zip(self._used, _used(info), strict=True):
+            total.add(v, sign)
+        if state == "up":
+            for total, v in zip(self._have_up, _have(info), strict=True):
+                total.add(v, sign)
 
     def _update(self, hosts: list[tuple[Any, str]]) -> None:
         """Bring the totals to `hosts` (with `_mu` held): only the hosts that changed are recounted."""
@@ -168,21 +179,22 @@ class ClusterCensus(Collector):
         for h, state in hosts:
             row = get(h.hostname)
             if row is not None:
-                if row.info is h and row.state == state:  # the usual host: checked inline, 100,000 a scrape
+                was, was_state = row
+                if was is h and was_state == state:  # the usual host: checked inline, 100,000 a scrape
                     continue
-                if row.state == state and (  # a backend that builds its HostInfo anew (Mesos): compare
-                        row.info.capacity == h.capacity and row.info.allocated == h.allocated
-                        and row.info.holds_offer == h.holds_offer):
-                    row.info = h
+                if was_state == state and (  # a backend that builds its HostInfo anew (Mesos): compare
+                        was.capacity == h.capacity and was.allocated == h.allocated
+                        and was.holds_offer == h.holds_offer):
+                    rows[h.hostname] = (h, state)
                     continue
-                self._add(row, -1)
-            row = rows[h.hostname] = _Row(h, state)
-            self._add(row, +1)
+                self._add(was, was_state, -1)
+            rows[h.hostname] = (h, state)
+            self._add(h, state, +1)
             changed = True
         if len(rows) != len(hosts):  # hosts went away
             names = {h.hostname for h, _ in hosts}
             for name in [n for n in rows if n not in names]:
-                self._add(rows.pop(name), -1)
+                self._add(*rows.pop(name), -1)
             changed = True
         if changed:
             self._families = None
@@ -218,15 +230,14 @@ class ClusterCensus(Collector):
                             self._host_limit)
             if per_host:
                 for h, _ in hosts:
-                    row = self._rows[h.hostname]
-                    for i, r in enumerate(RESOURCES):
-                        host_cap.add_metric([h.hostname, r], row.have[i])
-                        host_used.add_metric([h.hostname, r], row.used[i])
+                    for r, have, used in zip(RESOURCES, _have(h), _used(h), strict=True):
+                        host_cap.add_metric([h.hostname, r], have)
+                        host_used.add_metric([h.hostname, r], used)
             for state, n in sorted(self._states.items()):
                 by_state.add_metric([state], n)
             for i, r in enumerate(RESOURCES):
-                capacity.add_metric([r], _float(self._have_up[i]))
-                allocated.add_metric([r], _float(self._used[i]))
+                capacity.add_metric([r], self._have_up[i].value)
+                allocated.add_metric([r], self._used[i].value)
             offers.add_metric([], self._held)
         return by_state, capacity, allocated, host_cap, host_used, offers
 
