@@ -1,5 +1,5 @@
 """The hosts' metrics read at scrape time: the cluster's totals always; the per-host series only while the cluster
-has at most --metrics-host-limit hosts (8 series a host, built at every scrape)."""
+has at most --metrics-host-limit hosts (8 series a host). Kept between scrapes, they always equal a full recount."""
 
 from __future__ import annotations
 
@@ -152,3 +152,60 @@ def test_an_unchanged_cluster_is_answered_with_the_last_families() -> None:
     again = _samples(c)
     assert again[("peloton_hosts", (("state", "draining"),))] == 1
     assert again[("peloton_cluster_capacity", (("resource", "cpu"),))] == 8
+
+
+def test_scrapes_while_hosts_change_each_give_the_figures_of_one_snapshot() -> None:
+    """Scrapes on several threads while another changes the hosts: each gives exactly the recount of the hosts'
+    snapshot it took (never half of one change, never another scrape's)."""
+    import random
+    import threading
+
+    rng = random.Random(7)
+    hosts: dict[str, tuple[HostInfo, str]] = dict((h.hostname, (h, s)) for h, s in _hosts(50))
+    mine = threading.local()
+    stop = threading.Event()
+
+    def snapshot() -> list[tuple[HostInfo, str]]:
+        mine.seen = list(hosts.values())  # (one C call: the dict cannot change under it)
+        return mine.seen
+
+    c = ClusterCensus()
+    c.attach(snapshot, host_limit=20)
+    bad: list[str] = []
+
+    def change() -> None:
+        n = 0
+        while not stop.is_set():
+            n += 1
+            name = f"h{rng.randrange(60)}"
+            if name in hosts and rng.random() < 0.3:
+                hosts.pop(name, None)
+            else:
+                hosts[name] = (HostInfo(name, "10.0.0.1", Resources(cpu=rng.choice([1, 0.1, 3.3])),
+                                        Resources(cpu=rng.random())), rng.choice(["up", "draining"]))
+
+    def scrape() -> None:
+        for _ in range(200):
+            got = _samples(c)
+            want = _recount(mine.seen, 20)
+            if got != want:
+                bad.append(f"{len(mine.seen)} hosts: {sorted(set(got.items()) ^ set(want.items()))[:3]}")
+
+    import sys
+
+    changer = threading.Thread(target=change)
+    scrapers = [threading.Thread(target=scrape) for _ in range(3)]
+    interval = sys.getswitchinterval()
+    sys.setswitchinterval(1e-6)  # threads switch often: interleavings that a 5 ms slice would rarely show
+    try:
+        changer.start()
+        for t in scrapers:
+            t.start()
+        for t in scrapers:
+            t.join(60)
+    finally:
+        stop.set()
+        changer.join(10)
+        sys.setswitchinterval(interval)
+    assert bad == []
+    assert _samples(c) == _recount(list(hosts.values()), 20)
