@@ -2,7 +2,8 @@
 gRPC as a user's program would, on PostgreSQL (or SQLite). Prints a table and writes JSON; asserts nothing.
 
     .venv/bin/python benchmarks/sim_bench.py [--store postgresql|sqlite] [--seconds 30] [--clients 8]
-        [--hosts 10000] [--samples 20] [--profile FILE]
+        [--hosts 10000] [--samples 20] [--profile FILE] [--scrape-every 15]
+    .venv/bin/python benchmarks/sim_bench.py --scrape-only 10000,100000   # the /metrics scrape alone, in-process
 
 Measures:
 - closed loop: `--clients` gRPC clients, each submitting a gang of `--size` 1-GPU members, waiting until every
@@ -17,7 +18,13 @@ Measures:
 - the job manager's writer over the closed loop (`peloton_jobmgr_commit_seconds`, `..._mutations`): group
   commits, their mean time and size, and the fraction of the time it was committing (near 100%: it is the
   bottleneck);
-- daemon RSS after the run, and its peak.
+- daemon RSS after the run, and its peak;
+- with `--scrape-every S`, a Prometheus stand-in scrapes /metrics every S seconds during the closed loop (its
+  cost is in the daemon CPU per gang);
+- `--scrape-only N,..`: no daemon; the cost of one scrape of the cluster census (peloton/observability/census.py)
+  over N sim hosts in this process: CPU ms of the first scrape, of a scrape of an unchanged cluster, and of one
+  after 1% of the hosts changed (failed or recovered), and how long the backend's lock (which launches and status
+  updates need) is held by it.
 
 Targets of the hot-path issue (not asserted): >= 10,000 tasks/s end to end; p99 < 10 ms up to 16 members.
 """
@@ -52,6 +59,131 @@ from benchmarks.harness import (  # noqa: E402
 from peloton.api.v1 import job_pb2, job_pb2_grpc  # noqa: E402
 
 ENDED = ("SUCCEEDED", "FAILED", "KILLED")
+
+
+def scrape_costs(hosts: int, rounds: int = 10, seed: int = 1) -> dict[str, Any]:
+    """CPU ms of a /metrics scrape of the cluster census over `hosts` sim hosts (the census alone, rendered as
+    Prometheus text), and the time the backend's lock is held by it."""
+    import random
+    import statistics
+
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from peloton.domain.resources import Resources
+    from peloton.hostmgr.manager import HostManager
+    from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts
+    from peloton.observability.census import ClusterCensus
+
+    backend = SimBackend(make_sim_hosts(hosts, Resources(cpu=64, mem=256 * 1024, gpu=8), racks=40),
+                         timer_thread=False)
+    hm = HostManager(backend)
+    hm.start()
+    census = ClusterCensus()
+    census.attach(hm.census)
+    registry = CollectorRegistry()
+    registry.register(census)
+    held: list[float] = []
+    listing = backend.hosts
+
+    def timed_hosts() -> Any:  # hosts() holds the backend's lock from start to end
+        t0 = time.perf_counter()
+        try:
+            return listing()
+        finally:
+            held.append(time.perf_counter() - t0)
+
+    backend.hosts = timed_hosts  # type: ignore[method-assign]
+
+    def scrape() -> float:
+        t0 = time.process_time()
+        generate_latest(registry)
+        return 1000 * (time.process_time() - t0)
+
+    first = scrape()
+    unchanged = [scrape() for _ in range(rounds)]
+    held_unchanged = held[1:]
+    rng = random.Random(seed)
+    names = [h.hostname for h in listing()]
+    changed, held_changed = [], []
+    down: set[str] = set()
+    for _ in range(rounds):
+        for name in rng.sample(names, max(1, hosts // 100)):
+            if name in down:
+                backend.recover_host(name)
+                down.discard(name)
+            else:
+                backend.fail_host(name)
+                down.add(name)
+        n = len(held)
+        changed.append(scrape())
+        held_changed += held[n:]
+    return {"hosts": hosts, "first_cpu_ms": first, "unchanged_cpu_ms": statistics.median(unchanged),
+            "changed_1pct_cpu_ms": statistics.median(changed),
+            "backend_lock_ms_unchanged": 1000 * statistics.median(held_unchanged),
+            "backend_lock_ms_changed": 1000 * statistics.median(held_changed)}
+
+
+def daemon_scrape_cpu(hosts: int, store: str, scrapes: int = 30) -> dict[str, float]:
+    """CPU ms the daemon spends on one whole /metrics scrape (every family, the census included), idle daemon on
+    `hosts` sim hosts: its CPU over `scrapes` scrapes in a row, less what it used idle over as long."""
+    import urllib.request
+
+    d = Daemon(sim_args(hosts, "cpu=64,mem=256Gi,gpu=8", 40), store=store)
+    with running(d):
+        urllib.request.urlopen(d.metrics, timeout=60).read()  # the first builds every host's HostInfo
+        time.sleep(1.0)
+        c0, t0 = d.cpu_seconds(), time.perf_counter()
+        time.sleep(3.0)
+        idle_rate = (d.cpu_seconds() - c0) / (time.perf_counter() - t0)
+        c0, t0 = d.cpu_seconds(), time.perf_counter()
+        for _ in range(scrapes):
+            urllib.request.urlopen(d.metrics, timeout=60).read()
+        wall = time.perf_counter() - t0
+        cpu = d.cpu_seconds() - c0 - idle_rate * wall
+    return {"hosts": hosts, "daemon_cpu_ms_per_scrape": 1000 * cpu / scrapes, "idle_cpu_ms_per_s": 1000 * idle_rate}
+
+
+def scrape_only(counts: list[int], json_path: str | None, store: str) -> None:
+    import logging
+
+    logging.disable(logging.INFO)  # each failed sim host says so
+    res = [scrape_costs(n) for n in counts]
+    # a whole daemon only up to 20,000 hosts (100,000 sim hosts take a minute to start)
+    daemons = [daemon_scrape_cpu(n, store) for n in counts if n <= 20_000]
+    rows = [(f"{r['hosts']:,} hosts: scrape CPU first / unchanged / 1% changed",
+             f"{r['first_cpu_ms']:.1f} / {r['unchanged_cpu_ms']:.2f} / {r['changed_1pct_cpu_ms']:.1f} ms; backend "
+             f"lock held {r['backend_lock_ms_unchanged']:.2f} / {r['backend_lock_ms_changed']:.2f} ms")
+            for r in res]
+    rows += [(f"{r['hosts']:,} hosts: idle daemon, CPU per whole /metrics scrape",
+              f"{r['daemon_cpu_ms_per_scrape']:.1f} ms (30 in a row, less its idle {r['idle_cpu_ms_per_s']:.0f} ms/s)")
+             for r in daemons]
+    print("cluster census scrape (in-process, sim hosts cpu=64 mem=256Gi gpu=8), medians of 10; then a daemon")
+    print(table(rows))
+    print(f"  json: {write_results('sim-scrape', {'scrapes': res, 'daemon': daemons}, json_path)}")
+
+
+class Scraper:
+    """A Prometheus stand-in: GET /metrics every `every_s` seconds until stopped."""
+
+    def __init__(self, url: str, every_s: float) -> None:
+        self.url, self.every_s, self.scrapes = url, every_s, 0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="scraper", daemon=True)
+        if every_s > 0:
+            self._thread.start()
+
+    def _run(self) -> None:
+        import urllib.request
+
+        while not self._stop.wait(self.every_s):
+            urllib.request.urlopen(self.url, timeout=30).read()
+            self.scrapes += 1
+
+    def stop(self) -> int:
+        self._stop.set()
+        if self._thread.is_alive():
+            self._thread.join(60)
+        return self.scrapes
 # The job manager's writer (one thread, group commits): how busy it was tells whether it is the bottleneck.
 WRITER = ("peloton_jobmgr_commit_seconds_sum", "peloton_jobmgr_commit_seconds_count",
           "peloton_jobmgr_commit_mutations_sum")
@@ -125,7 +257,7 @@ def latency_by_size(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, sizes: l
 
 
 def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, clients: int, seconds: float,
-                size: int, duration: str, duration_s: float) -> dict[str, Any]:
+                size: int, duration: str, duration_s: float, scrape_every: float = 0.0) -> dict[str, Any]:
     stop = time.monotonic() + seconds
     lat: list[float] = []
     ids: list[str] = []
@@ -154,6 +286,7 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
     commits0 = d.metric("peloton_store_statements_total", kind="commit")
     writer0 = writer_snapshot(d)
     meter = CpuMeter(d)
+    scraper = Scraper(d.metrics, scrape_every)
     t0 = time.perf_counter()
     threads = [threading.Thread(target=loop) for _ in range(clients)]
     for t in threads:
@@ -166,6 +299,7 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
     for jid in ids:
         watch.when(jid, *ENDED).result(duration_s + 120)
     drain = time.perf_counter() - drain0
+    scrapes = scraper.stop()
     cpu = meter.stop()
     writer = writer_figures(writer0, writer_snapshot(d), cpu["wall_s"])
     stmts = d.metric("peloton_store_statements_total", kind="statement") - stmts0
@@ -182,7 +316,7 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
         "daemon_cpu_ms_per_gang": 1000 * cpu["daemon_cpu_s"] / per,
         "clients_cpu_ms_per_gang": 1000 * cpu["clients_cpu_s"] / per,
         "postgres_db_cpu_ms_per_gang": 1000 * cpu["postgres_db_cpu_s"] / per,
-        "cpu": cpu, "writer": writer,
+        "cpu": cpu, "writer": writer, "scrape_every_s": scrape_every, "scrapes": scrapes,
     }
 
 
@@ -225,7 +359,14 @@ def main() -> None:
                                                     "this file")
     ap.add_argument("--writers", type=int, default=None,
                     help="the daemon's --jobmgr-writers (default: its own, 2 on PostgreSQL, 1 on SQLite)")
+    ap.add_argument("--scrape-every", type=float, default=0.0,
+                    help="scrape /metrics every this many seconds during the closed loop (0: not)")
+    ap.add_argument("--scrape-only", default=None, help="host counts (10000,100000): measure the census scrape "
+                                                        "in-process and nothing else")
     a = ap.parse_args()
+    if a.scrape_only:
+        scrape_only([int(x) for x in a.scrape_only.split(",") if x], a.json, a.store)
+        return
     sizes = [int(x) for x in a.sizes.split(",") if x]
 
     extra = ["--jobmgr-writers", str(a.writers)] if a.writers is not None else []
@@ -242,7 +383,8 @@ def main() -> None:
         lat = latency_by_size(stub, watch, sizes, a.samples, a.latency_duration)
         stages = stage_figures(stages0, stage_snapshot(d), a.samples * len(sizes))
         with d.profiled(a.profile):
-            loop = closed_loop(stub, watch, d, a.clients, a.seconds, a.size, a.duration, parse_seconds(a.duration))
+            loop = closed_loop(stub, watch, d, a.clients, a.seconds, a.size, a.duration, parse_seconds(a.duration),
+                               a.scrape_every)
         res = {
             "store": a.store,
             # PostgreSQL's driver: psycopg2, or psycopg 3 with PELOTON_TEST_PG_URL=postgresql+psycopg://...
@@ -280,7 +422,8 @@ def main() -> None:
          f"{t['store_statements_per_gang']:.1f} / {t['store_commits_per_gang']:.1f}"),
         ("    statements per gang by verb and table", ", ".join(
             f"{k} {v:.1f}" for k, v in t["store_statements_per_gang_by_target"].items()) or "-"),
-        ("  daemon CPU per gang", f"{t['daemon_cpu_ms_per_gang']:.1f} ms"),
+        ("  daemon CPU per gang", f"{t['daemon_cpu_ms_per_gang']:.1f} ms" + (
+            f"  ({t['scrapes']} scrapes of /metrics, every {t['scrape_every_s']:g} s)" if t["scrapes"] else "")),
         ("  clients CPU per gang", f"{t['clients_cpu_ms_per_gang']:.1f} ms"),
         ("  postgres (this db) CPU per gang", f"{t['postgres_db_cpu_ms_per_gang']:.1f} ms"),
         ("  jobmgr writer: group commits", f"{t['writer']['group_commits']:.0f}, {t['writer']['commit_ms_mean']:.1f} ms "

@@ -155,6 +155,8 @@ class Loop:
 
     def _run(self) -> None:
         _current.loop = self
+        # this loop's series, looked up once (not at every pass); a loop's name lives as long as the process
+        runs, heartbeat = LOOP_RUNS.labels(self.name), LOOP_HEARTBEAT.labels(self.name)
         while not self._stop.is_set():
             self._phase = (True, self._clock.now(), 0.0)
             did_work = False
@@ -173,8 +175,8 @@ class Loop:
                 else:
                     log.exception("loop %s failed (%d in a row)", self.name, self.consecutive_errors)
             self.last_heartbeat = time.time()
-            LOOP_RUNS.labels(self.name).inc()
-            LOOP_HEARTBEAT.labels(self.name).set(self.last_heartbeat)
+            runs.inc()
+            heartbeat.set(self.last_heartbeat)
             if not did_work:
                 wait = self.backoff_s()
                 self._phase = (False, self._clock.now(), wait)

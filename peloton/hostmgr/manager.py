@@ -40,6 +40,12 @@ LAUNCH_FAILURES = Counter("peloton_hostmgr_launch_failures_total", "Gang launche
                           ["reason"])
 CLAIMS = Counter("peloton_hostmgr_claims_total", "Placements claimed or refused at claim time", ["result"])
 LAUNCH_SECONDS = Histogram("peloton_hostmgr_launch_seconds", "Time the backend takes to start a batch of gangs")
+# The series each launch and claim adds to, looked up once (labels() takes the metric's lock and hashes the labels:
+# once a gang adds up on the gang path). Every label value is one of a fixed few, so none ever needs dropping.
+_CLAIMED, _REFUSED = CLAIMS.labels("claimed"), CLAIMS.labels("refused")
+_LAUNCHES = {o: LAUNCHES.labels(o.value.lower()) for o in LaunchOutcome}
+_FAILURE_REASONS = ("killed_before_launch", "stale_claim", "claim_mismatch", "task_error", "host_error")
+_LAUNCH_FAILURES = {reason: LAUNCH_FAILURES.labels(reason) for reason in _FAILURE_REASONS}
 
 EVENT_LOG_LIMIT = 500_000  # unacknowledged status events kept; beyond it the oldest go and jobmgr reconciles
 TOMBSTONE_S = 600.0  # a task id killed before its launch is refused for this long
@@ -244,8 +250,8 @@ class HostManager:
                 else:
                     claimed.append(r)
                     self._touch_locked({m.hostname for m in r.members})
-        CLAIMS.labels("claimed").inc(len(claimed))
-        CLAIMS.labels("refused").inc(len(refused))
+        _CLAIMED.inc(len(claimed))
+        _REFUSED.inc(len(refused))
         return claimed, refused
 
     def release_claims(self, keys: Sequence[ClaimKey]) -> None:
@@ -305,9 +311,9 @@ class HostManager:
             self.backend.kill(late)
         out = [results[(g.gang_id, g.attempt)] for g in gangs]
         for r in out:
-            LAUNCHES.labels(r.outcome.value.lower()).inc()
+            _LAUNCHES[r.outcome].inc()
             if r.outcome != LaunchOutcome.OK:
-                LAUNCH_FAILURES.labels(_failure_reason(r)).inc()
+                _LAUNCH_FAILURES[_failure_reason(r)].inc()
         return out
 
     def _judge_hosts_locked(self, g: GangLaunch, r: LaunchResult, now: float) -> None:
@@ -474,12 +480,17 @@ class HostManager:
         drains = set(self.drains())
         with self._lock:
             unhealthy = {host for host, h in self._health.items() if h.until > now}
-        out = []
-        for h in self.backend.hosts():
-            state = ("drained" if not h.task_ids else "draining") if h.hostname in drains else (
-                "unhealthy" if h.hostname in unhealthy else "up")
-            out.append((h, h.state.lower() if h.state != "UP" else state))
-        return out
+        special = drains | unhealthy
+
+        def state(h: HostInfo) -> str:
+            if h.state != "UP":
+                return h.state.lower()
+            if h.hostname in drains:
+                return "drained" if not h.task_ids else "draining"
+            return "unhealthy" if h.hostname in unhealthy else "up"
+
+        # one comprehension, the usual host decided inline: this runs over every host at every scrape
+        return [(h, "up" if h.state == "UP" and h.hostname not in special else state(h)) for h in self.backend.hosts()]
 
     def hosts(self) -> list[tuple[HostInfo, bool]]:
         held = self.held_hosts()

@@ -30,13 +30,14 @@ from peloton.errors import PelotonError, Unreachable
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.training_env import hostfile, hostfile_members, training_env, with_env_files
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
-from peloton.observability.gang_metrics import GANG_STAGE
+from peloton.observability.gang_metrics import STAGE
 from peloton.retry import Backoff
 from peloton.retry.sleeping import retry_call
 
 log = logging.getLogger(__name__)
 
 GANG_LAUNCHES = Counter("peloton_jobmgr_gang_launches_total", "Gang launch attempts", ["result"])
+_GANG_LAUNCHES = {o: GANG_LAUNCHES.labels(o.value.lower()) for o in LaunchOutcome}  # looked up once, not a gang
 LAUNCH_PASS = Histogram("peloton_jobmgr_launch_seconds", "From placements received to the launch answered",
                         buckets=(0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 10))
 BATCH = 64  # placements per pass
@@ -176,9 +177,9 @@ class Launcher:
             return
         launched = time.monotonic() - durable
         for res in results:
-            GANG_LAUNCHES.labels(res.outcome.value.lower()).inc()
+            _GANG_LAUNCHES[res.outcome].inc()
             if res.outcome == LaunchOutcome.OK:
-                GANG_STAGE.labels("launched").observe(launched)
+                STAGE["launched"].observe(launched)
         bad = [res for res in results if res.outcome != LaunchOutcome.OK]
         if bad:
             self._apply_results(bad)

@@ -41,7 +41,7 @@ from peloton.loop import progress
 from peloton.modelaware import metrics
 from peloton.modelaware import plan as plans
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable
-from peloton.observability.gang_metrics import GANG_STAGE
+from peloton.observability.gang_metrics import STAGE
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit, place
 from peloton.resmgr.admission import exceeds_limit_forever
@@ -211,8 +211,8 @@ class JobManager:
         if eff.restarts:
             GANG_RESTARTS.inc(eff.restarts)
         for launching, waited in eff.started:
-            GANG_STAGE.labels("launching").observe(launching)
-            GANG_STAGE.labels("submitted_to_running").observe(waited)
+            STAGE["launching"].observe(launching)
+            STAGE["submitted_to_running"].observe(waited)
         for n in eff.notes:  # committed: the log tells what is durable
             log.log(logging.getLevelName(n.level.upper()), n.text,
                     extra={"job_id": n.job_id, **({"gang_id": n.gang_id} if n.gang_id else {})})

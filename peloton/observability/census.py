@@ -8,7 +8,7 @@ from __future__ import annotations
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from prometheus_client import REGISTRY
@@ -81,25 +81,135 @@ class StoreCensus(Collector):
             yield g
 
 
+def _have(info: Any) -> list[float]:
+    """A host's capacity as exported, per resource of RESOURCES."""
+    return [float(getattr(info.capacity, r)) * SCALE[r] for r in RESOURCES]
+
+
+def _used(info: Any) -> list[float]:
+    return [float(getattr(info.allocated, r)) * SCALE[r] for r in RESOURCES]
+
+
+class ExactSum:
+    """A sum of floats kept exactly, as an integer count of 2**-k (every float is a whole multiple of a power of
+    two): adding and taking away values in any order ends where summing the values left anew ends, and `value` is
+    that exact sum rounded once (as math.fsum). Small: k is the finest fraction seen (a whole-number sum stays a
+    plain int)."""
+
+    __slots__ = ("n", "k")
+
+    def __init__(self) -> None:
+        self.n, self.k = 0, 0
+
+    def add(self, v: float, sign: int = 1) -> None:
+        num, den = v.as_integer_ratio()
+        k = den.bit_length() - 1  # den is 2**k
+        if k > self.k:
+            self.n <<= k - self.k
+            self.k = k
+        self.n += sign * (num << (self.k - k))
+
+    @property
+    def value(self) -> float:
+        return self.n / (1 << self.k)  # int / int is correctly rounded
+
+
+def exact_sum(values: Iterable[float]) -> float:
+    """What the census reports for a sum of hosts' figures: their exact sum, rounded once."""
+    total = ExactSum()
+    for v in values:
+        total.add(v)
+    return total.value
+
+
 class ClusterCensus(Collector):
     """peloton_hosts {state}, peloton_cluster_capacity / _allocated {resource}, peloton_host_capacity / _allocated
-    {host, resource} (8 series a host: what `host list` shows), peloton_hostmgr_offers_held."""
+    {host, resource} (8 series a host: what `host list` shows), peloton_hostmgr_offers_held.
+
+    Kept incrementally: each scrape takes one snapshot of the hosts (`hosts()`, a list of references) and updates
+    the totals with the hosts whose HostInfo or state changed since the last scrape; the families are built again
+    only when something changed (an unchanged cluster is answered with the last ones). Sums are exact (kept as
+    integers: ExactSum), so the figures are those a full recount gives whatever the order of changes. `_mu` serialises
+    scrapes (two at once would update the totals twice); nothing on the scheduling path takes it."""
 
     def __init__(self) -> None:
         self._hosts: Callable[[], list[tuple[Any, str]]] | None = None
         self._host_limit = DEFAULT_HOST_SERIES_LIMIT
         self._said = False
+        self._mu = threading.Lock()
+        self._reset()
+
+    def _reset(self) -> None:
+        # each host's HostInfo and state as last counted (a reference to what the backend keeps anyway)
+        self._rows: dict[str, tuple[Any, str]] = {}
+        self._states: dict[str, int] = {}
+        self._have_up = [ExactSum() for _ in RESOURCES]  # over the hosts that are up
+        self._used = [ExactSum() for _ in RESOURCES]  # over every host
+        self._held = 0
+        self._families: tuple[GaugeMetricFamily, ...] | None = None  # the last ones; None: build them again
 
     def attach(self, hosts: Callable[[], list[tuple[Any, str]]] | None,
                host_limit: int = DEFAULT_HOST_SERIES_LIMIT) -> None:
         """`hosts()`: (HostInfo, state) for each host; state as `host list` shows it (up, draining, unhealthy...).
         `host_limit`: the per-host series are exported while there are at most this many hosts (0: never): 8 a
-        host, built at every scrape, they cost a 20,000-host cluster 160,000 series and ~100 MiB a scrape."""
-        self._hosts = hosts
-        self._host_limit = host_limit
+        host, they cost a 20,000-host cluster 160,000 series and ~100 MiB a scrape."""
+        with self._mu:
+            self._hosts = hosts
+            self._host_limit = host_limit
+            self._reset()
+
+    def _add(self, info: Any, state: str, sign: int) -> None:
+        """Count a host in (sign 1) or out (-1); its figures are worked out from its HostInfo again, the same way,
+        so taking it out takes away exactly what counting it in added."""
+        self._states[state] = self._states.get(state, 0) + sign
+        if not self._states[state]:
+            del self._states[state]
+        self._held += sign * bool(info.holds_offer)
+        for total, v in zip(self._used, _used(info), strict=True):
+            total.add(v, sign)
+        if state == "up":
+            for total, v in zip(self._have_up, _have(info), strict=True):
+                total.add(v, sign)
+
+    def _update(self, hosts: list[tuple[Any, str]]) -> None:
+        """Bring the totals to `hosts` (with `_mu` held): only the hosts that changed are recounted."""
+        rows = self._rows
+        get = rows.get
+        changed = False
+        for h, state in hosts:
+            row = get(h.hostname)
+            if row is not None:
+                was, was_state = row
+                if was is h and was_state == state:  # the usual host: checked inline, 100,000 a scrape
+                    continue
+                if was_state == state and (  # a backend that builds its HostInfo anew (Mesos): compare
+                        was.capacity == h.capacity and was.allocated == h.allocated
+                        and was.holds_offer == h.holds_offer):
+                    rows[h.hostname] = (h, state)
+                    continue
+                self._add(was, was_state, -1)
+            rows[h.hostname] = (h, state)
+            self._add(h, state, +1)
+            changed = True
+        if len(rows) != len(hosts):  # hosts went away
+            names = {h.hostname for h, _ in hosts}
+            for name in [n for n in rows if n not in names]:
+                self._add(*rows.pop(name), -1)
+            changed = True
+        if changed:
+            self._families = None
 
     def collect(self) -> Iterator[GaugeMetricFamily]:
-        hosts = self._hosts() if self._hosts is not None else []
+        with self._mu:
+            source = self._hosts
+            hosts = source() if source is not None else []
+            self._update(hosts)
+            if self._families is None:
+                self._families = self._build(hosts, source is not None)
+            families = self._families
+        yield from families
+
+    def _build(self, hosts: list[tuple[Any, str]], attached: bool) -> tuple[GaugeMetricFamily, ...]:
         by_state = GaugeMetricFamily("peloton_hosts", "Hosts the host manager knows, by state", labels=["state"])
         units = "cpu in cores, mem and disk in bytes, gpu in devices"
         capacity = GaugeMetricFamily("peloton_cluster_capacity", f"What the hosts that are up have in all; {units}",
@@ -111,35 +221,25 @@ class ClusterCensus(Collector):
         host_used = GaugeMetricFamily("peloton_host_allocated", f"What the tasks on each host hold; {units}",
                                       labels=["host", "resource"])
         offers = GaugeMetricFamily("peloton_hostmgr_offers_held", "Hosts whose offer the backend holds unused (Mesos)")
-        if self._hosts is not None:
-            states: dict[str, int] = {}
-            cap = dict.fromkeys(RESOURCES, 0.0)
-            used = dict.fromkeys(RESOURCES, 0.0)
-            held = 0
+        if attached:
             per_host = 0 < len(hosts) <= self._host_limit
             if not per_host and hosts and self._host_limit and not self._said:
                 self._said = True
                 log.warning("metrics: %d hosts, more than --metrics-host-limit %d: no per-host series "
                             "(peloton_host_capacity/_allocated); the cluster's totals are exported", len(hosts),
                             self._host_limit)
-            for h, state in hosts:
-                states[state] = states.get(state, 0) + 1
-                held += bool(h.holds_offer)
-                for r in RESOURCES:
-                    have, held_r = float(getattr(h.capacity, r)) * SCALE[r], float(getattr(h.allocated, r)) * SCALE[r]
-                    if per_host:
+            if per_host:
+                for h, _ in hosts:
+                    for r, have, used in zip(RESOURCES, _have(h), _used(h), strict=True):
                         host_cap.add_metric([h.hostname, r], have)
-                        host_used.add_metric([h.hostname, r], held_r)
-                    used[r] += held_r
-                    if state == "up":
-                        cap[r] += have
-            for state, n in sorted(states.items()):
+                        host_used.add_metric([h.hostname, r], used)
+            for state, n in sorted(self._states.items()):
                 by_state.add_metric([state], n)
-            for r in RESOURCES:
-                capacity.add_metric([r], cap[r])
-                allocated.add_metric([r], used[r])
-            offers.add_metric([], held)
-        yield from (by_state, capacity, allocated, host_cap, host_used, offers)
+            for i, r in enumerate(RESOURCES):
+                capacity.add_metric([r], self._have_up[i].value)
+                allocated.add_metric([r], self._used[i].value)
+            offers.add_metric([], self._held)
+        return by_state, capacity, allocated, host_cap, host_used, offers
 
 
 STORE = StoreCensus()

@@ -44,6 +44,10 @@ ORPHANED_CLAIMS = Counter("peloton_placement_orphaned_claims_released_total",
 SYNCED_HOSTS = Counter("peloton_placement_synced_hosts_total", "Host states brought up to date from hostmgr")
 PROBES = Counter("peloton_placement_preemption_probes_total", "Waiting gangs checked for victims, by result",
                  ["result"])
+# the series every round adds to, looked up once (labels() takes the counter's lock and hashes the label)
+_TRIED = {r: TRIES.labels(r) for r in ("placed", "unplaced", "stale")}
+_PLACED, _UNPLACED = GANGS.labels("placed"), GANGS.labels("unplaced")
+_PROBED = {True: PROBES.labels("victims"), False: PROBES.labels("none")}
 
 
 class PlacementEngine:
@@ -168,17 +172,17 @@ class PlacementEngine:
 
     def _count(self, claimed: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
                refused: Sequence[PlacementFailure]) -> None:
-        TRIES.labels("placed").inc(len(claimed))
-        TRIES.labels("unplaced").inc(len(failures))
-        TRIES.labels("stale").inc(len(refused))
-        GANGS.labels("placed").inc(len(claimed))
+        _TRIED["placed"].inc(len(claimed))
+        _TRIED["unplaced"].inc(len(failures))
+        _TRIED["stale"].inc(len(refused))
+        _PLACED.inc(len(claimed))
         for p in claimed:
             self._unplaced.pop((p.gang_id, p.attempt), None)
         now = time.monotonic()
         for f in failures:
             key = (f.gang_id, f.attempt)
             if key not in self._unplaced:
-                GANGS.labels("unplaced").inc()
+                _UNPLACED.inc()
             self._unplaced[key] = now
         if now - self._unplaced_pruned > 60:
             self._unplaced = {k: t for k, t in self._unplaced.items() if now - t < UNPLACED_MEMORY_S}
@@ -195,7 +199,7 @@ class PlacementEngine:
             key = (gang.gang_id, gang.attempt)
             victims = choose_victims(gang, _candidates(probe.candidates), probe.need,
                                      self.index) if probe.candidates else None
-            PROBES.labels("victims" if victims else "none").inc()
+            _PROBED[bool(victims)].inc()
             if victims:
                 preemptions.append((key, [(v.gang_id, v.attempt) for v in victims]))
                 r = reserve_after(gang, victims, self.index)

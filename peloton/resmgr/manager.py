@@ -54,7 +54,7 @@ from peloton.domain.gpumap import GpuAsk, Waiting, distinct_asks
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import BASE_UNITS, Resources
-from peloton.observability.gang_metrics import GANG_STAGE
+from peloton.observability.gang_metrics import STAGE
 from peloton.placement.reservation import ORDERS, Reservation
 from peloton.resmgr.admission import admission_if, admission_round
 from peloton.resmgr.callers import ENGINE_LEASE_S, ENGINE_MODES, Current, Engines, orphan_release
@@ -453,7 +453,7 @@ class ResourceManager:
             e.engine = engine
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             if not e.admitted_at:  # (a gang that failed placement and is admitted again is not counted again)
-                GANG_STAGE.labels("queued").observe(max(0.0, now - e.queued_at))
+                STAGE["queued"].observe(max(0.0, now - e.queued_at))
                 e.admitted_at = now
             out.append(e.req)
         self._probe_locked(now)
@@ -550,7 +550,7 @@ class ResourceManager:
                 if self._shared:
                     self._orphaned.pop((p.gang_id, p.attempt), None)  # its new claim succeeded: the old one is gone
                 self._q.place(e, p)
-                GANG_STAGE.labels("placing").observe(max(0.0, now - e.admitted_at))
+                STAGE["placing"].observe(max(0.0, now - e.admitted_at))
                 self._held.placed(p.gang_id, p.attempt, tuple((m.hostname, m.resources) for m in p.members), now)
             for f, backoff in [(f, RETRY_AFTER_FAILED_PLACEMENT_S) for f in failures] + [(f, 0.0) for f in stale]:
                 e = self._q.live(f.gang_id, f.attempt, State.PLACING)
