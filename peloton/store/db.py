@@ -281,17 +281,18 @@ def transaction(sessions: sessionmaker[Session], *, snapshot: bool = False) -> I
 class KeptConnection:
     """Write transactions on one connection kept across them, for one thread that commits often (a job manager
     writer shard): `transaction()` is `transaction(sessions)` without the pool's checkout and checkin (and their
-    events, the reset on return) on every commit, which was most of SQLAlchemy's per-commit work on the writer's
-    thread (docs/performance.md). Each transaction still gets a Session of its own from `sessions` (its events,
-    e.g. the fence's check before every commit, and its info; no identity map carried from one to the next) and, on
-    SQLite, its BEGIN IMMEDIATE (the engine's begin event).
+    events, the reset on return) on every commit: 40-130 µs of CPU a commit (docs/performance.md). Each
+    transaction still gets a Session of its own from `sessions` (its events, e.g. the fence's check before every
+    commit, and its info; no identity map carried from one to the next) and, on SQLite, its BEGIN IMMEDIATE (the
+    engine's begin event).
 
     A kept connection is never reused once it may be broken: a transaction that fails with the store unavailable
     (or whose rollback fails) invalidates it and the next one opens another, pinged before use (PostgreSQL); so does
     every other KeptConnection of the same engine (the outage was probably theirs too). One that sat idle for
     IDLE_PING_S, or to which the server sent something between transactions (a terminated backend says so before
     it closes the connection), is pinged before use, as the pool does on checkout, and replaced if it is gone.
-    Not thread-safe: one thread uses it; `close` (from that thread, or once it is done) returns the connection to the pool."""
+    Not thread-safe: one thread uses it; `close` (from that thread, or once it is done) returns the connection to
+    the pool."""
 
     def __init__(self, sessions: sessionmaker[Session]) -> None:
         self.sessions = sessions
@@ -337,6 +338,11 @@ class KeptConnection:
         if conn is not None and self._seen != self._outages[0]:  # another writer of this engine lost its connection
             self._drop(outage=False)
             self._ping = True
+            conn = None
+        if conn is not None and conn.in_transaction():
+            # never so after a clean commit or rollback; a Session would join such a transaction and its commit
+            # would commit nothing: start afresh rather than risk telling a client of a change not committed
+            self._drop(outage=False)
             conn = None
         if conn is not None and conn.dialect.name == "postgresql" and (
                 time.monotonic() - self._used >= IDLE_PING_S or _readable(conn.connection.dbapi_connection)):
