@@ -376,7 +376,7 @@ def test_the_writer_keeps_its_connection_and_replaces_one_that_was_terminated(se
         w.run(stop("a"))
         assert len(checkouts) == 1
         if db_url.startswith("postgresql"):
-            admin = sqlalchemy.create_engine(db_url)
+            admin = sqlalchemy.create_engine(db_url, isolation_level="AUTOCOMMIT")  # pg_stat_activity: fresh per statement
             try:
                 with admin.connect() as c:
                     pids = c.execute(text("SELECT pg_terminate_backend(pid), pid FROM pg_stat_activity WHERE "
