@@ -33,7 +33,7 @@ from peloton.domain.model import TaskEvent
 from peloton.errors import PelotonError, Unavailable
 from peloton.jobmgr import gang_policy as policy
 from peloton.store import repo
-from peloton.store.db import StoreUnavailable, transaction
+from peloton.store.db import KeptConnection, StoreUnavailable
 
 log = logging.getLogger(__name__)
 
@@ -84,6 +84,9 @@ class Writer:
         (with several shards, on several threads at once: both must be thread-safe)."""
         self.name = name
         self.sessions = sessions
+        # one connection across this writer's commits (no pool checkout and checkin per commit); a broken one is
+        # replaced (store/db.py)
+        self._store = KeptConnection(sessions)
         self._publish = publish
         self._perform = perform
         self.clock = clock
@@ -165,6 +168,12 @@ class Writer:
             return batch
 
     def _run(self) -> None:
+        try:
+            self._serve()
+        finally:
+            self._store.close()
+
+    def _serve(self) -> None:
         while True:
             batch = self._take()
             if batch is None:
@@ -242,7 +251,7 @@ class Writer:
         failed: list[tuple[Mutation[Any], BaseException]] = []
         created: list[policy.JobView] = []
         deleted: list[str] = []
-        with transaction(self.sessions) as s:
+        with self._store.transaction() as s:
             writes = repo.Writes()  # sent together at the end: on PostgreSQL one statement (store/bulk.py)
             need = set(self._reload)
             for m in batch:

@@ -354,3 +354,77 @@ def test_the_fence_is_checked_in_the_batch_statement_and_refuses_a_replaced_lead
     finally:
         for e in engines:
             e.dispose()
+
+
+def test_the_writer_keeps_its_connection_and_replaces_one_that_was_terminated(sessions: sessionmaker[Session],
+                                                                              engine: sqlalchemy.Engine,
+                                                                              db_url: str) -> None:
+    """Its commits share one connection (no pool checkout each); PostgreSQL: a backend ended between two batches
+    (a standby taking over, an administrator, a restart) is replaced before the next batch, which commits."""
+    checkouts: list[int] = []
+
+    def on_checkout(dbapi_connection: Any, _record: Any, _proxy: Any) -> None:
+        checkouts.append(id(dbapi_connection))
+
+    sqlalchemy.event.listen(engine, "checkout", on_checkout)
+    rec = Recorded()
+    w = Writer(sessions, rec.publish, rec.perform, clock=lambda: 50.0)
+    w.start()
+    try:
+        create(w, "a")
+        create(w, "b")
+        w.run(stop("a"))
+        assert len(checkouts) == 1
+        if db_url.startswith("postgresql"):
+            admin = sqlalchemy.create_engine(db_url, isolation_level="AUTOCOMMIT")  # pg_stat_activity: fresh per statement
+            try:
+                with admin.connect() as c:
+                    pids = c.execute(text("SELECT pg_terminate_backend(pid), pid FROM pg_stat_activity WHERE "
+                                          "datname = current_database() AND pid <> pg_backend_pid()")).all()
+                    assert pids  # the writer's, at least
+                    for _ in range(500):  # until they are gone
+                        if not c.execute(text("SELECT 1 FROM pg_stat_activity WHERE pid = ANY(:p)"),
+                                         {"p": [p for _, p in pids]}).first():
+                            break
+                        time.sleep(0.01)
+            finally:
+                admin.dispose()
+        w.run(stop("b"))  # no StoreUnavailable
+    finally:
+        w.stop()
+        sqlalchemy.event.remove(engine, "checkout", on_checkout)
+    check = db.make_engine(db_url)
+    try:
+        with db.transaction(db.make_sessions(check)) as s:
+            assert repo.get_job(s, "a").state == JobState.KILLED
+            assert repo.get_job(s, "b").state == JobState.KILLED
+    finally:
+        check.dispose()
+
+
+def test_a_fence_installed_after_the_writer_started_checks_its_commits(db_url: str) -> None:
+    """The writer's kept connection gets a session of its own per commit: a fence installed on the sessions later
+    (the daemon takes its epoch once the store is locked) is in every commit from then on."""
+    from peloton.leadership.fence import EPOCH_KEY, Fence, Fenced, take_epochs
+
+    db.upgrade(db_url)
+    engines = [db.make_engine(db_url), db.make_engine(db_url)]
+    try:
+        a, b = db.make_sessions(engines[0]), db.make_sessions(engines[1])
+        rec = Recorded()
+        w = Writer(a, rec.publish, rec.perform, clock=lambda: 50.0)
+        w.start()
+        try:
+            create(w, "early")
+            Fence(take_epochs(a)[EPOCH_KEY]).install(a)
+            create(w, "a")
+            take_epochs(b)  # another daemon takes over
+            with pytest.raises(Fenced):
+                w.run(_creating("late"))
+        finally:
+            w.stop()
+        with db.transaction(b) as s:
+            assert set(repo.get_jobs(s, ["early", "a", "late"])) == {"early", "a"}
+    finally:
+        for e in engines:
+            e.dispose()

@@ -1,0 +1,219 @@
+"""KeptConnection (store/db.py): the job manager writers' transactions on one connection kept across commits, on
+SQLite and PostgreSQL: one pool checkout for many commits, a failed transaction rolled back, a connection that
+may be broken (an outage in a transaction, a backend terminated between two) replaced rather than reused."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg2
+import pytest
+import sqlalchemy
+from sqlalchemy import Engine, event, text
+from sqlalchemy.orm import Session, sessionmaker
+
+from peloton.store import db, repo
+from peloton.store.db import KeptConnection, StoreUnavailable
+
+
+class Pool:
+    """What the engine's pool did: checkouts, and DB-API connections opened (a replaced one is a new one)."""
+
+    def __init__(self) -> None:
+        self.checkouts = 0
+        self.opened = 0
+
+
+@pytest.fixture
+def pool(engine: Engine) -> Iterator[Pool]:
+    out = Pool()
+
+    def on_checkout(*_: Any) -> None:
+        out.checkouts += 1
+
+    def on_connect(*_: Any) -> None:
+        out.opened += 1
+
+    event.listen(engine, "checkout", on_checkout)
+    event.listen(engine, "connect", on_connect)
+    yield out
+    event.remove(engine, "checkout", on_checkout)
+    event.remove(engine, "connect", on_connect)
+
+
+def _meta(sessions: sessionmaker[Session], key: str) -> str | None:
+    with db.transaction(sessions) as s:
+        return repo.get_meta(s, key)
+
+
+def _outage(db_url: str) -> BaseException:
+    """What the driver raises when the store goes away in a statement."""
+    if db_url.startswith("postgresql"):
+        return psycopg2.OperationalError("server closed the connection unexpectedly")
+    return sqlite3.OperationalError("disk I/O error")
+
+
+def _backend_pid(s: Session) -> int:
+    return int(s.execute(text("SELECT pg_backend_pid()")).scalar_one())
+
+
+def _terminate(db_url: str, pid: int) -> None:
+    """End PostgreSQL backend `pid` as an administrator would, and wait until it is gone."""
+    admin = sqlalchemy.create_engine(db_url, isolation_level="AUTOCOMMIT")  # pg_stat_activity: fresh per statement
+    try:
+        with admin.connect() as c:
+            c.execute(text("SELECT pg_terminate_backend(:p)"), {"p": pid})
+            for _ in range(500):
+                if not c.execute(text("SELECT 1 FROM pg_stat_activity WHERE pid = :p"), {"p": pid}).first():
+                    break
+                time.sleep(0.01)
+            else:
+                raise AssertionError(f"backend {pid} still there")
+    finally:
+        admin.dispose()
+
+
+def test_transactions_commit_on_one_connection(sessions: sessionmaker[Session], pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        for i in range(5):
+            with kept.transaction() as s:
+                repo.set_meta(s, f"k{i}", str(i))
+        assert pool.checkouts == 1  # one checkout for all five
+    finally:
+        kept.close()
+    assert [_meta(sessions, f"k{i}") for i in range(5)] == ["0", "1", "2", "3", "4"]  # each one committed
+
+
+def test_each_transaction_has_a_session_of_its_own(sessions: sessionmaker[Session]) -> None:
+    """Nothing loaded in one transaction is served, stale, to the next (no identity map carried over)."""
+    kept = KeptConnection(sessions)
+    try:
+        with kept.transaction() as s:
+            repo.set_meta(s, "k", "1")
+            first = s
+        with db.transaction(sessions) as other:
+            repo.set_meta(other, "k", "2")
+        with kept.transaction() as s:
+            assert s is not first
+            assert repo.get_meta(s, "k") == "2"
+    finally:
+        kept.close()
+
+
+def test_a_failed_transaction_is_rolled_back_and_the_connection_kept(sessions: sessionmaker[Session],
+                                                                     pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with pytest.raises(ValueError), kept.transaction() as s:
+            repo.set_meta(s, "k", "lost")
+            raise ValueError("a bug in a mutation")
+        with kept.transaction() as s:
+            assert repo.get_meta(s, "k") is None  # rolled back
+            repo.set_meta(s, "k", "kept")
+        assert pool.checkouts == 1  # rolled back cleanly: the connection was kept
+    finally:
+        kept.close()
+    assert _meta(sessions, "k") == "kept"
+
+
+def test_an_outage_in_a_transaction_replaces_the_connection(sessions: sessionmaker[Session], db_url: str,
+                                                           pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with kept.transaction() as s:
+            repo.set_meta(s, "a", "1")
+        with pytest.raises(StoreUnavailable), kept.transaction() as s:
+            repo.set_meta(s, "b", "lost")
+            raise _outage(db_url)
+        opened = pool.opened
+        with kept.transaction() as s:
+            repo.set_meta(s, "c", "3")
+        assert pool.checkouts == 2 and pool.opened == opened + 1  # a new connection, not the suspect one
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", None, "3")
+
+
+def test_an_outage_seen_by_one_writer_replaces_the_others_connections(sessions: sessionmaker[Session], db_url: str,
+                                                                    pool: Pool) -> None:
+    one, two = KeptConnection(sessions), KeptConnection(sessions)
+    try:
+        with two.transaction() as s:
+            repo.set_meta(s, "two", "1")
+        with pytest.raises(StoreUnavailable), one.transaction():
+            raise _outage(db_url)
+        checkouts, opened = pool.checkouts, pool.opened
+        with two.transaction() as s:
+            repo.set_meta(s, "two", "2")
+        assert (pool.checkouts, pool.opened) == (checkouts + 1, opened + 1)  # its connection replaced
+        with two.transaction() as s:  # and kept again from there
+            repo.set_meta(s, "two", "3")
+        assert pool.checkouts == checkouts + 1
+    finally:
+        one.close()
+        two.close()
+    assert _meta(sessions, "two") == "3"
+
+
+def test_a_backend_terminated_between_transactions_is_replaced_before_use(sessions: sessionmaker[Session],
+                                                                          db_url: str,
+                                                                          monkeypatch: pytest.MonkeyPatch) -> None:
+    """PostgreSQL: a standby taking over ends the old leader's backends, an administrator may end one, a restart
+    ends them all; the next transaction runs on a new connection instead of failing on the dead one, however
+    recently it was used (what the server sent before closing it is noticed, not its idle time)."""
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite: no server that could end the connection (an outage there: the test above)")
+    monkeypatch.setattr(db, "IDLE_PING_S", 3600.0)
+    kept = KeptConnection(sessions)
+    try:
+        with kept.transaction() as s:
+            repo.set_meta(s, "a", "1")
+            pid = _backend_pid(s)
+        _terminate(db_url, pid)
+        with kept.transaction() as s:  # no StoreUnavailable: the dead connection is noticed before use
+            repo.set_meta(s, "b", "2")
+            assert _backend_pid(s) != pid
+    finally:
+        kept.close()
+    assert _meta(sessions, "b") == "2"
+
+
+def test_a_backend_terminated_in_a_transaction_is_an_outage_and_the_next_one_commits(
+        sessions: sessionmaker[Session], db_url: str) -> None:
+    if not db_url.startswith("postgresql"):
+        pytest.skip("SQLite: no server that could end the connection (an outage there: the tests above)")
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    kept = KeptConnection(sessions)
+    try:
+        with pytest.raises(StoreUnavailable), kept.transaction() as s:
+            _terminate(db_url, _backend_pid(s))
+            bulk.insert_rows(s, MetaRow.__table__, ("key", "value"), [("k", "lost")])  # type: ignore[arg-type]
+        with kept.transaction() as s:
+            repo.set_meta(s, "k", "v")
+    finally:
+        kept.close()
+    assert _meta(sessions, "k") == "v"
+
+
+def test_a_store_that_cannot_be_reached_is_unavailable(sessions: sessionmaker[Session],
+                                                       monkeypatch: pytest.MonkeyPatch, db_url: str) -> None:
+    kept = KeptConnection(sessions)
+    engine = sessions.kw["bind"]
+
+    def refused() -> Any:
+        raise sqlalchemy.exc.OperationalError("connect", {}, _outage(db_url))
+
+    monkeypatch.setattr(engine, "connect", refused)
+    with pytest.raises(StoreUnavailable), kept.transaction():
+        pass
+    monkeypatch.undo()
+    with kept.transaction() as s:  # reachable again
+        repo.set_meta(s, "k", "v")
+    kept.close()
+    assert _meta(sessions, "k") == "v"
