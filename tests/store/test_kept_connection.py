@@ -159,14 +159,13 @@ def test_an_outage_seen_by_one_writer_replaces_the_others_connections(sessions: 
     assert _meta(sessions, "two") == "3"
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite has no server to end a connection (its outage: the tests above)
 def test_a_backend_terminated_between_transactions_is_replaced_before_use(sessions: sessionmaker[Session],
                                                                           db_url: str,
                                                                           monkeypatch: pytest.MonkeyPatch) -> None:
     """PostgreSQL: a standby taking over ends the old leader's backends, an administrator may end one, a restart
     ends them all; the next transaction runs on a new connection instead of failing on the dead one, however
     recently it was used (what the server sent before closing it is noticed, not its idle time)."""
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite: no server that could end the connection (an outage there: the test above)")
     monkeypatch.setattr(db, "IDLE_PING_S", 3600.0)
     kept = KeptConnection(sessions)
     try:
@@ -182,10 +181,9 @@ def test_a_backend_terminated_between_transactions_is_replaced_before_use(sessio
     assert _meta(sessions, "b") == "2"
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # SQLite has no server to end a connection (its outage: the tests above)
 def test_a_backend_terminated_in_a_transaction_is_an_outage_and_the_next_one_commits(
         sessions: sessionmaker[Session], db_url: str) -> None:
-    if not db_url.startswith("postgresql"):
-        pytest.skip("SQLite: no server that could end the connection (an outage there: the tests above)")
     from peloton.store import bulk
     from peloton.store.models import MetaRow
 
