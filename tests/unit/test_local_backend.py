@@ -28,9 +28,12 @@ from peloton.hostmgr.local import cgroups, spawner, wrapper
 from peloton.hostmgr.local.backend import HostConfig, LocalBackend, make_local_hosts
 from peloton.hostmgr.local.gpus import (
     detect_gpus,
+    gpu_model_from_name,
+    gpu_model_of,
     machine_resources,
     parse_meminfo_total_mib,
     parse_nvidia_smi_indices,
+    parse_nvidia_smi_names,
 )
 
 DEADLINE_S = 10.0
@@ -757,15 +760,35 @@ def test_detect_gpus_with_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.
     fake.write_text(
         "#!/bin/sh\n"
         'case "$1" in\n'
-        "  --query-gpu=index) printf '0\\n1\\n' ;;\n"
+        "  --query-gpu=index,name) printf '0, NVIDIA H100 80GB HBM3\\n1, NVIDIA H100 80GB HBM3\\n' ;;\n"
         "  *) exit 9 ;;\n"
         "esac\n"
     )
     fake.chmod(0o755)
     assert detect_gpus() == [0, 1]
     assert machine_resources(tmp_path).gpu == 2
+    # the one real host is labelled with the model nvidia-smi names, unless the operator gave one
+    (host,) = make_local_hosts(None, None, data_dir=tmp_path)
+    assert host.gpu_ids == (0, 1) and host.labels["gpu_model"] == "h100"
+    (host,) = make_local_hosts(None, None, data_dir=tmp_path, labels={"gpu_model": "a100"})
+    assert host.labels["gpu_model"] == "a100"
     fake.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     assert detect_gpus() == []
+
+
+def test_gpu_model_from_the_names_nvidia_smi_prints() -> None:
+    names = parse_nvidia_smi_names("0, NVIDIA H100 80GB HBM3\n1, Tesla V100-SXM2-32GB\nwarning: x\n\n")
+    assert names == ["NVIDIA H100 80GB HBM3", "Tesla V100-SXM2-32GB"]
+    assert [gpu_model_from_name(n) for n in names] == ["h100", "v100"]
+    assert gpu_model_from_name("NVIDIA A10G") == "a10g"
+    assert gpu_model_from_name("NVIDIA A100-SXM4-40GB") == "a100"  # not a10
+    assert gpu_model_from_name("Tesla T4") == "t4"
+    assert gpu_model_from_name("NVIDIA L4") == "l4"
+    assert gpu_model_from_name("NVIDIA GeForce RTX 4090") is None  # not in the table: the default stays
+    assert gpu_model_of(["Tesla T4", "Tesla T4"]) == "t4"
+    assert gpu_model_of(["Tesla T4", "NVIDIA L4"]) is None  # mixed: a host has one model
+    assert gpu_model_of(["Tesla T4", "NVIDIA GeForce RTX 4090"]) is None
+    assert gpu_model_of([]) is None
 
 
 def _journal_start(data: Path, task_id: str, host: str) -> None:

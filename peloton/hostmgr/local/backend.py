@@ -61,8 +61,7 @@ from peloton.domain.states import TaskState
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.files import private_dir, tasks_run_as_others
 from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
-from peloton.hostmgr.local import cgroups, descendants, logrotate, sockets, wrapper
-from peloton.hostmgr.local.gpus import detect_gpus, machine_resources
+from peloton.hostmgr.local import cgroups, descendants, gpus, logrotate, sockets, wrapper
 from peloton.hostmgr.local.journal import Journal, Record
 from peloton.hostmgr.local.monitor import ProcessMonitor
 from peloton.hostmgr.local.sandbox_retention import EndedSandbox, to_remove
@@ -164,20 +163,23 @@ def make_local_hosts(
         )
     extra = dict(labels or {})
     if n is None and not groups:
-        detected = detect_gpus()
+        found = gpus.detect()
+        detected = found.indices
         if resources is None:
-            res = machine_resources(data_dir, gpu_count=len(detected))
+            res = gpus.machine_resources(data_dir, gpu_count=len(detected))
             gpu_ids = tuple(detected)
         else:
             res = resources
             gpu_ids = tuple(detected[: res.gpu]) if len(detected) >= res.gpu else tuple(range(res.gpu))
         name = socket.gethostname() or "local-0"
+        if gpu_ids and found.gpu_model is not None and "gpu_model" not in extra:
+            extra["gpu_model"] = found.gpu_model  # what nvidia-smi names, unless the operator said otherwise
         hostlabels.check_for_hosts(extra, bool(gpu_ids), "--local-host-labels")  # (its GPUs are known only now)
         return [HostConfig(hostname=name, resources=replace(res, gpu=len(gpu_ids), ports=0), gpu_ids=gpu_ids,
                            port_range=(port_base, port_base + ports_per_host - 1),
                            labels={"host": name, "rack": "local", **extra}, address=LOCAL_ADDRESS)]
     if not groups:
-        groups = (HostGroup(count, resources if resources is not None else machine_resources(data_dir),
+        groups = (HostGroup(count, resources if resources is not None else gpus.machine_resources(data_dir),
                             tuple(extra.items())),)
     hosts: list[HostConfig] = []
     for g in groups:

@@ -3,11 +3,14 @@
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import subprocess
+from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.domain.resources import Resources
+from peloton.modelaware.gpus import BUILTIN
 
 _NVIDIA_SMI_TIMEOUT_S = 10.0
 
@@ -52,8 +55,48 @@ def _nvidia_smi(query: str) -> str | None:
 
 def detect_gpus() -> list[int]:
     """Indices of the NVIDIA GPUs on this machine; [] when there is no nvidia-smi or it fails."""
-    text = _nvidia_smi("index")
-    return parse_nvidia_smi_indices(text) if text is not None else []
+    return detect().indices
+
+
+@dataclass(frozen=True, slots=True)
+class Detected:
+    """What nvidia-smi says of this machine's GPUs."""
+    indices: list[int]
+    gpu_model: str | None  # the GPU table's name for every GPU's model; None: none, unknown or mixed
+
+
+def detect() -> Detected:
+    """This machine's GPUs and their model, in one call of nvidia-smi."""
+    text = _nvidia_smi("index,name")
+    if text is None:
+        return Detected([], None)
+    return Detected(parse_nvidia_smi_indices(text), gpu_model_of(parse_nvidia_smi_names(text)))
+
+
+def parse_nvidia_smi_names(text: str) -> list[str]:
+    """Output of `nvidia-smi --query-gpu=index,name --format=csv,noheader` -> the name of each GPU listed."""
+    out = []
+    for line in text.splitlines():
+        idx, _, name = line.partition(",")
+        if idx.strip().isdigit() and name.strip():
+            out.append(name.strip())
+    return out
+
+
+def gpu_model_from_name(name: str) -> str | None:
+    """The GPU table's name (peloton/modelaware/gpus.py) for a name nvidia-smi prints, by its words:
+    `NVIDIA H100 80GB HBM3` -> h100, `Tesla V100-SXM2-32GB` -> v100, `NVIDIA A10G` -> a10g. None when no word is
+    a model of the table (`NVIDIA GeForce RTX 4090`): the host keeps the label's default."""
+    for word in re.split(r"[^a-z0-9]+", name.lower()):
+        if word in BUILTIN and word not in ("unknown", "sim-gpu"):
+            return word
+    return None
+
+
+def gpu_model_of(names: list[str]) -> str | None:
+    """One model for the host when every GPU has the same known one; None otherwise (a host has one gpu_model)."""
+    models = {gpu_model_from_name(n) for n in names}
+    return models.pop() if len(models) == 1 else None
 
 
 def parse_meminfo_total_mib(text: str) -> float:
