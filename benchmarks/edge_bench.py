@@ -32,7 +32,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from grpc_health.v1 import health_pb2  # noqa: E402
 
-from benchmarks.harness import Daemon, table, write_results  # noqa: E402
+from benchmarks.harness import Daemon, run_clients, table, write_results  # noqa: E402
 from peloton.api.v1 import job_pb2  # noqa: E402
 from peloton.security.identity import add_token  # noqa: E402
 
@@ -73,13 +73,7 @@ def flood(address: str, method: str, connections: int, streams: int, body: bytes
         finally:
             ch.close()
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=client, args=(i,)) for i in range(connections)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    return codes, time.perf_counter() - t0
+    return codes, run_clients(client, connections)
 
 
 def delaying_proxy(target_port: int, delay_s: float) -> int:

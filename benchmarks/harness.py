@@ -20,7 +20,7 @@ import tempfile
 import threading
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from concurrent.futures import Future
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -352,6 +352,52 @@ class JobWatch:
 
     def close(self) -> None:
         self._call.cancel()
+
+
+def run_clients(client: Callable[[int], None], n: int) -> float:
+    """`client(k)` in n threads at once (k = 0 .. n-1) until every one returns; the seconds that took."""
+    t0 = time.perf_counter()
+    threads = [threading.Thread(target=client, args=(k,)) for k in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    return time.perf_counter() - t0
+
+
+@dataclass
+class ClosedLoop:
+    """What `closed_loop_clients` saw: each gang as (job id, the first of the states waited for that it reached,
+    seconds from submitting it to then), what the clients raised, and the seconds the clients ran."""
+
+    gangs: list[tuple[str, str, float]]
+    raised: list[str]
+    seconds: float
+
+
+def closed_loop_clients(create: Callable[[], str], watch: JobWatch, clients: int, until: float,
+                        states: tuple[str, ...]) -> ClosedLoop:
+    """`clients` users at once, each submitting a gang (`create` returns its job id), waiting until it reaches one
+    of `states`, and submitting the next, until time.monotonic() passes `until`. A client that raises stops; the
+    others go on."""
+    gangs: list[tuple[str, str, float]] = []
+    raised: list[str] = []
+    lock = threading.Lock()
+
+    def loop(_k: int) -> None:
+        try:
+            while time.monotonic() < until:
+                t0 = time.perf_counter()
+                jid = create()
+                state, t1 = watch.when(jid, *states).result(120)
+                with lock:
+                    gangs.append((jid, state, t1 - t0))
+        except Exception as e:  # noqa: BLE001 - reported; the other clients go on
+            with lock:
+                raised.append(f"{type(e).__name__}: {e}")
+
+    seconds = run_clients(loop, clients)
+    return ClosedLoop(gangs, raised, seconds)
 
 
 def gang_spec(size: int, command: str, gpu: int = 1, cpu: float = 1.0, mem: str = "1Gi",

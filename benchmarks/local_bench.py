@@ -22,7 +22,7 @@ import grpc
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import Daemon, JobWatch, gang_spec, running, summary, table, write_results  # noqa: E402
+from benchmarks.harness import Daemon, JobWatch, gang_spec, run_clients, running, summary, table, write_results  # noqa: E402
 from peloton.api.v1 import job_pb2, job_pb2_grpc  # noqa: E402
 
 HOSTS = ["--local-hosts", "8", "--local-host-resources", "cpu=64,mem=256Gi,gpu=8"]
@@ -66,13 +66,7 @@ def throughput(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, submitters: i
             with lock:
                 lat.append(t1 - t0)
 
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=loop, args=(i,)) for i in range(submitters)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = run_clients(loop, submitters)
     gangs = sum(done)
     time.sleep(2 * sleep_s + 1)  # let the last gangs finish: their statements count too
     stmts = daemon.metric("peloton_store_statements_total", kind="statement") - stmts0

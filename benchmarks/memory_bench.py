@@ -43,6 +43,7 @@ from benchmarks.harness import (  # noqa: E402
     gang_spec,
     profile_rows,
     profile_summary,
+    run_clients,
     running,
     table,
     write_results,
@@ -148,7 +149,7 @@ def gangs_scenario(d: Daemon, a: argparse.Namespace) -> dict[str, Any]:
     lock = threading.Lock()
     counter = iter(range(jobs))
 
-    def submit() -> None:
+    def submit(_k: int) -> None:
         while True:
             with lock:
                 if next(counter, None) is None:
@@ -165,11 +166,7 @@ def gangs_scenario(d: Daemon, a: argparse.Namespace) -> dict[str, Any]:
     meter = CpuMeter(d)
     t0 = time.perf_counter()
     with d.profiled(a.profile):
-        threads = [threading.Thread(target=submit) for _ in range(a.submitters)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run_clients(submit, a.submitters)
         accepted = time.perf_counter() - t0
         wait = wait_running(d, base, tasks - a.size * len(errors), t0, a)
         futs = [watch.when(j, "RUNNING", "SUCCEEDED", "FAILED", "KILLED") for j in ids]

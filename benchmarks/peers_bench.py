@@ -51,6 +51,7 @@ from benchmarks.harness import (  # noqa: E402
     free_port,
     gang_spec,
     proc_cpu_seconds,
+    run_clients,
     summary,
     table,
     write_results,
@@ -435,7 +436,7 @@ def throughput(peer: Peer, submitters: int, size: int, seconds: float, sleep_s: 
     gangs: list[Gang] = []
     lock = threading.Lock()
 
-    def loop() -> None:
+    def loop(_k: int) -> None:
         while time.monotonic() < stop:
             t0 = time.perf_counter()
             g = peer.submit(size, sleep_s)
@@ -446,13 +447,7 @@ def throughput(peer: Peer, submitters: int, size: int, seconds: float, sleep_s: 
 
     busy0, _ = _machine_jiffies()
     cpu0 = peer.server_cpu_s()
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=loop) for _ in range(submitters)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    elapsed = run_clients(loop, submitters)
     for g in gangs:  # their whole life counts in the CPU figures
         g.ended(120)
     cpu = peer.server_cpu_s() - cpu0

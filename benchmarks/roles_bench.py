@@ -27,7 +27,6 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -41,6 +40,7 @@ from benchmarks.harness import (  # noqa: E402
     Daemon,
     JobWatch,
     _pids_named,
+    closed_loop_clients,
     gang_spec,
     proc_cpu_seconds,
     summary,
@@ -215,25 +215,6 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
     time.sleep(idle_s)
     idle = {k: v / (time.perf_counter() - t_idle) for k, v in cpu_delta(idle0, cluster.cpu()).items()}
     stop = time.monotonic() + seconds
-    lat: list[float] = []
-    ids: list[str] = []
-    errors: list[str] = []
-    lock = threading.Lock()
-
-    def loop() -> None:
-        try:
-            while time.monotonic() < stop:
-                t0 = time.perf_counter()
-                jid = str(stub.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=60).job_id)
-                state, t1 = watch.when(jid, "RUNNING", *ENDED).result(120)
-                with lock:
-                    ids.append(jid)
-                    lat.append(t1 - t0)
-                    if state not in ("RUNNING", "SUCCEEDED"):
-                        errors.append(f"{jid}: {state}")
-        except Exception as e:  # noqa: BLE001 - reported; the other clients go on
-            with lock:
-                errors.append(f"{type(e).__name__}: {e}")
 
     # --threads: the job manager's (or the one daemon's) CPU by thread, from /proc (CPU, not GIL samples: a thread
     # the OS preempts while it holds the GIL shows in py-spy's --gil samples, not here)
@@ -247,12 +228,14 @@ def closed_loop(address: str, cluster: Cluster, clients: int, seconds: float, si
         if profile:
             for name, d in cluster.procs.items():
                 profiling.enter_context(d.profiled(f"{profile}-{name}.txt"))
-        threads = [threading.Thread(target=loop) for _ in range(clients)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
+        run = closed_loop_clients(
+            lambda: str(stub.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=60).job_id), watch, clients,
+            stop, ("RUNNING", *ENDED))
         elapsed = time.perf_counter() - t0
+        ids = [jid for jid, _, _ in run.gangs]
+        lat = [seconds for _, _, seconds in run.gangs]
+        errors = [f"{jid}: {state}" for jid, state, _ in run.gangs if state not in ("RUNNING", "SUCCEEDED")]
+        errors += run.raised
         for jid in ids:  # their whole lives count
             watch.when(jid, *ENDED).result(300)
         wall = time.perf_counter() - t0

@@ -47,6 +47,7 @@ from benchmarks.harness import (  # noqa: E402
     CpuMeter,
     Daemon,
     JobWatch,
+    closed_loop_clients,
     cpu_rows,
     gang_spec,
     profile_rows,
@@ -259,27 +260,7 @@ def latency_by_size(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, sizes: l
 def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, clients: int, seconds: float,
                 size: int, duration: str, duration_s: float, scrape_every: float = 0.0) -> dict[str, Any]:
     stop = time.monotonic() + seconds
-    lat: list[float] = []
-    ids: list[str] = []
-    errors: list[str] = []
-    lock = threading.Lock()
     s = spec(size, duration)
-
-    def loop() -> None:
-        try:
-            while time.monotonic() < stop:
-                t0 = time.perf_counter()
-                jid = create(stub, s)
-                state, t1 = watch.when(jid, "RUNNING", *ENDED).result(120)
-                with lock:
-                    ids.append(jid)
-                    if state in ("RUNNING", "SUCCEEDED"):
-                        lat.append(t1 - t0)
-                    else:
-                        errors.append(f"{jid}: {state}")
-        except Exception as e:  # noqa: BLE001 - reported, the others go on
-            with lock:
-                errors.append(f"{type(e).__name__}: {e}")
 
     targets0 = d.metric_samples(TARGETS)
     stmts0 = d.metric("peloton_store_statements_total", kind="statement")
@@ -287,13 +268,12 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
     writer0 = writer_snapshot(d)
     meter = CpuMeter(d)
     scraper = Scraper(d.metrics, scrape_every)
-    t0 = time.perf_counter()
-    threads = [threading.Thread(target=loop) for _ in range(clients)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join()
-    elapsed = time.perf_counter() - t0
+    run = closed_loop_clients(lambda: create(stub, s), watch, clients, stop, ("RUNNING", *ENDED))
+    elapsed = run.seconds
+    ids = [jid for jid, _, _ in run.gangs]
+    lat = [seconds for _, state, seconds in run.gangs if state in ("RUNNING", "SUCCEEDED")]
+    errors = [f"{jid}: {state}" for jid, state, _ in run.gangs if state not in ("RUNNING", "SUCCEEDED")]
+    errors += run.raised
     # The gangs' whole lives count for the store and the CPU: wait until the last one has ended.
     drain0 = time.perf_counter()
     for jid in ids:

@@ -11,12 +11,10 @@ Run it from the tree to measure (its peloton is imported from the working direct
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -24,19 +22,9 @@ sys.path.insert(0, ".")
 sys.path.insert(1, str(Path(__file__).resolve().parent.parent))
 from peloton.store import bulk, db, repo  # noqa: E402
 from peloton.store.models import MetaRow  # noqa: E402
-from tests.dbutil import postgres_database  # noqa: E402
+from tests.dbutil import scratch_database  # noqa: E402
 
 _TABLE: Any = MetaRow.__table__
-
-
-@contextlib.contextmanager
-def url_of(store: str) -> Iterator[str]:
-    if store == "postgresql":
-        with postgres_database() as u:
-            yield u
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{d}/b.db"
 
 
 def _update(s: Any) -> None:
@@ -96,7 +84,7 @@ def main() -> int:
     store = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 300
     blocks = int(sys.argv[3]) if len(sys.argv) > 3 else 6
-    with url_of(store) as url:
+    with scratch_database(store) as url:
         res = measure(url, n, blocks)
     for name, figures in res.items():
         warm = figures[1:] or figures

@@ -11,12 +11,9 @@ Run it from the tree to measure (its peloton is imported from the working direct
 
 from __future__ import annotations
 
-import contextlib
 import statistics
 import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -32,7 +29,7 @@ from peloton.jobmgr import gang_policy as policy  # noqa: E402
 from peloton.jobmgr.watch import WatchHub  # noqa: E402
 from peloton.jobmgr.writer import Kind, Mutation, Writer  # noqa: E402
 from peloton.store import db  # noqa: E402
-from tests.dbutil import postgres_database  # noqa: E402
+from tests.dbutil import scratch_database  # noqa: E402
 
 
 def life(w: Writer, jid: str, t0: float) -> None:
@@ -60,21 +57,11 @@ def life(w: Writer, jid: str, t0: float) -> None:
         w.run(Mutation(Kind.APPLY, [jid], apply=st))
 
 
-@contextlib.contextmanager
-def url_of(store: str) -> Iterator[str]:
-    if store == "postgresql":
-        with postgres_database() as u:
-            yield u
-    else:
-        with tempfile.TemporaryDirectory() as d:
-            yield f"sqlite:///{d}/b.db"
-
-
 def main() -> int:
     store = sys.argv[1]
     n = int(sys.argv[2]) if len(sys.argv) > 2 else 100
     rounds = int(sys.argv[3]) if len(sys.argv) > 3 else 4
-    with url_of(store) as url:
+    with scratch_database(store) as url:
         res = measure(url, n, rounds)
     print(store, "writer thread CPU ms per gang life:", [round(x, 3) for x in res], "median",
           round(statistics.median(res[1:] or res), 3))

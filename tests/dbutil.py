@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import tempfile
 import uuid
 from collections.abc import Iterator
 
@@ -90,3 +91,15 @@ def postgres_database() -> Iterator[str]:
         yield url
     finally:
         drop_postgres_db(url)
+
+
+@contextlib.contextmanager
+def scratch_database(store: str) -> Iterator[str]:
+    """The URL of a throw-away database of this store ("postgresql", or else SQLite in a temporary directory) for
+    the duration of the block: what the measuring scripts run on."""
+    if store == "postgresql":
+        with postgres_database() as u:
+            yield u
+    else:
+        with tempfile.TemporaryDirectory() as d:
+            yield f"sqlite:///{d}/b.db"

@@ -62,7 +62,7 @@ from peloton.resmgr.entitlement import PoolTree, entitlements, policies, pool_tr
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 from peloton.resmgr.paths import subtree_sums
-from peloton.resmgr.preemption import PROBE_EVERY_S, RESERVATION_REFRESH_S, Preemptions, Probe, find_probes
+from peloton.resmgr.preemption import KINDS, PROBE_EVERY_S, RESERVATION_REFRESH_S, Preemptions, Probe, find_probes
 from peloton.resmgr.queues import Entry, QueuedGang, Queues, State
 
 log = logging.getLogger(__name__)
@@ -152,6 +152,7 @@ class ResourceManager:
         self._pools: dict[str, ResourcePool] = {}
         self._tree: PoolTree | None = None  # the pools' policies and shape, made when the pools change
         self._gauges: dict[str, _PoolGauges] = {}  # each pool's metric series, looked up once
+        self._preempted: dict[tuple[str, str], Counter] = {}  # (pool, kind) -> its PREEMPTIONS series, looked up once
         self._gauges_of = _FORGOTTEN[0]  # (series removed since, by any manager: looked up again)
         self.refresh_pools()
 
@@ -566,7 +567,7 @@ class ResourceManager:
                 e = self._q.get(gid)
                 ordered = self._pre.order(e, attempt, victims, self._held, now) if e is not None else []
                 for pool, kind in ordered:
-                    PREEMPTIONS.labels(pool, kind).inc()
+                    self._count_preemption_locked(pool, kind)
                 if e is not None and ordered:
                     self._set_reason_locked(e, "", now)
             for (gid, attempt), hosts, start in reservations:
@@ -649,19 +650,39 @@ class ResourceManager:
         demand = subtree_sums(self._q.demand, self._pools)
         queued = self._q.queued()
         allocated = self._held.allocated
-        if self._gauges_of != _FORGOTTEN[0]:
-            self._gauges, self._gauges_of = {}, _FORGOTTEN[0]
         for path in self._pools:  # every pool, so a figure that fell to 0 says 0
             ent, alloc, want = self._ent.get(path), allocated.get(path, _ZERO), demand.get(path, _ZERO)
-            g = self._gauges.get(path)
-            if g is None:  # (a labels() lookup costs a few microseconds: 13 a pool, at every recomputation)
-                g = self._gauges[path] = _PoolGauges(path)
+            g = self._pool_gauges_locked(path)
             for dim, entitled, held, wanted in g.dims:
                 unit = BASE_UNITS[dim]
                 entitled.set(getattr(ent, dim) * unit if ent is not None else 0.0)
                 held.set(getattr(alloc, dim) * unit)
                 wanted.set(getattr(want, dim) * unit)
             g.queued.set(queued.get(path, 0))
+
+    def _kept_series_locked(self) -> None:
+        """Forget the series kept when any pool's were removed from the registry since (by any manager): a kept
+        one may be gone from it, so it is looked up again."""
+        if self._gauges_of != _FORGOTTEN[0]:
+            self._gauges, self._preempted, self._gauges_of = {}, {}, _FORGOTTEN[0]
+
+    def _pool_gauges_locked(self, path: str) -> _PoolGauges:
+        """The pool's gauges, looked up once (a labels() lookup costs a few microseconds: 13 a pool, at every
+        recomputation)."""
+        self._kept_series_locked()
+        g = self._gauges.get(path)
+        if g is None:
+            g = self._gauges[path] = _PoolGauges(path)
+        return g
+
+    def _count_preemption_locked(self, pool: str, kind: str) -> None:
+        """A gang of `pool` chosen for preemption: its series looked up once, made at the pool's first preemption
+        of `kind` (a pool that never had one shows none)."""
+        self._kept_series_locked()
+        c = self._preempted.get((pool, kind))
+        if c is None:
+            c = self._preempted[(pool, kind)] = PREEMPTIONS.labels(pool, kind)
+        c.inc()
 
     def _tree_locked(self) -> PoolTree | None:
         """The pools' tree (None without a root pool), made once for each set of pools."""
@@ -774,3 +795,8 @@ def _forget_metrics(pool: str) -> None:
         POOL_QUEUED.remove(pool)
     except KeyError:
         pass
+    for kind in KINDS:
+        try:
+            PREEMPTIONS.remove(pool, kind)
+        except KeyError:
+            pass

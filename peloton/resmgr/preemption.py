@@ -37,6 +37,7 @@ PROBE_EVERY_S = 1.0  # a waiting gang asks the placement engine for victims at m
 RESERVATION_REFRESH_S = 5.0  # a gang holding a reservation asks again this often (its expected start moves)
 MAX_CANDIDATES = 256  # per probe
 MAX_ENDING = 4096  # gangs with a max_runtime sent with a probe (the earliest ends)
+KINDS = ("reclaim", "priority")  # `order`'s kinds: for a gang of another pool, for one of the victim's own pool
 
 
 @dataclass(frozen=True, slots=True)

@@ -58,10 +58,11 @@ def edge() -> Iterator[Edge]:
         tls_cert=tmp / "certs" / "server.pem", tls_key=tmp / "certs" / "server-key.pem",
         unix_socket=str(tmp / "api.sock"), internal_listen=f"unix:{tmp}/internal.sock"))
     port = d.start().rpartition(":")[2]
-    creds = grpc.ssl_channel_credentials((tmp / "certs" / "ca.pem").read_bytes())
-    channels = [grpc.secure_channel(f"localhost:{port}", creds), grpc.insecure_channel(f"unix:{tmp}/api.sock"),
-                grpc.insecure_channel(f"unix:{tmp}/internal.sock")]
+    channels: list[grpc.Channel] = []
     try:
+        creds = grpc.ssl_channel_credentials((tmp / "certs" / "ca.pem").read_bytes())
+        channels = [grpc.secure_channel(f"localhost:{port}", creds), grpc.insecure_channel(f"unix:{tmp}/api.sock"),
+                    grpc.insecure_channel(f"unix:{tmp}/internal.sock")]
         yield Edge(d, channels[0], channels[1], channels[2], token)
     finally:
         for ch in channels:

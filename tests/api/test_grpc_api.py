@@ -163,21 +163,21 @@ def test_a_stopping_daemon_refuses_new_calls_first_lets_the_loop_finish_its_pass
     d = Daemon(config())
     address = d.start()
     release, entered, finished = threading.Event(), threading.Event(), threading.Event()
-    assert d.placement is not None
-    real = d.placement.run_once
-
-    def in_a_pass() -> bool:
-        entered.set()
-        release.wait(30)
-        finished.set()  # the pass ran to its end: stop() did not cut it short
-        return bool(real())
-
-    d.placement.run_once = in_a_pass  # type: ignore[method-assign]
-    assert entered.wait(10)
     stopper = threading.Thread(target=d.stop)
-    t0 = time.monotonic()
-    stopper.start()
     try:
+        assert d.placement is not None
+        real = d.placement.run_once
+
+        def in_a_pass() -> bool:
+            entered.set()
+            release.wait(30)
+            finished.set()  # the pass ran to its end: stop() did not cut it short
+            return bool(real())
+
+        d.placement.run_once = in_a_pass  # type: ignore[method-assign]
+        assert entered.wait(10)
+        t0 = time.monotonic()
+        stopper.start()
         with grpc.insecure_channel(address) as ch:
             deadline = time.monotonic() + 5
             while True:  # stop() refuses new public calls first thing
@@ -191,7 +191,10 @@ def test_a_stopping_daemon_refuses_new_calls_first_lets_the_loop_finish_its_pass
         assert not finished.is_set() and stopper.is_alive()  # still waiting for the placement pass
     finally:
         release.set()
-    stopper.join(15)
+        if stopper.ident is None:  # failed before the stop: stopped here, not left running
+            d.stop()
+        else:
+            stopper.join(15)
     assert not stopper.is_alive() and finished.is_set()
     assert time.monotonic() - t0 < 10  # the bound: 3 s for the loops, 2 s for calls in flight, and the rest
     again = Daemon(config())  # the data dir's and the store's locks were released

@@ -71,7 +71,8 @@ class Api:
         return self.channel.unary_unary(method, request_serializer=None, response_deserializer=None)
 
 
-def _start(store: str, db_url: str, tmp: Path, port_base: int) -> Api:
+def _start(store: str, db_url: str, tmp: Path, port_base: int, stack: contextlib.ExitStack) -> Api:
+    """A daemon on `db_url`, stopped when `stack` closes (registered before anything else can fail)."""
     cfg = ServerConfig(
         listen="127.0.0.1:0", db_url=db_url, data_dir=tmp / "data", local_hosts=2,
         # every per-task ceiling fits one host: a spec at the limits is accepted, not "can never fit"
@@ -84,6 +85,7 @@ def _start(store: str, db_url: str, tmp: Path, port_base: int) -> Api:
     ch = grpc.insecure_channel(address)
     api = Api(store, d, ch, job_pb2_grpc.JobServiceStub(ch), task_pb2_grpc.TaskServiceStub(ch),
               respool_pb2_grpc.ResourcePoolServiceStub(ch))
+    stack.callback(_stop, api)
     for path in _chain(LONG_POOL) + _chain(DEEP_PARENT):
         api.pools.CreatePool(respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path=path)),
                              timeout=RPC_TIMEOUT)
@@ -108,8 +110,7 @@ def apis(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, Api]]:
         for i, store in enumerate(STORES):
             tmp = tmp_path_factory.mktemp(store)
             url = f"sqlite:///{tmp}/p.db" if store == "sqlite" else stack.enter_context(postgres_database())
-            out[store] = _start(store, url, tmp, base + i * 2000)
-            stack.callback(_stop, out[store])
+            out[store] = _start(store, url, tmp, base + i * 2000, stack)
         yield out
 
 

@@ -9,8 +9,10 @@ makes one on purpose."""
 
 from __future__ import annotations
 
+import contextlib
 import re
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -96,48 +98,54 @@ def stale(c: Cluster) -> int:
                                                               e.log()))
 
 
-@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
-def test_two_engines_place_many_gangs_whole_and_never_book_a_gpu_twice(db_url: str, tmp_path: Path) -> None:
-    c = Cluster(tmp_path, db_url, engines=2)
+@contextlib.contextmanager
+def cluster_with_watch(tmp: Path, db_url: str, engines: int) -> Iterator[tuple[Cluster, grpc.Channel, JobWatch]]:
+    """A started cluster, a channel to its core and a watch of every job; all closed and stopped after the block."""
+    c = Cluster(tmp, db_url, engines)
     try:
         c.start()
         with grpc.insecure_channel(c.core.address) as ch:
             watch = JobWatch(ch)
-            jobs = submit(job_pb2_grpc.JobServiceStub(ch), 40, "shared")
-            for j in jobs:
-                state, _ = watch.when(j, *ENDED).result(240)
-                assert state == "SUCCEEDED", (j, c.core.log()[-3000:])
-            watch.close()
-            check_whole_and_never_double_booked(ch, jobs)
-        assert all(placed_by(e) > 0 for e in c.engines), [placed_by(e) for e in c.engines]  # both acted
-        assert "2 engines act" in c.core.log()
-        print(f"\n{stale(c)} claims refused (engines' conflicts), each a gang placed again")
+            try:
+                yield c, ch, watch
+            finally:
+                watch.close()
     finally:
         c.stop()
 
 
+def check_all_succeeded_whole(c: Cluster, ch: grpc.Channel, watch: JobWatch, jobs: list[str]) -> None:
+    """Every job ends SUCCEEDED, having run whole and never double-booked a GPU."""
+    for j in jobs:
+        state, _ = watch.when(j, *ENDED).result(240)
+        assert state == "SUCCEEDED", (j, c.core.log()[-3000:])
+    check_whole_and_never_double_booked(ch, jobs)
+
+
+@pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
+def test_two_engines_place_many_gangs_whole_and_never_book_a_gpu_twice(db_url: str, tmp_path: Path) -> None:
+    with cluster_with_watch(tmp_path, db_url, engines=2) as (c, ch, watch):
+        jobs = submit(job_pb2_grpc.JobServiceStub(ch), 40, "shared")
+        check_all_succeeded_whole(c, ch, watch, jobs)
+        assert all(placed_by(e) > 0 for e in c.engines), [placed_by(e) for e in c.engines]  # both acted
+        assert "2 engines act" in c.core.log()
+        print(f"\n{stale(c)} claims refused (engines' conflicts), each a gang placed again")
+
+
 @pytest.mark.parametrize("db_url", ["sqlite", "postgresql"], indirect=True)
 def test_an_engine_killed_mid_run_leaves_its_gangs_to_the_others(db_url: str, tmp_path: Path) -> None:
-    c = Cluster(tmp_path, db_url, engines=2)
-    try:
-        c.start()
-        with grpc.insecure_channel(c.core.address) as ch:
-            watch = JobWatch(ch)
-            stub = job_pb2_grpc.JobServiceStub(ch)
-            jobs = submit(stub, 30, "before")
-            wait_until(lambda: placed_by(c.engines[0]) > 0 and placed_by(c.engines[1]) > 0, 120, 0.2,
-                       "both engines placing")
-            more: list[str] = []
-            t = threading.Thread(target=lambda: more.extend(submit(stub, 10, "during")))
-            t.start()
-            c.engines[0].kill9()  # mid-run: gangs queued, some dequeued by it and not answered for
-            t.join()
-            survivor = placed_by(c.engines[1])
-            for j in jobs + more:
-                state, _ = watch.when(j, *ENDED).result(240)
-                assert state == "SUCCEEDED", (j, c.core.log()[-3000:])
-            watch.close()
-            check_whole_and_never_double_booked(ch, jobs + more)
+    with cluster_with_watch(tmp_path, db_url, engines=2) as (c, ch, watch):
+        stub = job_pb2_grpc.JobServiceStub(ch)
+        jobs = submit(stub, 30, "before")
+        wait_until(lambda: placed_by(c.engines[0]) > 0 and placed_by(c.engines[1]) > 0, 120, 0.2,
+                   "both engines placing")
+        more: list[str] = []
+        t = threading.Thread(target=lambda: more.extend(submit(stub, 10, "during")))
+        t.start()
+        c.engines[0].kill9()  # mid-run: gangs queued, some dequeued by it and not answered for
+        t.join()
+        survivor = placed_by(c.engines[1])
+        check_all_succeeded_whole(c, ch, watch, jobs + more)
         assert placed_by(c.engines[1]) > survivor  # the other engine carried on
         assert "2 engines act" in c.core.log()
         # the dead engine's long poll ended with its connection (it took nothing more); its lease runs out 10 s
@@ -146,5 +154,3 @@ def test_an_engine_killed_mid_run_leaves_its_gangs_to_the_others(db_url: str, tm
                    "the killed engine to be declared gone")
         log = c.core.log()
         print(f"\n{stale(c)} claims refused (engines' conflicts); {log.count('go back to the queue')} engine gone")
-    finally:
-        c.stop()

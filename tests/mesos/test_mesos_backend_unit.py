@@ -3,20 +3,22 @@ the recorded transcript 05-accept-two-agents), and a fake clock advanced by hand
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
+import random
 from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
+from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, Role
 from peloton.domain.states import TaskState
 from peloton.hostmgr.backend import LaunchError
-from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
+from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions, _live, _Task
 from peloton.hostmgr.mesos.calls import FrameworkConfig
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol
 from peloton.jobmgr.launcher import Launcher
@@ -242,6 +244,58 @@ def test_failure_of_agent_empties_its_pool_and_marks_it_lost() -> None:
     # an executor exit is not an agent loss
     h.event({"type": "FAILURE", "failure": {"agent_id": {"value": S2}, "executor_id": {"value": "e"}, "status": 0}})
     assert H2 in {o.hostname for o in h.b.offers()}
+
+
+TASK_STATES = ("TASK_STAGING", "TASK_STARTING", "TASK_RUNNING", "TASK_KILLING", "TASK_FINISHED", "TASK_FAILED",
+               "TASK_KILLED", "TASK_LOST", "TASK_UNKNOWN")
+
+
+def random_cluster(h: Harness, agents: int, tasks: int, rng: random.Random) -> None:
+    """`agents` agents offered (some sharing a hostname, so named host:port; a tenth failed: LOST) and `tasks` tasks
+    of any state, each on one of them, on no agent, or on one never offered."""
+    template = _transcript_offers()[0][0]
+    offers = []
+    for i in range(agents):
+        o = copy.deepcopy(template)
+        o["id"]["value"], o["agent_id"]["value"] = f"O{i}", f"S{i}"
+        o["hostname"] = f"node{rng.randrange(agents)}"
+        o["url"]["address"]["port"] = 5051 + i
+        offers.append(o)
+    h.offers(offers)
+    for i in rng.sample(range(agents), agents // 10):
+        h.event({"type": "FAILURE", "failure": {"agent_id": {"value": f"S{i}"}}})
+    for i in range(tasks):
+        agent = rng.choice([f"S{rng.randrange(agents)}"] * 8 + ["", "S-never-offered"])
+        h.b._tasks[f"t{i}"] = _Task(f"t{i}", agent, Resources(cpu=rng.random() * 4, mem=rng.randrange(1, 4096)),
+                                    rng.choice(TASK_STATES))
+
+
+def hosts_by_scanning(b: MesosBackend) -> list[HostInfo]:
+    """hosts() as defined before its index: every task scanned for each agent, and every agent for its name."""
+    out = []
+    for a in b._agents.values():
+        same = [x for x in b._agents.values() if x.hostname == a.hostname]
+        name = a.hostname if len(same) <= 1 else f"{a.hostname}:{a.agent_port}"
+        mine = [t for t in b._tasks.values() if t.agent_id == a.agent_id and _live(t.state)]
+        alloc = Resources()
+        for t in mine:
+            alloc = alloc + t.resources
+        out.append(HostInfo(
+            hostname=name, address=a.hostname, capacity=a.capacity, allocated=alloc, labels=dict(a.attributes),
+            state="LOST" if a.lost or not a.reachable else "UP", task_ids=tuple(sorted(t.task_id for t in mine)),
+            holds_offer=bool(a.offers)))
+    return out
+
+
+@pytest.mark.parametrize("seed", range(5))
+def test_hosts_are_what_scanning_every_task_for_each_agent_finds(seed: int) -> None:
+    rng = random.Random(seed)
+    h = Harness()
+    h.subscribed()
+    random_cluster(h, rng.randrange(10, 60), rng.randrange(100, 600), rng)
+    got = h.b.hosts()
+    assert got == hosts_by_scanning(h.b)
+    assert any(":" in x.hostname for x in got) and any(x.task_ids for x in got)  # the cases that matter occur
 
 
 # --- launch ---------------------------------------------------------------------------------------------------

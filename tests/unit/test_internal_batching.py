@@ -7,30 +7,25 @@ split deployment's typed clients) and in one process."""
 from __future__ import annotations
 
 from collections.abc import Iterator, Sequence
-from concurrent import futures
 from typing import Any
 
-import grpc
 import pytest
 
 from peloton.api import convert
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.api.grpc_clients import ConnectedStub, GrpcHostManager, GrpcResourceManager
-from peloton.api.v1 import internal_pb2, internal_pb2_grpc
+from peloton.api.v1 import internal_pb2
 from peloton.domain.launch import GangLaunch, LaunchOutcome, LaunchResult, LaunchSpec, TaskStatus
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.errors import Unavailable
-from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.manager import HostManager
-from peloton.hostmgr.service import HostManagerServicer
 from peloton.jobmgr import effects
 from peloton.jobmgr.effects import Outbox, SideEffects, resmgr_call
-from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
-from peloton.resmgr.service import ResourceManagerServicer
+from tests.unit.internal_services import resmgr_and_hostmgr_clients
 from tests.unit.test_hostmgr_manager import FakeBackend, placed
 
 
@@ -112,24 +107,10 @@ def clients(request: pytest.FixtureRequest) -> Iterator[tuple[ResourceManagerCli
     be = FakeBackend()
     hm = HostManager(be, clock=lambda: 1000.0, claim_ttl_s=3600)
     hm.start()
-    if request.param == "inprocess":
-        try:
-            yield InProcessResourceManager(rm), InProcessHostManager(hm), rm, hm, be
-        finally:
-            hm.stop()
-        return
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
-    internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
     try:
-        yield (GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(channel)),
-               GrpcHostManager(internal_pb2_grpc.HostManagerInternalStub(channel)), rm, hm, be)
+        with resmgr_and_hostmgr_clients(request.param, rm, hm) as (rmc, hmc):
+            yield rmc, hmc, rm, hm, be
     finally:
-        channel.close()
-        server.stop(None)
         hm.stop()
 
 

@@ -5,23 +5,18 @@ it (job stopped, resmgr reset) is released before the next claims instead of hol
 from __future__ import annotations
 
 from collections.abc import Iterator
-from concurrent import futures
 
-import grpc
 import pytest
 
-from peloton.api.grpc_clients import GrpcHostManager, GrpcResourceManager
-from peloton.api.v1 import internal_pb2_grpc
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.resources import Resources
 from peloton.hostmgr.inprocess import InProcessHostManager
 from peloton.hostmgr.manager import HostManager
-from peloton.hostmgr.service import HostManagerServicer
 from peloton.placement.engine import PlacementEngine
 from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
-from peloton.resmgr.service import ResourceManagerServicer
+from tests.unit.internal_services import resmgr_and_hostmgr_clients
 from tests.unit.test_hostmgr_manager import FakeBackend
 
 SHORT = 0.05
@@ -39,25 +34,10 @@ def parts(request: pytest.FixtureRequest) -> Iterator[tuple[PlacementEngine, Res
     rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
     hm = HostManager(FakeBackend(), clock=lambda: 1000.0, claim_ttl_s=3600)  # claims never expire here
     hm.start()
-    if request.param == "inprocess":
-        try:
-            yield PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), poll_ms=50), rm, hm
-        finally:
-            hm.stop()
-        return
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
-    internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-    engine = PlacementEngine(GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(channel)),
-                             GrpcHostManager(internal_pb2_grpc.HostManagerInternalStub(channel)), poll_ms=50)
     try:
-        yield engine, rm, hm
+        with resmgr_and_hostmgr_clients(request.param, rm, hm) as (rmc, hmc):
+            yield PlacementEngine(rmc, hmc, poll_ms=50), rm, hm
     finally:
-        channel.close()
-        server.stop(None)
         hm.stop()
 
 
@@ -192,32 +172,18 @@ def test_the_engine_places_by_the_resource_managers_order_whatever_its_own(via: 
     rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0, placement_order="fifo")
     hm = HostManager(FakeBackend(), clock=lambda: 1000.0, claim_ttl_s=3600)
     hm.start()
-    server = None
     try:
-        if via == "inprocess":
-            engine = PlacementEngine(InProcessResourceManager(rm), InProcessHostManager(hm), poll_ms=0,
-                                     order="backfill")
-        else:
-            server = grpc.server(futures.ThreadPoolExecutor(max_workers=4))
-            internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
-            internal_pb2_grpc.add_HostManagerInternalServicer_to_server(HostManagerServicer(hm), server)
-            port = server.add_insecure_port("127.0.0.1:0")
-            server.start()
-            channel = grpc.insecure_channel(f"127.0.0.1:{port}")
-            engine = PlacementEngine(GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(channel)),
-                                     GrpcHostManager(internal_pb2_grpc.HostManagerInternalStub(channel)), poll_ms=0,
-                                     order="backfill")
-        rm.enqueue([gang("a", 1), gang("big", 2), gang("small", 1)])
-        with caplog.at_level("WARNING", logger="peloton.placement.engine"):
-            assert engine.run_once()
-            engine.run_once()
-        placed, _ = rm.take_placements(10, 0)
-        assert [p.gang_id for p in placed] == ["a/0"] and engine.order == "fifo"
-        said = [r.getMessage() for r in caplog.records if "placement-order" in r.getMessage()]
-        assert len(said) == 1 and "backfill given, but the resource manager places by fifo" in said[0]
+        with resmgr_and_hostmgr_clients(via, rm, hm) as (rmc, hmc):
+            engine = PlacementEngine(rmc, hmc, poll_ms=0, order="backfill")
+            rm.enqueue([gang("a", 1), gang("big", 2), gang("small", 1)])
+            with caplog.at_level("WARNING", logger="peloton.placement.engine"):
+                assert engine.run_once()
+                engine.run_once()
+            placed, _ = rm.take_placements(10, 0)
+            assert [p.gang_id for p in placed] == ["a/0"] and engine.order == "fifo"
+            said = [r.getMessage() for r in caplog.records if "placement-order" in r.getMessage()]
+            assert len(said) == 1 and "backfill given, but the resource manager places by fifo" in said[0]
     finally:
-        if server is not None:
-            server.stop(None)
         hm.stop()
 
 

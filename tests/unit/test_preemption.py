@@ -7,6 +7,7 @@ import dataclasses
 
 from hypothesis import given, settings
 from hypothesis import strategies as st
+from prometheus_client import REGISTRY
 
 from peloton.domain.allocation import Entitlement, Holding
 from peloton.domain.model import ResourcePool
@@ -174,7 +175,8 @@ def run(rm: ResourceManager, gangs: list[GangRequest]) -> None:
 
 def test_reclaim_waits_the_settling_window_then_probes_and_orders_the_chosen_victims() -> None:
     clock = Clock()
-    rm = ResourceManager(Pools(A, B), clock=clock, preemption_settle_s=10.0)
+    pools = Pools(A, B)
+    rm = ResourceManager(pools, clock=clock, preemption_settle_s=10.0)
     bs = [gang(f"b{i}", n=1, gpu=2, pool="/b", at=i) for i in range(4)]
     for i, g in enumerate(bs):  # /b takes the cluster while /a is idle, one gang a second
         clock.t = 1000.0 + i
@@ -222,6 +224,10 @@ def test_reclaim_waits_the_settling_window_then_probes_and_orders_the_chosen_vic
     # the victim ends (jobmgr queues its next run): /a's gang is admitted
     rm.enqueue([dataclasses.replace(bs[3], attempt=2)])
     assert [g.gang_id for g in rm.dequeue(10, SHORT, CLUSTER)] == ["a/0"]
+    # the pool's preemptions are dropped with the pool, as its other series are
+    pools.pools = [ResourcePool("/"), A]
+    rm.refresh_pools()
+    assert REGISTRY.get_sample_value("peloton_preemptions_total", {"pool": "/b", "kind": "reclaim"}) is None
 
 
 def test_a_higher_priority_gang_over_its_pools_entitlement_preempts_in_its_pool_only() -> None:

@@ -9,12 +9,13 @@ suppresses offers while nothing is pending.
 
 from __future__ import annotations
 
+import collections
 import json
 import logging
 import random
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any, Protocol
 
@@ -123,6 +124,15 @@ def _live(state: str) -> bool:
     return not is_terminal(state) and state != "TASK_UNKNOWN"
 
 
+def _live_by_agent(tasks: Iterable[_Task]) -> dict[str, list[_Task]]:
+    """The live tasks of each agent id, in one pass (in the order given)."""
+    out: dict[str, list[_Task]] = {}
+    for t in tasks:
+        if _live(t.state):
+            out.setdefault(t.agent_id, []).append(t)
+    return out
+
+
 class MesosBackend:
     def __init__(
         self,
@@ -150,7 +160,8 @@ class MesosBackend:
         self._cond = threading.Condition(self._lock)
         self._on_status: StatusCallback | None = None
         self._on_hosts_changed: HostsCallback | None = None
-        self._agents: dict[str, AgentView] = {}  # agent id -> view
+        self._agents: dict[str, AgentView] = {}  # agent id -> view (never removed, its hostname never changes)
+        self._per_hostname: collections.Counter[str] = collections.Counter()  # hostname -> its agents in _agents
         self._maintenance: dict[str, float] = {}  # agent id -> its maintenance window's start (Unix seconds)
         self._inverse: dict[str, str] = {}  # outstanding inverse offer id -> agent id
         self._tasks: dict[str, _Task] = {}
@@ -222,8 +233,7 @@ class MesosBackend:
 
     def _host_name(self, a: AgentView) -> str:
         """Hostname when it names one agent; hostname:port when several agents share it (one machine)."""
-        same = [x for x in self._agents.values() if x.hostname == a.hostname]
-        return a.hostname if len(same) <= 1 else f"{a.hostname}:{a.agent_port}"
+        return a.hostname if self._per_hostname[a.hostname] <= 1 else f"{a.hostname}:{a.agent_port}"
 
     def _agent_by_name(self, name: str) -> AgentView | None:
         """An agent that re-registered under a new id shares its name with the stale view: prefer the live one."""
@@ -262,8 +272,9 @@ class MesosBackend:
     def hosts(self) -> list[HostInfo]:
         with self._lock:
             out = []
+            live = _live_by_agent(self._tasks.values())  # one pass: O(agents + tasks)
             for a in self._agents.values():
-                mine = [t for t in self._tasks.values() if t.agent_id == a.agent_id and _live(t.state)]
+                mine = live.get(a.agent_id, [])
                 alloc = Resources()
                 for t in mine:
                     alloc = alloc + t.resources
@@ -576,6 +587,7 @@ class MesosBackend:
         if a is None:
             a = self._agents[o.agent_id] = AgentView(o.agent_id, o.hostname, o.agent_port, dict(o.attributes),
                                                      address=o.agent_address)
+            self._per_hostname[a.hostname] += 1
         a.attributes = dict(o.attributes)
         a.reachable = True
         a.lost = False
