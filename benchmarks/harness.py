@@ -43,6 +43,40 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
+_SETTING = re.compile(r"([a-z][a-z0-9_.]*)=(.*)")
+
+
+def database_settings(settings: tuple[str, ...]) -> list[tuple[str, str]]:
+    """KEY=VALUE settings as (key, value); ValueError naming one that is not."""
+    out = []
+    for kv in settings:
+        m = _SETTING.fullmatch(kv)
+        if m is None:
+            raise ValueError(f"--pg-set: {kv!r} is not KEY=VALUE (a PostgreSQL setting's name, e.g. "
+                             "log_min_duration_statement=0)")
+        out.append((m.group(1), m.group(2)))
+    return out
+
+
+def set_database(url: str, settings: tuple[str, ...]) -> None:
+    """ALTER DATABASE ... SET each KEY=VALUE on `url`'s database (the server refuses an unknown setting)."""
+    pairs = database_settings(settings)
+    if not pairs:
+        return
+    from sqlalchemy import create_engine, text
+    from sqlalchemy.engine import make_url
+
+    name = make_url(url).database
+    engine = create_engine(url, isolation_level="AUTOCOMMIT")
+    try:
+        with engine.connect() as conn:
+            for key, value in pairs:
+                conn.execute(text(f'ALTER DATABASE "{name}" SET {key} = ' + "'" + value.replace("'", "''") + "'"))
+    finally:
+        engine.dispose()
+    print(f"  (database {name}: {', '.join(settings)})", file=sys.stderr)
+
+
 @dataclass
 class Daemon:
     """`peloton server` in a subprocess, with its own data dir (and database, for PostgreSQL)."""
@@ -56,6 +90,9 @@ class Daemon:
     pg_url: str = ""
     console: str = ""  # the web console's URL, when its args ask for one (--ui-listen; none by default)
     root: Path = ROOT  # the checkout whose code the daemon runs (another tree's: an A/B against it)
+    # KEY=VALUE server settings of the PostgreSQL database, as ALTER DATABASE ... SET (the daemon's connections pass
+    # options of their own, so PGOPTIONS does not reach them): e.g. log_min_duration_statement=0 for pg_replay.py
+    pg_settings: tuple[str, ...] = ()
 
     def start(self) -> Daemon:
         if self.store == "postgresql":
@@ -63,6 +100,7 @@ class Daemon:
             from tests.dbutil import fresh_postgres_url
 
             self.pg_url = fresh_postgres_url()
+            set_database(self.pg_url, self.pg_settings)
             db = self.pg_url
         else:
             db = f"sqlite:///{self.data_dir}/peloton.db"

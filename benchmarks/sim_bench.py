@@ -49,6 +49,7 @@ from benchmarks.harness import (  # noqa: E402
     JobWatch,
     closed_loop_clients,
     cpu_rows,
+    database_settings,
     gang_spec,
     profile_rows,
     profile_summary,
@@ -343,14 +344,24 @@ def main() -> None:
                     help="scrape /metrics every this many seconds during the closed loop (0: not)")
     ap.add_argument("--scrape-only", default=None, help="host counts (10000,100000): measure the census scrape "
                                                         "in-process and nothing else")
+    ap.add_argument("--pg-set", action="append", default=[], metavar="KEY=VALUE",
+                    help="a PostgreSQL setting of the run's database (repeatable), e.g. log_min_duration_statement=0 "
+                         "to log the statements for benchmarks/pg_replay.py")
     a = ap.parse_args()
+    if a.pg_set and a.store != "postgresql":
+        ap.error("--pg-set: only with --store postgresql")
+    try:
+        database_settings(tuple(a.pg_set))
+    except ValueError as e:
+        ap.error(str(e))
     if a.scrape_only:
         scrape_only([int(x) for x in a.scrape_only.split(",") if x], a.json, a.store)
         return
     sizes = [int(x) for x in a.sizes.split(",") if x]
 
     extra = ["--jobmgr-writers", str(a.writers)] if a.writers is not None else []
-    d = Daemon([*sim_args(a.hosts, a.host_resources, a.racks), *extra], store=a.store)
+    d = Daemon([*sim_args(a.hosts, a.host_resources, a.racks), *extra], store=a.store,
+               pg_settings=tuple(a.pg_set))
     t_start = time.perf_counter()
     with running(d):
         started_s = time.perf_counter() - t_start
