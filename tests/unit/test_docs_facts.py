@@ -1,7 +1,7 @@
-"""Facts the docs state about the repository, checked against it: the migration head they name, and how many
+"""Facts the docs state about the repository, checked against it: the migration head they name, how many
 benchmarks there are and which `make bench` runs (they once disagreed: 0007 against 0011; four, five and seven), and
-that every relative link between them reaches a file and heading that exist (four anchors had gone stale when their
-headings grew `[-o FORMAT]`)."""
+that every relative link between them (and deploy's and examples' READMEs) reaches a file and heading that exist
+(four anchors had gone stale when their headings grew `[-o FORMAT]`)."""
 
 from __future__ import annotations
 
@@ -65,7 +65,7 @@ def _outside_code(path: Path) -> str:
 
 def test_every_relative_link_and_anchor_between_the_docs_resolves() -> None:
     broken = []
-    for doc in DOCS:
+    for doc in [*DOCS, *(ROOT / d / "README.md" for d in ("deploy", "deploy/container", "examples/ddp"))]:
         for target in re.findall(r"\]\(([^)\s]+)\)", _outside_code(doc)):
             if re.match(r"[a-z]+:", target):
                 continue  # http:, https:, mailto:
