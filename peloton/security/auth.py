@@ -75,8 +75,10 @@ class Authenticator:
         if names:
             name = names[0].decode() if isinstance(names[0], bytes) else str(names[0])
             return self.by_certificate(name, "certificate")
+        # a root daemon with no tokens yet answers every TCP caller so: say how its own user gets in
         raise Unauthenticated("no credentials: give a token (--token, $PELOTON_TOKEN) or a client certificate "
-                              "(--client-cert)")
+                              "(--client-cert); the daemon's own user needs neither on its machine, through the "
+                              "Unix socket in its data dir (--address unix:DATA_DIR/peloton.sock)")
 
     def _by_token(self, value: str) -> Principal:
         scheme, _, token = value.partition(" ")
