@@ -29,13 +29,16 @@ from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
-from peloton.store.db import count_statement
+from peloton.store.db import COMMIT_CHECK, COMMIT_CHECKED, RawTransaction, count_statement
+
+# where the bulk writers write: a Session's transaction, or a kept connection's raw one (db.RawTransaction)
+Tx = Session | RawTransaction
 
 UPDATE_CHUNK = 250  # rows per PostgreSQL UPDATE statement
 COPY_ABOVE = 500  # rows: COPY beats a rendered multi-row INSERT on PostgreSQL above this
 
 
-def cursor(s: Session) -> tuple[Any, str]:
+def cursor(s: Tx) -> tuple[Any, str]:
     """The session's DB-API cursor (no SQLAlchemy statement machinery: the hot path) and its dialect's name."""
     conn = s.connection()
     dbapi = conn.connection.dbapi_connection
@@ -43,12 +46,12 @@ def cursor(s: Session) -> tuple[Any, str]:
     return dbapi.cursor(), conn.dialect.name
 
 
-def _psycopg3(s: Session) -> bool:
+def _psycopg3(s: Tx) -> bool:
     """The PostgreSQL driver is psycopg 3 (`postgresql+psycopg://`), not psycopg2."""
     return s.get_bind().dialect.driver == "psycopg"
 
 
-def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ...],
+def update_rows(s: Tx, table: Table, keys: tuple[str, ...], cols: tuple[str, ...],
                 rows: Sequence[Sequence[Any]]) -> int:
     """UPDATE the rows whose primary key (`keys`) is each row's first values, setting `cols` to the rest.
     Returns how many rows were changed (fewer than given: some did not exist)."""
@@ -73,7 +76,7 @@ def update_rows(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str
         cur.close()
 
 
-def insert_rows(s: Session, table: Table, cols: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
+def insert_rows(s: Tx, table: Table, cols: tuple[str, ...], rows: Sequence[Sequence[Any]]) -> None:
     if not rows:
         return
     cur, dialect = cursor(s)
@@ -141,8 +144,8 @@ def _copy_field(v: Any) -> str:
 # whole batch instead of one per table, then the commit. The sub-statements share one snapshot, so a row must not be
 # both inserted and updated in one batch (the caller sends those one table at a time), and the foreign keys are
 # checked at the end of the statement, when every CTE's rows are in.
-FENCE_INFO = "peloton.fence"  # Session.info: the object whose epochs every commit checks (Fence)
-FENCE_CHECKED = "peloton.fence.checked"  # Session.info: this transaction's epochs were read with its writes
+FENCE_INFO = COMMIT_CHECK  # Session.info: the object whose epochs every commit checks (Fence)
+FENCE_CHECKED = COMMIT_CHECKED  # Session.info: this transaction's epochs were read with its writes
 
 
 class Insert:
@@ -168,7 +171,7 @@ def fits_one_statement(inserts: Sequence[Insert], updates: Sequence[Update]) -> 
             and sum(len(i.rows) for i in inserts) + sum(len(u.rows) for u in updates) <= 4 * UPDATE_CHUNK)
 
 
-def write_batch(s: Session, inserts: Sequence[Insert], updates: Sequence[Update]) -> list[int]:
+def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update]) -> list[int]:
     """PostgreSQL only: every insert and update (and, when the session has a fence, its epoch check) in one
     statement. Returns how many rows each update with rows changed (fewer than given: some did not exist). A fence
     that finds another leader raises (its `checked`) after the statement: the caller rolls back."""

@@ -215,3 +215,94 @@ def test_a_store_that_cannot_be_reached_is_unavailable(sessions: sessionmaker[Se
         repo.set_meta(s, "k", "v")
     kept.close()
     assert _meta(sessions, "k") == "v"
+
+
+def _raw_meta(tx: db.RawTransaction, key: str, value: str) -> None:
+    """What the writer's raw transactions send: bulk statements on the DB-API cursor."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    bulk.insert_rows(tx, MetaRow.__table__, ("key", "value"), [(key, value)])  # type: ignore[arg-type]
+
+
+def test_raw_transactions_commit_on_the_kept_connection_between_session_ones(sessions: sessionmaker[Session],
+                                                                            pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "a", "1")
+        with kept.transaction() as s:  # a Session's transaction on the same connection after it
+            assert repo.get_meta(s, "a") == "1"
+            repo.set_meta(s, "b", "2")
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "c", "3")
+        assert pool.checkouts == 1
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", "2", "3")
+
+
+def test_a_failed_raw_transaction_is_rolled_back_and_the_connection_kept(sessions: sessionmaker[Session],
+                                                                         pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with pytest.raises(ValueError), kept.raw_transaction() as tx:
+            _raw_meta(tx, "k", "lost")
+            raise ValueError("a bug in a mutation")
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "k", "kept")
+        assert pool.checkouts == 1
+    finally:
+        kept.close()
+    assert _meta(sessions, "k") == "kept"
+
+
+def test_an_outage_in_a_raw_transaction_replaces_the_connection(sessions: sessionmaker[Session], db_url: str,
+                                                               pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with pytest.raises(StoreUnavailable), kept.raw_transaction() as tx:
+            _raw_meta(tx, "a", "lost")
+            raise _outage(db_url)
+        opened = pool.opened
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "b", "2")
+        assert pool.opened == opened + 1  # a new connection, not the suspect one
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b")) == (None, "2")
+
+
+def test_a_raw_transaction_runs_the_sessions_commit_check_unless_its_writes_made_it(
+        sessions: sessionmaker[Session]) -> None:
+    """The fence's check (leadership/fence.py) before a raw commit, as before a Session's: a check that refuses
+    rolls the transaction back; one the writes already made (bulk.write_batch) is not run again."""
+    from peloton.store import bulk
+
+    class Check:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.refuse = False
+
+        def check_raw(self, tx: bulk.Tx) -> None:
+            self.calls += 1
+            if self.refuse:
+                raise RuntimeError("refused")
+
+    check = Check()
+    sessions.kw["info"] = {**sessions.kw.get("info", {}), db.COMMIT_CHECK: check}
+    kept = KeptConnection(sessions)
+    try:
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "a", "1")
+        assert check.calls == 1
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "b", "2")
+            tx.info[db.COMMIT_CHECKED] = True
+        assert check.calls == 1
+        check.refuse = True
+        with pytest.raises(RuntimeError, match="refused"), kept.raw_transaction() as tx:
+            _raw_meta(tx, "c", "lost")
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", "2", None)
