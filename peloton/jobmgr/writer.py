@@ -324,7 +324,7 @@ class Writer:
     @staticmethod
     def _write(s: bulk.Tx, writes: repo.Writes, eff: policy.Effects) -> None:
         writes.append_task_events(eff.events)
-        writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()))
+        writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()), last=True)
         _ROWS_JOBS.inc(len(eff.jobs))
         _ROWS_GANGS.inc(len(eff.gangs))
         _ROWS_TASKS.inc(len(eff.tasks))

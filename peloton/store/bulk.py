@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import functools
 import io
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -192,10 +193,57 @@ def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update]) -> 
     return [int(c) for c in row[:n]]
 
 
-def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update],
-              fence_keys: list[str] | None) -> tuple[str, list[Any]]:
+def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequence[Update]) -> None:
+    """PostgreSQL only, on a raw transaction that has sent nothing yet (`tx.fresh`): write_batch's statement as the
+    whole transaction, sent in autocommit, so that the server commits it as it ends, durably before it answers
+    (synchronous_commit): one round trip where BEGIN, the statement and COMMIT were three. What the caller checked
+    before committing, the statement checks itself, failing (and rolling back with it) when an update finds fewer
+    rows than it has (Missing) or the fence finds another leader (its Fenced, from reading the epochs again)."""
+    assert tx.fresh, "commit_batch: the statement must be the whole transaction"
+    fence = tx.info.get(FENCE_INFO)
+    sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys),
+                            checked=[] if fence is None else [fence.epochs[k] for k in fence.keys])
+    if not sql:
+        return  # nothing to send: the caller's commit ends the transaction
+    cur, _ = cursor(tx)
+    dbapi = cur.connection
+    try:
+        dbapi.autocommit = True  # (no round trip: psycopg sends nothing for it)
+        try:
+            cur.execute(sql, params)
+        finally:
+            dbapi.autocommit = False
+    except Exception as e:
+        refused = _REFUSED.search(str(e))
+        if refused is None:
+            raise
+        if refused.group(1) == "fenced" and fence is not None:
+            fence.check_raw(tx)  # raises its Fenced (and tells the daemon), having read the epochs again
+            raise
+        raise Missing(int(refused.group(2)), int(refused.group(3))) from e
+    finally:
+        cur.close()
+    count_statement("BATCH", "*")
+    tx.committed = True
+
+
+class Missing(Exception):
+    """commit_batch: the `index`-th of the updates with rows found only `found` of them."""
+
+    def __init__(self, index: int, found: int) -> None:
+        super().__init__(f"update {index}: {found} rows found")
+        self.index, self.found = index, found
+
+
+# what commit_batch's statement fails with when a check fails: the text that failed the cast to bigint
+_REFUSED = re.compile(r"peloton:(fenced|missing):(\d*):?(\d*)")
+
+
+def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update], fence_keys: list[str] | None,
+              checked: list[int] | None = None) -> tuple[str, list[Any]]:
     """write_batch's statement and parameters ("" when there is nothing to send). It selects the count of each
-    update's rows, then the fence's keys and values (two arrays, in key order)."""
+    update's rows, then the fence's keys and values (two arrays, in key order). With `checked` (the fence's epochs,
+    in key order; [] with no fence), commit_batch's: it checks those itself and fails when one is wrong."""
     ins = [i for i in inserts if i.rows]
     ups = [u for u in updates if u.rows]
     if not ins and not ups and fence_keys is None:
@@ -208,14 +256,19 @@ def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update],
         params.extend(list(col) for col in zip(*u.rows, strict=True))  # an array per column
     if fence_keys is not None:
         params.append(fence_keys)
+    if checked is not None:
+        params.extend(len(u.rows) for u in ups)
+        if fence_keys is not None:
+            params.append(checked)
     sql = _batch_text(tuple((i.table, i.cols, len(i.rows)) for i in ins), tuple((u.table, u.keys, u.cols) for u in ups),
-                      fence_keys is not None)
+                      fence_keys is not None, checked is not None)
     return sql, params
 
 
 @functools.lru_cache(maxsize=1024)
 def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
-                updates: tuple[tuple[Table, tuple[str, ...], tuple[str, ...]], ...], fence: bool) -> str:
+                updates: tuple[tuple[Table, tuple[str, ...], tuple[str, ...]], ...], fence: bool,
+                checked: bool = False) -> str:
     """batch_sql's text for a batch of this shape (the tables, their columns, the inserts' row counts): a group
     commit's shapes repeat (a gang's create, intent, RUNNING, end), so the text is built once per shape."""
     parts: list[str] = []
@@ -231,5 +284,14 @@ def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
     if fence:
         parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
         selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
+    if checked:
+        # a failed check casts text naming it to bigint: the error (with the text) fails the statement. The text
+        # reads a CTE, so the planner cannot fold the cast (and fail) ahead of the CASE
+        whens = [f"WHEN (SELECT count(*) FROM u{n}) <> %s THEN CAST('peloton:missing:{n}:' || "
+                 f"(SELECT count(*) FROM u{n}) AS bigint)" for n in range(len(updates))]
+        if fence:
+            whens.append("WHEN (SELECT array_agg(coalesce(value, '0')::bigint ORDER BY key) FROM f) IS DISTINCT FROM "
+                         "%s::bigint[] THEN CAST('peloton:fenced:' || (SELECT count(*) FROM f) AS bigint)")
+        selects = ["CASE " + " ".join(whens) + " ELSE 0 END"] if whens else []
     # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
     return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")

@@ -344,8 +344,9 @@ class KeptConnection:
         """One write transaction on the kept connection's DB-API connection, with no Session and no SQLAlchemy
         transaction around it: for what the bulk writers (bulk.py) alone write (a group commit whose jobs are all
         cached: no reads, no ORM). The same as `transaction` otherwise: SQLite's BEGIN IMMEDIATE, the commit check
-        of the sessions' info (the fence) unless the writes made it (bulk.write_batch), commit on success, rollback
-        on error, StoreUnavailable when the store cannot be reached, the connection dropped when it may be broken.
+        of the sessions' info (the fence) unless the writes made it (bulk.write_batch), commit on success (unless
+        its one statement committed it: bulk.commit_batch), rollback on error, StoreUnavailable when the store cannot
+        be reached, the connection dropped when it may be broken.
         The Session and transaction machinery cost ~0.25 ms of CPU a commit on PostgreSQL, more than the bulk
         statement itself (issue 24, docs/performance.md)."""
         began = time.perf_counter()
@@ -359,10 +360,11 @@ class KeptConnection:
                 dbapi.execute("BEGIN IMMEDIATE")
                 count_statement("BEGIN", "")
             yield tx
-            check = tx.info.get(COMMIT_CHECK)
-            if check is not None and not tx.info.pop(COMMIT_CHECKED, False):
-                check.check_raw(tx)
-            dbapi.commit()
+            if not tx.committed:
+                check = tx.info.get(COMMIT_CHECK)
+                if check is not None and not tx.info.pop(COMMIT_CHECKED, False):
+                    check.check_raw(tx)
+                dbapi.commit()
             _COMMIT.inc()
         except BaseException as e:
             unavailable = is_unavailable(e)
@@ -442,14 +444,22 @@ COMMIT_CHECKED = "peloton.fence.checked"
 
 class RawTransaction:
     """KeptConnection.raw_transaction's transaction: the part of a Session that the bulk writers use (its
-    connection, for the DB-API cursor and the dialect; its info, for the fence), on the kept connection."""
-    __slots__ = ("_conn", "info")
+    connection, for the DB-API cursor and the dialect; its info, for the fence), on the kept connection.
+
+    `fresh` until the connection is first asked for (nothing sent yet); `committed` once a statement that was the
+    whole transaction committed it (bulk.commit_batch): nothing may follow it."""
+    __slots__ = ("_conn", "info", "fresh", "committed")
 
     def __init__(self, conn: Connection, info: dict[str, Any]) -> None:
         self._conn = conn
         self.info = info
+        self.fresh = True
+        self.committed = False
 
     def connection(self) -> Connection:
+        if self.committed:
+            raise RuntimeError("this transaction was committed by its one statement: nothing may follow it")
+        self.fresh = False
         return self._conn
 
     def get_bind(self) -> Connection:

@@ -271,6 +271,8 @@ def test_a_replaced_leader_cannot_commit_a_raw_transaction(two: tuple[sessionmak
                 ins = bulk.Insert(MetaRow.__table__, ("key", "value"))  # type: ignore[arg-type]
                 ins.rows.append(("late", "x"))
                 bulk.write_batch(tx, [ins], [])
+            with pytest.raises(Fenced), kept.raw_transaction() as tx:  # ... and when it is the whole transaction
+                bulk.commit_batch(tx, [ins], [])
     finally:
         kept.close()
     assert _has(b, "by-a") and not _has(b, "late")

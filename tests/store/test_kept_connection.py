@@ -306,3 +306,30 @@ def test_a_raw_transaction_runs_the_sessions_commit_check_unless_its_writes_made
     finally:
         kept.close()
     assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", "2", None)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # bulk.commit_batch is PostgreSQL's
+def test_a_raw_transactions_one_statement_commits_it_and_nothing_may_follow(sessions: sessionmaker[Session]) -> None:
+    """bulk.commit_batch: the statement is the whole transaction, committed by the server as it ends (no BEGIN or
+    COMMIT of its own); an update that finds fewer rows than it has fails it, and nothing of it lands."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    table: Any = MetaRow.__table__
+    kept = KeptConnection(sessions)
+    try:
+        with kept.raw_transaction() as tx:
+            ins = bulk.Insert(table, ("key", "value"))
+            ins.rows.append(("a", "1"))
+            bulk.commit_batch(tx, [ins], [])
+            assert _meta(sessions, "a") == "1"  # committed before the block ends
+            with pytest.raises(RuntimeError, match="nothing may follow"):
+                _raw_meta(tx, "b", "lost")
+        with pytest.raises(bulk.Missing) as e, kept.raw_transaction() as tx:
+            ins = bulk.Insert(table, ("key", "value"))
+            ins.rows.append(("c", "lost"))
+            bulk.commit_batch(tx, [ins], [bulk.Update(table, ("key",), ("value",), [("a", "2"), ("nope", "2")])])
+        assert (e.value.index, e.value.found) == (0, 1)
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", None, None)

@@ -124,7 +124,7 @@ def test_a_store_outage_fails_the_batch_with_unavailable_and_forgets_nothing(
     create(w, "a")
     real = repo.Writes.send
 
-    def down(self: repo.Writes, s: Session, *args: Any) -> None:
+    def down(self: repo.Writes, s: Session, *args: Any, **kwargs: Any) -> None:
         raise StoreUnavailable("the store is unavailable (test); retry later")
 
     monkeypatch.setattr(repo.Writes, "send", down)
@@ -156,10 +156,10 @@ def test_a_status_update_of_a_big_job_writes_a_handful_of_rows(writer: tuple[Wri
     written: list[int] = []
     real = repo.Writes.send
 
-    def counting(self: repo.Writes, s: Session, jobs: Any = (), gangs: Any = (), tasks: Any = ()) -> None:
+    def counting(self: repo.Writes, s: Session, jobs: Any = (), gangs: Any = (), tasks: Any = (), **kwargs: Any) -> None:
         if tasks:
             written.append(len(tasks))
-        real(self, s, jobs, gangs, tasks)
+        real(self, s, jobs, gangs, tasks, **kwargs)
 
     monkeypatch.setattr(repo.Writes, "send", counting)
 
