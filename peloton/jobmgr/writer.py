@@ -10,8 +10,8 @@ job records at all, and no caller holds anything while the transaction does I/O.
 A mutation is `check(views)` (may raise a PelotonError: that mutation alone fails, nothing changed) followed by
 `apply(views, now) -> Effects` (must not raise; if it does, the batch is rolled back, the cache entries of its
 jobs are dropped and reloaded from the store, and each mutation of the batch is run again on its own, so one bad
-request cannot fail others). After the commit: the futures are resolved, the changes are published to watchers,
-and the side effects (kills, queue updates) are handed to the SideEffects sender, in commit order.
+request cannot fail others). After the commit, in commit order: the side effects (kills, queue updates) are handed
+to the SideEffects sender, the futures are resolved, and the changes are published to watchers.
 """
 
 from __future__ import annotations
@@ -304,6 +304,9 @@ class Writer:
             self._write(s, writes, eff)
 
         def done() -> None:
+            # the side effects first: a new gang's enqueue is the next step of its way to running (the caller of a
+            # create, woken next, waits for nothing more); a commit of status updates or intents has none
+            self._perform(eff, self.cache)
             for m, r in results:
                 m.future.set_result(r)
             for m, err in failed:
@@ -315,7 +318,6 @@ class Writer:
                 if key[0] in self.cache:
                     changed[key[0]] = self.cache[key[0]]
             self._publish(changed.values(), eff, deleted)
-            self._perform(eff, self.cache)
             for jid in [j for j in set(changed) | need if j in self.cache and self.cache[j].job.state.terminal]:
                 self.cache.pop(jid, None)  # finished: nothing changes it any more (a late update reloads it)
 

@@ -235,8 +235,9 @@ class Missing(Exception):
         self.index, self.found = index, found
 
 
-# what commit_batch's statement fails with when a check fails: the text that failed the cast to bigint
-_REFUSED = re.compile(r"peloton:(fenced|missing):(\d*):?(\d*)")
+# what commit_batch's statement fails with when a check fails: the text that failed the cast to bigint (no colons:
+# pgbench, replaying the statement, would take `:name` for a variable, benchmarks/durability_bench.py)
+_REFUSED = re.compile(r"peloton-(fenced|missing)-(\d*)-?(\d*)")
 
 
 def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update], fence_keys: list[str] | None,
@@ -287,11 +288,11 @@ def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
     if checked:
         # a failed check casts text naming it to bigint: the error (with the text) fails the statement. The text
         # reads a CTE, so the planner cannot fold the cast (and fail) ahead of the CASE
-        whens = [f"WHEN (SELECT count(*) FROM u{n}) <> %s THEN CAST('peloton:missing:{n}:' || "
+        whens = [f"WHEN (SELECT count(*) FROM u{n}) <> %s THEN CAST('peloton-missing-{n}-' || "
                  f"(SELECT count(*) FROM u{n}) AS bigint)" for n in range(len(updates))]
         if fence:
             whens.append("WHEN (SELECT array_agg(coalesce(value, '0')::bigint ORDER BY key) FROM f) IS DISTINCT FROM "
-                         "%s::bigint[] THEN CAST('peloton:fenced:' || (SELECT count(*) FROM f) AS bigint)")
+                         "%s::bigint[] THEN CAST('peloton-fenced-' || (SELECT count(*) FROM f) AS bigint)")
         selects = ["CASE " + " ".join(whens) + " ELSE 0 END"] if whens else []
     # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
     return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")
