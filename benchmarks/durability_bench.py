@@ -324,6 +324,7 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
         "end": lambda: [Mutation(Kind.APPLY, ids, apply=views_apply(statuses(TaskState.SUCCEEDED)))],
     }
     out: dict[str, list[str]] = {}
+    prepared, bulk.PREPARED_PER_CONNECTION = bulk.PREPARED_PER_CONNECTION, 0  # the statements' text, not EXECUTEs
     try:
         sessions = db.make_sessions(eng)
         with db.transaction(sessions) as s:
@@ -345,6 +346,7 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
                 raise RuntimeError(f"{step}: the writer did not send its batch as plain statements: {body!r:.300}")
             out[step] = body
     finally:
+        bulk.PREPARED_PER_CONNECTION = prepared
         eng.dispose()
     return out
 

@@ -22,15 +22,20 @@ from __future__ import annotations
 import functools
 import io
 import re
+import weakref
 from collections.abc import Sequence
 from typing import Any
 
+import psycopg2
 from psycopg2.extras import execute_values
 from sqlalchemy import Table
 from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from peloton.store.db import COMMIT_CHECK, COMMIT_CHECKED, RawTransaction, count_statement
+
+# a statement PostgreSQL would not prepare (its types not inferred): the batch goes as text (commit_batch)
+_NOT_PREPARED = (psycopg2.ProgrammingError, psycopg2.DataError)
 
 # where the bulk writers write: a Session's transaction, or a kept connection's raw one (db.RawTransaction)
 Tx = Session | RawTransaction
@@ -210,7 +215,11 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
     try:
         dbapi.autocommit = True  # (no round trip: psycopg sends nothing for it)
         try:
-            cur.execute(sql, params)
+            name = None if _psycopg3(tx) else _prepared(cur, sql)
+            if name is None:
+                cur.execute(sql, params)
+            else:
+                cur.execute(_execute_text(name, len(params)), params)
         finally:
             dbapi.autocommit = False
     except Exception as e:
@@ -225,6 +234,45 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
         cur.close()
     count_statement("BATCH", "*")
     tx.committed = True
+
+
+# A batch statement's text is prepared on the server once per connection and shape (commit_batch, psycopg2): parsed
+# and planned once, where its ~5 KB of CTEs took PostgreSQL 0.2-0.3 ms to plan at every commit (EXPLAIN ANALYZE).
+# Prepared in autocommit, outside any transaction (a PREPARE that failed would abort the batch's); one that fails is
+# not tried again on that connection, and the batch goes as text.
+PREPARED_PER_CONNECTION = 128  # shapes: a group commit's repeat (a gang's create, intent, RUNNING, end, by size)
+_PREPARED: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
+
+
+def _prepared(cur: Any, sql: str) -> str | None:
+    """The name of `sql` prepared on the cursor's connection (in autocommit), None if it is not (to be)."""
+    names = _PREPARED.get(cur.connection)
+    if names is None:
+        names = _PREPARED[cur.connection] = {}
+    if sql in names:
+        return names[sql]
+    if len(names) >= PREPARED_PER_CONNECTION:
+        return None
+    name: str | None = f"peloton_batch_{len(names)}"
+    try:
+        cur.execute(f"PREPARE {name} AS {_numbered(sql)}")
+        count_statement("PREPARE", "*")
+    except _NOT_PREPARED:
+        name = None
+    names[sql] = name
+    return name
+
+
+@functools.lru_cache(maxsize=1024)
+def _numbered(sql: str) -> str:
+    """A batch text's %s placeholders as PREPARE's $1, $2, ... (the text has no other %)."""
+    parts = sql.split("%s")
+    return parts[0] + "".join(f"${i}{part}" for i, part in enumerate(parts[1:], 1))
+
+
+@functools.lru_cache(maxsize=1024)
+def _execute_text(name: str, n: int) -> str:
+    return f"EXECUTE {name} (" + ", ".join("%s" for _ in range(n)) + ")"
 
 
 class Missing(Exception):

@@ -333,3 +333,31 @@ def test_a_raw_transactions_one_statement_commits_it_and_nothing_may_follow(sess
     finally:
         kept.close()
     assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", None, None)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_batch_shape_is_prepared_once_per_connection_and_one_that_cannot_be_goes_as_text(
+        sessions: sessionmaker[Session]) -> None:
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    table: Any = MetaRow.__table__
+    kept = KeptConnection(sessions)
+    try:
+        for key in ("a", "b", "c"):
+            with kept.raw_transaction() as tx:
+                ins = bulk.Insert(table, ("key", "value"))
+                ins.rows.append((key, "1"))
+                bulk.commit_batch(tx, [ins], [])
+        with kept.transaction() as s:
+            prepared = s.execute(text("SELECT count(*), sum(generic_plans + custom_plans) FROM pg_prepared_statements"
+                                      " WHERE name LIKE 'peloton_batch_%'")).one()
+            assert tuple(prepared) == (1, 3)  # one shape, prepared once, executed three times
+            cur = s.connection().connection.dbapi_connection.cursor()
+        cur.connection.autocommit = True
+        assert bulk._prepared(cur, "SELECT %s + %s") is None  # noqa: SLF001 - the types cannot be inferred
+        assert bulk._PREPARED[cur.connection]["SELECT %s + %s"] is None  # noqa: SLF001 - remembered: not tried again
+        cur.connection.autocommit = False
+    finally:
+        kept.close()
+    assert [_meta(sessions, k) for k in ("a", "b", "c")] == ["1", "1", "1"]
