@@ -353,7 +353,7 @@ def test_a_batch_shape_is_prepared_once_per_connection_and_one_that_cannot_be_go
             prepared = s.execute(text("SELECT count(*), sum(generic_plans + custom_plans) FROM pg_prepared_statements"
                                       " WHERE name LIKE 'peloton_batch_%'")).one()
             assert tuple(prepared) == (1, 3)  # one shape, prepared once, executed three times
-            cur = s.connection().connection.dbapi_connection.cursor()
+            cur = bulk.cursor(s)[0]
         cur.connection.autocommit = True
         assert bulk._prepared(cur, "SELECT %s + %s") is None  # noqa: SLF001 - the types cannot be inferred
         assert bulk._PREPARED[cur.connection]["SELECT %s + %s"] is None  # noqa: SLF001 - remembered: not tried again
