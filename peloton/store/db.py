@@ -13,7 +13,7 @@ import re
 import select
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -321,16 +321,9 @@ class KeptConnection:
             yield s
             s.commit()
         except BaseException as e:
-            unavailable = is_unavailable(e)
-            rolled_back = False
-            if s is not None:
-                with contextlib.suppress(Exception):  # the connection may be gone: rolling back is best effort
-                    s.rollback()
-                    rolled_back = True
-            if unavailable or not rolled_back:
-                self._drop(outage=unavailable)
-            if unavailable:
-                raise StoreUnavailable(f"the store is unavailable ({_short(e)}); retry later") from e
+            instead = self._failed(e, None if s is None else s.rollback)
+            if instead is not None:
+                raise instead from e
             raise
         finally:
             _TX["write"].observe(time.perf_counter() - began)
@@ -367,20 +360,26 @@ class KeptConnection:
                 dbapi.commit()
             _COMMIT.inc()
         except BaseException as e:
-            unavailable = is_unavailable(e)
-            rolled_back = False
-            if dbapi is not None:
-                with contextlib.suppress(Exception):  # the connection may be gone: rolling back is best effort
-                    dbapi.rollback()
-                    rolled_back = True
-            if unavailable or not rolled_back:
-                self._drop(outage=unavailable)
-            if unavailable:
-                raise StoreUnavailable(f"the store is unavailable ({_short(e)}); retry later") from e
+            instead = self._failed(e, None if dbapi is None else dbapi.rollback)
+            if instead is not None:
+                raise instead from e
             raise
         finally:
             _TX["write"].observe(time.perf_counter() - began)
             self._used = time.monotonic()
+
+    def _failed(self, e: BaseException, rollback: Callable[[], None] | None) -> StoreUnavailable | None:
+        """After a transaction failed with `e`: roll it back (best effort; None: nothing to roll back), drop the
+        connection when it may be broken; the StoreUnavailable to raise instead of `e` when the store is out."""
+        unavailable = is_unavailable(e)
+        rolled_back = False
+        if rollback is not None:
+            with contextlib.suppress(Exception):  # the connection may be gone: rolling back is best effort
+                rollback()
+                rolled_back = True
+        if unavailable or not rolled_back:
+            self._drop(outage=unavailable)
+        return StoreUnavailable(f"the store is unavailable ({_short(e)}); retry later") if unavailable else None
 
     def _connection(self) -> Connection:
         conn = self._conn

@@ -49,6 +49,14 @@ def _meta(sessions: sessionmaker[Session], key: str) -> str | None:
         return repo.get_meta(s, key)
 
 
+def _raw_meta(tx: db.RawTransaction, key: str, value: str) -> None:
+    """What the writer's raw transactions send: bulk statements on the DB-API cursor."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    bulk.insert_rows(tx, MetaRow.__table__, ("key", "value"), [(key, value)])  # type: ignore[arg-type]
+
+
 def _outage(db_url: str) -> BaseException:
     """What the driver raises when the store goes away in a statement."""
     if db_url.startswith("postgresql"):
@@ -114,10 +122,15 @@ def test_a_failed_transaction_is_rolled_back_and_the_connection_kept(sessions: s
         with kept.transaction() as s:
             assert repo.get_meta(s, "k") is None  # rolled back
             repo.set_meta(s, "k", "kept")
+        with pytest.raises(ValueError), kept.raw_transaction() as tx:  # the same without a Session
+            _raw_meta(tx, "raw", "lost")
+            raise ValueError("a bug in a mutation")
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "raw", "kept")
         assert pool.checkouts == 1  # rolled back cleanly: the connection was kept
     finally:
         kept.close()
-    assert _meta(sessions, "k") == "kept"
+    assert (_meta(sessions, "k"), _meta(sessions, "raw")) == ("kept", "kept")
 
 
 def test_an_outage_in_a_transaction_replaces_the_connection(sessions: sessionmaker[Session], db_url: str,
@@ -217,14 +230,6 @@ def test_a_store_that_cannot_be_reached_is_unavailable(sessions: sessionmaker[Se
     assert _meta(sessions, "k") == "v"
 
 
-def _raw_meta(tx: db.RawTransaction, key: str, value: str) -> None:
-    """What the writer's raw transactions send: bulk statements on the DB-API cursor."""
-    from peloton.store import bulk
-    from peloton.store.models import MetaRow
-
-    bulk.insert_rows(tx, MetaRow.__table__, ("key", "value"), [(key, value)])  # type: ignore[arg-type]
-
-
 def test_raw_transactions_commit_on_the_kept_connection_between_session_ones(sessions: sessionmaker[Session],
                                                                             pool: Pool) -> None:
     kept = KeptConnection(sessions)
@@ -240,21 +245,6 @@ def test_raw_transactions_commit_on_the_kept_connection_between_session_ones(ses
     finally:
         kept.close()
     assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", "2", "3")
-
-
-def test_a_failed_raw_transaction_is_rolled_back_and_the_connection_kept(sessions: sessionmaker[Session],
-                                                                         pool: Pool) -> None:
-    kept = KeptConnection(sessions)
-    try:
-        with pytest.raises(ValueError), kept.raw_transaction() as tx:
-            _raw_meta(tx, "k", "lost")
-            raise ValueError("a bug in a mutation")
-        with kept.raw_transaction() as tx:
-            _raw_meta(tx, "k", "kept")
-        assert pool.checkouts == 1
-    finally:
-        kept.close()
-    assert _meta(sessions, "k") == "kept"
 
 
 def test_an_outage_in_a_raw_transaction_replaces_the_connection(sessions: sessionmaker[Session], db_url: str,
