@@ -52,7 +52,7 @@ from peloton.domain.spec import JobSpec  # noqa: E402
 from peloton.domain.states import GangState, JobState, TaskState  # noqa: E402
 from peloton.jobmgr import gang_policy as policy  # noqa: E402
 from peloton.jobmgr.writer import Kind, Mutation, Writer  # noqa: E402
-from peloton.leadership.fence import Fence, take_epochs  # noqa: E402
+from peloton.leadership.fence import EPOCH_KEY, Fence, take_epochs  # noqa: E402
 from peloton.store import bulk, db, repo  # noqa: E402
 from tests.dbutil import postgres_database  # noqa: E402
 
@@ -253,10 +253,12 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
 
     class Recording(psycopg2.extensions.cursor):
         def execute(self, query: Any, params: Any = None) -> Any:
+            alone = self.connection.autocommit  # a batch that commits itself (bulk.commit_batch): its own transaction
             try:
                 return super().execute(query, params)
             finally:
-                sent.append(self.query.decode() if self.query is not None else "")
+                sent.extend([_BEGIN, self.query.decode() if self.query is not None else "", _COMMIT] if alone else
+                            [self.query.decode() if self.query is not None else ""])
 
         def executemany(self, query: Any, params: Any) -> Any:  # not the one-statement path: no script for it
             sent.append("\0executemany")
@@ -322,9 +324,14 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
         "end": lambda: [Mutation(Kind.APPLY, ids, apply=views_apply(statuses(TaskState.SUCCEEDED)))],
     }
     out: dict[str, list[str]] = {}
+    prepared, bulk.PREPARED_PER_CONNECTION = bulk.PREPARED_PER_CONNECTION, 0  # the statements' text, not EXECUTEs
     try:
         sessions = db.make_sessions(eng)
-        Fence(take_epochs(sessions)).install(sessions)
+        with db.transaction(sessions) as s:
+            taken = repo.get_meta(s, EPOCH_KEY)
+        # the epoch once taken (the statement checks it: a recording again sends the same text, and pgbench
+        # replaying it on this database passes the check)
+        Fence(int(taken) if taken else take_epochs(sessions)).install(sessions)
         w = Writer(sessions, publish=lambda *_: None, perform=lambda *_: None, clock=lambda: now)
         for step in STEPS:
             batch = batches[step]()
@@ -339,6 +346,7 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
                 raise RuntimeError(f"{step}: the writer did not send its batch as plain statements: {body!r:.300}")
             out[step] = body
     finally:
+        bulk.PREPARED_PER_CONNECTION = prepared
         eng.dispose()
     return out
 

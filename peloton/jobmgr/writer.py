@@ -10,8 +10,8 @@ job records at all, and no caller holds anything while the transaction does I/O.
 A mutation is `check(views)` (may raise a PelotonError: that mutation alone fails, nothing changed) followed by
 `apply(views, now) -> Effects` (must not raise; if it does, the batch is rolled back, the cache entries of its
 jobs are dropped and reloaded from the store, and each mutation of the batch is run again on its own, so one bad
-request cannot fail others). After the commit: the futures are resolved, the changes are published to watchers,
-and the side effects (kills, queue updates) are handed to the SideEffects sender, in commit order.
+request cannot fail others). After the commit, in commit order: the side effects (kills, queue updates) are handed
+to the SideEffects sender, the futures are resolved, and the changes are published to watchers.
 """
 
 from __future__ import annotations
@@ -32,7 +32,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.domain.model import TaskEvent
 from peloton.errors import PelotonError, Unavailable
 from peloton.jobmgr import gang_policy as policy
-from peloton.store import repo
+from peloton.store import bulk, repo
 from peloton.store.db import KeptConnection, StoreUnavailable
 
 log = logging.getLogger(__name__)
@@ -251,12 +251,17 @@ class Writer:
         failed: list[tuple[Mutation[Any], BaseException]] = []
         created: list[policy.JobView] = []
         deleted: list[str] = []
-        with self._store.transaction() as s:
+        need = set(self._reload)
+        for m in batch:
+            need.update(m.job_ids)
+        # the common batch (its jobs cached, nothing to delete) is bulk writes alone: a transaction without a
+        # Session (no ORM, no SQLAlchemy transaction: ~0.25 ms of CPU less a commit on PostgreSQL)
+        raw = all(j in self.cache for j in need) and not any(m.kind == Kind.DELETE for m in batch)
+        with self._store.raw_transaction() if raw else self._store.transaction() as s:
             writes = repo.Writes()  # sent together at the end: on PostgreSQL one statement (store/bulk.py)
-            need = set(self._reload)
-            for m in batch:
-                need.update(m.job_ids)
-            self._load(s, need)
+            if not raw:
+                assert isinstance(s, Session)
+                self._load(s, need)
             self._reload.clear()  # loaded, or gone from the store
             for m in batch:
                 views = {j: self.cache[j] for j in m.job_ids if j in self.cache}
@@ -283,6 +288,7 @@ class Writer:
                     eff.enqueue += [(jv.job.id, i) for i in jv.gangs]
                     results.append((m, jv.job.id))
                 elif m.kind == Kind.DELETE:
+                    assert isinstance(s, Session)
                     writes.send(s)  # a job created earlier in this batch is in the store before it is deleted
                     writes = repo.Writes()
                     for jid in m.job_ids:
@@ -298,6 +304,9 @@ class Writer:
             self._write(s, writes, eff)
 
         def done() -> None:
+            # the side effects first: a new gang's enqueue is the next step of its way to running (the caller of a
+            # create, woken next, waits for nothing more); a commit of status updates or intents has none
+            self._perform(eff, self.cache)
             for m, r in results:
                 m.future.set_result(r)
             for m, err in failed:
@@ -309,16 +318,15 @@ class Writer:
                 if key[0] in self.cache:
                     changed[key[0]] = self.cache[key[0]]
             self._publish(changed.values(), eff, deleted)
-            self._perform(eff, self.cache)
             for jid in [j for j in set(changed) | need if j in self.cache and self.cache[j].job.state.terminal]:
                 self.cache.pop(jid, None)  # finished: nothing changes it any more (a late update reloads it)
 
         return done
 
     @staticmethod
-    def _write(s: Session, writes: repo.Writes, eff: policy.Effects) -> None:
+    def _write(s: bulk.Tx, writes: repo.Writes, eff: policy.Effects) -> None:
         writes.append_task_events(eff.events)
-        writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()))
+        writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()), last=True)
         _ROWS_JOBS.inc(len(eff.jobs))
         _ROWS_GANGS.inc(len(eff.gangs))
         _ROWS_TASKS.inc(len(eff.tasks))

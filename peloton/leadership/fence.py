@@ -97,9 +97,16 @@ class Fence:
         if session.info.pop(_TAKING, False) or session.info.pop(bulk.FENCE_CHECKED, False):
             return
         session.flush()  # the ORM's pending changes go out first: they are checked with the rest
+        self._read(session)
+
+    def check_raw(self, tx: bulk.Tx) -> None:
+        """The check before the commit of a transaction without a Session (db.KeptConnection.raw_transaction)."""
+        self._read(tx)
+
+    def _read(self, tx: bulk.Tx) -> None:
         # on the DB-API cursor: every write transaction pays this, and SQLAlchemy's statement machinery cost more
         # than the round trip (sim_bench: 1,100 -> 1,290 tasks/s without any check; docs/performance.md)
-        cur, dialect = bulk.cursor(session)
+        cur, dialect = bulk.cursor(tx)
         try:
             if dialect == "postgresql":
                 cur.execute(_CHECK_PG, (self._keys,))
@@ -111,7 +118,7 @@ class Fence:
         count_statement("SELECT", "meta")
         self._verify(rows)
 
-    def checked(self, session: Session, rows: Iterable[tuple[str, str | None]]) -> None:
+    def checked(self, session: bulk.Tx, rows: Iterable[tuple[str, str | None]]) -> None:
         """The epochs (key, value) were read, locked, in this transaction (bulk.write_batch): Fenced if another
         process took over, else the commit need not read them again."""
         self._verify(rows)

@@ -13,7 +13,7 @@ import re
 import select
 import time
 import weakref
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +50,7 @@ def count_statement(op: str, table: str) -> None:
 
 
 _STATEMENT = STATEMENTS.labels("statement")
+_COMMIT = STATEMENTS.labels("commit")
 
 
 @functools.lru_cache(maxsize=512)
@@ -104,7 +105,7 @@ def _normalize(url: str) -> str:
 
 
 def _count_statements(engine: Engine) -> Engine:
-    stmt, commit = STATEMENTS.labels("statement"), STATEMENTS.labels("commit")
+    stmt, commit = _STATEMENT, _COMMIT
 
     @event.listens_for(engine, "before_cursor_execute")
     def _on_execute(_conn: Any, _cursor: Any, statement: str, *_args: Any) -> None:
@@ -234,21 +235,26 @@ def is_unavailable(e: BaseException) -> bool:
     return isinstance(e, _DBAPI_UNAVAILABLE)
 
 
-def _dbapi_unavailable() -> tuple[type[BaseException], ...]:
+def _dbapi_errors(*names: str) -> tuple[type[BaseException], ...]:
+    """The DB-API exception classes of these names of every driver the store may use (the bulk writers' errors
+    come from the driver itself)."""
     import sqlite3
 
     import psycopg2
 
-    out: tuple[type[BaseException], ...] = (sqlite3.OperationalError, sqlite3.InterfaceError,
-                                            psycopg2.OperationalError, psycopg2.InterfaceError)
+    modules: list[Any] = [sqlite3, psycopg2]
     try:
         import psycopg  # psycopg 3, when installed (not a dependency)
     except ImportError:
-        return out
-    return (*out, psycopg.OperationalError, psycopg.InterfaceError)
+        pass
+    else:
+        modules.append(psycopg)
+    return tuple(getattr(m, n) for m in modules for n in names)
 
 
-_DBAPI_UNAVAILABLE = _dbapi_unavailable()
+_DBAPI_UNAVAILABLE = _dbapi_errors("OperationalError", "InterfaceError")
+# a unique or foreign key violated, raised by the driver (a bulk write: bulk.py)
+DBAPI_INTEGRITY_ERRORS = _dbapi_errors("IntegrityError")
 
 
 @contextlib.contextmanager
@@ -315,16 +321,9 @@ class KeptConnection:
             yield s
             s.commit()
         except BaseException as e:
-            unavailable = is_unavailable(e)
-            rolled_back = False
-            if s is not None:
-                with contextlib.suppress(Exception):  # the connection may be gone: rolling back is best effort
-                    s.rollback()
-                    rolled_back = True
-            if unavailable or not rolled_back:
-                self._drop(outage=unavailable)
-            if unavailable:
-                raise StoreUnavailable(f"the store is unavailable ({_short(e)}); retry later") from e
+            instead = self._failed(e, None if s is None else s.rollback)
+            if instead is not None:
+                raise instead from e
             raise
         finally:
             _TX["write"].observe(time.perf_counter() - began)
@@ -332,6 +331,55 @@ class KeptConnection:
                 with contextlib.suppress(Exception):
                     s.close()  # ends the session only: the connection stays
             self._used = time.monotonic()
+
+    @contextlib.contextmanager
+    def raw_transaction(self) -> Iterator[RawTransaction]:
+        """One write transaction on the kept connection's DB-API connection, with no Session and no SQLAlchemy
+        transaction around it: for what the bulk writers (bulk.py) alone write (a group commit whose jobs are all
+        cached: no reads, no ORM). The same as `transaction` otherwise: SQLite's BEGIN IMMEDIATE, the commit check
+        of the sessions' info (the fence) unless the writes made it (bulk.write_batch), commit on success (unless
+        its one statement committed it: bulk.commit_batch), rollback on error, StoreUnavailable when the store cannot
+        be reached, the connection dropped when it may be broken.
+        The Session and transaction machinery cost ~0.25 ms of CPU a commit on PostgreSQL, more than the bulk
+        statement itself (issue 24, docs/performance.md)."""
+        began = time.perf_counter()
+        dbapi: Any = None
+        try:
+            conn = self._connection()
+            dbapi = conn.connection.dbapi_connection
+            tx = RawTransaction(conn, dict(self.sessions.kw.get("info") or {}))
+            if conn.dialect.name == "sqlite":
+                # what the engine's begin event sends for a writer (pysqlite's own transaction control is off)
+                dbapi.execute("BEGIN IMMEDIATE")
+                count_statement("BEGIN", "")
+            yield tx
+            if not tx.committed:
+                check = tx.info.get(COMMIT_CHECK)
+                if check is not None and not tx.info.pop(COMMIT_CHECKED, False):
+                    check.check_raw(tx)
+                dbapi.commit()
+            _COMMIT.inc()
+        except BaseException as e:
+            instead = self._failed(e, None if dbapi is None else dbapi.rollback)
+            if instead is not None:
+                raise instead from e
+            raise
+        finally:
+            _TX["write"].observe(time.perf_counter() - began)
+            self._used = time.monotonic()
+
+    def _failed(self, e: BaseException, rollback: Callable[[], None] | None) -> StoreUnavailable | None:
+        """After a transaction failed with `e`: roll it back (best effort; None: nothing to roll back), drop the
+        connection when it may be broken; the StoreUnavailable to raise instead of `e` when the store is out."""
+        unavailable = is_unavailable(e)
+        rolled_back = False
+        if rollback is not None:
+            with contextlib.suppress(Exception):  # the connection may be gone: rolling back is best effort
+                rollback()
+                rolled_back = True
+        if unavailable or not rolled_back:
+            self._drop(outage=unavailable)
+        return StoreUnavailable(f"the store is unavailable ({_short(e)}); retry later") if unavailable else None
 
     def _connection(self) -> Connection:
         conn = self._conn
@@ -384,6 +432,37 @@ class KeptConnection:
         if conn is not None:
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+# Session.info keys (bulk.py and leadership/fence.py use them): the object whose `check_raw(tx)` (and, on a
+# Session, its before_commit listener) every write commit runs (the fence), and the flag that this transaction's
+# writes made that check already (bulk.write_batch reads the epochs in its statement)
+COMMIT_CHECK = "peloton.fence"
+COMMIT_CHECKED = "peloton.fence.checked"
+
+
+class RawTransaction:
+    """KeptConnection.raw_transaction's transaction: the part of a Session that the bulk writers use (its
+    connection, for the DB-API cursor and the dialect; its info, for the fence), on the kept connection.
+
+    `fresh` until the connection is first asked for (nothing sent yet); `committed` once a statement that was the
+    whole transaction committed it (bulk.commit_batch): nothing may follow it."""
+    __slots__ = ("_conn", "info", "fresh", "committed")
+
+    def __init__(self, conn: Connection, info: dict[str, Any]) -> None:
+        self._conn = conn
+        self.info = info
+        self.fresh = True
+        self.committed = False
+
+    def connection(self) -> Connection:
+        if self.committed:
+            raise RuntimeError("this transaction was committed by its one statement: nothing may follow it")
+        self.fresh = False
+        return self._conn
+
+    def get_bind(self) -> Connection:
+        return self._conn
 
 
 def _readable(dbapi_connection: Any) -> bool:

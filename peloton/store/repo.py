@@ -59,6 +59,7 @@ from peloton.domain.spec import spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, Conflict, FailedPrecondition, NotFound
 from peloton.store import bulk
+from peloton.store.db import DBAPI_INTEGRITY_ERRORS, RawTransaction
 from peloton.store.models import (
     AuditEventRow,
     Base,
@@ -100,7 +101,7 @@ _NO_SYNC = {"synchronize_session": False}
 _JOB_TERMINAL = (JobState.SUCCEEDED.value, JobState.FAILED.value, JobState.KILLED.value)
 
 
-def _update(s: Session, table: Table, keys: tuple[str, ...], cols: tuple[str, ...], rows: Sequence[Sequence[Any]],
+def _update(s: bulk.Tx, table: Table, keys: tuple[str, ...], cols: tuple[str, ...], rows: Sequence[Sequence[Any]],
             what: str) -> None:
     """UPDATE rows by primary key (each row: key values, then `cols`' values); NotFound (naming `what`) if a row
     does not exist (the caller must roll back: other rows may have been written)."""
@@ -469,21 +470,24 @@ class Writes:
         assert ins.cols == cols, (table.name, ins.cols, cols)
         ins.rows.extend(rows)
 
-    def send(self, s: Session, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
-             tasks: Sequence[Task] = ()) -> None:
-        """Send what was gathered, and the updates of `jobs`, `gangs`, `tasks` (by primary key)."""
+    def send(self, s: bulk.Tx, jobs: Sequence[Job] = (), gangs: Sequence[Gang] = (),
+             tasks: Sequence[Task] = (), *, last: bool = False) -> None:
+        """Send what was gathered, and the updates of `jobs`, `gangs`, `tasks` (by primary key). Only on the DB-API
+        cursor (bulk.py): `s` may be a transaction without a Session (db.KeptConnection.raw_transaction). `last`:
+        nothing follows in the transaction, so a raw one that sent nothing yet may be committed by this one
+        statement (bulk.commit_batch, PostgreSQL)."""
         inserts, updates = self.parts(jobs, gangs, tasks)
         created = self._created
         if (s.get_bind().dialect.name == "postgresql" and bulk.fits_one_statement(inserts, updates)
                 # one statement's parts share a snapshot: an update cannot see a row inserted beside it
                 and not any(j.id in created for j in jobs)
                 and not any(g.job_id in created for g in gangs) and not any(t.job_id in created for t in tasks)):
-            self._send_one(s, inserts, updates)
+            self._send_one(s, inserts, updates, commit=last and isinstance(s, RawTransaction) and s.fresh)
             return
         if self._jobs:
             try:
-                _core(s).execute(insert(_JOBS), self._jobs)
-            except IntegrityError as e:
+                bulk.insert_rows(s, _JOBS, inserts[0].cols, inserts[0].rows)
+            except DBAPI_INTEGRITY_ERRORS as e:
                 raise AlreadyExists(self._taken(), field="id") from e
         for ins in inserts[1:3]:  # gangs, tasks; the events after the updates, as before
             if ins.rows:
@@ -511,9 +515,17 @@ class Writes:
         return f"job {self._jobs[0]['id']!r} already exists" if len(self._jobs) == 1 else \
             "a job of this batch already exists"
 
-    def _send_one(self, s: Session, inserts: list[bulk.Insert], updates: list[bulk.Update]) -> None:
+    def _send_one(self, s: bulk.Tx, inserts: list[bulk.Insert], updates: list[bulk.Update], commit: bool) -> None:
+        with_rows = [u for u in updates if u.rows]
         try:
+            if commit:
+                assert isinstance(s, RawTransaction)
+                bulk.commit_batch(s, inserts, updates)
+                return
             counts = bulk.write_batch(s, inserts, updates)
+        except bulk.Missing as e:
+            counts = [len(u.rows) for u in with_rows]
+            counts[e.index] = e.found
         except Exception as e:
             # a job id (or request id) taken: a unique key of the jobs table, or of its gangs' or tasks' (keyed by
             # job id; the statement's parts run in no set order). psycopg2's own error: no SQLAlchemy here
@@ -521,7 +533,7 @@ class Writes:
                     getattr(getattr(e, "diag", None), "table_name", None) in (_JOBS.name, _GANGS.name, _TASKS.name):
                 raise AlreadyExists(self._taken(), field="id") from e
             raise
-        for up, n, what in zip([u for u in updates if u.rows], counts,
+        for up, n, what in zip(with_rows, counts,
                                [w for u, w in zip(updates, ("jobs", "gangs", "tasks"), strict=True) if u.rows],
                                strict=True):
             if n != len(up.rows):

@@ -249,3 +249,30 @@ def test_each_role_is_fenced_by_its_own_epoch(two: tuple[sessionmaker[Session], 
     # a process that leads several roles checks them all in each commit
     both = Fence(take_epochs(a, ("jobmgr", "resmgr")))
     assert both.epochs == {"daemon.epoch": 2, "daemon.epoch.resmgr": 3} and both.epoch == 2
+
+
+def test_a_replaced_leader_cannot_commit_a_raw_transaction(two: tuple[sessionmaker[Session], sessionmaker[Session]]) -> None:
+    """The job manager writer's transactions without a Session (db.KeptConnection.raw_transaction) are fenced too:
+    by the epochs read in its one statement on PostgreSQL (bulk.write_batch), else by the check before the commit."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    a, b = two
+    Fence(take_epoch(a)).install(a)
+    kept = db.KeptConnection(a)
+    try:
+        with kept.raw_transaction() as tx:
+            bulk.insert_rows(tx, MetaRow.__table__, ("key", "value"), [("by-a", "x")])  # type: ignore[arg-type]
+        Fence(take_epoch(b)).install(b)
+        with pytest.raises(Fenced), kept.raw_transaction() as tx:  # checked at the commit
+            bulk.insert_rows(tx, MetaRow.__table__, ("key", "value"), [("late", "x")])  # type: ignore[arg-type]
+        if tx.get_bind().dialect.name == "postgresql":  # the writer's one statement there reads the epochs itself
+            with pytest.raises(Fenced), kept.raw_transaction() as tx:
+                ins = bulk.Insert(MetaRow.__table__, ("key", "value"))  # type: ignore[arg-type]
+                ins.rows.append(("late", "x"))
+                bulk.write_batch(tx, [ins], [])
+            with pytest.raises(Fenced), kept.raw_transaction() as tx:  # ... and when it is the whole transaction
+                bulk.commit_batch(tx, [ins], [])
+    finally:
+        kept.close()
+    assert _has(b, "by-a") and not _has(b, "late")

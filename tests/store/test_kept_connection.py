@@ -49,6 +49,14 @@ def _meta(sessions: sessionmaker[Session], key: str) -> str | None:
         return repo.get_meta(s, key)
 
 
+def _raw_meta(tx: db.RawTransaction, key: str, value: str) -> None:
+    """What the writer's raw transactions send: bulk statements on the DB-API cursor."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    bulk.insert_rows(tx, MetaRow.__table__, ("key", "value"), [(key, value)])  # type: ignore[arg-type]
+
+
 def _outage(db_url: str) -> BaseException:
     """What the driver raises when the store goes away in a statement."""
     if db_url.startswith("postgresql"):
@@ -114,10 +122,15 @@ def test_a_failed_transaction_is_rolled_back_and_the_connection_kept(sessions: s
         with kept.transaction() as s:
             assert repo.get_meta(s, "k") is None  # rolled back
             repo.set_meta(s, "k", "kept")
+        with pytest.raises(ValueError), kept.raw_transaction() as tx:  # the same without a Session
+            _raw_meta(tx, "raw", "lost")
+            raise ValueError("a bug in a mutation")
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "raw", "kept")
         assert pool.checkouts == 1  # rolled back cleanly: the connection was kept
     finally:
         kept.close()
-    assert _meta(sessions, "k") == "kept"
+    assert (_meta(sessions, "k"), _meta(sessions, "raw")) == ("kept", "kept")
 
 
 def test_an_outage_in_a_transaction_replaces_the_connection(sessions: sessionmaker[Session], db_url: str,
@@ -215,3 +228,126 @@ def test_a_store_that_cannot_be_reached_is_unavailable(sessions: sessionmaker[Se
         repo.set_meta(s, "k", "v")
     kept.close()
     assert _meta(sessions, "k") == "v"
+
+
+def test_raw_transactions_commit_on_the_kept_connection_between_session_ones(sessions: sessionmaker[Session],
+                                                                            pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "a", "1")
+        with kept.transaction() as s:  # a Session's transaction on the same connection after it
+            assert repo.get_meta(s, "a") == "1"
+            repo.set_meta(s, "b", "2")
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "c", "3")
+        assert pool.checkouts == 1
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", "2", "3")
+
+
+def test_an_outage_in_a_raw_transaction_replaces_the_connection(sessions: sessionmaker[Session], db_url: str,
+                                                               pool: Pool) -> None:
+    kept = KeptConnection(sessions)
+    try:
+        with pytest.raises(StoreUnavailable), kept.raw_transaction() as tx:
+            _raw_meta(tx, "a", "lost")
+            raise _outage(db_url)
+        opened = pool.opened
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "b", "2")
+        assert pool.opened == opened + 1  # a new connection, not the suspect one
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b")) == (None, "2")
+
+
+def test_a_raw_transaction_runs_the_sessions_commit_check_unless_its_writes_made_it(
+        sessions: sessionmaker[Session]) -> None:
+    """The fence's check (leadership/fence.py) before a raw commit, as before a Session's: a check that refuses
+    rolls the transaction back; one the writes already made (bulk.write_batch) is not run again."""
+    from peloton.store import bulk
+
+    class Check:
+        def __init__(self) -> None:
+            self.calls = 0
+            self.refuse = False
+
+        def check_raw(self, tx: bulk.Tx) -> None:
+            self.calls += 1
+            if self.refuse:
+                raise RuntimeError("refused")
+
+    check = Check()
+    sessions.kw["info"] = {**sessions.kw.get("info", {}), db.COMMIT_CHECK: check}
+    kept = KeptConnection(sessions)
+    try:
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "a", "1")
+        assert check.calls == 1
+        with kept.raw_transaction() as tx:
+            _raw_meta(tx, "b", "2")
+            tx.info[db.COMMIT_CHECKED] = True
+        assert check.calls == 1
+        check.refuse = True
+        with pytest.raises(RuntimeError, match="refused"), kept.raw_transaction() as tx:
+            _raw_meta(tx, "c", "lost")
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", "2", None)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # bulk.commit_batch is PostgreSQL's
+def test_a_raw_transactions_one_statement_commits_it_and_nothing_may_follow(sessions: sessionmaker[Session]) -> None:
+    """bulk.commit_batch: the statement is the whole transaction, committed by the server as it ends (no BEGIN or
+    COMMIT of its own); an update that finds fewer rows than it has fails it, and nothing of it lands."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    table: Any = MetaRow.__table__
+    kept = KeptConnection(sessions)
+    try:
+        with kept.raw_transaction() as tx:
+            ins = bulk.Insert(table, ("key", "value"))
+            ins.rows.append(("a", "1"))
+            bulk.commit_batch(tx, [ins], [])
+            assert _meta(sessions, "a") == "1"  # committed before the block ends
+            with pytest.raises(RuntimeError, match="nothing may follow"):
+                _raw_meta(tx, "b", "lost")
+        with pytest.raises(bulk.Missing) as e, kept.raw_transaction() as tx:
+            ins = bulk.Insert(table, ("key", "value"))
+            ins.rows.append(("c", "lost"))
+            bulk.commit_batch(tx, [ins], [bulk.Update(table, ("key",), ("value",), [("a", "2"), ("nope", "2")])])
+        assert (e.value.index, e.value.found) == (0, 1)
+    finally:
+        kept.close()
+    assert (_meta(sessions, "a"), _meta(sessions, "b"), _meta(sessions, "c")) == ("1", None, None)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_batch_shape_is_prepared_once_per_connection_and_one_that_cannot_be_goes_as_text(
+        sessions: sessionmaker[Session]) -> None:
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    table: Any = MetaRow.__table__
+    kept = KeptConnection(sessions)
+    try:
+        for key in ("a", "b", "c"):
+            with kept.raw_transaction() as tx:
+                ins = bulk.Insert(table, ("key", "value"))
+                ins.rows.append((key, "1"))
+                bulk.commit_batch(tx, [ins], [])
+        with kept.transaction() as s:
+            prepared = s.execute(text("SELECT count(*), sum(generic_plans + custom_plans) FROM pg_prepared_statements"
+                                      " WHERE name LIKE 'peloton_batch_%'")).one()
+            assert tuple(prepared) == (1, 3)  # one shape, prepared once, executed three times
+            cur = bulk.cursor(s)[0]
+        cur.connection.autocommit = True
+        assert bulk._prepared(cur, "SELECT %s + %s") is None  # noqa: SLF001 - the types cannot be inferred
+        assert bulk._PREPARED[cur.connection]["SELECT %s + %s"] is None  # noqa: SLF001 - remembered: not tried again
+        cur.connection.autocommit = False
+    finally:
+        kept.close()
+    assert [_meta(sessions, k) for k in ("a", "b", "c")] == ["1", "1", "1"]
