@@ -219,7 +219,14 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
             if name is None:
                 cur.execute(sql, params)
             else:
-                cur.execute(_execute_text(name, len(params)), params)
+                try:
+                    cur.execute(_execute_text(name, len(params)), params)
+                except psycopg2.errors.InvalidSqlStatementName:
+                    # the server session that prepared it is not this one: a pooler between (PgBouncer in
+                    # transaction mode hands each transaction any server connection). The EXECUTE ran nothing;
+                    # this connection prepares nothing more, and the batch goes as text
+                    _NOT_PREPARING.add(dbapi)
+                    cur.execute(sql, params)
         finally:
             dbapi.autocommit = False
     except Exception as e:
@@ -242,10 +249,13 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
 # not tried again on that connection, and the batch goes as text.
 PREPARED_PER_CONNECTION = 128  # shapes: a group commit's repeat (a gang's create, intent, RUNNING, end, by size)
 _PREPARED: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
+_NOT_PREPARING: weakref.WeakSet[Any] = weakref.WeakSet()  # connections whose prepared names went missing
 
 
 def _prepared(cur: Any, sql: str) -> str | None:
     """The name of `sql` prepared on the cursor's connection (in autocommit), None if it is not (to be)."""
+    if cur.connection in _NOT_PREPARING:
+        return None
     names = _PREPARED.get(cur.connection)
     if names is None:
         names = _PREPARED[cur.connection] = {}

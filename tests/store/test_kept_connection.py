@@ -351,3 +351,32 @@ def test_a_batch_shape_is_prepared_once_per_connection_and_one_that_cannot_be_go
     finally:
         kept.close()
     assert [_meta(sessions, k) for k in ("a", "b", "c")] == ["1", "1", "1"]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_prepared_batch_the_server_session_does_not_know_goes_as_text(sessions: sessionmaker[Session]) -> None:
+    """Behind a pooler in transaction mode (PgBouncer) the next transaction may reach a server session that never
+    prepared the statement: the batch still commits, as text, and the connection prepares nothing more."""
+    from peloton.store import bulk
+    from peloton.store.models import MetaRow
+
+    table: Any = MetaRow.__table__
+    kept = KeptConnection(sessions)
+
+    def commit(key: str) -> None:
+        with kept.raw_transaction() as tx:
+            ins = bulk.Insert(table, ("key", "value"))
+            ins.rows.append((key, "1"))
+            bulk.commit_batch(tx, [ins], [])
+
+    try:
+        commit("a")
+        with kept.transaction() as s:
+            s.execute(text("DEALLOCATE ALL"))  # what another server session looks like: nothing prepared
+        commit("b")
+        commit("c")
+        with kept.transaction() as s:
+            assert s.execute(text("SELECT count(*) FROM pg_prepared_statements")).scalar() == 0
+    finally:
+        kept.close()
+    assert [_meta(sessions, k) for k in ("a", "b", "c")] == ["1", "1", "1"]
