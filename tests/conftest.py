@@ -9,6 +9,8 @@ from typing import Any
 
 import pytest
 
+from tests import dbutil
+
 NO_SKIP = os.environ.get("PELOTON_TEST_NO_SKIP") == "1"
 # The daemons the tests start serve no web console (its default port, 127.0.0.1:5393, is one for the whole machine,
 # and tests run side by side): `peloton server` reads PELOTON_UI_LISTEN as --ui-listen. The console's own tests
@@ -24,3 +26,11 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
         report.outcome = "failed"
         report.longrepr = f"skipped where nothing may skip (PELOTON_TEST_NO_SKIP=1): {reason}"
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    dbutil.drop_in_background()  # the next test need not wait for PostgreSQL's checkpoint (tests/dbutil.py)
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    dbutil.wait_for_drops()  # every database a test made is gone when pytest ends
