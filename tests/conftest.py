@@ -3,12 +3,14 @@ instead, with its reason: a test that stopped running must not pass for one that
 
 from __future__ import annotations
 
+import logging
 import os
-from collections.abc import Generator
+from collections.abc import Generator, Iterator
 from typing import Any
 
 import pytest
 
+from peloton.observability import logs
 from tests import dbutil
 
 NO_SKIP = os.environ.get("PELOTON_TEST_NO_SKIP") == "1"
@@ -34,3 +36,19 @@ def pytest_configure(config: pytest.Config) -> None:
 
 def pytest_unconfigure(config: pytest.Config) -> None:
     dbutil.wait_for_drops()  # every database a test made is gone when pytest ends
+
+
+@pytest.fixture(autouse=True)
+def no_log_handler_outlives_its_test() -> Iterator[None]:
+    """A test that runs `peloton server`'s command in-process (`main(["server", ...])`) configures the root logger
+    with a handler on the stderr pytest captured for that test. Left in place, every later log line, of any
+    daemon's thread in any later test, goes to that closed stream ("--- Logging error --- ... I/O operation on
+    closed file"). The handler goes with its test, and the root logger's level back to what it was."""
+    root = logging.getLogger()
+    before, level = list(root.handlers), root.level
+    yield
+    ours = [h for h in root.handlers if h.get_name() == logs.HANDLER_NAME and h not in before]
+    for h in ours:
+        root.removeHandler(h)
+    if ours:
+        root.setLevel(level)

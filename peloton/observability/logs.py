@@ -32,9 +32,13 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, ensure_ascii=False)
 
 
+HANDLER_NAME = "peloton"  # the root handler `configure` installs (the tests remove it after one that ran it)
+
+
 def configure(level: str, fmt: str) -> None:
     """The root logger at `level` (debug, info, warning, error), writing `fmt` (text or json) lines to stderr."""
     handler = logging.StreamHandler()
+    handler.set_name(HANDLER_NAME)
     handler.setFormatter(JsonFormatter() if fmt == "json" else logging.Formatter(TEXT_FORMAT))
     root = logging.getLogger()
     for h in list(root.handlers):

@@ -1,6 +1,7 @@
 """Every daemon a module of these tests starts is stopped by the module's end. A thread of one left running (a job
-manager writer, a loop) outlives its test: it holds its store, and what it logs later goes to pytest's capture
-after pytest closed it ("I/O operation on closed file"), far from the fixture that left it."""
+manager writer, a loop) outlives its test: it holds its store and keeps working, far from the fixture that left
+it. (The "I/O operation on closed file" log errors these tests once printed came from a root log handler left by
+an in-process `peloton server` of an earlier test: tests/conftest.py removes it.)"""
 
 from __future__ import annotations
 
