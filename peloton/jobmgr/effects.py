@@ -53,6 +53,8 @@ class SideEffects:
         self._pending = Outbox()
         self._stop = False
         self._busy = False
+        self._submitted = 0  # submits so far (each a batch's outbox)
+        self._sent = 0  # of those, how many went through
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -71,8 +73,21 @@ class SideEffects:
             return
         with self._cond:
             self._pending.merge(out)
+            self._submitted += 1
             PENDING.set(len(self._pending))
             self._cond.notify()
+
+    def mark(self) -> int:
+        """A point in the stream of submits, for `wait_sent`."""
+        with self._cond:
+            return self._submitted
+
+    def wait_sent(self, mark: int, timeout: float) -> bool:
+        """Wait until everything submitted up to `mark` was sent; False when it was not within `timeout` (sends
+        failing, or stopping). What the cache shows was submitted by then: a check that asks resmgr about it asks
+        after its enqueue went, not while it is on its way."""
+        with self._cond:
+            return self._cond.wait_for(lambda: self._sent >= mark or self._stop, timeout) and self._sent >= mark
 
     def drain(self, timeout: float) -> bool:
         """Wait until everything submitted so far was sent (tests, shutdown)."""
@@ -88,6 +103,7 @@ class SideEffects:
                 if self._stop:
                     return
                 out, self._pending = self._pending, Outbox()
+                upto = self._submitted
                 self._busy = True
             try:
                 self._send(out)
@@ -106,6 +122,7 @@ class SideEffects:
                 continue
             with self._cond:
                 self._busy = False
+                self._sent = upto
                 PENDING.set(len(self._pending))
                 self._cond.notify_all()
 

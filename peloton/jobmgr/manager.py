@@ -68,6 +68,7 @@ BIG_JOB_ROWS = 5_000  # a job with more rows is inserted in chunks, each its own
 INSERT_CHUNK = 5_000
 STOP_CHUNK = 500  # gangs stopped per commit: stopping a 100,000-gang job does not hold other writes up
 RPC_CHUNK = 5_000
+SENT_WAIT_S = 2.0  # the queue check waits this long, at most, for the enqueues it may ask about to be sent
 CAPACITY_TTL_S = 1.0
 CAPACITY_WAIT_S = 12.0  # a create with no capacity index yet waits this long (at most) for the refresh under way
 POOLS_TTL_S = 1.0  # a pool's new limit applies to creates at most this much later
@@ -890,7 +891,9 @@ class JobManager:
             return [replace(t) for t in stale], late, held, unstopped, overdue
 
         stale, late, held, unstopped, overdue = [], [], [], {}, []
-        for part in self.writer.read_each(scan):  # every shard's cache, each on its writer thread
+        parts = self.writer.read_each(scan)  # every shard's cache, each on its writer thread
+        sent_mark = self.effects.mark()  # every enqueue of a gang the scan saw was submitted by now
+        for part in parts:
             stale += part[0]
             late += part[1]
             held += part[2]
@@ -907,8 +910,9 @@ class JobManager:
         self._check_gangs(late, policy.check_launch_deadline)
         self._check_gangs(overdue, policy.check_max_runtime)
         self._evict_from_drained_hosts(now)
-        if held:
-            self._requeue_unknown(held)
+        if held and not self._requeue_unknown(held, sent_mark):
+            self._queue_check_at = now  # its enqueues are still on their way (resmgr unreachable): the next pass
+            self._check_every_gang = every_gang
         if not stale:
             return False
         statuses = self._reconcile([t.task_id for t in stale])
@@ -925,16 +929,20 @@ class JobManager:
             self.apply_statuses(drift)
         return False
 
-    def _requeue_unknown(self, keys: list[tuple[str, int]]) -> None:
+    def _requeue_unknown(self, keys: list[tuple[str, int]], sent_mark: int) -> bool:
         """Gangs resmgr should hold (queued: in its queue; launching or running: their allocation) and does not
         (an enqueue was lost, or resmgr restarted on its own): queue them again, or register their allocation
-        again, as recovery would."""
+        again, as recovery would. Asked only once the side effects the scan's commits submitted were sent (a gang
+        created a moment ago is not lost while its enqueue is on its way): False when they were not, within
+        SENT_WAIT_S, and nothing was asked."""
+        if not self.effects.wait_sent(sent_mark, SENT_WAIT_S):
+            return False
         unknown: list[tuple[str, int]] = []
         for i in range(0, len(keys), RPC_CHUNK):
             unknown += self.resmgr.unknown_gangs(keys[i:i + RPC_CHUNK])
             progress()
         if not unknown:
-            return
+            return True
 
         def apply(views: Views, now: float) -> policy.Effects:
             eff = policy.Effects()
@@ -955,6 +963,7 @@ class JobManager:
             return eff
 
         self.writer.mutate({g.rpartition("/")[0] for g, _ in unknown}, apply)
+        return True
 
     def watch(self, job_ids: Sequence[str], tasks: bool, stream_id: str, after: int,
               alive: Callable[[], bool], heartbeat_s: float = 5.0) -> Iterator[tuple[list[JobChange], int, bool, bool]]:

@@ -4,6 +4,7 @@ again and running gangs' allocations registered again, without a restart of the 
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -87,3 +88,45 @@ def test_the_queue_check_repairs_a_resource_manager_that_forgot_everything(
         jobs.StopJob(job_pb2.StopJobRequest(job_id=running), timeout=10)
         wait(lambda: state(waiting) == "RUNNING", "the queued job to run once the GPUs are free")
         assert state(running) == "KILLED"
+
+
+def test_a_gang_whose_enqueue_is_on_its_way_is_not_taken_for_lost(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture) -> None:
+    """The check right after resmgr started afresh asks about every open gang, however new. A gang created a
+    moment before, whose enqueue the side effects have not sent yet, is not lost: the check waits for it to be sent
+    (here it is held up) and, when it is not, asks nothing and comes back at the next pass."""
+    jm, rm = daemon.jobmgr, daemon.resmgr
+    assert jm is not None and rm is not None
+    gate = threading.Event()
+    send = jm.effects.resmgr.enqueue
+
+    def held(*args, **kwargs):  # type: ignore[no-untyped-def]
+        gate.wait(20)
+        return send(*args, **kwargs)
+
+    asked: list[int] = []
+    unknown = jm.resmgr.unknown_gangs
+
+    def counted(keys):  # type: ignore[no-untyped-def]
+        asked.append(len(keys))
+        return unknown(keys)
+
+    monkeypatch.setattr(jm.effects.resmgr, "enqueue", held)
+    monkeypatch.setattr(jm.resmgr, "unknown_gangs", counted)
+    monkeypatch.setattr(jobmgr_manager, "SENT_WAIT_S", 0.3)
+    with grpc.insecure_channel(daemon.address) as ch:
+        jobs = job_pb2_grpc.JobServiceStub(ch)
+        job = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec("new")), timeout=10).job_id
+        jm._check_every_gang = True  # noqa: SLF001 - as after resmgr started afresh
+        jm._queue_check_at = 0.0  # noqa: SLF001
+        with caplog.at_level("WARNING", logger="peloton.jobmgr.manager"):
+            jm.reconcile_once()
+            assert asked == []  # its enqueue is held up: nothing asked
+            assert jm._queue_check_at <= time.time() and jm._check_every_gang  # noqa: SLF001 - due again
+            gate.set()
+            assert jm.effects.drain(10)
+            jm.reconcile_once()
+        assert asked and sum(asked) >= 1  # asked, now that the enqueue went
+        assert "did not know" not in caplog.text
+        wait(lambda: jobs.GetJob(job_pb2.GetJobRequest(job_id=job), timeout=10).job.status.state == "RUNNING",
+             "the job to run")

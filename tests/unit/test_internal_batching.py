@@ -6,6 +6,7 @@ split deployment's typed clients) and in one process."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -95,6 +96,38 @@ def test_a_failed_call_leaves_only_what_was_not_sent(monkeypatch: pytest.MonkeyP
     assert out.release == [("r2/0", 1)] and [g.gang_id for g, _ in out.enqueue] == ["e0/0"]
     SideEffects(rm, None)._send(out)  # type: ignore[arg-type]  # the retry sends the rest, once
     assert rm.calls == [("remove", [], [("r0/0", 1), ("r1/0", 1)]), ("enqueue", ["e0/0"], [("r2/0", 1)])]
+
+
+def test_a_mark_is_reached_only_once_what_was_submitted_before_it_went_through(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The queue check asks resmgr about gangs only after their enqueues went: wait_sent(mark) is False while a
+    send before the mark keeps failing, and True once it went (a submit after the mark is not waited for)."""
+    monkeypatch.setattr(effects, "SEND_BACKOFF", effects.Backoff(0.01, 0.01))
+    rm = Recording(fail_at=0)
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    assert fx.wait_sent(fx.mark(), 0)  # nothing submitted: reached
+    gate = threading.Event()
+    real = rm._record
+
+    def held(call: tuple[str, list[str], list[tuple[str, int]]]) -> None:
+        gate.wait(10)
+        real(call)
+
+    rm._record = held  # type: ignore[method-assign]
+    fx.start()
+    try:
+        fx.submit(Outbox(enqueue=[(gang("e0"), False)]))
+        mark = fx.mark()
+        assert not fx.wait_sent(mark, 0.2)  # on its way (held, then failing once)
+        gate.set()
+        assert fx.wait_sent(mark, 10)
+        assert rm.calls == [("enqueue", ["e0/0"], [])]
+        gate.clear()
+        fx.submit(Outbox(enqueue=[(gang("e1"), False)]))  # after the mark
+        assert fx.wait_sent(mark, 0)
+        gate.set()
+    finally:
+        fx.stop()
 
 
 # --- over gRPC and in one process ------------------------------------------------------------------------------
