@@ -291,14 +291,26 @@ class Api:
     def delete_job(self, job_id: str, token: str) -> None:
         self._call(self.jobs.DeleteJob, job_pb2.DeleteJobRequest(job_id=job_id), token)
 
-    def watch(self, job_ids: tuple[str, ...], stream_id: str, after: int, token: str) -> Iterator[dict[str, Any]]:
-        """WatchJobs as plain dicts, resumed after (stream_id, after) when given; ends when the daemon ends it or
-        the channel closes. Heartbeats come through as messages without changes."""
-        stream = self.jobs.WatchJobs(job_pb2.WatchJobsRequest(job_ids=list(job_ids), tasks=bool(job_ids),
-                                                              stream_id=stream_id, after_revision=after),
-                                     metadata=self._md(token))
+    def watch(self, job_ids: tuple[str, ...], stream_id: str, after: int, token: str) -> Watch:
+        """WatchJobs, resumed after (stream_id, after) when given."""
+        return Watch(self.jobs.WatchJobs(job_pb2.WatchJobsRequest(job_ids=list(job_ids), tasks=bool(job_ids),
+                                                                  stream_id=stream_id, after_revision=after),
+                                         metadata=self._md(token)))
+
+
+class Watch:
+    """A WatchJobs stream as plain dicts; it ends when the daemon ends it, the channel closes, or `cancel` is
+    called (from any thread: the browser hung up). Heartbeats come through as messages without changes."""
+
+    def __init__(self, stream: Any) -> None:
+        self._stream = stream
+
+    def cancel(self) -> None:
+        self._stream.cancel()
+
+    def __iter__(self) -> Iterator[dict[str, Any]]:
         try:
-            for m in stream:
+            for m in self._stream:
                 yield {"stream_id": m.stream_id, "revision": m.revision, "snapshot": m.snapshot, "resync": m.resync,
                        "changes": [{"job_id": c.job_id, "state": c.state, "desired_state": c.desired_state,
                                     "reason": c.reason, "deleted": c.deleted,
@@ -309,7 +321,7 @@ class Api:
             if e.code() != grpc.StatusCode.CANCELLED:
                 raise from_rpc_error(e) from None
         finally:
-            stream.cancel()
+            self._stream.cancel()
 
 
 def _job_row(j: job_pb2.Job) -> dict[str, Any]:

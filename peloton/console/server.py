@@ -36,6 +36,7 @@ from peloton import errors
 from peloton.config import split_hostport
 from peloton.console import params
 from peloton.console.api import Api
+from peloton.console.hangups import Hangups
 from peloton.console.sessions import SESSION_PREFIX, Sessions
 from peloton.errors import PelotonError
 
@@ -107,6 +108,7 @@ class Console:
         self.tls = tls is not None
         self.ssl_context = _tls_context(*tls) if tls is not None else None
         self._streams = threading.BoundedSemaphore(MAX_STREAMS)
+        self.hangups = Hangups()
         try:
             self.httpd = _Server((host, port), _Handler, self)
         except OSError as e:
@@ -130,6 +132,7 @@ class Console:
         if self.api is not None:
             self.api.close()  # the event streams' watches end, and their threads with them
         self.httpd.server_close()
+        self.hangups.close()
 
     def csrf(self, token: str) -> str:
         return hmac.new(self.key, token.encode(), hashlib.sha256).hexdigest()[:32]
@@ -514,9 +517,11 @@ class _Handler(BaseHTTPRequestHandler):
         if not self.console.take_stream():
             raise errors.Unavailable(f"more than {MAX_STREAMS} open event streams on this console; retry later")
         started = False
+        fd = -1
         try:
             watch = api.watch(job_ids, stream_id, after, token)
-            first = next(watch)  # a refusal (a revoked token) is an HTTP error, not a stream that ends at once
+            messages = iter(watch)
+            first = next(messages)  # a refusal (a revoked token) is an HTTP error, not a stream that ends at once
             started = True
             self.send_response(200)
             self.send_header("Content-Type", "text/event-stream")
@@ -524,7 +529,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("X-Content-Type-Options", "nosniff")
             self.end_headers()
             self.wfile.write(b"retry: 1000\n\n")
-            for m in _chain(first, watch):
+            fd = self.connection.fileno()
+            self.console.hangups.watch(fd, watch.cancel)  # the browser gone: the watch ends at once (hangups.py)
+            for m in _chain(first, messages):
                 # every message moves the resume point, a heartbeat's too: an id alone sets the browser's
                 # Last-Event-ID without an event (the SSE rules), so a reconnect misses nothing sent before it
                 out = f"id: {m['stream_id']}:{m['revision']}\n"
@@ -543,6 +550,8 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
+            if fd >= 0:
+                self.console.hangups.forget(fd)
             self.console.give_stream()
 
 

@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from peloton.console.server import MAX_STREAMS
 from tests.e2e.console import Browser, ConsoleDaemon, wait_for
 from tests.e2e.harness import PELOTON, serving
 
@@ -267,6 +268,21 @@ def test_a_stream_of_every_job_resumes_after_a_quiet_disconnect(daemon: ConsoleD
         if job in seen:
             break
     assert job in seen
+
+
+def test_a_browser_that_hangs_up_frees_its_stream_at_once(daemon: ConsoleDaemon) -> None:
+    """A page reloaded again and again, each load an EventSource and the one before it closed: more loads than
+    the console has streams (MAX_STREAMS), well within one heartbeat, are each served, as a hang-up frees its stream
+    at once (console/hangups.py), not at the next heartbeat's write."""
+    b = logged_in(daemon, "victor")
+    for i in range(MAX_STREAMS + 8):
+        c = http.client.HTTPConnection(b.host, b.port, timeout=30)
+        c.request("GET", "/api/events", headers={"Cookie": b.cookie})
+        r = c.getresponse()
+        assert r.status == 200, (i, r.status, r.read())
+        assert r.fp.readline()  # the stream began
+        r.close()
+        c.close()
 
 
 def test_event_stream_parameters_are_checked(daemon: ConsoleDaemon) -> None:

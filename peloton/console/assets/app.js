@@ -11,6 +11,7 @@
   // the cluster, queue, pools and hosts views read their answer again when jobs change: at most this often, so
   // that a busy cluster's changes do not turn into a summary of every host a second per browser
   const SLOW_REFRESH_MS = 3000;
+  const WATCH_RETRY_MS = 5000;  // a refused event stream is asked for again this much later
   // what each GPU state is called on the map (the API's words: HostGpu.state)
   const GPU_WORDS = { used: "used", free: "free", stranded: "free but stranded", reserved: "reserved for a waiting gang",
                       draining: "draining", drained: "drained", unhealthy: "unhealthy", down: "down" };
@@ -75,10 +76,18 @@
 
   function watch(query, onMessage) {
     if (events) events.close();
-    events = new EventSource("/api/events" + query);
-    events.addEventListener("jobs", (ev) => onMessage(JSON.parse(ev.data)));
-    events.addEventListener("open", () => say("live"));
-    events.addEventListener("error", () => say("reconnecting…"));
+    const mine = viewNumber;
+    const es = new EventSource("/api/events" + query);
+    events = es;
+    es.addEventListener("jobs", (ev) => onMessage(JSON.parse(ev.data)));
+    es.addEventListener("open", () => say("live"));
+    es.addEventListener("error", () => {
+      if (es.readyState !== EventSource.CLOSED) { say("reconnecting…"); return; }
+      // refused (an error status: the console's streams all taken, the daemon away), and the browser does not
+      // retry that on its own: the view is shown afresh (read again, watched again) a little later
+      say("live updates paused; retrying…");
+      setTimeout(() => { if (mine === viewNumber && events === es) route(); }, WATCH_RETRY_MS);
+    });
   }
 
   // A view's answer that comes after the view was left (a click on another view while it loaded) is not shown:
