@@ -17,7 +17,9 @@ from peloton.domain.placement import GangPlacement, MemberAssignment
 from peloton.domain.resources import Resources
 from peloton.domain.spec import JobSpec, Role
 from peloton.domain.states import TaskState
+from peloton.errors import FailedPrecondition
 from peloton.hostmgr.backend import LaunchError
+from peloton.hostmgr.mesos import backend
 from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions, _live, _Task
 from peloton.hostmgr.mesos.calls import FrameworkConfig
 from peloton.hostmgr.mesos.protocol import SchedulerProtocol
@@ -532,6 +534,50 @@ def test_kill_stops_when_the_master_does_not_know_the_task() -> None:
     for _ in range(6):
         h.tick(5)
     assert len(h.t.of("KILL")) == 1, f"{len(h.t.of('KILL'))} KILLs for a task the master does not know"
+
+
+def test_an_ended_task_is_forgotten_after_a_while_and_its_agent_kept_for_its_logs() -> None:
+    """A daemon running for months holds and scans its live tasks, not every task it ever ran: an ended task is
+    kept ENDED_KEEP_S (a late kill or reconcile is answered from it), then forgotten; its agent is remembered for
+    `task logs`, and a kill of it sends nothing."""
+    h = Harness(kill_retry_s=5.0)
+    h.ready()
+    launch(h.b, [spec("job-0-1", H0), spec("job-1-1", H2, instance=1)])
+    h.update("job-0-1", "TASK_RUNNING", S0, UUID)
+    h.update("job-1-1", "TASK_RUNNING", S2, UUID)
+    h.update("job-0-1", "TASK_FINISHED", S0, UUID)
+    h.b.kill(["job-1-1"])
+    h.tick(backend.ENDED_KEEP_S - 1)
+    assert "job-0-1" in h.b._tasks  # noqa: SLF001 - kept a while
+    h.tick(2)
+    assert set(h.b._tasks) == {"job-1-1"}  # noqa: SLF001 - the live one (a kill under way) stays
+    assert h.b._ended == {"job-0-1": S0}  # noqa: SLF001
+    kills = len(h.t.of("KILL"))
+    h.b.kill(["job-0-1"])
+    assert len(h.t.of("KILL")) == kills  # it ended: nothing sent
+    # its logs are still read from its agent
+    reads: list[tuple[str, int]] = []
+
+    class Files:
+        def reader(self, host: str, port: int) -> Callable[[str, int | None, int], tuple[bytes, int]]:
+            reads.append((host, port))
+            return lambda path, offset, length: (b"", 0)
+
+    h.b._files = Files()  # type: ignore[assignment]  # noqa: SLF001
+    h.b.read_log("job-0-1", "stdout", 0, 100)
+    assert reads and reads[0][1] == 5051
+    with pytest.raises(FailedPrecondition):
+        h.b.read_log("job-7-1", "stdout", 0, 100)
+
+
+def test_the_agents_of_forgotten_tasks_are_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(backend, "MAX_ENDED_AGENTS", 2)
+    h = Harness()
+    h.ready()
+    for i in range(4):
+        h.update(f"job-{i}-1", "TASK_FINISHED", S0)
+        h.tick(backend.ENDED_KEEP_S + 1)
+    assert list(h.b._ended) == ["job-2-1", "job-3-1"]  # noqa: SLF001 - the oldest went first
 
 
 # --- reconciliation -------------------------------------------------------------------------------------------

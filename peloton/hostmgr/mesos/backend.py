@@ -54,6 +54,11 @@ log = logging.getLogger(__name__)
 
 TICK_S = 0.5  # offers held too long are declined, reconciliation advanced, this often
 INVERSE_RECHECK_S = 30.0  # an inverse offer declined (our tasks still there) comes back after this
+# an ended task (terminal, or unknown to the master) is kept this long: a late kill or reconcile of it is answered
+# from it. Then it is forgotten, so that a daemon running for months holds and scans its live tasks, not every task
+# it ever ran; its agent is remembered (at most MAX_ENDED_AGENTS, the oldest go first) for `task logs`.
+ENDED_KEEP_S = 600.0
+MAX_ENDED_AGENTS = 100_000
 # explicit reconciliation of the tasks not yet answered is sent again after 2 s, doubling up to 60 s, with jitter
 RECONCILE_BACKOFF = Backoff(2.0, 60.0)
 
@@ -164,7 +169,8 @@ class MesosBackend:
         self._per_hostname: collections.Counter[str] = collections.Counter()  # hostname -> its agents in _agents
         self._maintenance: dict[str, float] = {}  # agent id -> its maintenance window's start (Unix seconds)
         self._inverse: dict[str, str] = {}  # outstanding inverse offer id -> agent id
-        self._tasks: dict[str, _Task] = {}
+        self._tasks: dict[str, _Task] = {}  # live tasks, and ended ones for ENDED_KEEP_S
+        self._ended: dict[str, str] = {}  # forgotten task id -> its agent id, oldest first (MAX_ENDED_AGENTS)
         self._answers: dict[str, tuple[float, TaskStatus]] = {}  # task id -> (arrival, latest status)
         self.suppressed = False  # what this backend believes of the master (see `_set_up`)
         # the subscription the ticker acts on: set once SUBSCRIBED has been handled here (its resets done), cleared
@@ -379,6 +385,8 @@ class MesosBackend:
         with self._lock:
             for tid in task_ids:
                 t = self._tasks.get(tid)
+                if t is None and tid in self._ended:
+                    continue  # it ended (and was forgotten): nothing to kill
                 if t is None:
                     t = self._tasks[tid] = _Task(tid, "", state="TASK_UNKNOWN", updated_at=now)
                 if is_terminal(t.state):
@@ -400,7 +408,7 @@ class MesosBackend:
         with self._cond:
             for tid in task_ids:  # remember them: every SUBSCRIBED reconciles them again until answered
                 if tid not in self._tasks:
-                    self._tasks[tid] = _Task(tid, "", state="TASK_STAGING", updated_at=start)
+                    self._tasks[tid] = _Task(tid, self._ended.pop(tid, ""), state="TASK_STAGING", updated_at=start)
             if self._reconciliation is not None:
                 self._reconciliation.pending.update(tid for tid in task_ids if tid not in self._answers)
             while not self.subscribed and time.monotonic() < deadline:  # just started: the stream is coming up
@@ -414,6 +422,15 @@ class MesosBackend:
                 self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
             return {tid: self._answers[tid][1] for tid in task_ids
                     if tid in self._answers and self._answers[tid][0] >= start}
+
+    def _forget_locked(self, ended: list[_Task]) -> None:
+        for t in ended:
+            del self._tasks[t.task_id]
+            self._answers.pop(t.task_id, None)
+            if t.agent_id:
+                self._ended[t.task_id] = t.agent_id
+        while len(self._ended) > MAX_ENDED_AGENTS:
+            del self._ended[next(iter(self._ended))]
 
     def _reconcile_entry(self, tid: str) -> tuple[str, str | None]:
         t = self._tasks.get(tid)
@@ -442,9 +459,10 @@ class MesosBackend:
             raise InvalidArgument(f"stream must be stdout or stderr, got {stream!r}", field="stream")
         with self._lock:
             t = self._tasks.get(task_id)
-            a = self._agents.get(t.agent_id) if t else None
+            agent_id = t.agent_id if t is not None else self._ended.get(task_id)
+            a = self._agents.get(agent_id) if agent_id else None
             fid = self.framework_id
-        if t is None or a is None or not fid or not a.agent_port:
+        if a is None or not fid or not a.agent_port:
             raise FailedPrecondition(
                 f"the agent of task {task_id} is not known to this daemon (it ended before the daemon's last start, "
                 "or its agent is gone): use the Mesos UI or the agent's /files API")
@@ -473,8 +491,9 @@ class MesosBackend:
             self._on_subscribed(ev.framework_id, now)
         elif isinstance(ev, Offers):
             with self._lock:
+                live = _live_by_agent(self._tasks.values())  # one pass for the event's offers, not one per offer
                 for o in ev.offers:
-                    self._add_offer(o, now)
+                    self._add_offer(o, now, live.get(o.agent_id, ()))
                     self._note_window_locked(o.agent_id, o.unavailable_at)
                 changed = [self._agents[o.agent_id] for o in ev.offers]
             self._hosts_changed(changed)
@@ -582,7 +601,8 @@ class MesosBackend:
         self._hosts_changed(cleared)
         log.info("subscribed to mesos as framework %s; reconciling %d tasks", fid, len(live))
 
-    def _add_offer(self, o: Any, now: float) -> None:
+    def _add_offer(self, o: Any, now: float, live: Iterable[_Task]) -> None:
+        """`live`: our live tasks on the offer's agent."""
         a = self._agents.get(o.agent_id)
         if a is None:
             a = self._agents[o.agent_id] = AgentView(o.agent_id, o.hostname, o.agent_port, dict(o.attributes),
@@ -594,9 +614,8 @@ class MesosBackend:
         a.add(o, now)
         free, _ = a.free()
         mine = Resources()
-        for t in self._tasks.values():
-            if t.agent_id == a.agent_id and _live(t.state):
-                mine = mine + t.resources
+        for t in live:
+            mine = mine + t.resources
         seen = free + mine
         c = a.capacity
         a.capacity = Resources(max(c.cpu, seen.cpu), max(c.mem, seen.mem), max(c.disk, seen.disk),
@@ -662,10 +681,14 @@ class MesosBackend:
             if idle and not self.suppressed:
                 suppress = True
                 self.suppressed = True
+            gone: list[_Task] = []
             for t in self._tasks.values():
                 if t.kill_sent_at is not None and now - t.kill_sent_at >= self.opts.kill_retry_s:
                     t.kill_sent_at = now
                     kills.append(t)
+                elif not _live(t.state) and now - t.updated_at >= ENDED_KEEP_S:
+                    gone.append(t)
+            self._forget_locked(gone)
             r = self._reconciliation
             if r is not None:
                 if not r.pending:
