@@ -63,6 +63,9 @@ class AuditLog:
         self.sessions = sessions
         self.clock = clock
         self._cond = threading.Condition()
+        # one flush at a time (the writer thread's, and ListAuditEvents' read-your-writes one): two at once would
+        # both write the same records, and the second's pops would drop records neither wrote
+        self._flush_lock = threading.Lock()
         self._pending: deque[AuditEvent] = deque()
         self._stop = False
         self._failing = False
@@ -91,7 +94,12 @@ class AuditLog:
                 self._cond.notify()
 
     def flush(self) -> bool:
-        """Write what is pending now (tests, shutdown). False when the store refused."""
+        """Write what is pending now (the writer thread; a listing, to read what was just done; shutdown). False
+        when the store refused."""
+        with self._flush_lock:
+            return self._flush()
+
+    def _flush(self) -> bool:
         with self._cond:
             batch = list(self._pending)
         if not batch:
@@ -106,7 +114,10 @@ class AuditLog:
             return False
         self._failing = False
         with self._cond:
-            for _ in range(min(len(batch), len(self._pending))):
+            # the batch is the queue's head still (only flushes remove, one at a time), unless the queue overflowed
+            # meanwhile and dropped some of it from the left
+            written = set(map(id, batch))
+            while self._pending and id(self._pending[0]) in written:
                 self._pending.popleft()
         for ev in batch:
             RECORDS.labels("true" if ev.allowed else "false").inc()
