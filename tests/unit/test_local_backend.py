@@ -13,7 +13,6 @@ import subprocess
 import threading
 import time
 from collections.abc import Callable, Iterator
-from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
@@ -558,20 +557,14 @@ def test_a_member_killed_before_it_started_never_starts(
     make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
     b, rec = make_backend(n=1)
-    real_append, real_submit = b._journal.append, b._journal.submit
+    real_append = b._journal.append
 
     def append_then_kill(records: list[dict[str, object]], *, durable: bool = False) -> None:
         real_append(records, durable=durable)
         if durable:  # registered and recorded, not started yet: the job is stopped now
             b.kill(["k0", "k1"])
 
-    def submit_then_kill(records: list[dict[str, object]]) -> Future[None]:
-        out = real_submit(records)  # (with cgroups: the fsync runs while the spawners start the wrappers)
-        b.kill(["k0", "k1"])
-        return out
-
     monkeypatch.setattr(b._journal, "append", append_then_kill)
-    monkeypatch.setattr(b._journal, "submit", submit_then_kill)
     r = launch(b, spec("k0", "sleep 30"), spec("k1", "sleep 30"))
     monkeypatch.undo()
     assert r.outcome == LaunchOutcome.REFUSED and "killed before" in r.message
@@ -587,8 +580,8 @@ def test_a_gang_killed_while_it_is_being_started_is_stopped_at_once(
     b, rec = make_backend(n=1)
     real_spawn = b._spawners.spawn_many
 
-    def spawn_then_kill(tasks: list[dict[str, object]], **kw: Any) -> list[object]:
-        out = real_spawn(tasks, **kw)
+    def spawn_then_kill(tasks: list[dict[str, object]]) -> list[object]:
+        out = real_spawn(tasks)
         b.kill(["s0", "s1"])  # the job is stopped while its members are being started
         return out  # type: ignore[return-value]
 

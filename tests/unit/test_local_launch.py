@@ -11,11 +11,8 @@ import os
 import pwd
 import signal
 import sys
-import threading
-import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -186,8 +183,8 @@ def test_a_member_that_cannot_start_stops_the_members_other_spawners_started(
     real = b._spawners.spawn_many
     started: list[object] = []
 
-    def spawn_many(tasks: list[dict[str, object]], **kw: Any) -> list[object]:
-        out = real(tasks, **kw)
+    def spawn_many(tasks: list[dict[str, object]]) -> list[object]:
+        out = real(tasks)
         started.extend(out)
         return out  # type: ignore[return-value]
 
@@ -373,109 +370,3 @@ def test_a_gated_wrapper_is_moved_and_let_go_only_when_the_daemon_says_go_or_goe
     finally:
         sp.close()
         cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
-
-
-@needs_cgroups
-@pytest.mark.parametrize("ending", ["go", "no", "close", "nothing"])
-def test_a_held_request_is_let_go_only_by_an_explicit_go(tmp_path: Path, ending: str) -> None:
-    """A request sent with `hold` (the daemon started it before its journal records were durable): its wrappers run
-    their command on `{"go": true}` only; `{"go": false}`, the daemon's socket closing, or nothing for longer than
-    spawner.GO_WAIT_S end them at their gates, having run nothing (exit 125, no `exit` file)."""
-    from peloton.hostmgr.local.spawn import _Spawner
-
-    assert _CGROUPS is not None
-    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
-    cg = _CGROUPS.new_path("hold-test")
-    sp = _Spawner(inherited(os.environ))
-    sandbox = tmp_path / "t"
-    try:
-        sp.send([{"sandbox": str(sandbox), "command": "touch ran", "env": {}, "files": {}, "cgroup": cg}], hold=True)
-        (r,) = sp.receive()
-        assert isinstance(r, Started) and r.pidfd is not None
-        wait_for(lambda: wrapper.read_pid(sandbox) == r.pid)  # at its gate
-        if ending == "go":
-            sp.let_go(True)
-        elif ending == "no":
-            sp.let_go(False)
-        elif ending == "close":
-            sp.close()
-        else:
-            time.sleep(spawner.GO_WAIT_S + 0.5)  # an unheld request would have been let go by now
-        if ending == "go":
-            wait_for(lambda: wrapper.read_exit(sandbox) is not None)
-            assert (sandbox / "work" / "ran").exists()
-        else:
-            assert not (sandbox / "work" / "ran").exists()
-            if ending == "nothing":
-                assert not group_gone(r.pid)  # still waiting at its gate
-                sp.let_go(False)
-            wait_for(lambda: group_gone(r.pid))
-            assert not (sandbox / "work" / "ran").exists() and wrapper.read_exit(sandbox) is None
-        os.close(r.pidfd)
-    finally:
-        sp.close()
-        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
-
-
-@needs_cgroups
-def test_the_journals_fsync_runs_while_the_spawners_start_the_wrappers_and_no_command_runs_before_it(
-        make_backend: Callable[..., tuple[LocalBackend, Recorder]],  # noqa: F811
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    """With a cgroup each, a launch's `start` records are made durable while the spawners start the members'
-    wrappers (gated), and the wrappers are let go only once the fsync is done."""
-    b, rec = make_backend(n=1, spawners=2)
-    assert b._cgroups is not None
-    synced = threading.Event()
-    real_fsync = os.fsync
-
-    def slow_fsync(fd: int) -> None:
-        assert synced.wait(10)
-        real_fsync(fd)
-
-    monkeypatch.setattr(os, "fsync", slow_fsync)  # (the journal's thread: held until the test says)
-    members = [spec(f"h{i}", "touch ran", cpu=0.1) for i in range(4)]
-    out: list[object] = []
-    t = threading.Thread(target=lambda: out.append(launch(b, *members)))
-    t.start()
-    try:
-        # the wrappers are started while the fsync is held (before this change: only once it was done) ...
-        wait_for(lambda: all(wrapper.read_pid(b._sandboxes / m.task_id) for m in members))
-        time.sleep(0.2)
-        assert not out and rec.statuses == []  # ... the launch waits for the fsync ...
-        assert not any((b._sandboxes / m.task_id / "work" / "ran").exists() for m in members)  # ... and so do they
-    finally:
-        synced.set()
-        t.join(10)
-    monkeypatch.undo()
-    assert len(out) == 1 and getattr(out[0], "outcome", None) == LaunchOutcome.OK
-    for m in members:
-        assert rec.wait_terminal(m.task_id).state == TaskState.SUCCEEDED
-        assert (b._sandboxes / m.task_id / "work" / "ran").exists()
-
-
-@needs_cgroups
-def test_a_launch_whose_journal_cannot_be_synced_is_refused_and_its_wrappers_run_nothing(
-        make_backend: Callable[..., tuple[LocalBackend, Recorder]],  # noqa: F811
-        monkeypatch: pytest.MonkeyPatch) -> None:
-    b, rec = make_backend(n=1, spawners=2)
-    assert b._cgroups is not None
-
-    def failing_fsync(fd: int) -> None:
-        raise OSError(5, "Input/output error")
-
-    monkeypatch.setattr(os, "fsync", failing_fsync)
-    members = [spec(f"u{i}", "touch ran", cpu=0.1) for i in range(4)]
-    r = launch(b, *members)
-    monkeypatch.undo()
-    assert r.outcome == LaunchOutcome.REFUSED and r.message.startswith("cannot record the launch:")
-    pgids = [wrapper.read_pid(b._sandboxes / m.task_id) for m in members]
-    assert all(pgids)  # they were started (while the fsync ran) ...
-    wait_for(lambda: all(group_gone(p) for p in pgids))  # ... and ended at their gates
-    wait_for(lambda: running_ids(b) == set())
-    assert not any((b._sandboxes / m.task_id / "work" / "ran").exists() for m in members)
-    time.sleep(0.2)
-    assert rec.statuses == []  # nothing reported: the refusal says it all
-    wait_for(lambda: not any(m.task_id in b._tasks for m in members))
-    assert launch(b, *members).outcome == LaunchOutcome.OK  # nothing is held
-    for m in members:
-        assert rec.wait_terminal(m.task_id).state == TaskState.SUCCEEDED

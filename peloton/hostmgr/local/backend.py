@@ -47,7 +47,6 @@ import threading
 import time
 from collections import OrderedDict
 from collections.abc import Callable, Collection, Iterator, Sequence
-from concurrent.futures import Future
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
@@ -637,17 +636,10 @@ class LocalBackend:
                     self._finished.pop(t.task_id, None)
                     lg.tasks.append(t)
                 launches[i] = lg
-        journalled: Future[None] | None = None
         if launches:
-            # one fsync for the whole batch: a daemon killed from here on knows what it may have started. With a
-            # cgroup each, every wrapper waits at its gate until the spawners are told to go (spawn.py): the fsync
-            # runs while they start them, and they go only once it is done; without, it is waited for here
-            records = [t.record() for lg in launches.values() for t in lg.tasks]
+            # one fsync for the whole batch: a daemon killed from here on knows what it may have started
             try:
-                if self._cgroups is not None:
-                    journalled = self._journal.submit(records)
-                else:
-                    self._journal.append(records, durable=True)
+                self._journal.append([t.record() for lg in launches.values() for t in lg.tasks], durable=True)
             except OSError as e:
                 for i, lg in launches.items():
                     self._unregister(lg.tasks)
@@ -663,7 +655,7 @@ class LocalBackend:
             else:
                 results[i] = refused
         if ready:
-            for (i, _), r in zip(ready, self._start_gangs([lg for _, lg in ready], reports, journalled), strict=True):
+            for (i, _), r in zip(ready, self._start_gangs([lg for _, lg in ready], reports), strict=True):
                 results[i] = r
         self._report_all(reports)  # RUNNING of every gang started (KILLED of those stopped): one hand-over, one wake
         # only now may an end be reported as it comes (a member that ended meanwhile left its end for here: after
@@ -716,13 +708,10 @@ class LocalBackend:
                 return self._abort(lg, (t.task_id, why, True), reports)
         return None
 
-    def _start_gangs(self, lgs: list[_Launch], reports: list[TaskStatus],
-                     journalled: Future[None] | None = None) -> list[LaunchResult]:
+    def _start_gangs(self, lgs: list[_Launch], reports: list[TaskStatus]) -> list[LaunchResult]:
         """Start the members of every gang at once, in parallel over the spawners (spawn.py: each takes a share;
         a member that cannot start makes its spawner skip the rest of its gang there), then settle each gang:
-        whole, or stopped (_abort). `journalled`: the fsync of the launch's `start` records, still on its way (every
-        member has a cgroup): the wrappers are let go only once it is done, and if it failed they are ended at
-        their gates and every gang is refused, as if it had failed before the spawns."""
+        whole, or stopped (_abort)."""
         tasks: list[dict[str, object]] = []
         for g, lg in enumerate(lgs):
             specs = {s.task_id: s for s in lg.gang.tasks}
@@ -731,37 +720,24 @@ class LocalBackend:
                 tasks.append({"sandbox": str(t.sandbox), "command": spec.command, "env": self._env(t, spec),
                               "files": spec.files, "group": g,
                               **({"cgroup": t.cgroup} if t.cgroup else {"subreaper": True}), **self._user(spec)})
-        unrecorded: list[OSError] = []
-
-        def durable() -> bool:  # (spawn_many's gate: every reply is in)
-            assert journalled is not None
-            try:
-                journalled.result()
-            except OSError as e:
-                unrecorded.append(e)
-                return False
-            return True
-
         try:
-            results = self._spawners.spawn_many(tasks, gate=durable if journalled is not None else None)
+            results = self._spawners.spawn_many(tasks)
         except SpawnerDied as e:  # no spawner to be had (the backend is stopping)
             results = [Unknown(str(e))] * len(tasks)
         out: list[LaunchResult] = []
         pids: list[Record] = []
         k = 0
         for lg in lgs:
-            out.append(self._settle(lg, results[k:k + len(lg.tasks)], pids, reports,
-                                    unrecorded[0] if unrecorded else None))
+            out.append(self._settle(lg, results[k:k + len(lg.tasks)], pids, reports))
             k += len(lg.tasks)
             progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
         self._journal.append(pids)  # (not durable: a wrapper writes its pid into its sandbox as well)
         return out
 
     def _settle(self, lg: _Launch, results: Sequence[Started | NotStarted | Unknown | None], pids: list[Record],
-                reports: list[TaskStatus], unrecorded: OSError | None = None) -> LaunchResult:
+                reports: list[TaskStatus]) -> LaunchResult:
         """What the spawners did with one gang's members: watch what started (its pid record into `pids`), then
-        the gang runs whole or is stopped (`unrecorded`: its `start` records could not be made durable, so its
-        wrappers were ended at their gates: refused)."""
+        the gang runs whole or is stopped."""
         failure: tuple[str, str, bool] | None = None
         lost: Unknown | None = None
         killed = False
@@ -789,8 +765,6 @@ class LocalBackend:
         if lost is not None:
             log.error("local backend: gang %s: %s", lg.gang.gang_id, lost.message)
             failure = failure or (lg.tasks[0].task_id, lost.message, False)
-        if unrecorded is not None:
-            return self._abort(lg, None, reports, refused=f"cannot record the launch: {unrecorded}")
         if failure is None and not killed:
             return self._announce(lg, reports)
         return self._abort(lg, failure, reports)
@@ -803,11 +777,10 @@ class LocalBackend:
         return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.OK)
 
     def _abort(self, lg: _Launch, failure: tuple[str, str, bool] | None,
-               reports: list[TaskStatus], refused: str | None = None) -> LaunchResult:
+               reports: list[TaskStatus]) -> LaunchResult:
         """Stop what was started of a gang that cannot start whole. A failed member: the gang FAILED, nothing of it
-        reported. `refused` (its launch could not be recorded): REFUSED with that message, nothing reported. A kill
-        that came first: REFUSED, and every member reported KILLED (it never ran, or was stopped before the gang
-        came up; into `reports`)."""
+        reported. A kill that came first: REFUSED, and every member reported KILLED (it never ran, or was stopped
+        before the gang came up; into `reports`)."""
         now = self._clock()
         with self._lock:
             spawned = [t for t in lg.tasks if t.pid and not t.exited]
@@ -823,8 +796,6 @@ class LocalBackend:
         if failure is not None:
             tid, msg, permanent = failure
             return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.FAILED, tid, msg, permanent)
-        if refused is not None:
-            return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED, message=refused)
         reports += [TaskStatus(t.task_id, TaskState.KILLED, now, t.hostname, reason="killed",
                                message="killed before the gang started") for t in lg.tasks]
         return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.REFUSED,

@@ -10,10 +10,8 @@ Replay is idempotent (a record about an unknown task is ignored, a repeated one 
 while records keep arriving.
 
 One writer thread appends: records that arrive together are written with one write and, when any of them asked to
-be durable, one fsync (group commit). A launch waits for its `start` records to be durable before any member's
-command runs, so a daemon killed mid-launch knows every task it may have started: before it spawns, or, where every
-member has a cgroup (so its wrapper waits at a gate before it runs anything), before it lets the wrappers go, the
-fsync then running while the spawners start them (backend.py). Other records need no fsync: a process crash keeps
+be durable, one fsync (group commit). A launch waits for its `start` records to be durable before it spawns, so a
+daemon killed mid-launch knows every task it may have started. Other records need no fsync: a process crash keeps
 the page cache, and a machine crash ends every local task anyway.
 """
 
@@ -92,27 +90,14 @@ class Journal:
         """Queue records; with `durable`, wait until they are on disk (raises OSError if they could not be)."""
         if not records:
             return
-        if durable:
-            self.submit(records).result()
-        else:
-            self._put(records, None)
-
-    def submit(self, records: list[Record]) -> Future[None]:
-        """Queue records to be made durable, without waiting: the future is done once they are on disk (its
-        exception the OSError if they could not be). Raises OSError if the journal is stopped."""
-        fut: Future[None] = Future()
-        if not records:
-            fut.set_result(None)
-            return fut
-        self._put(records, fut)
-        return fut
-
-    def _put(self, records: list[Record], fut: Future[None] | None) -> None:
+        fut: Future[None] | None = Future() if durable else None
         with self._cond:
             if self._stop:
                 raise OSError("the local backend journal is stopped")
             self._queue.append((records, fut))
             self._cond.notify()
+        if fut is not None:
+            fut.result()
 
     def _run(self) -> None:
         while True:

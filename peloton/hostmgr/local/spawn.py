@@ -14,7 +14,7 @@ import struct
 import subprocess
 import sys
 import threading
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -74,18 +74,15 @@ class _Spawner:
         self.let_go()
         return out
 
-    def send(self, tasks: list[dict[str, object]], hold: bool = False) -> None:
-        """`hold`: its gated wrappers run only on let_go(True), never on a timeout or the socket closing
-        (spawner.py)."""
-        self._frame({"tasks": tasks, **({"hold": True} if hold else {})})
+    def send(self, tasks: list[dict[str, object]]) -> None:
+        self._frame({"tasks": tasks})
 
-    def let_go(self, go: bool = True) -> None:
+    def let_go(self) -> None:
         """Tell the spawner to move the wrappers it started into their cgroups and let them run (spawner.py: a
         move stalls every fork on the machine for a grace period, so a launch's moves wait until every spawner of
-        the launch has answered), or, with `go` false, to end them at their gates. No reply; a spawner gone
-        meanwhile let them go as it saw its socket close (a held request's: ended them)."""
+        the launch has answered). No reply; a spawner gone meanwhile let them go as it saw its socket close."""
         with contextlib.suppress(SpawnerDied):
-            self._frame({"go": go})
+            self._frame({"go": True})
 
     def _frame(self, doc: dict[str, object]) -> None:
         body = json.dumps(doc).encode()
@@ -195,8 +192,8 @@ class SpawnerPool:
         with self._get() as sp:
             return [r for r in sp.spawn(tasks) if r is not None]
 
-    def spawn_many(self, tasks: list[dict[str, object]], per_spawner: int = 2,
-                   gate: Callable[[], bool] | None = None) -> list[Started | NotStarted | Unknown | None]:
+    def spawn_many(self, tasks: list[dict[str, object]], per_spawner: int = 2
+                   ) -> list[Started | NotStarted | Unknown | None]:
         """Start `tasks` in parallel over as many spawners as are free (up to one per `per_spawner` tasks; at
         least one, waited for), each taking a contiguous share. A task's `group` (its gang) is skipped by its
         spawner after another task of the group failed there (None: skipped). One entry per task, in order; a
@@ -204,13 +201,7 @@ class SpawnerPool:
         works: the requests go out first, then the replies are read. Once every reply is in, each spawner is told
         to move the wrappers it started into their cgroups (let_go) and given back: a move stalls every fork on
         the machine for a grace period (spawner.py), which would otherwise fall on the spawners still starting
-        this launch's members (a launch beside this one thus waits for this launch's last spawner to answer).
-
-        `gate` (every task has a cgroup, so its wrapper waits at its gate): the requests are sent held, and once
-        every reply is in, `gate()` says whether the wrappers may run (the local backend waits there for the
-        launch's journal records to be durable, which is then done while the spawners work); false: they are ended
-        at their gates, having run nothing (their Started entries stand: their ends are seen as any end is). A
-        spawner that dies meanwhile, or a daemon, ends its held wrappers the same way."""
+        this launch's members (a launch beside this one thus waits for this launch's last spawner to answer)."""
         if not tasks:
             return []
         want = max(1, min(self.size, -(-len(tasks) // max(1, per_spawner))))
@@ -235,7 +226,7 @@ class SpawnerPool:
         for i, sp in enumerate(sps):
             assert sp is not None
             try:
-                sp.send(tasks[bounds[i]:bounds[i + 1]], hold=gate is not None)
+                sp.send(tasks[bounds[i]:bounds[i + 1]])
                 sent.append("")
             except SpawnerDied as e:
                 sent.append(str(e) or "its socket is closed")
@@ -258,9 +249,8 @@ class SpawnerPool:
                     self._give_back(sp, False)
                     self._sem.release()
                 out += got
-            go = gate() if gate is not None else True
             for sp in answered:  # every reply is in: the moves into cgroups stall no spawn of this launch now
-                sp.let_go(go)
+                sp.let_go()
             for i, sp in enumerate(sps):
                 if sp is not None:
                     sps[i] = None

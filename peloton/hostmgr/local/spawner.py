@@ -25,13 +25,9 @@ posix_spawn returns once /bin/sh has been executed: from then on the command is 
 
 A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
 stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
-only then, when the daemon says so (a `{"go": true}` frame, sent once every spawner of the launch has answered and
-the launch's journal records are durable; the daemon's socket closing; or GO_WAIT_S without either), moves the
-wrappers of the request into their cgroups and lets them go; a wrapper that gets no `go` (the move failed, the
-spawner died, a `{"go": false}` frame) exits 125 without running the command. A request with `"hold": true` (the
-daemon starts it while the launch's journal records are still being made durable) is let go by `{"go": true}`
-alone: the socket closing, `{"go": false}` or any other frame ends its wrappers at their gates, and nothing lets it
-go on a timeout (the daemon may not know it started them).
+only then, when the daemon says so (a `{"go": true}` frame, sent once every spawner of the launch has answered; the
+daemon's socket closing; or GO_WAIT_S without either), moves the wrappers of the request into their cgroups and lets
+them go; a wrapper that gets no `go` (the move failed, the spawner died) exits 125 without running the command.
 Moving a process between cgroups waits for an RCU grace period when none has moved lately (10-15 ms here, once per
 burst), and while it waits every fork on the machine (the cgroup_threadgroup_rwsem) and every cgroup mkdir (the
 cgroup mutex) waits too: hence after the replies, where it is not on the launch's path, and after all of them, where
@@ -502,19 +498,9 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
 
 # (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
 _gated: list[tuple[int, int, str, int]] = []
-# whether they came with `hold` (only `{"go": true}` lets them go: see the module's doc)
-_held: list[bool] = [False]
 # how long started wrappers wait for the daemon's `go` before they are let go without it (the daemon sends it once
 # the launch's last spawner has replied: milliseconds, or a few hundred under a heavy load)
 GO_WAIT_S = 2.0
-
-
-def _close_gates() -> None:
-    """End every gated wrapper at its gate: it gets no `go` and exits 125 without running anything."""
-    while _gated:
-        pidfd, _pid, _cgroup, gate = _gated.pop(0)
-        os.close(gate)
-        os.close(pidfd)
 
 
 def _let_go() -> None:
@@ -555,37 +541,20 @@ def _read_exact(sock: socket.socket, n: int) -> bytes:
     return bytes(buf)
 
 
-def _settle_gates(go: bool) -> None:
-    """The wrappers started and not let go yet: let go when `go` and they may go on that (a held request's only by
-    an explicit go), else ended at their gates."""
-    if go or not _held[0]:
-        _let_go()
-    else:
-        _close_gates()
-
-
 def serve(sock: socket.socket) -> None:
     base_env = dict(os.environ)
     while True:
-        if _gated and not _held[0] and not select.select([sock], [], [], GO_WAIT_S)[0]:
+        if _gated and not select.select([sock], [], [], GO_WAIT_S)[0]:
             _let_go()  # no `go` in time (a daemon thread stuck, a daemon of another release): they run anyway
         try:
             (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
             request = json.loads(_read_exact(sock, size))
         except (EOFError, ConnectionError):
-            # the daemon went after the reply: what it was told started runs, as it was told; unless held (what it
-            # started may not be in its journal)
-            _settle_gates(False)
+            _let_go()  # the daemon went after the reply: what it was told started runs, as it was told
             return
-        # `go` (every spawner of the launch has answered), or a request that came before it; `{"go": false}` ends
-        # them (a held request's: anything but an explicit go)
-        if request.get("go") is False:
-            _close_gates()
-        else:
-            _settle_gates(request.get("go") is True)
+        _let_go()  # `go` (every spawner of the launch has answered), or a request that came before it
         if "tasks" not in request:
             continue
-        _held[0] = request.get("hold") is True
         replies: list[dict[str, object]] = []
         fds: list[int] = []
         failed: set[object] = set()  # the groups (gangs) with a task that could not start: the rest of each is skipped
@@ -609,8 +578,7 @@ def serve(sock: socket.socket) -> None:
             if sent < len(frame):
                 sock.sendall(frame[sent:])
         except (BrokenPipeError, ConnectionError):
-            # the daemon went before the reply: what it may have journalled as started runs, as before; unless held
-            _settle_gates(False)
+            _let_go()  # the daemon went before the reply: what it may have journalled as started runs, as before
             return
         finally:
             for fd in fds:
