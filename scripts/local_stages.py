@@ -1,10 +1,12 @@
-"""Where the time of request -> every member RUNNING goes on the local backend, stage by stage: a daemon (SQLite,
-the local benchmark's 8 hosts x 8 GPUs, members running `sleep`) with scripts/stage_trace loaded, one request
-outstanding; each request's way is cut at the calls it passes (the API, resmgr's queue, the placement round, the
-launcher, the host manager, the local backend's journal and spawners, the status hand-over, the job manager's
-commit) and at the client's sight of RUNNING. Prints the median and p90 of each stage per gang size; asserts nothing.
+"""Where the time of request -> every member RUNNING goes on the local backend, stage by stage: a daemon (SQLite, or
+PostgreSQL with --store; the local benchmark's 8 hosts x 8 GPUs, members running `sleep`) with scripts/stage_trace
+loaded, one request outstanding; each request's way is cut at the calls it passes (the API, resmgr's queue, the
+placement round, the launcher, the host manager, the local backend's journal and spawners, the status hand-over, the
+job manager's commit) and at the client's sight of RUNNING. Prints the median and p90 of each stage per gang size;
+asserts nothing.
 
-    .venv/bin/python scripts/local_stages.py [--samples 30] [--sizes 1,8,16] [--tree ../other-checkout]
+    .venv/bin/python scripts/local_stages.py [--samples 30] [--sizes 1,8,16] [--store sqlite|postgresql]
+                                             [--tree ../other-checkout]
 
 The times are CLOCK_MONOTONIC, which the client and the daemon share. The tracing costs a few microseconds a call.
 """
@@ -60,14 +62,15 @@ def marks(events: list[tuple[str, float, float]], t0: float, t1: float) -> dict[
 
 
 def breakdown(samples: list[dict[str, float]], t0s: list[float]) -> list[tuple[str, float, float]]:
-    """(stage, median ms, p90 ms) of each stage: its end minus the end of the stage before it, request by request
-    (a stage whose mark a request lacks is left out for that request)."""
+    """(stage, median ms, p90 ms) of each stage: its end minus the end of the last stage before it that the request
+    has a mark for, request by request (a stage whose mark a request lacks is left out for that request: a launch
+    that overlaps the journal's fsync with the spawns makes no `journal_durable` call)."""
     rows = []
     for i, (label, mark) in enumerate(STAGES):
         vals = []
         for m, t0 in zip(samples, t0s, strict=True):
-            prev = t0 if i == 0 else m.get(STAGES[i - 1][1])
-            if mark in m and prev is not None:
+            prev = next((m[p] for _, p in reversed(STAGES[:i]) if p in m), t0)
+            if mark in m:
                 vals.append(1000 * (m[mark] - prev))
         rows.append((label, percentile(vals, 50) if vals else float("nan"),
                      percentile(vals, 90) if vals else float("nan")))
@@ -86,13 +89,14 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=30, help="requests per gang size")
     ap.add_argument("--sizes", default="1,8,16")
     ap.add_argument("--sleep", type=float, default=0.05, help="seconds each member runs")
+    ap.add_argument("--store", choices=("sqlite", "postgresql"), default="sqlite")
     ap.add_argument("--tree", default=None, help="run another checkout's daemon (with this tree's tracer)")
     ap.add_argument("--daemon-args", default="", help="more flags for the daemon, e.g. '--task-cgroups off'")
     a = ap.parse_args()
     trace = Path(tempfile.mkdtemp(prefix="peloton-stages-")) / "trace"
     os.environ["PYTHONPATH"] = str(Path(__file__).resolve().parent / "stage_trace")
     os.environ["PELOTON_STAGE_TRACE"] = str(trace)
-    d = Daemon([*HOSTS, *a.daemon_args.split()])
+    d = Daemon([*HOSTS, *a.daemon_args.split()], store=a.store)
     if a.tree:
         d.root = Path(a.tree).resolve()
     windows: dict[int, list[tuple[float, float]]] = {}
@@ -129,6 +133,11 @@ def main() -> int:
               f"p90 {percentile(total, 90):.1f} ms ({len(ws)} requests)")
         for label, p50, p90 in breakdown([marks(events, t0, t1) for t0, t1 in ws], [t0 for t0, _ in ws]):
             print(f"  {label:<45} {p50:7.2f}  {p90:7.2f} ms")
+        fsyncs = [1000 * (leave - enter) for name, enter, leave in events
+                  if name == "journal_fsync" and any(t0 <= enter <= t1 for t0, t1 in ws)]
+        if fsyncs:
+            print(f"  (the journal's durable write itself: p50 {percentile(fsyncs, 50):.2f} ms, "
+                  f"p90 {percentile(fsyncs, 90):.2f} ms)")
         print("  the daemon's own gang stage histogram, mean ms: "
               + ", ".join(f"{s} {v:.1f}" for s, v in histogram[size].items()))
     return 0
