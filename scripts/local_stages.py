@@ -63,8 +63,7 @@ def marks(events: list[tuple[str, float, float]], t0: float, t1: float) -> dict[
 
 def breakdown(samples: list[dict[str, float]], t0s: list[float]) -> list[tuple[str, float, float]]:
     """(stage, median ms, p90 ms) of each stage: its end minus the end of the last stage before it that the request
-    has a mark for, request by request (a stage whose mark a request lacks is left out for that request: a launch
-    that overlaps the journal's fsync with the spawns makes no `journal_durable` call)."""
+    has a mark for, request by request (a stage whose mark a request lacks is left out for that request)."""
     rows = []
     for i, (label, mark) in enumerate(STAGES):
         vals = []

@@ -67,8 +67,7 @@ def _install(fd: int) -> None:
     wrap(hm.HostManager, "launch", "hostmgr_launch", always)
     wrap(backend.LocalBackend, "launch", "backend_launch", always)
     wrap(journal.Journal, "append", "journal_durable", lambda a, k, r: bool(k.get("durable")))
-    # the journal thread's write of a batch with a durable record (its fsync): where the launch overlaps it with
-    # the spawns, no `journal_durable` call is made
+    # the journal thread's write of a batch with a durable record (its fsync), timed on its own
     wrap(journal.Journal, "_write", "journal_fsync", lambda a, k, r: any(f is not None for _, f in a[1]))
     wrap(spawn.SpawnerPool, "spawn_many", "spawn_many", first_arg)
     wrap(hm.HostManager, "_on_statuses", "statuses_handed", first_arg)
