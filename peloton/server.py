@@ -71,7 +71,7 @@ from peloton.hostmgr.local.backend import (
 from peloton.hostmgr.manager import HostManager
 from peloton.hostmgr.service import HostManagerServicer, HostServicer
 from peloton.hostmgr.sim.backend import SimBackend, SimSettings, make_sim_backend
-from peloton.jobmgr.manager import POOLS_AHEAD_S, RETENTION_BATCH, JobManager
+from peloton.jobmgr.manager import RETENTION_BATCH, JobManager
 from peloton.jobmgr.service import MAX_WATCHERS, JobServicer, TaskServicer
 from peloton.leadership.failover import FailoverStub, split_addresses
 from peloton.leadership.guard import LEADER, StoreGuard
@@ -447,7 +447,6 @@ class Daemon:
             self.loops += [
                 Loop("task-events", lambda: jm.events_once(LONG_POLL_MS), 0.05, self.clock),
                 Loop("reconciler", jm.reconcile_once, 5.0, self.clock),
-                Loop("pools", jm.read_pools_ahead, POOLS_AHEAD_S, self.clock),
             ]
             kept = [t for t in (cfg.job_retention_s, cfg.audit_retention_s) if t > 0]
             if kept:  # checked often enough for the shortest retention, at least every 10 minutes

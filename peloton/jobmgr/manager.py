@@ -72,8 +72,6 @@ SENT_WAIT_S = 2.0  # the queue check waits this long, at most, for the enqueues 
 CAPACITY_TTL_S = 1.0
 CAPACITY_WAIT_S = 12.0  # a create with no capacity index yet waits this long (at most) for the refresh under way
 POOLS_TTL_S = 1.0  # a pool's new limit applies to creates at most this much later
-# the pools loop's period (server.py): while creates come, it re-reads the pools this often, ahead of them
-POOLS_AHEAD_S = POOLS_TTL_S / 2
 DEFAULT_PAGE = 100
 MAX_PAGE = 1000
 DEFAULT_TASK_PAGE = 1000
@@ -188,8 +186,7 @@ class JobManager:
         self._cap_refreshing = False  # one capacity refresh at a time; it runs with no lock held
         self.planner = Planner(read_sessions, hostmgr, resmgr, self._capacity, gpu_table)
         self._cap: tuple[int, HostIndex | None, float] = (0, None, 0.0)  # (version, index, checked at)
-        self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)  # (pools, read begun at), replaced whole
-        self._pools_used = False  # a create looked at the pools since the pools loop's last pass
+        self._pool_cache: tuple[dict[str, ResourcePool], float] = ({}, 0.0)
         self._stopping: set[str] = set()  # jobs a StopJob call is stopping (the reconciler leaves them alone)
         self._stopping_lock = threading.Lock()
         self._uids: dict[str, int] = {}  # principal -> its allocated uid (never changes once stored)
@@ -370,32 +367,14 @@ class JobManager:
                                  "once; retry", field="task.user")
 
     def _pools(self, wanted: str) -> dict[str, ResourcePool]:
-        """The pools as they were at most POOLS_TTL_S ago (every create needs them), read here when the copy is
-        older (the first create after a quiet spell) or `wanted` is not among them (a pool just created). While
-        creates come, the pools loop (`read_pools_ahead`) reads them ahead every POOLS_AHEAD_S, so that a create does
-        not wait for that read: 1-3 ms on the request's thread, once a second, was on a third of the slowest
-        samples of a lone gang's latency (docs/performance.md)."""
-        self._pools_used = True
+        """The pools, read at most every POOLS_TTL_S (every create needs them), and at once when `wanted` is not
+        among those read (a pool just created)."""
         pools, at = self._pool_cache
         if wanted not in pools or time.monotonic() - at > POOLS_TTL_S:
-            pools = self._read_pools()
+            with transaction(self.read_sessions) as s:
+                pools = {p.path: p for p in repo.list_pools(s)}
+            self._pool_cache = (pools, time.monotonic())
         return pools
-
-    def _read_pools(self) -> dict[str, ResourcePool]:
-        at = time.monotonic()  # the copy is as old as its read's beginning
-        with transaction(self.read_sessions) as s:
-            pools = {p.path: p for p in repo.list_pools(s)}
-        self._pool_cache = (pools, at)
-        return pools
-
-    def read_pools_ahead(self) -> bool:
-        """The pools loop's pass: read the pools again if a create looked at them since the last pass (an idle
-        daemon reads nothing; the next create after a quiet spell reads them itself). Always False: the loop waits
-        its period."""
-        if self._pools_used:
-            self._pools_used = False  # before the read: a create meanwhile asks for the next pass's read
-            self._read_pools()
-        return False
 
     def access_list(self, pool: str) -> tuple[str, tuple[str, ...]]:
         """Who may submit to `pool`: (the pool whose list applies, the list), the nearest one up the tree with a
