@@ -8,13 +8,16 @@ STAMP := $(VENV)/.installed
 
 # The editable install in compat mode: a plain path in a .pth file; the default editable mode installs an import
 # hook that costs every Python start-up (each CLI call) ~14 ms. Falls back to it if a future setuptools drops compat
-# (its banner saying so is silenced: it is meant for the project's developers, who read this).
+# (its banner saying so is silenced: it is meant for the project's developers, who read this). Then peloton's
+# byte-code, which the editable install leaves to the interpreter: where PYTHONDONTWRITEBYTECODE is set it writes
+# none, and every daemon start and CLI call compiled peloton again (docs/performance.md).
 $(STAMP): pyproject.toml setup.py
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	PYTHONWARNINGS='ignore:Compat editable installs' \
 	  $(BIN)/python -m pip install -q -e '.[dev]' --config-settings editable_mode=compat \
 	  || $(BIN)/python -m pip install -q -e '.[dev]'
+	$(BIN)/python -m compileall -q peloton
 	touch $(STAMP)
 
 venv: $(STAMP)
@@ -54,8 +57,9 @@ pg:
 
 ## The six benchmarks of the hot-path issue (1-6 of benchmarks/README.md), short settings (about 8 minutes on 2 cores), each printing a table and
 ## writing JSON under benchmarks/results/, then the model-aware plans against the public profiles (a second) and
-## Pollux's workload-6 replayed per policy (half a minute). Bigger
-## runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS, CLI_ARGS, SCHEDULING_ARGS, MODEL_ARGS, REPLAY_ARGS (see
+## Pollux's workload-6 replayed per policy (half a minute), then the daemon's start and stop (a minute). Bigger
+## runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS, CLI_ARGS, SCHEDULING_ARGS, MODEL_ARGS, REPLAY_ARGS,
+## STARTSTOP_ARGS (see
 ## benchmarks/README.md), e.g. `make bench MEMORY_ARGS='--tasks 100000'`.
 bench: $(STAMP) pg
 	$(BIN)/python benchmarks/placement_bench.py $(PLACEMENT_ARGS)
@@ -67,6 +71,7 @@ bench: $(STAMP) pg
 	$(BIN)/python benchmarks/model_bench.py $(MODEL_ARGS)
 	$(BIN)/python benchmarks/durability_bench.py
 	$(BIN)/python benchmarks/replay_bench.py $(REPLAY_ARGS)
+	$(BIN)/python benchmarks/startstop_bench.py --runs 3 $(STARTSTOP_ARGS)
 
 ## peloton (SQLite, PostgreSQL) side by side with Slurm on one workload (benchmarks/README.md, 13; about 6 minutes).
 ## Installs nothing: without Slurm it prints how (apt-get install -y slurmctld slurmd slurm-client munge) and

@@ -32,6 +32,21 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_configure(config: pytest.Config) -> None:
     dbutil.drop_in_background()  # the next test need not wait for PostgreSQL's checkpoint (tests/dbutil.py)
+    compile_peloton()
+
+
+def compile_peloton() -> None:
+    """peloton's bytecode, written for every module whose cache is missing or stale. The editable install leaves
+    it to the interpreter, and with PYTHONDONTWRITEBYTECODE set (as on this project's machines) the interpreter
+    writes none: each of the ~200 daemons the suite starts, and each CLI call of the e2e tests, compiled all of
+    peloton again (~0.4 s of a daemon's start on 2 loaded cores: docs/performance.md, "Starting and stopping the
+    daemon"). Up-to-date files are only stat'ed; two pytest processes at once write each file atomically."""
+    import compileall
+    from pathlib import Path
+
+    import peloton
+
+    compileall.compile_dir(Path(peloton.__file__).parent, quiet=1)
 
 
 def pytest_unconfigure(config: pytest.Config) -> None:

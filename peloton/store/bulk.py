@@ -29,7 +29,6 @@ from typing import Any
 import psycopg2
 from psycopg2.extras import execute_values
 from sqlalchemy import Table
-from sqlalchemy.dialects import postgresql
 from sqlalchemy.orm import Session
 
 from peloton.store.db import COMMIT_CHECK, COMMIT_CHECKED, RawTransaction, count_statement
@@ -123,6 +122,10 @@ def _sqlite_update_sql(table: str, keys: tuple[str, ...], cols: tuple[str, ...])
 
 @functools.cache
 def _pg_update_sql(table: Table, keys: tuple[str, ...], cols: tuple[str, ...]) -> str:
+    # (here, once per table and shape: a daemon on SQLite never loads the dialect, ~40 ms of its start now that a
+    # restart imports no Alembic either; docs/performance.md, "Starting and stopping the daemon")
+    from sqlalchemy.dialects import postgresql
+
     names = (*keys, *cols)
     types = [table.c[c].type.compile(dialect=postgresql.dialect()) for c in names]
     sets = ", ".join(f'"{c}" = v."{c}"' for c in cols)

@@ -15,13 +15,10 @@ import time
 import weakref
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from alembic import command
-from alembic.config import Config
-from alembic.runtime.migration import MigrationContext
 from prometheus_client import Counter, Histogram
-from sqlalchemy import Engine, create_engine, event, text
+from sqlalchemy import Engine, create_engine, event, inspect, text
 from sqlalchemy.engine import Connection, make_url
 from sqlalchemy.exc import DBAPIError, DisconnectionError, InterfaceError, OperationalError
 from sqlalchemy.exc import TimeoutError as PoolTimeoutError
@@ -30,6 +27,9 @@ from sqlalchemy.orm import Session, sessionmaker
 import peloton
 from peloton.errors import InvalidArgument, Unavailable
 from peloton.files import make_dirs, private_file, tighten
+
+if TYPE_CHECKING:
+    from alembic.config import Config
 
 STATEMENTS = Counter("peloton_store_statements_total", "SQL statements sent to the store (round trips)", ["kind"])
 TRANSACTIONS = Histogram("peloton_store_transaction_seconds", "One store transaction, begin to commit (or rollback), "
@@ -486,6 +486,8 @@ def _short(e: BaseException) -> str:
 
 
 def _alembic_config(connection: Connection) -> Config:
+    from alembic.config import Config
+
     cfg = Config()
     cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
     cfg.set_main_option("sqlalchemy.url", connection.engine.url.render_as_string(hide_password=False).replace("%", "%%"))
@@ -509,16 +511,38 @@ MIGRATION_LOCK_KEY = 0x7065_6C6F_746F_6D  # PostgreSQL: one migrating process at
 def upgrade(url: str, revision: str = "head") -> None:
     """Apply the Alembic chain in migrations/ (idempotent). On PostgreSQL under a transaction-level advisory lock:
     processes that start together (the roles of a split deployment) migrate one after the other, and the later
-    ones find nothing left to do."""
+    ones find nothing left to do. A store already at head (every restart) is left to itself without Alembic,
+    whose import and reading of the scripts took ~150 ms of a daemon's start (docs/performance.md, "Starting and
+    stopping the daemon"); any other revision (older, newer, none, several) goes to Alembic as before."""
     own_sqlite_file(url)
     with _connection(url) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
+        if revision == "head" and stored_revisions(conn) == [head_revision()]:
+            conn.commit()
+            return
+        from alembic import command
+
         command.upgrade(_alembic_config(conn), revision)
         conn.commit()
 
 
+def head_revision() -> str:
+    """The newest migration's revision, from the scripts' names alone (no Alembic): each is `NNNN_what.py` with
+    revision "NNNN", one after the other (tests/store/test_migrations.py holds the scripts to that)."""
+    return max(p.name[:4] for p in (MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+
+
+def stored_revisions(conn: Connection) -> list[str]:
+    """The revisions Alembic recorded in the store (none before its first migration)."""
+    if not inspect(conn).has_table("alembic_version"):
+        return []
+    return [str(r[0]) for r in conn.execute(text("SELECT version_num FROM alembic_version"))]
+
+
 def downgrade(url: str, revision: str) -> None:
+    from alembic import command
+
     with _connection(url) as conn:
         command.downgrade(_alembic_config(conn), revision)
         conn.commit()
@@ -536,6 +560,8 @@ def own_sqlite_file(url: str) -> None:
 
 
 def current_revision(url: str) -> str | None:
+    from alembic.runtime.migration import MigrationContext
+
     with _connection(url) as conn:
         return MigrationContext.configure(conn).get_current_revision()
 

@@ -2,6 +2,14 @@
 
 from __future__ import annotations
 
+import json
+import subprocess
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+from alembic import command
 from alembic.autogenerate import compare_metadata
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
@@ -35,6 +43,49 @@ def test_single_head() -> None:
     heads = _script().get_heads()
     assert len(heads) == 1, f"migrations must have exactly one head, got {heads}"
     assert heads[0] == "0011"
+
+
+def test_the_head_read_from_the_scripts_names_is_alembics() -> None:
+    """db.head_revision (which spares a store at head Alembic's import) reads the head from the file names: each
+    script's revision is its name's first four digits, each the one before plus one."""
+    revisions = sorted(_script().walk_revisions(), key=lambda r: r.revision)
+    for i, r in enumerate(revisions, 1):
+        assert r.revision == f"{i:04d}" == Path(r.path).name[:4], r.path
+        assert r.down_revision == (None if i == 1 else f"{i - 1:04d}"), r.path
+    assert db.head_revision() == _head()
+
+
+def test_a_store_at_head_is_not_handed_to_alembic_and_any_other_is(db_url: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    upgrades: list[str] = []
+    real = command.upgrade
+
+    def counted(cfg: Any, rev: str) -> None:
+        upgrades.append(rev)
+        real(cfg, rev)
+
+    monkeypatch.setattr(command, "upgrade", counted)
+    db.upgrade(db_url, "0010")
+    db.upgrade(db_url)  # 0010 -> head: Alembic's
+    assert upgrades == ["0010", "head"] and db.current_revision(db_url) == _head()
+    db.upgrade(db_url)  # at head: nothing for Alembic
+    assert upgrades == ["0010", "head"]
+    db.upgrade(db_url, _head())  # a revision named: Alembic's, as before
+    assert upgrades == ["0010", "head", _head()]
+
+
+def test_a_daemon_on_a_store_at_head_imports_no_alembic(db_url: str) -> None:
+    """A restart's store check loads neither Alembic nor (on SQLite) SQLAlchemy's PostgreSQL dialect."""
+    db.upgrade(db_url)
+    code = ("import json, sys\n"
+            "from peloton import server\n"
+            "from peloton.store import db\n"
+            f"db.upgrade({db_url!r})\n"
+            "print(json.dumps(sorted({m.split('.')[0] for m in sys.modules if m.startswith(('alembic', 'mako'))}"
+            " | {m for m in sys.modules if m == 'sqlalchemy.dialects.postgresql'})))\n")
+    r = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert r.returncode == 0, r.stderr[-3000:]
+    loaded = json.loads(r.stdout.strip().splitlines()[-1])
+    assert loaded == ([] if db.sqlite_path(db_url) else ["sqlalchemy.dialects.postgresql"])
 
 
 def test_upgrade_downgrade_upgrade(db_url: str) -> None:
