@@ -55,9 +55,10 @@ min-deps: pg
 pg:
 	@bash scripts/ensure_postgres.sh
 
-## The six benchmarks of the hot-path issue (1-6 of benchmarks/README.md), short settings (about 8 minutes on 2 cores), each printing a table and
-## writing JSON under benchmarks/results/, then the model-aware plans against the public profiles (a second) and
-## Pollux's workload-6 replayed per policy (half a minute), then the daemon's start and stop (a minute). Bigger
+## Ten benchmarks, short settings (about 11 minutes on 2 cores), each printing a table and writing JSON under
+## benchmarks/results/: the six of the hot-path issue (1-6 of benchmarks/README.md), the model-aware plans against
+## the public profiles (a second), a synced commit's cost, Pollux's workload-6 replayed per policy (half a minute),
+## then the daemon's start and stop (a minute). Bigger
 ## runs: PLACEMENT_ARGS, LOCAL_ARGS, SIM_ARGS, MEMORY_ARGS, CLI_ARGS, SCHEDULING_ARGS, MODEL_ARGS, REPLAY_ARGS,
 ## STARTSTOP_ARGS (see
 ## benchmarks/README.md), e.g. `make bench MEMORY_ARGS='--tasks 100000'`.

@@ -447,7 +447,7 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--task-cgroups", choices=["auto", "off"], default="auto",
                    help="local backend: auto puts each task into a cgroup (v2) of its own, so that nothing it starts "
                         "(setsid, double fork, another process group) outlives its stop or its end, where this "
-                        "daemon can make cgroups (root, cgroup v2 mounted); otherwise, and with off, each task's "
+                        "daemon can make cgroups (cgroup v2 mounted and writable by it: usually a root daemon); otherwise, and with off, each task's "
                         "wrapper is a child subreaper that catches less (docs/running.md) (default %(default)s)")
     s.add_argument("--task-log-max", default="100Mi", metavar="SIZE",
                    help="local backend: a running task's stdout or stderr larger than this is rotated (moved to "
