@@ -370,3 +370,120 @@ def test_a_gated_wrapper_is_moved_and_let_go_only_when_the_daemon_says_go_or_goe
     finally:
         sp.close()
         cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+def _status(pid: int) -> dict[str, str]:
+    text = Path(f"/proc/{pid}/status").read_text()
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
+
+
+@needs_cgroups
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_gated_task_of_another_user_is_started_by_that_users_launcher_with_no_program_more(tmp_path: Path) -> None:
+    """The spawner forks a launcher per user (spawner.by_launcher): the wrapper is the user's shell from the start
+    (no setpriv before it), a child of a process of the user's ids that is not dumpable (/proc shows it as root's),
+    kept for the user's next task; the task has the user's ids and groups and no capabilities."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    who = pwd.getpwnam("daemon")
+    groups = sorted(os.getgrouplist(who.pw_name, who.pw_gid))
+    os.chmod(tmp_path, 0o700)  # the user needs no permission above its sandbox
+    sp = _Spawner(inherited(os.environ))
+    launchers = []
+    try:
+        for i in range(2):
+            sandbox = tmp_path / f"t{i}"
+            sp.send([{"sandbox": str(sandbox), "command": "cat /proc/self/status", "env": {"PATH": "/usr/bin:/bin"},
+                      "files": {}, "cgroup": _CGROUPS.new_path(f"user-{i}"), "user": "daemon"}])
+            (r,) = sp.receive()
+            assert isinstance(r, Started) and r.pidfd is not None
+            assert _cmdline(r.pid)[0] == spawner.SHELL  # at its gate: the shell, no setpriv before it
+            launcher = _ppid(r.pid)
+            launchers.append(launcher)
+            assert _ppid(launcher) == sp.proc.pid
+            ids = _status(launcher)
+            assert ids["Uid"].split() == [str(who.pw_uid)] * 4 and ids["Gid"].split() == [str(who.pw_gid)] * 4
+            assert sorted(int(g) for g in ids["Groups"].split()) == groups
+            assert int(ids["CapEff"], 16) == 0
+            assert os.stat(f"/proc/{launcher}/environ").st_uid == 0  # not dumpable: the user cannot ptrace it
+            sp.let_go()
+            wait_for(lambda sandbox=sandbox: wrapper.read_exit(sandbox) is not None)  # type: ignore[misc]
+            rec = wrapper.read_exit(sandbox)
+            assert rec is not None and rec.exit_code == 0, (sandbox / "stderr").read_text()
+            task = _status_text((sandbox / "stdout").read_text())
+            assert task["Uid"].split() == [str(who.pw_uid)] * 4 and task["Gid"].split() == [str(who.pw_gid)] * 4
+            assert sorted(int(g) for g in task["Groups"].split()) == groups
+            assert int(task["CapEff"], 16) == 0 and int(task["CapPrm"], 16) == 0
+            os.close(r.pidfd)
+        assert launchers[0] == launchers[1]  # kept for the user's next task
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+    wait_for(lambda: not Path(f"/proc/{launchers[0]}").exists())  # it ends with its spawner
+
+
+def _status_text(text: str) -> dict[str, str]:
+    return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
+
+
+_LAUNCHER_FAULTS = r"""
+import json, os, pwd, signal, sys, time
+from peloton.hostmgr.local import spawner
+spawner.LAUNCHER_WAIT_S = 0.5
+spawner._LAUNCHERS_ON.append(True)
+who = pwd.getpwnam("daemon")
+base = sys.argv[1]
+out = []
+
+def start(name):
+    sandbox = os.path.join(base, name)
+    spawner.prepare(sandbox, {}, who)
+    r, w = os.pipe2(os.O_CLOEXEC)
+    try:
+        pid = spawner.spawn_as(sandbox, "sleep 30", {"PATH": "/usr/bin:/bin"}, who, gate=r)
+    except OSError as e:
+        os.close(w)
+        return {"error": str(e)}
+    finally:
+        os.close(r)
+    parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
+    os.close(w)  # no `go`: the wrapper exits 125 having run nothing
+    return {"pid": pid, "parent": parent, "by_setpriv": parent == os.getpid()}
+
+first = start("a")
+os.kill(first["parent"], signal.SIGKILL)  # the user's processes may kill their launcher (same uid) ...
+time.sleep(0.1)
+second = start("b")  # ... a launcher found dead is replaced, the task started all the same
+os.kill(second["parent"], signal.SIGSTOP)  # ... or stop it
+third = start("c")  # no answer: killed, the task not started, and setpriv for a while
+fourth = start("d")
+stopped_gone = not os.path.exists(f"/proc/{second['parent']}") or     open(f"/proc/{second['parent']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+print(json.dumps({"first": first, "second": second, "third": third, "fourth": fourth, "killed": stopped_gone}))
+"""
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_users_launcher_killed_or_stopped_by_the_users_processes_is_replaced_or_given_up(tmp_path: Path) -> None:
+    """A launcher runs as its user, whose processes may signal it. Killed while idle: found dead at the next task
+    and replaced (the task starts). Stopped: the request gets no answer within LAUNCHER_WAIT_S, the launcher is
+    killed, the task is reported not started (its gate closes: nothing of it runs), and the user's next tasks go
+    through setpriv. A real spawner module in its own one-thread process (the launcher is forked)."""
+    import json
+    import subprocess
+
+    os.chmod(tmp_path, 0o700)
+    done = subprocess.run([sys.executable, "-c", _LAUNCHER_FAULTS, str(tmp_path)], capture_output=True, text=True,
+                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    assert done.returncode == 0, done.stderr
+    r = json.loads(done.stdout.splitlines()[-1])
+    assert not r["first"]["by_setpriv"] and not r["second"]["by_setpriv"]
+    assert r["first"]["parent"] != r["second"]["parent"]  # a new launcher
+    assert "did not answer within 0.5 s" in r["third"]["error"] and "the task did not run" in r["third"]["error"]
+    assert r["fourth"]["by_setpriv"]
+    assert r["killed"]
+    for name in ("a", "b", "d"):  # each started, and each ended at its gate without running its command
+        wait_for(lambda name=name: wrapper.read_exit(tmp_path / name) is not None  # type: ignore[misc]
+                 or (tmp_path / name / "stderr").read_text() != "")
+        assert "could not be put into its cgroup" in (tmp_path / name / "stderr").read_text()

@@ -36,10 +36,11 @@ it stalls no other spawner of the same launch; the command starts that much afte
 subreaper in between (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot set it), and runs
 WRAPPER_SUBREAPER, which kills the command's orphans, now its children, before it ends.
 
-A task with a user (task.user) other than the spawner's own is started by posix_spawn of util-linux's setpriv in
-the sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot
-change user; without setpriv, and for a child subreaper, subprocess's fork and exec, whose child enters the sandbox
-before it drops to the user); either way the task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
+A task with a user (task.user) other than the spawner's own is started, when gated, by that user's launcher (a
+child of the spawner that runs as the user: by_launcher), else by posix_spawn of util-linux's setpriv in the
+sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot change
+user; without setpriv, and for a child subreaper, subprocess's fork and exec, whose child enters the sandbox before
+it drops to the user); either way the task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
 user's (0700/0600); HOME, USER and LOGNAME are the user's unless the job sets them. uid 0 is refused unless the
 task names root explicitly (its pool allows it: checked at submit) or the daemon's --default-task-user is root.
 """
@@ -59,6 +60,7 @@ import socket
 import struct
 import subprocess
 import sys
+import time
 
 SHELL = "/bin/sh"
 PIDS_FILE = "pids"
@@ -305,10 +307,12 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
     is an argument too, for is_wrapper), as the user's groups, gid and uid. The logs are created here, as root, only
     if nothing is in their place (O_EXCL, O_NOFOLLOW: the user owns the sandbox already), and given to the user.
 
-    posix_spawn cannot change user: it starts `setpriv` (SETPRIV), which drops to the user and executes the wrapper
-    in the same process, so this costs the spawner what spawn() does (a vfork and an exec: subprocess's fork and
-    exec, which a user switch needs, cost several times that and wait for the exec). Without setpriv, and for a
-    child subreaper (prctl between fork and exec), subprocess's fork and exec, whose child runs C only.
+    A gated task goes to the user's launcher (by_launcher), which runs as the user and posix_spawns the wrapper as
+    spawn() does: the member runs no program more. Otherwise, as posix_spawn cannot change user, it starts
+    `setpriv` (SETPRIV), which drops to the user and executes the wrapper in the same process, so this costs the
+    spawner what spawn() does (a vfork and an exec: subprocess's fork and exec, which a user switch needs, cost
+    several times that and wait for the exec) and the member one program more. Without setpriv, and for a child
+    subreaper (prctl between fork and exec), subprocess's fork and exec, whose child runs C only.
     Raises OSError as spawn(); a setpriv that fails (it should not, as root) ends the task before its wrapper ran
     (LOST, its message in stderr)."""
     new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW
@@ -319,6 +323,10 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
         for name in (STDOUT_FILE, STDERR_FILE):
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
+        if gate is not None and not subreaper:
+            pid = by_launcher(who, groups, args, env, gate, logs, sandbox)
+            if pid is not None:
+                return pid
         if SETPRIV is not None and not subreaper:
             drop = [SETPRIV, f"--reuid={who.pw_uid}", f"--regid={who.pw_gid}",
                     f"--groups={','.join(str(g) for g in groups)}" if groups else "--clear-groups", "--"]
@@ -350,6 +358,174 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
             os.close(fd)
     p.returncode = 0  # the daemon watches it through a pidfd: Popen must not keep it to wait for
     return p.pid
+
+
+# ------------------------------------------------------------------------------------------ a launcher per user
+# A gated member of another user (it has a cgroup: every task of a root daemon but its child subreapers) is started
+# by a child of this spawner that runs as that user (its groups, gid and uid; no capabilities), forked at the user's
+# first such task and kept: it posix_spawns the wrapper from inside the sandbox as this process does for its own
+# user, with the descriptors this process opened (the sandbox, the gate, the logs), so the member runs no program
+# more than one of the spawner's own user (setpriv was one exec more, ~1 ms of CPU a member on this project's VM).
+# It changed its uid, so it is not dumpable: the user's processes cannot ptrace it or read its memory, but they may
+# signal it (same uid). Hence only gated tasks: a launcher found dead before a request (its pidfd), or that cannot
+# take the whole request (EPIPE, or it stopped reading), is killed and the task goes through setpriv, nothing having
+# been started; one that took a request and gave no answer within LAUNCHER_WAIT_S is killed and the task reported not
+# started (transient): its wrapper, if it was started, gets no `go` (the gate closes) and exits 125 having run
+# nothing. After such a failure that user's tasks go through setpriv for LAUNCHER_BACKOFF_S.
+LAUNCHER_WAIT_S = 5.0
+LAUNCHER_BACKOFF_S = 60.0
+LAUNCHERS_MAX = 32  # kept per spawner, the least recently used closed beyond it (it exits at its socket's end)
+PR_SET_DUMPABLE = 4
+_launchers: dict[tuple[int, int, tuple[int, ...]], Launcher] = {}  # in order of use, the latest last
+_launcher_backoff: dict[tuple[int, int, tuple[int, ...]], float] = {}
+_LAUNCHERS_ON: list[bool] = []  # main() turns them on: a launcher is forked, which needs a one-thread process
+
+
+class LauncherGone(Exception):
+    """The launcher took nothing of the request (dead, or it stopped reading): nothing was started."""
+
+
+class Launcher:
+    """The spawner's end of one user's launcher (a forked child; see above)."""
+
+    def __init__(self, uid: int, gid: int, groups: list[int]) -> None:
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        pid = os.fork()
+        if pid == 0:  # pragma: no cover (the child: it never returns)
+            code = 1
+            try:
+                keep = theirs.fileno()
+                os.closerange(3, keep)  # the daemon's socket, the other launchers', the gates: none of its business
+                os.closerange(keep + 1, 1 << 20)
+                _load_libc()  # as root: the user may not read the interpreter's library
+                os.setgroups(groups)
+                os.setresgid(gid, gid, gid)
+                os.setresuid(uid, uid, uid)
+                _libc[0].prctl(PR_SET_DUMPABLE, 0, 0, 0, 0)  # type: ignore[attr-defined]  # whatever suid_dumpable says
+                _serve_launches(theirs)
+                code = 0
+            finally:
+                os._exit(code)
+        theirs.close()
+        self.uid = uid
+        self.pid = pid
+        self.sock = ours
+        try:
+            self.pidfd = os.pidfd_open(pid)
+        except OSError:
+            ours.close()
+            raise
+        self.sock.settimeout(LAUNCHER_WAIT_S)
+
+    def alive(self) -> bool:
+        return not select.select([self.pidfd], [], [], 0)[0]
+
+    def launch(self, args: list[str], env: dict[str, str], fds: list[int]) -> int:
+        """posix_spawn(SHELL, args, env) as the user, with `fds` (stdin, stdout, stderr, the directory to start in).
+        Raises LauncherGone (nothing started), OSError (EIO: the outcome is unknown; else posix_spawn's error) or
+        ValueError (posix_spawn's)."""
+        body = json.dumps({"args": args, "env": env}).encode()
+        frame = _HEADER.pack(len(body)) + body
+        try:
+            if not self.alive():
+                raise OSError(errno.ESRCH, "the launcher has ended")
+            sent = self.sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(fds))])
+            if sent < len(frame):
+                self.sock.sendall(frame[sent:])
+        except OSError as e:  # it cannot have started anything without the whole frame, nor will it once killed
+            self.close()
+            raise LauncherGone(e.strerror or str(e)) from None
+        try:
+            (size,) = _HEADER.unpack(_read_exact(self.sock, _HEADER.size))
+            reply = json.loads(_read_exact(self.sock, size))
+        except (OSError, EOFError, ValueError) as e:
+            self.close()
+            what = f"did not answer within {LAUNCHER_WAIT_S:g} s" if isinstance(e, TimeoutError) else "ended"
+            raise OSError(errno.EIO, f"the launcher of uid {self.uid} {what} (one of the user's processes may "
+                                     "have stopped or killed it); the task did not run") from None
+        if "pid" in reply:
+            return int(reply["pid"])
+        if "value_error" in reply:
+            raise ValueError(str(reply["value_error"]))
+        raise OSError(int(reply["errno"]), str(reply["strerror"]))
+
+    def close(self) -> None:
+        with contextlib.suppress(OSError):
+            os.kill(self.pid, signal.SIGKILL)  # whatever state it is in: it starts nothing more
+        with contextlib.suppress(OSError):
+            self.sock.close()
+        with contextlib.suppress(OSError):
+            os.close(self.pidfd)
+
+
+def _serve_launches(sock: socket.socket) -> None:
+    """The launcher's loop (it runs as the user): one spawn a request, until its socket closes."""
+    while True:
+        try:
+            data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4, socket.MSG_CMSG_CLOEXEC)
+            if len(data) < _HEADER.size:
+                data += _read_exact(sock, _HEADER.size - len(data))
+            (size,) = _HEADER.unpack(data)
+            request = json.loads(_read_exact(sock, size))
+        except (EOFError, ConnectionError):
+            return
+        reply: dict[str, object]
+        try:
+            stdin, out, err, cwd = fds
+            os.fchdir(cwd)
+            reply = {"pid": os.posix_spawn(
+                SHELL, request["args"], request["env"],
+                file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, out, 1),
+                              (os.POSIX_SPAWN_DUP2, err, 2)],
+                setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=())}
+        except ValueError as e:
+            reply = {"value_error": str(e)}
+        except OSError as e:
+            reply = {"errno": e.errno or errno.EIO, "strerror": e.strerror or str(e)}
+        finally:
+            for fd in fds:
+                os.close(fd)
+        body = json.dumps(reply).encode()
+        sock.sendall(_HEADER.pack(len(body)) + body)
+
+
+def by_launcher(who: pwd.struct_passwd, groups: list[int], args: list[str], env: dict[str, str], gate: int,
+                logs: list[int], sandbox: str) -> int | None:
+    """The wrapper's pid, started by the user's launcher (above); None: no launcher here (not the spawner process,
+    the user's launcher failed lately, or it could not be had), the caller goes through setpriv."""
+    key = (who.pw_uid, who.pw_gid, tuple(sorted(groups)))
+    if not _LAUNCHERS_ON or _launcher_backoff.get(key, 0.0) > time.monotonic():
+        return None
+    cwd = os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    try:
+        for _ in range(2):  # a launcher found gone is replaced once
+            launcher = _launchers.pop(key, None)
+            if launcher is None:
+                while len(_launchers) >= LAUNCHERS_MAX:
+                    _launchers.pop(next(iter(_launchers))).close()
+                try:
+                    launcher = Launcher(who.pw_uid, who.pw_gid, list(key[2]))
+                except OSError:
+                    break
+            try:
+                pid = launcher.launch(args, env, [gate, logs[0], logs[1], cwd])
+            except LauncherGone:
+                continue
+            except OSError as e:
+                if e.errno == errno.EIO:  # the launcher failed with the request in hand: setpriv for a while
+                    _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+                else:
+                    _launchers[key] = launcher
+                raise
+            except ValueError:
+                _launchers[key] = launcher
+                raise
+            _launchers[key] = launcher
+            return pid
+        _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+        return None
+    finally:
+        os.close(cwd)
 
 
 class Refused(Exception):
@@ -597,6 +773,7 @@ def main() -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _UMASK.append(current_umask())  # what every wrapper gives its command (wrapper_of)
+    _LAUNCHERS_ON.append(True)  # one thread here: a user's launcher may be forked (by_launcher)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
     sock = socket.socket(fileno=fd)
