@@ -3,7 +3,10 @@ store), through a real spawner process: the plain wrapper (its process group onl
 task (the spawner makes the cgroup, starts the wrapper gated, replies, then moves the wrapper in and lets it go:
 the reply is what is timed), and a child subreaper (fork, prctl, exec); and the plain and cgroup ways with the
 batch split over 4 spawners, as a launch does (`x4`). Batches of `--batch` tasks (a gang) running `true`, 50 ms
-apart, every way in turn, as the daemon's own user and, as root, as `nobody`. Then a task cgroup's own steps.
+apart, every way in turn, as the daemon's own user and, as root, as `nobody`; beside each way's time a task, its
+CPU a task, from a batch's start until its tasks ended and their cgroups went: the spawners, the users' launchers,
+the wrappers, `true` and this process (counted in a cgroup v2 of the benchmark's own, so other work on the machine is
+not; without cgroup v2, the whole machine's busy time). Then a task cgroup's own steps.
 Prints a table and writes JSON; asserts nothing.
 
     .venv/bin/python benchmarks/spawn_bench.py [--batches 40] [--batch 8] [--rounds 3]
@@ -12,6 +15,7 @@ Prints a table and writes JSON; asserts nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import statistics
@@ -41,6 +45,8 @@ class Runner:
             self.skipped = self.cg is None
         self.pool = SpawnerPool(spawners, inherited(os.environ))
         self.per_task: list[float] = []
+        self.machine_cpu_ms = 0.0  # the whole machine's CPU over the counted batches' windows (machine_cpu_ms())
+        self.counted = 0
         self.fds: list[int] = []
         self.parent = root / f"{mode}-{spawners}" / (user or "self")
         self.parent.mkdir(mode=0o711, parents=True, exist_ok=True)  # prepare() makes the sandbox, not its parents
@@ -81,7 +87,52 @@ class Runner:
         for fd in self.fds:
             os.close(fd)
         return {"ms_per_task_p50": statistics.median(self.per_task),
-                "ms_per_task_mean": statistics.fmean(self.per_task), "ms_per_task_min": min(self.per_task)}
+                "ms_per_task_mean": statistics.fmean(self.per_task), "ms_per_task_min": min(self.per_task),
+                "cpu_ms_per_task": self.machine_cpu_ms / max(1, self.counted)}
+
+
+_TICK_MS = 1000 / os.sysconf("SC_CLK_TCK")
+_OWN: list[str] = []  # this benchmark's own cgroup v2 (enter_own_cgroup), whose CPU counts everything it started
+
+
+def enter_own_cgroup() -> str:
+    """Move this process into a cgroup v2 of its own below its cgroup, so that the CPU of all it starts (spawners,
+    launchers, wrappers, commands, wherever below it they are moved: the task cgroups are made below it too) is
+    counted apart from the rest of the machine; '' where cgroup v2 cannot be used (then the machine's CPU)."""
+    cg, _ = cgroups.probe(Path("/nonexistent/peloton-spawn-bench"))
+    if cg is None:
+        return ""
+    cgroups.kill_and_remove_subtree(Path("/nonexistent/peloton-spawn-bench"))
+    path = f"{cg.home}/peloton-spawn-bench-{os.getpid()}"
+    try:
+        os.mkdir(path, 0o755)
+        with open(f"{path}/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+    except OSError:
+        return ""
+    _OWN.append(cg.home)
+    _OWN.append(path)
+    return path
+
+
+def leave_own_cgroup() -> None:
+    if _OWN:
+        with open(f"{_OWN[0]}/cgroup.procs", "w") as f:
+            f.write(str(os.getpid()))
+        for d in sorted((dp for dp, _dirs, _files in os.walk(_OWN[1])), key=len, reverse=True):
+            with contextlib.suppress(OSError):
+                os.rmdir(d)
+
+
+def machine_cpu_ms() -> float:
+    """The CPU time of this benchmark's cgroup and all below it (enter_own_cgroup), in ms; without one, every
+    core's busy time since boot (/proc/stat: all but idle and iowait)."""
+    if _OWN:
+        with open(f"{_OWN[1]}/cpu.stat", encoding="ascii") as f:
+            return next(int(line.split()[1]) for line in f if line.startswith("usage_usec")) / 1000
+    with open("/proc/stat", encoding="ascii") as f:
+        fields = [int(x) for x in f.readline().split()[1:]]
+    return (sum(fields[:8]) - fields[3] - fields[4]) * _TICK_MS
 
 
 def run(runners: list[Runner], batches: int, batch: int) -> None:
@@ -90,9 +141,13 @@ def run(runners: list[Runner], batches: int, batch: int) -> None:
     for b in range(batches + 1):
         for k in range(len(runners)):
             r = runners[(b + k) % len(runners)]
+            cpu0 = machine_cpu_ms()
             r.batch(batch, counted=b > 0)
             time.sleep(0.05)  # let them end: the next batch is timed on quiet spawners
             r.after()
+            if b > 0:  # the batch's whole cost: the spawners, the launchers, the wrappers, `true`, the cleanup
+                r.machine_cpu_ms += machine_cpu_ms() - cpu0
+                r.counted += batch
 
 
 def cgroup_steps(n: int, root: Path) -> dict[str, float]:
@@ -142,6 +197,7 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3, help="this many times --batches batches of every way, in turn")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
+    own = enter_own_cgroup()
     users = [""] + (["nobody"] if os.geteuid() == 0 else [])
     modes = ("plain", "cgroup", "subreaper")
     root = Path(tempfile.mkdtemp(prefix="peloton-spawn-bench-"))
@@ -175,14 +231,16 @@ def main() -> int:
             out[key] = {k: statistics.median(r[k] for r in runs) for k in runs[0]}
     finally:
         shutil.rmtree(root, ignore_errors=True)
+        leave_own_cgroup()
     print(f"spawner: ms per task started, batches of {a.batch} (`true`), every way in turn, medians over "
-          f"{a.rounds} x {a.batches} batches")
+          f"{a.rounds} x {a.batches} batches; CPU a task: "
+          f"{'of this benchmark and all it started (its cgroup ' + own + ')' if own else 'the whole machine'}")
     for key, got in out.items():
         if "skipped" in got:
             print(f"  {key:24} skipped (no cgroup v2 here)")
         else:
             print(f"  {key:24} p50 {got['ms_per_task_p50']:.3f}  mean {got['ms_per_task_mean']:.3f}  "
-                  f"min {got['ms_per_task_min']:.3f}")
+                  f"min {got['ms_per_task_min']:.3f}   CPU {got['cpu_ms_per_task']:.2f} a task")
     if steps:
         print("  a task's cgroup, step by step (ms, p50): " + ", ".join(f"{k} {v:.3f}" for k, v in steps.items()))
     path = write_results("spawn", {"modes": out, "cgroup_steps_ms": steps, "parameters": vars(a)}, a.json)
