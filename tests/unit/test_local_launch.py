@@ -460,7 +460,17 @@ os.kill(second["parent"], signal.SIGSTOP)  # ... or stop it
 third = start("c")  # no answer: killed, the task not started, and setpriv for a while
 fourth = start("d")
 stopped_gone = not os.path.exists(f"/proc/{second['parent']}") or     open(f"/proc/{second['parent']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
-print(json.dumps({"first": first, "second": second, "third": third, "fourth": fourth, "killed": stopped_gone}))
+spawner._launcher_backoff.clear()
+fifth = start("e")
+spawner.LAUNCHER_IDLE_S = 0.2
+time.sleep(0.3)
+spawner._close_idle_launchers()  # what the spawner's loop does between requests
+time.sleep(0.1)
+idle_gone = not os.path.exists(f"/proc/{fifth['parent']}") or \
+    open(f"/proc/{fifth['parent']}/stat").read().rsplit(")", 1)[1].split()[0] == "Z"
+sixth = start("f")
+print(json.dumps({"first": first, "second": second, "third": third, "fourth": fourth, "killed": stopped_gone,
+                  "fifth": fifth, "idle_gone": idle_gone, "sixth": sixth}))
 """
 
 
@@ -469,7 +479,8 @@ def test_a_users_launcher_killed_or_stopped_by_the_users_processes_is_replaced_o
     """A launcher runs as its user, whose processes may signal it. Killed while idle: found dead at the next task
     and replaced (the task starts). Stopped: the request gets no answer within LAUNCHER_WAIT_S, the launcher is
     killed, the task is reported not started (its gate closes: nothing of it runs), and the user's next tasks go
-    through setpriv. A real spawner module in its own one-thread process (the launcher is forked)."""
+    through setpriv. Idle LAUNCHER_IDLE_S: closed, and the next task gets a new one. A real spawner module in its
+    own one-thread process (the launcher is forked)."""
     import json
     import subprocess
 
@@ -483,7 +494,9 @@ def test_a_users_launcher_killed_or_stopped_by_the_users_processes_is_replaced_o
     assert "did not answer within 0.5 s" in r["third"]["error"] and "the task did not run" in r["third"]["error"]
     assert r["fourth"]["by_setpriv"]
     assert r["killed"]
-    for name in ("a", "b", "d"):  # each started, and each ended at its gate without running its command
+    assert not r["fifth"]["by_setpriv"] and r["idle_gone"]  # after the backoff a launcher again; idle, closed
+    assert not r["sixth"]["by_setpriv"] and r["sixth"]["parent"] != r["fifth"]["parent"]
+    for name in ("a", "b", "d", "e", "f"):  # each started, and each ended at its gate without running its command
         wait_for(lambda name=name: wrapper.read_exit(tmp_path / name) is not None  # type: ignore[misc]
                  or (tmp_path / name / "stderr").read_text() != "")
         assert "could not be put into its cgroup" in (tmp_path / name / "stderr").read_text()

@@ -375,6 +375,7 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
 LAUNCHER_WAIT_S = 5.0
 LAUNCHER_BACKOFF_S = 60.0
 LAUNCHERS_MAX = 32  # kept per spawner, the least recently used closed beyond it (it exits at its socket's end)
+LAUNCHER_IDLE_S = 600.0  # a launcher unused this long is closed (by the spawner, between requests)
 PR_SET_DUMPABLE = 4
 _launchers: dict[tuple[int, int, tuple[int, ...]], Launcher] = {}  # in order of use, the latest last
 _launcher_backoff: dict[tuple[int, int, tuple[int, ...]], float] = {}
@@ -409,6 +410,7 @@ class Launcher:
         theirs.close()
         self.uid = uid
         self.pid = pid
+        self.used = time.monotonic()
         self.sock = ours
         try:
             self.pidfd = os.pidfd_open(pid)
@@ -456,6 +458,17 @@ class Launcher:
             self.sock.close()
         with contextlib.suppress(OSError):
             os.close(self.pidfd)
+
+
+def _launchers_idle_in() -> float:
+    """Seconds until the least recently used launcher has been idle LAUNCHER_IDLE_S (it is first in _launchers)."""
+    return max(0.0, next(iter(_launchers.values())).used + LAUNCHER_IDLE_S - time.monotonic())
+
+
+def _close_idle_launchers() -> None:
+    """Close the launchers idle LAUNCHER_IDLE_S or more; only between requests (no launch is asking them)."""
+    while _launchers and _launchers_idle_in() == 0.0:
+        _launchers.pop(next(iter(_launchers))).close()
 
 
 def _serve_launches(sock: socket.socket) -> None:
@@ -521,6 +534,7 @@ def by_launcher(who: pwd.struct_passwd, groups: list[int], args: list[str], env:
                 _launchers[key] = launcher
                 raise
             _launchers[key] = launcher
+            launcher.used = time.monotonic()
             return pid
         _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
         return None
@@ -722,6 +736,8 @@ def serve(sock: socket.socket) -> None:
     while True:
         if _gated and not select.select([sock], [], [], GO_WAIT_S)[0]:
             _let_go()  # no `go` in time (a daemon thread stuck, a daemon of another release): they run anyway
+        while not _gated and _launchers and not select.select([sock], [], [], _launchers_idle_in())[0]:
+            _close_idle_launchers()
         try:
             (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
             request = json.loads(_read_exact(sock, size))
