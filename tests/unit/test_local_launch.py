@@ -424,6 +424,48 @@ def test_a_gated_task_of_another_user_is_started_by_that_users_launcher_with_no_
     wait_for(lambda: not Path(f"/proc/{launchers[0]}").exists())  # it ends with its spawner
 
 
+@needs_cgroups
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_users_members_go_to_its_launcher_together_with_the_spawners_rule_for_failures(tmp_path: Path) -> None:
+    """A request's consecutive members of one user go to its launcher in one request, which keeps the spawner's
+    rule: a member that cannot start makes the rest of its gang skipped (another gang's members start), and a
+    failed task of no gang ends the request (no entry after it). A NUL byte in the environment fails posix_spawn."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    os.chmod(tmp_path, 0o700)
+
+    def task(name: str, group: int | None, env: dict[str, str] | None = None) -> dict[str, object]:
+        t: dict[str, object] = {"sandbox": str(tmp_path / name), "command": "true", "files": {}, "user": "daemon",
+                                "env": {"PATH": "/usr/bin:/bin", **(env or {})}, "cgroup": _CGROUPS.new_path(name)}
+        return t if group is None else {**t, "group": group}
+
+    sp = _Spawner(inherited(os.environ))
+    try:
+        sp.send([task("a0", 0), task("a1", 0, {"BAD": "x\0y"}), task("a2", 0), task("b0", 1), task("b1", 1)])
+        a0, a1, a2, b0, b1 = sp.receive()
+        assert isinstance(a0, Started) and isinstance(b0, Started) and isinstance(b1, Started)
+        assert isinstance(a1, NotStarted) and a1.permanent and "null" in a1.message
+        assert a2 is None  # skipped: the rest of the failed member's gang
+        assert {_ppid(r.pid) for r in (a0, b0, b1)} == {_ppid(a0.pid)} != {sp.proc.pid}  # the one launcher
+        assert not (tmp_path / "a2").exists() or not (tmp_path / "a2" / "pids").exists()  # a2 never ran
+        sp.let_go()
+        sp.send([task("c0", None), task("c1", None, {"BAD": "x\0y"}), task("c2", None)])
+        out = sp.receive()
+        assert len(out) == 2 and isinstance(out[0], Started) and isinstance(out[1], NotStarted)  # c2: no entry
+        sp.let_go()
+        for r in (a0, b0, b1, out[0]):
+            assert isinstance(r, Started) and r.pidfd is not None
+            os.close(r.pidfd)
+        for name in ("a0", "b0", "b1", "c0"):
+            wait_for(lambda name=name: wrapper.read_exit(tmp_path / name) is not None)  # type: ignore[misc]
+        assert not (tmp_path / "c2" / "pids").exists()
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
 def _status_text(text: str) -> dict[str, str]:
     return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
 

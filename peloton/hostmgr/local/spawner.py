@@ -61,6 +61,7 @@ import struct
 import subprocess
 import sys
 import time
+from dataclasses import dataclass
 
 SHELL = "/bin/sh"
 PIDS_FILE = "pids"
@@ -301,7 +302,7 @@ SETPRIV = next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, 
 
 
 def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd,
-             subreaper: bool = False, gate: int | None = None) -> int:
+             subreaper: bool = False, gate: int | None = None, launcher: bool = True) -> int:
     """spawn(), as the user `who` (the spawner runs as root). The wrapper is started in the sandbox (entered as
     root: the user needs no permission on the directories above it), with `.` for the sandbox (its absolute path
     is an argument too, for is_wrapper), as the user's groups, gid and uid. The logs are created here, as root, only
@@ -323,8 +324,8 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
         for name in (STDOUT_FILE, STDERR_FILE):
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
-        if gate is not None and not subreaper:
-            pid = by_launcher(who, groups, args, env, gate, logs, sandbox)
+        if gate is not None and not subreaper and launcher:
+            pid = _by_launcher(who, groups, args, env, gate, logs, sandbox)
             if pid is not None:
                 return pid
         if SETPRIV is not None and not subreaper:
@@ -422,11 +423,12 @@ class Launcher:
     def alive(self) -> bool:
         return not select.select([self.pidfd], [], [], 0)[0]
 
-    def launch(self, args: list[str], env: dict[str, str], fds: list[int]) -> int:
-        """posix_spawn(SHELL, args, env) as the user, with `fds` (stdin, stdout, stderr, the directory to start in).
-        Raises LauncherGone (nothing started), OSError (EIO: the outcome is unknown; else posix_spawn's error) or
-        ValueError (posix_spawn's)."""
-        body = json.dumps({"args": args, "env": env}).encode()
+    def launch(self, spawns: list[dict[str, object]], fds: list[int]) -> list[dict[str, object]]:
+        """posix_spawn(SHELL, args, env) as the user for each of `spawns` ({"args", "env", "group"}), in order, with
+        4 of `fds` each (stdin, stdout, stderr, the directory to start in): a reply each ({"pid"}, {"errno",
+        "strerror"}, {"value_error"}, or {"skipped": true} after a failure of its group, or of a task of no group).
+        Raises LauncherGone (nothing started) or OSError (EIO: what was started is unknown)."""
+        body = json.dumps({"spawns": spawns}).encode()
         frame = _HEADER.pack(len(body)) + body
         try:
             if not self.alive():
@@ -439,17 +441,16 @@ class Launcher:
             raise LauncherGone(e.strerror or str(e)) from None
         try:
             (size,) = _HEADER.unpack(_read_exact(self.sock, _HEADER.size))
-            reply = json.loads(_read_exact(self.sock, size))
-        except (OSError, EOFError, ValueError) as e:
+            replies = json.loads(_read_exact(self.sock, size))["results"]
+            if len(replies) != len(spawns):
+                raise ValueError("a reply a spawn")
+        except (OSError, EOFError, ValueError, KeyError, TypeError) as e:
             self.close()
             what = f"did not answer within {LAUNCHER_WAIT_S:g} s" if isinstance(e, TimeoutError) else "ended"
             raise OSError(errno.EIO, f"the launcher of uid {self.uid} {what} (one of the user's processes may "
                                      "have stopped or killed it); the task did not run") from None
-        if "pid" in reply:
-            return int(reply["pid"])
-        if "value_error" in reply:
-            raise ValueError(str(reply["value_error"]))
-        raise OSError(int(reply["errno"]), str(reply["strerror"]))
+        self.used = time.monotonic()
+        return list(replies)
 
     def close(self) -> None:
         with contextlib.suppress(OSError):
@@ -472,74 +473,207 @@ def _close_idle_launchers() -> None:
 
 
 def _serve_launches(sock: socket.socket) -> None:
-    """The launcher's loop (it runs as the user): one spawn a request, until its socket closes."""
+    """The launcher's loop (it runs as the user): a request's spawns in order, the spawner's rule for failures
+    (serve: the rest of a failed task's group is skipped; a failed task of no group ends the request), until its
+    socket closes."""
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4, socket.MSG_CMSG_CLOEXEC)
+            data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4 * LAUNCH_BATCH_MAX,
+                                                       socket.MSG_CMSG_CLOEXEC)
+            if not data:
+                return
             if len(data) < _HEADER.size:
                 data += _read_exact(sock, _HEADER.size - len(data))
             (size,) = _HEADER.unpack(data)
-            request = json.loads(_read_exact(sock, size))
+            spawns = json.loads(_read_exact(sock, size))["spawns"]
         except (EOFError, ConnectionError):
             return
-        reply: dict[str, object]
-        try:
-            stdin, out, err, cwd = fds
-            os.fchdir(cwd)
-            reply = {"pid": os.posix_spawn(
-                SHELL, request["args"], request["env"],
-                file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, out, 1),
-                              (os.POSIX_SPAWN_DUP2, err, 2)],
-                setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=())}
-        except ValueError as e:
-            reply = {"value_error": str(e)}
-        except OSError as e:
-            reply = {"errno": e.errno or errno.EIO, "strerror": e.strerror or str(e)}
-        finally:
-            for fd in fds:
-                os.close(fd)
-        body = json.dumps(reply).encode()
+        replies: list[dict[str, object]] = []
+        failed: set[object] = set()
+        ended = False
+        for i, sp in enumerate(spawns):
+            stdin, out, err, cwd = fds[4 * i:4 * i + 4]
+            group = sp.get("group")
+            if ended or group in failed:
+                replies.append({"skipped": True})
+                continue
+            try:
+                os.fchdir(cwd)
+                replies.append({"pid": os.posix_spawn(
+                    SHELL, sp["args"], sp["env"],
+                    file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, out, 1),
+                                  (os.POSIX_SPAWN_DUP2, err, 2)],
+                    setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=())})
+                continue
+            except ValueError as e:
+                replies.append({"value_error": str(e)})
+            except OSError as e:
+                replies.append({"errno": e.errno or errno.EIO, "strerror": e.strerror or str(e)})
+            if group is None:
+                ended = True
+            else:
+                failed.add(group)
+        for fd in fds:
+            os.close(fd)
+        body = json.dumps({"results": replies}).encode()
         sock.sendall(_HEADER.pack(len(body)) + body)
 
 
-def by_launcher(who: pwd.struct_passwd, groups: list[int], args: list[str], env: dict[str, str], gate: int,
-                logs: list[int], sandbox: str) -> int | None:
-    """The wrapper's pid, started by the user's launcher (above); None: no launcher here (not the spawner process,
-    the user's launcher failed lately, or it could not be had), the caller goes through setpriv."""
+LAUNCH_BATCH_MAX = 32  # spawns a request to a launcher (4 descriptors each: SCM_RIGHTS passes at most 253)
+Key = tuple[int, int, tuple[int, ...]]
+
+
+def launcher_key(r: Ready) -> Key | None:
+    """The launcher a Ready task goes to, or None: it goes another way (its own user, no gate, a child subreaper,
+    no launchers in this process, or its user's launcher failed lately)."""
+    who = r.who
+    if who is None or r.gate is None or r.subreaper or not _LAUNCHERS_ON:
+        return None
+    groups = [] if who.pw_name.startswith("#") else os.getgrouplist(who.pw_name, who.pw_gid)
+    key = (who.pw_uid, who.pw_gid, tuple(sorted(groups)))
+    return None if _launcher_backoff.get(key, 0.0) > time.monotonic() else key
+
+
+def launch_all(key: Key, batch: list[tuple[Ready, object]]) -> list[tuple[dict[str, object], int | None]]:
+    """Start the Ready tasks of `batch` ((task, its group)), all of one user (`key`), by that user's launcher, in
+    one request: (reply entry, pidfd) each, in order. What the launcher skipped after a failure is {"skipped": true};
+    what it could not take (it was gone twice, or could not be had) goes through setpriv, one by one, with the same
+    rule; what it took without answering is not started (the launcher's error, transient)."""
+    opened: list[int] = []
+    made: list[str] = []  # the logs created here: removed again if the tasks go one by one (they create theirs)
+    fds: list[int] = []
+    spawns: list[dict[str, object]] = []
+    try:
+        for r, group in batch:
+            who = r.who
+            assert who is not None and r.gate is not None
+            logs = _logs_for(r.sandbox, who)
+            opened += logs
+            made += [f"{r.sandbox}/{STDOUT_FILE}", f"{r.sandbox}/{STDERR_FILE}"]
+            cwd = os.open(r.sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            opened.append(cwd)
+            fds += [r.gate[0], logs[0], logs[1], cwd]
+            spawns.append({"args": _args(".", r.command, r.env, True, False, absolute=r.sandbox), "env": r.env,
+                           "group": group})
+    except OSError:  # a log or sandbox that cannot be opened: one by one, as ever (each its own error)
+        replies = None
+    else:
+        try:
+            replies = _ask_launcher(key, spawns, fds)
+        except OSError as e:  # EIO: the launcher took the request and gave no answer: none of them runs
+            _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+            return [(_closed(r, not_started(r, e)), None) for r, _ in batch]
+        if replies is None:  # the launcher could not be had, or was gone twice: setpriv for a while
+            _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+    finally:
+        for fd in opened:
+            os.close(fd)
+    if replies is None:
+        for path in made:
+            with contextlib.suppress(OSError):
+                os.unlink(path)
+        return _one_by_one(batch)
+    results: list[tuple[dict[str, object], int | None]] = []
+    for (r, _group), reply in zip(batch, replies, strict=True):
+        if "pid" in reply:
+            os.close(r.gate[0])  # type: ignore[index]
+            results.append(started(r, int(reply["pid"])))  # type: ignore[call-overload]
+        elif "skipped" in reply:
+            os.close(r.gate[0])  # type: ignore[index]
+            os.close(r.gate[1])  # type: ignore[index]
+            results.append(({"skipped": True}, None))
+        else:
+            err: BaseException = (ValueError(str(reply["value_error"])) if "value_error" in reply else
+                                  OSError(int(reply["errno"]), str(reply["strerror"])))  # type: ignore[call-overload]
+            results.append((_closed(r, not_started(r, err)), None))
+    return results
+
+
+def _closed(r: Ready, entry: dict[str, object]) -> dict[str, object]:
+    os.close(r.gate[0])  # type: ignore[index]
+    return entry
+
+
+def _one_by_one(batch: list[tuple[Ready, object]]) -> list[tuple[dict[str, object], int | None]]:
+    """The batch through setpriv, task by task, with serve()'s rule for failures."""
+    out: list[tuple[dict[str, object], int | None]] = []
+    failed: set[object] = set()
+    ended = False
+    for r, group in batch:
+        if ended or group in failed:
+            for end in r.gate or ():
+                os.close(end)
+            out.append(({"skipped": True}, None))
+            continue
+        out.append(start_now(r, launcher=False))
+        entry = out[-1][0]
+        if "error" in entry:
+            ended = ended or group is None
+            failed.add(group)
+    return out
+
+
+def _ask_launcher(key: Key, spawns: list[dict[str, object]], fds: list[int]) -> list[dict[str, object]] | None:
+    """The user's launcher's replies to `spawns` (forked at need, replaced once when found gone); None: it could
+    not be had or was gone twice (nothing started). Raises OSError (EIO) as Launcher.launch."""
+    for _ in range(2):
+        launcher = _launchers.pop(key, None)
+        if launcher is None:
+            while len(_launchers) >= LAUNCHERS_MAX:
+                _launchers.pop(next(iter(_launchers))).close()
+            try:
+                launcher = Launcher(key[0], key[1], list(key[2]))
+            except OSError:
+                return None
+        try:
+            replies = launcher.launch(spawns, fds)
+        except LauncherGone:
+            continue
+        _launchers[key] = launcher
+        return replies
+    return None
+
+
+def _by_launcher(who: pwd.struct_passwd, groups: list[int], args: list[str], env: dict[str, str], gate: int,
+                 logs: list[int], sandbox: str) -> int | None:
+    """spawn_as's way through the user's launcher, for one task: its pid; None: no launcher here or lately (the
+    caller goes through setpriv). Raises as spawn_as."""
     key = (who.pw_uid, who.pw_gid, tuple(sorted(groups)))
     if not _LAUNCHERS_ON or _launcher_backoff.get(key, 0.0) > time.monotonic():
         return None
     cwd = os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     try:
-        for _ in range(2):  # a launcher found gone is replaced once
-            launcher = _launchers.pop(key, None)
-            if launcher is None:
-                while len(_launchers) >= LAUNCHERS_MAX:
-                    _launchers.pop(next(iter(_launchers))).close()
-                try:
-                    launcher = Launcher(who.pw_uid, who.pw_gid, list(key[2]))
-                except OSError:
-                    break
-            try:
-                pid = launcher.launch(args, env, [gate, logs[0], logs[1], cwd])
-            except LauncherGone:
-                continue
-            except OSError as e:
-                if e.errno == errno.EIO:  # the launcher failed with the request in hand: setpriv for a while
-                    _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
-                else:
-                    _launchers[key] = launcher
-                raise
-            except ValueError:
-                _launchers[key] = launcher
-                raise
-            _launchers[key] = launcher
-            launcher.used = time.monotonic()
-            return pid
+        replies = _ask_launcher(key, [{"args": args, "env": env, "group": None}], [gate, logs[0], logs[1], cwd])
+    except OSError:
         _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
-        return None
+        raise
     finally:
         os.close(cwd)
+    if replies is None:
+        _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+        return None
+    reply = replies[0]
+    if "pid" in reply:
+        return int(reply["pid"])  # type: ignore[call-overload]
+    if "value_error" in reply:
+        raise ValueError(str(reply["value_error"]))
+    raise OSError(int(reply["errno"]), str(reply["strerror"]))  # type: ignore[call-overload]
+
+
+def _logs_for(sandbox: str, who: pwd.struct_passwd) -> list[int]:
+    """The task's stdout and stderr, created here as root only if nothing is in their place (O_EXCL, O_NOFOLLOW:
+    the user owns the sandbox already), and given to the user."""
+    new = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_APPEND | os.O_NOFOLLOW | os.O_CLOEXEC
+    logs: list[int] = []
+    try:
+        for name in (STDOUT_FILE, STDERR_FILE):
+            logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
+            os.fchown(logs[-1], who.pw_uid, who.pw_gid)
+    except OSError:
+        for fd in logs:
+            os.close(fd)
+        raise
+    return logs
 
 
 class Refused(Exception):
@@ -635,17 +769,30 @@ def prepare(sandbox: str, files: dict[str, str], who: pwd.struct_passwd | None =
             os.chown(path, who.pw_uid, who.pw_gid, follow_symlinks=False)
 
 
-def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, object], int | None]:
-    """Start one task: (its reply entry, its pidfd or None)."""
+@dataclass
+class Ready:
+    """A task whose sandbox is made and whose gate (with a cgroup) is open: what start_now() starts."""
+
+    sandbox: str
+    command: str
+    env: dict[str, str]
+    who: pwd.struct_passwd | None
+    subreaper: bool
+    cgroup: str
+    gate: tuple[int, int] | None  # the pipe's (read, write) ends
+
+
+def ready(task: dict[str, object], base_env: dict[str, str]) -> Ready | dict[str, object]:
+    """Everything of a task's start but the spawn: a Ready, or its reply entry (an error)."""
     sandbox = str(task["sandbox"])
     try:
         who = run_as(str(task.get("user") or ""), bool(task.get("root_allowed")))
     except Refused as e:
-        return {"error": str(e), "permanent": True}, None
+        return {"error": str(e), "permanent": True}
     try:
         prepare(sandbox, dict(task.get("files") or {}), who)  # type: ignore[call-overload]
     except OSError as e:
-        return {"error": f"cannot prepare the sandbox: {e}", "permanent": False}, None
+        return {"error": f"cannot prepare the sandbox: {e}", "permanent": False}
     env = dict(base_env)
     if who is not None:  # not the daemon's home (an allocated uid has none: its work dir)
         env.update(HOME=who.pw_dir or os.path.join(sandbox, WORK_DIR), USER=who.pw_name, LOGNAME=who.pw_name)
@@ -660,30 +807,53 @@ def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, 
             with contextlib.suppress(FileExistsError):
                 os.mkdir(cgroup, 0o755)
         except OSError as e:
-            return {"error": f"cannot make the task's cgroup {cgroup}: {e.strerror}", "permanent": False}, None
+            return {"error": f"cannot make the task's cgroup {cgroup}: {e.strerror}", "permanent": False}
         gate = os.pipe2(os.O_CLOEXEC)
+    return Ready(sandbox, str(task["command"]), env, who, subreaper, cgroup, gate)
+
+
+def start_now(r: Ready, launcher: bool = True) -> tuple[dict[str, object], int | None]:
+    """Start a Ready task: (its reply entry, its pidfd or None). `launcher`: a gated task of another user may go to
+    the user's launcher (spawn_as)."""
     try:
-        if who is None:
-            pid = spawn(sandbox, str(task["command"]), env, subreaper, gate[0] if gate else None)
+        if r.who is None:
+            pid = spawn(r.sandbox, r.command, r.env, r.subreaper, r.gate[0] if r.gate else None)
         else:
-            pid = spawn_as(sandbox, str(task["command"]), env, who, subreaper, gate[0] if gate else None)
+            pid = spawn_as(r.sandbox, r.command, r.env, r.who, r.subreaper, r.gate[0] if r.gate else None,
+                           launcher=launcher)
     except (ValueError, OSError) as e:
-        if gate:
-            os.close(gate[1])
-        msg, permanent = describe(e)
-        return {"error": msg, "permanent": permanent}, None
+        return not_started(r, e), None
     finally:
-        if gate:
-            os.close(gate[0])
+        if r.gate:
+            os.close(r.gate[0])
+    return started(r, pid)
+
+
+def not_started(r: Ready, e: BaseException) -> dict[str, object]:
+    """The reply entry of a Ready task that could not be started (its gate's read end is the caller's)."""
+    if r.gate:
+        os.close(r.gate[1])
+    msg, permanent = describe(e)
+    return {"error": msg, "permanent": permanent}
+
+
+def started(r: Ready, pid: int) -> tuple[dict[str, object], int | None]:
+    """The reply entry and pidfd of a Ready task started as `pid`; a gated one waits for `go` (_let_go)."""
     try:
         fd = os.pidfd_open(pid)
     except ProcessLookupError:  # already over and reaped: the daemon reads its exit file
-        if gate:
-            os.close(gate[1])
+        if r.gate:
+            os.close(r.gate[1])
         return {"pid": pid, "pidfd": False}, None
-    if gate:
-        _gated.append((os.dup(fd), pid, cgroup, gate[1]))
+    if r.gate:
+        _gated.append((os.dup(fd), pid, r.cgroup, r.gate[1]))
     return {"pid": pid, "pidfd": True}, fd
+
+
+def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, object], int | None]:
+    """Start one task: (its reply entry, its pidfd or None)."""
+    r = ready(task, base_env)
+    return (r, None) if isinstance(r, dict) else start_now(r)
 
 
 # (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
@@ -747,22 +917,7 @@ def serve(sock: socket.socket) -> None:
         _let_go()  # `go` (every spawner of the launch has answered), or a request that came before it
         if "tasks" not in request:
             continue
-        replies: list[dict[str, object]] = []
-        fds: list[int] = []
-        failed: set[object] = set()  # the groups (gangs) with a task that could not start: the rest of each is skipped
-        for task in request["tasks"]:
-            group = task.get("group")
-            if group in failed:
-                replies.append({"skipped": True})
-                continue
-            entry, fd = start(task, base_env)
-            replies.append(entry)
-            if fd is not None:
-                fds.append(fd)
-            if "error" in entry:
-                if group is None:
-                    break  # tasks of no group: the first failure ends the request
-                failed.add(group)
+        replies, fds = start_all(request["tasks"], base_env)
         body = json.dumps({"results": replies}).encode()
         frame = _HEADER.pack(len(body)) + body
         try:
@@ -776,6 +931,67 @@ def serve(sock: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
         # the wrappers are let go at the next frame: `go`, once every spawner of the launch has answered
+
+
+def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple[list[dict[str, object]], list[int]]:
+    """Start a request's tasks in order: a reply entry each, and the pidfds of those started. A task that cannot
+    start makes the rest of its group (its gang) skipped; one of no group ends the request (no entry after it).
+    Consecutive tasks for one user's launcher go to it in one request (launch_all), with the same rule there."""
+    replies: list[dict[str, object]] = []
+    fds: list[int] = []
+    failed: set[object] = set()  # the groups (gangs) with a task that could not start: the rest of each is skipped
+    ended = False
+    batch: list[tuple[Ready, object]] = []
+    key: Key | None = None
+
+    def take(results: list[tuple[dict[str, object], int | None]], groups: list[object]) -> None:
+        nonlocal ended
+        for (entry, fd), group in zip(results, groups, strict=True):
+            if ended:
+                continue  # after a failure of a task of no group: none of these started (skipped), none is told
+            replies.append(entry)
+            if fd is not None:
+                fds.append(fd)
+            if "error" in entry:
+                if group is None:
+                    ended = True
+                else:
+                    failed.add(group)
+
+    def flush() -> None:
+        nonlocal batch, key
+        if batch:
+            assert key is not None
+            take(launch_all(key, batch), [g for _, g in batch])
+            batch, key = [], None
+
+    for task in tasks:
+        group = task.get("group")
+        if group in failed:
+            replies.append({"skipped": True})
+            continue
+        r = ready(task, base_env)
+        k = launcher_key(r) if isinstance(r, Ready) else None
+        if isinstance(r, Ready) and k is not None and batch and k == key and len(batch) < LAUNCH_BATCH_MAX:
+            batch.append((r, group))
+            continue
+        flush()  # what this task may depend on (an earlier failure of its group) is known after it
+        if ended or group in failed:
+            if isinstance(r, Ready):
+                for end in r.gate or ():
+                    os.close(end)
+            if ended:
+                break
+            replies.append({"skipped": True})
+            continue
+        if isinstance(r, Ready) and k is not None:
+            batch, key = [(r, group)], k
+            continue
+        take([(r, None) if isinstance(r, dict) else start_now(r)], [group])
+        if ended:
+            break
+    flush()
+    return replies, fds
 
 
 def _ints(fds: list[int]) -> bytes:
