@@ -4,6 +4,8 @@ one request outstanding, the requests alternating between them (A, B, B, A, ...)
 on both alike. Prints p50/p99 per gang size and daemon; asserts nothing.
 
     .venv/bin/python scripts/local_launch_ab.py --before ../wt-main [--samples 30] [--sizes 1,8,16]
+    .venv/bin/python scripts/local_launch_ab.py --before . --before-args '--default-task-user root'  # one tree,
+                                                                          # members as root against as nobody
 
 The other checkout runs with this tree's interpreter and packages (its code from its own directory).
 """
@@ -32,9 +34,12 @@ def main() -> int:
     ap.add_argument("--samples", type=int, default=30, help="requests per gang size and daemon")
     ap.add_argument("--sizes", default="1,8,16")
     ap.add_argument("--sleep", type=float, default=0.05, help="seconds each member runs")
+    ap.add_argument("--before-args", default="", help="more flags for the before daemon")
+    ap.add_argument("--after-args", default="", help="more flags for the after daemon")
     a = ap.parse_args()
     sizes = [int(x) for x in a.sizes.split(",")]
-    daemons = {"before": Daemon(HOSTS, root=Path(a.before).resolve()), "after": Daemon(HOSTS)}
+    daemons = {"before": Daemon([*HOSTS, *a.before_args.split()], root=Path(a.before).resolve()),
+               "after": Daemon([*HOSTS, *a.after_args.split()])}
     samples: dict[str, dict[int, list[float]]] = {k: {s: [] for s in sizes} for k in daemons}
     with contextlib.ExitStack() as stack:
         ends = {}
