@@ -920,12 +920,31 @@ def test_parse_proc_net_reads_each_sockets_local_port() -> None:
     assert parse_ports(table) == {0x7918, 0xD431}  # 31000 (listening), 54321 (a connection); port 0 is unbound
 
 
+def _held_port_with_two_free_after() -> socket.socket:
+    """A listening socket on a port whose next two ports are free now (other tests' daemons and clients on this
+    machine take ports too: the test's free port must not be one of theirs)."""
+    for _ in range(50):
+        probe = socket.socket()
+        probe.bind(("127.0.0.1", 0))
+        probe.listen()
+        held = probe.getsockname()[1]
+        free = True
+        for port in (held + 1, held + 2):
+            with socket.socket() as s:
+                try:
+                    s.bind(("127.0.0.1", port))
+                except OSError:
+                    free = False
+        if free:
+            return probe
+        probe.close()
+    raise AssertionError("no port with two free ports after it")
+
+
 def test_a_port_another_socket_holds_refuses_the_gang_and_is_not_offered_again(
         make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
     # ports the machine's network shares with everything else: one held by a plain socket is not handed to a task
-    probe = socket.socket()
-    probe.bind(("127.0.0.1", 0))
-    probe.listen()
+    probe = _held_port_with_two_free_after()
     held = probe.getsockname()[1]
     try:
         hosts = make_local_hosts(1, HOST_RES, port_base=held, ports_per_host=3)
