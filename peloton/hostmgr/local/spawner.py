@@ -37,7 +37,7 @@ subreaper in between (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot
 WRAPPER_SUBREAPER, which kills the command's orphans, now its children, before it ends.
 
 A task with a user (task.user) other than the spawner's own is started, when gated, by that user's launcher (a
-child of the spawner that runs as the user: by_launcher), else by posix_spawn of util-linux's setpriv in the
+child of the spawner that runs as the user: launch_all), else by posix_spawn of util-linux's setpriv in the
 sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot change
 user; without setpriv, and for a child subreaper, subprocess's fork and exec, whose child enters the sandbox before
 it drops to the user); either way the task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
@@ -308,7 +308,7 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
     is an argument too, for is_wrapper), as the user's groups, gid and uid. The logs are created here, as root, only
     if nothing is in their place (O_EXCL, O_NOFOLLOW: the user owns the sandbox already), and given to the user.
 
-    A gated task goes to the user's launcher (by_launcher), which runs as the user and posix_spawns the wrapper as
+    A gated task goes to the user's launcher (_by_launcher), which runs as the user and posix_spawns the wrapper as
     spawn() does: the member runs no program more. Otherwise, as posix_spawn cannot change user, it starts
     `setpriv` (SETPRIV), which drops to the user and executes the wrapper in the same process, so this costs the
     spawner what spawn() does (a vfork and an exec: subprocess's fork and exec, which a user switch needs, cost
@@ -372,14 +372,17 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
 # take the whole request (EPIPE, or it stopped reading), is killed and the task goes through setpriv, nothing having
 # been started; one that took a request and gave no answer within LAUNCHER_WAIT_S is killed and the task reported not
 # started (transient): its wrapper, if it was started, gets no `go` (the gate closes) and exits 125 having run
-# nothing. After such a failure that user's tasks go through setpriv for LAUNCHER_BACKOFF_S.
+# nothing. After such a failure that user's tasks go through setpriv for LAUNCHER_BACKOFF_S. A request's consecutive
+# tasks of one user go to its launcher in one message (start_all, launch_all): one round trip, not one a task.
 LAUNCHER_WAIT_S = 5.0
 LAUNCHER_BACKOFF_S = 60.0
 LAUNCHERS_MAX = 32  # kept per spawner, the least recently used closed beyond it (it exits at its socket's end)
 LAUNCHER_IDLE_S = 600.0  # a launcher unused this long is closed (by the spawner, between requests)
 PR_SET_DUMPABLE = 4
-_launchers: dict[tuple[int, int, tuple[int, ...]], Launcher] = {}  # in order of use, the latest last
-_launcher_backoff: dict[tuple[int, int, tuple[int, ...]], float] = {}
+LAUNCH_BATCH_MAX = 32  # spawns a request to a launcher (4 descriptors each: SCM_RIGHTS passes at most 253)
+Key = tuple[int, int, tuple[int, ...]]  # a launcher's user: uid, gid, groups
+_launchers: dict[Key, Launcher] = {}  # in order of use, the latest last
+_launcher_backoff: dict[Key, float] = {}  # until when a user's tasks go through setpriv
 _LAUNCHERS_ON: list[bool] = []  # main() turns them on: a launcher is forked, which needs a one-thread process
 
 
@@ -517,10 +520,6 @@ def _serve_launches(sock: socket.socket) -> None:
             os.close(fd)
         body = json.dumps({"results": replies}).encode()
         sock.sendall(_HEADER.pack(len(body)) + body)
-
-
-LAUNCH_BATCH_MAX = 32  # spawns a request to a launcher (4 descriptors each: SCM_RIGHTS passes at most 253)
-Key = tuple[int, int, tuple[int, ...]]
 
 
 def launcher_key(r: Ready) -> Key | None:
@@ -1005,7 +1004,7 @@ def main() -> int:
     signal.signal(signal.SIGCHLD, signal.SIG_IGN)
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _UMASK.append(current_umask())  # what every wrapper gives its command (wrapper_of)
-    _LAUNCHERS_ON.append(True)  # one thread here: a user's launcher may be forked (by_launcher)
+    _LAUNCHERS_ON.append(True)  # one thread here: a user's launcher may be forked (Launcher)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
     sock = socket.socket(fileno=fd)
