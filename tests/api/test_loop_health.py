@@ -43,7 +43,7 @@ EVERY_LOOP = {"launcher-0", "launcher-1", "launcher-2", "launcher-3", "task-even
 
 @contextlib.contextmanager
 def _daemon(tmp_path: Path, db_url: str | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[tuple[Daemon, ManualClock]]:
-    monkeypatch.setattr(server, "LONG_POLL_MS", 20)
+    monkeypatch.setattr(server, "LONG_POLL_MS", 2)
     clock = ManualClock()
     # the defaults but for where it listens, its store and its data dir (no metrics port: tests share the machine)
     d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen=""),

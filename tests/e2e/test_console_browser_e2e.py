@@ -198,26 +198,15 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
 
 def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(browser: Any, daemon: ConsoleDaemon,
                                                                                tmp_path: Path) -> None:
-    job = daemon.submit(tmp_path, "three-of-a-gang", instances=3, gpu=1, duration="30s")
-    daemon.wait_state(job, "RUNNING")
+    # logged in before the job starts, and its log followed first: the run need only outlast what comes before the
+    # page follows (a run that ended first fails the test: the page then says "not following" and never "ended")
     log_in(browser, daemon, "alice")  # the logs: an admin's (a viewer reads only its own jobs' logs)
+    job = daemon.submit(tmp_path, "three-of-a-gang", instances=3, gpu=1, duration="12s")
+    daemon.wait_state(job, "RUNNING")
     browser.get(daemon.ui + f"jobs/{job}")
     rows = wait(browser, lambda dr: [r.text for r in dr.find_elements(By.CSS_SELECTOR,
                                                                       "table[aria-label=Events] tbody tr")],
                 what="the job's events")
-    assert any("RUNNING" in r for r in rows) and any("PENDING" in r for r in rows), rows
-    assert "null" not in browser.find_element(By.ID, "main").text  # nothing absent written as text
-    # every member of the gang side by side, opened from the keyboard
-    # (the live page re-renders as the members change: a button found may be replaced before the key reaches it)
-    wait(browser, lambda dr: dr.find_element(By.ID, "gtl-0").send_keys(Keys.ENTER) or True, what="the button")
-    bars = wait(browser, lambda dr: [b.get_attribute("aria-label") for b in
-                                     dr.find_elements(By.CSS_SELECTOR, "#gang-timeline-0 .timeline")],
-                what="the gang's timeline")
-    assert [b.split(":")[0] for b in bars] == ["Member 0", "Member 1", "Member 2"], bars
-    assert all("PENDING" in b and "RUNNING (run 1)" in b for b in bars), bars
-    assert browser.find_element(By.ID, "gtl-0").get_attribute("aria-expanded") == "true"
-    browser.execute_script("document.querySelector('table[aria-label=Gangs]').scrollIntoView()")
-    shot(browser, tmp_path, "job-gang-timeline")
     # member 1's log, followed until its run ends (the page stops following then); from the keyboard
 
     def show_member_1(dr: Any) -> bool:
@@ -231,6 +220,19 @@ def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(b
     wait(browser, lambda dr: "following" in dr.find_element(By.ID, "log-state").text
          and "RUNNING on" in dr.find_element(By.ID, "log-text").text, what="the log, followed")
     assert f"{job}-1-1" in browser.find_element(By.ID, "log-state").text
+    assert any("RUNNING" in r for r in rows) and any("PENDING" in r for r in rows), rows
+    assert "null" not in browser.find_element(By.ID, "main").text  # nothing absent written as text
+    # every member of the gang side by side, opened from the keyboard, while the log is followed
+    # (the live page re-renders as the members change: a button found may be replaced before the key reaches it)
+    wait(browser, lambda dr: dr.find_element(By.ID, "gtl-0").send_keys(Keys.ENTER) or True, what="the button")
+    bars = wait(browser, lambda dr: [b.get_attribute("aria-label") for b in
+                                     dr.find_elements(By.CSS_SELECTOR, "#gang-timeline-0 .timeline")],
+                what="the gang's timeline")
+    assert [b.split(":")[0] for b in bars] == ["Member 0", "Member 1", "Member 2"], bars
+    assert all("PENDING" in b and "RUNNING (run 1)" in b for b in bars), bars
+    assert browser.find_element(By.ID, "gtl-0").get_attribute("aria-expanded") == "true"
+    browser.execute_script("document.querySelector('table[aria-label=Gangs]').scrollIntoView()")
+    shot(browser, tmp_path, "job-gang-timeline")
     text = wait(browser, lambda dr: (lambda t: t if "ended: not following" in dr.find_element(By.ID, "log-state").text
                                      else None)(dr.find_element(By.ID, "log-text").text), timeout=40,
                 what="the run's end in the log, and following stopped")

@@ -22,8 +22,8 @@ pytestmark = pytest.mark.e2e
 RENDEZVOUS = Path(__file__).parent / "rendezvous.py"
 
 
-def test_four_member_gang_rendezvous_across_two_hosts(daemon: Daemon, tmp_path: Path) -> None:
-    job = daemon.create(f"""
+def test_four_member_gang_rendezvous_across_two_hosts(shared_daemon: Daemon, tmp_path: Path) -> None:
+    job = shared_daemon.create(f"""
 name: rendezvous
 instances: 4
 placement: {{strategy: spread}}
@@ -31,12 +31,12 @@ task:
   command: {sys.executable} {RENDEZVOUS}
   resources: {{cpu: 1, mem: 64Mi, ports: 1}}
 """, tmp_path)
-    r = daemon.cli("job", "wait", job, "--timeout", "120", check=False, timeout=150)
-    assert r.returncode == 0, (r.stderr, daemon.job(job), daemon.log()[-3000:])
-    tasks = daemon.tasks(job)
+    r = shared_daemon.cli("job", "wait", job, "--timeout", "120", check=False, timeout=150)
+    assert r.returncode == 0, (r.stderr, shared_daemon.job(job), shared_daemon.log()[-3000:])
+    tasks = shared_daemon.tasks(job)
     assert {t["state"] for t in tasks} == {"SUCCEEDED"}
     assert len({t["host"] for t in tasks}) == 2  # spread across both simulated hosts
-    logs = {t["instance"]: daemon.cli("task", "logs", job, str(t["instance"])).stdout for t in tasks}
+    logs = {t["instance"]: shared_daemon.cli("task", "logs", job, str(t["instance"])).stdout for t in tasks}
     assert "all peers connected" in logs[0]
     for i in (1, 2, 3):
         assert "released by rank 0" in logs[i]
@@ -47,7 +47,7 @@ task:
     assert "hosts=127.0.0.1:4" in logs[0]
     assert "hostfile: 127.0.0.1 slots=4" in logs[0]
     # job list shows it
-    assert job in daemon.cli("job", "list").stdout
+    assert job in shared_daemon.cli("job", "list").stdout
 
 
 
@@ -90,19 +90,19 @@ task:
             s.close()
 
 
-def test_distinct_gpus_per_member_on_each_host(daemon: Daemon, tmp_path: Path) -> None:
-    job = daemon.create("""
+def test_distinct_gpus_per_member_on_each_host(shared_daemon: Daemon, tmp_path: Path) -> None:
+    job = shared_daemon.create("""
 name: gpus
 instances: 4
 task:
   command: echo "gpus=[$CUDA_VISIBLE_DEVICES]"
   resources: {cpu: 0.5, mem: 64Mi, gpu: 1}
 """, tmp_path)
-    daemon.wait_state(job, "SUCCEEDED")
-    tasks = daemon.tasks(job)
+    shared_daemon.wait_state(job, "SUCCEEDED")
+    tasks = shared_daemon.tasks(job)
     by_host: dict[str, list[str]] = {}
     for t in tasks:
-        out = daemon.cli("task", "logs", job, str(t["instance"])).stdout.strip()
+        out = shared_daemon.cli("task", "logs", job, str(t["instance"])).stdout.strip()
         assert out == f"gpus=[{t['gpus'][0]}]", (out, t)
         by_host.setdefault(t["host"], []).append(out)
     assert sum(len(v) for v in by_host.values()) == 4
@@ -110,21 +110,21 @@ task:
         assert len(set(gpus)) == len(gpus), f"GPU handed out twice on {host}: {gpus}"
 
 
-def test_gang_that_does_not_fit_now_stays_pending_and_starts_nothing(daemon: Daemon, tmp_path: Path) -> None:
+def test_gang_that_does_not_fit_now_stays_pending_and_starts_nothing(shared_daemon: Daemon, tmp_path: Path) -> None:
     # 2 hosts x 4 cpu: a 3-member job of 2 cpu each leaves room for only one more 2-cpu member
-    blocker = daemon.create("""
+    blocker = shared_daemon.create("""
 name: blocker
 instances: 3
 task: {command: sleep 300, resources: {cpu: 2, mem: 64Mi}}
 """, tmp_path)
-    daemon.wait_state(blocker, "RUNNING")
-    big = daemon.create("""
+    shared_daemon.wait_state(blocker, "RUNNING")
+    big = shared_daemon.create("""
 name: big
 instances: 2
 task: {command: echo ran, resources: {cpu: 2, mem: 64Mi}}
 """, tmp_path)
     def pending_reason() -> dict | None:
-        x = daemon.job(big)
+        x = shared_daemon.job(big)
         return x if "short of" in x["status"]["gangs"][0].get("reason", "") else None
 
     j = wait_until(pending_reason, 30, 0.3, "a pending reason")
@@ -133,19 +133,19 @@ task: {command: echo ran, resources: {cpu: 2, mem: 64Mi}}
                      r"other, local-[01], is short of cpu 2$", j["status"]["gangs"][0]["reason"]), j["status"]
     assert j["status"]["state"] == "PENDING"
     assert {t["state"] for t in j["tasks"]} == {"PENDING"}
-    human = daemon.cli("job", "get", big).stdout
+    human = shared_daemon.cli("job", "get", big).stdout
     assert "why:" in human and "cpu" in human
     time.sleep(2)  # still nothing started while capacity is short
-    assert {t["state"] for t in daemon.tasks(big)} == {"PENDING"}
-    daemon.cli("job", "stop", blocker)
-    daemon.wait_state(blocker, "KILLED")
-    daemon.wait_state(big, "SUCCEEDED")
+    assert {t["state"] for t in shared_daemon.tasks(big)} == {"PENDING"}
+    shared_daemon.cli("job", "stop", blocker)
+    shared_daemon.wait_state(blocker, "KILLED")
+    shared_daemon.wait_state(big, "SUCCEEDED")
 
 
-def test_member_failure_restarts_the_whole_gang(daemon: Daemon, tmp_path: Path) -> None:
+def test_member_failure_restarts_the_whole_gang(shared_daemon: Daemon, tmp_path: Path) -> None:
     marker = tmp_path / "pids"
     marker.mkdir()
-    job = daemon.create(f"""
+    job = shared_daemon.create(f"""
 name: flaky
 instances: 3
 retry: {{max_attempts: 3}}
@@ -157,42 +157,42 @@ task:
     fi; echo done
   resources: {{cpu: 0.5, mem: 64Mi}}
 """, tmp_path)
-    r = daemon.cli("job", "wait", job, "--timeout", "90", check=False, timeout=120)
-    assert r.returncode == 0, (r.stderr, daemon.job(job))
-    j = daemon.job(job)
+    r = shared_daemon.cli("job", "wait", job, "--timeout", "90", check=False, timeout=120)
+    assert r.returncode == 0, (r.stderr, shared_daemon.job(job))
+    j = shared_daemon.job(job)
     assert j["status"]["gangs"][0]["attempt"] == 2
     assert {t["attempt"] for t in j["tasks"]} == {2}
     # the attempt-1 survivors were killed, not left running
     for inst in (0, 2):
         pid = int((marker / f"{job}-{inst}-1").read_text())
         assert not pid_alive(pid)
-    hist = daemon.cli("task", "get", job, "0", "-o", "json").stdout
+    hist = shared_daemon.cli("task", "get", job, "0", "-o", "json").stdout
     assert '"KILLED"' in hist and '"attempt": 2' in hist
-    hist1 = daemon.cli("task", "get", job, "1", "-o", "json").stdout
+    hist1 = shared_daemon.cli("task", "get", job, "1", "-o", "json").stdout
     assert '"exit_code": 7' in hist1
 
 
-def test_stop_kills_every_member(daemon: Daemon, tmp_path: Path) -> None:
+def test_stop_kills_every_member(shared_daemon: Daemon, tmp_path: Path) -> None:
     marker = tmp_path / "pids"
     marker.mkdir()
-    job = daemon.create(f"""
+    job = shared_daemon.create(f"""
 name: sleepers
 instances: 4
 task: {{command: "echo $$ > {marker}/$PELOTON_INSTANCE; sleep 300", resources: {{cpu: 0.5, mem: 64Mi}}}}
 """, tmp_path)
-    daemon.wait_state(job, "RUNNING")
+    shared_daemon.wait_state(job, "RUNNING")
     wait_until(lambda: len(list(marker.iterdir())) == 4, 20, what="4 pid files")
     pids = [int(p.read_text()) for p in marker.iterdir()]
     assert all(pid_alive(p) for p in pids)
-    daemon.cli("job", "stop", job)
-    daemon.wait_state(job, "KILLED", timeout=30)
+    shared_daemon.cli("job", "stop", job)
+    shared_daemon.wait_state(job, "KILLED", timeout=30)
     wait_until(lambda: not any(pid_alive(p) for p in pids), 15, what="members gone")
-    assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}
+    assert {t["state"] for t in shared_daemon.tasks(job)} == {"KILLED"}
     # a finished job can be deleted, with its members' sandboxes; a running one cannot
-    sandboxes = daemon.data_dir / "local" / "sandboxes"
+    sandboxes = shared_daemon.data_dir / "local" / "sandboxes"
     assert len(list(sandboxes.glob(f"{job}-*"))) == 4
-    daemon.cli("job", "delete", job)
-    assert daemon.cli("job", "get", job, check=False).returncode != 0
+    shared_daemon.cli("job", "delete", job)
+    assert shared_daemon.cli("job", "get", job, check=False).returncode != 0
     # removed by the local backend's sandbox loop, woken by the delete (not in the DeleteJob call)
     wait_until(lambda: list(sandboxes.glob(f"{job}-*")) == [], 15, what="the deleted job's sandboxes removed")
 
@@ -244,7 +244,7 @@ task:
             wait_until(gone, 15, what=f"{name} gone")
 
 
-def test_the_cli_uses_the_daemons_unix_socket_by_default(daemon: Daemon, tmp_path: Path) -> None:
+def test_the_cli_uses_the_daemons_unix_socket_by_default(shared_daemon: Daemon, tmp_path: Path) -> None:
     """The daemon serves its API on <data-dir>/peloton.sock too, owner-only; the same user's CLI, given no address,
     finds it through the data dir (the daemon's TCP port here is a random one the CLI could not guess)."""
     import os
@@ -252,20 +252,20 @@ def test_the_cli_uses_the_daemons_unix_socket_by_default(daemon: Daemon, tmp_pat
 
     from tests.e2e.harness import PELOTON
 
-    sock = daemon.data_dir / "peloton.sock"
+    sock = shared_daemon.data_dir / "peloton.sock"
     assert stat.S_ISSOCK(sock.stat().st_mode) and stat.S_IMODE(sock.stat().st_mode) == 0o600
     env = {k: v for k, v in os.environ.items() if k not in ("PELOTON_ADDRESS", "PELOTON_CONTEXT")}
-    env |= {"PELOTON_DATA_DIR": str(daemon.data_dir), "PELOTON_CONFIG": str(tmp_path / "none.toml")}
+    env |= {"PELOTON_DATA_DIR": str(shared_daemon.data_dir), "PELOTON_CONFIG": str(tmp_path / "none.toml")}
     r = subprocess.run([*PELOTON, "host", "list"], capture_output=True, text=True, env=env, timeout=60)
     assert r.returncode == 0 and "local-0" in r.stdout, r.stderr
 
 
-def test_a_secret_comes_from_a_file_the_member_reads(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_secret_comes_from_a_file_the_member_reads(shared_daemon: Daemon, tmp_path: Path) -> None:
     """task.env_files: the member sets the variable from the file when it starts; the spec, the store and the API
     hold only the path."""
     secret = tmp_path / "api-key"
     secret.write_text("hunter2\n")
-    job = daemon.create(f"""
+    job = shared_daemon.create(f"""
 name: secret
 instances: 2
 task:
@@ -273,30 +273,30 @@ task:
   env_files: {{API_KEY: "{secret}"}}
   resources: {{cpu: 1, mem: 64Mi}}
 """, tmp_path)
-    assert daemon.cli("job", "wait", job, "--timeout", "60", check=False).returncode == 0
-    assert daemon.cli("task", "logs", job, "1").stdout == "key=hunter2\n"
-    shown = daemon.cli("job", "get", job, "-o", "json").stdout
+    assert shared_daemon.cli("job", "wait", job, "--timeout", "60", check=False).returncode == 0
+    assert shared_daemon.cli("task", "logs", job, "1").stdout == "key=hunter2\n"
+    shown = shared_daemon.cli("job", "get", job, "-o", "json").stdout
     assert str(secret) in shown and "hunter2" not in shown
-    if daemon.db_url.startswith("sqlite:///"):  # the store holds the path only
-        db = Path(daemon.db_url.removeprefix("sqlite:///"))
+    if shared_daemon.db_url.startswith("sqlite:///"):  # the store holds the path only
+        db = Path(shared_daemon.db_url.removeprefix("sqlite:///"))
         assert str(secret).encode() in db.read_bytes() + Path(f"{db}-wal").read_bytes()
         assert b"hunter2" not in db.read_bytes() + Path(f"{db}-wal").read_bytes()
-    missing = daemon.create(f"""
+    missing = shared_daemon.create(f"""
 name: no-secret
 instances: 1
 retry: {{max_attempts: 1}}
 task: {{command: "echo never", env_files: {{TOKEN: "{tmp_path / 'absent'}"}}, resources: {{cpu: 1, mem: 64Mi}}}}
 """, tmp_path)
-    assert daemon.cli("job", "wait", missing, "--timeout", "60", check=False).returncode != 0
-    assert "peloton: cannot read TOKEN from" in daemon.cli("task", "logs", missing, "0", "--stderr").stdout
+    assert shared_daemon.cli("job", "wait", missing, "--timeout", "60", check=False).returncode != 0
+    assert "peloton: cannot read TOKEN from" in shared_daemon.cli("task", "logs", missing, "0", "--stderr").stdout
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="a daemon switches a task's user only when it runs as root")
-def test_members_run_as_the_user_the_job_names(daemon: Daemon, tmp_path: Path) -> None:
+def test_members_run_as_the_user_the_job_names(shared_daemon: Daemon, tmp_path: Path) -> None:
     """task.user through the CLI and the daemon: the members run as that user (its uid, groups and home), the
     job's `peloton task logs` still read their output."""
-    let_others_pass(daemon.data_dir)  # the members enter their sandboxes as nobody
-    job = daemon.create("""
+    let_others_pass(shared_daemon.data_dir)  # the members enter their sandboxes as nobody
+    job = shared_daemon.create("""
 name: as-nobody
 instances: 2
 task:
@@ -304,11 +304,11 @@ task:
   command: 'echo "$(id -un) $HOME"; test -w . && echo writable'
   resources: {cpu: 1, mem: 64Mi}
 """, tmp_path)
-    assert daemon.cli("job", "wait", job, "--timeout", "60", check=False).returncode == 0
+    assert shared_daemon.cli("job", "wait", job, "--timeout", "60", check=False).returncode == 0
     home = pwd.getpwnam("nobody").pw_dir
     for i in ("0", "1"):
-        assert daemon.cli("task", "logs", job, i).stdout == f"nobody {home}\nwritable\n"
-    assert json.loads(daemon.cli("job", "get", job, "-o", "json").stdout)["spec"]["task"]["user"] == "nobody"
+        assert shared_daemon.cli("task", "logs", job, i).stdout == f"nobody {home}\nwritable\n"
+    assert json.loads(shared_daemon.cli("job", "get", job, "-o", "json").stdout)["spec"]["task"]["user"] == "nobody"
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)  # the gang policy's rule: one store

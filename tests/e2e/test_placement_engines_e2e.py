@@ -60,7 +60,7 @@ class Cluster:
 
 
 def submit(stub: job_pb2_grpc.JobServiceStub, n: int, name: str) -> list[str]:
-    spec = gang_spec(MEMBERS, "train.py", gpu=2, env={"PELOTON_SIM_DURATION": "1s"}, name=name)
+    spec = gang_spec(MEMBERS, "train.py", gpu=2, env={"PELOTON_SIM_DURATION": "0.5s"}, name=name)
     return [str(stub.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=60).job_id) for _ in range(n)]
 
 

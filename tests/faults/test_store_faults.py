@@ -1,4 +1,4 @@
-"""Store faults through the real daemon on PostgreSQL: the store restarted twice and stopped for 20 s under a
+"""Store faults through the real daemon on PostgreSQL: the store restarted twice and stopped for 10 s under a
 submitter and a reader. At the end every job finished, none was created twice, none is stuck, no member ran twice
 (every task finished on its first attempt); meanwhile the API answered UNAVAILABLE and health said NOT_SERVING.
 
@@ -26,6 +26,7 @@ from tests.faults.tcp_proxy import TcpProxy
 
 pytestmark = pytest.mark.e2e
 
+OUTAGE_S = 10.0  # how long the store is stopped
 SPEC = job_pb2.JobSpec(name="x", instances=2)
 SPEC.task.command = "sleep 1"
 SPEC.task.resources.cpu = 0.5
@@ -117,17 +118,29 @@ def test_store_restarted_and_stopped_under_load(store_behind_proxy: tuple[str, T
     try:
         for t in threads:
             t.start()
-        time.sleep(4)
+        # The phases are as long as the daemon needs to see each fault, no longer: it looks at its store every
+        # second (the `store` loop) and a refused connection fails at once, so a 10 s stop is seen as long as a 20 s
+        # one (the health and API checks below look from 3 s into it), and after it the test waits for the daemon
+        # to serve again rather than for a fixed time.
+        time.sleep(3)
         proxy.cut()  # restart 1: every connection dropped at once
-        time.sleep(5)
+        time.sleep(3)
         proxy.cut()  # restart 2
-        time.sleep(5)
+        time.sleep(3)
         outage_start = time.monotonic()
-        proxy.down()  # stopped for 20 s
-        time.sleep(20)
+        proxy.down()  # stopped for 10 s
+        time.sleep(OUTAGE_S)
         outage_end = time.monotonic()
         proxy.up()
-        time.sleep(8)
+
+        def serving_again() -> bool:  # health SERVING and a create accepted, both since the store came back
+            with obs.lock:
+                healthy = any(t > outage_end and st == health_pb2.HealthCheckResponse.SERVING for t, st in obs.health)
+                created = any(t > outage_end and c == grpc.StatusCode.OK for t, c in obs.codes.get("create", []))
+            return healthy and created
+
+        wait_until(serving_again, timeout=60, interval=0.2, what="health SERVING and a create accepted again")
+        time.sleep(2)  # a few more submissions on the store come back
         stop.set()
         for t in threads:
             t.join(30)
