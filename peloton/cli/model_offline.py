@@ -209,6 +209,38 @@ def _bsz(v: float) -> str:
     return f"{_number(v):.4g}" if not float(v).is_integer() else str(int(v))
 
 
+def _write_whole(path: str, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temporary file beside it, renamed over it (an existing model
+    document is never left half written). Raises the usage error of --out."""
+    import contextlib
+    import os
+    import tempfile
+
+    where = os.path.dirname(path) or "."
+    tmp = None
+    try:
+        fd, tmp = tempfile.mkstemp(prefix=".peloton-model-", suffix=".json", dir=where)
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        os.chmod(tmp, 0o666 & ~_umask())
+        os.replace(tmp, path)
+        tmp = None
+    except OSError as e:
+        raise _bad(f"--out: cannot write {path}: {e.strerror}", "--out") from None
+    finally:
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+
+
+def _umask() -> int:
+    import os
+
+    mask = os.umask(0o022)  # (a one-shot command: no other thread creates files meanwhile)
+    os.umask(mask)
+    return mask
+
+
 def _pct(v: float) -> str:
     return f"{100 * v:.1f}%"
 
@@ -265,6 +297,14 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
     name = a.name if a.name is not None else os.path.splitext(os.path.basename(a.profile))[0]
     if len(name) > MAX_NAME_CHARS or "\x00" in name:
         raise _bad(f"--name: at most {MAX_NAME_CHARS} characters, no NUL", "--name")
+    if a.out != "-":  # before the fit (seconds on a big profile): where it goes must be writable
+        where = os.path.dirname(a.out) or "."
+        if os.path.isdir(a.out):
+            raise _bad(f"--out: cannot write {a.out}: Is a directory", "--out")
+        if not os.path.isdir(where):
+            raise _bad(f"--out: cannot write {a.out}: No such directory {where}", "--out")
+        if not os.access(where, os.W_OK | os.X_OK):
+            raise _bad(f"--out: cannot write {a.out}: Permission denied", "--out")
     result = fitting.fit(train, reference, pattern=a.sync)
     doc = ModelDocument(name=name, description=Description(sync=a.sync), params=result.params,
                         fit=FitInfo(rows=result.rows, median_error=result.median_error, p90_error=result.p90_error,
@@ -274,11 +314,7 @@ def cmd_model_fit(a: argparse.Namespace) -> int:
     if a.out == "-":
         sys.stdout.write(text)
     else:
-        try:
-            with open(a.out, "w", encoding="utf-8") as f:
-                f.write(text)
-        except OSError as e:
-            raise _bad(f"--out: cannot write {a.out}: {e.strerror}", "--out") from None
+        _write_whole(a.out, text)
     say = sys.stderr if a.out == "-" else sys.stdout
     used = f" (placements {a.placements})" if subset is not None else ""
     print(f"fitted {a.profile}: {result.rows} of {len(rows)} rows{used}, sync {a.sync}, reference "

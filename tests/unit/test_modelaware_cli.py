@@ -5,6 +5,7 @@ flag or the file's row and column."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -55,6 +56,18 @@ def test_fit_writes_a_model_document(bert: Path) -> None:
     assert doc.name == "bert" and doc.description.sync == "allreduce-ring"
     assert doc.params is not None and doc.params.reference.nic_gbps == 50 and doc.params.gamma > 1
     assert doc.fit is not None and doc.fit.rows == 30 and doc.fit.source.endswith("bert/placements.csv")
+
+
+def test_fit_writes_its_document_whole_with_the_umask_and_leaves_nothing_beside_it(bert: Path) -> None:
+    # written to a temporary file and renamed over --out (a model is never half written)
+    assert [p.name for p in bert.parent.iterdir()] == ["bert.json"]
+    assert bert.stat().st_mode & 0o777 == 0o666 & ~_umask()
+
+
+def _umask() -> int:
+    mask = os.umask(0o022)
+    os.umask(mask)
+    return mask
 
 
 def test_fit_to_stdout_on_every_row(tmp_path: Path) -> None:
@@ -180,6 +193,7 @@ def test_plan_hosts_errors_name_the_row_and_column(bert: Path, tmp_path: Path, t
     (["fit", "{p}", "--out", "-", "--placements", "1,,4"], "--placements: '' is not a placement"),
     (["fit", "/nonexistent.csv", "--out", "-"], "PROFILE: cannot read /nonexistent.csv"),
     (["fit", "{p}", "--out", "/nonexistent/dir/m.json"], "--out: cannot write /nonexistent/dir/m.json"),
+    (["fit", "{p}", "--out", "/tmp"], "--out: cannot write /tmp: Is a directory"),
 ])
 def test_bad_arguments_exit_2_naming_the_flag(bert: Path, args: list[str], words: str) -> None:
     argv = [a.format(m=bert, p=profile_path("bert")) for a in args]
