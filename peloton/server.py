@@ -303,7 +303,8 @@ class Daemon:
         cfg = self.cfg
         self.resmgr = ResourceManager(load_pools, preemption_settle_s=cfg.preemption_settle_s,
                                       preemption=cfg.preemption, placement_order=cfg.placement_order,
-                                      queue_order=cfg.queue_order_value(), placement_engines=cfg.placement_engines)
+                                      queue_order=cfg.queue_order_value(), placement_engines=cfg.placement_engines,
+                                      engine_lease_s=cfg.placement_engine_lease_s)
         self.resmgr_servicer = ResourceManagerServicer(self.resmgr)
         respool_pb2_grpc.add_ResourcePoolServiceServicer_to_server(
             ResourcePoolServicer(self.resmgr, self.sessions), self.server)

@@ -25,11 +25,15 @@ from peloton.leadership.failover import split_addresses
 from peloton.leadership.owner import LEASE_S
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuTable, load_table
 from peloton.observability import census
+from peloton.resmgr.callers import ENGINE_LEASE_S
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S
 from peloton.resmgr.ordering import DEFAULT_PROMOTE_AFTER_S, QueueOrder
 from peloton.security import run_as
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
+# --placement-engine-lease: engines call at least every round (a long poll counts while it lasts), so a lease of a
+# second is already longer than an idle engine's silence; a round longer than the lease makes its engine gone
+MIN_ENGINE_LEASE_S, MAX_ENGINE_LEASE_S = 1.0, 600.0
 MIN_TASK_LOG_BYTES = 1 << 20
 ROLE_ORDER = ("jobmgr", "resmgr", "placement", "hostmgr")
 ROLES = frozenset(ROLE_ORDER)
@@ -84,6 +88,7 @@ class ServerConfig:
     # leader: one placement engine at a time (the others stand by for its lock); shared: several act at once, each
     # on the gangs it dequeues (resmgr/callers.py Engines)
     placement_engines: str = "leader"
+    placement_engine_lease_s: float = ENGINE_LEASE_S  # shared: an engine silent this long is gone (its gangs go back)
     queue_order: str = "arrival"  # arrival | gpu-time: a pool's waiting gangs' order (resmgr/ordering.py)
     queue_promote_after_s: float = DEFAULT_PROMOTE_AFTER_S  # gpu-time: a gang waiting this long goes first in line
     job_retention_s: float = 30 * 24 * 3600.0  # finished jobs (and their sandboxes) are deleted after this; 0: kept
@@ -234,6 +239,10 @@ class ServerConfig:
     def _check_bounds(self) -> None:
         import math
 
+        lease = self.placement_engine_lease_s
+        if not math.isfinite(lease) or not MIN_ENGINE_LEASE_S <= lease <= MAX_ENGINE_LEASE_S:
+            raise InvalidArgument(f"--placement-engine-lease: must be between {MIN_ENGINE_LEASE_S:g} and "
+                                  f"{MAX_ENGINE_LEASE_S:g} seconds, got {lease:g}", field="--placement-engine-lease")
         if not math.isfinite(self.rate_limit) or self.rate_limit < 0:
             raise InvalidArgument(f"--rate-limit: must be 0 (none) or a positive number of calls a second, got "
                                   f"{self.rate_limit}", field="--rate-limit")

@@ -26,6 +26,7 @@ from tests.e2e.harness import Daemon, wait_until
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(300)]
 
 HOSTS, GPUS = 4, 8  # 32 GPUs: four 4-member gangs of 2 GPUs a member at once
+ENGINE_LEASE_S = 3  # --placement-engine-lease (default 10): a killed engine is declared gone sooner
 MEMBERS = 4
 ENDED = ("SUCCEEDED", "FAILED", "KILLED", "LOST")
 
@@ -43,7 +44,8 @@ class Cluster:
         core_dir = tmp / "core"
         sock, secret = f"unix:{core_dir / 'internal.sock'}", str(core_dir / "internal.secret")
         self.core = Proc(core_dir, db_url, role_args=[
-            "--role", "jobmgr,resmgr,hostmgr", "--placement-engines", "shared", "--backend", "sim",
+            "--role", "jobmgr,resmgr,hostmgr", "--placement-engines", "shared", "--placement-engine-lease",
+            str(ENGINE_LEASE_S), "--backend", "sim",
             "--sim-hosts", str(HOSTS), "--sim-host-resources", f"cpu=64,mem=256Gi,gpu={GPUS}", "--sim-seed", "1"])
         self.engines = [Proc(tmp / f"engine-{i}", db_url, role_args=[
             "--role", "placement", "--placement-engines", "shared", "--resmgr", sock, "--hostmgr", sock,
@@ -148,9 +150,9 @@ def test_an_engine_killed_mid_run_leaves_its_gangs_to_the_others(db_url: str, tm
         check_all_succeeded_whole(c, ch, watch, jobs + more)
         assert placed_by(c.engines[1]) > survivor  # the other engine carried on
         assert "2 engines act" in c.core.log()
-        # the dead engine's long poll ended with its connection (it took nothing more); its lease runs out 10 s
-        # after it was last heard from, which may be after every gang has ended
-        wait_until(lambda: re.search(r"placement engine\(s\) \w+ silent for 10 s: \d+ gangs", c.core.log()), 60, 0.5,
-                   "the killed engine to be declared gone")
+        # the dead engine's long poll ended with its connection (it took nothing more); its lease
+        # (--placement-engine-lease) runs out after it was last heard from, which may be after every gang has ended
+        wait_until(lambda: re.search(rf"placement engine\(s\) \w+ silent for {ENGINE_LEASE_S} s: \d+ gangs",
+                                     c.core.log()), 60, 0.5, "the killed engine to be declared gone")
         log = c.core.log()
         print(f"\n{stale(c)} claims refused (engines' conflicts); {log.count('go back to the queue')} engine gone")

@@ -51,6 +51,20 @@ def test_task_cgroups_is_a_setting_like_the_others(tmp_path: Path) -> None:
         ServerConfig("127.0.0.1:0", None, tmp_path, task_cgroups="on").check()
 
 
+def test_the_placement_engines_lease_comes_from_any_source_and_is_checked(tmp_path: Path) -> None:
+    from peloton.settings import ServerConfig
+
+    f = tmp_path / "peloton.toml"
+    f.write_text("placement-engine-lease = 4\n")
+    assert effective([], {}).placement_engine_lease == 10.0
+    assert effective(["--config", str(f)], {}).placement_engine_lease == 4.0
+    assert effective([], {"PELOTON_PLACEMENT_ENGINE_LEASE": "2.5"}).placement_engine_lease == 2.5
+    assert effective(["--config", str(f), "--placement-engine-lease", "30"], {}).placement_engine_lease == 30.0
+    for bad in (0.5, 601.0, float("nan")):
+        with pytest.raises(InvalidArgument, match="--placement-engine-lease: must be between 1 and 600 seconds"):
+            ServerConfig("127.0.0.1:0", None, tmp_path, placement_engine_lease_s=bad).check()
+
+
 def test_the_placement_order_comes_from_any_source_and_is_checked(tmp_path: Path) -> None:
     from peloton.settings import ServerConfig
 

@@ -183,7 +183,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         principals_file=Path(a.principals_file) if a.principals_file else None, rate_limit=a.rate_limit,
         max_waiting_jobs=a.max_waiting_jobs, gpu_table=Path(a.gpu_table) if a.gpu_table else None,
         preemption_settle_s=a.preemption_settle, preemption=not a.no_preemption, placement_order=a.placement_order,
-        placement_engines=a.placement_engines,
+        placement_engines=a.placement_engines, placement_engine_lease_s=a.placement_engine_lease,
         queue_order=a.queue_order, queue_promote_after_s=_promote_after(a.queue_promote_after),
         job_retention_s=_retention(a.job_retention, "--job-retention"),
         audit_retention_s=_retention(a.audit_retention, "--audit-retention"),
@@ -419,6 +419,11 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
                         "several --role placement processes act at once, each on the gangs it dequeues (give it to "
                         "the resource manager's process and to each placement engine's; docs/running.md) "
                         "(default %(default)s)")
+    s.add_argument("--placement-engine-lease", type=_seconds_arg, default=10.0, metavar="SECONDS",
+                   help="--placement-engines shared, the resource manager's process: an engine silent this long "
+                        "(dead, paused, cut off; a long poll counts as heard from while it lasts) is gone and the "
+                        "gangs it was placing go back to the queue; an engine's round longer than this is taken "
+                        "for gone too (1 to 600, default 10)")
     s.add_argument("--queue-order", choices=["arrival", "gpu-time"], default="arrival",
                    help="the order of each pool's waiting gangs, after sla.priority: arrival (submission time) or "
                         "gpu-time (least expected GPU-time first: GPUs x sla.max_runtime in queues of 1, 4, 16, 64, "
