@@ -394,6 +394,7 @@ class Launcher:
     """The spawner's end of one user's launcher (a forked child; see above)."""
 
     def __init__(self, uid: int, gid: int, groups: list[int]) -> None:
+        _load_libc()  # here, not in the child: its pages are shared by every launcher forked after
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         pid = os.fork()
         if pid == 0:  # pragma: no cover (the child: it never returns)
@@ -402,7 +403,6 @@ class Launcher:
                 keep = theirs.fileno()
                 os.closerange(3, keep)  # the daemon's socket, the other launchers', the gates: none of its business
                 os.closerange(keep + 1, 1 << 20)
-                _load_libc()  # as root: the user may not read the interpreter's library
                 os.setgroups(groups)
                 os.setresgid(gid, gid, gid)
                 os.setresuid(uid, uid, uid)
