@@ -380,7 +380,7 @@ def _status(pid: int) -> dict[str, str]:
 @needs_cgroups
 @pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
 def test_a_gated_task_of_another_user_is_started_by_that_users_launcher_with_no_program_more(tmp_path: Path) -> None:
-    """The spawner forks a launcher per user (spawner.by_launcher): the wrapper is the user's shell from the start
+    """The spawner forks a launcher per user (spawner.launch_all): the wrapper is the user's shell from the start
     (no setpriv before it), a child of a process of the user's ids that is not dumpable (/proc shows it as root's),
     kept for the user's next task; the task has the user's ids and groups and no capabilities."""
     from peloton.hostmgr.local.spawn import _Spawner
@@ -471,27 +471,28 @@ def _status_text(text: str) -> dict[str, str]:
 
 
 _LAUNCHER_FAULTS = r"""
-import json, os, pwd, signal, sys, time
+import json, os, signal, sys, time
 from peloton.hostmgr.local import spawner
 spawner.LAUNCHER_WAIT_S = 0.5
 spawner._LAUNCHERS_ON.append(True)
-who = pwd.getpwnam("daemon")
-base = sys.argv[1]
+base, cgroups_at = sys.argv[1], sys.argv[2]
 out = []
 
-def start(name):
+def start(name):  # as the spawner's loop starts a request of one task; then no `go`: it ends at its gate
     sandbox = os.path.join(base, name)
-    spawner.prepare(sandbox, {}, who)
-    r, w = os.pipe2(os.O_CLOEXEC)
-    try:
-        pid = spawner.spawn_as(sandbox, "sleep 30", {"PATH": "/usr/bin:/bin"}, who, gate=r)
-    except OSError as e:
-        os.close(w)
-        return {"error": str(e)}
-    finally:
-        os.close(r)
+    task = {"sandbox": sandbox, "command": "sleep 30", "env": {"PATH": "/usr/bin:/bin"}, "files": {},
+            "user": "daemon", "cgroup": os.path.join(cgroups_at, name)}
+    (entry,), fds = spawner.start_all([task], {})
+    for pidfd, _pid, _cg, gate in spawner._gated:
+        os.close(gate)
+        os.close(pidfd)
+    spawner._gated.clear()
+    for fd in fds:
+        os.close(fd)
+    if "error" in entry:
+        return {"error": entry["error"]}
+    pid = entry["pid"]
     parent = int(open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[1])
-    os.close(w)  # no `go`: the wrapper exits 125 having run nothing
     return {"pid": pid, "parent": parent, "by_setpriv": parent == os.getpid()}
 
 first = start("a")
@@ -516,6 +517,7 @@ print(json.dumps({"first": first, "second": second, "third": third, "fourth": fo
 """
 
 
+@needs_cgroups
 @pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
 def test_a_users_launcher_killed_or_stopped_by_the_users_processes_is_replaced_or_given_up(tmp_path: Path) -> None:
     """A launcher runs as its user, whose processes may signal it. Killed while idle: found dead at the next task
@@ -526,9 +528,14 @@ def test_a_users_launcher_killed_or_stopped_by_the_users_processes_is_replaced_o
     import json
     import subprocess
 
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
     os.chmod(tmp_path, 0o700)
-    done = subprocess.run([sys.executable, "-c", _LAUNCHER_FAULTS, str(tmp_path)], capture_output=True, text=True,
-                          timeout=60, cwd=Path(__file__).resolve().parents[2])
+    try:
+        done = subprocess.run([sys.executable, "-c", _LAUNCHER_FAULTS, str(tmp_path), _CGROUPS.subtree],
+                              capture_output=True, text=True, timeout=60, cwd=Path(__file__).resolve().parents[2])
+    finally:
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
     assert done.returncode == 0, done.stderr
     r = json.loads(done.stdout.splitlines()[-1])
     assert not r["first"]["by_setpriv"] and not r["second"]["by_setpriv"]

@@ -37,7 +37,7 @@ subreaper in between (PR_SET_CHILD_SUBREAPER survives execve; posix_spawn cannot
 WRAPPER_SUBREAPER, which kills the command's orphans, now its children, before it ends.
 
 A task with a user (task.user) other than the spawner's own is started, when gated, by that user's launcher (a
-child of the spawner that runs as the user: launch_all), else by posix_spawn of util-linux's setpriv in the
+child of the spawner that runs as the user: start_all, launch_all), else by posix_spawn of util-linux's setpriv in the
 sandbox, which drops to the user and executes the wrapper in the same process (spawn_as: posix_spawn cannot change
 user; without setpriv, and for a child subreaper, subprocess's fork and exec, whose child enters the sandbox before
 it drops to the user); either way the task needs no permission on the directories above its sandbox. The sandbox, its `work/`, files and logs are the
@@ -302,17 +302,16 @@ SETPRIV = next((p for p in ("/usr/bin/setpriv", "/bin/setpriv") if os.access(p, 
 
 
 def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_passwd,
-             subreaper: bool = False, gate: int | None = None, launcher: bool = True) -> int:
+             subreaper: bool = False, gate: int | None = None) -> int:
     """spawn(), as the user `who` (the spawner runs as root). The wrapper is started in the sandbox (entered as
     root: the user needs no permission on the directories above it), with `.` for the sandbox (its absolute path
     is an argument too, for is_wrapper), as the user's groups, gid and uid. The logs are created here, as root, only
     if nothing is in their place (O_EXCL, O_NOFOLLOW: the user owns the sandbox already), and given to the user.
 
-    A gated task goes to the user's launcher (_by_launcher), which runs as the user and posix_spawns the wrapper as
-    spawn() does: the member runs no program more. Otherwise, as posix_spawn cannot change user, it starts
-    `setpriv` (SETPRIV), which drops to the user and executes the wrapper in the same process, so this costs the
-    spawner what spawn() does (a vfork and an exec: subprocess's fork and exec, which a user switch needs, cost
-    several times that and wait for the exec) and the member one program more. Without setpriv, and for a child
+    (A gated task normally goes to the user's launcher instead: start_all, launch_all.) As posix_spawn cannot change
+    user, this starts `setpriv` (SETPRIV), which drops to the user and executes the wrapper in the same process, so
+    it costs the spawner what spawn() does (a vfork and an exec: subprocess's fork and exec, which a user switch
+    needs, cost several times that and wait for the exec) and the member one program more. Without setpriv, and for a child
     subreaper (prctl between fork and exec), subprocess's fork and exec, whose child runs C only.
     Raises OSError as spawn(); a setpriv that fails (it should not, as root) ends the task before its wrapper ran
     (LOST, its message in stderr)."""
@@ -324,10 +323,6 @@ def spawn_as(sandbox: str, command: str, env: dict[str, str], who: pwd.struct_pa
         for name in (STDOUT_FILE, STDERR_FILE):
             logs.append(os.open(f"{sandbox}/{name}", new, 0o600))
             os.fchown(logs[-1], who.pw_uid, who.pw_gid)
-        if gate is not None and not subreaper and launcher:
-            pid = _by_launcher(who, groups, args, env, gate, logs, sandbox)
-            if pid is not None:
-                return pid
         if SETPRIV is not None and not subreaper:
             drop = [SETPRIV, f"--reuid={who.pw_uid}", f"--regid={who.pw_gid}",
                     f"--groups={','.join(str(g) for g in groups)}" if groups else "--clear-groups", "--"]
@@ -604,7 +599,7 @@ def _one_by_one(batch: list[tuple[Ready, object]]) -> list[tuple[dict[str, objec
                 os.close(end)
             out.append(({"skipped": True}, None))
             continue
-        out.append(start_now(r, launcher=False))
+        out.append(start_now(r))
         entry = out[-1][0]
         if "error" in entry:
             ended = ended or group is None
@@ -631,32 +626,6 @@ def _ask_launcher(key: Key, spawns: list[dict[str, object]], fds: list[int]) -> 
         _launchers[key] = launcher
         return replies
     return None
-
-
-def _by_launcher(who: pwd.struct_passwd, groups: list[int], args: list[str], env: dict[str, str], gate: int,
-                 logs: list[int], sandbox: str) -> int | None:
-    """spawn_as's way through the user's launcher, for one task: its pid; None: no launcher here or lately (the
-    caller goes through setpriv). Raises as spawn_as."""
-    key = (who.pw_uid, who.pw_gid, tuple(sorted(groups)))
-    if not _LAUNCHERS_ON or _launcher_backoff.get(key, 0.0) > time.monotonic():
-        return None
-    cwd = os.open(sandbox, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    try:
-        replies = _ask_launcher(key, [{"args": args, "env": env, "group": None}], [gate, logs[0], logs[1], cwd])
-    except OSError:
-        _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
-        raise
-    finally:
-        os.close(cwd)
-    if replies is None:
-        _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
-        return None
-    reply = replies[0]
-    if "pid" in reply:
-        return int(reply["pid"])  # type: ignore[call-overload]
-    if "value_error" in reply:
-        raise ValueError(str(reply["value_error"]))
-    raise OSError(int(reply["errno"]), str(reply["strerror"]))  # type: ignore[call-overload]
 
 
 def _logs_for(sandbox: str, who: pwd.struct_passwd) -> list[int]:
@@ -811,15 +780,14 @@ def ready(task: dict[str, object], base_env: dict[str, str]) -> Ready | dict[str
     return Ready(sandbox, str(task["command"]), env, who, subreaper, cgroup, gate)
 
 
-def start_now(r: Ready, launcher: bool = True) -> tuple[dict[str, object], int | None]:
-    """Start a Ready task: (its reply entry, its pidfd or None). `launcher`: a gated task of another user may go to
-    the user's launcher (spawn_as)."""
+def start_now(r: Ready) -> tuple[dict[str, object], int | None]:
+    """Start a Ready task here (its own user's, or another's through setpriv): (its reply entry, its pidfd or
+    None)."""
     try:
         if r.who is None:
             pid = spawn(r.sandbox, r.command, r.env, r.subreaper, r.gate[0] if r.gate else None)
         else:
-            pid = spawn_as(r.sandbox, r.command, r.env, r.who, r.subreaper, r.gate[0] if r.gate else None,
-                           launcher=launcher)
+            pid = spawn_as(r.sandbox, r.command, r.env, r.who, r.subreaper, r.gate[0] if r.gate else None)
     except (ValueError, OSError) as e:
         return not_started(r, e), None
     finally:
@@ -847,12 +815,6 @@ def started(r: Ready, pid: int) -> tuple[dict[str, object], int | None]:
     if r.gate:
         _gated.append((os.dup(fd), pid, r.cgroup, r.gate[1]))
     return {"pid": pid, "pidfd": True}, fd
-
-
-def start(task: dict[str, object], base_env: dict[str, str]) -> tuple[dict[str, object], int | None]:
-    """Start one task: (its reply entry, its pidfd or None)."""
-    r = ready(task, base_env)
-    return (r, None) if isinstance(r, dict) else start_now(r)
 
 
 # (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
