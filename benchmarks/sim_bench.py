@@ -264,6 +264,7 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
     s = spec(size, duration)
 
     targets0 = d.metric_samples(TARGETS)
+    rows0 = d.metric_samples(ROWS)
     stmts0 = d.metric("peloton_store_statements_total", kind="statement")
     commits0 = d.metric("peloton_store_statements_total", kind="commit")
     writer0 = writer_snapshot(d)
@@ -288,12 +289,14 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
     gangs = len(lat)
     per = max(gangs, 1)
     targets = statements_by_target(targets0, d.metric_samples(TARGETS), per)
+    rows = {dict(k).get("table", "?"): round((v - rows0.get(k, 0.0)) / per, 2)
+            for k, v in d.metric_samples(ROWS).items()}
     return {
         "clients": clients, "gang_size": size, "member_duration": duration, "seconds": elapsed,
         "gangs": gangs, "tasks": gangs * size, "gangs_per_s": gangs / elapsed, "tasks_per_s": gangs * size / elapsed,
         "latency": summary(lat), "errors": errors[:20], "error_count": len(errors),
         "drain_s": drain, "store_statements_per_gang": stmts / per, "store_commits_per_gang": commits / per,
-        "store_statements_per_gang_by_target": targets,
+        "store_statements_per_gang_by_target": targets, "rows_written_per_gang_by_table": rows,
         "daemon_cpu_ms_per_gang": 1000 * cpu["daemon_cpu_s"] / per,
         "clients_cpu_ms_per_gang": 1000 * cpu["clients_cpu_s"] / per,
         "postgres_db_cpu_ms_per_gang": 1000 * cpu["postgres_db_cpu_s"] / per,
@@ -302,6 +305,7 @@ def closed_loop(stub: job_pb2_grpc.JobServiceStub, watch: JobWatch, d: Daemon, c
 
 
 TARGETS = "peloton_store_statement_targets_total"
+ROWS = "peloton_jobmgr_rows_written_total"  # (a task_events row may stand for a gang's members: repo.py)
 
 
 def statements_by_target(before: dict[Any, float], after: dict[Any, float], per: float) -> dict[str, float]:
@@ -413,6 +417,8 @@ def main() -> None:
          f"{t['store_statements_per_gang']:.1f} / {t['store_commits_per_gang']:.1f}"),
         ("    statements per gang by verb and table", ", ".join(
             f"{k} {v:.1f}" for k, v in t["store_statements_per_gang_by_target"].items()) or "-"),
+        ("    rows written per gang by table", ", ".join(
+            f"{k} {v:.1f}" for k, v in t.get("rows_written_per_gang_by_table", {}).items()) or "-"),
         ("  daemon CPU per gang", f"{t['daemon_cpu_ms_per_gang']:.1f} ms" + (
             f"  ({t['scrapes']} scrapes of /metrics, every {t['scrape_every_s']:g} s)" if t["scrapes"] else "")),
         ("  clients CPU per gang", f"{t['clients_cpu_ms_per_gang']:.1f} ms"),

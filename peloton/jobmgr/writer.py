@@ -279,7 +279,7 @@ class Writer:
                     jv = m.view
                     if not m.inserted:
                         writes.insert_job(jv.job, [gv.gang for gv in jv.gangs.values()], list(jv.tasks.values()))
-                        writes.append_task_events(m.events)
+                        _ROWS_EVENTS.inc(writes.append_task_events(m.events))
                         _ROWS_TASKS.inc(len(jv.tasks))
                     else:
                         eff.touch_job(jv.job)
@@ -325,12 +325,12 @@ class Writer:
 
     @staticmethod
     def _write(s: bulk.Tx, writes: repo.Writes, eff: policy.Effects) -> None:
-        writes.append_task_events(eff.events)
+        events = writes.append_task_events(eff.events)
         writes.send(s, list(eff.jobs.values()), list(eff.gangs.values()), list(eff.tasks.values()), last=True)
         _ROWS_JOBS.inc(len(eff.jobs))
         _ROWS_GANGS.inc(len(eff.gangs))
         _ROWS_TASKS.inc(len(eff.tasks))
-        _ROWS_EVENTS.inc(len(eff.events))
+        _ROWS_EVENTS.inc(events)  # rows: a gang's transition is one
 
 
 

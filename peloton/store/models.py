@@ -90,11 +90,16 @@ class TaskRow(Base):
 
 
 class TaskEventRow(Base):
+    """One transition of the tasks `instance` .. `instance + span` of a job, which made it together with the same
+    attempt, state, time, host, reason, message and exit code (a gang's members, as a rule: one row where there
+    were one per member). repo.py writes and reads them; the API sees one event per task."""
+
     __tablename__ = "task_events"
 
     id: Mapped[int] = mapped_column(Integer, primary_key=True, autoincrement=True)
     job_id: Mapped[str] = mapped_column(String(128), ForeignKey("jobs.id", ondelete="CASCADE"), nullable=False)
     instance: Mapped[int] = mapped_column(Integer, nullable=False)
+    span: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")  # at most repo.EVENT_SPAN_MAX
     attempt: Mapped[int] = mapped_column(Integer, nullable=False)
     state: Mapped[str] = mapped_column(String(32), nullable=False)
     time: Mapped[float] = mapped_column(Double, nullable=False)

@@ -32,6 +32,7 @@ What differs between the two stores (db.py configures both):
 
 from __future__ import annotations
 
+import bisect
 import json
 from collections.abc import Iterable, Sequence
 from enum import StrEnum
@@ -40,6 +41,8 @@ from typing import Any, TypeVar
 from sqlalchemy import (
     Row,
     Table,
+    and_,
+    case,
     delete,
     exists,
     func,
@@ -234,31 +237,53 @@ def _task_from_row(r: Row[Any]) -> Task:
     )
 
 
-_EVENT_COLS = ("job_id", "instance", "attempt", "state", "time", "host", "reason", "message", "exit_code")
+# A task_events row stands for the tasks `instance` .. `instance + span` of its job, which made one transition
+# together (models.TaskEventRow): a gang's members as a rule, so a gang's transition is one row, not one per member.
+# A run is at most EVENT_SPAN_MAX + 1 tasks, which bounds the rows a read of one task's history looks at: those of
+# its job whose first instance is at most EVENT_SPAN_MAX below it (on the (job_id, instance) index).
+EVENT_SPAN_MAX = 255
+_EVENT_COLS = ("job_id", "instance", "span", "attempt", "state", "time", "host", "reason", "message", "exit_code")
 
 
-def _event_values(e: TaskEvent) -> tuple[Any, ...]:
-    """A task event's row, in _EVENT_COLS order (a tuple: one is written for every task's every transition)."""
-    return (e.job_id, e.instance, e.attempt, _state_text(TaskState, e.state), e.time, e.host, e.reason, e.message,
-            e.exit_code)
+def _event_rows(events: Iterable[TaskEvent]) -> list[tuple[Any, ...]]:
+    """Task events as rows in _EVENT_COLS order, in their order: an event of the task after the last one's
+    (same job, next instance) with the same attempt, state, time, host, reason, message and exit code joins its
+    row (span + 1), up to EVENT_SPAN_MAX."""
+    rows: list[tuple[Any, ...]] = []
+    last: tuple[Any, ...] = ()
+    job_id, first, span = "", 0, -1
+    for e in events:
+        rest = (e.attempt, _state_text(TaskState, e.state), e.time, e.host, e.reason, e.message, e.exit_code)
+        if (span >= 0 and rest == last and e.job_id == job_id and e.instance == first + span + 1
+                and span < EVENT_SPAN_MAX):
+            span += 1
+            continue
+        if span >= 0:
+            rows.append((job_id, first, span, *last))
+        job_id, first, span, last = e.job_id, e.instance, 0, rest
+    if span >= 0:
+        rows.append((job_id, first, span, *last))
+    return rows
 
 
-def _event_to_dict(e: TaskEvent) -> dict[str, Any]:
-    return dict(zip(_EVENT_COLS, _event_values(e), strict=True))
+def _events_of_row(r: Row[Any], wanted: Sequence[tuple[int, int]] | None = None) -> list[TaskEvent]:
+    """A row's events, one per task it stands for (those in `wanted`, inclusive ranges, only, when given), by
+    instance."""
+    state = TaskState(r.state)
+    first, last = r.instance, r.instance + r.span
+    if wanted is None:
+        instances: Iterable[int] = range(first, last + 1)
+    else:
+        instances = [i for a, b in wanted for i in range(max(a, first), min(b, last) + 1)]
+    return [TaskEvent(job_id=r.job_id, instance=i, attempt=r.attempt, state=state, time=r.time, host=r.host,
+                      reason=r.reason, message=r.message, exit_code=r.exit_code) for i in instances]
 
 
-def _event_from_row(r: Row[Any]) -> TaskEvent:
-    return TaskEvent(
-        job_id=r.job_id,
-        instance=r.instance,
-        attempt=r.attempt,
-        state=TaskState(r.state),
-        time=r.time,
-        host=r.host,
-        reason=r.reason,
-        message=r.message,
-        exit_code=r.exit_code,
-    )
+def _covering(job_id: str, lo: int, hi: int) -> list[Any]:
+    """Where a task_events row stands for a task of `job_id` in `lo` .. `hi`: its first instance within
+    EVENT_SPAN_MAX below `lo` or in the range (an index range), its last at `lo` or above."""
+    return [_EVENTS.c.job_id == job_id, _EVENTS.c.instance.between(lo - EVENT_SPAN_MAX, hi),
+            _EVENTS.c.instance + _EVENTS.c.span >= lo]
 
 
 def _res_to_json(res: Resources) -> str:
@@ -457,8 +482,11 @@ class Writes:
         self._add(_TASKS, _TASK_INSERT_COLS, [_task_insert_row(t) for t in tasks])
         self._created.add(job.id)
 
-    def append_task_events(self, events: Sequence[TaskEvent]) -> None:
-        self._add(_EVENTS, _EVENT_COLS, [_event_values(e) for e in events])
+    def append_task_events(self, events: Sequence[TaskEvent]) -> int:
+        """Add the events (a row for each run of consecutive tasks' same transition); how many rows that is."""
+        rows = _event_rows(events)
+        self._add(_EVENTS, _EVENT_COLS, rows)
+        return len(rows)
 
     def _add(self, table: Table, cols: tuple[str, ...], rows: list[tuple[Any, ...]]) -> None:
         """Rows (tuples of `cols`' values) to insert into `table`; a table's rows all have the same columns."""
@@ -648,11 +676,11 @@ def task_state_counts(s: Session, job_ids: Sequence[str]) -> dict[str, dict[str,
 
 # --- task events (history) --------------------------------------------------------------------------------
 def append_task_events(s: Session, events: Sequence[TaskEvent]) -> None:
-    """Multi-row insert of task history (COPY on PostgreSQL for big batches, bulk.py); ids come from the store,
-    and with time they give get_task_events' order. Nothing checks the task exists: the foreign key to the job does."""
-    if not events:
-        return
-    _insert_rows(s, _EVENTS, [_event_to_dict(e) for e in events])
+    """Multi-row insert of task history, consecutive tasks' same transition as one row (_event_rows; COPY on
+    PostgreSQL for big batches, bulk.py); ids come from the store, and with time they give get_task_events' order.
+    Nothing checks the task exists: the foreign key to the job does."""
+    if events:
+        bulk.insert_rows(s, _EVENTS, _EVENT_COLS, _event_rows(events))
 
 
 def append_audit_events(s: Session, events: Sequence[AuditEvent]) -> None:
@@ -690,46 +718,86 @@ def list_audit_events(s: Session, *, principal: str = "", obj: str = "", since: 
 def get_task_events(s: Session, job_id: str, instance: int, newest: int | None = None) -> list[TaskEvent]:
     """One task's history, oldest first (time, then id); only the `newest` ones when given. [] for an unknown
     task."""
-    q = select(_EVENTS).where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)
+    q = select(_EVENTS).where(*_covering(job_id, instance, instance))
     if newest is not None:
         q = q.order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc()).limit(newest)
-        return [_event_from_row(r) for r in reversed(s.execute(q).all())]
-    return [_event_from_row(r) for r in s.execute(q.order_by(_EVENTS.c.time, _EVENTS.c.id)).all()]
+        rows = list(reversed(s.execute(q).all()))
+    else:
+        rows = list(s.execute(q.order_by(_EVENTS.c.time, _EVENTS.c.id)).all())
+    return [e for r in rows for e in _events_of_row(r, ((instance, instance),))]
 
 
 def list_task_events(s: Session, job_id: str, instances: Sequence[int] | None = None, newest: int = 1000
                      ) -> tuple[list[TaskEvent], int]:
     """The job's history across its members (`instances` only, when given): the `newest` events, oldest first
-    (time, then id), and how many match in all. One query for the events (on the (job_id, instance) index), one
-    count: a gang's members side by side without a read per member. Members given as runs of consecutive
-    instances (a gang's, as a rule) are asked for as ranges."""
-    where = [_EVENTS.c.job_id == job_id]
+    (time, then id, then instance), and how many match in all. One query for the rows (on the (job_id, instance)
+    index), one for the total when there are more than `newest`: a gang's members side by side without a read per
+    member. Members given as runs of consecutive instances (a gang's, as a rule) are asked for as ranges."""
+    newest = max(0, int(newest))
+    runs: list[tuple[int, int]] | None = None
+    where: list[Any] = [_EVENTS.c.job_id == job_id]
     if instances is not None:
-        wanted = sorted({int(i) for i in instances})
-        if not wanted:
-            return [], 0
-        runs: list[tuple[int, int]] = []
-        for i in wanted:
+        runs = []
+        for i in sorted({int(i) for i in instances}):
             if runs and runs[-1][1] == i - 1:
                 runs[-1] = (runs[-1][0], i)
             else:
                 runs.append((i, i))
-        if len(runs) <= 64:
-            where.append(or_(*[_EVENTS.c.instance.between(a, b) for a, b in runs]))
-        else:
-            where.append(_EVENTS.c.instance.in_(wanted))
+        if not runs:
+            return [], 0
+        if len(runs) > 64:
+            return _scattered_events(s, job_id, runs, newest)
+        where = [or_(*[and_(*_covering(job_id, a, b)) for a, b in runs])]
+    # each row holds an event asked for, so the newest `newest` rows hold the newest `newest` events
     q = select(_EVENTS).where(*where).order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc()).limit(newest)
-    events = [_event_from_row(r) for r in reversed(s.execute(q).all())]
-    if len(events) < newest:
-        return events, len(events)
-    total = int(s.execute(select(func.count()).select_from(_EVENTS).where(*where)).scalar_one())
-    return events, total
+    rows = list(reversed(s.execute(q).all()))
+    events = [e for r in rows for e in _events_of_row(r, runs)]
+    if len(rows) < newest:
+        return events[-newest:], len(events)
+    total = int(s.execute(select(func.coalesce(func.sum(_covered(runs)), 0)).where(*where)).scalar_one())
+    return events[-newest:], total
+
+
+def _scattered_events(s: Session, job_id: str, runs: list[tuple[int, int]], newest: int
+                      ) -> tuple[list[TaskEvent], int]:
+    """list_task_events for members in too many runs to ask for as ranges: the rows across their whole range, light
+    (id, first instance, span, time), counted here against the members; then the newest of those holding one."""
+    wanted = [i for a, b in runs for i in range(a, b + 1)]
+    light = s.execute(select(_EVENTS.c.time, _EVENTS.c.id, _EVENTS.c.instance, _EVENTS.c.span)
+                      .where(*_covering(job_id, runs[0][0], runs[-1][1]))).all()
+    held = sorted(((t, rid, n) for t, rid, first, span in light
+                   if (n := bisect.bisect_right(wanted, first + span) - bisect.bisect_left(wanted, first))),
+                  reverse=True)  # newest first
+    ids, got = [], 0
+    for _, rid, n in held:
+        if got >= newest:
+            break
+        ids.append(rid)
+        got += n
+    rows: list[Row[Any]] = []
+    for start in range(0, len(ids), _KEY_CHUNK):
+        rows += s.execute(select(_EVENTS).where(_EVENTS.c.id.in_(ids[start:start + _KEY_CHUNK]))).all()
+    rows.sort(key=lambda r: (r.time, r.id))
+    events = [e for r in rows for e in _events_of_row(r, runs)]
+    return events[max(0, len(events) - newest):] if newest else [], sum(n for _, _, n in held)
+
+
+def _covered(runs: Sequence[tuple[int, int]] | None) -> Any:
+    """How many of the tasks asked for (`runs`, inclusive ranges; None: all) a task_events row stands for, as SQL."""
+    last = _EVENTS.c.instance + _EVENTS.c.span
+    if runs is None:
+        return _EVENTS.c.span + 1
+    terms = []
+    for a, b in runs:  # max(0, min(b, last) - max(a, first) + 1), as CASEs (SQLite has no LEAST/GREATEST)
+        n = (case((last < b, last), else_=b) - case((_EVENTS.c.instance > a, _EVENTS.c.instance), else_=a) + 1)
+        terms.append(case((n > 0, n), else_=0))
+    return sum(terms[1:], terms[0])
 
 
 def count_task_events(s: Session, job_id: str, instance: int) -> int:
     """How many history events one task has (0 for an unknown task)."""
     return int(s.execute(select(func.count()).select_from(_EVENTS)
-                         .where(_EVENTS.c.job_id == job_id, _EVENTS.c.instance == instance)).scalar_one())
+                         .where(*_covering(job_id, instance, instance))).scalar_one())
 
 
 # --- resource pools ---------------------------------------------------------------------------------------

@@ -15,6 +15,8 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
+from peloton.domain.model import TaskEvent
+from peloton.domain.states import TaskState
 from peloton.store import db, repo
 from peloton.store.models import Base
 
@@ -42,7 +44,7 @@ def _tables(url: str) -> set[str]:
 def test_single_head() -> None:
     heads = _script().get_heads()
     assert len(heads) == 1, f"migrations must have exactly one head, got {heads}"
-    assert heads[0] == "0011"
+    assert heads[0] == "0012"
 
 
 def test_the_head_read_from_the_scripts_names_is_alembics() -> None:
@@ -169,3 +171,62 @@ def test_0008_marks_failing_jobs_and_its_downgrade_gives_back_a_state_0007_knows
     db.downgrade(db_url, "0007")
     assert _job_states(db_url) == {"failing": "PENDING", "running-failing": "PENDING", "stopped": "KILLING",
                                    "restarting": "PENDING", "done": "FAILED"}
+
+
+def _event_rows(url: str) -> list[tuple[object, ...]]:
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return [tuple(r) for r in conn.execute(text(
+                "SELECT job_id, instance, attempt, state, time, host, reason, message, exit_code FROM task_events "
+                "ORDER BY id"))]
+    finally:
+        engine.dispose()
+
+
+def test_0012_keeps_every_event_and_its_downgrade_writes_a_row_per_task(db_url: str) -> None:
+    """Rows written before 0012 are one task's each and read so after it; runs written after it (one row for a
+    gang's transition) are written back as one row per task by the downgrade, so the release before reads every
+    event."""
+    db.upgrade(db_url, "0011")
+    engine = db.make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            conn.execute(text(
+                "INSERT INTO jobs (id, name, owner, respool, spec, state, desired, reason, priority, created_at, "
+                "updated_at, completed_at) VALUES ('j', 'j', '', '/', '{}', 'RUNNING', 'RUNNING', '', 0, 1, 1, 0)"))
+            conn.execute(text(
+                "INSERT INTO task_events (job_id, instance, attempt, state, time, host, reason, message, exit_code) "
+                "VALUES ('j', 0, 1, 'PENDING', 1.0, '', 'job created', '', NULL), "
+                "('j', 1, 1, 'PENDING', 1.0, '', 'job created', '', NULL)"))
+    finally:
+        engine.dispose()
+    db.upgrade(db_url)
+    engine = db.make_engine(db_url)
+    try:
+        with db.transaction(db.make_sessions(engine)) as s:
+            assert [(e.instance, e.state.value) for e in repo.list_task_events(s, "j")[0]] == \
+                [(0, "PENDING"), (1, "PENDING")]
+            repo.append_task_events(s, [TaskEvent("j", i, 1, TaskState.RUNNING, 2.0, "h1", "", "up", None)
+                                        for i in range(3)] + [TaskEvent("j", 1, 1, TaskState.FAILED, 3.0, "h1", "",
+                                                                        "", 2)])
+        with engine.connect() as conn:  # the three RUNNING events are one row
+            assert conn.execute(text("SELECT count(*) FROM task_events")).scalar_one() == 4
+    finally:
+        engine.dispose()
+    expected = sorted(_listed(db_url))
+    assert len(expected) == 6
+    db.downgrade(db_url, "0011")
+    assert sorted(_event_rows(db_url)) == expected  # a row per task again, the same values
+    db.upgrade(db_url)
+    assert sorted(_listed(db_url)) == expected
+
+
+def _listed(url: str) -> list[tuple[object, ...]]:
+    engine = db.make_engine(url)
+    try:
+        with db.transaction(db.make_read_sessions(engine)) as s:
+            return [(e.job_id, e.instance, e.attempt, e.state.value, e.time, e.host, e.reason, e.message, e.exit_code)
+                    for e in repo.list_task_events(s, "j")[0]]
+    finally:
+        engine.dispose()

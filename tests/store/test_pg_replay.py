@@ -30,7 +30,9 @@ def test_the_writer_batches_of_a_log_replay_on_a_fresh_database(db_url: str) -> 
         try:
             with engine.connect() as conn:
                 states = {str(i): str(st) for i, st in conn.execute(text("SELECT id, state FROM jobs"))}
-                events = conn.execute(text("SELECT count(*) FROM task_events")).scalar_one()
+                rows, events = conn.execute(text("SELECT count(*), sum(span + 1) FROM task_events")).one()
         finally:
             engine.dispose()
     assert states == {"job-a": "SUCCEEDED", "job-b": "SUCCEEDED"} and events == 2 * 4 * 4
+    # a job's members were created together (one row a job); each then ran on a host of its own: a row each
+    assert rows == 2 + 3 * 2 * 4

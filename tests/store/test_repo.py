@@ -6,7 +6,7 @@ import dataclasses
 from typing import Any
 
 import pytest
-from sqlalchemy import func, select
+from sqlalchemy import func, select, text
 from sqlalchemy.orm import Session, sessionmaker
 
 from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
@@ -293,6 +293,54 @@ def test_a_jobs_events_across_its_members_come_in_one_read_newest_first_cut(sess
         assert repo.list_task_events(s, "j1", many) == ([e for e in evs if e.instance % 2 == 0], 6)
         assert repo.list_task_events(s, "j1", []) == ([], 0)
         assert repo.list_task_events(s, "nope") == ([], 0)
+
+
+def test_a_gangs_transition_is_one_row_and_reads_back_as_an_event_per_member(sessions: Sessions) -> None:
+    """Consecutive members' same transition is stored as one row (a run), at most EVENT_SPAN_MAX + 1 members long,
+    and every read gives one event per member as if each had its own row: one task's history, a job's across its
+    members (ranges cut from a run, scattered members, the newest cut inside a run) and the counts."""
+    n = repo.EVENT_SPAN_MAX + 45  # one run is too long for a row: two rows
+    add_job(sessions, "j1", instances=n)
+    add_job(sessions, "j2", instances=2)
+    created = [TaskEvent("j1", i, 1, TaskState.PENDING, 1.0, reason="job created") for i in range(n)]
+    # members 0-7 on h1, 8-9 on h2, then 11 (10 not in this batch), all at 2.0; j2's two right after
+    running = ([TaskEvent("j1", i, 1, TaskState.RUNNING, 2.0, host="h1") for i in range(8)]
+               + [TaskEvent("j1", i, 1, TaskState.RUNNING, 2.0, host="h2") for i in (8, 9, 11)]
+               + [TaskEvent("j2", i, 1, TaskState.RUNNING, 2.0, host="h2") for i in (0, 1)])
+    ended = [TaskEvent("j1", i, 1, TaskState.FAILED, 3.0, host="h1", message="boom", exit_code=2) for i in range(8)]
+    with db.transaction(sessions) as s:
+        repo.append_task_events(s, created)
+    with db.transaction(sessions) as s:
+        w = repo.Writes()  # the writer's path
+        w.append_task_events(running + ended)
+        w.send(s)
+    with db.transaction(sessions) as s:
+        rows = s.execute(text("SELECT job_id, instance, span FROM task_events ORDER BY id")).all()
+    assert [tuple(r) for r in rows] == [("j1", 0, repo.EVENT_SPAN_MAX), ("j1", repo.EVENT_SPAN_MAX + 1, 43),
+                                        ("j1", 0, 7), ("j1", 8, 1), ("j1", 11, 0), ("j2", 0, 1), ("j1", 0, 7)]
+    every = [e for i in range(n) for e in created[i:i + 1] + [e for e in running + ended
+                                                                if e.job_id == "j1" and e.instance == i]]
+    by_time = sorted(every, key=lambda e: (e.time, e.instance))  # each transition's members in order
+    with db.transaction(sessions) as s:
+        assert repo.get_task_events(s, "j1", 3) == [created[3], running[3], ended[3]]
+        assert repo.get_task_events(s, "j1", 3, newest=2) == [running[3], ended[3]]
+        assert repo.get_task_events(s, "j1", 10) == [created[10]]
+        assert repo.get_task_events(s, "j1", n - 1) == [created[n - 1]]
+        assert repo.get_task_events(s, "j1", n) == []
+        assert repo.get_task_events(s, "j2", 1) == [running[-1]]
+        assert [repo.count_task_events(s, "j1", i) for i in (0, 8, 10, 11, n - 1, n)] == [3, 2, 1, 2, 1, 0]
+        assert repo.list_task_events(s, "j1") == (by_time, len(every))
+        assert repo.list_task_events(s, "j1", newest=3) == (by_time[-3:], len(every))  # inside a run
+        assert repo.list_task_events(s, "j1", [6, 7, 8]) == ([created[6], created[7], created[8], running[6],
+                                                             running[7], running[8], ended[6], ended[7]], 8)
+        assert repo.list_task_events(s, "j1", [6, 7, 8], newest=4) == ([running[7], running[8], ended[6],
+                                                                        ended[7]], 8)
+        scattered = list(range(0, n, 3))  # more runs than go as ranges
+        want = [e for e in by_time if e.instance % 3 == 0]
+        assert repo.list_task_events(s, "j1", scattered) == (want, len(want))
+        assert repo.list_task_events(s, "j1", scattered, newest=5) == (want[-5:], len(want))
+        assert repo.list_task_events(s, "j1", [n - 2, n + 5]) == ([created[n - 2]], 1)
+        assert repo.list_task_events(s, "j1", newest=0) == ([], len(every))
 
 
 # --- pools ------------------------------------------------------------------------------------------------
