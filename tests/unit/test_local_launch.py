@@ -11,6 +11,7 @@ import os
 import pwd
 import signal
 import sys
+import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
@@ -352,12 +353,18 @@ def test_a_gated_wrapper_is_moved_and_let_go_only_when_the_daemon_says_go_or_goe
     sp = _Spawner(inherited(os.environ))
     sandbox = tmp_path / "t"
     try:
+        sent = time.monotonic()
         sp.send([{"sandbox": str(sandbox), "command": "touch ran", "env": {}, "files": {}, "cgroup": cg}])
         (r,) = sp.receive()
         assert isinstance(r, Started) and r.pidfd is not None
         wait_for(lambda: wrapper.read_pid(sandbox) == r.pid)  # the wrapper is past its first lines ...
-        assert not (sandbox / "work" / "ran").exists()  # ... and waits at its gate,
-        assert _cgroup_of(r.pid) != cg[len(_CGROUPS.mount):]  # outside its cgroup
+        waiting = not (sandbox / "work" / "ran").exists()  # ... and waits at its gate,
+        try:
+            outside = _cgroup_of(r.pid) != cg[len(_CGROUPS.mount):]  # outside its cgroup
+        except FileNotFoundError:  # over already
+            outside = False
+        # unless this test was held up past GO_WAIT_S (a loaded machine): then the spawner let it go, as it should
+        assert (waiting and outside) or time.monotonic() - sent >= spawner.GO_WAIT_S, (waiting, outside)
         if ending == "go":
             sp.let_go()
         elif ending == "close":
