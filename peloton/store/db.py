@@ -284,6 +284,16 @@ def transaction(sessions: sessionmaker[Session], *, snapshot: bool = False) -> I
             s.close()
 
 
+# PostgreSQL session settings of a kept connection (a job manager writer's), set when it is opened and reset before
+# it goes back to the pool. Every statement a writer sends finds its rows by primary key (bulk.py; an UPDATE is
+# chunked at 250 rows so that a key lookup a row stays the cheaper plan), but on tables whose statistics are stale
+# (never analyzed with autovacuum off, or grown since) the planner may join a batch to a whole-table scan of
+# `tasks` or `gangs`, dead rows included, whose cost grows with the table: in a 30 s closed loop PostgreSQL's CPU
+# a gang was 6.8 ms against 2.8 ms with no sequential scans (docs/performance.md). So the writers plan without
+# them (a table with no usable index is still scanned).
+WRITER_PG_SETTINGS = (("enable_seqscan", "off"),)
+
+
 class KeptConnection:
     """Write transactions on one connection kept across them, for one thread that commits often (a job manager
     writer shard): `transaction()` is `transaction(sessions)` without the pool's checkout and checkin (and their
@@ -411,6 +421,8 @@ class KeptConnection:
                     self._drop(outage=False)
                     conn = self._conn = self._engine.connect()
             self._ping = False
+            if conn.dialect.name == "postgresql":
+                _session_settings(conn, [f"SET {k} = {v}" for k, v in WRITER_PG_SETTINGS])
         return conn
 
     def _drop(self, *, outage: bool) -> None:
@@ -427,11 +439,24 @@ class KeptConnection:
                 conn.close()
 
     def close(self) -> None:
-        """Return the kept connection to the pool (the next transaction takes one again)."""
+        """Return the kept connection to the pool (the next transaction takes one again), its settings reset."""
         conn, self._conn = self._conn, None
         if conn is not None:
+            try:
+                if conn.dialect.name == "postgresql":
+                    _session_settings(conn, [f"RESET {k}" for k, _ in WRITER_PG_SETTINGS])
+            except Exception:  # noqa: BLE001 - not reset: never back in the pool
+                with contextlib.suppress(Exception):
+                    conn.invalidate()
             with contextlib.suppress(Exception):
                 conn.close()
+
+
+def _session_settings(conn: Connection, statements: list[str]) -> None:
+    """Run SET/RESET statements on a connection outside any transaction of the caller's (committed at once)."""
+    for q in statements:
+        conn.exec_driver_sql(q)
+    conn.commit()
 
 
 # Session.info keys (bulk.py and leadership/fence.py use them): the object whose `check_raw(tx)` (and, on a

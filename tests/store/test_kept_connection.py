@@ -380,3 +380,55 @@ def test_a_prepared_batch_the_server_session_does_not_know_goes_as_text(sessions
     finally:
         kept.close()
     assert [_meta(sessions, k) for k in ("a", "b", "c")] == ["1", "1", "1"]
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_writers_connection_plans_by_key_on_a_table_never_analyzed_and_goes_back_to_the_pool_reset(
+        sessions: sessionmaker[Session], pool: Pool) -> None:
+    """A kept connection plans without sequential scans (db.WRITER_PG_SETTINGS). The writer's batch statement, once
+    prepared and planned generically (as bulk.commit_batch's are from their sixth run on), updates a gang's tasks by
+    a key lookup each even on a table whose statistics were never gathered, where another connection's plan joins
+    them to a scan of the whole table, a plan kept for the connection's life as the table grows. Back in the pool,
+    the connection plans as any other."""
+    from peloton.store import bulk
+
+    with db.transaction(sessions) as s:  # 2,400 tasks the planner knows nothing of (no ANALYZE, no autovacuum yet)
+        s.execute(text("INSERT INTO jobs (id, name, owner, respool, spec, state, desired, reason, priority, "
+                       "created_at, updated_at, completed_at) SELECT 'j' || i, 'j', '', '/', '{}', 'RUNNING', "
+                       "'RUNNING', '', 0, 1, 1, 0 FROM generate_series(0, 299) AS i"))
+        s.execute(text("INSERT INTO tasks (job_id, instance, gang_index, attempt, state, host, address, ports, "
+                       "gpu_ids, exit_code, reason, message, started_at, finished_at, updated_at) "
+                       "SELECT 'j' || (i / 8), i % 8, 0, 1, 'RUNNING', '', '', '[]', '[]', NULL, '', '', 0, 0, 0 "
+                       "FROM generate_series(0, 2399) AS i"))
+    gang = bulk.Update(repo._TASKS, ("job_id", "instance"), repo._TASK_COLS,
+                       [("j1", i, 1, "SUCCEEDED", "h", "", "[]", "[]", 0, "", "", 0.0, 1.0, 1.0) for i in range(8)])
+    sql, params = bulk.batch_sql([], [gang], None)
+    parts = sql.split("%s")
+    numbered = parts[0] + "".join(f"${n}{part}" for n, part in enumerate(parts[1:], 1))
+
+    def plan(s: Session) -> str:
+        cur = s.connection().connection.dbapi_connection.cursor()  # type: ignore[union-attr]
+        try:
+            cur.execute("SET LOCAL plan_cache_mode = force_generic_plan")
+            cur.execute(f"PREPARE probe AS {numbered}")
+            cur.execute("EXPLAIN EXECUTE probe(" + ", ".join(["%s"] * len(params)) + ")", params)
+            return "\n".join(str(r[0]) for r in cur.fetchall())
+        finally:
+            cur.execute("DEALLOCATE probe")
+            cur.close()
+
+    with db.transaction(sessions) as s:
+        assert "Seq Scan on tasks" in plan(s), plan(s)  # what the writers would otherwise run
+    kept = KeptConnection(sessions)
+    try:
+        with kept.transaction() as s:
+            assert s.execute(text("SHOW enable_seqscan")).scalar_one() == "off"
+            shown = plan(s)
+            assert "Seq Scan on tasks" not in shown and "Index Scan using pk_tasks" in shown, shown
+    finally:
+        kept.close()
+    opened = pool.opened
+    with db.transaction(sessions) as s:  # a connection of the pool, the kept one among them: reset
+        assert s.execute(text("SHOW enable_seqscan")).scalar_one() == "on"
+        assert "Seq Scan on tasks" in plan(s), plan(s)
+    assert pool.opened == opened  # (no new one)
