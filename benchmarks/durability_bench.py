@@ -339,6 +339,7 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
             w._commit_batch(batch)  # noqa: SLF001 - one group commit, as the writer's thread runs it
             for m in batch:
                 m.future.result(timeout=0)  # a mutation that failed fails the benchmark
+            sent[:] = _without_settings(sent)
             if sent.count(_BEGIN) != 1 or sent.count(_COMMIT) != 1 or _ROLLBACK in sent:
                 raise RuntimeError(f"{step}: expected one committed transaction, the writer sent {sent!r:.300}")
             body = sent[sent.index(_BEGIN) + 1:sent.index(_COMMIT)]
@@ -348,6 +349,23 @@ def writer_transactions(url: str, gangs: int, members: int, job_ids: Sequence[st
     finally:
         bulk.PREPARED_PER_CONNECTION = prepared
         eng.dispose()
+    return out
+
+
+def _without_settings(sent: list[str]) -> list[str]:
+    """`sent` without the transactions of session settings only (the writer's connection's db.WRITER_PG_SETTINGS,
+    sent once when it is opened: not a step's)."""
+    out: list[str] = []
+    i = 0
+    while i < len(sent):
+        if sent[i] == _BEGIN and _COMMIT in sent[i:]:
+            end = sent.index(_COMMIT, i)
+            body = sent[i + 1:end]
+            if body and all(q.startswith(("SET ", "RESET ")) for q in body):
+                i = end + 1
+                continue
+        out.append(sent[i])
+        i += 1
     return out
 
 
