@@ -254,6 +254,38 @@ def test_task_state_counts(sessions: Sessions) -> None:
         assert repo.task_state_counts(s, []) == {}
 
 
+# Text a store must keep as it is, whatever the way a batch is sent (bulk.pg_array on PostgreSQL: array literals)
+AWKWARD_TEXT = ["", "NULL", "null", 'say "hi"', "back\\slash", "\\", '\\"', "{braces}", "a,b", " lead and trail ",
+                "tab\tnew\nline", "ünïcødé ✓", "'single'", "}{", "x" * 256]  # (host and address hold 256)
+
+
+def test_updated_tasks_keep_awkward_text_and_numbers_on_every_way_a_batch_goes(sessions: Sessions) -> None:
+    """The updates of tasks through a one-statement group commit (repo.Writes; PostgreSQL: bulk.write_batch) and
+    through the per-table update (repo.update_tasks; chunked) store each value as given: quotes, backslashes, braces,
+    commas, the word NULL, blanks, line breaks and other scripts in text; None; large and fractional numbers."""
+    n = len(AWKWARD_TEXT)
+    _, _, tasks = add_job(sessions, "j1", instances=n)
+    _, _, more = add_job(sessions, "j2", instances=n)
+
+    def changed(ts: list[Task], flip: bool) -> list[Task]:
+        return [dataclasses.replace(t, state=TaskState.RUNNING, host=text_, address=AWKWARD_TEXT[-1 - i],
+                                    reason=text_, message=text_ + "!", exit_code=None if i % 2 else -(2 ** 31) + i,
+                                    started_at=1_790_000_000.123456 + i, finished_at=0.0 if flip else 1e-7,
+                                    updated_at=float(i), attempt=2 ** 31 - 1 - i)
+                for i, (t, text_) in enumerate(zip(ts, AWKWARD_TEXT, strict=True))]
+
+    first, second = changed(tasks, False), changed(more, True)
+    with db.transaction(sessions) as s:
+        w = repo.Writes()
+        w.send(s, tasks=first)  # a group commit's one statement (PostgreSQL)
+    with db.transaction(sessions) as s:
+        repo.update_tasks(s, second)  # the per-table way
+    with db.transaction(sessions) as s:
+        got = repo.get_tasks(s, "j1") + repo.get_tasks(s, "j2")
+    assert [{k: v for k, v in dataclasses.asdict(g).items() if v != getattr(w, k)}
+            for g, w in zip(got, first + second, strict=True) if g != w] == []
+
+
 # --- events -----------------------------------------------------------------------------------------------
 def test_task_events(sessions: Sessions) -> None:
     add_job(sessions, "j1")
