@@ -131,6 +131,7 @@ class Daemon:
         self.loops: list[Loop] = []
         self._stopped = threading.Event()
         self._closing = threading.Event()  # set first by stop(): new public calls are refused from then on
+        self._stopping = threading.Lock()  # held by the one stop() that does the work (two signals: one stop)
         # the data dir and the roles' locks (leadership/hold.py)
         self.hold = Hold(cfg, self._stopped, lambda: startup.tls_credentials(cfg) if cfg.tls_cert else None,
                          self._fenced)
@@ -752,7 +753,12 @@ class Daemon:
 
     def stop(self) -> None:
         """Stop serving, in order: refuse new calls, let each loop finish its pass (at most 3 s), end the calls in
-        flight (2 s), release the store lock. Running tasks keep running: the next start adopts them."""
+        flight (2 s), release the store lock. Running tasks keep running: the next start adopts them. Once: a
+        call while another stops the daemon waits for that one to finish (two stops at once closed the same files
+        twice)."""
+        if not self._stopping.acquire(blocking=False):
+            self._stopped.wait()
+            return
         self._closing.set()
         if self.console is not None:
             self.console.stop()
@@ -801,6 +807,9 @@ class Daemon:
         """SIGTERM and SIGINT stop the daemon gracefully (installed before it says it serves: a signal right after
         that must not kill it abruptly)."""
         def on_signal(signum: int, frame: object) -> None:
+            if self._closing.is_set():
+                log.info("signal %d: already shutting down", signum)
+                return
             log.info("signal %d: shutting down (tasks keep running and are adopted on restart)", signum)
             threading.Thread(target=self.stop, daemon=True).start()
 
