@@ -759,6 +759,12 @@ class Daemon:
         if not self._stopping.acquire(blocking=False):
             self._stopped.wait()
             return
+        try:
+            self._stop_serving()
+        finally:
+            self._stopped.set()  # (also after a failure: the main thread and a second stop must not wait forever)
+
+    def _stop_serving(self) -> None:
         self._closing.set()
         if self.console is not None:
             self.console.stop()
@@ -801,7 +807,6 @@ class Daemon:
         if self.engine is not None:
             self.engine.dispose()
         self.hold.release_data_dir()  # last: free for a standby on this machine or a restart
-        self._stopped.set()
 
     def stop_on_signals(self) -> None:
         """SIGTERM and SIGINT stop the daemon gracefully (installed before it says it serves: a signal right after
