@@ -688,6 +688,7 @@ class Daemon:
         if self.hostmgr is not None:
             self.hostmgr.backend.lead_again()
         if self.resmgr is not None:
+            self.resmgr.refresh_pools()  # another daemon may have changed them while this one did not lead
             self.resmgr.reset()
         if self.placement is not None:  # resmgr refuses the old id if another engine asked meanwhile
             self.placement.id = uuid.uuid4().hex

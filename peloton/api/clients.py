@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import functools
 import logging
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Protocol, TypeVar
 
 from peloton import errors
 from peloton.domain.allocation import AdmissionPreview, GangAsk
 from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
+from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
 
@@ -127,6 +128,11 @@ class ResourceManagerClient(Protocol):
     def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
         """Whether each gang of a job not yet created would be admitted in `pool` now (a dry run), in order, as if
         the earlier ones were; and how many of the pool's waiting gangs are ahead of it. Nothing changes."""
+
+    def held_pools(self) -> Mapping[str, ResourcePool] | None:
+        """The pools as resmgr holds them, by path, when it runs in this process: current with the store as of
+        its last pool write (it reads them again after each one it makes, and when its process leads again). None
+        from another process (a split deployment): the caller reads the store."""
 
 
 class HostManagerClient(Protocol):

@@ -180,6 +180,9 @@ class GrpcResourceManager(_GrpcClient):
             pool=pool, gangs=[convert.gang_ask_to_proto(g) for g in gangs]), 10)
         return [AdmissionPreview(p.reason, p.ahead, p.borrows) for p in r.gangs]
 
+    def held_pools(self) -> None:
+        return None  # (resmgr's copy is in another process: read the store)
+
 
 class GrpcHostManager(_GrpcClient):
     """HostManagerClient over a HostManagerInternal stub (a ConnectedStub, or a FailoverStub of them)."""

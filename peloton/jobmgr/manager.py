@@ -366,9 +366,14 @@ class JobManager:
         raise FailedPrecondition(f"task.user: could not allocate a uid for {principal}: too many allocations at "
                                  "once; retry", field="task.user")
 
-    def _pools(self, wanted: str) -> dict[str, ResourcePool]:
-        """The pools, read at most every POOLS_TTL_S (every create needs them), and at once when `wanted` is not
-        among those read (a pool just created)."""
+    def _pools(self, wanted: str) -> Mapping[str, ResourcePool]:
+        """The pools a create judges by (every create needs them). Where resmgr runs in this process, those it
+        holds, which it reads again after each pool write and when this process leads again: no read on the
+        create's way. Otherwise (a split deployment, or `wanted` unknown to it: a pool being created, or none) read
+        from the store at most every POOLS_TTL_S, and at once when `wanted` is not among those read."""
+        held = self.resmgr.held_pools()
+        if held is not None and wanted in held:
+            return held
         pools, at = self._pool_cache
         if wanted not in pools or time.monotonic() - at > POOLS_TTL_S:
             with transaction(self.read_sessions) as s:

@@ -4,10 +4,11 @@ same calls over gRPC to the other processes of a split deployment, with the same
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 from peloton.api.clients import Dequeued, GangKey, Placed, Preemption, Probe, Reserved, Victim, service_errors
 from peloton.domain.allocation import AdmissionPreview, GangAsk
+from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.resmgr.manager import Probe as HeldProbe
@@ -82,3 +83,6 @@ class InProcessResourceManager:
     @service_errors
     def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:
         return self.rm.admission_if(pool, gangs)
+
+    def held_pools(self) -> Mapping[str, ResourcePool]:
+        return self.rm.held_pools()

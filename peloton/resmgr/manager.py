@@ -45,7 +45,8 @@ import logging
 import threading
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from types import MappingProxyType
 
 from prometheus_client import Counter, Gauge, Histogram
 
@@ -149,6 +150,7 @@ class ResourceManager:
         self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
         self._ent: dict[str, Entitlement] = {}
         self._ent_dirty = True
+        # replaced whole when the pools are read again, never changed in place: held_pools reads it without the lock
         self._pools: dict[str, ResourcePool] = {}
         self._tree: PoolTree | None = None  # the pools' policies and shape, made when the pools change
         self._gauges: dict[str, _PoolGauges] = {}  # each pool's metric series, looked up once
@@ -191,6 +193,11 @@ class ResourceManager:
     def pools(self) -> dict[str, ResourcePool]:
         with self._cond:
             return dict(self._pools)
+
+    def held_pools(self) -> Mapping[str, ResourcePool]:
+        """The pools as last read, read-only and without the lock (a create asks for them; the lock is the
+        scheduling round's)."""
+        return MappingProxyType(self._pools)
 
     def reset(self) -> None:
         """Forget everything (the job manager recovers and enqueues again) but the claims of the placements

@@ -12,16 +12,20 @@ import socket
 import subprocess
 import time
 from collections.abc import Iterator
+from dataclasses import replace
 from pathlib import Path
 
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 from sqlalchemy import Connection, create_engine, text
+from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import NullPool
 
-from peloton.api.v1 import job_pb2, job_pb2_grpc
+from peloton.api.v1 import job_pb2, job_pb2_grpc, respool_pb2, respool_pb2_grpc
+from peloton.domain.resources import Resources
 from peloton.leadership.lock import LOCK_KEY
+from peloton.store import db, repo
 from tests.dbutil import postgres_database
 from tests.e2e.harness import PELOTON, wait_until
 from tests.e2e.test_sim_e2e import SimDaemon
@@ -134,7 +138,8 @@ def steal(conn: Connection, within_s: float = 0.5) -> bool:
 
 
 def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Path) -> None:
-    """PostgreSQL only: SQLite's lock is a flock the kernel holds for the process; it cannot be taken away."""
+    """PostgreSQL only: SQLite's lock is a flock the kernel holds for the process; it cannot be taken away. What
+    another leader changed meanwhile is read back: here a pool's limit, which the next create is judged by."""
     with postgres_database() as url:
         d = SimDaemon(tmp_path / "data", url, sim_hosts=20)
         d.start()
@@ -145,6 +150,10 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
             ch = grpc.insecure_channel(d.address)
             jobs = job_pb2_grpc.JobServiceStub(ch)
             health = health_pb2_grpc.HealthStub(ch)
+            capped = respool_pb2.ResourcePool(path="/capped")
+            capped.limit.cpu = 2
+            respool_pb2_grpc.ResourcePoolServiceStub(ch).CreatePool(respool_pb2.CreatePoolRequest(pool=capped),
+                                                                    timeout=10)
             with thief.connect() as conn:
                 # cut the connection that holds the daemon's lock, and take the lock before the daemon takes it back
                 for _ in range(5):
@@ -179,10 +188,19 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                     assert health.Check(health_pb2.HealthCheckRequest(service=f"peloton.{role}")).status \
                         == health_pb2.HealthCheckResponse.NOT_SERVING, role
                 assert d.state(job) == "RUNNING"  # reads go on
+                with db.transaction(sessionmaker(bind=thief)) as s:  # as another daemon leading meanwhile would
+                    repo.update_pool(s, replace(repo.get_pool(s, "/capped"), limit=Resources(cpu=1)))
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
             wait_until(lambda: health.Check(health_pb2.HealthCheckRequest(service="peloton")).status
                        == health_pb2.HealthCheckResponse.SERVING, timeout=20, what="SERVING again")
             assert "holds the store lock again: recovered, acting" in d.log()
+            two = job_pb2.JobSpec(name="over-the-new-limit", instances=2, respool="/capped")
+            two.task.command = "train.py"
+            two.task.resources.cpu = 1
+            with pytest.raises(grpc.RpcError) as refused:
+                jobs.CreateJob(job_pb2.CreateJobRequest(spec=two), timeout=10)
+            assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
+            assert "/capped" in str(refused.value.details()) and "limit" in str(refused.value.details())
             after = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=10).job_id
             d.wait_state(after, "RUNNING")
             # the job from before was adopted whole by the recovery, not run twice
