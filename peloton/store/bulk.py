@@ -28,7 +28,7 @@ from typing import Any
 
 import psycopg2
 from psycopg2.extras import execute_values
-from sqlalchemy import Table
+from sqlalchemy import String, Table
 from sqlalchemy.orm import Session
 
 from peloton.store.db import COMMIT_CHECK, COMMIT_CHECKED, RawTransaction, count_statement
@@ -127,7 +127,10 @@ def _pg_update_sql(table: Table, keys: tuple[str, ...], cols: tuple[str, ...]) -
     from sqlalchemy.dialects import postgresql
 
     names = (*keys, *cols)
-    types = [table.c[c].type.compile(dialect=postgresql.dialect()) for c in names]
+    # a string column's array without its length (VARCHAR[], not VARCHAR(256)[]): an explicit cast to VARCHAR(n)
+    # cuts longer text short without a word, where the assignment to the column refuses it, as an INSERT does
+    types = [(String() if type(t) is String and t.length else t).compile(dialect=postgresql.dialect())
+             for t in (table.c[c].type for c in names)]
     sets = ", ".join(f'"{c}" = v."{c}"' for c in cols)
     arrays = ", ".join(f"%s::{t}[]" for t in types)
     cond = " AND ".join(f't."{k}" = v."{k}"' for k in keys)

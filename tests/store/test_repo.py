@@ -286,6 +286,28 @@ def test_updated_tasks_keep_awkward_text_and_numbers_on_every_way_a_batch_goes(s
             for g, w in zip(got, first + second, strict=True) if g != w] == []
 
 
+def test_text_longer_than_its_column_is_never_cut_short(sessions: Sessions) -> None:
+    """A host name or address longer than its column (256): PostgreSQL refuses it on every way a batch goes, as
+    it refuses such an insert, and the transaction writes nothing; SQLite, which does not bound text, keeps it
+    whole. Never stored cut short (a cast of the update's array to VARCHAR(256)[] did that, without a word)."""
+    _, _, tasks = add_job(sessions, "j1", instances=2)
+    long = "h" * 300
+    with sessions() as probe:
+        postgres = probe.get_bind().dialect.name == "postgresql"
+    for send in (lambda s, ts: repo.Writes().send(s, tasks=ts), repo.update_tasks):
+        changed = [dataclasses.replace(tasks[0], host="ok", address=long), dataclasses.replace(tasks[1], host=long)]
+        if postgres:
+            with pytest.raises(Exception, match="too long"), db.transaction(sessions) as s:
+                send(s, changed)
+            with db.transaction(sessions) as s:
+                assert [(t.host, t.address) for t in repo.get_tasks(s, "j1")] == [(t.host, t.address) for t in tasks]
+        else:
+            with db.transaction(sessions) as s:
+                send(s, changed)
+            with db.transaction(sessions) as s:
+                assert [(t.host, t.address) for t in repo.get_tasks(s, "j1")] == [("ok", long), (long, "")]
+
+
 # --- events -----------------------------------------------------------------------------------------------
 def test_task_events(sessions: Sessions) -> None:
     add_job(sessions, "j1")
