@@ -686,6 +686,9 @@ class Daemon:
         """The roles' locks are ours again: what happened meanwhile is read back exactly as after a restart."""
         self.hold.regained(self.sessions if self.engine is not None else None, store=self.jobmgr is not None)
         if self.hostmgr is not None:
+            if self.engine is not None:  # another daemon may have drained or undrained hosts meanwhile
+                with db.transaction(self.sessions) as s:
+                    self.hostmgr.load_drains(repo.get_drains(s))
             self.hostmgr.backend.lead_again()
         if self.resmgr is not None:
             self.resmgr.refresh_pools()  # another daemon may have changed them while this one did not lead

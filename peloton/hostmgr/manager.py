@@ -407,10 +407,12 @@ class HostManager:
 
     # --- drains -----------------------------------------------------------------------------------------------
     def load_drains(self, drains: dict[str, float]) -> None:
-        """The draining hosts as the store has them (at start)."""
+        """The draining hosts as the store has them (at start, and when the daemon leads again: another daemon
+        may have drained or undrained hosts meanwhile, so the hosts of both maps changed)."""
         with self._lock:
+            changed = set(self._drains) | set(drains)
             self._drains = dict(drains)
-            self._touch_locked(set(drains))
+            self._touch_locked(changed)
 
     def drains(self) -> dict[str, float]:
         """Every draining host and its deadline (0: none): the operators' drains, and the hosts in a maintenance

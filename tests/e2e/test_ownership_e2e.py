@@ -22,7 +22,7 @@ from sqlalchemy import Connection, create_engine, text
 from sqlalchemy.orm import sessionmaker
 from sqlalchemy.pool import NullPool
 
-from peloton.api.v1 import job_pb2, job_pb2_grpc, respool_pb2, respool_pb2_grpc
+from peloton.api.v1 import host_pb2, host_pb2_grpc, job_pb2, job_pb2_grpc, respool_pb2, respool_pb2_grpc
 from peloton.domain.resources import Resources
 from peloton.leadership.lock import LOCK_KEY
 from peloton.store import db, repo
@@ -139,7 +139,8 @@ def steal(conn: Connection, within_s: float = 0.5) -> bool:
 
 def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Path) -> None:
     """PostgreSQL only: SQLite's lock is a flock the kernel holds for the process; it cannot be taken away. What
-    another leader changed meanwhile is read back: here a pool's limit, which the next create is judged by."""
+    another leader changed meanwhile is read back: a pool's limit, which the next create is judged by, and the
+    hosts' drains, which placement follows (and the next drain would otherwise have written back over)."""
     with postgres_database() as url:
         d = SimDaemon(tmp_path / "data", url, sim_hosts=20)
         d.start()
@@ -154,6 +155,9 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
             capped.limit.cpu = 2
             respool_pb2_grpc.ResourcePoolServiceStub(ch).CreatePool(respool_pb2.CreatePoolRequest(pool=capped),
                                                                     timeout=10)
+            hosts = host_pb2_grpc.HostServiceStub(ch)
+            names = sorted(h.hostname for h in hosts.ListHosts(host_pb2.ListHostsRequest(), timeout=10).hosts)
+            hosts.DrainHost(host_pb2.DrainHostRequest(hostname=names[0]), timeout=10)
             with thief.connect() as conn:
                 # cut the connection that holds the daemon's lock, and take the lock before the daemon takes it back
                 for _ in range(5):
@@ -190,6 +194,7 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                 assert d.state(job) == "RUNNING"  # reads go on
                 with db.transaction(sessionmaker(bind=thief)) as s:  # as another daemon leading meanwhile would
                     repo.update_pool(s, replace(repo.get_pool(s, "/capped"), limit=Resources(cpu=1)))
+                    repo.set_drains(s, {names[-1]: 0.0})  # the other leader undrained one host, drained another
                 conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": LOCK_KEY})
             wait_until(lambda: health.Check(health_pb2.HealthCheckRequest(service="peloton")).status
                        == health_pb2.HealthCheckResponse.SERVING, timeout=20, what="SERVING again")
@@ -201,6 +206,8 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                 jobs.CreateJob(job_pb2.CreateJobRequest(spec=two), timeout=10)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
             assert "/capped" in str(refused.value.details()) and "limit" in str(refused.value.details())
+            drains = {h.hostname: h.drain for h in hosts.ListHosts(host_pb2.ListHostsRequest(), timeout=10).hosts}
+            assert drains[names[0]] == "" and drains[names[-1]] in ("draining", "drained"), drains
             after = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=10).job_id
             d.wait_state(after, "RUNNING")
             # the job from before was adopted whole by the recovery, not run twice
