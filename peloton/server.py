@@ -667,7 +667,7 @@ class Daemon:
         """A commit found a newer epoch: another daemon leads. Stop acting now; the store guard finds the lock
         gone and stands by."""
         if self.jobmgr is not None:
-            self.jobmgr.writer.pause(why)
+            self.jobmgr.stop_acting(why)
 
     def _leads(self) -> bool:
         """This process acts for its roles (leadership/hold.py)."""
@@ -680,7 +680,7 @@ class Daemon:
         """The locks were lost, or another process holds them: the job manager refuses changes; the internal
         services and the placement loop stop on `_leads()`."""
         if self.jobmgr is not None:
-            self.jobmgr.writer.pause(why, leader)
+            self.jobmgr.stop_acting(why, leader)
 
     def _regained(self) -> None:
         """The roles' locks are ours again: what happened meanwhile is read back exactly as after a restart."""
@@ -699,11 +699,11 @@ class Daemon:
         if jm is None:
             return
         jm.launcher.id = uuid.uuid4().hex  # (the same for the job manager's placements)
-        jm.writer.resume()
+        jm.act_again()
         try:
             jm.recover()
         except Exception:
-            jm.writer.pause("this daemon is recovering after losing its hold on the store; retry later")
+            jm.stop_acting("this daemon is recovering after losing its hold on the store; retry later")
             raise
 
     def _update_health(self) -> bool:

@@ -774,6 +774,24 @@ class JobManager:
         log.info("recovery: %d jobs with open gangs, %d live tasks reconciled, %d strays killed", len(job_ids),
                  len(live), len(strays))
 
+    def _refuse_watch_if_not_acting(self) -> None:
+        refusal = self.writer.refusal()
+        if refusal is not None:
+            raise refusal
+
+    def stop_acting(self, why: str, leader: str = "") -> None:
+        """The daemon does not hold the store lock (or another one took over): every change is refused with
+        Unavailable(why), and every open watch ends so, its client moving to the daemon that acts."""
+        self.writer.pause(why, leader)
+        self.hub.wake_all()
+
+    def act_again(self) -> None:
+        """The lock is held again: changes are taken again, and the watches' history, which lacks whatever
+        another daemon did meanwhile, is not resumed from (a stream that comes back gets a snapshot); `recover`
+        reads the rest back."""
+        self.writer.resume()
+        self.hub.forget()
+
     def _list_running(self) -> list[str]:
         out: list[str] = []
         token = ""
@@ -972,8 +990,11 @@ class JobManager:
 
     def watch(self, job_ids: Sequence[str], tasks: bool, stream_id: str, after: int,
               alive: Callable[[], bool], heartbeat_s: float = 5.0) -> Iterator[tuple[list[JobChange], int, bool, bool]]:
-        """(changes, revision, snapshot?, resync?) for a WatchJobs stream, until `alive()` is false."""
+        """(changes, revision, snapshot?, resync?) for a WatchJobs stream, until `alive()` is false. Unavailable
+        (naming the daemon that acts, when known) while this one does not act: it sees none of the changes then,
+        so its watchers are sent to the one that does (`stop_acting` ends the open streams so)."""
         ids = list(dict.fromkeys(job_ids))
+        self._refuse_watch_if_not_acting()
         if not self.hub.can_resume(stream_id, after) or not stream_id:
             rev = self.hub.revision
             if ids:
@@ -986,6 +1007,7 @@ class JobManager:
         wanted = set(ids)
         while alive() and not self.hub.closed:
             changes, rev, lost = self.hub.wait(after, heartbeat_s, wanted, tasks)
+            self._refuse_watch_if_not_acting()
             if lost:
                 if ids:
                     rev = self.hub.revision

@@ -96,6 +96,7 @@ class WatchHub:
         self._every: set[Waiter] = set()  # waiting watchers of every job
         self._by_job: dict[str, set[Waiter]] = {}  # waiting watchers of named jobs, by job
         self.closed = False
+        self._interrupts = 0  # wake_all calls so far: a wait that began before one returns
 
     @property
     def revision(self) -> int:
@@ -140,6 +141,26 @@ class WatchHub:
                 self._unregister(w)
                 w.gate.release()
 
+    def wake_all(self) -> None:
+        """Every watcher's wait returns now (with nothing new): the daemon stopped acting, and each stream is to
+        end and its client to move to the daemon that acts."""
+        with self._lock:
+            self._interrupts += 1
+            for w in set(self._waiting()):
+                self._unregister(w)
+                w.gate.release()
+
+    def forget(self) -> None:
+        """The history no longer tells every change: the daemon acts again after another one may have acted for
+        it. Every watcher learns it as a `lost` (a snapshot of its jobs, or a resync), and no stream resumes from a
+        revision before this point."""
+        with self._lock:
+            self._first += len(self._changes) + 1
+            self._changes.clear()
+            for w in set(self._waiting()):
+                self._unregister(w)
+                w.gate.release()
+
     def can_resume(self, stream_id: str, after: int) -> bool:
         """Whether every change after `after` of `stream_id` is still in the history."""
         with self._lock:
@@ -177,9 +198,11 @@ class WatchHub:
         `timeout_s` for one; the revision they bring the watcher to; and whether changes were lost (the watcher
         fell behind the history)."""
         deadline = time.monotonic() + timeout_s
+        with self._lock:
+            interrupts = self._interrupts
         while True:
             with self._lock:
-                if self.closed:
+                if self.closed or self._interrupts != interrupts:
                     return [], after, False
                 last = self._first + len(self._changes) - 1
                 if after < self._first - 1:

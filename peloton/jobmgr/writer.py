@@ -123,6 +123,11 @@ class Writer:
         with self._cond:
             self._paused = None
 
+    def refusal(self) -> Unavailable | None:
+        """What a mutation submitted now is refused with (paused), or None."""
+        with self._cond:
+            return None if self._paused is None else Unavailable(self._paused, leader=self._leader)
+
     @property
     def alive(self) -> bool:
         return self._thread is not None and self._thread.is_alive()
@@ -375,6 +380,10 @@ class Writers:
     def resume(self) -> None:
         for w in self.shards:
             w.resume()
+
+    def refusal(self) -> Unavailable | None:
+        """What a mutation is refused with while paused (every shard is paused and resumed together), or None."""
+        return self.shards[0].refusal()
 
     @property
     def alive(self) -> bool:

@@ -140,7 +140,9 @@ def steal(conn: Connection, within_s: float = 0.5) -> bool:
 def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Path) -> None:
     """PostgreSQL only: SQLite's lock is a flock the kernel holds for the process; it cannot be taken away. What
     another leader changed meanwhile is read back: a pool's limit, which the next create is judged by, and the
-    hosts' drains, which placement follows (and the next drain would otherwise have written back over)."""
+    hosts' drains, which placement follows (and the next drain would otherwise have written back over). A watch
+    open when the lock goes ends UNAVAILABLE (it would see none of the other's changes), and one resumed afterwards
+    gets a snapshot, not the history from before."""
     with postgres_database() as url:
         d = SimDaemon(tmp_path / "data", url, sim_hosts=20)
         d.start()
@@ -158,6 +160,9 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
             hosts = host_pb2_grpc.HostServiceStub(ch)
             names = sorted(h.hostname for h in hosts.ListHosts(host_pb2.ListHostsRequest(), timeout=10).hosts)
             hosts.DrainHost(host_pb2.DrainHostRequest(hostname=names[0]), timeout=10)
+            watch = jobs.WatchJobs(job_pb2.WatchJobsRequest(job_ids=[job]), timeout=60)
+            first = next(watch)
+            assert first.snapshot and first.stream_id
             with thief.connect() as conn:
                 # cut the connection that holds the daemon's lock, and take the lock before the daemon takes it back
                 for _ in range(5):
@@ -192,6 +197,14 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                     assert health.Check(health_pb2.HealthCheckRequest(service=f"peloton.{role}")).status \
                         == health_pb2.HealthCheckResponse.NOT_SERVING, role
                 assert d.state(job) == "RUNNING"  # reads go on
+                with pytest.raises(grpc.RpcError) as ended:
+                    for _ in watch:  # (heartbeats until the stream ends)
+                        pass
+                assert ended.value.code() == grpc.StatusCode.UNAVAILABLE, ended.value.details()
+                assert "lost its hold on the store" in str(ended.value.details())
+                with pytest.raises(grpc.RpcError) as refused_watch:
+                    next(jobs.WatchJobs(job_pb2.WatchJobsRequest(job_ids=[job]), timeout=10))
+                assert refused_watch.value.code() == grpc.StatusCode.UNAVAILABLE
                 with db.transaction(sessionmaker(bind=thief)) as s:  # as another daemon leading meanwhile would
                     repo.update_pool(s, replace(repo.get_pool(s, "/capped"), limit=Resources(cpu=1)))
                     repo.set_drains(s, {names[-1]: 0.0})  # the other leader undrained one host, drained another
@@ -206,6 +219,9 @@ def test_losing_the_store_lock_stops_acting_until_it_is_held_again(tmp_path: Pat
                 jobs.CreateJob(job_pb2.CreateJobRequest(spec=two), timeout=10)
             assert refused.value.code() == grpc.StatusCode.INVALID_ARGUMENT, refused.value.details()
             assert "/capped" in str(refused.value.details()) and "limit" in str(refused.value.details())
+            resumed = next(jobs.WatchJobs(job_pb2.WatchJobsRequest(job_ids=[job], stream_id=first.stream_id,
+                                                                   after_revision=first.revision), timeout=10))
+            assert resumed.snapshot and [c.job_id for c in resumed.changes] == [job]
             drains = {h.hostname: h.drain for h in hosts.ListHosts(host_pb2.ListHostsRequest(), timeout=10).hosts}
             assert drains[names[0]] == "" and drains[names[-1]] in ("draining", "drained"), drains
             after = jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=10).job_id

@@ -106,6 +106,39 @@ def test_close_wakes_every_watcher() -> None:
     assert hub.waiting == 0
 
 
+def test_wake_all_returns_every_wait_now_and_the_hub_goes_on() -> None:
+    """The daemon stopped acting: each watcher's wait returns at once with nothing (its stream is then ended by
+    the caller); the hub is not closed, and later waits wait as before."""
+    hub = WatchHub()
+    hub.append([job("a")])
+    ws = [Waiting(hub, 1, ("a",)), Waiting(hub, 1), Waiting(hub, 1, ("b",), tasks=True)]
+    until(lambda: hub.waiting == 3)
+    hub.wake_all()
+    assert [w.join() for w in ws] == [([], 1, False)] * 3
+    assert not hub.closed and hub.wait(1, 0.01) == ([], 1, False)
+    later = Waiting(hub, 1, ("a",))
+    until(lambda: hub.waiting == 1)
+    hub.append([job("a", "SUCCEEDED")])
+    assert [(c.job_id, c.state) for c in later.join()[0]] == [("a", "SUCCEEDED")]
+
+
+def test_after_forget_every_watcher_is_lost_and_no_stream_resumes_from_before() -> None:
+    """The daemon acts again after another may have acted: what happened meanwhile is not in the history, so
+    every watcher learns it as a `lost` (the caller sends a snapshot), and a resume from before is refused."""
+    hub = WatchHub()
+    hub.append([job("a"), job("b")])
+    assert hub.can_resume(hub.stream_id, 1) and hub.can_resume(hub.stream_id, 2)
+    waiting = Waiting(hub, 2, ("a",))
+    until(lambda: hub.waiting == 1)
+    hub.forget()
+    changes, rev, lost = waiting.join()
+    assert lost and changes == [] and rev == 3 == hub.revision
+    assert hub.wait(1, 0.01) == ([], 3, True)  # (any revision of before)
+    assert not hub.can_resume(hub.stream_id, 2) and hub.can_resume(hub.stream_id, 3)
+    hub.append([job("a", "SUCCEEDED")])
+    assert hub.wait(3, 0.01, ("a",)) == ([job("a", "SUCCEEDED")], 4, False)
+
+
 def test_woken_matches_by_job_and_kind() -> None:
     every_jobs, every_tasks = Waiter((), False, 0, threading.Lock()), Waiter((), True, 0, threading.Lock())
     of_a, of_b = Waiter({"a"}, False, 0, threading.Lock()), Waiter({"b"}, True, 0, threading.Lock())
