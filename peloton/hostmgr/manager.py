@@ -410,6 +410,8 @@ class HostManager:
         """The draining hosts as the store has them (at start, and when the daemon leads again: another daemon
         may have drained or undrained hosts meanwhile, so the hosts of both maps changed)."""
         with self._lock:
+            while self._drain_saving:  # a drain being written would put its own map back over this one
+                self._drain_cond.wait()
             changed = set(self._drains) | set(drains)
             self._drains = dict(drains)
             self._touch_locked(changed)
