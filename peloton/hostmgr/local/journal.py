@@ -9,10 +9,13 @@ One JSON object per line, each with an `op`:
 Replay is idempotent (a record about an unknown task is ignored, a repeated one overwrites), so compaction may run
 while records keep arriving.
 
-One writer thread appends: records that arrive together are written with one write and, when any of them asked to
-be durable, one fsync (group commit). A launch waits for its `start` records to be durable before it spawns, so a
-daemon killed mid-launch knows every task it may have started. Other records need no fsync: a process crash keeps
-the page cache, and a machine crash ends every local task anyway.
+One writer thread appends durable records: those that arrive together are written with one write and one fsync
+(group commit). A launch waits for its `start` records to be durable before it spawns, so a daemon killed
+mid-launch knows every task it may have started. Other records need no fsync: a process crash keeps the page
+cache, and a machine crash ends every local task anyway. So they are written by the caller itself, in its
+`append` (one write, no wake of the writer thread: a wake costs more CPU than the write on this VM), unless
+records are queued or being written ahead of them, which they then follow through the writer thread: the journal
+keeps the order of the appends either way.
 """
 
 from __future__ import annotations
@@ -44,6 +47,9 @@ class Journal:
         self._thread: threading.Thread | None = None
         self._fd = -1
         self._appended = 0
+        # a write (or a compaction) is under way, by the writer thread or a caller: the one writer of the file at a
+        # time; guarded by _cond
+        self._writing = False
         self.fsyncs = 0  # for tests and benchmarks: one per durable batch
 
     # --- before start ---------------------------------------------------------------------------------------
@@ -87,34 +93,54 @@ class Journal:
             self._fd = -1
 
     def append(self, records: list[Record], *, durable: bool = False) -> None:
-        """Queue records; with `durable`, wait until they are on disk (raises OSError if they could not be)."""
+        """Append records; with `durable`, wait until they are on disk (raises OSError if they could not be). Other
+        records are written before this returns when nothing is ahead of them, else queued behind what is."""
         if not records:
             return
         fut: Future[None] | None = Future() if durable else None
         with self._cond:
             if self._stop:
                 raise OSError("the local backend journal is stopped")
-            self._queue.append((records, fut))
-            self._cond.notify()
-        if fut is not None:
+            direct = fut is None and not self._queue and not self._writing and self._appended < COMPACT_AFTER
+            if direct:
+                self._writing = True
+            else:
+                self._queue.append((records, fut))
+                self._cond.notify()
+        if direct:
+            try:
+                self._write([(records, None)])
+            finally:
+                with self._cond:
+                    self._writing = False
+                    if self._queue or self._stop:  # queued meanwhile behind this write: the writer thread's now
+                        self._cond.notify_all()
+        elif fut is not None:
             fut.result()
 
     def _run(self) -> None:
         while True:
             with self._cond:
-                while not self._queue and not self._stop:
+                while not self._stop and (not self._queue or self._writing):
+                    self._cond.wait()
+                while self._writing:  # (stopping) a caller's write is under way
                     self._cond.wait()
                 batch, self._queue = self._queue, []
                 stopping = self._stop
-            if batch:
-                self._write(batch)
+                self._writing = True
+            try:
+                if batch:
+                    self._write(batch)
+                if self._appended >= COMPACT_AFTER:
+                    try:
+                        self._rewrite(self._snapshot())
+                    except OSError:
+                        log.exception("local backend: could not compact the journal %s", self.path)
+            finally:
+                with self._cond:
+                    self._writing = False
             if stopping and not batch:
                 return
-            if self._appended >= COMPACT_AFTER:
-                try:
-                    self._rewrite(self._snapshot())
-                except OSError:
-                    log.exception("local backend: could not compact the journal %s", self.path)
 
     def _write(self, batch: list[tuple[list[Record], Future[None] | None]]) -> None:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for recs, _ in batch for r in recs)
