@@ -40,7 +40,12 @@ def test_a_record_with_nothing_ahead_is_written_by_its_caller_without_waking_the
         journal: Journal, monkeypatch: pytest.MonkeyPatch) -> None:
     wakes: list[int] = []
     notify = journal._cond.notify
-    monkeypatch.setattr(journal._cond, "notify", lambda n=1: (wakes.append(n), notify(n)))
+
+    def counted(n: int = 1) -> None:
+        wakes.append(n)
+        notify(n)
+
+    monkeypatch.setattr(journal._cond, "notify", counted)
     journal.append([rec("pid", "t-0-1"), rec("end", "t-0-1")])
     assert [r["op"] for r in lines(journal.path)] == ["pid", "end"]  # in the file when append returned
     assert wakes == [] and journal.fsyncs == 0
