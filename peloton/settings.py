@@ -39,6 +39,8 @@ ROLE_ORDER = ("jobmgr", "resmgr", "placement", "hostmgr")
 ROLES = frozenset(ROLE_ORDER)
 WRITERS_PG = 2  # the job manager's writers on PostgreSQL (docs/performance.md: measured 1, 2 and 4)
 MAX_WRITERS = 16  # each holds a connection of the pool (10 + 20 overflow) while it commits
+MAX_GRPC_WORKERS = 1024  # --grpc-workers: a thread each
+MAX_LAUNCHERS = 64  # --launchers: a thread each, and as many launches in flight
 DEFAULT_RATE_LIMIT = 50.0
 RATE_BURST_S = 4.0  # a bucket holds this many seconds' worth of calls (at least 10)
 DEFAULT_MAX_WAITING_JOBS = 10_000
@@ -58,8 +60,8 @@ class ServerConfig:
     metrics_listen: str = ""
     ui_listen: str = ""  # the web console (peloton/console/, docs/ui.md): HTTPS when the API has TLS; "" none
     ui_login_ttl_s: int = 60  # how long a one-time console login (`peloton cluster ui-login`) lasts
-    workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top)
-    launchers: int = 4  # launcher loops: batches of placements launched concurrently
+    workers: int = 32  # gRPC threads for unary calls (watch streams get their own on top): --grpc-workers
+    launchers: int = 4  # launcher loops: batches of placements launched concurrently: --launchers
     jobmgr_writers: int | None = None  # shards of jobs, one writer thread each; None: 1 on SQLite, WRITERS_PG on PG
     standby: bool = False  # another daemon acts on the store: wait for it to go instead of refusing to start
     # The address other machines reach this daemon's API at, which a standby names to clients as the leader's
@@ -190,6 +192,12 @@ class ServerConfig:
         if self.metrics_host_limit < 0:
             raise InvalidArgument(f"--metrics-host-limit: must be 0 (never) or more, got {self.metrics_host_limit}",
                                   field="--metrics-host-limit")
+        if not 1 <= self.workers <= MAX_GRPC_WORKERS:
+            raise InvalidArgument(f"--grpc-workers: must be between 1 and {MAX_GRPC_WORKERS}, got {self.workers}",
+                                  field="--grpc-workers")
+        if not 1 <= self.launchers <= MAX_LAUNCHERS:
+            raise InvalidArgument(f"--launchers: must be between 1 and {MAX_LAUNCHERS}, got {self.launchers}",
+                                  field="--launchers")
         if self.jobmgr_writers is not None:
             if not 1 <= self.jobmgr_writers <= MAX_WRITERS:
                 raise InvalidArgument(f"--jobmgr-writers: must be between 1 and {MAX_WRITERS}, got "

@@ -65,6 +65,25 @@ def test_the_placement_engines_lease_comes_from_any_source_and_is_checked(tmp_pa
             ServerConfig("127.0.0.1:0", None, tmp_path, placement_engine_lease_s=bad).check()
 
 
+def test_the_grpc_workers_and_the_launchers_come_from_any_source_and_are_checked(tmp_path: Path) -> None:
+    from peloton.settings import MAX_GRPC_WORKERS, MAX_LAUNCHERS, ServerConfig
+
+    f = tmp_path / "peloton.toml"
+    f.write_text("grpc-workers = 64\nlaunchers = 8\n")
+    a = effective([], {})
+    assert (a.grpc_workers, a.launchers) == (ServerConfig.workers, ServerConfig.launchers) == (32, 4)
+    shown = " ".join(server_parser().format_help().split())  # the bounds the help states are the ones checked
+    assert f"1 to {MAX_GRPC_WORKERS}; one more" in shown and f"1 to {MAX_LAUNCHERS} (default 4)" in shown
+    a = effective(["--config", str(f)], {})
+    assert (a.grpc_workers, a.launchers) == (64, 8)
+    a = effective(["--config", str(f), "--launchers", "2"], {"PELOTON_GRPC_WORKERS": "128"})
+    assert (a.grpc_workers, a.launchers) == (128, 2)
+    for workers, launchers, field in ((0, 4, "--grpc-workers"), (MAX_GRPC_WORKERS + 1, 4, "--grpc-workers"),
+                                      (32, 0, "--launchers"), (32, MAX_LAUNCHERS + 1, "--launchers")):
+        with pytest.raises(InvalidArgument, match=f"{field}: must be between 1 and "):
+            ServerConfig("127.0.0.1:0", None, tmp_path, workers=workers, launchers=launchers).check()
+
+
 def test_the_placement_order_comes_from_any_source_and_is_checked(tmp_path: Path) -> None:
     from peloton.settings import ServerConfig
 

@@ -174,7 +174,8 @@ def cmd_server(a: argparse.Namespace) -> int:
         roles=frozenset(r.strip() for r in a.role.split(",") if r.strip()),
         resmgr_address=a.resmgr, hostmgr_address=a.hostmgr, standby=a.standby, sim=sim,
         advertise_address=a.advertise_address, leader_lease_s=a.leader_lease,
-        jobmgr_writers=a.jobmgr_writers, internal_listen=a.internal_listen,
+        jobmgr_writers=a.jobmgr_writers, workers=a.grpc_workers, launchers=a.launchers,
+        internal_listen=a.internal_listen,
         internal_secret_file=Path(a.internal_secret_file) if a.internal_secret_file else None, insecure=a.insecure,
         task_env_allow=parse_allow(a.task_env_allow), default_task_user=a.default_task_user,
         task_uid_range=run_as.parse_uid_range(a.task_uid_range),
@@ -464,6 +465,13 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
     s.add_argument("--jobmgr-writers", type=int, default=None, metavar="N",
                    help="shards of jobs, each committed by its own writer thread and connection (default: 1 on "
                         "SQLite, which allows no more, 2 on PostgreSQL)")
+    # (the defaults and bounds are settings.py's: a test holds these to them)
+    s.add_argument("--grpc-workers", type=int, default=32, metavar="N",
+                   help="calls on --listen served at once besides watch streams, 1 to 1024; one more is refused "
+                        "with RESOURCE_EXHAUSTED (default %(default)s)")
+    s.add_argument("--launchers", type=int, default=4, metavar="N",
+                   help="launcher loops, each launching a batch of placed gangs at once, 1 to 64 (default "
+                        "%(default)s)")
 
 
 def _ha_flags(s: argparse.ArgumentParser) -> None:
