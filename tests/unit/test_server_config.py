@@ -73,7 +73,7 @@ def test_the_grpc_workers_and_the_launchers_come_from_any_source_and_are_checked
     a = effective([], {})
     assert (a.grpc_workers, a.launchers) == (ServerConfig.workers, ServerConfig.launchers) == (32, 4)
     shown = " ".join(server_parser().format_help().split())  # the bounds the help states are the ones checked
-    assert f"1 to {MAX_GRPC_WORKERS}; one more" in shown and f"1 to {MAX_LAUNCHERS} (default 4)" in shown
+    assert f"1 to {MAX_GRPC_WORKERS}; with" in shown and f"1 to {MAX_LAUNCHERS} (default 4)" in shown
     a = effective(["--config", str(f)], {})
     assert (a.grpc_workers, a.launchers) == (64, 8)
     a = effective(["--config", str(f), "--launchers", "2"], {"PELOTON_GRPC_WORKERS": "128"})

@@ -467,8 +467,9 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
                         "SQLite, which allows no more, 2 on PostgreSQL)")
     # (the defaults and bounds are settings.py's: a test holds these to them)
     s.add_argument("--grpc-workers", type=int, default=32, metavar="N",
-                   help="calls on --listen served at once besides watch streams, 1 to 1024; one more is refused "
-                        "with RESOURCE_EXHAUSTED (default %(default)s)")
+                   help="threads serving calls on --listen, 1 to 1024; with the 256 watch streams' own, the most "
+                        "calls in flight at once, past which one is refused with RESOURCE_EXHAUSTED (default "
+                        "%(default)s)")
     s.add_argument("--launchers", type=int, default=4, metavar="N",
                    help="launcher loops, each launching a batch of placed gangs at once, 1 to 64 (default "
                         "%(default)s)")
