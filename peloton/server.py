@@ -281,9 +281,7 @@ class Daemon:
         lock = self.hold.store_lock
         self.hostmgr = HostManager(self._make_backend(), save_drains=save_drains if stored else None,
                                    may_act=lock.fresh if lock is not None else lambda: True)
-        if stored:
-            with db.transaction(self.sessions) as s:
-                self.hostmgr.load_drains(repo.get_drains(s))
+        self._load_drains()
         self.hostmgr_servicer = HostManagerServicer(self.hostmgr)
         # the queue's GPU asks and reservations, for the hosts map: from the resource manager of this process
         self.host_servicer = HostServicer(
@@ -682,13 +680,17 @@ class Daemon:
         if self.jobmgr is not None:
             self.jobmgr.stop_acting(why, leader)
 
+    def _load_drains(self) -> None:
+        """The host manager's drains as the store has them (none kept without a store: in memory only)."""
+        if self.hostmgr is not None and self.engine is not None:
+            with db.transaction(self.sessions) as s:
+                self.hostmgr.load_drains(repo.get_drains(s))
+
     def _regained(self) -> None:
         """The roles' locks are ours again: what happened meanwhile is read back exactly as after a restart."""
         self.hold.regained(self.sessions if self.engine is not None else None, store=self.jobmgr is not None)
         if self.hostmgr is not None:
-            if self.engine is not None:  # another daemon may have drained or undrained hosts meanwhile
-                with db.transaction(self.sessions) as s:
-                    self.hostmgr.load_drains(repo.get_drains(s))
+            self._load_drains()  # another daemon may have drained or undrained hosts meanwhile
             self.hostmgr.backend.lead_again()
         if self.resmgr is not None:
             self.resmgr.refresh_pools()  # another daemon may have changed them while this one did not lead

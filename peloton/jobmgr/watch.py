@@ -137,18 +137,14 @@ class WatchHub:
         """The daemon is stopping: every watcher's wait returns now (their streams end, clients resume elsewhere)."""
         with self._lock:
             self.closed = True
-            for w in set(self._waiting()):
-                self._unregister(w)
-                w.gate.release()
+            self._wake_everyone_locked()
 
     def wake_all(self) -> None:
         """Every watcher's wait returns now (with nothing new): the daemon stopped acting, and each stream is to
         end and its client to move to the daemon that acts."""
         with self._lock:
             self._interrupts += 1
-            for w in set(self._waiting()):
-                self._unregister(w)
-                w.gate.release()
+            self._wake_everyone_locked()
 
     def forget(self) -> None:
         """The history no longer tells every change: the daemon acts again after another one may have acted for
@@ -157,9 +153,12 @@ class WatchHub:
         with self._lock:
             self._first += len(self._changes) + 1
             self._changes.clear()
-            for w in set(self._waiting()):
-                self._unregister(w)
-                w.gate.release()
+            self._wake_everyone_locked()
+
+    def _wake_everyone_locked(self) -> None:
+        for w in set(self._waiting()):
+            self._unregister(w)
+            w.gate.release()
 
     def can_resume(self, stream_id: str, after: int) -> bool:
         """Whether every change after `after` of `stream_id` is still in the history."""
