@@ -473,6 +473,38 @@ def test_a_users_members_go_to_its_launcher_together_with_the_spawners_rule_for_
         cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
 
 
+@needs_cgroups
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_member_started_by_a_launcher_holds_no_descriptor_of_its_request(tmp_path: Path) -> None:
+    """The launcher receives every member's gate, logs and sandbox of a request at once; none of them may reach a
+    member (CPython 3.11's socket.recv_fds ignores MSG_CMSG_CLOEXEC: they did, so a member could read another's
+    `go` or write into its logs). Each member's command has its stdin, stdout and stderr, and nothing more."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    os.chmod(tmp_path, 0o700)
+    sp = _Spawner(inherited(os.environ))
+    try:
+        names = [f"m{i}" for i in range(3)]
+        # (ls opens /proc/self/fd itself: 3, the lowest free)
+        sp.send([{"sandbox": str(tmp_path / n), "command": "ls /proc/self/fd", "files": {}, "user": "daemon",
+                  "env": {"PATH": "/usr/bin:/bin"}, "cgroup": _CGROUPS.new_path(n), "group": 0} for n in names])
+        started = sp.receive()
+        assert all(isinstance(r, Started) for r in started)
+        assert len({_ppid(r.pid) for r in started if isinstance(r, Started)}) == 1  # one launcher took them all
+        sp.let_go()
+        for r in started:
+            assert isinstance(r, Started) and r.pidfd is not None
+            os.close(r.pidfd)
+        for n in names:
+            wait_for(lambda n=n: wrapper.read_exit(tmp_path / n) is not None)  # type: ignore[misc]
+            assert (tmp_path / n / "stdout").read_text().split() == ["0", "1", "2", "3"], n
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
 def _status_text(text: str) -> dict[str, str]:
     return {k: v.strip() for k, v in (line.split(":", 1) for line in text.splitlines() if ":" in line)}
 

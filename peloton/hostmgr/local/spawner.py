@@ -47,6 +47,7 @@ task names root explicitly (its pool allows it: checked at submit) or the daemon
 
 from __future__ import annotations
 
+import array
 import contextlib
 import errno
 import grp
@@ -470,14 +471,26 @@ def _close_idle_launchers() -> None:
         _launchers.pop(next(iter(_launchers))).close()
 
 
+def recv_fds_cloexec(sock: socket.socket, size: int, maxfds: int) -> tuple[bytes, list[int]]:
+    """socket.recv_fds, with the descriptors close-on-exec from their arrival (MSG_CMSG_CLOEXEC). CPython 3.11's
+    recv_fds drops its flags argument: the launcher's descriptors of a whole request (every member's gate, logs
+    and sandbox) were inherited by each wrapper it started, and so by each member's command."""
+    fds = array.array("i")
+    data, ancillary, _flags, _addr = sock.recvmsg(size, socket.CMSG_LEN(maxfds * fds.itemsize),
+                                                  socket.MSG_CMSG_CLOEXEC)
+    for level, kind, payload in ancillary:
+        if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+            fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    return data, list(fds)
+
+
 def _serve_launches(sock: socket.socket) -> None:
     """The launcher's loop (it runs as the user): a request's spawns in order, the spawner's rule for failures
     (serve: the rest of a failed task's group is skipped; a failed task of no group ends the request), until its
     socket closes."""
     while True:
         try:
-            data, fds, _flags, _addr = socket.recv_fds(sock, _HEADER.size, 4 * LAUNCH_BATCH_MAX,
-                                                       socket.MSG_CMSG_CLOEXEC)
+            data, fds = recv_fds_cloexec(sock, _HEADER.size, 4 * LAUNCH_BATCH_MAX)
             if not data:
                 return
             if len(data) < _HEADER.size:
