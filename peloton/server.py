@@ -544,7 +544,7 @@ class Daemon:
                             default_user=cfg.default_task_user, log_max_bytes=cfg.task_log_max_bytes,
                             log_keep=cfg.task_log_keep, sandbox_retention_s=cfg.sandbox_retention_s,
                             sandbox_max_count=cfg.sandbox_max_count, sandbox_max_bytes=cfg.sandbox_max_bytes,
-                            loop_clock=self.clock, task_cgroups=cfg.task_cgroups)
+                            loop_clock=self.clock, task_cgroups=cfg.task_cgroups, warm_wrappers=cfg.warm_wrappers)
 
     def _add_sim_service(self) -> list[tuple[Any, str]]:
         """SimService (failure injection) when the host manager runs the sim backend; nothing otherwise, so other

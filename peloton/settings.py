@@ -41,6 +41,7 @@ WRITERS_PG = 2  # the job manager's writers on PostgreSQL (docs/performance.md: 
 MAX_WRITERS = 16  # each holds a connection of the pool (10 + 20 overflow) while it commits
 MAX_GRPC_WORKERS = 1024  # --grpc-workers: a thread each
 MAX_LAUNCHERS = 64  # --launchers: a thread each, and as many launches in flight
+MAX_WARM_WRAPPERS = 64  # --warm-wrappers: idle shells, per spawner (4) and user
 DEFAULT_RATE_LIMIT = 50.0
 RATE_BURST_S = 4.0  # a bucket holds this many seconds' worth of calls (at least 10)
 DEFAULT_MAX_WAITING_JOBS = 10_000
@@ -102,6 +103,7 @@ class ServerConfig:
     sandbox_max_bytes: int = DEFAULT_SANDBOX_MAX_BYTES  # ...holding at most this many bytes; 0: no bound
     task_log_keep: int = DEFAULT_LOG_KEEP  # rotated files kept per stream
     task_cgroups: str = "auto"  # local backend: a cgroup v2 per task where possible (auto), or never (off)
+    warm_wrappers: int = 8  # local backend: wrappers a spawner starts ahead of launches, per user; 0: none
     # TLS on the public API (and, with metrics_tls, on the metrics endpoint); a client CA makes it mutual: only
     # clients with a certificate of that CA are served (their certificate's subject is who they are).
     # The public API on a Unix socket too, owner-only: None means <data-dir>/peloton.sock, "" none.
@@ -195,6 +197,9 @@ class ServerConfig:
         if not 1 <= self.workers <= MAX_GRPC_WORKERS:
             raise InvalidArgument(f"--grpc-workers: must be between 1 and {MAX_GRPC_WORKERS}, got {self.workers}",
                                   field="--grpc-workers")
+        if not 0 <= self.warm_wrappers <= MAX_WARM_WRAPPERS:
+            raise InvalidArgument(f"--warm-wrappers: must be between 0 and {MAX_WARM_WRAPPERS}, got "
+                                  f"{self.warm_wrappers}", field="--warm-wrappers")
         if not 1 <= self.launchers <= MAX_LAUNCHERS:
             raise InvalidArgument(f"--launchers: must be between 1 and {MAX_LAUNCHERS}, got {self.launchers}",
                                   field="--launchers")

@@ -7,6 +7,7 @@ processes."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import pwd
 import signal
@@ -406,7 +407,7 @@ def test_a_gated_task_of_another_user_is_started_by_that_users_launcher_with_no_
                       "files": {}, "cgroup": _CGROUPS.new_path(f"user-{i}"), "user": "daemon"}])
             (r,) = sp.receive()
             assert isinstance(r, Started) and r.pidfd is not None
-            assert _cmdline(r.pid)[0] == spawner.SHELL  # at its gate: the shell, no setpriv before it
+            assert _settled_cmdline(r.pid)[0] == spawner.SHELL  # at its gate: the shell, no setpriv before it
             launcher = _ppid(r.pid)
             launchers.append(launcher)
             assert _ppid(launcher) == sp.proc.pid
@@ -522,7 +523,7 @@ def start(name):  # as the spawner's loop starts a request of one task; then no 
     task = {"sandbox": sandbox, "command": "sleep 30", "env": {"PATH": "/usr/bin:/bin"}, "files": {},
             "user": "daemon", "cgroup": os.path.join(cgroups_at, name)}
     (entry,), fds = spawner.start_all([task], {})
-    for pidfd, _pid, _cg, gate in spawner._gated:
+    for pidfd, _pid, _cg, gate, _go in spawner._gated:
         os.close(gate)
         os.close(pidfd)
     spawner._gated.clear()
@@ -588,3 +589,216 @@ def test_a_users_launcher_killed_or_stopped_by_the_users_processes_is_replaced_o
         wait_for(lambda name=name: wrapper.read_exit(tmp_path / name) is not None  # type: ignore[misc]
                  or (tmp_path / name / "stderr").read_text() != "")
         assert "could not be put into its cgroup" in (tmp_path / name / "stderr").read_text()
+
+
+# ------------------------------------------------------------------------------------------------ warm wrappers
+
+
+def _settled_cmdline(pid: int) -> list[str]:
+    """_cmdline, once it is there: for a moment after posix_spawn returns it is empty (the kernel releases the
+    parent of a vfork before the new program's arguments are set up; wrapper.is_wrapper looks again too)."""
+    wait_for(lambda: bool(_cmdline(pid)))
+    return _cmdline(pid)
+
+
+def _ended(pid: int) -> bool:
+    try:
+        return _status(pid)["State"].startswith("Z")
+    except FileNotFoundError:
+        return True
+
+
+def _warm_below(ancestor: int) -> set[int]:
+    """The warm wrappers (spawner.WARM_MARK, not handed a task yet) among the descendants of `ancestor` (a
+    spawner's own, or its launchers')."""
+    out = set()
+    for d in Path("/proc").iterdir():
+        if not d.name.isdigit():
+            continue
+        try:
+            args = _cmdline(int(d.name))
+            parent = _ppid(int(d.name))
+            if args[3:4] == [spawner.WARM_MARK] and ancestor in (parent, _ppid(parent)):
+                out.add(int(d.name))
+        except (OSError, IndexError, ValueError):
+            continue
+    return out
+
+
+def _gang(base: Path, names: Sequence[str], commands: Sequence[str], user: str | None,
+          env: dict[str, str] | None = None) -> list[dict[str, object]]:
+    assert _CGROUPS is not None
+    return [{"sandbox": str(base / n), "command": c, "env": {"PATH": "/usr/bin:/bin", "ODD": "it's \"$x\"\nz",
+                                                              **(env or {})},
+             "files": {"f.txt": "x"}, "cgroup": _CGROUPS.new_path(n), "group": 0, **({"user": user} if user else {})}
+            for n, c in zip(names, commands, strict=True)]
+
+
+_SHOW = ["env", "sh -c 'umask; id; pwd; echo \"$0\" \"$#\"; ls /proc/$$/fd; cat ../f.txt'", "sleep 30"]
+
+
+@needs_cgroups
+@pytest.mark.parametrize("user", [None, "daemon"])
+def test_a_member_handed_a_warm_wrapper_runs_as_it_would_have_cold(tmp_path: Path, user: str | None) -> None:
+    """After a launch, each spawner starts as many wrappers ahead of the next (per user) as that launch asked of it:
+    shells waiting at their gate with nothing of any task. The next launch's members are handed them (no process
+    started on its way); on `go` each becomes its member's own wrapper, from an exec on indistinguishable from a
+    cold start: the same environment (quotes and newlines kept), ids, umask, working directory, descriptors,
+    files, owner-only logs, `pids` and `exit`, and a command line naming the sandbox (is_wrapper)."""
+    if user and not AS_ROOT:
+        pytest.skip("switching a task's user needs root")
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    os.chmod(tmp_path, 0o711)  # (the local backend's sandboxes directory, when tasks run as other users)
+    sp = _Spawner(inherited(os.environ), warm=3)
+    try:
+        runs: list[list[Started]] = []
+        for attempt in ("cold", "warm"):
+            names = [f"{attempt}{i}" for i in range(3)]
+            if attempt == "warm":
+                wait_for(lambda: len(_warm_below(sp.proc.pid)) == 3)  # refilled after the first launch
+                waiting = _warm_below(sp.proc.pid)
+            tasks = _gang(tmp_path, names, _SHOW, user)
+            sp.send(tasks)
+            started = sp.receive()
+            assert all(isinstance(r, Started) and r.pidfd is not None for r in started)
+            run = [r for r in started if isinstance(r, Started)]
+            runs.append(run)
+            marks = {_settled_cmdline(r.pid)[3] for r in run}
+            if attempt == "warm":
+                assert {r.pid for r in run} == waiting and marks == {spawner.WARM_MARK}
+                assert not wrapper.is_wrapper(run[0].pid, tmp_path / names[0], attempts=2)  # not its task's yet
+                assert not (tmp_path / names[0] / "stdout").exists()  # nothing of the task has run
+            else:
+                assert marks == {"peloton-task"}
+            sp.let_go()
+            for n in names[:2]:
+                wait_for(lambda n=n: wrapper.read_exit(tmp_path / n) is not None)  # type: ignore[misc]
+            sleeper, sleeping = run[2], tmp_path / names[2]
+            wait_for(lambda p=sleeper.pid, at=sleeping: wrapper.is_wrapper(p, at, attempts=1))  # type: ignore[misc]
+            assert wrapper.read_pid(sleeping) == sleeper.pid
+            assert _cgroup_of(sleeper.pid) == str(tasks[2]["cgroup"])[len(_CGROUPS.mount):]  # moved in
+            os.killpg(sleeper.pid, signal.SIGKILL)
+            for r in run:
+                assert r.pidfd is not None
+                os.close(r.pidfd)
+        outputs = []
+        for attempt in ("cold", "warm"):
+            names = [f"{attempt}{i}" for i in range(3)]
+            text = [(tmp_path / n / "stdout").read_text().replace(n, "<name>") for n in names[:2]]
+            for n in names[:2]:
+                rec = wrapper.read_exit(tmp_path / n)
+                assert rec is not None and rec.exit_code == 0, (tmp_path / n / "stderr").read_text()
+                assert (tmp_path / n / "stderr").read_text() == ""
+                for log in ("stdout", "stderr", "pids", "exit"):
+                    st = (tmp_path / n / log).stat()
+                    assert st.st_mode & 0o777 == 0o600
+                    assert st.st_uid == (pwd.getpwnam(user).pw_uid if user else os.geteuid())
+            outputs.append((sorted(text[0].splitlines()), text[1]))
+        assert outputs[0] == outputs[1]
+        assert "ODD=it's \"$x\"" in outputs[1][0] and "z" in outputs[1][0]
+        lines = outputs[1][1].splitlines()
+        assert lines[0] == f"{spawner.current_umask():04o}" and lines[3:] == ["sh 0", "0", "1", "2", "x"]
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+@needs_cgroups
+def test_a_member_that_does_not_fit_a_warm_wrapper_starts_cold_and_one_left_without_go_runs_nothing(
+        tmp_path: Path) -> None:
+    """A member whose environment the shell cannot export (a name with a dot), or whose script would not fit its
+    gate's pipe, starts cold beside the warm pool; a warm wrapper killed while it waited is passed over; and one
+    handed a member whose spawner dies before `go` ends at its gate (125) without having run anything of it."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    sp = _Spawner(inherited(os.environ), warm=2)
+    pidfds: list[int] = []
+
+    def start(name: str, env: dict[str, str] | None = None, go: bool = True) -> tuple[Started, str]:
+        sp.send(_gang(tmp_path, [name], ["true"], None, env))
+        (r,) = sp.receive()
+        assert isinstance(r, Started) and r.pidfd is not None, r
+        pidfds.append(r.pidfd)
+        mark = _settled_cmdline(r.pid)[3]
+        if go:
+            sp.let_go()
+            wait_for(lambda: wrapper.read_exit(tmp_path / name) is not None)
+        return r, mark
+
+    try:
+        start("first")
+        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)  # it asked for one
+        assert start("dotted", {"A.B": "1"})[1] == "peloton-task"
+        assert start("big", {"BIG": "x" * 70_000})[1] == "peloton-task"  # more than a pipe holds
+        (idle,) = _warm_below(sp.proc.pid)
+        os.kill(idle, signal.SIGKILL)  # as another of the user's processes may
+        wait_for(lambda: idle not in _warm_below(sp.proc.pid))
+        r, mark = start("after-kill")
+        assert mark == "peloton-task" and r.pid != idle
+        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)
+        (handed,) = _warm_below(sp.proc.pid)
+        r, mark = start("no-go", go=False)
+        assert (r.pid, mark) == (handed, spawner.WARM_MARK)
+        os.kill(sp.proc.pid, signal.SIGKILL)  # the spawner dies before `go`: the gate closes
+        sp.proc.wait(10)
+        wait_for(lambda: _ended(handed))
+        assert sorted(p.name for p in (tmp_path / "no-go").iterdir()) == ["f.txt", "work"]  # nothing ran there
+        for name in ("first", "dotted", "big", "after-kill"):
+            rec = wrapper.read_exit(tmp_path / name)
+            assert rec is not None and rec.exit_code == 0, name
+    finally:
+        for fd in pidfds:
+            os.close(fd)
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+_WARM_POOL = r"""
+import json, os, sys, time
+from peloton.hostmgr.local import spawner
+spawner._WARM_MAX.append(3)
+base = sys.argv[1]
+r = spawner.Ready(os.path.join(base, "t"), "true", {}, None, False, "cg", os.pipe2(os.O_CLOEXEC))
+key = spawner.warm_key(r)
+spawner.want_warm({key: 5})  # a request of 5 members for the pool: it keeps 3
+while (missing := spawner.warm_missing()) is not None:
+    spawner.refill_warm(missing)
+pool = list(spawner._warm[key])
+kept = [w.pid for w in pool]
+def args_of(pid):  # (empty for a moment after posix_spawn returns: the exec is still setting the process up)
+    for _ in range(1000):
+        args = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        if len(args) > 1:
+            return args
+        time.sleep(0.001)
+    return args
+args = [args_of(w.pid)[3].decode() for w in pool]
+cwds = {os.readlink(f"/proc/{w.pid}/cwd") for w in pool}
+spawner.drop_idle_warm(time.monotonic() + spawner.WARM_IDLE_S - 1)  # not idle long enough
+still = len(spawner._warm[key])
+spawner.drop_idle_warm(time.monotonic() + spawner.WARM_IDLE_S)
+print(json.dumps({"key": [key[0], key[1]], "want": spawner._warm_want.get(key), "kept": kept, "args": args,
+                  "cwds": sorted(cwds), "still": still, "after": len(spawner._warm.get(key, []))}))
+"""
+
+
+def test_a_warm_pool_keeps_what_a_request_asked_up_to_its_bound_and_goes_when_idle(tmp_path: Path) -> None:
+    """The pool of a user (here the spawner's own) and sandboxes directory keeps as many warm wrappers as a request
+    had members for it, up to the spawner's bound (--warm-wrappers), waiting in that directory; a pool whose user
+    had no member for WARM_IDLE_S is dropped, and its wrappers end."""
+    import subprocess
+
+    out = subprocess.run([PY, "-c", _WARM_POOL, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["key"] == [None, str(tmp_path)] and got["want"] is None
+    assert len(got["kept"]) == 3 and got["args"] == [spawner.WARM_MARK] * 3 and got["cwds"] == [str(tmp_path)]
+    assert (got["still"], got["after"]) == (3, 0)
+    for pid in got["kept"]:  # their gates closed with the pool (and with the process): they ended
+        wait_for(lambda pid=pid: _ended(pid))  # type: ignore[misc]

@@ -84,6 +84,23 @@ def test_the_grpc_workers_and_the_launchers_come_from_any_source_and_are_checked
             ServerConfig("127.0.0.1:0", None, tmp_path, workers=workers, launchers=launchers).check()
 
 
+def test_the_warm_wrappers_come_from_any_source_and_are_checked(tmp_path: Path) -> None:
+    from peloton.hostmgr.local.backend import DEFAULT_WARM_WRAPPERS
+    from peloton.settings import MAX_WARM_WRAPPERS, ServerConfig
+
+    f = tmp_path / "peloton.toml"
+    f.write_text("warm-wrappers = 0\n")
+    assert effective([], {}).warm_wrappers == ServerConfig.warm_wrappers == DEFAULT_WARM_WRAPPERS == 8
+    shown = " ".join(server_parser().format_help().split())
+    assert f"up to N (0 to {MAX_WARM_WRAPPERS}; 0: none)" in shown
+    assert effective(["--config", str(f)], {}).warm_wrappers == 0
+    assert effective(["--config", str(f)], {"PELOTON_WARM_WRAPPERS": "16"}).warm_wrappers == 16
+    assert effective(["--config", str(f), "--warm-wrappers", "2"], {"PELOTON_WARM_WRAPPERS": "16"}).warm_wrappers == 2
+    for bad in (-1, MAX_WARM_WRAPPERS + 1):
+        with pytest.raises(InvalidArgument, match=f"--warm-wrappers: must be between 0 and {MAX_WARM_WRAPPERS}"):
+            ServerConfig("127.0.0.1:0", None, tmp_path, warm_wrappers=bad).check()
+
+
 def test_the_placement_order_comes_from_any_source_and_is_checked(tmp_path: Path) -> None:
     from peloton.settings import ServerConfig
 

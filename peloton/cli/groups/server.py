@@ -193,7 +193,7 @@ def cmd_server(a: argparse.Namespace) -> int:
         sandbox_max_bytes=int(parse_mib(a.sandbox_max_size, "--sandbox-max-size") * (1 << 20)),
         metrics_host_limit=a.metrics_host_limit,
         task_log_max_bytes=int(parse_mib(a.task_log_max, "--task-log-max") * (1 << 20)),
-        task_log_keep=a.task_log_keep, task_cgroups=a.task_cgroups,
+        task_log_keep=a.task_log_keep, task_cgroups=a.task_cgroups, warm_wrappers=a.warm_wrappers,
     )
     if a.print_config:  # what it would run with, once every value has been checked
         from peloton.cli import server_config
@@ -455,6 +455,10 @@ def _task_flags(s: argparse.ArgumentParser) -> None:
                         "(setsid, double fork, another process group) outlives its stop or its end, where this "
                         "daemon can make cgroups (cgroup v2 mounted and writable by it: usually a root daemon); otherwise, and with off, each task's "
                         "wrapper is a child subreaper that catches less (docs/running.md) (default %(default)s)")
+    s.add_argument("--warm-wrappers", type=int, default=8, metavar="N",
+                   help="local backend: task wrappers each of the 4 spawners starts ahead of launches, per user "
+                        "that launched lately, up to N (0 to 64; 0: none): a member with a cgroup of its own is "
+                        "handed one instead of waiting for its wrapper to start (default %(default)s)")
     s.add_argument("--task-log-max", default="100Mi", metavar="SIZE",
                    help="local backend: a running task's stdout or stderr larger than this is rotated (moved to "
                         "stdout.1, ...; checked every 10 s); 0: never (default %(default)s)")

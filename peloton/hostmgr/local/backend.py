@@ -99,6 +99,7 @@ SANDBOXES_EXPIRED = Counter("peloton_local_sandboxes_expired_total",
                             "Sandboxes of ended tasks removed after --sandbox-retention")
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
                              wrapper.WORK_DIR})
+DEFAULT_WARM_WRAPPERS = 8  # a spawner's warm wrappers per user: an 8-member launch asks it for 2, 32 for 8
 PID_WAIT_S = 2.0  # at adoption, how long to wait for a just-spawned wrapper to write its pid
 TERM_AGAIN_S = 0.2  # a kill's SIGTERM is sent again after this long (see kill)
 TERM_SOON_S = 0.02  # and after this long: a kill right after a launch meets wrappers just let go (spawner.py)
@@ -259,6 +260,7 @@ class LocalBackend:
         sandbox_sweep_s: float = SANDBOX_SWEEP_S,
         loop_clock: Clock = SYSTEM_CLOCK,
         task_cgroups: str = "auto",
+        warm_wrappers: int = DEFAULT_WARM_WRAPPERS,
     ) -> None:
         """`env_allow`: variables of the daemon's environment tasks inherit besides task_env.DEFAULT_ALLOW.
         `default_user`: who runs a task that names no user (None: `nobody` when the daemon is root, else the
@@ -273,7 +275,9 @@ class LocalBackend:
         request's way.
         `loop_clock`: what those two loops wait on (and health judges them by).
         `task_cgroups`: `auto`, a cgroup v2 per task where this process can make them (cgroups.py), else (and with
-        `off`) each task's wrapper is a child subreaper (descendants.py)."""
+        `off`) each task's wrapper is a child subreaper (descendants.py).
+        `warm_wrappers`: the wrappers each spawner may start ahead of launches, per user (spawner.py: a member
+        with a cgroup is handed one instead of being started); 0: none."""
         if not hosts:
             raise InvalidArgument("the local backend needs at least one host", field="hosts")
         if task_cgroups not in TASK_CGROUPS:
@@ -309,7 +313,7 @@ class LocalBackend:
         else:
             self._containment = "a child subreaper per task (--task-cgroups off)"
         self._releasing: dict[str, int] = {}  # task cgroups being emptied and removed -> tries so far
-        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow))
+        self._spawners = SpawnerPool(spawners, inherited(os.environ, env_allow), warm=warm_wrappers)
         self._started = False
         self._log_max, self._log_keep = log_max_bytes, log_keep
         # a read of a log that overlapped a rotation of it is done again (no lock is held across either): the

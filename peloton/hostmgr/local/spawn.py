@@ -52,12 +52,14 @@ class Unknown:
 
 
 class _Spawner:
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], warm: int = 0) -> None:
+        """`warm`: how many warm wrappers (spawner.py) it may keep per user."""
         parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         os.set_inheritable(child.fileno(), True)
         try:
             self.proc = subprocess.Popen(
-                [sys.executable, "-I", "-S", str(Path(spawner_main.__file__).resolve()), str(child.fileno())],
+                [sys.executable, "-I", "-S", str(Path(spawner_main.__file__).resolve()), str(child.fileno()),
+                 str(warm)],
                 stdin=subprocess.DEVNULL, pass_fds=(child.fileno(),), close_fds=True,
                 start_new_session=True,  # Ctrl-C at the daemon's terminal is the daemon's business
                 env=env,  # what every task starts from (task_env.py): not the daemon's whole environment
@@ -135,10 +137,11 @@ class _Spawner:
 
 
 class SpawnerPool:
-    def __init__(self, size: int = 4, env: dict[str, str] | None = None) -> None:
+    def __init__(self, size: int = 4, env: dict[str, str] | None = None, warm: int = 0) -> None:
         """`env`: the environment of the spawners, which every task starts from (default: the allow-listed part
-        of the daemon's, task_env.py)."""
+        of the daemon's, task_env.py). `warm`: the warm wrappers each spawner may keep per user (spawner.py)."""
         self._env = env if env is not None else inherited(os.environ)
+        self._warm = warm
         self.size = size
         self._sem = threading.BoundedSemaphore(size)
         self._lock = threading.Lock()
@@ -160,7 +163,7 @@ class SpawnerPool:
             sp.close()
             sp = None
         if sp is None:
-            sp = _Spawner(self._env)
+            sp = _Spawner(self._env, self._warm)
             with self._lock:
                 self._all.append(sp)
         return sp

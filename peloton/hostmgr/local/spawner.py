@@ -50,10 +50,12 @@ from __future__ import annotations
 import array
 import contextlib
 import errno
+import fcntl
 import grp
 import json
 import os
 import pwd
+import re
 import select
 import shutil
 import signal
@@ -465,6 +467,15 @@ def _launchers_idle_in() -> float:
     return max(0.0, next(iter(_launchers.values())).used + LAUNCHER_IDLE_S - time.monotonic())
 
 
+def _idle_in() -> float:
+    """Seconds until a launcher or a warm pool has been idle long enough to go."""
+    now = time.monotonic()
+    times = [t + WARM_IDLE_S - now for t in _warm_used.values()]
+    if _launchers:
+        times.append(_launchers_idle_in())
+    return max(0.0, min(times))
+
+
 def _close_idle_launchers() -> None:
     """Close the launchers idle LAUNCHER_IDLE_S or more; only between requests (no launch is asking them)."""
     while _launchers and _launchers_idle_in() == 0.0:
@@ -826,12 +837,14 @@ def started(r: Ready, pid: int) -> tuple[dict[str, object], int | None]:
             os.close(r.gate[1])
         return {"pid": pid, "pidfd": False}, None
     if r.gate:
-        _gated.append((os.dup(fd), pid, r.cgroup, r.gate[1]))
+        _gated.append((os.dup(fd), pid, r.cgroup, r.gate[1], _GO))
     return {"pid": pid, "pidfd": True}, fd
 
 
-# (a pidfd, the pid, the cgroup, the gate's write end) of each wrapper started and not let go yet
-_gated: list[tuple[int, int, str, int]] = []
+_GO = b"go\n"
+# (a pidfd, the pid, the cgroup, the gate's write end, what to write into it) of each wrapper started and not let
+# go yet: `go`, and for a warm wrapper (below) the script that makes it its task's
+_gated: list[tuple[int, int, str, int, bytes]] = []
 # how long started wrappers wait for the daemon's `go` before they are let go without it (the daemon sends it once
 # the launch's last spawner has replied: milliseconds, or a few hundred under a heavy load)
 GO_WAIT_S = 2.0
@@ -843,7 +856,7 @@ def _let_go() -> None:
     not moved: its pid may be another process's by now (this process ignores SIGCHLD, so its children are reaped
     as they end; the check and the move are a few microseconds apart, as for any signal sent by pid)."""
     while _gated:
-        pidfd, pid, cgroup, gate = _gated.pop(0)
+        pidfd, pid, cgroup, gate, go = _gated.pop(0)
         try:
             if select.select([pidfd], [], [], 0)[0]:
                 continue  # ended
@@ -859,10 +872,212 @@ def _let_go() -> None:
                     sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
                 continue
             with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
-                os.write(gate, b"go\n")
+                os.write(gate, go)  # whole: never more than the pipe holds (warm_script), into an empty pipe
         finally:
             os.close(gate)
             os.close(pidfd)
+
+
+# ------------------------------------------------------------------------------------------------ warm wrappers
+# A gated member's wrapper (it has a cgroup; not a child subreaper) may be one started ahead of its launch: a
+# "warm" wrapper, a shell that waits at its gate with nothing of any task yet (an empty environment, /dev/null for
+# its output, $0 WARM_MARK). Starting a wrapper (a process and an exec of /bin/sh) was most of a launch's spawn
+# stage; a warm one is handed its task where that would be. On `go` it reads, after the line `go`, a script from
+# its gate (warm_script: the task's environment exported, a `cd` into the sandbox, the logs opened, and an exec of
+# the task's own wrapper, ungated, with the arguments a launch gives it), so that from its exec on it is exactly
+# the wrapper a cold start would have run: the same command line (is_wrapper), environment, umask, files. Until
+# then it has run nothing of the task, and a gate closed without `go` ends it (125) as it ends a cold one.
+# Each spawner keeps a pool per user and sandboxes directory (the wrappers wait in that directory, entered as root
+# or by the user's launcher, so that the `cd` needs no permission above it), as many as the most of that user's
+# members a request of the spawner had (at most _WARM_MAX, the daemon's --warm-wrappers; 0: none), refilled
+# between requests (never while a launch waits for its `go`), dropped after WARM_IDLE_S without a request of that
+# user. A task that does not fit a warm one (a name the shell cannot export, a script larger than the gate's pipe
+# holds) starts cold, as does every task while its pool is empty.
+WARM_MARK = "peloton-task-warm"
+WRAPPER_WARM = """read -r gate && [ "$gate" = go ] || exit 125
+. /dev/stdin
+exit 125
+"""
+WARM_IDLE_S = LAUNCHER_IDLE_S
+WARM_REFILL_BATCH = 4  # started between two looks at the daemon's socket (a request waits for at most these)
+_WARM_MAX: list[int] = []  # main(): the most kept a pool (the spawner's argument; none without it)
+_SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+_NOT_EXPORTABLE = frozenset({"OPTIND"})  # dash refuses a value it cannot parse (a cold wrapper fails the same way)
+WarmKey = tuple[Key | None, str]  # the user (None: this process's own) and the directory its wrappers wait in
+
+
+@dataclass
+class Warm:
+    pid: int
+    pidfd: int
+    gate: int  # the write end of its stdin
+    room: int  # bytes its gate's pipe holds (F_GETPIPE_SZ)
+
+
+_warm: dict[WarmKey, list[Warm]] = {}
+_warm_want: dict[WarmKey, int] = {}  # how many a pool keeps
+_warm_used: dict[WarmKey, float] = {}  # when a request last had a member for it
+
+
+def _quote(text: str) -> str:
+    return "'" + text.replace("'", "'\\''") + "'"
+
+
+def warm_key(r: Ready) -> WarmKey | None:
+    """The pool a Ready task may take its wrapper from; None: it starts cold (no gate, a child subreaper, or a
+    user whose launcher failed lately)."""
+    if not _WARM_MAX or not _WARM_MAX[0] or r.gate is None or r.subreaper:
+        return None
+    where = os.path.dirname(r.sandbox)
+    if r.who is None:
+        return None, where
+    key = launcher_key(r)
+    return None if key is None or not _may_search(where, key) else (key, where)
+
+
+def _may_search(where: str, key: Key) -> bool:
+    """The user `key` may look up a name in the directory `where` (x for its owner, group or others, as the mode
+    says: the warm wrapper's `cd` into its sandbox; the local backend makes its sandboxes directory 0711 when tasks
+    run as other users). By the mode alone: an ACL that grants more is not looked at (the task starts cold)."""
+    try:
+        st = os.stat(where)
+    except OSError:
+        return False
+    uid, gid, groups = key
+    if st.st_uid == uid:
+        return bool(st.st_mode & 0o100)
+    if st.st_gid == gid or st.st_gid in groups:
+        return bool(st.st_mode & 0o010)
+    return bool(st.st_mode & 0o001)
+
+
+def warm_script(r: Ready) -> bytes | None:
+    """What `go` writes into a warm wrapper's gate for `r` (after the line `go`), or None: `r` starts cold (a
+    variable's name the shell cannot export; a NUL or an unencodable character, which a cold start refuses)."""
+    if any(not _SHELL_NAME.fullmatch(k) or k in _NOT_EXPORTABLE or "\0" in v for k, v in r.env.items()):
+        return None
+    args = _args(".", r.command, r.env, False, False, absolute=r.sandbox)
+    if any("\0" in a for a in args):
+        return None
+    lines = [f"export {k}={_quote(v)}" for k, v in r.env.items()]
+    lines += [f"cd -P ./{_quote(os.path.basename(r.sandbox))} || exit 127",
+              "umask 077",  # the logs are owner-only (the wrapper sets its own umask back for the command)
+              "exec </dev/null >>stdout 2>>stderr",
+              "exec " + " ".join(_quote(a) for a in args)]
+    try:
+        return _GO + ("\n".join(lines) + "\n").encode()
+    except UnicodeEncodeError:
+        return None
+
+
+def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | None:
+    """Start `r` in a warm wrapper of its pool (its reply entry and pidfd, as started() gives), or None: none is
+    there for it (it starts cold). The wrapper is `r`'s from here: it gets its script at `go` (_let_go)."""
+    pool = _warm.get(key)
+    if not pool:
+        return None
+    script = warm_script(r)
+    if script is None:
+        return None
+    while pool:
+        w = pool.pop()
+        if select.select([w.pidfd], [], [], 0)[0]:  # it ended (killed by one of the user's processes)
+            _close_warm(w)
+            continue
+        if len(script) > w.room:
+            pool.append(w)
+            return None
+        assert r.gate is not None
+        os.close(r.gate[0])
+        os.close(r.gate[1])
+        _gated.append((os.dup(w.pidfd), w.pid, r.cgroup, w.gate, script))
+        return {"pid": w.pid, "pidfd": True}, w.pidfd
+    return None
+
+
+def _close_warm(w: Warm) -> None:
+    """Close a warm wrapper's gate (it ends, 125, having run nothing) and our pidfd of it."""
+    for fd in (w.gate, w.pidfd):
+        with contextlib.suppress(OSError):
+            os.close(fd)
+
+
+def want_warm(counts: dict[WarmKey, int]) -> None:
+    """A request had `counts` members for these pools: each keeps at least as many (up to _WARM_MAX)."""
+    now = time.monotonic()
+    for key, n in counts.items():
+        _warm_want[key] = min(_WARM_MAX[0], max(n, _warm_want.get(key, 0)))
+        _warm_used[key] = now
+
+
+def drop_idle_warm(now: float) -> None:
+    """Drop the pools of users with no member in a request for WARM_IDLE_S."""
+    for key in [k for k, t in _warm_used.items() if now - t >= WARM_IDLE_S]:
+        for w in _warm.pop(key, []):
+            _close_warm(w)
+        _warm_want.pop(key, None)
+        _warm_used.pop(key, None)
+
+
+def warm_missing() -> WarmKey | None:
+    """A pool that keeps fewer wrappers than it wants (None: all are full)."""
+    return next((k for k, n in _warm_want.items() if len(_warm.get(k, ())) < n), None)
+
+
+def refill_warm(key: WarmKey) -> None:
+    """Start up to WARM_REFILL_BATCH warm wrappers into `key`'s pool: this process's own user's here, another's
+    by its launcher, in one request. A pool that cannot be filled wants no more than it has (cold starts say why,
+    if anything is wrong)."""
+    pool = _warm.setdefault(key, [])
+    n = min(WARM_REFILL_BATCH, _warm_want.get(key, 0) - len(pool))
+    user, where = key
+    args = [SHELL, "-c", WRAPPER_WARM, WARM_MARK]
+    gates: list[tuple[int, int]] = []
+    pids: list[int | None] = []
+    try:
+        gates = [os.pipe2(os.O_CLOEXEC) for _ in range(n)]
+        if user is None:
+            back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.chdir(where)  # inherited by the wrappers (this process has one thread)
+                for rd, _ in gates:
+                    pids.append(os.posix_spawn(
+                        SHELL, args, {},
+                        file_actions=[(os.POSIX_SPAWN_DUP2, rd, 0),
+                                      (os.POSIX_SPAWN_OPEN, 1, os.devnull, os.O_WRONLY, 0),
+                                      (os.POSIX_SPAWN_OPEN, 2, os.devnull, os.O_WRONLY, 0)],
+                        setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=()))
+            finally:
+                os.fchdir(back)
+                os.close(back)
+        else:
+            for rd, _ in gates:  # its `. /dev/stdin` opens the pipe again, as the user
+                os.fchown(rd, user[0], user[1])
+            null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
+            cwd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            try:
+                replies = _ask_launcher(user, [{"args": args, "env": {}, "group": None}] * n,
+                                        [fd for rd, _ in gates for fd in (rd, null, null, cwd)]) or []
+            finally:
+                os.close(null)
+                os.close(cwd)
+            pids = [int(r["pid"]) if "pid" in r else None for r in replies]  # type: ignore[call-overload]
+    except OSError:
+        pass
+    for i, (rd, wr) in enumerate(gates):
+        os.close(rd)
+        pid = pids[i] if i < len(pids) else None
+        if pid is None:
+            os.close(wr)
+            continue
+        try:
+            pidfd = os.pidfd_open(pid)
+        except OSError:  # ended already
+            os.close(wr)
+            continue
+        pool.append(Warm(pid, pidfd, wr, fcntl.fcntl(wr, fcntl.F_GETPIPE_SZ)))
+    if len(pids) < n or None in pids:
+        _warm_want[key] = len(pool)
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
@@ -880,8 +1095,14 @@ def serve(sock: socket.socket) -> None:
     while True:
         if _gated and not select.select([sock], [], [], GO_WAIT_S)[0]:
             _let_go()  # no `go` in time (a daemon thread stuck, a daemon of another release): they run anyway
-        while not _gated and _launchers and not select.select([sock], [], [], _launchers_idle_in())[0]:
+        if _warm_used:
+            drop_idle_warm(time.monotonic())
+        # the warm pools refill between requests, a few wrappers at a time, not while a launch waits for its `go`
+        while not _gated and (missing := warm_missing()) is not None and not select.select([sock], [], [], 0)[0]:
+            refill_warm(missing)
+        while not _gated and (_launchers or _warm_used) and not select.select([sock], [], [], _idle_in())[0]:
             _close_idle_launchers()
+            drop_idle_warm(time.monotonic())
         try:
             (size,) = _HEADER.unpack(_read_exact(sock, _HEADER.size))
             request = json.loads(_read_exact(sock, size))
@@ -939,6 +1160,7 @@ def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple
             take(launch_all(key, batch), [g for _, g in batch])
             batch, key = [], None
 
+    counts: dict[WarmKey, int] = {}  # the members each warm pool was asked for (want_warm)
     for task in tasks:
         group = task.get("group")
         if group in failed:
@@ -946,7 +1168,11 @@ def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple
             continue
         r = ready(task, base_env)
         k = launcher_key(r) if isinstance(r, Ready) else None
-        if isinstance(r, Ready) and k is not None and batch and k == key and len(batch) < LAUNCH_BATCH_MAX:
+        wk = warm_key(r) if isinstance(r, Ready) else None
+        if wk is not None:
+            counts[wk] = counts.get(wk, 0) + 1
+        if (isinstance(r, Ready) and k is not None and batch and k == key and len(batch) < LAUNCH_BATCH_MAX
+                and not (wk is not None and _warm.get(wk))):
             batch.append((r, group))
             continue
         flush()  # what this task may depend on (an earlier failure of its group) is known after it
@@ -958,6 +1184,11 @@ def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple
                 break
             replies.append({"skipped": True})
             continue
+        if isinstance(r, Ready) and wk is not None:
+            got = take_warm(r, wk)
+            if got is not None:
+                take([got], [group])
+                continue
         if isinstance(r, Ready) and k is not None:
             batch, key = [(r, group)], k
             continue
@@ -965,6 +1196,7 @@ def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple
         if ended:
             break
     flush()
+    want_warm(counts)
     return replies, fds
 
 
@@ -980,6 +1212,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _UMASK.append(current_umask())  # what every wrapper gives its command (wrapper_of)
     _LAUNCHERS_ON.append(True)  # one thread here: a user's launcher may be forked (Launcher)
+    _WARM_MAX.append(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
     sock = socket.socket(fileno=fd)

@@ -13,12 +13,13 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from peloton.hostmgr.local.spawner import EXIT_FILE, PIDS_FILE, SHELL, STDERR_FILE, STDOUT_FILE, WORK_DIR
+from peloton.hostmgr.local.spawner import EXIT_FILE, PIDS_FILE, SHELL, STDERR_FILE, STDOUT_FILE, WARM_MARK, WORK_DIR
 
 __all__ = ["EXIT_FILE", "PIDS_FILE", "SHELL", "STDERR_FILE", "STDOUT_FILE", "WORK_DIR", "ExitRecord", "is_wrapper",
            "open_task_file", "read_exit", "read_pid"]
 
 _SMALL = 4096  # the most read of `pids` and `exit`
+_WARM = WARM_MARK.encode()
 
 
 def open_task_file(path: Path) -> int:
@@ -103,7 +104,10 @@ def is_wrapper(pid: int, sandbox: Path, attempts: int = 20) -> bool:
             return False
         if state in ("Z", "X"):
             return False
-        if cmdline:
-            return str(sandbox).encode() in cmdline.split(b"\0")
-        time.sleep(0.005)  # a live process with no command line is in the middle of an exec: look again
+        args = cmdline.split(b"\0")
+        if cmdline and _WARM not in args:
+            return str(sandbox).encode() in args
+        # a live process with no command line is in the middle of an exec, and a warm wrapper (spawner.py) one
+        # that is being handed its task (it executes the task's wrapper next): look again
+        time.sleep(0.005)
     return False
