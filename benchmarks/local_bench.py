@@ -1,7 +1,7 @@
 """Benchmark 3: the local backend, driven over gRPC as a user's program would (8 simulated hosts x 8 GPUs, gangs of
 1-GPU members running `sleep`). Prints a table and writes JSON; asserts nothing.
 
-    .venv/bin/python benchmarks/local_bench.py [--store sqlite|postgresql] [--seconds 20]
+    .venv/bin/python benchmarks/local_bench.py [--store sqlite|postgresql] [--seconds 20] [--daemon-args "--warm-wrappers 0"]
 
 Measures: gangs/s with N closed-loop submitters (each submits an 8-member gang and waits until every member
 runs, then the next), request -> every member RUNNING by gang size with one request outstanding, the time until
@@ -116,8 +116,9 @@ def main() -> None:
     ap.add_argument("--samples", type=int, default=30, help="latency samples per gang size")
     ap.add_argument("--json", default=None)
     ap.add_argument("--profile", default=None, help="py-spy the daemon during the throughput run into this file")
+    ap.add_argument("--daemon-args", default="", help="more flags for the daemon, e.g. '--warm-wrappers 0'")
     a = ap.parse_args()
-    d = Daemon(HOSTS, store=a.store)
+    d = Daemon([*HOSTS, *a.daemon_args.split()], store=a.store)
     with running(d):
         ch = grpc.insecure_channel(d.address)
         stub = job_pb2_grpc.JobServiceStub(ch)
