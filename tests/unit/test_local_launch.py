@@ -32,6 +32,7 @@ from tests.unit.test_local_backend import (  # noqa: F401 - make_backend is a fi
     running_ids,
     spec,
     wait_for,
+    wrapper_pgid,
 )
 
 PY = sys.executable
@@ -802,3 +803,29 @@ def test_a_warm_pool_keeps_what_a_request_asked_up_to_its_bound_and_goes_when_id
     assert (got["still"], got["after"]) == (3, 0)
     for pid in got["kept"]:  # their gates closed with the pool (and with the process): they ended
         wait_for(lambda pid=pid: _ended(pid))  # type: ignore[misc]
+
+
+@needs_cgroups
+def test_a_member_started_in_a_warm_wrapper_is_adopted_by_a_restarted_backend(
+        tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    """The local backend hands its second launch's member a warm wrapper; once let go, that wrapper is the member's
+    own (its command line names the sandbox), so a backend restarted over the same data dir adopts the member, and
+    stops it, as it does a cold one. The warm wrappers end with the backend's spawners."""
+    a, _ = make_backend(n=1, grace=1.0)
+    assert a._cgroups is not None
+    launch(a, spec("first", "true"))
+    spawners = [sp.proc.pid for sp in a._spawners._all]
+    wait_for(lambda: bool(set().union(*(_warm_below(p) for p in spawners))))
+    waiting = set().union(*(_warm_below(p) for p in spawners))
+    r = launch(a, spec("long", "sleep 30"))
+    assert r.outcome == LaunchOutcome.OK, r
+    pgid = wrapper_pgid(a, "long")
+    assert pgid in waiting  # handed a warm wrapper
+    wait_for(lambda: wrapper.is_wrapper(pgid, tmp_path / "sandboxes" / "long", attempts=1))
+    a.stop()  # the daemon "dies": nothing is killed
+    wait_for(lambda: all(_ended(w) for w in waiting - {pgid}))  # the idle ones ended with their spawners
+    b, rec_b = make_backend(n=1, grace=1.0)
+    assert running_ids(b) == {"long"}
+    b.kill(["long"])
+    assert rec_b.wait_terminal("long").state == TaskState.KILLED
+    wait_for(lambda: group_gone(pgid))
