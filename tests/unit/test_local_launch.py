@@ -635,7 +635,9 @@ def _gang(base: Path, names: Sequence[str], commands: Sequence[str], user: str |
             for n, c in zip(names, commands, strict=True)]
 
 
-_SHOW = ["env", "sh -c 'umask; id; pwd; echo \"$0\" \"$#\"; ls /proc/$$/fd; cat ../f.txt'", "sleep 30"]
+# a program run directly (env, sh), one under the wrapper's `sh -c` (shell syntax), and one to look at while it runs
+_SHOW = ["env", "sh -c 'umask; id; pwd; echo \"$0\" \"$#\"; ls /proc/$$/fd; cat ../f.txt'",
+         "printf '%s|' \"$ODD\" \"$PWD\" \"$0\"; umask; exit 3", "sleep 30"]
 
 
 @needs_cgroups
@@ -653,13 +655,13 @@ def test_a_member_handed_a_warm_wrapper_runs_as_it_would_have_cold(tmp_path: Pat
     assert _CGROUPS is not None
     os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
     os.chmod(tmp_path, 0o711)  # (the local backend's sandboxes directory, when tasks run as other users)
-    sp = _Spawner(inherited(os.environ), warm=3)
+    sp = _Spawner(inherited(os.environ), warm=4)
     try:
         runs: list[list[Started]] = []
         for attempt in ("cold", "warm"):
-            names = [f"{attempt}{i}" for i in range(3)]
+            names = [f"{attempt}{i}" for i in range(4)]
             if attempt == "warm":
-                wait_for(lambda: len(_warm_below(sp.proc.pid)) == 3)  # refilled after the first launch
+                wait_for(lambda: len(_warm_below(sp.proc.pid)) == 4)  # refilled after the first launch
                 waiting = _warm_below(sp.proc.pid)
             tasks = _gang(tmp_path, names, _SHOW, user)
             sp.send(tasks)
@@ -675,30 +677,31 @@ def test_a_member_handed_a_warm_wrapper_runs_as_it_would_have_cold(tmp_path: Pat
             else:
                 assert marks == {"peloton-task"}
             sp.let_go()
-            for n in names[:2]:
+            for n in names[:3]:
                 wait_for(lambda n=n: wrapper.read_exit(tmp_path / n) is not None)  # type: ignore[misc]
-            sleeper, sleeping = run[2], tmp_path / names[2]
+            sleeper, sleeping = run[3], tmp_path / names[3]
             wait_for(lambda p=sleeper.pid, at=sleeping: wrapper.is_wrapper(p, at, attempts=1))  # type: ignore[misc]
             assert wrapper.read_pid(sleeping) == sleeper.pid
-            assert _cgroup_of(sleeper.pid) == str(tasks[2]["cgroup"])[len(_CGROUPS.mount):]  # moved in
+            assert _cgroup_of(sleeper.pid) == str(tasks[3]["cgroup"])[len(_CGROUPS.mount):]  # moved in
             os.killpg(sleeper.pid, signal.SIGKILL)
             for r in run:
                 assert r.pidfd is not None
                 os.close(r.pidfd)
         outputs = []
         for attempt in ("cold", "warm"):
-            names = [f"{attempt}{i}" for i in range(3)]
-            text = [(tmp_path / n / "stdout").read_text().replace(n, "<name>") for n in names[:2]]
-            for n in names[:2]:
+            names = [f"{attempt}{i}" for i in range(4)]
+            text = [(tmp_path / n / "stdout").read_text().replace(n, "<name>") for n in names[:3]]
+            for i, n in enumerate(names[:3]):
                 rec = wrapper.read_exit(tmp_path / n)
-                assert rec is not None and rec.exit_code == 0, (tmp_path / n / "stderr").read_text()
+                assert rec is not None and rec.exit_code == (3 if i == 2 else 0), (tmp_path / n / "stderr").read_text()
                 assert (tmp_path / n / "stderr").read_text() == ""
                 for log in ("stdout", "stderr", "pids", "exit"):
                     st = (tmp_path / n / log).stat()
                     assert st.st_mode & 0o777 == 0o600
                     assert st.st_uid == (pwd.getpwnam(user).pw_uid if user else os.geteuid())
-            outputs.append((sorted(text[0].splitlines()), text[1]))
+            outputs.append((sorted(text[0].splitlines()), text[1], text[2]))
         assert outputs[0] == outputs[1]
+        assert outputs[1][2] == f"it's \"$x\"\nz|{tmp_path}/<name>/work|/bin/sh|{spawner.current_umask():04o}\n"
         assert "ODD=it's \"$x\"" in outputs[1][0] and "z" in outputs[1][0]
         lines = outputs[1][1].splitlines()
         assert lines[0] == f"{spawner.current_umask():04o}" and lines[3:] == ["sh 0", "0", "1", "2", "x"]

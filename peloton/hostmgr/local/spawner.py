@@ -21,7 +21,8 @@ posix_spawn, unlike subprocess, keeps what is ignored): `/bin/sh` running WRAPPE
 - writes the command's exit status to `exit` (the file's mtime is when it ended);
 - SIGKILLs its whole process group, like a container being torn down; the daemon then kills what is left in the
   task's cgroup (a process that setsid()s leaves the group, not the cgroup).
-posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING).
+posix_spawn returns once /bin/sh has been executed: from then on the command is being run (RUNNING). A gated task
+may instead be handed a warm wrapper, one started ahead of its launch, which becomes its wrapper at `go` (below).
 
 A task with a `cgroup` (cgroups.py) runs WRAPPER_GATED, which waits before it runs anything for a line `go` on its
 stdin, a pipe from the spawner (then /dev/null): the spawner creates the cgroup, starts the wrapper, replies, and
