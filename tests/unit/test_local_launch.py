@@ -814,6 +814,12 @@ def test_a_member_started_in_a_warm_wrapper_is_adopted_by_a_restarted_backend(
     """The local backend hands its second launch's member a warm wrapper; once let go, that wrapper is the member's
     own (its command line names the sandbox), so a backend restarted over the same data dir adopts the member, and
     stops it, as it does a cold one. The warm wrappers end with the backend's spawners."""
+    from prometheus_client import REGISTRY
+
+    def starts(how: str) -> float:
+        return REGISTRY.get_sample_value("peloton_local_member_starts_total", {"how": how}) or 0.0
+
+    before = starts("warm"), starts("cold")
     a, _ = make_backend(n=1, grace=1.0)
     assert a._cgroups is not None
     launch(a, spec("first", "true"))
@@ -824,6 +830,7 @@ def test_a_member_started_in_a_warm_wrapper_is_adopted_by_a_restarted_backend(
     assert r.outcome == LaunchOutcome.OK, r
     pgid = wrapper_pgid(a, "long")
     assert pgid in waiting  # handed a warm wrapper
+    assert (starts("warm") - before[0], starts("cold") - before[1]) == (1, 1)  # and counted as such
     wait_for(lambda: wrapper.is_wrapper(pgid, tmp_path / "sandboxes" / "long", attempts=1))
     a.stop()  # the daemon "dies": nothing is killed
     wait_for(lambda: all(_ended(w) for w in waiting - {pgid}))  # the idle ones ended with their spawners

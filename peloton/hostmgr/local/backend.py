@@ -97,6 +97,9 @@ SANDBOX_SWEEP_S = 600.0  # how often ended tasks' sandboxes are looked at for --
 LOGS_ROTATED = Counter("peloton_local_task_logs_rotated_total", "Task stdout/stderr files rotated past the cap")
 SANDBOXES_EXPIRED = Counter("peloton_local_sandboxes_expired_total",
                             "Sandboxes of ended tasks removed after --sandbox-retention")
+MEMBER_STARTS = Counter("peloton_local_member_starts_total",
+                        "Members started, by how: handed a warm wrapper, or their wrapper spawned (cold)", ["how"])
+_STARTED_WARM, _STARTED_COLD = MEMBER_STARTS.labels(how="warm"), MEMBER_STARTS.labels(how="cold")
 _RESERVED_FILES = frozenset({wrapper.PIDS_FILE, wrapper.EXIT_FILE, wrapper.STDOUT_FILE, wrapper.STDERR_FILE,
                              wrapper.WORK_DIR})
 DEFAULT_WARM_WRAPPERS = 8  # a spawner's warm wrappers per user: an 8-member launch asks it for 2, 32 for 8
@@ -751,6 +754,7 @@ class LocalBackend:
                     t.pid = r.pid
                     killed = killed or t.kill_wall is not None
                 pids.append({"op": "pid", "task": t.task_id, "pid": r.pid})
+                (_STARTED_WARM if r.warm else _STARTED_COLD).inc()
                 if r.pidfd is None:
                     self._on_exit(t.task_id)  # over already: handled like any exit
                 else:

@@ -31,6 +31,7 @@ _MAX_FDS = 4096
 class Started:
     pid: int
     pidfd: int | None  # None: the wrapper was already over when it was opened (its exit file tells how it ended)
+    warm: bool = False  # handed a warm wrapper (spawner.py), not started by a spawn
 
 
 @dataclass(frozen=True, slots=True)
@@ -107,7 +108,7 @@ class _Spawner:
             elif "error" in r:
                 out.append(NotStarted(str(r["error"]), bool(r["permanent"])))
             else:
-                out.append(Started(int(r["pid"]), self._fds.pop(0) if r["pidfd"] else None))
+                out.append(Started(int(r["pid"]), self._fds.pop(0) if r["pidfd"] else None, bool(r.get("warm"))))
         return out
 
     def _read_frame(self) -> bytes:

@@ -992,7 +992,7 @@ def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | 
         os.close(r.gate[0])
         os.close(r.gate[1])
         _gated.append((os.dup(w.pidfd), w.pid, r.cgroup, w.gate, script))
-        return {"pid": w.pid, "pidfd": True}, w.pidfd
+        return {"pid": w.pid, "pidfd": True, "warm": True}, w.pidfd
     return None
 
 
