@@ -786,15 +786,26 @@ cwds = {os.readlink(f"/proc/{w.pid}/cwd") for w in pool}
 spawner.drop_idle_warm(time.monotonic() + spawner.WARM_IDLE_S - 1)  # not idle long enough
 still = len(spawner._warm[key])
 spawner.drop_idle_warm(time.monotonic() + spawner.WARM_IDLE_S)
+keys = []
+for i in range(6):  # six users' (here: directories') pools of 3: all the pools together keep at most 4 x 3
+    os.mkdir(os.path.join(base, f"d{i}"))
+    keys.append(spawner.warm_key(spawner.Ready(os.path.join(base, f"d{i}", "t"), "true", {}, None, False, "cg",
+                                               os.pipe2(os.O_CLOEXEC))))
+    spawner.want_warm({keys[-1]: 3})
+    if i == 2:
+        spawner.want_warm({keys[0]: 1})  # used again: the least recently used is d1 now
 print(json.dumps({"key": [key[0], key[1]], "want": spawner._warm_want.get(key), "kept": kept, "args": args,
-                  "cwds": sorted(cwds), "still": still, "after": len(spawner._warm.get(key, []))}))
+                  "cwds": sorted(cwds), "still": still, "after": len(spawner._warm.get(key, [])),
+                  "pools": [os.path.basename(k[1]) for k in spawner._warm_want],
+                  "wanted": sum(spawner._warm_want.values())}))
 """
 
 
 def test_a_warm_pool_keeps_what_a_request_asked_up_to_its_bound_and_goes_when_idle(tmp_path: Path) -> None:
     """The pool of a user (here the spawner's own) and sandboxes directory keeps as many warm wrappers as a request
     had members for it, up to the spawner's bound (--warm-wrappers), waiting in that directory; a pool whose user
-    had no member for WARM_IDLE_S is dropped, and its wrappers end."""
+    had no member for WARM_IDLE_S is dropped, and its wrappers end; and all the pools of a spawner together keep at
+    most WARM_POOLS_MAX times the bound (each tenant's uid has a pool), the least recently used dropped beyond."""
     import subprocess
 
     out = subprocess.run([PY, "-c", _WARM_POOL, str(tmp_path)], capture_output=True, text=True, timeout=60,
@@ -804,6 +815,7 @@ def test_a_warm_pool_keeps_what_a_request_asked_up_to_its_bound_and_goes_when_id
     assert got["key"] == [None, str(tmp_path)] and got["want"] is None
     assert len(got["kept"]) == 3 and got["args"] == [spawner.WARM_MARK] * 3 and got["cwds"] == [str(tmp_path)]
     assert (got["still"], got["after"]) == (3, 0)
+    assert got["pools"] == ["d0", "d3", "d4", "d5"] and got["wanted"] == 12  # the least recently used went
     for pid in got["kept"]:  # their gates closed with the pool (and with the process): they ended
         wait_for(lambda pid=pid: _ended(pid))  # type: ignore[misc]
 

@@ -890,9 +890,9 @@ def _let_go() -> None:
 # then it has run nothing of the task, and a gate closed without `go` ends it (125) as it ends a cold one.
 # Each spawner keeps a pool per user and sandboxes directory (the wrappers wait in that directory, entered as root
 # or by the user's launcher, so that the `cd` needs no permission above it), as many as the most of that user's
-# members a request of the spawner had (at most _WARM_MAX, the daemon's --warm-wrappers; 0: none), refilled
-# between requests (never while a launch waits for its `go`), dropped after WARM_IDLE_S without a request of that
-# user. A task that does not fit a warm one (a name the shell cannot export, a script larger than the gate's pipe
+# members a request of the spawner had (at most _WARM_MAX, the daemon's --warm-wrappers; 0: none; all its pools
+# together at most WARM_POOLS_MAX times that, the least recently used dropped beyond), refilled between requests
+# (never while a launch waits for its `go`), dropped after WARM_IDLE_S without a request of that user. A task that does not fit a warm one (a name the shell cannot export, a script larger than the gate's pipe
 # holds) starts cold, as does every task while its pool is empty.
 WARM_MARK = "peloton-task-warm"
 WRAPPER_WARM = """read -r gate && [ "$gate" = go ] || exit 125
@@ -901,6 +901,7 @@ exit 125
 """
 WARM_IDLE_S = LAUNCHER_IDLE_S
 WARM_REFILL_BATCH = 4  # started between two looks at the daemon's socket (a request waits for at most these)
+WARM_POOLS_MAX = 4  # all the pools of a spawner keep at most this many times _WARM_MAX (tenants' uids: a pool each)
 _WARM_MAX: list[int] = []  # main(): the most kept a pool (the spawner's argument; none without it)
 _SHELL_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 _NOT_EXPORTABLE = frozenset({"OPTIND"})  # dash refuses a value it cannot parse (a cold wrapper fails the same way)
@@ -1004,20 +1005,30 @@ def _close_warm(w: Warm) -> None:
 
 
 def want_warm(counts: dict[WarmKey, int]) -> None:
-    """A request had `counts` members for these pools: each keeps at least as many (up to _WARM_MAX)."""
+    """A request had `counts` members for these pools: each keeps at least as many (up to _WARM_MAX), and all the
+    pools together at most WARM_POOLS_MAX times that (many tenants: the least recently used pools are dropped)."""
+    if not counts:
+        return
     now = time.monotonic()
     for key, n in counts.items():
         _warm_want[key] = min(_WARM_MAX[0], max(n, _warm_want.get(key, 0)))
-        _warm_used[key] = now
+        _warm_used.pop(key, None)
+        _warm_used[key] = now  # (last: _warm_used is in order of use)
+    while sum(_warm_want.values()) > WARM_POOLS_MAX * _WARM_MAX[0] and len(_warm_used) > len(counts):
+        _drop_warm(next(iter(_warm_used)))
 
 
 def drop_idle_warm(now: float) -> None:
     """Drop the pools of users with no member in a request for WARM_IDLE_S."""
     for key in [k for k, t in _warm_used.items() if now - t >= WARM_IDLE_S]:
-        for w in _warm.pop(key, []):
-            _close_warm(w)
-        _warm_want.pop(key, None)
-        _warm_used.pop(key, None)
+        _drop_warm(key)
+
+
+def _drop_warm(key: WarmKey) -> None:
+    for w in _warm.pop(key, []):
+        _close_warm(w)
+    _warm_want.pop(key, None)
+    _warm_used.pop(key, None)
 
 
 def warm_missing() -> WarmKey | None:
