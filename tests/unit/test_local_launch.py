@@ -851,3 +851,43 @@ def test_a_member_started_in_a_warm_wrapper_is_adopted_by_a_restarted_backend(
     b.kill(["long"])
     assert rec_b.wait_terminal("long").state == TaskState.KILLED
     wait_for(lambda: group_gone(pgid))
+
+
+@needs_cgroups
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_user_who_may_not_search_the_sandboxes_directory_is_handed_no_warm_wrapper(tmp_path: Path) -> None:
+    """A warm wrapper enters its sandbox by name from the sandboxes directory, as its user. Where the mode no longer
+    lets the user search that directory (0700 here; the local backend makes it 0711 when tasks run as others), the
+    user's members start cold, and run, though warm wrappers of the user wait there; none is started anew (its
+    launcher cannot enter the directory)."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    os.chmod(tmp_path, 0o711)
+    sp = _Spawner(inherited(os.environ), warm=2)
+    waiting: set[int] = set()
+    try:
+        for attempt in range(3):
+            names = [f"m{attempt}-{i}" for i in range(2)]
+            sp.send(_gang(tmp_path, names, ["true", "true"], "daemon"))
+            started = sp.receive()
+            assert all(isinstance(r, Started) for r in started)
+            assert {_settled_cmdline(r.pid)[3] for r in started if isinstance(r, Started)} == {"peloton-task"}
+            sp.let_go()
+            for r, n in zip(started, names, strict=True):
+                assert isinstance(r, Started) and r.pidfd is not None
+                os.close(r.pidfd)
+                wait_for(lambda n=n: wrapper.read_exit(tmp_path / n) is not None)  # type: ignore[misc]
+                rec = wrapper.read_exit(tmp_path / n)
+                assert rec is not None and rec.exit_code == 0, (attempt, (tmp_path / n / "stderr").read_text())
+            if attempt == 0:
+                wait_for(lambda: len(_warm_below(sp.proc.pid)) == 2)
+                waiting = _warm_below(sp.proc.pid)
+                os.chmod(tmp_path, 0o700)
+            else:
+                time.sleep(0.2)  # (time enough for a refill, were there one to make)
+                assert _warm_below(sp.proc.pid) == waiting
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
