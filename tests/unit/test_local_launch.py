@@ -891,3 +891,44 @@ def test_a_user_who_may_not_search_the_sandboxes_directory_is_handed_no_warm_wra
     finally:
         sp.close()
         cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+_WARM_NOT_MOVED = r"""
+import json, os, select, sys, time
+from peloton.hostmgr.local import spawner
+spawner._WARM_MAX.append(1)
+base = sys.argv[1]
+cg = os.path.join(base, "cg")
+os.makedirs(os.path.join(cg, "cgroup.procs"))  # a directory: the move (a write to it) fails, EISDIR
+task = {"sandbox": os.path.join(base, "t"), "command": "touch ran", "env": {"PATH": "/usr/bin:/bin"}, "files": {},
+        "cgroup": cg}
+key = spawner.warm_key(spawner.Ready(task["sandbox"], "true", {}, None, False, cg, os.pipe2(os.O_CLOEXEC)))
+spawner.want_warm({key: 1})
+spawner.refill_warm(key)
+(entry,), fds = spawner.start_all([task], {})
+for _ in range(1000):  # (empty for a moment after its posix_spawn returned)
+    args = open(f"/proc/{entry['pid']}/cmdline", "rb").read().split(b"\0")
+    if len(args) > 3:
+        break
+    time.sleep(0.001)
+warm = args[3].decode()
+spawner._let_go()
+ended = bool(select.select(fds, [], [], 10)[0])
+print(json.dumps({"warm": warm, "ended": ended, "files": sorted(os.listdir(task["sandbox"])),
+                  "stderr": open(os.path.join(task["sandbox"], "stderr")).read()}))
+"""
+
+
+def test_a_warm_wrapper_that_cannot_be_moved_says_so_in_the_tasks_stderr_and_runs_nothing(tmp_path: Path) -> None:
+    """A cold wrapper that is not let go (its move into the task's cgroup failed) says why in the task's stderr and
+    ends 125 having run nothing; a warm one handed the task does the same (it has no logs of the task before)."""
+    import subprocess
+
+    out = subprocess.run([PY, "-c", _WARM_NOT_MOVED, str(tmp_path)], capture_output=True, text=True, timeout=60,
+                         cwd=Path(__file__).resolve().parents[2])
+    assert out.returncode == 0, out.stderr
+    assert "cannot move" in out.stderr  # the spawner's own log
+    got = json.loads(out.stdout)
+    assert got["warm"] == spawner.WARM_MARK and got["ended"]
+    assert got["files"] == ["stderr", "stdout", "work"]  # no pids, no exit, nothing of the command ("ran")
+    assert got["stderr"] == "peloton: the task could not be put into its cgroup\n"

@@ -94,7 +94,8 @@ _RUN_DIRECT = _RUN.replace('/bin/sh -c "$2"', 'shift 2 && "$@"')
 WRAPPER = _ENTER + _RUN + "kill -KILL 0\n"
 
 # The wrapper of a task with a cgroup of its own: its first two lines, then the gate (see above), then the rest.
-_GATE = """read -r gate && [ "$gate" = go ] || { echo "peloton: the task could not be put into its cgroup" >&2; exit 125; }
+_NOT_MOVED = "peloton: the task could not be put into its cgroup"
+_GATE = f"""read -r gate && [ "$gate" = go ] || {{ echo "{_NOT_MOVED}" >&2; exit 125; }}
 exec </dev/null
 """
 WRAPPER_GATED = _ENTER + _GATE + _RUN + "kill -KILL 0\n"
@@ -858,6 +859,7 @@ def _let_go() -> None:
     as they end; the check and the move are a few microseconds apart, as for any signal sent by pid)."""
     while _gated:
         pidfd, pid, cgroup, gate, go = _gated.pop(0)
+        refusal = _refusals.pop(gate, None)
         try:
             if select.select([pidfd], [], [], 0)[0]:
                 continue  # ended
@@ -871,6 +873,9 @@ def _let_go() -> None:
                 # gone already: killed, its cgroup removed (ENODEV: removed while this moved the ones before)
                 if e.errno not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
                     sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
+                    if refusal is not None:  # a warm wrapper says it in the task's stderr, as a cold one does
+                        with contextlib.suppress(OSError):
+                            os.write(gate, refusal)
                 continue
             with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
                 os.write(gate, go)  # whole: never more than the pipe holds (warm_script), into an empty pipe
@@ -917,6 +922,7 @@ class Warm:
 
 
 _warm: dict[WarmKey, list[Warm]] = {}
+_refusals: dict[int, bytes] = {}  # by gate: what a warm wrapper handed a task runs if it cannot be moved (_let_go)
 _warm_want: dict[WarmKey, int] = {}  # how many a pool keeps
 _warm_used: dict[WarmKey, float] = {}  # when a request last had a member for it
 
@@ -962,14 +968,24 @@ def warm_script(r: Ready) -> bytes | None:
     if any("\0" in a for a in args):
         return None
     lines = [f"export {k}={_quote(v)}" for k, v in r.env.items()]
-    lines += [f"cd -P ./{_quote(os.path.basename(r.sandbox))} || exit 127",
-              "umask 077",  # the logs are owner-only (the wrapper sets its own umask back for the command)
-              "exec </dev/null >>stdout 2>>stderr",
-              "exec " + " ".join(_quote(a) for a in args)]
+    lines += [*_enter(r.sandbox), "exec " + " ".join(_quote(a) for a in args)]
     try:
         return _GO + ("\n".join(lines) + "\n").encode()
     except UnicodeEncodeError:
         return None
+
+
+def _enter(sandbox: str) -> list[str]:
+    """A warm wrapper's lines that enter the sandbox and open its logs there, as the wrapper's user."""
+    return [f"cd -P ./{_quote(os.path.basename(sandbox))} || exit 127",
+            "umask 077",  # the logs are owner-only (the wrapper sets its own umask back for the command)
+            "exec </dev/null >>stdout 2>>stderr"]
+
+
+def warm_refusal(sandbox: str) -> bytes:
+    """What a warm wrapper handed the task of `sandbox` is told when it cannot be moved into the task's cgroup: what
+    the gate of a cold wrapper says then (in the task's stderr), and 125, having run nothing of the task."""
+    return _GO + ("\n".join([*_enter(sandbox), f"echo {_quote(_NOT_MOVED)} >&2", "exit 125"]) + "\n").encode()
 
 
 def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | None:
@@ -993,6 +1009,7 @@ def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | 
         os.close(r.gate[0])
         os.close(r.gate[1])
         _gated.append((os.dup(w.pidfd), w.pid, r.cgroup, w.gate, script))
+        _refusals[w.gate] = warm_refusal(r.sandbox)
         return {"pid": w.pid, "pidfd": True, "warm": True}, w.pidfd
     return None
 
