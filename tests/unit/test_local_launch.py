@@ -524,9 +524,9 @@ def start(name):  # as the spawner's loop starts a request of one task; then no 
     task = {"sandbox": sandbox, "command": "sleep 30", "env": {"PATH": "/usr/bin:/bin"}, "files": {},
             "user": "daemon", "cgroup": os.path.join(cgroups_at, name)}
     (entry,), fds = spawner.start_all([task], {})
-    for pidfd, _pid, _cg, gate, _go in spawner._gated:
-        os.close(gate)
-        os.close(pidfd)
+    for g in spawner._gated:
+        os.close(g.gate)
+        os.close(g.pidfd)
     spawner._gated.clear()
     for fd in fds:
         os.close(fd)
@@ -768,11 +768,11 @@ from peloton.hostmgr.local import spawner
 spawner._WARM_MAX.append(3)
 base = sys.argv[1]
 r = spawner.Ready(os.path.join(base, "t"), "true", {}, None, False, "cg", os.pipe2(os.O_CLOEXEC))
-key = spawner.warm_key(r)
+key = spawner.warm_key(r, None)
 spawner.want_warm({key: 5})  # a request of 5 members for the pool: it keeps 3
 while (missing := spawner.warm_missing()) is not None:
     spawner.refill_warm(missing)
-pool = list(spawner._warm[key])
+pool = list(spawner._pools[key].wrappers)
 kept = [w.pid for w in pool]
 def args_of(pid):  # (empty for a moment after posix_spawn returns: the exec is still setting the process up)
     for _ in range(1000):
@@ -784,20 +784,21 @@ def args_of(pid):  # (empty for a moment after posix_spawn returns: the exec is 
 args = [args_of(w.pid)[3].decode() for w in pool]
 cwds = {os.readlink(f"/proc/{w.pid}/cwd") for w in pool}
 spawner.drop_idle_warm(time.monotonic() + spawner.WARM_IDLE_S - 1)  # not idle long enough
-still = len(spawner._warm[key])
+still = len(spawner._pools[key].wrappers)
 spawner.drop_idle_warm(time.monotonic() + spawner.WARM_IDLE_S)
 keys = []
 for i in range(6):  # six users' (here: directories') pools of 3: all the pools together keep at most 4 x 3
     os.mkdir(os.path.join(base, f"d{i}"))
     keys.append(spawner.warm_key(spawner.Ready(os.path.join(base, f"d{i}", "t"), "true", {}, None, False, "cg",
-                                               os.pipe2(os.O_CLOEXEC))))
+                                               os.pipe2(os.O_CLOEXEC)), None))
     spawner.want_warm({keys[-1]: 3})
     if i == 2:
         spawner.want_warm({keys[0]: 1})  # used again: the least recently used is d1 now
-print(json.dumps({"key": [key[0], key[1]], "want": spawner._warm_want.get(key), "kept": kept, "args": args,
-                  "cwds": sorted(cwds), "still": still, "after": len(spawner._warm.get(key, [])),
-                  "pools": [os.path.basename(k[1]) for k in spawner._warm_want],
-                  "wanted": sum(spawner._warm_want.values())}))
+gone = key not in spawner._pools
+print(json.dumps({"key": [key[0], key[1]], "gone": gone, "kept": kept, "args": args,
+                  "cwds": sorted(cwds), "still": still, "after": 0 if gone else len(spawner._pools[key].wrappers),
+                  "pools": [os.path.basename(k[1]) for k in spawner._pools],
+                  "wanted": sum(p.want for p in spawner._pools.values())}))
 """
 
 
@@ -812,7 +813,7 @@ def test_a_warm_pool_keeps_what_a_request_asked_up_to_its_bound_and_goes_when_id
                          cwd=Path(__file__).resolve().parents[2])
     assert out.returncode == 0, out.stderr
     got = json.loads(out.stdout)
-    assert got["key"] == [None, str(tmp_path)] and got["want"] is None
+    assert got["key"] == [None, str(tmp_path)] and got["gone"]
     assert len(got["kept"]) == 3 and got["args"] == [spawner.WARM_MARK] * 3 and got["cwds"] == [str(tmp_path)]
     assert (got["still"], got["after"]) == (3, 0)
     assert got["pools"] == ["d0", "d3", "d4", "d5"] and got["wanted"] == 12  # the least recently used went
@@ -902,7 +903,7 @@ cg = os.path.join(base, "cg")
 os.makedirs(os.path.join(cg, "cgroup.procs"))  # a directory: the move (a write to it) fails, EISDIR
 task = {"sandbox": os.path.join(base, "t"), "command": "touch ran", "env": {"PATH": "/usr/bin:/bin"}, "files": {},
         "cgroup": cg}
-key = spawner.warm_key(spawner.Ready(task["sandbox"], "true", {}, None, False, cg, os.pipe2(os.O_CLOEXEC)))
+key = spawner.warm_key(spawner.Ready(task["sandbox"], "true", {}, None, False, cg, os.pipe2(os.O_CLOEXEC)), None)
 spawner.want_warm({key: 1})
 spawner.refill_warm(key)
 (entry,), fds = spawner.start_all([task], {})

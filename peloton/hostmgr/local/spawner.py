@@ -65,7 +65,7 @@ import struct
 import subprocess
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 SHELL = "/bin/sh"
 PIDS_FILE = "pids"
@@ -472,7 +472,7 @@ def _launchers_idle_in() -> float:
 def _idle_in() -> float:
     """Seconds until a launcher or a warm pool has been idle long enough to go."""
     now = time.monotonic()
-    times = [t + WARM_IDLE_S - now for t in _warm_used.values()]
+    times = [pool.used + WARM_IDLE_S - now for pool in _pools.values()]
     if _launchers:
         times.append(_launchers_idle_in())
     return max(0.0, min(times))
@@ -839,14 +839,26 @@ def started(r: Ready, pid: int) -> tuple[dict[str, object], int | None]:
             os.close(r.gate[1])
         return {"pid": pid, "pidfd": False}, None
     if r.gate:
-        _gated.append((os.dup(fd), pid, r.cgroup, r.gate[1], _GO))
+        _gated.append(Gated(os.dup(fd), pid, r.cgroup, r.gate[1], _GO))
     return {"pid": pid, "pidfd": True}, fd
 
 
 _GO = b"go\n"
-# (a pidfd, the pid, the cgroup, the gate's write end, what to write into it) of each wrapper started and not let
-# go yet: `go`, and for a warm wrapper (below) the script that makes it its task's
-_gated: list[tuple[int, int, str, int, bytes]] = []
+
+
+@dataclass
+class Gated:
+    """A wrapper started and not let go yet."""
+
+    pidfd: int
+    pid: int
+    cgroup: str
+    gate: int  # the write end of its stdin
+    go: bytes  # what lets it go: `go`, and for a warm wrapper (below) the script that makes it its task's
+    refusal: bytes | None = None  # a warm wrapper's, when it cannot be moved (warm_refusal)
+
+
+_gated: list[Gated] = []
 # how long started wrappers wait for the daemon's `go` before they are let go without it (the daemon sends it once
 # the launch's last spawner has replied: milliseconds, or a few hundred under a heavy load)
 GO_WAIT_S = 2.0
@@ -858,8 +870,8 @@ def _let_go() -> None:
     not moved: its pid may be another process's by now (this process ignores SIGCHLD, so its children are reaped
     as they end; the check and the move are a few microseconds apart, as for any signal sent by pid)."""
     while _gated:
-        pidfd, pid, cgroup, gate, go = _gated.pop(0)
-        refusal = _refusals.pop(gate, None)
+        g = _gated.pop(0)
+        pidfd, pid, cgroup, gate = g.pidfd, g.pid, g.cgroup, g.gate
         try:
             if select.select([pidfd], [], [], 0)[0]:
                 continue  # ended
@@ -873,12 +885,12 @@ def _let_go() -> None:
                 # gone already: killed, its cgroup removed (ENODEV: removed while this moved the ones before)
                 if e.errno not in (errno.ESRCH, errno.ENOENT, errno.ENODEV):
                     sys.stderr.write(f"peloton spawner: cannot move {pid} into {cgroup}: {e.strerror}\n")
-                    if refusal is not None:  # a warm wrapper says it in the task's stderr, as a cold one does
+                    if g.refusal is not None:  # a warm wrapper says it in the task's stderr, as a cold one does
                         with contextlib.suppress(OSError):
-                            os.write(gate, refusal)
+                            os.write(gate, g.refusal)
                 continue
             with contextlib.suppress(OSError):  # EPIPE: it died meanwhile
-                os.write(gate, go)  # whole: never more than the pipe holds (warm_script), into an empty pipe
+                os.write(gate, g.go)  # whole: never more than the pipe holds (warm_script), into an empty pipe
         finally:
             os.close(gate)
             os.close(pidfd)
@@ -921,26 +933,29 @@ class Warm:
     room: int  # bytes its gate's pipe holds (F_GETPIPE_SZ)
 
 
-_warm: dict[WarmKey, list[Warm]] = {}
-_refusals: dict[int, bytes] = {}  # by gate: what a warm wrapper handed a task runs if it cannot be moved (_let_go)
-_warm_want: dict[WarmKey, int] = {}  # how many a pool keeps
-_warm_used: dict[WarmKey, float] = {}  # when a request last had a member for it
+@dataclass
+class Pool:
+    want: int  # how many it keeps
+    used: float  # when a request last had a member for it
+    wrappers: list[Warm] = field(default_factory=list)
+
+
+_pools: dict[WarmKey, Pool] = {}  # in order of use, the latest last
 
 
 def _quote(text: str) -> str:
     return "'" + text.replace("'", "'\\''") + "'"
 
 
-def warm_key(r: Ready) -> WarmKey | None:
-    """The pool a Ready task may take its wrapper from; None: it starts cold (no gate, a child subreaper, or a
-    user whose launcher failed lately)."""
+def warm_key(r: Ready, launcher: Key | None) -> WarmKey | None:
+    """The pool a Ready task may take its wrapper from (`launcher`: its launcher_key); None: it starts cold (no
+    gate, a child subreaper, or a user whose launcher failed lately)."""
     if not _WARM_MAX or not _WARM_MAX[0] or r.gate is None or r.subreaper:
         return None
     where = os.path.dirname(r.sandbox)
     if r.who is None:
         return None, where
-    key = launcher_key(r)
-    return None if key is None or not _may_search(where, key) else (key, where)
+    return None if launcher is None or not _may_search(where, launcher) else (launcher, where)
 
 
 def _may_search(where: str, key: Key) -> bool:
@@ -991,7 +1006,7 @@ def warm_refusal(sandbox: str) -> bytes:
 def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | None:
     """Start `r` in a warm wrapper of its pool (its reply entry and pidfd, as started() gives), or None: none is
     there for it (it starts cold). The wrapper is `r`'s from here: it gets its script at `go` (_let_go)."""
-    pool = _warm.get(key)
+    pool = _pools[key].wrappers if key in _pools else None
     if not pool:
         return None
     script = warm_script(r)
@@ -1008,8 +1023,7 @@ def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | 
         assert r.gate is not None
         os.close(r.gate[0])
         os.close(r.gate[1])
-        _gated.append((os.dup(w.pidfd), w.pid, r.cgroup, w.gate, script))
-        _refusals[w.gate] = warm_refusal(r.sandbox)
+        _gated.append(Gated(os.dup(w.pidfd), w.pid, r.cgroup, w.gate, script, warm_refusal(r.sandbox)))
         return {"pid": w.pid, "pidfd": True, "warm": True}, w.pidfd
     return None
 
@@ -1028,37 +1042,35 @@ def want_warm(counts: dict[WarmKey, int]) -> None:
         return
     now = time.monotonic()
     for key, n in counts.items():
-        _warm_want[key] = min(_WARM_MAX[0], max(n, _warm_want.get(key, 0)))
-        _warm_used.pop(key, None)
-        _warm_used[key] = now  # (last: _warm_used is in order of use)
-    while sum(_warm_want.values()) > WARM_POOLS_MAX * _WARM_MAX[0] and len(_warm_used) > len(counts):
-        _drop_warm(next(iter(_warm_used)))
+        pool = _pools.pop(key, None) or Pool(0, now)
+        pool.want, pool.used = min(_WARM_MAX[0], max(n, pool.want)), now
+        _pools[key] = pool  # (last: in order of use)
+    while sum(p.want for p in _pools.values()) > WARM_POOLS_MAX * _WARM_MAX[0] and len(_pools) > len(counts):
+        _drop_warm(next(iter(_pools)))
 
 
 def drop_idle_warm(now: float) -> None:
     """Drop the pools of users with no member in a request for WARM_IDLE_S."""
-    for key in [k for k, t in _warm_used.items() if now - t >= WARM_IDLE_S]:
+    for key in [k for k, pool in _pools.items() if now - pool.used >= WARM_IDLE_S]:
         _drop_warm(key)
 
 
 def _drop_warm(key: WarmKey) -> None:
-    for w in _warm.pop(key, []):
+    for w in _pools.pop(key).wrappers:
         _close_warm(w)
-    _warm_want.pop(key, None)
-    _warm_used.pop(key, None)
 
 
 def warm_missing() -> WarmKey | None:
     """A pool that keeps fewer wrappers than it wants (None: all are full)."""
-    return next((k for k, n in _warm_want.items() if len(_warm.get(k, ())) < n), None)
+    return next((k for k, pool in _pools.items() if len(pool.wrappers) < pool.want), None)
 
 
 def refill_warm(key: WarmKey) -> None:
     """Start up to WARM_REFILL_BATCH warm wrappers into `key`'s pool: this process's own user's here, another's
     by its launcher, in one request. A pool that cannot be filled wants no more than it has (cold starts say why,
     if anything is wrong)."""
-    pool = _warm.setdefault(key, [])
-    n = min(WARM_REFILL_BATCH, _warm_want.get(key, 0) - len(pool))
+    pool = _pools[key].wrappers
+    n = min(WARM_REFILL_BATCH, _pools[key].want - len(pool))
     user, where = key
     args = [SHELL, "-c", WRAPPER_WARM, WARM_MARK]
     gates: list[tuple[int, int]] = []
@@ -1106,7 +1118,7 @@ def refill_warm(key: WarmKey) -> None:
             continue
         pool.append(Warm(pid, pidfd, wr, fcntl.fcntl(wr, fcntl.F_GETPIPE_SZ)))
     if len(pids) < n or None in pids:
-        _warm_want[key] = len(pool)
+        _pools[key].want = len(pool)
 
 
 def _read_exact(sock: socket.socket, n: int) -> bytes:
@@ -1124,12 +1136,12 @@ def serve(sock: socket.socket) -> None:
     while True:
         if _gated and not select.select([sock], [], [], GO_WAIT_S)[0]:
             _let_go()  # no `go` in time (a daemon thread stuck, a daemon of another release): they run anyway
-        if _warm_used:
+        if _pools:
             drop_idle_warm(time.monotonic())
         # the warm pools refill between requests, a few wrappers at a time, not while a launch waits for its `go`
         while not _gated and (missing := warm_missing()) is not None and not select.select([sock], [], [], 0)[0]:
             refill_warm(missing)
-        while not _gated and (_launchers or _warm_used) and not select.select([sock], [], [], _idle_in())[0]:
+        while not _gated and (_launchers or _pools) and not select.select([sock], [], [], _idle_in())[0]:
             _close_idle_launchers()
             drop_idle_warm(time.monotonic())
         try:
@@ -1197,11 +1209,11 @@ def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple
             continue
         r = ready(task, base_env)
         k = launcher_key(r) if isinstance(r, Ready) else None
-        wk = warm_key(r) if isinstance(r, Ready) else None
+        wk = warm_key(r, k) if isinstance(r, Ready) else None
         if wk is not None:
             counts[wk] = counts.get(wk, 0) + 1
         if (isinstance(r, Ready) and k is not None and batch and k == key and len(batch) < LAUNCH_BATCH_MAX
-                and not (wk is not None and _warm.get(wk))):
+                and not (wk is not None and wk in _pools and _pools[wk].wrappers)):
             batch.append((r, group))
             continue
         flush()  # what this task may depend on (an earlier failure of its group) is known after it
