@@ -11,6 +11,7 @@ import json
 import os
 import pwd
 import signal
+import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
@@ -37,6 +38,7 @@ from tests.unit.test_local_backend import (  # noqa: F401 - make_backend is a fi
 
 PY = sys.executable
 AS_ROOT = os.geteuid() == 0
+ROOT = Path(__file__).resolve().parents[2]
 
 
 def _out(b: LocalBackend, task_id: str, stream: str = "stdout") -> str:
@@ -933,3 +935,154 @@ def test_a_warm_wrapper_that_cannot_be_moved_says_so_in_the_tasks_stderr_and_run
     assert got["warm"] == spawner.WARM_MARK and got["ended"]
     assert got["files"] == ["stderr", "stdout", "work"]  # no pids, no exit, nothing of the command ("ran")
     assert got["stderr"] == "peloton: the task could not be put into its cgroup\n"
+
+
+@needs_cgroups
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_users_processes_cannot_write_into_the_gate_of_its_idle_warm_wrapper(tmp_path: Path) -> None:
+    """A warm wrapper of another user waits, for minutes, outside any task's cgroup (in its spawner's), and runs
+    whatever follows a `go` line in its gate. The gate was given to the user (so that the wrapper's `. /dev/stdin`
+    could open it again): any process of the user (a running task) could open /proc/PID/fd/0 of the wrapper for
+    writing and have it run a script of its own outside the task's cgroup (its limits, its kill), or fill the pipe
+    so that the spawner's write at `go` blocked for good. The user may read its gate, and nothing more."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    os.chmod(tmp_path, 0o711)
+    sp = _Spawner(inherited(os.environ), warm=1)
+    try:
+        sp.send(_gang(tmp_path, ["first"], ["true"], "daemon"))
+        (r,) = sp.receive()
+        assert isinstance(r, Started) and r.pidfd is not None
+        os.close(r.pidfd)
+        sp.let_go()
+        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)
+        (idle,) = _warm_below(sp.proc.pid)
+        script = "go\nexit 0\n"  # (it would have run it, and ended)
+        as_user = subprocess.run(
+            ["/bin/sh", "-c", f"printf '%s' \"$1\" > /proc/{idle}/fd/0 || exit 9; chmod 666 /proc/{idle}/fd/0",
+             "sh", script],
+            user=1, group=1, extra_groups=[], capture_output=True, text=True, timeout=30)
+        assert as_user.returncode == 9, as_user  # could not open it for writing
+        time.sleep(0.2)
+        assert idle in _warm_below(sp.proc.pid)  # still waiting, unharmed ...
+        sp.send(_gang(tmp_path, ["second"], ["id -u"], "daemon"))
+        (r,) = sp.receive()
+        assert isinstance(r, Started) and r.pidfd is not None and r.pid == idle  # ... and handed the next member
+        os.close(r.pidfd)
+        sp.let_go()
+        wait_for(lambda: wrapper.read_exit(tmp_path / "second") is not None)
+        rec = wrapper.read_exit(tmp_path / "second")
+        assert rec is not None and rec.exit_code == 0, (tmp_path / "second" / "stderr").read_text()
+        assert (tmp_path / "second" / "stdout").read_text() == "1\n"
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+def test_a_wrapper_whose_command_has_the_warm_mark_as_a_word_is_still_its_tasks_wrapper(tmp_path: Path) -> None:
+    """is_wrapper took any process with `peloton-task-warm` anywhere in its command line for a warm wrapper not
+    handed its task yet: a command run directly with that word as an argument made its own wrapper unrecognisable
+    (a restarted daemon reported the task LOST and killed its cgroup). Only a warm wrapper's $0 is the mark."""
+    sandbox = tmp_path / "t"
+    spawner.prepare(str(sandbox), {})
+    command = f"/bin/sh -c 'sleep 30' {spawner.WARM_MARK}"
+    assert spawner.argv_of(command, {}) is not None  # run directly: the word is an argument of the wrapper
+    pid = spawner.spawn(str(sandbox), command, {"PATH": "/usr/bin:/bin"})
+    fd = os.pidfd_open(pid)
+    try:
+        wait_for(lambda: wrapper.read_pid(sandbox) == pid)
+        assert wrapper.is_wrapper(pid, sandbox)
+    finally:
+        os.killpg(pid, signal.SIGKILL)
+        os.close(fd)
+
+
+_LAUNCHER_PID_REUSED = r"""
+import json, os, select, signal, subprocess, time
+from peloton.hostmgr.local import spawner
+signal.signal(signal.SIGCHLD, signal.SIG_IGN)  # as the spawner's main(): its children are reaped as they end
+spawner._LAUNCHERS_ON.append(True)
+launcher = spawner.Launcher(1, 1, [])
+pid = launcher.pid
+os.kill(pid, signal.SIGKILL)  # the user's processes may kill their launcher (`kill -9 -1`)
+select.select([launcher.pidfd], [], [], 10)
+while os.path.exists(f"/proc/{pid}"):
+    time.sleep(0.01)
+with open("/proc/sys/kernel/ns_last_pid", "w") as f:  # (a pid namespace of this test's own)
+    f.write(str(pid - 1))
+stranger = subprocess.Popen(["sleep", "30"])  # what the pid is given to next
+reused = stranger.pid == pid
+launcher.close()  # as the spawner closes a launcher idle 10 minutes, or one found dead at a launch
+time.sleep(0.2)
+print(json.dumps({"reused": reused, "stranger_alive": stranger.poll() is None}))
+stranger.kill()
+"""
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="a launcher of another user, a pid namespace: root")
+def test_closing_a_launcher_that_ended_long_ago_signals_no_process_that_has_its_pid_now() -> None:
+    """A launcher runs as its user, who may kill it; the spawner reaps it at once (SIGCHLD ignored), so its pid is
+    free for any process. Launcher.close SIGKILLed the pid (as root) whatever the launcher's state: closing a launcher
+    idle for 10 minutes, or one found dead at a launch, killed whatever process had the pid by then (on a host
+    with 32768 pids, any). It signals through its pidfd."""
+    out = subprocess.run(["unshare", "--pid", "--fork", "--mount-proc", PY, "-c", _LAUNCHER_PID_REUSED],
+                         capture_output=True, text=True, timeout=60, cwd=ROOT)
+    if out.returncode != 0 and "unshare" in out.stderr:
+        pytest.skip(f"no pid namespace here: {out.stderr.strip()}")
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    if not got["reused"]:
+        pytest.skip("the pid was not given to the stranger")
+    assert got["stranger_alive"]
+
+
+def test_a_spawner_at_its_descriptor_limit_leaks_no_gate_when_it_cannot_refill_a_warm_pool(tmp_path: Path) -> None:
+    """refill_warm opened the gates of a batch in one list comprehension: a pipe2 that failed (EMFILE) lost the
+    pipes made before it, never closed."""
+    script = r"""
+import json, os, resource, sys
+from peloton.hostmgr.local import spawner
+spawner._WARM_MAX.append(4)
+base = sys.argv[1]
+r = spawner.Ready(os.path.join(base, "t"), "true", {}, None, False, "cg", os.pipe2(os.O_CLOEXEC))
+key = spawner.warm_key(r, None)
+spawner.want_warm({key: 4})
+def used():
+    return len(os.listdir("/proc/self/fd")) - 1  # (the listing's own)
+before = used()
+resource.setrlimit(resource.RLIMIT_NOFILE, (before + 5, resource.getrlimit(resource.RLIMIT_NOFILE)[1]))
+spawner.refill_warm(key)  # room for two pipes of the four (and what listing /proc/self/fd takes)
+print(json.dumps({"before": before, "after": used(), "pool": len(spawner._pools[key].wrappers),
+                  "want": spawner._pools[key].want}))
+"""
+    out = subprocess.run([PY, "-c", script, str(tmp_path)], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert out.returncode == 0, out.stderr
+    got = json.loads(out.stdout)
+    assert got["pool"] == 0 and got["want"] == 0  # none started: it wants no more than it has
+    assert got["after"] == got["before"], got
+
+
+def test_warm_wrappers_end_with_their_spawner(tmp_path: Path) -> None:
+    """(A check, not a defect: the warm wrappers of a spawner that is killed end at their gate, 125.)"""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    if _CGROUPS is None:
+        pytest.skip("cgroup v2 cannot be used here")
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    sp = _Spawner(inherited(os.environ), warm=3)
+    try:
+        sp.send(_gang(tmp_path, ["a", "b", "c"], ["true"] * 3, None))
+        for r in sp.receive():
+            assert isinstance(r, Started) and r.pidfd is not None
+            os.close(r.pidfd)
+        sp.let_go()
+        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 3)
+        waiting = _warm_below(sp.proc.pid)
+        os.kill(sp.proc.pid, signal.SIGKILL)
+        sp.proc.wait(10)
+        wait_for(lambda: all(_ended(p) for p in waiting))
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)

@@ -456,8 +456,10 @@ class Launcher:
         return list(replies)
 
     def close(self) -> None:
-        with contextlib.suppress(OSError):
-            os.kill(self.pid, signal.SIGKILL)  # whatever state it is in: it starts nothing more
+        with contextlib.suppress(OSError):  # whatever state it is in: it starts nothing more
+            # by its pidfd, not its pid: one its user killed was reaped at once (SIGCHLD is ignored), and its pid may
+            # be any process's by now (closed idle 10 minutes later, or found dead at a launch)
+            signal.pidfd_send_signal(self.pidfd, signal.SIGKILL)
         with contextlib.suppress(OSError):
             self.sock.close()
         with contextlib.suppress(OSError):
@@ -1076,7 +1078,8 @@ def refill_warm(key: WarmKey) -> None:
     gates: list[tuple[int, int]] = []
     pids: list[int | None] = []
     try:
-        gates = [os.pipe2(os.O_CLOEXEC) for _ in range(n)]
+        for _ in range(n):  # one by one: those made before a pipe2 that fails (EMFILE) are closed below
+            gates.append(os.pipe2(os.O_CLOEXEC))
         if user is None:
             back = os.open(".", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
             try:
@@ -1092,8 +1095,12 @@ def refill_warm(key: WarmKey) -> None:
                 os.fchdir(back)
                 os.close(back)
         else:
-            for rd, _ in gates:  # its `. /dev/stdin` opens the pipe again, as the user
-                os.fchown(rd, user[0], user[1])
+            for rd, _ in gates:  # its `. /dev/stdin` opens the pipe again, as the user: readable by the user's
+                # gid, nothing more, and still root's. Owned by the user, any of its processes could open the
+                # wrapper's /proc/PID/fd/0 for writing (or chmod it so) and have it run a script of its own outside
+                # any task's cgroup, or fill the pipe so that the write at `go` blocks this process for good
+                os.fchown(rd, -1, user[1])
+                os.fchmod(rd, 0o040)
             null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             cwd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:

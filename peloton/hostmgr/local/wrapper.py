@@ -105,7 +105,8 @@ def is_wrapper(pid: int, sandbox: Path, attempts: int = 20) -> bool:
         if state in ("Z", "X"):
             return False
         args = cmdline.split(b"\0")
-        if cmdline and _WARM not in args:
+        # (a warm wrapper's $0, args[3], is the mark: a command run directly may have it as a word of its own)
+        if cmdline and args[3:4] != [_WARM]:
             return str(sandbox).encode() in args
         # a live process with no command line is in the middle of an exec, and a warm wrapper (spawner.py) one
         # that is being handed its task (it executes the task's wrapper next): look again
