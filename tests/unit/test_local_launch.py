@@ -10,6 +10,7 @@ import contextlib
 import json
 import os
 import pwd
+import shutil
 import signal
 import subprocess
 import sys
@@ -611,6 +612,13 @@ def _ended(pid: int) -> bool:
         return True
 
 
+def _as_the_backend_makes_it(sandboxes: Path) -> None:
+    """The sandboxes directory and the one above it (the data directory, where another user's warm wrappers find
+    spawner.WARM_SHELL) searchable by anyone, as the local backend makes them when tasks run as other users."""
+    os.chmod(sandboxes, 0o711)
+    os.chmod(sandboxes.parent, 0o711)
+
+
 def _warm_below(ancestor: int) -> set[int]:
     """The warm wrappers (spawner.WARM_MARK, not handed a task yet) among the descendants of `ancestor` (a
     spawner's own, or its launchers')."""
@@ -656,7 +664,7 @@ def test_a_member_handed_a_warm_wrapper_runs_as_it_would_have_cold(tmp_path: Pat
 
     assert _CGROUPS is not None
     os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
-    os.chmod(tmp_path, 0o711)  # (the local backend's sandboxes directory, when tasks run as other users)
+    _as_the_backend_makes_it(tmp_path)
     sp = _Spawner(inherited(os.environ), warm=4)
     try:
         runs: list[list[Started]] = []
@@ -867,7 +875,7 @@ def test_a_user_who_may_not_search_the_sandboxes_directory_is_handed_no_warm_wra
 
     assert _CGROUPS is not None
     os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
-    os.chmod(tmp_path, 0o711)
+    _as_the_backend_makes_it(tmp_path)
     sp = _Spawner(inherited(os.environ), warm=2)
     waiting: set[int] = set()
     try:
@@ -949,7 +957,7 @@ def test_a_users_processes_cannot_write_into_the_gate_of_its_idle_warm_wrapper(t
 
     assert _CGROUPS is not None
     os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
-    os.chmod(tmp_path, 0o711)
+    _as_the_backend_makes_it(tmp_path)
     sp = _Spawner(inherited(os.environ), warm=1)
     try:
         sp.send(_gang(tmp_path, ["first"], ["true"], "daemon"))
@@ -979,6 +987,95 @@ def test_a_users_processes_cannot_write_into_the_gate_of_its_idle_warm_wrapper(t
     finally:
         sp.close()
         cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+_TAKE_OVER = r"""
+import ctypes, os, sys
+pid = int(sys.argv[1])
+out = []
+try:
+    open(f"/proc/{pid}/environ", "rb").read()
+    out.append("environ")
+except OSError:
+    pass
+try:
+    os.listdir(f"/proc/{pid}/fd")
+    out.append("fd")
+except OSError:
+    pass
+libc = ctypes.CDLL(None, use_errno=True)
+if libc.ptrace(16, pid, None, None) == 0:  # PTRACE_ATTACH
+    out.append("ptrace")
+    libc.ptrace(17, pid, None, None)  # PTRACE_DETACH
+print(" ".join(out))
+"""
+
+
+@needs_cgroups
+@pytest.mark.skipif(not AS_ROOT, reason="switching a task's user needs root")
+def test_a_users_processes_cannot_take_over_its_idle_warm_wrapper(tmp_path: Path) -> None:
+    """A warm wrapper of another user waits outside any task's cgroup. Were it dumpable, as a shell the user
+    started is, any process of the user (a running task) could ptrace it, or read its memory, and run what it
+    likes there, free of every task's limits and kill. It executes spawner.WARM_SHELL, which its user may not read:
+    not dumpable, like the launcher. Once handed its member it is that member's wrapper, dumpable as a cold one."""
+    from peloton.hostmgr.local.spawn import _Spawner
+
+    assert _CGROUPS is not None
+    os.makedirs(_CGROUPS.subtree, 0o755, exist_ok=True)
+    _as_the_backend_makes_it(tmp_path)
+    sp = _Spawner(inherited(os.environ), warm=1)
+    try:
+        sp.send(_gang(tmp_path, ["first"], ["true"], "daemon"))
+        (r,) = sp.receive()
+        assert isinstance(r, Started) and r.pidfd is not None
+        os.close(r.pidfd)
+        sp.let_go()
+        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)
+        (idle,) = _warm_below(sp.proc.pid)
+        assert os.stat(f"/proc/{idle}/environ").st_uid == 0  # (/proc's files of a process that is not dumpable)
+        copy = tmp_path.parent / spawner.WARM_SHELL
+        assert copy.stat().st_uid == 0 and copy.stat().st_mode & 0o777 == 0o111
+        system_python = shutil.which("python3", path="/usr/bin:/bin")  # (the user may not execute this venv's)
+        assert system_python is not None
+        as_user = subprocess.run([system_python, "-c", _TAKE_OVER, str(idle)], user=1, group=1, extra_groups=[],
+                                 capture_output=True, text=True, timeout=30)
+        assert as_user.returncode == 0 and as_user.stdout.strip() == "", as_user
+        sp.send(_gang(tmp_path, ["second"], ["sleep 30"], "daemon"))
+        (r,) = sp.receive()
+        assert isinstance(r, Started) and r.pidfd is not None and r.pid == idle  # handed the next member
+        sp.let_go()
+        wait_for(lambda: wrapper.read_pid(tmp_path / "second") == idle)
+        wait_for(lambda: os.stat(f"/proc/{idle}/environ").st_uid == 1)  # its wrapper now, as a cold start's
+        os.killpg(idle, signal.SIGKILL)
+        os.close(r.pidfd)
+    finally:
+        sp.close()
+        cgroups.kill_and_remove_subtree(_GATE_DATA_DIR)
+
+
+@pytest.mark.skipif(not AS_ROOT, reason="a copy of the shell that its users may not read: root's")
+def test_the_warm_shell_is_an_execute_only_copy_of_the_shell_kept_up_to_date_where_no_one_else_may_write(
+        tmp_path: Path) -> None:
+    data = tmp_path / "data"
+    where = data / "sandboxes"
+    where.mkdir(parents=True)
+    os.chmod(data, 0o711)
+    assert spawner.warm_shell(str(where)) == "../" + spawner.WARM_SHELL
+    copy = data / spawner.WARM_SHELL
+    st, src = copy.stat(), os.stat(spawner.SHELL)
+    assert (st.st_uid, st.st_mode & 0o7777, st.st_size) == (0, 0o111, src.st_size)
+    assert copy.read_bytes() == Path(spawner.SHELL).read_bytes()
+    os.utime(copy, ns=(0, 0))  # (the shell was upgraded since: made again)
+    assert spawner.warm_shell(str(where)) is not None and copy.stat().st_mtime_ns == src.st_mtime_ns
+    os.chmod(copy, 0o755)  # (not as made: made again)
+    assert spawner.warm_shell(str(where)) is not None and copy.stat().st_mode & 0o7777 == 0o111
+    os.chmod(data, 0o733)  # others may write there: they could replace an out-of-date copy
+    os.utime(copy, ns=(0, 0))
+    assert spawner.warm_shell(str(where)) is None
+    os.chmod(data, 0o711)
+    os.chown(data, 1, 1)  # another user's directory
+    assert spawner.warm_shell(str(where)) is None
+    assert sorted(os.listdir(data)) == ["sandboxes", spawner.WARM_SHELL]  # no copy left half made
 
 
 def test_a_wrapper_whose_command_has_the_warm_mark_as_a_word_is_still_its_tasks_wrapper(tmp_path: Path) -> None:

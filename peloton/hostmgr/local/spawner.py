@@ -61,6 +61,7 @@ import select
 import shutil
 import signal
 import socket
+import stat
 import struct
 import subprocess
 import sys
@@ -526,7 +527,7 @@ def _serve_launches(sock: socket.socket) -> None:
             try:
                 os.fchdir(cwd)
                 replies.append({"pid": os.posix_spawn(
-                    SHELL, sp["args"], sp["env"],
+                    sp.get("path", SHELL), sp["args"], sp["env"],
                     file_actions=[(os.POSIX_SPAWN_DUP2, stdin, 0), (os.POSIX_SPAWN_DUP2, out, 1),
                                   (os.POSIX_SPAWN_DUP2, err, 2)],
                     setsid=True, setsigdef=_DEFAULT_SIGNALS, setsigmask=())})
@@ -914,6 +915,13 @@ def _let_go() -> None:
 # (never while a launch waits for its `go`), dropped after WARM_IDLE_S without a request of that user. A task that does not fit a warm one (a name the shell cannot export, a script larger than the gate's pipe
 # holds) starts cold, as does every task while its pool is empty.
 WARM_MARK = "peloton-task-warm"
+# Another user's warm wrapper waits outside any task's cgroup (in its spawner's) for up to WARM_IDLE_S, so the
+# user's processes must not be able to take it over (ptrace it, read its memory, open its /proc/PID/fd) and run
+# something there, free of every task's limits and kill. Such access needs the process to be dumpable, and a process
+# that executes a file it may not read is not (as the launcher is not, having changed its uid): it executes
+# WARM_SHELL, a copy of SHELL beside the sandboxes directory, root's and execute-only (0111). At `go` it executes
+# the task's wrapper by SHELL, and from then on it is what a cold start runs, dumpable as the task's wrapper is.
+WARM_SHELL = "warm-sh"
 WRAPPER_WARM = """read -r gate && [ "$gate" = go ] || exit 125
 . /dev/stdin
 exit 125
@@ -1067,14 +1075,53 @@ def warm_missing() -> WarmKey | None:
     return next((k for k, pool in _pools.items() if len(pool.wrappers) < pool.want), None)
 
 
+def warm_shell(where: str) -> str | None:
+    """The path, from `where` (a sandboxes directory), of the copy of SHELL that another user's warm wrappers
+    execute (WARM_SHELL, above), made or brought up to date here; None: there is none, and that user's members
+    start cold. Only in a directory of this process's user that no one else may write (else it could be
+    replaced)."""
+    parent = os.path.dirname(where)
+    path = os.path.join(parent, WARM_SHELL)
+    try:
+        dst = os.stat(parent)
+        if dst.st_uid != os.geteuid() or dst.st_mode & 0o022:
+            return None
+        src = os.stat(SHELL)
+        try:
+            st = os.lstat(path)
+            if (stat.S_ISREG(st.st_mode) and st.st_uid == os.geteuid() and stat.S_IMODE(st.st_mode) == 0o111
+                    and (st.st_size, st.st_mtime_ns) == (src.st_size, src.st_mtime_ns)):
+                return os.path.join("..", WARM_SHELL)
+        except FileNotFoundError:
+            pass
+        tmp = f"{path}.{os.getpid()}"
+        with open(SHELL, "rb") as f:
+            body = f.read()
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o700)
+        try:
+            os.write(fd, body)
+            os.fchmod(fd, 0o111)
+            os.utime(fd, ns=(src.st_atime_ns, src.st_mtime_ns))  # what tells a copy of this SHELL (above)
+        finally:
+            os.close(fd)
+        os.rename(tmp, path)  # whole or not at all (another spawner's copy, the same, may replace it)
+        return os.path.join("..", WARM_SHELL)
+    except OSError:
+        return None
+
+
 def refill_warm(key: WarmKey) -> None:
     """Start up to WARM_REFILL_BATCH warm wrappers into `key`'s pool: this process's own user's here, another's
-    by its launcher, in one request. A pool that cannot be filled wants no more than it has (cold starts say why,
-    if anything is wrong)."""
+    by its launcher, in one request (executing warm_shell's copy of SHELL). A pool that cannot be filled wants no
+    more than it has (cold starts say why, if anything is wrong)."""
     pool = _pools[key].wrappers
     n = min(WARM_REFILL_BATCH, _pools[key].want - len(pool))
     user, where = key
-    args = [SHELL, "-c", WRAPPER_WARM, WARM_MARK]
+    shell = SHELL if user is None else warm_shell(where)
+    if shell is None:
+        _pools[key].want = len(pool)
+        return
+    args = [shell, "-c", WRAPPER_WARM, WARM_MARK]
     gates: list[tuple[int, int]] = []
     pids: list[int | None] = []
     try:
@@ -1104,7 +1151,7 @@ def refill_warm(key: WarmKey) -> None:
             null = os.open(os.devnull, os.O_WRONLY | os.O_CLOEXEC)
             cwd = os.open(where, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
             try:
-                replies = _ask_launcher(user, [{"args": args, "env": {}, "group": None}] * n,
+                replies = _ask_launcher(user, [{"args": args, "env": {}, "group": None, "path": shell}] * n,
                                         [fd for rd, _ in gates for fd in (rd, null, null, cwd)]) or []
             finally:
                 os.close(null)
