@@ -16,6 +16,7 @@ to the SideEffects sender, the futures are resolved, and the changes are publish
 
 from __future__ import annotations
 
+import copy
 import logging
 import threading
 import time
@@ -282,6 +283,11 @@ class Writer:
                 elif m.kind == Kind.CREATE:
                     assert m.view is not None
                     jv = m.view
+                    if jv.job.id in need:
+                        # another mutation of this batch names the job and will change the cached view in place:
+                        # the cache gets a copy, so that m.view stays as created. Should the batch fail, this create
+                        # is committed again on its own, and must not insert the others' uncommitted changes
+                        jv = copy.deepcopy(jv)
                     if not m.inserted:
                         writes.insert_job(jv.job, [gv.gang for gv in jv.gangs.values()], list(jv.tasks.values()))
                         _ROWS_EVENTS.inc(writes.append_task_events(m.events))
