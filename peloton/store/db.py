@@ -290,8 +290,11 @@ def transaction(sessions: sessionmaker[Session], *, snapshot: bool = False) -> I
 # (never analyzed with autovacuum off, or grown since) the planner may join a batch to a whole-table scan of
 # `tasks` or `gangs`, dead rows included, whose cost grows with the table: in a 30 s closed loop PostgreSQL's CPU
 # a gang was 6.8 ms against 2.8 ms with no sequential scans (docs/performance.md). So the writers plan without
-# them (a table with no usable index is still scanned).
-WRITER_PG_SETTINGS = (("enable_seqscan", "off"),)
+# them (a table with no usable index is still scanned). And they keep a prepared batch's generic plan: planned
+# for parameters unknown, `unnest` counts 100 rows an array where a gang's has 1-16, so its generic plan costs
+# about twice its custom one and `plan_cache_mode = auto` plans every execution anew (8% of the server's CPU under
+# the closed loop, perf; docs/performance.md). Both plans look rows up by key; the generic one is made once.
+WRITER_PG_SETTINGS = (("enable_seqscan", "off"), ("plan_cache_mode", "force_generic_plan"))
 
 
 class KeptConnection:

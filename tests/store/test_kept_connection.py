@@ -386,7 +386,7 @@ def test_a_prepared_batch_the_server_session_does_not_know_goes_as_text(sessions
 def test_a_writers_connection_plans_by_key_on_a_table_never_analyzed_and_goes_back_to_the_pool_reset(
         sessions: sessionmaker[Session], pool: Pool) -> None:
     """A kept connection plans without sequential scans (db.WRITER_PG_SETTINGS). The writer's batch statement, once
-    prepared and planned generically (as bulk.commit_batch's are from their sixth run on), updates a gang's tasks by
+    prepared and planned generically (as a kept connection's bulk.commit_batch always is), updates a gang's tasks by
     a key lookup each even on a table whose statistics were never gathered, where another connection's plan joins
     them to a scan of the whole table, a plan kept for the connection's life as the table grows. Back in the pool,
     the connection plans as any other."""
@@ -432,3 +432,51 @@ def test_a_writers_connection_plans_by_key_on_a_table_never_analyzed_and_goes_ba
         assert s.execute(text("SHOW enable_seqscan")).scalar_one() == "on"
         assert "Seq Scan on tasks" in plan(s), plan(s)
     assert pool.opened == opened  # (no new one)
+
+
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_writers_prepared_batch_is_planned_once_and_the_setting_goes_back_to_the_pool_reset(
+        sessions: sessionmaker[Session], pool: Pool) -> None:
+    """A kept connection keeps a prepared batch's generic plan (db.WRITER_PG_SETTINGS). Planned for unknown
+    parameters, `unnest` counts 100 rows an array, so for a gang's step (its job, gang and 8 tasks updated, an event
+    inserted) PostgreSQL's own choice (`plan_cache_mode = auto`) finds the generic plan dearer than a custom one for
+    the arrays at hand and plans every execution anew."""
+    from peloton.store import bulk
+
+    with db.transaction(sessions) as s:
+        s.execute(text("INSERT INTO jobs (id, name, owner, respool, spec, state, desired, reason, priority, "
+                       "created_at, updated_at, completed_at) VALUES ('j', 'j', '', '/', '{}', 'RUNNING', "
+                       "'RUNNING', '', 0, 1, 1, 0)"))
+        s.execute(text("INSERT INTO tasks (job_id, instance, gang_index, attempt, state, host, address, ports, "
+                       "gpu_ids, exit_code, reason, message, started_at, finished_at, updated_at) "
+                       "SELECT 'j', i, 0, 1, 'RUNNING', '', '', '[]', '[]', NULL, '', '', 0, 0, 0 "
+                       "FROM generate_series(0, 7) AS i"))
+        s.execute(text("INSERT INTO gangs (job_id, idx, instances, state, attempt, reason, launch_deadline, "
+                       "updated_at) VALUES ('j', 0, '[0,1,2,3,4,5,6,7]', 'RUNNING', 1, '', 0, 0)"))
+    kept = KeptConnection(sessions)
+    try:
+        for n in range(10):  # PostgreSQL weighs the generic plan from the sixth execution on
+            step = [bulk.Update(repo._JOBS, ("id",), repo._JOB_COLS, [("j", "RUNNING", "RUNNING", "", n, 0.0)]),
+                    bulk.Update(repo._GANGS, ("job_id", "idx"), repo._GANG_COLS,
+                                [("j", 0, "RUNNING", 1, "", 0.0, float(n), 0, "")]),
+                    bulk.Update(repo._TASKS, ("job_id", "instance"), repo._TASK_COLS,
+                                [("j", i, 1, "RUNNING", "h", "", "[]", "[]", 0, "", "", 0.0, float(n), float(n))
+                                 for i in range(8)])]
+            event = bulk.Insert(repo._EVENTS, repo._EVENT_COLS)
+            event.rows.append(("j", 0, 8, 1, "RUNNING", float(n), "h", "", "", None))
+            with kept.raw_transaction() as tx:
+                bulk.commit_batch(tx, [event], step)
+        with kept.raw_transaction() as tx:
+            cur, _ = bulk.cursor(tx)
+            cur.execute("SELECT generic_plans, custom_plans FROM pg_prepared_statements "
+                        "WHERE name LIKE 'peloton_batch_%'")
+            plans = cur.fetchall()
+            cur.execute("SHOW plan_cache_mode")
+            assert cur.fetchone()[0] == "force_generic_plan"
+            cur.close()
+        assert plans == [(10, 0)], plans  # one shape, ten executions, none planned for its own parameters
+    finally:
+        kept.close()
+    with db.transaction(sessions) as s:  # back in the pool: reset
+        assert s.execute(text("SHOW plan_cache_mode")).scalar_one() == "auto"
+        assert s.execute(text("SELECT max(finished_at) FROM tasks")).scalar_one() == 9.0
