@@ -20,6 +20,7 @@ execute_values (a multi-row INSERT of its own) and with COPY written row by row.
 from __future__ import annotations
 
 import functools
+import hashlib
 import io
 import re
 import weakref
@@ -271,9 +272,13 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
 
 
 # A batch statement's text is prepared on the server once per connection and shape (commit_batch, psycopg2): parsed
-# and planned once, where its ~5 KB of CTEs took PostgreSQL 0.2-0.3 ms to plan at every commit (EXPLAIN ANALYZE).
+# once, and on a writer's connection planned once (db.WRITER_PG_SETTINGS keeps its generic plan), where its ~5 KB of
+# CTEs took PostgreSQL 0.2-0.3 ms to plan at every commit (EXPLAIN ANALYZE).
 # Prepared in autocommit, outside any transaction (a PREPARE that failed would abort the batch's); one that fails is
-# not tried again on that connection, and the batch goes as text.
+# not tried again on that connection, and the batch goes as text. Its name is a hash of its text: a name stands for
+# one statement whichever client prepared it, so an EXECUTE that reaches a server session prepared by another client
+# (a pooler between) runs what it means or finds no such name (then the batch goes as text), never another shape's
+# statement with this one's parameters; and a PREPARE that finds its name there already has it.
 PREPARED_PER_CONNECTION = 128  # shapes: a group commit's repeat (a gang's create, intent, RUNNING, end, by size)
 _PREPARED: weakref.WeakKeyDictionary[Any, dict[str, str | None]] = weakref.WeakKeyDictionary()
 _NOT_PREPARING: weakref.WeakSet[Any] = weakref.WeakSet()  # connections whose prepared names went missing
@@ -290,14 +295,22 @@ def _prepared(cur: Any, sql: str) -> str | None:
         return names[sql]
     if len(names) >= PREPARED_PER_CONNECTION:
         return None
-    name: str | None = f"peloton_batch_{len(names)}"
+    name: str | None = statement_name(sql)
     try:
         cur.execute(f"PREPARE {name} AS {_numbered(sql)}")
         count_statement("PREPARE", "*")
+    except psycopg2.errors.DuplicatePreparedStatement:
+        pass  # prepared on this server session by another client: the same text (its name says so)
     except _NOT_PREPARED:
         name = None
     names[sql] = name
     return name
+
+
+@functools.lru_cache(maxsize=1024)
+def statement_name(sql: str) -> str:
+    """The name a batch text is prepared under: the same for the same text on every connection."""
+    return "peloton_batch_" + hashlib.blake2b(sql.encode(), digest_size=10).hexdigest()
 
 
 @functools.lru_cache(maxsize=1024)

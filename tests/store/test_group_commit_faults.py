@@ -249,6 +249,51 @@ def test_a_prepared_batch_is_prepared_again_on_a_connection_that_replaced_its_ow
         assert (repo.get_meta(s, "a"), repo.get_meta(s, "b")) == ("1", "1")
 
 
+@pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
+def test_a_prepared_batchs_name_stands_for_its_text_whichever_client_prepared_it(
+        sessions: sessionmaker[Session]) -> None:
+    """Behind a pooler in transaction mode, one server session serves several clients, each with its own idea of
+    what it prepared there. Were names handed out in order (the first shape a client prepares is `..._0`), a
+    client's EXECUTE could reach a session where another client had prepared that name as another shape, and run
+    that statement with this one's parameters. A name is a hash of the text: a client that finds its name prepared
+    already uses it, and another shape has another name. (One connection stands for the shared session here; its
+    record of what it prepared is forgotten, as another client's would never have had it.)"""
+    from peloton.store.models import MetaRow
+
+    table: Any = MetaRow.__table__
+    kept = db.KeptConnection(sessions)
+
+    def commit(*keys: str) -> None:
+        with kept.raw_transaction() as tx:
+            ins = bulk.Insert(table, ("key", "value"))
+            ins.rows += [(k, "1") for k in keys]
+            bulk.commit_batch(tx, [ins], [])
+
+    def prepared() -> dict[str, str]:
+        with kept.transaction() as s:
+            return dict(s.execute(text("SELECT name, statement FROM pg_prepared_statements")).all())
+
+    try:
+        commit("a")  # one row: a shape prepared by "the first client"
+        (one,) = prepared()
+        with kept.raw_transaction() as tx:
+            cur, _ = bulk.cursor(tx)
+            bulk._PREPARED.pop(cur.connection)  # "another client" on the same server session
+            cur.close()
+        commit("b", "c")  # another shape: another name, not the first client's
+        commit("d")  # the first shape again: found prepared there, used
+        names = prepared()
+        assert len(names) == 2 and one in names
+        with kept.raw_transaction() as tx:
+            cur, _ = bulk.cursor(tx)
+            assert set(bulk._PREPARED[cur.connection].values()) == set(names)  # (both executed by name)
+            cur.close()
+    finally:
+        kept.close()
+    with db.transaction(sessions) as s:
+        assert [repo.get_meta(s, k) for k in "abcd"] == ["1", "1", "1", "1"]
+
+
 def test_a_job_created_and_stopped_in_a_batch_that_fails_is_created_as_it_was_on_its_own(
         writer: Writer, sessions: sessionmaker[Session]) -> None:
     """A group commit that fails for another mutation (here a taken job id) is committed again a mutation at a
