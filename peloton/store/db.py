@@ -138,6 +138,24 @@ def make_engine(url: str, application_name: str = "", durability: str = FULL) ->
     return _count_statements(_make_engine(url, application_name, durability))
 
 
+# A PostgreSQL connection that hears nothing back (the server's host lost power, a partition) fails within these
+# instead of waiting for the kernel's retransmissions (~15 minutes, tcp_retries2) or, when what was sent had been
+# acknowledged (a statement running), for ever; then it is an unavailable store (StoreUnavailable, the writer
+# reloads, the connection is replaced). TCP_USER_TIMEOUT bounds data sent and not acknowledged; keepalive probes
+# (after this many seconds idle, every so many seconds, so many unanswered) a connection with nothing outstanding.
+# Neither fires while the server's host is up, however long a statement runs there: its kernel answers both.
+STORE_TCP_USER_TIMEOUT_MS = 30_000
+STORE_KEEPALIVE = (10, 5, 3)  # idle s, interval s, count
+
+
+def _tcp_limits(url: str) -> dict[str, int]:
+    """The libpq parameters for the limits above, but those the URL sets itself (`?keepalives_idle=60`)."""
+    limits = {"keepalives": 1, "keepalives_idle": STORE_KEEPALIVE[0], "keepalives_interval": STORE_KEEPALIVE[1],
+              "keepalives_count": STORE_KEEPALIVE[2], "tcp_user_timeout": STORE_TCP_USER_TIMEOUT_MS}
+    given = make_url(url).query
+    return {k: v for k, v in limits.items() if k not in given}
+
+
 def _make_engine(url: str, application_name: str = "", durability: str = FULL) -> Engine:
     url = _normalize(url)
     if _is_sqlite(url):
@@ -168,6 +186,7 @@ def _make_engine(url: str, application_name: str = "", durability: str = FULL) -
     engine = create_engine(url, pool_size=10, max_overflow=20, pool_timeout=10, **psycopg2_only,
                            connect_args={"connect_timeout": 5,
                                          **({"application_name": application_name} if application_name else {}),
+                                         **_tcp_limits(url),
                                          # set either way: the server's own default may be off
                                          "options": f"-c synchronous_commit={'on' if durability == FULL else 'off'}"})
     _ping_idle_connections(engine)
