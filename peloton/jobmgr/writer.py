@@ -33,6 +33,7 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.domain.model import TaskEvent
 from peloton.errors import PelotonError, Unavailable
 from peloton.jobmgr import gang_policy as policy
+from peloton.loop import LOOP_ERRORS
 from peloton.store import bulk, repo
 from peloton.store.db import KeptConnection, StoreUnavailable
 
@@ -316,8 +317,10 @@ class Writer:
 
         def done() -> None:
             # the side effects first: a new gang's enqueue is the next step of its way to running (the caller of a
-            # create, woken next, waits for nothing more); a commit of status updates or intents has none
-            self._perform(eff, self.cache)
+            # create, woken next, waits for nothing more); a commit of status updates or intents has none. What is
+            # committed is committed: a hand-off or publish that raises (a bug) is logged and counted, and the
+            # callers are still answered and the thread goes on (else every later caller waited for ever)
+            self._after_commit("side effects", self._perform, eff, self.cache)
             for m, r in results:
                 m.future.set_result(r)
             for m, err in failed:
@@ -328,11 +331,19 @@ class Writer:
             for key in list(eff.tasks) + list(eff.gangs):
                 if key[0] in self.cache:
                     changed[key[0]] = self.cache[key[0]]
-            self._publish(changed.values(), eff, deleted)
+            self._after_commit("publish", self._publish, changed.values(), eff, deleted)
             for jid in [j for j in set(changed) | need if j in self.cache and self.cache[j].job.state.terminal]:
                 self.cache.pop(jid, None)  # finished: nothing changes it any more (a late update reloads it)
 
         return done
+
+    @staticmethod
+    def _after_commit(step: str, fn: Callable[..., None], *args: Any) -> None:
+        try:
+            fn(*args)
+        except Exception:  # noqa: BLE001 - see done()
+            LOOP_ERRORS.labels("jobmgr-writer").inc()
+            log.exception("job manager: %s after a commit failed", step)
 
     @staticmethod
     def _write(s: bulk.Tx, writes: repo.Writes, eff: policy.Effects) -> None:

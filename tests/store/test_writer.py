@@ -428,3 +428,44 @@ def test_a_fence_installed_after_the_writer_started_checks_its_commits(db_url: s
     finally:
         for e in engines:
             e.dispose()
+
+
+@pytest.mark.parametrize("step", ["side effects", "publish"])
+def test_a_hand_off_that_raises_after_a_commit_leaves_the_callers_answered_and_the_writer_serving(
+        sessions: sessionmaker[Session], step: str) -> None:
+    """What a commit hands on (its side effects, then the watchers' publish) runs on the writer's thread after the
+    commit: one that raises (a bug there) is logged and counted as the writer's loop error, and the commit's callers
+    still get their answers, as do later ones (the thread died with it before: every later caller waited for
+    ever)."""
+    from peloton.loop import LOOP_ERRORS
+
+    rec = Recorded()
+    broken = {"on": True}
+
+    def perform(eff: policy.Effects, views: Views) -> None:
+        if step == "side effects" and broken["on"]:
+            raise RuntimeError("a bug in a hand-off")
+        rec.perform(eff, views)
+
+    def publish(views: Any, eff: policy.Effects, deleted: list[str]) -> None:
+        if step == "publish" and broken["on"]:
+            raise RuntimeError("a bug in a publish")
+        rec.publish(views, eff, deleted)
+
+    errors = LOOP_ERRORS.labels("jobmgr-writer")
+    before = errors._value.get()
+    w = Writer(sessions, publish, perform, clock=lambda: 50.0)
+    w.start()
+    try:
+        create(w, "a")  # answered, though what followed its commit failed
+        assert errors._value.get() == before + 1
+        broken["on"] = False
+        create(w, "b")
+        w.run(stop("a"))
+        assert w.alive
+    finally:
+        w.stop()
+    with db.transaction(sessions) as s:
+        assert {j for j in ("a", "b") if repo.get_job(s, j) is not None} == {"a", "b"}
+        job = repo.get_job(s, "a")
+        assert job is not None and job.state.terminal
