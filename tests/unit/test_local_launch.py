@@ -12,6 +12,7 @@ import os
 import pwd
 import shutil
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -1076,6 +1077,44 @@ def test_the_warm_shell_is_an_execute_only_copy_of_the_shell_kept_up_to_date_whe
     os.chown(data, 1, 1)  # another user's directory
     assert spawner.warm_shell(str(where)) is None
     assert sorted(os.listdir(data)) == ["sandboxes", spawner.WARM_SHELL]  # no copy left half made
+
+
+_RECEIVE_SHORT = r"""
+import json, os, resource, socket, sys
+from peloton.hostmgr.local import spawner
+sock = socket.socket(fileno=int(sys.argv[1]))
+resource.setrlimit(resource.RLIMIT_NOFILE, (16, 16))  # room for a few of the 24 descriptors coming
+before = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+try:
+    spawner.recv_fds_cloexec(sock, 16, 64)
+    print(json.dumps({"raised": None}))
+except ConnectionError as e:
+    after = sorted(int(n) for n in os.listdir("/proc/self/fd"))
+    print(json.dumps({"raised": str(e), "leaked": len(after) - len(before)}))
+"""
+
+
+def test_descriptors_lost_on_their_way_end_the_channel_instead_of_being_matched_to_the_wrong_tasks() -> None:
+    """A process out of descriptors is passed fewer than were sent (MSG_CTRUNC). The daemon matched a spawner's
+    pidfds to its replies in order: one lost would have given later tasks other tasks' pidfds (signals to the wrong
+    process). recv_fds_cloexec says so instead, having closed what did arrive; the daemon takes it as a spawner
+    gone wrong (SpawnerDied), the launcher as its channel's end."""
+    ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+    try:
+        child = subprocess.Popen([PY, "-c", _RECEIVE_SHORT, str(theirs.fileno())], pass_fds=[theirs.fileno()],
+                                 stdout=subprocess.PIPE, text=True, cwd=ROOT)
+        theirs.close()
+        null = [os.open(os.devnull, os.O_RDONLY) for _ in range(24)]
+        try:
+            socket.send_fds(ours, [b"x"], null)
+        finally:
+            for fd in null:
+                os.close(fd)
+        out, _ = child.communicate(timeout=30)
+    finally:
+        ours.close()
+    got = json.loads(out)
+    assert got["raised"] and "MSG_CTRUNC" in got["raised"] and got["leaked"] == 0, got
 
 
 def test_a_wrapper_whose_command_has_the_warm_mark_as_a_word_is_still_its_tasks_wrapper(tmp_path: Path) -> None:

@@ -119,11 +119,9 @@ class _Spawner:
                     frame = self._buf[_HEADER.size:_HEADER.size + size]
                     self._buf = self._buf[_HEADER.size + size:]
                     return frame
-            data, fds, _flags, _addr = socket.recv_fds(self.sock, 1 << 16, _MAX_FDS)
+            data, fds = spawner_main.recv_fds_cloexec(self.sock, 1 << 16, _MAX_FDS)
             if not data:
                 raise EOFError("the spawner exited")
-            for fd in fds:
-                os.set_inheritable(fd, False)
             self._fds += fds
             self._buf += data
 

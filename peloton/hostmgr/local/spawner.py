@@ -490,13 +490,21 @@ def _close_idle_launchers() -> None:
 def recv_fds_cloexec(sock: socket.socket, size: int, maxfds: int) -> tuple[bytes, list[int]]:
     """socket.recv_fds, with the descriptors close-on-exec from their arrival (MSG_CMSG_CLOEXEC). CPython 3.11's
     recv_fds drops its flags argument: the launcher's descriptors of a whole request (every member's gate, logs
-    and sandbox) were inherited by each wrapper it started, and so by each member's command."""
+    and sandbox) were inherited by each wrapper it started, and so by each member's command; and the daemon's,
+    made close-on-exec only after, by whatever another of its threads started meanwhile. ConnectionError when
+    descriptors were lost on the way (MSG_CTRUNC)."""
     fds = array.array("i")
-    data, ancillary, _flags, _addr = sock.recvmsg(size, socket.CMSG_LEN(maxfds * fds.itemsize),
-                                                  socket.MSG_CMSG_CLOEXEC)
+    data, ancillary, flags, _addr = sock.recvmsg(size, socket.CMSG_LEN(maxfds * fds.itemsize),
+                                                 socket.MSG_CMSG_CLOEXEC)
     for level, kind, payload in ancillary:
         if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
             fds.frombytes(payload[:len(payload) - len(payload) % fds.itemsize])
+    if flags & socket.MSG_CTRUNC:
+        # some descriptors were dropped (this process is out of them, or more came than room was made for): the
+        # rest would be matched to the wrong tasks, so the channel is done with
+        for fd in fds:
+            os.close(fd)
+        raise ConnectionError("descriptors sent to this process were lost (MSG_CTRUNC): out of file descriptors?")
     return data, list(fds)
 
 
