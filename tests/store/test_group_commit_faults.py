@@ -6,10 +6,8 @@ that fails with a job's create and a change of that job in it."""
 from __future__ import annotations
 
 import dataclasses
-import threading
 import time
 from collections.abc import Iterator
-from concurrent.futures import Future
 from typing import Any
 
 import pytest
@@ -25,6 +23,7 @@ from peloton.errors import NotFound
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writer
 from peloton.store import bulk, db, repo
+from tests.store.test_writer import _queued
 
 
 class Recorded:
@@ -57,16 +56,6 @@ def _creating(job_id: str, instances: int = 2) -> Mutation[Any]:
 
 def _stop(job_id: str) -> Mutation[policy.Effects]:
     return Mutation(Kind.APPLY, [job_id], apply=lambda v, now: policy.stop_job(v[job_id], now))
-
-
-def _queued(w: Writer, mutations: list[Mutation[Any]]) -> list[Future[Any]]:
-    """Submit `mutations` behind a blocker, so that they are committed as one group commit."""
-    hold = threading.Event()
-    blocker = w.submit(Mutation(Kind.QUERY, query=lambda views: hold.wait(5)))
-    futures = [w.submit(m) for m in mutations]
-    hold.set()
-    blocker.result(5)
-    return futures
 
 
 AWKWARD = ["", "NULL", "null", '"', "\\", '\\"', "a,b", "{x}", "{", "}", " lead", "trail ", "\t\n\r", "é日本🎉",

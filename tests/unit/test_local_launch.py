@@ -18,6 +18,7 @@ import sys
 import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -613,6 +614,18 @@ def _ended(pid: int) -> bool:
         return True
 
 
+def _one_idle_warm_wrapper(sp: Any, sandboxes: Path) -> int:
+    """The pid of the warm wrapper of user `daemon` that `sp` (warm=1) starts after a first member of that user."""
+    sp.send(_gang(sandboxes, ["first"], ["true"], "daemon"))
+    (r,) = sp.receive()
+    assert isinstance(r, Started) and r.pidfd is not None
+    os.close(r.pidfd)
+    sp.let_go()
+    wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)
+    (idle,) = _warm_below(sp.proc.pid)
+    return int(idle)
+
+
 def _as_the_backend_makes_it(sandboxes: Path) -> None:
     """The sandboxes directory and the one above it (the data directory, where another user's warm wrappers find
     spawner.WARM_SHELL) searchable by anyone, as the local backend makes them when tasks run as other users."""
@@ -961,13 +974,7 @@ def test_a_users_processes_cannot_write_into_the_gate_of_its_idle_warm_wrapper(t
     _as_the_backend_makes_it(tmp_path)
     sp = _Spawner(inherited(os.environ), warm=1)
     try:
-        sp.send(_gang(tmp_path, ["first"], ["true"], "daemon"))
-        (r,) = sp.receive()
-        assert isinstance(r, Started) and r.pidfd is not None
-        os.close(r.pidfd)
-        sp.let_go()
-        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)
-        (idle,) = _warm_below(sp.proc.pid)
+        idle = _one_idle_warm_wrapper(sp, tmp_path)
         script = "go\nexit 0\n"  # (it would have run it, and ended)
         as_user = subprocess.run(
             ["/bin/sh", "-c", f"printf '%s' \"$1\" > /proc/{idle}/fd/0 || exit 9; chmod 666 /proc/{idle}/fd/0",
@@ -1026,13 +1033,7 @@ def test_a_users_processes_cannot_take_over_its_idle_warm_wrapper(tmp_path: Path
     _as_the_backend_makes_it(tmp_path)
     sp = _Spawner(inherited(os.environ), warm=1)
     try:
-        sp.send(_gang(tmp_path, ["first"], ["true"], "daemon"))
-        (r,) = sp.receive()
-        assert isinstance(r, Started) and r.pidfd is not None
-        os.close(r.pidfd)
-        sp.let_go()
-        wait_for(lambda: len(_warm_below(sp.proc.pid)) == 1)
-        (idle,) = _warm_below(sp.proc.pid)
+        idle = _one_idle_warm_wrapper(sp, tmp_path)
         assert os.stat(f"/proc/{idle}/environ").st_uid == 0  # (/proc's files of a process that is not dumpable)
         copy = tmp_path.parent / spawner.WARM_SHELL
         assert copy.stat().st_uid == 0 and copy.stat().st_mode & 0o777 == 0o111
