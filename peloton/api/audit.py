@@ -19,6 +19,7 @@ import grpc
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
 
+from peloton.api import request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import audit_pb2, audit_pb2_grpc
 from peloton.domain.model import AuditEvent
@@ -33,6 +34,8 @@ AUDIT_BATCH = 500
 AUDIT_QUEUE = 100_000
 DEFAULT_LIMIT = 100
 MAX_LIMIT = 1000
+AUDIT_PRINCIPAL_CHARS = 128  # audit_events.principal
+AUDIT_OBJECT_CHARS = 512  # audit_events.object
 
 RECORDS = Counter("peloton_audit_records_total", "Audit records written", ["allowed"])
 DROPPED = Counter("peloton_audit_records_dropped_total", "Audit records dropped: the store was away too long")
@@ -82,8 +85,8 @@ class AuditLog:
 
     def record(self, principal: str, via: str, method: str, obj: str, allowed: bool, code: str,
                message: str = "") -> None:
-        e = AuditEvent(at=self.clock(), principal=_column(principal, 128), via=_column(via, 32),
-                       method=_column(method.lstrip("/").split(".")[-1], 128), object=_column(obj, 512),
+        e = AuditEvent(at=self.clock(), principal=_column(principal, AUDIT_PRINCIPAL_CHARS), via=_column(via, 32),
+                       method=_column(method.lstrip("/").split(".")[-1], 128), object=_column(obj, AUDIT_OBJECT_CHARS),
                        allowed=allowed, code=_column(code, 32), message=_column(message, None))
         with self._cond:
             if len(self._pending) >= AUDIT_QUEUE:
@@ -148,6 +151,10 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
                 raise InvalidArgument(f"{name}: seconds since the epoch, not {value}", field=name)
         if request.before_id < 0:
             raise InvalidArgument("before_id: must not be negative", field="before_id")
+        # as every request's text: a NUL is a store error on PostgreSQL (INTERNAL), and no record holds more than
+        # its column (record() writes a NUL as \x00 and cuts there)
+        request_checks.text_field(request.principal, "principal", AUDIT_PRINCIPAL_CHARS)
+        request_checks.text_field(request.object, "object", AUDIT_OBJECT_CHARS)
         self.audit.flush()  # what was just done is in the answer
         with transaction(self.read_sessions) as s:
             rows = repo.list_audit_events(s, principal=request.principal, obj=request.object, since=request.since,

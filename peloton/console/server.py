@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import ipaddress
 import json
 import logging
 import re
@@ -51,6 +52,7 @@ TOKEN = re.compile(r"[A-Za-z0-9_.~+/=-]{1,512}")
 SESSION = re.compile(re.escape(SESSION_PREFIX) + r"[A-Za-z0-9_-]{43}")
 ONCE = re.compile(r"([0-9a-f]{8})\.([A-Za-z0-9_-]{43})")  # a one-time login's code: <login id>.<secret>
 HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshake by then is let go
+REQUEST_TIMEOUT_S = 10.0  # a connection silent this long (its request not sent, or its answer not read) is let go
 LOOPBACK_NAMES = ("localhost", "::1")
 ASSET = re.compile(r"[a-z0-9-]+\.(html|js|css|svg)")
 TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
@@ -64,8 +66,24 @@ PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12}|queue|pools|hosts|audit)")
 
 
 def _loopback(host: str) -> bool:
-    host = host.strip("[]")
-    return host in LOOPBACK_NAMES or host.startswith("127.")
+    """`localhost`, or an IP address of loopback. Only an address itself: a name that merely starts like one
+    (`127.0.0.1.nip.io`, `127.attacker.example`) is anyone's to point at 127.0.0.1, the DNS rebinding the Host
+    check is there to stop."""
+    host = host[1:-1] if host.startswith("[") and host.endswith("]") else host
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
+def _host_name(host: str) -> str:
+    """The name of a Host header, without its port: `[::1]:80` and `[::1]` are `[::1]`, `a:80` is `a`."""
+    if host.startswith("["):
+        name, bracket, port = host.partition("]")
+        return name + bracket if bracket and (not port or port.startswith(":")) else ""
+    return host.partition(":")[0] if host.count(":") == 1 else host
 
 
 def _assets() -> dict[str, bytes]:
@@ -183,6 +201,9 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
+    # on every read and write of the connection (StreamRequestHandler.setup): without it a client that connects
+    # and sends nothing keeps its slot for ever, and MAX_CONNECTIONS of them shut everyone out of the console
+    timeout = REQUEST_TIMEOUT_S
     protocol_version = "HTTP/1.0"
     server_version = "peloton-console"
     sys_version = ""
@@ -270,9 +291,7 @@ class _Handler(BaseHTTPRequestHandler):
         was made to resolve to 127.0.0.1 (DNS rebinding) is refused."""
         if not self.console.loopback_only:
             return True
-        host = self.headers.get("Host", "")
-        name = host.rpartition(":")[0] if host.count(":") == 1 or host.endswith("]") or "]:" in host else host
-        return _loopback(name)
+        return _loopback(_host_name(self.headers.get("Host", "")))
 
     def _same_origin(self) -> bool:
         """A changing request from this console's own pages: the browser's Origin (sent with every POST) names
