@@ -143,6 +143,7 @@ class PlacementEngine:
             return bool(resp.release_claims) or bool(resp.probes)
         with ROUNDS.time():
             gangs = resp.gangs
+            placements: list[GangPlacement] = []
             try:
                 self._sync()
                 placements, failures = place_around(gangs, self.index, self.reservations, self.clock(),
@@ -160,8 +161,14 @@ class PlacementEngine:
             except Exception:
                 # nothing was decided: every gang goes back to its queue at once
                 self._version = 0  # and the next round starts from a full copy
+                # ...but those it placed: the claim call may have made their claims all the same (its answer
+                # lost), which would hold the hosts and refuse these very gang attempts as already claimed (tried
+                # again at once, round after round) until they expire. Left unanswered, resmgr takes them back at
+                # this engine's next dequeue and has their claims released before anyone claims them again.
+                tried = {(p.gang_id, p.attempt) for p in placements}
                 self.resmgr.set_placements([], [], [PlacementFailure(g.gang_id, g.job_id, g.attempt,
-                                                                     "placement round failed") for g in gangs],
+                                                                     "placement round failed")
+                                                    for g in gangs if (g.gang_id, g.attempt) not in tried],
                                            [], [], self.id)
                 raise
             self.resmgr.set_placements(claimed, failures, refused, preemptions, reservations, self.id)

@@ -41,7 +41,11 @@ class Holdings:
 
     def hold(self, g: GangRequest) -> None:
         """Record what gang attempt `g` holds (an older attempt's holding is replaced). Its members' hosts are
-        known only for a running gang adopted after a restart; a placed gang gets them with `placed`."""
+        known only for a running gang adopted after a restart; a placed gang gets them with `placed`. An attempt
+        older than the one held is ignored: replacing it would leave the newer one's total in the sums for ever."""
+        cur = self.by_gang.get(g.gang_id)
+        if cur is not None and cur.attempt > g.attempt:
+            return
         self.release(g.gang_id, g.attempt)
         total = g.total
         usage = tuple((m.hostname, m.resources) for m in g.members) if all(m.hostname for m in g.members) else ()

@@ -7,7 +7,8 @@ reconciler's queue check), so a restart of resmgr on its own loses nothing.
 A gang's entry goes WAITING (in the priority queue) -> PLACING (handed to placement, its allocation counted) ->
 READY (placed and claimed) -> HANDED (given to jobmgr) and is dropped only when jobmgr acknowledges that the
 launch intent is durable; a placement jobmgr could not record goes back to WAITING (AckPlacements retry), and one
-handed out and never acknowledged (jobmgr died) goes back after HANDED_TIMEOUT_S. A placement is never lost.
+handed out and never acknowledged (jobmgr died) goes back after HANDED_TIMEOUT_S. A placement is never lost; nor
+is a gang an engine was handed and never answered for (its answer lost): it goes back at that engine's next dequeue.
 
 A placement dropped before jobmgr took it (its job stopped while it was being placed or waited READY, or resmgr
 was reset when the daemon regained the store) holds a claim in the host manager that nobody will launch: its key
@@ -145,6 +146,8 @@ class ResourceManager:
         self._closed = False  # the daemon is stopping: long polls answer at once
         self._engine = Current()  # the placement engine that asks for gangs ("leader")
         self._engines = Engines(engine_lease_s)  # the placement engines that act at once ("shared")
+        # per engine, the gang attempts its dequeues handed it since its last dequeue began (see _unanswered_locked)
+        self._dequeued: dict[str, dict[str, int]] = {}
         self._warned_replaced = False  # a replaced engine kept asking ("leader"): said once
         self._consumer = Current()  # the job manager that takes placements
         self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
@@ -396,13 +399,29 @@ class ResourceManager:
         with self._cond:
             if self._shared:
                 self._engine_begins_locked(engine)
+                self._unanswered_locked(engine)
                 try:
                     return self._dequeue_locked(max_n, deadline, capacity, engine, gone)
                 finally:
                     self._engines.end(engine, self._rate_clock())
             if not self._engine_asks_locked(engine):
                 return []
+            self._unanswered_locked(engine)
             return self._dequeue_locked(max_n, deadline, capacity, engine, gone)
+
+    def _unanswered_locked(self, engine: str) -> None:
+        """An engine answers a round (set_placements) before it dequeues again, so a gang its earlier dequeues
+        handed it that is still PLACING as its own now will never be answered: the answer was lost (a failed
+        SetPlacements, a DequeueGangs answer cut on its way back). Nothing else takes it back from an engine that
+        keeps asking under the same id, so it would hold its pool's share, placed by nobody, for ever: it goes
+        back to the queue now, its claim (if one was made) to be released before it is claimed again."""
+        if not engine:
+            return
+        mine = self._dequeued.pop(engine, None)
+        if mine:
+            self._take_back_locked([e for gid, attempt in mine.items()
+                                    if (e := self._q.live(gid, attempt, State.PLACING)) is not None
+                                    and e.engine == engine])
 
     def wake_engines(self) -> None:
         """A placement engine's call ended (with several engines, one that died: its long poll is to end now,
@@ -457,8 +476,11 @@ class ResourceManager:
         if self._q.reason_changes != changes:
             self._news_for_consumer_locked()  # news for jobmgr's long poll: why gangs wait
         out = []
+        mine = self._dequeued.setdefault(engine, {}) if engine and admitted else None
         for e in admitted:
             e.engine = engine
+            if mine is not None:
+                mine[e.req.gang_id] = e.req.attempt
             QUEUE_WAIT.observe(max(0.0, now - e.queued_at))
             if not e.admitted_at:  # (a gang that failed placement and is admitted again is not counted again)
                 STAGE["queued"].observe(max(0.0, now - e.queued_at))
@@ -473,6 +495,7 @@ class ResourceManager:
         is released by the new one before it claims anything (orphaned claims). False: `engine` was replaced."""
         ok, replaced = self._engine.asks(engine)
         if replaced:
+            self._dequeued.pop(replaced, None)
             back = self._take_back_locked(self._q.placing())
             if back:
                 log.warning("a new placement engine asks: %d gangs the last one was placing go back to the queue",
@@ -514,6 +537,8 @@ class ResourceManager:
         gone = self._engines.gone(self._rate_clock())
         if not gone:
             return
+        for g in gone:
+            self._dequeued.pop(g, None)
         back = self._take_back_locked([e for e in self._q.placing() if e.engine in gone])
         log.warning("placement engine(s) %s silent for %.0f s: %d gangs they were placing go back to the queue",
                     ", ".join(g[:8] for g in gone), self._engines.lease_s, back)
