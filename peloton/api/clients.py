@@ -96,9 +96,10 @@ class TaskEvents:
 
 class ResourceManagerClient(Protocol):
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
-                remove: Sequence[GangKey] = ()) -> None:
+                remove: Sequence[GangKey] = (), call_id: str = "") -> None:
         """Forget `remove` first (as remove_gangs), then queue `gangs` and register `running` (adopted after a
-        restart) as holding their resources: one call for what one batch of side effects sends to resmgr."""
+        restart) as holding their resources: one call for what one batch of side effects sends to resmgr. Applied
+        once per non-empty `call_id`: every try of one call carries the same."""
 
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
         """Long poll for admitted gangs (placement engine `engine`; `capacity`: the cluster's total)."""
@@ -119,8 +120,8 @@ class ResourceManagerClient(Protocol):
     def unknown_gangs(self, gangs: Sequence[GangKey]) -> list[GangKey]:
         """Those of `gangs` resmgr neither queues nor holds an allocation for."""
 
-    def remove_gangs(self, gangs: Sequence[GangKey]) -> None:
-        """Forget these gangs: out of their queue, their allocation released."""
+    def remove_gangs(self, gangs: Sequence[GangKey], call_id: str = "") -> None:
+        """Forget these gangs: out of their queue, their allocation released (once per `call_id`, as enqueue)."""
 
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         """The whole GPUs `pool` would be entitled to if it also asked for `extra_demand`; None while unknown."""

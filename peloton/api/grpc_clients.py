@@ -114,12 +114,13 @@ class GrpcResourceManager(_GrpcClient):
     """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several)."""
 
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
-                remove: Sequence[GangKey] = ()) -> None:
+                remove: Sequence[GangKey] = (), call_id: str = "") -> None:
         adopted = [convert.gang_request_to_proto(g) for g in running]
         for p in adopted:
             p.running = True
         r = self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
-            gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove)), 30)
+            gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove),
+            call_id=call_id), 30)
         if remove and not r.removed:  # a resmgr of an earlier release ignored them (a rolling upgrade)
             self.remove_gangs(remove)
 
@@ -164,8 +165,8 @@ class GrpcResourceManager(_GrpcClient):
         r = self._call("CheckGangs", internal_pb2.CheckGangsRequest(gangs=_keys(gangs)), 30)
         return [(k.gang_id, k.attempt) for k in r.unknown]
 
-    def remove_gangs(self, gangs: Sequence[GangKey]) -> None:
-        self._call("RemoveGangs", internal_pb2.RemoveGangsRequest(gangs=_keys(gangs)), 30)
+    def remove_gangs(self, gangs: Sequence[GangKey], call_id: str = "") -> None:
+        self._call("RemoveGangs", internal_pb2.RemoveGangsRequest(gangs=_keys(gangs), call_id=call_id), 30)
 
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         r = self._call("GetPoolUsage", internal_pb2.GetPoolUsageRequest(

@@ -2,14 +2,17 @@
 releases, enqueues and adoptions to resmgr. Everything that arrived since the last send goes in one call per
 kind (in bounded chunks), and the releases' last chunk rides with the first chunk of enqueues (EnqueueGangs
 forgets its `remove` first): one round trip to resmgr where a batch has both, in the same order as two. A call
-that fails is retried with back-off until it goes through: every one of them is idempotent, and a lost enqueue
-would leave a gang waiting for the periodic check, a lost release would keep its allocation."""
+that fails is retried with back-off until it goes through: a lost enqueue would leave a gang waiting for the periodic
+check, a lost release would keep its allocation. Kills are idempotent. A call to resmgr is tried again as it was,
+with the id of its first try, and resmgr applies it once: a call that went through and whose answer was lost,
+applied again after its gangs were placed and launched, would release what they hold and queue them again."""
 
 from __future__ import annotations
 
 import logging
 import random
 import threading
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -55,6 +58,9 @@ class SideEffects:
         self._busy = False
         self._submitted = 0  # submits so far (each a batch's outbox)
         self._sent = 0  # of those, how many went through
+        # the resmgr call being tried (sender thread only): its id and how many of the outbox's first releases and
+        # enqueues it carries (a retry's outbox starts with them: what arrived meanwhile is appended)
+        self._call: tuple[str, int, int] | None = None
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -138,12 +144,17 @@ class SideEffects:
             sent = set(batch)
             out.preempt = [x for x in out.preempt if x[0] not in sent]
         while out.release or out.enqueue:
-            release, chunk = resmgr_call(out.release, out.enqueue, CHUNK)
+            if self._call is None:
+                release, chunk = resmgr_call(out.release, out.enqueue, CHUNK)
+                self._call = (uuid.uuid4().hex, len(release), len(chunk))
+            call_id, n_release, n_enqueue = self._call
+            release, chunk = out.release[:n_release], out.enqueue[:n_enqueue]
             if chunk:
                 self.resmgr.enqueue([g for g, running in chunk if not running],
-                                    [g for g, running in chunk if running], remove=release)
+                                    [g for g, running in chunk if running], remove=release, call_id=call_id)
             else:
-                self.resmgr.remove_gangs(release)
+                self.resmgr.remove_gangs(release, call_id=call_id)
+            self._call = None
             del out.release[:len(release)]
             del out.enqueue[:len(chunk)]
 

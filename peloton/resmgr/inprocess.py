@@ -37,11 +37,8 @@ class InProcessResourceManager:
 
     @service_errors
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
-                remove: Sequence[GangKey] = ()) -> None:
-        if remove:
-            self.rm.remove(remove)
-        if gangs or running:
-            self.rm.enqueue(gangs, running)
+                remove: Sequence[GangKey] = (), call_id: str = "") -> None:
+        self.rm.apply_call(call_id, remove, gangs, running)
 
     @service_errors
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
@@ -72,8 +69,8 @@ class InProcessResourceManager:
         return self.rm.unknown(gangs)
 
     @service_errors
-    def remove_gangs(self, gangs: Sequence[GangKey]) -> None:
-        self.rm.remove(gangs)
+    def remove_gangs(self, gangs: Sequence[GangKey], call_id: str = "") -> None:
+        self.rm.apply_call(call_id, gangs)
 
     @service_errors
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:

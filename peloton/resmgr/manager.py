@@ -46,6 +46,7 @@ import logging
 import threading
 import time
 import uuid
+from collections import OrderedDict
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
 
@@ -76,6 +77,7 @@ RETRY_AFTER_FAILED_PLACEMENT_S = 1.0
 MAX_IN_FLIGHT = 1024  # gangs admitted and not yet durably launching (see the module docstring)
 HANDED_TIMEOUT_S = 60.0
 UNPARK_EVERY_S = 0.05
+CALLS_REMEMBERED = 4096  # apply_call: ids of the latest calls (a sender retries one call until it goes through)
 MAX_ORPHANED_CLAIMS = 100_000  # kept for the placement engine to release; beyond this the oldest just expire
 
 GangKey = tuple[str, int]  # (gang id, attempt)
@@ -148,6 +150,7 @@ class ResourceManager:
         self._engines = Engines(engine_lease_s)  # the placement engines that act at once ("shared")
         # per engine, the gang attempts its dequeues handed it since its last dequeue began (see _unanswered_locked)
         self._dequeued: dict[str, dict[str, int]] = {}
+        self._calls: OrderedDict[str, None] = OrderedDict()  # the latest calls applied (apply_call), oldest first
         self._warned_replaced = False  # a replaced engine kept asking ("leader"): said once
         self._consumer = Current()  # the job manager that takes placements
         self._capacity: Resources | None = None  # the cluster's, as the placement engine last reported it
@@ -291,6 +294,24 @@ class ResourceManager:
             self._changed_locked()  # new demand: the entitlements move
             QUEUED.set(len(self._q))
             self._cond.notify_all()
+
+    def apply_call(self, call_id: str, remove: Sequence[tuple[str, int]], gangs: Sequence[GangRequest] = (),
+                   running: Sequence[GangRequest] = ()) -> None:
+        """`remove`, then `enqueue(gangs, running)`, as one call of the job manager's side effects: once per
+        `call_id` (its sender tries a call again when it failed, and the failure may have been its answer's alone).
+        Applied again, a call whose gangs have meanwhile been placed and launched would release what they hold and
+        queue them again: their pool over-admitted until they end. An empty id: applied every time."""
+        with self._cond:  # (re-entrant: remove and enqueue take it too, and nothing runs between them)
+            if call_id and call_id in self._calls:
+                return
+            if remove:
+                self.remove(remove)
+            if gangs or running:
+                self.enqueue(gangs, running)
+            if call_id:
+                self._calls[call_id] = None
+                while len(self._calls) > CALLS_REMEMBERED:
+                    self._calls.popitem(last=False)
 
     def remove(self, gang_ids: Sequence[tuple[str, int]]) -> None:
         """Drop gangs (up to the given attempt) from the queue and release their allocation."""

@@ -30,10 +30,9 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
     def EnqueueGangs(self, request: internal_pb2.EnqueueGangsRequest, context: grpc.ServicerContext) -> internal_pb2.EnqueueGangsResponse:
         gangs = [convert.gang_request_from_proto(g) for g in request.gangs]
         running = [g for g, p in zip(gangs, request.gangs, strict=True) if p.running]
-        if request.remove:  # first, as RemoveGangs: a batch's releases come before its new gangs
-            self.rm.remove([(k.gang_id, k.attempt) for k in request.remove])
-        if gangs:
-            self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
+        # `remove` first, as RemoveGangs: a batch's releases come before its new gangs; once per call_id
+        self.rm.apply_call(request.call_id, [(k.gang_id, k.attempt) for k in request.remove],
+                           [g for g, p in zip(gangs, request.gangs, strict=True) if not p.running], running)
         return internal_pb2.EnqueueGangsResponse(removed=True)
 
     @grpc_errors
@@ -97,7 +96,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
 
     @grpc_errors
     def RemoveGangs(self, request: internal_pb2.RemoveGangsRequest, context: grpc.ServicerContext) -> internal_pb2.RemoveGangsResponse:
-        self.rm.remove([(k.gang_id, k.attempt) for k in request.gangs])
+        self.rm.apply_call(request.call_id, [(k.gang_id, k.attempt) for k in request.gangs])
         return internal_pb2.RemoveGangsResponse()
 
     @grpc_errors

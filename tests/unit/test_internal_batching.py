@@ -59,6 +59,7 @@ class Recording:
 
     def __init__(self, fail_at: int = -1) -> None:
         self.calls: list[tuple[str, list[str], list[tuple[str, int]]]] = []
+        self.ids: list[str] = []  # each try's call id (a failed try's too)
         self.fail_at = fail_at
 
     def _record(self, call: tuple[str, list[str], list[tuple[str, int]]]) -> None:
@@ -68,10 +69,12 @@ class Recording:
         self.calls.append(call)
 
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
-                remove: Sequence[tuple[str, int]] = ()) -> None:
+                remove: Sequence[tuple[str, int]] = (), call_id: str = "") -> None:
+        self.ids.append(call_id)
         self._record(("enqueue", [g.gang_id for g in [*gangs, *running]], list(remove)))
 
-    def remove_gangs(self, gangs: Sequence[tuple[str, int]]) -> None:
+    def remove_gangs(self, gangs: Sequence[tuple[str, int]], call_id: str = "") -> None:
+        self.ids.append(call_id)
         self._record(("remove", [], list(gangs)))
 
 
@@ -96,6 +99,22 @@ def test_a_failed_call_leaves_only_what_was_not_sent(monkeypatch: pytest.MonkeyP
     assert out.release == [("r2/0", 1)] and [g.gang_id for g, _ in out.enqueue] == ["e0/0"]
     SideEffects(rm, None)._send(out)  # type: ignore[arg-type]  # the retry sends the rest, once
     assert rm.calls == [("remove", [], [("r0/0", 1), ("r1/0", 1)]), ("enqueue", ["e0/0"], [("r2/0", 1)])]
+
+
+def test_a_failed_call_is_tried_again_as_it_was_with_the_id_of_its_first_try(monkeypatch: pytest.MonkeyPatch) -> None:
+    """resmgr applies a call once by its id (its answer may have been all that was lost), so a try again must be
+    the same call: the same releases and enqueues, though more arrived meanwhile, which go in a call of their own."""
+    monkeypatch.setattr(effects, "CHUNK", 4)
+    rm = Recording(fail_at=0)
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    out = Outbox(release=[("r0/0", 1)], enqueue=[(gang("e0"), False)])
+    with pytest.raises(Unavailable):
+        fx._send(out)
+    out.merge(Outbox(release=[("r1/0", 1)], enqueue=[(gang("e1"), False)]))  # (what a retry's outbox is)
+    fx._send(out)
+    assert rm.calls == [("enqueue", ["e0/0"], [("r0/0", 1)]), ("enqueue", ["e1/0"], [("r1/0", 1)])]
+    assert rm.ids[0] == rm.ids[1] != rm.ids[2] and all(rm.ids)  # the failed try and its try again: one id
+    assert not len(out)
 
 
 def test_a_mark_is_reached_only_once_what_was_submitted_before_it_went_through(
@@ -155,6 +174,18 @@ def test_an_enqueue_forgets_what_it_removes_first(clients: tuple) -> None:
     assert total == 2 and sorted((g.gang_id, g.attempt) for g in queued) == [("a/0", 2), ("c/0", 1)]
     rmc.enqueue([], [], remove=[("c/0", 1)])  # removals alone
     assert [(g.gang_id, g.attempt) for g in rm.queue()[0]] == [("a/0", 2)]
+
+
+def test_a_call_tried_again_is_applied_once(clients: tuple) -> None:
+    """Every try of one call of the side effects carries its id; resmgr applies it once, in-process and over gRPC."""
+    rmc, _, rm, _, _ = clients
+    rmc.enqueue([gang("a")], [], call_id="first")
+    rmc.remove_gangs([("a/0", 1)], call_id="second")
+    rmc.enqueue([gang("a")], [], call_id="first")  # the first call again (its answer lost): applied already
+    rmc.remove_gangs([("a/0", 1)], call_id="second")
+    assert rm.queue()[1] == 0
+    rmc.enqueue([gang("a")], [], call_id="third")
+    assert [(g.gang_id, g.attempt) for g in rm.queue()[0]] == [("a/0", 1)]
 
 
 def test_a_poll_acknowledges_the_batch_before_it_only_on_its_stream(clients: tuple) -> None:

@@ -2,8 +2,8 @@
 whose reply did not, a reply never sent), and what a gang attempt holds meanwhile. Each test failed before its fix.
 
 - What a gang attempt holds: a late older attempt must not replace the newer one's holding (the pool sums would
-  keep the newer one's total for ever). An enqueue repeated after the gang launched (a retry of a call that got
-  through) still frees its share: not fixed, see the xfail test.
+  keep the newer one's total for ever), and an enqueue tried again after the gang launched (a retry of a call
+  that got through) must not free its share.
 - The answers of a placement round that resmgr never got (a lost SetPlacements, a lost DequeueGangs answer) must
   not leave its gangs placing, holding their pool's share, for ever.
 - A claim call that failed after the host manager made the claims must not keep the gangs refused as "already
@@ -46,24 +46,31 @@ def manager(*pools: ResourcePool) -> ResourceManager:
     return ResourceManager(lambda: [ResourcePool("/"), *pools], clock=lambda: 1000.0)
 
 
-# --- an enqueue repeated (a retry after a timeout) --------------------------------------------------------------
+# --- an enqueue tried again (a retry after a lost answer) --------------------------------------------------------------
 
-@pytest.mark.xfail(strict=True, reason="not fixed: the same call from a job manager that recovered (a launch refused "
-                   "and its release lost in a crash) must release the holding and queue the gang again; resmgr cannot "
-                   "tell the two apart (see the review report)")
-def test_an_enqueue_repeated_after_the_gang_launched_neither_places_it_again_nor_frees_its_share() -> None:
+def test_an_enqueue_tried_again_after_the_gang_launched_neither_places_it_again_nor_frees_its_share() -> None:
+    """The job manager's side effects try a call to resmgr again when it failed, and the failure may have been its
+    answer's alone: applied again once the gang was placed and launched, it would release what the gang holds and
+    queue it again (its pool over-admitted until it ended). Every try of a call carries the id of its first, and
+    resmgr applies a call once; another call (a recovered job manager's, with its own id) still applies."""
     rm = manager(ResourcePool("/team", limit=Resources(cpu=4)))
     a = gang("a", n=2, cpu=2, pool="/team")
-    rm.enqueue([a])
+    rm.apply_call("call-1", [], [a])
     assert rm.dequeue(10, SHORT) == [a]
     rm.set_placements([placement(a)], [])
     (p,), _ = rm.take_placements(10, SHORT)
     rm.ack_placements([(p.gang_id, p.attempt)], [])  # its launch intent is durable: a runs, holding cpu 4
-    rm.enqueue([a])  # the sender's retry of the call that queued it (it got through, its answer did not)
+    rm.apply_call("call-1", [], [a])  # the sender's try again of the call that queued it (its answer was lost)
+    rm.apply_call("call-1", [("a/0", 1)], [a])  # (whatever it carried: it was applied)
     assert rm.usage()[0]["/team"].cpu == 4  # what it holds still counts
     b = gang("b", n=1, cpu=2, pool="/team")
-    rm.enqueue([b])
+    rm.apply_call("call-2", [], [b])
     assert b not in rm.dequeue(10, SHORT)  # the pool's limit is taken by a: b waits
+    # a job manager that recovered (a launch refused, its release lost in a crash) releases and queues a anew
+    rm.apply_call("call-3", [("a/0", 1)], [a])
+    held = rm.usage()[0].get("/team")
+    assert held is None or held.cpu == 0
+    assert ("a/0", 1) in [(g.gang_id, g.attempt) for g in rm.queue()[0]]
 
 
 def test_holding_an_older_attempt_keeps_the_newer_one_and_the_sums_match() -> None:

@@ -311,6 +311,11 @@ class EnqueueGangsRequest(_message.Message):
 
     GANGS_FIELD_NUMBER: _builtins.int
     REMOVE_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """The same for every try of one call (its sender's retries after a failure, whose answer may have been the only
+    part lost): resmgr applies a call once. Empty: applied every time (a sender of an earlier release).
+    """
     @_builtins.property
     def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangRequest]: ...
     @_builtins.property
@@ -324,10 +329,11 @@ class EnqueueGangsRequest(_message.Message):
         *,
         gangs: _abc.Iterable[Global___GangRequest] | None = ...,
         remove: _abc.Iterable[Global___GangKey] | None = ...,
+        call_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "remove", b"remove"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "gangs", b"gangs", "remove", b"remove"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -853,6 +859,9 @@ class RemoveGangsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
     GANGS_FIELD_NUMBER: _builtins.int
+    CALL_ID_FIELD_NUMBER: _builtins.int
+    call_id: _builtins.str
+    """as EnqueueGangsRequest's"""
     @_builtins.property
     def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangKey]:
         """drop from queues and release their allocation"""
@@ -861,10 +870,11 @@ class RemoveGangsRequest(_message.Message):
         self,
         *,
         gangs: _abc.Iterable[Global___GangKey] | None = ...,
+        call_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["call_id", b"call_id", "gangs", b"gangs"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
