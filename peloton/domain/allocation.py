@@ -38,6 +38,10 @@ class Holding:
     since: float = 0.0  # when it was placed (or began to run, for a gang adopted after a restart)
     usage: tuple[tuple[str, Resources], ...] = ()  # (hostname, resources) per member; () until placed
     max_runtime_s: float = 0.0  # its sla.max_runtime (0: none)
+    # jobmgr took its placement (its launch intent is durable: LAUNCHING there), or it was adopted running. From
+    # admission until then False: an order to preempt it would be ignored (jobmgr preempts launching or running
+    # gangs only), and the gang it was for would wait for a victim that never lets go
+    launched: bool = True
 
     @property
     def ends_at(self) -> float | None:

@@ -50,7 +50,7 @@ class Holdings:
         total = g.total
         usage = tuple((m.hostname, m.resources) for m in g.members) if all(m.hostname for m in g.members) else ()
         self.by_gang[g.gang_id] = Holding(g.respool, total, g.attempt, g.preemptible, g.priority, g.running_since,
-                                          usage if g.members else (), g.max_runtime_s)
+                                          usage if g.members else (), g.max_runtime_s, launched=bool(usage))
         self.pool_gangs.setdefault(g.respool, {})[g.gang_id] = None
         if g.max_runtime_s:
             self.ending[g.gang_id] = None
@@ -66,6 +66,12 @@ class Holdings:
         if h is not None and h.attempt == attempt:
             h.usage = usage
             h.since = now
+
+    def launched(self, gang_id: str, attempt: int) -> None:
+        """jobmgr took the gang attempt's placement: it may be preempted from now on."""
+        h = self.by_gang.get(gang_id)
+        if h is not None and h.attempt == attempt:
+            h.launched = True
 
     def release(self, gang_id: str, up_to_attempt: int) -> Holding | None:
         """Drop the gang's holding if its attempt is `up_to_attempt` or older; the holding dropped, else None."""

@@ -383,6 +383,7 @@ class ResourceManager:
             for gid, attempt in done:
                 if self._q.live(gid, attempt, State.HANDED) is not None:
                     self._drop_locked(gid)
+                    self._held.launched(gid, attempt)
             for gid, attempt in retry:
                 e = self._q.live(gid, attempt, State.HANDED)
                 if e is not None:

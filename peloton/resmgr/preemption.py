@@ -9,8 +9,8 @@ Two kinds (docs/pools.md, "Preemption"):
 - **priority**: preemptible gangs of the waiting gang's own pool with a lower priority, whatever the entitlements.
 
 Within either, the lowest priority first, then the gang that has run for the shortest time (it loses the least
-work). Non-preemptible gangs, gangs whose hosts are not known yet (still being launched) and gangs already being
-preempted are never candidates. The placement engine then picks the victims among these with the placer
+work). Non-preemptible gangs, gangs not launching yet (admitted or placed, their placement not yet taken by jobmgr,
+which preempts launching and running gangs only) and gangs already being preempted are never candidates. The placement engine then picks the victims among these with the placer
 (placement/victims.py); the resource manager waits a settling window before it asks, so a blip does not preempt.
 
 `find_probes` turns the pools' first starved gangs into probes (a waiting gang with its candidates) for the
@@ -57,7 +57,7 @@ def _victim_order(item: tuple[str, Holding]) -> tuple[int, float, str]:
 
 
 def _eligible(gid: str, h: Holding, excluded: Collection[str]) -> bool:
-    return h.preemptible and bool(h.usage) and gid not in excluded
+    return h.preemptible and bool(h.usage) and h.launched and gid not in excluded
 
 
 def priority_candidates(priority: int, pool: str, holdings: Mapping[str, Holding], in_pool: Iterable[str],

@@ -21,7 +21,7 @@ from peloton.resmgr.manager import (
     PREEMPTIONS,
     ResourceManager,
 )
-from peloton.resmgr.preemption import priority_candidates, reclaim_candidates, shortfall
+from peloton.resmgr.preemption import PROBE_EVERY_S, priority_candidates, reclaim_candidates, shortfall
 from tests.unit.test_resmgr import SHORT, Clock, Pools, failure, gang
 
 CAP = Resources(cpu=16, mem=16384, gpu=8)
@@ -170,7 +170,8 @@ def run(rm: ResourceManager, gangs: list[GangRequest]) -> None:
     got = rm.dequeue(100, SHORT, CLUSTER)
     assert sorted(g.gang_id for g in got) == sorted(g.gang_id for g in gangs)
     rm.set_placements([placed(g) for g in got], [])
-    rm.ack_placements([(g.gang_id, g.attempt) for g in got], [])
+    taken, _ = rm.take_placements(100, SHORT)  # jobmgr takes them...
+    rm.ack_placements([(p.gang_id, p.attempt) for p in taken], [])  # ... and their launch intents are durable
 
 
 def test_reclaim_waits_the_settling_window_then_probes_and_orders_the_chosen_victims() -> None:
@@ -228,6 +229,43 @@ def test_reclaim_waits_the_settling_window_then_probes_and_orders_the_chosen_vic
     pools.pools = [ResourcePool("/"), A]
     rm.refresh_pools()
     assert REGISTRY.get_sample_value("peloton_preemptions_total", {"pool": "/b", "kind": "reclaim"}) is None
+
+
+def test_a_gang_whose_placement_jobmgr_has_not_taken_is_no_victim_until_it_has() -> None:
+    """jobmgr preempts launching and running gangs only: an order for a gang placed but not yet taken (its launch
+    not begun) would be ignored, and the waiting gang would wait for a victim that never lets go until the order is
+    given again. Such a gang is no candidate; once jobmgr took its placement it is."""
+    clock = Clock()
+    pools = Pools(A, B)
+    rm = ResourceManager(pools, clock=clock, preemption_settle_s=10.0)
+    bs = [gang(f"b{i}", n=1, gpu=2, pool="/b", at=i) for i in range(4)]
+    for i, g in enumerate(bs[:3]):
+        clock.t = 1000.0 + i
+        run(rm, [g])
+    clock.t = 1003.0
+    rm.enqueue([bs[3]])  # the newest: placed, its placement not taken by jobmgr yet
+    assert rm.dequeue(10, SHORT, CLUSTER) == [bs[3]]
+    rm.set_placements([placed(bs[3])], [])
+    a = gang("a", n=2, gpu=1, pool="/a", at=100)
+    rm.enqueue([a])
+
+    def probe_at(t: float) -> list[str]:
+        clock.t = t
+        for _ in range(5):
+            got = rm.dequeue(10, SHORT, CLUSTER)
+            if not got:
+                break
+            rm.set_placements([], [failure(a, "hosts short of: gpu 2")])
+            clock.t += 0.3
+        probes = rm.take_probes()
+        return [gid for p in probes for gid, _ in p.candidates]
+
+    probe_at(1010.0)
+    assert probe_at(1020.5) == ["b2/0"]  # (the newest that could go: b3 is not launching yet)
+    rm.set_placements([], [], preemptions=[(("a/0", 1), [])])  # (no victims chosen: asked again later)
+    (p,), _ = rm.take_placements(10, SHORT)
+    rm.ack_placements([(p.gang_id, p.attempt)], [])  # jobmgr took b3's placement: LAUNCHING
+    assert probe_at(1020.5 + PROBE_EVERY_S + 1) == ["b3/0"]
 
 
 def test_a_higher_priority_gang_over_its_pools_entitlement_preempts_in_its_pool_only() -> None:
