@@ -159,6 +159,7 @@ class MesosBackend:
         self.clock = clock
         self._save_fid = save_framework_id
         self._saved_fid = load_framework_id()
+        self._unsaved_fid: str | None = None  # the id whose save failed last (logged once)
         self._transport = transport_factory(opts.framework_config(), self._saved_fid, self._on_event)
         self.protocol = self._transport.protocol
         self._lock = threading.RLock()
@@ -320,6 +321,8 @@ class MesosBackend:
         with self._lock:
             if not self.subscribed:
                 raise _Refused(tasks[0].task_id, "not subscribed to a Mesos master")
+            if self.framework_id != self._saved_fid:  # a restart would register anew, orphaning what runs under it
+                raise _Refused(tasks[0].task_id, f"the framework id {self.framework_id} is not saved yet (store down)")
             by_agent: dict[str, list[LaunchSpec]] = {}
             for t in tasks:
                 a = self._agent_by_name(t.hostname)
@@ -353,11 +356,27 @@ class MesosBackend:
                                                                 self.opts.refuse_seconds)))
         self._hosts_changed(used)
         sent: list[LaunchSpec] = []
-        for a, members, accept in bodies:
+        for i, (a, members, accept) in enumerate(bodies):
             if not self._send(lambda: accept):  # noqa: B023 - called at once, in this iteration
                 self.kill([m.task_id for m in sent + members])
+                self._unsend(bodies[i:], [m for _, rest, _ in bodies[i + 1:] for m in rest])
                 raise LaunchError(members[0].task_id, f"ACCEPT on agent {a.hostname} failed")
             sent += members
+
+    def _unsend(self, bodies: Sequence[tuple[AgentView, list[LaunchSpec], dict[str, Any]]],
+                never_sent: Sequence[LaunchSpec]) -> None:
+        """A gang's launch stopped at a failed ACCEPT: the offers taken from the pool for it and not used (the
+        failed call's, and those of the agents not reached) are declined, else the master keeps them ours until
+        rescinded (never, without --offer_timeout), and the members never sent are dropped from the book, else
+        they count as running on their agents until the next SUBSCRIBED. (A DECLINE of an offer the failed call
+        did use is ignored by the master.)"""
+        offer_ids = [oid["value"] for _, _, body in bodies for oid in body["accept"]["offer_ids"]]
+        with self._lock:
+            for m in never_sent:
+                t = self._tasks.get(m.task_id)
+                if t is not None and t.state == "TASK_STAGING" and t.kill_sent_at is None:
+                    del self._tasks[m.task_id]
+        self._send(lambda: self.protocol.decline(offer_ids, self.opts.refuse_seconds))
 
     def _task_info(self, a: AgentView, role: str, m: LaunchSpec) -> dict[str, Any]:
         env = dict(m.env)
@@ -531,8 +550,7 @@ class MesosBackend:
                 # the framework id is dead for good (torn down or failover timeout expired): register anew
                 log.error("framework %s was removed by the master; registering as a new framework",
                           self.framework_id)
-                self._save_fid(None)
-                self._saved_fid = None
+                self._persist_fid(None)  # (the store may be down: registering anew must not wait for it)
                 self._transport.resume(forget_framework_id=True)
             elif ev.failed_over:
                 log.error("another scheduler subscribed as framework %s: this daemon stops acting for it",
@@ -587,8 +605,10 @@ class MesosBackend:
     def _on_subscribed(self, fid: str, now: float) -> None:
         CONNECTED.set(1)
         if fid != self._saved_fid:
-            self._save_fid(fid)  # before anything else: a restart must come back as this framework
-            self._saved_fid = fid
+            # before anything else: a restart must come back as this framework. If the store does not answer, the
+            # subscription is set up all the same (kills, reconciliation, offers need the ticker) and the ticker
+            # saves the id once it can; launches wait for that (`_launch_gang`)
+            self._persist_fid(fid)
         with self._lock:
             self.suppressed = False  # a SUBSCRIBE lifts the suppression on the master; the ticker acts from now
             self._set_up = True
@@ -600,6 +620,19 @@ class MesosBackend:
             self._cond.notify_all()
         self._hosts_changed(cleared)
         log.info("subscribed to mesos as framework %s; reconciling %d tasks", fid, len(live))
+
+    def _persist_fid(self, fid: str | None) -> bool:
+        """Save the framework id (None: the id is dead); False, logged, when the store does not answer."""
+        try:
+            self._save_fid(fid)
+        except Exception as e:  # noqa: BLE001 - the store is down: the ticker tries again
+            if self._unsaved_fid != fid:  # once, not at every tick
+                log.error("mesos: the framework id %s could not be saved yet: %s", fid, e)
+            self._unsaved_fid = fid
+            return False
+        self._saved_fid = fid
+        self._unsaved_fid = None
+        return True
 
     def _add_offer(self, o: Any, now: float, live: Iterable[_Task]) -> None:
         """`live`: our live tasks on the offer's agent."""
@@ -660,6 +693,9 @@ class MesosBackend:
         return False
 
     def tick(self) -> None:
+        fid = self.framework_id
+        if self._set_up and fid and fid != self._saved_fid:
+            self._persist_fid(fid)  # SUBSCRIBED came while the store did not answer
         now = self.clock()
         decline: list[str] = []
         declined: list[AgentView] = []
