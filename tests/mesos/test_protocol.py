@@ -383,11 +383,32 @@ def test_offer_roles_and_split_offers_and_attribute_kinds() -> None:
            "domain": {"fault_domain": {"region": {"name": "r1"}, "zone": {"name": "z1"}}},
            "executor_ids": [{"value": "e1"}], "unavailability": {"start": {"nanoseconds": 1}}}
     o = parse_offer(raw)
-    assert o.cpus == 3.3 and o.ports == ((1, 2), (5, 6)) and o.role == "*"
+    assert o.cpus == 1.1 and o.ports == ((1, 2), (5, 6)) and o.role == "*"  # (2.2 cpus reserved for role gpu)
     assert o.attributes == {"n": "3", "f": "2.5", "r": "[1-3]", "s": "a,b", "t": "a100"}
     assert o.domain == {"region": "r1", "zone": "z1"} and o.executor_ids == ("e1",) and o.has_unavailability
     a, b = parse_offer({**raw, "id": {"value": "O2"}}), o
-    assert offers_to_host_offer("h", [a, b]).free.cpu == 6.6
+    assert offers_to_host_offer("h", [a, b]).free.cpu == 2.2
+
+
+def test_only_unreserved_resources_count_for_launches() -> None:
+    """Members are launched on unreserved resources (`"role": "*"`): a resource reserved for a role (statically by
+    the operator, or dynamically; old format or refined), revocable or shared is not counted, else a gang would be
+    placed onto resources its launch cannot claim and the master would answer TASK_ERROR."""
+    def scalar(name: str, v: float, **extra: Any) -> dict[str, Any]:
+        return {"name": name, "type": "SCALAR", "scalar": {"value": v}, **extra}
+
+    raw = {"id": {"value": "O1"}, "agent_id": {"value": "S1"}, "hostname": "h", "allocation_info": {"role": "ml"},
+           "resources": [scalar("cpus", 4, role="*"), scalar("gpus", 2),
+                         scalar("cpus", 8, role="ml", reservation={"principal": "ops"}),
+                         scalar("gpus", 4, reservations=[{"type": "STATIC", "role": "ml"}]),
+                         scalar("mem", 1024, reservations=[]),
+                         scalar("cpus", 16, revocable={}),
+                         scalar("disk", 100, shared={}),
+                         {"name": "ports", "type": "RANGES", "ranges": {"range": [{"begin": 9, "end": 9}]},
+                          "reservations": [{"type": "DYNAMIC", "role": "ml"}]}]}
+    o = parse_offer(raw)
+    assert (o.cpus, o.gpus, o.mem, o.disk, o.ports) == (4, 2, 1024, 0, ())
+    assert len(o.resources) == 8 and o.role == "ml"  # (what was offered, all of it, kept as it came)
 
 
 def test_subscribed_error_failure_rescind_and_unknown() -> None:

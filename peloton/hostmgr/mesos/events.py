@@ -100,7 +100,7 @@ class Offer:
     domain: dict[str, str] = field(default_factory=dict)  # {"region": .., "zone": ..} when the agent has one
     has_unavailability: bool = False  # maintenance is scheduled on the agent
     unavailable_at: float | None = None  # ... starting then (Unix seconds)
-    resources: tuple[JSON, ...] = ()  # the raw Resource objects, to launch "as offered" (see calls.take_resources)
+    resources: tuple[JSON, ...] = ()  # the raw Resource objects as offered, reserved ones too (the quantities above: not)
 
 
 @dataclass(frozen=True, slots=True)
@@ -333,6 +333,8 @@ def parse_offer(o: Mapping[str, Any]) -> Offer:
         if not isinstance(r, Mapping):
             continue
         raw_resources.append(dict(r))
+        if not _unreserved(r):
+            continue  # members launch on unreserved resources only (calls.task_resources): these are not ours to use
         name = str(r.get("name", ""))
         kind = r.get("type")
         if kind == "SCALAR":
@@ -374,6 +376,16 @@ def parse_offer(o: Mapping[str, Any]) -> Offer:
         unavailable_at=_window_start(o.get("unavailability")),
         resources=tuple(raw_resources),
     )
+
+
+def _unreserved(r: Mapping[str, Any]) -> bool:
+    """An offered resource a task may claim as unreserved (`"role": "*"`, as calls.task_resources does): not
+    reserved for a role (old format `role` other than "*" or a `reservation`; refined format a non-empty
+    `reservations`), not revocable, not shared. Counting a reserved one would plan members onto resources their
+    launch cannot claim (the master answers TASK_ERROR, and the gang fails)."""
+    if str(r.get("role", "*") or "*") != "*" or r.get("reservation") or _list(r.get("reservations")):
+        return False
+    return "revocable" not in r and "shared" not in r
 
 
 def _window_start(u: Any) -> float | None:
