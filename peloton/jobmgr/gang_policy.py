@@ -410,7 +410,12 @@ def apply_status(jv: JobView, st: TaskStatus, now: float) -> Effects:
             eff.kill.append(st.task_id)
         return eff
     if t.state in TASK_TERMINAL:
-        return eff  # duplicate or late update for a finished member
+        # duplicate or late update for a finished member. A record that ended without success never runs again,
+        # yet its task may: one reported LOST (Mesos TASK_UNREACHABLE, an "unknown" answer) comes back RUNNING
+        # when its agent returns. With no new attempt its id is unchanged, so nothing else would kill it.
+        if st.state == T.RUNNING and t.state in _UNSUCCESSFUL:
+            eff.kill.append(st.task_id)
+        return eff
     if t.state in _NOT_LAUNCHED:
         # about a task id the backend never started (its launch was refused and the gang re-queued as the same
         # attempt; a reconciliation answer that arrived after that): nothing to change, but nothing may run
@@ -468,6 +473,16 @@ def launch_intent(jv: JobView, p: GangPlacement, now: float) -> Effects | None:
         _set_task(jv, t, T.LAUNCHING, now, eff, host=m.hostname, event_reason="placed")
     derive_job_state(jv, now, eff)
     return eff
+
+
+def intent_recorded(jv: JobView, p: GangPlacement) -> bool:
+    """The gang is as `launch_intent` of this placement left it: LAUNCHING as its attempt, every member LAUNCHING
+    on the host it was placed on."""
+    gv = jv.gangs.get(_gang_index(p.gang_id))
+    if gv is None or gv.gang.attempt != p.attempt or gv.gang.state != G.LAUNCHING:
+        return False
+    return all(m.instance in gv.tasks and gv.tasks[m.instance].state == T.LAUNCHING
+               and gv.tasks[m.instance].host == m.hostname for m in p.members)
 
 
 def launch_refused(jv: JobView, gv: GangView, attempt: int, now: float, reason: str) -> Effects:
@@ -711,6 +726,6 @@ def _gang_index(gang_id: str) -> int:
 
 __all__ = [
     "Effects", "GangView", "JobView", "apply_status", "attempts_used", "evict_from_hosts", "on_hosts", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
-    "gang_failed", "gang_id_for", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
+    "gang_failed", "gang_id_for", "intent_recorded", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
     "first_events", "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

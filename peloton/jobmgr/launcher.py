@@ -46,6 +46,7 @@ BATCH = 64  # placements per pass
 UNREACHABLE_RETRY_S = 3.0  # how long a launch that finds no host manager is tried again
 # between its tries: the channel reconnects within a second of the peer's return (server.RECONNECT)
 UNREACHABLE_BACKOFF = Backoff(0.1, 0.5)
+RECORDED_CHECK_S = 2.0  # after a failed intent commit, how long the launcher asks which intents went in anyway
 
 
 def _key(p: GangPlacement) -> tuple[str, int]:
@@ -140,13 +141,21 @@ class Launcher:
                     accepted[(p.gang_id, p.attempt)] = (p, jv.spec)
             return eff
 
+        failure: Exception | None = None
         try:
             self.writer.mutate({p.job_id for p in placements}, intent)
-        except Exception:
-            # nothing recorded: the placements go back to resmgr's queue, their claims are released
-            accepted.clear()
-            self._retry(placements)
-            raise
+        except Exception as e:
+            # With several writer shards the intents commit shard by shard: a failed call may have recorded some
+            # (those gangs are LAUNCHING in the store and must be launched, or they wait for their launch deadline
+            # and lose an attempt). What was not recorded goes back to resmgr's queue, its claim released.
+            recorded = self._recorded(accepted)
+            for k in [k for k in accepted if k not in recorded]:
+                del accepted[k]
+            self._retry([p for p in placements if _key(p) not in accepted])
+            if not accepted:
+                raise
+            failure = e
+            placements = [p for p in placements if _key(p) in accepted]
         stale = [p for p in placements if (p.gang_id, p.attempt) not in accepted]
         with self._acks_mu:
             self._acks += [_key(p) for p in placements]
@@ -183,6 +192,32 @@ class Launcher:
         bad = [res for res in results if res.outcome != LaunchOutcome.OK]
         if bad:
             self._apply_results(bad)
+        if failure is not None:
+            raise failure  # (the loop logs what could not be recorded)
+
+    def _recorded(self, accepted: dict[tuple[str, int], tuple[GangPlacement, JobSpec]]) -> set[tuple[str, int]]:
+        """Of the placements whose intent a failed call tried to record, those the store has (asked job by job, so
+        that one shard still failing does not hide another's answer; unknown counts as not recorded). Asked for
+        RECORDED_CHECK_S at most: a store that does not answer must not hold the launcher up job after job."""
+        found: set[tuple[str, int]] = set()
+        deadline = time.monotonic() + RECORDED_CHECK_S
+        for job_id in {p.job_id for p, _ in accepted.values()}:
+            if time.monotonic() > deadline:
+                break
+            mine = [p for p, _ in accepted.values() if p.job_id == job_id]
+
+            def probe(views: Views, now: float, job_id: str = job_id, mine: list[GangPlacement] = mine
+                      ) -> policy.Effects:
+                jv = views.get(job_id)
+                if jv is not None:
+                    found.update(_key(p) for p in mine if policy.intent_recorded(jv, p))
+                return policy.Effects()
+
+            try:
+                self.writer.mutate([job_id], probe)
+            except Exception:  # noqa: BLE001 - not known to be recorded: treated as not recorded, as before
+                continue
+        return found
 
     def _send_launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
         """LaunchGangs; a call that found no connection is tried again for a few seconds (a host manager that has

@@ -878,8 +878,9 @@ class JobManager:
 
     def reconcile_once(self) -> bool:
         now = self.clock()
-        full = now >= self._full_reconcile_at
-        queue_check = now >= self._queue_check_at
+        # a due time further off than its period means the clock was set back: due now, not once it catches up
+        full = now >= self._full_reconcile_at or self._full_reconcile_at - now > FULL_RECONCILE_S
+        queue_check = now >= self._queue_check_at or self._queue_check_at - now > QUEUE_CHECK_S
         every_gang = queue_check and self._check_every_gang
         if every_gang:
             self._check_every_gang = False
