@@ -293,7 +293,11 @@ class LocalBackend:
             self._hosts[h.hostname] = HostUsage(h)
         self._default_user = (DEFAULT_ROOT_TASK_USER if tasks_run_as_others() else "") if default_user is None \
             else default_user
-        self._data_dir = Path(data_dir)
+        # absolute: a sandbox's path is what its task is given ($PELOTON_SANDBOX, $PELOTON_HOSTFILE: the task runs
+        # in its work/, not in the daemon's directory) and what names it on its wrapper's command line (adoption)
+        self._data_dir = Path(os.path.abspath(data_dir))
+        # as given: a task started by a release that kept it relative names its sandbox so on its command line
+        self._data_dir_given = Path(data_dir)
         self._sandboxes = self._data_dir / SANDBOXES_DIR
         for d in (self._data_dir, self._sandboxes):  # owner-only (tasks' logs and files), or traversable by a task
             private_dir(d, traversable=tasks_run_as_others())  # user to its own sandbox (files.py)
@@ -937,7 +941,10 @@ class LocalBackend:
                 os.killpg(t.pid, signal.SIGKILL)
             if t.cgroup:
                 self._release_cgroup(t.cgroup)
-            st = self._status_from_exit(t.task_id, t.hostname, wrapper.read_exit(t.sandbox), t.kill_wall)
+            ended = wrapper.read_exit(t.sandbox)
+            if ended is None:
+                _mark_ended(t.sandbox)
+            st = self._status_from_exit(t.task_id, t.hostname, ended, t.kill_wall)
             self._unregister([t])
             if t.aborted:
                 continue
@@ -1063,6 +1070,9 @@ class LocalBackend:
         now = self._clock()
         out: list[TaskStatus] = []
         release: list[str] = []
+        # the wrappers that may still be about to write their pid were all spawned before the restart: they are
+        # waited for together, not PID_WAIT_S each in turn (a launch cut short leaves many that never will)
+        pid_deadline = time.monotonic() + PID_WAIT_S
         for tid, e in entries.items():
             cg = e.get("cg")
             if not isinstance(cg, str) or not cgroups.is_task_cgroup(cg):
@@ -1083,14 +1093,19 @@ class LocalBackend:
             hostname = str(e.get("host") or "")
             pid = int(e.get("pid") or 0)
             if pid == 0 and sandbox.is_dir():
-                pid = self._wait_for_pid(sandbox)
+                pid = self._wait_for_pid(sandbox, pid_deadline)
             kill_wall = float(e["kill"]) if isinstance(e.get("kill"), (int, float)) else None
             kill_grace = float(e["grace"]) if isinstance(e.get("grace"), (int, float)) else None
             pidfd = _open_wrapper(pid, sandbox) if pid > 0 else None
+            if pidfd is None and pid > 0 and not self._data_dir_given.is_absolute():
+                pidfd = _open_wrapper(pid, self._data_dir_given / SANDBOXES_DIR / tid)  # (started by a release before)
             host = self._hosts.get(hostname)
             st: TaskStatus | None = None
             if pidfd is None:  # its wrapper is gone
-                st = self._status_from_exit(tid, hostname, wrapper.read_exit(sandbox), kill_wall)
+                ended = wrapper.read_exit(sandbox)
+                if ended is None:
+                    _mark_ended(sandbox)  # (when is not known: it counts from now)
+                st = self._status_from_exit(tid, hostname, ended, kill_wall)
                 if st.state == TaskState.LOST:
                     st = replace(st, message="the task's process ended while the daemon was down" if pid else
                                  "never started: the daemon stopped while launching it")
@@ -1126,8 +1141,7 @@ class LocalBackend:
         return out, release
 
     @staticmethod
-    def _wait_for_pid(sandbox: Path) -> int:
-        deadline = time.monotonic() + PID_WAIT_S
+    def _wait_for_pid(sandbox: Path, deadline: float) -> int:
         while True:
             pid = wrapper.read_pid(sandbox)
             if pid or time.monotonic() >= deadline:
@@ -1162,6 +1176,14 @@ class LocalBackend:
         with contextlib.suppress(OSError):
             path.rename(path.with_name(OLD_INDEX_FILE + ".migrated"))
         return out
+
+
+def _mark_ended(sandbox: Path) -> None:
+    """A task ended without an `exit` (SIGKILLed at the end of its grace, its wrapper killed): the retention counts
+    such a sandbox's age from its directory's last change, which is otherwise the task's start (when its last file
+    was made there), so the end is made that change."""
+    with contextlib.suppress(OSError):
+        os.utime(sandbox, follow_symlinks=False)
 
 
 def _open_wrapper(pid: int, sandbox: Path) -> int | None:

@@ -21,6 +21,7 @@ keeps the order of the appends either way.
 from __future__ import annotations
 
 import contextlib
+import errno
 import json
 import logging
 import os
@@ -46,6 +47,7 @@ class Journal:
         self._stop = False
         self._thread: threading.Thread | None = None
         self._fd = -1
+        self._size = 0  # the journal's length after the last write that landed whole (the one writer's)
         self._appended = 0
         # a write (or a compaction) is under way, by the writer thread or a caller: the one writer of the file at a
         # time; guarded by _cond
@@ -144,15 +146,21 @@ class Journal:
 
     def _write(self, batch: list[tuple[list[Record], Future[None] | None]]) -> None:
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for recs, _ in batch for r in recs)
+        raw = data.encode()
         err: OSError | None = None
         try:
-            os.write(self._fd, data.encode())
+            _write_all(self._fd, raw)
             if any(f is not None for _, f in batch):
                 os.fsync(self._fd)
                 self.fsyncs += 1
+            self._size += len(raw)
         except OSError as e:
             log.exception("local backend: could not write the journal %s", self.path)
             err = e
+            # a write the disk cut short (full) left part of a line, which the next record would be glued to (both
+            # lost at replay): back to the last whole record
+            with contextlib.suppress(OSError):
+                os.ftruncate(self._fd, self._size)
         self._appended += sum(len(recs) for recs, _ in batch)
         for _, f in batch:
             if f is not None:
@@ -164,10 +172,15 @@ class Journal:
     def _rewrite(self, records: list[Record]) -> None:
         """Replace the journal by `records` (the live tasks), atomically."""
         tmp = self.path.with_name(self.path.name + ".tmp")
+        data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
         try:
-            os.write(fd, "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode())
+            _write_all(fd, data)  # (a tmp the disk cut short must not replace the journal: its tasks would be lost)
             os.fsync(fd)
+        except BaseException:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
+            raise
         finally:
             os.close(fd)
         os.replace(tmp, self.path)
@@ -176,4 +189,16 @@ class Journal:
         if old >= 0:
             with contextlib.suppress(OSError):
                 os.close(old)
+        self._size = len(data)
         self._appended = 0
+
+
+def _write_all(fd: int, data: bytes) -> None:
+    """All of `data`, or OSError: a regular file's write is cut short when the disk (or RLIMIT_FSIZE) has room for
+    only part of it, and the next write then fails."""
+    view = memoryview(data)
+    while view:
+        n = os.write(fd, view)
+        if n <= 0:
+            raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+        view = view[n:]

@@ -4,13 +4,14 @@ The task writes its logs itself, with O_APPEND, on descriptors the daemon does n
 daemon), so a log cannot be renamed away from under it: it is copied and truncated (logrotate's `copytruncate`).
 Rotation of `stdout`:
 
-1. `stdout.1` becomes `stdout.2` (and so on; beyond `keep` the oldest is removed);
-2. a new `stdout.1` gets what `stdout` holds, copied in rounds until little is left, the last round right before
+1. a new file gets what `stdout` holds, copied in rounds until little is left, the last round right before
    `stdout` is truncated to 0 (the task's next write lands at its start: O_APPEND). What the task writes in the
    instant between that last copy and the truncation is lost, as with logrotate;
+2. `stdout.1` becomes `stdout.2` (and so on; beyond `keep` the oldest is removed), and the new file `stdout.1`;
 3. `stdout.offset` records how many bytes came before `stdout`'s first byte, so offsets (`task logs -f`, paging)
    stay those of the whole stream: `read` serves an offset from whichever file holds it, and one older than what is
    kept from the oldest kept byte.
+A rotation that fails before the truncation (a full disk) has changed nothing: no file moved, no byte lost.
 
 The sandbox belongs to the task's user, who could put a link where the daemon writes: files are created with
 O_EXCL|O_NOFOLLOW after unlinking what was there, read and truncated only as regular files with one link
@@ -77,7 +78,12 @@ def _copy(src: int, dst: int, start: int, end: int) -> None:
         data = os.pread(src, min(COPY_CHUNK, end - pos), pos)
         if not data:
             return
-        os.write(dst, data)
+        view = memoryview(data)
+        while view:  # a write the disk cut short (full) would drop the rest of the chunk: all of it, or OSError
+            n = os.write(dst, view)
+            if n <= 0:
+                raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC))
+            view = view[n:]
         pos += len(data)
 
 
@@ -109,17 +115,17 @@ def rotate(sandbox: Path, stream: str, max_bytes: int, keep: int) -> int:
 
 def _rotate(sandbox: Path, stream: str, keep: int, owner: tuple[int, int] | None) -> int:
     path = sandbox / stream
+    # everything that can fail for want of space is done before the log is truncated and before the rotated files
+    # move: the copy goes to a file of its own, the new offset too. A rotation that fails (a full disk: the logs are
+    # what fills it) changes nothing, and is tried again at the next check
+    tmp, offset_tmp = sandbox / f".{stream}.1.tmp", sandbox / f".{stream}.offset.tmp"
     fd = os.open(path, os.O_RDWR | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
     try:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_nlink != 1:
             raise OSError(errno.EINVAL, "not a regular file of its own")
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(_rotated(sandbox, stream, keep))
-        for i in range(keep - 1, 0, -1):
-            with contextlib.suppress(FileNotFoundError):
-                os.rename(_rotated(sandbox, stream, i), _rotated(sandbox, stream, i + 1))
-        out = _create(_rotated(sandbox, stream, 1), owner)
+        base = base_offset(sandbox, stream)
+        out = _create(tmp, owner)
         try:
             copied = 0
             for _ in range(MAX_ROUNDS):
@@ -128,21 +134,30 @@ def _rotate(sandbox: Path, stream: str, keep: int, owner: tuple[int, int] | None
                 grew, copied = end - copied, end
                 if grew < LAST_ROUND:
                     break
-            _copy(fd, out, copied, os.fstat(fd).st_size)  # what came during the last round, then at once:
-            os.ftruncate(fd, 0)
-            copied = os.lseek(out, 0, os.SEEK_CUR)
+            tfd = _create(offset_tmp, owner)
+            try:
+                _copy(fd, out, copied, os.fstat(fd).st_size)  # what came during the last round, then at once:
+                copied = os.lseek(out, 0, os.SEEK_CUR)
+                os.write(tfd, f"{base + copied}\n".encode())
+                os.ftruncate(fd, 0)
+            finally:
+                os.close(tfd)
+        except BaseException:
+            for leftover in (tmp, offset_tmp):
+                with contextlib.suppress(OSError):
+                    os.unlink(leftover)
+            raise
         finally:
             os.close(out)
     finally:
         os.close(fd)
-    base = base_offset(sandbox, stream) + copied
-    tmp = sandbox / f".{stream}.offset.tmp"
-    tfd = _create(tmp, owner)
-    try:
-        os.write(tfd, f"{base}\n".encode())
-    finally:
-        os.close(tfd)
-    os.replace(tmp, _offset_file(sandbox, stream))
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(_rotated(sandbox, stream, keep))
+    for i in range(keep - 1, 0, -1):
+        with contextlib.suppress(FileNotFoundError):
+            os.rename(_rotated(sandbox, stream, i), _rotated(sandbox, stream, i + 1))
+    os.rename(tmp, _rotated(sandbox, stream, 1))
+    os.replace(offset_tmp, _offset_file(sandbox, stream))
     return copied
 
 
