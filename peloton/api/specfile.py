@@ -93,6 +93,7 @@ def _fill(msg: Message, doc: Any, path: str, present: set[str]) -> None:
     given: dict[str, str] = {}
     for key, value in doc.items():
         name = key if isinstance(key, str) else _number_text(key, path or "spec") if isinstance(key, int) else str(key)
+        _utf8(name, _join(path, checks.key(name)))
         fd = cast("FieldDescriptor | None", desc.fields_by_name.get(name) or by_json.get(name))
         if fd is None:
             known = ", ".join(f.name for f in desc.fields)
@@ -114,9 +115,13 @@ def _set(msg: Message, fd: FieldDescriptor, value: Any, field: str, present: set
             raise checks.bad(field, f"expected a mapping of NAME: value, got {_kind(value)}")
         target = getattr(msg, fd.name)
         for k, v in value.items():
+            if k is None:  # `NULL: 1`: YAML's null, whose text is gone (str() of it would name the variable None)
+                raise checks.bad(field, "a name YAML reads as null (null, Null, NULL, ~ or nothing): quote it, e.g. "
+                                        '"NULL": value')
             name = _env_name(k, field)
-            target[name] = _env_value(v, f"{field}.{checks.key(name)}") if fd.name == "env" else _map_text(
-                v, f"{field}.{checks.key(name)}")
+            where = f"{field}.{checks.key(name)}"
+            _utf8(name, where)
+            target[name] = _utf8(_env_value(v, where) if fd.name == "env" else _map_text(v, where), where)
         return
     if _repeated(fd):
         if not isinstance(value, list):
@@ -147,7 +152,7 @@ def _scalar(fd: FieldDescriptor, v: Any, field: str) -> Any:
     if t == FieldDescriptor.TYPE_STRING:
         if not isinstance(v, str):
             raise checks.bad(field, f"expected text, got {_kind(v)}")
-        return v
+        return _utf8(v, field)
     if t == FieldDescriptor.TYPE_BOOL:
         b = _BOOLEANS.get(v.strip().lower()) if isinstance(v, str) else v if isinstance(v, bool) else None
         if b is None:
@@ -196,6 +201,16 @@ def _duration_ns(v: Any, field: str) -> int:
     return ns
 
 
+def _utf8(v: str, field: str) -> str:
+    """`v`, which protobuf can hold: YAML's escapes can write a lone surrogate ("\\ud800"), which no UTF-8 text
+    holds and protobuf refuses with a UnicodeEncodeError (a map key or field name: a SystemError)."""
+    try:
+        v.encode("utf-8")
+    except UnicodeEncodeError:
+        raise checks.bad(field, "is not valid UTF-8 text (lone surrogate)") from None
+    return v
+
+
 def _number_text(v: int | float, field: str) -> str:
     try:
         return str(v)
@@ -232,6 +247,10 @@ def parse_spec(text: str, source: str = "spec", *, partial: bool = False) -> job
     of _REQUIRED that is absent (or null) is refused as "required" unless `partial` (a fragment, in tests)."""
     try:
         doc = yaml.load(text, Loader=_TextLoader)  # noqa: S506 - a SafeLoader with fewer implicit types
+    except yaml.reader.ReaderError as e:  # a character YAML does not allow (NUL, a control character)
+        ch = e.character if isinstance(e.character, int) else ord(e.character)
+        raise InvalidArgument(f"{source}: not valid YAML: character #x{ch:04x} at position {e.position + 1}: "
+                              f"{_cut(e.reason)}", field=source) from None
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" at line {mark.line + 1}, column {mark.column + 1}" if mark is not None else ""

@@ -92,13 +92,18 @@ def _read_spec(path: str) -> job_pb2.JobSpec:
     from peloton.api.specfile import parse_spec
 
     try:
-        if path == "-":
-            text = sys.stdin.read()
+        if path == "-":  # bytes where there are (a test's stdin may be text): decoded as a file is
+            stdin = getattr(sys.stdin, "buffer", None)
+            raw: bytes | str = stdin.read() if stdin is not None else sys.stdin.read()
         else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read()
+            with open(path, "rb") as f:
+                raw = f.read()
     except OSError as e:
         raise InvalidArgument(f"-f: cannot read {path}: {e.strerror}") from None
+    try:
+        text = raw if isinstance(raw, str) else raw.decode("utf-8")
+    except UnicodeDecodeError as e:  # once a traceback (a file) or "not valid YAML: syntax error" (stdin)
+        raise InvalidArgument(f"{path}: not UTF-8 text (at byte {e.start + 1})", field=path) from None
     return parse_spec(text, source=path)
 
 

@@ -127,6 +127,47 @@ _VALUED = frozenset({"--address", "--context", "--tls-ca", "--client-cert", "--c
                      "--rpc-timeout", "-o", "--output"})
 
 
+INT32_MAX = 2**31 - 1  # what an int32 field of a request holds (limits.INT32_MAX, not imported: start-up time)
+
+
+def int32(text: str) -> int:
+    """An argparse type for a flag that fills an int32 field of a request: a whole number that protobuf can hold,
+    else the flag's usage error (exit 2; protobuf would raise ValueError, a traceback). Its own range (not negative,
+    at least 1, ...) is checked where it is used, or by the daemon."""
+    try:
+        n = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid int value: {text!r}") from None  # argparse's own words
+    if not -INT32_MAX - 1 <= n <= INT32_MAX:
+        raise argparse.ArgumentTypeError(f"at most {INT32_MAX}, got {text}" if n > 0 else
+                                         f"at least {-INT32_MAX - 1}, got {text}")
+    return n
+
+
+def seconds(text: str) -> float:
+    """An argparse type for a flag of seconds (`--timeout`, `--reconnect-grace`): a finite number, not negative
+    (`nan`, `inf` and `1e309` once reached the transport's deadline arithmetic: a traceback)."""
+    import math
+
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid float value: {text!r}") from None  # argparse's own words
+    if not math.isfinite(value):
+        raise argparse.ArgumentTypeError(f"must be a finite number of seconds, got {text!r}")
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"must not be negative, got {text}")
+    return value
+
+
+def positive_seconds(text: str) -> float:
+    """`seconds`, and more than 0 (`--rpc-timeout`: a call with no time at all can only fail)."""
+    value = seconds(text)
+    if value <= 0:
+        raise argparse.ArgumentTypeError(f"must be more than 0 seconds, got {text}")
+    return value
+
+
 def client_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: object) -> None:
     """Which daemon and how: before the command (`default` None, described in `peloton --help`) and again after it
     on every client command (`default` SUPPRESS: absent unless given, so a value after the command wins over one
@@ -151,7 +192,7 @@ def client_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: 
     p.add_argument("--token", default=default, metavar="TOKEN",
                    help=h("bearer token of a principal (`peloton token create`; $PELOTON_TOKEN; prefer the "
                           "environment or a context: a flag shows in the process list)"))
-    p.add_argument("--rpc-timeout", type=float, default=30.0 if top else default, help=argparse.SUPPRESS)
+    p.add_argument("--rpc-timeout", type=positive_seconds, default=30.0 if top else default, help=argparse.SUPPRESS)
 
 
 def output_flag(sp: argparse.ArgumentParser, what: str = "") -> None:
@@ -162,7 +203,7 @@ def output_flag(sp: argparse.ArgumentParser, what: str = "") -> None:
 
 
 def grace(sp: argparse.ArgumentParser) -> None:
-    sp.add_argument("--reconnect-grace", type=float, default=60.0, metavar="SECONDS",
+    sp.add_argument("--reconnect-grace", type=seconds, default=60.0, metavar="SECONDS",
                     help="how long the daemon may stay unreachable (a restart) before giving up with exit code "
                          "69 (default %(default)g)")
 

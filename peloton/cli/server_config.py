@@ -76,9 +76,12 @@ def _all_text(value: Any) -> bool:
 
 def from_file(path: Path, settings: Mapping[str, argparse.Action]) -> list[str]:
     try:
-        doc = tomllib.loads(path.read_text())
+        doc = tomllib.loads(path.read_text(encoding="utf-8"))
     except OSError as e:
         raise InvalidArgument(f"--config: cannot read {path}: {e.strerror}", field="config") from None
+    except UnicodeDecodeError as e:  # TOML is UTF-8 (this was a traceback)
+        raise InvalidArgument(f"{path}: not valid TOML: not UTF-8 text (at byte {e.start + 1})",
+                              field="config") from None
     except tomllib.TOMLDecodeError as e:
         raise InvalidArgument(f"{path}: not valid TOML: {e}", field="config") from None
     out: list[str] = []

@@ -24,6 +24,11 @@ from peloton.jobmgr import gang_policy as policy
 
 WATCHERS = Gauge("peloton_jobmgr_watchers", "Open WatchJobs streams")
 HISTORY = 100_000  # job changes kept for resuming watchers
+# What one `wait` hands a watcher, at most (the text of its changes, in characters: at most 4 bytes each in UTF-8,
+# plus a few bytes a field): one WatchJobsResponse stays well under a client's default 4 MiB receive limit. Past
+# it, the rest waits for the next call (the revision returned is the last change handed); a single change larger
+# than this goes alone.
+MAX_BATCH_CHARS = 512 * 1024
 
 
 @dataclass(frozen=True, slots=True)
@@ -51,6 +56,12 @@ class JobChange:
     tasks: tuple[TaskChange, ...] = ()
     job_changed: bool = True  # the job's own record changed (not only some of its tasks)
     deleted: bool = False
+
+    def size(self) -> int:
+        """About what this change takes in a message: its text, and 16 for each task's and its own other fields."""
+        return (len(self.job_id) + len(self.state) + len(self.desired) + len(self.reason) + 16
+                + sum(len(t.task_id) + len(t.state) + len(t.host) + len(t.reason) + len(t.message) + 16
+                      for t in self.tasks))
 
     @staticmethod
     def of(job: Job, tasks: Iterable[Task] = (), job_changed: bool = True) -> JobChange:
@@ -191,6 +202,25 @@ class WatchHub:
                 if not ws:
                     del self._by_job[jid]
 
+    def _batch(self, after: int, job_ids: Collection[str], tasks: bool) -> tuple[list[JobChange], int]:
+        """(Under the lock.) The changes after `after` for this watcher, at most MAX_BATCH_CHARS of them (at least
+        one), and the revision they bring it to: the newest when they are all there, else the one before the first
+        left for the next call. Every change once, in order, however many commits a slow watcher is behind."""
+        out: list[JobChange] = []
+        size = 0
+        for i in range(after - self._first + 1, len(self._changes)):
+            c = self._changes[i]
+            if (job_ids and c.job_id not in job_ids) or not (tasks or c.job_changed or c.deleted):
+                continue
+            if not tasks and c.tasks:
+                c = JobChange(c.job_id, c.state, c.desired, c.reason, deleted=c.deleted)
+            n = c.size()
+            if out and size + n > MAX_BATCH_CHARS:
+                return out, self._first + i - 1
+            out.append(c)
+            size += n
+        return out, self._first + len(self._changes) - 1
+
     def wait(self, after: int, timeout_s: float, job_ids: Collection[str] = (), tasks: bool = False
              ) -> tuple[list[JobChange], int, bool]:
         """Changes after revision `after` (of the watched jobs; without `tasks`, job-level only), waiting up to
@@ -207,14 +237,9 @@ class WatchHub:
                 if after < self._first - 1:
                     return [], last, True
                 if last > after:
-                    new = self._changes[after - self._first + 1:]
-                    out = [c for c in new if (not job_ids or c.job_id in job_ids)
-                           and (tasks or c.job_changed or c.deleted)]
-                    if not tasks:
-                        out = [c if not c.tasks else JobChange(c.job_id, c.state, c.desired, c.reason,
-                                                               deleted=c.deleted) for c in out]
+                    out, upto = self._batch(after, job_ids, tasks)
                     if out:
-                        return out, last, False
+                        return out, upto, False
                     after = last  # nothing for this watcher: keep waiting from here
                 left = deadline - time.monotonic()
                 if left <= 0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from peloton.cli.parser import add_command
+from peloton.cli.parser import add_command, int32
 
 
 def register(name: str, g: argparse.ArgumentParser) -> None:
@@ -30,10 +30,10 @@ def _host(h: argparse._SubParsersAction) -> None:
     x.add_argument("--rack", default=None, help="only the hosts of this rack (their label rack)")
     x.add_argument("--label", action="append", default=None, metavar="KEY[=VALUE]",
                    help="only hosts with this label (any value without =VALUE); repeat: every one")
-    x.add_argument("--free-gpus", type=int, default=None, metavar="N",
+    x.add_argument("--free-gpus", type=int32, default=None, metavar="N",
                    help="only hosts in service with at least N GPUs free")
     x.add_argument("--name", default=None, metavar="TEXT", help="only hosts whose name contains TEXT")
-    x.add_argument("--limit", type=int, default=None, metavar="N", help="at most N hosts (1-1000; default: all)")
+    x.add_argument("--limit", type=int32, default=None, metavar="N", help="at most N hosts (1-1000; default: all)")
     x.set_defaults(fn="admin:cmd_host_list")
     x = add_command(h, "get", help="one host: capacity, allocation, tasks, drain, and the GPU model, GPU link and "
                                    "network bandwidth the model-aware cost model assumes of it")
@@ -56,5 +56,5 @@ def _audit(x: argparse.ArgumentParser) -> None:
                    help="only calls about this job id, pool path, host or model")
     x.add_argument("--since", default=None, metavar="DURATION", help="only the last DURATION (30s, 15m, 2h)")
     x.add_argument("--denied", action="store_true", help="only refused calls")
-    x.add_argument("--limit", type=int, default=100, help="at most this many (1-1000, default %(default)s)")
+    x.add_argument("--limit", type=int32, default=100, help="at most this many (1-1000, default %(default)s)")
     x.set_defaults(fn="admin:cmd_audit")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from peloton.cli.parser import add_command, grace, output_flag
+from peloton.cli.parser import add_command, grace, int32, output_flag, seconds
 
 
 def logs_flags(sp: argparse.ArgumentParser, whose: str, follow: str) -> None:
@@ -26,7 +26,7 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
     x.set_defaults(fn="jobs:cmd_job_create")
     x = j.add_parser("plan", help="a model-aware spec's best plans on the cluster now (nothing is created)")
     x.add_argument("-f", "--file", required=True, help="spec file, or - for stdin")
-    x.add_argument("--top", type=int, default=5, help="how many plans (default 5)")
+    x.add_argument("--top", type=int32, default=5, help="how many plans (default 5)")
     x.set_defaults(fn="jobs:cmd_job_plan")
     x = add_command(j, "get", help="state, gangs (and why pending), tasks")
     x.add_argument("job_id")
@@ -66,7 +66,7 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
     x.set_defaults(fn="jobs:cmd_job_delete")
     x = j.add_parser("wait", help="wait for the job to end; exit 0 only if it SUCCEEDED")
     x.add_argument("job_id")
-    x.add_argument("--timeout", dest="wait_timeout", type=float, default=0, metavar="SECONDS",
+    x.add_argument("--timeout", dest="wait_timeout", type=seconds, default=0, metavar="SECONDS",
                    help="give up after this many seconds with exit code 124 (default 0: wait as long as it runs)")
     grace(x)
     x.set_defaults(fn="jobs:cmd_job_wait")

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import argparse
 
-from peloton.cli.parser import add_command
+from peloton.cli.parser import add_command, int32
 
 
 def register(name: str, g: argparse.ArgumentParser) -> None:
@@ -51,5 +51,5 @@ def _queue(x: argparse.ArgumentParser) -> None:
     # `queue list` and `queue ls` read as `queue`, as in the other groups: a pool path starts with /
     x.add_argument("pool", nargs="*", metavar="POOL",
                    help="this pool and its subtree (default: every pool); `peloton queue list [POOL]` is the same")
-    x.add_argument("--limit", type=int, default=1000, metavar="N", help="at most N gangs (default 1000)")
+    x.add_argument("--limit", type=int32, default=1000, metavar="N", help="at most N gangs (default 1000)")
     x.set_defaults(fn="admin:cmd_queue")

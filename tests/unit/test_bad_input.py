@@ -1,0 +1,171 @@
+"""Input that once escaped the rule "bad input gets a clear error naming the field, exit 2, nothing done": a spec
+file's lone surrogates and null variable names, a spec or config file that is not UTF-8, flags whose values
+protobuf or the transport could not hold; and a WatchJobs answer too large for a client to receive."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from peloton.api.specfile import parse_spec
+from peloton.api.v1 import job_pb2
+from peloton.errors import InvalidArgument
+from peloton.jobmgr.service import _change_to_proto
+from peloton.jobmgr.watch import JobChange, TaskChange, WatchHub
+
+PELOTON = [sys.executable, "-m", "peloton.cli.main"]
+TASK = 'task: {command: "true", resources: {cpu: 1}}'
+UNREACHABLE = "127.0.0.1:1"  # every case below is refused before any call
+JOB = "0123456789ab"  # a whole id: the CLI looks nothing up
+
+
+def refused(text: str) -> InvalidArgument:
+    with pytest.raises(InvalidArgument) as e:
+        parse_spec(text, "f.yaml")
+    assert e.value.message.startswith("f.yaml: "), e.value.message
+    return e.value
+
+
+# --- the spec file ------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("text", "field"), [
+    ('name: "\\ud800"\ninstances: 1\n' + TASK, "name"),
+    ('name: x\ninstances: 1\ntask: {command: "a\\udfff", resources: {cpu: 1}}', "task.command"),
+    ('name: x\ninstances: 1\ntask: {command: x, resources: {cpu: 1, mem: "\\ud800"}}', "task.resources.mem"),
+    ('name: x\ninstances: 1\ntask: {command: x, env: {A: "\\ud800"}, resources: {cpu: 1}}', "task.env.A"),
+    ('name: x\ninstances: 1\ntask: {command: x, env: {"\\ud800": a}, resources: {cpu: 1}}', "task.env.\\ud800"),
+    ('name: x\ninstances: 1\ntask: {command: x, env_files: {A: "/\\ud800"}, resources: {cpu: 1}}',
+     "task.env_files.A"),
+    ('"\\ud800": 1\nname: x\ninstances: 1\n' + TASK, "\\ud800"),
+])
+def test_a_lone_surrogate_in_a_spec_file_is_refused_naming_its_field(text: str, field: str) -> None:
+    # YAML's "\ud800" escape makes a string no UTF-8 text holds: protobuf raised UnicodeEncodeError (a field name:
+    # SystemError), a traceback from `job create -f`
+    e = refused(text)
+    assert e.field == field and "lone surrogate" in e.message, e.message
+
+
+@pytest.mark.parametrize("key", ["NULL", "null", "Null", "~"])
+def test_an_environment_variable_named_like_yaml_null_is_refused_not_renamed(key: str) -> None:
+    # `NULL: 1` under task.env was the variable `None`: YAML reads the name as null, and str(None) named it
+    e = refused(f"name: x\ninstances: 1\ntask: {{command: x, env: {{{key}: 1}}, resources: {{cpu: 1}}}}")
+    assert e.field == "task.env" and "quote it" in e.message, e.message
+    e = refused(f"name: x\ninstances: 1\ntask: {{command: x, env_files: {{{key}: /a}}, resources: {{cpu: 1}}}}")
+    assert e.field == "task.env_files", e.message
+    quoted = parse_spec(f'name: x\ninstances: 1\ntask: {{command: x, env: {{"{key}": 1}}, resources: {{cpu: 1}}}}')
+    assert dict(quoted.task.env) == {key: "1"}
+
+
+def test_a_character_yaml_refuses_is_named_with_its_position() -> None:
+    e = refused("name: a\x00b\ninstances: 1\n" + TASK)  # once "not valid YAML: syntax error", nothing more
+    assert e.message == "f.yaml: not valid YAML: character #x0000 at position 8: special characters are not allowed"
+
+
+def cli(*argv: str, stdin: bytes = b"") -> subprocess.CompletedProcess[str]:
+    r = subprocess.run([*PELOTON, "--address", UNREACHABLE, *argv], input=stdin.decode("latin-1"),
+                       capture_output=True, text=True, timeout=60, encoding="latin-1")
+    assert "Traceback" not in r.stderr, r.stderr
+    return r
+
+
+def test_a_spec_file_not_in_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_bytes(b"name: caf\xe9\ninstances: 1\n" + TASK.encode())  # Latin-1
+    r = cli("job", "create", "-f", str(spec))
+    assert (r.returncode, r.stderr) == (2, f"peloton: error: {spec}: not UTF-8 text (at byte 10)\n")
+    r = cli("job", "create", "-f", "-", stdin=spec.read_bytes())
+    assert (r.returncode, r.stderr) == (2, "peloton: error: -: not UTF-8 text (at byte 10)\n")
+
+
+def test_a_spec_with_a_lone_surrogate_is_refused_by_the_cli_in_one_line(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    spec.write_text('name: "\\ud800"\ninstances: 1\n' + TASK)
+    r = cli("job", "create", "-f", str(spec))
+    assert (r.returncode, r.stderr) == (2, f"peloton: error: {spec}: name: is not valid UTF-8 text (lone "
+                                           "surrogate)\n")
+
+
+def test_a_server_config_not_in_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
+    config = tmp_path / "peloton.toml"
+    config.write_bytes(b'listen = "\xff"\n')
+    r = cli("server", "--config", str(config))
+    assert (r.returncode, r.stderr) == (2, f"peloton: error: {config}: not valid TOML: not UTF-8 text (at byte "
+                                           "11)\n")
+
+
+# --- flags --------------------------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("argv", "message"), [
+    # an int32 field of a request: protobuf raised ValueError ("Value out of range"), a traceback
+    (("task", "get", JOB, "99999999999"), "task get: INSTANCE: at most 2147483647, got 99999999999"),
+    (("task", "logs", JOB, "0", "--attempt", "2147483648"), "task logs: --attempt: at most 2147483647, got "
+                                                            "2147483648"),
+    (("job", "plan", "-f", "-", "--top", "99999999999"), "job plan: --top: at most 2147483647, got 99999999999"),
+    (("host", "list", "--free-gpus", "99999999999"), "host list: --free-gpus: at most 2147483647, got 99999999999"),
+    (("queue", "--limit", "-99999999999"), "queue: --limit: at least -2147483648, got -99999999999"),
+    # seconds: nan and inf reached the transport's deadline (int(nan * 1000), a traceback); a negative or nan
+    # grace was taken as it was
+    (("job", "wait", JOB, "--timeout", "nan"), "job wait: --timeout: must be a finite number of seconds, got 'nan'"),
+    (("job", "wait", JOB, "--timeout", "1e309"), "job wait: --timeout: must be a finite number of seconds, got "
+                                                 "'1e309'"),
+    (("job", "wait", JOB, "--timeout", "-1"), "job wait: --timeout: must not be negative, got -1"),
+    (("job", "wait", JOB, "--reconnect-grace", "nan"), "job wait: --reconnect-grace: must be a finite number of "
+                                                       "seconds, got 'nan'"),
+    (("job", "get", JOB, "--watch", "--reconnect-grace", "-5"), "job get: --reconnect-grace: must not be negative, "
+                                                                "got -5"),
+    (("job", "list", "--rpc-timeout", "inf"), "job list: --rpc-timeout: must be a finite number of seconds, got "
+                                              "'inf'"),
+    (("--rpc-timeout", "0", "job", "list"), "--rpc-timeout: must be more than 0 seconds, got 0"),
+])
+def test_a_flag_value_a_request_cannot_hold_is_a_usage_error(argv: tuple[str, ...], message: str) -> None:
+    r = cli(*argv)
+    assert r.returncode == 2, r.stderr
+    assert r.stderr.startswith(f"peloton: error: {message} ("), r.stderr
+    assert len(r.stderr.splitlines()) == 1, r.stderr
+
+
+# --- the watch hub ------------------------------------------------------------------------------------------------
+def big_change(n: int) -> JobChange:
+    """A commit's change of a job of 200 members, each task with a 200-character message: about 60 KB."""
+    tasks = tuple(TaskChange(i, f"job{n:07d}-{i}-1", 1, "FAILED", f"host-{i:04d}", 1, "exited 1", "m" * 200)
+                  for i in range(200))
+    return JobChange(f"job{n:07d}", "RUNNING", "SUCCEEDED", "", tasks)
+
+
+CLIENT_LIMIT = 4 * 1024 * 1024  # what a gRPC client receives in one message by default (the CLI too)
+
+
+def test_a_watcher_far_behind_gets_every_change_once_in_messages_a_client_can_receive() -> None:
+    # A watcher of every job with tasks that fell behind (a slow reader, a reconnect) got everything since in one
+    # WatchJobsResponse: here 120 commits, ~7 MB, over a client's 4 MiB. The client refuses it (RESOURCE_EXHAUSTED),
+    # resumes from the same revision, and is sent the same message again: it never gets past it.
+    hub = WatchHub()
+    for n in range(120):
+        hub.append([big_change(n)])
+    got: list[str] = []
+    after, messages = 0, 0
+    while after < hub.revision:
+        changes, rev, lost = hub.wait(after, 0.0, (), tasks=True)
+        assert not lost and rev > after and changes
+        resp = job_pb2.WatchJobsResponse(stream_id=hub.stream_id, revision=rev,
+                                          changes=[_change_to_proto(c) for c in changes])
+        assert resp.ByteSize() < CLIENT_LIMIT, (messages, resp.ByteSize())
+        got += [c.job_id for c in changes]
+        after, messages = rev, messages + 1
+    assert got == [f"job{n:07d}" for n in range(120)]  # every change, once, in order
+    assert messages > 1
+    # resuming from a revision in the middle of a batch sends what is after it, nothing before
+    changes, rev, _ = hub.wait(100, 0.0, (), tasks=True)
+    assert changes[0].job_id == "job0000100" and rev == 100 + len(changes)
+
+
+def test_the_batches_of_a_filtered_watcher_skip_others_changes() -> None:
+    hub = WatchHub()
+    for n in range(120):
+        hub.append([big_change(n)])
+    wanted = {f"job{n:07d}" for n in (3, 60, 119)}
+    changes, rev, lost = hub.wait(0, 0.0, wanted, tasks=True)
+    assert [c.job_id for c in changes] == sorted(wanted) and rev == 120 and not lost
+    changes, rev, _ = hub.wait(0, 0.0, (), tasks=False)  # without tasks a change is small: all of them at once
+    assert len(changes) == 120 and rev == 120 and all(not c.tasks for c in changes)
