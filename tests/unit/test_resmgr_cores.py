@@ -356,6 +356,7 @@ def test_a_borrower_makes_its_pool_a_reclaim_candidate() -> None:
     got = admission_round(q, h, TWO, _ent(q, h), 10, 0.0, 1.0, set())
     assert [e.req.job_id for e in got] == ["a48", "b16"]  # b16 within /b's share of 32
     h.placed("a48/0", 1, (("h1", R(gpu=48)),), 1.0)
+    h.launched("a48/0", 1)  # (jobmgr took its placement: a victim may be chosen from it)
     q.add(_wide("b32", "/b", 16, 3), 0.0)  # /b wants its share back: 16 more
     ent = _ent(q, h)
     assert ent["/b"].gpu == 32 and h.allocated["/a"].gpu > ent["/a"].gpu
