@@ -136,6 +136,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
     def CreatePool(self, request: respool_pb2.CreatePoolRequest, context: grpc.ServicerContext) -> respool_pb2.CreatePoolResponse:
         pool = validate_pool(convert.pool_from_proto(request.pool))
         with transaction(self.sessions) as s:  # checked against the tree in the transaction that writes it
+            repo.lock_pool_tree(s)  # and no other pool change in between (PostgreSQL: repo.lock_pool_tree)
             pools = {p.path: p for p in repo.list_pools(s)}
             busy = repo.unfinished_jobs_in(s, pool.parent) if pool.parent and pool.path not in pools else 0
             warnings = check_pool(pools, pool, self.rm.capacity(), busy=busy)
@@ -147,6 +148,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
     def UpdatePool(self, request: respool_pb2.UpdatePoolRequest, context: grpc.ServicerContext) -> respool_pb2.UpdatePoolResponse:
         pool = validate_pool(convert.pool_from_proto(request.pool), updating=True)
         with transaction(self.sessions) as s:
+            repo.lock_pool_tree(s)  # as CreatePool
             pools = {p.path: p for p in repo.list_pools(s)}
             if pool.path not in pools:
                 raise NotFound(f"resource pool {pool.path!r} not found", field="pool.path")
@@ -191,6 +193,7 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
         if queued.get(request.path):
             raise FailedPrecondition(f"pool {request.path} has {queued[request.path]} queued gangs")
         with transaction(self.sessions) as s:
+            repo.lock_pool_tree(s)  # as CreatePool: not while a child is being created under it
             repo.delete_pool(s, request.path)
         self.rm.refresh_pools()
         return respool_pb2.DeletePoolResponse()

@@ -803,6 +803,15 @@ def count_task_events(s: Session, job_id: str, instance: int) -> int:
 # --- resource pools ---------------------------------------------------------------------------------------
 # Written by the pool servicer (resmgr/service.py: the tree is checked and written in one transaction, then the
 # resource manager reloads it) and at start ('/'); read whole (list_pools) by the resource and job managers.
+def lock_pool_tree(s: Session) -> None:
+    """Serialize the transactions that change the pool tree: each checks the new pool against the whole tree it has
+    read (domain/pools.py: children within their parent's reservation), which READ COMMITTED on PostgreSQL lets two
+    of them read before either writes (two siblings each passing alone, together over their parent). So each first
+    locks the root's row (always there) until it commits. SQLite's writer lock already serializes them (FOR UPDATE
+    is not rendered there)."""
+    s.execute(select(_POOLS.c.path).where(_POOLS.c.path == "/").with_for_update())
+
+
 def create_pool(s: Session, pool: ResourcePool) -> None:
     """Insert `pool`. AlreadyExists (field 'path') if the path exists; NotFound (field 'path') if the parent does
     not exist. Checked by reading first; on PostgreSQL another call may create the pool (or delete its parent)
