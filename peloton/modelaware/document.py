@@ -34,6 +34,12 @@ MAX_LAYERS = 100_000
 MAX_MEASURED = 1000  # the newest are kept
 MAX_PROFILE_ROWS = 10_000
 BYTES_PER_PARAMETER = 4  # FP32 gradients, when only the count is given
+# alpha_c's least: every step computes for some time (samples/s divides by the step time; below this a faster
+# GPU's scaled compute underflows to 0 s). Far below the fit's floor (1e-9 s), so fitted params always pass.
+MIN_ALPHA_C = 1e-12
+# a document's params (and kappa) at most this: larger ones overflow a prediction to inf and NaN. Far above the
+# fit's bounds (1e4 s, kappa 1e4)
+MAX_PARAM = 1e6
 
 
 @dataclass(frozen=True, slots=True)
@@ -108,7 +114,11 @@ def _obj(v: object, f: str, known: tuple[str, ...]) -> dict[str, object]:
 
 
 def _num(v: object, f: str, *, integer: bool = False, positive: bool = False) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+    try:  # json.loads gives an int of any size: one too large for a float is not a finite number
+        finite = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v)
+    except OverflowError:
+        finite = False
+    if not finite or not isinstance(v, (int, float)) or v < 0:
         raise _bad(f, f"expected a non-negative {'whole number' if integer else 'number'}, got {v!r}")
     if integer and v != int(v):
         raise _bad(f, f"expected a whole number, got {v!r}")
@@ -177,6 +187,9 @@ def parse_params(v: object, f: str) -> CostParams:
         vals[name] = _num(d.get(name, OPTIONAL_PARAMS.get(name)), f"{f}.{name}")
     if vals["gamma"] < 1:
         raise _bad(f"{f}.gamma", f"at least 1, got {vals['gamma']}")
+    if vals["alpha_c"] < MIN_ALPHA_C:
+        raise _bad(f"{f}.alpha_c", f"at least {MIN_ALPHA_C:g} s (every step computes; a step of 0 s has no "
+                                   f"samples/s), got {vals['alpha_c']}")
     return CostParams(**vals, reference=parse_reference(d.get("reference", {}), f"{f}.reference"))
 
 
@@ -208,6 +221,11 @@ def parse_document(doc: object, field: str = "model") -> ModelDocument:
         raise _bad(f"{field}.kind", f"expected {KIND!r}, got {kind!r}")
     desc = _description(d.get("description", {}), f"{field}.description")
     params = parse_params(d["params"], f"{field}.params") if d.get("params") is not None else None
+    if params is not None:  # here, not in parse_params: a job's recorded goal may hold a large prior's params
+        for name in PARAM_NAMES:
+            if name != "gamma" and getattr(params, name) > MAX_PARAM:
+                raise _bad(f"{field}.params.{name}", f"at most {MAX_PARAM:g} (larger overflows a prediction), "
+                                                     f"got {getattr(params, name)}")
     fit = None
     if d.get("fit") is not None:
         fd = _obj(d["fit"], f"{field}.fit", ("rows", "median_error", "p90_error", "source"))

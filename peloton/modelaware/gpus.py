@@ -97,7 +97,11 @@ def load_table(text: str, source: str = "gpu table") -> GpuTable:
         for k in known:
             if k in row:
                 v = row[k]
-                if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v <= 0:
+                try:  # json.loads gives an int of any size: too large for a float is not finite
+                    finite = not isinstance(v, bool) and isinstance(v, (int, float)) and math.isfinite(v)
+                except OverflowError:
+                    finite = False
+                if not finite or v <= 0:
                     raise InvalidArgument(f"{f}.{k}: expected a positive number, got {v!r}", field=f"{f}.{k}")
                 vals[k] = float(v)
         base = rows.get(name.lower())
