@@ -12,7 +12,7 @@ from __future__ import annotations
 import logging
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Collection, Sequence
 from typing import TYPE_CHECKING
 
 from prometheus_client import Counter, Histogram
@@ -195,24 +195,36 @@ class PlacementEngine:
             self._unplaced = {k: t for k, t in self._unplaced.items() if now - t < UNPLACED_MEMORY_S}
             self._unplaced_pruned = now
 
+    def _draining(self) -> set[str]:
+        """The draining hosts (the operators' drains and maintenance windows), for the preemption probes: the sync
+        shows them with nothing free, which the what-ifs cannot tell from full. Unknown (the host manager did
+        not answer): none, as before (the claim still refuses a placement there)."""
+        try:
+            return set(self.hostmgr.drains())
+        except Exception as e:
+            log.warning("placement engine: the host manager's drains are unknown this round: %s", e)
+            return set()
+
     def _probe(self, probes: Sequence[Probe]) -> tuple[list[Preemption], list[Reserved]]:
         """For each waiting gang resmgr sent: the victims whose removal lets the placer place it, if any will do,
         and the hosts it is to get (kept from other gangs until it is placed). On this round's copy of the hosts,
         left as it was."""
         preemptions: list[Preemption] = []
         reservations: list[Reserved] = []
+        draining = self._draining()
         for probe in probes:
             gang = probe.gang
             key = (gang.gang_id, gang.attempt)
-            victims = choose_victims(gang, _candidates(probe.candidates), probe.need,
+            victims = choose_victims(gang, _candidates(probe.candidates, draining), probe.need,
                                      self.index) if probe.candidates else None
             _PROBED[bool(victims)].inc()
             if victims:
                 preemptions.append((key, [(v.gang_id, v.attempt) for v in victims]))
                 r = reserve_after(gang, victims, self.index)
             else:
-                ending = [(c, v.ends_at) for c, v in zip(_candidates(probe.ending), probe.ending, strict=True)]
-                r = reserve(gang, ending, self.index)
+                ending = [(c, v.ends_at) for c, v in zip(_candidates(probe.ending, draining), probe.ending,
+                                                         strict=True)]
+                r = reserve(gang, ending, self.index, draining)
             if r is None:
                 self.reservations.pop((gang.gang_id, gang.attempt), None)
                 continue
@@ -221,11 +233,15 @@ class PlacementEngine:
         return preemptions, reservations
 
 
-def _candidates(victims: Sequence[Victim]) -> list[Candidate]:
+def _candidates(victims: Sequence[Victim], draining: Collection[str] = ()) -> list[Candidate]:
+    """The victims as the what-ifs take them. What one holds on a draining host is not freed in them: no new gang
+    goes there, so stopping it there makes no room (and keeping such a host for the waiting gang would wait for
+    nothing). Its total still counts: it is what the victim gives back to its pool's entitlement."""
     out = []
     for v in victims:
         total = Resources()
         for _, r in v.usage:
             total = total + r
-        out.append(Candidate(v.gang_id, v.attempt, v.usage, total))
+        usage = tuple(u for u in v.usage if u[0] not in draining)
+        out.append(Candidate(v.gang_id, v.attempt, usage, total))
     return out

@@ -23,7 +23,7 @@ max_runtime); the resource manager then admits nothing ordered behind it until i
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, replace
 
 from peloton.domain.placement import GangPlacement, GangRequest, PlacementFailure
@@ -41,8 +41,10 @@ class Reservation:
     start: float | None  # expected start (clock time); None: not known
 
 
-def reserve(gang: GangRequest, ending: Sequence[tuple[Candidate, float]], index: HostIndex) -> Reservation | None:
-    """The hosts to keep for `gang` and when it is expected to start; None if it fits now or never would."""
+def reserve(gang: GangRequest, ending: Sequence[tuple[Candidate, float]], index: HostIndex,
+            closed: Collection[str] = ()) -> Reservation | None:
+    """The hosts to keep for `gang` and when it is expected to start; None if it fits now or never would. `closed`
+    hosts (draining) are never emptied for it: no new gang goes there, however empty they get."""
     freed: list[Candidate] = []
     emptied: dict[str, Vec] = {}
     try:
@@ -56,7 +58,7 @@ def reserve(gang: GangRequest, ending: Sequence[tuple[Candidate, float]], index:
             if hosts is not None:
                 return Reservation(hosts, end)
         # the rest: the hosts with the most free first (GPUs, then cpu), emptied whole, in batches of 1, 2, 4...
-        order = sorted(index.states(), key=lambda h: (-h.gpu, -h.cpu, h.name))
+        order = sorted((h for h in index.states() if h.name not in closed), key=lambda h: (-h.gpu, -h.cpu, h.name))
         i, batch = 0, 1
         while i < len(order):
             for h in order[i:i + batch]:
