@@ -81,6 +81,19 @@ def wait(driver: Any, cond: Any, timeout: float = 20, what: str = "") -> Any:
                              f"console: {driver.get_log('browser')}") from None
 
 
+def click(driver: Any, element_id: str, what: str) -> None:
+    """Click the element of that id once it is there, in the same look (one found and clicked a moment later may
+    have been re-rendered meanwhile: stale)."""
+    def clicked(dr: Any) -> bool:
+        found = dr.find_elements(By.ID, element_id)
+        if not found:
+            return False
+        found[0].click()
+        return True
+
+    wait(driver, clicked, what=what)
+
+
 def act(driver: Any, by: str, value: str, *keys: str) -> None:
     """Click the element (or type `keys` into it), looked up again until it takes: a live page may re-render it
     between the lookup and the action."""
@@ -274,13 +287,12 @@ def test_an_admin_stops_a_job_from_its_page_and_sees_it_end(browser: Any, daemon
     daemon.wait_state(job, "RUNNING")
     log_in(browser, daemon, "alice")
     browser.get(daemon.ui + f"jobs/{job}")
-    stop = wait(browser, lambda dr: dr.find_elements(By.ID, "stop"), what="the stop button")[0]
-    stop.click()
+    click(browser, "stop", "the stop button")
     browser.switch_to.alert.accept()
     wait(browser, lambda dr: "KILLED" in dr.find_element(By.ID, "job-state").text, what="the job KILLED")
     assert not browser.find_elements(By.ID, "stop")
     # ended: it may be deleted, and is gone from the list
-    wait(browser, lambda dr: dr.find_elements(By.ID, "delete"), what="the delete button")[0].click()
+    click(browser, "delete", "the delete button")
     browser.switch_to.alert.accept()
     wait(browser, lambda dr: dr.current_url.endswith("/jobs") and dr.find_elements(By.CSS_SELECTOR, "#jobs-body tr"),
          what="back on the jobs list")

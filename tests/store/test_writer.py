@@ -67,10 +67,9 @@ def test_changes_that_arrive_together_are_committed_together(writer: tuple[Write
     for i in range(20):
         create(w, f"j{i}")
     hold = threading.Event()
-    # keep the writer busy so that the next 20 mutations queue up behind it
-    blocker = w.submit(Mutation(Kind.QUERY, query=lambda views: hold.wait(5)))
-    futures = [w.submit(stop(f"j{i}")) for i in range(20)]
+    blocker = _busy(w, hold)  # the next 20 mutations queue up behind it
     before = len(rec.published)
+    futures = [w.submit(stop(f"j{i}")) for i in range(20)]
     hold.set()
     blocker.result(5)
     for f in futures:
@@ -86,7 +85,7 @@ def test_a_mutation_that_breaks_fails_alone_and_leaves_its_job_as_the_store_has_
     w, _ = writer
     a, b = create(w, "a"), create(w, "b")
     hold = threading.Event()
-    w.submit(Mutation(Kind.QUERY, query=lambda views: hold.wait(5)))
+    _busy(w, hold)
 
     def breaks(views: Views, now: float) -> policy.Effects:
         policy.stop_job(views["b"], now)  # changes b in memory...
@@ -242,10 +241,24 @@ def _sent(before: dict[tuple[str, str], float]) -> dict[tuple[str, str], float]:
     return {k: v - before.get(k, 0.0) for k, v in _statements().items() if v - before.get(k, 0.0)}
 
 
+def _busy(w: Writer, hold: threading.Event) -> Future[Any]:
+    """The writer runs a query that waits for `hold`, once it has begun (a mutation submitted before that could be
+    taken with it, in the same take, and committed on its own)."""
+    began = threading.Event()
+
+    def wait(views: Views) -> bool:
+        began.set()
+        return hold.wait(5)
+
+    blocker = w.submit(Mutation(Kind.QUERY, query=wait))
+    assert began.wait(5)
+    return blocker
+
+
 def _queued(w: Writer, mutations: list[Mutation[Any]]) -> list[Future[Any]]:
     """Submit `mutations` behind a blocker, so that they are committed as one batch."""
     hold = threading.Event()
-    blocker = w.submit(Mutation(Kind.QUERY, query=lambda views: hold.wait(5)))
+    blocker = _busy(w, hold)
     futures = [w.submit(m) for m in mutations]
     hold.set()
     blocker.result(5)
