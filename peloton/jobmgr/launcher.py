@@ -206,15 +206,13 @@ class Launcher:
                 break
             mine = [p for p, _ in accepted.values() if p.job_id == job_id]
 
-            def probe(views: Views, now: float, job_id: str = job_id, mine: list[GangPlacement] = mine
-                      ) -> policy.Effects:
+            def probe(views: Views, job_id: str = job_id, mine: list[GangPlacement] = mine) -> None:
                 jv = views.get(job_id)
                 if jv is not None:
                     found.update(_key(p) for p in mine if policy.intent_recorded(jv, p))
-                return policy.Effects()
 
             try:
-                self.writer.mutate([job_id], probe)
+                self.writer.read_each(probe, [job_id])  # (a read: the job loaded from the store if it was dropped)
             except Exception:  # noqa: BLE001 - not known to be recorded: treated as not recorded, as before
                 continue
         return found
