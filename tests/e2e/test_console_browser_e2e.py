@@ -301,6 +301,38 @@ def test_an_admin_stops_a_job_from_its_page_and_sees_it_end(browser: Any, daemon
     assert errors(browser) == []
 
 
+def test_a_refresh_of_a_page_left_meanwhile_shows_no_error_over_the_page_now_shown(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """A job page's refresh still reading when its job is deleted and the page left: its 404 comes back after the jobs
+    list is shown and must not replace it with "Something went wrong" (this raced in CI: the stop's late events
+    refreshed the job page while its delete was on its way)."""
+    job = daemon.submit(tmp_path, "left-meanwhile")
+    daemon.wait_state(job, "RUNNING")
+    log_in(browser, daemon, "alice")
+    browser.get(daemon.ui + f"jobs/{job}")
+    wait(browser, lambda dr: "RUNNING" in dr.find_element(By.ID, "job-state").text, what="the job page")
+    # the page's reads of the job are held from here, each sent only when the test lets it go
+    browser.execute_script("""
+        window.__held = [];
+        const real = window.fetch;
+        window.fetch = (url, opts) => url === "/api/jobs/" + arguments[0]
+            ? new Promise((done) => window.__held.push(() => done(real(url, opts)))) : real(url, opts);
+    """, job)
+    daemon.cli("job", "stop", job)  # a change on the job's watch: the page refreshes, its read held
+    wait(browser, lambda dr: dr.execute_script("return window.__held.length") > 0, what="the refresh's read")
+    daemon.wait_state(job, "KILLED")
+    act(browser, By.LINK_TEXT, "← Jobs")
+    wait(browser, lambda dr: dr.current_url.endswith("/jobs") and dr.find_elements(By.CSS_SELECTOR, "#jobs-body tr"),
+         what="the jobs list")
+    daemon.cli("job", "delete", job)
+    browser.execute_script("window.__held.forEach((go) => go()); window.__held = [];")  # now answered: 404
+    wait(browser, lambda dr: not dr.find_elements(By.CSS_SELECTOR, f'tr[data-job="{job}"]'), what="the job gone")
+    browser.execute_script("return new Promise((done) => setTimeout(done, 500))")
+    assert browser.find_elements(By.CSS_SELECTOR, "#jobs-body") and "Something went wrong" not in browser.find_element(
+        By.TAG_NAME, "main").text
+    assert [e for e in errors(browser) if "/api/jobs/" + job not in e["message"]] == []
+
+
 def test_a_viewer_sees_no_stop_button_and_a_forged_stop_is_refused(browser: Any, daemon: ConsoleDaemon,
                                                                    tmp_path: Path) -> None:
     job = daemon.submit(tmp_path, "not-yours")

@@ -70,7 +70,10 @@
     return body;
   }
 
-  function showError(e) {
+  // An error of a view already left (a refresh in flight when its job was deleted from its own page) is not shown:
+  // it would replace the view now on the page.
+  function showError(e, mine) {
+    if (mine !== undefined && mine !== viewNumber) return;
     main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
   }
 
@@ -163,7 +166,7 @@
       for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
     };
     await render();
-    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the jobs list
@@ -466,7 +469,7 @@
     const render = async () => {
       let j, eventList;
       try { [j, eventList] = await Promise.all([get("/api/jobs/" + id), eventsTable()]); }
-      catch (e) { if (e.status !== 401) showError(e); return; }
+      catch (e) { if (e.status !== 401) showError(e, mine); return; }
       const actions = h("div", { class: "actions" });
       if (mayStop(j)) {
         const stop = h("button", { type: "button", class: "danger", id: "stop" }, "Stop job");
@@ -603,7 +606,7 @@
           : r.total + " gangs waiting."));
     };
     await render();
-    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- pools
@@ -644,7 +647,7 @@
           }))));
     };
     await render();
-    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- hosts
@@ -749,7 +752,7 @@
         ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
-    watch("", debounce(() => render().catch(showError), SLOW_REFRESH_MS));
+    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the audit log (audit.read)
@@ -800,6 +803,7 @@
 
   async function route() {
     viewNumber += 1;
+    const mine = viewNumber;
     say("");
     if (events) { events.close(); events = null; }
     const path = location.pathname;
@@ -817,7 +821,7 @@
       else if (path === "/pools") await pools();
       else if (path === "/hosts") await hosts();
       else await cluster();
-    } catch (e) { if (e.status !== 401) showError(e); }
+    } catch (e) { if (e.status !== 401) showError(e, mine); }
   }
 
   document.addEventListener("click", (ev) => {
