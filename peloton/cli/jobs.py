@@ -209,6 +209,8 @@ def _watch_job(c: Client, a: argparse.Namespace) -> int:
         if any(ch.job_id == a.job_id and ch.deleted for ch in resp.changes):
             print(f"peloton: job {a.job_id} was deleted", file=sys.stderr)
             return EXIT_ERROR
+        if resp.more:
+            continue  # the rest of this revision follows: the view is fetched again once it is whole
         if not (resp.changes or resp.snapshot or stale):
             continue  # a heartbeat
         try:

@@ -312,6 +312,7 @@ class Watch:
         try:
             for m in self._stream:
                 yield {"stream_id": m.stream_id, "revision": m.revision, "snapshot": m.snapshot, "resync": m.resync,
+                       "more": m.more,
                        "changes": [{"job_id": c.job_id, "state": c.state, "desired_state": c.desired_state,
                                     "reason": c.reason, "deleted": c.deleted,
                                     "tasks": [{"instance": t.instance, "state": t.state, "host": t.host,

@@ -552,8 +552,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.console.hangups.watch(fd, watch.cancel)  # the browser gone: the watch ends at once (hangups.py)
             for m in _chain(first, messages):
                 # every message moves the resume point, a heartbeat's too: an id alone sets the browser's
-                # Last-Event-ID without an event (the SSE rules), so a reconnect misses nothing sent before it
-                out = f"id: {m['stream_id']}:{m['revision']}\n"
+                # Last-Event-ID without an event (the SSE rules), so a reconnect misses nothing sent before it;
+                # but a part of a revision (`more`) does not: a reconnect resumes after a whole one
+                out = "" if m["more"] else f"id: {m['stream_id']}:{m['revision']}\n"
                 if m["changes"] or m["snapshot"] or m["resync"]:
                     out += f"event: jobs\ndata: {json.dumps(m, separators=(',', ':'))}\n"
                 self.wfile.write(out.encode() + b"\n")  # (a browser gone is found here, within seconds)

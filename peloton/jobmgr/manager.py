@@ -35,7 +35,7 @@ from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.effects import Outbox, SideEffects
 from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.planning import Planner, PlanOutcome
-from peloton.jobmgr.watch import JobChange, WatchHub
+from peloton.jobmgr.watch import JobChange, WatchHub, in_parts
 from peloton.jobmgr.writer import Kind, Mutation, Views, Writers
 from peloton.loop import progress
 from peloton.modelaware import metrics
@@ -990,20 +990,27 @@ class JobManager:
         return True
 
     def watch(self, job_ids: Sequence[str], tasks: bool, stream_id: str, after: int,
-              alive: Callable[[], bool], heartbeat_s: float = 5.0) -> Iterator[tuple[list[JobChange], int, bool, bool]]:
-        """(changes, revision, snapshot?, resync?) for a WatchJobs stream, until `alive()` is false. Unavailable
-        (naming the daemon that acts, when known) while this one does not act: it sees none of the changes then,
-        so its watchers are sent to the one that does (`stop_acting` ends the open streams so)."""
+              alive: Callable[[], bool], heartbeat_s: float = 5.0
+              ) -> Iterator[tuple[list[JobChange], int, bool, bool, bool]]:
+        """(changes, revision, snapshot?, resync?, more?) for a WatchJobs stream, until `alive()` is false. A
+        revision too large for one message comes in several, each but the last with `more`. Unavailable (naming the
+        daemon that acts, when known) while this one does not act: it sees none of the changes then, so its
+        watchers are sent to the one that does (`stop_acting` ends the open streams so)."""
         ids = list(dict.fromkeys(job_ids))
+
+        def messages(changes: list[JobChange], rev: int, snapshot: bool = False, resync: bool = False
+                     ) -> Iterator[tuple[list[JobChange], int, bool, bool, bool]]:
+            parts = in_parts(changes)
+            for i, part in enumerate(parts):
+                yield part, rev, snapshot, resync, i < len(parts) - 1
+
         self._refuse_watch_if_not_acting()
         if not self.hub.can_resume(stream_id, after) or not stream_id:
             rev = self.hub.revision
             if ids:
-                yield self.snapshot(ids, tasks), rev, True, False
-            elif stream_id:
-                yield [], rev, False, True
+                yield from messages(self.snapshot(ids, tasks), rev, snapshot=True)
             else:
-                yield [], rev, False, False
+                yield from messages([], rev, resync=bool(stream_id))
             after = rev
         wanted = set(ids)
         while alive() and not self.hub.closed:
@@ -1012,11 +1019,11 @@ class JobManager:
             if lost:
                 if ids:
                     rev = self.hub.revision
-                    yield self.snapshot(ids, tasks), rev, True, False
+                    yield from messages(self.snapshot(ids, tasks), rev, snapshot=True)
                 else:
-                    yield [], rev, False, True
+                    yield from messages([], rev, resync=True)
             else:
-                yield changes, rev, False, False
+                yield from messages(changes, rev)
             after = rev
 
 

@@ -209,11 +209,13 @@ class JobServicer(job_pb2_grpc.JobServiceServicer):
             raise Unavailable("too many open watches; retry later")
         WATCHERS.inc()
         try:
-            for changes, rev, snapshot, resync in self.jm.watch(list(request.job_ids), request.tasks,
-                                                               request.stream_id, request.after_revision,
-                                                               context.is_active):
-                yield job_pb2.WatchJobsResponse(stream_id=self.jm.hub.stream_id, revision=rev, snapshot=snapshot,
-                                                resync=resync, changes=[_change_to_proto(c) for c in changes])
+            for changes, rev, snapshot, resync, more in self.jm.watch(list(request.job_ids), request.tasks,
+                                                                     request.stream_id, request.after_revision,
+                                                                     context.is_active):
+                # a part of a revision (`more`) carries no stream id: a watcher resumes only after a whole one
+                yield job_pb2.WatchJobsResponse(stream_id="" if more else self.jm.hub.stream_id, revision=rev,
+                                                snapshot=snapshot, resync=resync, more=more,
+                                                changes=[_change_to_proto(c) for c in changes])
         finally:
             WATCHERS.dec()
             self._watchers.release()

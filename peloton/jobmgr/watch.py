@@ -15,7 +15,7 @@ import threading
 import time
 import uuid
 from collections.abc import Collection, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from prometheus_client import Gauge
 
@@ -27,7 +27,7 @@ HISTORY = 100_000  # job changes kept for resuming watchers
 # What one `wait` hands a watcher, at most (the text of its changes, in characters: at most 4 bytes each in UTF-8,
 # plus a few bytes a field): one WatchJobsResponse stays well under a client's default 4 MiB receive limit. Past
 # it, the rest waits for the next call (the revision returned is the last change handed); a single change larger
-# than this goes alone.
+# than this (a snapshot or a create of a job of ~100,000 tasks) goes in parts (`in_parts`).
 MAX_BATCH_CHARS = 512 * 1024
 
 
@@ -46,6 +46,9 @@ class TaskChange:
     def of(t: Task) -> TaskChange:
         return TaskChange(t.instance, t.task_id, t.attempt, t.state.value, t.host, t.exit_code, t.reason, t.message)
 
+    def size(self) -> int:
+        return len(self.task_id) + len(self.state) + len(self.host) + len(self.reason) + len(self.message) + 16
+
 
 @dataclass(frozen=True, slots=True)
 class JobChange:
@@ -59,14 +62,50 @@ class JobChange:
 
     def size(self) -> int:
         """About what this change takes in a message: its text, and 16 for each task's and its own other fields."""
-        return (len(self.job_id) + len(self.state) + len(self.desired) + len(self.reason) + 16
-                + sum(len(t.task_id) + len(t.state) + len(t.host) + len(t.reason) + len(t.message) + 16
-                      for t in self.tasks))
+        return self.own_size() + sum(t.size() for t in self.tasks)
+
+    def own_size(self) -> int:
+        return len(self.job_id) + len(self.state) + len(self.desired) + len(self.reason) + 16
 
     @staticmethod
     def of(job: Job, tasks: Iterable[Task] = (), job_changed: bool = True) -> JobChange:
         return JobChange(job.id, job.state.value, job.desired, job.reason, tuple(TaskChange.of(t) for t in tasks),
                          job_changed)
+
+
+def in_parts(changes: list[JobChange], limit: int = MAX_BATCH_CHARS) -> list[list[JobChange]]:
+    """`changes` as the messages they go in, in order, each at most `limit` (by `size`) when it can be: a change
+    with more tasks than one message holds is split into several changes of its job, each with the job's fields and
+    the next of its tasks. Always at least one message (an empty one for no changes)."""
+    out: list[list[JobChange]] = []
+    part: list[JobChange] = []
+    size = 0
+
+    def put(c: JobChange, n: int) -> None:
+        nonlocal part, size
+        if part and size + n > limit:
+            out.append(part)
+            part, size = [], 0
+        part.append(c)
+        size += n
+
+    for c in changes:
+        n = c.size()
+        if n <= limit or len(c.tasks) < 2:
+            put(c, n)
+            continue
+        base = c.own_size()
+        tasks: list[TaskChange] = []
+        n = base
+        for t in c.tasks:
+            if tasks and n + t.size() > limit:
+                put(replace(c, tasks=tuple(tasks)), n)
+                tasks, n = [], base
+            tasks.append(t)
+            n += t.size()
+        put(replace(c, tasks=tuple(tasks)), n)
+    out.append(part)
+    return out
 
 
 @dataclass(eq=False, slots=True)

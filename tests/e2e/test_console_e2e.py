@@ -246,6 +246,34 @@ def test_the_event_stream_forwards_watchjobs_and_resumes_after_last_event_id(dae
     assert states[-1] == "KILLED" and "KILLING" in states
 
 
+def test_a_snapshot_too_large_for_one_message_comes_in_parts_that_set_no_resume_point(daemon: ConsoleDaemon,
+                                                                                      tmp_path: Path) -> None:
+    """A job of 20,000 tasks: its snapshot (~1 MB of change text) comes in several `more` parts of one revision, the
+    job's tasks split among them; only the whole revision's last part sets an id, so a browser reconnecting midway
+    resumes from before it (the snapshot again), never after a part."""
+    spec = ("name: wide\ninstances: 20000\ngang: {min_available: 40}\n"
+            "task: {command: train.py, resources: {cpu: 4, mem: 8Gi, gpu: 1}}\n")
+    job = daemon.create(spec, tmp_path)
+    try:
+        daemon.cli("job", "stop", job)
+        daemon.wait_state(job, "KILLED", timeout=120)
+        b = logged_in(daemon, "alice")
+        ids: list[str] = []
+        instances: list[int] = []
+        parts = 0
+        for _, m in _events(b, f"/api/events?job={job}", ids=ids):
+            assert m["snapshot"] and m["changes"][0]["job_id"] == job
+            parts += 1
+            instances += [t["instance"] for t in m["changes"][0]["tasks"]]
+            if not m["more"]:
+                break
+            assert ids == []  # a part sets no id
+        assert parts > 1 and sorted(instances) == list(range(20_000))
+        assert len(ids) == 1 and ids[0].rpartition(":")[2].isdigit()
+    finally:
+        daemon.cli("job", "delete", job, check=False)
+
+
 def test_a_stream_of_every_job_resumes_after_a_quiet_disconnect(daemon: ConsoleDaemon, tmp_path: Path) -> None:
     """Nothing changed while the browser was connected, yet its reconnect misses nothing: the stream's first
     message (and every heartbeat) set its Last-Event-ID."""

@@ -7,7 +7,7 @@ import threading
 import time
 from collections.abc import Callable
 
-from peloton.jobmgr.watch import JobChange, TaskChange, Waiter, WatchHub, woken
+from peloton.jobmgr.watch import MAX_BATCH_CHARS, JobChange, TaskChange, Waiter, WatchHub, in_parts, woken
 
 
 def job(jid: str, state: str = "RUNNING") -> JobChange:
@@ -147,3 +147,39 @@ def test_woken_matches_by_job_and_kind() -> None:
     assert woken([every_jobs, every_tasks], by_job, [task_only("b")]) == {every_tasks, of_b}
     assert woken([every_jobs, every_tasks], by_job, [job("a")]) == {every_jobs, every_tasks, of_a}
     assert woken([], by_job, [JobChange("c", "", "", "", deleted=True)]) == set()
+
+
+# --- a revision in messages a client can receive (in_parts) ---------------------------------------------------------
+
+def big(jid: str, n: int, reason: str = "") -> JobChange:
+    return JobChange(jid, "RUNNING", "RUNNING", reason,
+                     tuple(TaskChange(i, f"{jid}-{i}-1", 1, "RUNNING", f"host-{i % 500:05d}", None, "", "")
+                           for i in range(n)))
+
+
+def test_small_changes_go_in_one_message() -> None:
+    changes = [job("a"), task_only("b"), job("c")]
+    assert in_parts(changes) == [changes]
+    assert in_parts([]) == [[]]  # a heartbeat, a resync: one empty message
+
+
+def test_a_change_too_large_for_one_message_is_split_over_parts_of_its_job_every_task_once_in_order() -> None:
+    # a snapshot of a 100,000-task job was one message of ~5 MB: over a client's default 4 MiB, the stream failed
+    huge = big("j1", 100_000, reason="why")
+    assert huge.size() > 4 * MAX_BATCH_CHARS
+    parts = in_parts([job("before"), huge, job("after")])
+    assert len(parts) >= 5
+    assert all(sum(c.size() for c in p) <= MAX_BATCH_CHARS for p in parts)
+    pieces = [c for p in parts for c in p]
+    assert pieces[0] == job("before") and pieces[-1] == job("after")
+    for c in pieces[1:-1]:  # each piece: the job's own fields, and some of its tasks
+        assert (c.job_id, c.state, c.desired, c.reason, c.job_changed, c.deleted) == ("j1", "RUNNING", "RUNNING",
+                                                                                       "why", True, False)
+        assert c.tasks
+    assert [t for c in pieces[1:-1] for t in c.tasks] == list(huge.tasks)
+
+
+def test_a_lone_task_over_the_limit_still_goes_alone() -> None:
+    t = TaskChange(0, "j-0-1", 1, "FAILED", "h", 1, "", "m" * (MAX_BATCH_CHARS + 10))
+    c = JobChange("j", "FAILED", "RUNNING", "", (t,))
+    assert in_parts([job("a"), c, job("b")]) == [[job("a")], [c], [job("b")]]

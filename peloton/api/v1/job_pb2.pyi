@@ -1201,6 +1201,7 @@ class WatchJobsResponse(_message.Message):
     CHANGES_FIELD_NUMBER: _builtins.int
     SNAPSHOT_FIELD_NUMBER: _builtins.int
     RESYNC_FIELD_NUMBER: _builtins.int
+    MORE_FIELD_NUMBER: _builtins.int
     stream_id: _builtins.str
     revision: _builtins.int
     """of the newest change in this message; resume after it"""
@@ -1210,6 +1211,11 @@ class WatchJobsResponse(_message.Message):
     """
     resync: _builtins.bool
     """A resume of an unfiltered watch the server cannot serve from its history: changes were missed; list again."""
+    more: _builtins.bool
+    """This revision (a snapshot, or one change, too large for one message) continues in the next message: a job's
+    tasks may be split over several JobChanges of that job. Such a part has no stream_id: resume only after a
+    message without `more`.
+    """
     @_builtins.property
     def changes(self) -> _containers.RepeatedCompositeFieldContainer[Global___JobChange]: ...
     def __init__(
@@ -1220,10 +1226,11 @@ class WatchJobsResponse(_message.Message):
         changes: _abc.Iterable[Global___JobChange] | None = ...,
         snapshot: _builtins.bool = ...,
         resync: _builtins.bool = ...,
+        more: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "resync", b"resync", "revision", b"revision", "snapshot", b"snapshot", "stream_id", b"stream_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["changes", b"changes", "more", b"more", "resync", b"resync", "revision", b"revision", "snapshot", b"snapshot", "stream_id", b"stream_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
