@@ -819,10 +819,19 @@ for i in range(6):  # six users' (here: directories') pools of 3: all the pools 
     if i == 2:
         spawner.want_warm({keys[0]: 1})  # used again: the least recently used is d1 now
 gone = key not in spawner._pools
+pools = [os.path.basename(k[1]) for k in spawner._pools]
+wanted = sum(p.want for p in spawner._pools.values())
+many = {}
+for i in range(6):  # one request with members of six more users: the bound holds within a request too
+    os.mkdir(os.path.join(base, f"e{i}"))
+    many[spawner.warm_key(spawner.Ready(os.path.join(base, f"e{i}", "t"), "true", {}, None, False, "cg",
+                                        os.pipe2(os.O_CLOEXEC)), None)] = 3
+spawner.want_warm(many)
 print(json.dumps({"key": [key[0], key[1]], "gone": gone, "kept": kept, "args": args,
                   "cwds": sorted(cwds), "still": still, "after": 0 if gone else len(spawner._pools[key].wrappers),
-                  "pools": [os.path.basename(k[1]) for k in spawner._pools],
-                  "wanted": sum(p.want for p in spawner._pools.values())}))
+                  "pools": pools, "wanted": wanted,
+                  "one_request": [os.path.basename(k[1]) for k in spawner._pools],
+                  "one_request_wanted": sum(p.want for p in spawner._pools.values())}))
 """
 
 
@@ -841,6 +850,8 @@ def test_a_warm_pool_keeps_what_a_request_asked_up_to_its_bound_and_goes_when_id
     assert len(got["kept"]) == 3 and got["args"] == [spawner.WARM_MARK] * 3 and got["cwds"] == [str(tmp_path)]
     assert (got["still"], got["after"]) == (3, 0)
     assert got["pools"] == ["d0", "d3", "d4", "d5"] and got["wanted"] == 12  # the least recently used went
+    # one request of six users' members (3 each): the pools it used last are kept, within the bound
+    assert got["one_request"] == ["e2", "e3", "e4", "e5"] and got["one_request_wanted"] == 12
     for pid in got["kept"]:  # their gates closed with the pool (and with the process): they ended
         wait_for(lambda pid=pid: _ended(pid))  # type: ignore[misc]
 

@@ -1055,7 +1055,8 @@ def _close_warm(w: Warm) -> None:
 
 def want_warm(counts: dict[WarmKey, int]) -> None:
     """A request had `counts` members for these pools: each keeps at least as many (up to _WARM_MAX), and all the
-    pools together at most WARM_POOLS_MAX times that (many tenants: the least recently used pools are dropped)."""
+    pools together at most WARM_POOLS_MAX times that (many tenants: the least recently used pools are dropped, this
+    request's first ones too when it alone had members of more users than that keeps)."""
     if not counts:
         return
     now = time.monotonic()
@@ -1063,7 +1064,7 @@ def want_warm(counts: dict[WarmKey, int]) -> None:
         pool = _pools.pop(key, None) or Pool(0, now)
         pool.want, pool.used = min(_WARM_MAX[0], max(n, pool.want)), now
         _pools[key] = pool  # (last: in order of use)
-    while sum(p.want for p in _pools.values()) > WARM_POOLS_MAX * _WARM_MAX[0] and len(_pools) > len(counts):
+    while sum(p.want for p in _pools.values()) > WARM_POOLS_MAX * _WARM_MAX[0]:
         _drop_warm(next(iter(_pools)))
 
 
