@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import io
 import ipaddress
 import json
 import logging
@@ -53,6 +54,7 @@ SESSION = re.compile(re.escape(SESSION_PREFIX) + r"[A-Za-z0-9_-]{43}")
 ONCE = re.compile(r"([0-9a-f]{8})\.([A-Za-z0-9_-]{43})")  # a one-time login's code: <login id>.<secret>
 HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshake by then is let go
 REQUEST_TIMEOUT_S = 10.0  # a connection silent this long (its request not sent, or its answer not read) is let go
+REQUEST_DEADLINE_S = 15.0  # a request (its line, headers and body) not whole this long after the connection: let go
 LOOPBACK_NAMES = ("localhost", "::1")
 ASSET = re.compile(r"[a-z0-9-]+\.(html|js|css|svg)")
 TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
@@ -199,6 +201,28 @@ class _Server(ThreadingHTTPServer):
             self._slots.release()
 
 
+class _ReadBy(io.RawIOBase):
+    """A connection's reads, each waiting at most `timeout` and all of them over by `deadline` (monotonic): a
+    client sending its request a byte every few seconds passes every read's timeout, and MAX_CONNECTIONS of them
+    held every slot for as long as they trickled. Writes keep `timeout` alone (an event stream writes for hours)."""
+
+    def __init__(self, sock: Any, timeout: float, deadline: float) -> None:
+        self._sock, self._timeout, self._deadline = sock, timeout, deadline
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, b: Any) -> int:
+        left = self._deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request did not come whole in time")
+        self._sock.settimeout(min(self._timeout, left))
+        try:
+            return int(self._sock.recv_into(b))
+        finally:
+            self._sock.settimeout(self._timeout)
+
+
 class _Handler(BaseHTTPRequestHandler):
     server: _Server
     # on every read and write of the connection (StreamRequestHandler.setup): without it a client that connects
@@ -207,6 +231,12 @@ class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.0"
     server_version = "peloton-console"
     sys_version = ""
+
+    def setup(self) -> None:
+        super().setup()
+        self.rfile.close()  # (the socket's own file: its reference would keep the socket open after ours closes)
+        self.rfile = io.BufferedReader(_ReadBy(self.connection, REQUEST_TIMEOUT_S,
+                                               time.monotonic() + REQUEST_DEADLINE_S))
 
     @property
     def console(self) -> Console:

@@ -4,8 +4,10 @@ loopback) over plain HTTP from the standard library and over gRPC."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -14,7 +16,7 @@ import grpc
 import pytest
 
 from peloton.api.v1 import audit_pb2, audit_pb2_grpc
-from peloton.console.server import MAX_CONNECTIONS, REQUEST_TIMEOUT_S
+from peloton.console.server import MAX_CONNECTIONS, REQUEST_DEADLINE_S, REQUEST_TIMEOUT_S
 from tests.e2e.console import Browser, ConsoleDaemon
 from tests.e2e.harness import serving
 
@@ -79,6 +81,47 @@ def test_idle_connections_without_credentials_do_not_hold_the_console_for_everyo
             time.sleep(0.5)
     finally:
         for s in idle:
+            s.close()
+
+
+def test_connections_trickling_their_request_do_not_hold_the_console_for_everyone(open_daemon: ConsoleDaemon
+                                                                                 ) -> None:
+    """A client that sends its request a byte every second never leaves a read silent for REQUEST_TIMEOUT_S, so
+    MAX_CONNECTIONS of them held every slot for as long as they trickled. Now a request must have come whole
+    within REQUEST_DEADLINE_S of its connection."""
+    b = Browser(open_daemon.ui)
+    trickling = [socket.create_connection((b.host, b.port), timeout=5) for _ in range(MAX_CONNECTIONS)]
+    stop = threading.Event()
+
+    def trickle() -> None:
+        head = b"GET /api/session HTTP/1.0\r\nX-Slow: " + b"a" * 1000
+        for i in range(len(head)):
+            for s in trickling:
+                with contextlib.suppress(OSError):  # (let go: the console closed it)
+                    s.send(head[i:i + 1])
+            if stop.wait(1.0):
+                return
+
+    t = threading.Thread(target=trickle, daemon=True)
+    t.start()
+    try:
+        time.sleep(1.5)  # each accepted, given its slot, and trickling
+
+        def answered() -> bool:
+            try:
+                return b.get("/api/session", timeout=5).status == 200
+            except (OSError, http.client.HTTPException):
+                return False
+
+        assert not answered()  # (the slots are all held: otherwise this test shows nothing)
+        deadline = time.monotonic() + REQUEST_DEADLINE_S + 20
+        while not answered():
+            assert time.monotonic() < deadline, "the console is still held by connections trickling their requests"
+            time.sleep(0.5)
+    finally:
+        stop.set()
+        t.join()
+        for s in trickling:
             s.close()
 
 
