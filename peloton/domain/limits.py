@@ -108,6 +108,11 @@ MAX_SPEC_BYTES = 1 * MiB
 # refused by gRPC itself with RESOURCE_EXHAUSTED before the daemon reads it. The largest request is a CreateJob,
 # whose spec is at most MAX_SPEC_BYTES.
 MAX_REQUEST_BYTES = 4 * MiB
+# A spec file as `job create -f` and `job plan -f` read it (a file, a pipe, stdin): at most as much as the daemon
+# receives in one request. Nothing larger can be sent, and a reader without a limit would take memory without end
+# from /dev/zero or a pipe that never closes. Four times MAX_SPEC_BYTES: room for YAML's indentation, comments and
+# quoting around a spec that serializes under it.
+MAX_SPEC_FILE_BYTES = MAX_REQUEST_BYTES
 
 # Model-aware plans (docs/model-aware.md)
 MAX_MODEL_NAME_CHARS = 128  # a stored model's name

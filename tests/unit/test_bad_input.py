@@ -4,14 +4,19 @@ protobuf or the transport could not hold; and a WatchJobs answer too large for a
 
 from __future__ import annotations
 
+import os
+import resource
 import subprocess
 import sys
+import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from peloton.api.specfile import parse_spec
 from peloton.api.v1 import job_pb2
+from peloton.domain import limits as L
 from peloton.errors import InvalidArgument
 from peloton.jobmgr.service import _change_to_proto
 from peloton.jobmgr.watch import JobChange, TaskChange, WatchHub
@@ -85,6 +90,58 @@ def test_a_spec_with_a_lone_surrogate_is_refused_by_the_cli_in_one_line(tmp_path
     r = cli("job", "create", "-f", str(spec))
     assert (r.returncode, r.stderr) == (2, f"peloton: error: {spec}: name: is not valid UTF-8 text (lone "
                                            "surrogate)\n")
+
+
+SPEC_FILE_LIMIT = f"larger than the {L.MAX_SPEC_FILE_BYTES} bytes (4 MiB) a spec file may have"
+
+
+def bounded(argv: list[str], **kw: Any) -> subprocess.CompletedProcess[bytes]:
+    """The CLI with 1 GiB of memory at most: a reader without a limit fails with MemoryError, not the machine."""
+    def cap() -> None:
+        resource.setrlimit(resource.RLIMIT_AS, (1 << 30, 1 << 30))
+
+    r = subprocess.run([*PELOTON, "--address", UNREACHABLE, *argv], capture_output=True, timeout=60,
+                       preexec_fn=cap, **kw)  # noqa: PLW1509 - only setrlimit, before exec
+    assert b"Traceback" not in r.stderr, r.stderr.decode(errors="replace")[-2000:]
+    return r
+
+
+@pytest.mark.parametrize("command", [("job", "create"), ("job", "plan")])
+@pytest.mark.parametrize("source", ["/dev/zero", "/dev/urandom", "big"])
+def test_a_spec_file_larger_than_a_request_is_refused_promptly_naming_it(tmp_path: Path, command: tuple[str, ...],
+                                                                        source: str) -> None:
+    # job create -f read the whole file: /dev/zero or /dev/urandom (no end) took memory until the machine had none
+    if source == "big":
+        source = str(tmp_path / "big.yaml")
+        Path(source).write_text("name: x\ninstances: 1\n" + TASK + "\n" + "#" * L.MAX_SPEC_FILE_BYTES)
+    start = time.monotonic()
+    r = bounded([*command, "-f", source])
+    assert (r.returncode, r.stderr.decode()) == (2, f"peloton: error: {source}: {SPEC_FILE_LIMIT}\n")
+    assert time.monotonic() - start < 30
+
+
+def test_an_endless_pipe_as_a_spec_file_is_refused_promptly(tmp_path: Path) -> None:
+    fifo = tmp_path / "spec.fifo"
+    os.mkfifo(fifo)
+    writer = subprocess.Popen(["sh", "-c", f"exec yes 'name: x' > {fifo}"], stderr=subprocess.DEVNULL)
+    try:
+        r = bounded(["job", "create", "-f", str(fifo)])
+    finally:
+        writer.kill()
+        writer.wait()
+    assert (r.returncode, r.stderr.decode()) == (2, f"peloton: error: {fifo}: {SPEC_FILE_LIMIT}\n")
+    with open("/dev/zero", "rb") as zero:  # `-f -`: stdin, without end
+        r = bounded(["job", "create", "-f", "-"], stdin=zero)
+    assert (r.returncode, r.stderr.decode()) == (2, f"peloton: error: -: {SPEC_FILE_LIMIT}\n")
+
+
+def test_a_spec_file_of_the_limit_is_read(tmp_path: Path) -> None:
+    spec = tmp_path / "spec.yaml"
+    head = "name: x\ninstances: 1\n" + TASK + "\n#"
+    spec.write_text(head + "#" * (L.MAX_SPEC_FILE_BYTES - len(head)))
+    assert spec.stat().st_size == L.MAX_SPEC_FILE_BYTES
+    r = cli("job", "create", "-f", str(spec))  # read and parsed: refused only for the daemon it cannot reach
+    assert r.returncode == 1 and SPEC_FILE_LIMIT not in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
 
 
 def test_a_server_config_not_in_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
