@@ -9,6 +9,7 @@ at no cost), so its next run lasts what is left at the speed of its next placeme
 
 from __future__ import annotations
 
+import io
 import json
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,14 +58,18 @@ class Outcome:
 # --- reading -------------------------------------------------------------------------------------------------------
 
 def read_text(path: str, what: str) -> str:
-    """A file's text; an error naming the flag and the file when it cannot be read."""
+    """A file's text; an error naming the flag and the file when it cannot be read. Read up to MAX_FILE_BYTES and no
+    further: a pipe or /dev/zero, whose size stat() says is 0, is refused once that much has come."""
     try:
-        p = Path(path)
-        if p.stat().st_size > MAX_FILE_BYTES:
-            raise InvalidArgument(f"{what}: {path}: larger than {MAX_FILE_BYTES >> 20} MiB", field=what)
-        return p.read_text(encoding="utf-8")
+        with open(path, "rb") as f:
+            raw = f.read(MAX_FILE_BYTES + 1)
     except OSError as e:
         raise InvalidArgument(f"{what}: cannot read {path}: {e.strerror or e}", field=what) from None
+    if len(raw) > MAX_FILE_BYTES:
+        raise InvalidArgument(f"{what}: {path}: larger than {MAX_FILE_BYTES} bytes ({MAX_FILE_BYTES >> 20} MiB)",
+                              field=what)
+    try:
+        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()  # newlines read as Path.read_text did
     except UnicodeDecodeError:
         raise InvalidArgument(f"{what}: {path}: not UTF-8 text", field=what) from None
 

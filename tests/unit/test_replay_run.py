@@ -4,7 +4,9 @@ metrics (peloton/replay/run.py)."""
 from __future__ import annotations
 
 import functools
+import os
 import random
+import threading
 from pathlib import Path
 
 import pytest
@@ -177,3 +179,21 @@ def test_setup_refuses_what_it_cannot_replay_naming_the_flag(tmp_path: Path) -> 
     with pytest.raises(InvalidArgument, match="row 1, column pool: 'x' is not a pool"):
         run.setup(_trace(tmp_path, "j,0,4,resnet50,10,seconds,,x,,,\n", "p.csv"), "peloton", cluster="2x4",
                   pools=[ResourcePool("/y", reservation=Resources(gpu=8))])
+
+
+def test_a_file_is_read_up_to_the_limit_and_no_further(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    # the limit was checked against the file's stat() size, which is 0 for a pipe or /dev/zero: those were read
+    # without end (`peloton replay /dev/zero` took memory until there was none)
+    monkeypatch.setattr(run, "MAX_FILE_BYTES", 1024)
+    fifo = tmp_path / "trace.fifo"
+    os.mkfifo(fifo)
+    writer = threading.Thread(target=lambda: fifo.write_bytes(HEADER.encode() * 100), daemon=True)
+    writer.start()
+    with pytest.raises(InvalidArgument, match=r"TRACE: .*trace\.fifo: larger than 1024 bytes") as e:
+        run.read_text(str(fifo), "TRACE")
+    assert e.value.field == "TRACE"
+    with pytest.raises(InvalidArgument, match="--cluster-file: /dev/zero: larger than 1024 bytes"):
+        run.read_text("/dev/zero", "--cluster-file")
+    exact = tmp_path / "t.csv"
+    exact.write_text("x" * 1024)
+    assert run.read_text(str(exact), "TRACE") == "x" * 1024
