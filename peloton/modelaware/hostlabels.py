@@ -36,7 +36,10 @@ _GPU_MODEL = re.compile(r"[a-z0-9][a-z0-9._-]{0,63}")
 # Label keys and values given on the command line (`K=V,...`): no `,` or `=` in either, nothing invisible.
 _LABEL_KEY = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_./-]{0,62}")
 MAX_LABEL_VALUE_CHARS = 256
-RESERVED = ("host",)  # set by every backend to the host's name (constraints match it)
+# Set by the backends, never given: `host` by every backend to the host's name (constraints match it); `gpu_error`
+# by the local backend to why the nvidia-smi it found gave no GPU (a broken driver; peloton/hostmgr/local/gpus.py).
+GPU_ERROR = "gpu_error"
+RESERVED = {"host": "the host's name", GPU_ERROR: "why nvidia-smi gave no GPU"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,7 +149,7 @@ def parse_labels(text: str, field: str) -> dict[str, str]:
             raise InvalidArgument(f"{field}: label name {k!r}: expected letters, digits, '_', '.', '/' or '-' (at "
                                   "most 63 characters)", field=field)
         if k in RESERVED:
-            raise InvalidArgument(f"{field}: label {k!r} is set by the backend (the host's name)", field=field)
+            raise InvalidArgument(f"{field}: label {k!r} is set by the backend ({RESERVED[k]})", field=field)
         if k in labels:
             raise InvalidArgument(f"{field}: label {k!r} given twice", field=field)
         if not v or len(v) > MAX_LABEL_VALUE_CHARS or not v.isprintable():

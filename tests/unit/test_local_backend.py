@@ -25,6 +25,7 @@ from peloton.domain.states import TaskState
 from peloton.errors import InvalidArgument, NotFound
 from peloton.hostmgr.local import backend as local_backend_module
 from peloton.hostmgr.local import cgroups, spawner, wrapper
+from peloton.hostmgr.local import gpus as gpus_module
 from peloton.hostmgr.local.backend import HostConfig, LocalBackend, make_local_hosts
 from peloton.hostmgr.local.gpus import (
     detect_gpus,
@@ -35,6 +36,7 @@ from peloton.hostmgr.local.gpus import (
     parse_nvidia_smi_indices,
     parse_nvidia_smi_names,
 )
+from peloton.modelaware.hostlabels import parse_labels
 
 DEADLINE_S = 10.0
 TEST_TASK_USER = "root" if os.geteuid() == 0 else None  # as in tests/e2e/harness.py (AS_ROOT_FLAGS)
@@ -774,6 +776,63 @@ def test_detect_gpus_with_a_fake_nvidia_smi(tmp_path: Path, monkeypatch: pytest.
     assert host.labels["gpu_model"] == "a100"
     fake.write_text("#!/bin/sh\necho 'NVIDIA-SMI has failed' >&2\nexit 9\n")
     assert detect_gpus() == []
+
+
+FAILING_NVIDIA_SMI = [
+    # (the script, the host's gpu_error label, what the warning says besides it)
+    ("echo 'NVIDIA-SMI has failed because it could not communicate with the NVIDIA driver.' >&2\nexit 9\n",
+     "nvidia-smi exited with status 9", "NVIDIA-SMI has failed because it could not communicate"),
+    ("echo 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n",  # its errors go to stdout
+     "nvidia-smi exited with status 18", "Driver/library version mismatch"),
+    ("kill -SEGV $$\n", "nvidia-smi was killed by signal 11", "SIGSEGV; printed nothing"),
+    ("sleep 30\n", "nvidia-smi did not answer within 1 s", "killed"),  # sleep outlives the shell it was forked by
+    ("printf '\\377\\376\\000garbage\\n'\n", "nvidia-smi listed no GPU", "garbage"),  # exit 0, nothing readable
+    ("exit 0\n", "nvidia-smi listed no GPU", "printed nothing"),
+]
+
+
+@pytest.mark.parametrize(("script", "label", "detail"), FAILING_NVIDIA_SMI)
+def test_an_nvidia_smi_that_fails_is_a_warning_and_a_label_not_silence(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, script: str, label: str,
+        detail: str) -> None:
+    # nvidia-smi there but failing (a broken driver) was the same as no nvidia-smi: a cluster of 0 GPUs, no reason
+    monkeypatch.setenv("PATH", f"{tmp_path}:/usr/bin:/bin")
+    monkeypatch.setattr(gpus_module, "_NVIDIA_SMI_TIMEOUT_S", 1.0)
+    fake = tmp_path / "nvidia-smi"
+    fake.write_text("#!/bin/sh\n" + script)
+    fake.chmod(0o755)
+    start = time.monotonic()
+    with caplog.at_level("WARNING", logger=gpus_module.__name__):
+        (host,) = make_local_hosts(None, None, data_dir=tmp_path)
+    assert time.monotonic() - start < 10
+    assert host.gpu_ids == () and host.capacity.gpu == 0
+    assert host.labels["gpu_error"] == label
+    (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert label in warning and detail in warning and str(fake) in warning, warning
+    # simulated hosts the size of this machine say so too
+    caplog.clear()
+    with caplog.at_level("WARNING", logger=gpus_module.__name__):
+        hosts = make_local_hosts(2, None, data_dir=tmp_path)
+    assert [h.labels.get("gpu_error") for h in hosts] == [label, label]
+    assert len([r for r in caplog.records if r.levelname == "WARNING"]) == 1
+    # a GPU label for a host nvidia-smi gave none: the refusal says why it has none
+    with pytest.raises(InvalidArgument, match=f"labels.gpu_model: the hosts have no GPUs .*{label}"):
+        make_local_hosts(None, None, data_dir=tmp_path, labels={"gpu_model": "h100"})
+
+
+def test_no_nvidia_smi_is_no_gpus_quietly(tmp_path: Path, monkeypatch: pytest.MonkeyPatch,
+                                          caplog: pytest.LogCaptureFixture) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    with caplog.at_level("DEBUG", logger=gpus_module.__name__):
+        (host,) = make_local_hosts(None, None, data_dir=tmp_path)
+        (sim,) = make_local_hosts(1, None, data_dir=tmp_path)
+    assert host.gpu_ids == () and "gpu_error" not in host.labels and "gpu_error" not in sim.labels
+    assert caplog.records == []
+
+
+def test_a_label_the_backend_sets_is_refused_from_the_operator() -> None:
+    with pytest.raises(InvalidArgument, match="label 'gpu_error' is set by the backend"):
+        parse_labels("gpu_error=none", "--local-host-labels")
 
 
 def test_gpu_model_from_the_names_nvidia_smi_prints() -> None:

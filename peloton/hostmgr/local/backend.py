@@ -178,13 +178,17 @@ def make_local_hosts(
         name = socket.gethostname() or "local-0"
         if gpu_ids and found.gpu_model is not None and "gpu_model" not in extra:
             extra["gpu_model"] = found.gpu_model  # what nvidia-smi names, unless the operator said otherwise
-        hostlabels.check_for_hosts(extra, bool(gpu_ids), "--local-host-labels")  # (its GPUs are known only now)
+        _check_labels(extra, bool(gpu_ids), found.problem)  # (its GPUs are known only now)
         return [HostConfig(hostname=name, resources=replace(res, gpu=len(gpu_ids), ports=0), gpu_ids=gpu_ids,
                            port_range=(port_base, port_base + ports_per_host - 1),
-                           labels={"host": name, "rack": "local", **extra}, address=LOCAL_ADDRESS)]
+                           labels={"host": name, "rack": "local", **extra, **_gpu_error(found)},
+                           address=LOCAL_ADDRESS)]
     if not groups:
-        groups = (HostGroup(count, resources if resources is not None else gpus.machine_resources(data_dir),
-                            tuple(extra.items())),)
+        if resources is None:  # simulated hosts the size of this machine: its GPUs, as nvidia-smi counts them
+            found = gpus.detect()
+            resources = gpus.machine_resources(data_dir, gpu_count=len(found.indices))
+            extra.update(_gpu_error(found))
+        groups = (HostGroup(count, resources, tuple(extra.items())),)
     hosts: list[HostConfig] = []
     for g in groups:
         for _ in range(g.count):
@@ -195,6 +199,22 @@ def make_local_hosts(
                                     gpu_ids=tuple(range(g.resources.gpu)), port_range=(lo, lo + ports_per_host - 1),
                                     labels={"host": name, "rack": "local", **dict(g.labels)}, address=LOCAL_ADDRESS))
     return hosts
+
+
+def _gpu_error(found: gpus.Detected) -> dict[str, str]:
+    """The label saying why an nvidia-smi that is there gave no GPU; none when it gave some, or is not there."""
+    return {hostlabels.GPU_ERROR: found.problem} if found.problem else {}
+
+
+def _check_labels(labels: dict[str, str], has_gpus: bool, gpu_problem: str) -> None:
+    """hostlabels.check_for_hosts for hosts whose GPUs nvidia-smi counted: a refusal of a GPU label for want of GPUs
+    says why nvidia-smi gave none, when it failed."""
+    try:
+        hostlabels.check_for_hosts(labels, has_gpus, "--local-host-labels")
+    except InvalidArgument as e:
+        if not gpu_problem:
+            raise
+        raise InvalidArgument(f"{e.message} ({gpu_problem}; the daemon's log says more)", field=e.field) from None
 
 
 @dataclass(slots=True)

@@ -2,15 +2,21 @@
 
 from __future__ import annotations
 
+import contextlib
+import logging
 import os
 import re
 import shutil
+import signal
 import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
 from peloton.domain.resources import Resources
 from peloton.modelaware.gpus import BUILTIN
+from peloton.modelaware.hostlabels import GPU_ERROR
+
+log = logging.getLogger(__name__)
 
 _NVIDIA_SMI_TIMEOUT_S = 10.0
 
@@ -33,24 +39,46 @@ def parse_nvidia_smi_indices(text: str) -> list[int]:
     return sorted(out)
 
 
-def _nvidia_smi(query: str) -> str | None:
-    exe = shutil.which("nvidia-smi")
-    if exe is None:
-        return None
+@dataclass(frozen=True, slots=True)
+class _Answer:
+    """What running nvidia-smi gave: its output, or why there is none to read (`problem`, one short line, and
+    `detail`, what it printed)."""
+    stdout: str = ""
+    problem: str = ""
+    detail: str = ""
+
+
+def _excerpt(text: str, limit: int = 500) -> str:
+    """`text` on one line of printable characters, at most `limit` of them."""
+    line = " ".join("".join(c if c.isprintable() else " " for c in text).split())
+    return line if len(line) <= limit else line[:limit] + "..."
+
+
+def _nvidia_smi(exe: str, query: str) -> _Answer:
+    """Run nvidia-smi for `query`, in a session of its own: when it does not answer in time, it and whatever it
+    started are killed."""
     try:
-        proc = subprocess.run(
-            [exe, f"--query-gpu={query}", "--format=csv,noheader"],
-            stdin=subprocess.DEVNULL,
-            capture_output=True,
-            text=True,
-            timeout=_NVIDIA_SMI_TIMEOUT_S,
-            check=False,
-        )
-    except (OSError, subprocess.SubprocessError):
-        return None
+        proc = subprocess.Popen([exe, f"--query-gpu={query}", "--format=csv,noheader"], stdin=subprocess.DEVNULL,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+    except OSError as e:
+        return _Answer(problem="nvidia-smi could not be run", detail=e.strerror or str(e))
+    try:
+        out, err = proc.communicate(timeout=_NVIDIA_SMI_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        with contextlib.suppress(OSError):
+            os.killpg(proc.pid, signal.SIGKILL)
+        proc.communicate()
+        return _Answer(problem=f"nvidia-smi did not answer within {_NVIDIA_SMI_TIMEOUT_S:g} s", detail="killed")
+    stdout = out.decode("utf-8", "replace")
+    said = _excerpt(err.decode("utf-8", "replace")) or _excerpt(stdout)  # it prints most of its errors to stdout
+    said = said or "printed nothing"
+    if proc.returncode < 0:
+        with contextlib.suppress(ValueError):
+            said = f"{signal.Signals(-proc.returncode).name}; {said}"
+        return _Answer(problem=f"nvidia-smi was killed by signal {-proc.returncode}", detail=said)
     if proc.returncode != 0:
-        return None
-    return proc.stdout
+        return _Answer(problem=f"nvidia-smi exited with status {proc.returncode}", detail=said)
+    return _Answer(stdout=stdout, detail=said)
 
 
 def detect_gpus() -> list[int]:
@@ -63,14 +91,26 @@ class Detected:
     """What nvidia-smi says of this machine's GPUs."""
     indices: list[int]
     gpu_model: str | None  # the GPU table's name for every GPU's model; None: none, unknown or mixed
+    # Why an nvidia-smi that is there gave no GPU (it failed, did not answer, or listed none), on one short line: the
+    # hosts' GPU_ERROR label. "" when it listed some, or when there is no nvidia-smi (no GPUs expected).
+    problem: str = ""
 
 
 def detect() -> Detected:
-    """This machine's GPUs and their model, in one call of nvidia-smi."""
-    text = _nvidia_smi("index,name")
-    if text is None:
+    """This machine's GPUs and their model, in one call of nvidia-smi. An nvidia-smi that is there but gives no GPU
+    is a warning, with what it said: on a GPU machine whose driver is broken, the hosts have no GPUs, and this says
+    why. No nvidia-smi at all is quiet."""
+    exe = shutil.which("nvidia-smi")
+    if exe is None:
         return Detected([], None)
-    return Detected(parse_nvidia_smi_indices(text), gpu_model_of(parse_nvidia_smi_names(text)))
+    answer = _nvidia_smi(exe, "index,name")
+    indices = parse_nvidia_smi_indices(answer.stdout)
+    if indices:
+        return Detected(indices, gpu_model_of(parse_nvidia_smi_names(answer.stdout)))
+    problem = answer.problem or "nvidia-smi listed no GPU"
+    log.warning("%s (%s): %s; this machine's hosts have no GPUs (host label %s, docs/running.md#local-backend)",
+                problem, exe, answer.detail, GPU_ERROR)
+    return Detected([], None, problem)
 
 
 def parse_nvidia_smi_names(text: str) -> list[str]:
