@@ -633,7 +633,7 @@ class Daemon:
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=16, thread_name_prefix="grpc-internal"),
                              options=[("grpc.so_reuseport", 0), *MESSAGE_LIMITS, *KEEPALIVE_ALLOWED],
                              interceptors=[RequireSecret(secret), RequireLeader(self._leads, self._leader),
-                                           RejectUndecodableRequests()])
+                                           RejectUndecodableRequests(refuse_non_finite=("/peloton.v1.",))])
         if hostmgr is not None:
             internal_pb2_grpc.add_HostManagerInternalServicer_to_server(hostmgr, server)
         if resmgr is not None:

@@ -4,8 +4,14 @@ answer on SQLite and PostgreSQL, and INVALID_ARGUMENT naming the field rather th
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import math
+import operator
+import threading
+from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.message import Message
 from google.protobuf.unknown_fields import UnknownFieldSet
 
@@ -112,3 +118,207 @@ def unknown_fields(message: Message, path: str = "request") -> list[str]:
         else:
             out += unknown_fields(value, name)
     return out[:MAX_UNKNOWN_SHOWN]
+
+
+# --- numbers that are not finite (the internal services: requests of peers holding the components' secret) ---------
+MAX_NON_FINITE_SHOWN = 10
+_FLOATS = (FieldDescriptor.TYPE_DOUBLE, FieldDescriptor.TYPE_FLOAT)
+JSON_SUFFIX = "_json"  # a string field of JSON text (goal_json, plan_json): its numbers are checked as the others
+
+
+class _Plan:
+    """Where a message type can hold a number: its float and double fields (`floats`: name, repeated or a map's
+    values), its JSON text fields, and its fields of message types that can (`nested`: name, repeated, map, the
+    type), which `_non_finite` walks to say where one is not finite. `ok` answers first, and fast: a message's
+    numbers are read together, those of the messages it holds one at a time (`single`: the names, dotted) with
+    its own, and a repeated field of such messages in one pass."""
+
+    __slots__ = ("fast", "floats", "get", "json", "many", "nested", "pure", "single")
+
+    def __init__(self) -> None:
+        self.floats: list[tuple[str, bool]] = []
+        self.json: list[str] = []
+        self.nested: list[tuple[str, bool, bool, Any]] = []  # Any: a Descriptor (upb's or Python's)
+        self.single: list[str] = []  # non-repeated floats, its own and those of its messages (`resources.cpu`)
+        self.get: Callable[[Message], Any] = lambda m: ()  # their values, a tuple
+        self.many: list[str] = []  # repeated floats and maps of them
+        self.fast: list[tuple[str, bool, bool, Any]] = []  # `nested` but for those read into `single`
+        self.pure = False  # only `single`: a message's numbers are get(message)
+
+    def ok(self, message: Message) -> bool:
+        """True when every number of `message` is finite. (False may be wrong, for finite numbers whose sum
+        overflows: the caller then looks at each with _non_finite.)"""
+        if self.single and not _finite_sum(self.get(message)):
+            return False
+        for name in self.many:
+            values = getattr(message, name)
+            if not _finite_sum(values.values() if hasattr(values, "values") else values):
+                return False
+        for name in self.json:
+            text = getattr(message, name)
+            if text and _json_problem(text):
+                return False
+        for name, repeated, is_map, desc in self.fast:
+            plan = _plan(desc)
+            if not repeated:
+                if not plan.ok(getattr(message, name)):
+                    return False
+                continue
+            field = getattr(message, name)
+            items = field.values() if is_map else field
+            if plan.pure:  # every member's resources of a gang, in one pass
+                if not _finite_sum(map(sum, map(plan.get, items))):
+                    return False
+            elif not all(map(plan.ok, items)):
+                return False
+        return True
+
+
+def _finite_sum(values: Iterable[float]) -> bool:
+    total = sum(values)
+    return total - total == 0.0  # NaN for a NaN or an infinity among them (or finite ones that overflow)
+
+
+_PLANS: dict[Any, _Plan] = {}  # by Descriptor
+_BUILDING: set[Any] = set()  # the plans being made: a type that holds itself is not read into itself
+_PLANS_LOCK = threading.RLock()
+
+
+def _plan(desc: Any) -> _Plan:
+    """The plan of `desc`, made once per message type. Fields of types that hold no number (the constraints of a
+    gang, a launch's environment) are not in it: a check never walks them."""
+    plan = _PLANS.get(desc)
+    if plan is not None:
+        return plan
+    with _PLANS_LOCK:
+        plan = _PLANS.get(desc)
+        if plan is None:
+            _BUILDING.add(desc)
+            try:
+                plan = _PLANS[desc] = _make_plan(desc)
+            finally:
+                _BUILDING.discard(desc)
+        return plan
+
+
+def _make_plan(desc: Any) -> _Plan:
+    plan = _Plan()
+    for fd in desc.fields:
+        mt = fd.message_type
+        if mt is None:
+            if fd.type in _FLOATS:
+                plan.floats.append((fd.name, fd.is_repeated))
+                (plan.many if fd.is_repeated else plan.single).append(fd.name)
+            elif fd.type == FieldDescriptor.TYPE_STRING and fd.name.endswith(JSON_SUFFIX) and not fd.is_repeated:
+                plan.json.append(fd.name)
+        elif mt.GetOptions().map_entry:
+            value = mt.fields_by_name["value"]
+            if value.type in _FLOATS:
+                plan.floats.append((fd.name, True))
+                plan.many.append(fd.name)
+            elif value.message_type is not None and _holds_numbers(value.message_type, set()):
+                plan.nested.append((fd.name, True, True, value.message_type))
+                plan.fast.append(plan.nested[-1])
+        elif _holds_numbers(mt, set()):
+            plan.nested.append((fd.name, fd.is_repeated, False, mt))
+            child = None if fd.is_repeated or mt in _BUILDING else _plan(mt)
+            if child is not None and child.pure:  # a message of numbers only (resources): read with this one's
+                plan.single += [f"{fd.name}.{name}" for name in child.single]
+            else:
+                plan.fast.append(plan.nested[-1])
+    if plan.single:
+        get = operator.attrgetter(*plan.single)
+        plan.get = get if len(plan.single) > 1 else lambda m: (get(m),)
+    plan.pure = bool(plan.single) and not (plan.many or plan.json or plan.fast)
+    return plan
+
+
+def _holds_numbers(desc: Any, seen: set[str]) -> bool:
+    """Whether a message of type `desc` can hold a float, a double or JSON text, at any depth."""
+    if desc.full_name in seen:  # a type that contains itself: what it holds is found where it was first met
+        return False
+    seen.add(desc.full_name)
+    for fd in desc.fields:
+        field, mt = fd, fd.message_type
+        if mt is not None and mt.GetOptions().map_entry:
+            field = mt.fields_by_name["value"]
+            mt = field.message_type
+        if mt is None:
+            if field.type in _FLOATS or (field.type == FieldDescriptor.TYPE_STRING and field.name.endswith(JSON_SUFFIX)):
+                return True
+        elif _holds_numbers(mt, seen):
+            return True
+    return False
+
+
+class _NotFinite(ValueError):
+    pass
+
+
+def _refuse(text: str) -> float:
+    raise _NotFinite(text)
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if not math.isfinite(value):  # 1e999: JSON's grammar allows it; as a double it is infinite
+        raise _NotFinite(text)
+    return value
+
+
+def _json_problem(text: str) -> str:
+    """Why JSON text is not what a peer may send: it is not JSON, or holds a number that is not finite (NaN,
+    Infinity, 1e999: Python's json reads them all); "" when it is neither."""
+    try:
+        json.loads(text, parse_constant=_refuse, parse_float=_finite)
+    except _NotFinite as e:
+        return f"must be JSON with finite numbers, got {str(e)[:40]}"
+    except RecursionError:
+        return "not valid JSON (nested too deeply)"
+    except ValueError as e:
+        return f"not valid JSON ({str(e)[:200]})"
+    return ""
+
+
+def non_finite(message: Message, path: str = "request") -> list[str]:
+    """Every float or double of `message` that is NaN or infinite, through every nested message (repeated, map
+    values), and every JSON text field (`*_json`) that is not JSON or holds such a number, each as `PATH: why`
+    (the first MAX_NON_FINITE_SHOWN). NaN compares false with everything: one in a gang's resources made its
+    pool's allocation NaN, and every share and admission computed from it."""
+    if _plan(message.DESCRIPTOR).ok(message):
+        return []
+    out: list[str] = []
+    _non_finite(message, "" if path == "request" else path, out)
+    return out[:MAX_NON_FINITE_SHOWN]
+
+
+def _non_finite(message: Message, path: str, out: list[str]) -> None:
+    plan = _plan(message.DESCRIPTOR)
+    prefix = f"{path}." if path else ""
+    for name, repeated in plan.floats:
+        value = getattr(message, name)
+        if not repeated:
+            if not math.isfinite(value):
+                out.append(f"{prefix}{name}: must be a finite number, got {value}")
+        elif hasattr(value, "items"):  # a map<K, double>
+            out += [f"{prefix}{name}[{k!r}]: must be a finite number, got {v}" for k, v in value.items()
+                    if not math.isfinite(v)]
+        else:
+            out += [f"{prefix}{name}[{i}]: must be a finite number, got {v}" for i, v in enumerate(value)
+                    if not math.isfinite(v)]
+    for name in plan.json:
+        text = getattr(message, name)
+        if text and (problem := _json_problem(text)):
+            out.append(f"{prefix}{name}: {problem}")
+    for name, repeated, is_map, _desc in plan.nested:
+        if len(out) >= MAX_NON_FINITE_SHOWN:
+            return
+        if not repeated:
+            if message.HasField(name):
+                _non_finite(getattr(message, name), f"{prefix}{name}", out)
+        elif is_map:
+            for key, value in getattr(message, name).items():
+                _non_finite(value, f"{prefix}{name}[{key!r}]", out)
+        else:
+            for i, item in enumerate(getattr(message, name)):
+                _non_finite(item, f"{prefix}{name}[{i}]", out)

@@ -12,7 +12,7 @@ import grpc
 
 from peloton import errors
 from peloton.api.codes import code_name_for, error_for
-from peloton.api.request_checks import unknown_fields
+from peloton.api.request_checks import non_finite, unknown_fields
 
 log = logging.getLogger(__name__)
 
@@ -94,10 +94,15 @@ class RejectUndecodableRequests(grpc.ServerInterceptor):
     INVALID_ARGUMENT, where gRPC would answer INTERNAL ("Exception deserializing request!"). So is one of the
     methods under `refuse_unknown` (prefixes) that carries fields this daemon's schema does not know, at any depth
     (named by their path and number: request_checks.unknown_fields), as the spec file reader refuses unknown keys.
+    And one of the methods under `refuse_non_finite` that carries a float or double that is NaN or infinite, or
+    JSON text (`*_json`) that is not JSON or holds such a number (request_checks.non_finite): the internal services'
+    requests, whose numbers go into the pools' accounting as they come. (The public API's requests have their own
+    checks, field by field, which refuse them as well, naming the field as its spec or pool says it.)
     Unary requests only (every peloton RPC); streaming ones pass unchanged."""
 
-    def __init__(self, refuse_unknown: tuple[str, ...] = ()) -> None:
+    def __init__(self, refuse_unknown: tuple[str, ...] = (), refuse_non_finite: tuple[str, ...] = ()) -> None:
         self._refuse_unknown = refuse_unknown
+        self._refuse_non_finite = refuse_non_finite
 
     def intercept_service(self, continuation: Callable[..., Any], details: grpc.HandlerCallDetails) -> Any:
         handler = continuation(details)
@@ -106,6 +111,7 @@ class RejectUndecodableRequests(grpc.ServerInterceptor):
         deserialize = handler.request_deserializer
         method = details.method
         check_unknown = method.startswith(self._refuse_unknown) if self._refuse_unknown else False
+        check_finite = method.startswith(self._refuse_non_finite) if self._refuse_non_finite else False
 
         def safe_deserialize(data: bytes) -> Any:
             try:
@@ -116,6 +122,9 @@ class RejectUndecodableRequests(grpc.ServerInterceptor):
             if unknown:
                 return _Undecodable("; ".join(unknown) + " (sent by a client of a newer release, or not by a "
                                     "peloton client: this daemon refuses what it would otherwise ignore)")
+            bad = non_finite(request) if check_finite else []
+            if bad:
+                return _Undecodable("; ".join(bad))
             return request
 
         def guard(behaviour: Callable[..., Any]) -> Callable[..., Any]:

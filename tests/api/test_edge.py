@@ -20,11 +20,12 @@ from google.protobuf import struct_pb2
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
 from peloton.api.edge import BUSY, PUBLIC_READS
-from peloton.api.request_checks import unknown_fields
-from peloton.api.v1 import job_pb2, job_pb2_grpc
+from peloton.api.request_checks import non_finite, unknown_fields
+from peloton.api.v1 import internal_pb2, job_pb2, job_pb2_grpc
 from peloton.domain import limits
 from peloton.hostmgr.sim.backend import SimSettings
 from peloton.security import certs
+from peloton.security.component_auth import METADATA_KEY, load_secret
 from peloton.security.identity import add_token
 from peloton.server import Daemon
 from peloton.settings import ServerConfig
@@ -233,3 +234,103 @@ def test_unknown_fields_are_found_at_any_depth() -> None:
     msg = struct_pb2.Struct.FromString(_field(1, entry))
     assert unknown_fields(msg, "labels") == [
         "labels.fields['key']: unknown field 50 (google.protobuf.Value of this daemon's release has no such field)"]
+
+
+NAN, INF = float("nan"), float("inf")
+
+
+def _vec(cpu: float = 1.0, mem_mib: float = 64.0, disk_mib: float = 0.0) -> internal_pb2.ResourceVector:
+    return internal_pb2.ResourceVector(cpu=cpu, mem_mib=mem_mib, disk_mib=disk_mib)
+
+
+def _gang(**kw: Any) -> internal_pb2.GangRequest:
+    members = kw.pop("members", [internal_pb2.Member(instance=0, task_id="j-0-1", resources=_vec())])
+    return internal_pb2.GangRequest(gang_id="g", job_id="j", attempt=1, respool="/", members=members,
+                                    **{"enqueued_at": 1.0, **kw})
+
+
+def _placement(**kw: Any) -> internal_pb2.Placement:
+    member = internal_pb2.Assignment(instance=0, task_id="j-0-1", hostname="sim-00000", resources=kw.pop("res", _vec()))
+    return internal_pb2.Placement(gang_id="g", job_id="j", attempt=1, members=[member], **kw)
+
+
+RM, HM = "/peloton.v1.ResourceManagerInternal/", "/peloton.v1.HostManagerInternal/"
+NON_FINITE = [
+    (RM + "EnqueueGangs", internal_pb2.EnqueueGangsRequest(gangs=[_gang(members=[
+        internal_pb2.Member(instance=0, task_id="j-0-1", resources=_vec()),
+        internal_pb2.Member(instance=1, task_id="j-1-1", resources=_vec(cpu=NAN))], running=True)]),
+     "gangs[0].members[1].resources.cpu: must be a finite number, got nan"),
+    (RM + "EnqueueGangs", internal_pb2.EnqueueGangsRequest(gangs=[_gang(enqueued_at=-INF)]),
+     "gangs[0].enqueued_at: must be a finite number, got -inf"),
+    (RM + "EnqueueGangs", internal_pb2.EnqueueGangsRequest(gangs=[_gang(max_runtime_s=INF)]),
+     "gangs[0].max_runtime_s: must be a finite number, got inf"),
+    (RM + "EnqueueGangs", internal_pb2.EnqueueGangsRequest(gangs=[_gang(goal_json='{"local_bsz": NaN}')]),
+     "gangs[0].goal_json: must be JSON with finite numbers, got NaN"),
+    (RM + "EnqueueGangs", internal_pb2.EnqueueGangsRequest(gangs=[_gang(goal_json='{"local_bsz": 1e999}')]),
+     "gangs[0].goal_json: must be JSON with finite numbers, got 1e999"),
+    (RM + "EnqueueGangs", internal_pb2.EnqueueGangsRequest(gangs=[_gang(goal_json="{")]),
+     "gangs[0].goal_json: not valid JSON"),
+    (RM + "DequeueGangs", internal_pb2.DequeueGangsRequest(capacity=_vec(mem_mib=INF), timeout_ms=1),
+     "capacity.mem_mib: must be a finite number, got inf"),
+    (RM + "SetPlacements", internal_pb2.SetPlacementsRequest(placements=[_placement(res=_vec(disk_mib=NAN))]),
+     "placements[0].members[0].resources.disk_mib: must be a finite number, got nan"),
+    (RM + "SetPlacements", internal_pb2.SetPlacementsRequest(placements=[_placement(
+        plan_json='{"gpus_per_host": [1], "step_time": Infinity, "samples_per_s": 1}')]),
+     "placements[0].plan_json: must be JSON with finite numbers, got Infinity"),
+    (RM + "SetPlacements", internal_pb2.SetPlacementsRequest(reservations=[internal_pb2.Reservation(
+        gang=internal_pb2.GangKey(gang_id="g", attempt=1), hosts=["sim-00000"], expected_start=NAN)]),
+     "reservations[0].expected_start: must be a finite number, got nan"),
+    (RM + "GetPoolUsage", internal_pb2.GetPoolUsageRequest(path="/", extra_demand=_vec(cpu=INF)),
+     "extra_demand.cpu: must be a finite number, got inf"),
+    (RM + "PreviewAdmission", internal_pb2.PreviewAdmissionRequest(pool="/", gangs=[internal_pb2.GangAsk(
+        total=_vec(cpu=NAN))]), "gangs[0].total.cpu: must be a finite number, got nan"),
+    (HM + "ClaimPlacements", internal_pb2.ClaimPlacementsRequest(placements=[_placement(res=_vec(cpu=-INF))]),
+     "placements[0].members[0].resources.cpu: must be a finite number, got -inf"),
+    (HM + "LaunchGangs", internal_pb2.LaunchGangsRequest(gangs=[internal_pb2.GangLaunch(
+        gang_id="g", attempt=1, members=[internal_pb2.LaunchTask(task_id="j-0-1")],
+        shared=internal_pb2.LaunchTask(job_id="j", command="true", resources=_vec(mem_mib=NAN)))]),
+     "gangs[0].shared.resources.mem_mib: must be a finite number, got nan"),
+    (HM + "KillTasks", internal_pb2.KillTasksRequest(task_ids=["j-0-1"], grace_s=INF),
+     "grace_s: must be a finite number, got inf"),
+]
+
+
+@pytest.mark.parametrize(("method", "request_", "error"), NON_FINITE, ids=[f"{m.rpartition('/')[2]}-{e.split(':')[0]}"
+                                                                         for m, _, e in NON_FINITE])
+def test_the_internal_services_refuse_numbers_that_are_not_finite_naming_them(
+        edge: Edge, method: str, request_: Any, error: str) -> None:
+    """A peer holding the components' secret is still refused NaN and infinities, at the edge: NaN compares false
+    with everything, so a gang of NaN cores once made its pool's allocation NaN (and every share computed from it)."""
+    secret = (METADATA_KEY, load_secret(edge.daemon.cfg.secret_file(), create=False))
+    usage = edge.internal.unary_unary(RM + "GetPoolUsage", request_serializer=internal_pb2.GetPoolUsageRequest
+                                      .SerializeToString, response_deserializer=internal_pb2.GetPoolUsageResponse
+                                      .FromString)
+    before = usage(internal_pb2.GetPoolUsageRequest(), timeout=T, metadata=[secret])
+    code, details = code_of(edge.internal.unary_unary(method), request_.SerializeToString(), metadata=[secret])
+    assert (code, details.partition(" (")[0]) == (grpc.StatusCode.INVALID_ARGUMENT, error), details
+    after = usage(internal_pb2.GetPoolUsageRequest(), timeout=T, metadata=[secret])
+    assert after == before  # nothing queued, claimed or accounted
+    check = edge.internal.unary_unary(RM + "CheckGangs", request_serializer=internal_pb2.CheckGangsRequest
+                                      .SerializeToString, response_deserializer=internal_pb2.CheckGangsResponse
+                                      .FromString)
+    gang = internal_pb2.GangKey(gang_id="g", attempt=1)
+    assert list(check(internal_pb2.CheckGangsRequest(gangs=[gang]), timeout=T, metadata=[secret]).unknown) == [gang]
+
+
+def test_numbers_that_are_not_finite_are_found_at_any_depth() -> None:
+    """Repeated messages, maps of doubles and of messages (google.protobuf.Struct holds itself), JSON text; finite
+    numbers whose sum overflows are finite all the same."""
+    drains = internal_pb2.ListDrainsResponse(drains={"h1": 1.0, "h2": NAN})
+    assert non_finite(drains) == ["drains['h2']: must be a finite number, got nan"]
+    huge = internal_pb2.EnqueueGangsRequest(gangs=[_gang(members=[internal_pb2.Member(resources=_vec(1e308, 1e308))],
+                                                         max_runtime_s=1e308, goal_json='{"a": [1e308, -1e308]}')])
+    assert non_finite(huge) == []
+    value = struct_pb2.Struct()
+    value.update({"a": {"b": [1, NAN]}, "c": INF})
+    assert sorted(non_finite(value, "labels")) == [  # (a map's order is protobuf's)
+        "labels.fields['a'].struct_value.fields['b'].list_value.values[1].number_value: must be a finite number, "
+        "got nan", "labels.fields['c'].number_value: must be a finite number, got inf"]
+    many = internal_pb2.EnqueueGangsRequest(gangs=[_gang(members=[
+        internal_pb2.Member(resources=_vec(cpu=NAN)) for _ in range(50)])])
+    assert len(non_finite(many)) == 10  # the first ten: a message stays short
+    assert non_finite(internal_pb2.GetPoolUsageRequest(path="/")) == []
