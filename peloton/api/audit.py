@@ -9,6 +9,7 @@ waits for the audit: a crash can lose the records of the last half second, and w
 from __future__ import annotations
 
 import logging
+import math
 import threading
 import time
 from collections import deque
@@ -147,7 +148,7 @@ class AuditServicer(audit_pb2_grpc.AuditServiceServicer):
         if not 0 < limit <= MAX_LIMIT:
             raise InvalidArgument(f"limit: must be 1..{MAX_LIMIT}, got {request.limit}", field="limit")
         for name, value in (("since", request.since), ("until", request.until)):
-            if value < 0 or value != value:
+            if not math.isfinite(value) or value < 0:
                 raise InvalidArgument(f"{name}: seconds since the epoch, not {value}", field=name)
         if request.before_id < 0:
             raise InvalidArgument("before_id: must not be negative", field="before_id")

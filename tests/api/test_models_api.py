@@ -117,6 +117,16 @@ def test_errors_name_what_is_wrong_and_write_nothing(cluster: Cluster) -> None:
     assert m.names("admin") == before and m.get("bob", "err-model").version == 1
 
 
+@pytest.mark.parametrize("bound", ["since", "until"])
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), -1.0])
+def test_the_audit_log_bounds_must_be_finite_seconds(cluster: Cluster, bound: str, value: float) -> None:
+    # an infinite bound passed (only NaN and negatives were refused), where every other number of the API must be
+    # finite (docs/job-spec.md)
+    audit = audit_pb2_grpc.AuditServiceStub(cluster.channel)
+    c, why = code(audit.ListAuditEvents, audit_pb2.ListAuditEventsRequest(**{bound: value}), T, cluster.md("admin"))
+    assert (c, why) == (grpc.StatusCode.INVALID_ARGUMENT, f"{bound}: seconds since the epoch, not {value}")
+
+
 def test_changes_of_models_are_audited_under_their_name(cluster: Cluster) -> None:
     m = Models(cluster)
     m.create("bob", "audit-model")
