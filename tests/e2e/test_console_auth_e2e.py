@@ -25,6 +25,7 @@ from cryptography.hazmat.primitives import hashes, serialization
 from cryptography.hazmat.primitives.asymmetric import ec
 from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
+from peloton.console.sessions import MAX_SESSIONS, MAX_SESSIONS_PER_PRINCIPAL
 from peloton.security.identity import add_token
 from tests.e2e.console import Answer, ConsoleDaemon
 from tests.e2e.harness import PELOTON, serving
@@ -256,3 +257,27 @@ def test_only_the_daemons_user_over_its_socket_may_make_a_login_link(daemon: Tls
     assert r.returncode != 0 and "alice may not call CreateConsoleLogin: only the daemon's own user" in r.stderr, r
     denied = [e for e in daemon.audit("alice") if e["method"].endswith("CreateConsoleLogin")]
     assert denied and not denied[0]["allowed"]
+
+
+def test_logging_in_again_and_again_ends_only_ones_own_oldest_sessions(daemon: TlsConsoleDaemon) -> None:
+    """The console's sessions were capped at MAX_SESSIONS in all, the oldest ended first: any holder of a
+    certificate with a role (a viewer) could log everybody else out by logging in that many times. The cap is
+    per principal now: a login past MAX_SESSIONS_PER_PRINCIPAL ends that principal's own oldest session."""
+    admin = browser(daemon, "alice")
+    assert admin.post("/login", {"method": "certificate"}, csrf=False).status == 303
+    local = browser(daemon, "dave")
+    assert local.post("/login/once", {"once": _ui_login(daemon)[1]}, csrf=False).status == 303
+    viewer = browser(daemon, "victor")
+    cookies = []
+    for _ in range(MAX_SESSIONS + 1):
+        a = viewer.post("/login", {"method": "certificate"}, csrf=False)
+        assert a.status == 303 and a.headers["location"] == "/", a.headers
+        cookies.append(viewer.cookie)
+    s = admin.get("/api/session")  # still logged in
+    assert s.status == 200 and s.json()["name"] == "alice", s.body
+    assert local.get("/api/session").status == 200
+    kept = cookies[-MAX_SESSIONS_PER_PRINCIPAL:]
+    for cookie, alive in [(c, False) for c in cookies[:2]] + [(cookies[-len(kept) - 1], False)] + [
+            (c, True) for c in (kept[0], kept[-1])]:
+        viewer.cookie = cookie
+        assert viewer.get("/api/session").status == (200 if alive else 401), (cookies.index(cookie), alive)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from peloton.console.sessions import Sessions
+from peloton.console.sessions import MAX_SESSIONS, MAX_SESSIONS_PER_PRINCIPAL, Sessions
 from peloton.domain.principal import Principal
 from peloton.errors import PermissionDenied, Unauthenticated
 from peloton.security.auth import CONSOLE_SECRET, ON_BEHALF, Authenticator
@@ -56,6 +56,35 @@ def test_a_certificates_session_holds_only_with_its_certificate_and_ends() -> No
     s.close(local)
     assert s.get(local, b"", now=1.0) is None
     assert s.get("cs:unknown", b"", now=1.0) is None
+
+
+def test_a_principal_logging_in_again_and_again_ends_only_its_own_oldest_sessions() -> None:
+    s = Sessions(lifetime_s=100)
+    alice = s.open("certificate:alice", b"fp-alice", now=0.0)
+    local = s.open("local:peloton", b"", now=0.0)
+    mallory = [s.open("certificate:mallory", b"fp-m", now=1.0) for _ in range(MAX_SESSIONS + 1)]
+    assert s.get(alice, b"fp-alice", now=2.0) is not None and s.get(local, b"", now=2.0) is not None
+    alive = [sid for sid in mallory if s.get(sid, b"fp-m", now=2.0) is not None]
+    assert alive == mallory[-MAX_SESSIONS_PER_PRINCIPAL:]
+    s.close(alive[0])
+    assert s.get(alive[0], b"fp-m", now=2.0) is None and s.get(alive[1], b"fp-m", now=2.0) is not None
+
+
+def test_when_all_sessions_together_are_too_many_the_largest_holder_gives_one_up() -> None:
+    s = Sessions(lifetime_s=100)
+    n = MAX_SESSIONS // MAX_SESSIONS_PER_PRINCIPAL
+    everyone = {f"certificate:p{i}": [s.open(f"certificate:p{i}", b"fp", now=float(i))
+                                      for _ in range(MAX_SESSIONS_PER_PRINCIPAL)] for i in range(n)}
+    small = [s.open("local:peloton", b"", now=float(n)) for _ in range(MAX_SESSIONS - n * MAX_SESSIONS_PER_PRINCIPAL)]
+    late = s.open("certificate:late", b"fp", now=float(n))  # one too many: p0's oldest goes, not peloton's
+    assert s.get(late, b"fp", now=50.0) is not None
+    assert s.get(everyone["certificate:p0"][0], b"fp", now=50.0) is None
+    assert s.get(everyone["certificate:p0"][1], b"fp", now=50.0) is not None
+    assert all(s.get(sid, b"", now=50.0) is not None for sid in small)
+    # sessions expired by then go first: p0's (opened at 0, expired at 100), not p1's oldest (the largest holder's)
+    s.open("certificate:later", b"fp", now=100.5)
+    assert s.get(everyone["certificate:p1"][0], b"fp", now=100.5) is not None
+    assert s.get(everyone["certificate:p0"][1], b"fp", now=0.0) is None  # (forgotten, not merely expired)
 
 
 def test_the_api_takes_a_call_of_its_console_for_the_caller_the_console_names(tmp_path: Path) -> None:
