@@ -95,10 +95,14 @@ def test_behaviour_from_env() -> None:
     assert behaviour({"PELOTON_SIM_START": "fail"}, 0, "t") == Behaviour(start_fails=True)
     assert behaviour({"PELOTON_SIM_START": "fail-permanent"}, 0, "t") == Behaviour(start_fails=True, permanent=True)
     assert behaviour({"PELOTON_SIM_START": "ok", "PELOTON_SIM_DURATION": ""}, 0, "t") == Behaviour()
+    assert behaviour({"PELOTON_SIM_METRICS": " step_time=1.25 local_bsz=8 "}, 0, "t") == \
+        Behaviour(metrics="step_time=1.25 local_bsz=8")
     for env, var in [({"PELOTON_SIM_EXIT_CODE": "x"}, "PELOTON_SIM_EXIT_CODE"),
                      ({"PELOTON_SIM_EXIT_CODE": "256"}, "PELOTON_SIM_EXIT_CODE"),
                      ({"PELOTON_SIM_EXIT_CODE": "-1"}, "PELOTON_SIM_EXIT_CODE"),
                      ({"PELOTON_SIM_START": "maybe"}, "PELOTON_SIM_START"),
+                     ({"PELOTON_SIM_METRICS": "step_time=1\nstep_time=2"}, "PELOTON_SIM_METRICS"),
+                     ({"PELOTON_SIM_METRICS": "x" * 1025}, "PELOTON_SIM_METRICS"),
                      ({"PELOTON_SIM_DURATION": "soon"}, "PELOTON_SIM_DURATION")]:
         with pytest.raises(InvalidArgument) as e:
             behaviour(env, 0, "t")
@@ -466,6 +470,20 @@ def test_read_log_is_synthetic_and_honours_offsets() -> None:
         b.read_log("nope", "stdout", 0, 10)
     with pytest.raises(InvalidArgument):
         b.read_log("t", "stdin", 0, 10)
+
+
+def test_a_member_reports_the_speed_its_env_says_and_others_measure_nothing() -> None:
+    """PELOTON_SIM_METRICS is read back as the member's $PELOTON_METRICS_FILE (what `job get` and `model refit`
+    read of a real member): simulated members measure nothing by themselves."""
+    b, _, clock = make()
+    launch(b, spec("m", env={"PELOTON_SIM_METRICS": "step_time=1.25 local_bsz=8", "PELOTON_SIM_DURATION": "1s"}),
+           spec("q"))
+    assert b.read_log("m", "metrics", -4096, 4096) == (b"step_time=1.25 local_bsz=8\n", 27)
+    assert b.read_log("q", "metrics", -4096, 4096) == (b"", 0)
+    b.run_due(clock.t + 1)  # ended: still readable while the backend remembers it
+    assert b.read_log("m", "metrics", 0, 9) == (b"step_time", 9)
+    with pytest.raises(NotFound):
+        b.read_log("nope", "metrics", 0, 10)
 
 
 def test_the_timer_thread_ends_tasks_on_time_and_stops() -> None:

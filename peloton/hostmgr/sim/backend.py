@@ -146,9 +146,10 @@ def make_sim_host_groups(groups: Sequence[HostGroup], racks: int = 1, ports_per_
 class _Task:
     """The book's record of one task: small, since 100,000 of them may run at once."""
 
-    __slots__ = ("usage", "phase", "duration", "exit_code", "started_at", "end", "killed", "lost", "deferred")
+    __slots__ = ("usage", "phase", "duration", "exit_code", "started_at", "end", "killed", "lost", "deferred",
+                 "metrics")
 
-    def __init__(self, usage: RunningTask, duration: float | None, exit_code: int) -> None:
+    def __init__(self, usage: RunningTask, duration: float | None, exit_code: int, metrics: bytes = b"") -> None:
         self.usage = usage
         self.phase = _REGISTERED
         self.duration = duration  # None: runs until killed
@@ -158,6 +159,7 @@ class _Task:
         self.killed = False  # kill requested before the gang started
         self.lost = False  # host failed before the gang started
         self.deferred: TaskStatus | None = None  # how it ended before RUNNING was reported
+        self.metrics = metrics  # its metrics file (PELOTON_SIM_METRICS, a line); b"": it measures nothing
 
     @property
     def task_id(self) -> str:
@@ -269,10 +271,9 @@ class SimBackend:
         return 0  # simulated tasks have no sandboxes
 
     def read_log(self, task_id: str, stream: str, offset: int, max_bytes: int) -> tuple[bytes, int]:
-        """A synthetic log: stdout has one line per state change; stderr the reason of an unsuccessful end."""
-        if stream == "metrics":
-            return b"", 0  # simulated members measure nothing
-        if stream not in _STREAMS:
+        """A synthetic log: stdout has one line per state change; stderr the reason of an unsuccessful end;
+        metrics what the member's PELOTON_SIM_METRICS says (a member without it measures nothing)."""
+        if stream not in (*_STREAMS, "metrics"):
             raise InvalidArgument(f"stream must be one of {', '.join(_STREAMS)}, got {stream!r}", field="stream")
         with self._lock:
             t = self._tasks.get(task_id)
@@ -285,7 +286,7 @@ class SimBackend:
                 raise NotFound(f"no task {task_id!r} in the sim backend")
             h = self._hosts.get(t.hostname)
             address = h.config.address if h is not None else ""
-            data = _log_text(t, final, address, stream).encode()
+            data = t.metrics if stream == "metrics" else _log_text(t, final, address, stream).encode()
         size = len(data)
         start = max(0, size + offset) if offset < 0 else min(offset, size)
         chunk = data[start:start + max(0, max_bytes)]
@@ -333,7 +334,8 @@ class SimBackend:
             if res is not usage.resources:
                 # one shared vector per shape of task: memory at scale
                 usage = RunningTask(usage.task_id, usage.hostname, res, usage.gpu_ids, usage.ports)
-            tasks.append(_Task(usage, b.duration if decided is None else decided, b.exit_code))
+            tasks.append(_Task(usage, b.duration if decided is None else decided, b.exit_code,
+                               (b.metrics + "\n").encode() if b.metrics else b""))
         if len(self._resources) > _INTERNED_MAX:
             self._resources.clear()
         for t in tasks:

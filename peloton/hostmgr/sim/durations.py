@@ -11,6 +11,9 @@ Environment variables (from the job's `task.env`):
   PELOTON_SIM_START      `fail`: the member cannot be started (the launch of its gang FAILS, like a sandbox that
                          cannot be prepared); `fail-permanent`: the same, marked permanent (like a command that can
                          never be executed). Absent, empty or `ok`: it starts.
+  PELOTON_SIM_METRICS    what the member reports of its speed, as a real one appends to $PELOTON_METRICS_FILE:
+                         `step_time=1.25 local_bsz=8` (peloton/modelaware/metrics.py). The daemon reads it back as
+                         the member's metrics file. Absent or empty: it measures nothing.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from peloton.errors import InvalidArgument
 DURATION_VAR = "PELOTON_SIM_DURATION"
 EXIT_CODE_VAR = "PELOTON_SIM_EXIT_CODE"
 START_VAR = "PELOTON_SIM_START"
+METRICS_VAR = "PELOTON_SIM_METRICS"
+MAX_METRICS_CHARS = 1024  # a few lines of figures; the daemon reads 4 KiB from the end of a metrics file
 
 _START_VALUES = ("", "ok", "fail", "fail-permanent")
 
@@ -71,6 +76,7 @@ class Behaviour:
     exit_code: int = 0
     start_fails: bool = False
     permanent: bool = False  # a start failure that another try cannot fix
+    metrics: str = ""  # its metrics file's text (PELOTON_SIM_METRICS); "": it measures nothing
 
 
 def behaviour(env: Mapping[str, str], seed: int, task_id: str) -> Behaviour:
@@ -92,7 +98,12 @@ def behaviour(env: Mapping[str, str], seed: int, task_id: str) -> Behaviour:
                               field=EXIT_CODE_VAR) from None
     if not 0 <= exit_code <= 255:
         raise InvalidArgument(f"{EXIT_CODE_VAR}: must be 0..255, got {exit_code}", field=EXIT_CODE_VAR)
-    return Behaviour(duration, exit_code, start_fails=start.startswith("fail"), permanent=start == "fail-permanent")
+    metrics = env.get(METRICS_VAR, "").strip()
+    if len(metrics) > MAX_METRICS_CHARS or not metrics.isascii() or not metrics.isprintable():
+        raise InvalidArgument(f"{METRICS_VAR}: expected one line of at most {MAX_METRICS_CHARS} printable ASCII "
+                              "characters, like step_time=1.25 local_bsz=8", field=METRICS_VAR)
+    return Behaviour(duration, exit_code, start_fails=start.startswith("fail"), permanent=start == "fail-permanent",
+                     metrics=metrics)
 
 
 def format_duration(seconds: float) -> str:
