@@ -215,6 +215,9 @@ def plan_to_proto(c: plans.PlanChoice, out: job_pb2.PlanInfo) -> None:
     out.step_time, out.samples_per_s, out.local_bsz = c.step_time, c.samples_per_s, c.local_bsz
     for gph, step, sps in c.alternatives:
         out.alternatives.add(gpus_per_host=gph, step_time=step, samples_per_s=sps)
+    for h in c.hosts:
+        out.hosts.append(h.name)
+        out.hardware.add(gpu_model=h.gpu_model, nic_gbps=h.nic_gbps, gpu_link=h.gpu_link)
 
 
 def search_plan_to_proto(p: plans.Plan, out: job_pb2.PlanInfo) -> None:

@@ -712,6 +712,18 @@ class PlanGoal:
 
 
 @dataclass(frozen=True, slots=True)
+class PlanHost:
+    """A host of a chosen plan, with its hardware as the search saw it (its well-known labels, defaults applied):
+    what the prediction assumed, and what the members' measurements were made on (`model refit` fits only those
+    made on hardware like the model's reference)."""
+
+    name: str
+    gpu_model: str
+    nic_gbps: float
+    gpu_link: str
+
+
+@dataclass(frozen=True, slots=True)
 class PlanChoice:
     """The plan placement chose for a gang, its prediction, and the runner-ups it was preferred to."""
 
@@ -720,6 +732,8 @@ class PlanChoice:
     samples_per_s: float
     local_bsz: float
     alternatives: tuple[tuple[tuple[int, ...], float, float], ...] = ()  # (gpus per host, step time, samples/s)
+    # its hosts in the order of gpus_per_host; () in a record written before they were kept
+    hosts: tuple[PlanHost, ...] = ()
 
 
 def free_host(name: str, free_gpus: int, labels: dict[str, str]) -> FreeHost:
@@ -754,8 +768,12 @@ def choose(goal: PlanGoal, hosts: Sequence[FreeHost], gpus: int, servers: int = 
     if not plans:
         return None
     best = plans[0]
+    names = {name for name, _ in best.hosts}
+    seen = {h.name: h for h in hosts if h.name in names}
     choice = PlanChoice(best.gpus_per_host, best.prediction.step_time, best.samples_per_s, best.prediction.local_bsz,
-                        tuple((p.gpus_per_host, p.prediction.step_time, p.samples_per_s) for p in plans[1:]))
+                        tuple((p.gpus_per_host, p.prediction.step_time, p.samples_per_s) for p in plans[1:]),
+                        tuple(PlanHost(name, seen[name].gpu_model, seen[name].nic_gbps, seen[name].gpu_link)
+                              for name, _ in best.hosts))
     return best, choice
 
 
@@ -796,7 +814,9 @@ def choice_to_dict(c: PlanChoice) -> dict[str, object]:
     return {"gpus_per_host": list(c.gpus_per_host), "step_time": c.step_time, "samples_per_s": c.samples_per_s,
             "local_bsz": c.local_bsz,
             "alternatives": [{"gpus_per_host": list(g), "step_time": t, "samples_per_s": s}
-                             for g, t, s in c.alternatives]}
+                             for g, t, s in c.alternatives],
+            **({"hosts": [{"name": h.name, "gpu_model": h.gpu_model, "nic_gbps": h.nic_gbps, "gpu_link": h.gpu_link}
+                          for h in c.hosts]} if c.hosts else {})}
 
 
 def choice_from_dict(d: dict[str, Any]) -> PlanChoice:
@@ -805,4 +825,6 @@ def choice_from_dict(d: dict[str, Any]) -> PlanChoice:
     return PlanChoice(tuple(int(x) for x in d["gpus_per_host"]), float(d["step_time"]),
                       float(d["samples_per_s"]), float(d.get("local_bsz", 0.0)),
                       tuple((tuple(int(x) for x in a["gpus_per_host"]), float(a["step_time"]),
-                             float(a["samples_per_s"])) for a in alts))
+                             float(a["samples_per_s"])) for a in alts),
+                      tuple(PlanHost(str(h["name"]), str(h["gpu_model"]), float(h["nic_gbps"]), str(h["gpu_link"]))
+                            for h in d.get("hosts", ())))  # absent: a record from before hosts were kept

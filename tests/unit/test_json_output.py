@@ -18,6 +18,7 @@ PUBLIC = (job_pb2, task_pb2, host_pb2, respool_pb2, cluster_pb2, audit_pb2, mode
 NUMBERS = {
     "peloton.v1.Resources": {"cpu"}, "peloton.v1.ResourcePool": {"share"},
     "peloton.v1.Entitlement": {"cpu", "mem_mib", "disk_mib", "gpu"}, "peloton.v1.HostHardware": {"nic_gbps"},
+    "peloton.v1.PlanHostHardware": {"nic_gbps"},
     "peloton.v1.ListAuditEventsRequest": {"since", "until"},  # a request: never printed
     "peloton.v1.ModelSpec": {"local_bsz", "global_bsz", "min_efficiency"},  # samples per step; a fraction (auto)
     # a plan's predictions and measurements: seconds and samples/s as plain numbers (as `-o json` prints them)

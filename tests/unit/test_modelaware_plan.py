@@ -238,3 +238,27 @@ def test_a_goal_recorded_before_the_contention_term_reads_without_it() -> None:
     old_plan, new_plan = choose(was, hosts, 4), choose(goal, hosts, 4)
     assert old_plan is not None and new_plan is not None
     assert old_plan[1].gpus_per_host == (4,) and new_plan[1].gpus_per_host == (1, 1, 1, 1)
+
+
+def test_the_chosen_plan_keeps_its_hosts_hardware_and_older_records_read_without_it() -> None:
+    """What the gang's measurements were made on is kept with its plan (`model refit` fits a model only to those
+    made on hardware like its reference), in the order of gpus_per_host; a plan recorded before reads with none."""
+    import json
+
+    from peloton.modelaware.plan import PlanChoice, PlanGoal, PlanHost, choice_from_dict, choice_to_dict, choose
+
+    params = CostParams(0.22, 0.058, 0.064, 0.145, 0.99, 0.1, 2.1, Reference("t4", 50, "pcie"))
+    hosts = [FreeHost("t0", 4, "t4", 50, "pcie"), FreeHost("t1", 4, "t4", 50, "pcie"),
+             FreeHost("a0", 2, "a100", 100, "nvlink")]
+    chosen = choose(PlanGoal(params, local_bsz=8), hosts, 6)
+    assert chosen is not None
+    best, record = chosen
+    assert [h.name for h in record.hosts] == [name for name, _ in best.hosts]
+    by_name = {h.name: h for h in hosts}
+    assert record.hosts == tuple(PlanHost(n, by_name[n].gpu_model, by_name[n].nic_gbps, by_name[n].gpu_link)
+                                 for n, _ in best.hosts)
+    assert choice_from_dict(json.loads(json.dumps(choice_to_dict(record)))) == record
+    old = choice_to_dict(record)
+    del old["hosts"]
+    assert choice_from_dict(old) == PlanChoice(record.gpus_per_host, record.step_time, record.samples_per_s,
+                                               record.local_bsz, record.alternatives)

@@ -62,6 +62,11 @@ def test_faster_gpus_and_nics_win() -> None:
              host("h3", gpu_model="a100", nic_gbps="100")]
     p = placed(gang(6), hosts)
     assert {m.hostname for m in p.members} == {"h2", "h3"}
+    # the plan keeps where its workers went and those hosts' hardware, with the labels' defaults (what `model
+    # refit` judges the members' measurements by)
+    assert p.plan is not None and [h.name for h in p.plan.hosts] == [
+        n for n, _ in Counter(m.hostname for m in p.members).most_common()]
+    assert {(h.gpu_model, h.nic_gbps, h.gpu_link) for h in p.plan.hosts} == {("a100", 100.0, "pcie")}
 
 
 def test_servers_go_where_the_plan_puts_them_and_the_gang_stays_whole() -> None:

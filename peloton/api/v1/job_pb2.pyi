@@ -516,6 +516,7 @@ class PlanInfo(_message.Message):
     MEASURED_MEMBERS_FIELD_NUMBER: _builtins.int
     HOSTS_FIELD_NUMBER: _builtins.int
     SERVERS_FIELD_NUMBER: _builtins.int
+    HARDWARE_FIELD_NUMBER: _builtins.int
     step_time: _builtins.float
     """predicted, seconds"""
     samples_per_s: _builtins.float
@@ -534,11 +535,20 @@ class PlanInfo(_message.Message):
     def alternatives(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanAlternative]: ...
     @_builtins.property
     def hosts(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
-        """the hosts, in the order of gpus_per_host (PlanJob only)"""
+        """the hosts, in the order of gpus_per_host (PlanJob; a gang's plan since it is kept with it: empty in one
+        placed by an older daemon)
+        """
 
     @_builtins.property
     def servers(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
         """a parameter server's host, one per server (PlanJob, ps models)"""
+
+    @_builtins.property
+    def hardware(self) -> _containers.RepeatedCompositeFieldContainer[Global___PlanHostHardware]:
+        """A gang's plan: each host's hardware as the plan search saw it when it chose, in the order of hosts (what the
+        prediction assumed and the members' measurements were made on; `model refit` fits a model only to those made
+        on hardware like its reference). Empty in PlanJob's plans, and in a plan placed by an older daemon.
+        """
 
     def __init__(
         self,
@@ -553,14 +563,42 @@ class PlanInfo(_message.Message):
         measured_members: _builtins.int = ...,
         hosts: _abc.Iterable[_builtins.str] | None = ...,
         servers: _abc.Iterable[_builtins.str] | None = ...,
+        hardware: _abc.Iterable[Global___PlanHostHardware] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "gpus_per_host", b"gpus_per_host", "hosts", b"hosts", "local_bsz", b"local_bsz", "measured_members", b"measured_members", "measured_samples_per_s", b"measured_samples_per_s", "measured_step_time", b"measured_step_time", "samples_per_s", b"samples_per_s", "servers", b"servers", "step_time", b"step_time"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["alternatives", b"alternatives", "gpus_per_host", b"gpus_per_host", "hardware", b"hardware", "hosts", b"hosts", "local_bsz", b"local_bsz", "measured_members", b"measured_members", "measured_samples_per_s", b"measured_samples_per_s", "measured_step_time", b"measured_step_time", "samples_per_s", b"samples_per_s", "servers", b"servers", "step_time", b"step_time"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PlanInfo: _TypeAlias = PlanInfo  # noqa: Y015
+
+@_typing.final
+class PlanHostHardware(_message.Message):
+    """A host's well-known labels with their defaults applied (docs/running.md#host-labels)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GPU_MODEL_FIELD_NUMBER: _builtins.int
+    NIC_GBPS_FIELD_NUMBER: _builtins.int
+    GPU_LINK_FIELD_NUMBER: _builtins.int
+    gpu_model: _builtins.str
+    nic_gbps: _builtins.float
+    gpu_link: _builtins.str
+    def __init__(
+        self,
+        *,
+        gpu_model: _builtins.str = ...,
+        nic_gbps: _builtins.float = ...,
+        gpu_link: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gpu_link", b"gpu_link", "gpu_model", b"gpu_model", "nic_gbps", b"nic_gbps"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PlanHostHardware: _TypeAlias = PlanHostHardware  # noqa: Y015
 
 @_typing.final
 class PlanJobRequest(_message.Message):
