@@ -43,8 +43,8 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
     x = add_command(models, "list", help="the stored models, by name: owner, version, what the document says")
     out(x)
     x.set_defaults(fn="model:cmd_model_list")
-    x = models.add_parser("refit", help="add what jobs measured to a stored model and fit its cost model again "
-                                        "(docs/model-aware.md#feedback)")
+    x = models.add_parser("refit", help="add what jobs measured to a stored model and fit its cost model again on "
+                                        "those made on hardware like its reference (docs/model-aware.md#feedback)")
     x.add_argument("name", metavar="NAME", help="the stored model")
     x.add_argument("--from-job", action="append", required=True, metavar="JOB", dest="jobs",
                    help="a model-aware job of this model whose running members reported their speed (repeatable)")
@@ -225,18 +225,24 @@ def cmd_model_delete(c: Client, a: argparse.Namespace) -> int:
 
 
 def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
-    """Read the model, add the jobs' measurements (predicted beside measured), fit again on the profile's rows and
-    the measurements, and replace the model if nobody changed it meanwhile."""
+    """Read the model, add the jobs' measurements (predicted beside measured, and the hardware they ran on), fit
+    again on the profile's rows and the measurements made on hardware like the model's reference (the others are
+    recorded, not fitted: fit.unlike_reference), and replace the model if nobody changed it meanwhile."""
     import json
 
     from peloton.api.v1 import job_pb2, model_pb2
     from peloton.errors import FailedPrecondition
     from peloton.modelaware import document as docs
-    from peloton.modelaware.fit import refit
+    from peloton.modelaware.cost import Reference
+    from peloton.modelaware.fit import refit, split_measured, unlike_reference
 
     m = c.call(c.models.GetModel, model_pb2.GetModelRequest(name=a.name)).model
     doc = docs.parse_document(json.loads(m.document_json))
-    found = []
+    base = doc.cost_params()
+    ref, pattern = base.reference, doc.description.sync
+    # each gang's measurement, and why it is not fitted ("": it is). One whose plan kept no hardware (placed by an
+    # older daemon) is neither fitted nor recorded: recorded without it, it would read as made on the reference
+    found: list[tuple[docs.Measurement, str]] = []
     for job_id in a.jobs:
         job = c.call(c.jobs.GetJob, job_pb2.GetJobRequest(job_id=job_id)).job
         if job.spec.model.name != a.name:
@@ -244,19 +250,26 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
         for g in job.status.gangs:
             p = g.plan
             if g.HasField("plan") and p.measured_members and p.measured_step_time > 0:
-                found.append(docs.Measurement(job_id, tuple(p.gpus_per_host), p.local_bsz, p.measured_step_time,
-                                              p.step_time))
+                kinds = tuple(dict.fromkeys(Reference(h.gpu_model, h.nic_gbps, h.gpu_link) for h in p.hardware))
+                x = docs.Measurement(job_id, tuple(p.gpus_per_host), p.local_bsz, p.measured_step_time, p.step_time,
+                                     hardware=kinds)
+                found.append((x, unlike_reference(x, ref, pattern) if kinds else _UNKNOWN))
     if not found:
         raise FailedPrecondition("--from-job: no running gang of these jobs has reported its speed yet (members "
                                  "write step_time=SECONDS to $PELOTON_METRICS_FILE)")
-    keep = {(x.job_id, x.placement, x.local_bsz) for x in found}
-    measured = (*[x for x in doc.measured if (x.job_id, x.placement, x.local_bsz) not in keep], *found)
+    recorded = [x for x, why in found if why != _UNKNOWN]
+    if not recorded:
+        raise FailedPrecondition("--from-job: the hardware the measured gangs ran on is not known (placed by an older "
+                                 "daemon, whose plans did not keep it): nothing to record or fit; the plan of a gang "
+                                 "placed since keeps it")
+    keep = {(x.job_id, x.placement, x.local_bsz) for x in recorded}
+    measured = (*[x for x in doc.measured if (x.job_id, x.placement, x.local_bsz) not in keep], *recorded)
     measured = measured[-docs.MAX_MEASURED:]
-    base = doc.cost_params()
-    rows = len(doc.profile) + len(measured)
-    if rows >= MIN_REFIT_ROWS:
-        result = refit(doc.profile, [(x.placement, x.local_bsz, x.step_time) for x in measured], base.reference,
-                       base, doc.description.sync)
+    used, left_out = split_measured(measured, ref, pattern)
+    rows = len(doc.profile) + len(used)
+    refitted = bool(used) and rows >= MIN_REFIT_ROWS
+    if refitted:
+        result = refit(doc.profile, measured, ref, base, pattern)
         new = docs.ModelDocument(doc.name, doc.description, result.params,
                                  docs.FitInfo(result.rows, result.median_error, result.p90_error,
                                               (doc.fit.source if doc.fit else "") + " + measured"),
@@ -266,22 +279,46 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
     from peloton.cli import render
 
     out = sys.stderr if a.output in render.DOCUMENTS else sys.stdout  # the record is then what stdout has
-    for x in found:
+    for x, why in found:
         err = (x.step_time - x.predicted_step_time) / x.predicted_step_time * 100 if x.predicted_step_time else 0.0
         print(f"{x.job_id}: GPUs per host {','.join(map(str, x.placement))}, local batch {x.local_bsz:g}: "
               f"measured {x.step_time:.3f} s/step, predicted {x.predicted_step_time:.3f} (prediction off by "
               f"{err:+.0f}%)", file=out)
+        if why == _UNKNOWN:
+            print(f"  not recorded, not fitted: {why}", file=out)
+        elif why:
+            print(f"  left out of the fit (recorded in the model): it ran on {_hardware(x.hardware)}, unlike the "
+                  f"model's reference: {why}", file=out)
     r = c.call(c.models.CreateModel, model_pb2.CreateModelRequest(
         name=a.name, document_json=json.dumps(docs.document_to_dict(new)), replace=True, if_version=m.version))
-    if rows >= MIN_REFIT_ROWS:
-        print(f"refitted model {a.name} on {result.rows} rows ({len(doc.profile)} of its profile, {len(measured)} "
+    reference = f"{ref.gpu_model}, {ref.nic_gbps:g} Gb/s, {ref.gpu_link}"
+    if refitted:
+        print(f"refitted model {a.name} on {result.rows} rows ({len(doc.profile)} of its profile, {len(used)} "
               f"measured): median error {result.median_error:.1%}, p90 {result.p90_error:.1%}; version "
               f"{r.model.version}", file=out)
+    elif not used:
+        print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: none of its "
+              f"measurements was made on hardware like its reference ({reference})", file=out)
     else:
         print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: "
               f"{rows} rows in all, fewer than {MIN_REFIT_ROWS} (give it a profile: peloton model fit)", file=out)
-    render.done(a, {"name": a.name, "version": r.model.version, "refitted": rows >= MIN_REFIT_ROWS,
+    if left_out:
+        n = len(left_out)
+        print(f"{n} measurement{'s' if n > 1 else ''} made on hardware unlike the model's reference ({reference}) "
+              "left out of the fit, kept in its measured", file=out)
+    render.done(a, {"name": a.name, "version": r.model.version, "refitted": refitted,
                     "measurements": [{"job_id": x.job_id, "placement": list(x.placement), "local_bsz": x.local_bsz,
-                                      "step_time": x.step_time, "predicted_step_time": x.predicted_step_time}
-                                     for x in found]})
+                                      "step_time": x.step_time, "predicted_step_time": x.predicted_step_time,
+                                      "hardware": [docs.hardware_to_dict(h) for h in x.hardware],
+                                      "recorded": why != _UNKNOWN, "fitted": refitted and not why, "left_out": why}
+                                     for x, why in found],
+                    "left_out": len(left_out)})
     return 0
+
+
+_UNKNOWN = "the hardware its gang ran on is not known (placed by an older daemon, whose plans did not keep it)"
+
+
+def _hardware(kinds: tuple[Any, ...]) -> str:
+    """`a100, 100 Gb/s, nvlink` (hosts of several kinds: `t4, 50 Gb/s, pcie and a100, 100 Gb/s, pcie`)."""
+    return " and ".join(f"{h.gpu_model}, {h.nic_gbps:g} Gb/s, {h.gpu_link}" for h in kinds)

@@ -10,7 +10,8 @@ written by `peloton model fit`).
      "fit": {"rows": 30, "median_error": 0.01, "p90_error": 0.03, "source": "bert/placements.csv"},
      "profile": [[[1, 1], 8, 1.40], ...],  # the rows fitted: [GPUs per host, local_bsz, step_time]
      "measured": [{"job_id": "...", "placement": [4, 4], "local_bsz": 12, "step_time": 2.5,
-                   "predicted_step_time": 2.4}]}
+                   "predicted_step_time": 2.4,
+                   "hardware": [{"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}]}]}
 
 Every part but `kind` is optional, but a document must give either `params` (fitted) or the description's
 `parameters` (or `parameter_bytes` or `layers`) and `flops_per_sample`, from which the prior is computed.
@@ -69,14 +70,18 @@ class FitInfo:
 
 @dataclass(frozen=True, slots=True)
 class Measurement:
-    """What a running job reported, beside what the model predicted for its placement."""
+    """What a running job reported, beside what the model predicted for its placement, and the hardware it ran
+    on (`model refit` fits only measurements made on hardware like the model's reference: fit.unlike_reference)."""
 
     job_id: str
     placement: tuple[int, ...]
     local_bsz: float
     step_time: float
     predicted_step_time: float = 0.0
-    gpu_model: str = ""
+    gpu_model: str = ""  # older documents' one hint of the hardware: the GPU model alone ("": not given)
+    # the distinct hardware (labels gpu_model, nic_gbps, gpu_link, defaults applied) of the hosts its gang ran on,
+    # as the plan search saw them; (): recorded before measurements kept it (assumed the reference, as then)
+    hardware: tuple[Reference, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
@@ -194,16 +199,37 @@ def parse_params(v: object, f: str) -> CostParams:
 
 
 def _measurement(v: object, f: str) -> Measurement:
-    d = _obj(v, f, ("job_id", "placement", "local_bsz", "step_time", "predicted_step_time", "gpu_model"))
+    d = _obj(v, f, ("job_id", "placement", "local_bsz", "step_time", "predicted_step_time", "gpu_model",
+                    "hardware"))
     raw = d.get("placement")
     if not isinstance(raw, list) or not raw:
         raise _bad(f"{f}.placement", "expected a list of GPUs per host")
     placement = tuple(int(_num(x, f"{f}.placement[{i}]", integer=True, positive=True)) for i, x in enumerate(raw))
+    hardware: tuple[Reference, ...] = ()
+    if "hardware" in d:
+        hw = d["hardware"]
+        if not isinstance(hw, list) or not 1 <= len(hw) <= len(placement):
+            raise _bad(f"{f}.hardware", f"expected a list of 1 to {len(placement)} hosts' hardware (one per kind of "
+                                        "host the placement ran on)")
+        hardware = tuple(_hardware(x, f"{f}.hardware[{i}]") for i, x in enumerate(hw))
     return Measurement(job_id=_text(d.get("job_id", ""), f"{f}.job_id"), placement=placement,
                        local_bsz=_num(d.get("local_bsz"), f"{f}.local_bsz", positive=True),
                        step_time=_num(d.get("step_time"), f"{f}.step_time", positive=True),
                        predicted_step_time=_num(d.get("predicted_step_time", 0), f"{f}.predicted_step_time"),
-                       gpu_model=_text(d.get("gpu_model", ""), f"{f}.gpu_model", 64))
+                       gpu_model=_text(d.get("gpu_model", ""), f"{f}.gpu_model", 64), hardware=hardware)
+
+
+def _hardware(v: object, f: str) -> Reference:
+    """A host's hardware in a measurement: every field given (the daemon recorded them, defaults applied)."""
+    d = _obj(v, f, ("gpu_model", "nic_gbps", "gpu_link"))
+    for name in ("gpu_model", "nic_gbps", "gpu_link"):
+        if name not in d:
+            raise _bad(f"{f}.{name}", "required")
+    return parse_reference(d, f)
+
+
+def hardware_to_dict(h: Reference) -> dict[str, object]:
+    return {"gpu_model": h.gpu_model, "nic_gbps": h.nic_gbps, "gpu_link": h.gpu_link}
 
 
 def _profile_row(v: object, f: str) -> ProfileRow:
@@ -274,5 +300,7 @@ def document_to_dict(doc: ModelDocument) -> dict[str, object]:
     if doc.measured:
         out["measured"] = [{"job_id": m.job_id, "placement": list(m.placement), "local_bsz": m.local_bsz,
                             "step_time": m.step_time, "predicted_step_time": m.predicted_step_time,
-                            **({"gpu_model": m.gpu_model} if m.gpu_model else {})} for m in doc.measured]
+                            **({"gpu_model": m.gpu_model} if m.gpu_model else {}),
+                            **({"hardware": [hardware_to_dict(h) for h in m.hardware]} if m.hardware else {})}
+                           for m in doc.measured]
     return out

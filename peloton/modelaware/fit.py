@@ -15,7 +15,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 
 from peloton.errors import InvalidArgument
-from peloton.modelaware.cost import NET_STEP_LATENCY_S, RING, CostParams, Reference, predict, uniform_hosts
+from peloton.modelaware.cost import NET_STEP_LATENCY_S, PS, RING, CostParams, Reference, predict, uniform_hosts
+from peloton.modelaware.document import Measurement
 from peloton.modelaware.profile import ProfileRow
 
 # When nothing better is known: a small model on the reference hardware (only the parameters a profile cannot
@@ -181,9 +182,61 @@ def _solve(m: list[list[float]], b: list[float]) -> list[float]:
     return x
 
 
-def refit(rows: Sequence[ProfileRow], measured: Sequence[tuple[tuple[int, ...], float, float]], reference: Reference,
+def unlike_reference(m: Measurement, reference: Reference, pattern: str = RING) -> str:
+    """Why `m` cannot be fitted as a step time on the reference hardware ("" when it can): what differs, like
+    `gpu_model a100, not t4; gpu_link nvlink, not pcie`.
+
+    The fit predicts every row on hosts like the reference, so a measurement is fitted only when the hardware the
+    cost model reads for its placement is the reference's: every host's GPU model (the compute); their NICs when
+    the gang spans hosts (the network term; and always for parameter servers, whose traffic leaves a host for the
+    servers'); their link when a host has two of its GPUs or more (the ring within a host). With that hardware
+    alike, the prediction on the hosts it ran on is exactly the prediction on the reference, for any parameters.
+    No translation is made of the others: the GPU table's relative throughput is an estimate (a datasheet's, or
+    the operator's), and a step's time mixes compute with synchronisation through gamma, so a step time measured
+    on other GPUs or NICs cannot be turned into the reference's without the very parameters being fitted.
+
+    A measurement recorded before measurements kept their hardware (no `hardware`) is assumed to have run on the
+    reference, as refit then assumed; one of those that names its GPU model (`gpu_model`) is judged by it."""
+    if m.hardware:
+        kinds = m.hardware
+    elif m.gpu_model:
+        kinds = (Reference(m.gpu_model.lower(), reference.nic_gbps, reference.gpu_link),)
+    else:
+        return ""
+    why = []
+    models = sorted({h.gpu_model.lower() for h in kinds} - {reference.gpu_model.lower()})
+    if models:
+        why.append(f"gpu_model {', '.join(models)}, not {reference.gpu_model}")
+    if len(m.placement) > 1 or pattern == PS:
+        nics = sorted({h.nic_gbps for h in kinds} - {reference.nic_gbps})
+        if nics:
+            why.append(f"nic_gbps {', '.join(f'{x:g}' for x in nics)}, not {reference.nic_gbps:g}")
+    if max(m.placement) > 1 or pattern == PS:
+        links = sorted({h.gpu_link for h in kinds} - {reference.gpu_link})
+        if links:
+            why.append(f"gpu_link {', '.join(links)}, not {reference.gpu_link}")
+    return "; ".join(why)
+
+
+def split_measured(measured: Sequence[Measurement], reference: Reference, pattern: str = RING
+                   ) -> tuple[list[Measurement], list[tuple[Measurement, str]]]:
+    """The measurements refit fits (made on hardware like the reference), and the others with why not."""
+    used: list[Measurement] = []
+    left_out: list[tuple[Measurement, str]] = []
+    for m in measured:
+        why = unlike_reference(m, reference, pattern)
+        if why:
+            left_out.append((m, why))
+        else:
+            used.append(m)
+    return used, left_out
+
+
+def refit(rows: Sequence[ProfileRow], measured: Sequence[Measurement], reference: Reference,
           base: CostParams | None = None, pattern: str = RING) -> FitResult:
-    """The parameters fitted again to the profile's rows and what jobs measured on hosts like the reference
-    ((GPUs per host, local batch, step time) each), the measured ones weighing as much as a profile row."""
-    extra = [ProfileRow(p, bsz, step) for p, bsz, step in measured]
+    """The parameters fitted again to the profile's rows and what jobs measured on hardware like the reference, the
+    measured ones weighing as much as a profile row. Measurements made on other hardware are left out
+    (unlike_reference says why): fitted as if on the reference, they would silently corrupt the parameters."""
+    used, _ = split_measured(measured, reference, pattern)
+    extra = [ProfileRow(m.placement, m.local_bsz, m.step_time) for m in used]
     return fit([*rows, *extra], reference, base, pattern)

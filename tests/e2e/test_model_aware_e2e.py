@@ -16,7 +16,7 @@ import pytest
 from peloton.modelaware.cost import Reference
 from peloton.modelaware.document import ModelDocument, document_to_dict
 from peloton.modelaware.fit import fit
-from peloton.modelaware.profile import read_profile, select
+from peloton.modelaware.profile import ProfileRow, read_profile, select
 from tests.e2e.harness import PELOTON, Daemon, serving, wait_until
 from tests.public_data import require
 
@@ -144,6 +144,93 @@ task:
         assert stored["version"] == 2
         assert [(m["job_id"], m["step_time"]) for m in stored["document"]["measured"]] == [(job, 1.25)]
         d.cli("job", "stop", job)
+
+
+A100 = "2:cpu=96,mem=1Ti,gpu=8:gpu_model=a100,nic_gbps=100,gpu_link=nvlink"
+MEASURED_SPEC = """
+name: {name}
+instances: 2
+model: {{name: bert, local_bsz: 8}}
+placement: {{strategy: model-aware, constraints: [{{attribute: gpu_model, value: {gpu}}}]}}
+task:
+  command: python train.py
+  env: {{PELOTON_SIM_METRICS: "step_time={step} local_bsz=8"}}
+  resources: {{cpu: 4, mem: 8Gi, gpu: 1}}
+"""
+
+
+def test_refit_fits_only_what_ran_on_hardware_like_the_models_reference(tmp_path: Path) -> None:
+    """A model fitted on T4s, on a cluster of T4 and A100 hosts: a gang measured on the A100s (another GPU, NIC and
+    link) is recorded in the model with the hardware it ran on but not fitted to, and `refit` says why; the gang
+    measured on T4s is fitted to. The refitted parameters are those of the profile and the T4 measurement alone."""
+
+    @dataclass
+    class Mixed(Daemon):
+        def server_args(self) -> list[str]:
+            return ["--backend", "sim", "--sim-seed", "1", "--sim-host-group", T4, "--sim-host-group", A100]
+
+    rows = read_profile((DATA / "bert" / "placements.csv").read_text())
+    train = select(rows, {(1,), (4,), (1, 1), (1, 1, 1, 1), (4, 4), (4, 4, 4, 4)})
+    reference = Reference("t4", 50, "pcie")
+    model = tmp_path / "bert.json"
+    model.write_text(json.dumps(document_to_dict(ModelDocument(name="bert", params=fit(train, reference).params,
+                                                               profile=tuple(train)))))
+    with serving(Mixed(tmp_path / "data", f"sqlite:///{tmp_path}/peloton.db")) as d:
+        d.cli("model", "create", "bert", "-f", str(model))
+        jobs = {}
+        for gpu, step in (("t4", 1.25), ("a100", 0.2)):
+            spec = tmp_path / f"{gpu}.yaml"
+            spec.write_text(MEASURED_SPEC.format(name=f"on-{gpu}", gpu=gpu, step=step))
+            jobs[gpu] = d.cli("job", "create", "-f", str(spec)).stdout.strip()
+        plans = {}
+        for gpu, job in jobs.items():
+            d.wait_state(job, "RUNNING")
+
+            def measured(job: str = job) -> dict[str, object] | None:
+                plan = d.job(job)["status"]["gangs"][0]["plan"]
+                return plan if plan.get("measured_members") == 2 else None
+
+            plans[gpu] = wait_until(measured, timeout=30, what=f"the {gpu} gang's measurement")
+        # each plan keeps where its workers went, and those hosts' hardware as the plan search saw it
+        for gpu, job in jobs.items():
+            assert sorted(plans[gpu]["hosts"]) == sorted({t["host"] for t in d.tasks(job)}), plans[gpu]
+        assert set(plans["a100"]["hosts"]) <= {"sim-00004", "sim-00005"}  # the A100 hosts
+        assert plans["a100"]["hardware"] == [{"gpu_model": "a100", "nic_gbps": 100, "gpu_link": "nvlink"}]
+        assert {h["gpu_model"] for h in plans["t4"]["hardware"]} == {"t4"}
+
+        out = d.cli("model", "refit", "bert", "--from-job", jobs["t4"], "--from-job", jobs["a100"]).stdout
+        t4_line, a100_line = (next(x for x in out.splitlines() if x.startswith(jobs[g])) for g in ("t4", "a100"))
+        assert "measured 1.250 s/step" in t4_line and "left out" not in t4_line, out
+        assert "measured 0.200 s/step" in a100_line, out
+        # on one host the NIC is not read (and the A100 gang has its two GPUs on one host: NVLink is best)
+        assert plans["a100"]["gpus_per_host"] == [2], plans
+        assert ("  left out of the fit (recorded in the model): it ran on a100, 100 Gb/s, nvlink, unlike the model's "
+                "reference: gpu_model a100, not t4; gpu_link nvlink, not pcie") in out.splitlines(), out
+        assert "refitted model bert on 31 rows (30 of its profile, 1 measured" in out, out
+        assert "1 measurement made on hardware unlike the model's reference (t4, 50 Gb/s, pcie) left out" in out, out
+
+        stored = json.loads(d.cli("model", "get", "bert", "-o", "json").stdout)["document"]
+        by_job = {m["job_id"]: m for m in stored["measured"]}
+        assert set(by_job) == set(jobs.values())  # both recorded: nothing is lost
+        assert by_job[jobs["a100"]]["hardware"] == [{"gpu_model": "a100", "nic_gbps": 100, "gpu_link": "nvlink"}]
+        assert by_job[jobs["t4"]]["hardware"] == [{"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}]
+        # the fit is the profile's and the T4 gang's alone: the A100 measurement moved nothing
+        t4_row = ProfileRow(tuple(plans["t4"]["gpus_per_host"]), 8, 1.25)
+        expected = fit([*train, t4_row], reference, fit(train, reference).params).params
+        params = {k: v for k, v in stored["params"].items() if k != "reference"}
+        assert params == pytest.approx({k: v for k, v in expected.as_dict().items() if k != "reference"})
+        assert stored["fit"]["rows"] == 31
+
+        # refitted again (the stored measurements only): the A100 one is still left out, by its recorded hardware
+        r = d.cli("model", "refit", "bert", "--from-job", jobs["t4"], "-o", "json")
+        assert "refitted model bert on 31 rows (30 of its profile, 1 measured" in r.stderr, r.stderr
+        assert "1 measurement made on hardware unlike the model's reference (t4, 50 Gb/s, pcie) left out" in r.stderr
+        record = json.loads(r.stdout)
+        assert record["refitted"] is True and record["left_out"] == 1 and record["version"] == 3
+        assert [(x["job_id"], x["recorded"], x["fitted"], x["left_out"]) for x in record["measurements"]] == [
+            (jobs["t4"], True, True, "")]
+        for job in jobs.values():
+            d.cli("job", "stop", job)
 
 
 def test_instances_auto_asks_for_no_more_gpus_than_the_pool_is_entitled_to(sim: SimDaemon, tmp_path: Path) -> None:

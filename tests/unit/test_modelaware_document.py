@@ -49,6 +49,18 @@ def test_a_full_document_parses_and_round_trips() -> None:
     assert document_to_dict(again) == document_to_dict(doc)
 
 
+def test_a_measurement_keeps_the_hardware_it_ran_on_and_older_ones_read_without_it() -> None:
+    """`model refit` fits a model only to measurements made on hardware like its reference, so each keeps the
+    distinct hardware of the hosts it ran on; one written before it did (FULL's) reads with none, as before."""
+    assert parse_document(FULL).measured[0].hardware == ()
+    doc = _with("measured.0.hardware", [{"gpu_model": "A100", "nic_gbps": 100, "gpu_link": "nvlink"},
+                                        {"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie"}])
+    m = parse_document(doc).measured[0]
+    assert m.hardware == (Reference("a100", 100, "nvlink"), Reference("t4", 50, "pcie"))
+    again = parse_document(json.loads(json.dumps(document_to_dict(parse_document(doc)))))
+    assert again.measured == (m,)
+
+
 def test_a_description_alone_gives_the_prior() -> None:
     doc = parse_document({"kind": KIND, "description": {"parameters": 1000, "flops_per_sample": 1e9, "sync": "ps",
                                                         "ps_count": 2}})
@@ -158,6 +170,17 @@ def _with(path: str, value: object) -> dict[str, Any]:
     ("measured.0.placement", [], "model.measured[0].placement", "list of GPUs per host"),
     ("measured.0.placement", [4, 0], "model.measured[0].placement[1]", "greater than 0"),
     ("measured.0.step_time", KeyError, "model.measured[0].step_time", "non-negative"),
+    ("measured.0.hardware", {"gpu_model": "t4"}, "model.measured[0].hardware", "list"),
+    ("measured.0.hardware", [], "model.measured[0].hardware", "list"),
+    ("measured.0.hardware", ["t4"], "model.measured[0].hardware[0]", "expected an object"),
+    ("measured.0.hardware", [{"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "pcie", "rack": "r1"}],
+     "model.measured[0].hardware[0].rack", "unknown field"),
+    ("measured.0.hardware", [{"gpu_model": "t4", "nic_gbps": 0, "gpu_link": "pcie"}],
+     "model.measured[0].hardware[0].nic_gbps", "greater than 0"),
+    ("measured.0.hardware", [{"gpu_model": "t4", "nic_gbps": 50}], "model.measured[0].hardware[0].gpu_link",
+     "required"),
+    ("measured.0.hardware", [{"gpu_model": "t4", "nic_gbps": 50, "gpu_link": "ib"}],
+     "model.measured[0].hardware[0].gpu_link", "must be one of"),
 ])
 def test_bad_documents_are_refused_naming_the_field(path: str, value: object, field: str, words: str) -> None:
     with pytest.raises(InvalidArgument) as e:

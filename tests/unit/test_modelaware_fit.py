@@ -11,7 +11,8 @@ import pytest
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware import fit
-from peloton.modelaware.cost import HIERARCHICAL, PARAM_NAMES, RING, CostParams, predict, uniform_hosts
+from peloton.modelaware.cost import HIERARCHICAL, PARAM_NAMES, PS, RING, CostParams, Reference, predict, uniform_hosts
+from peloton.modelaware.document import Measurement
 from peloton.modelaware.plan import FreeHost, PlanRequest, search
 from peloton.modelaware.profile import ProfileRow, select
 from tests.unit.modelaware_data import REFERENCE, SMALL, profile
@@ -184,3 +185,60 @@ def test_no_choice_that_ignores_the_batch_reaches_080_on_cifar10() -> None:
     least = {p: min(ratio(step, p, b) for q, b in step if q == p) for p in nine}
     assert len(nine) >= 6 and max(least.values()) < 0.80
     assert least[(3, 3, 3)] < 0.80 and ratio(step, (3, 3, 3), 45) == 1.0
+
+
+# --- model refit: only measurements made on hardware like the reference ------------------------------------------
+
+def _measured(job: str, placement: tuple[int, ...], step: float, *hardware: Reference,
+              gpu_model: str = "") -> Measurement:
+    return Measurement(job, placement, 8, step, 0.0, gpu_model, hardware)
+
+
+T4 = Reference("t4", 50, "pcie")  # the reference of these tests (tests.unit.modelaware_data.REFERENCE)
+A100 = Reference("a100", 100, "nvlink")
+
+
+def test_which_measurements_refit_uses_and_why_it_leaves_the_others_out() -> None:
+    """A measurement is fitted only when the hardware the cost model reads for its placement is the reference's:
+    every host's GPU model; the NICs when the gang spans hosts; the link when a host has two of its GPUs or more.
+    One made on other hardware would be fitted as if it ran on the reference, silently corrupting the parameters:
+    it is left out, naming what differs. One recorded before measurements carried their hardware (an older
+    document) is assumed to be on the reference, as before; one that gives only its GPU model is judged by it."""
+    cases = [
+        (_measured("like", (2, 2), 1.0, T4), ""),
+        (_measured("a100", (2,), 0.2, A100), "gpu_model a100, not t4; gpu_link nvlink, not pcie"),
+        (_measured("a100-alone", (1,), 0.2, A100), "gpu_model a100, not t4"),
+        # one GPU on one host: neither its NIC nor its link is read
+        (_measured("slow-nic-one-gpu", (1,), 0.5, Reference("t4", 25, "pcie")), ""),
+        (_measured("slow-nic-one-host", (4,), 0.5, Reference("t4", 25, "pcie")), ""),
+        (_measured("slow-nic", (1, 1), 0.5, Reference("t4", 25, "pcie")), "nic_gbps 25, not 50"),
+        # one GPU per host: the ring's steps within a host are none, its link is not read
+        (_measured("nvlink-one-per-host", (1, 1), 0.5, Reference("t4", 50, "nvlink")), ""),
+        (_measured("nvlink", (2, 1), 0.5, Reference("t4", 50, "nvlink")), "gpu_link nvlink, not pcie"),
+        (_measured("mixed", (2, 2), 0.5, T4, Reference("a100", 50, "pcie")), "gpu_model a100, not t4"),
+        (_measured("older", (2, 2), 1.0), ""),
+        (_measured("older-v100", (2, 2), 1.0, gpu_model="v100"), "gpu_model v100, not t4"),
+        (_measured("older-t4", (2, 2), 1.0, gpu_model="T4"), ""),
+    ]
+    for m, why in cases:
+        assert fit.unlike_reference(m, T4) == why, m.job_id
+    # a parameter-server gang's NICs carry its servers' traffic even on one host
+    assert fit.unlike_reference(_measured("ps", (1,), 0.5, Reference("t4", 25, "pcie")), T4, PS) == \
+        "nic_gbps 25, not 50"
+    used, left_out = fit.split_measured([m for m, _ in cases], T4)
+    assert [m.job_id for m in used] == [m.job_id for m, why in cases if not why]
+    assert [(m.job_id, why) for m, why in left_out] == [(m.job_id, why) for m, why in cases if why]
+
+
+def test_refit_fits_the_profile_and_only_the_measurements_like_the_reference() -> None:
+    """The A100 gang's 0.2 s for two GPUs is not a T4's: fitted as one it would move every parameter. refit leaves
+    it out: its parameters are those of the profile and the T4 measurement alone."""
+    true = CostParams(0.05, 0.004, 0.03, 0.08, 0.2, 0.06, 1.8, REFERENCE, alpha_h=0.01, kappa=0.1)
+    rows = [r for r in synthetic(true, RING) if r.placement in {(1,), (4,), (1, 1), (2, 2), (4, 4)}]
+    base = fit.fit(rows, REFERENCE).params
+    on_t4 = _measured("t4", (2,), 0.3, T4)
+    on_a100 = _measured("a100", (2,), 0.02, A100)
+    got = fit.refit(rows, [on_t4, on_a100], REFERENCE, base)
+    assert got == fit.fit([*rows, ProfileRow((2,), 8, 0.3)], REFERENCE, base)
+    corrupted = fit.fit([*rows, ProfileRow((2,), 8, 0.3), ProfileRow((2,), 8, 0.02)], REFERENCE, base)
+    assert got.rows == len(rows) + 1 and corrupted.params != got.params
