@@ -75,6 +75,10 @@ class ClaimBook:
     def held_hosts(self) -> set[str]:
         return set(self._held)
 
+    def launching_on(self, hostname: str) -> bool:
+        """Whether a claim with a member on the host is being launched (its members may be starting there)."""
+        return any(c.launching and hostname in c.hosts() for c in self._claims.values())
+
     def free(self, offer: HostOffer) -> HostOffer:
         """`offer` (the backend's free resources) minus what claims hold on that host; counts only."""
         h = self._held.get(offer.hostname)

@@ -5,7 +5,8 @@ long-polls. Thread-safe.
 Locks: `_lock` guards the claims, host versions, drains and kill tombstones (memory only); `_events` has its own
 condition. The backend is called with `_lock` held only for its in-memory reads (`offers`, `maintenance`), never
 for I/O: launch, kill and reconcile run outside it, and so does the store write of a drain (`_drain_cond`, on
-`_lock`, lets one drain change be written at a time). Lock order: `_lock` before the backend's own lock; backends never call back
+`_lock`, lets one drain change be written at a time; `_launch_ended`, on `_lock`, lets a drain wait for the launches
+under way on its host). Lock order: `_lock` before the backend's own lock; backends never call back
 while holding theirs.
 """
 
@@ -35,7 +36,8 @@ TASK_STATUSES = Counter("peloton_hostmgr_task_status_total", "Task status update
 _STATUS_COUNTERS: dict[TaskState, Counter] = {}  # TASK_STATUSES' series by state, looked up once
 LAUNCHES = Counter("peloton_hostmgr_gang_launches_total", "Gang launches", ["result"])
 LAUNCH_FAILURES = Counter("peloton_hostmgr_launch_failures_total", "Gang launches refused or failed, by reason: "
-                          "killed_before_launch, stale_claim, claim_mismatch (refused); task_error (the task's own "
+                          "killed_before_launch, stale_claim, claim_mismatch, host_closed (a host drained or "
+                          "unhealthy since the claim) (refused); task_error (the task's own "
                           "fault: the gang fails), host_error (the host's: it counts toward the host's health)",
                           ["reason"])
 CLAIMS = Counter("peloton_hostmgr_claims_total", "Placements claimed or refused at claim time", ["result"])
@@ -44,12 +46,15 @@ LAUNCH_SECONDS = Histogram("peloton_hostmgr_launch_seconds", "Time the backend t
 # once a gang adds up on the gang path). Every label value is one of a fixed few, so none ever needs dropping.
 _CLAIMED, _REFUSED = CLAIMS.labels("claimed"), CLAIMS.labels("refused")
 _LAUNCHES = {o: LAUNCHES.labels(o.value.lower()) for o in LaunchOutcome}
-_FAILURE_REASONS = ("killed_before_launch", "stale_claim", "claim_mismatch", "task_error", "host_error")
+_FAILURE_REASONS = ("killed_before_launch", "stale_claim", "claim_mismatch", "host_closed", "task_error",
+                    "host_error")
+_CLOSED = (" is draining", " is draining for maintenance", " is unhealthy")  # why `_closed_locked` closes a host
 _LAUNCH_FAILURES = {reason: LAUNCH_FAILURES.labels(reason) for reason in _FAILURE_REASONS}
 
 EVENT_LOG_LIMIT = 500_000  # unacknowledged status events kept; beyond it the oldest go and jobmgr reconciles
 TOMBSTONE_S = 600.0  # a task id killed before its launch is refused for this long
 DEFAULT_CLAIM_TTL_S = 60.0
+DRAIN_LAUNCH_WAIT_S = 60.0  # how long a drain waits, at most, for the launches under way on its host
 
 
 @dataclass(frozen=True, slots=True)
@@ -96,6 +101,7 @@ class HostManager:
         self._lock = threading.Lock()
         self._drain_cond = threading.Condition(self._lock)  # a drain change waits for the one being written
         self._drain_saving = False
+        self._launch_ended = threading.Condition(self._lock)  # a launch under way ended (a drain may wait for it)
         self._claims = ClaimBook()
         self._version = 1  # a sync answers at least 1, so "since 0" always means "everything"
         self._versions: dict[str, int] = {}  # host -> version of its last change, in version order
@@ -270,22 +276,31 @@ class HostManager:
 
     # --- launch and kill ----------------------------------------------------------------------------------
     def launch(self, gangs: Sequence[GangLaunch]) -> list[LaunchResult]:
-        """Start each gang whole, or refuse it (stale claim, a member killed before its launch), or report it
-        failed. The claim is dropped only after the backend accounts for the members."""
+        """Start each gang whole, or refuse it (stale claim, a member killed before its launch, a host drained or
+        found unhealthy since the claim), or report it failed. The claim is dropped only after the backend accounts
+        for the members."""
         self._check_may_act("launch")
         results: dict[ClaimKey, LaunchResult] = {}
         go: list[GangLaunch] = []
         with self._lock:
             now = self.clock()
             self._expire_tombstones_locked(now)
+            # a host closed since the gang was claimed there (a drain accepted meanwhile) takes no new gang either:
+            # refused, the gang is queued again whole, as the same attempt, and placed elsewhere
+            closed = self._closed_locked(now)
             for g in gangs:
                 key = (g.gang_id, g.attempt)
                 killed = [t.task_id for t in g.tasks if t.task_id in self._tombstones]
                 why = f"{killed[0]} was killed before its launch" if killed else None
+                shut = sorted({t.hostname for t in g.tasks} & closed.keys()) if closed and why is None else ()
+                if shut:
+                    why = f"host {shut[0]} is {closed[shut[0]]}"
                 if why is None:
                     why = self._claims.begin_launch(key, g.tasks, now)
                 else:
-                    self._touch_locked(self._claims.release(key))
+                    c = self._claims.get(key)
+                    if c is None or not c.launching:  # (a launch of it under way keeps its claim until it ends)
+                        self._touch_locked(self._claims.release(key))
                 if why is not None:
                     results[key] = LaunchResult(g.gang_id, g.attempt, LaunchOutcome.REFUSED, message=why)
                 else:
@@ -299,6 +314,7 @@ class HostManager:
                     with self._lock:
                         for g in go:
                             self._touch_locked(self._claims.release((g.gang_id, g.attempt)))
+                        self._launch_ended.notify_all()
         late: list[str] = []
         with self._lock:
             now = self.clock()
@@ -467,6 +483,19 @@ class HostManager:
             self._touch_locked({hostname})
             self._drain_saving = False
             self._drain_cond.notify()
+            if deadline is None:
+                return
+            # From here every launch on the host is refused; one that began before goes on (its members may be
+            # starting now). The drain returns once it is done, so that nothing starts there after it returned:
+            # what did start is a running gang, which the drain's deadline applies to.
+            until = time.monotonic() + DRAIN_LAUNCH_WAIT_S
+            while self._claims.launching_on(hostname):
+                left = until - time.monotonic()
+                if left <= 0:
+                    log.warning("host drain: %s: a launch there still under way after %.0fs; not waiting for it",
+                                hostname, DRAIN_LAUNCH_WAIT_S)
+                    break
+                self._launch_ended.wait(left)
 
     def _known(self, hostname: str) -> None:
         names = [h.hostname for h in self.backend.hosts()]
@@ -511,6 +540,8 @@ def _failure_reason(r: LaunchResult) -> str:
     message = r.message or ""
     if "killed before its launch" in message:
         return "killed_before_launch"
+    if message.startswith("host ") and message.endswith(_CLOSED):
+        return "host_closed"
     if "expired or is unknown" in message or "already being launched" in message:
         return "stale_claim"
     return "claim_mismatch"

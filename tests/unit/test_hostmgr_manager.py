@@ -458,3 +458,57 @@ def test_a_host_whose_launches_keep_failing_is_skipped_for_a_growing_back_off() 
     be.fail = False
     attempt(9)  # a launch that starts: healthy again
     assert hm.health() == {} and not hm._health
+
+
+def test_a_gang_claimed_before_its_host_was_drained_is_refused_at_launch_and_starts_nothing() -> None:
+    """Once a drain is accepted nothing new starts on the host: a gang placed and claimed there just before (its
+    launch was on its way) is refused, its claim let go, so that the job manager queues it again whole, to be
+    placed elsewhere. The same for a host a maintenance window closed meanwhile."""
+    now = [100.0]
+    be = FakeBackend()
+    hm = HostManager(be, clock=lambda: now[0], claim_ttl_s=30, save_drains=lambda d: None)
+    hm.start()
+    (a,), _ = hm.claim([placed("a/0", ["h1", "h2"])])
+    (b,), _ = hm.claim([placed("b/0", ["h2"])])
+    closed = _failures("host_closed")
+    hm.drain("h1", 0.0)
+    ra, rb = hm.launch([launch_of(a), launch_of(b)])
+    assert ra.outcome == LaunchOutcome.REFUSED and ra.message == "host h1 is draining"
+    assert rb.outcome == LaunchOutcome.OK
+    assert be.launched == ["b-0-1"] and hm.held_hosts() == set()  # a's claim let go, on both hosts
+    (c,), _ = hm.claim([placed("c/0", ["h2"])])
+    be.windows = {"h2": 500.0}
+    (rc,) = hm.launch([launch_of(c)])
+    assert rc.outcome == LaunchOutcome.REFUSED and rc.message == "host h2 is draining for maintenance"
+    assert be.launched == ["b-0-1"] and hm.held_hosts() == set()
+    assert _failures("host_closed") == closed + 2  # counted by reason
+
+
+def test_a_drain_returns_only_once_the_launches_already_under_way_on_its_host_have_started() -> None:
+    """A launch that began before the drain took effect is let finish (the gang then runs there, and the drain's
+    deadline applies to it as to any running gang), but the drain does not return before it: once it has
+    returned, nothing starts on the host any more."""
+    be = FakeBackend()
+    hm = HostManager(be, clock=lambda: 100.0, claim_ttl_s=30, save_drains=lambda d: None)
+    hm.start()
+    (a,), _ = hm.claim([placed("a/0", ["h1"])])
+    in_launch, go_on = threading.Event(), threading.Event()
+
+    def starting() -> None:
+        in_launch.set()
+        assert go_on.wait(10)
+
+    be.during_launch.append(starting)
+    launching = threading.Thread(target=hm.launch, args=([launch_of(a)],))
+    launching.start()
+    assert in_launch.wait(10)
+    draining = threading.Thread(target=hm.drain, args=("h1", 0.0))
+    draining.start()
+    draining.join(0.3)
+    assert draining.is_alive()  # waits for the launch under way
+    assert hm.drains() == {"h1": 0.0}  # (which took effect already: new claims are refused)
+    assert [f.reason for f in hm.claim([placed("x/0", ["h1"])])[1]] == ["host h1 is draining"]
+    go_on.set()
+    launching.join(10)
+    draining.join(10)
+    assert not draining.is_alive() and be.launched == ["a-0-1"]
