@@ -9,9 +9,9 @@ events) are most of what the job manager writes. Everything else goes through SQ
   `UPDATE ... FROM unnest(<an array per column>)` per chunk, so a batch is one round trip whatever its size.
 - INSERT: SQLite, one executemany; PostgreSQL, one multi-row INSERT (psycopg2's execute_values) or, for big
   batches, COPY (several times faster again: nothing to render).
-- A whole group commit (write_batch, PostgreSQL): the inserts and updates of every table and the fence's epoch
-  check as one statement of data-modifying CTEs, so a batch is one round trip and the commit (issue 24: 11
-  statements per gang down to 2).
+- A whole group commit (write_batch, PostgreSQL): the inserts and updates of every table, the fence's epoch
+  check and the new jobs' pools' check as one statement of data-modifying CTEs, so a batch is one round trip and
+  the commit (issue 24: 11 statements per gang down to 2).
 
 On psycopg 3 (`postgresql+psycopg://`, measured and not adopted: docs/performance.md) the same, without
 execute_values (a multi-row INSERT of its own) and with COPY written row by row.
@@ -178,6 +178,10 @@ def _copy_field(v: Any) -> str:
 # whole batch instead of one per table, then the commit. The sub-statements share one snapshot, so a row must not be
 # both inserted and updated in one batch (the caller sends those one table at a time), and the foreign keys are
 # checked at the end of the statement, when every CTE's rows are in.
+# The new jobs' pools are locked (FOR KEY SHARE, as a foreign key's check would) and counted in the same statement:
+# a pool deleted before it is gone from the count, and one not deleted yet cannot be until the batch committed,
+# since DeletePool locks the pool's row before it counts the pool's jobs (repo.delete_pool). No foreign key: a pool
+# may be deleted with finished jobs in it.
 FENCE_INFO = COMMIT_CHECK  # Session.info: the object whose epochs every commit checks (Fence)
 FENCE_CHECKED = COMMIT_CHECKED  # Session.info: this transaction's epochs were read with its writes
 
@@ -205,12 +209,14 @@ def fits_one_statement(inserts: Sequence[Insert], updates: Sequence[Update]) -> 
             and sum(len(i.rows) for i in inserts) + sum(len(u.rows) for u in updates) <= 4 * UPDATE_CHUNK)
 
 
-def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update]) -> list[int]:
+def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update], pools: Sequence[str] = ()) -> list[int]:
     """PostgreSQL only: every insert and update (and, when the session has a fence, its epoch check) in one
     statement. Returns how many rows each update with rows changed (fewer than given: some did not exist). A fence
-    that finds another leader raises (its `checked`) after the statement: the caller rolls back."""
+    that finds another leader raises (its `checked`) after the statement: the caller rolls back. `pools`: the new
+    jobs' pools, locked until the commit; NoPool when one does not exist (the caller rolls back)."""
     fence = s.info.get(FENCE_INFO)
-    sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys))
+    wanted = sorted(set(pools))
+    sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys), pools=wanted)
     if not sql:
         return []
     cur, _ = cursor(s)
@@ -223,19 +229,24 @@ def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update]) -> 
     n = sum(1 for u in updates if u.rows)
     if fence is not None:
         fence.checked(s, list(zip(row[n] or [], row[n + 1] or [], strict=True)))
+    if wanted and int(row[-1]) != len(wanted):
+        raise NoPool(len(wanted) - int(row[-1]))
     return [int(c) for c in row[:n]]
 
 
-def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequence[Update]) -> None:
+def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequence[Update],
+                 pools: Sequence[str] = ()) -> None:
     """PostgreSQL only, on a raw transaction that has sent nothing yet (`tx.fresh`): write_batch's statement as the
     whole transaction, sent in autocommit, so that the server commits it as it ends, durably before it answers
     (synchronous_commit): one round trip where BEGIN, the statement and COMMIT were three. What the caller checked
     before committing, the statement checks itself, failing (and rolling back with it) when an update finds fewer
-    rows than it has (Missing) or the fence finds another leader (its Fenced, from reading the epochs again)."""
+    rows than it has (Missing), the fence finds another leader (its Fenced, from reading the epochs again) or a
+    new job's pool does not exist (NoPool)."""
     assert tx.fresh, "commit_batch: the statement must be the whole transaction"
     fence = tx.info.get(FENCE_INFO)
     sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys),
-                            checked=[] if fence is None else [fence.epochs[k] for k in fence.keys])
+                            checked=[] if fence is None else [fence.epochs[k] for k in fence.keys],
+                            pools=sorted(set(pools)))
     if not sql:
         return  # nothing to send: the caller's commit ends the transaction
     cur, _ = cursor(tx)
@@ -264,6 +275,8 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
         if refused.group(1) == "fenced" and fence is not None:
             fence.check_raw(tx)  # raises its Fenced (and tells the daemon), having read the epochs again
             raise
+        if refused.group(1) == "nopool":  # (the text has how many were found)
+            raise NoPool(len(set(pools)) - int(refused.group(2))) from e
         raise Missing(int(refused.group(2)), int(refused.group(3))) from e
     finally:
         cur.close()
@@ -333,16 +346,42 @@ class Missing(Exception):
         self.index, self.found = index, found
 
 
+def count_pools(s: Tx, pools: Sequence[str]) -> int:
+    """How many of `pools` (distinct paths) exist, each locked until the transaction ends on PostgreSQL (FOR KEY
+    SHARE, as in write_batch's statement); the check of a batch that does not go as one statement."""
+    cur, dialect = cursor(s)
+    try:
+        if dialect == "postgresql":
+            cur.execute("SELECT count(*) FROM (SELECT path FROM resource_pools WHERE path = ANY(%s) ORDER BY path "
+                        "FOR KEY SHARE) p", (list(pools),))
+        else:
+            cur.execute("SELECT count(*) FROM resource_pools WHERE path IN (" + ", ".join("?" for _ in pools) + ")",
+                        list(pools))
+        count_statement("SELECT", "resource_pools")
+        return int(cur.fetchone()[0])
+    finally:
+        cur.close()
+
+
+class NoPool(Exception):
+    """write_batch, commit_batch: `missing` of the new jobs' pools do not exist (deleted meanwhile)."""
+
+    def __init__(self, missing: int) -> None:
+        super().__init__(f"{missing} of the new jobs' pools do not exist")
+        self.missing = missing
+
+
 # what commit_batch's statement fails with when a check fails: the text that failed the cast to bigint (no colons:
 # pgbench, replaying the statement, would take `:name` for a variable, benchmarks/durability_bench.py)
-_REFUSED = re.compile(r"peloton-(fenced|missing)-(\d*)-?(\d*)")
+_REFUSED = re.compile(r"peloton-(fenced|missing|nopool)-(\d*)-?(\d*)")
 
 
 def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update], fence_keys: list[str] | None,
-              checked: list[int] | None = None) -> tuple[str, list[Any]]:
+              checked: list[int] | None = None, *, pools: Sequence[str] = ()) -> tuple[str, list[Any]]:
     """write_batch's statement and parameters ("" when there is nothing to send). It selects the count of each
-    update's rows, then the fence's keys and values (two arrays, in key order). With `checked` (the fence's epochs,
-    in key order; [] with no fence), commit_batch's: it checks those itself and fails when one is wrong."""
+    update's rows, then the fence's keys and values (two arrays, in key order), then (with `pools`: distinct paths)
+    how many of `pools` exist, each of those locked (FOR KEY SHARE). With `checked` (the fence's epochs, in key
+    order; [] with no fence), commit_batch's: it checks those itself and fails when one is wrong."""
     ins = [i for i in inserts if i.rows]
     ups = [u for u in updates if u.rows]
     if not ins and not ups and fence_keys is None:
@@ -355,19 +394,23 @@ def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update], fence_keys: 
         params.extend(pg_array(col) for col in zip(*u.rows, strict=True))  # an array per column
     if fence_keys is not None:
         params.append(fence_keys)
+    if pools:
+        params.append(list(pools))
     if checked is not None:
         params.extend(len(u.rows) for u in ups)
         if fence_keys is not None:
             params.append(checked)
+        if pools:
+            params.append(len(pools))
     sql = _batch_text(tuple((i.table, i.cols, len(i.rows)) for i in ins), tuple((u.table, u.keys, u.cols) for u in ups),
-                      fence_keys is not None, checked is not None)
+                      fence_keys is not None, checked is not None, bool(pools))
     return sql, params
 
 
 @functools.lru_cache(maxsize=1024)
 def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
                 updates: tuple[tuple[Table, tuple[str, ...], tuple[str, ...]], ...], fence: bool,
-                checked: bool = False) -> str:
+                checked: bool = False, pools: bool = False) -> str:
     """batch_sql's text for a batch of this shape (the tables, their columns, the inserts' row counts): a group
     commit's shapes repeat (a gang's create, intent, RUNNING, end), so the text is built once per shape."""
     parts: list[str] = []
@@ -383,6 +426,9 @@ def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
     if fence:
         parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
         selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
+    if pools:
+        parts.append("p AS (SELECT path FROM resource_pools WHERE path = ANY(%s) ORDER BY path FOR KEY SHARE)")
+        selects.append("(SELECT count(*) FROM p)")
     if checked:
         # a failed check casts text naming it to bigint: the error (with the text) fails the statement. The text
         # reads a CTE, so the planner cannot fold the cast (and fail) ahead of the CASE
@@ -391,6 +437,9 @@ def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
         if fence:
             whens.append("WHEN (SELECT array_agg(coalesce(value, '0')::bigint ORDER BY key) FROM f) IS DISTINCT FROM "
                          "%s::bigint[] THEN CAST('peloton-fenced-' || (SELECT count(*) FROM f) AS bigint)")
+        if pools:
+            whens.append("WHEN (SELECT count(*) FROM p) <> %s THEN CAST('peloton-nopool-' || (SELECT count(*) FROM p) "
+                         "AS bigint)")
         selects = ["CASE " + " ".join(whens) + " ELSE 0 END"] if whens else []
     # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
     return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")

@@ -60,7 +60,7 @@ from peloton.domain.model import AuditEvent, Gang, Job, ResourcePool, StoredMode
 from peloton.domain.resources import Resources
 from peloton.domain.spec import spec_from_dict, spec_to_dict
 from peloton.domain.states import GangState, JobState, TaskState
-from peloton.errors import AlreadyExists, Conflict, FailedPrecondition, NotFound
+from peloton.errors import AlreadyExists, Conflict, FailedPrecondition, InvalidArgument, NotFound
 from peloton.store import bulk
 from peloton.store.db import DBAPI_INTEGRITY_ERRORS, RawTransaction
 from peloton.store.models import (
@@ -338,7 +338,9 @@ def insert_job(s: Session, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task
     """Insert a job with all its gangs and tasks (multi-row inserts). Write transaction; the rows are visible to
     others when the caller commits. AlreadyExists (field 'id') if the id is taken; the database's unique key decides,
     so two concurrent inserts of one id cannot both succeed on either store. After that error the transaction is
-    unusable on PostgreSQL (and half-done on both): the caller rolls back."""
+    unusable on PostgreSQL (and half-done on both): the caller rolls back. InvalidArgument (field 'respool') if
+    the job's pool does not exist (deleted since the create checked it; `_check_pools`)."""
+    _check_pools(s, [job.spec.respool])
     try:
         _core(s).execute(insert(_JOBS), [_job_to_dict(job)])
     except IntegrityError as e:
@@ -459,13 +461,35 @@ def delete_job(s: Session, job_id: str) -> None:
     s.execute(delete(JobRow).where(JobRow.id == job_id).execution_options(**_NO_SYNC))
 
 
+def _pools_to_check(pools: Iterable[str]) -> list[str]:
+    """The pools whose existence a new job's insert checks: not the root, which is never deleted."""
+    return sorted({p for p in pools if p != "/"})
+
+
+def _check_pools(s: bulk.Tx, pools: Iterable[str]) -> None:
+    """InvalidArgument (field 'respool') unless every one of the new jobs' `pools` exists, each locked until the
+    transaction ends (PostgreSQL; on SQLite the writer lock keeps DeletePool out). The create checked its pool
+    before it was queued for the writer; DeletePool, which counts the pool's jobs, may have deleted it meanwhile,
+    and must not delete it between this check and the commit (it locks the pool's row first: delete_pool)."""
+    wanted = _pools_to_check(pools)
+    if wanted and bulk.count_pools(s, wanted) != len(wanted):
+        raise _no_pool(wanted)
+
+
+def _no_pool(wanted: Sequence[str]) -> InvalidArgument:
+    which = f"resource pool {wanted[0]}" if len(wanted) == 1 else f"one of the resource pools {', '.join(wanted)}"
+    return InvalidArgument(f"respool: {which} does not exist (deleted while the job was being created)",
+                           field="respool")
+
+
 class Writes:
     """A group commit's writes, gathered and then sent together (`send`): new jobs with their gangs, tasks and first
     events, the updates of jobs, gangs and tasks, and task events. On PostgreSQL a batch that is not too big goes
-    as one statement with the fence's epoch check (bulk.write_batch: one round trip, then the commit); otherwise,
-    and on SQLite (in-process: no round trips to save), one statement per table, as the functions above send them.
-    Errors are theirs: AlreadyExists (field 'id') for a job id taken, NotFound for an update of a row that does
-    not exist; the caller rolls back."""
+    as one statement with the fence's epoch check and the new jobs' pools' check (bulk.write_batch: one round trip,
+    then the commit); otherwise, and on SQLite (in-process: no round trips to save), one statement per table, as
+    the functions above send them, after the pools' check. Errors are theirs: AlreadyExists (field 'id') for a job
+    id taken, InvalidArgument (field 'respool') for a new job's pool deleted meanwhile, NotFound for an update of a
+    row that does not exist; the caller rolls back."""
 
     def __init__(self) -> None:
         self._jobs: list[dict[str, Any]] = []
@@ -513,6 +537,7 @@ class Writes:
             self._send_one(s, inserts, updates, commit=last and isinstance(s, RawTransaction) and s.fresh)
             return
         if self._jobs:
+            _check_pools(s, (j["respool"] for j in self._jobs))
             try:
                 bulk.insert_rows(s, _JOBS, inserts[0].cols, inserts[0].rows)
             except DBAPI_INTEGRITY_ERRORS as e:
@@ -545,12 +570,15 @@ class Writes:
 
     def _send_one(self, s: bulk.Tx, inserts: list[bulk.Insert], updates: list[bulk.Update], commit: bool) -> None:
         with_rows = [u for u in updates if u.rows]
+        pools = _pools_to_check(j["respool"] for j in self._jobs)
         try:
             if commit:
                 assert isinstance(s, RawTransaction)
-                bulk.commit_batch(s, inserts, updates)
+                bulk.commit_batch(s, inserts, updates, pools)
                 return
-            counts = bulk.write_batch(s, inserts, updates)
+            counts = bulk.write_batch(s, inserts, updates, pools)
+        except bulk.NoPool as e:
+            raise _no_pool(pools) from e
         except bulk.Missing as e:
             counts = [len(u.rows) for u in with_rows]
             counts[e.index] = e.found
@@ -882,11 +910,13 @@ def list_pools(s: Session) -> list[ResourcePool]:
 
 def delete_pool(s: Session, path: str) -> None:
     """Delete pool `path`. NotFound (field 'path') if absent; FailedPrecondition (field 'path') for '/', a pool with
-    children, or a pool with unfinished jobs. On PostgreSQL the checks and the delete are separate statements: a
-    job created in the pool meanwhile is not seen (SQLite's writer lock rules that out)."""
+    children, or a pool with unfinished jobs. A job being created in the pool meanwhile is either counted or
+    refused at its commit (the pool's row lock on PostgreSQL, the writer lock on SQLite; `_check_pools`)."""
     if path == "/":
         raise FailedPrecondition("the root pool '/' cannot be deleted", field="path")
-    if not _pool_exists(s, path):
+    # its row locked before its jobs are counted: a create whose batch holds it (bulk.write_batch, FOR KEY SHARE)
+    # commits first and is counted; one that comes after waits for this delete and finds the pool gone
+    if s.execute(select(_POOLS.c.path).where(_POOLS.c.path == path).with_for_update()).first() is None:
         raise NotFound(f"resource pool {path!r} not found", field="path")
     children = s.execute(select(_POOLS.c.path).where(_POOLS.c.parent == path).order_by(_POOLS.c.path)).scalars().all()
     if children:
