@@ -1,7 +1,9 @@
 """The side effects of committed changes, sent on their own thread in commit order: kills to the host manager;
 releases, enqueues and adoptions to resmgr. Everything that arrived since the last send goes in one call per
 kind (in bounded chunks), and the releases' last chunk rides with the first chunk of enqueues (EnqueueGangs
-forgets its `remove` first): one round trip to resmgr where a batch has both, in the same order as two. A call
+forgets its `remove` first): one round trip to resmgr where a batch has both, in the same order as two. Across
+batches sent together, a release would overtake an enqueue of its gang from an earlier batch (a job created and
+stopped while a send was on its way): the release takes that enqueue back instead (Outbox.merge). A call
 that fails is retried with back-off until it goes through: a lost enqueue would leave a gang waiting for the periodic
 check, a lost release would keep its allocation. Kills are idempotent. A call to resmgr is tried again as it was,
 with the id of its first try, and resmgr applies it once: a call that went through and whose answer was lost,
@@ -40,7 +42,17 @@ class Outbox:
     def __len__(self) -> int:
         return len(self.kill) + len(self.preempt) + len(self.release) + len(self.enqueue)
 
-    def merge(self, o: Outbox) -> None:
+    def merge(self, o: Outbox, keep: int = 0) -> None:
+        """Append `o`, a later batch. A call sends its releases before its enqueues, so a release of `o` would
+        overtake an enqueue of the same gang attempt (or an older one) waiting here: that enqueue is taken back
+        instead (sent in their order, the release would undo it). Not the first `keep` enqueues: a call tried
+        already carries them, and its try again must be the same call (its release follows in the next)."""
+        if o.release and len(self.enqueue) > keep:
+            released: dict[str, int] = {}
+            for gid, attempt in o.release:
+                released[gid] = max(attempt, released.get(gid, attempt))
+            self.enqueue[keep:] = [e for e in self.enqueue[keep:]
+                                   if e[0].gang_id not in released or e[0].attempt > released[e[0].gang_id]]
         self.kill += o.kill
         self.preempt += o.preempt
         self.release += o.release
@@ -54,6 +66,7 @@ class SideEffects:
         self._on_error = on_error
         self._cond = threading.Condition()
         self._pending = Outbox()
+        self._keep = 0  # the first enqueues of _pending that a call tried already carries (Outbox.merge)
         self._stop = False
         self._busy = False
         self._submitted = 0  # submits so far (each a batch's outbox)
@@ -78,7 +91,7 @@ class SideEffects:
         if not len(out):
             return
         with self._cond:
-            self._pending.merge(out)
+            self._pending.merge(out, self._keep)
             self._submitted += 1
             PENDING.set(len(self._pending))
             self._cond.notify()
@@ -108,7 +121,7 @@ class SideEffects:
                     self._cond.wait()
                 if self._stop:
                     return
-                out, self._pending = self._pending, Outbox()
+                out, self._pending, self._keep = self._pending, Outbox(), 0
                 upto = self._submitted
                 self._busy = True
             try:
@@ -118,7 +131,8 @@ class SideEffects:
                 pause = delays.next()
                 log.warning("side effects not sent yet (retrying in %.1fs): %s", pause, e.message)
                 with self._cond:
-                    out.merge(self._pending)
+                    self._keep = self._call[2] if self._call is not None else 0
+                    out.merge(self._pending, self._keep)
                     self._pending = out
                 if self._on_error is not None:
                     self._on_error()

@@ -25,6 +25,7 @@ from peloton.errors import Unavailable
 from peloton.hostmgr.manager import HostManager
 from peloton.jobmgr import effects
 from peloton.jobmgr.effects import Outbox, SideEffects, resmgr_call
+from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from tests.unit.internal_services import resmgr_and_hostmgr_clients
 from tests.unit.test_hostmgr_manager import FakeBackend, placed
@@ -115,6 +116,57 @@ def test_a_failed_call_is_tried_again_as_it_was_with_the_id_of_its_first_try(mon
     assert rm.calls == [("enqueue", ["e0/0"], [("r0/0", 1)]), ("enqueue", ["e1/0"], [("r1/0", 1)])]
     assert rm.ids[0] == rm.ids[1] != rm.ids[2] and all(rm.ids)  # the failed try and its try again: one id
     assert not len(out)
+
+
+def test_a_release_submitted_after_an_enqueue_of_the_same_gang_is_not_sent_before_it() -> None:
+    """Batches submitted while the sender is busy are sent together, and a call sends its releases first. A gang
+    created and stopped in that time (its enqueue in one batch, its release in the next) was released in resmgr
+    before it was queued there: queued for ever for a stopped job, then admitted, placed, and its placement dropped
+    as stale, so its pool's share stayed counted for ever. The later release now takes the earlier enqueue back."""
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
+    fx = SideEffects(InProcessResourceManager(rm), None)  # type: ignore[arg-type]
+    fx.submit(Outbox(enqueue=[(gang("a"), False), (gang("b"), False)]))  # created (the sender busy meanwhile)
+    fx.submit(Outbox(release=[("a/0", 1)]))  # a stopped before its enqueue went
+    fx.submit(Outbox(enqueue=[(gang("c"), True)]))  # c adopted, then ended
+    fx.submit(Outbox(release=[("c/0", 1)], enqueue=[(gang("c", attempt=2), False)]))  # ... its next attempt queued
+    fx.start()
+    try:
+        assert fx.drain(10)
+    finally:
+        fx.stop()
+    assert sorted((g.gang_id, g.attempt) for g in rm.queue()[0]) == [("b/0", 1), ("c/0", 2)]
+    assert rm.usage()[0] == {}  # nothing held for a, or for c's first attempt
+
+
+def test_an_enqueue_whose_call_failed_is_tried_again_before_a_later_release_of_its_gang(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """A call tried again must be the same call (resmgr may have applied it): its enqueue is not taken back by a
+    release that arrived meanwhile, which goes in the next call."""
+    monkeypatch.setattr(effects, "SEND_BACKOFF", effects.Backoff(0.01, 0.01))
+    rm = Recording(fail_at=0)
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    gate = threading.Event()
+    real = rm._record
+
+    def failing_then_held(call: tuple[str, list[str], list[tuple[str, int]]]) -> None:
+        try:
+            real(call)
+        finally:
+            gate.wait(10)
+
+    rm._record = failing_then_held  # type: ignore[method-assign]
+    fx.start()
+    try:
+        fx.submit(Outbox(enqueue=[(gang("a"), False)]))
+        while not rm.ids:  # its first try is on its way (and fails)
+            threading.Event().wait(0.01)
+        fx.submit(Outbox(release=[("a/0", 1)]))
+        gate.set()
+        assert fx.drain(10)
+    finally:
+        fx.stop()
+    assert rm.calls == [("enqueue", ["a/0"], []), ("remove", [], [("a/0", 1)])]
+    assert rm.ids[0] == rm.ids[1] != rm.ids[2]
 
 
 def test_a_mark_is_reached_only_once_what_was_submitted_before_it_went_through(
