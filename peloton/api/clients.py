@@ -123,6 +123,11 @@ class ResourceManagerClient(Protocol):
     def remove_gangs(self, gangs: Sequence[GangKey], call_id: str = "") -> None:
         """Forget these gangs: out of their queue, their allocation released (once per `call_id`, as enqueue)."""
 
+    def held_gangs(self, page_token: str) -> tuple[list[GangKey], str]:
+        """A page of the gang attempts resmgr holds in any state or counts an allocation for (the newest of each
+        gang, by gang id after `page_token`), and the next page's token ("": the last page). A resmgr of an earlier
+        release, which does not serve it, answers with none."""
+
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         """The whole GPUs `pool` would be entitled to if it also asked for `extra_demand`; None while unknown."""
 

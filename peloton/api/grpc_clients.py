@@ -168,6 +168,15 @@ class GrpcResourceManager(_GrpcClient):
     def remove_gangs(self, gangs: Sequence[GangKey], call_id: str = "") -> None:
         self._call("RemoveGangs", internal_pb2.RemoveGangsRequest(gangs=_keys(gangs), call_id=call_id), 30)
 
+    def held_gangs(self, page_token: str) -> tuple[list[GangKey], str]:
+        try:
+            r = self._stub.ListGangs(internal_pb2.ListGangsRequest(page_token=page_token), timeout=30)
+        except grpc.RpcError as e:
+            if e.code() == grpc.StatusCode.UNIMPLEMENTED:  # a resmgr of an earlier release: nothing to check
+                return [], ""
+            raise _error(e) from None
+        return [(k.gang_id, k.attempt) for k in r.gangs], r.next_page_token
+
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         r = self._call("GetPoolUsage", internal_pb2.GetPoolUsageRequest(
             path=pool, extra_demand=convert.vec_to_proto(extra_demand)), 10)

@@ -540,6 +540,22 @@ def set_pending_reason(jv: JobView, gang_index: int, attempt: int, reason: str, 
     return eff
 
 
+def holds_in_vain(jv: JobView | None, gang_id: str, attempt: int, now: float, min_age: float) -> bool:
+    """resmgr holds `attempt` of this gang (queues it, or counts its allocation) and should not: its job is gone
+    (`jv` None), or the gang has been DONE, or on a later attempt, for `min_age` at least (the release of a change
+    committed just now may still be on its way). Its release was lost: sent by a job manager that died before it
+    went, while resmgr, in a process of its own, lived on. Nothing would release it: its pool's share stays
+    counted for ever."""
+    if jv is None:
+        return True
+    gv = jv.gangs.get(_gang_index(gang_id))
+    if gv is None:
+        return True
+    g = gv.gang
+    over = (g.state == G.DONE and g.attempt >= attempt) or g.attempt > attempt
+    return over and now - g.updated_at >= min_age
+
+
 def check_launch_deadline(jv: JobView, gv: GangView, now: float) -> Effects:
     eff = Effects()
     g = gv.gang
@@ -726,6 +742,6 @@ def _gang_index(gang_id: str) -> int:
 
 __all__ = [
     "Effects", "GangView", "JobView", "apply_status", "attempts_used", "evict_from_hosts", "on_hosts", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
-    "gang_failed", "gang_id_for", "intent_recorded", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
+    "gang_failed", "gang_id_for", "holds_in_vain", "intent_recorded", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
     "first_events", "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
 ]

@@ -934,9 +934,15 @@ class JobManager:
         self._check_gangs(late, policy.check_launch_deadline)
         self._check_gangs(overdue, policy.check_max_runtime)
         self._evict_from_drained_hosts(now)
-        if held and not self._requeue_unknown(held, sent_mark):
-            self._queue_check_at = now  # its enqueues are still on their way (resmgr unreachable): the next pass
-            self._check_every_gang = every_gang
+        if queue_check:
+            # asked only once the side effects the scan's commits submitted were sent: a gang created a moment ago is
+            # not lost while its enqueue is on its way, nor one that ended a moment ago held in vain
+            if self.effects.wait_sent(sent_mark, SENT_WAIT_S):
+                self._requeue_unknown(held)
+                self._release_held_in_vain()
+            else:  # they are still on their way (resmgr unreachable): the next pass
+                self._queue_check_at = now
+                self._check_every_gang = every_gang
         if not stale:
             return False
         statuses = self._reconcile([t.task_id for t in stale])
@@ -953,20 +959,16 @@ class JobManager:
             self.apply_statuses(drift)
         return False
 
-    def _requeue_unknown(self, keys: list[tuple[str, int]], sent_mark: int) -> bool:
+    def _requeue_unknown(self, keys: list[tuple[str, int]]) -> None:
         """Gangs resmgr should hold (queued: in its queue; launching or running: their allocation) and does not
         (an enqueue was lost, or resmgr restarted on its own): queue them again, or register their allocation
-        again, as recovery would. Asked only once the side effects the scan's commits submitted were sent (a gang
-        created a moment ago is not lost while its enqueue is on its way): False when they were not, within
-        SENT_WAIT_S, and nothing was asked."""
-        if not self.effects.wait_sent(sent_mark, SENT_WAIT_S):
-            return False
+        again, as recovery would."""
         unknown: list[tuple[str, int]] = []
         for i in range(0, len(keys), RPC_CHUNK):
             unknown += self.resmgr.unknown_gangs(keys[i:i + RPC_CHUNK])
             progress()
         if not unknown:
-            return True
+            return
 
         def apply(views: Views, now: float) -> policy.Effects:
             eff = policy.Effects()
@@ -987,7 +989,55 @@ class JobManager:
             return eff
 
         self.writer.mutate({g.rpartition("/")[0] for g, _ in unknown}, apply)
-        return True
+
+    def _release_held_in_vain(self) -> None:
+        """The reverse of `_requeue_unknown`: gangs resmgr holds (queued, or their allocation counted) that are over
+        in the store (DONE, on a later attempt, their job deleted) for QUEUE_CHECK_S: their release was lost with
+        a job manager that died before sending it (resmgr, in a process of its own, lived on). Released again, or
+        their pool's share stays counted for ever."""
+        held: list[tuple[str, int]] = []
+        token = ""
+        while True:
+            page, token = self.resmgr.held_gangs(token)
+            held += page
+            progress()
+            if not token:
+                break
+        if not held:
+            return
+
+        def live(views: Views) -> set[tuple[str, int]]:  # (most are: decided on the caches, no store read)
+            out = set()
+            for gid, attempt in held:
+                jv = views.get(gid.rpartition("/")[0])
+                gv = jv.gangs.get(int(gid.rpartition("/")[2])) if jv is not None else None
+                if gv is not None and gv.gang.attempt == attempt and gv.gang.state != GangState.DONE:
+                    out.add((gid, attempt))
+            return out
+
+        fine = set().union(*self.writer.read_each(live))
+        suspects: dict[str, list[tuple[str, int]]] = {}  # job id -> its gangs resmgr holds, not live as held
+        for k in held:
+            if k not in fine:
+                suspects.setdefault(k[0].rpartition("/")[0], []).append(k)
+        if not suspects:
+            return
+
+        def held_of(part: Mapping[str, list[tuple[str, int]]]) -> Callable[[Views, float], policy.Effects]:
+            def apply(views: Views, t: float) -> policy.Effects:  # (a job of `part` not in views is not in the store)
+                eff = policy.Effects()
+                for jid, keys in part.items():
+                    eff.release += [(gid, attempt) for gid, attempt in keys
+                                    if policy.holds_in_vain(views.get(jid), gid, attempt, t, QUEUE_CHECK_S)]
+                if eff.release:
+                    log.warning("the resource manager held %d gangs that are over (their release was lost): "
+                                "released now: %s", len(eff.release),
+                                ", ".join(f"{g} attempt {a}" for g, a in eff.release[:10]))
+                return eff
+
+            return apply
+
+        self.writer.mutate_by_job(suspects, held_of)
 
     def watch(self, job_ids: Sequence[str], tasks: bool, stream_id: str, after: int,
               alive: Callable[[], bool], heartbeat_s: float = 5.0

@@ -73,6 +73,10 @@ class InProcessResourceManager:
         self.rm.apply_call(call_id, gangs)
 
     @service_errors
+    def held_gangs(self, page_token: str) -> tuple[list[GangKey], str]:
+        return [k for k in self.rm.gangs() if k[0] > page_token], ""  # one page: no message to bound
+
+    @service_errors
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         ent = self.rm.entitlement_if(pool, extra_demand)
         return int(ent.gpu + 1e-9) if ent is not None else None

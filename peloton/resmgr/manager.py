@@ -338,6 +338,15 @@ class ResourceManager:
                     out.append((gid, attempt))
             return out
 
+    def gangs(self) -> list[GangKey]:
+        """Every gang attempt this manager holds in any state or counts an allocation for (the newest of each gang),
+        sorted by gang id: the job manager releases those whose gang is over in its records (a release it lost)."""
+        with self._cond:
+            newest = {gid: e.req.attempt for gid, e in self._q.entries.items()}
+            for gid, h in self._held.by_gang.items():
+                newest[gid] = max(h.attempt, newest.get(gid, h.attempt))
+        return sorted(newest.items())
+
     def take_placements(self, max_n: int, timeout_s: float,
                         consumer: str = "") -> tuple[list[GangPlacement], list[PlacementFailure]]:
         """Placed gangs for jobmgr, kept (HANDED) until `ack_placements`; plus the newest pending reasons.

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import bisect
 import time
 from dataclasses import replace
 from typing import TYPE_CHECKING
@@ -20,6 +21,9 @@ from peloton.store.db import transaction
 
 if TYPE_CHECKING:
     import grpc
+
+MAX_GANGS_PAGE = 10_000  # gang keys in a ListGangs answer (~40 bytes each)
+MAX_ATTEMPT = 2**31 - 1  # (a page token is a gang id: the next page starts after every attempt of it)
 
 
 class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer):
@@ -93,6 +97,16 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
     def CheckGangs(self, request: internal_pb2.CheckGangsRequest, context: grpc.ServicerContext) -> internal_pb2.CheckGangsResponse:
         unknown = self.rm.unknown([(k.gang_id, k.attempt) for k in request.gangs])
         return internal_pb2.CheckGangsResponse(unknown=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in unknown])
+
+    @grpc_errors
+    def ListGangs(self, request: internal_pb2.ListGangsRequest, context: grpc.ServicerContext) -> internal_pb2.ListGangsResponse:
+        keys = self.rm.gangs()
+        start = bisect.bisect_right(keys, (request.page_token, MAX_ATTEMPT)) if request.page_token else 0
+        size = min(request.page_size or MAX_GANGS_PAGE, MAX_GANGS_PAGE)
+        page = keys[start:start + size]
+        more = start + size < len(keys)
+        return internal_pb2.ListGangsResponse(gangs=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in page],
+                                              next_page_token=page[-1][0] if more else "")
 
     @grpc_errors
     def RemoveGangs(self, request: internal_pb2.RemoveGangsRequest, context: grpc.ServicerContext) -> internal_pb2.RemoveGangsResponse:

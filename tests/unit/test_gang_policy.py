@@ -817,6 +817,26 @@ def test_recover_ignores_done_gangs() -> None:
     assert snapshot(jv) == before
 
 
+def test_resmgr_holds_in_vain_only_a_gang_that_has_been_over_for_a_while() -> None:
+    """The queue check releases what resmgr holds for a gang that is over (its release lost with a job manager
+    that died): DONE, on a later attempt, or of a job gone; not while a release just sent may be on its way."""
+    jv = make_view(make_spec(1))
+    place(jv)
+    assert not policy.holds_in_vain(jv, "job1/0", 1, T0 + 100, 30)  # launching: resmgr holds it rightly
+    apply(jv, 0, T.SUCCEEDED, now=T0 + 2)
+    assert jv.gangs[0].gang.state == G.DONE
+    assert not policy.holds_in_vain(jv, "job1/0", 1, T0 + 10, 30)  # its release may be on its way
+    assert policy.holds_in_vain(jv, "job1/0", 1, T0 + 40, 30)
+    assert policy.holds_in_vain(None, "job1/0", 1, T0, 30)  # its job was deleted
+    jv = make_view(make_spec(2))
+    place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED, now=T0 + 5)  # restarted as attempt 2, queued
+    assert jv.gangs[0].gang.attempt == 2
+    assert policy.holds_in_vain(jv, "job1/0", 1, T0 + 40, 30)  # the first attempt's allocation
+    assert not policy.holds_in_vain(jv, "job1/0", 2, T0 + 40, 30)
+
+
 # --- Hypothesis: random status storms ------------------------------------------------------------------------
 ACTIVE_GANG = (G.PLACED, G.LAUNCHING, G.RUNNING, G.ABORTING)
 STATUS_STATES = [T.RUNNING, T.SUCCEEDED, T.FAILED, T.LOST, T.KILLED]

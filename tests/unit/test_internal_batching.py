@@ -436,3 +436,47 @@ def test_an_old_host_manager_refuses_a_shared_launch_starting_nothing() -> None:
         assert r.outcome == LaunchOutcome.REFUSED and be.launched == []
     finally:
         hm.stop()
+
+
+def test_resmgr_lists_the_gangs_it_holds_page_by_page(clients: tuple, monkeypatch: pytest.MonkeyPatch) -> None:
+    """What the job manager's queue check compares with its records to release what resmgr holds in vain: every
+    gang queued or holding an allocation, its newest attempt, by gang id."""
+    from peloton.resmgr import service
+
+    monkeypatch.setattr(service, "MAX_GANGS_PAGE", 2)
+    rmc, _, rm, _, _ = clients
+
+    def listed() -> list[tuple[str, int]]:
+        got: list[tuple[str, int]] = []
+        token = ""
+        while True:
+            page, token = rmc.held_gangs(token)
+            got += page
+            if not token:
+                return got
+
+    assert listed() == []
+    rmc.enqueue([gang("d"), gang("a"), gang("b", attempt=2)], [gang("c")])  # c: running, adopted
+    assert listed() == [("a/0", 1), ("b/0", 2), ("c/0", 1), ("d/0", 1)]
+    rmc.remove_gangs([("a/0", 1), ("c/0", 1)])
+    assert listed() == [("b/0", 2), ("d/0", 1)]
+
+
+def test_a_resmgr_of_an_earlier_release_lists_no_gangs() -> None:
+    """It does not serve ListGangs (UNIMPLEMENTED): nothing to check, not an error that stops the reconciler."""
+    from concurrent import futures
+
+    import grpc
+
+    from peloton.api.v1 import internal_pb2_grpc
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(
+        internal_pb2_grpc.ResourceManagerInternalServicer(), server)  # type: ignore[abstract]  # (none served)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch)).held_gangs("") == ([], "")
+    finally:
+        server.stop(None)

@@ -855,6 +855,58 @@ class CheckGangsResponse(_message.Message):
 Global___CheckGangsResponse: _TypeAlias = CheckGangsResponse  # noqa: Y015
 
 @_typing.final
+class ListGangsRequest(_message.Message):
+    """The gang attempts resmgr holds (queued, being placed, placed, handed out, or holding an allocation), for the job
+    manager to check against its records: one whose gang is over there (its release lost) is released.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    PAGE_SIZE_FIELD_NUMBER: _builtins.int
+    page_token: _builtins.str
+    """the last gang id of the previous page"""
+    page_size: _builtins.int
+    def __init__(
+        self,
+        *,
+        page_token: _builtins.str = ...,
+        page_size: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["page_size", b"page_size", "page_token", b"page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGangsRequest: _TypeAlias = ListGangsRequest  # noqa: Y015
+
+@_typing.final
+class ListGangsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GANGS_FIELD_NUMBER: _builtins.int
+    NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
+    next_page_token: _builtins.str
+    @_builtins.property
+    def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangKey]:
+        """sorted by gang id; the newest attempt resmgr knows of each"""
+
+    def __init__(
+        self,
+        *,
+        gangs: _abc.Iterable[Global___GangKey] | None = ...,
+        next_page_token: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "next_page_token", b"next_page_token"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListGangsResponse: _TypeAlias = ListGangsResponse  # noqa: Y015
+
+@_typing.final
 class RemoveGangsRequest(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 

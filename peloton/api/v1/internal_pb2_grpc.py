@@ -79,6 +79,11 @@ class ResourceManagerInternalStub:
                 request_serializer=peloton_dot_v1_dot_internal__pb2.PreviewAdmissionRequest.SerializeToString,
                 response_deserializer=peloton_dot_v1_dot_internal__pb2.PreviewAdmissionResponse.FromString,
                 _registered_method=True)
+        self.ListGangs = channel.unary_unary(
+                '/peloton.v1.ResourceManagerInternal/ListGangs',
+                request_serializer=peloton_dot_v1_dot_internal__pb2.ListGangsRequest.SerializeToString,
+                response_deserializer=peloton_dot_v1_dot_internal__pb2.ListGangsResponse.FromString,
+                _registered_method=True)
 
 
 class ResourceManagerInternalServicer:
@@ -138,6 +143,12 @@ class ResourceManagerInternalServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListGangs(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_ResourceManagerInternalServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -185,6 +196,11 @@ def add_ResourceManagerInternalServicer_to_server(servicer, server):
                     servicer.PreviewAdmission,
                     request_deserializer=peloton_dot_v1_dot_internal__pb2.PreviewAdmissionRequest.FromString,
                     response_serializer=peloton_dot_v1_dot_internal__pb2.PreviewAdmissionResponse.SerializeToString,
+            ),
+            'ListGangs': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListGangs,
+                    request_deserializer=peloton_dot_v1_dot_internal__pb2.ListGangsRequest.FromString,
+                    response_serializer=peloton_dot_v1_dot_internal__pb2.ListGangsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -430,6 +446,33 @@ class ResourceManagerInternal:
             '/peloton.v1.ResourceManagerInternal/PreviewAdmission',
             peloton_dot_v1_dot_internal__pb2.PreviewAdmissionRequest.SerializeToString,
             peloton_dot_v1_dot_internal__pb2.PreviewAdmissionResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListGangs(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/peloton.v1.ResourceManagerInternal/ListGangs',
+            peloton_dot_v1_dot_internal__pb2.ListGangsRequest.SerializeToString,
+            peloton_dot_v1_dot_internal__pb2.ListGangsResponse.FromString,
             options,
             channel_credentials,
             insecure,

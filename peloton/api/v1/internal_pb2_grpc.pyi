@@ -42,6 +42,7 @@ class ResourceManagerInternalStub:
     GetPoolUsage: _grpc.UnaryUnaryMultiCallable[_internal_pb2.GetPoolUsageRequest, _internal_pb2.GetPoolUsageResponse]
     CheckGangs: _grpc.UnaryUnaryMultiCallable[_internal_pb2.CheckGangsRequest, _internal_pb2.CheckGangsResponse]
     PreviewAdmission: _grpc.UnaryUnaryMultiCallable[_internal_pb2.PreviewAdmissionRequest, _internal_pb2.PreviewAdmissionResponse]
+    ListGangs: _grpc.UnaryUnaryMultiCallable[_internal_pb2.ListGangsRequest, _internal_pb2.ListGangsResponse]
 
 @_typing.type_check_only
 class ResourceManagerInternalAsyncStub(ResourceManagerInternalStub):
@@ -55,6 +56,7 @@ class ResourceManagerInternalAsyncStub(ResourceManagerInternalStub):
     GetPoolUsage: _aio.UnaryUnaryMultiCallable[_internal_pb2.GetPoolUsageRequest, _internal_pb2.GetPoolUsageResponse]  # type: ignore[assignment]
     CheckGangs: _aio.UnaryUnaryMultiCallable[_internal_pb2.CheckGangsRequest, _internal_pb2.CheckGangsResponse]  # type: ignore[assignment]
     PreviewAdmission: _aio.UnaryUnaryMultiCallable[_internal_pb2.PreviewAdmissionRequest, _internal_pb2.PreviewAdmissionResponse]  # type: ignore[assignment]
+    ListGangs: _aio.UnaryUnaryMultiCallable[_internal_pb2.ListGangsRequest, _internal_pb2.ListGangsResponse]  # type: ignore[assignment]
 
 class ResourceManagerInternalServicer(metaclass=_abc_1.ABCMeta):
     @_abc_1.abstractmethod
@@ -119,6 +121,13 @@ class ResourceManagerInternalServicer(metaclass=_abc_1.ABCMeta):
         request: _internal_pb2.PreviewAdmissionRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_internal_pb2.PreviewAdmissionResponse, _abc.Awaitable[_internal_pb2.PreviewAdmissionResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListGangs(
+        self,
+        request: _internal_pb2.ListGangsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_internal_pb2.ListGangsResponse, _abc.Awaitable[_internal_pb2.ListGangsResponse]]: ...
 
 def add_ResourceManagerInternalServicer_to_server(servicer: ResourceManagerInternalServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
 

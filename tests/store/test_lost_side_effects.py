@@ -1,0 +1,185 @@
+"""The job manager's side effects to the other components when they are lost, through the real components (the sim
+backend, stepped by hand on one clock) on both stores. The job manager is restarted against the same store while
+the resource manager and the host manager live on, as in a split deployment (`--role`) or with the local backend,
+whose tasks outlive the daemon. Each test failed before its fix.
+
+- A release lost with the job manager (it died after committing a gang DONE, before the release reached resmgr):
+  the pool's share stayed counted for ever, and a gang that needs it waited for ever. The queue check now also
+  asks resmgr what it holds and releases what the store says is over.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+
+import pytest
+from sqlalchemy import Engine
+
+from peloton.domain.model import ResourcePool
+from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec
+from peloton.domain.states import JobState, TaskState
+from peloton.errors import Unavailable
+from peloton.hostmgr.inprocess import InProcessHostManager
+from peloton.hostmgr.manager import HostManager
+from peloton.hostmgr.sim.backend import SimBackend, make_sim_hosts
+from peloton.jobmgr.manager import JobManager
+from peloton.placement.engine import PlacementEngine
+from peloton.resmgr.inprocess import InProcessResourceManager
+from peloton.resmgr.manager import ResourceManager
+from peloton.store import db, repo
+
+T0 = 1_800_000_000.0
+TEAM = "/team"  # the pool the jobs run in: its limit is the cluster's GPUs
+MAX_PASSES = 50
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = T0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+class Away:
+    """A client whose named calls fail as if its peer could not be reached, while `away`; every call recorded."""
+
+    def __init__(self, inner: object, *methods: str) -> None:
+        self._inner, self._methods = inner, set(methods)
+        self.away = False
+        self.calls: list[tuple[str, tuple[object, ...]]] = []
+
+    def __getattr__(self, name: str) -> object:
+        fn = getattr(self._inner, name)
+
+        def call(*args: object, **kwargs: object) -> object:
+            self.calls.append((name, args))
+            if self.away and name in self._methods:
+                raise Unavailable(f"{name}: connection refused (test)")
+            return fn(*args, **kwargs)
+
+        return call
+
+
+class Cluster:
+    """resmgr, hostmgr (sim backend) and a placement engine that outlive the job manager, which `restart` replaces
+    with a new one recovering from the same store (what a job manager process's restart or its standby does)."""
+
+    def __init__(self, engine: Engine, gpus: int = 2) -> None:
+        self.clock = clock = Clock()
+        self.sessions, self.read = db.make_sessions(engine), db.make_read_sessions(engine)
+        with db.transaction(self.sessions) as s:
+            repo.ensure_root_pool(s, clock())
+            repo.create_pool(s, ResourcePool(TEAM, limit=Resources(cpu=8, mem=8192, gpu=gpus), created_at=clock()))
+
+        def load_pools() -> list[ResourcePool]:
+            with db.transaction(self.sessions) as s:
+                return repo.list_pools(s)
+
+        self.sim = SimBackend(make_sim_hosts(1, Resources(cpu=8, mem=8192, gpu=gpus)), clock=clock,
+                              timer_thread=False)
+        self.hostmgr = HostManager(self.sim, clock=clock)
+        self.hostmgr.start()
+        self.resmgr = ResourceManager(load_pools, clock=clock, rate_clock=clock)
+        self.placement = PlacementEngine(InProcessResourceManager(self.resmgr), InProcessHostManager(self.hostmgr),
+                                         poll_ms=0, clock=clock)
+        self.jm = self._new_jobmgr()
+
+    def _new_jobmgr(self) -> JobManager:
+        # the job manager's own clients, so that a test can take its peers away from it alone
+        self.rm = Away(InProcessResourceManager(self.resmgr), "enqueue", "remove_gangs")
+        self.hm = Away(InProcessHostManager(self.hostmgr), "kill")
+        jm = JobManager(self.sessions, self.read, self.rm, self.hm, clock=self.clock)  # type: ignore[arg-type]
+        jm.start()
+        jm.recover()
+        return jm
+
+    def restart(self) -> None:
+        """The job manager dies (what its side-effect sender had not sent is lost) and a new one recovers."""
+        self.jm.stop()
+        self.jm = self._new_jobmgr()
+
+    def close(self) -> None:
+        self.jm.stop()
+        self.hostmgr.stop()
+
+    def idle(self) -> None:
+        for w in self.jm.writer.shards:
+            w.read(lambda views: None, ("",))  # (with a job id: after every mutation queued before it)
+        self.jm.effects.drain(0.2)  # (a peer that is away keeps it busy: not waited for)
+
+    def settle(self) -> None:
+        """Step every component at this instant until a whole pass does nothing."""
+        for _ in range(MAX_PASSES):
+            self.sim.run_due(self.clock())
+            busy = self.jm.events_once(0)
+            self.idle()
+            busy = self.placement.run_once() or busy
+            busy = self.jm.launcher.launch_once(0) or busy
+            self.idle()
+            busy = self.jm.events_once(0) or busy
+            self.idle()
+            if not busy:
+                return
+        raise AssertionError("the components did not settle")
+
+    def reconcile(self) -> None:
+        """The reconciler's pass, with its queue check due."""
+        self.jm._queue_check_at = 0.0  # noqa: SLF001 - due now
+        self.jm.reconcile_once()
+        self.idle()
+
+    def state(self, job_id: str) -> JobState:
+        with db.transaction(self.read) as s:
+            return repo.get_job(s, job_id).state
+
+    def task_states(self, job_id: str) -> list[TaskState]:
+        with db.transaction(self.read) as s:
+            return [t.state for t in repo.get_tasks(s, job_id)]
+
+    def running_in_backend(self) -> list[str]:
+        return sorted(t.task_id for t in self.sim.running())
+
+    def gpus_held(self) -> int:
+        held = self.resmgr.usage()[0].get(TEAM)
+        return held.gpu if held is not None else 0
+
+
+def spec(name: str, instances: int = 2, gpu: int = 1, **kw: object) -> JobSpec:
+    return JobSpec(name=name, instances=instances, command="train.py", resources=Resources(cpu=1, mem=256, gpu=gpu),
+                   respool=TEAM, **kw)  # type: ignore[arg-type]
+
+
+@pytest.fixture
+def cluster(engine: Engine) -> Iterator[Cluster]:
+    c = Cluster(engine)
+    try:
+        yield c
+    finally:
+        c.close()
+
+
+# --- 1. a release lost with the job manager ------------------------------------------------------------------------
+
+def test_a_release_lost_with_the_job_manager_is_found_by_the_queue_check(cluster: Cluster) -> None:
+    c = cluster
+    first = c.jm.create_job(spec("first"))  # both GPUs of the cluster
+    c.settle()
+    assert c.state(first) == JobState.RUNNING and c.gpus_held() == 2
+    c.rm.away = True  # resmgr cannot be reached from the job manager for a while
+    c.jm.stop_job(first)
+    c.settle()
+    assert c.state(first) == JobState.KILLED and c.running_in_backend() == []
+    assert c.gpus_held() == 2  # the release is still in the job manager's outbox ...
+    c.restart()  # ... and is lost with it
+    second = c.jm.create_job(spec("second"))  # needs both GPUs, free on the host
+    c.settle()
+    assert c.state(second) == JobState.PENDING  # resmgr still counts the first job's gang
+    c.clock.now += 60  # the check looks at what has been over for a while: a release may be on its way
+    c.reconcile()
+    assert c.gpus_held() == 0  # released
+    c.settle()
+    assert c.state(second) == JobState.RUNNING  # the first job's share was released: the second one runs
+    assert c.gpus_held() == 2
+
