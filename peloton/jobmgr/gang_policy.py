@@ -12,7 +12,8 @@ Rules (design.md §2):
 - a preempted gang (resmgr chose it, whole) gets SIGTERM on every member with the job's grace period, goes
   PREEMPTING, and once every member has ended goes back to its queue as PREEMPTED: a new run (new task ids) that
   uses up no attempt of `retry.max_attempts` (`Gang.preemptions` counts such runs). A daemon crash meanwhile is
-  recovered like this too: the members still running are told again, and the gang is never adopted half-killed.
+  recovered like this too: the members still running are told again, and the gang is never adopted half-killed;
+  so are members a stop or a failure was killing (their kill may have been lost with the daemon).
 
 Every record a rule changes is registered in the returned Effects (`tasks`, `gangs`, `jobs`), so the caller writes
 exactly those rows: a status update of one member of a 100,000-instance job writes a handful of rows, not the job.
@@ -588,7 +589,7 @@ def check_max_runtime(jv: JobView, gv: GangView, now: float) -> Effects:
 
 def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effects:
     """After a daemon restart: adopt every active gang whose members all run (or succeeded); otherwise tear it
-    down and re-queue it. Queued gangs are re-enqueued."""
+    down and re-queue it. Queued gangs are re-enqueued. Kills committed before the crash are sent again."""
     eff = Effects()
     for gv in jv.gangs.values():
         g = gv.gang
@@ -616,6 +617,9 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
                     final = T.KILLED if st.state in (T.KILLED, T.LOST) else st.state
                 _set_task(jv, t, final, now, eff, exit_code=st.exit_code, reason=st.reason or "found at recovery",
                           message=st.message)
+        # a kill committed before the crash may never have reached the backend, and the rules below pass over a
+        # member already KILLING: sent again (kills are idempotent), else the stop waits for the reconciler
+        eff.kill += [t.task_id for t in gv.members() if t.state == T.KILLING]
         if jv.job.desired == "KILLED" or g.state == G.ABORTING:
             stop_gang(jv, gv, now, eff, reason=g.reason or "job stopped")
             continue

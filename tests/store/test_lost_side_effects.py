@@ -6,11 +6,14 @@ whose tasks outlive the daemon. Each test failed before its fix.
 - A release lost with the job manager (it died after committing a gang DONE, before the release reached resmgr):
   the pool's share stayed counted for ever, and a gang that needs it waited for ever. The queue check now also
   asks resmgr what it holds and releases what the store says is over.
+- Kills lost with the job manager (it died after committing members KILLING, before the kill reached the
+  backend): recovery sent nothing, and the reconciler only once the records were 10 s old (a stop that was in
+  progress finished 10-15 s after the restart, not at once). Recovery now sends them again.
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 
 import pytest
 from sqlalchemy import Engine
@@ -151,6 +154,10 @@ def spec(name: str, instances: int = 2, gpu: int = 1, **kw: object) -> JobSpec:
                    respool=TEAM, **kw)  # type: ignore[arg-type]
 
 
+def kills(calls: Sequence[tuple[str, tuple[object, ...]]]) -> list[str]:
+    return [tid for name, args in calls if name == "kill" for tid in args[0]]  # type: ignore[attr-defined]
+
+
 @pytest.fixture
 def cluster(engine: Engine) -> Iterator[Cluster]:
     c = Cluster(engine)
@@ -183,3 +190,25 @@ def test_a_release_lost_with_the_job_manager_is_found_by_the_queue_check(cluster
     assert c.state(second) == JobState.RUNNING  # the first job's share was released: the second one runs
     assert c.gpus_held() == 2
 
+
+# --- 2. kills lost with the job manager ----------------------------------------------------------------------------
+
+def test_kills_lost_with_the_job_manager_are_sent_again_by_its_recovery(cluster: Cluster) -> None:
+    c = cluster
+    job = c.jm.create_job(spec("stopped"))
+    c.settle()
+    assert c.state(job) == JobState.RUNNING
+    members = c.running_in_backend()
+    assert len(members) == 2
+    c.hm.away = True  # the host manager cannot be reached: the kills stay in the outbox ...
+    c.jm.stop_job(job)
+    c.idle()
+    assert c.task_states(job) == [TaskState.KILLING] * 2 and c.running_in_backend() == members
+    c.clock.now += 1
+    c.restart()  # ... and are lost with it: the new job manager finds both members KILLING and running
+    c.idle()
+    assert sorted(kills(c.hm.calls)) == members  # sent again by the recovery, not 10 s later
+    c.reconcile()  # (the reconciler's first pass, at once)
+    c.settle()
+    assert c.running_in_backend() == []
+    assert c.state(job) == JobState.KILLED and c.task_states(job) == [TaskState.KILLED] * 2

@@ -808,6 +808,27 @@ def test_recover_of_an_aborting_gang_waits_for_its_members() -> None:
     assert jv.job.state == J.FAILED
 
 
+def test_recover_sends_again_the_kills_of_members_still_killing() -> None:
+    """The daemon died after committing the stop (members KILLING), maybe before the kills reached the backend:
+    recovery kills every member still KILLING again (kills are idempotent), not only those it newly stops; one
+    the backend reports ended is not killed again."""
+    jv = make_view(make_spec(3))
+    gv = place(jv)
+    run_all(jv)
+    policy.stop_job(jv, T0 + 5)
+    assert states(gv) == [T.KILLING] * 3
+    eff = policy.recover(jv, _statuses(jv, {0: T.RUNNING, 1: T.KILLED}), T0 + 6)  # 2: no answer
+    assert sorted(eff.kill) == [task_id_for(JOB, 0, 1), task_id_for(JOB, 2, 1)]
+    assert states(gv) == [T.KILLING, T.KILLED, T.KILLING] and gv.gang.state == G.ABORTING
+    # a gang that failed (fail_job): the member being killed with its gang is killed again too
+    jv = make_view(make_spec(2, on_member_failure="fail_job"))
+    gv = place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED)
+    assert states(gv) == [T.FAILED, T.KILLING]
+    assert policy.recover(jv, _statuses(jv, {1: T.RUNNING}), T0 + 6).kill == [task_id_for(JOB, 1, 1)]
+
+
 def test_recover_ignores_done_gangs() -> None:
     jv = make_view(make_spec(1))
     place(jv)
