@@ -890,9 +890,10 @@ class JobManager:
             stopping = set(self._stopping)
 
         def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]], dict[str, int],
-                                        list[tuple[str, int]]]:
+                                        list[tuple[str, int]], dict[str, float]]:
             stale, late, held, overdue = [], [], [], []
             unstopped: dict[str, int] = {}  # job -> gang index end
+            graces: dict[str, float] = {}  # a stale PREEMPTING member -> its job's grace (a repeat keeps it)
             for jv in views.values():
                 if jv.job.id not in stopping and policy.needs_stopping(jv):
                     unstopped[jv.job.id] = max(jv.gangs, default=-1) + 1
@@ -906,15 +907,17 @@ class JobManager:
                                 continue
                             if full or (t.state in TRANSITIONAL and now - t.updated_at > RECONCILE_MIN_AGE_S):
                                 stale.append(t)
+                                if t.state == TaskState.PREEMPTING:
+                                    graces[t.task_id] = jv.spec.preemption_grace_s
                         if g.state in (GangState.PLACED, GangState.LAUNCHING) and g.launch_deadline \
                                 and now >= g.launch_deadline:
                             late.append((jv.job.id, g.index))
                         limit = jv.spec.max_runtime_s
                         if limit and g.state == GangState.RUNNING and 0 < policy.running_since(gv) <= now - limit:
                             overdue.append((jv.job.id, g.index))
-            return [replace(t) for t in stale], late, held, unstopped, overdue
+            return [replace(t) for t in stale], late, held, unstopped, overdue, graces
 
-        stale, late, held, unstopped, overdue = [], [], [], {}, []
+        stale, late, held, unstopped, overdue, graces = [], [], [], {}, [], {}
         parts = self.writer.read_each(scan)  # every shard's cache, each on its writer thread
         sent_mark = self.effects.mark()  # every enqueue of a gang the scan saw was submitted by now
         for part in parts:
@@ -923,6 +926,7 @@ class JobManager:
             held += part[2]
             unstopped.update(part[3])
             overdue += part[4]
+            graces.update(part[5])
         for jid, end in unstopped.items():
             log.warning("job %s: finishing a stop that was cut short", jid)
             self._stop_gangs(jid, 0, end)
@@ -953,7 +957,12 @@ class JobManager:
         again = [tid for tid, st in statuses.items()
                  if st.state == TaskState.RUNNING and tid in by_id and by_id[tid].state in STOPPING]
         if again:  # a kill that did not take (or was lost): ask again
-            self.hostmgr.kill(again)
+            # a preemption's with its grace: the Mesos backend repeats a KILL with the grace of the last one asked
+            by_grace: dict[float | None, list[str]] = {}
+            for tid in again:
+                by_grace.setdefault(graces.get(tid), []).append(tid)
+            for grace, ids in by_grace.items():
+                self.hostmgr.kill(ids, grace)
         if drift:
             log.warning("reconciliation found %d tasks whose state drifted", len(drift))
             self.apply_statuses(drift)

@@ -9,6 +9,7 @@ whose tasks outlive the daemon. Each test failed before its fix.
 - Kills lost with the job manager (it died after committing members KILLING, before the kill reached the
   backend): recovery sent nothing, and the reconciler only once the records were 10 s old (a stop that was in
   progress finished 10-15 s after the restart, not at once). Recovery now sends them again.
+- The reconciler's repeat of a preemption's kill went without the job's grace (the Mesos backend kept that).
 """
 
 from __future__ import annotations
@@ -46,11 +47,14 @@ class Clock:
 
 
 class Away:
-    """A client whose named calls fail as if its peer could not be reached, while `away`; every call recorded."""
+    """A client whose named calls fail as if its peer could not be reached, while `away`; every call recorded.
+    `graceful`: a kill with a grace is taken and not passed on (the sim ends a task at once, whatever its grace: the
+    members stay running, as in their grace)."""
 
     def __init__(self, inner: object, *methods: str) -> None:
         self._inner, self._methods = inner, set(methods)
         self.away = False
+        self.graceful = False
         self.calls: list[tuple[str, tuple[object, ...]]] = []
 
     def __getattr__(self, name: str) -> object:
@@ -60,6 +64,8 @@ class Away:
             self.calls.append((name, args))
             if self.away and name in self._methods:
                 raise Unavailable(f"{name}: connection refused (test)")
+            if self.graceful and name == "kill" and len(args) > 1 and args[1] is not None:
+                return None
             return fn(*args, **kwargs)
 
         return call
@@ -212,3 +218,25 @@ def test_kills_lost_with_the_job_manager_are_sent_again_by_its_recovery(cluster:
     c.settle()
     assert c.running_in_backend() == []
     assert c.state(job) == JobState.KILLED and c.task_states(job) == [TaskState.KILLED] * 2
+
+
+def test_a_preemption_the_reconciler_repeats_keeps_its_grace(cluster: Cluster) -> None:
+    """Members of a preempted gang run on through their grace (SIGTERM, then SIGKILL after the job's
+    sla.preemption_grace), their records PREEMPTING: after 10 s the reconciler finds them running and repeats the
+    kill. Repeated without the grace, the Mesos backend took it as the kill's grace from then on (its own repeats
+    of a KILL carry the last one's): the master's KILL then carried no kill policy, the task's own (a few seconds),
+    where the job had asked for its grace."""
+    c = cluster
+    job = c.jm.create_job(spec("preempted", preemption_grace_s=60.0))
+    c.settle()
+    members = c.running_in_backend()
+    c.hm.graceful = True
+    c.jm.launcher._preempt([(f"{job}/0", 1, "test")])  # noqa: SLF001 - as resmgr's order does
+    c.idle()
+    assert c.task_states(job) == [TaskState.PREEMPTING] * 2 and c.running_in_backend() == members
+    c.hm.calls.clear()
+    c.clock.now += 11  # still in their grace
+    c.reconcile()
+    repeated = [(args[0], args[1] if len(args) > 1 else None) for name, args in c.hm.calls if name == "kill"]
+    assert repeated and all(grace == 60.0 for _, grace in repeated)
+    assert sorted(t for ids, _ in repeated for t in ids) == members  # type: ignore[attr-defined]
