@@ -23,6 +23,7 @@ from prometheus_client import Gauge
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain.placement import GangRequest
 from peloton.errors import PelotonError
+from peloton.loop import LOOP_ERRORS
 from peloton.retry import Backoff, Delays
 
 log = logging.getLogger(__name__)
@@ -127,9 +128,13 @@ class SideEffects:
             try:
                 self._send(out)
                 delays.reset()
-            except PelotonError as e:
+            except Exception as e:  # noqa: BLE001 - the thread must live on: nothing else sends side effects
                 pause = delays.next()
-                log.warning("side effects not sent yet (retrying in %.1fs): %s", pause, e.message)
+                if isinstance(e, PelotonError):
+                    log.warning("side effects not sent yet (retrying in %.1fs): %s", pause, e.message)
+                else:  # (a bug, or a client library's surprise: logged whole and counted, and tried again)
+                    LOOP_ERRORS.labels("jobmgr-side-effects").inc()
+                    log.exception("side effects not sent yet (retrying in %.1fs)", pause)
                 with self._cond:
                     self._keep = self._call[2] if self._call is not None else 0
                     out.merge(self._pending, self._keep)

@@ -480,3 +480,34 @@ def test_a_resmgr_of_an_earlier_release_lists_no_gangs() -> None:
             assert GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch)).held_gangs("") == ([], "")
     finally:
         server.stop(None)
+
+
+def test_a_send_that_raises_something_unexpected_is_tried_again_and_the_sender_lives_on() -> None:
+    """A call failing with an error that is not the project's (a bug on the path, a client library's surprise)
+    ended the sender's thread: every kill, release and enqueue after it waited for ever while the daemon looked
+    healthy. It is logged, counted and tried again as any failed send."""
+    from prometheus_client import REGISTRY
+
+    def errors() -> float:
+        return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "jobmgr-side-effects"}) or 0.0
+
+    class Surprising(Recording):
+        def _record(self, call: tuple[str, list[str], list[tuple[str, int]]]) -> None:
+            if not self.calls and len(self.ids) == 1:
+                raise RuntimeError("surprise")
+            super()._record(call)
+
+    rm = Surprising()
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    before = errors()
+    fx.start()
+    try:
+        fx.submit(Outbox(release=[("r0/0", 1)]))
+        assert fx.drain(10)
+        fx.submit(Outbox(release=[("r1/0", 1)]))
+        assert fx.drain(10)
+    finally:
+        fx.stop()
+    assert rm.calls == [("remove", [], [("r0/0", 1)]), ("remove", [], [("r1/0", 1)])]
+    assert rm.ids[0] == rm.ids[1]  # tried again as the same call
+    assert errors() - before == 1
