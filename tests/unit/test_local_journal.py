@@ -4,11 +4,12 @@ order either way; durable records are fsynced before `append` returns; compactio
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import threading
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -112,5 +113,72 @@ def test_compaction_still_comes_when_every_record_is_written_by_its_caller(
             assert time.monotonic() < deadline, len(lines(j.path))
             time.sleep(0.01)
         assert lines(j.path)[0] == rec("start", "live-0-1")
+    finally:
+        j.stop()
+
+
+def _errors() -> float:
+    from prometheus_client import REGISTRY
+    return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "local-journal"}) or 0.0
+
+
+def _in_time(fn: Callable[[], None], timeout: float = 10.0) -> None:
+    """fn() in a thread, its exception raised here; fails if it is still waiting after `timeout`."""
+    out: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            fn()
+        except BaseException as e:  # noqa: BLE001 - raised again in the test
+            out.append(e)
+
+    t = threading.Thread(target=run, daemon=True)
+    t.start()
+    t.join(timeout)
+    assert not t.is_alive(), "append still waiting: the journal's thread is gone"
+    if out:
+        raise out[0]
+
+
+def test_a_batch_the_thread_cannot_write_fails_its_callers_and_the_thread_lives_on(journal: Journal) -> None:
+    """A record that is not JSON (a bug in the backend that made it) ended the writer thread: its durable caller,
+    and every durable append after it, waited for ever (a launch hung, its members' resources held) while the
+    daemon looked healthy. The batch's callers get an OSError (a launch refuses its gangs, as for a full disk);
+    the error is logged whole and counted; later appends are written."""
+    before = _errors()
+    with pytest.raises(OSError, match="could not be written"):
+        _in_time(lambda: journal.append([{"op": "start", "task": "bad-0-1", "gpus": {1, 2}}], durable=True))
+    _in_time(lambda: journal.append([rec("start", "good-0-1")], durable=True))
+    assert [r["task"] for r in lines(journal.path)] == ["good-0-1"]
+    assert _errors() - before == 1
+
+
+def test_a_compaction_that_raises_something_unexpected_ends_nothing(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A snapshot that raised (a bug in the backend's book, not an OSError) ended the writer thread at the next
+    compaction: every durable append after it waited for ever. It is logged, counted and tried again later."""
+    monkeypatch.setattr(journal_mod, "COMPACT_AFTER", 10)
+    calls: list[int] = []
+
+    def snapshot() -> list[dict[str, Any]]:
+        calls.append(1)
+        if len(calls) == 2:  # (the first is start's)
+            raise RuntimeError("a bug in the book")
+        return [rec("start", "live-0-1")]
+
+    j = Journal(tmp_path / "journal", snapshot=snapshot)
+    j.start()
+    before = _errors()
+    try:
+        for i in range(12):
+            _in_time(functools.partial(j.append, [rec("start", f"t-{i}-1")], durable=True))
+        deadline = time.monotonic() + 10
+        while len(calls) < 2:
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        for i in range(12, 40):
+            _in_time(functools.partial(j.append, [rec("start", f"t-{i}-1")], durable=True))
+        assert len(calls) >= 3  # compacted after all, later
+        assert _errors() - before == 1
     finally:
         j.stop()

@@ -31,6 +31,8 @@ from concurrent.futures import Future
 from pathlib import Path
 from typing import Any
 
+from peloton.loop import LOOP_ERRORS
+
 log = logging.getLogger(__name__)
 
 Record = dict[str, Any]
@@ -132,12 +134,26 @@ class Journal:
                 self._writing = True
             try:
                 if batch:
-                    self._write(batch)
+                    try:
+                        self._write(batch)
+                    except Exception as e:  # noqa: BLE001 - the thread must live on: every durable append waits on it
+                        # (a record that is not JSON, a bug of its maker: nothing of the batch was written) its callers
+                        # are told as of a disk that refused it (a launch refuses its gangs), and later appends go on
+                        LOOP_ERRORS.labels("local-journal").inc()
+                        log.exception("local backend: could not write %d records to the journal %s",
+                                      sum(len(recs) for recs, _ in batch), self.path)
+                        err = OSError(f"the journal's records could not be written: {e!r}")
+                        for _, f in batch:
+                            if f is not None and not f.done():
+                                f.set_exception(err)
                 if self._appended >= COMPACT_AFTER:
                     try:
                         self._rewrite(self._snapshot())
-                    except OSError:
+                    except Exception as e:  # noqa: BLE001 - a full disk, or a bug in the snapshot: the thread lives on
+                        if not isinstance(e, OSError):
+                            LOOP_ERRORS.labels("local-journal").inc()
                         log.exception("local backend: could not compact the journal %s", self.path)
+                        self._appended = 0  # tried again after as many records again, not at every write (each logged)
             finally:
                 with self._cond:
                     self._writing = False
