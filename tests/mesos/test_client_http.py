@@ -557,3 +557,42 @@ def test_a_failing_handler_does_not_kill_the_stream(masters: Callable[[], FakeMa
         assert len(m.bodies("SUBSCRIBE")) == 1
     finally:
         c.stop()
+
+
+def test_an_unexpected_error_reading_the_stream_ends_it_as_any_end_does(
+        masters: Callable[[], FakeMaster], clients: Any, monkeypatch: pytest.MonkeyPatch) -> None:
+    """An error that is not the stream's own (a bug in decoding it, a library's surprise) was reported as a refused
+    SUBSCRIBE only: the backend never heard that the stream had ended, and kept its offers of the dead stream and
+    said it was connected (`peloton_mesos_connected` 1), until a new subscription came, if one did. It ends the
+    stream as any end does (Disconnected), is logged whole and counted, and the client subscribes again."""
+    from prometheus_client import REGISTRY
+
+    from peloton.hostmgr.mesos import client as client_mod
+
+    def errors() -> float:
+        return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "mesos-subscription"}) or 0.0
+
+    armed = threading.Event()
+
+    class Surprising(client_mod.RecordIODecoder):
+        def feed(self, data: bytes) -> list[bytes]:
+            if armed.is_set():
+                armed.clear()
+                raise RuntimeError("surprise")
+            return super().feed(data)
+
+    monkeypatch.setattr(client_mod, "RecordIODecoder", Surprising)
+    m = masters()
+    m.subscribe_plan = [Stream([subscribed()], hb=0.05), Stream([subscribed()], hb=0.05, stream_id="stream-2")]
+    before = errors()
+    c, rec = clients([m.url])
+    rec.wait(n_of(Subscribed))
+    armed.set()  # the next bytes of the stream (a heartbeat)
+    evs = rec.wait(n_of(Subscribed, 2))
+    kinds = [type(e) for e in evs]
+    first, second = (i for i, k in enumerate(kinds) if k is Subscribed)
+    dis = [e for e in evs[first:second] if isinstance(e, Disconnected)]
+    assert len(dis) == 1 and dis[0].will_retry and "surprise" in dis[0].reason, kinds
+    assert not any(isinstance(e, SubscribeRefused) for e in evs)
+    assert c.protocol.stream_id == "stream-2" and c.subscribed
+    assert errors() - before == 1

@@ -41,6 +41,7 @@ from peloton.hostmgr.mesos.protocol import (
     redirect_base,
 )
 from peloton.hostmgr.mesos.recordio import RecordIODecoder, RecordIOError
+from peloton.loop import LOOP_ERRORS
 from peloton.retry import Backoff
 
 log = logging.getLogger(__name__)
@@ -254,10 +255,17 @@ class MesosClient:
             base = self.leader or self.masters[self._next_master % len(self.masters)]
             try:
                 got_subscribed = self._subscribe_once(base)
-            except Exception as e:  # a bug must not end the loop
+            except Exception as e:  # noqa: BLE001 - a bug must not end the loop
+                LOOP_ERRORS.labels("mesos-subscription").inc()
                 log.exception("mesos subscription loop error")
-                self._emit(SubscribeRefused(base, 0, repr(e)))
-                got_subscribed = False
+                if self.protocol.stream_id is not None:
+                    # the stream was open: it ended, as any end of it does (the backend drops its offers of the
+                    # stream and says it is not connected; a refused SUBSCRIBE alone left both as they were)
+                    got_subscribed = self.protocol.subscribed
+                    self._emit(self.protocol.on_disconnected(f"error: {e!r}", will_retry=not self._stop.is_set()))
+                else:
+                    self._emit(SubscribeRefused(base, 0, repr(e)))
+                    got_subscribed = False
             finally:
                 self._close_stream()
             if self._stop.is_set():
