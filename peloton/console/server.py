@@ -182,7 +182,13 @@ class _Server(ThreadingHTTPServer):
             return
         t = threading.Thread(target=self._serve, args=(request, client_address), name="console-request",
                              daemon=True)
-        t.start()
+        try:
+            t.start()
+        except BaseException:
+            # (out of threads or memory for a moment: socketserver closes the connection) its slot is not taken:
+            # kept, MAX_CONNECTIONS such moments closed the console to every connection for good
+            self._slots.release()
+            raise
 
     def _serve(self, request: Any, client_address: Any) -> None:
         try:
