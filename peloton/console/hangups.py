@@ -14,6 +14,8 @@ import socket
 import threading
 from collections.abc import Callable
 
+from peloton.loop import LOOP_ERRORS
+
 log = logging.getLogger("peloton.console")
 
 
@@ -73,6 +75,7 @@ class Hangups:
                     try:
                         key.data()
                     except Exception:  # noqa: BLE001 - one stream's cancel must not end the others' watch
+                        LOOP_ERRORS.labels("console-hangups").inc()
                         log.exception("console: ending a stream whose browser hung up")
         finally:
             self._sel.close()

@@ -539,6 +539,13 @@ def test_pushed_events_and_stop(masters: Callable[[], FakeMaster], clients: Any)
 
 
 def test_a_failing_handler_does_not_kill_the_stream(masters: Callable[[], FakeMaster]) -> None:
+    """... and each failure is counted (an event lost: its alert must hear of it, not only the log)."""
+    from prometheus_client import REGISTRY
+
+    def errors() -> float:
+        return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "mesos-subscription"}) or 0.0
+
+    before = errors()
     m = masters()
     m.subscribe_plan = [Stream([subscribed(), HEARTBEAT, HEARTBEAT])]
     seen: list[Event] = []
@@ -555,6 +562,7 @@ def test_a_failing_handler_does_not_kill_the_stream(masters: Callable[[], FakeMa
             time.sleep(0.01)
         assert [type(e) for e in seen[:3]] == [Subscribed, Heartbeat, Heartbeat]
         assert len(m.bodies("SUBSCRIBE")) == 1
+        assert errors() - before >= 3
     finally:
         c.stop()
 

@@ -62,3 +62,32 @@ def test_a_closed_hangups_takes_nothing_more(hangups: Hangups) -> None:
     hangups.forget(server.fileno())
     server.close()
     browser.close()
+
+
+def test_a_failing_cancel_is_counted_and_the_others_are_still_watched(hangups: Hangups) -> None:
+    """The thread already outlived a stream's cancel that raised, but only said so in its log (a stream left
+    holding its place among the console's streams went past the alert on peloton_loop_errors_total)."""
+    from prometheus_client import REGISTRY
+
+    def errors() -> float:
+        return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "console-hangups"}) or 0.0
+
+    before = errors()
+    failed = threading.Event()
+
+    def bad() -> None:
+        failed.set()
+        raise RuntimeError("a bug in the cancel")
+
+    server, browser = socket.socketpair()
+    hangups.watch(server.fileno(), bad)
+    browser.close()
+    assert failed.wait(5)
+    server2, browser2 = socket.socketpair()
+    called = threading.Event()
+    hangups.watch(server2.fileno(), called.set)
+    browser2.close()
+    assert called.wait(5)
+    assert errors() - before == 1
+    server.close()
+    server2.close()

@@ -8,6 +8,7 @@ import os
 import select
 import subprocess
 import threading
+import time
 
 from peloton.hostmgr.local.monitor import ProcessMonitor
 
@@ -65,4 +66,42 @@ def test_the_monitor_thread_reports_an_exit() -> None:
         assert exited == ["t"] and m._keys == {}
         child.wait(10)
     finally:
+        m.stop()
+
+
+def test_a_failing_exit_handler_is_counted_and_the_monitor_goes_on() -> None:
+    """The monitor already outlived a handler that raised, but only said so in its log: an exit maybe not
+    reported (a task left running in the book) went past the alert on peloton_loop_errors_total."""
+    from prometheus_client import REGISTRY
+
+    def errors() -> float:
+        return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "local-monitor"}) or 0.0
+
+    done = threading.Event()
+    exited: list[str] = []
+
+    def on_exit(key: str) -> None:
+        if key == "bad":
+            raise RuntimeError("a bug in handling it")
+        exited.append(key)
+        done.set()
+
+    before = errors()
+    m = ProcessMonitor(on_exit, lambda key: None)
+    m.start()
+    children = [subprocess.Popen(["sleep", "0.2"]) for _ in range(2)]
+    try:
+        assert m.watch("bad", children[0].pid)
+        children[0].wait(10)
+        deadline = time.monotonic() + 10
+        while errors() == before:
+            assert time.monotonic() < deadline, "the failing handler was not counted"
+            time.sleep(0.01)
+        assert m.watch("good", children[1].pid)
+        assert done.wait(10)
+        assert exited == ["good"] and errors() - before == 1
+    finally:
+        for c in children:
+            c.kill()
+            c.wait(10)
         m.stop()

@@ -14,6 +14,8 @@ import threading
 import time
 from collections.abc import Callable
 
+from peloton.loop import LOOP_ERRORS
+
 log = logging.getLogger(__name__)
 
 
@@ -144,6 +146,7 @@ class ProcessMonitor:
             try:
                 self._on_exits(exited)
             except Exception:  # noqa: BLE001 - one bad task must not stop the monitor
+                LOOP_ERRORS.labels("local-monitor").inc()  # (exits maybe not reported: an operator must hear of it)
                 log.exception("local backend monitor: handling %d exits failed", len(exited))
         else:
             for key in exited:
@@ -156,6 +159,7 @@ class ProcessMonitor:
         try:
             fn(key)
         except Exception:  # noqa: BLE001 - one bad task must not stop the monitor
+            LOOP_ERRORS.labels("local-monitor").inc()
             log.exception("local backend monitor: handling %s failed", key)
 
 

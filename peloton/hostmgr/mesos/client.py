@@ -206,7 +206,8 @@ class MesosClient:
     def _emit(self, ev: Event) -> None:
         try:
             self._on_event(ev)
-        except Exception:
+        except Exception:  # noqa: BLE001 - the stream goes on; the event is lost (counted: an operator must hear of it)
+            LOOP_ERRORS.labels("mesos-subscription").inc()
             log.exception("mesos event handler failed on %s", type(ev).__name__)
 
     # --- connections --------------------------------------------------------------------------------------------

@@ -36,6 +36,7 @@ from peloton.errors import InvalidArgument, NotFound, PelotonError
 from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
 from peloton.hostmgr.sim.durations import behaviour, format_duration, unit_draw
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
+from peloton.loop import LOOP_ERRORS
 
 log = logging.getLogger(__name__)
 
@@ -510,6 +511,7 @@ class SimBackend:
             try:
                 self.run_due()
             except Exception:  # noqa: BLE001 - the timer must survive a failing callback
+                LOOP_ERRORS.labels("sim-timer").inc()
                 log.exception("sim backend: timer step failed")
 
     # ----------------------------------------------------------------------------------------------- internals
