@@ -4,6 +4,7 @@ order either way; durable records are fsynced before `append` returns; compactio
 
 from __future__ import annotations
 
+import errno
 import functools
 import json
 import os
@@ -182,3 +183,32 @@ def test_a_compaction_that_raises_something_unexpected_ends_nothing(
         assert _errors() - before == 1
     finally:
         j.stop()
+
+
+def test_appends_after_a_compaction_that_failed_late_land_in_the_journal(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A compaction whose reopening of the renamed journal failed (out of descriptors: EMFILE) kept the descriptor
+    of the file it had just replaced: every later record went to that unlinked file, lost at replay (a task
+    started then is not adopted after a restart, its cgroup killed as no task's)."""
+    monkeypatch.setattr(journal_mod, "COMPACT_AFTER", 5)
+    path = tmp_path / "journal"
+    real_open = os.open
+
+    def open_(p: Any, flags: int, *args: Any) -> int:
+        if str(p) == str(path) and compacting.is_set():
+            raise OSError(errno.EMFILE, os.strerror(errno.EMFILE))
+        return real_open(p, flags, *args)
+
+    compacting = threading.Event()
+    j = Journal(path, snapshot=lambda: [])
+    j.start()
+    try:
+        monkeypatch.setattr(journal_mod.os, "open", open_)
+        compacting.set()
+        for i in range(6):
+            _in_time(functools.partial(j.append, [rec("start", f"t-{i}-1")], durable=True))
+        compacting.clear()
+        _in_time(functools.partial(j.append, [rec("start", "after-0-1")], durable=True))
+    finally:
+        j.stop()
+    assert "after-0-1" in Journal(path, lambda: []).replay()

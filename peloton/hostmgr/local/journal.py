@@ -189,19 +189,20 @@ class Journal:
         """Replace the journal by `records` (the live tasks), atomically."""
         tmp = self.path.with_name(self.path.name + ".tmp")
         data = "".join(json.dumps(r, separators=(",", ":")) + "\n" for r in records).encode()
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
+        # opened to append: once renamed it is the journal's descriptor. Reopened after the rename, an open that
+        # failed there (EMFILE) left the appends going to the file just replaced, every one lost at replay
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_APPEND, 0o600)
         try:
             _write_all(fd, data)  # (a tmp the disk cut short must not replace the journal: its tasks would be lost)
             os.fsync(fd)
+            os.replace(tmp, self.path)
         except BaseException:
+            with contextlib.suppress(OSError):
+                os.close(fd)
             with contextlib.suppress(OSError):
                 os.unlink(tmp)
             raise
-        finally:
-            os.close(fd)
-        os.replace(tmp, self.path)
-        new = os.open(self.path, os.O_WRONLY | os.O_APPEND)
-        old, self._fd = self._fd, new
+        old, self._fd = self._fd, fd
         if old >= 0:
             with contextlib.suppress(OSError):
                 os.close(old)
