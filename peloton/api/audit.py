@@ -57,8 +57,11 @@ def object_of(request: Any, response: Any = None) -> str:
 def _column(text: str, chars: int | None) -> str:
     """A value as its column can hold it on both stores: the object of a refused call is whatever the caller sent
     (a model's name with a NUL, a job id of 100,000 characters), which PostgreSQL would refuse, and with it the
-    whole batch, again and again."""
+    whole batch, again and again. A lone surrogate (text decoded with surrogateescape) neither store can encode: it
+    is written as its escape, \\udcxx."""
     text = text.replace("\x00", "\\x00")
+    if not text.isascii():
+        text = text.encode("utf-8", "backslashreplace").decode("utf-8")
     return text if chars is None or len(text) <= chars else text[:chars - 3] + "..."
 
 

@@ -44,3 +44,18 @@ def test_flushes_at_once_write_each_record_once(sessions: sessionmaker[Session])
     messages = [r.message for r in rows]
     assert len(messages) == len(set(messages)), f"{len(messages) - len(set(messages))} records written twice"
     assert len(messages) == RECORDS, f"{RECORDS - len(set(messages))} records lost"
+
+
+def test_a_record_of_text_no_store_can_hold_does_not_hold_up_the_others(sessions: sessionmaker[Session]) -> None:
+    """A lone surrogate (text decoded with surrogateescape: a path, a process's output) cannot be encoded for
+    either store; such a record failed its batch at every flush, and every record after it waited until the queue
+    overflowed and dropped them. It is written with the surrogate escaped, and the others with it."""
+    audit = AuditLog(sessions)
+    audit.record("alice", "token", "/peloton.v1.JobService/StopJob", "job-\udcff", False, "NOT_FOUND",
+                 "no such file: /data/\udce9t\udce9")
+    audit.record("bob\udc80", "token", "/peloton.v1.JobService/StopJob", "job-2", True, "OK")
+    assert audit.flush()
+    with transaction(sessions) as s:
+        rows = sorted(repo.list_audit_events(s, limit=10), key=lambda r: r.principal)
+    assert [(r.principal, r.object, r.message) for r in rows] == [
+        ("alice", "job-\\udcff", "no such file: /data/\\udce9t\\udce9"), ("bob\\udc80", "job-2", "")]
