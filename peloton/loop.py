@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import logging
 import random
+import re
 import threading
 import time
 from collections.abc import Callable
@@ -30,6 +31,35 @@ LOOP_HEARTBEAT = Gauge("peloton_loop_heartbeat_timestamp_seconds", "Last complet
                        "one per period: its age alone does not say stuck; peloton_loop_stuck does)", ["loop"])
 LOOP_STUCK = Gauge("peloton_loop_stuck", "1 while the loop is stuck, as health judges it when scraped (its thread "
                    "gone, a due pass not begun, or a pass without progress past its patience); 0 otherwise", ["loop"])
+
+
+THREAD_DEATHS = Counter("peloton_thread_deaths_total", "Threads that ended by an exception nothing caught: a bug, and "
+                        "the work that thread did has stopped (its log has the traceback); restart the daemon",
+                        ["thread"])
+
+
+def thread_kind(name: str) -> str:
+    """A thread's name without what numbers it among its kind (`jobmgr-writer-1`, `grpc_3`), so that the metric has
+    one series per kind; threads the daemon did not name (`Thread-5 (run)`) are `unnamed`."""
+    if name.startswith("Thread-"):
+        return "unnamed"
+    return re.sub(r"[-_]?\d+$", "", name) or "unnamed"
+
+
+def count_thread_deaths() -> None:
+    """The safety net under every thread of the daemon: one that ends by an uncaught exception (every long-lived
+    thread catches what its work raises, docs/architecture.md; this is for a bug past that) is logged with its
+    traceback and counted (peloton_thread_deaths_total), which the PelotonThreadDied alert pages on, rather than
+    printed to stderr and forgotten while the daemon looks healthy."""
+    def hook(args: threading.ExceptHookArgs) -> None:
+        if args.exc_type is SystemExit:
+            return
+        name = args.thread.name if args.thread is not None else "unknown"
+        THREAD_DEATHS.labels(thread_kind(name)).inc()
+        log.critical("thread %s died of an uncaught exception; the work it did has stopped (restart the daemon)",
+                     name, exc_info=args.exc_value or True)
+
+    threading.excepthook = hook
 
 
 class Clock(Protocol):

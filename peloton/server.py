@@ -78,7 +78,7 @@ from peloton.leadership.guard import LEADER, StoreGuard
 from peloton.leadership.hold import Hold
 from peloton.leadership.owner import Owner
 from peloton.leadership.standby import RequireLeader
-from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
+from peloton.loop import SYSTEM_CLOCK, Clock, Loop, count_thread_deaths, progress
 from peloton.observability import census, gang_metrics
 from peloton.observability.health import judge
 from peloton.placement.engine import PlacementEngine
@@ -856,6 +856,7 @@ def run_server(cfg: ServerConfig) -> None:
     # made a group commit of a few round trips take ~20 ms. A shorter interval bounds that wait (measured:
     # docs/performance.md).
     sys.setswitchinterval(GIL_SWITCH_INTERVAL_S)
+    count_thread_deaths()
     d = Daemon(cfg)
     address = d.start()
     d.stop_on_signals()

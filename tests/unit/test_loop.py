@@ -5,6 +5,7 @@ progress is not."""
 from __future__ import annotations
 
 import random
+import sys
 import threading
 import time
 
@@ -177,3 +178,35 @@ def test_a_loop_whose_thread_ended_is_stuck() -> None:
 
 def test_progress_outside_a_loop_does_nothing() -> None:
     progress()  # recovery at start, a request thread: no loop to tell
+
+
+def test_a_thread_that_dies_of_an_uncaught_exception_is_logged_and_counted(caplog: pytest.LogCaptureFixture
+                                                                            ) -> None:
+    """The daemon's safety net (run_server installs it): a thread ended by a bug past its own error handling is
+    counted for the alert and logged with its traceback, not only printed to stderr."""
+    from peloton.loop import count_thread_deaths, thread_kind
+
+    assert [thread_kind(n) for n in ("jobmgr-writer-1", "grpc_3", "console", "Thread-5 (run)", "local-journal")] == [
+        "jobmgr-writer", "grpc", "console", "unnamed", "local-journal"]
+
+    def deaths() -> float:
+        return REGISTRY.get_sample_value("peloton_thread_deaths_total", {"thread": "doomed-worker"}) or 0.0
+
+    def boom() -> None:
+        raise KeyError("a bug")
+
+    before, hook = deaths(), threading.excepthook
+    count_thread_deaths()
+    try:
+        t = threading.Thread(target=boom, name="doomed-worker-2")
+        t.start()
+        t.join(5)
+        quiet = threading.Thread(target=sys.exit, name="doomed-worker-3")  # (SystemExit ends a thread as asked)
+        quiet.start()
+        quiet.join(5)
+    finally:
+        threading.excepthook = hook
+    assert deaths() - before == 1
+    (rec,) = [r for r in caplog.records if "doomed-worker" in r.getMessage()]
+    assert rec.levelname == "CRITICAL" and "doomed-worker-2" in rec.getMessage() and rec.exc_info is not None
+    assert rec.exc_info[0] is KeyError
