@@ -24,6 +24,7 @@ from peloton.hostmgr.local.journal import Journal
 from tests.unit.test_local_backend import (  # noqa: F401 - make_backend: a fixture
     TEST_TASK_USER,
     Recorder,
+    gang,
     kill_leftovers,
     launch,
     make_backend,
@@ -244,3 +245,40 @@ def test_a_task_killed_past_its_grace_keeps_its_sandbox_for_the_retention_after_
     assert b.expire_sandboxes(started + 3600 + 1) == 0
     assert b.read_log("job1-0-1", "stdout", 0, 100)[0] == b"ready\n"
     assert b.expire_sandboxes(time.time() + 3600 + 1) == 1
+
+
+# ------------------------------------------------------------------------------------------------ task ends
+
+
+def test_an_end_whose_handling_raises_is_still_reported_and_the_others_with_it(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """Handling a wrapper's exit that raised something unforeseen (reading its exit record, here) left the task
+    marked exited but in the book, never reported: the backend said RUNNING for it for ever and its gang held its
+    resources; and the other exits of that batch were dropped with it. The task is reported LOST (the backend
+    could not tell how it ended), the others as they ended, and the error is counted."""
+    from prometheus_client import REGISTRY
+
+    from peloton.hostmgr.local import wrapper
+
+    def errors() -> float:
+        return REGISTRY.get_sample_value("peloton_loop_errors_total", {"loop": "local-monitor"}) or 0.0
+
+    real = wrapper.read_exit
+
+    def read_exit(sandbox: Path) -> object:
+        if Path(sandbox).name.startswith("doomed"):
+            raise ValueError("a bug reading the exit record")
+        return real(sandbox)
+
+    monkeypatch.setattr(wrapper, "read_exit", read_exit)
+    b, rec = make_backend(n=1)
+    before = errors()
+    r = b.launch([gang(spec("doomed", "true"), spec("fine", "true"))])[0]
+    assert r.outcome.name == "OK", r
+    wait_for(lambda: rec.terminal("doomed") is not None and rec.terminal("fine") is not None, timeout=20)
+    doomed, fine = rec.terminal("doomed"), rec.terminal("fine")
+    assert doomed is not None and doomed.state == TaskState.LOST and "a bug reading the exit record" in doomed.message
+    assert fine is not None and fine.state == TaskState.SUCCEEDED
+    assert b.reconcile(["doomed"])["doomed"].state == TaskState.LOST
+    assert errors() - before >= 1

@@ -68,7 +68,7 @@ from peloton.hostmgr.local.sandbox_retention import EndedSandbox, to_remove
 from peloton.hostmgr.local.spawn import NotStarted, SpawnerDied, SpawnerPool, Started, Unknown
 from peloton.hostmgr.local.task_env import inherited
 from peloton.hostmgr.usage import HostConfig, HostUsage, accounted, check_gang, offers_of
-from peloton.loop import SYSTEM_CLOCK, Clock, Loop, progress
+from peloton.loop import LOOP_ERRORS, SYSTEM_CLOCK, Clock, Loop, progress
 from peloton.modelaware import hostlabels, metrics
 from peloton.retry import Backoff
 from peloton.security.unix_accounts import unvetted_system_account
@@ -948,23 +948,25 @@ class LocalBackend:
         reports: list[TaskStatus] = []
         for key in keys:
             if key.startswith(_CGROUP):  # not a task: a task cgroup being emptied changed
-                self._continue_release(key[len(_CGROUP):])
+                try:
+                    self._continue_release(key[len(_CGROUP):])
+                except Exception:  # noqa: BLE001 - the other exits of this batch are still to be handled
+                    LOOP_ERRORS.labels("local-monitor").inc()
+                    log.exception("local backend: releasing cgroup %s failed", key[len(_CGROUP):])
                 continue
             with self._lock:
                 t = self._tasks.get(key)
                 if t is None or t.exited:
                     continue
                 t.exited = True
-            # anything the command left in its group goes (the wrapper does this itself when it can), and in its
-            # cgroup: whatever session or group it moved to
-            with contextlib.suppress(OSError):
-                os.killpg(t.pid, signal.SIGKILL)
-            if t.cgroup:
-                self._release_cgroup(t.cgroup)
-            ended = wrapper.read_exit(t.sandbox)
-            if ended is None:
-                _mark_ended(t.sandbox)
-            st = self._status_from_exit(t.task_id, t.hostname, ended, t.kill_wall)
+            try:
+                st = self._ended(t)
+            except Exception as e:  # noqa: BLE001 - marked exited, it must leave the book and be reported all the same
+                # (else the backend says RUNNING for it for ever, and the other exits of this batch are lost with it)
+                LOOP_ERRORS.labels("local-monitor").inc()
+                log.exception("local backend: handling the end of task %s failed; reported LOST", t.task_id)
+                st = TaskStatus(t.task_id, TaskState.LOST, self._clock(), t.hostname, reason="end not read",
+                                message=f"the backend could not tell how the task ended: {e}")
             self._unregister([t])
             if t.aborted:
                 continue
@@ -977,6 +979,19 @@ class LocalBackend:
             reports.append(st)
         self._journal.append(ends)
         self._report_all(reports)
+
+    def _ended(self, t: _Task) -> TaskStatus:
+        """A wrapper that exited: what its command left goes, and how it ended is read."""
+        # anything the command left in its group goes (the wrapper does this itself when it can), and in its
+        # cgroup: whatever session or group it moved to
+        with contextlib.suppress(OSError):
+            os.killpg(t.pid, signal.SIGKILL)
+        if t.cgroup:
+            self._release_cgroup(t.cgroup)
+        ended = wrapper.read_exit(t.sandbox)
+        if ended is None:
+            _mark_ended(t.sandbox)
+        return self._status_from_exit(t.task_id, t.hostname, ended, t.kill_wall)
 
     def _release_cgroup(self, path: str) -> None:
         """Kill whatever is left in a task's cgroup and remove the cgroup once it is empty: its cgroup.events
