@@ -267,7 +267,8 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
     measured = measured[-docs.MAX_MEASURED:]
     used, left_out = split_measured(measured, ref, pattern)
     rows = len(doc.profile) + len(used)
-    refitted = bool(used) and rows >= MIN_REFIT_ROWS
+    no_form = pattern == "ps"  # (a profile row does not say where its servers ran: the fit has no form for them)
+    refitted = bool(used) and rows >= MIN_REFIT_ROWS and not no_form
     if refitted:
         result = refit(doc.profile, measured, ref, base, pattern)
         new = docs.ModelDocument(doc.name, doc.description, result.params,
@@ -296,6 +297,9 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
         print(f"refitted model {a.name} on {result.rows} rows ({len(doc.profile)} of its profile, {len(used)} "
               f"measured): median error {result.median_error:.1%}, p90 {result.p90_error:.1%}; version "
               f"{r.model.version}", file=out)
+    elif no_form:
+        print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: the fit has "
+              "no form for parameter servers yet (description.sync ps)", file=out)
     elif not used:
         print(f"recorded the measurements in model {a.name} (version {r.model.version}); not refitted: none of its "
               f"measurements was made on hardware like its reference ({reference})", file=out)

@@ -123,3 +123,20 @@ def test_a_gang_whose_plan_kept_no_hardware_is_neither_recorded_nor_fitted(capsy
     with pytest.raises(FailedPrecondition) as e:
         refit(alone, "older")
     assert "the hardware the measured gangs ran on is not known" in e.value.message and not alone.written
+
+
+def test_a_parameter_server_model_records_its_measurements_and_says_why_it_is_not_refitted(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """The fit has no form for parameter servers yet (a profile row does not say where the servers ran): refit of a
+    `ps` model failed with "a parameter-server plan needs at least one server and one worker" (field `servers`), a
+    message about plans, and recorded nothing."""
+    from peloton.modelaware.document import Description
+
+    d = Daemon(model(description=Description(sync="ps", ps_count=2)),
+               {"t4": measured_job("t4", [2, 2], 0.45, [("t4", 50, "pcie")])})
+    params = d.document["params"]
+    refit(d, "t4")
+    out = capsys.readouterr().out
+    assert ("recorded the measurements in model m (version 2); not refitted: the fit has no form for parameter "
+            "servers yet (description.sync ps)") in out, out
+    assert d.document["params"] == params and [m["job_id"] for m in d.document["measured"]] == ["t4"]
