@@ -81,7 +81,12 @@ class SideEffects:
         self._thread = threading.Thread(target=self._run, name="jobmgr-side-effects", daemon=True)
         self._thread.start()
 
-    def stop(self) -> None:
+    def stop(self, grace_s: float = 0.0) -> None:
+        """End the sender, after up to `grace_s` for what is pending to go out (a graceful stop: else a kill or a
+        release not yet sent waits for the next leader's recovery and queue check)."""
+        if grace_s > 0 and self._thread is not None and not self.drain(grace_s):
+            log.warning("stopping with %d side effects not sent (the next start's recovery derives them again)",
+                        len(self._pending))
         with self._cond:
             self._stop = True
             self._cond.notify_all()

@@ -69,6 +69,7 @@ INSERT_CHUNK = 5_000
 STOP_CHUNK = 500  # gangs stopped per commit: stopping a 100,000-gang job does not hold other writes up
 RPC_CHUNK = 5_000
 SENT_WAIT_S = 2.0  # the queue check waits this long, at most, for the enqueues it may ask about to be sent
+STOP_SEND_GRACE_S = 2.0  # a graceful stop waits this long, at most, for the side effects not yet sent
 CAPACITY_TTL_S = 1.0
 CAPACITY_WAIT_S = 12.0  # a create with no capacity index yet waits this long (at most) for the refresh under way
 POOLS_TTL_S = 1.0  # resmgr in another process: a pool's new limit applies to creates at most this much later
@@ -198,7 +199,7 @@ class JobManager:
 
     def stop(self) -> None:
         self.writer.stop()
-        self.effects.stop()
+        self.effects.stop(grace_s=STOP_SEND_GRACE_S)
 
     # --- side effects (writer thread) ---------------------------------------------------------------------
     def _perform(self, eff: policy.Effects, views: Views) -> None:

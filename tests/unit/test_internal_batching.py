@@ -511,3 +511,14 @@ def test_a_send_that_raises_something_unexpected_is_tried_again_and_the_sender_l
     assert rm.calls == [("remove", [], [("r0/0", 1)]), ("remove", [], [("r1/0", 1)])]
     assert rm.ids[0] == rm.ids[1]  # tried again as the same call
     assert errors() - before == 1
+
+
+def test_a_graceful_stop_sends_what_is_pending_first_within_its_grace() -> None:
+    """A stop dropped the side effects not yet sent (a kill, a release waiting for a try again): after a graceful
+    stop they waited for the next leader's recovery and queue check. Now a stop gives them a grace to go out."""
+    rm = Recording(fail_at=0)  # the first try fails: the release waits for its try again (0.05 s later)
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    fx.start()
+    fx.submit(Outbox(release=[("r0/0", 1)]))
+    fx.stop(grace_s=5)
+    assert rm.calls == [("remove", [], [("r0/0", 1)])]
