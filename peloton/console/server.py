@@ -340,8 +340,9 @@ class _Handler(BaseHTTPRequestHandler):
         return origin is None or origin == f"{scheme}://{self.headers.get('Host', '')}"
 
     def _csrf_ok(self) -> bool:
-        given = self.headers.get(CSRF_HEADER, "")
-        return self._same_origin() and hmac.compare_digest(given, self._csrf_of_session())
+        # (as bytes: a header is read as Latin-1, and compare_digest raises on a str that is not ASCII)
+        given = self.headers.get(CSRF_HEADER, "").encode("utf-8", "replace")
+        return self._same_origin() and hmac.compare_digest(given, self._csrf_of_session().encode())
 
     # -- routes
 
@@ -390,7 +391,7 @@ class _Handler(BaseHTTPRequestHandler):
                                  "field": "Host", "code": "InvalidArgument"})
                 return
             length = self.headers.get("Content-Length", "0")
-            if not length.isdigit() or int(length) > MAX_BODY:
+            if not (length.isascii() and length.isdigit()) or int(length) > MAX_BODY:  # ('²' is a digit, not int's)
                 self._json(413, {"error": f"Content-Length: a request body is at most {MAX_BODY} bytes",
                                  "field": "Content-Length", "code": "InvalidArgument"})
                 return

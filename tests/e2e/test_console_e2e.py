@@ -186,6 +186,30 @@ def test_the_cluster_summary_counts_hosts_and_capacity(daemon: ConsoleDaemon, tm
     assert run["count"] >= 1 and 0 <= run["p50_s"] <= run["p95_s"] <= run["p99_s"]
 
 
+def _raw(b: Browser, head: bytes) -> bytes:
+    """What the console answers to a request sent as these bytes (b"" when it hangs up without an answer)."""
+    with socket.create_connection((b.host, b.port), timeout=20) as s:
+        s.sendall(head)
+        out = b""
+        while chunk := s.recv(65536):
+            out += chunk
+    return out
+
+
+def test_a_post_with_headers_no_browser_sends_is_answered_not_dropped(daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """Header values are read as Latin-1: a CSRF token of a non-ASCII byte, or a Content-Length of a digit that is
+    not ASCII ('²' passes str.isdigit, not int), raised in the handler; the connection was dropped unanswered."""
+    job = daemon.submit(tmp_path, "odd-headers")
+    b = logged_in(daemon, "alice")
+    base = (f"POST /api/jobs/{job}/stop HTTP/1.0\r\nHost: {b.host}:{b.port}\r\nOrigin: {b.origin}\r\n"
+            f"Cookie: {b.cookie}\r\n").encode()
+    a = _raw(b, base + b"X-CSRF-Token: \xff\r\nContent-Length: 0\r\n\r\n")
+    assert a.startswith(b"HTTP/1.0 403 ") and b'"field":"X-CSRF-Token"' in a, a[:300]
+    a = _raw(b, base + f"X-CSRF-Token: {b.csrf()}\r\n".encode() + b"Content-Length: \xb2\r\n\r\n")
+    assert a.startswith(b"HTTP/1.0 413 ") and b'"field":"Content-Length"' in a, a[:300]
+    assert daemon.state(job) not in ("KILLING", "KILLED")
+
+
 def test_assets_are_served_from_the_package_and_nothing_else(daemon: ConsoleDaemon) -> None:
     b = Browser(daemon.ui)
     js = b.get("/assets/app.js")
