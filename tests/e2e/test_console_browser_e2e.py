@@ -495,3 +495,90 @@ def test_a_viewer_has_no_drain_button(browser: Any, daemon: ConsoleDaemon) -> No
     wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host"), what="the host map")
     assert browser.find_elements(By.CSS_SELECTOR, "li.host button") == []
     assert errors(browser) == []
+
+
+# ---- races between views, refreshes and live updates, made deterministic by holding the page's fetches
+
+FETCHES = """
+    // every fetch of the page is logged (its address, and whether it was answered); one matching a rule of hold()
+    // is held: `early`, sent at once and answered when let go, else sent only when let go
+    if (!window.__realFetch) {
+      window.__realFetch = window.fetch;
+      window.__rules = []; window.__held = []; window.__released = []; window.__log = [];
+      window.fetch = (url, opts) => {
+        const entry = { url: String(url), answered: false };
+        window.__log.push(entry);
+        const send = () => window.__realFetch(url, opts).finally(() => { entry.answered = true; });
+        const rule = window.__rules.find((r) => r.on && r.match.test(entry.url));
+        if (!rule) return send();
+        const sent = rule.early ? send() : null;
+        return new Promise((done) => window.__held.push(() => {
+          const p = sent || send();
+          window.__released.push(p);
+          done(p);
+        }));
+      };
+    }
+    if (arguments[0]) window.__rules.push({ match: new RegExp(arguments[0]), early: arguments[1], on: true });
+"""
+
+
+def hold(driver: Any, pattern: str = "", early: bool = False) -> None:
+    """Log the page's fetches from now on (until it is loaded again), and hold those of addresses matching
+    `pattern` (a JavaScript regular expression)."""
+    driver.execute_script(FETCHES, pattern, early)
+
+
+def stop_holding(driver: Any) -> None:
+    """Fetches made from now on are not held (those held still are, until let go)."""
+    driver.execute_script("window.__rules.forEach((r) => { r.on = false; })")
+
+
+def held(driver: Any, at_least: int = 1) -> int:
+    return int(wait(driver, lambda dr: (lambda n: n if n >= at_least else None)(
+        dr.execute_script("return window.__held.length")), what=f"{at_least} held fetches"))
+
+
+def answered(driver: Any, pattern: str, at_least: int) -> None:
+    """Until `at_least` fetches of addresses matching `pattern` were answered, and the page had a moment to act on
+    the answers."""
+    wait(driver, lambda dr: dr.execute_script(
+        "return window.__log.filter((e) => e.answered && new RegExp(arguments[0]).test(e.url)).length",
+        pattern) >= at_least, what=f"{at_least} answers to {pattern}")
+    driver.execute_script("return new Promise((done) => setTimeout(done, 500))")
+
+
+def let_go(driver: Any, newest_first: bool = False) -> None:
+    """Let every fetch held so far go, and wait until each is answered and the page had a moment to act on the
+    answers; fetches made later are still held."""
+    driver.execute_async_script("""
+        const done = arguments[arguments.length - 1];
+        const all = window.__held.splice(0);
+        (arguments[0] ? all.reverse() : all).forEach((go) => go());
+        Promise.allSettled(window.__released.splice(0)).then(() => setTimeout(done, 500));
+    """, newest_first)
+
+
+def test_a_view_left_while_it_loads_leaves_the_live_updates_to_the_view_now_shown(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """The cluster view's first read answered after the jobs list was shown: the cluster then opened its own event
+    stream, closing the jobs list's (one stream a page), and the list no longer changed live."""
+    log_in(browser, daemon, "victor")
+    act(browser, By.LINK_TEXT, "Jobs")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "#jobs-body tr"), what="the jobs list")
+    hold(browser, "^/api/cluster$")
+    act(browser, By.LINK_TEXT, "Cluster")
+    held(browser)
+    browser.execute_script("window.__list = document.getElementById('jobs-body')")
+    act(browser, By.LINK_TEXT, "Jobs")
+    wait(browser, lambda dr: dr.execute_script(
+        "const b = document.getElementById('jobs-body'); return b && b !== window.__list && b.rows.length > 0")
+         and dr.find_element(By.ID, "status").text == "live", what="the jobs list again, live")
+    let_go(browser)  # the cluster's read answers: that view was left
+    job = daemon.submit(tmp_path, "shown-live")
+    try:
+        wait(browser, lambda dr: state_of(dr, job), timeout=15, what="the new job on the list, live")
+        assert "Something went wrong" not in browser.find_element(By.ID, "main").text
+        assert errors(browser) == []
+    finally:
+        daemon.cli("job", "stop", job, check=False)

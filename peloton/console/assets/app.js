@@ -77,9 +77,11 @@
     main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
   }
 
-  function watch(query, onMessage) {
+  // A view's live updates, opened once its first answer is shown: `mine`, the view's number, since a view left
+  // while it loaded must not open its stream then (one stream a page: it would close the stream of the view shown).
+  function watch(mine, query, onMessage) {
+    if (mine !== viewNumber) return;
     if (events) events.close();
-    const mine = viewNumber;
     const es = new EventSource("/api/events" + query);
     events = es;
     es.addEventListener("jobs", (ev) => onMessage(JSON.parse(ev.data)));
@@ -100,8 +102,7 @@
   // Each view shown has its number: a refresh that was due for a view left meanwhile does nothing (it would
   // read, say, a job just deleted from its own page).
   let viewNumber = 0;
-  function debounce(fn, ms) {
-    const mine = viewNumber;
+  function debounce(mine, fn, ms) {
     let t = null;
     return () => { if (t) return; t = setTimeout(() => { t = null; if (mine === viewNumber) fn(); }, ms); };
   }
@@ -166,12 +167,13 @@
       for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
     };
     await render();
-    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the jobs list
 
   async function jobs() {
+    const mine = viewNumber;
     document.title = "Jobs · Peloton";
     const params = new URLSearchParams(location.search);
     const tokens = [""];  // the page tokens of the pages before, for Previous
@@ -234,7 +236,7 @@
       prev.disabled = tokens.length === 1;
       count.textContent = "page " + tokens.length + ", " + page.jobs.length + " jobs";
     }
-    const reload = debounce(load, 500);
+    const reload = debounce(mine, load, 500);
 
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
@@ -246,7 +248,7 @@
     next.addEventListener("click", () => { tokens.push(next.dataset.token); load(); });
     prev.addEventListener("click", () => { tokens.pop(); load(); });
     await load();
-    watch("", (m) => {
+    watch(mine, "", (m) => {
       if (m.resync) { reload(); return; }
       for (const c of m.changes) {
         const j = rows.get(c.job_id);
@@ -532,8 +534,8 @@
       for (const g of gangsOpen) await showGangTimeline(g);
       if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
     };
-    const refresh = debounce(rerender, 300);
-    watch("?job=" + encodeURIComponent(id), (m) => {
+    const refresh = debounce(mine, rerender, 300);
+    watch(mine, "?job=" + encodeURIComponent(id), (m) => {
       if (m.changes.some((c) => c.job_id === id && c.deleted)) {
         if (events) { events.close(); events = null; }
         viewNumber += 1;  // nothing more to refresh here
@@ -606,7 +608,7 @@
           : r.total + " gangs waiting."));
     };
     await render();
-    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- pools
@@ -647,7 +649,7 @@
           }))));
     };
     await render();
-    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- hosts
@@ -752,7 +754,7 @@
         ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
-    watch("", debounce(() => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the audit log (audit.read)
