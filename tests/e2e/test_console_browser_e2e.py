@@ -582,3 +582,34 @@ def test_a_view_left_while_it_loads_leaves_the_live_updates_to_the_view_now_show
         assert errors(browser) == []
     finally:
         daemon.cli("job", "stop", job, check=False)
+
+
+def test_a_job_pages_refresh_answered_after_another_job_is_shown_draws_nothing_there(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """Job A's re-render (its member 1's timeline open) read A after job B's page was shown: its paint was skipped,
+    but it went on to draw A's member 1's timeline under B's member 1, and marked B's button open."""
+    a = daemon.submit(tmp_path, "job-a", instances=2)
+    b = daemon.submit(tmp_path, "job-b", instances=2)
+    try:
+        daemon.wait_state(a, "RUNNING")
+        daemon.wait_state(b, "RUNNING")
+        log_in(browser, daemon, "alice")
+        browser.get(daemon.ui + f"jobs/{a}")
+        act(browser, By.ID, "tl-1")
+        wait(browser, lambda dr: a in dr.find_element(By.ID, "timeline-1").text, what="A's member 1's timeline")
+        hold(browser, f"^/api/jobs/{a}$")
+        daemon.cli("job", "stop", a)  # a change on A's watch: its page re-renders, its read held
+        held(browser)
+        act(browser, By.LINK_TEXT, "← Jobs")
+        act(browser, By.LINK_TEXT, b)
+        # B's page, read twice: shown, then again on its watch's first message (a snapshot); steady from then on
+        answered(browser, f"^/api/jobs/{b}$", 2)
+        assert b in browser.find_element(By.TAG_NAME, "h1").text
+        stop_holding(browser)
+        let_go(browser)
+        assert a not in browser.find_element(By.ID, "main").text
+        assert browser.find_elements(By.ID, "timeline-1") == []
+        assert browser.find_element(By.ID, "tl-1").get_attribute("aria-expanded") == "false"
+        assert [e for e in errors(browser) if f"/api/jobs/{a}" not in e["message"]] == []
+    finally:
+        daemon.cli("job", "stop", a, b, check=False)

@@ -322,9 +322,12 @@
 
     // every member of the gang side by side, on one time axis: one request (one ListTaskEvents behind it)
     async function showGangTimeline(g) {
-      const tr = main.querySelector('tr[data-gang="' + g + '"]');
-      if (!tr) return;
+      if (!main.querySelector('tr[data-gang="' + g + '"]')) return;
       const t = await get("/api/jobs/" + id + "/gangs/" + g + "/timeline");
+      // drawn where it was asked for, found again now: on this job's page still shown (not under the gang of that
+      // index of another job's page shown meanwhile), while the timeline is still open
+      const tr = mine === viewNumber && gangsOpen.has(g) && main.querySelector('tr[data-gang="' + g + '"]');
+      if (!tr) return;
       const old = document.getElementById("gang-timeline-" + g);
       if (old) old.remove();
       const all = t.members.flatMap((m) => m.segments);
@@ -443,9 +446,10 @@
     }
 
     async function showTimeline(i) {
-      const tr = main.querySelector('tr[data-member="' + i + '"]');
-      if (!tr) return;
+      if (!main.querySelector('tr[data-member="' + i + '"]')) return;
       const m = await get("/api/jobs/" + id + "/members/" + i);
+      const tr = mine === viewNumber && expanded.has(i) && main.querySelector('tr[data-member="' + i + '"]');  // (as above)
+      if (!tr) return;
       const old = document.getElementById("timeline-" + i);
       if (old) old.remove();
       const segs = m.segments;
@@ -471,7 +475,8 @@
     const render = async () => {
       let j, eventList;
       try { [j, eventList] = await Promise.all([get("/api/jobs/" + id), eventsTable()]); }
-      catch (e) { if (e.status !== 401) showError(e, mine); return; }
+      catch (e) { if (e.status !== 401) showError(e, mine); return false; }
+      if (mine !== viewNumber) return false;  // left meanwhile: nothing of this page is drawn any more
       const actions = h("div", { class: "actions" });
       if (mayStop(j)) {
         const stop = h("button", { type: "button", class: "danger", id: "stop" }, "Stop job");
@@ -522,6 +527,7 @@
         j.members_more ? h("p", { class: "muted" }, "The first 1000 members are shown.") : null,
         h("h2", {}, "Events"), eventList, logs.el].flat().filter((x) => x !== null && x !== undefined));
       placeSegments(main);
+      return true;
     };
     await render();
     for (const i of expanded) await showTimeline(i);
@@ -529,10 +535,10 @@
     // a re-render keeps the keyboard's place: the focused control (by id) has the focus again
     const rerender = async () => {
       const focused = document.activeElement && document.activeElement.id;
-      await render();
+      if (!await render()) return;
       for (const i of expanded) await showTimeline(i);
       for (const g of gangsOpen) await showGangTimeline(g);
-      if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+      if (mine === viewNumber && focused && document.getElementById(focused)) document.getElementById(focused).focus();
     };
     const refresh = debounce(mine, rerender, 300);
     watch(mine, "?job=" + encodeURIComponent(id), (m) => {
