@@ -613,3 +613,38 @@ def test_a_job_pages_refresh_answered_after_another_job_is_shown_draws_nothing_t
         assert [e for e in errors(browser) if f"/api/jobs/{a}" not in e["message"]] == []
     finally:
         daemon.cli("job", "stop", a, b, check=False)
+
+
+def test_a_log_shown_is_the_last_member_asked_for_whichever_read_answers_first(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """Show member 0's log, then member 1's: member 0's first read, answered last, wrote member 0's log into the
+    panel that member 1's follow then went on appending to."""
+    job = daemon.submit(tmp_path, "two-logs", instances=2)
+    try:
+        daemon.wait_state(job, "RUNNING")
+        api = Browser(daemon.ui)
+        api.login(daemon.tokens["alice"])
+        logs = [api.get(f"/api/jobs/{job}/members/{i}/logs?stream=stdout").json()["content"] for i in (0, 1)]
+        assert logs[0] and logs[1] and logs[0] != logs[1]
+        log_in(browser, daemon, "alice")
+        browser.get(daemon.ui + f"jobs/{job}")
+        hold(browser, "/members/0/logs\\?stream=stdout$")
+        act(browser, By.ID, "log-show")  # member 0 (the field's first value)
+        held(browser)
+
+        def show_member_1(dr: Any) -> bool:
+            member = dr.find_element(By.ID, "log-member")
+            member.send_keys(Keys.CONTROL, "a")
+            member.send_keys("1")
+            dr.find_element(By.ID, "log-show").click()
+            return True
+
+        wait(browser, show_member_1, what="the log's member field and its Show button")
+        wait(browser, lambda dr: f"{job}-1-1" in dr.find_element(By.ID, "log-state").text
+             and dr.find_element(By.ID, "log-text").text, what="member 1's log")
+        let_go(browser)  # member 0's read answers now
+        assert browser.find_element(By.ID, "log-text").text == logs[1].rstrip("\n")
+        assert f"{job}-1-1" in browser.find_element(By.ID, "log-state").text
+        assert errors(browser) == []
+    finally:
+        daemon.cli("job", "stop", job, check=False)

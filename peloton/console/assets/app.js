@@ -370,8 +370,11 @@
         out.textContent = "";
         state.textContent = "reading…";
         let r;
+        // an answer of a read that an older Show began is dropped (it came last: it wrote the member asked for
+        // before into the panel that the newer one's follow then appended to)
         try { r = await get(base); }
-        catch (e) { state.textContent = e.message; return; }
+        catch (e) { if (me === reading) state.textContent = e.message; return; }
+        if (me !== reading || mine !== viewNumber) return;
         out.textContent = r.content;
         let offset = r.next_offset;
         const line = (x) => x.task_id + " (" + (x.task_state || "?") + ")";
@@ -381,7 +384,8 @@
           await new Promise((ok) => setTimeout(ok, 1000));
           if (me !== reading || mine !== viewNumber) return;
           try { r = await get(base + "&offset=" + offset); }
-          catch (e) { state.textContent = e.message; return; }
+          catch (e) { if (me === reading) state.textContent = e.message; return; }
+          if (me !== reading || mine !== viewNumber) return;
           if (r.content) { out.append(r.content); out.scrollTop = out.scrollHeight; }
           offset = r.next_offset;
           if (r.ended && !r.content) { state.textContent = line(r) + ", ended: not following"; return; }
