@@ -648,3 +648,29 @@ def test_a_log_shown_is_the_last_member_asked_for_whichever_read_answers_first(
         assert errors(browser) == []
     finally:
         daemon.cli("job", "stop", job, check=False)
+
+
+def test_the_jobs_list_shows_its_newest_read_whichever_answers_last(browser: Any, daemon: ConsoleDaemon,
+                                                                   tmp_path: Path) -> None:
+    """Two reads of the list in flight (a new job, then a stop): the older, answered last, put the stopped job
+    back as RUNNING, and it stayed so until the next change."""
+    job = daemon.submit(tmp_path, "stale-row")
+    more: list[str] = []
+    try:
+        daemon.wait_state(job, "RUNNING")
+        log_in(browser, daemon, "victor")
+        browser.get(daemon.ui + "jobs")
+        wait(browser, lambda dr: state_of(dr, job) == "RUNNING", what="the job RUNNING on the list")
+        hold(browser, "^/api/jobs\\?", early=True)
+        more.append(daemon.submit(tmp_path, "a-new-one"))  # the list is read again: that read held, job RUNNING
+        held(browser)
+        daemon.cli("job", "stop", job, check=False)
+        daemon.wait_state(job, "KILLED")
+        wait(browser, lambda dr: state_of(dr, job) == "KILLED", what="the job KILLED on the list, live")
+        n = browser.execute_script("return window.__held.length")
+        held(browser, n + 1)  # a read sent after the page saw KILLED
+        let_go(browser, newest_first=True)
+        assert state_of(browser, job) == "KILLED"
+        assert errors(browser) == []
+    finally:
+        daemon.cli("job", "stop", job, *more, check=False)

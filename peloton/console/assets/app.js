@@ -223,11 +223,21 @@
       return "/api/jobs?" + q.toString();
     }
 
+    // Reads overlap (a change's re-read, Next): only the answer of the newest read sent is shown, whichever comes
+    // last (an older one answered last showed the list as it was before, a stopped job RUNNING again).
+    let reads = 0;
     async function load() {
-      error.textContent = "";
+      const me = ++reads;
       let page;
       try { page = await get(query(tokens[tokens.length - 1])); }
-      catch (e) { if (e.status !== 401) error.textContent = e.message; return; }
+      catch (e) {
+        if (me !== reads) return;
+        if (e.status !== 401) error.textContent = e.message;
+        prev.disabled = tokens.length === 1;
+        return;
+      }
+      if (me !== reads) return;
+      error.textContent = "";
       rows = new Map(page.jobs.map((j) => [j.id, j]));
       tbody.replaceChildren(...page.jobs.map(row));
       if (!page.jobs.length) tbody.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs match.")));
@@ -245,8 +255,10 @@
       history.pushState(null, "", "/jobs" + (q.toString() ? "?" + q : ""));
       route();
     });
-    next.addEventListener("click", () => { tokens.push(next.dataset.token); load(); });
-    prev.addEventListener("click", () => { tokens.pop(); load(); });
+    // (both off until the page asked for is shown: a second click before then moved on from the same page again)
+    const turn = (change) => { change(); next.disabled = prev.disabled = true; load(); };
+    next.addEventListener("click", () => turn(() => tokens.push(next.dataset.token)));
+    prev.addEventListener("click", () => turn(() => tokens.pop()));
     await load();
     watch(mine, "", (m) => {
       if (m.resync) { reload(); return; }
