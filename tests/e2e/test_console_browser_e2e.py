@@ -674,3 +674,21 @@ def test_the_jobs_list_shows_its_newest_read_whichever_answers_last(browser: Any
         assert errors(browser) == []
     finally:
         daemon.cli("job", "stop", job, *more, check=False)
+
+
+def test_a_delete_answered_after_the_page_was_left_does_not_take_the_user_back_to_the_jobs(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    job = daemon.submit(tmp_path, "deleted-late", duration="1s")
+    daemon.wait_state(job, "SUCCEEDED")
+    log_in(browser, daemon, "alice")
+    browser.get(daemon.ui + f"jobs/{job}")
+    hold(browser, f"^/api/jobs/{job}/delete$")
+    click(browser, "delete", "the delete button")
+    browser.switch_to.alert.accept()
+    held(browser)
+    act(browser, By.LINK_TEXT, "Hosts")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host"), what="the hosts map")
+    let_go(browser)
+    assert browser.current_url.endswith("/hosts") and browser.find_elements(By.CSS_SELECTOR, "li.host")
+    assert daemon.cli("job", "get", job, check=False).returncode != 0
+    assert errors(browser) == []

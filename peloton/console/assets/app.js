@@ -509,8 +509,11 @@
         del.addEventListener("click", async () => {
           if (!confirm("Delete job " + j.id + " (" + j.name + ") and its records? This cannot be undone.")) return;
           del.disabled = true;
-          try { await post("/api/jobs/" + j.id + "/delete"); history.pushState(null, "", "/jobs"); route(); }
-          catch (e) { say(e.message); del.disabled = false; }
+          try {
+            await post("/api/jobs/" + j.id + "/delete");
+            // to the jobs list from this job's page (or its "deleted" note), not from a view clicked meanwhile
+            if (location.pathname === "/jobs/" + j.id) { history.pushState(null, "", "/jobs"); route(); }
+          } catch (e) { say(e.message); del.disabled = false; }
         });
         actions.append(del);
       }
