@@ -692,3 +692,24 @@ def test_a_delete_answered_after_the_page_was_left_does_not_take_the_user_back_t
     assert browser.current_url.endswith("/hosts") and browser.find_elements(By.CSS_SELECTOR, "li.host")
     assert daemon.cli("job", "get", job, check=False).returncode != 0
     assert errors(browser) == []
+
+
+def test_an_action_without_a_session_any_more_goes_to_the_login(browser: Any, daemon: ConsoleDaemon,
+                                                               tmp_path: Path) -> None:
+    """A session that ended meanwhile (expired, logged out in another tab): a click on Stop said "no session: log
+    in first (/login)" in the status line and stayed; every read goes to the login then, and so does an action."""
+    job = daemon.submit(tmp_path, "no-session")
+    try:
+        daemon.wait_state(job, "RUNNING")
+        log_in(browser, daemon, "alice")
+        browser.get(daemon.ui + "jobs")
+        hold(browser)  # (nothing held: the page's reads are logged)
+        act(browser, By.LINK_TEXT, job)
+        answered(browser, f"^/api/jobs/{job}$", 2)  # shown, and again on its watch's snapshot: steady from then on
+        browser.delete_all_cookies()
+        click(browser, "stop", "the stop button")
+        browser.switch_to.alert.accept()
+        wait(browser, lambda dr: dr.current_url.endswith("/login"), what="the login page")
+        assert daemon.state(job) == "RUNNING"
+    finally:
+        daemon.cli("job", "stop", job, check=False)

@@ -66,6 +66,8 @@
     const r = await fetch(url, { method: "POST", credentials: "same-origin",
                                  headers: { "X-CSRF-Token": session ? session.csrf : "" } });
     const body = await r.json().catch(() => ({}));
+    // no session any more (it expired, or was logged out in another tab): to the login, as a read goes
+    if (r.status === 401) { location.assign("/login"); throw new HttpError(r.status, body); }
     if (!r.ok) throw new HttpError(r.status, body);
     return body;
   }
