@@ -713,3 +713,23 @@ def test_an_action_without_a_session_any_more_goes_to_the_login(browser: Any, da
         assert daemon.state(job) == "RUNNING"
     finally:
         daemon.cli("job", "stop", job, check=False)
+
+
+def test_a_hosts_filter_being_typed_survives_the_maps_refresh(browser: Any, daemon: ConsoleDaemon,
+                                                             tmp_path: Path) -> None:
+    """The map is drawn again on job changes (at most every 3 s): it drew its filters again too, so what was typed
+    in them and not yet submitted was lost, and the keyboard's focus with it."""
+    log_in(browser, daemon, "victor")
+    act(browser, By.LINK_TEXT, "Hosts")
+    wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host"), what="the hosts map")
+    act(browser, By.ID, "h-q", "sim-0")
+    browser.execute_script("window.__map = document.querySelector('.map')")
+    job = daemon.submit(tmp_path, "redraws-the-map")
+    try:
+        wait(browser, lambda dr: dr.execute_script(
+            "const m = document.querySelector('.map'); return m && m !== window.__map"), what="the map drawn again")
+        assert browser.find_element(By.ID, "h-q").get_attribute("value") == "sim-0"
+        assert browser.switch_to.active_element.get_attribute("id") == "h-q"
+        assert errors(browser) == []
+    finally:
+        daemon.cli("job", "stop", job, check=False)

@@ -101,6 +101,20 @@
   // it would replace the view now on the page.
   function paint(mine, ...nodes) { if (mine === viewNumber) main.replaceChildren(...nodes); }
 
+  // A view re-read on job changes (the queue, the hosts) keeps `kept` (its heading and filters) across its
+  // re-renders, so what is typed in a filter and not yet submitted stays, with the keyboard's focus; the rest is
+  // drawn again, and a control of it that had the focus (by its id) has it again.
+  function paintKeeping(mine, kept, ...nodes) {
+    if (mine !== viewNumber) return;
+    const last = kept[kept.length - 1];
+    if (last.parentNode !== main) { main.replaceChildren(...kept, ...nodes); return; }
+    const f = document.activeElement;
+    const focused = f && f.id && main.contains(f) && !kept.some((k) => k.contains(f)) ? f.id : null;
+    while (last.nextSibling) last.nextSibling.remove();
+    last.after(...nodes);
+    if (focused && document.getElementById(focused)) document.getElementById(focused).focus();
+  }
+
   // Each view shown has its number: a refresh that was due for a view left meanwhile does nothing (it would
   // read, say, a job just deleted from its own page).
   let viewNumber = 0;
@@ -600,26 +614,27 @@
     const mine = viewNumber;
     document.title = "Queue · Peloton";
     const params = new URLSearchParams(location.search);
+    const form = h("form", { class: "filters", role: "search", "aria-label": "Filter the queue" },
+      h("div", {}, h("label", { for: "q-pool" }, "Pool (and its subtree)"),
+        h("input", { id: "q-pool", name: "pool", value: params.get("pool") || "", size: 16, placeholder: "/" })),
+      h("button", { type: "submit" }, "Filter"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const v = new FormData(form).get("pool");
+      history.pushState(null, "", "/queue" + (v ? "?pool=" + encodeURIComponent(String(v)) : ""));
+      route();
+    });
+    const head = [h("h1", {}, "Queue"),
+      h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
+        "priority, then submission), and why each waits. A gang first in its pool that no hosts fit holds hosts " +
+        "(nothing else starts there but gangs that end before it may start) until they free up."), form];
     const render = async () => {
       const q = new URLSearchParams();
       if (params.get("pool")) q.set("pool", params.get("pool"));
       const r = await get("/api/queue?" + q.toString());
-      const form = h("form", { class: "filters", role: "search", "aria-label": "Filter the queue" },
-        h("div", {}, h("label", { for: "q-pool" }, "Pool (and its subtree)"),
-          h("input", { id: "q-pool", name: "pool", value: params.get("pool") || "", size: 16, placeholder: "/" })),
-        h("button", { type: "submit" }, "Filter"));
-      form.addEventListener("submit", (ev) => {
-        ev.preventDefault();
-        const v = new FormData(form).get("pool");
-        history.pushState(null, "", "/queue" + (v ? "?pool=" + encodeURIComponent(String(v)) : ""));
-        route();
-      });
       const res = (x) => [x.gpu ? fmt(x.gpu) + " GPU" : "", fmt(x.cpu) + " CPU", fmt(x.mem_mib / 1024) + " GiB"]
         .filter(Boolean).join(", ");
-      paint(mine, h("h1", {}, "Queue"),
-        h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
-          "priority, then submission), and why each waits. A gang first in its pool that no hosts fit holds hosts " +
-          "(nothing else starts there but gangs that end before it may start) until they free up."), form,
+      paintKeeping(mine, head,
         h("table", { "aria-label": "Queue" },
           h("thead", {}, h("tr", {}, ["Pool", "Position", "Job", "Gang", "Priority", "Members", "Resources",
                                       "Waiting", "State", "Hosts held for it", "Expected start", "Why"].map((c) => h("th", { scope: "col" }, c)))),
@@ -693,32 +708,41 @@
     const FILTERS = ["rack", "status", "free_gpus", "label", "q"];
     const filters = FILTERS.map((k) => k + "=" + (params.get(k) || "")).join("&");
     if (hostPages.filters !== filters) hostPages = { filters: filters, tokens: [] };
+    const rackSelect = h("select", { id: "h-rack", name: "rack" });
+    let rackNames = null;  // the racks offered: the select is filled (again) when they change, its choice kept
+    const form = h("form", { class: "filters", role: "search", "aria-label": "Filter hosts" },
+      h("div", {}, h("label", { for: "h-rack" }, "Rack"), rackSelect),
+      h("div", {}, h("label", { for: "h-status" }, "Status"),
+        h("select", { id: "h-status", name: "status" }, h("option", { value: "" }, "any"),
+          ["up", "draining", "drained", "unhealthy", "down"].map((x) => h("option", { value: x, selected: params.get("status") === x }, x)))),
+      h("div", {}, h("label", { for: "h-free" }, "Free GPUs at least"),
+        h("input", { id: "h-free", name: "free_gpus", type: "number", min: 0, max: 1024, size: 4,
+                     value: params.get("free_gpus") || "" })),
+      h("div", {}, h("label", { for: "h-label" }, "Label (key=value)"),
+        h("input", { id: "h-label", name: "label", size: 14, value: params.get("label") || "" })),
+      h("div", {}, h("label", { for: "h-q" }, "Name contains"),
+        h("input", { id: "h-q", name: "q", size: 12, value: params.get("q") || "" })),
+      h("button", { type: "submit" }, "Filter"));
+    form.addEventListener("submit", (ev) => {
+      ev.preventDefault();
+      const f = new URLSearchParams();
+      for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
+      history.pushState(null, "", "/hosts" + (f.toString() ? "?" + f : ""));
+      route();
+    });
+    const head = [h("h1", {}, "Hosts"), form];
     const render = async () => {
       const q = new URLSearchParams();
       for (const k of [...FILTERS, "page_token"]) if (params.get(k)) q.set(k, params.get(k));
       const r = await get("/api/hosts?" + q.toString());
-      const form = h("form", { class: "filters", role: "search", "aria-label": "Filter hosts" },
-        h("div", {}, h("label", { for: "h-rack" }, "Rack"),
-          h("select", { id: "h-rack", name: "rack" }, h("option", { value: "" }, "any"),
-            r.racks.filter((x) => x).map((x) => h("option", { value: x, selected: params.get("rack") === x }, x)))),
-        h("div", {}, h("label", { for: "h-status" }, "Status"),
-          h("select", { id: "h-status", name: "status" }, h("option", { value: "" }, "any"),
-            ["up", "draining", "drained", "unhealthy", "down"].map((x) => h("option", { value: x, selected: params.get("status") === x }, x)))),
-        h("div", {}, h("label", { for: "h-free" }, "Free GPUs at least"),
-          h("input", { id: "h-free", name: "free_gpus", type: "number", min: 0, max: 1024, size: 4,
-                       value: params.get("free_gpus") || "" })),
-        h("div", {}, h("label", { for: "h-label" }, "Label (key=value)"),
-          h("input", { id: "h-label", name: "label", size: 14, value: params.get("label") || "" })),
-        h("div", {}, h("label", { for: "h-q" }, "Name contains"),
-          h("input", { id: "h-q", name: "q", size: 12, value: params.get("q") || "" })),
-        h("button", { type: "submit" }, "Filter"));
-      form.addEventListener("submit", (ev) => {
-        ev.preventDefault();
-        const f = new URLSearchParams();
-        for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
-        history.pushState(null, "", "/hosts" + (f.toString() ? "?" + f : ""));
-        route();
-      });
+      if (mine !== viewNumber) return;
+      const names = r.racks.filter((x) => x);
+      if (rackNames === null || names.join("\n") !== rackNames.join("\n")) {
+        const chosen = rackNames === null ? params.get("rack") || "" : rackSelect.value;
+        rackSelect.replaceChildren(h("option", { value: "" }, "any"),
+          names.map((x) => h("option", { value: x, selected: chosen === x }, x)));
+        rackNames = names;
+      }
       const racks = new Map();
       for (const x of r.hosts) { if (!racks.has(x.rack)) racks.set(x.rack, []); racks.get(x.rack).push(x); }
       const legend = h("p", { class: "legend", "aria-label": "Legend" },
@@ -748,7 +772,8 @@
               x.jobs.length > 3 ? " +" + (x.jobs.length - 3) : "") : null);
           if (mayOperate() && !x.maintenance) {
             const undrain = x.status === "draining" || x.status === "drained";
-            const b = h("button", { type: "button", class: "small", "aria-label": (undrain ? "Undrain " : "Drain ") + x.hostname },
+            const b = h("button", { type: "button", class: "small", id: "drain-" + x.hostname,
+                                    "aria-label": (undrain ? "Undrain " : "Drain ") + x.hostname },
               undrain ? "Undrain" : "Drain");
             b.addEventListener("click", async () => {
               // a drain asks for its deadline too (the CLI's --deadline): empty, the gangs there finish in their own time
@@ -777,7 +802,7 @@
       const pager = h("div", { class: "pager" }, prev, next,
         h("span", { class: "muted", "aria-live": "polite" }, r.total + " hosts" + (r.total > r.hosts.length ? ", page " + page +
           " (" + r.hosts.length + " shown)" : "")));
-      paint(mine, h("h1", {}, "Hosts"), form, legend, map,
+      paintKeeping(mine, head, legend, map,
         ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
