@@ -9,7 +9,9 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import socket
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -733,3 +735,50 @@ def test_a_hosts_filter_being_typed_survives_the_maps_refresh(browser: Any, daem
         assert errors(browser) == []
     finally:
         daemon.cli("job", "stop", job, check=False)
+
+
+@dataclass
+class FixedUiDaemon(ConsoleDaemon):
+    """A console on a port of its own that stays the same across restarts (a page open in the browser reaches the
+    restarted daemon's console at the same origin)."""
+
+    ui_port: int = 0
+
+    def server_args(self) -> list[str]:
+        if not self.ui_port:
+            with socket.socket() as s:
+                s.bind(("127.0.0.1", 0))
+                self.ui_port = s.getsockname()[1]
+        return [f"127.0.0.1:{self.ui_port}" if a == "127.0.0.1:0" else a for a in super().server_args()]
+
+
+def test_actions_and_logout_work_on_a_page_left_open_across_a_daemon_restart(browser: Any, tmp_path: Path) -> None:
+    """The CSRF token is an HMAC with a key the daemon makes at each start: a page open across a restart held the
+    old one, so its every action was refused ("X-CSRF-Token: missing or wrong") until it was reloaded, and its
+    Log out answered 403 without ending the session, while the page went to the login as if it had."""
+    d = FixedUiDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}")
+    with serving(d):
+        host = sorted(x["hostname"] for x in json.loads(d.cli("host", "list", "-o", "json").stdout)["hosts"])[0]
+        log_in(browser, d, "alice")
+        act(browser, By.LINK_TEXT, "Hosts")
+        wait(browser, lambda dr: dr.find_elements(By.ID, f"drain-{host}"), what="the hosts map")
+        d.stop()
+        d.start(same_address=True)
+        wait(browser, lambda dr: dr.find_element(By.ID, "status").text == "live", timeout=30,
+             what="the page's event stream back")
+        act(browser, By.ID, f"drain-{host}")
+        wait(browser, lambda dr: dr.switch_to.alert, what="the drain's dialog").accept()
+        wait(browser, lambda dr: dr.find_element(By.ID, "status").text != "live" or any(
+            x["hostname"] == host and x["drain"] for x in json.loads(d.cli("host", "list", "-o", "json").stdout)[
+                "hosts"]), what="the drain's answer")
+        assert "CSRF" not in browser.find_element(By.ID, "status").text
+        wait(browser, lambda dr: any(x["hostname"] == host and x["drain"] for x in json.loads(
+            d.cli("host", "list", "-o", "json").stdout)["hosts"]), what="the host drained")
+        d.stop()
+        d.start(same_address=True)
+        wait(browser, lambda dr: dr.find_element(By.ID, "status").text == "live", timeout=30,
+             what="the page's event stream back")
+        act(browser, By.ID, "logout")
+        wait(browser, lambda dr: dr.current_url.endswith("/login"), what="the login page")
+        browser.get(d.ui + "hosts")
+        wait(browser, lambda dr: dr.current_url.endswith("/login"), what="logged out: the login page again")

@@ -62,9 +62,25 @@
     return body;
   }
 
+  // A changing request, with the session's CSRF token. That token is an HMAC with a key the daemon makes at each
+  // start: a page left open across a restart holds one the console now refuses, before it does anything. It is
+  // read again (/api/session) and the request sent once more; a session now of someone else (a login in another
+  // tab) reloads the page instead, which then says who is logged in.
+  async function send(url) {
+    const once = () => fetch(url, { method: "POST", credentials: "same-origin",
+                                    headers: { "X-CSRF-Token": session ? session.csrf : "" } });
+    const r = await once();
+    if (r.status !== 403 || !session) return r;
+    const body = await r.clone().json().catch(() => ({}));
+    if (body.field !== "X-CSRF-Token") return r;
+    const now = await get("/api/session");
+    if (now.name !== session.name) { location.reload(); throw new HttpError(r.status, body); }
+    session = now;
+    return once();
+  }
+
   async function post(url) {
-    const r = await fetch(url, { method: "POST", credentials: "same-origin",
-                                 headers: { "X-CSRF-Token": session ? session.csrf : "" } });
+    const r = await send(url);
     const body = await r.json().catch(() => ({}));
     // no session any more (it expired, or was logged out in another tab): to the login, as a read goes
     if (r.status === 401) { location.assign("/login"); throw new HttpError(r.status, body); }
@@ -887,9 +903,13 @@
   });
   window.addEventListener("popstate", route);
 
+  // to the login once the session has ended, not before (a refused logout went there with the session still open)
   document.getElementById("logout").addEventListener("click", async () => {
-    await fetch("/logout", { method: "POST", credentials: "same-origin", headers: { "X-CSRF-Token": session.csrf } });
-    location.assign("/login");
+    try {
+      const r = await send("/logout");
+      if (r.ok || r.status === 401) { location.assign("/login"); return; }  // ended, or none left to end
+      say("Not logged out: " + new HttpError(r.status, await r.json().catch(() => ({}))).message);
+    } catch (e) { if (e.status !== 401) say("Not logged out: " + e.message); }
   });
 
   (async () => {
