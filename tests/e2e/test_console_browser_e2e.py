@@ -782,3 +782,44 @@ def test_actions_and_logout_work_on_a_page_left_open_across_a_daemon_restart(bro
         wait(browser, lambda dr: dr.current_url.endswith("/login"), what="the login page")
         browser.get(d.ui + "hosts")
         wait(browser, lambda dr: dr.current_url.endswith("/login"), what="logged out: the login page again")
+
+
+@dataclass
+class ManyHostsDaemon(ConsoleDaemon):
+    """450 hosts: three pages of the hosts map."""
+
+    def server_args(self) -> list[str]:
+        args = super().server_args()
+        args[args.index("--sim-hosts") + 1] = "450"
+        return args
+
+
+def test_the_hosts_pages_follow_the_browsers_back_and_forward(browser: Any, tmp_path: Path) -> None:
+    """The pages before the one shown (for Previous) were kept aside from the history: after Back the map said
+    "page 3" on page 2, and Previous went to page 2 again."""
+    d = ManyHostsDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}")
+    with serving(d):
+        log_in(browser, d, "victor")
+        act(browser, By.LINK_TEXT, "Hosts")
+
+        def page(dr: Any) -> str:
+            return str(dr.find_element(By.CSS_SELECTOR, ".pager .muted").text)
+
+        wait(browser, lambda dr: page(dr) == "450 hosts, page 1 (200 shown)", what="page 1")
+        first = browser.find_element(By.CSS_SELECTOR, "li.host").get_attribute("data-host")
+        click(browser, "hosts-next", "Next")
+        wait(browser, lambda dr: page(dr) == "450 hosts, page 2 (200 shown)", what="page 2")
+        second = browser.find_element(By.CSS_SELECTOR, "li.host").get_attribute("data-host")
+        click(browser, "hosts-next", "Next")
+        wait(browser, lambda dr: page(dr) == "450 hosts, page 3 (50 shown)", what="page 3")
+        browser.back()
+        wait(browser, lambda dr: browser.find_element(By.CSS_SELECTOR, "li.host").get_attribute("data-host") == second,
+             what="page 2's hosts again")
+        assert page(browser) == "450 hosts, page 2 (200 shown)"
+        click(browser, "hosts-prev", "Previous")
+        wait(browser, lambda dr: browser.find_element(By.CSS_SELECTOR, "li.host").get_attribute("data-host") == first,
+             what="page 1's hosts")
+        assert page(browser) == "450 hosts, page 1 (200 shown)" and "page_token" not in browser.current_url
+        browser.back()  # (Previous went forward in the history: to page 2 again, as it was)
+        wait(browser, lambda dr: page(dr) == "450 hosts, page 2 (200 shown)", what="page 2 by Back")
+        assert errors(browser) == []

@@ -714,16 +714,14 @@
 
   function mayOperate() { return session && session.permissions.includes("host.operate"); }
 
-  // the page tokens of the hosts pages before this one (Previous), kept while the filters stay the same
-  let hostPages = { filters: null, tokens: [] };
-
   async function hosts() {
     const mine = viewNumber;
     document.title = "Hosts · Peloton";
     const params = new URLSearchParams(location.search);
     const FILTERS = ["rack", "status", "free_gpus", "label", "q"];
-    const filters = FILTERS.map((k) => k + "=" + (params.get(k) || "")).join("&");
-    if (hostPages.filters !== filters) hostPages = { filters: filters, tokens: [] };
+    // the page tokens of the pages before this one (for Previous), in the history entry of the page: Back, Forward
+    // and a reload find those of the page they show
+    const before = (history.state && history.state.hostPages) || [];
     const rackSelect = h("select", { id: "h-rack", name: "rack" });
     let rackNames = null;  // the racks offered: the select is filled (again) when they change, its choice kept
     const form = h("form", { class: "filters", role: "search", "aria-label": "Filter hosts" },
@@ -805,16 +803,16 @@
           }
           return item;
         })))));
-      const go = (token) => {
+      const go = (token, pages) => {
         if (token) params.set("page_token", token); else params.delete("page_token");
-        history.pushState(null, "", "/hosts" + (params.toString() ? "?" + params : ""));
+        history.pushState({ hostPages: pages }, "", "/hosts" + (params.toString() ? "?" + params : ""));
         route();
       };
       const prev = h("button", { type: "button", id: "hosts-prev", disabled: !params.get("page_token") }, "Previous page");
       const next = h("button", { type: "button", id: "hosts-next", disabled: !r.next_page_token }, "Next page");
-      prev.addEventListener("click", () => go(hostPages.tokens.pop() || ""));
-      next.addEventListener("click", () => { hostPages.tokens.push(params.get("page_token") || ""); go(r.next_page_token); });
-      const page = hostPages.tokens.length + 1;
+      prev.addEventListener("click", () => go(before[before.length - 1] || "", before.slice(0, -1)));
+      next.addEventListener("click", () => go(r.next_page_token, [...before, params.get("page_token") || ""]));
+      const page = before.length + 1;
       const pager = h("div", { class: "pager" }, prev, next,
         h("span", { class: "muted", "aria-live": "polite" }, r.total + " hosts" + (r.total > r.hosts.length ? ", page " + page +
           " (" + r.hosts.length + " shown)" : "")));
