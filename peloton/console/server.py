@@ -32,7 +32,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
 from pathlib import Path
 from typing import Any
-from urllib.parse import parse_qs, urlsplit
+from urllib.parse import parse_qs, parse_qsl, urlencode, urlsplit
 
 from peloton import errors
 from peloton.config import split_hostport
@@ -65,6 +65,24 @@ STATUS = {errors.InvalidArgument: 400, errors.Unauthenticated: 401, errors.Permi
           errors.NotFound: 404, errors.AlreadyExists: 409, errors.FailedPrecondition: 409, errors.Conflict: 409,
           errors.ResourceExhausted: 429, errors.Unavailable: 503}
 PAGES = re.compile(r"/(|jobs|jobs/[0-9a-f]{12}|queue|pools|hosts|audit)")
+
+
+def _next_page(value: str) -> str:
+    """Where a login goes: `value`, the page a browser without a session asked for, when it is one of this
+    console's pages (its query encoded again); the cluster view otherwise (no other site, no other path)."""
+    if not value.startswith("/") or value.startswith("//") or any(c == "\\" or ord(c) < 32 for c in value):
+        return "/"
+    url = urlsplit(value)
+    if url.scheme or url.netloc or not PAGES.fullmatch(url.path):
+        return "/"
+    query = urlencode(parse_qsl(url.query, keep_blank_values=True))
+    return url.path + ("?" + query if query else "")
+
+
+def _to_login(failed: str = "", next_page: str = "/") -> str:
+    """The login page's address: why the last try failed, and the page to go to once logged in."""
+    q = urlencode({**({"failed": failed} if failed else {}), **({"next": next_page} if next_page != "/" else {})})
+    return "/login" + ("?" + q if q else "")
 
 
 def _loopback(host: str) -> bool:
@@ -363,18 +381,18 @@ class _Handler(BaseHTTPRequestHandler):
                 self._asset("icon.svg")
             elif path == "/login":
                 if self._token() is not None and not query.get("failed") and not self.console.authenticated:
-                    self._redirect("/")
+                    self._redirect(_next_page((query.get("next") or [""])[0]))
                 else:
                     self._send(200, self.console.assets["login.html"], TYPES["html"])
             elif PAGES.fullmatch(path):
-                if self._token() is None:
-                    self._redirect("/login")
+                if self._token() is None:  # (login.js goes back at once where the browser has a session after all)
+                    self._redirect(_to_login(next_page=_next_page(path + ("?" + url.query if url.query else ""))))
                 else:
                     self._send(200, self.console.assets["index.html"], TYPES["html"])
             elif path == "/api/login":  # what the login page offers (no session needed)
                 params._only(query, frozenset(), path)
                 self._json(200, {"certificate": self._certificate_name() if self.console.authenticated else None,
-                                 "authenticated": self.console.authenticated})
+                                 "authenticated": self.console.authenticated, "session": self._token() is not None})
             elif path.startswith("/api/"):
                 self._api_get(path, query)
             else:
@@ -461,41 +479,42 @@ class _Handler(BaseHTTPRequestHandler):
             self._redirect("/")
             return
         form = parse_qs(body.decode("utf-8", "replace"), keep_blank_values=True)
+        to = _next_page((form.get("next") or [""])[0])
         if (form.get("method") or [""])[0] == "certificate":
-            self._login_certificate()
+            self._login_certificate(to)
             return
         token = (form.get("token") or [""])[0].strip()
         if not TOKEN.fullmatch(token):
-            self._redirect("/login?failed=token")
+            self._redirect(_to_login("token", to))
             return
         try:
             who = self._api().whoami(token)
         except errors.Unauthenticated:
-            self._redirect("/login?failed=unknown")
+            self._redirect(_to_login("unknown", to))
             return
         except errors.PermissionDenied:  # a principal without a role: it may not even ask who it is
-            self._redirect("/login?failed=denied")
+            self._redirect(_to_login("denied", to))
             return
         log.info("console: %s logged in (%s)", who["name"], ", ".join(who["roles"]) or "no role")
-        self._redirect("/", {"Set-Cookie": self._cookie_header(token)})
+        self._redirect(to, {"Set-Cookie": self._cookie_header(token)})
 
-    def _login_certificate(self) -> None:
+    def _login_certificate(self, to: str) -> None:
         """The client certificate this connection presented (the handshake verified it against --tls-client-ca):
         the API says who it is, with the roles it gives that certificate; the session is bound to it."""
         name = self._certificate_name()
         if name is None:
-            self._redirect("/login?failed=nocert")
+            self._redirect(_to_login("nocert", to))
             return
         credential = f"certificate:{name}"
         try:
             who = self._api().whoami(credential)
         except (errors.Unauthenticated, errors.PermissionDenied):  # a name the principals file gives no role
             log.info("console: a client certificate of %r was refused: it has no role here", name)
-            self._redirect("/login?failed=certdenied")
+            self._redirect(_to_login("certdenied", to))
             return
         sid = self.console.sessions.open(credential, self._fingerprint(), time.time())
         log.info("console: %s logged in by client certificate (%s)", who["name"], ", ".join(who["roles"]) or "no role")
-        self._redirect("/", {"Set-Cookie": self._cookie_header(sid)})
+        self._redirect(to, {"Set-Cookie": self._cookie_header(sid)})
 
     def _login_once(self, body: bytes) -> None:
         """A one-time link of `peloton cluster ui-login`: its code (from the link's fragment, posted by the login

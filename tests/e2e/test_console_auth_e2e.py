@@ -139,7 +139,7 @@ def test_the_console_of_a_tls_daemon_is_https_and_asks_for_a_certificate_of_its_
     b = browser(daemon, "victor")
     a = b.get("/login")
     assert a.status == 200 and b"Log in" in a.body
-    assert b.get("/api/login").json() == {"certificate": "victor", "authenticated": True}
+    assert b.get("/api/login").json() == {"certificate": "victor", "authenticated": True, "session": False}
     # turned away at the handshake: plain HTTP, no client certificate, a certificate of another CA
     u = urlsplit(daemon.ui)
     plain = http.client.HTTPConnection(u.hostname or "", u.port, timeout=10)

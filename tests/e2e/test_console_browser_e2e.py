@@ -14,6 +14,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote
 
 import pytest
 
@@ -711,7 +712,7 @@ def test_an_action_without_a_session_any_more_goes_to_the_login(browser: Any, da
         browser.delete_all_cookies()
         click(browser, "stop", "the stop button")
         browser.switch_to.alert.accept()
-        wait(browser, lambda dr: dr.current_url.endswith("/login"), what="the login page")
+        wait(browser, lambda dr: dr.current_url.endswith(f"/login?next=%2Fjobs%2F{job}"), what="the login page")
         assert daemon.state(job) == "RUNNING"
     finally:
         daemon.cli("job", "stop", job, check=False)
@@ -781,7 +782,7 @@ def test_actions_and_logout_work_on_a_page_left_open_across_a_daemon_restart(bro
         act(browser, By.ID, "logout")
         wait(browser, lambda dr: dr.current_url.endswith("/login"), what="the login page")
         browser.get(d.ui + "hosts")
-        wait(browser, lambda dr: dr.current_url.endswith("/login"), what="logged out: the login page again")
+        wait(browser, lambda dr: dr.current_url.endswith("/login?next=%2Fhosts"), what="logged out: the login again")
 
 
 @dataclass
@@ -823,3 +824,25 @@ def test_the_hosts_pages_follow_the_browsers_back_and_forward(browser: Any, tmp_
         browser.back()  # (Previous went forward in the history: to page 2 again, as it was)
         wait(browser, lambda dr: page(dr) == "450 hosts, page 2 (200 shown)", what="page 2 by Back")
         assert errors(browser) == []
+
+
+def test_a_link_from_another_site_opens_its_page_and_a_login_goes_back_to_it(browser: Any,
+                                                                           daemon: ConsoleDaemon) -> None:
+    """The session's cookie is SameSite=Strict, so a browser following a link from another site (a chat, a mail, a
+    ticket) sends none: a user logged in got the login form for a link to a job, and once logged in again the
+    cluster view, not the page linked to."""
+    log_in(browser, daemon, "victor")
+    browser.get(daemon.ui.replace("127.0.0.1", "localhost") + "login")  # another site: a name is not its address
+    browser.execute_script("location.href = arguments[0]", daemon.ui + "queue?pool=/")
+    wait(browser, lambda dr: unquote(dr.current_url) == daemon.ui + "queue?pool=/" and dr.find_elements(
+        By.ID, "q-pool"), what="the queue, linked to")
+    assert browser.find_element(By.ID, "q-pool").get_attribute("value") == "/"
+    assert "victor" in browser.find_element(By.ID, "who").text
+    # without a session: the login, then the page asked for
+    browser.delete_all_cookies()
+    browser.get(daemon.ui + "pools")
+    wait(browser, lambda dr: "/login?next=" in dr.current_url, what="the login page")
+    browser.find_element(By.ID, "token").send_keys(daemon.tokens["victor"], Keys.ENTER)
+    wait(browser, lambda dr: dr.current_url == daemon.ui + "pools" and dr.find_elements(By.CSS_SELECTOR, "tr[data-pool]"),
+         what="the pools, asked for before the login")
+    assert errors(browser) == []

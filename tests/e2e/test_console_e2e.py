@@ -13,6 +13,7 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
@@ -39,9 +40,10 @@ def logged_in(d: ConsoleDaemon, who: str) -> Browser:
 
 def test_without_a_session_pages_send_to_the_login_and_the_api_answers_401(daemon: ConsoleDaemon) -> None:
     b = Browser(daemon.ui)
-    for page in ("/", "/jobs", "/jobs/0123456789ab"):
+    for page, to in (("/", "/login"), ("/jobs?state=RUNNING", "/login?next=%2Fjobs%3Fstate%3DRUNNING"),
+                     ("/jobs/0123456789ab", "/login?next=%2Fjobs%2F0123456789ab")):
         a = b.get(page)
-        assert (a.status, a.headers["location"]) == (303, "/login"), page
+        assert (a.status, a.headers["location"]) == (303, to), page
     a = b.get("/api/session")
     assert a.status == 401 and a.json()["code"] == "Unauthenticated"
     login = b.get("/login")
@@ -63,6 +65,19 @@ def test_an_unknown_token_is_refused_and_a_known_one_opens_a_strict_httponly_ses
     assert (s["name"], s["roles"], s["via"]) == ("victor", ["viewer"], "token")
     assert not s["may_control_any"] and not s["may_control_own"] and len(s["csrf"]) == 32
     assert b.get("/").status == 200
+
+
+def test_a_login_goes_back_to_the_page_asked_for_and_nowhere_else(daemon: ConsoleDaemon) -> None:
+    """The page a browser without a session asked for (`next`, from the redirect to the login) is where the login
+    goes, a failed one keeping it; anything but one of this console's pages goes to the cluster view."""
+    b = Browser(daemon.ui)
+    a = b.request("POST", "/login", urlencode({"token": "pt_not-a-token-of-this-daemon", "next": "/queue"}).encode())
+    assert a.headers["location"] == "/login?failed=unknown&next=%2Fqueue"
+    for given, to in (("/jobs/0123456789ab", "/jobs/0123456789ab"), ("/jobs?state=RUNNING&q=a b", None),
+                      ("//evil.example/jobs", "/"), ("https://evil.example/", "/"), ("/\\evil.example", "/"),
+                      ("/assets/app.js", "/"), ("/jobs\r\nSet-Cookie: x=1", "/"), ("", "/")):
+        a = b.request("POST", "/login", urlencode({"token": daemon.tokens["victor"], "next": given}).encode())
+        assert (a.status, a.headers["location"]) == (303, to or given.replace(" ", "+")), given
 
 
 def test_a_login_from_another_site_is_refused(daemon: ConsoleDaemon) -> None:

@@ -54,10 +54,13 @@
     constructor(status, body) { super(body.error || ("HTTP " + status)); this.status = status; this.body = body; }
   }
 
+  // to the login, which comes back to this page once logged in
+  function toLogin() { location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search)); }
+
   async function get(url) {
     const r = await fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } });
     const body = await r.json().catch(() => ({}));
-    if (r.status === 401) { location.assign("/login"); throw new HttpError(r.status, body); }
+    if (r.status === 401) { toLogin(); throw new HttpError(r.status, body); }
     if (!r.ok) throw new HttpError(r.status, body);
     return body;
   }
@@ -83,7 +86,7 @@
     const r = await send(url);
     const body = await r.json().catch(() => ({}));
     // no session any more (it expired, or was logged out in another tab): to the login, as a read goes
-    if (r.status === 401) { location.assign("/login"); throw new HttpError(r.status, body); }
+    if (r.status === 401) { toLogin(); throw new HttpError(r.status, body); }
     if (!r.ok) throw new HttpError(r.status, body);
     return body;
   }

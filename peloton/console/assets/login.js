@@ -9,7 +9,11 @@
     document.getElementById("once").submit();
     return;
   }
-  const why = new URLSearchParams(location.search).get("failed");
+  // the page asked for without a session (the server sent the browser here): the login goes there
+  const query = new URLSearchParams(location.search);
+  const next = query.get("next") || "";
+  for (const field of document.querySelectorAll('input[name="next"]')) field.value = next;
+  const why = query.get("failed");
   if (why) {
     const p = document.getElementById("failed");
     p.textContent = why === "unknown" ? "This daemon does not know that token (revoked, or for another cluster)."
@@ -22,6 +26,9 @@
     p.hidden = false;
   }
   fetch("/api/login", { credentials: "same-origin" }).then((r) => r.json()).then((o) => {
+    // a browser that has a session after all goes back at once: a link from another site sends no cookie (it is
+    // SameSite=Strict, sent only with this console's own requests, as this one)
+    if (o.session && !why && next.startsWith("/") && !next.startsWith("//")) { location.replace(next); return; }
     if (o.certificate) {
       document.getElementById("certificate-name").textContent = o.certificate;
       document.getElementById("certificate").hidden = false;
