@@ -810,6 +810,7 @@ def test_the_hosts_pages_follow_the_browsers_back_and_forward(browser: Any, tmp_
         first = browser.find_element(By.CSS_SELECTOR, "li.host").get_attribute("data-host")
         click(browser, "hosts-next", "Next")
         wait(browser, lambda dr: page(dr) == "450 hosts, page 2 (200 shown)", what="page 2")
+        assert browser.switch_to.active_element.get_attribute("id") == "hosts-next"  # (the map drawn anew)
         second = browser.find_element(By.CSS_SELECTOR, "li.host").get_attribute("data-host")
         click(browser, "hosts-next", "Next")
         wait(browser, lambda dr: page(dr) == "450 hosts, page 3 (50 shown)", what="page 3")
@@ -845,4 +846,19 @@ def test_a_link_from_another_site_opens_its_page_and_a_login_goes_back_to_it(bro
     browser.find_element(By.ID, "token").send_keys(daemon.tokens["victor"], Keys.ENTER)
     wait(browser, lambda dr: dr.current_url == daemon.ui + "pools" and dr.find_elements(By.CSS_SELECTOR, "tr[data-pool]"),
          what="the pools, asked for before the login")
+    assert errors(browser) == []
+
+
+def test_a_filter_submitted_from_the_keyboard_keeps_the_focus_where_it_was(browser: Any, daemon: ConsoleDaemon) -> None:
+    """A filter's Enter shows the view again, drawn anew: the focus fell to the document's start (a keyboard user
+    pressing Tab next was taken back to the skip link), as it did after a page of the hosts map."""
+    log_in(browser, daemon, "victor")
+    for view, field, typed, path in (("Jobs", "f-q", "zz", "/jobs?q=zz"), ("Queue", "q-pool", "/", "/queue?pool=%2F"),
+                                     ("Hosts", "h-q", "sim", "/hosts?q=sim")):
+        act(browser, By.LINK_TEXT, view)
+        wait(browser, lambda dr, f=field: dr.find_elements(By.ID, f), what=f"the {view} view")
+        act(browser, By.ID, field, typed, Keys.ENTER)
+        wait(browser, lambda dr, p=path: dr.current_url.endswith(p) and dr.find_elements(
+            By.CSS_SELECTOR, "main table, main li.host"), what=f"the {view} view filtered")
+        assert browser.switch_to.active_element.get_attribute("id") == field, view
     assert errors(browser) == []

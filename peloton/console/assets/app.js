@@ -142,6 +142,22 @@
     return () => { if (t) return; t = setTimeout(() => { t = null; if (mine === viewNumber) fn(); }, ms); };
   }
 
+  // A view shown anew by one of its own controls (a filter's submit, a page of the hosts): the control of that id
+  // has the keyboard's focus again in the view drawn anew (it fell to the document's start: Tab went back to the
+  // skip link), or the view, where that control is gone or off.
+  function reroute(url, state) {
+    const f = document.activeElement;
+    const focused = f && f.id && main.contains(f) ? f.id : "";
+    history.pushState(state || null, "", url);
+    const shown = route();
+    const mine = viewNumber;
+    return shown.then(() => {
+      if (mine !== viewNumber) return;
+      const el = focused && document.getElementById(focused);
+      if (el && !el.disabled) el.focus(); else main.focus();
+    });
+  }
+
   // ---- the cluster
 
   async function cluster() {
@@ -261,24 +277,30 @@
     // Reads overlap (a change's re-read, Next): only the answer of the newest read sent is shown, whichever comes
     // last (an older one answered last showed the list as it was before, a stopped job RUNNING again).
     let reads = 0;
+    let turning = false;  // a page asked for (Next, Previous) and not shown yet
     async function load() {
       const me = ++reads;
       let page;
       try { page = await get(query(tokens[tokens.length - 1])); }
       catch (e) {
         if (me !== reads) return;
+        turning = false;
         if (e.status !== 401) error.textContent = e.message;
-        prev.disabled = tokens.length === 1;
         return;
       }
       if (me !== reads) return;
+      turning = false;
       error.textContent = "";
       rows = new Map(page.jobs.map((j) => [j.id, j]));
       tbody.replaceChildren(...page.jobs.map(row));
       if (!page.jobs.length) tbody.append(h("tr", {}, h("td", { colspan: 8, class: "muted" }, "No jobs match.")));
+      // a button turned off with the focus on it loses it (to the document's start): it goes to the other one
+      const focused = document.activeElement;
       next.disabled = !page.next_page_token;
       next.dataset.token = page.next_page_token;
       prev.disabled = tokens.length === 1;
+      const other = focused === next ? prev : next;
+      if ((focused === next || focused === prev) && focused.disabled) (other.disabled ? main : other).focus();
       count.textContent = "page " + tokens.length + ", " + page.jobs.length + " jobs";
     }
     const reload = debounce(mine, load, 500);
@@ -287,11 +309,10 @@
       ev.preventDefault();
       const q = new URLSearchParams();
       for (const [k, v] of new FormData(form)) if (v) q.set(k, String(v));
-      history.pushState(null, "", "/jobs" + (q.toString() ? "?" + q : ""));
-      route();
+      reroute("/jobs" + (q.toString() ? "?" + q : ""));
     });
-    // (both off until the page asked for is shown: a second click before then moved on from the same page again)
-    const turn = (change) => { change(); next.disabled = prev.disabled = true; load(); };
+    // (a second click before the page asked for is shown moved on from the same page again: it does nothing)
+    const turn = (change) => { if (turning) return; turning = true; change(); load(); };
     next.addEventListener("click", () => turn(() => tokens.push(next.dataset.token)));
     prev.addEventListener("click", () => turn(() => tokens.pop()));
     await load();
@@ -547,7 +568,7 @@
           try {
             await post("/api/jobs/" + j.id + "/delete");
             // to the jobs list from this job's page (or its "deleted" note), not from a view clicked meanwhile
-            if (location.pathname === "/jobs/" + j.id) { history.pushState(null, "", "/jobs"); route(); }
+            if (location.pathname === "/jobs/" + j.id) reroute("/jobs");
           } catch (e) { say(e.message); del.disabled = false; }
         });
         actions.append(del);
@@ -640,8 +661,7 @@
     form.addEventListener("submit", (ev) => {
       ev.preventDefault();
       const v = new FormData(form).get("pool");
-      history.pushState(null, "", "/queue" + (v ? "?pool=" + encodeURIComponent(String(v)) : ""));
-      route();
+      reroute("/queue" + (v ? "?pool=" + encodeURIComponent(String(v)) : ""));
     });
     const head = [h("h1", {}, "Queue"),
       h("p", { class: "muted" }, "The gangs waiting for admission or placement, first in queue order first (by " +
@@ -744,8 +764,7 @@
       ev.preventDefault();
       const f = new URLSearchParams();
       for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
-      history.pushState(null, "", "/hosts" + (f.toString() ? "?" + f : ""));
-      route();
+      reroute("/hosts" + (f.toString() ? "?" + f : ""));
     });
     const head = [h("h1", {}, "Hosts"), form];
     const render = async () => {
@@ -808,8 +827,7 @@
         })))));
       const go = (token, pages) => {
         if (token) params.set("page_token", token); else params.delete("page_token");
-        history.pushState({ hostPages: pages }, "", "/hosts" + (params.toString() ? "?" + params : ""));
-        route();
+        reroute("/hosts" + (params.toString() ? "?" + params : ""), { hostPages: pages });
       };
       const prev = h("button", { type: "button", id: "hosts-prev", disabled: !params.get("page_token") }, "Previous page");
       const next = h("button", { type: "button", id: "hosts-next", disabled: !r.next_page_token }, "Next page");
@@ -848,14 +866,12 @@
       ev.preventDefault();
       const f = new URLSearchParams();
       for (const [k, v] of new FormData(form)) if (v) f.set(k, String(v));
-      history.pushState(null, "", "/audit" + (f.toString() ? "?" + f : ""));
-      route();
+      reroute("/audit" + (f.toString() ? "?" + f : ""));
     });
     const older = h("button", { type: "button", id: "older", disabled: r.before === null }, "Older");
     older.addEventListener("click", () => {
       params.set("before", String(r.before));
-      history.pushState(null, "", "/audit?" + params);
-      route();
+      reroute("/audit?" + params);
     });
     paint(mine, h("h1", {}, "Audit log"), form,
       h("table", { "aria-label": "Audit log" },
