@@ -862,3 +862,20 @@ def test_a_filter_submitted_from_the_keyboard_keeps_the_focus_where_it_was(brows
             By.CSS_SELECTOR, "main table, main li.host"), what=f"the {view} view filtered")
         assert browser.switch_to.active_element.get_attribute("id") == field, view
     assert errors(browser) == []
+
+
+def test_a_view_asked_for_while_the_daemon_restarts_comes_once_it_is_back(browser: Any, tmp_path: Path) -> None:
+    """A view whose first read failed for want of the daemon (restarting: no answer, or 503) said "Something went
+    wrong" for good: it had no event stream yet to bring it back, and the user had to think of reloading."""
+    d = FixedUiDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}")
+    with serving(d):
+        log_in(browser, d, "victor")
+        wait(browser, lambda dr: dr.find_element(By.ID, "status").text == "live", what="the cluster view, live")
+        d.stop()
+        act(browser, By.LINK_TEXT, "Queue")
+        wait(browser, lambda dr: "Something went wrong" in dr.find_element(By.ID, "main").text, what="the error")
+        assert "retrying" in browser.find_element(By.CSS_SELECTOR, "main .error").text
+        d.start(same_address=True)
+        wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Queue]") and dr.find_element(
+            By.ID, "status").text == "live", timeout=40, what="the queue, once the daemon is back")
+        assert browser.current_url.endswith("/queue")

@@ -58,7 +58,9 @@
   function toLogin() { location.assign("/login?next=" + encodeURIComponent(location.pathname + location.search)); }
 
   async function get(url) {
-    const r = await fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } });
+    let r;
+    try { r = await fetch(url, { credentials: "same-origin", headers: { "Accept": "application/json" } }); }
+    catch (e) { throw new HttpError(0, { error: "no answer from the console" }); }  // (status 0: none came)
     const body = await r.json().catch(() => ({}));
     if (r.status === 401) { toLogin(); throw new HttpError(r.status, body); }
     if (!r.ok) throw new HttpError(r.status, body);
@@ -908,7 +910,14 @@
       else if (path === "/pools") await pools();
       else if (path === "/hosts") await hosts();
       else await cluster();
-    } catch (e) { if (e.status !== 401) showError(e, mine); }
+    } catch (e) {
+      if (e.status === 401) return;
+      // the daemon away (restarting: no answer, or 503): the view has no event stream yet to bring it back, so it
+      // is asked for again a little later, as a refused stream is
+      const away = e.status === 0 || e.status === 503;
+      showError(away ? new Error(e.message + " (the daemon restarting?); retrying…") : e, mine);
+      if (away) setTimeout(() => { if (mine === viewNumber) route(); }, WATCH_RETRY_MS);
+    }
   }
 
   document.addEventListener("click", (ev) => {
@@ -929,9 +938,15 @@
     } catch (e) { if (e.status !== 401) say("Not logged out: " + e.message); }
   });
 
-  (async () => {
+  (async function start() {
     try { session = await get("/api/session"); }
-    catch (e) { if (e.status !== 401) showError(e); return; }
+    catch (e) {
+      if (e.status === 401) return;
+      const away = e.status === 0 || e.status === 503;  // (as route's)
+      showError(away ? new Error(e.message + " (the daemon restarting?); retrying…") : e);
+      if (away) setTimeout(start, WATCH_RETRY_MS);
+      return;
+    }
     document.getElementById("who").textContent = session.name + " (" + (session.roles.join(", ") || "no role") + ")";
     document.getElementById("logout").hidden = !session.authenticated;
     document.querySelector('nav a[data-view="audit"]').hidden = !session.permissions.includes("audit.read");
