@@ -839,6 +839,12 @@ def test_a_link_from_another_site_opens_its_page_and_a_login_goes_back_to_it(bro
         By.ID, "q-pool"), what="the queue, linked to")
     assert browser.find_element(By.ID, "q-pool").get_attribute("value") == "/"
     assert "victor" in browser.find_element(By.ID, "who").text
+    # the login page goes back only to this console's own pages ("/\\host" is another site to a browser)
+    other = daemon.ui.replace("127.0.0.1", "localhost").split("//")[1] + "jobs"
+    browser.get(daemon.ui + "login?next=/%5C" + other)
+    browser.execute_async_script("""const done = arguments[arguments.length - 1];
+        fetch("/api/login").then(() => setTimeout(done, 500));""")
+    assert browser.current_url.startswith(daemon.ui + "login"), browser.current_url
     # without a session: the login, then the page asked for
     browser.delete_all_cookies()
     browser.get(daemon.ui + "pools")

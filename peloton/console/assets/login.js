@@ -28,7 +28,9 @@
   fetch("/api/login", { credentials: "same-origin" }).then((r) => r.json()).then((o) => {
     // a browser that has a session after all goes back at once: a link from another site sends no cookie (it is
     // SameSite=Strict, sent only with this console's own requests, as this one)
-    if (o.session && !why && next.startsWith("/") && !next.startsWith("//")) { location.replace(next); return; }
+    // (only to a page of this console: "/\\evil.example" starts with one slash, and is another site to a browser)
+    const to = new URL(next || "/", location.origin);
+    if (o.session && !why && next && to.origin === location.origin) { location.replace(to.pathname + to.search); return; }
     if (o.certificate) {
       document.getElementById("certificate-name").textContent = o.certificate;
       document.getElementById("certificate").hidden = false;
