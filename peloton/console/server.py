@@ -603,6 +603,9 @@ class _Handler(BaseHTTPRequestHandler):
             self.send_header("Cache-Control", "no-store")
             self.send_header("X-Content-Type-Options", "nosniff")
             self.end_headers()
+            if self.command == "HEAD":  # its headers alone: no stream (it held one, and a watch, for nothing)
+                watch.cancel()
+                return
             self.wfile.write(b"retry: 1000\n\n")
             fd = self.connection.fileno()
             self.console.hangups.watch(fd, watch.cancel)  # the browser gone: the watch ends at once (hangups.py)

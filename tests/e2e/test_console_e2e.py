@@ -352,6 +352,21 @@ def test_a_browser_that_hangs_up_frees_its_stream_at_once(daemon: ConsoleDaemon)
         c.close()
 
 
+def test_a_head_of_the_event_stream_is_its_headers_alone(daemon: ConsoleDaemon) -> None:
+    """HEAD is answered as GET without the body: the event stream's HEAD streamed on (a body HEAD never has, held
+    a stream of the console's MAX_STREAMS and a watch of the daemon for as long as the client kept the socket)."""
+    b = logged_in(daemon, "victor")
+    with socket.create_connection((b.host, b.port), timeout=15) as s:
+        s.sendall(f"HEAD /api/events HTTP/1.0\r\nHost: {b.host}:{b.port}\r\nCookie: {b.cookie}\r\n\r\n".encode())
+        out, deadline = b"", time.monotonic() + 15
+        while time.monotonic() < deadline and (chunk := s.recv(65536)):  # closed once the headers are sent
+            out += chunk
+        assert time.monotonic() < deadline, f"the console streamed on: {out[:300]!r}"
+    head, _, body = out.partition(b"\r\n\r\n")
+    assert head.startswith(b"HTTP/1.0 200 ") and b"Content-Type: text/event-stream" in head, out[:300]
+    assert body == b"", body[:300]
+
+
 def test_event_stream_parameters_are_checked(daemon: ConsoleDaemon) -> None:
     b = logged_in(daemon, "victor")
     a = b.get("/api/events?job=nope")
