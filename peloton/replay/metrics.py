@@ -204,7 +204,9 @@ def summarize(replay: Replay) -> dict[str, Any]:
     check(replay)
     c, jobs = replay.cluster, list(replay.jobs)
     done = [j for j in jobs if j.finished]
-    starts = [j.submit for j in jobs] + [s.time for s in replay.timeline[:1]]
+    # t0: the first submission. Not an earlier sample (the driver samples the empty cluster at virtual second 0,
+    # before a trace's first job): idle time no schedule could avoid is not the replay's makespan.
+    starts = [j.submit for j in jobs] or [s.time for s in replay.timeline[:1]]
     t0 = min(starts) if starts else 0.0
     ends = [j.end for j in done if j.end is not None]
     t1 = max(ends) if ends else t0
