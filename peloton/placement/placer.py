@@ -285,9 +285,12 @@ def _model_aware(att: _Attempt, view: ClassView, reqs: list[Vec], members: Seque
 
 
 def _slots(view: ClassView, worker: Vec) -> list[plans.FreeHost]:
-    """Every GPU host of the view as the plan search sees it: how many workers of size `worker` it can take now."""
+    """Every GPU host of the view as the plan search sees it: how many workers of size `worker` it can take now.
+    In the view's class order (most free first, then the class key; hostnames sorted within a class), not the
+    tiers' insertion order: that order is the history of the index (hosts hidden and given back in set order),
+    and the search keeps the first of equally rated plans, so it would decide where a gang goes."""
     free = []
-    for c in view.tiers[True].values():
+    for _, _, c in view.order[True]:
         n = _cap(c, worker)
         if n > 0:
             for name in c.names:

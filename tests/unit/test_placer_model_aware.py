@@ -87,3 +87,16 @@ def test_unequal_or_multi_gpu_workers_fall_back_to_pack() -> None:
                     members=tuple(MemberRequest(i, f"j-{i}-1", two) for i in range(4)))
     p = placed(g, [host(f"h{i}") for i in range(4)])
     assert p.plan is None and len({m.hostname for m in p.members}) == 2
+
+
+def test_equal_plans_tie_break_the_same_whatever_order_the_hosts_came_in() -> None:
+    # One GPU rates the same on any host: which host takes it must not depend on the order the index met the hosts'
+    # free states in (a replay's hosts come and go from the index in set order, which the string hash seed decides:
+    # workload-2 under `auto` ended 14,069 s or 14,076 s mean JCT from one process to the next)
+    hosts = [host("h0", gpu=2), host("h1", gpu=3), host("h2", gpu=4), host("h3", gpu=1)]
+    chosen = {tuple(sorted({m.hostname for m in placed(gang(1), order).members}))
+              for order in (hosts, hosts[::-1], hosts[1:] + hosts[:1], hosts[2:] + hosts[:2])}
+    assert len(chosen) == 1, chosen
+    chosen = {tuple(gpus_per_host(placed(gang(5), order))) + tuple(sorted({m.hostname for m in placed(
+        gang(5), order).members})) for order in (hosts, hosts[::-1], hosts[1:] + hosts[:1])}
+    assert len(chosen) == 1, chosen
