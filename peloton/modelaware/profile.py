@@ -14,6 +14,7 @@ import io
 import math
 from collections.abc import Iterator
 from dataclasses import dataclass
+from typing import Any
 
 from peloton.errors import InvalidArgument
 
@@ -93,12 +94,15 @@ def csv_rows(text: str, source: str, known: tuple[str, ...], required: int, max_
     if unknown:
         raise InvalidArgument(f"{source}: header: unknown column {unknown[0]!r} (known: {', '.join(known)})",
                               field=field)
+    twice = [c for i, c in enumerate(header) if c in header[:i]]
+    if twice:  # which of the two would a row's value be? (a dict of the cells kept the last, silently)
+        raise InvalidArgument(f"{source}: header: column {twice[0]!r} twice", field=field)
     missing = [c for c in known[:required] if c not in header]
     if missing:
         raise InvalidArgument(f"{source}: header has no {', '.join(missing)} column (expected {expected}, got "
                               f"{','.join(header)!r})", field=field)
     seen = 0
-    for n, rec in enumerate(reader, start=1):
+    for n, rec in enumerate(_records(reader, source), start=1):
         if not rec or all(not c.strip() for c in rec):
             continue
         where = f"{source}: row {n} (line {reader.line_num})"
@@ -110,6 +114,21 @@ def csv_rows(text: str, source: str, known: tuple[str, ...], required: int, max_
         yield where, {c: rec[i].strip() for i, c in enumerate(header)}
     if not seen:
         raise InvalidArgument(f"{source}: no rows after the header", field="row")
+
+
+def _records(reader: Any, source: str) -> Iterator[list[str]]:
+    """The csv reader's records; what it cannot read (a cell over its field size limit) refused naming the row
+    and line it stopped at, as a bad row is, not as the csv module's own error."""
+    n = 0
+    while True:
+        try:
+            rec = next(reader)
+        except StopIteration:
+            return
+        except csv.Error as e:
+            raise InvalidArgument(f"{source}: row {n + 1} (line {reader.line_num}): {e}", field="row") from None
+        n += 1
+        yield rec
 
 
 def read_profile(text: str, source: str = "profile") -> list[ProfileRow]:

@@ -113,6 +113,8 @@ POLLUX_HEADER = "name,time,application,num_replicas,batch_size\n"
     ("a\x07b,1,bert,2,384\n", "column name: .* printable"),
     ("a,1,bert,2,99999999999\n", "column batch_size: 99999999999 is more than"),
     ("a,1,bert,70000,384\n", "column num_replicas: 70000 is more than 65536"),
+    # a cell larger than the csv module's field limit: refused naming the file and line, not a csv.Error
+    ("a,1,bert,2,384\nb,2,bert,2," + "1" * 200_000 + "\n", r"t.csv: row 2 \(line 3\): .*field larger than"),
     ("", "no rows after the header"),
 ])
 def test_bad_pollux_rows_name_the_row_and_column(body: str, match: str) -> None:
@@ -124,6 +126,8 @@ def test_bad_pollux_rows_name_the_row_and_column(body: str, match: str) -> None:
     ("", "t.csv: empty"),
     ("name,time,application,num_replicas\na,1,bert,2\n", "header has no batch_size column"),
     ("name,time,app,num_replicas,batch_size\n", "unknown column 'app'"),
+    # two `time` columns: which one is the submit time? (the last one was taken, silently)
+    ("name,time,application,num_replicas,batch_size,time\na,5,bert,1,12,7\n", "header: column 'time' twice"),
 ])
 def test_bad_pollux_files(text: str, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
