@@ -133,12 +133,13 @@ def max_runtime_s(job: TraceJob, model: SpeedModel, cluster: ClusterShape, sizes
 
 def auto_bounds(job: TraceJob, cluster: ClusterShape) -> tuple[int, int]:
     """The gang sizes `auto` may choose: the trace's min_gpus..max_gpus where it gives them (the missing one: the
-    job's own size); otherwise half the job's size (rounded up) to twice it, at most the cluster's GPUs."""
+    job's own size); otherwise half the job's size (rounded up) to twice it, at most the cluster's GPUs and a
+    gang's most members (model.max_instances)."""
     if job.min_gpus is not None or job.max_gpus is not None:
         lo, hi = job.min_gpus or job.gpus, job.max_gpus or job.gpus
     else:
         lo, hi = -(-job.gpus // 2), 2 * job.gpus
-    hi = min(hi, cluster.gpus)
+    hi = min(hi, cluster.gpus, limits.MAX_GANG_SIZE)
     return min(lo, hi), hi
 
 

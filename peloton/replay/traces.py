@@ -21,6 +21,7 @@ import re
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from peloton.domain import limits
 from peloton.errors import InvalidArgument
 from peloton.modelaware.profile import csv_rows
 
@@ -28,7 +29,7 @@ FORMATS = ("pollux", "tiresias", "peloton")
 UNITS = ("samples", "iterations", "seconds")
 MAX_TRACE_ROWS = 1_000_000
 MAX_NAME_CHARS = 128
-MAX_GPUS_PER_JOB = 65_536
+MAX_GPUS_PER_JOB = limits.MAX_GANG_SIZE  # a trace job is one gang of one-GPU members: the most a gang may have
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 TIRESIAS_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
@@ -201,6 +202,9 @@ def read_peloton(text: str, source: str, known: frozenset[str]) -> list[TraceJob
             except ValueError:
                 raise InvalidArgument(f"{where}, column priority: expected a whole number, got "
                                       f"{cell['priority']!r}", field="priority") from None
+            if not limits.INT32_MIN <= priority <= limits.INT32_MAX:  # sla.priority's range
+                raise InvalidArgument(f"{where}, column priority: {priority} is not within {limits.INT32_MIN}.."
+                                      f"{limits.INT32_MAX}", field="priority")
         lo = _count(where, "min_gpus", cell["min_gpus"]) if cell.get("min_gpus") else None
         hi = _count(where, "max_gpus", cell["max_gpus"]) if cell.get("max_gpus") else None
         if (lo is not None and lo > gpus) or (hi is not None and hi < gpus):

@@ -106,6 +106,8 @@ def test_auto_chooses_within_the_traces_bounds_or_half_to_twice_the_size_capped_
     assert policies.auto_bounds(_job(gpus=8, min_gpus=4, max_gpus=16), C16) == (4, 16)
     assert policies.auto_bounds(_job(gpus=8, max_gpus=16), C16) == (8, 16)
     assert policies.auto_bounds(_job(gpus=8, min_gpus=2, max_gpus=128), C16) == (2, 64)
+    # and at a gang's most members (model.max_instances: 4096), however large the cluster
+    assert policies.auto_bounds(_job(gpus=3000), parse_cluster("1100x4")) == (1500, 4096)
     job = _job(gpus=6)
     m = _models()["resnet50"]
     spec = policies.job_spec(job, POLICIES["auto"], C16, m)

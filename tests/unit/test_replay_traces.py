@@ -112,7 +112,8 @@ POLLUX_HEADER = "name,time,application,num_replicas,batch_size\n"
     (",1,bert,2,384\n", "column name: empty"),
     ("a\x07b,1,bert,2,384\n", "column name: .* printable"),
     ("a,1,bert,2,99999999999\n", "column batch_size: 99999999999 is more than"),
-    ("a,1,bert,70000,384\n", "column num_replicas: 70000 is more than 65536"),
+    ("a,1,bert,70000,384\n", "column num_replicas: 70000 is more than 4096"),
+    ("a,1,bert,4097,384\n", "column num_replicas: 4097 is more than 4096"),  # a gang's most members (the spec's)
     # a cell larger than the csv module's field limit: refused naming the file and line, not a csv.Error
     ("a,1,bert,2,384\nb,2,bert,2," + "1" * 200_000 + "\n", r"t.csv: row 2 \(line 3\): .*field larger than"),
     ("", "no rows after the header"),
@@ -177,6 +178,10 @@ def test_peloton_format_all_columns_and_the_short_form() -> None:
     ("a,0,4,bert,100,iterations,,,,,", "column batch_size: needed when unit is iterations"),
     ("a,0,4,bert,0,samples,,,,,", "column work: expected a positive number"),
     ("a,0,4,bert,100,samples,,,high,,", "column priority: expected a whole number, got 'high'"),
+    # sla.priority is an int32: refused here, naming the row, not by the spec once the replay has begun
+    ("a,0,4,bert,100,samples,,,2147483648,,", r"row 1 \(line 2\), column priority: 2147483648 is not within "
+                                              r"-2147483648..2147483647"),
+    ("a,0,4,bert,100,samples,,,,,5000", "column max_gpus: 5000 is more than 4096"),
     ("a,0,4,bert,100,samples,,,,8,", r"column min_gpus: gpus \(4\) must lie within min_gpus..max_gpus \(8..4\)"),
     ("a,0,4,bert,100,samples,,,,,2", r"column max_gpus: gpus \(4\) must lie within min_gpus..max_gpus \(4..2\)"),
 ])
