@@ -175,7 +175,9 @@ class Replay:
             if not s.at_s >= 0:
                 raise ValueError(f"submissions[{s.name}].at_s: must be >= 0, got {s.at_s}")
         self.cluster = cluster
-        self.subs = sorted(submissions, key=lambda s: (s.at_s, s.name))  # stable whatever the input's order
+        # by time, ties in the order given (the trace's: the file's, as traces.read_trace keeps it and the pools are
+        # dealt in it), not by name: the first of two jobs submitted together is the first in line
+        self.subs = sorted(submissions, key=lambda s: s.at_s)
         self.duration_of = duration_of
         self.clock = VirtualClock()
         self._tmp: tempfile.TemporaryDirectory[str] | None = None

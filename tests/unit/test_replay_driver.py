@@ -88,6 +88,15 @@ def test_jobs_submitted_together_start_in_the_traces_order_on_every_run() -> Non
     assert starts == sorted(starts) and len(set(starts)) == 6  # one at a time, in the trace's order
 
 
+def test_jobs_submitted_together_go_in_the_order_given_not_by_name() -> None:
+    # the trace's order is the file's (traces.read_trace keeps ties in it, and the pools are dealt in it): "zeta",
+    # then "alpha", each the whole cluster, at the same second; strict fifo runs zeta first
+    subs = [Submission(0, "zeta", _spec("zeta", 1, 4)), Submission(0, "alpha", _spec("alpha", 1, 4))]
+    r = Replay(Cluster(hosts=1, gpus=4), subs, lambda s, p: 10.0, order="fifo").run()
+    assert [(j.name, round(j.running_s or -1, 3)) for j in r.jobs] == [("zeta", 0.0), ("alpha", 10.0)]
+    assert [j.job_id for j in r.jobs] == ["000000000001", "000000000002"]
+
+
 def test_each_run_is_recorded_and_the_earlier_ones_are_there_at_a_launch() -> None:
     subs = [Submission(0, "a", _spec("a", 2, 4)), Submission(5, "b", _spec("b", 1, 4))]
     seen: dict[str, tuple[Run, ...]] = {}
