@@ -201,16 +201,21 @@ def split_pools(paths: Sequence[str], cluster: ClusterShape) -> list[ResourcePoo
     return out
 
 
-def assign_pools(jobs: Sequence[TraceJob], cluster: ClusterShape,
-                 pools: Sequence[ResourcePool] | None = None) -> tuple[list[ResourcePool], dict[str, str]]:
+def assign_pools(jobs: Sequence[TraceJob], cluster: ClusterShape, pools: Sequence[ResourcePool] | None = None,
+                 source: str = "") -> tuple[list[ResourcePool], dict[str, str]]:
     """The pools of a replay and each job's pool (job name -> pool path).
 
     `pools` given (`--pools FILE`): those; a job whose trace names a pool goes there (it must be one of them,
     and jobs go only to pools without children); the others are dealt to the leaf pools in turn, in submission
     order. Not given: the pools the trace names, or, when it names none, two pools `/a` and `/b`; their
     reservations split the cluster evenly (split_pools), and the jobs without a pool are dealt to them in turn
-    (the 1st, 3rd, 5th job submitted to `/a`, the others to `/b`)."""
+    (the 1st, 3rd, 5th job submitted to `/a`, the others to `/b`). Errors name the row (of `source`)."""
+    at = f"{source}: " if source else ""
     if pools is None:
+        for j in jobs:  # the trace's names become flat pools: one inside another needs its parent given
+            if j.pool is not None and "/" in pool_path(j.pool)[1:]:
+                raise InvalidArgument(f"{at}row {j.row}, column pool: {j.pool!r} is a pool inside another: give the "
+                                      "pools (--pools)", field="pool")
         named = sorted({pool_path(j.pool) for j in jobs if j.pool is not None})
         pools = split_pools(named or TWO_POOLS, cluster)
     parents = {p.parent for p in pools}
@@ -223,7 +228,7 @@ def assign_pools(jobs: Sequence[TraceJob], cluster: ClusterShape,
         if j.pool is not None:
             path = pool_path(j.pool)
             if path not in leaves:
-                raise InvalidArgument(f"row {j.row}, column pool: {j.pool!r} is not a pool to submit to (the "
+                raise InvalidArgument(f"{at}row {j.row}, column pool: {j.pool!r} is not a pool to submit to (the "
                                       f"pools: {', '.join(leaves)})", field="pool")
             out[j.name] = path
         else:

@@ -112,7 +112,7 @@ def setup(trace_path: str, fmt: str, *, cluster: str | None = None, cluster_file
     models = speed_models(read_profiles(profiles))
     for j in jobs:  # the work is known (a Pollux job's application has a data set and epochs)
         work_samples(j, models[j.application], shape)
-    all_pools, pool_of = policies.assign_pools(jobs, shape, pools)
+    all_pools, pool_of = policies.assign_pools(jobs, shape, pools, source)
     return Setup(source, jobs, shape, models, all_pools, pool_of, seed, queue_order)
 
 

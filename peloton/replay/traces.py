@@ -22,6 +22,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 
 from peloton.domain import limits
+from peloton.domain.spec import validate_pool_path
 from peloton.errors import InvalidArgument
 from peloton.modelaware.profile import csv_rows
 
@@ -120,6 +121,19 @@ def _name(where: str, column: str, text: str) -> str:
     return text
 
 
+def _pool(where: str, text: str) -> str:
+    """A pool's name (`research`) or path (`/research`, `/team/sub`): what the replay can create or find."""
+    name = _name(where, "pool", text)
+    try:
+        validate_pool_path(name if name.startswith("/") else f"/{name}", "pool")
+    except InvalidArgument:
+        raise InvalidArgument(f"{where}, column pool: {name!r} is not a pool path (letters, digits, _ . - "
+                              "between slashes)", field="pool") from None
+    if name.strip("/") == "":
+        raise InvalidArgument(f"{where}, column pool: the root pool takes no jobs", field="pool")
+    return name
+
+
 def _application(where: str, column: str, text: str, known: frozenset[str]) -> str:
     if text not in known:
         raise InvalidArgument(f"{where}, column {column}: unknown application {text!r} (known: "
@@ -194,7 +208,7 @@ def read_peloton(text: str, source: str, known: frozenset[str]) -> list[TraceJob
         if unit == "iterations" and batch is None:
             raise InvalidArgument(f"{where}, column batch_size: needed when unit is iterations (samples = "
                                   "iterations x batch_size)", field="batch_size")
-        pool = _name(where, "pool", cell["pool"]) if cell.get("pool") else None
+        pool = _pool(where, cell["pool"]) if cell.get("pool") else None
         priority = None
         if cell.get("priority"):
             try:

@@ -147,6 +147,13 @@ def test_the_traces_pools_or_a_pools_files_and_jobs_without_one_dealt_to_the_lea
     assert pool_of == {"x": "/research", "y": "/t/one", "z": "/prod", "w": "/t/two"}
     with pytest.raises(InvalidArgument, match=r"row 0, column pool: 'prod' is not a pool to submit to"):
         policies.assign_pools(jobs, C16, policies.split_pools(["/research"], C16))
+    # a pool inside another: the replay makes flat pools of the trace's names, so it needs them given (--pools);
+    # it failed once the replay began ("parent pool '/t' of '/t/one' does not exist")
+    with pytest.raises(InvalidArgument, match=r"row 3, column pool: 't/one' is a pool inside another: give the "
+                                              r"pools \(--pools\)"):
+        policies.assign_pools([_job(name="v", pool="t/one", row=3)], C16)
+    _, pool_of = policies.assign_pools([_job(name="v", pool="t/one", row=3)], C16, given)
+    assert pool_of == {"v": "/t/one"}
 
 
 def test_every_known_application_gives_a_valid_spec_under_every_policy() -> None:

@@ -182,6 +182,8 @@ def test_peloton_format_all_columns_and_the_short_form() -> None:
     ("a,0,4,bert,100,samples,,,2147483648,,", r"row 1 \(line 2\), column priority: 2147483648 is not within "
                                               r"-2147483648..2147483647"),
     ("a,0,4,bert,100,samples,,,,,5000", "column max_gpus: 5000 is more than 4096"),
+    # a pool the replay could not create: refused when read, naming the row (it failed once the replay began)
+    ("a,0,4,bert,100,samples,,c d,,,", r"row 1 \(line 2\), column pool: 'c d' is not a pool path"),
     ("a,0,4,bert,100,samples,,,,8,", r"column min_gpus: gpus \(4\) must lie within min_gpus..max_gpus \(8..4\)"),
     ("a,0,4,bert,100,samples,,,,,2", r"column max_gpus: gpus \(4\) must lie within min_gpus..max_gpus \(4..2\)"),
 ])
