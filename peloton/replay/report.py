@@ -6,11 +6,12 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 from xml.sax.saxutils import escape, quoteattr
 
-from peloton.replay.metrics import SIZE_BUCKETS, Replay, percentile, size_bucket, summarize
+from peloton.replay.metrics import SIZE_BUCKETS, Replay, Sample, percentile, size_bucket, summarize
 
 # One colour per policy, in the order given (colour-blind safe: Okabe and Ito's palette).
 COLOURS = ("#0072B2", "#E69F00", "#009E73", "#CC79A7", "#56B4E9", "#D55E00", "#F0E442", "#000000")
@@ -204,13 +205,21 @@ def _unit(span: float) -> tuple[str, float]:
 
 
 def plots(replays: Mapping[str, Replay]) -> dict[str, str]:
-    """The three plots (file name -> SVG text) of the policies' replays; time from each replay's first sample."""
-    starts = {p: r.timeline[0].time if r.timeline else 0.0 for p, r in replays.items()}
+    """The three plots (file name -> SVG text) of the policies' replays; time from each replay's first submission
+    (the metrics' t0: where its makespan starts), or its first sample when it has no jobs."""
+    starts = {p: min((j.submit for j in r.jobs), default=r.timeline[0].time if r.timeline else 0.0)
+              for p, r in replays.items()}
     span = max((r.timeline[-1].time - starts[p] for p, r in replays.items() if r.timeline), default=0.0)
     unit, per = _unit(span)
 
+    def from_start(r: Replay, t0: float) -> list[Sample]:
+        """The samples from t0 on, the one in force at t0 moved to it (before it: the empty cluster)."""
+        before = [s for s in r.timeline if s.time <= t0]
+        after = [s for s in r.timeline if s.time > t0]
+        return ([replace(before[-1], time=t0)] if before else []) + after
+
     def series(attr: str, scale: Mapping[str, float]) -> dict[str, list[tuple[float, float]]]:
-        return {p: [((s.time - starts[p]) / per, float(getattr(s, attr)) / scale[p]) for s in r.timeline]
+        return {p: [((s.time - starts[p]) / per, float(getattr(s, attr)) / scale[p]) for s in from_start(r, starts[p])]
                 for p, r in replays.items()}
 
     ones = dict.fromkeys(replays, 1.0)

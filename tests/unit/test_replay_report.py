@@ -133,3 +133,17 @@ def test_ticks_are_round_and_cover_the_range() -> None:
     assert ticks(0, 0.9)[-1] >= 0.9 and ticks(3, 3)[0] == 3 and ticks(3, 3)[-1] == 4
     t = ticks(0, 28_800)
     assert t[0] == 0 and t[-1] >= 28_800 and len(t) <= 7
+
+
+def test_time_in_the_plots_runs_from_the_first_submission_as_the_makespan_does() -> None:
+    # the driver samples the empty cluster at virtual 0; the trace's first job comes at 100. The allocation line
+    # starts where the makespan does, so the area under it over its length is gpu_alloc_frac (docs: "The report")
+    jobs = [JobRecord("a", "p", 8, 100, 100, 110, {"h1": 4, "h2": 4}, frozenset({"r1"}))]
+    r = Replay(Cluster(2, 4), jobs, [Sample(0, 0, 0), Sample(100, 8, 0), Sample(110, 0, 0)])
+    assert compare({"p": r})["p"]["gpu_alloc_frac"] == 1
+    alloc = _parse(plots({"p": r})["allocation.svg"])
+    ticks_x = [float(t.text or "nan") for t in alloc.iter(f"{SVG}text") if t.get("text-anchor") == "middle"
+               and t.get("y") == str(380 - 52 + 18)]
+    assert ticks_x[0] == 0 and ticks_x[-1] == 10  # 0 to 10 s, not 0 to 110
+    path = next(g for g in alloc.iter(f"{SVG}g") if g.get("class") == "series").find(f"{SVG}path")
+    assert path is not None and path.get("d", "").startswith("M70.0,36.0")  # at the top (all 8 GPUs) from x = 0
