@@ -185,6 +185,9 @@ class Console:
 class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
+    # the listen backlog (socketserver's default is 5): a burst of connections beyond it (a few browsers opening
+    # their pages at once) had its handshakes' last step dropped by the kernel and retried after 1, 2, 4... s
+    request_queue_size = 2 * MAX_CONNECTIONS
 
     def __init__(self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], console: Console) -> None:
         if ":" in address[0]:
