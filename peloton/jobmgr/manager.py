@@ -18,6 +18,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import TypeVar
 
 from prometheus_client import Counter
 from sqlalchemy.orm import Session, sessionmaker
@@ -794,14 +795,7 @@ class JobManager:
         self.hub.forget()
 
     def _list_running(self) -> list[str]:
-        out: list[str] = []
-        token = ""
-        while True:
-            page, token = self.hostmgr.running_tasks(token)
-            out += page
-            progress()
-            if not token:
-                return out
+        return _every_page(self.hostmgr.running_tasks)
 
     def _check_gangs(self, gangs: Sequence[tuple[str, int]],
                      check: Callable[[policy.JobView, policy.GangView, float], policy.Effects]) -> None:
@@ -1005,14 +999,7 @@ class JobManager:
         in the store (DONE, on a later attempt, their job deleted) for QUEUE_CHECK_S: their release was lost with
         a job manager that died before sending it (resmgr, in a process of its own, lived on). Released again, or
         their pool's share stays counted for ever."""
-        held: list[tuple[str, int]] = []
-        token = ""
-        while True:
-            page, token = self.resmgr.held_gangs(token)
-            held += page
-            progress()
-            if not token:
-                break
+        held = _every_page(self.resmgr.held_gangs)
         if not held:
             return
 
@@ -1085,6 +1072,22 @@ class JobManager:
             else:
                 yield from messages(changes, rev)
             after = rev
+
+
+T = TypeVar("T")
+
+
+def _every_page(fetch: Callable[[str], tuple[list[T], str]]) -> list[T]:
+    """Every item of a paged listing (`fetch(token)` -> (page, next token; "" after the last)), saying progress
+    after each page (a long listing in a loop's pass is not a stuck loop)."""
+    out: list[T] = []
+    token = ""
+    while True:
+        page, token = fetch(token)
+        out += page
+        progress()
+        if not token:
+            return out
 
 
 __all__ = ["JobManager", "JobRecord", "gang_id_for", "gang_request"]

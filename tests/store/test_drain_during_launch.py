@@ -4,8 +4,7 @@ runs on another host."""
 
 from __future__ import annotations
 
-import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -19,6 +18,7 @@ from peloton.domain.states import TaskState
 from peloton.hostmgr.sim.backend import SimSettings
 from peloton.server import Daemon
 from peloton.settings import ServerConfig
+from tests.e2e.harness import wait_until
 
 
 @pytest.fixture
@@ -31,16 +31,6 @@ def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
         yield d
     finally:
         d.stop()
-
-
-def wait(pred: Callable[[], Any], what: str, timeout: float = 20.0) -> Any:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        v = pred()
-        if v:
-            return v
-        time.sleep(0.05)
-    raise AssertionError(f"timed out waiting for {what}")
 
 
 def test_a_gang_whose_host_is_drained_before_its_launch_runs_whole_elsewhere_as_the_same_attempt(
@@ -72,7 +62,7 @@ def test_a_gang_whose_host_is_drained_before_its_launch_runs_whole_elsewhere_as_
         tasks = jm.list_tasks(job)[0]
         return tasks if all(t.state == TaskState.RUNNING for t in tasks) else None
 
-    tasks = wait(running, "the gang to run")
+    tasks = wait_until(running, timeout=20, interval=0.05, what="the gang to run")
     assert drained
     assert all(t.host and t.host != drained[0] for t in tasks)  # none on the drained host, all placed anew
     assert [t.attempt for t in tasks] == [1, 1]  # refused, not failed: no attempt lost
