@@ -13,7 +13,9 @@ from peloton.api import convert, request_checks
 from peloton.api.status import grpc_errors
 from peloton.api.v1 import internal_pb2, internal_pb2_grpc, respool_pb2, respool_pb2_grpc
 from peloton.domain.limits import MAX_INSTANCES
+from peloton.domain.model import ResourcePool
 from peloton.domain.pools import check_pool, validate_pool
+from peloton.domain.resources import Resources
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.resmgr.manager import ResourceManager
 from peloton.store import repo
@@ -141,6 +143,18 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             gangs=[internal_pb2.AdmissionPreview(reason=p.reason, ahead=p.ahead, borrows=p.borrows) for p in out])
 
 
+def create_pool(s: Session, pool: ResourcePool, capacity: Resources | None) -> list[str]:
+    """CreatePool's transaction (the caller's, not committed here): `pool` checked against the tree in the
+    transaction that writes it, and no other pool change in between (PostgreSQL: repo.lock_pool_tree). Returns
+    check_pool's warnings."""
+    repo.lock_pool_tree(s)
+    pools = {p.path: p for p in repo.list_pools(s)}
+    busy = repo.unfinished_jobs_in(s, pool.parent) if pool.parent and pool.path not in pools else 0
+    warnings = check_pool(pools, pool, capacity, busy=busy)
+    repo.create_pool(s, replace(pool, created_at=time.time()))
+    return warnings
+
+
 class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
     def __init__(self, rm: ResourceManager, sessions: sessionmaker[Session]) -> None:
         self.rm = rm
@@ -149,12 +163,8 @@ class ResourcePoolServicer(respool_pb2_grpc.ResourcePoolServiceServicer):
     @grpc_errors
     def CreatePool(self, request: respool_pb2.CreatePoolRequest, context: grpc.ServicerContext) -> respool_pb2.CreatePoolResponse:
         pool = validate_pool(convert.pool_from_proto(request.pool))
-        with transaction(self.sessions) as s:  # checked against the tree in the transaction that writes it
-            repo.lock_pool_tree(s)  # and no other pool change in between (PostgreSQL: repo.lock_pool_tree)
-            pools = {p.path: p for p in repo.list_pools(s)}
-            busy = repo.unfinished_jobs_in(s, pool.parent) if pool.parent and pool.path not in pools else 0
-            warnings = check_pool(pools, pool, self.rm.capacity(), busy=busy)
-            repo.create_pool(s, replace(pool, created_at=time.time()))
+        with transaction(self.sessions) as s:
+            warnings = create_pool(s, pool, self.rm.capacity())
         self.rm.refresh_pools()
         return respool_pb2.CreatePoolResponse(warnings=warnings)
 
