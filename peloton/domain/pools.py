@@ -35,7 +35,9 @@ def children(pools: Iterable[ResourcePool], path: str) -> list[ResourcePool]:
 
 
 def check_job_pool(pools: Mapping[str, ResourcePool], path: str) -> None:
-    """A new job's pool: it exists and is a leaf, or the root. InvalidArgument naming `respool`."""
+    """A new job's pool: it exists and is a leaf, or the root. InvalidArgument naming `respool`. Checked against the
+    pools in memory; the job's commit checks it again in the store (repo._check_pools), where a pool change made
+    meanwhile is seen."""
     if path not in pools:
         raise InvalidArgument(f"respool: resource pool {path} does not exist", field="respool")
     if path == "/":

@@ -145,9 +145,11 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
 
 def create_pool(s: Session, pool: ResourcePool, capacity: Resources | None) -> list[str]:
     """CreatePool's transaction (the caller's, not committed here): `pool` checked against the tree in the
-    transaction that writes it, and no other pool change in between (PostgreSQL: repo.lock_pool_tree). Returns
-    check_pool's warnings."""
-    repo.lock_pool_tree(s)
+    transaction that writes it, and no other pool change in between (PostgreSQL: repo.lock_pool_tree). The parent's
+    row is locked too before its unfinished jobs are counted (a pool with some gets no children): a new job's batch
+    that holds it commits first and is counted, one that comes after finds the parent a leaf no more (its row's
+    count of children, which create_pool adds to) and is refused. Returns check_pool's warnings."""
+    repo.lock_pool_tree(s, pool.parent)
     pools = {p.path: p for p in repo.list_pools(s)}
     busy = repo.unfinished_jobs_in(s, pool.parent) if pool.parent and pool.path not in pools else 0
     warnings = check_pool(pools, pool, capacity, busy=busy)

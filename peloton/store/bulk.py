@@ -178,10 +178,13 @@ def _copy_field(v: Any) -> str:
 # whole batch instead of one per table, then the commit. The sub-statements share one snapshot, so a row must not be
 # both inserted and updated in one batch (the caller sends those one table at a time), and the foreign keys are
 # checked at the end of the statement, when every CTE's rows are in.
-# The new jobs' pools are locked (FOR KEY SHARE, as a foreign key's check would) and counted in the same statement:
-# a pool deleted before it is gone from the count, and one not deleted yet cannot be until the batch committed,
-# since DeletePool locks the pool's row before it counts the pool's jobs (repo.delete_pool). No foreign key: a pool
-# may be deleted with finished jobs in it.
+# The new jobs' pools are locked (FOR KEY SHARE, as a foreign key's check would) and counted in the same statement,
+# those that are leaves apart (their row's `children` is 0): a pool deleted, or given a child, before is gone from the
+# count, and one not deleted yet cannot be until the batch committed, nor given a child, since DeletePool locks the
+# pool's row before it counts the pool's jobs (repo.delete_pool), CreatePool the parent's (repo.lock_pool_tree). A
+# statement that waited for that lock has a snapshot older than the child's row: READ COMMITTED reads again only the
+# row it waited for, as the pool change left it (EvalPlanQual), so leafness is a column of that row, not a count of
+# children in the statement. No foreign key: a pool may be deleted with finished jobs in it.
 FENCE_INFO = COMMIT_CHECK  # Session.info: the object whose epochs every commit checks (Fence)
 FENCE_CHECKED = COMMIT_CHECKED  # Session.info: this transaction's epochs were read with its writes
 
@@ -213,7 +216,7 @@ def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update], poo
     """PostgreSQL only: every insert and update (and, when the session has a fence, its epoch check) in one
     statement. Returns how many rows each update with rows changed (fewer than given: some did not exist). A fence
     that finds another leader raises (its `checked`) after the statement: the caller rolls back. `pools`: the new
-    jobs' pools, locked until the commit; NoPool when one does not exist (the caller rolls back)."""
+    jobs' pools, locked until the commit; NoPool when one does not exist or has children (the caller rolls back)."""
     fence = s.info.get(FENCE_INFO)
     wanted = sorted(set(pools))
     sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys), pools=wanted)
@@ -230,7 +233,7 @@ def write_batch(s: Tx, inserts: Sequence[Insert], updates: Sequence[Update], poo
     if fence is not None:
         fence.checked(s, list(zip(row[n] or [], row[n + 1] or [], strict=True)))
     if wanted and int(row[-1]) != len(wanted):
-        raise NoPool(len(wanted) - int(row[-1]))
+        raise NoPool(len(wanted) - int(row[-2]))
     return [int(c) for c in row[:n]]
 
 
@@ -241,7 +244,7 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
     (synchronous_commit): one round trip where BEGIN, the statement and COMMIT were three. What the caller checked
     before committing, the statement checks itself, failing (and rolling back with it) when an update finds fewer
     rows than it has (Missing), the fence finds another leader (its Fenced, from reading the epochs again) or a
-    new job's pool does not exist (NoPool)."""
+    new job's pool does not exist or has children (NoPool)."""
     assert tx.fresh, "commit_batch: the statement must be the whole transaction"
     fence = tx.info.get(FENCE_INFO)
     sql, params = batch_sql(inserts, updates, None if fence is None else list(fence.keys),
@@ -275,7 +278,7 @@ def commit_batch(tx: RawTransaction, inserts: Sequence[Insert], updates: Sequenc
         if refused.group(1) == "fenced" and fence is not None:
             fence.check_raw(tx)  # raises its Fenced (and tells the daemon), having read the epochs again
             raise
-        if refused.group(1) == "nopool":  # (the text has how many were found)
+        if refused.group(1) == "nopool":  # (the text has how many were found, then how many of them are leaves)
             raise NoPool(len(set(pools)) - int(refused.group(2))) from e
         raise Missing(int(refused.group(2)), int(refused.group(3))) from e
     finally:
@@ -346,28 +349,31 @@ class Missing(Exception):
         self.index, self.found = index, found
 
 
-def count_pools(s: Tx, pools: Sequence[str]) -> int:
-    """How many of `pools` (distinct paths) exist, each locked until the transaction ends on PostgreSQL (FOR KEY
-    SHARE, as in write_batch's statement); the check of a batch that does not go as one statement."""
+def count_pools(s: Tx, pools: Sequence[str]) -> tuple[int, int]:
+    """How many of `pools` (distinct paths) exist, and how many of those are leaves (no children), each locked until
+    the transaction ends on PostgreSQL (FOR KEY SHARE, as in write_batch's statement); the check of a batch that
+    does not go as one statement."""
     cur, dialect = cursor(s)
     try:
         if dialect == "postgresql":
-            cur.execute("SELECT count(*) FROM (SELECT path FROM resource_pools WHERE path = ANY(%s) ORDER BY path "
-                        "FOR KEY SHARE) p", (list(pools),))
+            cur.execute("SELECT count(*), count(*) FILTER (WHERE children = 0) FROM (SELECT path, children FROM "
+                        "resource_pools WHERE path = ANY(%s) ORDER BY path FOR KEY SHARE) p", (list(pools),))
         else:
-            cur.execute("SELECT count(*) FROM resource_pools WHERE path IN (" + ", ".join("?" for _ in pools) + ")",
-                        list(pools))
+            cur.execute("SELECT count(*), count(CASE WHEN children = 0 THEN 1 END) FROM resource_pools WHERE path IN ("
+                        + ", ".join("?" for _ in pools) + ")", list(pools))
         count_statement("SELECT", "resource_pools")
-        return int(cur.fetchone()[0])
+        found, leaves = cur.fetchone()
+        return int(found), int(leaves)
     finally:
         cur.close()
 
 
 class NoPool(Exception):
-    """write_batch, commit_batch: `missing` of the new jobs' pools do not exist (deleted meanwhile)."""
+    """write_batch, commit_batch: not every one of the new jobs' pools is a leaf that exists: `missing` of them do
+    not exist (deleted meanwhile), the others that fail have children (given one meanwhile)."""
 
     def __init__(self, missing: int) -> None:
-        super().__init__(f"{missing} of the new jobs' pools do not exist")
+        super().__init__(f"not every one of the new jobs' pools is a leaf ({missing} do not exist)")
         self.missing = missing
 
 
@@ -380,8 +386,9 @@ def batch_sql(inserts: Sequence[Insert], updates: Sequence[Update], fence_keys: 
               checked: list[int] | None = None, *, pools: Sequence[str] = ()) -> tuple[str, list[Any]]:
     """write_batch's statement and parameters ("" when there is nothing to send). It selects the count of each
     update's rows, then the fence's keys and values (two arrays, in key order), then (with `pools`: distinct paths)
-    how many of `pools` exist, each of those locked (FOR KEY SHARE). With `checked` (the fence's epochs, in key
-    order; [] with no fence), commit_batch's: it checks those itself and fails when one is wrong."""
+    how many of `pools` exist, each of those locked (FOR KEY SHARE), and how many of those are leaves. With
+    `checked` (the fence's epochs, in key order; [] with no fence), commit_batch's: it checks those itself and fails
+    when one is wrong (for the pools: unless every one is a leaf)."""
     ins = [i for i in inserts if i.rows]
     ups = [u for u in updates if u.rows]
     if not ins and not ups and fence_keys is None:
@@ -427,8 +434,11 @@ def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
         parts.append("f AS (SELECT key, value FROM meta WHERE key = ANY(%s) ORDER BY key FOR KEY SHARE)")
         selects += ["(SELECT array_agg(key ORDER BY key) FROM f)", "(SELECT array_agg(value ORDER BY key) FROM f)"]
     if pools:
-        parts.append("p AS (SELECT path FROM resource_pools WHERE path = ANY(%s) ORDER BY path FOR KEY SHARE)")
-        selects.append("(SELECT count(*) FROM p)")
+        # `children` as the lock found it: a pool change that held the row is committed by then, and the row is
+        # read again as it left it (the statement's snapshot alone would not see a child created meanwhile)
+        parts.append("p AS (SELECT path, children FROM resource_pools WHERE path = ANY(%s) ORDER BY path "
+                     "FOR KEY SHARE)")
+        selects += ["(SELECT count(*) FROM p)", "(SELECT count(*) FROM p WHERE children = 0)"]
     if checked:
         # a failed check casts text naming it to bigint: the error (with the text) fails the statement. The text
         # reads a CTE, so the planner cannot fold the cast (and fail) ahead of the CASE
@@ -438,8 +448,8 @@ def _batch_text(inserts: tuple[tuple[Table, tuple[str, ...], int], ...],
             whens.append("WHEN (SELECT array_agg(coalesce(value, '0')::bigint ORDER BY key) FROM f) IS DISTINCT FROM "
                          "%s::bigint[] THEN CAST('peloton-fenced-' || (SELECT count(*) FROM f) AS bigint)")
         if pools:
-            whens.append("WHEN (SELECT count(*) FROM p) <> %s THEN CAST('peloton-nopool-' || (SELECT count(*) FROM p) "
-                         "AS bigint)")
+            whens.append("WHEN (SELECT count(*) FROM p WHERE children = 0) <> %s THEN CAST('peloton-nopool-' || "
+                         "(SELECT count(*) FROM p) || '-' || (SELECT count(*) FROM p WHERE children = 0) AS bigint)")
         selects = ["CASE " + " ".join(whens) + " ELSE 0 END"] if whens else []
     # the inserts' CTEs are read by nothing: PostgreSQL runs a data-modifying CTE all the same
     return "WITH " + ", ".join(parts) + " SELECT " + (", ".join(selects) or "1")

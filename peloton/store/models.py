@@ -123,6 +123,9 @@ class ResourcePoolRow(Base):
     submitters: Mapped[str] = mapped_column(Text, nullable=False, server_default="[]")  # JSON list of principals
     allow_root: Mapped[bool] = mapped_column(Boolean, nullable=False, server_default=false())
     reservation_type: Mapped[str] = mapped_column(String(16), nullable=False, server_default="elastic")
+    # how many child pools it has (repo.create_pool, repo.delete_pool): a new job's pool must have none, and the
+    # batch that commits the job reads it in the pool's own row, the row it locks (bulk.write_batch)
+    children: Mapped[int] = mapped_column(Integer, nullable=False, server_default="0")
 
 
 class MetaRow(Base):

@@ -339,7 +339,8 @@ def insert_job(s: Session, job: Job, gangs: Sequence[Gang], tasks: Sequence[Task
     others when the caller commits. AlreadyExists (field 'id') if the id is taken; the database's unique key decides,
     so two concurrent inserts of one id cannot both succeed on either store. After that error the transaction is
     unusable on PostgreSQL (and half-done on both): the caller rolls back. InvalidArgument (field 'respool') if
-    the job's pool does not exist (deleted since the create checked it; `_check_pools`)."""
+    the job's pool does not exist or has children (deleted, or given a child, since the create checked it;
+    `_check_pools`)."""
     _check_pools(s, [job.spec.respool])
     try:
         _core(s).execute(insert(_JOBS), [_job_to_dict(job)])
@@ -462,24 +463,35 @@ def delete_job(s: Session, job_id: str) -> None:
 
 
 def _pools_to_check(pools: Iterable[str]) -> list[str]:
-    """The pools whose existence a new job's insert checks: not the root, which is never deleted."""
+    """The pools a new job's insert checks (they exist, they are leaves): not the root, which is never deleted and
+    takes jobs whatever its children."""
     return sorted({p for p in pools if p != "/"})
 
 
 def _check_pools(s: bulk.Tx, pools: Iterable[str]) -> None:
-    """InvalidArgument (field 'respool') unless every one of the new jobs' `pools` exists, each locked until the
-    transaction ends (PostgreSQL; on SQLite the writer lock keeps DeletePool out). The create checked its pool
-    before it was queued for the writer; DeletePool, which counts the pool's jobs, may have deleted it meanwhile,
-    and must not delete it between this check and the commit (it locks the pool's row first: delete_pool)."""
+    """InvalidArgument (field 'respool') unless every one of the new jobs' `pools` exists and is a leaf (its row's
+    `children` is 0), each locked until the transaction ends (PostgreSQL; on SQLite the writer lock keeps the pool
+    changes out). The create checked its pool before it was queued for the writer; DeletePool, which counts the
+    pool's jobs, may have deleted it meanwhile, or CreatePool, which counts the parent's, given it a child. Neither
+    may do so between this check and the commit: each locks the row first (delete_pool; CreatePool's
+    lock_pool_tree), and on PostgreSQL a check that waited for that lock reads the row again as they left it."""
     wanted = _pools_to_check(pools)
-    if wanted and bulk.count_pools(s, wanted) != len(wanted):
-        raise _no_pool(wanted)
+    if wanted:
+        found, leaves = bulk.count_pools(s, wanted)
+        if leaves != len(wanted):
+            raise _no_pool(wanted, len(wanted) - found)
 
 
-def _no_pool(wanted: Sequence[str]) -> InvalidArgument:
+def _no_pool(wanted: Sequence[str], missing: int) -> InvalidArgument:
+    """The error of a batch whose new jobs' pools are not all leaves: `missing` of them do not exist (the others
+    that fail have children)."""
     which = f"resource pool {wanted[0]}" if len(wanted) == 1 else f"one of the resource pools {', '.join(wanted)}"
-    return InvalidArgument(f"respool: {which} does not exist (deleted while the job was being created)",
-                           field="respool")
+    if missing:
+        return InvalidArgument(f"respool: {which} does not exist (deleted while the job was being created)",
+                               field="respool")
+    which = wanted[0] if len(wanted) == 1 else which
+    return InvalidArgument(f"respool: {which} has child pools (created while the job was being created); jobs go "
+                           f"to a leaf pool", field="respool")
 
 
 class Writes:
@@ -488,8 +500,8 @@ class Writes:
     as one statement with the fence's epoch check and the new jobs' pools' check (bulk.write_batch: one round trip,
     then the commit); otherwise, and on SQLite (in-process: no round trips to save), one statement per table, as
     the functions above send them, after the pools' check. Errors are theirs: AlreadyExists (field 'id') for a job
-    id taken, InvalidArgument (field 'respool') for a new job's pool deleted meanwhile, NotFound for an update of a
-    row that does not exist; the caller rolls back."""
+    id taken, InvalidArgument (field 'respool') for a new job's pool deleted or given a child meanwhile, NotFound
+    for an update of a row that does not exist; the caller rolls back."""
 
     def __init__(self) -> None:
         self._jobs: list[dict[str, Any]] = []
@@ -578,7 +590,7 @@ class Writes:
                 return
             counts = bulk.write_batch(s, inserts, updates, pools)
         except bulk.NoPool as e:
-            raise _no_pool(pools) from e
+            raise _no_pool(pools, e.missing) from e
         except bulk.Missing as e:
             counts = [len(u.rows) for u in with_rows]
             counts[e.index] = e.found
@@ -831,20 +843,29 @@ def count_task_events(s: Session, job_id: str, instance: int) -> int:
 # --- resource pools ---------------------------------------------------------------------------------------
 # Written by the pool servicer (resmgr/service.py: the tree is checked and written in one transaction, then the
 # resource manager reloads it) and at start ('/'); read whole (list_pools) by the resource and job managers.
-def lock_pool_tree(s: Session) -> None:
+def lock_pool_tree(s: Session, *paths: str | None) -> None:
     """Serialize the transactions that change the pool tree: each checks the new pool against the whole tree it has
     read (domain/pools.py: children within their parent's reservation), which READ COMMITTED on PostgreSQL lets two
     of them read before either writes (two siblings each passing alone, together over their parent). So each first
     locks the root's row (always there) until it commits. SQLite's writer lock already serializes them (FOR UPDATE
-    is not rendered there)."""
-    s.execute(select(_POOLS.c.path).where(_POOLS.c.path == "/").with_for_update())
+    is not rendered there).
+
+    `paths` (None and '/' ignored): pools whose rows are locked too, in the same statement, after the root's (every
+    locker takes the root first: no deadlock). CreatePool locks the parent's before it counts the parent's jobs:
+    a new job's batch that holds it (bulk.write_batch, FOR KEY SHARE) commits first and is counted, and one that
+    comes after waits for CreatePool and finds the parent a leaf no more (its row's `children`, create_pool)."""
+    wanted = sorted({"/", *(p for p in paths if p)})
+    where = _POOLS.c.path == "/" if len(wanted) == 1 else _POOLS.c.path.in_(wanted)
+    s.execute(select(_POOLS.c.path).where(where).order_by(_POOLS.c.path).with_for_update())
 
 
 def create_pool(s: Session, pool: ResourcePool) -> None:
-    """Insert `pool`. AlreadyExists (field 'path') if the path exists; NotFound (field 'path') if the parent does
-    not exist. Checked by reading first; on PostgreSQL another call may create the pool (or delete its parent)
-    between the check and the insert (on SQLite the writer lock serializes them): the keys refuse it, as Conflict
-    (field 'path'; the transaction is then unusable: the caller rolls back, the client tries again)."""
+    """Insert `pool`, and add 1 to its parent's count of children (`children`, the parent's own row: what a new
+    job's commit checks, _check_pools). AlreadyExists (field 'path') if the path exists; NotFound (field 'path') if
+    the parent does not exist. Checked by reading first; on PostgreSQL another call may create the pool (or delete
+    its parent) between the check and the insert (on SQLite the writer lock serializes them): the keys refuse it,
+    as Conflict (field 'path'; the transaction is then unusable: the caller rolls back, the client tries again). The
+    callers lock the tree first (lock_pool_tree)."""
     if _pool_exists(s, pool.path):
         raise AlreadyExists(f"resource pool {pool.path!r} already exists", field="path")
     parent = pool.parent
@@ -869,6 +890,13 @@ def create_pool(s: Session, pool: ResourcePool) -> None:
         )
     except IntegrityError:
         raise Conflict(f"resource pool {pool.path!r} or its parent changed meanwhile; try again", field="path") from None
+    if parent is not None:
+        _count_child(s, parent, 1)
+
+
+def _count_child(s: Session, parent: str, delta: int) -> None:
+    s.execute(update(ResourcePoolRow).where(ResourcePoolRow.path == parent)
+              .values(children=ResourcePoolRow.children + delta).execution_options(**_NO_SYNC))
 
 
 def update_pool(s: Session, pool: ResourcePool) -> None:
@@ -909,14 +937,16 @@ def list_pools(s: Session) -> list[ResourcePool]:
 
 
 def delete_pool(s: Session, path: str) -> None:
-    """Delete pool `path`. NotFound (field 'path') if absent; FailedPrecondition (field 'path') for '/', a pool with
-    children, or a pool with unfinished jobs. A job being created in the pool meanwhile is either counted or
-    refused at its commit (the pool's row lock on PostgreSQL, the writer lock on SQLite; `_check_pools`)."""
+    """Delete pool `path`, and take 1 from its parent's count of children. NotFound (field 'path') if absent;
+    FailedPrecondition (field 'path') for '/', a pool with children, or a pool with unfinished jobs. A job being
+    created in the pool meanwhile is either counted or refused at its commit (the pool's row lock on PostgreSQL,
+    the writer lock on SQLite; `_check_pools`)."""
     if path == "/":
         raise FailedPrecondition("the root pool '/' cannot be deleted", field="path")
     # its row locked before its jobs are counted: a create whose batch holds it (bulk.write_batch, FOR KEY SHARE)
     # commits first and is counted; one that comes after waits for this delete and finds the pool gone
-    if s.execute(select(_POOLS.c.path).where(_POOLS.c.path == path).with_for_update()).first() is None:
+    row = s.execute(select(_POOLS.c.parent).where(_POOLS.c.path == path).with_for_update()).first()
+    if row is None:
         raise NotFound(f"resource pool {path!r} not found", field="path")
     children = s.execute(select(_POOLS.c.path).where(_POOLS.c.parent == path).order_by(_POOLS.c.path)).scalars().all()
     if children:
@@ -927,6 +957,8 @@ def delete_pool(s: Session, path: str) -> None:
     if busy:
         raise FailedPrecondition(f"resource pool {path!r} has {busy} unfinished job(s)", field="path")
     s.execute(delete(ResourcePoolRow).where(ResourcePoolRow.path == path).execution_options(**_NO_SYNC))
+    if row.parent is not None:
+        _count_child(s, row.parent, -1)
 
 
 def ensure_root_pool(s: Session, now: float) -> None:

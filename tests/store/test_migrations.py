@@ -15,8 +15,12 @@ from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 from sqlalchemy import inspect, text
 
-from peloton.domain.model import TaskEvent
+from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent
+from peloton.domain.resources import Resources
+from peloton.domain.spec import JobSpec
 from peloton.domain.states import TaskState
+from peloton.errors import InvalidArgument
+from peloton.jobmgr import gang_policy as policy
 from peloton.store import db, repo
 from peloton.store.models import Base
 
@@ -44,7 +48,7 @@ def _tables(url: str) -> set[str]:
 def test_single_head() -> None:
     heads = _script().get_heads()
     assert len(heads) == 1, f"migrations must have exactly one head, got {heads}"
-    assert heads[0] == "0012"
+    assert heads[0] == "0013"
 
 
 def test_the_head_read_from_the_scripts_names_is_alembics() -> None:
@@ -228,5 +232,60 @@ def _listed(url: str) -> list[tuple[object, ...]]:
         with db.transaction(db.make_read_sessions(engine)) as s:
             return [(e.job_id, e.instance, e.attempt, e.state.value, e.time, e.host, e.reason, e.message, e.exit_code)
                     for e in repo.list_task_events(s, "j")[0]]
+    finally:
+        engine.dispose()
+
+
+def _pool_children(url: str) -> dict[str, int]:
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {r[0]: r[1] for r in conn.execute(text("SELECT path, children FROM resource_pools"))}
+    finally:
+        engine.dispose()
+
+
+def test_0013_counts_the_children_each_existing_pool_has(db_url: str) -> None:
+    """A store made before 0013 has its pools' children counted into each parent's row, which a new job's commit
+    reads (a job in a pool that already has children is refused), and which CreatePool and DeletePool keep after."""
+    db.upgrade(db_url, "0012")
+    engine = db.make_engine(db_url)
+    try:
+        with engine.begin() as conn:
+            for path, parent in (("/", None), ("/a", "/"), ("/a/x", "/a"), ("/a/y", "/a"), ("/a/x/deep", "/a/x"),
+                                 ("/b", "/")):
+                conn.execute(text("INSERT INTO resource_pools (path, parent, reservation, share, created_at) "
+                                  "VALUES (:path, :parent, '{}', 1, 1)"), {"path": path, "parent": parent})
+    finally:
+        engine.dispose()
+    db.upgrade(db_url)
+    assert _pool_children(db_url) == {"/": 2, "/a": 2, "/a/x": 1, "/a/y": 0, "/a/x/deep": 0, "/b": 0}
+    engine = db.make_engine(db_url)
+    try:
+        sessions = db.make_sessions(engine)
+        with pytest.raises(InvalidArgument, match=r"^respool: /a/x has child pools"), db.transaction(sessions) as s:
+            repo.insert_job(s, *_job("j", "/a/x"))
+        with db.transaction(sessions) as s:
+            repo.insert_job(s, *_job("j", "/a/y"))
+            repo.delete_pool(s, "/a/x/deep")
+            repo.create_pool(s, ResourcePool(path="/b/c"))
+    finally:
+        engine.dispose()
+    assert _pool_children(db_url) == {"/": 2, "/a": 2, "/a/x": 0, "/a/y": 0, "/b": 1, "/b/c": 0}
+    db.downgrade(db_url, "0012")
+    assert "children" not in {c["name"] for c in _columns(db_url, "resource_pools")}
+    db.upgrade(db_url)
+    assert _pool_children(db_url) == {"/": 2, "/a": 2, "/a/x": 0, "/a/y": 0, "/b": 1, "/b/c": 0}
+
+
+def _job(job_id: str, pool: str) -> tuple[Job, list[Gang], list[Task]]:
+    return policy.new_job_records(job_id, JobSpec(name=job_id, respool=pool, instances=1, command="true",
+                                                  resources=Resources(cpu=1)), 10.0)
+
+
+def _columns(url: str, table: str) -> list[dict[str, Any]]:
+    engine = db.make_engine(url)
+    try:
+        return list(inspect(engine).get_columns(table))  # type: ignore[arg-type]
     finally:
         engine.dispose()
