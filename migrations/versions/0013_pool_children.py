@@ -32,16 +32,7 @@ def upgrade() -> None:
 
 
 def downgrade() -> None:
-    sqlite = op.get_bind().dialect.name == "sqlite"
-    parents: list[dict[str, str]] = []
-    if sqlite:
-        # the batch copies the rows into a new table whose `parent` refers to the old one, then drops the old one:
-        # a child pool's row would fail that drop (its foreign key checked at once, or, deferred, still counted as
-        # broken at the commit). So no row refers to another while the table is copied, then each gets its parent back
-        parents = [dict(r) for r in op.get_bind().execute(
-            sa.text("SELECT path, parent FROM resource_pools WHERE parent IS NOT NULL")).mappings()]
-        op.execute("UPDATE resource_pools SET parent = NULL")
+    # (on SQLite the batch copies the table: db.downgrade runs it with foreign keys off, as a child pool's row
+    # refers to the table being replaced)
     with op.batch_alter_table("resource_pools") as batch:
         batch.drop_column("children")
-    if parents:
-        op.get_bind().execute(sa.text("UPDATE resource_pools SET parent = :parent WHERE path = :path"), parents)

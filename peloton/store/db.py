@@ -25,7 +25,7 @@ from sqlalchemy.exc import TimeoutError as PoolTimeoutError
 from sqlalchemy.orm import Session, sessionmaker
 
 import peloton
-from peloton.errors import InvalidArgument, Unavailable
+from peloton.errors import FailedPrecondition, InvalidArgument, Unavailable
 from peloton.files import make_dirs, private_file, tighten
 
 if TYPE_CHECKING:
@@ -562,22 +562,39 @@ def upgrade(url: str, revision: str = "head") -> None:
     whose import and reading of the scripts took ~150 ms of a daemon's start (docs/performance.md, "Starting and
     stopping the daemon"); any other revision (older, newer, none, several) goes to Alembic as before."""
     own_sqlite_file(url)
-    with _connection(url) as conn:
+    with _migrating(url) as conn:
         if conn.dialect.name == "postgresql":
             conn.execute(text("SELECT pg_advisory_xact_lock(:k)"), {"k": MIGRATION_LOCK_KEY})
-        if revision == "head" and stored_revisions(conn) == [head_revision()]:
-            conn.commit()
+        stored = stored_revisions(conn)
+        if revision == "head" and stored == [head_revision()]:
             return
+        refuse_newer(stored, url)
         from alembic import command
 
         command.upgrade(_alembic_config(conn), revision)
-        conn.commit()
+
+
+def refuse_newer(stored: list[str], url: str) -> None:
+    """FailedPrecondition (field '--db') when the store's schema is at a revision this release does not have: a
+    newer release upgraded it. Alembic's own words were "Can't locate revision identified by '0014'"."""
+    unknown = [r for r in stored if r not in known_revisions()]
+    if unknown:
+        raise FailedPrecondition(
+            f"--db: {describe(url)} is at schema revision {unknown[0]}, newer than this release's newest "
+            f"({head_revision()}): a newer release upgraded it. Run that release, or go back with its "
+            f"`peloton db downgrade {head_revision()}` first (docs/running.md, \"Rolling back a release\")",
+            field="--db")
+
+
+def known_revisions() -> list[str]:
+    """This release's revisions, oldest first (each script is `NNNN_what.py`, revision "NNNN")."""
+    return sorted(p.name[:4] for p in (MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
 
 
 def head_revision() -> str:
     """The newest migration's revision, from the scripts' names alone (no Alembic): each is `NNNN_what.py` with
     revision "NNNN", one after the other (tests/store/test_migrations.py holds the scripts to that)."""
-    return max(p.name[:4] for p in (MIGRATIONS_DIR / "versions").glob("[0-9][0-9][0-9][0-9]_*.py"))
+    return known_revisions()[-1]
 
 
 def stored_revisions(conn: Connection) -> list[str]:
@@ -588,11 +605,40 @@ def stored_revisions(conn: Connection) -> list[str]:
 
 
 def downgrade(url: str, revision: str) -> None:
+    """Undo the migrations after `revision` ("base": all of them). The caller holds the store lock (`peloton db
+    downgrade`: no daemon acts on the store meanwhile)."""
     from alembic import command
 
-    with _connection(url) as conn:
+    with _migrating(url) as conn:
+        refuse_newer(stored_revisions(conn), url)
         command.downgrade(_alembic_config(conn), revision)
-        conn.commit()
+
+
+@contextlib.contextmanager
+def _migrating(url: str) -> Iterator[Connection]:
+    """A connection for a migration, committed at the end. On SQLite with foreign keys off while it runs, as
+    SQLite's own procedure for schema changes has it: a migration that drops a column copies the table into a new
+    one and drops the old, and with foreign keys on that drop fails for a row that refers to the old table (a
+    child pool's `parent`) or, for `jobs`, deletes every gang, task and event with it (ON DELETE CASCADE). The keys
+    are checked before the commit instead (PRAGMA foreign_key_check): a migration that broke one fails and writes
+    nothing. (The pragma is a no-op inside a transaction: it is set before the first statement.)"""
+    with _connection(url) as conn:
+        sqlite = conn.dialect.name == "sqlite"
+        if sqlite:
+            conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=OFF")  # type: ignore[union-attr]
+        try:
+            yield conn
+            if sqlite:
+                broken = conn.exec_driver_sql("PRAGMA foreign_key_check").all()
+                if broken:
+                    conn.rollback()
+                    raise RuntimeError(f"the migration left {len(broken)} row(s) whose foreign key refers to no row "
+                                       f"(table, rowid, parent table): {[tuple(r[:3]) for r in broken[:5]]}; "
+                                       "nothing was written")
+            conn.commit()
+        finally:
+            if sqlite:
+                conn.connection.dbapi_connection.execute("PRAGMA foreign_keys=ON")  # type: ignore[union-attr]
 
 
 def own_sqlite_file(url: str) -> None:

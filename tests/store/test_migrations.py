@@ -278,6 +278,58 @@ def test_0013_counts_the_children_each_existing_pool_has(db_url: str) -> None:
     assert _pool_children(db_url) == {"/": 2, "/a": 2, "/a/x": 0, "/a/y": 0, "/b": 1, "/b/c": 0}
 
 
+def test_every_downgrade_and_upgrade_keeps_the_pool_tree_and_the_jobs(db_url: str) -> None:
+    """An operator who rolls a release back downgrades a store with child pools and jobs, and upgrades it again
+    later. On SQLite a migration that drops a column copies the table into a new one and drops the old one: with
+    foreign keys on, that drop failed for a child pool's row (its `parent` refers to the old table: 0004-0006's
+    downgrades and upgrades, 0013's downgrade), and a drop of `jobs` (0002's downgrade) would delete every gang,
+    task and event with it (ON DELETE CASCADE). Every step down to 0001 and back keeps them all."""
+    db.upgrade(db_url)
+    tree = {"/": None, "/a": "/", "/a/x": "/a", "/a/x/deep": "/a/x", "/b": "/"}
+    engine = db.make_engine(db_url)
+    try:
+        sessions = db.make_sessions(engine)
+        with db.transaction(sessions) as s:
+            repo.ensure_root_pool(s, 1.0)
+            for path in ("/a", "/a/x", "/a/x/deep", "/b"):
+                repo.create_pool(s, ResourcePool(path=path))
+            repo.insert_job(s, *_job("j", "/b"))
+    finally:
+        engine.dispose()
+    rows = _job_rows(db_url)
+    assert rows["jobs"] == rows["gangs"] == rows["tasks"] == 1
+    revisions = [f"{n:04d}" for n in range(int(_head()) - 1, 0, -1)]
+    for rev in revisions:
+        db.downgrade(db_url, rev)
+        assert db.current_revision(db_url) == rev
+        assert _pool_parents(db_url) == tree, rev
+        assert _job_rows(db_url) == rows, rev
+    for rev in [*revisions[::-1][1:], _head()]:
+        db.upgrade(db_url, rev)
+        assert _pool_parents(db_url) == tree, rev
+        assert _job_rows(db_url) == rows, rev
+    assert _pool_children(db_url) == {"/": 2, "/a": 1, "/a/x": 1, "/a/x/deep": 0, "/b": 0}
+
+
+def _job_rows(url: str) -> dict[str, int]:
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {t: int(conn.execute(text(f"SELECT count(*) FROM {t}")).scalar_one())
+                    for t in ("jobs", "gangs", "tasks", "task_events")}
+    finally:
+        engine.dispose()
+
+
+def _pool_parents(url: str) -> dict[str, str | None]:
+    engine = db.make_engine(url)
+    try:
+        with engine.connect() as conn:
+            return {r[0]: r[1] for r in conn.execute(text("SELECT path, parent FROM resource_pools"))}
+    finally:
+        engine.dispose()
+
+
 def _job(job_id: str, pool: str) -> tuple[Job, list[Gang], list[Task]]:
     return policy.new_job_records(job_id, JobSpec(name=job_id, respool=pool, instances=1, command="true",
                                                   resources=Resources(cpu=1)), 10.0)
