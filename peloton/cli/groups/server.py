@@ -7,7 +7,7 @@ import argparse
 import sys
 
 from peloton import config
-from peloton.errors import InvalidArgument
+from peloton.errors import FailedPrecondition, InvalidArgument
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing (start-up time: see parser.py)
 if TYPE_CHECKING:
@@ -241,6 +241,45 @@ def cmd_db_upgrade(a: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_db_downgrade(a: argparse.Namespace) -> int:
+    """Undo migrations down to REVISION, for going back to an older release (docs/running.md, "Rolling back a
+    release"). Holds the store lock as a daemon of every role would, so it refuses while a daemon (or a standby
+    that took over) acts on the store, naming it."""
+    from peloton.leadership.lock import ROLE_KEYS, session_name, store_lock
+    from peloton.leadership.owner import Owner
+    from peloton.store import db
+
+    data_dir = Path(a.data_dir) if a.data_dir else config.default_data_dir()
+    url = a.db or db.default_sqlite_url(data_dir)
+    known = db.known_revisions()
+    if a.revision not in known:
+        raise InvalidArgument(f"REVISION: one of {known[0]} to {known[-1]} (this release's), got {a.revision!r}; "
+                              "to remove the whole schema, drop the database (or delete the SQLite file)",
+                              field="REVISION")
+    file = db.sqlite_path(url)
+    if file is not None and not file.exists():  # (SQLite would make an empty one)
+        raise FailedPrecondition(f"--db: {db.describe(url)} does not exist", field="--db")
+    lock = store_lock(url, session_name(), tuple(ROLE_KEYS))
+    if not lock.try_acquire(Owner.me("peloton db downgrade")):
+        holder = lock.holder()
+        lock.release()
+        raise FailedPrecondition(f"another peloton daemon acts on {db.describe(url)}: "
+                                 f"{holder.describe() if holder is not None else 'another daemon'}; stop it (and its "
+                                 "standbys, which would upgrade the store again) first", field="--db")
+    try:
+        current = db.current_revision(url)
+        if current is None:
+            raise FailedPrecondition(f"--db: {db.describe(url)} has no schema to downgrade", field="--db")
+        if current in known and current < a.revision:
+            raise FailedPrecondition(f"REVISION: {db.describe(url)} is at {current}, older than {a.revision}: "
+                                     "`peloton db upgrade` goes forward", field="REVISION")
+        db.downgrade(url, a.revision)
+    finally:
+        lock.release()
+    print(f"database at revision {db.current_revision(url)}")
+    return 0
+
+
 
 def _retention(text: str, flag: str) -> float:
     """A retention period: 0 (keep), or a duration with s, m, h or d (30d, 12h)."""
@@ -309,6 +348,13 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
         up.add_argument("--data-dir", default=None, metavar="DIR",
                         help="the data dir of the SQLite store (default: the default data dir)")
         up.set_defaults(server_fn=cmd_db_upgrade)
+        down = d.add_parser("downgrade", help="undo migrations down to REVISION (before going back to an older release)")
+        down.add_argument("revision", metavar="REVISION",
+                          help="the schema revision the older release runs on (its `peloton db upgrade` prints it)")
+        down.add_argument("--db", default=None, metavar="URL", help="database URL (default: SQLite in the data dir)")
+        down.add_argument("--data-dir", default=None, metavar="DIR",
+                          help="the data dir of the SQLite store (default: the default data dir)")
+        down.set_defaults(server_fn=cmd_db_downgrade)
 
 
 def _server(s: argparse.ArgumentParser) -> None:
