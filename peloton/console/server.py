@@ -27,6 +27,7 @@ import socket
 import ssl
 import threading
 import time
+from collections.abc import Callable
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from importlib import resources
@@ -55,6 +56,9 @@ ONCE = re.compile(r"([0-9a-f]{8})\.([A-Za-z0-9_-]{43})")  # a one-time login's c
 HANDSHAKE_TIMEOUT_S = 10.0  # a TLS client that does not finish its handshake by then is let go
 REQUEST_TIMEOUT_S = 10.0  # a connection silent this long (its request not sent, or its answer not read) is let go
 REQUEST_DEADLINE_S = 15.0  # a request (its line, headers and body) not whole this long after the connection: let go
+# an event stream of a console session (certificate, one-time login) checks that its session is still open at its
+# first message this long after the last check: one logged out elsewhere, expired or ended by a newer login ends
+SESSION_RECHECK_S = 1.0
 LOOPBACK_NAMES = ("localhost", "::1")
 ASSET = re.compile(r"[a-z0-9-]+\.(html|js|css|svg)")
 TYPES = {"html": "text/html; charset=utf-8", "js": "text/javascript; charset=utf-8",
@@ -146,6 +150,8 @@ class Console:
         self.tls = tls is not None
         self.ssl_context = _tls_context(*tls) if tls is not None else None
         self._streams = threading.BoundedSemaphore(MAX_STREAMS)
+        self._open_lock = threading.Lock()
+        self._open: dict[str, set[Callable[[], None]]] = {}  # a session's cookie -> its open event streams' cancels
         self.hangups = Hangups()
         try:
             self.httpd = _Server((host, port), _Handler, self)
@@ -180,6 +186,29 @@ class Console:
 
     def give_stream(self) -> None:
         self._streams.release()
+
+    def stream_opened(self, cookie: str, cancel: Callable[[], None]) -> None:
+        """An event stream of the session whose cookie is `cookie` (a token, or a console session's id) is open;
+        `cancel` ends it (its watch)."""
+        with self._open_lock:
+            self._open.setdefault(cookie, set()).add(cancel)
+
+    def stream_closed(self, cookie: str, cancel: Callable[[], None]) -> None:
+        with self._open_lock:
+            left = self._open.get(cookie)
+            if left is not None:
+                left.discard(cancel)
+                if not left:
+                    del self._open[cookie]
+
+    def end_streams(self, cookie: str) -> None:
+        """Logout: every open event stream of that cookie ends now. A browser that still has the session (the same
+        token logged in elsewhere) reconnects a second later and resumes where it was (Last-Event-ID); one that
+        has not is refused (401), and its page goes to the login."""
+        with self._open_lock:
+            cancels = list(self._open.pop(cookie, ()))
+        for cancel in cancels:
+            cancel()
 
 
 class _Server(ThreadingHTTPServer):
@@ -436,6 +465,7 @@ class _Handler(BaseHTTPRequestHandler):
                 return
             if path == "/logout":
                 self.console.sessions.close(self._cookie())
+                self.console.end_streams(self._cookie())
                 self._redirect("/login", {"Set-Cookie": self._cookie_header("", max_age=0)})
                 return
             m = re.fullmatch(r"/api/jobs/([^/]+)/(stop|delete)", path)
@@ -592,12 +622,20 @@ class _Handler(BaseHTTPRequestHandler):
         sends back as Last-Event-ID when it reconnects, and the watch resumes after it (or the daemon sends a
         snapshot, or `resync` when it cannot)."""
         stream_id, after = params.resume_point(self.headers.get("Last-Event-ID", ""))
+        # the session's cookie: its logout ends the stream at once (Console.end_streams); a console session's
+        # stream also checks, every SESSION_RECHECK_S at a message, that the session is still open (a token's is
+        # the API's to check: its WatchJobs ends UNAUTHENTICATED once the token is revoked)
+        cookie = self._cookie() if self.console.authenticated else ""
+        own_session = cookie.startswith(SESSION_PREFIX)
+        watch = None
         if not self.console.take_stream():
             raise errors.Unavailable(f"more than {MAX_STREAMS} open event streams on this console; retry later")
         started = False
         fd = -1
         try:
             watch = api.watch(job_ids, stream_id, after, token)
+            if cookie:
+                self.console.stream_opened(cookie, watch.cancel)
             messages = iter(watch)
             first = next(messages)  # a refusal (a revoked token) is an HTTP error, not a stream that ends at once
             started = True
@@ -612,7 +650,12 @@ class _Handler(BaseHTTPRequestHandler):
             self.wfile.write(b"retry: 1000\n\n")
             fd = self.connection.fileno()
             self.console.hangups.watch(fd, watch.cancel)  # the browser gone: the watch ends at once (hangups.py)
+            checked = time.monotonic()
             for m in _chain(first, messages):
+                if own_session and time.monotonic() - checked >= SESSION_RECHECK_S:
+                    checked = time.monotonic()
+                    if self._token() is None:  # logged out elsewhere, expired, or ended by a login past the cap
+                        raise errors.Unauthenticated("the session ended: log in again")
                 # every message moves the resume point, a heartbeat's too: an id alone sets the browser's
                 # Last-Event-ID without an event (the SSE rules), so a reconnect misses nothing sent before it;
                 # but a part of a revision (`more`) does not: a reconnect resumes after a whole one
@@ -632,6 +675,10 @@ class _Handler(BaseHTTPRequestHandler):
         except (BrokenPipeError, ConnectionResetError):
             pass
         finally:
+            if watch is not None:
+                watch.cancel()  # (ended here, by the session's end or a failed write: its watch with it)
+                if cookie:
+                    self.console.stream_closed(cookie, watch.cancel)
             if fd >= 0:
                 self.console.hangups.forget(fd)
             self.console.give_stream()

@@ -43,6 +43,9 @@ CERTIFICATE_DEFAULT_ROLES = frozenset({"submitter"})  # a client certificate the
 CONSOLE_SECRET = "x-peloton-console"  # metadata: the console's secret (only over the Unix socket)
 ON_BEHALF = "x-peloton-as"  # metadata: "token" | "certificate:<name, %-encoded>" | "local"; none: the console itself
 CONSOLE = Principal("(console)", frozenset(), "console")  # the console on its own account: it may spend a login
+# An open server stream's caller is authenticated and authorized again at its first message this long after the
+# last check (Authorize): a revoked token's stream ends then, UNAUTHENTICATED (docs/security.md)
+STREAM_RECHECK_S = 1.0
 
 
 class Authenticator:
@@ -114,6 +117,24 @@ class Authenticator:
 
     def authorize(self, method: str, p: Principal) -> None:
         """PermissionDenied unless `p` may call `method`; ResourceExhausted beyond its rate of changing calls."""
+        self._permit(method, p)
+        if self.limiter is not None and self.enabled and method in identity.MUTATING:
+            with self._limit_lock:
+                wait = self.limiter.allow(p.name, self.clock())
+            if wait is not None:
+                raise ResourceExhausted(
+                    f"rate limit: {p.name} made more than {self.limiter.rate:g} changing calls a second "
+                    f"(--rate-limit); retry in {wait:.1f}s", retry_after_s=wait)
+
+    def still_permitted(self, method: str, context: grpc.ServicerContext) -> None:
+        """An open stream's call checked again (Authorize, every STREAM_RECHECK_S at most): Unauthenticated once
+        its credential no longer authenticates (a token removed from the principals file, which is read again
+        when it changes), PermissionDenied once its principal may no longer call `method` (its roles changed).
+        Never rate-limited: it is the same call."""
+        if self.enabled:
+            self._permit(method, self.principal(context))
+
+    def _permit(self, method: str, p: Principal) -> None:
         needed = identity.METHODS.get(method)
         if needed is not None and needed.startswith(identity.VIA):
             way = needed[len(identity.VIA):]
@@ -127,13 +148,6 @@ class Authenticator:
                 raise PermissionDenied(f"{p.name} may not call {method}: only an admin may")
         else:
             p.require(needed, f"call {method.rsplit('/', 1)[-1]}")
-        if self.limiter is not None and self.enabled and method in identity.MUTATING:
-            with self._limit_lock:
-                wait = self.limiter.allow(p.name, self.clock())
-            if wait is not None:
-                raise ResourceExhausted(
-                    f"rate limit: {p.name} made more than {self.limiter.rate:g} changing calls a second "
-                    f"(--rate-limit); retry in {wait:.1f}s", retry_after_s=wait)
 
 
 # How a refused call ends, whoever refused it (this interceptor, or a servicer: a job's owner, a pool's access list,
@@ -232,10 +246,26 @@ class Authorize(grpc.ServerInterceptor):
             p, request = admit(requests, context)
             token = caller.CALLER.set(p)
             failed = True
+            messages: Any = None
             try:
-                yield from stream_behaviour(request, context)
+                messages = iter(stream_behaviour(request, context))
+                checked = time.monotonic()
+                for message in messages:
+                    # the credential and the method's permission again, at most every STREAM_RECHECK_S (a clock
+                    # read per message, not a lookup): a stream outlives its token's revocation by at most that
+                    # and the gap to its next message (WatchJobs: a heartbeat every 5 s)
+                    now = time.monotonic()
+                    if now - checked >= STREAM_RECHECK_S:
+                        checked = now
+                        try:
+                            auth.still_permitted(method, context)
+                        except (Unauthenticated, PermissionDenied) as e:
+                            context.abort(_CODES[type(e)], bounded(f"{e.message}; this open stream ends"))
+                    yield message
                 failed = False
             finally:
+                if hasattr(messages, "close"):  # the servicer's own clean-up (WatchJobs: its slot) now, not later
+                    messages.close()
                 _reset(token)
                 done(p, request, None, context, failed)
 

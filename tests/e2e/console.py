@@ -148,3 +148,36 @@ def wait_for(pred: Any, timeout: float = 30.0, what: str = "condition") -> Any:
             return v
         time.sleep(0.1)
     raise AssertionError(f"timed out waiting for {what}")
+
+
+class EventStream:
+    """An event stream of the console read as a browser's EventSource gets it, line by line, on `connection` (an
+    http.client connection, plain or HTTPS) with `cookie`."""
+
+    def __init__(self, connection: http.client.HTTPConnection, cookie: str, path: str = "/api/events") -> None:
+        self.connection = connection
+        connection.request("GET", path, headers={"Cookie": cookie, "Accept": "text/event-stream"})
+        self.response = connection.getresponse()
+        assert self.response.status == 200, (self.response.status, self.response.read())
+        self.lines: list[str] = []
+        assert self.response.fp.readline()  # (the stream began: its `retry:`)
+
+    def until_closed(self, within: float) -> float:
+        """Read on until the console ends the stream; when it did (monotonic). An AssertionError if it goes on
+        past `within` seconds (a heartbeat every 5 s keeps a read from blocking longer)."""
+        deadline = time.monotonic() + within
+        while time.monotonic() < deadline:
+            line = self.response.fp.readline()
+            if not line:
+                self.connection.close()
+                return time.monotonic()
+            self.lines.append(line.decode().rstrip("\n"))
+        self.connection.close()
+        raise AssertionError(f"the event stream went on for {within}s: {self.lines[-6:]}")
+
+    def failed(self) -> dict[str, Any] | None:
+        """The data of the stream's `failed` event, if it sent one."""
+        for i, line in enumerate(self.lines[:-1]):
+            if line == "event: failed" and self.lines[i + 1].startswith("data: "):
+                return dict(json.loads(self.lines[i + 1][6:]))
+        return None

@@ -27,7 +27,7 @@ from cryptography.x509.oid import ExtendedKeyUsageOID, NameOID
 
 from peloton.console.sessions import MAX_SESSIONS, MAX_SESSIONS_PER_PRINCIPAL
 from peloton.security.identity import add_token
-from tests.e2e.console import Answer, ConsoleDaemon
+from tests.e2e.console import Answer, ConsoleDaemon, EventStream
 from tests.e2e.harness import PELOTON, serving
 
 pytestmark = pytest.mark.e2e
@@ -281,3 +281,31 @@ def test_logging_in_again_and_again_ends_only_ones_own_oldest_sessions(daemon: T
             (c, True) for c in (kept[0], kept[-1])]:
         viewer.cookie = cookie
         assert viewer.get("/api/session").status == (200 if alive else 401), (cookies.index(cookie), alive)
+
+
+def test_a_console_sessions_event_stream_ends_with_the_session(daemon: TlsConsoleDaemon) -> None:
+    """A certificate's session ended (logged out, expired, or ended by its principal's logins past the cap) while
+    its page's event stream stayed open: the stream went on delivering. It ends at once at logout, and at its next
+    message a second or more after any other end of its session (a heartbeat every 5 s), saying why."""
+    viewer = browser(daemon, "victor")
+
+    def stream() -> EventStream:
+        c = http.client.HTTPSConnection(viewer.host, viewer.port, context=viewer.ctx, timeout=15)
+        return EventStream(c, viewer.cookie)
+
+    assert viewer.post("/login", {"method": "certificate"}, csrf=False).status == 303
+    s = stream()
+    assert viewer.post("/logout").status == 303
+    asked = time.monotonic()
+    assert s.until_closed(within=8) - asked < 2
+    assert viewer.post("/login", {"method": "certificate"}, csrf=False).status == 303
+    s = stream()
+    first = viewer.cookie
+    for _ in range(MAX_SESSIONS_PER_PRINCIPAL):  # the principal's logins past its cap end its oldest: this one
+        assert viewer.post("/login", {"method": "certificate"}, csrf=False).status == 303
+    ended = time.monotonic()
+    assert s.until_closed(within=15) - ended < 6 + 1.5  # (a heartbeat's wait, and a loaded machine's slack)
+    failed = s.failed()
+    assert failed is not None and failed == {"error": "the session ended: log in again", "code": "Unauthenticated"}
+    viewer.cookie = first
+    assert viewer.get("/api/events").status == 401

@@ -18,6 +18,7 @@ from urllib.parse import unquote
 
 import pytest
 
+from peloton.security.identity import add_token
 from tests.e2e.console import Browser, ConsoleDaemon, wait_for
 from tests.e2e.harness import serving
 
@@ -885,3 +886,36 @@ def test_a_view_asked_for_while_the_daemon_restarts_comes_once_it_is_back(browse
         wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "table[aria-label=Queue]") and dr.find_element(
             By.ID, "status").text == "live", timeout=40, what="the queue, once the daemon is back")
         assert browser.current_url.endswith("/queue")
+
+
+def _revoke(d: ConsoleDaemon, who: str) -> None:
+    """Remove `who`'s tokens from the principals file (the way a token is revoked), as an editor would rewrite it."""
+    path = d.data_dir / "principals.json"
+    doc = json.loads(path.read_text())
+    doc["principals"][who]["tokens"] = []
+    new = path.with_name("principals.json.new")
+    new.write_text(json.dumps(doc))
+    new.chmod(0o600)
+    new.replace(path)
+
+
+def test_a_page_goes_to_the_login_once_its_token_is_revoked_or_logged_out_elsewhere(browser: Any,
+                                                                                    daemon: ConsoleDaemon) -> None:
+    """A page's event stream was authenticated once, when it opened: logged out in another tab, or its token
+    revoked, the page went on showing every job's changes live for as long as it stayed open. Now its stream ends
+    (at once at a logout; within the API's bound after a revocation) and the page goes to the login."""
+    token = add_token(daemon.data_dir / "principals.json", "rosa", ["viewer"])
+    daemon.tokens["rosa"] = token
+    for how in ("logout elsewhere", "revoked"):
+        log_in(browser, daemon, "rosa")
+        act(browser, By.LINK_TEXT, "Jobs")
+        wait(browser, lambda dr: dr.find_element(By.ID, "status").text == "live", what="the jobs list, live")
+        if how == "revoked":
+            _revoke(daemon, "rosa")
+        else:  # another tab's Log out: the cookie gone from the browser, the logout sent with it
+            other = Browser(daemon.ui)
+            other.cookie = f"peloton_console={token}"
+            browser.delete_all_cookies()
+            assert other.post("/logout").status == 303
+        wait(browser, lambda dr: dr.current_url.endswith("/login?next=%2Fjobs"), timeout=20, what=f"the login ({how})")
+        assert errors(browser) == [] or all("401" in e["message"] for e in errors(browser))

@@ -18,7 +18,8 @@ from urllib.parse import urlencode
 import pytest
 
 from peloton.console.server import MAX_STREAMS
-from tests.e2e.console import Browser, ConsoleDaemon, wait_for
+from peloton.security.identity import add_token
+from tests.e2e.console import Browser, ConsoleDaemon, EventStream, wait_for
 from tests.e2e.harness import PELOTON, serving
 
 pytestmark = pytest.mark.e2e
@@ -731,3 +732,34 @@ def test_the_audit_log_is_the_apis_for_whom_may_read_it(daemon: ConsoleDaemon, t
                          ("who=victor", "who")):
         r = admin.get(f"/api/audit?{query}")
         assert r.status == 400 and r.json()["field"] == field, query
+
+
+def test_an_event_stream_ends_at_logout_and_once_its_token_is_revoked(daemon: ConsoleDaemon) -> None:
+    """An open event stream was the API's WatchJobs authenticated once, at its start: after its token was revoked
+    (removed from the principals file) or its session logged out, it went on delivering every job's changes for as
+    long as the page stayed open. Logout ends it at once; a revoked token's within the API's bound (docs/ui.md)."""
+    path = daemon.data_dir / "principals.json"
+    token = add_token(path, "rita", ["viewer"])  # (the daemon reads the file again for a token it does not know)
+    b = Browser(daemon.ui)
+    assert b.login(token).status == 303
+    stream = EventStream(http.client.HTTPConnection(b.host, b.port, timeout=15), b.cookie)
+    other = EventStream(http.client.HTTPConnection(b.host, b.port, timeout=15), b.cookie)  # another tab's
+    assert b.post("/logout").status == 303
+    asked = time.monotonic()
+    for s in (stream, other):
+        assert s.until_closed(within=8) - asked < 2, "logout ends its event streams at once"
+    # the same token logged in again (or still, in another browser), then revoked: its stream ends
+    assert b.login(token).status == 303
+    stream = EventStream(http.client.HTTPConnection(b.host, b.port, timeout=15), b.cookie)
+    doc = json.loads(path.read_text())
+    doc["principals"]["rita"]["tokens"] = []
+    new = path.with_name("principals.json.new")
+    new.write_text(json.dumps(doc))
+    new.chmod(0o600)
+    new.replace(path)
+    revoked = time.monotonic()
+    assert stream.until_closed(within=15) - revoked < 6 + 1.5  # (the API's bound, and a loaded machine's slack)
+    failed = stream.failed()
+    assert failed is not None and failed["code"] == "Unauthenticated", stream.lines[-6:]
+    assert "the token is not known" in failed["error"]
+    assert b.get("/api/events").status == 401  # the browser's reconnect: refused, and its page goes to the login

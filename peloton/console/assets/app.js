@@ -111,9 +111,12 @@
     es.addEventListener("open", () => say("live"));
     es.addEventListener("error", () => {
       if (es.readyState !== EventSource.CLOSED) { say("reconnecting…"); return; }
-      // refused (an error status: the console's streams all taken, the daemon away), and the browser does not
-      // retry that on its own: the view is shown afresh (read again, watched again) a little later
+      // refused (an error status: the console's streams all taken, the daemon away, or no session any more: a
+      // logout, an expiry, a token revoked, each of which ends the stream), and the browser does not retry that on
+      // its own: without a session the page goes to the login now (get does), else the view is shown afresh
+      // (read again, watched again) a little later
       say("live updates paused; retrying…");
+      get("/api/session").catch(() => {});
       setTimeout(() => { if (mine === viewNumber && events === es) route(); }, WATCH_RETRY_MS);
     });
   }
