@@ -20,7 +20,7 @@ import pytest
 
 from peloton.security.identity import add_token
 from tests.e2e.console import Browser, ConsoleDaemon, wait_for
-from tests.e2e.harness import serving
+from tests.e2e.harness import Daemon, serving
 
 pytestmark = pytest.mark.e2e
 webdriver = pytest.importorskip("selenium.webdriver", reason="selenium (the dev extra) drives the browser")
@@ -919,3 +919,38 @@ def test_a_page_goes_to_the_login_once_its_token_is_revoked_or_logged_out_elsewh
             assert other.post("/logout").status == 303
         wait(browser, lambda dr: dr.current_url.endswith("/login?next=%2Fjobs"), timeout=20, what=f"the login ({how})")
         assert errors(browser) == [] or all("401" in e["message"] for e in errors(browser))
+
+
+@dataclass
+class LocalUiDaemon(FixedUiDaemon):
+    """The local backend (its tasks are adopted by the daemon restarted: their logs grow on meanwhile), with the
+    console on a port of its own that stays the same across restarts."""
+
+    def server_args(self) -> list[str]:
+        args = super().server_args()
+        return [*Daemon.server_args(self), "--ui-listen", args[args.index("--ui-listen") + 1]]
+
+
+def test_a_log_followed_goes_on_after_a_daemon_restart(browser: Any, tmp_path: Path) -> None:
+    """A log being followed stopped for good at the first read the daemon did not answer (restarting), saying "no
+    answer from the console", though its member ran on and the page's event stream came back by itself."""
+    d = LocalUiDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}")
+    with serving(d):
+        job = d.create("name: talks\ninstances: 1\ntask: {command: 'i=0; while [ $i -lt 200 ]; do echo line $i; "
+                       "i=$((i+1)); sleep 0.2; done', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+        d.wait_state(job, "RUNNING")
+        log_in(browser, d, "alice")
+        browser.get(d.ui + f"jobs/{job}")
+        act(browser, By.ID, "log-show")
+        wait(browser, lambda dr: "following" in dr.find_element(By.ID, "log-state").text
+             and "line 3" in dr.find_element(By.ID, "log-text").text, what="the log, followed")
+        d.kill9()
+        wait(browser, lambda dr: "retrying" in dr.find_element(By.ID, "log-state").text, what="the follow retrying")
+        shown = browser.find_element(By.ID, "log-text").text.splitlines()
+        d.start(same_address=True)
+        wait(browser, lambda dr: len(dr.find_element(By.ID, "log-text").text.splitlines()) > len(shown) + 5
+             and dr.find_element(By.ID, "log-state").text.endswith("following…"), timeout=40,
+             what="the log followed again, once the daemon is back")
+        lines = browser.find_element(By.ID, "log-text").text.splitlines()
+        assert lines == [f"line {i}" for i in range(len(lines))], lines  # nothing lost, nothing twice
+        d.cli("job", "stop", job)

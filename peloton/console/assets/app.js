@@ -100,6 +100,15 @@
     main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
   }
 
+  // A view re-read on a change (its event stream's) that gets no answer or a 503, the daemon restarting, keeps
+  // what it shows, saying so: replaced by the error, it took with it what lives on in it (a log being followed),
+  // and the stream, once back, brings a read that answers. Any other error is shown.
+  function refreshFailed(e, mine) {
+    if (mine !== viewNumber) return;
+    if (e.status === 0 || e.status === 503) say(e.message + " (the daemon restarting?); the page is as it was");
+    else showError(e, mine);
+  }
+
   // A view's live updates, opened once its first answer is shown: `mine`, the view's number, since a view left
   // while it loaded must not open its stream then (one stream a page: it would close the stream of the view shown).
   function watch(mine, query, onMessage) {
@@ -223,7 +232,7 @@
       for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the jobs list
@@ -457,7 +466,17 @@
           await new Promise((ok) => setTimeout(ok, 1000));
           if (me !== reading || mine !== viewNumber) return;
           try { r = await get(base + "&offset=" + offset); }
-          catch (e) { if (me === reading) state.textContent = e.message; return; }
+          catch (e) {
+            if (me !== reading || mine !== viewNumber) return;
+            // the daemon away (restarting: no answer, or 503): the follow goes on from the same offset once it is
+            // back, as the event stream does (a member of the local backend runs on meanwhile: its log grows)
+            if (e.status === 0 || e.status === 503) {
+              state.textContent = line(r) + ", " + e.message + " (the daemon restarting?); retrying…";
+              continue;
+            }
+            if (e.status !== 401) state.textContent = e.message;
+            return;
+          }
           if (me !== reading || mine !== viewNumber) return;
           if (r.content) { out.append(r.content); out.scrollTop = out.scrollHeight; }
           offset = r.next_offset;
@@ -549,10 +568,12 @@
       if (b) b.setAttribute("aria-expanded", "true");
     }
 
-    const render = async () => {
+    // `again`: a re-render on a change (its failure keeps the page: refreshFailed); the first one's failure is
+    // route's to show (and, the daemon away, to ask again)
+    const render = async (again) => {
       let j, eventList;
       try { [j, eventList] = await Promise.all([get("/api/jobs/" + id), eventsTable()]); }
-      catch (e) { if (e.status !== 401) showError(e, mine); return false; }
+      catch (e) { if (!again) throw e; refreshFailed(e, mine); return false; }
       if (mine !== viewNumber) return false;  // left meanwhile: nothing of this page is drawn any more
       const actions = h("div", { class: "actions" });
       if (mayStop(j)) {
@@ -615,7 +636,7 @@
     // a re-render keeps the keyboard's place: the focused control (by id) has the focus again
     const rerender = async () => {
       const focused = document.activeElement && document.activeElement.id;
-      if (!await render()) return;
+      if (!await render(true)) return;
       for (const i of expanded) await showTimeline(i);
       for (const g of gangsOpen) await showGangTimeline(g);
       if (mine === viewNumber && focused && document.getElementById(focused)) document.getElementById(focused).focus();
@@ -694,7 +715,7 @@
           : r.total + " gangs waiting."));
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- pools
@@ -735,7 +756,7 @@
           }))));
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- hosts
@@ -846,7 +867,7 @@
         ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => showError(e, mine)), SLOW_REFRESH_MS));
+    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the audit log (audit.read)
