@@ -954,3 +954,27 @@ def test_a_log_followed_goes_on_after_a_daemon_restart(browser: Any, tmp_path: P
         lines = browser.find_element(By.ID, "log-text").text.splitlines()
         assert lines == [f"line {i}" for i in range(len(lines))], lines  # nothing lost, nothing twice
         d.cli("job", "stop", job)
+
+
+def test_a_background_refresh_answered_401_goes_to_the_login_without_an_error_on_the_way(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    """The cluster view re-read on a job change without a session any more: "Something went wrong" was drawn over
+    the view for the moment before the login page came (the read had sent the page to the login, then its error was
+    shown as any other)."""
+    log_in(browser, daemon, "victor")
+    wait(browser, lambda dr: dr.find_element(By.ID, "status").text == "live", what="the cluster view, live")
+    # what the page shows on its way out is kept where the login page can still read it (this tab's storage)
+    browser.execute_script("""
+        sessionStorage.removeItem("shown");
+        new MutationObserver(() => {
+          if (document.getElementById("main").textContent.includes("Something went wrong"))
+            sessionStorage.setItem("shown", document.getElementById("main").textContent);
+        }).observe(document.getElementById("main"), { childList: true, subtree: true, characterData: true });
+    """)
+    browser.delete_all_cookies()  # the session gone (expired, logged out in another tab); the stream stays open
+    job = daemon.submit(tmp_path, "refreshes-the-cluster")
+    try:
+        wait(browser, lambda dr: dr.current_url.endswith("/login?next=%2F"), what="the login page")
+        assert browser.execute_script("return sessionStorage.getItem('shown')") is None
+    finally:
+        daemon.cli("job", "stop", job, check=False)

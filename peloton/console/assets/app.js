@@ -94,9 +94,11 @@
   }
 
   // An error of a view already left (a refresh in flight when its job was deleted from its own page) is not shown:
-  // it would replace the view now on the page.
+  // it would replace the view now on the page. Nor is a 401: the page is on its way to the login (get's toLogin),
+  // and "Something went wrong" flashed over the view until the login came.
   function showError(e, mine) {
     if (mine !== undefined && mine !== viewNumber) return;
+    if (e.status === 401) return;
     main.replaceChildren(h("h1", {}, "Something went wrong"), h("p", { class: "error", role: "alert" }, e.message));
   }
 
@@ -455,7 +457,7 @@
         // an answer of a read that an older Show began is dropped (it came last: it wrote the member asked for
         // before into the panel that the newer one's follow then appended to)
         try { r = await get(base); }
-        catch (e) { if (me === reading) state.textContent = e.message; return; }
+        catch (e) { if (me === reading && e.status !== 401) state.textContent = e.message; return; }
         if (me !== reading || mine !== viewNumber) return;
         out.textContent = r.content;
         let offset = r.next_offset;
