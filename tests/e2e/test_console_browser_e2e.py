@@ -16,8 +16,10 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import unquote
 
+import grpc
 import pytest
 
+from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.security.identity import add_token
 from tests.e2e.console import Browser, ConsoleDaemon, wait_for
 from tests.e2e.harness import Daemon, serving
@@ -978,3 +980,48 @@ def test_a_background_refresh_answered_401_goes_to_the_login_without_an_error_on
         assert browser.execute_script("return sessionStorage.getItem('shown')") is None
     finally:
         daemon.cli("job", "stop", job, check=False)
+
+
+def test_the_jobs_pages_are_in_the_address_for_back_forward_and_reload(browser: Any, daemon: ConsoleDaemon) -> None:
+    """The jobs list's page was kept aside from the address: a reload, Back or Forward showed the first page again
+    (the hosts map's pages followed them)."""
+    channel = grpc.insecure_channel(daemon.address)
+    jobs = job_pb2_grpc.JobServiceStub(channel)
+    md = (("authorization", f"Bearer {daemon.tokens['alice']}"),)
+    ids = []
+    for i in range(55):  # two pages of 50
+        spec = job_pb2.JobSpec(name=f"paged-{i:02d}", instances=1)
+        spec.task.command, spec.task.resources.cpu, spec.task.resources.mem = "train.py", 0.1, "64Mi"
+        spec.task.env["PELOTON_SIM_DURATION"] = "1s"
+        ids.append(jobs.CreateJob(job_pb2.CreateJobRequest(spec=spec), timeout=15, metadata=md).job_id)
+    try:
+        log_in(browser, daemon, "victor")
+        browser.get(daemon.ui + "jobs?q=paged-")
+
+        def page(dr: Any) -> list[str]:  # the pager's words and the first row's job, read together
+            return list(dr.execute_script("""
+                const count = document.querySelector(".pager .muted"), row = document.querySelector("#jobs-body tr[data-job]");
+                return [count ? count.textContent : "", row ? row.dataset.job : ""];"""))
+
+        first = wait(browser, lambda dr: (lambda p: p if p[0] == "page 1, 50 jobs" else None)(page(dr)), what="page 1")
+        click(browser, "next", "Next")
+        second = wait(browser, lambda dr: (lambda p: p if p[0] == "page 2, 5 jobs" else None)(page(dr)), what="page 2")
+        assert "page_token=" in browser.current_url and "q=paged-" in browser.current_url
+        browser.refresh()
+        wait(browser, lambda dr: page(dr) == second, what="page 2 after a reload")
+        browser.back()
+        wait(browser, lambda dr: page(dr) == first, what="page 1 by Back")
+        browser.forward()
+        wait(browser, lambda dr: page(dr) == second, what="page 2 by Forward")
+        click(browser, "prev", "Previous")
+        wait(browser, lambda dr: page(dr) == first, what="page 1 by Previous")
+        assert "page_token" not in browser.current_url and "q=paged-" in browser.current_url
+        assert errors(browser) == []
+    finally:
+        for j in ids:  # (ended: a second each; out of the lists of the tests after this one)
+            try:
+                jobs.StopJob(job_pb2.StopJobRequest(job_id=j), timeout=15, metadata=md)
+                jobs.DeleteJob(job_pb2.DeleteJobRequest(job_id=j), timeout=15, metadata=md)
+            except grpc.RpcError:
+                pass
+        channel.close()

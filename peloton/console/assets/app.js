@@ -243,7 +243,12 @@
     const mine = viewNumber;
     document.title = "Jobs · Peloton";
     const params = new URLSearchParams(location.search);
-    const tokens = [""];  // the page tokens of the pages before, for Previous
+    // the page shown is in the address (page_token) and the page tokens of the pages before it (for Previous) in
+    // its history entry, as the hosts map's: Back, Forward and a reload show the page they were on (a link to a
+    // page past the first, without its history, goes back to the first)
+    const shown = params.get("page_token") || "";
+    const before = (history.state && history.state.jobPages) || (shown ? [""] : []);
+    const tokens = [...before, shown];
     let rows = new Map();
     const form = h("form", { class: "filters", role: "search", "aria-label": "Filter jobs" },
       h("div", {}, h("label", { for: "f-state" }, "State"),
@@ -328,7 +333,16 @@
       reroute("/jobs" + (q.toString() ? "?" + q : ""));
     });
     // (a second click before the page asked for is shown moved on from the same page again: it does nothing)
-    const turn = (change) => { if (turning) return; turning = true; change(); load(); };
+    const turn = (change) => {
+      if (turning) return;
+      turning = true;
+      change();
+      const q = new URLSearchParams(location.search);
+      const token = tokens[tokens.length - 1];
+      if (token) q.set("page_token", token); else q.delete("page_token");
+      history.pushState({ jobPages: tokens.slice(0, -1) }, "", "/jobs" + (q.toString() ? "?" + q : ""));
+      load();
+    };
     next.addEventListener("click", () => turn(() => tokens.push(next.dataset.token)));
     prev.addEventListener("click", () => turn(() => tokens.pop()));
     await load();
