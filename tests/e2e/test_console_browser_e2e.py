@@ -297,6 +297,9 @@ def test_an_admin_stops_a_job_from_its_page_and_sees_it_end(browser: Any, daemon
     browser.switch_to.alert.accept()
     wait(browser, lambda dr: "KILLED" in dr.find_element(By.ID, "job-state").text, what="the job KILLED")
     assert not browser.find_elements(By.ID, "stop")
+    # the keyboard's focus on the job's state, across the page's re-renders (it fell to the document's start with
+    # the button turned off, then gone: Tab went back to the skip link)
+    assert browser.switch_to.active_element.get_attribute("id") == "job-state"
     # ended: it may be deleted, and is gone from the list
     click(browser, "delete", "the delete button")
     browser.switch_to.alert.accept()

@@ -596,9 +596,19 @@
         const stop = h("button", { type: "button", class: "danger", id: "stop" }, "Stop job");
         stop.addEventListener("click", async () => {
           if (!confirm("Stop job " + j.id + " (" + j.name + ")? Every member is killed.")) return;
+          // the button turned off, and then gone from the page re-rendered, took the keyboard's focus to the
+          // document's start: it goes to the job's state, which says what the stop does as it does it (kept
+          // there across re-renders, by its id); back to the button if the stop is refused
+          const st = document.getElementById("job-state");
+          if (st) st.focus();
           stop.disabled = true;
           try { await post("/api/jobs/" + j.id + "/stop"); say("stop requested"); }
-          catch (e) { say(e.message); stop.disabled = false; }
+          catch (e) {
+            say(e.message);
+            stop.disabled = false;
+            const again = document.getElementById("stop");  // (this one, or the one of the page re-rendered meanwhile)
+            if (again && document.activeElement && document.activeElement.id === "job-state") again.focus();
+          }
         });
         actions.append(stop);
       }
@@ -618,7 +628,7 @@
       // (replaceChildren would write a null or an array as text: the parts that may be absent or many are flattened)
       paint(mine, ...[
         h("p", {}, h("a", { href: "/jobs" }, "← Jobs")),
-        h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state" }, stateBadge(j.state))),
+        h("h1", {}, "Job ", j.id, " ", j.name ? "(" + j.name + ") " : "", h("span", { id: "job-state", tabindex: -1 }, stateBadge(j.state))),
         actions,
         h("div", { class: "card" }, h("dl", { class: "facts" },
           h("dt", {}, "Why"), h("dd", { id: "job-reason" }, j.reason || (j.gangs.find((g) => g.reason) || {}).reason || "—"),
