@@ -47,7 +47,7 @@ from peloton.domain.principal import (
     ROLES,
     Principal,
 )
-from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 from peloton.files import make_dirs
 
 log = logging.getLogger(__name__)
@@ -302,6 +302,12 @@ def add_token(path: Path, name: str, roles: Iterable[str], user: str | None = No
         parse_principals(json.dumps(doc), str(path))
     except InvalidArgument as e:
         raise InvalidArgument(f"--user: {e.message}", field="--user") from None
+    _write_principals(path, doc)
+    return token
+
+
+def _write_principals(path: Path, doc: dict[str, Any]) -> None:
+    """The principals file replaced whole (a daemon reading it sees the old or the new one), owner-only."""
     make_dirs(path.parent)  # owner-only, the missing ones above it too (files.py)
     tmp = path.with_name(path.name + ".tmp")
     tmp.unlink(missing_ok=True)  # a leftover keeps its mode: the new one is made 0600
@@ -312,4 +318,58 @@ def add_token(path: Path, name: str, roles: Iterable[str], user: str | None = No
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
-    return token
+
+
+TOKEN_ID_CHARS = 12  # a token's id: the first hex digits of its hash (what `token list` shows, `token revoke` takes)
+MIN_TOKEN_ID_CHARS = 6  # a shorter prefix of an id is refused (it would match too easily)
+
+
+def token_id(hashed: str) -> str:
+    """The id of a token stored as `hashed` ("sha256:..."): names it without being it."""
+    return hashed.removeprefix("sha256:")[:TOKEN_ID_CHARS]
+
+
+def list_principals(path: Path) -> dict[str, Entry]:
+    """The principals file's entries (InvalidArgument naming the file and key at fault; NotFound with no file)."""
+    return parse_principals(_principals_text(path), str(path))
+
+
+def _principals_text(path: Path) -> str:
+    if not path.exists():
+        raise NotFound(f"--principals-file: {path} does not exist (`peloton token create` makes it)",
+                       field="--principals-file")
+    return path.read_text()
+
+
+def revoke_tokens(path: Path, name: str, ids: Iterable[str], every: bool = False) -> list[str]:
+    """Remove tokens of principal `name` from the principals file: those whose id starts with one of `ids`
+    (each matching exactly one of its tokens), or with `every` all of them. The principal stays, with its roles
+    (a client certificate may still name it). Returns the ids removed. Nothing is written on an error. A running
+    daemon reads the file again within a second; open streams of a revoked token end within 6 s (auth.py)."""
+    text = _principals_text(path)
+    entries = parse_principals(text, str(path))
+    if name not in entries:
+        raise NotFound(f"NAME: no principal {name!r} in {path}", field="NAME")
+    hashes = list(entries[name].tokens)
+    wanted = list(dict.fromkeys(ids))
+    if every == bool(wanted):
+        raise InvalidArgument("--id: give the ids of the tokens to revoke (`peloton token list` shows them), or --all",
+                              field="--id")
+    gone: list[str] = []
+    for want in wanted:
+        if len(want) < MIN_TOKEN_ID_CHARS or len(want) > TOKEN_ID_CHARS or any(c not in "0123456789abcdef" for c in want):
+            raise InvalidArgument(f"--id: {want!r} is not a token id ({MIN_TOKEN_ID_CHARS} to {TOKEN_ID_CHARS} "
+                                  "lowercase hex digits, as `peloton token list` shows them)", field="--id")
+        match = [h for h in hashes if token_id(h).startswith(want)]
+        if len(match) != 1:
+            have = ", ".join(token_id(h) for h in hashes) or "none"
+            raise NotFound(f"--id: {want} {'matches no' if not match else 'matches more than one'} token of {name} "
+                           f"(its tokens: {have})", field="--id")
+        if match[0] not in gone:  # (a prefix and the whole id of one token: once)
+            gone.append(match[0])
+    if every:
+        gone = hashes
+    doc = json.loads(text)
+    doc["principals"][name]["tokens"] = [h for h in hashes if h not in gone]
+    _write_principals(path, doc)
+    return [token_id(h) for h in gone]

@@ -10,6 +10,7 @@ import re
 import socket
 import ssl
 import subprocess
+import time
 import urllib.request
 from pathlib import Path
 
@@ -158,6 +159,24 @@ def test_tokens_over_tls_through_the_cli(tmp_path: Path) -> None:
         events = json.loads(run("audit", "-o", "json", env={**env, "PELOTON_TOKEN": admin}).stdout)["events"]
         assert all(isinstance(e["id"], int) and re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", e["at"])
                    for e in events) and events, events  # docs/cli.md#json-output
+        # `token list` names each token by an id (what `token create` said), `token revoke` takes it: the daemon
+        # refuses the token within a second, and the principal's other token goes on working
+        second = run("token", "create", "ci-bot", "--data-dir", str(data))
+        first_id = re.search(r"token ([0-9a-f]{12}) for ci-bot", r.stderr).group(1)  # type: ignore[union-attr]
+        second_id = re.search(r"token ([0-9a-f]{12}) for ci-bot", second.stderr).group(1)  # type: ignore[union-attr]
+        listed = run("token", "list", "--data-dir", str(data)).stdout.splitlines()
+        assert listed[0].split() == ["NAME", "ROLES", "USER", "TOKENS"]
+        assert [ln.split() for ln in listed[1:]] == [["ci-bot", "submitter", "-", first_id, second_id],
+                                                     ["root", "admin", "-", listed[2].split()[3]]]
+        revoked = run("token", "revoke", "ci-bot", "--id", first_id[:6], "--data-dir", str(data))
+        assert revoked.returncode == 0 and f"revoked 1 token(s) of ci-bot in {data}/principals.json: {first_id}" \
+            in revoked.stderr
+        deadline = time.monotonic() + 10
+        while (gone := run("job", "list", env={**env, "PELOTON_TOKEN": token})).returncode == 0:
+            assert time.monotonic() < deadline, "the revoked token still works"
+            time.sleep(0.2)
+        assert "the token is not known to this daemon" in gone.stderr, gone.stderr
+        assert run("job", "list", env={**env, "PELOTON_TOKEN": second.stdout.strip()}).returncode == 0
     finally:
         proc.terminate()
         proc.wait(30)

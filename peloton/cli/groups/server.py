@@ -220,14 +220,41 @@ connect: peloton --tls-ca {d}/ca.pem --client-cert {d}/client.pem --client-key {
 
 
 def cmd_token_create(a: argparse.Namespace) -> int:
-    from peloton.security.identity import add_token
+    from peloton.security.identity import add_token, hash_token, token_id
 
-    path = Path(a.principals_file) if a.principals_file else \
-        (Path(a.data_dir) if a.data_dir else config.default_data_dir()) / "principals.json"
+    path = _principals_path(a)
     token = add_token(path, a.name, a.role, a.user)
     print(token)
-    print(f"peloton: token for {a.name} added to {path} (only its hash is kept: this is the one time it is shown; "
-          "a running daemon picks it up within a second)", file=sys.stderr)
+    print(f"peloton: token {token_id(hash_token(token))} for {a.name} added to {path} (only its hash is kept: this is "
+          "the one time it is shown; a running daemon picks it up within a second)", file=sys.stderr)
+    return 0
+
+
+def _principals_path(a: argparse.Namespace) -> Path:
+    return Path(a.principals_file) if a.principals_file else \
+        (Path(a.data_dir) if a.data_dir else config.default_data_dir()) / "principals.json"
+
+
+def cmd_token_list(a: argparse.Namespace) -> int:
+    from peloton.security.identity import list_principals, token_id
+
+    rows = [("NAME", "ROLES", "USER", "TOKENS")]
+    for name, e in sorted(list_principals(_principals_path(a)).items()):
+        rows.append((name, ",".join(sorted(e.roles)) or "-", e.user or "-",
+                     " ".join(token_id(h) for h in e.tokens) or "-"))
+    widths = [max(len(r[i]) for r in rows) for i in range(3)]
+    for r in rows:
+        print("  ".join(c.ljust(w) for c, w in zip(r, widths, strict=False)) + "  " + r[3])
+    return 0
+
+
+def cmd_token_revoke(a: argparse.Namespace) -> int:
+    from peloton.security.identity import revoke_tokens
+
+    path = _principals_path(a)
+    gone = revoke_tokens(path, a.name, a.id, a.all)
+    print(f"peloton: revoked {len(gone)} token(s) of {a.name} in {path}: {' '.join(gone) or 'none'} (a running "
+          "daemon refuses them within a second; streams open with them end within 6 s)", file=sys.stderr)
     return 0
 
 
@@ -341,6 +368,20 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
         tc.add_argument("--data-dir", default=None, metavar="DIR",
                         help="the daemon's data dir, whose principals.json is meant (default: the default data dir)")
         tc.set_defaults(server_fn=cmd_token_create)
+        tl = t.add_parser("list", help="the principals in the principals file: roles, Unix user, token ids")
+        tr = t.add_parser("revoke", help="remove a principal's tokens from the principals file (by id, or --all)")
+        tr.add_argument("name", metavar="NAME", help="the principal")
+        tr.add_argument("--id", action="append", default=[], metavar="ID",
+                        help="a token's id as `token list` shows it (or a prefix of 6 or more of its digits); "
+                             "repeatable")
+        tr.add_argument("--all", action="store_true", help="every token of the principal")
+        for p in (tl, tr):
+            p.add_argument("--principals-file", default=None, metavar="FILE",
+                           help="default <data-dir>/principals.json, which a daemon with that data dir reads")
+            p.add_argument("--data-dir", default=None, metavar="DIR",
+                           help="the daemon's data dir, whose principals.json is meant (default: the default data dir)")
+        tl.set_defaults(server_fn=cmd_token_list)
+        tr.set_defaults(server_fn=cmd_token_revoke)
     elif name == "db":
         d = g.add_subparsers(dest="cmd", required=True)
         up = d.add_parser("upgrade", help="apply migrations")
