@@ -975,6 +975,31 @@ def test_a_log_followed_goes_on_after_a_daemon_restart(browser: Any, tmp_path: P
         d.cli("job", "stop", job)
 
 
+def test_a_log_followed_stays_on_its_run_when_the_gang_restarts(browser: Any, tmp_path: Path) -> None:
+    """A follow read "the member's current run" from the offset it had reached in the run it began on: once the
+    gang restarted, it went on in the new run's log from the old run's offset (the new run's first lines never
+    shown, the two runs' lines in one panel). It stays on its run, as `task logs -f` does, and says when it ended."""
+    d = LocalUiDaemon(tmp_path / "data", f"sqlite:///{tmp_path / 'peloton.db'}")
+    with serving(d):
+        # member 0 talks; member 1 fails its first run after a while, so the gang (both) starts again as run 2
+        job = d.create("name: restarts\ninstances: 2\ngang: {on_member_failure: restart_gang}\nretry: {max_attempts: 3}\n"
+                       "task: {command: 'if [ $PELOTON_INSTANCE = 1 ]; then sleep 4; [ $PELOTON_ATTEMPT != 1 ] && "
+                       "sleep 600; exit 1; fi; i=0; while [ $i -lt 600 ]; do echo run $PELOTON_ATTEMPT line $i; "
+                       "i=$((i+1)); sleep 0.05; done', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+        d.wait_state(job, "RUNNING")
+        log_in(browser, d, "alice")
+        browser.get(d.ui + f"jobs/{job}")
+        act(browser, By.ID, "log-show")
+        wait(browser, lambda dr: "following" in dr.find_element(By.ID, "log-state").text
+             and "run 1 line 3" in dr.find_element(By.ID, "log-text").text, what="the log of run 1, followed")
+        wait(browser, lambda dr: "ended: not following" in dr.find_element(By.ID, "log-state").text, timeout=40,
+             what="the follow of run 1 ended with its run")
+        assert f"{job}-0-1" in browser.find_element(By.ID, "log-state").text
+        lines = browser.find_element(By.ID, "log-text").text.splitlines()
+        assert lines and lines == [f"run 1 line {i}" for i in range(len(lines))], lines
+        d.cli("job", "stop", job)
+
+
 def test_a_background_refresh_answered_401_goes_to_the_login_without_an_error_on_the_way(
         browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
     """The cluster view re-read on a job change without a session any more: "Something went wrong" was drawn over

@@ -475,13 +475,16 @@
         if (me !== reading || mine !== viewNumber) return;
         out.textContent = r.content;
         let offset = r.next_offset;
+        // the follow stays on the run it began on, as `task logs -f` does: a gang restarted meanwhile has a new
+        // run whose log the old run's offset means nothing in (the task id is <job>-<instance>-<run>)
+        const run = r.task_id.slice(r.task_id.lastIndexOf("-") + 1);
         const line = (x) => x.task_id + " (" + (x.task_state || "?") + ")";
         state.textContent = line(r) + (r.ended || !follow.checked ? ", not following" : ", following…");
         if (r.ended || !follow.checked) return;
         while (me === reading && mine === viewNumber && follow.checked) {
           await new Promise((ok) => setTimeout(ok, 1000));
           if (me !== reading || mine !== viewNumber) return;
-          try { r = await get(base + "&offset=" + offset); }
+          try { r = await get(base + "&run=" + run + "&offset=" + offset); }
           catch (e) {
             if (me !== reading || mine !== viewNumber) return;
             // the daemon away (restarting: no answer, or 503): the follow goes on from the same offset once it is
