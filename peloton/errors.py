@@ -16,6 +16,10 @@ class InvalidArgument(PelotonError):
     """Bad input; `field` names the field at fault. Nothing was written."""
 
 
+class OutOfRange(InvalidArgument):
+    """A value past the range the receiver takes (OUT_OF_RANGE): bad input, as InvalidArgument."""
+
+
 class NotFound(PelotonError):
     pass
 

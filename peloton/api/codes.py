@@ -6,6 +6,7 @@ from __future__ import annotations
 from peloton import errors
 
 TO_CODE: tuple[tuple[type[errors.PelotonError], str], ...] = (
+    (errors.OutOfRange, "OUT_OF_RANGE"),  # (before InvalidArgument, which it is a kind of)
     (errors.InvalidArgument, "INVALID_ARGUMENT"),
     (errors.NotFound, "NOT_FOUND"),
     (errors.AlreadyExists, "ALREADY_EXISTS"),

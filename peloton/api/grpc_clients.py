@@ -9,7 +9,8 @@ otherwise raises `NotSent` without sending it; that is mapped to errors.Unreacha
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+import contextlib
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import grpc
@@ -93,6 +94,17 @@ def _error(e: grpc.RpcError) -> errors.PelotonError:
     return from_rpc_error(e)
 
 
+@contextlib.contextmanager
+def _encoding(method: str) -> Iterator[None]:
+    """A request the message cannot hold (a number past its field's range, a string that is not UTF-8) is refused
+    here, as the receiver would refuse it, by InvalidArgument: the same values never encode (a bug), and the job
+    manager's side effects tell that from a call worth another try."""
+    try:
+        yield
+    except (ValueError, TypeError) as e:  # (UnicodeError is a ValueError)
+        raise errors.InvalidArgument(f"{method}: the request cannot be encoded: {e}") from None
+
+
 def _keys(keys: Sequence[GangKey]) -> list[internal_pb2.GangKey]:
     return [internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in keys]
 
@@ -115,12 +127,14 @@ class GrpcResourceManager(_GrpcClient):
 
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
                 remove: Sequence[GangKey] = (), call_id: str = "") -> None:
-        adopted = [convert.gang_request_to_proto(g) for g in running]
-        for p in adopted:
-            p.running = True
-        r = self._call("EnqueueGangs", internal_pb2.EnqueueGangsRequest(
-            gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove),
-            call_id=call_id), 30)
+        with _encoding("EnqueueGangs"):
+            adopted = [convert.gang_request_to_proto(g) for g in running]
+            for p in adopted:
+                p.running = True
+            request = internal_pb2.EnqueueGangsRequest(
+                gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove),
+                call_id=call_id)
+        r = self._call("EnqueueGangs", request, 30)
         if remove and not r.removed:  # a resmgr of an earlier release ignored them (a rolling upgrade)
             self.remove_gangs(remove)
 
@@ -166,7 +180,9 @@ class GrpcResourceManager(_GrpcClient):
         return [(k.gang_id, k.attempt) for k in r.unknown]
 
     def remove_gangs(self, gangs: Sequence[GangKey], call_id: str = "") -> None:
-        self._call("RemoveGangs", internal_pb2.RemoveGangsRequest(gangs=_keys(gangs), call_id=call_id), 30)
+        with _encoding("RemoveGangs"):
+            request = internal_pb2.RemoveGangsRequest(gangs=_keys(gangs), call_id=call_id)
+        self._call("RemoveGangs", request, 30)
 
     def held_gangs(self, page_token: str) -> tuple[list[GangKey], str]:
         try:

@@ -7,7 +7,16 @@ stopped while a send was on its way): the release takes that enqueue back instea
 that fails is retried with back-off until it goes through: a lost enqueue would leave a gang waiting for the periodic
 check, a lost release would keep its allocation. Kills are idempotent. A call to resmgr is tried again as it was,
 with the id of its first try, and resmgr applies it once: a call that went through and whose answer was lost,
-applied again after its gangs were placed and launched, would release what they hold and queue them again."""
+applied again after its gangs were placed and launched, would release what they hold and queue them again.
+
+A call resmgr refuses for good (`refused_for_good`: the request itself is at fault, a bug or a version skew; sent
+again unchanged it would be refused again, for ever, and every later release and enqueue would wait behind it) is
+not tried again: it was not applied (resmgr checks a request before it applies it, and a try again of a call
+already applied is answered by its id before any check), so it is split in halves, each a new call with a new id,
+sent in order, and a half refused again is split again, down to the one release or gang it refuses. That one is
+dropped, counted (`peloton_jobmgr_side_effects_refused_total{kind}`) and logged; a refused enqueue or adoption is
+handed back to the job manager (`take_refused`), which fails the gang's job saying why (gang_policy.refused_by_resmgr):
+never tried unchanged again, and the queue check finds it no more. The rest of the call goes through."""
 
 from __future__ import annotations
 
@@ -18,17 +27,20 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
-from prometheus_client import Gauge
+from prometheus_client import Counter, Gauge
 
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain.placement import GangRequest
-from peloton.errors import PelotonError
+from peloton.errors import InvalidArgument, PelotonError, ResourceExhausted
 from peloton.loop import LOOP_ERRORS
 from peloton.retry import Backoff, Delays
 
 log = logging.getLogger(__name__)
 
 PENDING = Gauge("peloton_jobmgr_pending_side_effects", "Kills, releases and enqueues not yet sent")
+REFUSED = Counter("peloton_jobmgr_side_effects_refused_total",
+                  "Releases, enqueues and adoptions resmgr refused for good (dropped; a gang's job fails)", ["kind"])
+MAX_REFUSAL_MESSAGE = 500  # characters of resmgr's message kept in a refused gang's reason
 CHUNK = 1000
 SEND_BACKOFF = Backoff(0.05, 5.0)  # a failed send is tried again after 0.05 s, doubling, at most 5 s
 
@@ -60,6 +72,26 @@ class Outbox:
         self.enqueue += o.enqueue
 
 
+@dataclass(frozen=True, slots=True)
+class Refusal:
+    """A gang attempt whose enqueue (or, `running`, its adoption) resmgr refused for good, and what it said."""
+
+    gang_id: str
+    attempt: int
+    running: bool
+    message: str
+
+
+def refused_for_good(e: Exception) -> bool:
+    """resmgr refused the request itself, so the same call would be refused again, and applied none of it:
+    INVALID_ARGUMENT (OUT_OF_RANGE too: errors.OutOfRange is one), a request it cannot take or a client could not
+    encode; RESOURCE_EXHAUSTED, which the internal services never answer themselves (they have no rate limit), is
+    gRPC's bound on a message's size, the sender's or the receiver's. Everything else is worth another try:
+    UNAVAILABLE and DEADLINE_EXCEEDED (down, not the leader, slow), UNAUTHENTICATED (the shared secret, which every
+    call carries: no gang's fault), INTERNAL, UNIMPLEMENTED (an upgrade under way), and what is not the project's."""
+    return isinstance(e, (InvalidArgument, ResourceExhausted))
+
+
 class SideEffects:
     def __init__(self, resmgr: ResourceManagerClient, hostmgr: HostManagerClient, on_error: Callable[[], None] | None = None):
         self.resmgr = resmgr
@@ -75,6 +107,10 @@ class SideEffects:
         # the resmgr call being tried (sender thread only): its id and how many of the outbox's first releases and
         # enqueues it carries (a retry's outbox starts with them: what arrived meanwhile is appended)
         self._call: tuple[str, int, int] | None = None
+        # after a refusal for good (sender thread only): how many releases and enqueues, from the outbox's first, the
+        # next calls take, one size a call: the halves of the refused call, then their halves... (a bisection)
+        self._sizes: list[int] = []
+        self._refused: list[Refusal] = []  # enqueues and adoptions refused for good, for take_refused
         self._thread: threading.Thread | None = None
 
     def start(self) -> None:
@@ -118,6 +154,13 @@ class SideEffects:
         """Wait until everything submitted so far was sent (tests, shutdown)."""
         with self._cond:
             return self._cond.wait_for(lambda: not len(self._pending) and not self._busy, timeout)
+
+    def take_refused(self) -> list[Refusal]:
+        """The gang attempts resmgr refused to queue (or to adopt) for good since the last take: each gang's job is
+        to fail (the job manager's reconciler takes them)."""
+        with self._cond:
+            out, self._refused = self._refused, []
+            return out
 
     def _run(self) -> None:
         delays = Delays(SEND_BACKOFF, random.random)
@@ -169,24 +212,61 @@ class SideEffects:
             out.preempt = [x for x in out.preempt if x[0] not in sent]
         while out.release or out.enqueue:
             if self._call is None:
-                release, chunk = resmgr_call(out.release, out.enqueue, CHUNK)
+                release, chunk = resmgr_call(out.release, out.enqueue, CHUNK, self._sizes[0] if self._sizes else None)
                 self._call = (uuid.uuid4().hex, len(release), len(chunk))
             call_id, n_release, n_enqueue = self._call
             release, chunk = out.release[:n_release], out.enqueue[:n_enqueue]
-            if chunk:
-                self.resmgr.enqueue([g for g, running in chunk if not running],
-                                    [g for g, running in chunk if running], remove=release, call_id=call_id)
-            else:
-                self.resmgr.remove_gangs(release, call_id=call_id)
+            try:
+                if chunk:
+                    self.resmgr.enqueue([g for g, running in chunk if not running],
+                                        [g for g, running in chunk if running], remove=release, call_id=call_id)
+                else:
+                    self.resmgr.remove_gangs(release, call_id=call_id)
+            except PelotonError as e:
+                if not refused_for_good(e):
+                    raise
+                self._call = None
+                self._refused_call(out, n_release, n_enqueue, e)
+                continue
             self._call = None
             del out.release[:len(release)]
             del out.enqueue[:len(chunk)]
+            if self._sizes:
+                self._sizes.pop(0)
+
+    def _refused_call(self, out: Outbox, n_release: int, n_enqueue: int, e: PelotonError) -> None:
+        """resmgr refused the call of `out`'s first `n_release` releases and `n_enqueue` enqueues for good (it
+        applied none of them): its halves go next, each a call of its own; the one it refuses alone is dropped (and
+        reported)."""
+        if self._sizes:
+            self._sizes.pop(0)  # (the refused call's own size)
+        n = n_release + n_enqueue
+        if n > 1:
+            log.warning("resmgr refused a call of %d releases and enqueues for good (%s): sending it in halves, to "
+                        "find what it refuses", n, e.message)
+            self._sizes[:0] = [(n + 1) // 2, n // 2]
+            return
+        if n_release:
+            gid, attempt = out.release.pop(0)
+            REFUSED.labels("release").inc()
+            log.error("resmgr refused the release of gang %s attempt %d for good: dropped (%s)", gid, attempt,
+                      e.message, extra={"gang_id": gid})
+            return
+        g, running = out.enqueue.pop(0)
+        REFUSED.labels("adoption" if running else "enqueue").inc()
+        log.error("resmgr refused %s gang %s attempt %d for good: its job fails (%s)",
+                  "to adopt running" if running else "to queue", g.gang_id, g.attempt, e.message,
+                  extra={"job_id": g.job_id, "gang_id": g.gang_id})
+        with self._cond:
+            self._refused.append(Refusal(g.gang_id, g.attempt, running, e.message[:MAX_REFUSAL_MESSAGE]))
 
 
-def resmgr_call(release: list[tuple[str, int]], enqueue: list[tuple[GangRequest, bool]],
-                chunk: int) -> tuple[list[tuple[str, int]], list[tuple[GangRequest, bool]]]:
+def resmgr_call(release: list[tuple[str, int]], enqueue: list[tuple[GangRequest, bool]], chunk: int,
+                most: int | None = None) -> tuple[list[tuple[str, int]], list[tuple[GangRequest, bool]]]:
     """The next call to resmgr of a batch's releases and enqueues, in their order (every release before any
-    enqueue): (releases, enqueues), at most `chunk` of each. The enqueues start only with the releases' last chunk,
-    which they join: one call where the batch has both and each fits a chunk."""
-    first = release[:chunk]
-    return first, (enqueue[:chunk] if len(release) <= chunk else [])
+    enqueue): (releases, enqueues), at most `chunk` of each and `most` in all. The enqueues start only with the
+    releases' last chunk, which they join: one call where the batch has both and each fits a chunk."""
+    first = release[:chunk if most is None else min(chunk, most)]
+    if len(first) < len(release):
+        return first, []
+    return first, enqueue[:chunk if most is None else min(chunk, most - len(first))]

@@ -525,6 +525,36 @@ def launch_failed(jv: JobView, gv: GangView, now: float, message: str, *, perman
     return eff
 
 
+def refused_by_resmgr(jv: JobView, gv: GangView, attempt: int, now: float, message: str) -> Effects:
+    """resmgr refused this attempt's enqueue (or, for a running gang, its adoption) for good (jobmgr/effects.py):
+    the request itself was at fault, and would be refused again unchanged, so the job fails, saying why. A waiting
+    gang's members fail (they never ran) and it is over; a running one fails as any failed gang does, not retried.
+    Nothing happens when the gang has moved on (another attempt, over)."""
+    eff = Effects()
+    g = gv.gang
+    if g.attempt != attempt or g.state == G.DONE:
+        return eff
+    reason = f"refused by the resource manager: {message}"
+    if g.state.waiting:
+        eff.touch_job(jv.job)
+        why = f"gang {g.index} was {reason}; it will not be retried unchanged"
+        for t in gv.members():
+            if t.state in TASK_TERMINAL:
+                continue
+            _set_task(jv, t, T.FAILED if task_can(t.state, T.FAILED) else T.KILLED, now, eff,
+                      reason="refused by the resource manager", message=message)
+        _set_gang(jv, g, G.DONE, now, eff, reason=why, note=("warning", "failed"))
+        if not jv.job.reason:
+            jv.job.reason = why
+        for other in jv.gangs.values():  # the job has failed: nothing else of it should keep running
+            if other is not gv:
+                stop_gang(jv, other, now, eff, reason="job failed")
+    elif g.state.active and g.state not in (G.ABORTING, G.PREEMPTING):
+        gang_failed(jv, gv, now, eff, reason, permanent=True)
+    derive_job_state(jv, now, eff)
+    return eff
+
+
 def set_pending_reason(jv: JobView, gang_index: int, attempt: int, reason: str, now: float) -> Effects:
     """Why a queued gang is still waiting (admission or placement), shown by `job get`."""
     eff = Effects()

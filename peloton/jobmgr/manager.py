@@ -26,14 +26,14 @@ from sqlalchemy.orm import Session, sessionmaker
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
 from peloton.domain.allocation import GangAsk
 from peloton.domain.launch import TaskStatus
-from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for
+from peloton.domain.model import Gang, Job, ResourcePool, Task, TaskEvent, gang_id_for, split_gang_id
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.pools import check_job_pool
 from peloton.domain.spec import JobSpec, validate, validate_submitted, with_workers
 from peloton.domain.states import GANG_ACTIVE, GangState, JobState, TaskState
 from peloton.errors import AlreadyExists, FailedPrecondition, InvalidArgument, NotFound, PelotonError
 from peloton.jobmgr import gang_policy as policy
-from peloton.jobmgr.effects import Outbox, SideEffects
+from peloton.jobmgr.effects import Outbox, Refusal, SideEffects
 from peloton.jobmgr.launcher import Launcher
 from peloton.jobmgr.planning import Planner, PlanOutcome
 from peloton.jobmgr.watch import JobChange, WatchHub, in_parts
@@ -871,7 +871,36 @@ class JobManager:
         found = [t for t in self.writer.read_each(scan) if t is not None]
         return min(found) if found else None
 
+    def _fail_refused(self) -> None:
+        """The gangs whose enqueue (or adoption) resmgr refused for good (effects.py): their jobs fail, saying why.
+        (Lost with a refused commit, such a gang is unknown to resmgr and the queue check queues it again: refused
+        again, it is reported again.)"""
+        refused = self.effects.take_refused()
+        if not refused:
+            return
+        by_job: dict[str, list[Refusal]] = {}
+        for r in refused:
+            by_job.setdefault(split_gang_id(r.gang_id)[0], []).append(r)
+
+        def refused_of(part: Mapping[str, list[Refusal]]) -> Callable[[Views, float], policy.Effects]:
+            def apply(views: Views, now: float) -> policy.Effects:
+                eff = policy.Effects()
+                for jid, rs in part.items():
+                    jv = views.get(jid)
+                    if jv is None:  # deleted meanwhile
+                        continue
+                    for r in rs:
+                        gv = jv.gangs.get(split_gang_id(r.gang_id)[1])
+                        if gv is not None:
+                            eff.merge(policy.refused_by_resmgr(jv, gv, r.attempt, now, r.message))
+                return eff
+
+            return apply
+
+        self.writer.mutate_by_job(by_job, refused_of)
+
     def reconcile_once(self) -> bool:
+        self._fail_refused()  # (first: the scan below would otherwise find them unknown to resmgr and queue them again)
         now = self.clock()
         # a due time further off than its period means the clock was set back: due now, not once it catches up
         full = now >= self._full_reconcile_at or self._full_reconcile_at - now > FULL_RECONCILE_S

@@ -1191,3 +1191,43 @@ def test_a_gang_running_whole_reports_its_launch_and_its_wait() -> None:
     assert eff.started == []
     eff = apply(jv, 1, T.RUNNING, T0 + 12.5)
     assert eff.started == [(2.5, 12.5)]
+
+
+# --- a gang resmgr refused for good (jobmgr/effects.py) ---------------------------------------------------------
+
+def test_a_queued_gang_resmgr_refused_for_good_fails_its_job_saying_why() -> None:
+    jv = make_view(make_spec(4, min_available=2))  # gangs 0 (instances 0, 1), 1, 2
+    place(jv, 1)
+    run_all(jv, 1)
+    eff = policy.refused_by_resmgr(jv, jv.gangs[0], 1, T0 + 3, "Received message larger than max (9 vs. 4)")
+    g = jv.gangs[0].gang
+    assert g.state == G.DONE and "refused by the resource manager: Received message larger than max" in g.reason
+    assert states(jv.gangs[0]) == [T.FAILED, T.FAILED]
+    assert jv.gangs[0].tasks[0].reason == "refused by the resource manager"
+    assert jv.gangs[2].gang.state == G.DONE and jv.gangs[1].gang.state == G.ABORTING  # the rest stopped
+    assert jv.job.state == J.FAILING and jv.job.reason.startswith("gang 0 was refused by the resource manager")
+    assert ("job1/0", 1) not in eff.release and not eff.enqueue  # never queued again, never held
+    assert [n.level for n in eff.notes if n.gang_id == "job1/0"] == ["warning"]
+    for i in jv.gangs[1].gang.instances:
+        apply(jv, i, T.KILLED, T0 + 4)
+    assert jv.job.state == J.FAILED
+
+
+def test_a_refusal_of_an_attempt_the_gang_has_left_behind_changes_nothing() -> None:
+    jv = make_view(make_spec(2, on_member_failure="restart_gang", max_attempts=3))
+    place(jv)
+    run_all(jv)
+    apply(jv, 0, T.FAILED)  # attempt 2 queued
+    assert jv.gangs[0].gang.attempt == 2
+    assert not policy.refused_by_resmgr(jv, jv.gangs[0], 1, T0 + 3, "bad").gangs
+    assert jv.gangs[0].gang.state == G.QUEUED and jv.job.state == J.PENDING
+
+
+def test_a_running_gang_whose_adoption_resmgr_refused_for_good_fails_and_is_not_retried() -> None:
+    jv = make_view(make_spec(2, on_member_failure="restart_gang", max_attempts=3))
+    place(jv)
+    run_all(jv)
+    eff = policy.refused_by_resmgr(jv, jv.gangs[0], 1, T0 + 3, "gangs[0]: not finite")
+    assert jv.gangs[0].gang.state == G.ABORTING and sorted(eff.kill) == ["job1-0-1", "job1-1-1"]
+    assert jv.gangs[0].gang.attempt == 1 and jv.job.state == J.FAILING  # no other attempt
+    assert "refused by the resource manager: gangs[0]: not finite" in jv.job.reason

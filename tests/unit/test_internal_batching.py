@@ -11,6 +11,7 @@ from collections.abc import Iterator, Sequence
 from typing import Any
 
 import pytest
+from prometheus_client import REGISTRY
 
 from peloton.api import convert
 from peloton.api.clients import HostManagerClient, ResourceManagerClient
@@ -21,7 +22,7 @@ from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.errors import Unavailable
+from peloton.errors import InvalidArgument, ResourceExhausted, Unavailable
 from peloton.hostmgr.manager import HostManager
 from peloton.jobmgr import effects
 from peloton.jobmgr.effects import Outbox, SideEffects, resmgr_call
@@ -199,6 +200,154 @@ def test_a_mark_is_reached_only_once_what_was_submitted_before_it_went_through(
         gate.set()
     finally:
         fx.stop()
+
+
+# --- a call refused for good (a bug, a version skew, a message too large) -----------------------------------------
+
+
+class Refusing:
+    """A resmgr client that refuses for good (InvalidArgument) a call carrying a gang or release of `bad`, and one of
+    more than `most` releases and gangs (ResourceExhausted, as gRPC's bound on a message's size); `away` calls fail
+    first as if resmgr could not be reached. What went through: `sent`, in order, with each call's id."""
+
+    def __init__(self, bad: set[str] = frozenset(), most: int = 1_000_000, away: int = 0) -> None:  # type: ignore[assignment]
+        self.bad, self.most, self.away = bad, most, away
+        self.tries = 0
+        self.sent: list[tuple[str, list[str]]] = []  # (call id, releases and gangs: "-r0/0", "+e0/0", "@a0/0")
+        self.ids: list[str] = []
+
+    def _call(self, call_id: str, items: list[str]) -> None:
+        self.tries += 1
+        self.ids.append(call_id)
+        if self.away:
+            self.away -= 1
+            raise Unavailable("resmgr away")
+        if len(items) > self.most:
+            raise ResourceExhausted(f"Received message larger than max ({len(items)} vs. {self.most})")
+        bad = [i for i in items if i[1:] in self.bad]
+        if bad:
+            raise InvalidArgument(f"gangs: {bad[0][1:]} is bad")
+        self.sent.append((call_id, items))
+
+    def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
+                remove: Sequence[tuple[str, int]] = (), call_id: str = "") -> None:
+        self._call(call_id, [*(f"-{g}" for g, _ in remove), *(f"+{g.gang_id}" for g in gangs),
+                             *(f"@{g.gang_id}" for g in running)])
+
+    def remove_gangs(self, gangs: Sequence[tuple[str, int]], call_id: str = "") -> None:
+        self._call(call_id, [f"-{g}" for g, _ in gangs])
+
+    def items(self) -> list[str]:
+        return [i for _, items in self.sent for i in items]
+
+
+def refused_total(kind: str) -> float:
+    """`peloton_jobmgr_side_effects_refused_total{kind}` so far."""
+    return REGISTRY.get_sample_value("peloton_jobmgr_side_effects_refused_total", {"kind": kind}) or 0.0
+
+
+def test_a_call_refused_for_good_is_split_to_send_all_but_the_gang_it_refuses() -> None:
+    """A call resmgr refused for good (InvalidArgument: a bug, a version skew) was tried again for ever, and every
+    later release and enqueue waited behind it. Now its halves go, each a call of its own, down to the one gang
+    refused, which is dropped and handed back to the job manager; the rest goes, in order."""
+    rm = Refusing(bad={"e5/0"})
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    before = refused_total("enqueue")
+    rel = [(f"r{i}/0", 1) for i in range(3)]
+    enq = [(gang(f"e{i}"), i == 7) for i in range(9)]
+    out = Outbox(release=list(rel), enqueue=list(enq))
+    fx._send(out)
+    assert not len(out)
+    got = rm.items()  # (a call's adoptions follow its new gangs: the order of a call's own items does not matter)
+    assert got[:3] == [f"-r{i}/0" for i in range(3)]
+    assert sorted(got[3:]) == sorted(f"{'@' if i == 7 else '+'}e{i}/0" for i in range(9) if i != 5)
+    assert fx.take_refused() == [effects.Refusal("e5/0", 1, False, "gangs: e5/0 is bad")] and fx.take_refused() == []
+    assert refused_total("enqueue") == before + 1
+    assert len(set(rm.ids)) == len(rm.ids)  # each a call of its own: a refused call was not applied
+    assert rm.tries <= 2 * 4 + 1  # a bisection: about two calls a halving
+    fx._send(Outbox(enqueue=[(gang("later"), False)]))  # nothing waits behind it any more
+    assert rm.sent[-1][1] == ["+later/0"] and len(rm.sent[-1]) == 2
+
+
+def test_a_call_too_large_for_a_message_goes_in_halves_and_then_whole_again() -> None:
+    rm = Refusing(most=3)
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    out = Outbox(release=[("r0/0", 1)], enqueue=[(gang(f"e{i}"), False) for i in range(9)])
+    fx._send(out)
+    assert rm.items() == ["-r0/0", *(f"+e{i}/0" for i in range(9))] and fx.take_refused() == []
+    assert [len(items) for _, items in rm.sent] == [3, 2, 3, 2]  # 10 -> 5 -> 3 + 2, 5 -> 3 + 2
+    rm.most = 100
+    fx._send(Outbox(enqueue=[(gang(f"f{i}"), False) for i in range(9)]))  # the halving was for that call alone
+    assert len(rm.sent[-1][1]) == 9
+
+
+def test_a_release_refused_for_good_is_dropped_and_counted() -> None:
+    rm = Refusing(bad={"r1/0"})
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    before = refused_total("release")
+    fx._send(Outbox(release=[("r0/0", 1), ("r1/0", 1), ("r2/0", 1)], enqueue=[(gang("e0"), False)]))
+    assert rm.items() == ["-r0/0", "-r2/0", "+e0/0"] and fx.take_refused() == []
+    assert refused_total("release") == before + 1
+
+
+def test_a_half_that_fails_for_a_while_is_tried_again_as_the_same_call() -> None:
+    """Only a refusal for good splits a call: one that fails otherwise (resmgr away) is tried again as it was, with
+    the id of its first try (resmgr may have applied it), a half being isolated included."""
+    rm = Refusing(bad={"e3/0"})
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    out = Outbox(enqueue=[(gang(f"e{i}"), False) for i in range(4)])
+    with pytest.raises(InvalidArgument):  # (not from _send: the client's first try, for the test's own check)
+        rm.enqueue([g for g, _ in out.enqueue], [], call_id="x")
+    rm.tries, rm.ids = 0, []
+    rm.away = 1
+    real = rm._call
+
+    def away_at_second(call_id: str, items: list[str]) -> None:
+        rm.away = 1 if rm.tries == 1 else 0  # the first half, after the refusal of the whole
+        real(call_id, items)
+
+    rm._call = away_at_second  # type: ignore[method-assign]
+    with pytest.raises(Unavailable):
+        fx._send(out)
+    fx._send(out)
+    assert rm.ids[1] == rm.ids[2] and len(set(rm.ids)) == len(rm.ids) - 1
+    assert rm.items() == ["+e0/0", "+e1/0", "+e2/0"] and [r.gang_id for r in fx.take_refused()] == ["e3/0"]
+
+
+def test_a_refused_call_no_longer_holds_up_the_sender(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Through the sender's thread: before, a call refused for good was tried again with back-off for ever (the
+    outbox never drained; what followed it never went)."""
+    monkeypatch.setattr(effects, "SEND_BACKOFF", effects.Backoff(0.01, 0.01))
+    rm = Refusing(bad={"a/0"})
+    fx = SideEffects(rm, None)  # type: ignore[arg-type]
+    fx.start()
+    try:
+        fx.submit(Outbox(enqueue=[(gang("a"), False), (gang("b"), False)]))
+        fx.submit(Outbox(release=[("c/0", 1)], enqueue=[(gang("d"), False)]))
+        assert fx.drain(5)
+    finally:
+        fx.stop()
+    assert rm.items() == ["-c/0", "+b/0", "+d/0"] and [r.gang_id for r in fx.take_refused()] == ["a/0"]
+
+
+def test_only_a_refusal_of_the_request_itself_is_for_good() -> None:
+    from peloton.api.codes import error_for
+
+    for code in ("INVALID_ARGUMENT", "OUT_OF_RANGE", "RESOURCE_EXHAUSTED"):
+        assert effects.refused_for_good(error_for(code, "x")), code
+    for code in ("UNAVAILABLE", "DEADLINE_EXCEEDED", "FAILED_PRECONDITION", "UNAUTHENTICATED", "INTERNAL",
+                 "UNIMPLEMENTED", "UNKNOWN", "ABORTED"):
+        assert not effects.refused_for_good(error_for(code, "x")), code
+    assert not effects.refused_for_good(RuntimeError("a bug of the sender"))
+
+
+def test_a_request_the_message_cannot_hold_is_refused_for_good_by_the_client() -> None:
+    old = OldPeer()
+    with pytest.raises(InvalidArgument, match="EnqueueGangs: the request cannot be encoded"):
+        GrpcResourceManager(old).enqueue([gang("a", attempt=2**40)], [])
+    with pytest.raises(InvalidArgument, match="RemoveGangs: the request cannot be encoded"):
+        GrpcResourceManager(old).remove_gangs([("a/0", 2**40)])
+    assert old.sent == []
 
 
 # --- over gRPC and in one process ------------------------------------------------------------------------------

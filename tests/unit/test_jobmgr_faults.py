@@ -140,6 +140,9 @@ def test_a_clock_that_goes_back_does_not_hold_up_the_queue_check_and_the_full_re
         def wait_sent(self, mark: int, timeout: float) -> bool:
             return True
 
+        def take_refused(self) -> list[Any]:
+            return []
+
     class Hostmgr:
         def drains(self) -> dict[str, float]:
             return {}
