@@ -21,6 +21,8 @@ import threading
 from collections.abc import Iterator
 from pathlib import Path
 
+from peloton.errors import InvalidArgument
+
 log = logging.getLogger(__name__)
 
 
@@ -121,3 +123,29 @@ def private_file(path: Path) -> None:
         os.close(create_private(path, os.O_WRONLY | os.O_EXCL))
     except FileExistsError:
         tighten(path)
+
+
+def size_text(n: int) -> str:
+    """`n` bytes as an operator reads it: "4 MiB", "512 KiB", "1000 bytes"."""
+    for unit, shift in (("MiB", 20), ("KiB", 10)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n} bytes"
+
+
+def refuse_larger(raw: bytes | str, most: int, name: str, kind: str, field: str | None = None) -> None:
+    """InvalidArgument naming the file (`name`: its flag and path, or its path), the limit and what the file is
+    (`kind`: "a spec file") when `raw`, read up to `most` + 1, is over `most`."""
+    if len(raw) > most:
+        raise InvalidArgument(f"{name}: larger than the {most} bytes ({size_text(most)}) {kind} may have",
+                              field=field or name)
+
+
+def read_bounded(path: str | os.PathLike[str], most: int, name: str, kind: str, field: str | None = None) -> bytes:
+    """The bytes of the file at `path`, read up to `most` and no further: a larger one, or one without end (a pipe,
+    /dev/zero, whose size stat() says is 0) is refused once `most` + 1 bytes have come (`refuse_larger`), so no file
+    named by mistake takes memory without end. An OSError of the open or the read is the caller's to word."""
+    with open(path, "rb") as f:
+        raw = f.read(most + 1)
+    refuse_larger(raw, most, name, kind, field)
+    return raw

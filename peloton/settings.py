@@ -9,9 +9,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from peloton.config import split_hostport
+from peloton.domain import limits
 from peloton.domain.hostgroups import HostGroup
 from peloton.domain.resources import Resources
 from peloton.errors import InvalidArgument
+from peloton.files import read_bounded
 from peloton.hostmgr.local.backend import (
     DEFAULT_LOG_KEEP,
     DEFAULT_LOG_MAX_BYTES,
@@ -29,6 +31,7 @@ from peloton.resmgr.callers import ENGINE_LEASE_S
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S
 from peloton.resmgr.ordering import DEFAULT_PROMOTE_AFTER_S, QueueOrder
 from peloton.security import run_as
+from peloton.security.identity import Principals
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
 # --placement-engine-lease: engines call at least every round (a long poll counts while it lasts), so a lease of a
@@ -126,9 +129,15 @@ class ServerConfig:
         if self.gpu_table is None:
             return DEFAULT_TABLE
         try:
-            text = self.gpu_table.read_text(encoding="utf-8")
+            raw = read_bounded(self.gpu_table, limits.MAX_GPU_TABLE_BYTES, f"--gpu-table: {self.gpu_table}",
+                               "a GPU table", field="--gpu-table")
         except OSError as e:
             raise InvalidArgument(f"--gpu-table: cannot read {self.gpu_table}: {e.strerror}",
+                                  field="--gpu-table") from None
+        try:
+            text = raw.decode("utf-8")
+        except UnicodeDecodeError as e:  # (was a traceback)
+            raise InvalidArgument(f"--gpu-table: {self.gpu_table}: not UTF-8 text (at byte {e.start + 1})",
                                   field="--gpu-table") from None
         return load_table(text, source="--gpu-table")
 
@@ -263,6 +272,9 @@ class ServerConfig:
             raise InvalidArgument(f"--max-waiting-jobs: must be 0 (none) or positive, got {self.max_waiting_jobs}",
                                   field="--max-waiting-jobs")
         self.gpu_table_rows()  # a file that cannot be read, or a wrong row, is said at start
+        principals = self.principals_path()
+        if principals is not None:  # one that cannot be read, too large or wrong: refused before anything starts
+            Principals(principals)  # (read again, and kept, once the daemon authenticates)
         if not math.isfinite(self.leader_lease_s) or not MIN_LEASE_S <= self.leader_lease_s <= MAX_LEASE_S:
             raise InvalidArgument(f"--leader-lease: must be between {MIN_LEASE_S:g} and {MAX_LEASE_S:g} seconds (it is "
                                   f"renewed every second), got {self.leader_lease_s:g}", field="--leader-lease")

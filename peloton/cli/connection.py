@@ -55,9 +55,11 @@ def config_path() -> str:
 
 def read_contexts(path: str) -> tuple[str | None, dict[str, dict[str, str]]]:
     """(current context, contexts) of the config file at `path`; (None, {}) when there is none."""
+    from peloton.domain import limits
+    from peloton.files import read_bounded
+
     try:
-        with open(path, "rb") as f:
-            raw = f.read()
+        raw = read_bounded(path, limits.MAX_CONFIG_FILE_BYTES, path, "a client config file", field="config")
     except FileNotFoundError:
         return None, {}
     except OSError as e:

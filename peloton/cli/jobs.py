@@ -93,20 +93,18 @@ def _read_spec(path: str) -> job_pb2.JobSpec:
     without end is refused once that much has come, naming the file."""
     from peloton.api.specfile import parse_spec
     from peloton.domain import limits
+    from peloton.files import read_bounded, refuse_larger
 
     most = limits.MAX_SPEC_FILE_BYTES
     try:
         if path == "-":  # bytes where there are (a test's stdin may be text): decoded as a file is
             stdin = getattr(sys.stdin, "buffer", None)
             raw: bytes | str = stdin.read(most + 1) if stdin is not None else sys.stdin.read(most + 1)
+            refuse_larger(raw, most, path, "a spec file")
         else:
-            with open(path, "rb") as f:
-                raw = f.read(most + 1)
+            raw = read_bounded(path, most, path, "a spec file")
     except OSError as e:
         raise InvalidArgument(f"-f: cannot read {path}: {e.strerror}") from None
-    if len(raw) > most:
-        raise InvalidArgument(f"{path}: larger than the {most} bytes ({most >> 20} MiB) a spec file may have",
-                              field=path)
     try:
         text = raw if isinstance(raw, str) else raw.decode("utf-8")
     except UnicodeDecodeError as e:  # once a traceback (a file) or "not valid YAML: syntax error" (stdin)

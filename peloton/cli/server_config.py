@@ -16,7 +16,9 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
+from peloton.domain import limits
 from peloton.errors import InvalidArgument
+from peloton.files import read_bounded
 
 CONFIG_ENV = "PELOTON_SERVER_CONFIG"
 _NOT_SETTINGS = {"config", "print-config", "help"}  # flags that are not settings themselves
@@ -76,7 +78,9 @@ def _all_text(value: Any) -> bool:
 
 def from_file(path: Path, settings: Mapping[str, argparse.Action]) -> list[str]:
     try:
-        doc = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = read_bounded(path, limits.MAX_CONFIG_FILE_BYTES, f"--config: {path}", "a server config file",
+                           field="config")
+        doc = tomllib.loads(raw.decode("utf-8"))
     except OSError as e:
         raise InvalidArgument(f"--config: cannot read {path}: {e.strerror}", field="config") from None
     except UnicodeDecodeError as e:  # TOML is UTF-8 (this was a traceback)

@@ -114,6 +114,14 @@ MAX_REQUEST_BYTES = 4 * MiB
 # quoting around a spec that serializes under it.
 MAX_SPEC_FILE_BYTES = MAX_REQUEST_BYTES
 
+# --- the operator's files, read whole at start (or, the principals file, when it changes) -------------------------
+# Each read up to its limit and no further (files.read_bounded): a larger one, or one without end (/dev/zero, a pipe
+# that never closes), is refused naming the file and the limit, before anything is started or written. Each is far
+# above what a real file holds; the bound is there so that a wrong path cannot take the daemon's memory.
+MAX_CONFIG_FILE_BYTES = 1 * MiB  # `peloton server --config` (TOML), and the CLI's config.toml (its contexts)
+MAX_GPU_TABLE_BYTES = 1 * MiB  # `--gpu-table` (JSON: a row a GPU model, a few dozen bytes each)
+MAX_PRINCIPALS_FILE_BYTES = 16 * MiB  # `--principals-file` (JSON: ~100 bytes a principal and a token hash)
+
 # Model-aware plans (docs/model-aware.md)
 MAX_MODEL_NAME_CHARS = 128  # a stored model's name
 MAX_BATCH = 1e9  # model.local_bsz, model.global_bsz

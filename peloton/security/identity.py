@@ -35,6 +35,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from peloton.domain import limits
 from peloton.domain.principal import (
     AUDIT_READ,
     HOST_OPERATE,
@@ -48,7 +49,7 @@ from peloton.domain.principal import (
     Principal,
 )
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
-from peloton.files import make_dirs
+from peloton.files import make_dirs, read_bounded
 
 log = logging.getLogger(__name__)
 
@@ -169,6 +170,18 @@ def parse_principals(text: str, where: str) -> dict[str, Entry]:
     return out
 
 
+def read_principals_text(path: Path) -> str:
+    """The principals file's text, read up to limits.MAX_PRINCIPALS_FILE_BYTES and no further (a larger one, or
+    /dev/zero, is refused naming the file and the limit); InvalidArgument when it is not UTF-8 text. OSError as
+    reading it raised it."""
+    raw = read_bounded(path, limits.MAX_PRINCIPALS_FILE_BYTES, f"--principals-file: {path}", "a principals file",
+                       field="--principals-file")
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise InvalidArgument(f"{path}: not JSON: not UTF-8 text (at byte {e.start + 1})", field="principals") from None
+
+
 RELOAD_WAIT_S = 5.0  # a check waits at most this long for the reload of the principals file already under way
 
 
@@ -206,7 +219,7 @@ class Principals:
             if st.st_mode & 0o077:
                 raise FailedPrecondition(f"--principals-file: {self.path} is readable by others (mode "
                                          f"{st.st_mode & 0o777:o}); chmod 600 it", field="--principals-file")
-            entries = parse_principals(self.path.read_text(), str(self.path))
+            entries = parse_principals(read_principals_text(self.path), str(self.path))
         except (OSError, InvalidArgument, FailedPrecondition) as e:
             if strict:
                 if isinstance(e, OSError):
@@ -281,8 +294,9 @@ def add_token(path: Path, name: str, roles: Iterable[str], user: str | None = No
             raise InvalidArgument(f"--role: {r!r} is not one of {', '.join(ROLES)}", field="--role")
     doc: dict[str, dict[str, dict[str, Any]]] = {"principals": {}}
     if path.exists():
-        parse_principals(path.read_text(), str(path))  # refuse to rewrite a file that is not valid
-        doc = json.loads(path.read_text())
+        text = read_principals_text(path)
+        parse_principals(text, str(path))  # refuse to rewrite a file that is not valid
+        doc = json.loads(text)
         doc.setdefault("principals", {})
     entry = doc["principals"].setdefault(name, {"roles": [], "tokens": []})
     if roles:
@@ -338,7 +352,7 @@ def _principals_text(path: Path) -> str:
     if not path.exists():
         raise NotFound(f"--principals-file: {path} does not exist (`peloton token create` makes it)",
                        field="--principals-file")
-    return path.read_text()
+    return read_principals_text(path)
 
 
 def revoke_tokens(path: Path, name: str, ids: Iterable[str], every: bool = False) -> list[str]:

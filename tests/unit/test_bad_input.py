@@ -152,6 +152,90 @@ def test_a_server_config_not_in_utf8_is_refused_in_one_line(tmp_path: Path) -> N
                                            "11)\n")
 
 
+# --- the operator's files: read up to a bound, never whole ----------------------------------------------------------
+# The server's --config, --gpu-table and principals file, and the client's config.toml were read whole: /dev/zero
+# (or a file named by mistake) took memory until the machine had none, and the daemon never started nor said why.
+# Each is read up to its limit now (limits.py; files.read_bounded, as the spec file is) and refused naming the file
+# and the limit, before anything is started or written.
+
+def limit_text(most: int, kind: str) -> str:
+    return f"larger than the {most} bytes ({most >> 20} MiB) {kind} may have"
+
+
+def a_file_over(tmp_path: Path, most: int, name: str, mode: int = 0o600) -> Path:
+    path = tmp_path / name
+    path.write_bytes(b" " * (most + 1))
+    path.chmod(mode)
+    return path
+
+
+def server_refused(tmp_path: Path, *argv: str, env: dict[str, str] | None = None) -> str:
+    """`peloton server` with `argv`, refused at once (exit 2, one line, no traceback): nothing of the data dir or
+    the store was made."""
+    data = tmp_path / "data"
+    start = time.monotonic()
+    r = bounded(["server", "--backend", "sim", "--data-dir", str(data), "--db", f"sqlite:///{tmp_path}/x.db",
+                 "--listen", "127.0.0.1:0", "--metrics-listen", "", "--ui-listen", "", *argv],
+                env={**os.environ, **(env or {})})
+    err = r.stderr.decode()
+    assert r.returncode == 2 and err.startswith("peloton: error: ") and err.count("\n") == 1, err
+    assert time.monotonic() - start < 30
+    assert not data.exists() and not (tmp_path / "x.db").exists()
+    return err.removeprefix("peloton: error: ").rstrip("\n")
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_server_config_file_over_its_limit_is_refused_naming_it(tmp_path: Path, source: str) -> None:
+    if source == "big":
+        source = str(a_file_over(tmp_path, L.MAX_CONFIG_FILE_BYTES, "peloton.toml"))
+    want = f"--config: {source}: {limit_text(L.MAX_CONFIG_FILE_BYTES, 'a server config file')}"
+    assert server_refused(tmp_path, "--config", source) == want
+    assert server_refused(tmp_path, env={"PELOTON_SERVER_CONFIG": source}) == want  # the same file by its variable
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_gpu_table_over_its_limit_is_refused_naming_it(tmp_path: Path, source: str) -> None:
+    if source == "big":
+        source = str(a_file_over(tmp_path, L.MAX_GPU_TABLE_BYTES, "gpus.json"))
+    assert server_refused(tmp_path, "--gpu-table", source) == (
+        f"--gpu-table: {source}: {limit_text(L.MAX_GPU_TABLE_BYTES, 'a GPU table')}")
+
+
+def test_a_principals_file_over_its_limit_is_refused_naming_it(tmp_path: Path) -> None:
+    big = a_file_over(tmp_path, L.MAX_PRINCIPALS_FILE_BYTES, "principals.json")
+    want = f"--principals-file: {big}: {limit_text(L.MAX_PRINCIPALS_FILE_BYTES, 'a principals file')}"
+    assert server_refused(tmp_path, "--principals-file", str(big)) == want  # (was refused only after the store)
+    fifo = tmp_path / "principals.fifo"  # owner-only, without end
+    os.mkfifo(fifo, 0o600)
+    writer = subprocess.Popen(["sh", "-c", f"exec yes '{{}}' > {fifo}"], stderr=subprocess.DEVNULL)
+    try:
+        assert server_refused(tmp_path, "--principals-file", str(fifo)) == (
+            f"--principals-file: {fifo}: {limit_text(L.MAX_PRINCIPALS_FILE_BYTES, 'a principals file')}")
+    finally:
+        writer.kill()
+        writer.wait()
+    r = bounded(["token", "create", "alice", "--role", "admin", "--principals-file", str(big)])
+    assert (r.returncode, r.stderr.decode()) == (2, f"peloton: error: {want}\n")
+    assert big.stat().st_size == L.MAX_PRINCIPALS_FILE_BYTES + 1  # not rewritten
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_client_config_over_its_limit_is_refused_naming_it(tmp_path: Path, source: str) -> None:
+    if source == "big":
+        source = str(a_file_over(tmp_path, L.MAX_CONFIG_FILE_BYTES, "config.toml"))
+    r = bounded(["job", "list"], env={**os.environ, "PELOTON_CONFIG": source})
+    assert (r.returncode, r.stderr.decode()) == (
+        2, f"peloton: error: {source}: {limit_text(L.MAX_CONFIG_FILE_BYTES, 'a client config file')}\n")
+
+
+def test_a_config_file_of_the_limit_is_read(tmp_path: Path) -> None:
+    config = tmp_path / "peloton.toml"
+    head = 'listen = "127.0.0.1:0"\n#'
+    config.write_text(head + "#" * (L.MAX_CONFIG_FILE_BYTES - len(head)))
+    r = cli("server", "--config", str(config), "--print-config")
+    assert r.returncode == 0 and "127.0.0.1:0" in r.stdout, r.stderr
+
+
 # --- flags --------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("argv", "message"), [
     # an int32 field of a request: protobuf raised ValueError ("Value out of range"), a traceback

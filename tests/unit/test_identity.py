@@ -159,16 +159,18 @@ def test_a_token_is_checked_with_no_lock_held_while_the_file_is_read(tmp_path: P
     bob = add_token(path, "bob", ["operator"])
     entered, go = threading.Event(), threading.Event()
     reads: list[bool] = []
-    real_read = Path.read_text
+    from peloton.security import identity
 
-    def slow_read(self: Path, *a: object, **k: object) -> str:
-        if self == path:
+    real_read = identity.read_principals_text
+
+    def slow_read(at: Path) -> str:
+        if at == path:
             reads.append(p._lock.locked())
             entered.set()
             assert go.wait(10)
-        return real_read(self, *a, **k)  # type: ignore[arg-type]
+        return real_read(at)
 
-    Path.read_text = slow_read  # type: ignore[method-assign]
+    identity.read_principals_text = slow_read  # type: ignore[assignment]
     try:
         found: list[object] = []
         reloaders = [threading.Thread(target=lambda: found.append(p.by_token(bob))) for _ in range(3)]
@@ -182,6 +184,6 @@ def test_a_token_is_checked_with_no_lock_held_while_the_file_is_read(tmp_path: P
         for t in reloaders:
             t.join(10)
     finally:
-        Path.read_text = real_read  # type: ignore[method-assign]
+        identity.read_principals_text = real_read
     assert reads == [False]  # read once, with the lock free
     assert len(found) == 3 and all(f is not None for f in found)

@@ -503,6 +503,21 @@ def test_the_docs_list_every_limit() -> None:
     assert L.MIN_POOL_SHARE == L.MIN_CPU == 0.001 and L.MIN_MEM_MIB == 1 / 1024  # "0.001" and "1Ki" in the text
 
 
+def test_the_docs_state_the_limits_of_the_operators_files() -> None:
+    """cli.md, security.md and model-aware.md state the limits of the files the daemon and the CLI read whole."""
+    from pathlib import Path
+
+    docs = Path(__file__).resolve().parents[2] / "docs"
+    cli, security, model = ((docs / f).read_text() for f in ("cli.md", "security.md", "model-aware.md"))
+    config = f"read up to {L.MAX_CONFIG_FILE_BYTES >> 20} MiB ({L.MAX_CONFIG_FILE_BYTES} bytes)"
+    assert cli.count(config) == 2  # the client's config.toml, the server's --config
+    gpus = f"{L.MAX_GPU_TABLE_BYTES >> 20} MiB ({L.MAX_GPU_TABLE_BYTES} bytes"
+    assert gpus in cli and gpus in model and f"`--gpu-table` {L.MAX_GPU_TABLE_BYTES >> 20} MiB" in cli
+    principals = f"{L.MAX_PRINCIPALS_FILE_BYTES >> 20} MiB ({L.MAX_PRINCIPALS_FILE_BYTES} bytes"
+    assert principals in cli and principals in security
+    assert f"the principals file {L.MAX_PRINCIPALS_FILE_BYTES >> 20} MiB" in cli
+
+
 def test_status_messages_are_bounded_for_their_header() -> None:
     """gRPC drops a status message over its header limit: the caller would see RESOURCE_EXHAUSTED, not the error."""
     from peloton.api.status import MAX_MESSAGE_BYTES, bounded
