@@ -31,7 +31,7 @@ from peloton.resmgr.callers import ENGINE_LEASE_S
 from peloton.resmgr.manager import DEFAULT_PREEMPTION_SETTLE_S
 from peloton.resmgr.ordering import DEFAULT_PROMOTE_AFTER_S, QueueOrder
 from peloton.security import run_as
-from peloton.security.identity import Principals
+from peloton.security.identity import check_principals_file
 
 MIN_LEASE_S, MAX_LEASE_S = 3.0, 120.0
 # --placement-engine-lease: engines call at least every round (a long poll counts while it lasts), so a lease of a
@@ -274,7 +274,7 @@ class ServerConfig:
         self.gpu_table_rows()  # a file that cannot be read, or a wrong row, is said at start
         principals = self.principals_path()
         if principals is not None:  # one that cannot be read, too large or wrong: refused before anything starts
-            Principals(principals)  # (read again, and kept, once the daemon authenticates)
+            check_principals_file(principals)  # (read again, and kept, once the daemon authenticates)
         if not math.isfinite(self.leader_lease_s) or not MIN_LEASE_S <= self.leader_lease_s <= MAX_LEASE_S:
             raise InvalidArgument(f"--leader-lease: must be between {MIN_LEASE_S:g} and {MAX_LEASE_S:g} seconds (it is "
                                   f"renewed every second), got {self.leader_lease_s:g}", field="--leader-lease")

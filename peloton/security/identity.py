@@ -182,6 +182,16 @@ def read_principals_text(path: Path) -> str:
         raise InvalidArgument(f"{path}: not JSON: not UTF-8 text (at byte {e.start + 1})", field="principals") from None
 
 
+def check_principals_file(path: Path) -> None:
+    """The principals file as the daemon will load it (its size, its text, its entries), checked before anything is
+    started or written. Not its mode: the daemon tightens what is directly in its data dir first (files.py), where
+    the default one lives, and `Principals` checks the mode then."""
+    try:
+        parse_principals(read_principals_text(path), str(path))
+    except OSError as e:
+        raise FailedPrecondition(f"--principals-file: cannot read {path}: {e}", field="--principals-file") from None
+
+
 RELOAD_WAIT_S = 5.0  # a check waits at most this long for the reload of the principals file already under way
 
 

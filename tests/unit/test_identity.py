@@ -187,3 +187,17 @@ def test_a_token_is_checked_with_no_lock_held_while_the_file_is_read(tmp_path: P
         identity.read_principals_text = real_read
     assert reads == [False]  # read once, with the lock free
     assert len(found) == 3 and all(f is not None for f in found)
+
+
+def test_a_default_principals_file_left_readable_by_others_is_still_tightened_and_loaded(tmp_path: Path) -> None:
+    """The start checks the principals file before anything is written (its size, its entries), but not its mode:
+    the daemon tightens what is directly in its data dir first (files.py), the default principals.json included."""
+    from peloton.files import private_dir
+    from peloton.settings import ServerConfig
+
+    path = tmp_path / "principals.json"
+    token = add_token(path, "alice", ["viewer"])
+    path.chmod(0o644)
+    ServerConfig("127.0.0.1:0", None, tmp_path).check()  # not refused for its mode here ...
+    private_dir(tmp_path)  # ... which the daemon's taking its data dir tightens
+    assert Principals(path).by_token(token) is not None
