@@ -44,6 +44,8 @@ TIMER_SLACK_S = 1e-6
 SAME_INSTANT_S = 1e-6  # between jobs the trace submits at the same second
 MAX_PASSES = 1000  # passes at one instant before the driver calls the components stuck (a bug, not a trace)
 DRAIN_TIMEOUT_S = 30.0  # real seconds the side-effect thread may take to send one step's effects
+MAX_SECONDS = 1e9  # a submission's at_s, a run's duration: past it, EPOCH + time loses the microseconds the
+#                    driver orders by (traces.MAX_TRACE_SECONDS)
 
 
 class Stalled(RuntimeError):
@@ -172,8 +174,8 @@ class Replay:
         if len(set(names)) != len(names):
             raise ValueError("submissions: names must be unique")
         for s in submissions:
-            if not s.at_s >= 0:
-                raise ValueError(f"submissions[{s.name}].at_s: must be >= 0, got {s.at_s}")
+            if not 0 <= s.at_s <= MAX_SECONDS:
+                raise ValueError(f"submissions[{s.name}].at_s: must be within 0..{MAX_SECONDS:.0f}, got {s.at_s}")
         self.cluster = cluster
         # by time, ties in the order given (the trace's: the file's, as traces.read_trace keeps it and the pools are
         # dealt in it), not by name: the first of two jobs submitted together is the first in line
@@ -260,8 +262,8 @@ class Replay:
         r.runs += 1
         self._end_run(r, now)  # a gang runs once at a time: its earlier run has ended
         d = float(self.duration_of(self._subs_by_name[r.name], p))
-        if not d > 0:
-            raise ValueError(f"duration_of({r.name}): must be > 0 seconds, got {d}")
+        if not 0 < d <= MAX_SECONDS:
+            raise ValueError(f"duration_of({r.name}): must be > 0 seconds and at most {MAX_SECONDS:.0f}, got {d}")
         r.history.append(Run(now, None, p))
         self._live[r.job_id] = tuple(t.task_id for t in g.tasks)
         return d

@@ -22,7 +22,15 @@ from peloton.errors import FailedPrecondition, InvalidArgument
 from peloton.modelaware.document import document_to_dict, parse_document
 from peloton.replay import metrics, policies, report
 from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Stalled, Submission
-from peloton.replay.traces import ClusterShape, TraceJob, check_fits, parse_cluster, read_cluster_file, read_trace
+from peloton.replay.traces import (
+    MAX_TRACE_SECONDS,
+    ClusterShape,
+    TraceJob,
+    check_fits,
+    parse_cluster,
+    read_cluster_file,
+    read_trace,
+)
 from peloton.replay.work import KNOWN, SpeedModel, hosts_of, speed, speed_models, work_samples
 from peloton.resmgr.ordering import ARRIVAL, QueueOrder
 
@@ -110,8 +118,13 @@ def setup(trace_path: str, fmt: str, *, cluster: str | None = None, cluster_file
     jobs = read_trace(read_text(trace_path, "TRACE"), fmt, source, KNOWN)
     check_fits(jobs, shape, source)
     models = speed_models(read_profiles(profiles))
-    for j in jobs:  # the work is known (a Pollux job's application has a data set and epochs)
-        work_samples(j, models[j.application], shape)
+    for j in jobs:  # the work is known (a Pollux job's application has a data set and epochs), and lasts no longer
+        longest = work_samples(j, models[j.application], shape) / policies.slowest_speed(  # than a trace's times
+            models[j.application], j.gpus, j.batch_size, shape)
+        if longest > MAX_TRACE_SECONDS:
+            raise InvalidArgument(f"{source}: row {j.row}, job {j.name}: its work takes {longest:.3g} s at its "
+                                  f"slowest placement, more than the {MAX_TRACE_SECONDS:.0f} (about 31.7 years) a "
+                                  "trace's times may have", field="work")
     all_pools, pool_of = policies.assign_pools(jobs, shape, pools, source)
     return Setup(source, jobs, shape, models, all_pools, pool_of, seed, queue_order)
 

@@ -31,6 +31,10 @@ UNITS = ("samples", "iterations", "seconds")
 MAX_TRACE_ROWS = 1_000_000
 MAX_NAME_CHARS = 128
 MAX_GPUS_PER_JOB = limits.MAX_GANG_SIZE  # a trace job is one gang of one-GPU members: the most a gang may have
+# A submit time, and a duration, in seconds: at most 1e9 (about 31.7 years). The replay's clock is a float of
+# seconds from an epoch (driver.EPOCH, 1.7e9), and orders jobs submitted together a microsecond apart: past ~8.6e9
+# in all a float's step is over 2 us, and near 1e15 it is 1/8 s, so durations came out rounded (0.3 s ran 0.25 s).
+MAX_TRACE_SECONDS = 1e9
 
 POLLUX_COLUMNS = ("name", "time", "application", "num_replicas", "batch_size")
 TIRESIAS_COLUMNS = ("job_id", "num_gpu", "submit_time", "iterations", "model_name", "duration", "interval")
@@ -105,6 +109,16 @@ def _number(where: str, column: str, text: str, *, integer: bool = False, positi
     return v
 
 
+def _seconds(where: str, column: str, text: str, *, positive: bool = False) -> float:
+    """A time in seconds (a submit time from the trace's start, a duration): a number up to MAX_TRACE_SECONDS."""
+    v = _number(where, column, text, positive=positive)
+    if v > MAX_TRACE_SECONDS:
+        raise InvalidArgument(f"{where}, column {column}: {text} seconds is more than the {MAX_TRACE_SECONDS:.0f} "
+                              "(about 31.7 years) a trace's times may have (submit times count from the trace's "
+                              "start: a trace of Unix times needs its first subtracted)", field=column)
+    return v
+
+
 def _count(where: str, column: str, text: str, *, limit: int = MAX_GPUS_PER_JOB) -> int:
     n = int(_number(where, column, text, integer=True, positive=True))
     if n > limit:
@@ -164,7 +178,7 @@ def read_pollux(text: str, source: str, known: frozenset[str]) -> list[TraceJob]
                                                MAX_TRACE_ROWS):
         jobs.append(TraceJob(
             name=_name(where, "name", cell["name"]),
-            submit_s=_number(where, "time", cell["time"]),
+            submit_s=_seconds(where, "time", cell["time"]),
             application=_application(where, "application", cell["application"], known),
             gpus=_count(where, "num_replicas", cell["num_replicas"]),
             batch_size=_count(where, "batch_size", cell["batch_size"], limit=2**31 - 1),
@@ -173,17 +187,31 @@ def read_pollux(text: str, source: str, known: frozenset[str]) -> list[TraceJob]
     return _finish(jobs, wheres, source)
 
 
+def tiresias_job(job_id: str) -> str:
+    """The job a Tiresias `job_id` names, as Tiresias's simulator reads it (jobs.py: a value of ASCII digits
+    becomes an int): "01" and "1" are one job, "a1" is itself."""
+    return str(int(job_id)) if job_id.isascii() and job_id.isdigit() else job_id
+
+
 def read_tiresias(text: str, source: str, known: frozenset[str]) -> list[TraceJob]:
+    """Each job named `job-<job_id>`, the id as given; two rows whose ids name one job (`tiresias_job`: "1",
+    "01") are refused, naming both rows."""
     jobs: list[TraceJob] = []
     wheres: list[str] = []
+    first: dict[str, tuple[str, str]] = {}  # the job an id names -> (the id as first given, where)
     for where, cell in csv_rows(_text(text), source, TIRESIAS_COLUMNS, len(TIRESIAS_COLUMNS),
                                                MAX_TRACE_ROWS):
         job_id = _name(where, "job_id", cell["job_id"])
+        seen = first.setdefault(tiresias_job(job_id), (job_id, where.removeprefix(f"{source}: ")))
+        if seen[1] != where.removeprefix(f"{source}: "):
+            same = "" if seen[0] == job_id else f" ({seen[0]!r}: Tiresias reads both as the number {int(job_id)})"
+            raise InvalidArgument(f"{where}, column job_id: {job_id!r} is already the job of {seen[1]}{same}",
+                                  field="job_id")
         gpus = _count(where, "num_gpu", cell["num_gpu"])
-        submit = _number(where, "submit_time", cell["submit_time"])
+        submit = _seconds(where, "submit_time", cell["submit_time"])
         _number(where, "iterations", cell["iterations"], integer=True)  # checked; the duration is what is used
         app = _application(where, "model_name", cell["model_name"], known)
-        duration = _number(where, "duration", cell["duration"], positive=True)
+        duration = _seconds(where, "duration", cell["duration"], positive=True)
         _number(where, "interval", cell["interval"])
         jobs.append(TraceJob(name=f"job-{job_id}", submit_s=submit, application=app, gpus=gpus, work=duration,
                              unit="seconds", row=_row(where)))
@@ -197,13 +225,13 @@ def read_peloton(text: str, source: str, known: frozenset[str]) -> list[TraceJob
     for where, cell in csv_rows(_text(text), source, PELOTON_COLUMNS, PELOTON_REQUIRED,
                                                MAX_TRACE_ROWS):
         name = _name(where, "name", cell["name"])
-        submit = _number(where, "submit_s", cell["submit_s"])
+        submit = _seconds(where, "submit_s", cell["submit_s"])
         gpus = _count(where, "gpus", cell["gpus"])
         app = _application(where, "application", cell["application"], known)
-        work = _number(where, "work", cell["work"], positive=True)
         unit = cell["unit"]
         if unit not in UNITS:
             raise InvalidArgument(f"{where}, column unit: {unit!r} is not one of {', '.join(UNITS)}", field="unit")
+        work = (_seconds if unit == "seconds" else _number)(where, "work", cell["work"], positive=True)
         batch = _count(where, "batch_size", cell["batch_size"], limit=2**31 - 1) if cell.get("batch_size") else None
         if unit == "iterations" and batch is None:
             raise InvalidArgument(f"{where}, column batch_size: needed when unit is iterations (samples = "

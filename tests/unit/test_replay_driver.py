@@ -129,3 +129,14 @@ def test_a_run_past_its_max_runtime_is_ended_by_the_reconciler_at_that_virtual_i
     assert second.running_s is not None and second.end_s is not None
     assert abs(second.running_s - 60.0) < 0.01 and abs(second.end_s - 160.0) < 0.01, (second.running_s, second.end_s)
     assert all(s.partial_gpus == 0 for s in r.timeline)
+
+
+def test_times_past_what_the_clock_keeps_to_the_microsecond_are_refused() -> None:
+    """The virtual clock is EPOCH + seconds in a float: near 1e15 its step is 1/8 s, and a run of 0.3 s lasted
+    0.25 s (and jobs submitted together, a microsecond apart, fell on one instant). Refused beyond 1e9 s."""
+    import pytest
+
+    with pytest.raises(ValueError, match=r"submissions\[late\]\.at_s: must be within 0\.\.1000000000, got 1000000000000000\.0"):
+        Replay(Cluster(hosts=1, gpus=4), [Submission(1e15, "late", _spec("late", 1, 1))], lambda s, p: 0.3)
+    ok = Replay(Cluster(hosts=1, gpus=4), [Submission(1e9, "a", _spec("a", 1, 1))], lambda s, p: 0.3).run()
+    assert ok.jobs[0].end_s is not None and abs(ok.jobs[0].end_s - ok.jobs[0].running_s - 0.3) < 1e-6

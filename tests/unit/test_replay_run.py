@@ -176,6 +176,10 @@ def test_setup_refuses_what_it_cannot_replay_naming_the_flag(tmp_path: Path) -> 
         run.setup(str(tmp_path / "nope.csv"), "peloton", cluster="2x4")
     with pytest.raises(InvalidArgument, match="--profiles: no bert/placements.csv or cifar10/placements.csv"):
         run.setup(trace, "peloton", cluster="2x4", profiles=str(tmp_path))
+    # work in samples whose run would outlast a trace's times (the replay's clock loses its microseconds past them)
+    with pytest.raises(InvalidArgument, match=r"t\.csv: row 1, job j: its work takes [\d.e+]+ s at its slowest "
+                                              "placement, more than the 1000000000"):
+        run.setup(_trace(tmp_path, "j,0,4,resnet50,1e15,samples,,,,,\n"), "peloton", cluster="2x4")
     with pytest.raises(InvalidArgument, match="row 1, column pool: 'x' is not a pool"):
         run.setup(_trace(tmp_path, "j,0,4,resnet50,10,seconds,,x,,,\n", "p.csv"), "peloton", cluster="2x4",
                   pools=[ResourcePool("/y", reservation=Resources(gpu=8))])

@@ -105,6 +105,8 @@ POLLUX_HEADER = "name,time,application,num_replicas,batch_size\n"
     ("a,1,bert,2.5,384\n", "column num_replicas: expected a whole number"),
     ("a,nan,bert,2,384\n", "column time: expected a non-negative number, got 'nan'"),
     ("a,inf,bert,2,384\n", "column time: expected a non-negative number, got 'inf'"),
+    ("a,1000000000.5,bert,2,384\n", r"row 1 \(line 2\), column time: 1000000000.5 seconds is more than the "
+                                   r"1000000000 \(about 31.7 years\)"),
     ("a,1,gpt5,2,384\n", "column application: unknown application 'gpt5' .known: alexnet, bert"),
     ("a,1,bert,2\n", r"row 1 \(line 2\): 4 columns, the header has 5"),
     ("a,1,bert,2,384\nb,2,bert,2,384\na,3,bert,2,384\n",
@@ -151,11 +153,29 @@ TIRESIAS_HEADER = "job_id,num_gpu,submit_time,iterations,model_name,duration,int
     ("0,1,0,606,vgg99,10,30\n", "column model_name: unknown application 'vgg99'"),
     ("0,1,-3,606,vgg19,10,30\n", "column submit_time: expected a non-negative"),
     ("0,1,0,606,vgg19,10,-1\n", "column interval: expected a non-negative"),
-    ("0,1,0,606,vgg19,10,30\n0,2,5,606,vgg16,10,30\n", "row 2 .*column name: 'job-0' is already the name of row 1"),
+    ("0,1,0,606,vgg19,10,30\n0,2,5,606,vgg16,10,30\n", r"row 2 \(line 3\), column job_id: '0' is already the job of "
+                                                     r"row 1 \(line 2\)$"),
+    # Tiresias reads a job_id of digits as a number: "1" and "01" are one job (were two: job-1 and job-01)
+    ("1,1,0,606,vgg19,10,30\n01,2,5,606,vgg16,10,30\n", r"row 2 \(line 3\), column job_id: '01' is already the job of "
+                                                      r"row 1 \(line 2\) \('1': Tiresias reads both as the number 1\)"),
+    # times past 1e9 s: the replay's float clock rounded them (near 1e15, to 1/8 s: a 0.3 s run lasted 0.25 s)
+    ("0,1,1e15,606,vgg19,10,30\n", r"row 1 \(line 2\), column submit_time: 1e15 seconds is more than the 1000000000 "),
+    ("0,1,0,606,vgg19,1000000001,30\n", r"row 1 \(line 2\), column duration: 1000000001 seconds is more than "),
 ])
 def test_bad_tiresias_rows(body: str, match: str) -> None:
     with pytest.raises(InvalidArgument, match=match):
         read_trace(TIRESIAS_HEADER + body, "tiresias", "t.csv", KNOWN)
+
+
+def test_tiresias_ids_are_names_as_given_and_one_job_as_tiresias_reads_them() -> None:
+    jobs = read_trace(TIRESIAS_HEADER + "a1,1,0,606,vgg19,10,30\na01,1,0,606,vgg19,10,30\n007,1,1,606,vgg19,10,30\n"
+                      "1000000000,1,1000000000,606,vgg19,1000000000,30\n", "tiresias", "t.csv", KNOWN)
+    # not digits: compared as given; digits: named as given (job-007), one job with any other spelling of 7
+    assert [j.name for j in jobs] == ["job-a1", "job-a01", "job-007", "job-1000000000"]
+    assert (jobs[-1].submit_s, jobs[-1].work) == (1e9, 1e9)  # the bound itself is taken
+    with pytest.raises(InvalidArgument, match=r"'7' is already the job of row 3 \(line 4\) \('007'"):
+        read_trace(TIRESIAS_HEADER + "a1,1,0,606,vgg19,10,30\na01,1,0,606,vgg19,10,30\n007,1,1,606,vgg19,10,30\n"
+                   "7,1,1,606,vgg19,10,30\n", "tiresias", "t.csv", KNOWN)
 
 
 PELOTON_HEADER = "name,submit_s,gpus,application,work,unit,batch_size,pool,priority,min_gpus,max_gpus\n"
@@ -177,6 +197,8 @@ def test_peloton_format_all_columns_and_the_short_form() -> None:
     ("a,0,4,bert,100,epochs,,,,,", "column unit: 'epochs' is not one of samples, iterations, seconds"),
     ("a,0,4,bert,100,iterations,,,,,", "column batch_size: needed when unit is iterations"),
     ("a,0,4,bert,0,samples,,,,,", "column work: expected a positive number"),
+    ("a,2e9,4,bert,100,samples,,,,,", r"row 1 \(line 2\), column submit_s: 2e9 seconds is more than the 1000000000"),
+    ("a,0,4,bert,1e10,seconds,,,,,", r"row 1 \(line 2\), column work: 1e10 seconds is more than the 1000000000"),
     ("a,0,4,bert,100,samples,,,high,,", "column priority: expected a whole number, got 'high'"),
     # sla.priority is an int32: refused here, naming the row, not by the spec once the replay has begun
     ("a,0,4,bert,100,samples,,,2147483648,,", r"row 1 \(line 2\), column priority: 2147483648 is not within "
