@@ -30,7 +30,7 @@ from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import RING
 from peloton.modelaware.document import KIND
 from peloton.replay.traces import ClusterShape, TraceJob
-from peloton.replay.work import APPLICATIONS, SpeedModel, hosts_of, speed, work_samples
+from peloton.replay.work import APPLICATIONS, SpeedModel, speed_of_runs, work_samples
 
 
 @dataclass(frozen=True, slots=True)
@@ -88,21 +88,23 @@ def member_resources(cluster: ClusterShape) -> Resources:
 
 # --- sla.max_runtime -----------------------------------------------------------------------------------------------
 
-def even_split(gpus: int, hosts: int) -> tuple[int, ...]:
-    """`gpus` over `hosts` hosts as evenly as they go (the first ones one larger)."""
+def even_split(gpus: int, hosts: int) -> tuple[tuple[int, int], ...]:
+    """`gpus` over `hosts` hosts as evenly as they go, as runs (GPUs on a host, hosts): `extra` hosts one larger."""
     size, extra = divmod(gpus, hosts)
-    return (size + 1,) * extra + (size,) * (hosts - extra)
+    return (size + 1, extra), (size, hosts - extra)
 
 
-def crowded_split(gpus: int, hosts: int, per_host: int) -> tuple[int, ...]:
-    """`gpus` over `hosts` hosts as unevenly as they go: each host as full as it can be while every later one keeps
-    at least one GPU."""
-    out, left = [], gpus
-    for i in range(hosts):
-        take = min(per_host, left - (hosts - 1 - i))
-        out.append(take)
-        left -= take
-    return tuple(out)
+def crowded_split(gpus: int, hosts: int, per_host: int) -> tuple[tuple[int, int], ...]:
+    """`gpus` (at least `hosts`, at most `hosts` x `per_host`) over `hosts` hosts as unevenly as they go, as runs:
+    each host, in turn, as full as it can be while every later one keeps at least one GPU. A host is full while
+    the GPUs left after it cover the later hosts, one each: the first (gpus - hosts) // (per_host - 1) are, the
+    next takes what the rest leave it, the rest one each."""
+    if per_host == 1:
+        return ((1, hosts),)
+    full = min(hosts, (gpus - hosts) // (per_host - 1))
+    if full == hosts:
+        return ((per_host, hosts),)
+    return (per_host, full), (gpus - full * per_host - (hosts - full - 1), 1), (1, hosts - full - 1)
 
 
 def slowest_speed(model: SpeedModel, gpus: int, batch_size: int | None, cluster: ClusterShape) -> float:
@@ -116,7 +118,7 @@ def slowest_speed(model: SpeedModel, gpus: int, batch_size: int | None, cluster:
     if fewest > most:
         raise InvalidArgument(f"{gpus} GPUs do not fit {cluster.hosts} hosts of {cluster.gpus_per_host}",
                               field="gpus")
-    return min(speed(model, hosts_of(split, cluster), batch_size) for n in range(fewest, most + 1)
+    return min(speed_of_runs(model, split, cluster, batch_size) for n in range(fewest, most + 1)
                for split in {even_split(gpus, n), crowded_split(gpus, n, cluster.gpus_per_host)})
 
 

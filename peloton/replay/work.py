@@ -19,7 +19,17 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from peloton.errors import InvalidArgument
-from peloton.modelaware.cost import CostParams, HostUse, Reference, predict, prior
+from peloton.modelaware.cost import (
+    CostParams,
+    HostUse,
+    Reference,
+    combine,
+    compute_time,
+    network_time,
+    predict,
+    prior,
+    sync_time,
+)
 from peloton.modelaware.fit import fit
 from peloton.modelaware.profile import read_profile
 from peloton.replay.traces import ClusterShape, TraceJob
@@ -150,6 +160,27 @@ def speed(model: SpeedModel, hosts: Sequence[HostUse], batch_size: int | None) -
     if gpus < 1:
         raise InvalidArgument("a placement needs at least one GPU", field="placement")
     return predict(model.params, hosts, local_batch(model, gpus, batch_size)).samples_per_s
+
+
+def speed_of_runs(model: SpeedModel, runs: Sequence[tuple[int, int]], cluster: ClusterShape,
+                  batch_size: int | None) -> float:
+    """`speed` of a placement on the cluster's hosts given as runs, (GPUs on a host, how many such hosts), in a time
+    that does not grow with the hosts: on hosts alike the cost model reads a placement only through the distinct
+    GPU counts of its hosts (compute: the slowest host's), their total and the number of hosts (the ring's sync,
+    cost.sync_time: within one host, else cost.network_time over them). The same value as `speed` on the hosts
+    written out (tests/unit/test_replay_policies.py compares them), without building them: a gang of 3,000 GPUs on
+    1,100 hosts took `policies.max_runtime_s` minutes."""
+    used = [(g, c) for g, c in runs if g > 0 and c > 0]
+    k = sum(g * c for g, c in used)
+    n = sum(c for _, c in used)
+    if k < 1:
+        raise InvalidArgument("a placement needs at least one GPU", field="placement")
+    kinds = [HostUse(g, cluster.gpu_model, cluster.nic_gbps, cluster.gpu_link) for g, _ in used]
+    p = model.params
+    bsz = local_batch(model, k, batch_size)
+    tc = compute_time(p, kinds, bsz)
+    ts = sync_time(p, kinds) if n == 1 else network_time(p, p.reference.nic_gbps / cluster.nic_gbps, n, 2 * (k - 1))
+    return k * bsz / combine(tc, ts, p.gamma)
 
 
 def work_samples(job: TraceJob, model: SpeedModel, cluster: ClusterShape) -> float:

@@ -13,7 +13,16 @@ from peloton.modelaware.document import parse_document
 from peloton.replay import policies
 from peloton.replay.policies import POLICIES, Policy
 from peloton.replay.traces import ClusterShape, TraceJob, parse_cluster
-from peloton.replay.work import KNOWN, SpeedModel, hosts_of, prior_model, speed, speed_models, work_samples
+from peloton.replay.work import (
+    KNOWN,
+    SpeedModel,
+    hosts_of,
+    prior_model,
+    speed,
+    speed_models,
+    speed_of_runs,
+    work_samples,
+)
 from tests.unit.modelaware_data import profile_path
 
 C16 = parse_cluster("16x4")
@@ -54,6 +63,51 @@ def test_the_slowest_placement_is_found_among_every_placement_of_the_gang(app: s
     for gpus in range(1, 25):
         every = [speed(m, hosts_of(p, cluster), batch) for p in _partitions(gpus, 4, 6)]
         assert policies.slowest_speed(m, gpus, batch, cluster) == pytest.approx(min(every), rel=1e-12)
+
+
+def _expanded(runs: tuple[tuple[int, int], ...]) -> tuple[int, ...]:
+    return tuple(g for g, c in runs for _ in range(c))
+
+
+def test_the_splits_as_runs_are_the_placements_they_stand_for() -> None:
+    """even_split and crowded_split give runs (GPUs on a host, hosts), so that a placement over 1,100 hosts is not
+    written out host by host: the same placements as the host-by-host rules."""
+    for per in (1, 2, 4, 8):
+        for hosts in range(1, 30):
+            for gpus in range(hosts, hosts * per + 1):
+                crowded, left = [], gpus  # each host as full as it can be while every later one keeps one
+                for i in range(hosts):
+                    crowded.append(min(per, left - (hosts - 1 - i)))
+                    left -= crowded[-1]
+                assert _expanded(policies.crowded_split(gpus, hosts, per)) == tuple(crowded), (gpus, hosts, per)
+                even = _expanded(policies.even_split(gpus, hosts))
+                assert len(even) == hosts and sum(even) == gpus and max(even) - min(even) <= 1
+
+
+@pytest.mark.parametrize("app,batch", [("bert", None), ("bert", 384), ("cifar10", 2048), ("ncf", None)])
+def test_the_speed_of_runs_is_the_speed_of_the_hosts_written_out(app: str, batch: int | None) -> None:
+    """work.speed_of_runs reads a placement as the cost model does without writing out its hosts: the same value,
+    fitted models (contention kappa, overlap gamma) and priors alike, one host, two, many."""
+    cluster = ClusterShape(hosts=1100, gpus_per_host=4, nic_gbps=25.0)
+    m = _models()[app]
+    for runs in [((1, 1),), ((4, 1),), ((3, 1), (1, 1)), ((2, 2),), ((4, 3), (2, 1), (1, 4)), ((4, 750),),
+                 ((3, 1000), (2, 100)), ((1, 1100),), ((4, 0), (2, 5))]:
+        written = [g for g, c in runs for _ in range(c)]
+        assert speed_of_runs(m, runs, cluster, batch) == pytest.approx(speed(m, hosts_of(written, cluster), batch),
+                                                                      rel=1e-12), runs
+
+
+def test_the_slowest_speed_of_a_very_wide_gang_is_found_at_once() -> None:
+    """A gang of 3,000 GPUs on 1,100 hosts of 4: each of the ~350 host counts was written out host by host, and
+    `auto`'s 1,001 sizes (2,500 to 3,500) took the replay's job specs most of an hour before the replay began."""
+    import time
+
+    cluster = ClusterShape(hosts=1100, gpus_per_host=4)
+    m = _models()["bert"]
+    start = time.process_time()
+    for gpus in range(3000, 3010):
+        policies.slowest_speed(m, gpus, None, cluster)
+    assert time.process_time() - start < 2.0  # was 25 s
 
 
 def test_max_runtime_covers_the_job_on_any_placement_with_the_margin() -> None:
