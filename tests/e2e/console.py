@@ -181,3 +181,19 @@ class EventStream:
             if line == "event: failed" and self.lines[i + 1].startswith("data: "):
                 return dict(json.loads(self.lines[i + 1][6:]))
         return None
+
+
+def settled(cond: Any) -> Any:
+    """A browser wait's condition `cond`, read as false while the page navigates: the driver answers a question
+    asked then with an error ("aborted by navigation"), which would end the wait instead of asking again."""
+    from selenium.common.exceptions import WebDriverException  # (the browser tests' own: selenium is optional)
+
+    def check(dr: Any) -> Any:
+        try:
+            return cond(dr)
+        except WebDriverException as e:
+            if "aborted by navigation" in str(e):
+                return False
+            raise
+
+    return check

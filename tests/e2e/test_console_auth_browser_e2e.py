@@ -23,7 +23,7 @@ from cryptography import x509
 from cryptography.hazmat.primitives import serialization
 
 from peloton.security.identity import add_token
-from tests.e2e.console import ConsoleDaemon
+from tests.e2e.console import ConsoleDaemon, settled
 from tests.e2e.harness import PELOTON, serving
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +81,7 @@ def browser(daemon: HttpsDaemon) -> Iterator[Any]:
 
 def wait(driver: Any, cond: Any, what: str) -> Any:
     try:
-        return WebDriverWait(driver, 20, poll_frequency=0.1).until(cond)
+        return WebDriverWait(driver, 20, poll_frequency=0.1).until(settled(cond))
     except Exception:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}\n"
                              f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}") from None

@@ -21,7 +21,7 @@ import pytest
 
 from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.security.identity import add_token
-from tests.e2e.console import Browser, ConsoleDaemon, wait_for
+from tests.e2e.console import Browser, ConsoleDaemon, settled, wait_for
 from tests.e2e.harness import Daemon, serving
 
 pytestmark = pytest.mark.e2e
@@ -81,7 +81,7 @@ def wait(driver: Any, cond: Any, timeout: float = 20, what: str = "") -> Any:
         # (a live page re-renders what changed: an element found a moment ago may be gone, or not yet shown, and is
         # looked up again)
         return WebDriverWait(driver, timeout, poll_frequency=0.1, ignored_exceptions=[
-            StaleElementReferenceException, ElementNotInteractableException]).until(cond)
+            StaleElementReferenceException, ElementNotInteractableException]).until(settled(cond))
     except TimeoutException:
         raise AssertionError(f"timed out waiting for {what}; page: {driver.current_url}\n"
                              f"{driver.find_element(By.TAG_NAME, 'body').text[:2000]}\n"
