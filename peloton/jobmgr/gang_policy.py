@@ -58,12 +58,21 @@ def parse_task_id(task_id: str) -> tuple[str, int, int]:
 class GangView:
     gang: Gang
     tasks: dict[int, Task]  # instance -> member
+    # how many members are in each state, kept by the rules (_count_task): "are all members up?" is asked at every
+    # member's status update, and a scan of the members each time made a 4,096-member gang's start quadratic
+    # (0.7 s of CPU for its RUNNING updates)
+    counts: dict[TaskState, int] = field(init=False)
+
+    def __post_init__(self) -> None:
+        self.counts = dict.fromkeys(TaskState, 0)
+        for i in self.gang.instances:
+            self.counts[self.tasks[i].state] += 1
 
     def members(self) -> list[Task]:
         return [self.tasks[i] for i in self.gang.instances]
 
     def all_members(self, *states: TaskState) -> bool:
-        return all(t.state in states for t in self.members())
+        return sum(self.counts[s] for s in set(states)) == len(self.gang.instances)
 
 
 @dataclass(slots=True)
@@ -149,8 +158,13 @@ class Effects:
         self.jobs[j.id] = j
 
 
-def _count_task(jv: JobView, old: TaskState, new: TaskState) -> None:
+def _count_task(jv: JobView, t: Task, new: TaskState) -> None:
+    """`t` goes from its state to `new`: the job's and its gang's counters follow (before `t.state` is set)."""
+    old = t.state
     jv.unsucceeded += (new in _UNSUCCESSFUL) - (old in _UNSUCCESSFUL)
+    counts = jv.gangs[t.gang_index].counts
+    counts[old] -= 1
+    counts[new] += 1
 
 
 def _set_task(jv: JobView, t: Task, state: TaskState, now: float, eff: Effects, *, reason: str = "",
@@ -158,7 +172,7 @@ def _set_task(jv: JobView, t: Task, state: TaskState, now: float, eff: Effects, 
               event_reason: str | None = None) -> None:
     """Move a task to `state` and record the event (`event_reason` for the history only, not kept on the task)."""
     check_task(t.state, state)
-    _count_task(jv, t.state, state)
+    _count_task(jv, t, state)
     t.state = state
     t.updated_at = now
     if reason or message:
@@ -203,7 +217,7 @@ def _set_gang(jv: JobView, g: Gang, state: GangState, now: float, eff: Effects, 
 
 def _reset_task(jv: JobView, t: Task, attempt: int, now: float, eff: Effects, reason: str, message: str) -> None:
     """Back to PENDING with nothing assigned, as `attempt` (a new task id when the attempt changes)."""
-    _count_task(jv, t.state, T.PENDING)
+    _count_task(jv, t, T.PENDING)
     t.attempt = attempt
     t.state = T.PENDING
     t.host, t.address, t.ports, t.gpu_ids = "", "", [], []

@@ -916,6 +916,8 @@ def _check_counters(jv: JobView) -> None:
     """The counters derive_job_state relies on match a recount."""
     fresh = JobView(jv.job, jv.gangs)
     assert jv.gang_counts == fresh.gang_counts and jv.unsucceeded == fresh.unsucceeded
+    for gv in jv.gangs.values():  # each gang's members by state (what all_members reads)
+        assert gv.counts == GangView(gv.gang, gv.tasks).counts, gv.gang.gang_id
 
 
 def _intent(jv: JobView, idx: int, now: float) -> Effects:
