@@ -105,35 +105,44 @@ def _refused_for_its_pool(r: str | grpc.RpcError, pool: str) -> bool:
             and r.details().startswith(f"respool: resource pool {pool} does not exist"))
 
 
+def _before_the_commit(api: Api, monkeypatch: pytest.MonkeyPatch, big: bool, change: Callable[[], None]) -> None:
+    """`change` made once, after the next create checked its pool and before its rows go in: before the writer
+    runs its mutation (the group commit), or, `big`, before its first chunk (repo.insert_job)."""
+    jm = api.daemon.jobmgr
+    assert jm is not None
+    done: list[bool] = []
+    if big:
+        monkeypatch.setattr(jobmgr_manager, "BIG_JOB_ROWS", 0)
+        insert = repo.insert_job
+
+        def change_then_insert(*a: Any) -> None:
+            if not done:
+                done.append(True)
+                change()
+            insert(*a)
+
+        monkeypatch.setattr(repo, "insert_job", change_then_insert)
+    else:
+        run = jm.writer.run
+
+        def change_first(m: Mutation[Any]) -> Any:
+            if m.kind == Kind.CREATE and not done:
+                done.append(True)
+                change()
+            return run(m)
+
+        monkeypatch.setattr(jm.writer, "run", change_first)
+
+
 @pytest.mark.parametrize("big", [False, True], ids=["group-commit", "chunked"])
 def test_a_pool_deleted_between_a_creates_check_and_its_commit_gets_no_job(
         api: Api, monkeypatch: pytest.MonkeyPatch, big: bool) -> None:
     """The create checked the pool (it existed); the delete then finds no job in it (none is committed yet) and
     deletes it; the create's commit must not put the job in the pool that is gone. Whether the job goes in with
     the writer's group commit or, a big one, in chunks before it."""
-    jm = api.daemon.jobmgr
-    assert jm is not None
     api.create_pool("/p")
     deleted: list[grpc.RpcError | None] = []
-    if big:
-        monkeypatch.setattr(jobmgr_manager, "BIG_JOB_ROWS", 0)
-        insert = repo.insert_job
-
-        def delete_then_insert(*a: Any) -> None:
-            if not deleted:
-                deleted.append(api.delete_pool("/p"))
-            insert(*a)
-
-        monkeypatch.setattr(repo, "insert_job", delete_then_insert)
-    else:
-        run = jm.writer.run
-
-        def delete_first(m: Mutation[Any]) -> Any:
-            if m.kind == Kind.CREATE and not deleted:
-                deleted.append(api.delete_pool("/p"))
-            return run(m)
-
-        monkeypatch.setattr(jm.writer, "run", delete_first)
+    _before_the_commit(api, monkeypatch, big, lambda: deleted.append(api.delete_pool("/p")))
     created = api.create_job("/p")
     assert deleted == [None]  # the delete saw no job: done
     assert _refused_for_its_pool(created, "/p"), created
@@ -284,29 +293,9 @@ def test_a_child_created_between_a_creates_check_and_its_commit_gets_no_job_besi
         api: Api, monkeypatch: pytest.MonkeyPatch, big: bool) -> None:
     """The create checked the pool (a leaf then); CreatePool then finds no job in it (none is committed yet) and
     creates a child; the create's commit must not put the job in a pool that has a child now."""
-    jm = api.daemon.jobmgr
-    assert jm is not None
     api.create_pool("/p")
     made: list[grpc.RpcError | None] = []
-    if big:
-        monkeypatch.setattr(jobmgr_manager, "BIG_JOB_ROWS", 0)
-        insert = repo.insert_job
-
-        def child_then_insert(*a: Any) -> None:
-            if not made:
-                made.append(api.create_pool_or_error("/p/c"))
-            insert(*a)
-
-        monkeypatch.setattr(repo, "insert_job", child_then_insert)
-    else:
-        run = jm.writer.run
-
-        def child_first(m: Mutation[Any]) -> Any:
-            if m.kind == Kind.CREATE and not made:
-                made.append(api.create_pool_or_error("/p/c"))
-            return run(m)
-
-        monkeypatch.setattr(jm.writer, "run", child_first)
+    _before_the_commit(api, monkeypatch, big, lambda: made.append(api.create_pool_or_error("/p/c")))
     created = api.create_job("/p")
     assert made == [None]  # CreatePool saw no job: done
     assert _refused_as_no_leaf(created, "/p"), created
