@@ -759,6 +759,7 @@ class FakeMaster:
                 continue
             state = "TASK_UNREACHABLE" if fw is None or fw.partition_aware else "TASK_LOST"
             t.unreachable = True
+            t.pending_kill = False  # the agent's Slave object goes, and with it the kills it was to be sent
             self._master_update(t, state, "REASON_AGENT_REMOVED", "health check timed out",
                                 extra={"unreachable_time": {"nanoseconds": now_ns}})
         for fw in self._frameworks.values():
@@ -1401,8 +1402,8 @@ class FakeMaster:
 
     def _call_reconcile(self, fw: _Framework, call: dict[str, Any]) -> None:
         entries = (call.get("reconcile") or {}).get("tasks") or []
-        if not entries:
-            for t in [t for t in self._tasks.values() if t.framework_id == fw.framework_id]:
+        if not entries:  # implicit: the framework's known tasks (an unreachable agent's are not among them)
+            for t in [t for t in self._tasks.values() if t.framework_id == fw.framework_id and not t.unreachable]:
                 self._reconcile_known(fw, t)
             return
         for e in entries:
@@ -1410,31 +1411,34 @@ class FakeMaster:
             aid = (e.get("agent_id") or {}).get("value")
             self._reconcile_one(fw, tid, aid)
 
+    def _known_task(self, fw: _Framework, tid: str | None) -> _Task | None:
+        """A task the master knows (`framework->getTask`): not one of an agent marked unreachable, whose tasks
+        `Master::removeTask(task, unreachable)` moved out of the framework's tasks until the agent re-registers."""
+        t = self._tasks.get((fw.framework_id, tid))
+        return t if t is not None and not t.unreachable else None
+
     def _reconcile_known(self, fw: _Framework, t: _Task) -> None:
         st = self._status_base(t.task_id, t.state, "Reconciliation: Latest task state", "REASON_RECONCILIATION",
                                t.agent_id)
-        if t.state != "TASK_STAGING" and not t.unreachable:
+        if t.state != "TASK_STAGING":
             st["container_status"] = self._container_status(t)
-        if t.unreachable:
-            a = self._agent(t.agent_id)
-            if a is not None and a.unreachable_time:
-                st["unreachable_time"] = {"nanoseconds": a.unreachable_time}
         self._send(fw, {"type": "UPDATE", "update": {"status": st}})
 
     def _reconcile_one(self, fw: _Framework, tid: str | None, aid: str | None) -> None:
-        t = self._tasks.get((fw.framework_id, tid))
+        """Explicit reconciliation of one entry, the cases of `Master::reconcile` (src/master/master.cpp)."""
+        t = self._known_task(fw, tid)
         if t is not None:
             self._reconcile_known(fw, t)
             return
         a = self._agent(aid) if aid else None
         pa = fw.partition_aware
         extra: dict[str, Any] = {}
-        if a is not None and a.state == "ACTIVE":
+        if a is not None and a.state in ("ACTIVE", "DISCONNECTED"):  # registered, connected or not: (3)
             state, msg = ("TASK_GONE" if pa else "TASK_LOST"), "Reconciliation: Task is unknown to the agent"
         elif a is not None and a.state == "UNREACHABLE":
             state, msg = ("TASK_UNREACHABLE" if pa else "TASK_LOST"), "Reconciliation: Task is unreachable"
             extra["unreachable_time"] = {"nanoseconds": a.unreachable_time}
-        elif a is not None:  # disconnected, not yet removed: no answer (retry later)
+        elif a is not None:  # not modelled: an agent recovered after a master failover, not re-registered yet
             return
         else:
             state, msg = ("TASK_UNKNOWN" if pa else "TASK_LOST"), "Reconciliation: Task is unknown"
@@ -1446,8 +1450,8 @@ class FakeMaster:
         body = call["kill"]
         tid = body["task_id"].get("value")
         aid = (body.get("agent_id") or {}).get("value")
-        t = self._tasks.get((fw.framework_id, tid))
-        if t is None:
+        t = self._known_task(fw, tid)
+        if t is None:  # unknown, or on an agent marked unreachable: a reconciliation, and nothing remembered
             self._reconcile_one(fw, tid, aid)
             return
         if aid is not None and aid != t.agent_id:

@@ -198,6 +198,78 @@ def test_lose_and_restore_agent(fake_master_factory: Factory) -> None:
     s.close()
 
 
+def test_kill_on_unreachable_agent_is_a_reconciliation_and_is_not_remembered(fake_master_factory: Factory) -> None:
+    """Once an agent is marked unreachable the master moves its tasks out of the framework's known tasks
+    (`Master::removeTask(task, unreachable)`, into `unreachableTasks`). A KILL of such a task finds none and turns
+    into a reconciliation (`Master::kill`: "because it is unknown; performing reconciliation"): TASK_UNREACHABLE
+    "Reconciliation: Task is unreachable" with unreachable_time (TASK_UNKNOWN without agent_id), no uuid. Nothing is
+    remembered: the agent's Slave object (and its `killedTasks`) is gone, so the task comes back RUNNING when the
+    agent re-registers, and only a KILL sent after that ends it (mesos-api.md §8's reconcile table, §11: "KILL any
+    member that comes back"). Explicit reconciliation answers the same; implicit reconciliation leaves it out
+    (it walks `framework->tasks` only)."""
+    m = fake_master_factory(agent_removal_timeout=0.3)
+    s, fid = _sub(m)
+    offers = _offers(s)
+    aid = offers[0]["agent_id"]["value"]
+    _running(m, s, fid, offers[0], "victim")
+    _running(m, s, fid, offers[1], "bystander")
+    m.lose_agent(aid)
+    _update(s, "victim", "TASK_UNREACHABLE")
+    s.wait_for(lambda e: e["type"] == "FAILURE")
+    assert _call(m, s, fid, "KILL", {"task_id": {"value": "victim"}, "agent_id": {"value": aid}}).status == 202
+    st = _update(s, "victim")
+    assert (st["state"], st["source"], st["reason"], st["message"], "unreachable_time" in st, "uuid" in st) == (
+        "TASK_UNREACHABLE", "SOURCE_MASTER", "REASON_RECONCILIATION", "Reconciliation: Task is unreachable", True,
+        False)
+    assert _call(m, s, fid, "KILL", {"task_id": {"value": "victim"}}).status == 202
+    st = _update(s, "victim")
+    assert (st["state"], st["message"]) == ("TASK_UNKNOWN", "Reconciliation: Task is unknown")
+    assert _call(m, s, fid, "RECONCILE", {"tasks": [{"task_id": {"value": "victim"},
+                                                     "agent_id": {"value": aid}}]}).status == 202
+    st = _update(s, "victim")
+    assert (st["state"], st["message"]) == ("TASK_UNREACHABLE", "Reconciliation: Task is unreachable")
+    assert _call(m, s, fid, "RECONCILE", {"tasks": []}).status == 202
+    _update(s, "bystander", "TASK_RUNNING")  # the implicit answers: the bystander's, not the victim's
+    time.sleep(0.1)
+    assert not [e for _, e in m.events[-5:] if e["type"] == "UPDATE"
+                and e["update"]["status"]["task_id"]["value"] == "victim"
+                and e["update"]["status"].get("reason") == "REASON_RECONCILIATION"
+                and e["update"]["status"]["message"] == "Reconciliation: Latest task state"]
+    m.restore_agent(aid)
+    back = _update(s, "victim", "TASK_RUNNING")
+    assert back["reason"] == "REASON_AGENT_REREGISTERED"
+    time.sleep(0.2)
+    assert m.tasks()["victim"]["state"] == "TASK_RUNNING", "the kills sent while it was unreachable were remembered"
+    assert _call(m, s, fid, "KILL", {"task_id": {"value": "victim"}, "agent_id": {"value": aid}}).status == 202
+    _update(s, "victim", "TASK_KILLING")
+    s.close()
+
+
+def test_disconnected_agent_remembers_kills_and_answers_unknown_tasks_gone(fake_master_factory: Factory) -> None:
+    """An agent that has disconnected but is not yet marked unreachable is still registered: a KILL of its task
+    is remembered (`slave->killedTasks`) and sent when it re-registers (`Master::reconcileKnownSlave`), and an
+    explicit reconciliation of a task it does not hold is answered TASK_GONE "Reconciliation: Task is unknown to
+    the agent" (case (3) of `Master::reconcile`; no reply is only for agents recovered after a master failover
+    that have not re-registered yet)."""
+    m = fake_master_factory(agent_removal_timeout=60)
+    s, fid = _sub(m)
+    offer = _offers(s)[0]
+    aid = offer["agent_id"]["value"]
+    _running(m, s, fid, offer, "held")
+    m.lose_agent(aid)
+    assert _call(m, s, fid, "RECONCILE", {"tasks": [{"task_id": {"value": "never"},
+                                                     "agent_id": {"value": aid}}]}).status == 202
+    st = _update(s, "never", timeout=2)
+    assert (st["state"], st["reason"], st["message"]) == (
+        "TASK_GONE", "REASON_RECONCILIATION", "Reconciliation: Task is unknown to the agent")
+    assert _call(m, s, fid, "KILL", {"task_id": {"value": "held"}, "agent_id": {"value": aid}}).status == 202
+    time.sleep(0.1)
+    assert m.tasks()["held"]["state"] == "TASK_RUNNING"
+    m.restore_agent(aid)
+    _update(s, "held", "TASK_KILLING")
+    s.close()
+
+
 def test_lose_agent_non_checkpointing(fake_master: FakeMaster) -> None:
     m = fake_master
     s, fid = _sub(m, checkpoint=False, caps=["MULTI_ROLE"])
