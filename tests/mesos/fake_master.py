@@ -226,7 +226,7 @@ class FakeAgent:
     # runtime state (owned by the master)
     total: Res = field(default_factory=dict, repr=False)
     used: Res = field(default_factory=dict, repr=False)
-    state: str = "ACTIVE"  # ACTIVE | DISCONNECTED | UNREACHABLE
+    state: str = "ACTIVE"  # ACTIVE | DISCONNECTED | UNREACHABLE | RECOVERED (after a master restart, until re-registered)
     unreachable_time: int | None = None
     executors: dict[tuple[str, str], dict[str, Any]] = field(default_factory=dict, repr=False)
     unavailability: tuple[int, int] | None = None  # a maintenance window: (start, duration) in nanoseconds
@@ -825,8 +825,11 @@ class FakeMaster:
         self._unlisten()
 
     def restart(self, master_id: str | None = None) -> None:
-        """New master (new id) on the same port. It knows no offers; frameworks are known again as soon as the
-        agents re-register with their tasks (``agent_reregister_delay``); they must re-subscribe (403 until)."""
+        """New master (new id) on the same port. It knows no offers, and the agents are recovered from the registry:
+        their tasks are unknown (no reconciliation reply, a KILL of them is a reconciliation that gets none either)
+        until they re-register ``agent_reregister_delay`` later. Frameworks must re-subscribe (403 until); unlike
+        the real master, which learns of a framework only from its SUBSCRIBE or an agent re-registering with its
+        tasks, the double knows every framework that has tasks at once."""
         with self._lock:
             self._master_id = master_id or str(uuid.uuid4())
             self._offer_seq = 0
@@ -838,10 +841,20 @@ class FakeMaster:
             for fid in recovered:
                 if fid in old:
                     self._frameworks[fid] = _Framework(fid, old[fid].info)
+            # the agents come back from the registry as recovered: their tasks are unknown until they re-register
+            for a in self._agents:
+                if a.state == "ACTIVE":
+                    a.state = "RECOVERED"
+                    self._after(self.agent_reregister_delay, lambda a=a: self._reregister(a))
             for t in self._tasks.values():
                 t.next_retry = time.monotonic() + self.agent_reregister_delay
             self._crashed = False
         self._listen()
+
+    def _reregister(self, a: FakeAgent) -> None:
+        if a.state == "RECOVERED":
+            a.state = "ACTIVE"
+            self._next_alloc = 0.0
 
     def _drop_all_streams(self) -> None:
         for fw in self._frameworks.values():
@@ -1402,9 +1415,10 @@ class FakeMaster:
 
     def _call_reconcile(self, fw: _Framework, call: dict[str, Any]) -> None:
         entries = (call.get("reconcile") or {}).get("tasks") or []
-        if not entries:  # implicit: the framework's known tasks (an unreachable agent's are not among them)
-            for t in [t for t in self._tasks.values() if t.framework_id == fw.framework_id and not t.unreachable]:
-                self._reconcile_known(fw, t)
+        if not entries:  # implicit: the framework's known tasks (an unreachable or recovered agent's are not)
+            for t in [t for t in self._tasks.values() if t.framework_id == fw.framework_id]:
+                if self._known_task(fw, t.task_id) is t:
+                    self._reconcile_known(fw, t)
             return
         for e in entries:
             tid = (e.get("task_id") or {}).get("value")
@@ -1415,7 +1429,10 @@ class FakeMaster:
         """A task the master knows (`framework->getTask`): not one of an agent marked unreachable, whose tasks
         `Master::removeTask(task, unreachable)` moved out of the framework's tasks until the agent re-registers."""
         t = self._tasks.get((fw.framework_id, tid))
-        return t if t is not None and not t.unreachable else None
+        if t is None or t.unreachable:
+            return None
+        a = self._agent(t.agent_id)
+        return None if a is not None and a.state == "RECOVERED" else t
 
     def _reconcile_known(self, fw: _Framework, t: _Task) -> None:
         st = self._status_base(t.task_id, t.state, "Reconciliation: Latest task state", "REASON_RECONCILIATION",
@@ -1433,13 +1450,14 @@ class FakeMaster:
         a = self._agent(aid) if aid else None
         pa = fw.partition_aware
         extra: dict[str, Any] = {}
+        if (a is not None and a.state == "RECOVERED") or (
+                aid is None and any(x.state == "RECOVERED" for x in self._agents)):
+            return  # (2): not re-registered yet after a master failover: no reply, the framework retries
         if a is not None and a.state in ("ACTIVE", "DISCONNECTED"):  # registered, connected or not: (3)
             state, msg = ("TASK_GONE" if pa else "TASK_LOST"), "Reconciliation: Task is unknown to the agent"
         elif a is not None and a.state == "UNREACHABLE":
             state, msg = ("TASK_UNREACHABLE" if pa else "TASK_LOST"), "Reconciliation: Task is unreachable"
             extra["unreachable_time"] = {"nanoseconds": a.unreachable_time}
-        elif a is not None:  # not modelled: an agent recovered after a master failover, not re-registered yet
-            return
         else:
             state, msg = ("TASK_UNKNOWN" if pa else "TASK_LOST"), "Reconciliation: Task is unknown"
         st = self._status_base(tid or "", state, msg, "REASON_RECONCILIATION", aid)

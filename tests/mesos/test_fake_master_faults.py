@@ -385,6 +385,35 @@ def test_crash_and_restart(fake_master: FakeMaster) -> None:
     s2.close()
 
 
+def test_restarted_master_knows_no_task_until_its_agent_reregisters(fake_master_factory: Factory) -> None:
+    """A new master recovers the agents from the registry but learns their tasks only when they re-register
+    (mesos-api.md §10.7 and §11 "Master fails over mid-launch": "replies may be delayed until agents re-register").
+    Until then an explicit reconciliation (with the agent id, or without one while any agent is still recovered)
+    and a KILL (a reconciliation of an unknown task) get no reply at all: case (2) of `Master::reconcile`; implicit
+    reconciliation leaves those tasks out. Once the agent re-registers the task is known again."""
+    m = fake_master_factory(agent_reregister_delay=1.0)
+    s, fid = _sub(m)
+    offer = _offers(s)[0]
+    aid = offer["agent_id"]["value"]
+    _running(m, s, fid, offer, "survivor")
+    m.crash()
+    m.restart()
+    s2, _ = _sub(m, id={"value": fid})
+    for entry in ({"task_id": {"value": "survivor"}, "agent_id": {"value": aid}}, {"task_id": {"value": "survivor"}}):
+        assert _call(m, s2, fid, "RECONCILE", {"tasks": [entry]}).status == 202
+    assert _call(m, s2, fid, "RECONCILE", {"tasks": []}).status == 202
+    assert _call(m, s2, fid, "KILL", {"task_id": {"value": "survivor"}, "agent_id": {"value": aid}}).status == 202
+    with pytest.raises(TimeoutError):
+        _update(s2, "survivor", timeout=0.5)
+    time.sleep(0.7)  # the agent re-registers
+    assert m.tasks()["survivor"]["state"] == "TASK_RUNNING", "a kill sent while it was recovering was remembered"
+    assert _call(m, s2, fid, "RECONCILE", {"tasks": [{"task_id": {"value": "survivor"},
+                                                      "agent_id": {"value": aid}}]}).status == 202
+    st = _update(s2, "survivor")
+    assert (st["state"], st["message"]) == ("TASK_RUNNING", "Reconciliation: Latest task state")
+    s2.close()
+
+
 def test_launch_group_failure_event(fake_master: FakeMaster) -> None:
     m = fake_master
     s, fid = _sub(m)

@@ -573,6 +573,27 @@ def test_master_failover_follows_307_to_the_leader(fake_master_factory: Factory,
     finish_and_succeed(b, d, job, tasks)
 
 
+def test_master_failover_mid_run_keeps_the_gang_while_agents_reregister(
+        fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    """The master process dies and a new one takes over while the gang runs. It knows no task until the agents
+    re-register (mesos-api.md §10.7): the daemon's reconciliation gets no reply meanwhile, and must neither take
+    that silence for a loss nor kill anything; once the agents are back the same attempt runs on and finishes."""
+    fake = fake_master_factory(cpu_agents(2), agent_reregister_delay=3.0)
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    job = d.create(GANG, tmp_path)
+    before = wait_whole(fake, d, job)
+    n_kills = len(kills(fake))
+    fake.crash()
+    fake.restart()
+    wait_until(lambda: fake.subscribed_frameworks == [fid], 20, 0.05, "subscribed to the new master")
+    wait_until(lambda: all(a.state == "ACTIVE" for a in fake.agents), 10, 0.05, "agents re-registered")
+    after = wait_whole(fake, d, job)
+    assert [t["task_id"] for t in after] == [t["task_id"] for t in before]
+    assert len(kills(fake)) == n_kills, kills(fake)[n_kills:]
+    finish_and_succeed(fake, d, job, after)
+
+
 def test_daemon_started_against_a_follower_finds_the_leader(fake_master_factory: Factory,
                                                             start_daemon: Callable[..., MesosDaemon],
                                                             tmp_path: Path) -> None:
