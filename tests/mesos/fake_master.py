@@ -22,6 +22,7 @@ from __future__ import annotations
 import base64
 import contextlib
 import email.utils
+import functools
 import http.client
 import json
 import queue
@@ -845,7 +846,7 @@ class FakeMaster:
             for a in self._agents:
                 if a.state == "ACTIVE":
                     a.state = "RECOVERED"
-                    self._after(self.agent_reregister_delay, lambda a=a: self._reregister(a))
+                    self._after(self.agent_reregister_delay, functools.partial(self._reregister, a))
             for t in self._tasks.values():
                 t.next_retry = time.monotonic() + self.agent_reregister_delay
             self._crashed = False
