@@ -7,6 +7,7 @@ import copy
 import dataclasses
 import json
 import random
+import threading
 from collections.abc import Callable
 from typing import Any
 
@@ -647,6 +648,47 @@ def test_explicit_reconcile_waits_for_answers() -> None:
     assert got["job-0-1"].state == TaskState.RUNNING
     assert h.t.of("RECONCILE")[-1]["reconcile"]["tasks"] == [{"task_id": {"value": "job-0-1"},
                                                               "agent_id": {"value": S0}}]
+
+
+def test_no_reconciliation_of_a_member_whose_accept_is_still_on_its_way() -> None:
+    """RECONCILE goes on the queries lane, ACCEPT on the offers lane: nothing orders two connections (mesos-api.md
+    §3), and a gang's ACCEPTs go out one agent after the other. A RECONCILE that reaches the master before the
+    ACCEPT of its task finds it unknown on a registered agent, and a real master answers TASK_GONE "Reconciliation:
+    Task is unknown to the agent" (transcripts 09, 10): a member about to start reported lost, its gang failed for
+    nothing. So a member whose ACCEPT is not answered yet is left out of every reconciliation (its caller keeps
+    what it knew: LAUNCHING), and asked about once the ACCEPT is answered."""
+    h = Harness()
+    h.ready()
+    gate = threading.Event()
+    in_accept = threading.Event()
+    record = h.t.call
+
+    def slow_accept(body: dict[str, Any]) -> None:
+        record(body)
+        if body["type"] == "ACCEPT" and body["accept"]["operations"][0]["launch"]["task_infos"][0]["agent_id"] == {
+                "value": S2}:
+            in_accept.set()
+            assert gate.wait(5)
+
+    h.t.call = slow_accept  # type: ignore[method-assign]
+    launcher = threading.Thread(target=launch, args=(h.b, [spec("job-0-1", H0, instance=0),
+                                                           spec("job-1-1", H2, instance=1)]))
+    launcher.start()
+    try:
+        assert in_accept.wait(5)
+        asked = h.b.reconcile(["job-0-1", "job-1-1"])  # e.g. the job manager's periodic full reconciliation
+        named = [e["task_id"]["value"] for c in h.t.of("RECONCILE") for e in c["reconcile"]["tasks"]]
+        assert "job-1-1" not in named, "a member whose ACCEPT is on its way was reconciled"
+        assert "job-1-1" not in asked
+        h.tick(100)  # nor by the ticker's reconciliation of what was left unanswered
+        named = [e["task_id"]["value"] for c in h.t.of("RECONCILE") for e in c["reconcile"]["tasks"]]
+        assert "job-1-1" not in named
+    finally:
+        gate.set()
+        launcher.join(5)
+    h.tick(100)  # the ACCEPT answered: the member is asked about now
+    named = [e["task_id"]["value"] for c in h.t.of("RECONCILE") for e in c["reconcile"]["tasks"]]
+    assert "job-1-1" in named
 
 
 # --- suppress / revive ----------------------------------------------------------------------------------------

@@ -115,6 +115,9 @@ class _Task:
     updated_at: float = 0.0
     kill_sent_at: float | None = None
     kill_grace: float | None = None  # the kill's grace (a preemption's); sent again with every retry
+    # its ACCEPT is not answered yet: it is asked about only after (a RECONCILE on the queries lane could overtake
+    # the ACCEPT on the offers lane, and the master answers TASK_GONE for a task it has not seen launched yet)
+    accept_pending: bool = False
 
 
 @dataclass(slots=True)
@@ -351,13 +354,20 @@ class MesosBackend:
                 a.clear()  # used: the remainder comes back from the master
                 used.append(a)
                 for m in members:
-                    self._tasks[m.task_id] = _Task(m.task_id, a.agent_id, m.resources, "TASK_STAGING", now)
+                    self._tasks[m.task_id] = _Task(m.task_id, a.agent_id, m.resources, "TASK_STAGING", now,
+                                                   accept_pending=True)
                 bodies.append((a, members, self.protocol.accept(offer_ids, [calls.launch(infos)],
                                                                 self.opts.refuse_seconds)))
         self._hosts_changed(used)
         sent: list[LaunchSpec] = []
         for i, (a, members, accept) in enumerate(bodies):
-            if not self._send(lambda: accept):  # noqa: B023 - called at once, in this iteration
+            ok = self._send(lambda: accept)  # noqa: B023 - called at once, in this iteration
+            with self._lock:  # answered (or failed): the master has it, or never will; it may be asked about
+                for m in members if ok else [m for _, rest, _ in bodies[i:] for m in rest]:
+                    answered = self._tasks.get(m.task_id)
+                    if answered is not None:
+                        answered.accept_pending = False
+            if not ok:
                 self.kill([m.task_id for m in sent + members])
                 self._unsend(bodies[i:], [m for _, rest, _ in bodies[i + 1:] for m in rest])
                 raise LaunchError(members[0].task_id, f"ACCEPT on agent {a.hostname} failed")
@@ -432,15 +442,28 @@ class MesosBackend:
                 self._reconciliation.pending.update(tid for tid in task_ids if tid not in self._answers)
             while not self.subscribed and time.monotonic() < deadline:  # just started: the stream is coming up
                 self._cond.wait(0.2)
-            entries = [self._reconcile_entry(tid) for tid in task_ids]
-        self._send(lambda: self.protocol.reconcile(entries))
+            # a member whose ACCEPT is on its way is not asked about yet (see _Task.accept_pending): left out of the
+            # answer (its caller keeps what it knew), and asked by the ticker once the ACCEPT is answered
+            held = [tid for tid in task_ids if self._accept_pending(tid)]
+            if held:
+                if self._reconciliation is None:
+                    self._reconciliation = _Reconciliation(started=start, next_send=start)
+                self._reconciliation.pending.update(held)
+            asked = [tid for tid in task_ids if tid not in held]
+            entries = [self._reconcile_entry(tid) for tid in asked]
+        if entries:
+            self._send(lambda: self.protocol.reconcile(entries))
         with self._cond:
             while time.monotonic() < deadline:
-                if all(tid in self._answers and self._answers[tid][0] >= start for tid in task_ids):
+                if all(tid in self._answers and self._answers[tid][0] >= start for tid in asked):
                     break
                 self._cond.wait(min(0.5, max(0.0, deadline - time.monotonic())))
-            return {tid: self._answers[tid][1] for tid in task_ids
+            return {tid: self._answers[tid][1] for tid in asked
                     if tid in self._answers and self._answers[tid][0] >= start}
+
+    def _accept_pending(self, tid: str) -> bool:
+        t = self._tasks.get(tid)
+        return t is not None and t.accept_pending
 
     def _forget_locked(self, ended: list[_Task]) -> None:
         for t in ended:
@@ -731,9 +754,12 @@ class MesosBackend:
                     self._reconciliation = None
                     implicit = True  # finish with an implicit round: it reveals tasks we do not know
                 elif now >= r.next_send:
-                    reconcile = [self._reconcile_entry(tid) for tid in sorted(r.pending)]
-                    r.next_send = now + RECONCILE_BACKOFF.delay(r.attempt, self._rand())
-                    r.attempt += 1
+                    # not yet the members whose ACCEPT is on its way (see _Task.accept_pending)
+                    asked = sorted(tid for tid in r.pending if not self._accept_pending(tid))
+                    if asked:
+                        reconcile = [self._reconcile_entry(tid) for tid in asked]
+                        r.next_send = now + RECONCILE_BACKOFF.delay(r.attempt, self._rand())
+                        r.attempt += 1
             if now - self._last_implicit >= self.opts.implicit_reconcile_s:
                 implicit = True
             if implicit:
