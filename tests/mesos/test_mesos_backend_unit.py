@@ -420,6 +420,21 @@ def test_launch_fails_on_unoffered_port_and_unknown_host() -> None:
     assert not h.t.of("ACCEPT")
 
 
+def test_a_member_that_cannot_be_described_sends_nothing_and_keeps_every_agents_offers() -> None:
+    """A member whose TaskInfo cannot be built (CallError: here an id with a '/', which the master refuses) fails the
+    launch for good before anything is sent. The agents handled before it must keep their offers in the pool and
+    hold no member: offers taken out of the pool and never sent are never declined either, so the master keeps them
+    ours until the stream ends (mesos-api.md §5.3: no --offer_timeout by default)."""
+    h = Harness()
+    h.ready()
+    with pytest.raises(LaunchError) as e:
+        launch(h.b, [spec("job-0-1", H0, instance=0), spec("job/1-1", H2, instance=1)])
+    assert e.value.permanent
+    assert not h.t.of("ACCEPT")
+    assert {o.hostname for o in h.b.offers()} == {H0, H1, H2}
+    assert not h.b.running()
+
+
 def test_launch_not_subscribed() -> None:
     h = Harness()
     with pytest.raises(LaunchError, match="not subscribed"):

@@ -343,14 +343,20 @@ class MesosBackend:
                 if why:
                     raise _Refused(members[0].task_id, why)
             now = self.clock()
+            # every TaskInfo first: one that cannot be built fails the launch before any agent's offers leave the
+            # pool (taken out and never sent, they would never be declined either)
+            described: dict[str, list[dict[str, Any]]] = {}
             for agent_id, members in by_agent.items():
                 a = self._agents[agent_id]
                 role = next(iter(a.offers.values())).role
-                offer_ids = list(a.offers)
                 try:
-                    infos = [self._task_info(a, role, m) for m in members]
+                    described[agent_id] = [self._task_info(a, role, m) for m in members]
                 except CallError as e:
                     raise LaunchError(members[0].task_id, str(e), permanent=True) from None
+            for agent_id, members in by_agent.items():
+                a = self._agents[agent_id]
+                offer_ids = list(a.offers)
+                infos = described[agent_id]
                 a.clear()  # used: the remainder comes back from the master
                 used.append(a)
                 for m in members:
