@@ -67,6 +67,11 @@ class Launcher:
         # recovery and intent check take them for what they are)
         self._acks_mu = threading.Lock()
         self._acks: list[tuple[str, int]] = []
+        # gang attempts from before their launch intent is committed until the host manager's launch call returned
+        # (-> how many passes have each): the backend may not know their members yet, and a reconciliation that
+        # asked about them would be told "unknown" (LOST) and fail a gang that is about to start (`launching`)
+        self._in_flight_mu = threading.Lock()
+        self._in_flight: dict[tuple[str, int], int] = {}
 
     def launch_once(self, timeout_ms: int = 1000) -> bool:
         with self._acks_mu:
@@ -123,7 +128,29 @@ class Launcher:
 
         self.writer.submit(Mutation(Kind.APPLY, set(by_job), apply=apply))
 
+    def launching(self) -> set[tuple[str, int]]:
+        """The gang attempts (gang id, attempt) whose launch is under way: their members are not to be asked
+        about. A reconciliation reads this after it read the members' states: a gang it found LAUNCHING is in here
+        until the backend knows its members."""
+        with self._in_flight_mu:
+            return set(self._in_flight)
+
     def _launch(self, placements: list[GangPlacement]) -> None:
+        keys = [_key(p) for p in placements]
+        with self._in_flight_mu:
+            for k in keys:
+                self._in_flight[k] = self._in_flight.get(k, 0) + 1
+        try:
+            self._launch_marked(placements)
+        finally:
+            with self._in_flight_mu:
+                for k in keys:
+                    if self._in_flight[k] > 1:
+                        self._in_flight[k] -= 1
+                    else:
+                        del self._in_flight[k]
+
+    def _launch_marked(self, placements: list[GangPlacement]) -> None:
         # `intent` runs once per shard of jobs, and again when a writer's batch failed: then for the same jobs,
         # which it decides afresh (a stop committed in between makes a placement stale)
         accepted: dict[tuple[str, int], tuple[GangPlacement, JobSpec]] = {}

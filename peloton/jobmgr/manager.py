@@ -913,9 +913,10 @@ class JobManager:
         with self._stopping_lock:
             stopping = set(self._stopping)
 
-        def scan(views: Views) -> tuple[list[Task], list[tuple[str, int]], list[tuple[str, int]], dict[str, int],
-                                        list[tuple[str, int]], dict[str, float]]:
-            stale, late, held, overdue = [], [], [], []
+        def scan(views: Views) -> tuple[list[tuple[Task, tuple[str, int]]], list[tuple[str, int]],
+                                        list[tuple[str, int]], dict[str, int], list[tuple[str, int]], dict[str, float]]:
+            stale: list[tuple[Task, tuple[str, int]]] = []  # (member, its gang attempt)
+            late, held, overdue = [], [], []
             unstopped: dict[str, int] = {}  # job -> gang index end
             graces: dict[str, float] = {}  # a stale PREEMPTING member -> its job's grace (a repeat keeps it)
             for jv in views.values():
@@ -930,7 +931,7 @@ class JobManager:
                             if t.state.terminal:
                                 continue
                             if full or (t.state in TRANSITIONAL and now - t.updated_at > RECONCILE_MIN_AGE_S):
-                                stale.append(t)
+                                stale.append((t, (g.gang_id, g.attempt)))
                                 if t.state == TaskState.PREEMPTING:
                                     graces[t.task_id] = jv.spec.preemption_grace_s
                         if g.state in (GangState.PLACED, GangState.LAUNCHING) and g.launch_deadline \
@@ -939,13 +940,17 @@ class JobManager:
                         limit = jv.spec.max_runtime_s
                         if limit and g.state == GangState.RUNNING and 0 < policy.running_since(gv) <= now - limit:
                             overdue.append((jv.job.id, g.index))
-            return [replace(t) for t in stale], late, held, unstopped, overdue, graces
+            return [(replace(t), k) for t, k in stale], late, held, unstopped, overdue, graces
 
-        stale, late, held, unstopped, overdue, graces = [], [], [], {}, [], {}
+        stale: list[Task] = []
+        late, held, unstopped, overdue, graces = [], [], {}, [], {}
         parts = self.writer.read_each(scan)  # every shard's cache, each on its writer thread
         sent_mark = self.effects.mark()  # every enqueue of a gang the scan saw was submitted by now
+        # read after the states: a gang the scan found LAUNCHING whose launch call has not returned yet is left out
+        # (its backend may not know its members yet: "unknown" would fail a gang about to start)
+        launching = self.launcher.launching()
         for part in parts:
-            stale += part[0]
+            stale += [t for t, k in part[0] if k not in launching]
             late += part[1]
             held += part[2]
             unstopped.update(part[3])
