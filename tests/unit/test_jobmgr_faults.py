@@ -151,10 +151,15 @@ def test_a_clock_that_goes_back_does_not_hold_up_the_queue_check_and_the_full_re
         def held_gangs(self, page_token: str) -> tuple[list[tuple[str, int]], str]:
             return [], ""
 
+    class Launcher:
+        def launching(self) -> set[tuple[str, int]]:
+            return set()
+
     now = [10_000.0]
     mgr = JobManager.__new__(JobManager)
     mgr.clock = lambda: now[0]
     mgr.writer, mgr.effects, mgr.hostmgr, mgr.resmgr = Writer(), Effects(), Hostmgr(), Resmgr()  # type: ignore[assignment]
+    mgr.launcher = Launcher()  # type: ignore[assignment]
     mgr._stopping, mgr._stopping_lock = set(), threading.Lock()
     mgr._check_every_gang = False
     mgr._full_reconcile_at = now[0] + jm_mod.FULL_RECONCILE_S
