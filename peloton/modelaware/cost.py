@@ -162,6 +162,12 @@ def sync_time(p: CostParams, hosts: Sequence[HostUse], pattern: str = RING) -> f
     n = len(used)
     if pattern == PS:
         return _ps_sync(p, hosts, k)
+    return _allreduce_sync(p, used, n, k, pattern)
+
+
+def _allreduce_sync(p: CostParams, used: Sequence[HostUse], n: int, k: int, pattern: str) -> float:
+    """An all-reduce's sync time over n hosts holding k GPUs; `used`: those hosts, or one of each alike (every
+    term is a min, a max, or of n and k)."""
     if k <= 1:
         return 0.0
     nic_scale = p.reference.nic_gbps / min(h.nic_gbps for h in used)
@@ -216,6 +222,19 @@ def predict(p: CostParams, hosts: Sequence[HostUse], local_bsz: float, pattern: 
     ts = sync_time(p, hosts, pattern)
     step = combine(tc, ts, p.gamma)
     return Prediction(tuple(h.gpus for h in hosts if h.gpus > 0), local_bsz, step, tc, ts)
+
+
+def step_time_counted(p: CostParams, uses: Sequence[tuple[HostUse, int]], local_bsz: float, pattern: str = RING,
+                      table: GpuTable = DEFAULT_TABLE) -> float:
+    """`predict(p, hosts, local_bsz, pattern, table).step_time` for an all-reduce pattern on the hosts `uses` gives
+    as (a host, how many hosts like it): the same arithmetic, bit for bit, without a HostUse per host (the plan
+    search rates a size of 3,000 GPUs over 750 hosts of a few kinds)."""
+    used = [u for u, m in uses if m > 0 and u.gpus > 0]
+    if not used:
+        raise InvalidArgument("a placement needs at least one GPU", field="placement")
+    n = sum(m for u, m in uses if m > 0 and u.gpus > 0)
+    k = sum(u.gpus * m for u, m in uses if m > 0 and u.gpus > 0)
+    return combine(compute_time(p, used, local_bsz, table), _allreduce_sync(p, used, n, k, pattern), p.gamma)
 
 
 def combine(tc: float, ts: float, gamma: float) -> float:

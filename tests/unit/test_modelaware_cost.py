@@ -17,6 +17,7 @@ from peloton.modelaware.cost import (
     combine,
     compute_time,
     predict,
+    step_time_counted,
     sync_time,
     uniform_hosts,
 )
@@ -185,3 +186,22 @@ def test_gamma_overlaps_sync_with_compute() -> None:
 
 def test_uniform_hosts_take_the_reference_hardware() -> None:
     assert uniform_hosts((1, 3), REF) == [HostUse(1, "t4", 50, "pcie"), HostUse(3, "t4", 50, "pcie")]
+
+
+@pytest.mark.parametrize("pattern", [RING, HIERARCHICAL])
+def test_a_step_time_from_counted_hosts_is_the_predictions_to_the_bit(pattern: str) -> None:
+    """step_time_counted (the plan search rates a size's plan by its kinds of hosts) against predict on every
+    host written out, on random mixes of GPU models, NICs, links and GPUs per host."""
+    import random
+
+    for seed in range(300):
+        rng = random.Random(seed)
+        p = replace(P, alpha_h=rng.choice([0.0, 0.01]), kappa=rng.choice([0.0, 0.05]), gamma=rng.choice([1.0, 2.5]))
+        uses = [(HostUse(rng.randint(0, 8), rng.choice(["t4", "v100", "a100"]), rng.choice([10, 50, 100]),
+                         rng.choice(["pcie", "nvlink"])), rng.randint(0, 40)) for _ in range(rng.randint(1, 4))]
+        written = [u for u, m in uses for _ in range(m)]
+        if not any(u.gpus for u in written):
+            with pytest.raises(InvalidArgument):
+                step_time_counted(p, uses, 16, pattern)
+            continue
+        assert step_time_counted(p, uses, 16, pattern) == predict(p, written, 16, pattern).step_time, seed
