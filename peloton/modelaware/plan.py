@@ -18,9 +18,10 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 import math
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from peloton.errors import InvalidArgument
@@ -40,6 +41,7 @@ from peloton.modelaware.cost import (
     network_time,
     pairs,
     predict,
+    step_time_counted,
 )
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuModel, GpuTable
 
@@ -236,6 +238,30 @@ def search(params: CostParams, hosts: Sequence[FreeHost], req: PlanRequest,
     return _search_allreduce(params, kinds, sizes, req, table)
 
 
+def size_rates(params: CostParams, hosts: Sequence[FreeHost], sizes: Sequence[int], req: PlanRequest,
+               table: GpuTable = DEFAULT_TABLE) -> list[float]:
+    """For each K of `sizes`, the samples/s of the best plan `search` finds for exactly K GPUs with `req` (top 1;
+    0.0 where nothing fits): the same numbers, bit for bit, as one search per size (`instances: auto` rates every
+    allowed count), but the hosts' kinds and threshold classes are made once, and a plan's prediction is made from
+    its kinds of hosts without naming them (a size of 3,000 GPUs takes some 750 hosts)."""
+    out: list[float] = []
+    for k in sizes:
+        replace(req, gpus=k, max_gpus=0, top=1).validate()
+    if req.pattern == PS:  # not the exact threshold search: one search per size
+        for k in sizes:
+            found = search(params, hosts, replace(req, gpus=k, max_gpus=0, top=1), table)
+            out.append(found[0].samples_per_s if found else 0.0)
+        return out
+    kinds = _kinds(hosts, table)
+    free_total = sum(len(kd.names) * kd.free for kd in kinds)
+    engine = _AllReduce(params, kinds, req, table) if kinds else None
+    for k in sizes:
+        top = engine.best([k], 1) if engine is not None and k <= free_total else None
+        kept = list(top.kept.values()) if top is not None else []
+        out.append(engine.rate(kept[0][2]) if engine is not None and kept else 0.0)
+    return out
+
+
 def _search_ps(params: CostParams, hosts: Sequence[FreeHost], kinds: list[_Kind], sizes: list[int],
                req: PlanRequest, table: GpuTable) -> list[Plan]:
     plans: list[Plan] = []
@@ -383,50 +409,74 @@ class _Class:
                 lo = mid + 1
         return lo
 
-    def caps_of(self, j: int, c: int, n: int) -> list[int]:
+    def cap_runs(self, j: int, c: int, n: int) -> list[tuple[int, int]]:
+        """The caps of the n hosts of largest cap at levels (j, c), largest first, as (cap, how many hosts)."""
         order, hosts, _ = self._at(j, c)
-        out: list[int] = []
+        out: list[tuple[int, int]] = []
+        taken = 0
         for i, cap in enumerate(order):
-            out.extend([cap] * min(hosts[i + 1] - hosts[i], n - len(out)))
-            if len(out) == n:
+            m = min(hosts[i + 1] - hosts[i], n - taken)
+            out.append((cap, m))
+            taken += m
+            if taken == n:
                 break
         return out
 
-    def hosts_of(self, j: int, c: int, n: int) -> list[tuple[str, int, _Kind]]:
-        """The n hosts of largest cap at levels (j, c), in the class's order among equal caps."""
+    def shape(self, j: int, c: int, n: int, k: int) -> tuple[int, ...]:
+        """The GPUs per host (most first) of K on the n hosts of largest cap at levels (j, c)."""
+        pieces = sorted((piece for run in _fill_runs(k, self.cap_runs(j, c, n)) for piece in run), reverse=True)
+        return tuple(itertools.chain.from_iterable(itertools.repeat(g, m) for g, m in pieces))
+
+    def kind_runs(self, j: int, c: int, n: int) -> list[tuple[_Kind, int, int]]:
+        """The n hosts of largest cap at levels (j, c), in the class's order among equal caps, as (kind, cap, how
+        many of its hosts: the first ones of its names)."""
         ranked = []
         for kd in self.kinds:
             cap = min(self._level_caps([self._levels[j]], self._scales[kd.gpu_link], kd.free)[0],
                       self._load_caps(kd.rel, kd.free)[c])
             ranked.append((kd, cap))
         ranked.sort(key=lambda x: -x[1])  # stable: the class's order among equal caps
-        out: list[tuple[str, int, _Kind]] = []
+        out: list[tuple[_Kind, int, int]] = []
+        taken = 0
         for kd, cap in ranked:
-            for name in kd.names[:n - len(out)]:
-                out.append((name, cap, kd))
-            if len(out) == n:
+            m = min(len(kd.names), n - taken)
+            if m > 0:
+                out.append((kd, cap, m))
+                taken += m
+            if taken == n:
                 break
         return out
+
+    def hosts_of(self, j: int, c: int, n: int) -> list[tuple[str, int, _Kind]]:
+        """The n hosts of largest cap at levels (j, c), in the class's order among equal caps."""
+        return [(name, cap, kd) for kd, cap, m in self.kind_runs(j, c, n) for name in kd.names[:m]]
 
 
 def _fill(k: int, caps: Sequence[int]) -> list[int]:
     """k GPUs over hosts with these caps (k between len(caps) and their sum), one at least on each, as evenly as
     the caps allow; the first hosts take the remainder."""
-    lo, hi = 1, max(caps)
+    return [g for run in _fill_runs(k, [(c, 1) for c in caps]) for g, m in run for _ in range(m)]
+
+
+def _fill_runs(k: int, runs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
+    """_fill on hosts given as runs (cap, how many hosts in a row with it): per run, the GPUs its hosts take as
+    (GPUs, how many hosts), in the run's order."""
+    lo, hi = 1, max(c for c, _ in runs)
     while lo < hi:  # the highest level L with sum(min(cap, L)) <= k
         mid = (lo + hi + 1) // 2
-        if sum(min(c, mid) for c in caps) <= k:
+        if sum(min(c, mid) * m for c, m in runs) <= k:
             lo = mid
         else:
             hi = mid - 1
-    out = [min(c, lo) for c in caps]
-    left = k - sum(out)
-    for i, c in enumerate(caps):
-        if not left:
-            break
-        if c > out[i]:
-            out[i] += 1
-            left -= 1
+    left = k - sum(min(c, lo) * m for c, m in runs)
+    out: list[list[tuple[int, int]]] = []
+    for c, m in runs:
+        if c > lo and left:  # the first hosts above the level take the remainder, one each
+            extra = min(left, m)
+            left -= extra
+            out.append([(lo + 1, extra)] + ([(lo, m - extra)] if m > extra else []))
+        else:
+            out.append([(min(c, lo), m)])
     return out
 
 
@@ -470,116 +520,148 @@ class _Top:
 
 def _search_allreduce(params: CostParams, kinds: list[_Kind], sizes: list[int], req: PlanRequest,
                       table: GpuTable) -> list[Plan]:
-    p = params
-    hier = req.pattern == HIERARCHICAL
-    ref_rel = table.relative(p.reference.gpu_model)
-    scales = {kd.gpu_link: link_scale(p, kd.gpu_link) for kd in kinds}
-    max_free = max(kd.free for kd in kinds)
-    # within-host levels: every value of f(g) * scale a host can have (hierarchical); a ring caps by free GPUs
-    levels = ([0.0] + sorted({_ring_units(g) * s for g in range(2, max_free + 1) for s in set(scales.values())})
-              if hier else [math.inf])
-    top_level = len(levels) - 1
-    classes: dict[tuple[int, ...], _Class] = {}
-    for r in {kd.rel for kd in kinds}:
-        for u in {kd.nic_gbps for kd in kinds}:
-            members = tuple(i for i, kd in enumerate(kinds) if kd.rel >= r and kd.nic_gbps >= u)
-            if members and members not in classes and sum(len(kinds[i].names) for i in members) >= 2:
-                classes[members] = _Class([kinds[i] for i in members], scales, levels, ref_rel, p.kappa)
-
-    throughput = req.objective == "throughput"
-
-    def score(k: int, bsz: float, load: float, ts: float) -> float:
-        """A plan of K whose busiest GPU computes `load` times the reference GPU alone, and syncs in ts."""
-        tc = (p.alpha_c + p.beta_c * bsz) * load
-        step = combine(tc, ts, p.gamma)
-        return k * bsz / step if throughput else bsz / step
-
-    def net(nic: float, n: int, units: float) -> float:
-        return network_time(p, p.reference.nic_gbps / nic, n, units)
-
-    # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
-    items: list[tuple[float, int, _Cand, float]] = []  # (bound, order, candidate, least sync time)
-    for k in sizes:
-        bsz = float(req.local_bsz or req.global_bsz / k)
-        for kd in kinds:
-            if kd.free >= k:
-                ts = 0.0 if k == 1 else p.alpha_r + p.beta_r * scales[kd.gpu_link] * 2 * (k - 1) / k
-                load = ref_rel / kd.rel * (1 + p.kappa * (k - 1))
-                items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, kind=kd), ts))
-        if k < 2:
-            continue
-        for cl in classes.values():
-            if cl.free < k:
-                continue
-            n_max = min(k, cl.hosts)
-            # some host has ceil(K / n_max) GPUs or more, none computes faster than the class's fastest alone
-            # (nor than its slowest: the class's loads start there); the least load is found when it is taken
-            load = max(cl.loads[0], ref_rel / cl.rel_max * (1 + p.kappa * (-(-k // n_max) - 1)))
-            if hier:
-                # the network ring's term grows with n from n = 3 on (2(n-1)/n and alpha_h 2(n-1)): least at 2 or 3
-                ts = min(net(cl.nic, m, 2 * (m - 1)) for m in (2, 3) if m <= n_max)
-                if n_max < k:  # some host has ceil(K / n_max) GPUs or more
-                    ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
-            else:
-                ts = net(cl.nic, _ring_fastest(p, k, n_max, cl.nic), 2 * (k - 1))  # the ring's fastest host count
-            items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, cls=cl), ts))
-    items.sort(key=lambda it: (-it[0], it[1]))
-
-    top = _Top(req.top)
-    for bound, _, item, ts_lo in items:
-        if top.below(bound):
-            break
-        k, bsz, c = item.k, item.bsz, item.cls
-        if c is None:
-            top.offer(bound, (k,), item)
-            continue
-        n_max = min(k, c.hosts)
-        n_lo = max(2, c.fewest_hosts(top_level, c.top_load, k))
-        c_lo = c.least_load(top_level, n_max, k)
-        v_lo = c.loads[c_lo]  # the least compute load of any n: more hosts never load one more
-        if top.below(score(k, bsz, v_lo, ts_lo)):
-            continue
-        if not hier:
-            for n in _ring_hosts(p, k, n_lo, n_max, c.nic):  # fastest ring first: stop at the first kept out
-                ts = net(c.nic, n, 2 * (k - 1))
-                if top.below(score(k, bsz, v_lo, ts)):
-                    break
-                ci = c.least_load(top_level, n, k, c_lo)
-                s = score(k, bsz, c.loads[ci], ts)
-                if not top.below(s):
-                    top.offer(s, tuple(sorted(_fill(k, c.caps_of(top_level, ci, n)), reverse=True)),
-                              _Cand(k, bsz, cls=c, level=top_level, load=ci, n=n))
-            continue
-        j_top = top_level
-        for n in range(n_lo, n_max + 1):
-            # from n = 3 on the network ring's term only grows with n: once it alone is kept out, so is the rest
-            ring = net(c.nic, n, 2 * (n - 1))
-            if n >= 3 and top.below(score(k, bsz, v_lo, ring)):
-                break
-            while j_top > 0 and c.capacity(j_top - 1, c.top_load, n) >= k:
-                j_top -= 1  # the least within-host level n hosts reach (at any load)
-            inner_lo = p.alpha_r + p.beta_r * levels[j_top] if levels[j_top] > 0 else 0.0
-            # the staircase of (load, within-host level) pairs at which n hosts take K: the least load first,
-            # then each greater load with the least level it allows (falling); stop once the compute alone,
-            # with the least sync n hosts can have, is kept out
-            j = top_level
-            for ci in range(c.least_load(top_level, n, k, c_lo), c.top_load + 1):
-                if top.below(score(k, bsz, c.loads[ci], inner_lo + ring)):
-                    break
-                while j > j_top and c.capacity(j - 1, ci, n) >= k:
-                    j -= 1
-                t = levels[j]
-                ts = (p.alpha_r + p.beta_r * t if t > 0 else 0.0) + ring
-                s = score(k, bsz, c.loads[ci], ts)
-                if not top.below(s):
-                    top.offer(s, tuple(sorted(_fill(k, c.caps_of(j, ci, n)), reverse=True)),
-                              _Cand(k, bsz, cls=c, level=j, load=ci, n=n))
-                if j == j_top:
-                    break  # a greater load cannot lower the within-host term further: only slower
-
-    plans = [_materialize(p, cand, req.pattern, table) for _, _, cand in top.kept.values()]
+    search = _AllReduce(params, kinds, req, table)
+    top = search.best(sizes, req.top)
+    plans = [_materialize(params, cand, req.pattern, table) for _, _, cand in top.kept.values()]
     plans.sort(key=lambda pl: _rank(pl, req.objective))
     return plans
+
+
+class _AllReduce:
+    """The all-reduce search on a cluster's kinds of hosts: what does not depend on the size (the threshold
+    classes, their caps at each level) is made once, and searched for any sizes (size_rates: every size apart)."""
+
+    def __init__(self, params: CostParams, kinds: list[_Kind], req: PlanRequest, table: GpuTable) -> None:
+        p = params
+        hier = req.pattern == HIERARCHICAL
+        ref_rel = table.relative(p.reference.gpu_model)
+        scales = {kd.gpu_link: link_scale(p, kd.gpu_link) for kd in kinds}
+        max_free = max(kd.free for kd in kinds)
+        # within-host levels: every value of f(g) * scale a host can have (hierarchical); a ring caps by free GPUs
+        levels = ([0.0] + sorted({_ring_units(g) * s for g in range(2, max_free + 1) for s in set(scales.values())})
+                  if hier else [math.inf])
+        top_level = len(levels) - 1
+        classes: dict[tuple[int, ...], _Class] = {}
+        for r in {kd.rel for kd in kinds}:
+            for u in {kd.nic_gbps for kd in kinds}:
+                members = tuple(i for i, kd in enumerate(kinds) if kd.rel >= r and kd.nic_gbps >= u)
+                if members and members not in classes and sum(len(kinds[i].names) for i in members) >= 2:
+                    classes[members] = _Class([kinds[i] for i in members], scales, levels, ref_rel, p.kappa)
+
+        self.p, self.req, self.table, self.hier, self.ref_rel = p, req, table, hier, ref_rel
+        self.kinds = kinds
+        self.scales, self.levels, self.top_level, self.classes = scales, levels, top_level, classes
+
+    def best(self, sizes: Sequence[int], size: int) -> _Top:
+        """The best `size` candidates of the sizes, one per shape."""
+        p, req, hier, ref_rel, kinds = self.p, self.req, self.hier, self.ref_rel, self.kinds
+        scales, levels, top_level, classes = self.scales, self.levels, self.top_level, self.classes
+        throughput = req.objective == "throughput"
+
+        def score(k: int, bsz: float, load: float, ts: float) -> float:
+            """A plan of K whose busiest GPU computes `load` times the reference GPU alone, and syncs in ts."""
+            tc = (p.alpha_c + p.beta_c * bsz) * load
+            step = combine(tc, ts, p.gamma)
+            return k * bsz / step if throughput else bsz / step
+
+        def net(nic: float, n: int, units: float) -> float:
+            return network_time(p, p.reference.nic_gbps / nic, n, units)
+
+        # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
+        items: list[tuple[float, int, _Cand, float]] = []  # (bound, order, candidate, least sync time)
+        for k in sizes:
+            bsz = float(req.local_bsz or req.global_bsz / k)
+            for kd in kinds:
+                if kd.free >= k:
+                    ts = 0.0 if k == 1 else p.alpha_r + p.beta_r * scales[kd.gpu_link] * 2 * (k - 1) / k
+                    load = ref_rel / kd.rel * (1 + p.kappa * (k - 1))
+                    items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, kind=kd), ts))
+            if k < 2:
+                continue
+            for cl in classes.values():
+                if cl.free < k:
+                    continue
+                n_max = min(k, cl.hosts)
+                # some host has ceil(K / n_max) GPUs or more, none computes faster than the class's fastest alone
+                # (nor than its slowest: the class's loads start there); the least load is found when it is taken
+                load = max(cl.loads[0], ref_rel / cl.rel_max * (1 + p.kappa * (-(-k // n_max) - 1)))
+                if hier:
+                    # the network ring's term grows with n from n = 3 on (2(n-1)/n and alpha_h 2(n-1)): least at 2 or 3
+                    ts = min(net(cl.nic, m, 2 * (m - 1)) for m in (2, 3) if m <= n_max)
+                    if n_max < k:  # some host has ceil(K / n_max) GPUs or more
+                        ts += p.alpha_r + p.beta_r * _ring_units(-(-k // n_max)) * cl.scale_min
+                else:
+                    ts = net(cl.nic, _ring_fastest(p, k, n_max, cl.nic), 2 * (k - 1))  # the ring's fastest host count
+                items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, cls=cl), ts))
+        items.sort(key=lambda it: (-it[0], it[1]))
+
+        top = _Top(size)
+        for bound, _, item, ts_lo in items:
+            if top.below(bound):
+                break
+            k, bsz, c = item.k, item.bsz, item.cls
+            if c is None:
+                top.offer(bound, (k,), item)
+                continue
+            n_max = min(k, c.hosts)
+            n_lo = max(2, c.fewest_hosts(top_level, c.top_load, k))
+            c_lo = c.least_load(top_level, n_max, k)
+            v_lo = c.loads[c_lo]  # the least compute load of any n: more hosts never load one more
+            if top.below(score(k, bsz, v_lo, ts_lo)):
+                continue
+            if not hier:
+                for n in _ring_hosts(p, k, n_lo, n_max, c.nic):  # fastest ring first: stop at the first kept out
+                    ts = net(c.nic, n, 2 * (k - 1))
+                    if top.below(score(k, bsz, v_lo, ts)):
+                        break
+                    ci = c.least_load(top_level, n, k, c_lo)
+                    s = score(k, bsz, c.loads[ci], ts)
+                    if not top.below(s):
+                        top.offer(s, c.shape(top_level, ci, n, k),
+                                  _Cand(k, bsz, cls=c, level=top_level, load=ci, n=n))
+                continue
+            j_top = top_level
+            for n in range(n_lo, n_max + 1):
+                # from n = 3 on the network ring's term only grows with n: once it alone is kept out, so is the rest
+                ring = net(c.nic, n, 2 * (n - 1))
+                if n >= 3 and top.below(score(k, bsz, v_lo, ring)):
+                    break
+                while j_top > 0 and c.capacity(j_top - 1, c.top_load, n) >= k:
+                    j_top -= 1  # the least within-host level n hosts reach (at any load)
+                inner_lo = p.alpha_r + p.beta_r * levels[j_top] if levels[j_top] > 0 else 0.0
+                # the staircase of (load, within-host level) pairs at which n hosts take K: the least load first,
+                # then each greater load with the least level it allows (falling); stop once the compute alone,
+                # with the least sync n hosts can have, is kept out
+                j = top_level
+                for ci in range(c.least_load(top_level, n, k, c_lo), c.top_load + 1):
+                    if top.below(score(k, bsz, c.loads[ci], inner_lo + ring)):
+                        break
+                    while j > j_top and c.capacity(j - 1, ci, n) >= k:
+                        j -= 1
+                    t = levels[j]
+                    ts = (p.alpha_r + p.beta_r * t if t > 0 else 0.0) + ring
+                    s = score(k, bsz, c.loads[ci], ts)
+                    if not top.below(s):
+                        top.offer(s, c.shape(j, ci, n, k),
+                                  _Cand(k, bsz, cls=c, level=j, load=ci, n=n))
+                    if j == j_top:
+                        break  # a greater load cannot lower the within-host term further: only slower
+
+        return top
+
+    def rate(self, cand: _Cand) -> float:
+        """The samples/s of the plan `cand` (its prediction's, as _materialize's: the same arithmetic), without
+        naming its hosts."""
+        if cand.cls is None:
+            assert cand.kind is not None
+            runs = [(cand.kind, cand.k, 1)]
+            pieces = [[(cand.k, 1)]]
+        else:
+            runs = cand.cls.kind_runs(cand.level, cand.load, cand.n)
+            pieces = _fill_runs(cand.k, [(cap, m) for _, cap, m in runs])
+        uses = [(HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link), m)
+                for (kd, _, _), run in zip(runs, pieces, strict=True) for g, m in run]
+        return cand.k * cand.bsz / step_time_counted(self.p, uses, cand.bsz, self.req.pattern, self.table)
 
 
 def _ring_costs(p: CostParams, k: int, nic: float) -> tuple[float, float]:
