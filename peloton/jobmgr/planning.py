@@ -138,19 +138,19 @@ class Planner:
             return autosize.CountChoice(out.plans[0].gpus, out.plans[0].samples_per_s, 0.0, out.on_free_hosts,
                                         f"objective {goal.objective}: the best samples/s per GPU")
 
-        def rate(slots: list[plans.FreeHost], k: int) -> float:
-            best = plans.search(goal.params, slots, self._request(goal, servers, 1, gpus=k), goal.table())
-            return best[0].samples_per_s if best else 0.0
-
-        # a count searched on the GPUs free now only where it can fit them, and not again on an idle cluster (the
-        # free slots are every slot): one search per count there, not two
-        idle = free == empty
-        free_gpus = sum(h.free_gpus for h in free)
-        options = []
-        for k in range(m.min_instances, top + 1):
-            best = rate(empty, k)
-            now = best if idle else rate(free, k) if best and k <= free_gpus else 0.0
-            options.append(autosize.CountOption(k, best, now))
+        # every count rated at once (plans.size_rates: the same rates as one search per count, the hosts' kinds
+        # and classes made once); a count searched on the GPUs free now only where it can fit them, and not again
+        # on an idle cluster (the free slots are every slot)
+        req = self._request(goal, servers, 1)
+        counts = range(m.min_instances, top + 1)
+        best = plans.size_rates(goal.params, empty, counts, req, goal.table())
+        now = best
+        if free != empty:
+            free_gpus = sum(h.free_gpus for h in free)
+            fits = [k for k, b in zip(counts, best, strict=True) if b and k <= free_gpus]
+            rated = dict(zip(fits, plans.size_rates(goal.params, free, fits, req, goal.table()), strict=True))
+            now = [rated.get(k, 0.0) for k in counts]
+        options = [autosize.CountOption(k, b, n) for k, b, n in zip(counts, best, now, strict=True)]
         threshold = autosize.DEFAULT_MIN_EFFICIENCY if m.min_efficiency is None else m.min_efficiency
         return autosize.choose_count(options, threshold)
 

@@ -12,7 +12,16 @@ import pytest
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware.cost import HIERARCHICAL, PS, RING, CostParams, HostUse, Reference, predict
-from peloton.modelaware.plan import FreeHost, Plan, PlanRequest, _ring_fastest, _ring_hosts, exhaustive, search
+from peloton.modelaware.plan import (
+    FreeHost,
+    Plan,
+    PlanRequest,
+    _ring_fastest,
+    _ring_hosts,
+    exhaustive,
+    search,
+    size_rates,
+)
 
 MODELS = ("t4", "v100", "a100")
 NICS = (10, 25, 100)
@@ -178,6 +187,32 @@ def test_a_thousand_hosts_cost_what_their_kinds_cost() -> None:
             check_plan(p, hosts, params, pattern)
         used = Counter((h.gpu_model, h.nic_gbps) for h in hosts if h.name in dict(plans[0].hosts))
         assert set(used) == {("a100", 100)}, used  # the fastest GPUs and NICs, and there are enough of them
+
+
+def test_every_sizes_rate_at_once_is_exactly_one_search_per_size() -> None:
+    """plans.size_rates (`instances: auto` rates every allowed count with it) against one search per size, top 1,
+    the best plan's samples/s or 0.0: equal to the bit, on random clusters of 2-150 hosts of a few kinds (0-8 free
+    GPUs), random models, bounds past the free GPUs, both all-reduce patterns and objectives, a local or a global
+    batch; and the parameter-server pattern (one search per size)."""
+    for seed in range(100):
+        rng = random.Random(20_000 + seed)
+        kinds = [(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)) for _ in range(rng.randint(1, 4))]
+        hosts = [FreeHost(f"h{i}", rng.randint(0, 8), *rng.choice(kinds))
+                 for i in range(rng.choice([2, 5, 20, 60, 150]))]
+        free = sum(h.free_gpus for h in hosts)
+        params = random_params(rng)
+        pattern = PS if seed % 20 == 0 else rng.choice([RING, HIERARCHICAL])
+        glob = rng.choice([0, 0, 512])
+        req = PlanRequest(local_bsz=0 if glob else rng.choice([1, 8, 64]), global_bsz=glob, pattern=pattern,
+                          objective=rng.choice(["throughput", "efficiency"]), servers=1 if pattern == PS else 0)
+        lo = rng.randint(1, max(free, 1))
+        sizes = range(lo, min(rng.randint(lo, free + 3), lo + (6 if pattern == PS else 50)) + 1)
+        slow = [found[0].samples_per_s if (found := search(params, hosts, replace(req, gpus=k, top=1))) else 0.0
+                for k in sizes]
+        assert size_rates(params, hosts, sizes, req) == slow, seed
+    with pytest.raises(InvalidArgument) as e:
+        size_rates(params, hosts, [5000], req)
+    assert e.value.field == "gpus"
 
 
 def test_parameter_server_plans_name_their_servers() -> None:
