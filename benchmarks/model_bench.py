@@ -20,7 +20,11 @@ out and nothing here reads them), on their measurement cluster's hardware (T4, P
     batch (e.g. 1134, 4311);
 (c) plan time: 64 GPUs among `--hosts` heterogeneous hosts (GPU models t4/v100/a100/a10/l4, NICs 10-100 Gb/s,
     PCIe or NVLink, 0-8 free GPUs), for exactly 64 (`--gpus`) and for the best size up to 64 (`--max-gpus`),
-    ring and hierarchical: the median of `--repeat` runs (target: under 50 ms).
+    ring and hierarchical: the median of `--repeat` runs (target: under 50 ms);
+(d) auto sizing: what `instances: auto` does at job creation (jobmgr/planning.py, Planner.auto_count) for counts
+    2,000..3,000 (`--auto-sizes`) among `--auto-hosts` (1,100) hosts like (c)'s: the best plan's samples/s of every
+    count, by `plan.size_rates` (least CPU time of `--repeat` runs) and, as before it, by one `plan.search` per
+    count (one run; `--auto-slow 0` skips it), and whether the two agree to the bit.
 """
 
 from __future__ import annotations
@@ -39,7 +43,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from benchmarks.harness import table, write_results  # noqa: E402
 from peloton.modelaware import fit  # noqa: E402
 from peloton.modelaware.cost import HIERARCHICAL, RING, CostParams, Reference  # noqa: E402
-from peloton.modelaware.plan import FreeHost, PlanRequest, search  # noqa: E402
+from peloton.modelaware.plan import FreeHost, PlanRequest, search, size_rates  # noqa: E402
 from peloton.modelaware.profile import ProfileRow, format_placement, read_profile, select  # noqa: E402
 from tests.public_data import public_data  # noqa: E402
 
@@ -157,6 +161,34 @@ def plan_time(params: CostParams, hosts: list[FreeHost], repeat: int) -> dict[st
     return out
 
 
+def auto_time(params: CostParams, hosts: list[FreeHost], lo: int, hi: int, repeat: int, slow: bool,
+              ) -> dict[str, Any]:
+    """Every count's best samples/s, lo..hi (at most the free GPUs), at once and by one search per count: CPU s."""
+    top = min(hi, sum(h.free_gpus for h in hosts))
+    sizes = range(min(lo, top), top + 1)
+    out: dict[str, Any] = {}
+    for pattern in (RING, HIERARCHICAL):
+        req = PlanRequest(local_bsz=8, pattern=pattern, top=1)
+        times = []
+        rates: list[float] = []
+        for _ in range(repeat):
+            t0 = time.process_time()
+            rates = size_rates(params, hosts, sizes, req)
+            times.append(time.process_time() - t0)
+        row: dict[str, Any] = {"sizes": len(sizes), "size_rates_cpu_ms": min(times) * 1000,
+                               "size_rates_median_cpu_ms": statistics.median(times) * 1000,
+                               "best_gpus": sizes[max(range(len(rates)), key=lambda i: rates[i])]}
+        if slow:
+            t0 = time.process_time()
+            each = [f[0].samples_per_s if (f := search(params, hosts, PlanRequest(gpus=k, local_bsz=8,
+                                                                                    pattern=pattern, top=1)))
+                    else 0.0 for k in sizes]
+            row["per_size_search_cpu_ms"] = (time.process_time() - t0) * 1000
+            row["same"] = each == rates
+        out[pattern] = row
+    return out
+
+
 def placement_time(params: CostParams, n_hosts: int, repeat: int, seed: int) -> dict[str, Any]:
     """The placer on an index of `n_hosts` (three kinds of 8-GPU hosts): one gang of 64 one-GPU workers, pack
     against model-aware (which reads every host's free slots for the search)."""
@@ -197,11 +229,16 @@ def main() -> int:
     ap.add_argument("--seed", type=int, default=0, help="seed of the plan-time cluster (0)")
     ap.add_argument("--placement-hosts", type=int, default=10000,
                     help="hosts of the index one gang is placed on (default 10000)")
+    ap.add_argument("--auto-hosts", type=int, default=1100, help="hosts of the auto-sizing cluster (default 1100)")
+    ap.add_argument("--auto-sizes", default="2000-3000", help="counts auto sizing rates (default 2000-3000)")
+    ap.add_argument("--auto-slow", type=int, default=1, help="also one search per count, as before (1; 0: not)")
     ap.add_argument("--json", default=None, help="output (default benchmarks/results/model.json)")
     a = ap.parse_args()
     results: dict[str, Any] = {"apps": {}, "parameters": {"hosts": a.hosts, "repeat": a.repeat, "seed": a.seed,
                                                            "fitted_on": [format_placement(p) for p in FITTED_ON]}}
     hosts = cluster(a.hosts, a.seed)
+    auto_hosts = cluster(a.auto_hosts, a.seed)
+    auto_lo, auto_hi = (int(x) for x in a.auto_sizes.split("-"))
     for app in APPS:
         path = TRACES / app / "placements.csv"
         if not path.is_file():
@@ -212,8 +249,9 @@ def main() -> int:
         quality = plan_quality(params, rows)
         timing = plan_time(params, hosts, a.repeat)
         placing = placement_time(params, a.placement_hosts, a.repeat, a.seed)
+        auto = auto_time(params, auto_hosts, auto_lo, auto_hi, a.repeat, bool(a.auto_slow))
         results["apps"][app] = {"accuracy": acc, "plan_quality": quality, "plan_time": timing,
-                                "placement_time": placing}
+                                "placement_time": placing, "auto_time": auto}
         print(f"{app}: fitted on {acc['fitted_rows']} rows (placements {', '.join(results['parameters']['fitted_on'])})"
               f", {acc['fit_s']:.2f} s")
         lines = [
@@ -247,6 +285,12 @@ def main() -> int:
         for label, t in placing.items():
             lines.append((f"placing a gang of 64, {label}, {a.placement_hosts} hosts",
                           f"{t['median_ms']:.1f} ms (min {t['min_ms']:.1f})"))
+        for pattern, t in auto.items():
+            slow = (f"; one search per count {t['per_size_search_cpu_ms']:.0f} ms, same: {t['same']}"
+                    if "per_size_search_cpu_ms" in t else "")
+            lines.append((f"auto sizing, {pattern}, {t['sizes']} counts, {a.auto_hosts} hosts",
+                          f"{t['size_rates_cpu_ms']:.0f} ms CPU (median {t['size_rates_median_cpu_ms']:.0f})"
+                          f"{slow}  -> fastest {t['best_gpus']} GPUs"))
         print(table(lines))
     print(f"  json: {write_results('model', results, a.json)}")
     return 0
