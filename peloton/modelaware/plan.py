@@ -333,6 +333,7 @@ class _Class:
         self.top_load = len(self.loads) - 1
         self._groups: list[tuple[int, list[int], list[int]]] | None = None  # made when first needed
         self._runs: dict[tuple[int, int], tuple[list[int], list[int], list[int]]] = {}
+        self._ranked: dict[tuple[int, int], list[tuple[_Kind, int]]] = {}  # kind_runs' order at levels (j, c)
 
     def load(self, rel: float, g: int) -> float:
         """A GPU's compute time on a host of relative speed `rel` with g GPUs busy, in reference GPUs alone."""
@@ -430,12 +431,15 @@ class _Class:
     def kind_runs(self, j: int, c: int, n: int) -> list[tuple[_Kind, int, int]]:
         """The n hosts of largest cap at levels (j, c), in the class's order among equal caps, as (kind, cap, how
         many of its hosts: the first ones of its names)."""
-        ranked = []
-        for kd in self.kinds:
-            cap = min(self._level_caps([self._levels[j]], self._scales[kd.gpu_link], kd.free)[0],
-                      self._load_caps(kd.rel, kd.free)[c])
-            ranked.append((kd, cap))
-        ranked.sort(key=lambda x: -x[1])  # stable: the class's order among equal caps
+        ranked = self._ranked.get((j, c))
+        if ranked is None:
+            ranked = []
+            for kd in self.kinds:
+                cap = min(self._level_caps([self._levels[j]], self._scales[kd.gpu_link], kd.free)[0],
+                          self._load_caps(kd.rel, kd.free)[c])
+                ranked.append((kd, cap))
+            ranked.sort(key=lambda x: -x[1])  # stable: the class's order among equal caps
+            self._ranked[(j, c)] = ranked
         out: list[tuple[_Kind, int, int]] = []
         taken = 0
         for kd, cap in ranked:
@@ -461,14 +465,17 @@ def _fill(k: int, caps: Sequence[int]) -> list[int]:
 def _fill_runs(k: int, runs: Sequence[tuple[int, int]]) -> list[list[tuple[int, int]]]:
     """_fill on hosts given as runs (cap, how many hosts in a row with it): per run, the GPUs its hosts take as
     (GPUs, how many hosts), in the run's order."""
-    lo, hi = 1, max(c for c, _ in runs)
+    hosts: dict[int, int] = {}  # cap -> hosts (a cluster has few caps, however many runs)
+    for c, m in runs:
+        hosts[c] = hosts.get(c, 0) + m
+    lo, hi = 1, max(hosts)
     while lo < hi:  # the highest level L with sum(min(cap, L)) <= k
         mid = (lo + hi + 1) // 2
-        if sum(min(c, mid) * m for c, m in runs) <= k:
+        if sum(min(c, mid) * m for c, m in hosts.items()) <= k:
             lo = mid
         else:
             hi = mid - 1
-    left = k - sum(min(c, lo) * m for c, m in runs)
+    left = k - sum(min(c, lo) * m for c, m in hosts.items())
     out: list[list[tuple[int, int]]] = []
     for c, m in runs:
         if c > lo and left:  # the first hosts above the level take the remainder, one each
@@ -549,13 +556,7 @@ class _AllReduce:
                     classes[members] = _Class([kinds[i] for i in members], scales, levels, ref_rel, p.kappa)
 
         self.p, self.req, self.table, self.hier, self.ref_rel = p, req, table, hier, ref_rel
-        self.kinds = kinds
-        self.scales, self.levels, self.top_level, self.classes = scales, levels, top_level, classes
-
-    def best(self, sizes: Sequence[int], size: int) -> _Top:
-        """The best `size` candidates of the sizes, one per shape."""
-        p, req, hier, ref_rel, kinds = self.p, self.req, self.hier, self.ref_rel, self.kinds
-        scales, levels, top_level, classes = self.scales, self.levels, self.top_level, self.classes
+        self.kinds, self.scales, self.levels, self.top_level, self.classes = kinds, scales, levels, top_level, classes
         throughput = req.objective == "throughput"
 
         def score(k: int, bsz: float, load: float, ts: float) -> float:
@@ -567,7 +568,14 @@ class _AllReduce:
         def net(nic: float, n: int, units: float) -> float:
             return network_time(p, p.reference.nic_gbps / nic, n, units)
 
-        # every single-host candidate (exact), and a bound for every (K, class) pair of two hosts or more
+        self.score, self.net = score, net
+
+    def items(self, sizes: Sequence[int]) -> list[tuple[float, int, _Cand, float]]:
+        """Every single-host candidate of the sizes (exact), and a bound for every (K, class) pair of two hosts or
+        more: (bound, order, candidate, least sync time)."""
+        p, hier, ref_rel, kinds = self.p, self.hier, self.ref_rel, self.kinds
+        scales, classes, score, net = self.scales, self.classes, self.score, self.net
+        req = self.req
         items: list[tuple[float, int, _Cand, float]] = []  # (bound, order, candidate, least sync time)
         for k in sizes:
             bsz = float(req.local_bsz or req.global_bsz / k)
@@ -593,6 +601,13 @@ class _AllReduce:
                 else:
                     ts = net(cl.nic, _ring_fastest(p, k, n_max, cl.nic), 2 * (k - 1))  # the ring's fastest host count
                 items.append((score(k, bsz, load, ts), len(items), _Cand(k, bsz, cls=cl), ts))
+        return items
+
+    def best(self, sizes: Sequence[int], size: int) -> _Top:
+        """The best `size` candidates of the sizes, one per shape."""
+        p, hier, levels, top_level = self.p, self.hier, self.levels, self.top_level
+        score, net = self.score, self.net
+        items = self.items(sizes)
         items.sort(key=lambda it: (-it[0], it[1]))
 
         top = _Top(size)
@@ -621,7 +636,9 @@ class _AllReduce:
                                   _Cand(k, bsz, cls=c, level=top_level, load=ci, n=n))
                 continue
             j_top = top_level
-            for n in range(n_lo, n_max + 1):
+            n = n_lo - 1
+            while n < n_max:
+                n += 1
                 # from n = 3 on the network ring's term only grows with n: once it alone is kept out, so is the rest
                 ring = net(c.nic, n, 2 * (n - 1))
                 if n >= 3 and top.below(score(k, bsz, v_lo, ring)):
@@ -629,6 +646,14 @@ class _AllReduce:
                 while j_top > 0 and c.capacity(j_top - 1, c.top_load, n) >= k:
                     j_top -= 1  # the least within-host level n hosts reach (at any load)
                 inner_lo = p.alpha_r + p.beta_r * levels[j_top] if levels[j_top] > 0 else 0.0
+                if top.below(score(k, bsz, v_lo, inner_lo + ring)):
+                    # the staircase below would stop at its first step (its loads are v_lo or more); from n = 3 on
+                    # so would every n until j_top falls (the ring only grows): on to the first n where it does
+                    if n >= 3:
+                        if j_top == 0 or c.capacity(j_top - 1, c.top_load, c.hosts) < k:
+                            break
+                        n = max(n, c.fewest_hosts(j_top - 1, c.top_load, k) - 1)
+                    continue
                 # the staircase of (load, within-host level) pairs at which n hosts take K: the least load first,
                 # then each greater load with the least level it allows (falling); stop once the compute alone,
                 # with the least sync n hosts can have, is kept out
@@ -659,8 +684,12 @@ class _AllReduce:
         else:
             runs = cand.cls.kind_runs(cand.level, cand.load, cand.n)
             pieces = _fill_runs(cand.k, [(cap, m) for _, cap, m in runs])
-        uses = [(HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link), m)
-                for (kd, _, _), run in zip(runs, pieces, strict=True) for g, m in run]
+        alike: dict[tuple[int, str, float, str], int] = {}  # hosts alike to the cost model, however many kinds
+        for (kd, _, _), run in zip(runs, pieces, strict=True):
+            for g, m in run:
+                key = (g, kd.gpu_model, kd.nic_gbps, kd.gpu_link)
+                alike[key] = alike.get(key, 0) + m
+        uses = [(HostUse(*key), m) for key, m in alike.items()]
         return cand.k * cand.bsz / step_time_counted(self.p, uses, cand.bsz, self.req.pattern, self.table)
 
 
