@@ -57,21 +57,26 @@ def register_stored(models: Any, out: Callable[[argparse.ArgumentParser], None])
 def read_document(path: str) -> str:
     """The document in FILE (`-`: stdin), JSON or YAML, as the JSON text the API takes. InvalidArgument naming
     `-f` for a file that cannot be read or parsed."""
+    import io
     import json
 
+    from peloton.files import read_bounded, refuse_larger
+
+    name = f"-f: {path}"
     try:
-        if path == "-":
-            text = sys.stdin.read(MAX_FILE_BYTES + 1)
+        if path == "-":  # bytes where there are (a test's stdin may be text): decoded as a file is
+            stdin = getattr(sys.stdin, "buffer", None)
+            raw: bytes | str = stdin.read(MAX_FILE_BYTES + 1) if stdin is not None else sys.stdin.read(
+                MAX_FILE_BYTES + 1)
+            refuse_larger(raw, MAX_FILE_BYTES, name, "a model document", field="-f")
         else:
-            with open(path, encoding="utf-8") as f:
-                text = f.read(MAX_FILE_BYTES + 1)
+            raw = read_bounded(path, MAX_FILE_BYTES, name, "a model document", field="-f")
     except OSError as e:
         raise InvalidArgument(f"-f: cannot read {path}: {e.strerror}", field="-f") from None
+    try:
+        text = raw if isinstance(raw, str) else io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()
     except UnicodeDecodeError:
         raise InvalidArgument(f"-f: {path} is not UTF-8 text", field="-f") from None
-    if len(text) > MAX_FILE_BYTES:
-        raise InvalidArgument(f"-f: {path} is larger than the {MAX_FILE_BYTES} bytes a model document may have",
-                              field="-f")
     try:
         doc = json.loads(text)
     except ValueError as e:

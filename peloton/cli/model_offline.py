@@ -122,16 +122,20 @@ def _bad(message: str, field: str) -> Exception:
 
 
 def _read(path: str, flag: str) -> str:
+    """The text of an input file, read up to MAX_INPUT_BYTES and no further (files.read_bounded): a larger one, or
+    /dev/zero, is refused naming the flag, the file and the limit."""
+    import io
+
+    from peloton.files import read_bounded
+
     try:
-        with open(path, encoding="utf-8") as f:
-            text = f.read(MAX_INPUT_BYTES + 1)
+        raw = read_bounded(path, MAX_INPUT_BYTES, f"{flag}: {path}", "an input file", field=flag)
     except OSError as e:
         raise _bad(f"{flag}: cannot read {path}: {e.strerror}", flag) from None
+    try:
+        return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()  # newlines read as a text file's
     except UnicodeDecodeError:
         raise _bad(f"{flag}: {path} is not UTF-8 text", flag) from None
-    if len(text) > MAX_INPUT_BYTES:
-        raise _bad(f"{flag}: {path} is larger than {MAX_INPUT_BYTES // (1024 * 1024)} MiB", flag)
-    return text
 
 
 def _table(a: argparse.Namespace) -> GpuTable:

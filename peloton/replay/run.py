@@ -19,6 +19,7 @@ from typing import Any
 from peloton.domain.model import ResourcePool, StoredModel
 from peloton.domain.spec import JobSpec
 from peloton.errors import FailedPrecondition, InvalidArgument
+from peloton.files import read_bounded
 from peloton.modelaware.document import document_to_dict, parse_document
 from peloton.replay import metrics, policies, report
 from peloton.replay.driver import Cluster, Placement, Replay, ReplayResult, Run, Stalled, Submission
@@ -67,15 +68,12 @@ class Outcome:
 
 def read_text(path: str, what: str) -> str:
     """A file's text; an error naming the flag and the file when it cannot be read. Read up to MAX_FILE_BYTES and no
-    further: a pipe or /dev/zero, whose size stat() says is 0, is refused once that much has come."""
+    further (files.read_bounded): a pipe or /dev/zero, whose size stat() says is 0, is refused once that much has
+    come."""
     try:
-        with open(path, "rb") as f:
-            raw = f.read(MAX_FILE_BYTES + 1)
+        raw = read_bounded(path, MAX_FILE_BYTES, f"{what}: {path}", "a replay's input file", field=what)
     except OSError as e:
         raise InvalidArgument(f"{what}: cannot read {path}: {e.strerror or e}", field=what) from None
-    if len(raw) > MAX_FILE_BYTES:
-        raise InvalidArgument(f"{what}: {path}: larger than {MAX_FILE_BYTES} bytes ({MAX_FILE_BYTES >> 20} MiB)",
-                              field=what)
     try:
         return io.TextIOWrapper(io.BytesIO(raw), encoding="utf-8").read()  # newlines read as Path.read_text did
     except UnicodeDecodeError:

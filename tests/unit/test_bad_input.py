@@ -310,3 +310,47 @@ def test_the_batches_of_a_filtered_watcher_skip_others_changes() -> None:
     assert [c.job_id for c in changes] == sorted(wanted) and rev == 120 and not lost
     changes, rev, _ = hub.wait(0, 0.0, (), tasks=False)  # without tasks a change is small: all of them at once
     assert len(changes) == 120 and rev == 120 and all(not c.tasks for c in changes)
+
+
+# The CLI's model document (`model create|refit -f`), the offline commands' inputs (`model fit|predict|plan`: the
+# profile, --gpu-table, --input, --hosts) and the replay's trace, profiles and cluster file had readers of their own;
+# they read through files.read_bounded now, each with its limit, refused naming the flag, the file and the limit.
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_model_document_over_its_limit_is_refused_naming_it(tmp_path: Path, source: str) -> None:
+    from peloton.cli import model
+
+    if source == "big":
+        source = str(a_file_over(tmp_path, model.MAX_FILE_BYTES, "model.json"))
+    with pytest.raises(InvalidArgument) as e:
+        model.read_document(source)
+    assert (e.value.message, e.value.field) == (
+        f"-f: {source}: {limit_text(model.MAX_FILE_BYTES, 'a model document')}", "-f")
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_an_offline_gpu_table_over_its_limit_is_refused_naming_it(tmp_path: Path, source: str) -> None:
+    from peloton.cli import model_offline
+
+    assert model_offline.MAX_INPUT_BYTES == 64 << 20
+    if source == "big":
+        source = str(a_file_over(tmp_path, model_offline.MAX_INPUT_BYTES, "gpus.json"))
+    with pytest.raises(InvalidArgument) as e:
+        model_offline._read(source, "--gpu-table")
+    assert (e.value.message, e.value.field) == (
+        f"--gpu-table: {source}: {limit_text(model_offline.MAX_INPUT_BYTES, 'an input file')}", "--gpu-table")
+
+
+@pytest.mark.parametrize("source", ["/dev/zero", "big"])
+def test_a_replay_input_over_its_limit_is_refused_naming_it(tmp_path: Path, source: str,
+                                                            monkeypatch: pytest.MonkeyPatch) -> None:
+    from peloton.replay import run
+
+    assert run.MAX_FILE_BYTES == 256 << 20
+    monkeypatch.setattr(run, "MAX_FILE_BYTES", 1 << 20)  # (256 MiB of /dev/zero in the test's memory: no need)
+    if source == "big":
+        source = str(a_file_over(tmp_path, 1 << 20, "trace.csv"))
+    with pytest.raises(InvalidArgument) as e:
+        run.read_text(source, "TRACE")
+    want = limit_text(1 << 20, "a replay's input file")
+    assert (e.value.message, e.value.field) == (f"TRACE: {source}: {want}", "TRACE")

@@ -193,10 +193,11 @@ def test_a_file_is_read_up_to_the_limit_and_no_further(tmp_path: Path, monkeypat
     os.mkfifo(fifo)
     writer = threading.Thread(target=lambda: fifo.write_bytes(HEADER.encode() * 100), daemon=True)
     writer.start()
-    with pytest.raises(InvalidArgument, match=r"TRACE: .*trace\.fifo: larger than 1024 bytes") as e:
+    with pytest.raises(InvalidArgument, match=r"TRACE: .*trace\.fifo: larger than the 1024 bytes \(1 KiB\) a "
+                                              "replay's input file may have") as e:
         run.read_text(str(fifo), "TRACE")
     assert e.value.field == "TRACE"
-    with pytest.raises(InvalidArgument, match="--cluster-file: /dev/zero: larger than 1024 bytes"):
+    with pytest.raises(InvalidArgument, match="--cluster-file: /dev/zero: larger than the 1024 bytes"):
         run.read_text("/dev/zero", "--cluster-file")
     exact = tmp_path / "t.csv"
     exact.write_text("x" * 1024)
