@@ -1022,3 +1022,42 @@ def test_a_port_another_socket_holds_refuses_the_gang_and_is_not_offered_again(
         rec.wait_terminal("t2")
     finally:
         probe.close()
+
+
+def _wrappers_alive(b: LocalBackend, task_ids: list[str]) -> list[str]:
+    """The tasks whose wrapper (as its sandbox's `pids` names it) still runs."""
+    out = []
+    for tid in task_ids:
+        pid = wrapper.read_pid(b._sandboxes / tid)
+        if pid and wrapper.is_wrapper(pid, b._sandboxes / tid, attempts=1):
+            out.append(tid)
+    return out
+
+
+def test_a_spawner_that_dies_mid_launch_leaves_no_member_running_and_frees_nothing_still_held(
+    make_backend: Callable[..., tuple[LocalBackend, Recorder]]
+) -> None:
+    """The spawner starting a gang dies after it started some members (here killed by the first member's command,
+    which runs at once: no cgroup, no gate). Whether it started the last one is unknown: a wrapper it started a
+    moment before it died has not written its pid yet when the daemon looks. Every member it started is stopped,
+    and a member's resources (its GPUs) are not offered again while its wrapper still runs."""
+    b, rec = make_backend(n=1, spawners=1, task_cgroups="off", warm_wrappers=0)
+    ids = [f"m{i}" for i in range(24)]
+    # the command's $PPID is its wrapper, whose parent is the spawner (a child subreaper is forked by it)
+    killer = "kill -KILL $(cut -d' ' -f4 /proc/$PPID/stat); sleep 30"
+    specs = [spec(ids[0], killer, cpu=0.1, mem=1)] + [spec(t, "sleep 30", cpu=0.1, mem=1) for t in ids[1:]]
+    r = launch(b, *specs)
+    assert r.outcome == LaunchOutcome.FAILED and "died" in r.message
+    started = [t for t in ids if (b._sandboxes / t).is_dir()]  # (the spawner made their sandboxes)
+    # what it started is stopped, and held in the book until it is gone
+    deadline = time.monotonic() + 3
+    while True:
+        (offer,) = b.offers()  # (read first: a wrapper alive after it was alive then)
+        alive = _wrappers_alive(b, started)
+        if not alive:
+            break
+        assert HOST_RES.cpu - offer.free.cpu >= 0.1 * len(alive) - 1e-6, f"{alive} run on, released by the book"
+        assert time.monotonic() < deadline, f"{alive} still run"
+        time.sleep(0.05)
+    wait_for(lambda: b.offers()[0].free.cpu == HOST_RES.cpu)  # and released once gone
+    assert rec.statuses == []

@@ -757,22 +757,35 @@ class LocalBackend:
             results = [Unknown(str(e))] * len(tasks)
         out: list[LaunchResult] = []
         pids: list[Record] = []
+        # a spawner that died mid-request may have started a wrapper that has not written its pid yet (it does so
+        # first thing): the members it had are looked for until one deadline for the whole launch
+        pid_deadline = time.monotonic() + PID_WAIT_S
         k = 0
         for lg in lgs:
-            out.append(self._settle(lg, results[k:k + len(lg.tasks)], pids, reports))
+            out.append(self._settle(lg, results[k:k + len(lg.tasks)], pids, reports, pid_deadline))
             k += len(lg.tasks)
             progress()  # (a launcher loop's pass, in-process: a batch of big gangs moves gang by gang)
         self._journal.append(pids)  # (not durable: a wrapper writes its pid into its sandbox as well)
         return out
 
     def _settle(self, lg: _Launch, results: Sequence[Started | NotStarted | Unknown | None], pids: list[Record],
-                reports: list[TaskStatus]) -> LaunchResult:
+                reports: list[TaskStatus], pid_deadline: float) -> LaunchResult:
         """What the spawners did with one gang's members: watch what started (its pid record into `pids`), then
-        the gang runs whole or is stopped."""
+        the gang runs whole or is stopped. A member whose spawner died (Unknown) is looked for by the pid its
+        wrapper writes (until `pid_deadline`): one found is watched as if started, so that the gang's teardown
+        stops it and the book holds its resources until it is gone."""
         failure: tuple[str, str, bool] | None = None
         lost: Unknown | None = None
         killed = False
         for t, r in zip(lg.tasks, results, strict=True):
+            if isinstance(r, Unknown):
+                lost = lost or r
+                found = self._started_unknown(t, pid_deadline)
+                if found is None:
+                    if t.cgroup:
+                        cgroups.kill(t.cgroup)  # (removed by _abort: this one has no pid)
+                    continue
+                r = found
             if isinstance(r, Started):
                 with self._lock:
                     t.pid = r.pid
@@ -785,21 +798,24 @@ class LocalBackend:
                     self._monitor.watch_fd(t.task_id, r.pidfd)
             elif isinstance(r, NotStarted):
                 failure = failure or (t.task_id, r.message, r.permanent)
-            elif isinstance(r, Unknown):
-                # what its spawner started before it went is unknown to us: the wrappers wrote their pids; stop them
-                lost = lost or r
-                if t.cgroup:
-                    cgroups.kill(t.cgroup)  # (removed by _abort: none of these has a pid)
-                pid = wrapper.read_pid(t.sandbox)
-                if pid and wrapper.is_wrapper(pid, t.sandbox):
-                    with contextlib.suppress(OSError):
-                        os.killpg(pid, signal.SIGKILL)
         if lost is not None:
             log.error("local backend: gang %s: %s", lg.gang.gang_id, lost.message)
             failure = failure or (lg.tasks[0].task_id, lost.message, False)
         if failure is None and not killed:
             return self._announce(lg, reports)
         return self._abort(lg, failure, reports)
+
+    @staticmethod
+    def _started_unknown(t: _Task, deadline: float) -> Started | None:
+        """The wrapper of a member whose spawner died in the middle of its request, if it was started: its pid is
+        in its sandbox's `pids` as soon as its shell runs (a wrapper started a moment before the spawner died has
+        not written it yet: waited for until `deadline`, and only where the spawner made the sandbox), and a pidfd
+        is opened before the pid is checked to be that wrapper's. None: not started, or over already."""
+        if not t.sandbox.is_dir():
+            return None  # the spawner did not get to this member
+        pid = LocalBackend._wait_for_pid(t.sandbox, deadline)
+        pidfd = _open_wrapper(pid, t.sandbox) if pid > 0 else None
+        return Started(pid, pidfd) if pidfd is not None else None
 
     def _announce(self, lg: _Launch, reports: list[TaskStatus]) -> LaunchResult:
         """Every member's command has started: RUNNING (into `reports`; launch() reports what ended meanwhile
