@@ -1061,3 +1061,17 @@ def test_a_spawner_that_dies_mid_launch_leaves_no_member_running_and_frees_nothi
         time.sleep(0.05)
     wait_for(lambda: b.offers()[0].free.cpu == HOST_RES.cpu)  # and released once gone
     assert rec.statuses == []
+
+
+def test_a_member_that_makes_its_work_directory_a_link_reads_no_other_tasks_metrics(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    """The daemon reads a member's metrics file as root: its `work/` is the task's own, and a link put there to
+    another task's sandbox (or anywhere) must not be followed, or one tenant reads another's numbers."""
+    b, rec = make_backend()
+    launch(b, spec("victim", 'echo "step_time=0.25 local_bsz=64" >> "$PELOTON_METRICS_FILE"'))
+    assert rec.wait_terminal("victim").state == TaskState.SUCCEEDED
+    assert b.read_log("victim", "metrics", 0, 4096)[0] != b""
+    launch(b, spec("snoop", f'cd .. && rm -rf work && ln -s {b._sandboxes / "victim" / "work"} work', "local-1"))
+    assert rec.wait_terminal("snoop").state == TaskState.SUCCEEDED
+    assert (b._sandboxes / "snoop" / "work").is_symlink()
+    assert b.read_log("snoop", "metrics", 0, 4096) == (b"", 0)

@@ -586,15 +586,22 @@ class LocalBackend:
                                      f"{e.strerror or e}") from None
 
     def _read_metrics(self, task_id: str, max_bytes: int) -> tuple[bytes, int]:
-        """The tail of the member's $PELOTON_METRICS_FILE. The file is the member's: a symlink is not followed and
-        anything but a regular file reads as nothing (only numbers of it are shown, modelaware/metrics.py)."""
+        """The tail of the member's $PELOTON_METRICS_FILE. The file and its `work/` are the member's: a symlink is
+        followed at neither (a `work` made a link to another task's sandbox would read that task's numbers, as
+        root), and anything but a regular file reads as nothing (only numbers of it are shown, modelaware/metrics.py)."""
         sandbox = self._sandbox_path(task_id)
         if sandbox is None:
             return b"", 0
         try:
-            fd = os.open(sandbox / "work" / metrics.FILE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            work = os.open(sandbox / wrapper.WORK_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return b"", 0
+        try:
+            fd = os.open(metrics.FILE_NAME, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=work)
+        except OSError:
+            return b"", 0
+        finally:
+            os.close(work)
         try:
             st = os.fstat(fd)
             if not stat.S_ISREG(st.st_mode):
