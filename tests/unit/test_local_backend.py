@@ -10,6 +10,7 @@ import signal
 import socket
 import stat
 import subprocess
+import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -1075,3 +1076,18 @@ def test_a_member_that_makes_its_work_directory_a_link_reads_no_other_tasks_metr
     assert rec.wait_terminal("snoop").state == TaskState.SUCCEEDED
     assert (b._sandboxes / "snoop" / "work").is_symlink()
     assert b.read_log("snoop", "metrics", 0, 4096) == (b"", 0)
+
+
+def test_a_spawner_that_cannot_be_started_fails_the_launch_and_holds_nothing(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch) -> None:
+    """No spawner can be started (here its program is missing; in life a fork refused for want of memory or
+    processes): the launch fails like one whose spawner died, registering nothing for good, so that the same gang
+    is not refused as `already running` for ever, its resources lost, once spawners start again."""
+    b, rec = make_backend(n=1)
+    monkeypatch.setattr(sys, "executable", "/nonexistent/python")
+    r = launch(b, spec("c0", "true", gpu_ids=(0,)), spec("c1", "true", gpu_ids=(1,)))
+    monkeypatch.undo()
+    assert r.outcome == LaunchOutcome.FAILED and not r.permanent, r
+    assert b.offers()[0].free.gpu == HOST_RES.gpu
+    assert launch(b, spec("c0", "true", gpu_ids=(0,)), spec("c1", "true", gpu_ids=(1,))).outcome == LaunchOutcome.OK
+    assert rec.wait_terminal("c0").state == TaskState.SUCCEEDED

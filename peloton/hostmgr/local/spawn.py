@@ -55,7 +55,10 @@ class Unknown:
 class _Spawner:
     def __init__(self, env: dict[str, str], warm: int = 0) -> None:
         """`warm`: how many warm wrappers (spawner.py) it may keep per user."""
-        parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            parent, child = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        except OSError as e:  # (EMFILE) as a spawner that died: the launch fails, registering nothing for good
+            raise SpawnerDied(f"cannot start a spawner: {e.strerror or e}") from None
         os.set_inheritable(child.fileno(), True)
         try:
             self.proc = subprocess.Popen(
@@ -65,6 +68,9 @@ class _Spawner:
                 start_new_session=True,  # Ctrl-C at the daemon's terminal is the daemon's business
                 env=env,  # what every task starts from (task_env.py): not the daemon's whole environment
             )
+        except (OSError, subprocess.SubprocessError) as e:  # a fork refused (EAGAIN, ENOMEM), the program gone
+            parent.close()
+            raise SpawnerDied(f"cannot start a spawner: {getattr(e, 'strerror', None) or e}") from None
         finally:
             child.close()
         self.sock = parent
