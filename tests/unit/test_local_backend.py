@@ -1091,3 +1091,17 @@ def test_a_spawner_that_cannot_be_started_fails_the_launch_and_holds_nothing(
     assert b.offers()[0].free.gpu == HOST_RES.gpu
     assert launch(b, spec("c0", "true", gpu_ids=(0,)), spec("c1", "true", gpu_ids=(1,))).outcome == LaunchOutcome.OK
     assert rec.wait_terminal("c0").state == TaskState.SUCCEEDED
+
+
+def test_a_spawners_share_of_more_members_than_one_message_passes_descriptors_for_starts(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    """A spawner hands the daemon a pidfd per member it started, along its reply; the kernel passes at most 253
+    descriptors a message (SCM_MAX_FD; more is EINVAL). A share of more members than that (one spawner free, a
+    big gang) made the spawner die at its reply, and the gang fail at every attempt."""
+    b, rec = make_backend(n=1, spawners=1)
+    ids = [f"w{i}" for i in range(300)]
+    assert launch(b, *(spec(t, "sleep 30", cpu=0.01, mem=1) for t in ids)).outcome == LaunchOutcome.OK
+    assert running_ids(b) == set(ids)
+    b.kill(ids, grace_s=0)
+    for t in ids:
+        assert rec.wait_terminal(t, timeout=30).state == TaskState.KILLED

@@ -1220,9 +1220,7 @@ def serve(sock: socket.socket) -> None:
         body = json.dumps({"results": replies}).encode()
         frame = _HEADER.pack(len(body)) + body
         try:
-            sent = sock.sendmsg([frame], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, bytes(_ints(fds)))] if fds else [])
-            if sent < len(frame):
-                sock.sendall(frame[sent:])
+            send_with_fds(sock, frame, fds)
         except (BrokenPipeError, ConnectionError):
             _let_go()  # the daemon went before the reply: what it may have journalled as started runs, as before
             return
@@ -1230,6 +1228,24 @@ def serve(sock: socket.socket) -> None:
             for fd in fds:
                 os.close(fd)
         # the wrappers are let go at the next frame: `go`, once every spawner of the launch has answered
+
+
+SCM_MAX_FD = 253  # the most descriptors one message may pass (the kernel's limit: more is EINVAL)
+
+
+def send_with_fds(sock: socket.socket, frame: bytes, fds: list[int]) -> None:
+    """`frame`, with `fds` passed along it in order: SCM_MAX_FD a message at most, each with a byte of the frame
+    (a started member's reply entry is tens of bytes: there are always enough), the rest of the frame after. The
+    daemon's recvmsg stops at each message that carries descriptors (the kernel's rule for a stream socket) and
+    collects them in order (spawn.py)."""
+    view = memoryview(frame)
+    chunks = [fds[i:i + SCM_MAX_FD] for i in range(0, len(fds), SCM_MAX_FD)]
+    for n, chunk in enumerate(chunks):
+        part = view if n == len(chunks) - 1 else view[:1]  # (the last chunk takes the rest of the frame along)
+        sent = sock.sendmsg([part], [(socket.SOL_SOCKET, socket.SCM_RIGHTS, _ints(chunk))])
+        view = view[sent:]
+    if view:
+        sock.sendall(view)
 
 
 def start_all(tasks: list[dict[str, object]], base_env: dict[str, str]) -> tuple[list[dict[str, object]], list[int]]:
