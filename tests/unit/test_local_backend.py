@@ -1105,3 +1105,50 @@ def test_a_spawners_share_of_more_members_than_one_message_passes_descriptors_fo
     b.kill(ids, grace_s=0)
     for t in ids:
         assert rec.wait_terminal(t, timeout=30).state == TaskState.KILLED
+
+
+_LOW_FD_LIMIT_LAUNCH = r"""
+import json, resource, sys, tempfile
+from pathlib import Path
+from peloton.domain.launch import GangLaunch, LaunchSpec
+from peloton.domain.resources import Resources
+from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
+data = Path(sys.argv[1])
+b = LocalBackend(data, make_local_hosts(1, Resources(cpu=1000, mem=100000)), default_user=sys.argv[2] or None,
+                 spawners=1)
+b.start(lambda st: None)
+specs = tuple(LaunchSpec(task_id=f"j-{i}-1", job_id="j", instance=i, attempt=1, hostname="local-0",
+                         command="sleep 30", env={}, resources=Resources(cpu=1, mem=1), gpu_ids=(), ports=(),
+                         files={}) for i in range(400))
+(r,) = b.launch([GangLaunch("j/0", 1, specs)])
+b.kill([s.task_id for s in specs], grace_s=0)
+print(json.dumps({"outcome": r.outcome.value, "message": r.message, "permanent": r.permanent,
+                  "limit": resource.getrlimit(resource.RLIMIT_NOFILE)[0]}))
+b.stop()
+"""
+
+
+def test_a_gang_of_hundreds_of_members_starts_under_a_soft_descriptor_limit_of_1024(tmp_path: Path) -> None:
+    """A daemon started by hand has a soft limit of 1024 open descriptors (the systemd unit gives 1048576); its
+    spawner holds a few per member it starts (a pidfd, a gate), and ran out at a few hundred: the gang failed, and
+    for good, as a user lookup that could not open /etc/passwd read as `there is no user`. The local backend raises
+    the soft limit to the hard one (the spawners inherit it)."""
+    import resource
+
+    hard = resource.getrlimit(resource.RLIMIT_NOFILE)[1]
+    if hard != resource.RLIM_INFINITY and hard < 4096:
+        pytest.skip(f"the hard limit of open descriptors here is {hard}")
+
+    def low() -> None:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (1024, hard))
+
+    try:
+        out = subprocess.run([sys.executable, "-c", _LOW_FD_LIMIT_LAUNCH, str(tmp_path), TEST_TASK_USER or ""],
+                             capture_output=True, text=True, timeout=120, preexec_fn=low,
+                             cwd=Path(__file__).resolve().parents[2])
+    finally:
+        kill_leftovers(tmp_path)
+    assert out.returncode == 0, out.stderr[-3000:]
+    got = json.loads(out.stdout.strip().splitlines()[-1])
+    assert got["outcome"] == "OK", got
+    assert got["limit"] > 1024

@@ -822,6 +822,9 @@ class LocalBackend:
             return None  # the spawner did not get to this member
         pid = LocalBackend._wait_for_pid(t.sandbox, deadline)
         pidfd = _open_wrapper(pid, t.sandbox) if pid > 0 else None
+        if pidfd is None and pid > 0 and wrapper.is_wrapper(pid, t.sandbox, attempts=1):
+            with contextlib.suppress(OSError):  # alive, yet no pidfd (out of descriptors): stopped at least
+                os.killpg(pid, signal.SIGKILL)
         return Started(pid, pidfd) if pidfd is not None else None
 
     def _announce(self, lg: _Launch, reports: list[TaskStatus]) -> LaunchResult:

@@ -145,6 +145,9 @@ class SpawnerPool:
     def __init__(self, size: int = 4, env: dict[str, str] | None = None, warm: int = 0) -> None:
         """`env`: the environment of the spawners, which every task starts from (default: the allow-listed part
         of the daemon's, task_env.py). `warm`: the warm wrappers each spawner may keep per user (spawner.py)."""
+        before, now = spawner_main.raise_fd_limit()  # (the spawners inherit it)
+        if now != before:
+            log.info("local backend: open descriptors' soft limit raised from %d to %d", before, now)
         self._env = env if env is not None else inherited(os.environ)
         self._warm = warm
         self.size = size
