@@ -1152,3 +1152,49 @@ def test_a_gang_of_hundreds_of_members_starts_under_a_soft_descriptor_limit_of_1
     got = json.loads(out.stdout.strip().splitlines()[-1])
     assert got["outcome"] == "OK", got
     assert got["limit"] > 1024
+
+
+def _start_with_pid(pid: int) -> subprocess.Popen[bytes] | None:
+    """A process of another session, given pid `pid` (ns_last_pid, root only), or None when that cannot be
+    arranged (not root, the pid taken meanwhile by another process of this machine)."""
+    for _ in range(20):
+        try:
+            Path("/proc/sys/kernel/ns_last_pid").write_text(str(pid - 1))
+        except OSError:
+            return None
+        p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+        if p.pid == pid:
+            return p
+        p.kill()
+        p.wait()
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a process a chosen pid needs root")
+def test_the_end_of_a_task_signals_no_process_group_given_its_wrappers_pid_since(
+        make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
+    """Once a wrapper has ended (and was reaped at once: its spawner ignores SIGCHLD), its pid may be any new
+    process's, a session leader's too (another task's wrapper, a login), before the daemon handles the end. What
+    the task left in its group is killed then only if the pid is not a live process of its own: a group of that
+    number is then the stranger's (a pid is not given out again while a group has its number)."""
+    b, rec = make_backend(n=1)
+    assert launch(b, spec("short", "sleep 0.3")).outcome == LaunchOutcome.OK
+    wait_for(lambda: wrapper.read_pid(b._sandboxes / "short") > 0)
+    pid = wrapper.read_pid(b._sandboxes / "short")
+    stranger = None
+    with b._lock:  # the monitor sees the end and waits here: the pid is free meanwhile
+        deadline = time.monotonic() + DEADLINE_S
+        while Path(f"/proc/{pid}").exists():
+            assert time.monotonic() < deadline
+            time.sleep(0.01)
+        stranger = _start_with_pid(pid)
+    try:
+        if stranger is None:
+            pytest.skip(f"pid {pid} could not be given to another process")
+        assert rec.wait_terminal("short").state == TaskState.SUCCEEDED
+        time.sleep(0.2)
+        assert stranger.poll() is None, "a process that was given the ended wrapper's pid was killed"
+    finally:
+        if stranger is not None:
+            stranger.kill()
+            stranger.wait()

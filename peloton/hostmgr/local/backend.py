@@ -1009,9 +1009,12 @@ class LocalBackend:
     def _ended(self, t: _Task) -> TaskStatus:
         """A wrapper that exited: what its command left goes, and how it ended is read."""
         # anything the command left in its group goes (the wrapper does this itself when it can), and in its
-        # cgroup: whatever session or group it moved to
-        with contextlib.suppress(OSError):
-            os.killpg(t.pid, signal.SIGKILL)
+        # cgroup: whatever session or group it moved to. Not when the pid is a live process's: the wrapper was
+        # reaped as it ended, and its pid given to another since, which may lead a group of that number (another
+        # task's wrapper); our group was empty then (a pid is not given out while a group has its number)
+        if not _alive(t.pid):
+            with contextlib.suppress(OSError):
+                os.killpg(t.pid, signal.SIGKILL)
         if t.cgroup:
             self._release_cgroup(t.cgroup)
         ended = wrapper.read_exit(t.sandbox)
@@ -1245,6 +1248,15 @@ def _mark_ended(sandbox: Path) -> None:
     was made there), so the end is made that change."""
     with contextlib.suppress(OSError):
         os.utime(sandbox, follow_symlinks=False)
+
+
+def _alive(pid: int) -> bool:
+    """Process `pid` exists and is not a zombie (one of an ended wrapper not reaped yet is still its)."""
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text(errors="replace").rsplit(")", 1)[1].split()[0]
+    except (OSError, IndexError):
+        return False
+    return state not in ("Z", "X")
 
 
 def _open_wrapper(pid: int, sandbox: Path) -> int | None:
