@@ -65,8 +65,8 @@ class GangView:
 
     def __post_init__(self) -> None:
         self.counts = dict.fromkeys(TaskState, 0)
-        for i in self.gang.instances:
-            self.counts[self.tasks[i].state] += 1
+        for t in self.tasks.values():  # (a store missing some of a gang's rows: those count in no state)
+            self.counts[t.state] += 1
 
     def members(self) -> list[Task]:
         return [self.tasks[i] for i in self.gang.instances]
