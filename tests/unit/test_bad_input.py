@@ -9,9 +9,11 @@ import resource
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
 
+import grpc
 import pytest
 
 from peloton.api.specfile import parse_spec
@@ -136,12 +138,30 @@ def test_an_endless_pipe_as_a_spec_file_is_refused_promptly(tmp_path: Path) -> N
 
 
 def test_a_spec_file_of_the_limit_is_read(tmp_path: Path) -> None:
+    """Read, parsed and sent: the call reaches a server, which implements nothing. (Not an address nothing
+    listens on: `job create` tries an unreachable daemon again for 30 s before it gives up.)"""
     spec = tmp_path / "spec.yaml"
     head = "name: x\ninstances: 1\n" + TASK + "\n#"
     spec.write_text(head + "#" * (L.MAX_SPEC_FILE_BYTES - len(head)))
     assert spec.stat().st_size == L.MAX_SPEC_FILE_BYTES
-    r = cli("job", "create", "-f", str(spec))  # read and parsed: refused only for the daemon it cannot reach
-    assert r.returncode == 1 and SPEC_FILE_LIMIT not in r.stderr and "127.0.0.1:1" in r.stderr, r.stderr
+    called: list[str] = []
+
+    class Nothing(grpc.GenericRpcHandler):
+        def service(self, details: grpc.HandlerCallDetails) -> None:
+            called.append(details.method)
+
+    server = grpc.server(ThreadPoolExecutor(1), handlers=[Nothing()])
+    address = f"127.0.0.1:{server.add_insecure_port('127.0.0.1:0')}"
+    server.start()
+    try:
+        r = subprocess.run([*PELOTON, "--address", address, "job", "create", "-f", str(spec)], capture_output=True,
+                           text=True, timeout=60)
+    finally:
+        server.stop(None)
+    assert "Traceback" not in r.stderr, r.stderr
+    assert r.returncode == 1 and SPEC_FILE_LIMIT not in r.stderr and "does not implement `job create`" in r.stderr, (
+        r.stderr)
+    assert called[:1] == ["/peloton.v1.JobService/CreateJob"], called  # (then what the server is: GetClusterInfo)
 
 
 def test_a_server_config_not_in_utf8_is_refused_in_one_line(tmp_path: Path) -> None:
