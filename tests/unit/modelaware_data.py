@@ -5,10 +5,12 @@ applications are held out to evaluate the cost model, and nothing is fitted to t
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from peloton.modelaware.cost import Reference
 from peloton.modelaware.profile import ProfileRow, read_profile
+from peloton.replay.work import SpeedModel, speed_models
 from tests.public_data import require
 
 PUBLIC = require()
@@ -28,3 +30,15 @@ def profile_path(app: str) -> Path:
 def profile(app: str) -> list[ProfileRow]:
     path = profile_path(app)
     return read_profile(path.read_text(), source=str(path))
+
+
+def public_speed_models() -> dict[str, SpeedModel]:
+    """The replay's speed model of every application, bert and cifar10 fitted to their public profiles: what
+    `speed_models` makes of them (a copy of the dict, each model frozen), fitted once per test process (~7 s of CPU
+    each; test_replay_work.py and test_replay_policies.py both read them)."""
+    return dict(_public_speed_models())
+
+
+@functools.cache
+def _public_speed_models() -> dict[str, SpeedModel]:
+    return speed_models({a: (profile_path(a).read_text(), a) for a in ("bert", "cifar10")})

@@ -24,14 +24,14 @@ from peloton.replay.work import (
     speed_models,
     work_samples,
 )
-from tests.unit.modelaware_data import PUBLIC, profile, profile_path
+from tests.unit.modelaware_data import PUBLIC, profile, profile_path, public_speed_models
 
 CLUSTER = parse_cluster("16x4")
 
 
 @pytest.fixture(scope="module")
 def models() -> dict[str, SpeedModel]:
-    return speed_models({a: (profile_path(a).read_text(), a) for a in ("bert", "cifar10")})
+    return public_speed_models()  # speed_models of bert's and cifar10's profiles (shared with other modules)
 
 
 def test_bert_and_cifar10_fitted_the_others_priors(models: dict[str, SpeedModel]) -> None:
