@@ -45,8 +45,11 @@ class ConsoleDaemon(Daemon):
     auth: bool = True
 
     def server_args(self) -> list[str]:
+        # a settling window of 1 s, not the default 10 (--preemption-settle): the views of a waiting gang's
+        # reservation (the queue's held hosts, the map's reserved GPUs) show it after 1 s, where each of those tests
+        # waited out 10 s. The default window's rule is the resource manager's (tests/unit/test_preemption.py).
         return ["--backend", "sim", "--sim-hosts", "12", "--sim-host-resources", "cpu=16,mem=64Gi,gpu=8",
-                "--sim-racks", "3", "--sim-seed", "1", "--ui-listen", "127.0.0.1:0"]
+                "--sim-racks", "3", "--sim-seed", "1", "--ui-listen", "127.0.0.1:0", "--preemption-settle", "1"]
 
     def start(self, timeout: float = 60.0, same_address: bool = False, standby: bool = False) -> None:
         if self.auth and not self.tokens:

@@ -193,7 +193,7 @@ def test_each_view_loads_without_console_errors(browser: Any, daemon: ConsoleDae
         act(browser, By.LINK_TEXT, "Queue")
         row = wait(browser, lambda dr: dr.find_element(By.CSS_SELECTOR, f'tr[data-gang="{big}/0"]').text, what="a row")
         assert row.startswith("/ 1 " + big), row  # pool, position, job
-        # first in its pool and no hosts fit: every host is held for it (after the settling window, 10 s), expected
+        # first in its pool and no hosts fit: every host is held for it (after the settling window, 1 s here), expected
         # free when resnet-ddp's max_runtime ends; the view re-reads on job changes, so it is asked again
         def held(dr: Any) -> tuple[str, str, str] | None:
             dr.get(daemon.ui + "queue")

@@ -581,12 +581,12 @@ def test_the_queue_lists_waiting_gangs_in_order_with_their_reason(daemon: Consol
 
 @dataclass
 class ThreeHostDaemon(ConsoleDaemon):
-    """Three hosts of 8 GPUs, and a head-of-line gang probed for hosts after a second."""
+    """Three hosts of 8 GPUs (and, as every ConsoleDaemon, a head-of-line gang probed for hosts after a second)."""
 
     def server_args(self) -> list[str]:
         args = super().server_args()
         args[args.index("--sim-hosts") + 1] = "3"
-        return [*args, "--preemption-settle", "1"]
+        return args
 
 
 def test_the_queue_shows_the_hosts_a_head_of_line_gang_holds_and_when_they_free(tmp_path: Path) -> None:
