@@ -7,6 +7,7 @@ docs/security.md's threat table names these tests line by line."""
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import pwd
@@ -22,6 +23,7 @@ import pytest
 
 from peloton.security.identity import add_token
 from tests.asroot import let_others_pass
+from tests.dbutil import postgres_database
 from tests.e2e.harness import PELOTON, Daemon, pid_alive, serving, wait_until
 
 pytestmark = [pytest.mark.e2e,
@@ -82,8 +84,20 @@ def job(command: str, env: dict[str, str] | None = None, user: str = "") -> dict
     return {"name": "tenant", "instances": 1, "task": task}
 
 
-@pytest.fixture
-def cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
+@pytest.fixture(scope="module", params=["sqlite", "postgresql"])
+def cluster(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Cluster]:
+    """One daemon per store for the module's tests (a start, tokens and a CLI call cost each test ~2 s): each test
+    makes its own jobs and looks at nothing another leaves, and a principal's identity is its own for good, across
+    tests as within one."""
+    tmp_path = tmp_path_factory.mktemp("tenants")
+    with contextlib.ExitStack() as stack:
+        db_url = (f"sqlite:///{tmp_path}/peloton.db" if request.param == "sqlite"
+                  else stack.enter_context(postgres_database()))
+        yield stack.enter_context(_cluster(db_url, tmp_path))
+
+
+@contextlib.contextmanager
+def _cluster(db_url: str, tmp_path: Path) -> Iterator[Cluster]:
     d = Daemon(tmp_path / "data", db_url, secure_defaults=True, hosts=1, host_resources="cpu=8,mem=8Gi")
     let_others_pass(tmp_path)  # as /var/lib is: a task enters its sandbox by path as its own user
     with serving(d):
