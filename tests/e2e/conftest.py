@@ -3,6 +3,7 @@ from __future__ import annotations
 import contextlib
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import grpc
 import pytest
@@ -30,16 +31,24 @@ def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
         yield d
 
 
+@pytest.fixture(scope="module")
+def shared_daemon_settings() -> dict[str, Any]:
+    """Daemon's settings for the module's shared daemon, beyond its data dir and store (a module overrides this
+    fixture for other hosts: `hosts`, `host_resources`, ...)."""
+    return {}
+
+
 @pytest.fixture(scope="module", params=["sqlite", "postgresql"])
-def module_daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon]:
-    """One daemon (the `daemon` fixture's settings) for every test of a module that takes `shared_daemon`, on each
-    store: a daemon's start and stop cost a test 1 to 2 s. Only for tests that neither restart the daemon nor look
-    at what other tests leave in the store (each names its own jobs)."""
+def module_daemon(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory,
+                  shared_daemon_settings: dict[str, Any]) -> Iterator[Daemon]:
+    """One daemon (the `daemon` fixture's settings, or the module's `shared_daemon_settings`) for every test of a
+    module that takes `shared_daemon`, on each store: a daemon's start and stop cost a test 1 to 2 s. Only for tests
+    that neither restart the daemon nor look at what other tests leave in the store (each names its own jobs)."""
     tmp = tmp_path_factory.mktemp("shared-daemon")
     with contextlib.ExitStack() as stack:
         url = (f"sqlite:///{tmp}/peloton.db" if request.param == "sqlite"
                else stack.enter_context(postgres_database()))
-        yield stack.enter_context(serving(Daemon(tmp / "data", url)))
+        yield stack.enter_context(serving(Daemon(tmp / "data", url, **shared_daemon_settings)))
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ import pytest
 from tests.e2e.harness import Daemon
 
 pytestmark = pytest.mark.e2e
+# the tests but the first (which finds no job at all) share one daemon per store (tests/e2e/conftest.py)
 
 GOOD = "name: ok\ninstances: 2\ntask: {command: 'true', resources: {cpu: 0.5, mem: 64Mi}}\n"
 
@@ -60,11 +61,11 @@ def test_invalid_specs_are_rejected_and_write_nothing(daemon: Daemon, tmp_path: 
     assert daemon.cli("job", "list", "-o", "json").stdout.strip() in ("{}", '{\n  "jobs": []\n}')
 
 
-@pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
-def test_cli_errors_are_one_line(daemon: Daemon, tmp_path: Path) -> None:
-    r = daemon.cli("job", "get", "0123456789ab", check=False)
+@pytest.mark.parametrize("module_daemon", ["sqlite"], indirect=True)
+def test_cli_errors_are_one_line(shared_daemon: Daemon, tmp_path: Path) -> None:
+    r = shared_daemon.cli("job", "get", "0123456789ab", check=False)
     assert r.returncode == 1 and "not found" in r.stderr.lower() and len(r.stderr.strip().splitlines()) == 1
-    r = daemon.cli("job", "create", "-f", str(tmp_path / "missing.yaml"), check=False)
+    r = shared_daemon.cli("job", "create", "-f", str(tmp_path / "missing.yaml"), check=False)
     assert r.returncode == 2 and "cannot read" in r.stderr
     import subprocess
     import sys
@@ -73,31 +74,31 @@ def test_cli_errors_are_one_line(daemon: Daemon, tmp_path: Path) -> None:
     assert r2.returncode == 1 and "cannot reach" in r2.stderr and "Traceback" not in r2.stderr
 
 
-def test_durations_in_the_units_people_write_and_a_job_named_on_are_accepted(daemon: Daemon, tmp_path: Path) -> None:
+def test_durations_in_the_units_people_write_and_a_job_named_on_are_accepted(shared_daemon: Daemon, tmp_path: Path) -> None:
     """`5m`, `1h30m`, `90s` are durations; `on` (YAML 1.1's boolean) is a name like any other."""
-    job = daemon.create("name: on\ninstances: 1\ngang: {launch_timeout: 5m}\n"
+    job = shared_daemon.create("name: on\ninstances: 1\ngang: {launch_timeout: 5m}\n"
                         "sla: {max_runtime: 1h30m, preemption_grace: 90s}\n"
                         "task: {command: 'true', resources: {cpu: 0.5}, env: {MASK: 0x10}}\n", tmp_path)
-    spec = daemon.job(job)["spec"]
+    spec = shared_daemon.job(job)["spec"]
     assert spec["name"] == "on"
     seconds = {k: float(v.rstrip("s")) for k, v in ((("launch", spec["gang"]["launch_timeout"]),
                                                      ("runtime", spec["sla"]["max_runtime"]),
                                                      ("grace", spec["sla"]["preemption_grace"])))}
     assert seconds == {"launch": 300.0, "runtime": 5400.0, "grace": 90.0}
     assert spec["task"]["env"]["MASK"] == "0x10"  # as written, not the number 16
-    assert "on" in daemon.cli("job", "list").stdout.split()
+    assert "on" in shared_daemon.cli("job", "list").stdout.split()
 
 
-def test_a_setting_the_backend_ignores_is_warned_about_at_create(daemon: Daemon, tmp_path: Path) -> None:
+def test_a_setting_the_backend_ignores_is_warned_about_at_create(shared_daemon: Daemon, tmp_path: Path) -> None:
     """container.image means nothing to the local backend: the job is created, and the CLI says so on stderr."""
     f = tmp_path / "image.yaml"
     f.write_text("name: img\ninstances: 1\n"
                  "task: {command: 'true', resources: {cpu: 0.5}, container: {image: 'pytorch:2.3'}}\n")
-    r = daemon.cli("job", "create", "-f", str(f))
+    r = shared_daemon.cli("job", "create", "-f", str(f))
     job = r.stdout.strip()
-    assert len(job) == 12 and daemon.job(job)["spec"]["task"]["container"]["image"] == "pytorch:2.3"
+    assert len(job) == 12 and shared_daemon.job(job)["spec"]["task"]["container"]["image"] == "pytorch:2.3"
     assert r.stderr.splitlines() == [
         "peloton: warning: task.container.image: ignored by the local backend, which runs each task as a process on "
         "its host, in no container (only the mesos backend runs a task in an image)"]
     f.write_text("name: plain\ninstances: 1\ntask: {command: 'true', resources: {cpu: 0.5}}\n")
-    assert daemon.cli("job", "create", "-f", str(f)).stderr == ""
+    assert shared_daemon.cli("job", "create", "-f", str(f)).stderr == ""

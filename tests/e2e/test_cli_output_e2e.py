@@ -7,13 +7,12 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.e2e.harness import Daemon, serving, wait_until
+from tests.e2e.harness import Daemon, wait_until
 
 pytestmark = pytest.mark.e2e
 
@@ -21,10 +20,16 @@ RFC3339 = re.compile(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z")
 MEM = "24105.1328125Mi"  # a MemTotal as the local backend reads it: 23.5Gi
 
 
+@pytest.fixture(scope="module")
+def shared_daemon_settings() -> dict[str, Any]:
+    return {"host_resources": f"cpu=4,mem={MEM},disk=100Gi,gpu=2"}
+
+
 @pytest.fixture
-def d(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
-    with serving(Daemon(tmp_path / "data", db_url, host_resources=f"cpu=4,mem={MEM},disk=100Gi,gpu=2")) as dm:
-        yield dm
+def d(shared_daemon: Daemon) -> Daemon:
+    """One daemon per store for the module (tests/e2e/conftest.py): each test finds it idle, looks at its own jobs
+    only, and what it leaves unfinished is stopped after it."""
+    return shared_daemon
 
 
 def _json(d: Daemon, *args: str) -> Any:

@@ -19,6 +19,8 @@ from tests.e2e.harness import PELOTON, Daemon, kill_sandboxed_processes, wait_un
 
 pytestmark = pytest.mark.e2e
 sqlite_only = pytest.mark.parametrize("db_url", ["sqlite"], indirect=True)
+# the tests but the one that lists every job share one daemon per store (`shared_daemon`, tests/e2e/conftest.py)
+shared_sqlite_only = pytest.mark.parametrize("module_daemon", ["sqlite"], indirect=True)
 
 SLEEPER = "name: {name}\ninstances: 1\n{owner}task: {{command: 'sleep 600', resources: {{cpu: 0.5, mem: 64Mi}}}}\n"
 
@@ -28,17 +30,17 @@ def one_line(r: subprocess.CompletedProcess[str]) -> str:
     return r.stderr.strip()
 
 
-@sqlite_only
-def test_usage_errors_name_the_flag_and_suggest(daemon: Daemon) -> None:
-    r = daemon.cli("job", "list", "--state", "running", "--state", "bogus", check=False)
+@shared_sqlite_only
+def test_usage_errors_name_the_flag_and_suggest(shared_daemon: Daemon) -> None:
+    r = shared_daemon.cli("job", "list", "--state", "running", "--state", "bogus", check=False)
     assert r.returncode == 2 and r.stdout == ""
     states = ", ".join(s.value for s in JobState)
     assert one_line(r) == f"peloton: error: --state: unknown job state 'bogus' (valid: {states})"
     for argv, line in ((["job", "lst"], "peloton: error: job: unknown command 'lst' (did you mean 'list'?)"),
                        (["jb", "list"], "peloton: error: unknown command 'jb' (did you mean 'job'?)")):
-        r = daemon.cli(*argv, check=False)
+        r = shared_daemon.cli(*argv, check=False)
         assert (r.returncode, r.stdout, one_line(r)) == (2, "", line)
-    r = daemon.cli("task", "logs", "0123456789ab", "0", "--tail", "0", check=False)
+    r = shared_daemon.cli("task", "logs", "0123456789ab", "0", "--tail", "0", check=False)
     assert r.returncode == 2 and one_line(r) == "peloton: error: --tail: must be at least 1 line, got 0"
 
 
@@ -67,25 +69,25 @@ def test_connection_flags_after_the_command_and_the_later_one_wins(daemon: Daemo
     assert r.returncode == 0 and json.loads(r.stdout)["jobs"][0]["job_id"] == job, r.stderr
 
 
-def test_job_stop_several_ids_finished_and_unknown(daemon: Daemon, tmp_path: Path) -> None:
-    a, b = (daemon.create(SLEEPER.format(name=n, owner=""), tmp_path) for n in ("a", "b"))
-    done = daemon.create("name: done\ninstances: 1\ntask: {command: 'true', resources: {cpu: 0.5, mem: 64Mi}}\n",
-                         tmp_path)
-    daemon.wait_state(done, "SUCCEEDED")
-    daemon.wait_state(a, "RUNNING")
-    r = daemon.cli("job", "stop", a, "0123456789ab", done, b, check=False)
+def test_job_stop_several_ids_finished_and_unknown(shared_daemon: Daemon, tmp_path: Path) -> None:
+    a, b = (shared_daemon.create(SLEEPER.format(name=n, owner=""), tmp_path) for n in ("a", "b"))
+    done = shared_daemon.create("name: done\ninstances: 1\ntask: {command: 'true', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                                tmp_path)
+    shared_daemon.wait_state(done, "SUCCEEDED")
+    shared_daemon.wait_state(a, "RUNNING")
+    r = shared_daemon.cli("job", "stop", a, "0123456789ab", done, b, check=False)
     # every job it can stop is stopped; the unknown one makes the exit code 1
     assert r.returncode == 1 and r.stdout == ""
     assert r.stderr.splitlines() == [f"stopping job {a}", "peloton: error: job '0123456789ab' not found",
                                      f"job {done} has already finished (SUCCEEDED); nothing to stop",
                                      f"stopping job {b}"]
-    daemon.wait_state(a, "KILLED")
-    daemon.wait_state(b, "KILLED")
-    r = daemon.cli("job", "stop", a)  # finished now: said so, nothing done, exit 0
+    shared_daemon.wait_state(a, "KILLED")
+    shared_daemon.wait_state(b, "KILLED")
+    r = shared_daemon.cli("job", "stop", a)  # finished now: said so, nothing done, exit 0
     assert r.stderr == f"job {a} has already finished (KILLED); nothing to stop\n"
-    r = daemon.cli("job", "stop", check=False)
+    r = shared_daemon.cli("job", "stop", check=False)
     assert r.returncode == 2 and "give one or more job ids, or a selection" in one_line(r)
-    r = daemon.cli("job", "stop", a, "--owner", "x", check=False)
+    r = shared_daemon.cli("job", "stop", a, "--owner", "x", check=False)
     assert r.returncode == 2 and "--owner: give job ids or a selection, not both" in one_line(r)
 
 
@@ -103,29 +105,29 @@ def _confirm(daemon: Daemon, answer: bytes, *argv: str) -> subprocess.CompletedP
     return subprocess.CompletedProcess(p.args, p.returncode, out, err)
 
 
-@sqlite_only
-def test_job_stop_a_selection_lists_and_asks(daemon: Daemon, tmp_path: Path) -> None:
-    bobs = [daemon.create(SLEEPER.format(name=f"b{i}", owner="owner: bob\n"), tmp_path) for i in range(2)]
-    alice = daemon.create(SLEEPER.format(name="a", owner="owner: alice\n"), tmp_path)
+@shared_sqlite_only
+def test_job_stop_a_selection_lists_and_asks(shared_daemon: Daemon, tmp_path: Path) -> None:
+    bobs = [shared_daemon.create(SLEEPER.format(name=f"b{i}", owner="owner: bob\n"), tmp_path) for i in range(2)]
+    alice = shared_daemon.create(SLEEPER.format(name="a", owner="owner: alice\n"), tmp_path)
     # without a terminal to ask on and without --yes: refused, nothing stopped
-    r = daemon.cli("job", "stop", "--owner", "bob", check=False)
+    r = shared_daemon.cli("job", "stop", "--owner", "bob", check=False)
     assert r.returncode == 2 and "add --yes (-y)" in r.stderr.splitlines()[-1]
     assert all(bob in r.stderr for bob in bobs) and alice not in r.stderr  # the matching jobs are listed
     # on a terminal: asked; anything but y/yes stops nothing
-    r = _confirm(daemon, b"n\n", "job", "stop", "--owner", "bob")
+    r = _confirm(shared_daemon, b"n\n", "job", "stop", "--owner", "bob")
     assert r.returncode == 1 and "stop these 2 job(s)? [y/N]" in r.stderr and "nothing stopped" in r.stderr
-    assert {daemon.state(j) for j in (*bobs, alice)} <= {"PENDING", "RUNNING"}
-    r = _confirm(daemon, b"y\n", "job", "stop", "--owner", "bob", "--state", "pending,running")
+    assert {shared_daemon.state(j) for j in (*bobs, alice)} <= {"PENDING", "RUNNING"}
+    r = _confirm(shared_daemon, b"y\n", "job", "stop", "--owner", "bob", "--state", "pending,running")
     assert r.returncode == 0, r.stderr
     assert r.stderr.count("stopping job ") == 2 and all(f"stopping job {j}\n" in r.stderr for j in bobs)
     for j in bobs:
-        daemon.wait_state(j, "KILLED")
-    assert daemon.state(alice) in ("PENDING", "RUNNING")
-    r = daemon.cli("job", "stop", "--owner", "bob", "-y")  # nothing unfinished left
+        shared_daemon.wait_state(j, "KILLED")
+    assert shared_daemon.state(alice) in ("PENDING", "RUNNING")
+    r = shared_daemon.cli("job", "stop", "--owner", "bob", "-y")  # nothing unfinished left
     assert r.stderr == "peloton: no unfinished job matches --owner bob\n"
-    r = daemon.cli("job", "stop", "--pool", "/", "--yes")
+    r = shared_daemon.cli("job", "stop", "--pool", "/", "--yes")
     assert f"stopping job {alice}" in r.stderr.splitlines()
-    r = daemon.cli("job", "stop", "--pool", "no pool", "--yes", check=False)
+    r = shared_daemon.cli("job", "stop", "--pool", "no pool", "--yes", check=False)
     assert r.returncode == 2 and one_line(r).startswith("peloton: error: --pool: 'no pool' is not a pool path")
 
 
@@ -154,35 +156,35 @@ def logs(daemon: Daemon, *argv: str) -> bytes:
     return r.stdout
 
 
-def test_logs_tail_counts_lines_and_job_logs_prefix_every_member(daemon: Daemon, tmp_path: Path) -> None:
-    job = daemon.create(LINES_SPEC.format(python=sys.executable, code=LINES_CODE), tmp_path)
-    daemon.wait_state(job, "SUCCEEDED")
+def test_logs_tail_counts_lines_and_job_logs_prefix_every_member(shared_daemon: Daemon, tmp_path: Path) -> None:
+    job = shared_daemon.create(LINES_SPEC.format(python=sys.executable, code=LINES_CODE), tmp_path)
+    shared_daemon.wait_state(job, "SUCCEEDED")
     whole = expected_log(1)
-    assert logs(daemon, "task", "logs", job, "1") == whole
+    assert logs(shared_daemon, "task", "logs", job, "1") == whole
     lines = whole.splitlines(keepends=True)
     for n in (1, 2, 3, 250, 302, 10_000):
-        assert logs(daemon, "task", "logs", job, "1", "--tail", str(n)) == b"".join(lines[-n:]), n
-    assert logs(daemon, "task", "logs", job, "1", "--tail", "2", "-f") == b"".join(lines[-2:])
+        assert logs(shared_daemon, "task", "logs", job, "1", "--tail", str(n)) == b"".join(lines[-n:]), n
+    assert logs(shared_daemon, "task", "logs", job, "1", "--tail", "2", "-f") == b"".join(lines[-2:])
     # job logs: member after member, each line with its instance; a last line without a newline gets one
-    out = logs(daemon, "job", "logs", job, "--tail", "2")
+    out = logs(shared_daemon, "job", "logs", job, "--tail", "2")
     assert out == b"".join(b"[%d] " % r + line for r in (0, 1)
                            for line in (b"L" * 100000 + b"\n", b"end of %d\n" % r))
-    follow = logs(daemon, "job", "logs", job, "-f")  # the job has ended: the whole logs, then it exits
+    follow = logs(shared_daemon, "job", "logs", job, "-f")  # the job has ended: the whole logs, then it exits
     for r in (0, 1):
         mine = [line[len(b"[%d] " % r):] for line in follow.splitlines(keepends=True) if line.startswith(b"[%d] " % r)]
         assert b"".join(mine) == expected_log(r) + b"\n"
 
 
-def test_job_logs_follow_until_the_job_ends(daemon: Daemon, tmp_path: Path) -> None:
+def test_job_logs_follow_until_the_job_ends(shared_daemon: Daemon, tmp_path: Path) -> None:
     go = tmp_path / "go"
-    job = daemon.create(f"""
+    job = shared_daemon.create(f"""
 name: follow
 instances: 3
 task:
   command: "echo start $RANK; while [ ! -e {go} ]; do sleep 0.1; done; echo end $RANK"
   resources: {{cpu: 0.5, mem: 64Mi}}
 """, tmp_path)
-    p = daemon.popen("job", "logs", job, "-f")
+    p = shared_daemon.popen("job", "logs", job, "-f")
     assert p.stdout is not None
     started = sorted(p.stdout.readline() for _ in range(3))  # printed while the members run
     assert started == [f"[{r}] start {r}\n" for r in range(3)]
@@ -191,7 +193,7 @@ task:
     out, err = p.communicate(timeout=60)
     assert p.returncode == 0, err
     assert sorted(out.splitlines()) == [f"[{r}] end {r}" for r in range(3)]
-    assert daemon.state(job) == "SUCCEEDED"
+    assert shared_daemon.state(job) == "SUCCEEDED"
 
 
 @pytest.mark.parametrize("db_url", ["postgresql"], indirect=True)
