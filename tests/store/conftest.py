@@ -10,6 +10,10 @@ import pytest
 from sqlalchemy import Engine
 from sqlalchemy.orm import Session, sessionmaker
 
+from peloton.domain.resources import Resources
+from peloton.hostmgr.sim.backend import SimSettings
+from peloton.server import Daemon
+from peloton.settings import ServerConfig
 from peloton.store import db
 from tests.dbutil import postgres_database
 
@@ -55,3 +59,16 @@ def engine(db_url: str) -> Iterator[Engine]:
 def sessions(engine: Engine) -> sessionmaker[Session]:
     """A sessionmaker on a database migrated to head."""
     return db.make_sessions(engine)
+
+
+@pytest.fixture
+def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
+    """A whole daemon in this process on the sim backend (2 hosts of 8 CPUs, 8 GiB, 2 GPUs), on `db_url`."""
+    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen="",
+                            backend="sim", unix_socket="",
+                            sim=SimSettings(hosts=2, resources=Resources(cpu=8, mem=8192, gpu=2), racks=1)))
+    d.start()
+    try:
+        yield d
+    finally:
+        d.stop()

@@ -4,8 +4,7 @@ runs on another host."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -13,24 +12,9 @@ import pytest
 
 from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.domain.launch import GangLaunch, LaunchResult
-from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.hostmgr.sim.backend import SimSettings
 from peloton.server import Daemon
-from peloton.settings import ServerConfig
 from tests.e2e.harness import wait_until
-
-
-@pytest.fixture
-def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen="",
-                            backend="sim", unix_socket="",
-                            sim=SimSettings(hosts=2, resources=Resources(cpu=8, mem=8192, gpu=2), racks=1)))
-    d.start()
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def test_a_gang_whose_host_is_drained_before_its_launch_runs_whole_elsewhere_as_the_same_attempt(

@@ -6,8 +6,7 @@ out of the pass; the gang runs as the attempt it was launched as."""
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Sequence
-from pathlib import Path
+from collections.abc import Sequence
 from typing import Any
 
 import grpc
@@ -15,24 +14,9 @@ import pytest
 
 from peloton.api.v1 import job_pb2, job_pb2_grpc
 from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
-from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
-from peloton.hostmgr.sim.backend import SimSettings
 from peloton.server import Daemon
-from peloton.settings import ServerConfig
 from tests.e2e.harness import wait_until
-
-
-@pytest.fixture
-def daemon(db_url: str, tmp_path: Path) -> Iterator[Daemon]:
-    d = Daemon(ServerConfig(listen="127.0.0.1:0", db_url=db_url, data_dir=tmp_path / "data", metrics_listen="",
-                            backend="sim", unix_socket="",
-                            sim=SimSettings(hosts=2, resources=Resources(cpu=8, mem=8192, gpu=2), racks=1)))
-    d.start()
-    try:
-        yield d
-    finally:
-        d.stop()
 
 
 def test_a_full_reconciliation_during_a_launch_leaves_the_gang_to_start_as_its_attempt(
