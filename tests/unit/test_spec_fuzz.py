@@ -13,6 +13,7 @@ from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
 from peloton.api import convert
+from peloton.api import specfile
 from peloton.api.specfile import parse_spec
 from peloton.api.v1 import job_pb2
 from peloton.domain import limits as L
@@ -287,3 +288,47 @@ def test_parse_spec_on_spec_shaped_documents_raises_only_invalid_argument(doc: d
     p = parse_only_invalid_argument(dump(doc))
     if p is not None:
         convert_and_validate(p)
+
+
+_REFUSED = object()
+
+
+def _read(text: str, loader: Any) -> Any:
+    try:
+        return yaml.load(text, Loader=loader)  # noqa: S506 - SafeLoaders
+    except Exception:  # noqa: BLE001 - any refusal, compared below
+        return _REFUSED
+
+
+@FUZZ
+@given(tokens=st.lists(st.sampled_from(YAML_TOKENS) | st.text(max_size=5), max_size=40))
+@example(tokens=["name: on\ninstances: 0x10\nd: 2024-01-01\nn: ~\nm: <<"])
+@example(tokens=["a: 'x'\r\nb: \"\\u00e9\"\u2028c"])
+def test_libyaml_reads_every_text_as_the_pure_loader_does(tokens: list[str]) -> None:
+    """parse_spec reads with libyaml and falls back to the pure loader when libyaml refuses; what libyaml accepts
+    must be what the pure loader gives (plain scalars kept as text, the same nulls), or the fast path changes specs.
+    Two differences are known, both where libyaml follows the YAML spec and the pure reader does not: a tab between
+    the words of a plain scalar (`a\tb`, which the pure reader refuses) and a second byte-order mark at the start
+    (the pure reader keeps it in the first key or value)."""
+    if specfile._FastTextLoader is None:  # PyYAML without libyaml: parse_spec reads with the pure loader only
+        assume(False)
+    text = "".join(tokens)
+    fast = _read(text, specfile._FastTextLoader)
+    if fast is _REFUSED:
+        return
+    pure = _read(text, specfile._TextLoader)
+    if pure is _REFUSED:
+        assert "\t" in text or "\ufeff" in text, text
+    elif not text.startswith("\ufeff\ufeff"):
+        assert pure == fast
+
+
+def test_a_text_libyaml_refuses_is_worded_by_the_pure_loader() -> None:
+    """Positions in characters, not libyaml's bytes: the é before the NUL is one character."""
+    try:
+        parse_spec("name: é\n\x00", source="f.yaml")
+    except InvalidArgument as e:
+        assert e.message == ("f.yaml: not valid YAML: character #x0000 at position 9: special characters are not "
+                             "allowed"), e.message
+    else:
+        raise AssertionError("accepted a NUL")
