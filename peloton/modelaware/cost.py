@@ -191,8 +191,10 @@ def network_time(p: CostParams, nic_scale: float, n_hosts: int, units: float) ->
     return p.alpha_n + p.beta_n * nic_scale * units / pairs(n_hosts) + p.alpha_h * 2 * (n_hosts - 1)
 
 
-def _ps_sync(p: CostParams, hosts: Sequence[HostUse], k: int) -> float:
-    servers = sum(h.servers for h in hosts)
+def _ps_sync(p: CostParams, hosts: Sequence[HostUse], k: int, servers: int | None = None) -> float:
+    """`servers`: the plan's servers, when `hosts` is one of each kind of host (every term is a max)."""
+    if servers is None:
+        servers = sum(h.servers for h in hosts)
     if servers <= 0 or k <= 0:
         raise InvalidArgument("a parameter-server plan needs at least one server and one worker", field="servers")
     worst = 0.0
@@ -235,6 +237,14 @@ def step_time_counted(p: CostParams, uses: Sequence[tuple[HostUse, int]], local_
     n = sum(m for u, m in uses if m > 0 and u.gpus > 0)
     k = sum(u.gpus * m for u, m in uses if m > 0 and u.gpus > 0)
     return combine(compute_time(p, used, local_bsz, table), _allreduce_sync(p, used, n, k, pattern), p.gamma)
+
+
+def ps_step_distinct(p: CostParams, distinct: Sequence[HostUse], k: int, servers: int, local_bsz: float,
+                     table: GpuTable = DEFAULT_TABLE) -> float:
+    """`predict(p, hosts, local_bsz, PS, table).step_time` given one of each distinct host of `hosts` (with its
+    servers), its K workers and its servers: the same arithmetic, bit for bit (the plan search rates a
+    parameter-server layout over hundreds of hosts of a few kinds)."""
+    return combine(compute_time(p, distinct, local_bsz, table), _ps_sync(p, distinct, k, servers), p.gamma)
 
 
 def combine(tc: float, ts: float, gamma: float) -> float:

@@ -22,7 +22,7 @@ import itertools
 import math
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, cast
 
 from peloton.errors import InvalidArgument
 from peloton.modelaware import hostlabels
@@ -37,10 +37,12 @@ from peloton.modelaware.cost import (
     HostUse,
     Prediction,
     combine,
+    compute_time,
     link_scale,
     network_time,
     pairs,
     predict,
+    ps_step_distinct,
     step_time_counted,
 )
 from peloton.modelaware.gpus import DEFAULT_TABLE, GpuModel, GpuTable
@@ -247,10 +249,13 @@ def size_rates(params: CostParams, hosts: Sequence[FreeHost], sizes: Sequence[in
     out: list[float] = []
     for k in sizes:
         replace(req, gpus=k, max_gpus=0, top=1).validate()
-    if req.pattern == PS:  # not the exact threshold search: one search per size
+    if req.pattern == PS:  # _search_ps's candidates, those that cannot beat the best left out
+        kinds = _kinds(hosts, table)
+        free_total = sum(len(kd.names) * kd.free for kd in kinds)
+        pool = _server_pool(hosts)
         for k in sizes:
-            found = search(params, hosts, replace(req, gpus=k, max_gpus=0, top=1), table)
-            out.append(found[0].samples_per_s if found else 0.0)
+            best = _best_ps(params, pool, kinds, k, req, table) if k <= free_total else None
+            out.append(best.samples_per_s if best is not None else 0.0)
         return out
     kinds = _kinds(hosts, table)
     free_total = sum(len(kd.names) * kd.free for kd in kinds)
@@ -262,20 +267,105 @@ def size_rates(params: CostParams, hosts: Sequence[FreeHost], sizes: Sequence[in
     return out
 
 
+def _server_pool(hosts: Sequence[FreeHost]) -> list[FreeHost]:
+    return sorted((h for h in hosts if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))
+
+
+def _ps_plans(params: CostParams, pool: Sequence[FreeHost], assigned: list[tuple[str, int, _Kind]], k: int,
+              bsz: float, req: PlanRequest, table: GpuTable) -> Iterator[Plan]:
+    """Every servers' count and layout _search_ps tries on these workers."""
+    for n in ([req.servers] if req.servers else range(1, min(k, MAX_SERVERS) + 1)):
+        for uses, servers in _server_layouts(assigned, pool, n):
+            pred = predict(params, uses, bsz, PS, table)
+            yield Plan(tuple((name, g) for name, g, _ in assigned), pred, servers)
+
+
 def _search_ps(params: CostParams, hosts: Sequence[FreeHost], kinds: list[_Kind], sizes: list[int],
                req: PlanRequest, table: GpuTable) -> list[Plan]:
     plans: list[Plan] = []
-    pool = sorted((h for h in hosts if h.can_host_server), key=lambda h: (-h.nic_gbps, h.name))
+    pool = _server_pool(hosts)
     for k in sizes:
         bsz = req.local_bsz or req.global_bsz / k
         for choice in _candidates(kinds, k):
-            assigned = _assign(choice, k)
-            for n in ([req.servers] if req.servers else range(1, min(k, MAX_SERVERS) + 1)):
-                for uses, servers in _server_layouts(assigned, pool, n):
-                    pred = predict(params, uses, bsz, PS, table)
-                    plans.append(Plan(tuple((name, g) for name, g, _ in assigned), pred, servers))
+            plans.extend(_ps_plans(params, pool, _assign(choice, k), k, bsz, req, table))
     plans.sort(key=lambda p: _rank(p, req.objective))
     return _distinct(plans, req.top)
+
+
+def _ps_score_bound(params: CostParams, assigned: list[tuple[str, int, _Kind]], k: int, bsz: float,
+                    objective: str, table: GpuTable) -> float:
+    """An upper bound of the score of every servers' layout on these workers. A worker host with w of the K workers
+    and a share s of the servers moves 2 (w (1 - s) + s (K - w)) units through its NIC, at least 2 min(w, K - w)
+    whatever s is; the compute does not depend on the servers. Workers on one host are not bounded (with the
+    servers there too, no NIC is crossed)."""
+    if len(assigned) < 2:
+        return math.inf
+    uses = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in assigned]
+    tc = compute_time(params, uses, bsz, table)
+    worst = max(2 * min(g, k - g) * params.reference.nic_gbps / kd.nic_gbps for _, g, kd in assigned)
+    ts = params.alpha_n + params.beta_n * worst * (1 - 1e-9)  # below the layouts' own sums' rounding
+    samples = k * bsz / combine(tc, ts, params.gamma)
+    return samples / k if objective == "efficiency" else samples
+
+
+def _best_ps(params: CostParams, pool: Sequence[FreeHost], kinds: list[_Kind], k: int, req: PlanRequest,
+             table: GpuTable) -> Plan | None:
+    """The plan `search` ranks first for exactly K GPUs of a parameter-server request (the same plan, so the same
+    samples/s to the bit), without its work: a layout is rated from one of each kind of host in it
+    (cost.ps_step_distinct) instead of every host; the candidates are taken best bound first, and one whose bound
+    rounds below the best score found is left out (ranks compare scores rounded, so one that rounds equal is still
+    tried). Ties keep _search_ps's order: candidates as _candidates gives them, then servers' count, colocated first."""
+    bsz = req.local_bsz or req.global_bsz / k
+    cands = [_assign(choice, k) for choice in _candidates(kinds, k)]
+    bounds = [round(_ps_score_bound(params, a, k, bsz, req.objective, table), 9) for a in cands]
+    ns = [req.servers] if req.servers else list(range(1, min(k, MAX_SERVERS) + 1))
+    best: tuple[tuple[object, ...], int, int] | None = None  # (rank, candidate, layout within it): the least
+    for i in sorted(range(len(cands)), key=lambda i: -bounds[i]):
+        if best is not None and bounds[i] < -cast(float, best[0][0]):  # ranks lead with -round(score, 9)
+            continue
+        assigned = cands[i]
+        hosts = tuple((name, g) for name, g, _ in assigned)
+        most = max(g for _, g, _ in assigned)
+        for j, (step, n) in enumerate(_ps_layout_steps(params, pool, assigned, k, ns, bsz, table)):
+            samples = k * bsz / step  # Prediction.samples_per_s's arithmetic
+            score = samples / k if req.objective == "efficiency" else samples
+            key = ((-round(score, 9), len(hosts), most, n, hosts), i, j)  # _rank's key, then the order of insertion
+            if best is None or key < best:
+                best = key
+    if best is None:
+        return None
+    _, i, j = best
+    return list(_ps_plans(params, pool, cands[i], k, bsz, req, table))[j]
+
+
+def _ps_layout_steps(params: CostParams, pool: Sequence[FreeHost], assigned: list[tuple[str, int, _Kind]], k: int,
+                     ns: Sequence[int], bsz: float, table: GpuTable) -> Iterator[tuple[float, int]]:
+    """(step time, servers) of each layout _ps_plans makes on these workers, in its order: for each servers'
+    count n, spread over the workers' hosts (the first n mod N hosts take one more), then on hosts of their own."""
+    workers = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in assigned]
+    count = len(workers)
+    # one of each kind of worker host among the first r hosts and among the others, for every r
+    prefix: list[frozenset[HostUse]] = [frozenset()]
+    for w in workers:
+        prefix.append(prefix[-1] | {w})
+    suffix: list[frozenset[HostUse]] = [frozenset()]
+    for w in reversed(workers):
+        suffix.append(suffix[-1] | {w})
+    suffix.reverse()
+    alone = prefix[-1]
+    used = {name for name, _, _ in assigned}
+    others: list[HostUse] = []  # _server_layouts' hosts of their own, best NIC first
+    for h in pool:
+        if len(others) == max(ns):
+            break
+        if h.name not in used:
+            others.append(HostUse(0, h.gpu_model, h.nic_gbps, h.gpu_link, 1))
+    for n in ns:
+        q, r = divmod(n, count)
+        spread = {replace(w, servers=q + 1) for w in prefix[r]} | {replace(w, servers=q) for w in suffix[r]}
+        yield ps_step_distinct(params, list(spread), k, n, bsz, table), n
+        if len(others) >= n:
+            yield ps_step_distinct(params, list(alone | set(others[:n])), k, n, bsz, table), n
 
 
 def _rank(p: Plan, objective: str) -> tuple[object, ...]:

@@ -215,6 +215,30 @@ def test_every_sizes_rate_at_once_is_exactly_one_search_per_size() -> None:
     assert e.value.field == "gpus"
 
 
+def test_parameter_server_sizes_rated_at_once_are_exactly_one_search_per_size() -> None:
+    """size_rates for the parameter-server pattern rates a layout from one of each kind of host and leaves out
+    workers that cannot beat the best found: the same samples/s to the bit as one full search per size, with the
+    servers' count given or chosen, on clusters where hosts share kinds (ties between layouts are common) and some
+    hosts cannot take a server, beta_n sometimes 0 (the bound equals the layout's), both objectives."""
+    for seed in range(60):
+        rng = random.Random(30_000 + seed)
+        kinds = [(rng.choice(MODELS), rng.choice(NICS), rng.choice(LINKS)) for _ in range(rng.randint(1, 3))]
+        hosts = [FreeHost(f"h{i}", rng.choice([0, 1, 2, 4, 4, 8]), *rng.choice(kinds), can_host_server=rng.random() < 0.8)
+                 for i in range(rng.choice([2, 3, 6, 12, 25]))]
+        free = sum(h.free_gpus for h in hosts)
+        params = random_params(rng)
+        if seed % 5 == 0:
+            params = replace(params, beta_n=0.0)
+        glob = rng.choice([0, 0, 256])
+        req = PlanRequest(local_bsz=0 if glob else rng.choice([1, 16, 128]), global_bsz=glob, pattern=PS,
+                          objective=rng.choice(["throughput", "efficiency"]), servers=rng.choice([0, 0, 1, 3]))
+        lo = rng.randint(1, max(free, 1))
+        sizes = range(lo, min(free + 2, lo + 12) + 1)
+        slow = [found[0].samples_per_s if (found := search(params, hosts, replace(req, gpus=k, top=1))) else 0.0
+                for k in sizes]
+        assert size_rates(params, hosts, sizes, req) == slow, seed
+
+
 def test_parameter_server_plans_name_their_servers() -> None:
     params = CostParams(0.05, 0.004, 0.03, 0.08, 0.2, 0.06, 1.0, Reference("t4", 25, "pcie"))
     hosts = [FreeHost(f"h{i}", 4, "t4", 25, "pcie") for i in range(4)] + [FreeHost("spare", 0, "t4", 100, "pcie")]
