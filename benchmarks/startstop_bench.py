@@ -6,6 +6,10 @@ harness waits for), then SIGTERM -> the process's exit (and its status, which mu
 writes JSON; asserts nothing.
 
     .venv/bin/python benchmarks/startstop_bench.py [--runs 5] [--stores sqlite,postgresql] [--backends local,sim]
+        [--console]
+
+`--console` serves the web console too (`--ui-listen 127.0.0.1:0`): its accept loop is part of every stop (it
+waited up to half a second for socketserver's poll before it was woken at shutdown).
 
 Byte-code: by default peloton's modules are compiled first (compileall, as tests/conftest.py does for the suite) and
 the children run as found otherwise; `--bytecode as-found` compiles nothing, so with PYTHONDONTWRITEBYTECODE set and
@@ -48,9 +52,9 @@ def stale_modules(package: Path) -> int:
     return n
 
 
-def start_stop(root: Path, data_dir: Path, db: str, backend: str) -> dict[str, Any]:
+def start_stop(root: Path, data_dir: Path, db: str, backend: str, console: bool = False) -> dict[str, Any]:
     args = [sys.executable, "-m", "peloton.cli.main", "server", "--listen", "127.0.0.1:0", "--db", db,
-            "--data-dir", str(data_dir), "--metrics-listen", "", "--ui-listen", "", "--log-level", "info",
+            "--data-dir", str(data_dir), "--metrics-listen", "", "--ui-listen", "127.0.0.1:0" if console else "", "--log-level", "info",
             *(["--insecure", "--default-task-user", "root"] if os.geteuid() == 0 else [])]
     if backend == "local":  # as the suite's harness starts it (tests/e2e/harness.py)
         args += ["--local-hosts", "2", "--local-host-resources", "cpu=4,mem=4Gi,gpu=2"]
@@ -96,6 +100,7 @@ def main() -> None:
     ap.add_argument("--backends", default="local,sim")
     ap.add_argument("--root", default=str(ROOT), help="the checkout whose code the daemons run")
     ap.add_argument("--bytecode", choices=("compiled", "as-found"), default="compiled")
+    ap.add_argument("--console", action="store_true", help="serve the web console too (--ui-listen)")
     ap.add_argument("--json", default=None)
     a = ap.parse_args()
     root = Path(a.root).resolve()
@@ -103,7 +108,7 @@ def main() -> None:
     if a.bytecode == "compiled":
         compileall.compile_dir(root / "peloton", quiet=1)
     results: dict[str, Any] = {"cases": {}, "parameters": {
-        "runs": a.runs, "root": str(root), "bytecode": a.bytecode, "stale_modules_before": stale,
+        "runs": a.runs, "console": a.console, "root": str(root), "bytecode": a.bytecode, "stale_modules_before": stale,
         "stale_modules_now": stale_modules(root / "peloton"),
         "PYTHONDONTWRITEBYTECODE": os.environ.get("PYTHONDONTWRITEBYTECODE", ""), "settle_s": SETTLE_S}}
     rows: list[tuple[str, str]] = []
@@ -121,8 +126,8 @@ def main() -> None:
                         url = db = fresh_postgres_url()
                     else:
                         db = f"sqlite:///{data_dir}/peloton.db"
-                    runs["fresh"].append(start_stop(root, data_dir, db, backend))
-                    runs["restart"].append(start_stop(root, data_dir, db, backend))
+                    runs["fresh"].append(start_stop(root, data_dir, db, backend, a.console))
+                    runs["restart"].append(start_stop(root, data_dir, db, backend, a.console))
                 finally:
                     if url:
                         from tests.dbutil import drop_postgres_db
@@ -141,7 +146,7 @@ def main() -> None:
                              f"stop p50 {t['p50_ms']:5.0f} ms  max {t['max_ms']:5.0f} ms   "
                              f"exit {case[kind]['exit_statuses']}"))
             results["cases"][f"{store}/{backend}"] = case
-    print(f"peloton server: exec -> serving, SIGTERM -> exit ({a.runs} runs each; bytecode {a.bytecode}, "
+    print(f"peloton server: exec -> serving, SIGTERM -> exit ({a.runs} runs each; console {a.console}; bytecode {a.bytecode}, "
           f"{stale} modules without a fresh cache before; load {os.getloadavg()[0]:.2f}; root {root})")
     print(table(rows))
     print(f"JSON: {write_results('startstop', results, a.json)}")

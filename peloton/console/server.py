@@ -23,6 +23,7 @@ import json
 import logging
 import re
 import secrets
+import selectors
 import socket
 import ssl
 import threading
@@ -223,7 +224,43 @@ class _Server(ThreadingHTTPServer):
             self.address_family = socket.AF_INET6
         self.console = console
         self._slots = threading.BoundedSemaphore(MAX_CONNECTIONS)
+        # serve_forever's wake-up: socketserver's own loop looked for its stop every poll_interval (half a second
+        # of every daemon's stop); this one sleeps in select until a connection or `shutdown` writes here
+        self._wake_r, self._wake_w = socket.socketpair()
+        self._stopping = False
+        self._serving: threading.Thread | None = None
         super().__init__(address, handler)
+
+    def serve_forever(self, poll_interval: float = 0.5) -> None:
+        """socketserver's loop, but ended by `shutdown` at once (`poll_interval` is not used: nothing polls)."""
+        self._serving = threading.current_thread()
+        with selectors.DefaultSelector() as sel:
+            sel.register(self, selectors.EVENT_READ)
+            sel.register(self._wake_r, selectors.EVENT_READ)
+            while not self._stopping:
+                ready = sel.select()
+                if self._stopping:
+                    break
+                if any(key.fileobj is self for key, _ in ready):
+                    self._handle_request_noblock()
+                self.service_actions()
+
+    def shutdown(self) -> None:
+        """Ends serve_forever and waits for it (socketserver's contract), at once. Before serve_forever started,
+        it ends as it starts."""
+        self._stopping = True
+        try:
+            self._wake_w.send(b"\0")
+        except OSError:  # (closed already: server_close ran)
+            pass
+        serving = self._serving
+        if serving is not None and serving is not threading.current_thread():
+            serving.join()
+
+    def server_close(self) -> None:
+        super().server_close()
+        self._wake_r.close()
+        self._wake_w.close()
 
     def process_request(self, request: Any, client_address: Any) -> None:
         """A named thread per connection, at most MAX_CONNECTIONS at once (more are closed at once)."""

@@ -39,7 +39,8 @@ def test_a_connection_whose_thread_cannot_start_gives_its_slot_back(monkeypatch:
                 super().start()
 
         # (the module's threads only: the console's own thread runs already)
-        monkeypatch.setattr(console_server, "threading", SimpleNamespace(Thread=Thread))
+        monkeypatch.setattr(console_server, "threading",
+                            SimpleNamespace(Thread=Thread, current_thread=threading.current_thread))
         monkeypatch.setattr(console_server._Server, "handle_error", lambda *a: None)  # (socketserver's: to stderr)
         for _ in range(MAX_CONNECTIONS + 1):
             assert _get(port) == b""  # closed: no thread to serve it
@@ -63,3 +64,23 @@ def test_a_burst_of_connections_is_taken_at_once_while_the_accept_loop_is_busy()
             s.close()
     finally:
         c.httpd.server_close()
+
+
+def test_the_accept_loop_ends_at_shutdown_without_waiting_for_a_poll() -> None:
+    """socketserver's serve_forever looked for its stop every poll_interval, so every daemon's stop waited up to
+    half a second for its console (benchmarks/startstop_bench.py --console). Here the interval is an hour: the
+    loop must end because shutdown woke it, not because a poll came round."""
+    c = Console("127.0.0.1:0")
+    serving = threading.Thread(target=c.httpd.serve_forever, args=(3600,), daemon=True)
+    serving.start()
+    try:
+        port = c.httpd.server_address[1]
+        assert _get(port).startswith(b"HTTP/1.0 200")  # serving (and so in its select)
+        stopper = threading.Thread(target=c.httpd.shutdown, daemon=True)
+        stopper.start()
+        stopper.join(60)  # a bound for the event, far from both an hour and a prompt stop
+        serving.join(60)
+        assert not stopper.is_alive() and not serving.is_alive()
+    finally:
+        if not serving.is_alive():
+            c.httpd.server_close()
