@@ -57,7 +57,7 @@ def test_duration_follows_the_placement() -> None:
     assert r.jobs[0].end_s == 200.0
 
 
-def test_two_runs_give_the_same_result_gangs_whole_and_fast() -> None:
+def test_two_runs_give_the_same_result_gangs_whole() -> None:
     start = time.perf_counter()
     a, b = _run(200, 7), _run(200, 7)
     wall = time.perf_counter() - start
@@ -71,8 +71,7 @@ def test_two_runs_give_the_same_result_gangs_whole_and_fast() -> None:
         assert j.running_s is not None and j.end_s is not None and j.submitted_s <= j.running_s < j.end_s
         assert j.last_start_s == j.running_s and j.runs == 1 and j.preemptions == 0  # one pool: nothing preempted
     assert max(s.gpus_allocated for s in a.timeline) <= a.total_gpus
-    assert 0 < a.wall_s < wall
-    assert wall < 60, f"two replays of 200 jobs over 8 virtual hours took {wall:.1f}s"
+    assert 0 < a.wall_s < wall  # measured (how long it takes: benchmarks/replay_bench.py)
 
 
 def test_jobs_submitted_together_start_in_the_traces_order_on_every_run() -> None:
