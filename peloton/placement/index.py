@@ -41,6 +41,7 @@ ClassKey = tuple[bool, int, int, int, int, int]  # has_gpus + Vec
 Weights = tuple[int, int, int, int]  # per unit of cpu, mem, disk, gpu: makes them one comparable (exact) number
 _Order = list[tuple[int, ClassKey, "HostClass"]]  # (-score, key, class), ascending: most free first
 _ELIGIBLE_CACHE_MAX = 1024
+SHAPES_MAX = 4096  # member sizes with a shape id (and a count cached per class) before the caches start again
 _CHUNK = 256  # SortedNames splits a chunk grown past twice this
 
 
@@ -401,6 +402,14 @@ class HostIndex:
         """A small number for a member size, the key of the per-class caches."""
         sid = self._shapes.get(v)
         if sid is None:
+            if len(self._shapes) >= SHAPES_MAX:
+                # sizes of gangs long gone (a daemon's months of them): forget them all, and the counts cached
+                # under their ids (shared with the views' classes: cleared in place), rather than keep every size
+                # ever placed in every class for the index's life. Ids are used only within one gang's placement.
+                self._shapes.clear()
+                for tier in self._tiers.values():
+                    for c in tier.values():
+                        c.caps.clear()
             sid = self._shapes[v] = len(self._shapes)
         return sid
 

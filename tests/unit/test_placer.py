@@ -871,3 +871,19 @@ def test_naive_fit_oracle_sanity() -> None:
     g = GangRequest("j/0", "j", 1, members)
     assert naive_fit(g, offers)
     assert not naive_fit(gang(3, cpu=2, mem=0), offers)
+
+
+def test_the_member_size_caches_forget_sizes_of_gangs_long_gone() -> None:
+    """Every distinct member size ever placed kept a shape id in the index, and a cached count in every class it
+    was tried on, for the index's life (a daemon's: months of jobs whose sizes vary by a MiB). Past a bound the
+    caches start again; placements are the same either way."""
+    from peloton.placement.index import SHAPES_MAX
+
+    index = HostIndex([host("h1", cpu=64, mem=1024 * GI), host("h2", cpu=64, mem=1024 * GI)])
+    for i in range(SHAPES_MAX * 2 + 10):
+        p = one([gang(2, mem=1 * GI + i, job=f"j{i}")], index)  # a size of its own
+        assert hosts_of(p) == Counter({"h1": 2})
+        index.release(p)  # the gang ended
+    shapes = index._shapes  # noqa: SLF001 - the cache under test
+    caps = [len(c.caps) for tier in index._tiers.values() for c in tier.values()]  # noqa: SLF001
+    assert 0 < len(shapes) <= SHAPES_MAX and caps and max(caps) <= SHAPES_MAX
