@@ -51,6 +51,7 @@ _FAILURE_REASONS = ("killed_before_launch", "stale_claim", "claim_mismatch", "ho
 _CLOSED = (" is draining", " is draining for maintenance", " is unhealthy")  # why `_closed_locked` closes a host
 _LAUNCH_FAILURES = {reason: LAUNCH_FAILURES.labels(reason) for reason in _FAILURE_REASONS}
 
+GONE_REMEMBERED = 1024  # removed hosts whose removal a sync still reports; an older sync gets every host
 EVENT_LOG_LIMIT = 500_000  # unacknowledged status events kept; beyond it the oldest go and jobmgr reconciles
 TOMBSTONE_S = 600.0  # a task id killed before its launch is refused for this long
 DEFAULT_CLAIM_TTL_S = 60.0
@@ -105,6 +106,10 @@ class HostManager:
         self._claims = ClaimBook()
         self._version = 1  # a sync answers at least 1, so "since 0" always means "everything"
         self._versions: dict[str, int] = {}  # host -> version of its last change, in version order
+        # hosts a sync reported removed (gone from the backend), oldest first: past GONE_REMEMBERED the oldest leave
+        # _versions too, and a sync from before the newest of those (`_forgot_up_to`) gets every host again
+        self._gone: OrderedDict[str, None] = OrderedDict()
+        self._forgot_up_to = 0
         self._capacity_version = 1
         self._tombstones: OrderedDict[str, float] = OrderedDict()  # killed task id -> when
         self._cond = threading.Condition()
@@ -131,6 +136,22 @@ class HostManager:
             self._version += 1
             self._versions.pop(h, None)
             self._versions[h] = self._version
+            if self._gone:
+                self._gone.pop(h, None)  # (back, or its removal to be reported again: the next sync tells)
+
+    def _forget_removed_locked(self, removed: Collection[str]) -> None:
+        """Hosts a sync found gone from the backend: their launch health now (nothing launches there again), their
+        version entry once GONE_REMEMBERED later removals are reported (a node pool that comes and goes would
+        otherwise keep every hostname it ever had)."""
+        for h in removed:
+            self._health.pop(h, None)
+            self._gone.pop(h, None)
+            self._gone[h] = None
+        while len(self._gone) > GONE_REMEMBERED:
+            h, _ = self._gone.popitem(last=False)
+            v = self._versions.pop(h, None)
+            if v is not None:
+                self._forgot_up_to = max(self._forgot_up_to, v)
 
     @property
     def version(self) -> int:
@@ -217,7 +238,8 @@ class HostManager:
         with self._lock:
             self._touch_locked(self._claims.expire(self.clock()))
             closed = self._closed_locked(self.clock())  # (first: it may touch hosts)
-            full = since <= 0 or stream_id != self.stream_id
+            # (a consumer from before a forgotten removal would never hear of it: everything, as after a restart)
+            full = since <= 0 or stream_id != self.stream_id or since < self._forgot_up_to
             names: list[str] | None = None
             if not full:
                 names = []
@@ -231,7 +253,11 @@ class HostManager:
             if closed:  # a draining or unhealthy host takes no new gangs: nothing of it is free for placement
                 out = [replace(o, free=Resources(), gpu_ids=(), ports=()) if o.hostname in closed else o
                        for o in out]
-        removed = sorted(set(names) - {o.hostname for o in offers}) if names else []
+            offered = {o.hostname for o in offers}
+            removed = sorted(set(names) - offered) if names else []
+            gone = [h for h in self._versions if h not in offered] if full else removed
+            if gone:
+                self._forget_removed_locked(gone)
         return HostSync(self.stream_id, version, full, out, removed)
 
     def claim(self, placements: Sequence[GangPlacement]) -> tuple[list[GangPlacement], list[PlacementFailure]]:

@@ -512,3 +512,36 @@ def test_a_drain_returns_only_once_the_launches_already_under_way_on_its_host_ha
     launching.join(10)
     draining.join(10)
     assert not draining.is_alive() and be.launched == ["a-0-1"]
+
+
+def test_hosts_gone_from_the_cluster_are_forgotten_and_a_consumer_behind_that_syncs_everything() -> None:
+    """A host that left the cluster (an agent removed, an autoscaled node) kept its version entry, and its launch
+    health once a launch had failed on it, for the host manager's life: a cluster whose nodes come and go grew
+    both for ever (and every sync walked the health of every host ever unhealthy). Removed hosts are now
+    forgotten once placement was told, past the last GONE_REMEMBERED; a consumer behind a forgotten removal
+    gets every host again, as after a restart."""
+    from peloton.hostmgr.manager import GONE_REMEMBERED
+
+    be = FailingBackend()
+    hm = HostManager(be, clock=lambda: 100.0, claim_ttl_s=30)
+    hm.start()
+    assert be.hosts_cb is not None
+    first = s = hm.sync(0, "")
+    for i in range(GONE_REMEMBERED * 2):
+        name = f"n{i}"
+        be.used[name] = []  # a node joins
+        be.hosts_cb([name])
+        s = hm.sync(s.version, s.stream_id)
+        assert [o.hostname for o in s.offers] == [name]
+        claimed, refused = hm.claim([placed(f"g{i}/0", [name])])
+        assert claimed, refused
+        assert hm.launch([launch_of(claimed[0])])[0].outcome == LaunchOutcome.FAILED  # the host's fault
+        del be.used[name]  # and leaves
+        be.hosts_cb([name])
+        s = hm.sync(s.version, s.stream_id)
+        assert s.removed == [name] and not s.full
+    assert len(hm._versions) <= 2 + GONE_REMEMBERED  # noqa: SLF001 - the structure under test
+    assert hm._health == {}  # noqa: SLF001 - forgotten as soon as placement was told the host is gone
+    assert hm.sync(first.version, first.stream_id).full  # it missed a removal no longer remembered
+    recent = hm.sync(s.version, s.stream_id)
+    assert not recent.full and recent.offers == []
