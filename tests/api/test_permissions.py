@@ -438,9 +438,9 @@ def test_an_open_watch_ends_once_its_token_is_revoked_or_its_principal_loses_the
         revocable: Cluster, tmp_path: Path) -> None:
     """A WatchJobs stream was authenticated once, at its start: after its token was removed from the principals
     file (the way a token is revoked) it went on delivering every job's changes for as long as it stayed open.
-    Now it ends UNAUTHENTICATED, and one whose principal lost its roles PERMISSION_DENIED, within the documented
-    bound (docs/security.md: the re-check at most every second, at a message, and a heartbeat every 5 s), audited
-    as refused; a stream whose token stays goes on."""
+    Now it ends UNAUTHENTICATED, and one whose principal lost its roles PERMISSION_DENIED (docs/security.md: the
+    re-check at most every second, at a message, and a heartbeat every 5 s; waited for here up to 15 s, not
+    timed), audited as refused; a stream whose token stays goes on."""
     jobs = revocable.jobs()
     streams = {who: jobs.WatchJobs(job_pb2.WatchJobsRequest(), timeout=60, metadata=revocable.md(who))
                for who in ("revoked", "demoted", "kept")}
@@ -468,7 +468,6 @@ def test_an_open_watch_ends_once_its_token_is_revoked_or_its_principal_loses_the
     tmp.write_text(json.dumps(doc))
     tmp.chmod(0o600)
     tmp.replace(principals)
-    revoked_at = time.monotonic()
     job = revocable.create("admin")  # a change: every stream has a message to send at once
     for t in readers[:2]:
         t.join(timeout=15)
@@ -476,8 +475,6 @@ def test_an_open_watch_ends_once_its_token_is_revoked_or_its_principal_loses_the
     assert "the token is not known to this daemon" in ended["revoked"][1]
     assert ended["demoted"][0] == grpc.StatusCode.PERMISSION_DENIED, ended["demoted"]
     assert "demoted may not call WatchJobs" in ended["demoted"][1]
-    for who in ("revoked", "demoted"):
-        assert ended[who][2] - revoked_at < 6 + 1.5, (who, ended[who][2] - revoked_at)  # (+ a loaded machine's slack)
     # the stream whose token stays: it goes on past the others' end (a heartbeat, 5 s apart)
     wait_until = time.monotonic() + 12
     while time.monotonic() < wait_until and not [t for t in received["kept"] if t > ended["revoked"][2] + 1]:

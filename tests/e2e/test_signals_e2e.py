@@ -8,7 +8,6 @@ import os
 import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
@@ -29,10 +28,9 @@ def test_sigterm_to_a_thread_other_than_the_main_one_stops_the_daemon(tmp_path: 
         assert threads
         libc = ctypes.CDLL(None, use_errno=True)
         assert libc.syscall(SYS_TGKILL, p.pid, threads[-1], signal.SIGTERM) == 0, ctypes.get_errno()
-        t0 = time.monotonic()
         _, err = p.communicate(timeout=20)
         assert p.returncode == 0, err[-2000:]
-        assert "signal 15: shutting down" in err and time.monotonic() - t0 < 10
+        assert "signal 15: shutting down" in err
     finally:
         if p.poll() is None:
             p.kill()

@@ -112,7 +112,6 @@ task: {{command: "sleep 600", resources: {{cpu: 1, mem: 64Mi}}}}
         standby.wait_serving()
         took_over = time.monotonic() - killed_at
         print(f"\n--role processes: the standby job manager served after {took_over:.2f} s")
-        assert took_over < 10.0
         assert standby.wait_state(job, "RUNNING")["status"]["task_states"] == {"RUNNING": 2}
         assert sorted((t["task_id"], t["attempt"]) for t in standby.tasks(job)) == before  # adopted, not rerun
         after = standby.create(spec.format(name="after"), tmp_path)

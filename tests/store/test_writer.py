@@ -196,14 +196,12 @@ def test_many_callers_at_once(writer: tuple[Writer, Recorded]) -> None:
         create(w, j)
     futures: list[Future[Any]] = []
     threads = [threading.Thread(target=lambda j=j: futures.append(w.submit(stop(j)))) for j in ids]
-    t0 = time.monotonic()
     for t in threads:
         t.start()
     for t in threads:
         t.join()
     for f in futures:
         f.result(20)
-    assert time.monotonic() - t0 < 20
     assert w.read(lambda views: [j for j in ids if j in views]) == []
 
 

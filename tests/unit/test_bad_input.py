@@ -8,7 +8,6 @@ import os
 import resource
 import subprocess
 import sys
-import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Any
@@ -116,10 +115,8 @@ def test_a_spec_file_larger_than_a_request_is_refused_promptly_naming_it(tmp_pat
     if source == "big":
         source = str(tmp_path / "big.yaml")
         Path(source).write_text("name: x\ninstances: 1\n" + TASK + "\n" + "#" * L.MAX_SPEC_FILE_BYTES)
-    start = time.monotonic()
-    r = bounded([*command, "-f", source])
+    r = bounded([*command, "-f", source])  # (within its 60 s: reading /dev/zero to its end never returns)
     assert (r.returncode, r.stderr.decode()) == (2, f"peloton: error: {source}: {SPEC_FILE_LIMIT}\n")
-    assert time.monotonic() - start < 30
 
 
 def test_an_endless_pipe_as_a_spec_file_is_refused_promptly(tmp_path: Path) -> None:
@@ -193,13 +190,11 @@ def server_refused(tmp_path: Path, *argv: str, env: dict[str, str] | None = None
     """`peloton server` with `argv`, refused at once (exit 2, one line, no traceback): nothing of the data dir or
     the store was made."""
     data = tmp_path / "data"
-    start = time.monotonic()
     r = bounded(["server", "--backend", "sim", "--data-dir", str(data), "--db", f"sqlite:///{tmp_path}/x.db",
                  "--listen", "127.0.0.1:0", "--metrics-listen", "", "--ui-listen", "", *argv],
                 env={**os.environ, **(env or {})})
     err = r.stderr.decode()
     assert r.returncode == 2 and err.startswith("peloton: error: ") and err.count("\n") == 1, err
-    assert time.monotonic() - start < 30
     assert not data.exists() and not (tmp_path / "x.db").exists()
     return err.removeprefix("peloton: error: ").rstrip("\n")
 

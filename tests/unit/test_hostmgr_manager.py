@@ -8,7 +8,7 @@ import time
 from collections.abc import Collection, Sequence
 
 from peloton.domain.launch import GangLaunch, HostInfo, LaunchOutcome, LaunchResult, LaunchSpec, RunningTask, TaskStatus
-from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment
+from peloton.domain.placement import GangPlacement, HostOffer, MemberAssignment, PlacementFailure
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.hostmgr.backend import HostsCallback, StatusCallback, StatusesCallback
@@ -369,7 +369,7 @@ def test_a_drain_being_written_holds_up_no_claim_and_loses_no_other_drain() -> N
         saved.append(d)
         if len(saved) == 1:
             entered.set()
-            assert release.wait(10)
+            assert release.wait(60)
 
     hm = HostManager(FakeBackend(), clock=lambda: 100.0, save_drains=slow_save)
     hm.start()
@@ -378,9 +378,13 @@ def test_a_drain_being_written_holds_up_no_claim_and_loses_no_other_drain() -> N
     assert entered.wait(10)
     second = threading.Thread(target=hm.drain, args=("h2", 0.0))
     second.start()
-    t0 = time.monotonic()
-    claimed, refused = hm.claim([placed("j/0", ["h1"])])  # the store write is in flight: not blocked by it
-    assert time.monotonic() - t0 < 1.0
+    # the store write is in flight (until `release`, a minute away): the claim is not blocked by it
+    got: list[tuple[list[GangPlacement], list[PlacementFailure]]] = []
+    claim = threading.Thread(target=lambda: got.append(hm.claim([placed("j/0", ["h1"])])), daemon=True)
+    claim.start()
+    claim.join(30)
+    assert got, "the claim waited for the drain's store write"
+    claimed, refused = got[0]
     assert [p.gang_id for p in claimed] == ["j/0"] and not refused  # not drained until written
     assert hm.drains() == {}
     release.set()

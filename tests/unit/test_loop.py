@@ -87,11 +87,9 @@ def test_work_runs_the_next_iteration_at_once_and_idleness_waits_the_interval() 
         return n < 50  # work, work, ... then idle
 
     lp = Loop("busy", run_once, 3600.0)
-    t0 = time.monotonic()
     lp.start()
     try:
-        assert done.wait(5)
-        assert time.monotonic() - t0 < 5  # 50 iterations did not wait an hour each
+        assert done.wait(5)  # 50 iterations did not wait an hour each
         time.sleep(0.05)
         assert n == 50  # idle now: waits its interval
     finally:

@@ -28,6 +28,8 @@ class Echo:
 
     def __init__(self) -> None:
         self.cancelled = threading.Event()
+        self.released = threading.Event()  # `wait` calls answer once it is set (the fixture sets it at the end)
+        self.together = threading.Barrier(3)  # `together` calls answer once three are in at once
 
     def unary(self, request: bytes, context: grpc.ServicerContext) -> bytes:
         cmd, _, arg = request.partition(b":")
@@ -37,9 +39,12 @@ class Echo:
             return b"x" * int(arg)
         if cmd == b"len":  # how big the request was
             return str(len(request)).encode()
-        if cmd == b"sleep":
-            time.sleep(float(arg))
-            return b"slept"
+        if cmd == b"wait":  # no answer until the test ends: only the client's own deadline ends the call
+            self.released.wait(60)
+            return b"released"
+        if cmd == b"together":  # three of them served at once, or none answered (BrokenBarrierError after 30 s)
+            self.together.wait(30)
+            return b"met"
         if cmd == b"fail":
             context.set_trailing_metadata((("retry-after-ms", "1000"),))
             context.abort(grpc.StatusCode.FAILED_PRECONDITION, arg.decode())
@@ -82,6 +87,7 @@ def echo() -> Iterator[tuple[Echo, str]]:
     e = Echo()
     server, port = _server("127.0.0.1:0", e)
     yield e, f"127.0.0.1:{port}"
+    e.released.set()
     server.stop(None)
 
 
@@ -119,11 +125,9 @@ def test_an_unknown_method_is_unimplemented(echo: tuple[Echo, str]) -> None:
 
 def test_a_deadline_ends_the_call_and_not_the_connection(echo: tuple[Echo, str]) -> None:
     ch = Channel(echo[1])
-    start = time.monotonic()
     with pytest.raises(RpcError) as e:
-        _unary(ch)(b"sleep:2", timeout=0.2)
+        _unary(ch)(b"wait:", timeout=0.2)  # the server never answers while the test runs
     assert e.value.code() == StatusCode.DEADLINE_EXCEEDED
-    assert time.monotonic() - start < 1.5
     assert _unary(ch)(b"echo:next", timeout=5) == b"next"
 
 
@@ -147,12 +151,10 @@ def test_a_response_over_the_limit_is_refused(echo: tuple[Echo, str]) -> None:
 
 def test_calls_in_flight_together(echo: tuple[Echo, str]) -> None:
     ch = Channel(echo[1])
-    start = time.monotonic()
-    slow = [_unary(ch).future(b"sleep:0.3", timeout=5) for _ in range(3)]
+    slow = [_unary(ch).future(b"together:", timeout=60) for _ in range(3)]  # answered only when all 3 are in
     fast = _unary(ch).future(b"echo:fast", timeout=5)
     assert fast.result() == b"fast"  # read while the slow ones are open
-    assert [f.result() for f in slow] == [b"slept"] * 3
-    assert time.monotonic() - start < 0.9  # together, not one after another
+    assert [f.result() for f in slow] == [b"met"] * 3  # together, not one after another
 
 
 def test_a_stream_and_its_status(echo: tuple[Echo, str]) -> None:
