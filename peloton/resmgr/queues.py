@@ -6,7 +6,8 @@ READY (placed and claimed) -> HANDED (given to jobmgr), and is dropped when jobm
 to WAITING from PLACING or HANDED. Each pool's queue is ordered by `--queue-order` (ordering.py): priority (highest
 first), then, under `gpu-time`, the gang's queue of expected service (promoted to the first after a wait), then
 submission time, then gang id. An entry's key is computed when it is queued and again when it is promoted. The queues are heaps with lazy deletion: an entry's `seq` changes whenever it is queued again, so a
-heap item whose seq is not its entry's current one (or whose entry is gone or moved on) is stale and skipped.
+heap item whose seq is not its entry's current one (or whose entry is gone or moved on) is stale and skipped; a
+pool's queue is rebuilt without its stale items once it holds twice its live ones (and WAITING_COMPACT_MIN).
 """
 
 from __future__ import annotations
@@ -23,6 +24,7 @@ from peloton.resmgr.ordering import ARRIVAL, Order, QueueOrder, promote_at, rank
 from peloton.resmgr.paths import add, sub
 
 Item = tuple[Order, int, str]  # (order, seq, gang id): a queue's heap item
+WAITING_COMPACT_MIN = 1024  # a pool's queue is rebuilt without its stale items past this many and twice its live ones
 
 
 class State(Enum):
@@ -97,6 +99,7 @@ class Queues:
         self.queue_order = order
         self.entries: dict[str, Entry] = {}  # gang id -> its current attempt's entry
         self._waiting: dict[str, list[Item]] = {}  # pool -> its WAITING entries by order (a heap; lazy deletion)
+        self._compact_at: dict[str, int] = {}  # pool -> the length of its heap at which its stale items go
         self._parked: list[tuple[float, int, str]] = []  # WAITING entries not before a time
         self._promote: list[tuple[float, int, str]] = []  # queued WAITING entries due for promotion (gpu-time)
         self._ready: list[Item] = []  # READY entries by order (lazy heap)
@@ -110,7 +113,8 @@ class Queues:
         self._seq = 0
 
     def clear(self) -> None:
-        for d in (self.entries, self._waiting, self.handed, self.demand, self.starved, self.reserving, self.reasons):
+        for d in (self.entries, self._waiting, self._compact_at, self.handed, self.demand, self.starved,
+                  self.reserving, self.reasons):
             d.clear()
         self._parked.clear()
         self._promote.clear()
@@ -232,7 +236,10 @@ class Queues:
         g = e.req
         e.key = rank(self.queue_order, g.priority, g.total.gpu, g.max_runtime_s, g.enqueued_at, g.gang_id,
                      e.queued_at, now)
-        heapq.heappush(self._waiting.setdefault(g.respool, []), (e.key, e.seq, g.gang_id))
+        q = self._waiting.setdefault(g.respool, [])
+        heapq.heappush(q, (e.key, e.seq, g.gang_id))
+        if len(q) > self._compact_at.get(g.respool, WAITING_COMPACT_MIN):
+            self._compact(g.respool, q)
         due = promote_at(self.queue_order, e.key[1], e.queued_at)
         if due is not None:
             heapq.heappush(self._promote, (due, e.seq, g.gang_id))
@@ -262,6 +269,16 @@ class Queues:
             heapq.heappop(self._promote)
         return None
 
+    def _compact(self, pool: str, q: list[Item]) -> None:
+        """Rebuild the pool's queue without its stale items (gangs stopped, requeued or admitted since): a head
+        that waits long kept every one behind it, for as long as the pool stayed busy. Amortised: the next
+        rebuild comes once the queue has doubled again."""
+        live = [item for item in q if (e := self.entries.get(item[2])) is not None and e.seq == item[1]
+                and e.state == State.WAITING]
+        heapq.heapify(live)
+        q[:] = live
+        self._compact_at[pool] = max(WAITING_COMPACT_MIN, 2 * len(live))
+
     def _undemand(self, e: Entry) -> None:
         if e.in_demand:
             e.in_demand = False
@@ -281,6 +298,7 @@ class Queues:
                 return e
             heapq.heappop(q)
         self._waiting.pop(pool, None)
+        self._compact_at.pop(pool, None)
         return None
 
     def behind(self, pool: str, n: int) -> list[Entry]:

@@ -578,3 +578,23 @@ def test_a_gang_in_line_behind_the_first_borrower_backfills_until_that_one_could
     q2.add(_wide("as", "/a", 2, 3, max_runtime_s=3000), 0.0)
     assert _ent(q2, h2)["/a"].gpu == 44
     assert admission_round(q2, h2, TWO, _ent(q2, h2), 10, 0.0, 1.0, set()) == []
+
+
+def test_gangs_stopped_while_they_wait_leave_no_items_behind_in_their_pools_queue() -> None:
+    """A pool's queue is a heap with lazy deletion: a gang stopped while it waited left its item, dropped only
+    when it reached the head. Behind a head that waits long (a big gang waiting for capacity, or higher
+    priorities always queued) those items piled up for as long as the pool stayed busy: every job submitted and
+    stopped in that time. The queue is compacted as it grows, so it stays within twice its live items (or
+    WAITING_COMPACT_MIN)."""
+    from peloton.resmgr.queues import WAITING_COMPACT_MIN
+
+    q = Queues()
+    q.add(gang("big", priority=5), 0.0)  # the head, the whole time
+    for i in range(WAITING_COMPACT_MIN * 4):
+        q.add(gang(f"j{i}", at=float(i)), float(i))
+        q.drop(f"j{i}/0")  # stopped while it waited
+    q.add(gang("kept", at=1e9), 1e9)
+    assert len(q._waiting["/"]) <= WAITING_COMPACT_MIN  # noqa: SLF001 - the structure under test
+    assert (e := q.head("/")) is not None and e.req.job_id == "big"
+    q.pop_head("/")
+    assert (e := q.head("/")) is not None and e.req.job_id == "kept"
