@@ -242,7 +242,7 @@ class _Server(ThreadingHTTPServer):
                 if self._stopping:
                     break
                 if any(key.fileobj is self for key, _ in ready):
-                    self._handle_request_noblock()
+                    self._handle_request_noblock()  # type: ignore[attr-defined]  # (socketserver's own, untyped)
                 self.service_actions()
 
     def shutdown(self) -> None:
