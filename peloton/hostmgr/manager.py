@@ -140,15 +140,15 @@ class HostManager:
                 self._gone.pop(h, None)  # (back, or its removal to be reported again: the next sync tells)
 
     def _forget_removed_locked(self, removed: Collection[str]) -> None:
-        """Hosts a sync found gone from the backend: their launch health now (nothing launches there again), their
-        version entry once GONE_REMEMBERED later removals are reported (a node pool that comes and goes would
-        otherwise keep every hostname it ever had)."""
+        """Hosts a sync found gone from the backend: their version entry and launch health are forgotten once
+        GONE_REMEMBERED later removals are reported (a node pool that comes and goes would otherwise keep every
+        hostname it ever had; one that is back sooner keeps its back-off, as a flapping agent should)."""
         for h in removed:
-            self._health.pop(h, None)
             self._gone.pop(h, None)
             self._gone[h] = None
         while len(self._gone) > GONE_REMEMBERED:
             h, _ = self._gone.popitem(last=False)
+            self._health.pop(h, None)
             v = self._versions.pop(h, None)
             if v is not None:
                 self._forgot_up_to = max(self._forgot_up_to, v)
