@@ -282,7 +282,7 @@ def _spawn_subreaper(sandbox: str, command: str, env: dict[str, str]) -> int:
     return p.pid
 
 
-_libc: list[object] = []  # ctypes' libc (3 ms to import), loaded at the first task that needs prctl
+_libc: list[object] = []  # ctypes' libc (3 ms to import), loaded by main() (prctl, nss_error)
 
 
 def _load_libc() -> None:
@@ -566,6 +566,14 @@ def launcher_key(r: Ready) -> Key | None:
     return None if _launcher_backoff.get(key, 0.0) > time.monotonic() else key
 
 
+def back_off_launcher(key: Key, now: float) -> None:
+    """The user `key`'s tasks go through setpriv for LAUNCHER_BACKOFF_S. The backoffs that ran out go meanwhile:
+    a spawner lives as long as its daemon, months, and would keep one for every user whose launcher ever failed."""
+    for k in [k for k, until in _launcher_backoff.items() if until <= now]:
+        del _launcher_backoff[k]
+    _launcher_backoff[key] = now + LAUNCHER_BACKOFF_S
+
+
 def launch_all(key: Key, batch: list[tuple[Ready, object]]) -> list[tuple[dict[str, object], int | None]]:
     """Start the Ready tasks of `batch` ((task, its group)), all of one user (`key`), by that user's launcher, in
     one request: (reply entry, pidfd) each, in order. What the launcher skipped after a failure is {"skipped": true};
@@ -593,10 +601,10 @@ def launch_all(key: Key, batch: list[tuple[Ready, object]]) -> list[tuple[dict[s
         try:
             replies = _ask_launcher(key, spawns, fds)
         except OSError as e:  # EIO: the launcher took the request and gave no answer: none of them runs
-            _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+            back_off_launcher(key, time.monotonic())
             return [(_closed(r, not_started(r, e)), None) for r, _ in batch]
         if replies is None:  # the launcher could not be had, or was gone twice: setpriv for a while
-            _launcher_backoff[key] = time.monotonic() + LAUNCHER_BACKOFF_S
+            back_off_launcher(key, time.monotonic())
     finally:
         for fd in opened:
             os.close(fd)
@@ -686,6 +694,56 @@ class Refused(Exception):
     """A task that must not start as its user (permanent)."""
 
 
+class LookupFailed(Exception):
+    """The user database could not answer for a task's user (transient: the task is not started, and may be tried
+    again)."""
+
+
+# What tells "no such user" from "the user database could not answer". Python's pwd and grp raise KeyError for
+# both: getpwnam_r's own answer is read again (nss_error) when they do. glibc's getpwnam_r returns 0 and no entry
+# when every source of nsswitch.conf answered NOTFOUND: that alone is a definite absence (a task for good, as
+# before). Any other answer is a source that could not look (UNAVAIL or TRYAGAIN: /etc/passwd not opened, EMFILE;
+# LDAP or sssd not reached, EIO, ETIMEDOUT, ECONNREFUSED, EAGAIN; a service named in nsswitch.conf and not running,
+# ENOENT, which getpwnam(3) counts as "not found" but which is as likely an sssd restarting): transient, the task
+# not started, its gang's attempt failed and another tried (retry.max_attempts), never the job failed at once. So on
+# a host whose nsswitch.conf names a source that never runs, an unknown user fails its job only once its attempts
+# are spent, with the error of that source in its message.
+_NSS_KEYS = {"getpwnam_r": "name", "getpwuid_r": "uid", "getgrgid_r": "gid"}
+
+
+def nss_error(fn: str, key: str | int) -> int:
+    """The answer of glibc's `fn` (getpwnam_r, getpwuid_r or getgrgid_r) for `key`, which pwd or grp just gave as
+    KeyError: 0, there is no such entry for certain; else the errno of a source that could not answer, EAGAIN when
+    the entry is there after all (an outage just ended: the look is to be tried again) or when this cannot be
+    looked at (ctypes not loaded: out of descriptors)."""
+    try:
+        _load_libc()
+        import ctypes
+
+        call = getattr(_libc[0], fn)
+        arg = ctypes.c_char_p(key.encode()) if isinstance(key, str) else ctypes.c_uint(key)
+        size = 4096
+        while True:
+            entry = ctypes.create_string_buffer(256)  # a struct passwd or group (< 64 bytes)
+            buf = ctypes.create_string_buffer(size)
+            found = ctypes.c_void_p()
+            rc = int(call(arg, entry, buf, ctypes.c_size_t(size), ctypes.byref(found)))
+            if rc != errno.ERANGE or size >= 1 << 24:
+                break
+            size *= 4
+    except Exception:  # noqa: BLE001 - ctypes could not be had (its import opens files): not known, so transient
+        return errno.EAGAIN
+    if rc == 0 and found.value:
+        return errno.EAGAIN
+    return rc
+
+
+def _lookup_failed(fn: str, key: str | int, code: int) -> LookupFailed:
+    what = f"user {key!r}" if fn == "getpwnam_r" else f"{_NSS_KEYS[fn]} {key}"
+    return LookupFailed(f"task.user: cannot look up {what} on this host: {os.strerror(code)} (the user database "
+                        "did not answer: the task was not started, and may be tried again)")
+
+
 def run_as(user: str, root_allowed: bool) -> pwd.struct_passwd | None:
     """The user a task switches to; None: it runs as the spawner's own user. Raises Refused. `#<uid>` is a uid
     allocated to the job's owner (peloton/security/run_as.py): no account of this host may have it, as user or group; its
@@ -697,6 +755,9 @@ def run_as(user: str, root_allowed: bool) -> pwd.struct_passwd | None:
     try:
         who = pwd.getpwnam(user)
     except KeyError:
+        code = nss_error("getpwnam_r", user)
+        if code:
+            raise _lookup_failed("getpwnam_r", user, code) from None
         raise Refused(f"task.user: there is no user {user!r} on this host") from None
     if who.pw_uid == 0 and not root_allowed:
         raise Refused(f"task.user: {user} is uid 0; a task runs as root only when it names root in a pool that "
@@ -716,10 +777,13 @@ def _allocated(user: str) -> pwd.struct_passwd:
         raise Refused(f"task.user: {user!r} is not a uid") from None
     if uid < 1000:
         raise Refused(f"task.user: uid {uid} is a system uid; allocated uids come from --task-uid-range")
-    for lookup, what in ((pwd.getpwuid, "user"), (grp.getgrgid, "group")):
+    for lookup, what, fn in ((pwd.getpwuid, "user", "getpwuid_r"), (grp.getgrgid, "group", "getgrgid_r")):
         try:
             name = lookup(uid)[0]
         except KeyError:
+            code = nss_error(fn, uid)
+            if code:  # an account may have it, the database unread: not let through
+                raise _lookup_failed(fn, uid, code) from None
             continue
         # the account was made after the uid was allocated: running as it would share files with its owner
         raise Refused(f"task.user: uid {uid}, allocated to this job's owner, is this host's {what} {name!r} now; "
@@ -795,6 +859,8 @@ def ready(task: dict[str, object], base_env: dict[str, str]) -> Ready | dict[str
         who = run_as(str(task.get("user") or ""), bool(task.get("root_allowed")))
     except Refused as e:
         return {"error": str(e), "permanent": True}
+    except LookupFailed as e:
+        return {"error": str(e), "permanent": False}
     try:
         prepare(sandbox, dict(task.get("files") or {}), who)  # type: ignore[call-overload]
     except OSError as e:
@@ -814,7 +880,10 @@ def ready(task: dict[str, object], base_env: dict[str, str]) -> Ready | dict[str
                 os.mkdir(cgroup, 0o755)
         except OSError as e:
             return {"error": f"cannot make the task's cgroup {cgroup}: {e.strerror}", "permanent": False}
-        gate = os.pipe2(os.O_CLOEXEC)
+        try:
+            gate = os.pipe2(os.O_CLOEXEC)
+        except OSError as e:  # (EMFILE, ENFILE) this task fails, not the spawner: its loop would end with it
+            return {"error": f"cannot start the task: {e.strerror or e}", "permanent": False}
     return Ready(sandbox, str(task["command"]), env, who, subreaper, cgroup, gate)
 
 
@@ -850,9 +919,28 @@ def started(r: Ready, pid: int) -> tuple[dict[str, object], int | None]:
         if r.gate:
             os.close(r.gate[1])
         return {"pid": pid, "pidfd": False}, None
+    except OSError as e:  # (EMFILE) started, but no one could watch it: stopped, and the task not started
+        return _unwatched(r, pid, None, e)
     if r.gate:
-        _gated.append(Gated(os.dup(fd), pid, r.cgroup, r.gate[1], _GO))
+        try:
+            _gated.append(Gated(os.dup(fd), pid, r.cgroup, r.gate[1], _GO))
+        except OSError as e:
+            return _unwatched(r, pid, fd, e)
     return {"pid": pid, "pidfd": True}, fd
+
+
+def _unwatched(r: Ready, pid: int, pidfd: int | None, e: OSError) -> tuple[dict[str, object], None]:
+    """A wrapper started whose pidfd could not be had (out of descriptors): its group is killed (it leads it; a
+    gated one also ends at its closed gate having run nothing) and the task reported not started, transient. By
+    its pidfd when there is one; else by its group's number, a group that a wrapper started a moment ago leads
+    (its number is given to no other group before that wrapper has ended, which it does not by itself this soon)."""
+    if pidfd is not None:
+        with contextlib.suppress(OSError):
+            signal.pidfd_send_signal(pidfd, signal.SIGKILL)
+        os.close(pidfd)
+    with contextlib.suppress(OSError):
+        os.killpg(pid, signal.SIGKILL)
+    return not_started(r, e), None
 
 
 _GO = b"go\n"
@@ -1040,9 +1128,14 @@ def take_warm(r: Ready, key: WarmKey) -> tuple[dict[str, object], int | None] | 
             pool.append(w)
             return None
         assert r.gate is not None
+        try:
+            watch = os.dup(w.pidfd)
+        except OSError:  # (EMFILE) not this one: it goes, and the task starts cold (which says why, if it fails)
+            _close_warm(w)
+            return None
         os.close(r.gate[0])
         os.close(r.gate[1])
-        _gated.append(Gated(os.dup(w.pidfd), w.pid, r.cgroup, w.gate, script, warm_refusal(r.sandbox)))
+        _gated.append(Gated(watch, w.pid, r.cgroup, w.gate, script, warm_refusal(r.sandbox)))
         return {"pid": w.pid, "pidfd": True, "warm": True}, w.pidfd
     return None
 
@@ -1353,6 +1446,7 @@ def main() -> int:
     signal.signal(signal.SIGINT, signal.SIG_DFL)
     _UMASK.append(current_umask())  # what every wrapper gives its command (wrapper_of)
     _LAUNCHERS_ON.append(True)  # one thread here: a user's launcher may be forked (Launcher)
+    _load_libc()  # (3 ms) so that a user lookup that failed can tell why, even out of descriptors (nss_error)
     _WARM_MAX.append(int(sys.argv[2]) if len(sys.argv) > 2 else 0)
     fd = int(sys.argv[1])  # the daemon's end of the socket pair is its; this is ours
     os.set_inheritable(fd, False)  # never into a task
