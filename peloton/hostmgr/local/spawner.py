@@ -1421,8 +1421,8 @@ def raise_fd_limit() -> tuple[int, int]:
     """Raise this process's soft limit of open descriptors to its hard limit (at most FD_LIMIT_MAX), for the
     daemon and the spawners it starts: both hold descriptors per running or starting member (a pidfd each, a gate),
     and a soft limit of 1024 (a daemon started by hand; the systemd unit gives 1048576) failed a gang of a few hundred
-    members, its spawner out of descriptors, even for good (a user lookup that could not open /etc/passwd reads as
-    no such user). (the soft limit before, after)"""
+    members, its spawner out of descriptors (each such member fails, transient: nss_error, _unwatched). (the soft
+    limit before, after)"""
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
     want = FD_LIMIT_MAX if hard == resource.RLIM_INFINITY else min(hard, FD_LIMIT_MAX)
     if soft != resource.RLIM_INFINITY and soft < want:
