@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from peloton.domain.launch import LaunchOutcome
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.hostmgr.local import backend as local_backend_module
@@ -175,6 +176,28 @@ def test_a_restart_after_a_crash_mid_launch_waits_for_the_unspawned_members_once
         assert took < 2.0, f"the start took {took:.1f} s"
     finally:
         b.stop()
+
+
+def test_the_members_of_a_gang_whose_launch_failed_leave_the_journal_as_ended(
+        tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    """A gang whose member could not start is stopped whole, and nothing of it is reported (its launch FAILED says
+    it): but its members' `start` records had no `end`, so a restart before the next compaction took each for a
+    task that ended while no daemon watched, or never started, reported it LOST to a job manager that had moved on
+    (a new attempt), and waited for the pid of one whose sandbox was made (PID_WAIT_S)."""
+    a, _ = make_backend(n=1)
+    r = launch(a, spec("g0", "sleep 30"), spec("g1", "sleep 30\0"), spec("g2", "sleep 30"))
+    assert r.outcome == LaunchOutcome.FAILED and r.task_id == "g1"
+    wait_for(lambda: not a._tasks)  # the started member seen ended (its end handled by the monitor)
+    a.stop()
+    ended = Journal(tmp_path / "journal", list).replay()
+    assert {tid for tid, e in ended.items() if "final" not in e} == set(), ended
+
+    b, rec_b = make_backend(n=1)
+    assert rec_b.statuses == [] and not b._tasks
+    # and the same task ids start again, as a launch refused after them would have them
+    assert launch(b, spec("g0", "true"), spec("g1", "true"), spec("g2", "true")).outcome == LaunchOutcome.OK
+    for tid in ("g0", "g1", "g2"):
+        assert rec_b.wait_terminal(tid).state == TaskState.SUCCEEDED
 
 
 # ------------------------------------------------------------------------------------------------ paths

@@ -851,6 +851,10 @@ class LocalBackend:
             if t.cgroup and not t.exited:  # (an exited one's was released at its exit)
                 self._release_cgroup(t.cgroup)
         self._unregister(never)
+        # over, and never to be reported (the launch's result says it): a replay must not take it for a task that
+        # ended while no daemon watched (reported LOST) or is still starting (its pid waited for). The spawned ones
+        # are recorded so as their ends are seen (_on_exits)
+        self._journal.append([_aborted_end(t) for t in never if not t.exited])
         if failure is not None:
             tid, msg, permanent = failure
             return LaunchResult(lg.gang.gang_id, lg.gang.attempt, LaunchOutcome.FAILED, tid, msg, permanent)
@@ -995,6 +999,7 @@ class LocalBackend:
                                 message=f"the backend could not tell how the task ended: {e}")
             self._unregister([t])
             if t.aborted:
+                ends.append(_aborted_end(t))
                 continue
             ends.append({"op": "end", "task": t.task_id, "final": _status_to_json(st)})
             with self._lock:
@@ -1240,6 +1245,12 @@ class LocalBackend:
         with contextlib.suppress(OSError):
             path.rename(path.with_name(OLD_INDEX_FILE + ".migrated"))
         return out
+
+
+def _aborted_end(t: _Task) -> Record:
+    """The journal's `end` of a member of a launch that was stopped (_abort): no status (`final` null), as none was
+    reported; a replay forgets it (and releases its cgroup, if any)."""
+    return {"op": "end", "task": t.task_id, "final": None}
 
 
 def _mark_ended(sandbox: Path) -> None:

@@ -5,7 +5,8 @@ One JSON object per line, each with an `op`:
 - `start`: a task registered before its launch (task id, host, sandbox, resources, GPU ids, ports);
 - `pid`: the wrapper's pid (a reused pid is told from ours by its command line, which names the sandbox);
 - `kill`: when a kill was requested (a task that then ends with exit code 0 after that time still SUCCEEDED);
-- `end`: the final status reported.
+- `end`: the final status reported (`final`; null for a member of a launch that was stopped, of which nothing was
+  reported: the launch's result said it).
 Replay is idempotent (a record about an unknown task is ignored, a repeated one overwrites), so compaction may run
 while records keep arriving.
 
