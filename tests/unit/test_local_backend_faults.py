@@ -7,6 +7,8 @@ killed past its grace keeps its sandbox for the retention after its end."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 import time
@@ -198,6 +200,59 @@ def test_the_members_of_a_gang_whose_launch_failed_leave_the_journal_as_ended(
     assert launch(b, spec("g0", "true"), spec("g1", "true"), spec("g2", "true")).outcome == LaunchOutcome.OK
     for tid in ("g0", "g1", "g2"):
         assert rec_b.wait_terminal(tid).state == TaskState.SUCCEEDED
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except (OSError, IndexError):
+        return False
+
+
+def _stranger_with_pid(pid: int) -> subprocess.Popen[bytes] | None:
+    """A process of no task's, leading a process group, given the number `pid` (ns_last_pid: root), or None when
+    another process of this machine took the number first."""
+    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
+        f.write(str(pid - 1))
+    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
+    if p.pid == pid:
+        return p
+    p.kill()
+    p.wait()
+    return None
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="giving a process a chosen pid (ns_last_pid) needs root")
+def test_a_signal_for_a_task_whose_wrapper_just_ended_reaches_no_process_that_took_its_pid(
+        tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    """From a wrapper's end until the monitor has handled it, the backend still had the task as not exited, and a
+    kill then signalled the wrapper's process group by its number, free again the moment the wrapper ended (it is
+    reaped at once): a process that took the number and leads a group of it (another task's wrapper, a daemon)
+    got the task's SIGTERM or SIGKILL. Now the group is signalled only while the task's pidfd says its wrapper
+    lives."""
+    b, _ = make_backend(n=1)
+    go = tmp_path / "go"
+    assert launch(b, spec("t", f"while [ ! -e {go} ]; do sleep 0.05; done")).outcome == LaunchOutcome.OK
+    t = b._tasks["t"]
+    pid = t.pid
+    with b._lock:  # the monitor sees the end, then waits here to mark the task exited: the window, held open
+        go.touch()
+        wait_for(lambda: not _alive(pid))
+        stranger = None
+        for _ in range(20):
+            stranger = _stranger_with_pid(pid)
+            if stranger is not None:
+                break
+        assert stranger is not None, f"pid {pid} could not be had (another process of this machine took it)"
+        try:
+            assert not t.exited
+            b._signal(t, signal.SIGTERM)
+            b._signal(t, signal.SIGKILL)
+            with pytest.raises(subprocess.TimeoutExpired):  # (a killed one is dead in milliseconds)
+                stranger.wait(2)
+        finally:
+            stranger.kill()
+            stranger.wait()
 
 
 # ------------------------------------------------------------------------------------------------ paths

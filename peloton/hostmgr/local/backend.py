@@ -797,12 +797,12 @@ class LocalBackend:
                 with self._lock:
                     t.pid = r.pid
                     killed = killed or t.kill_wall is not None
+                    if r.pidfd is not None:  # watched as its pid is known: a kill signals it through its pidfd's
+                        self._monitor.watch_fd(t.task_id, r.pidfd)  # watch (_signal), never by a number alone
                 pids.append({"op": "pid", "task": t.task_id, "pid": r.pid})
                 (_STARTED_WARM if r.warm else _STARTED_COLD).inc()
                 if r.pidfd is None:
                     self._on_exit(t.task_id)  # over already: handled like any exit
-                else:
-                    self._monitor.watch_fd(t.task_id, r.pidfd)
             elif isinstance(r, NotStarted):
                 failure = failure or (t.task_id, r.message, r.permanent)
         if lost is not None:
@@ -932,7 +932,9 @@ class LocalBackend:
         """Signal every process of the task, unless its wrapper is gone (its pid may belong to a stranger now):
         the wrapper's process group, and every other process in the task's cgroup or, without one, of the tree
         below the wrapper (a child subreaper). SIGKILL: the whole cgroup; without one, the tree stopped and
-        killed, then the group."""
+        killed, then the group. The group only while the wrapper's pidfd says it lives (ProcessMonitor.
+        signal_group): from its end until the monitor has handled it the task is not `exited` yet, and its number
+        may already be another process's."""
         if t.exited or not t.pid:
             return
         if sig == signal.SIGKILL:
@@ -943,11 +945,9 @@ class LocalBackend:
                     os.kill(t.pid, signal.SIGSTOP)  # the wrapper too: it reaps and kills no more meanwhile
                 if not descendants.kill_tree(t.pid):
                     log.warning("local backend: task %s: some processes below its wrapper did not die", t.task_id)
-            with contextlib.suppress(OSError):
-                os.killpg(t.pid, signal.SIGKILL)
+            self._monitor.signal_group(t.task_id, t.pid, signal.SIGKILL)
             return
-        with contextlib.suppress(OSError):
-            os.killpg(t.pid, sig)
+        self._monitor.signal_group(t.task_id, t.pid, sig)
         if t.cgroup:
             cgroups.signal_all(t.cgroup, sig, skip_pgid=t.pid)
         elif wrapper.is_wrapper(t.pid, t.sandbox, attempts=1):

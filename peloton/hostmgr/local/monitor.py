@@ -74,6 +74,24 @@ class ProcessMonitor:
         if fd is not None:
             self._close(fd)
 
+    def signal_group(self, key: str, pgid: int, sig: int) -> bool:
+        """Send `sig` to process group `pgid`, led by the process watched under `key`, only while that process has
+        not exited (its pidfd is not readable); False, nothing sent, once it has or when `key` is not watched. A
+        number is given to no new process while its process lives, and that one is reaped the moment it ends
+        (its parent ignores SIGCHLD): by the number alone, a signal in the moment after its end (before its exit
+        is handled) reached whatever process took the number and leads a group of it. Under the lock, so that the
+        pidfd is not closed (nor its number reused) between the look and the signal; what is left between them
+        is a syscall, far too short for the kernel to hand out every other pid first."""
+        with self._lock:
+            fd = self._keys.get(key)
+            if fd is None or self._events.get(fd) != select.EPOLLIN or _ready(fd, select.EPOLLIN):
+                return False
+            try:
+                os.killpg(pgid, sig)
+            except OSError:
+                return False
+            return True
+
     def call_at(self, when: float, key: str) -> None:
         """Call `on_timer(key)` at monotonic time `when`."""
         with self._lock:
