@@ -21,6 +21,7 @@ from peloton.domain.launch import LaunchOutcome
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.hostmgr.local import backend as local_backend_module
+from peloton import loop as loop_module
 from peloton.hostmgr.local import logrotate
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.local.journal import Journal
@@ -135,6 +136,7 @@ def test_a_rotation_the_disk_cuts_short_changes_nothing(tmp_path: Path) -> None:
     lines = _child("""
 import sys
 from pathlib import Path
+from peloton import loop as loop_module
 from peloton.hostmgr.local import logrotate
 limit(100_000)
 print(logrotate.rotate(Path(sys.argv[1]), "stdout", 1000, 2))
@@ -253,6 +255,65 @@ def test_a_signal_for_a_task_whose_wrapper_just_ended_reaches_no_process_that_to
         finally:
             stranger.kill()
             stranger.wait()
+
+
+def test_the_sweep_leaves_the_sandbox_of_a_task_whose_end_is_being_read(
+        tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
+    """The monitor marks a task exited, then reads how it ended from its sandbox; the sweep took every exited task's
+    sandbox for an ended one meanwhile, and past the count bound (failed tasks' sandboxes kept longest, so a task
+    that just succeeded goes first) removed it in between: the task was reported LOST ("ended without a result")
+    instead of SUCCEEDED. The sweep runs as ends come in (every tenth of the count), so in a gang that ends
+    together it ran between two members' handling. The window is held open here: the monitor is kept from
+    handling the end (its lock) while the book is put as the monitor puts it first (exited, not yet read)."""
+    b, rec = make_backend(n=1, sandbox_max_count=1, sandbox_sweep_s=3600.0)
+    launch(b, spec("f", "exit 3"))
+    assert rec.wait_terminal("f").state == TaskState.FAILED
+    go = tmp_path / "go"
+    launch(b, spec("s", f"while [ ! -e {go} ]; do sleep 0.05; done"))
+    t = b._tasks["s"]
+    with b._monitor._lock:  # the monitor cannot take the end yet
+        go.touch()
+        wait_for(lambda: (tmp_path / "sandboxes" / "s" / "exit").exists() and not _alive(t.pid))
+        with b._lock:
+            t.exited = True  # what the monitor's exit handling does first
+        b.expire_sandboxes(time.time())
+        with b._lock:
+            t.exited = False  # (the monitor, let go, now handles the end from its start)
+    assert (tmp_path / "sandboxes" / "s").is_dir()
+    assert rec.wait_terminal("s").state == TaskState.SUCCEEDED
+
+
+def test_the_sweep_leaves_the_sandbox_of_a_task_id_launched_again_after_it_was_listed(
+        tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]],  # noqa: F811
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """The sweep lists the ended sandboxes, measures each (seconds for thousands), then removes those past a bound:
+    a task id launched again in between (a launch refused after its spawn began is placed again as the same
+    attempt) had its new sandbox removed under it, its end then unreadable (LOST). The launch is made here at
+    the sweep's first step of the removals (the loop's progress() beat, which the sweep gives at each)."""
+    b, rec = make_backend(n=1, sandbox_max_count=0, sandbox_max_bytes=1, sandbox_sweep_s=3600.0)  # every one goes
+    launch(b, spec("f", "exit 3"))
+    assert rec.wait_terminal("f").state == TaskState.FAILED
+    launch(b, spec("x", "true"))
+    assert rec.wait_terminal("x").state == TaskState.SUCCEEDED
+    rec.statuses.clear()
+    go = tmp_path / "go"
+    beats: list[int] = []
+
+    class Sweep:  # the loop the sweep's thread belongs to (peloton.loop: progress() beats it)
+        def progressed(self) -> None:
+            beats.append(1)
+            if len(beats) == 3:  # two sandboxes measured: the removals begin
+                assert launch(b, spec("x", f"while [ ! -e {go} ]; do sleep 0.05; done; echo again")).outcome \
+                    == LaunchOutcome.OK
+
+    monkeypatch.setattr(loop_module._current, "loop", Sweep(), raising=False)
+    b.expire_sandboxes(time.time())
+    monkeypatch.undo()
+    assert len(beats) >= 3
+    assert (tmp_path / "sandboxes" / "x" / "work").is_dir()
+    go.touch()
+    assert rec.wait_terminal("x").state == TaskState.SUCCEEDED
+    assert b.read_log("x", "stdout", 0, 100)[0] == b"again\n"
 
 
 # ------------------------------------------------------------------------------------------------ paths

@@ -466,8 +466,10 @@ class LocalBackend:
         return out
 
     def _sandboxes_not_running(self) -> Iterator[tuple[str, Path]]:
-        """(task id, sandbox) of every sandbox whose task this backend does not know as running (a stray the job
-        manager is killing keeps its sandbox)."""
+        """(task id, sandbox) of every sandbox whose task is not in this backend's book (a stray the job manager is
+        killing keeps its sandbox). Not even one whose wrapper has exited: the monitor reads how it ended from the
+        sandbox after it marked it so, and takes it out of the book only then (a sweep in between removed what it
+        was to read, and the task was reported LOST)."""
         try:
             names = os.listdir(self._sandboxes)
         except OSError:
@@ -477,10 +479,20 @@ class LocalBackend:
             if sandbox is None:
                 continue
             with self._lock:
-                t = self._tasks.get(name)
-                if t is not None and not t.exited:
+                if name in self._tasks:
                     continue
             yield name, sandbox
+
+    def _remove_sandbox(self, name: str, sandbox: Path) -> bool:
+        """Remove an ended task's sandbox, unless its task id is in the book again (launched anew since the sweep
+        listed it, after measuring every sandbox: seconds for thousands). What is left is a launch of that task id
+        registered while the sandbox is being removed (a launch refused whose spawn had begun, its gang placed
+        again as the same attempt: docs/running.md), whose spawner then makes the sandbox anew."""
+        with self._lock:
+            if name in self._tasks:
+                return False
+        shutil.rmtree(sandbox, ignore_errors=True)
+        return True
 
     def remove_sandboxes(self, job_ids: Collection[str]) -> int:
         """The jobs' ended tasks' sandboxes are handed to the `local-sandboxes` loop, which removes them in the
@@ -498,8 +510,7 @@ class LocalBackend:
     def _remove_job_sandboxes(self, wanted: set[str]) -> int:
         removed = 0
         for name, sandbox in self._sandboxes_not_running() if wanted else ():
-            if _job_of(name) in wanted:
-                shutil.rmtree(sandbox, ignore_errors=True)
+            if _job_of(name) in wanted and self._remove_sandbox(name, sandbox):
                 removed += 1
                 progress()  # (the retention loop's pass, when it deletes jobs in this process)
         return removed
@@ -525,11 +536,12 @@ class LocalBackend:
             for name in [n for n in self._ended_sandboxes if n not in seen]:
                 del self._ended_sandboxes[name]
         gone = to_remove(ended, now, self._sandbox_retention_s, self._sandbox_max_count, self._sandbox_max_bytes)
-        for name in gone:
+        for name in list(gone):
             progress()
             path = self._sandbox_path(name)
-            if path is not None:
-                shutil.rmtree(path, ignore_errors=True)
+            if path is not None and not self._remove_sandbox(name, path):
+                gone.remove(name)  # launched again since it was listed: its own now
+                continue
             with self._lock:
                 self._ended_sandboxes.pop(name, None)
         if gone:
