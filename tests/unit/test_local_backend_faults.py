@@ -17,11 +17,11 @@ from pathlib import Path
 
 import pytest
 
+from peloton import loop as loop_module
 from peloton.domain.launch import LaunchOutcome
 from peloton.domain.resources import Resources
 from peloton.domain.states import TaskState
 from peloton.hostmgr.local import backend as local_backend_module
-from peloton import loop as loop_module
 from peloton.hostmgr.local import logrotate
 from peloton.hostmgr.local.backend import LocalBackend, make_local_hosts
 from peloton.hostmgr.local.journal import Journal
