@@ -705,9 +705,9 @@ class LookupFailed(Exception):
 # before). Any other answer is a source that could not look (UNAVAIL or TRYAGAIN: /etc/passwd not opened, EMFILE;
 # LDAP or sssd not reached, EIO, ETIMEDOUT, ECONNREFUSED, EAGAIN; a service named in nsswitch.conf and not running,
 # ENOENT, which getpwnam(3) counts as "not found" but which is as likely an sssd restarting): transient, the task
-# not started, its gang's attempt failed and another tried (retry.max_attempts), never the job failed at once. So on
-# a host whose nsswitch.conf names a source that never runs, an unknown user fails its job only once its attempts
-# are spent, with the error of that source in its message.
+# not started, a failed attempt under its gang's failure policy (by default another, up to retry.max_attempts),
+# never "will not be retried unchanged". So on a host whose nsswitch.conf names a source that never runs, an unknown
+# user fails its job only once its attempts are spent, with the error of that source in its message.
 _NSS_KEYS = {"getpwnam_r": "name", "getpwuid_r": "uid", "getgrgid_r": "gid"}
 
 
