@@ -24,7 +24,10 @@ out and nothing here reads them), on their measurement cluster's hardware (T4, P
 (d) auto sizing: what `instances: auto` does at job creation (jobmgr/planning.py, Planner.auto_count) for counts
     2,000..3,000 (`--auto-sizes`) among `--auto-hosts` (1,100) hosts like (c)'s: the best plan's samples/s of every
     count, by `plan.size_rates` (least CPU time of `--repeat` runs) and, as before it, by one `plan.search` per
-    count (one run; `--auto-slow 0` skips it), and whether the two agree to the bit.
+    count (one run; `--auto-slow 0` skips it), and whether the two agree to the bit;
+(e) parameter-server auto sizing: counts 1..`--ps-sizes` (128) among `--ps-hosts` (100) hosts like (c)'s, with
+    two servers and with the servers' count chosen, by `plan.size_rates` (least CPU time of up to 3 runs) and, with
+    two servers, by one full search per count as before it (`--auto-slow 0` skips it).
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ import random
 import statistics
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -42,7 +46,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from benchmarks.harness import table, write_results  # noqa: E402
 from peloton.modelaware import fit  # noqa: E402
-from peloton.modelaware.cost import HIERARCHICAL, RING, CostParams, Reference  # noqa: E402
+from peloton.modelaware.cost import HIERARCHICAL, PS, RING, CostParams, Reference  # noqa: E402
 from peloton.modelaware.plan import FreeHost, PlanRequest, search, size_rates  # noqa: E402
 from peloton.modelaware.profile import ProfileRow, format_placement, read_profile, select  # noqa: E402
 from tests.public_data import public_data  # noqa: E402
@@ -189,6 +193,30 @@ def auto_time(params: CostParams, hosts: list[FreeHost], lo: int, hi: int, repea
     return out
 
 
+def ps_auto_time(params: CostParams, hosts: list[FreeHost], hi: int, repeat: int, slow: bool) -> dict[str, Any]:
+    """(e) A parameter-server goal's counts 1..hi rated at once (`size_rates`: least CPU time of `repeat` runs), two
+    servers (as a job's roles give the daemon) and the servers' count chosen (`peloton model plan`); with `slow`,
+    two servers also by one full search per count (what size_rates ran before) and whether the two agree."""
+    sizes = range(1, min(hi, sum(h.free_gpus for h in hosts)) + 1)
+    out: dict[str, Any] = {}
+    for label, servers in (("2 servers", 2), ("servers chosen", 0)):
+        req = PlanRequest(local_bsz=8, pattern=PS, servers=servers, top=1)
+        times = []
+        rates: list[float] = []
+        for _ in range(repeat):
+            t0 = time.process_time()
+            rates = size_rates(params, hosts, sizes, req)
+            times.append(time.process_time() - t0)
+        row: dict[str, Any] = {"sizes": len(sizes), "size_rates_cpu_ms": min(times) * 1000}
+        if slow and servers:
+            t0 = time.process_time()
+            each = [f[0].samples_per_s if (f := search(params, hosts, replace(req, gpus=k))) else 0.0 for k in sizes]
+            row["per_size_search_cpu_ms"] = (time.process_time() - t0) * 1000
+            row["same"] = each == rates
+        out[label] = row
+    return out
+
+
 def placement_time(params: CostParams, n_hosts: int, repeat: int, seed: int) -> dict[str, Any]:
     """The placer on an index of `n_hosts` (three kinds of 8-GPU hosts): one gang of 64 one-GPU workers, pack
     against model-aware (which reads every host's free slots for the search)."""
@@ -232,12 +260,15 @@ def main() -> int:
     ap.add_argument("--auto-hosts", type=int, default=1100, help="hosts of the auto-sizing cluster (default 1100)")
     ap.add_argument("--auto-sizes", default="2000-3000", help="counts auto sizing rates (default 2000-3000)")
     ap.add_argument("--auto-slow", type=int, default=1, help="also one search per count, as before (1; 0: not)")
+    ap.add_argument("--ps-hosts", type=int, default=100, help="hosts of the parameter-server sizing (default 100)")
+    ap.add_argument("--ps-sizes", type=int, default=128, help="counts 1..N it rates (default 128)")
     ap.add_argument("--json", default=None, help="output (default benchmarks/results/model.json)")
     a = ap.parse_args()
     results: dict[str, Any] = {"apps": {}, "parameters": {"hosts": a.hosts, "repeat": a.repeat, "seed": a.seed,
                                                            "fitted_on": [format_placement(p) for p in FITTED_ON]}}
     hosts = cluster(a.hosts, a.seed)
     auto_hosts = cluster(a.auto_hosts, a.seed)
+    ps_hosts = cluster(a.ps_hosts, a.seed)
     auto_lo, auto_hi = (int(x) for x in a.auto_sizes.split("-"))
     for app in APPS:
         path = TRACES / app / "placements.csv"
@@ -250,8 +281,9 @@ def main() -> int:
         timing = plan_time(params, hosts, a.repeat)
         placing = placement_time(params, a.placement_hosts, a.repeat, a.seed)
         auto = auto_time(params, auto_hosts, auto_lo, auto_hi, a.repeat, bool(a.auto_slow))
+        ps_auto = ps_auto_time(params, ps_hosts, a.ps_sizes, min(a.repeat, 3), bool(a.auto_slow))
         results["apps"][app] = {"accuracy": acc, "plan_quality": quality, "plan_time": timing,
-                                "placement_time": placing, "auto_time": auto}
+                                "placement_time": placing, "auto_time": auto, "ps_auto_time": ps_auto}
         print(f"{app}: fitted on {acc['fitted_rows']} rows (placements {', '.join(results['parameters']['fitted_on'])})"
               f", {acc['fit_s']:.2f} s")
         lines = [
@@ -291,6 +323,11 @@ def main() -> int:
             lines.append((f"auto sizing, {pattern}, {t['sizes']} counts, {a.auto_hosts} hosts",
                           f"{t['size_rates_cpu_ms']:.0f} ms CPU (median {t['size_rates_median_cpu_ms']:.0f})"
                           f"{slow}  -> fastest {t['best_gpus']} GPUs"))
+        for label, t in ps_auto.items():
+            slow = (f"; one search per count {t['per_size_search_cpu_ms']:.0f} ms, same: {t['same']}"
+                    if "per_size_search_cpu_ms" in t else "")
+            lines.append((f"auto sizing, ps, {label}, {t['sizes']} counts, {a.ps_hosts} hosts",
+                          f"{t['size_rates_cpu_ms']:.0f} ms CPU{slow}"))
         print(table(lines))
     print(f"  json: {write_results('model', results, a.json)}")
     return 0

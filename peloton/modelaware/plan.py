@@ -293,17 +293,25 @@ def _search_ps(params: CostParams, hosts: Sequence[FreeHost], kinds: list[_Kind]
 
 
 def _ps_score_bound(params: CostParams, assigned: list[tuple[str, int, _Kind]], k: int, bsz: float,
-                    objective: str, table: GpuTable) -> float:
-    """An upper bound of the score of every servers' layout on these workers. A worker host with w of the K workers
-    and a share s of the servers moves 2 (w (1 - s) + s (K - w)) units through its NIC, at least 2 min(w, K - w)
-    whatever s is; the compute does not depend on the servers. Workers on one host are not bounded (with the
-    servers there too, no NIC is crossed)."""
+                    objective: str, table: GpuTable, ns: Sequence[int], pool_nic: float) -> float:
+    """An upper bound of the score of every servers' layout on these workers, with n servers for n in `ns`. A host
+    with w of the K workers and s of the n servers moves 2 (w + s/n (K - 2w)) units of S through its NIC: a worker
+    host at least 2 min(w, K - w) whatever s is; some host holds a server: a worker host then at least 2 (w + (K -
+    2w)/n) (or 2 (K - w) when it has more than half the workers), a host of its own 2K/n, at the best NIC of the
+    hosts that can take one (`pool_nic`); both fall as n grows. The compute does not depend on the servers. Workers on one host are not
+    bounded (with the servers there too, no NIC is crossed)."""
     if len(assigned) < 2:
         return math.inf
     uses = [HostUse(g, kd.gpu_model, kd.nic_gbps, kd.gpu_link) for _, g, kd in assigned]
     tc = compute_time(params, uses, bsz, table)
-    worst = max(2 * min(g, k - g) * params.reference.nic_gbps / kd.nic_gbps for _, g, kd in assigned)
-    ts = params.alpha_n + params.beta_n * worst * (1 - 1e-9)  # below the layouts' own sums' rounding
+    ref = params.reference.nic_gbps
+    workers = max(2 * min(g, k - g) * ref / kd.nic_gbps for _, g, kd in assigned)
+    # the least traffic a host holding a server can have: both terms fall as n grows, so at the most servers
+    n = max(ns)
+    own = 2 * k / n * ref / pool_nic if pool_nic > 0 else math.inf
+    holder = min(own, min((2 * (g + (k - 2 * g) / n) if k >= 2 * g else 2 * (k - g)) * ref / kd.nic_gbps
+                          for _, g, kd in assigned))
+    ts = params.alpha_n + params.beta_n * max(workers, holder) * (1 - 1e-9)  # below the layouts' own rounding
     samples = k * bsz / combine(tc, ts, params.gamma)
     return samples / k if objective == "efficiency" else samples
 
@@ -317,8 +325,9 @@ def _best_ps(params: CostParams, pool: Sequence[FreeHost], kinds: list[_Kind], k
     tried). Ties keep _search_ps's order: candidates as _candidates gives them, then servers' count, colocated first."""
     bsz = req.local_bsz or req.global_bsz / k
     cands = [_assign(choice, k) for choice in _candidates(kinds, k)]
-    bounds = [round(_ps_score_bound(params, a, k, bsz, req.objective, table), 9) for a in cands]
     ns = [req.servers] if req.servers else list(range(1, min(k, MAX_SERVERS) + 1))
+    pool_nic = pool[0].nic_gbps if pool else 0.0  # (best first)
+    bounds = [round(_ps_score_bound(params, a, k, bsz, req.objective, table, ns, pool_nic), 9) for a in cands]
     best: tuple[tuple[object, ...], int, int] | None = None  # (rank, candidate, layout within it): the least
     for i in sorted(range(len(cands)), key=lambda i: -bounds[i]):
         if best is not None and bounds[i] < -cast(float, best[0][0]):  # ranks lead with -round(score, 9)

@@ -12,8 +12,7 @@ import yaml
 from hypothesis import HealthCheck, assume, event, example, given, settings
 from hypothesis import strategies as st
 
-from peloton.api import convert
-from peloton.api import specfile
+from peloton.api import convert, specfile
 from peloton.api.specfile import parse_spec
 from peloton.api.v1 import job_pb2
 from peloton.domain import limits as L
