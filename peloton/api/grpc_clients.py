@@ -247,7 +247,9 @@ class GrpcHostManager(_GrpcClient):
         return [convert.launch_result_from_proto(x) for x in r.results]
 
     def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
-        self._call("KillTasks", internal_pb2.KillTasksRequest(task_ids=task_ids, grace_s=grace_s or 0.0), 30)
+        with _encoding("KillTasks"):
+            request = internal_pb2.KillTasksRequest(task_ids=task_ids, grace_s=grace_s or 0.0)
+        self._call("KillTasks", request, 30)
 
     def wait_events(self, after_seq: int, max_events: int, timeout_s: float, ack_up_to_seq: int = 0,
                     ack_stream_id: str = "") -> TaskEvents:

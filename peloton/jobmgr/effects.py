@@ -16,7 +16,9 @@ already applied is answered by its id before any check), so it is split in halve
 sent in order, and a half refused again is split again, down to the one release or gang it refuses. That one is
 dropped, counted (`peloton_jobmgr_side_effects_refused_total{kind}`) and logged; a refused enqueue or adoption is
 handed back to the job manager (`take_refused`), which fails the gang's job saying why (gang_policy.refused_by_resmgr):
-never tried unchanged again, and the queue check finds it no more. The rest of the call goes through."""
+never tried unchanged again, and the queue check finds it no more. The rest of the call goes through. Kills (and
+preemptions) the host manager refuses for good are split the same way (`_send_kills`), the task it refuses dropped,
+counted (kind `kill` or `preempt`) and logged: else every later kill, release and enqueue would wait behind them."""
 
 from __future__ import annotations
 
@@ -39,7 +41,8 @@ log = logging.getLogger(__name__)
 
 PENDING = Gauge("peloton_jobmgr_pending_side_effects", "Kills, releases and enqueues not yet sent")
 REFUSED = Counter("peloton_jobmgr_side_effects_refused_total",
-                  "Releases, enqueues and adoptions resmgr refused for good (dropped; a gang's job fails)", ["kind"])
+                  "Kills and preemptions the host manager, releases, enqueues and adoptions resmgr refused for good "
+                  "(dropped; an enqueue's or adoption's gang's job fails)", ["kind"])
 MAX_REFUSAL_MESSAGE = 500  # characters of resmgr's message kept in a refused gang's reason
 CHUNK = 1000
 SEND_BACKOFF = Backoff(0.05, 5.0)  # a failed send is tried again after 0.05 s, doubling, at most 5 s
@@ -201,15 +204,16 @@ class SideEffects:
 
     def _send(self, out: Outbox) -> None:
         """Each part is removed from `out` once sent, so a retry sends only what is left."""
-        while out.kill:
-            self.hostmgr.kill(out.kill[:CHUNK])
-            del out.kill[:CHUNK]
+        self._send_kills(out.kill, None, "kill")
         while out.preempt:
             grace = out.preempt[0][1]
-            batch = [tid for tid, g in out.preempt if g == grace][:CHUNK]
-            self.hostmgr.kill(batch, grace)
-            sent = set(batch)
-            out.preempt = [x for x in out.preempt if x[0] not in sent]
+            batch = [tid for tid, g in out.preempt if g == grace]
+            todo = set(batch)
+            try:
+                self._send_kills(batch, grace, "preempt")
+            finally:  # what went (or was refused for good) is not sent again, with this grace or another
+                gone = todo.difference(batch)
+                out.preempt = [x for x in out.preempt if x[0] not in gone]
         while out.release or out.enqueue:
             if self._call is None:
                 release, chunk = resmgr_call(out.release, out.enqueue, CHUNK, self._sizes[0] if self._sizes else None)
@@ -233,6 +237,32 @@ class SideEffects:
             del out.enqueue[:len(chunk)]
             if self._sizes:
                 self._sizes.pop(0)
+
+    def _send_kills(self, ids: list[str], grace: float | None, kind: str) -> None:
+        """Kill `ids` (with `grace`), in calls of at most CHUNK, each removed from `ids` once sent. Kills carry no
+        call id: they are idempotent, and the host manager refuses a request for good before it kills any of it (a
+        client that cannot encode it, a message over gRPC's bound; a try again of a part already killed does no
+        harm). A call refused for good is split in halves, each sent in turn, down to the one task it refuses,
+        which is dropped, counted and logged: tried again unchanged it would be refused for ever, and every later
+        kill, release and enqueue would wait behind it."""
+        sizes: list[int] = []  # the next calls' sizes after a refusal: its halves, their halves...
+        while ids:
+            n = sizes.pop(0) if sizes else min(CHUNK, len(ids))
+            part = ids[:n]
+            try:
+                self.hostmgr.kill(part, grace)
+            except PelotonError as e:
+                if not refused_for_good(e):
+                    raise
+                if n > 1:
+                    log.warning("the host manager refused a call of %d kills for good (%s): sending it in halves, to "
+                                "find what it refuses", n, e.message)
+                    sizes[:0] = [(n + 1) // 2, n // 2]
+                    continue
+                REFUSED.labels(kind).inc()
+                log.error("the host manager refused to %s task %s for good: dropped (%s)", kind, part[0], e.message,
+                          extra={"task_id": part[0]})
+            del ids[:n]
 
     def _refused_call(self, out: Outbox, n_release: int, n_enqueue: int, e: PelotonError) -> None:
         """resmgr refused the call of `out`'s first `n_release` releases and `n_enqueue` enqueues for good (it

@@ -350,6 +350,68 @@ def test_a_request_the_message_cannot_hold_is_refused_for_good_by_the_client() -
     assert old.sent == []
 
 
+class RefusingKills:
+    """A host manager client that refuses for good (InvalidArgument) a kill call naming a task of `bad`; `away_at`:
+    the try (0-based) that fails as if the host manager could not be reached. What went through: `killed`."""
+
+    def __init__(self, bad: set[str], away_at: int = -1) -> None:
+        self.bad, self.away_at = bad, away_at
+        self.tries = 0
+        self.killed: list[tuple[str, float | None]] = []
+
+    def kill(self, task_ids: Sequence[str], grace_s: float | None = None) -> None:
+        self.tries += 1
+        if self.tries - 1 == self.away_at:
+            raise Unavailable("host manager away")
+        bad = [t for t in task_ids if t in self.bad]
+        if bad:
+            raise InvalidArgument(f"task_ids: {bad[0]} is bad")
+        self.killed += [(t, grace_s) for t in task_ids]
+
+
+def test_a_kill_refused_for_good_is_dropped_once_and_the_rest_go() -> None:
+    """Kills had no refusal for good: a kill call the host manager refused (a bug, a version skew) was tried again for
+    ever, and every later kill, release and enqueue waited behind it. Now it is split in halves down to the one task
+    it refuses, dropped and counted once, though a try in between failed for a while."""
+    hm = RefusingKills(bad={"k5", "p1"}, away_at=3)
+    rm = Refusing()
+    fx = SideEffects(rm, hm)  # type: ignore[arg-type]
+    kills, preempts = refused_total("kill"), refused_total("preempt")
+    out = Outbox(kill=[f"k{i}" for i in range(8)], preempt=[("p0", 5.0), ("p1", 5.0), ("p2", 30.0)],
+                 release=[("r0/0", 1)], enqueue=[(gang("e0"), False)])
+    with pytest.raises(Unavailable):
+        fx._send(out)
+    fx._send(out)  # the try again: what was sent or refused before the failure is not sent again
+    assert not len(out)
+    assert sorted(t for t, _ in hm.killed if t.startswith("k")) == [f"k{i}" for i in range(8) if i != 5]
+    assert [x for x in hm.killed if x[0].startswith("p")] == [("p0", 5.0), ("p2", 30.0)]
+    assert rm.items() == ["-r0/0", "+e0/0"]
+    assert refused_total("kill") == kills + 1 and refused_total("preempt") == preempts + 1
+
+
+def test_a_kill_the_client_cannot_encode_does_not_hold_up_the_sender(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Over real gRPC, through the sender's thread: a task id that is not UTF-8 raised the encoder's own error, taken
+    for a bug of the sender and tried again for ever (the outbox never drained: the enqueue after it never went)."""
+    monkeypatch.setattr(effects, "SEND_BACKOFF", effects.Backoff(0.01, 0.01))
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
+    be = FakeBackend()
+    hm = HostManager(be, clock=lambda: 1000.0, claim_ttl_s=3600)
+    hm.start()
+    try:
+        with resmgr_and_hostmgr_clients("grpc", rm, hm) as (rmc, hmc):
+            fx = SideEffects(rmc, hmc)
+            fx.start()
+            try:
+                fx.submit(Outbox(kill=["t1", "t\udc80", "t2"], preempt=[("p1", 5.0)], enqueue=[(gang("a"), False)]))
+                assert fx.drain(5)
+            finally:
+                fx.stop()
+    finally:
+        hm.stop()
+    assert be.killed == ["t1", "t2", "p1"]
+    assert [(g.gang_id, g.attempt) for g in rm.queue()[0]] == [("a/0", 1)]
+
+
 # --- over gRPC and in one process ------------------------------------------------------------------------------
 
 
