@@ -15,6 +15,13 @@ Deliberate differences from the real master (also listed in test_fake_master_con
 * Refuse filters, and the default 5 s filter, are scaled by ``client_time_scale`` so tests can run fast.
 * Only LAUNCH and LAUNCH_GROUP operations are applied; other offer operations are ignored.
 * Timing: allocation happens every ``allocation_interval`` and right after SUBSCRIBE / REVIVE.
+
+Maintenance (not in the recordings) follows Mesos' source (``Master::updateUnavailability``, the hierarchical
+allocator's ``generateInverseOffers`` and ``updateInverseOffer``): a window set or lifted on an agent
+(``schedule_maintenance`` / ``cancel_maintenance``, per agent rather than per machine) rescinds the agent's offers and
+outstanding inverse offers; each allocation sends an inverse offer for an agent in a window to each framework with
+resources offered or allocated there that has none outstanding for it and no unexpired refusal; an answer
+(ACCEPT/DECLINE_INVERSE_OFFERS) ends it and sets that refusal (``refuse_seconds``, default 5 s).
 """
 
 from __future__ import annotations
@@ -294,6 +301,7 @@ class _Framework:
     sub: _Subscription | None = None
     suppressed: set[str] = field(default_factory=set)
     filters: list[_Filter] = field(default_factory=list)
+    inverse_filters: dict[str, float] = field(default_factory=dict)  # agent id -> when its refusal expires
     disconnected_at: float | None = None
     subscribed_at: float = 0.0
 
@@ -655,41 +663,58 @@ class FakeMaster:
                 self._rescind(oid)
             return ids
 
-    def schedule_maintenance(self, agent_id: str, start_s: float, duration_s: float = 3600.0) -> list[str]:
-        """A maintenance window on the agent (what an operator's POST /maintenance/schedule does, the agent then
-        DRAINING): its offers carry `unavailability`, and each subscribed framework gets an INVERSE_OFFERS event for
-        it (the agent's whole resources: `resources` empty). Returns the inverse offer ids."""
+    def schedule_maintenance(self, agent_id: str, start_s: float, duration_s: float = 3600.0) -> None:
+        """A maintenance window on the agent (what an operator's POST /maintenance/schedule does), as
+        Master::updateUnavailability does it: the agent's outstanding offers are rescinded (RESCIND) and its
+        outstanding inverse offers too (RESCIND_INVERSE_OFFER), every framework's inverse offer filter for it is
+        cleared, and an allocation runs at once: its offers carry `unavailability` from then on, and each framework
+        with resources offered or allocated on it (tasks, executors, offers) gets an INVERSE_OFFERS event for it
+        (the agent's whole resources: `resources` empty), the others nothing (the allocator's
+        generateInverseOffers). See `inverse_offers()` for the ids."""
         with self._lock:
             a = self._agent(agent_id)
             assert a is not None, agent_id
             a.unavailability = (int(start_s * 1e9), int(duration_s * 1e9))
-            ids = []
-            for fw in [f for f in self._frameworks.values() if f.connected]:
-                iid = f"{self._master_id}-I{self._offer_seq}"
-                self._offer_seq += 1
-                a.inverse_offers[iid] = fw.framework_id
-                ids.append(iid)
-                self._send(fw, {"type": "INVERSE_OFFERS", "inverse_offers": {"inverse_offers": [{
-                    "id": {"value": iid}, "framework_id": {"value": fw.framework_id},
-                    "agent_id": {"value": a.agent_id},
-                    "url": {"scheme": "http", "address": {"hostname": a.hostname, "ip": a.ip, "port": a.port},
-                            "path": "/slave(1)"},
-                    "unavailability": self._unavailability_json(a), "resources": []}]}})
-            return ids
+            self._unavailability_changed(a)
 
     def cancel_maintenance(self, agent_id: str) -> None:
-        """The window is removed from the schedule: RESCIND_INVERSE_OFFER for each outstanding inverse offer, and
-        offers without `unavailability` from then on."""
+        """The window is removed from the schedule, again as Master::updateUnavailability: offers and outstanding
+        inverse offers on the agent rescinded, and offers without `unavailability` from then on."""
         with self._lock:
             a = self._agent(agent_id)
             assert a is not None, agent_id
             a.unavailability = None
-            for iid, fid in a.inverse_offers.items():
-                fw = self._frameworks.get(fid)
-                if fw is not None and fw.connected:
-                    self._send(fw, {"type": "RESCIND_INVERSE_OFFER",
-                                    "rescind_inverse_offer": {"inverse_offer_id": {"value": iid}}})
-            a.inverse_offers.clear()
+            self._unavailability_changed(a)
+
+    def inverse_offers(self, framework_id: str | None = None) -> list[dict[str, Any]]:
+        """The outstanding (sent, not yet answered nor rescinded) inverse offers: {inverse_offer_id, agent_id,
+        framework_id}."""
+        with self._lock:
+            return [{"inverse_offer_id": iid, "agent_id": a.agent_id, "framework_id": fid}
+                    for a in self._agents for iid, fid in a.inverse_offers.items()
+                    if framework_id in (None, fid)]
+
+    def _unavailability_changed(self, a: FakeAgent) -> None:
+        for o in [o for o in self._offers.values() if o.agent_id == a.agent_id]:
+            self._rescind(o.offer_id)
+        self._rescind_inverse_offers(a)
+        for fw in self._frameworks.values():
+            fw.inverse_filters.pop(a.agent_id, None)  # (so that each framework reassesses the new window)
+        self._allocate()
+
+    def _rescind_inverse_offers(self, a: FakeAgent) -> None:
+        for iid, fid in list(a.inverse_offers.items()):
+            fw = self._frameworks.get(fid)
+            if fw is not None and fw.connected:
+                self._send(fw, {"type": "RESCIND_INVERSE_OFFER",
+                                "rescind_inverse_offer": {"inverse_offer_id": {"value": iid}}})
+        a.inverse_offers.clear()
+
+    def _drop_inverse_offers(self, framework_id: str) -> None:
+        """A framework's inverse offers end with its subscription, without RESCIND_INVERSE_OFFER (as its offers)."""
+        for a in self._agents:
+            for iid in [i for i, f in a.inverse_offers.items() if f == framework_id]:
+                del a.inverse_offers[iid]
 
     @staticmethod
     def _unavailability_json(a: FakeAgent) -> dict[str, Any]:
@@ -738,6 +763,7 @@ class FakeMaster:
             a.state = "DISCONNECTED"
             for o in [o for o in self._offers.values() if o.agent_id == agent_id]:
                 self._rescind(o.offer_id)
+            self._rescind_inverse_offers(a)
             for t in [t for t in self._tasks.values() if t.agent_id == agent_id]:
                 fw = self._frameworks.get(t.framework_id)
                 if fw is not None and not fw.checkpoint and t.agent_state not in TERMINAL_STATES:
@@ -865,6 +891,8 @@ class FakeMaster:
                 fw.disconnected_at = time.monotonic()
         for oid in list(self._offers):
             self._offers.pop(oid, None)
+        for a in self._agents:
+            a.inverse_offers.clear()
 
     def _select(self, framework_id: str | None) -> list[_Framework]:
         if framework_id is None:
@@ -1002,6 +1030,7 @@ class FakeMaster:
         fw.disconnected_at = time.monotonic()
         for o in [o for o in self._offers.values() if o.framework_id == fw.framework_id]:
             self._offers.pop(o.offer_id, None)
+        self._drop_inverse_offers(fw.framework_id)
 
     # ------------------------------------------------------------------ HTTP entry
     def _handle(self, h: _Handler) -> None:
@@ -1219,6 +1248,7 @@ class FakeMaster:
                     self._close_sub(old)
                 for o in [o for o in self._offers.values() if o.framework_id == fid]:
                     self._offers.pop(o.offer_id, None)
+                self._drop_inverse_offers(fid)
             fw.suppressed = set(call["subscribe"].get("suppressed_roles") or [])
             fw.disconnected_at = None
             fw.subscribed_at = time.monotonic()
@@ -1249,6 +1279,7 @@ class FakeMaster:
             self._tasks.pop((fid, t.task_id), None)
         for o in [o for o in self._offers.values() if o.framework_id == fid]:
             self._offers.pop(o.offer_id, None)
+        self._drop_inverse_offers(fid)
         if fw.sub is not None and close:
             self._close_sub(fw.sub)
         fw.sub = None
@@ -1264,8 +1295,43 @@ class FakeMaster:
         return avail
 
     def _allocate(self) -> None:
-        if not self.offers_enabled or self._crashed:
+        if self._crashed:
             return
+        if self.offers_enabled:
+            self._allocate_offers()
+        self._generate_inverse_offers()
+
+    def _generate_inverse_offers(self) -> None:
+        """The allocator's generateInverseOffers, after each allocation: for an agent with a maintenance window, an
+        inverse offer to each connected framework with resources offered or allocated there (tasks not terminal,
+        executors, offers), unless it has one outstanding for the agent or refused one for it (its
+        ACCEPT/DECLINE_INVERSE_OFFERS filter) that has not expired: so an answered inverse offer comes again once
+        its filter expires, while the framework still has something there."""
+        now = time.monotonic()
+        for a in self._agents:
+            if a.state != "ACTIVE" or a.unavailability is None:
+                continue
+            there = {o.framework_id for o in self._offers.values() if o.agent_id == a.agent_id}
+            there |= {t.framework_id for t in self._tasks.values()
+                      if t.agent_id == a.agent_id and t.agent_state not in TERMINAL_STATES}
+            there |= {fid for fid, _ in a.executors}
+            outstanding = set(a.inverse_offers.values())
+            for fid in sorted(there - outstanding):
+                fw = self._frameworks.get(fid)
+                if fw is None or not fw.connected or fw.inverse_filters.get(a.agent_id, 0.0) > now:
+                    continue
+                fw.inverse_filters.pop(a.agent_id, None)
+                iid = f"{self._master_id}-I{self._offer_seq}"
+                self._offer_seq += 1
+                a.inverse_offers[iid] = fid
+                self._send(fw, {"type": "INVERSE_OFFERS", "inverse_offers": {"inverse_offers": [{
+                    "id": {"value": iid}, "framework_id": {"value": fid},
+                    "agent_id": {"value": a.agent_id},
+                    "url": {"scheme": "http", "address": {"hostname": a.hostname, "ip": a.ip, "port": a.port},
+                            "path": "/slave(1)"},
+                    "unavailability": self._unavailability_json(a), "resources": []}]}})
+
+    def _allocate_offers(self) -> None:
         now = time.monotonic()
         fws = [f for f in self._frameworks.values() if f.connected]
         if not fws:
@@ -1369,6 +1435,24 @@ class FakeMaster:
             self._offers.pop(o.offer_id)
             if secs > 0:
                 fw.filters.append(_Filter(o.agent_id, o.role, o.resources, time.monotonic() + secs))
+
+    def _call_accept_inverse_offers(self, fw: _Framework, call: dict[str, Any]) -> None:
+        self._answer_inverse_offers(fw, call["accept_inverse_offers"])
+
+    def _call_decline_inverse_offers(self, fw: _Framework, call: dict[str, Any]) -> None:
+        self._answer_inverse_offers(fw, call["decline_inverse_offers"])
+
+    def _answer_inverse_offers(self, fw: _Framework, body: dict[str, Any]) -> None:
+        """An answered inverse offer is over (the master keeps the answer for the operator's /maintenance/status);
+        the framework gets no other for that agent for `refuse_seconds` (default 5 s; 0: none), then again while it
+        still has resources there. An unknown or another framework's id: ignored (202)."""
+        secs = self._refuse_seconds(body.get("filters"))
+        for iid in [(i or {}).get("value") for i in body.get("inverse_offer_ids") or []]:
+            for a in self._agents:
+                if a.inverse_offers.get(iid) == fw.framework_id:
+                    del a.inverse_offers[iid]
+                    if secs > 0:
+                        fw.inverse_filters[a.agent_id] = time.monotonic() + secs
 
     def _call_revive(self, fw: _Framework, call: dict[str, Any]) -> None:
         roles = (call.get("revive") or {}).get("roles") or fw.roles

@@ -12,6 +12,7 @@ from typing import Any
 import pytest
 
 from tests.mesos.fake_master import (
+    FakeAgent,
     FakeMaster,
     Subscription,
     framework_info,
@@ -456,3 +457,56 @@ def test_raw_http_edges(fake_master: FakeMaster) -> None:
     r3 = send_call(m.url, {"type": "SUBSCRIBE", "subscribe": {"framework_info": framework_info()}},
                    headers={"Accept": "text/plain"})
     assert r3.status == 406
+
+
+def test_inverse_offers_go_to_frameworks_with_resources_there_and_come_again_after_an_answer(
+        fake_master_factory: Factory) -> None:
+    """As the allocator's generateInverseOffers: an agent's maintenance window is sent (INVERSE_OFFERS) to the
+    frameworks with resources offered or allocated on it only, not to every framework; an answered one is over,
+    and comes again, under a new id, once the answer's refuse filter expires; lifting the window rescinds the
+    outstanding one (RESCIND_INVERSE_OFFER) and the agent's offers, which come back without `unavailability`."""
+    agents = [FakeAgent(None, "127.0.0.1", {"cpus": 8, "mem": 16384, "disk": 1000, "ports": [(31000, 32000)]},
+                        port=5051 + i) for i in range(2)]
+    m = fake_master_factory(agents)
+    x, y = (a.agent_id for a in m.agents)
+    sa, fa = _sub(m, name="a")
+    offers = {o["agent_id"]["value"]: o for o in _offers(sa)}
+    assert _call(m, sa, fa, "DECLINE", {"offer_ids": [offers[y]["id"]],
+                                        "filters": {"refuse_seconds": 100000}}).status == 202
+    _running(m, sa, fa, offers[x], "t1")
+    sb = subscribe(m.url, framework_info("b"), suppressed_roles=["*"])  # no offers: nothing of b's anywhere
+    assert sb.next_event(timeout=5)["type"] == "SUBSCRIBED"
+
+    def inverse(s: Subscription) -> dict[str, Any]:
+        return s.wait_for(lambda e: e["type"] == "INVERSE_OFFERS")["inverse_offers"]["inverse_offers"][0]
+
+    m.schedule_maintenance(x, time.time() + 3600)
+    m.schedule_maintenance(y, time.time() + 3600)  # a's offer of it declined: nothing of a's there either
+    io = inverse(sa)
+    assert io["agent_id"]["value"] == x and io["framework_id"]["value"] == fa and io["resources"] == []
+    sb.wait_for(lambda e: e["type"] == "HEARTBEAT")  # (allocations ran meanwhile)
+    sb.wait_for(lambda e: e["type"] == "HEARTBEAT")
+    sent = [(fid, e["inverse_offers"]["inverse_offers"][0]["agent_id"]["value"]) for fid, e in m.events
+            if e["type"] == "INVERSE_OFFERS"]
+    assert sent == [(fa, x)], sent
+    assert [i["inverse_offer_id"] for i in m.inverse_offers()] == [io["id"]["value"]]
+
+    # declined (a's task is still there): over, and asked again once the filter expires
+    assert _call(m, sa, fa, "DECLINE_INVERSE_OFFERS", {"inverse_offer_ids": [io["id"]],
+                                                      "filters": {"refuse_seconds": 2}}).status == 202
+    again = inverse(sa)
+    assert again["agent_id"]["value"] == x and again["id"] != io["id"]
+    # accepted: the same (a still holds resources there)
+    assert _call(m, sa, fa, "ACCEPT_INVERSE_OFFERS", {"inverse_offer_ids": [again["id"]]}).status == 202
+    third = inverse(sa)
+    assert third["id"] not in (io["id"], again["id"])
+
+    m.cancel_maintenance(x)
+    rescinded = sa.wait_for(lambda e: e["type"] == "RESCIND_INVERSE_OFFER")
+    assert rescinded["rescind_inverse_offer"]["inverse_offer_id"] == third["id"]
+    back = sa.wait_for(lambda e: e["type"] == "OFFERS" and any(o["agent_id"]["value"] == x
+                                                               for o in e["offers"]["offers"]))
+    assert all("unavailability" not in o for o in back["offers"]["offers"])
+    assert m.inverse_offers() == []
+    sa.close()
+    sb.close()

@@ -15,6 +15,7 @@ import pytest
 
 from peloton.cli import render
 from tests.e2e.harness import wait_until
+from tests.mesos.fake_master import FakeMaster
 from tests.mesos.test_mesos_backend_e2e import (
     Factory,
     MesosDaemon,
@@ -46,6 +47,17 @@ def _answers(fake: object, kind: str) -> list[dict[str, Any]]:
     return [c["body"][kind.lower()] for c in fake.calls_of(kind)]  # type: ignore[attr-defined]
 
 
+def _inverse_offers(fake: FakeMaster, agent_id: str) -> list[str]:
+    """The ids of the inverse offers the master sent for the agent so far."""
+    return [io["id"]["value"] for _, e in list(fake.events) if e["type"] == "INVERSE_OFFERS"
+            for io in e["inverse_offers"]["inverse_offers"] if io["agent_id"]["value"] == agent_id]
+
+
+def _answered(fake: FakeMaster, kind: str, agent_id: str) -> list[dict[str, Any]]:
+    ids = set(_inverse_offers(fake, agent_id))
+    return [a for a in _answers(fake, kind) if ids & {i["value"] for i in a["inverse_offer_ids"]}]
+
+
 def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts(
         fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:  # noqa: F811
     fake = fake_master_factory(cpu_agents(3, ids=True))
@@ -58,19 +70,18 @@ def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts
     idle_agent = ({"agent-S0", "agent-S1", "agent-S2"} - busy).pop()
     victim_host = next(t["host"] for t in before if agent_of(fake, t["task_id"]) == victim_agent)
 
-    # maintenance on the idle agent: nothing of ours there, the inverse offer is accepted at once
-    (idle_io,) = fake.schedule_maintenance(idle_agent, time.time() + 3600)
-    wait_until(lambda: any(idle_io == i["value"] for a in _answers(fake, "ACCEPT_INVERSE_OFFERS")
-                           for i in a["inverse_offer_ids"]), 10, 0.1, "the idle agent's inverse offer accepted")
+    # maintenance on the idle agent: no task of ours there (an offer held), the inverse offer is accepted at once
+    fake.schedule_maintenance(idle_agent, time.time() + 3600)
+    wait_until(lambda: _answered(fake, "ACCEPT_INVERSE_OFFERS", idle_agent), 10, 0.1,
+               "the idle agent's inverse offer accepted")
     idle_host = f"127.0.0.1:{next(a.port for a in fake.agents if a.agent_id == idle_agent)}"
     wait_until(lambda: _hosts(d)[idle_host].get("maintenance"), 10, 0.2, "the idle agent drained")
     fake.cancel_maintenance(idle_agent)  # lifted (RESCIND_INVERSE_OFFER): in service again
     wait_until(lambda: not _hosts(d)[idle_host].get("maintenance") and not _hosts(d)[idle_host].get("drain"), 10,
                0.2, "the idle agent back in service")
     # ... and on the busy one, starting in 4 s: declined for now (our member is there), drained
-    (busy_io,) = fake.schedule_maintenance(victim_agent, time.time() + 4)
-    declined = wait_until(lambda: [a for a in _answers(fake, "DECLINE_INVERSE_OFFERS")
-                                   if busy_io in [i["value"] for i in a["inverse_offer_ids"]]], 10, 0.1,
+    fake.schedule_maintenance(victim_agent, time.time() + 4)
+    declined = wait_until(lambda: _answered(fake, "DECLINE_INVERSE_OFFERS", victim_agent), 10, 0.1,
                           "the busy agent's inverse offer declined")
     assert declined[0]["filters"]["refuse_seconds"] == 30
     h = wait_until(lambda: (lambda h: h if h.get("maintenance") else None)(_hosts(d)[victim_host]), 10, 0.2,
