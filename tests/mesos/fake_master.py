@@ -301,7 +301,7 @@ class _Framework:
     sub: _Subscription | None = None
     suppressed: set[str] = field(default_factory=set)
     filters: list[_Filter] = field(default_factory=list)
-    inverse_filters: dict[str, float] = field(default_factory=dict)  # agent id -> when its refusal expires
+    inverse_filters: dict[str | None, float] = field(default_factory=dict)  # agent id -> when its refusal expires
     disconnected_at: float | None = None
     subscribed_at: float = 0.0
 
@@ -1447,7 +1447,7 @@ class FakeMaster:
         the framework gets no other for that agent for `refuse_seconds` (default 5 s; 0: none), then again while it
         still has resources there. An unknown or another framework's id: ignored (202)."""
         secs = self._refuse_seconds(body.get("filters"))
-        for iid in [(i or {}).get("value") for i in body.get("inverse_offer_ids") or []]:
+        for iid in [str((i or {}).get("value")) for i in body.get("inverse_offer_ids") or []]:
             for a in self._agents:
                 if a.inverse_offers.get(iid) == fw.framework_id:
                     del a.inverse_offers[iid]

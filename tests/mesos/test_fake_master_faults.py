@@ -468,7 +468,7 @@ def test_inverse_offers_go_to_frameworks_with_resources_there_and_come_again_aft
     agents = [FakeAgent(None, "127.0.0.1", {"cpus": 8, "mem": 16384, "disk": 1000, "ports": [(31000, 32000)]},
                         port=5051 + i) for i in range(2)]
     m = fake_master_factory(agents)
-    x, y = (a.agent_id for a in m.agents)
+    x, y = (str(a.agent_id) for a in m.agents)
     sa, fa = _sub(m, name="a")
     offers = {o["agent_id"]["value"]: o for o in _offers(sa)}
     assert _call(m, sa, fa, "DECLINE", {"offer_ids": [offers[y]["id"]],

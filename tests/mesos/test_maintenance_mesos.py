@@ -1,7 +1,8 @@
 """Mesos maintenance windows: an agent the master announces maintenance on (INVERSE_OFFERS, and `unavailability`
 in its offers) is drained like `peloton host drain --deadline <window start>`: no new gangs, the gangs still
-there preempted whole when the window starts (no attempt used) and placed elsewhere; the inverse offer is declined
-while our tasks are there and accepted once none is; a lifted window (RESCIND_INVERSE_OFFER) puts it back."""
+there preempted whole when the window starts (no attempt used) and placed elsewhere; the inverse offer is left
+unanswered while our tasks are there and accepted once none is; a lifted window (RESCIND_INVERSE_OFFER, or offers
+without `unavailability`) puts it back."""
 
 from __future__ import annotations
 
@@ -14,6 +15,10 @@ from typing import Any
 import pytest
 
 from peloton.cli import render
+from peloton.domain.launch import TaskStatus
+from peloton.domain.states import TaskState
+from peloton.hostmgr.mesos.backend import MesosBackend, MesosOptions
+from peloton.hostmgr.mesos.client import MesosClient
 from tests.e2e.harness import wait_until
 from tests.mesos.fake_master import FakeMaster
 from tests.mesos.test_mesos_backend_e2e import (
@@ -26,6 +31,7 @@ from tests.mesos.test_mesos_backend_e2e import (
     start_daemon,  # noqa: F401 - fixture
     wait_whole,
 )
+from tests.mesos.test_mesos_backend_unit import launch, spec
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(120)]
 
@@ -79,11 +85,11 @@ def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts
     fake.cancel_maintenance(idle_agent)  # lifted (RESCIND_INVERSE_OFFER): in service again
     wait_until(lambda: not _hosts(d)[idle_host].get("maintenance") and not _hosts(d)[idle_host].get("drain"), 10,
                0.2, "the idle agent back in service")
-    # ... and on the busy one, starting in 4 s: declined for now (our member is there), drained
+    # ... and on the busy one, starting in 4 s: left unanswered while our member is there (so that the master can
+    # rescind it), drained
     fake.schedule_maintenance(victim_agent, time.time() + 4)
-    declined = wait_until(lambda: _answered(fake, "DECLINE_INVERSE_OFFERS", victim_agent), 10, 0.1,
-                          "the busy agent's inverse offer declined")
-    assert declined[0]["filters"]["refuse_seconds"] == 30
+    wait_until(lambda: [i for i in fake.inverse_offers() if i["agent_id"] == victim_agent], 10, 0.1,
+               "the busy agent's inverse offer sent")
     h = wait_until(lambda: (lambda h: h if h.get("maintenance") else None)(_hosts(d)[victim_host]), 10, 0.2,
                    "host list showing the window")
     assert h["drain"] == "draining" and h["drain_deadline"] > render.rfc3339(time.time())  # RFC 3339 strings sort
@@ -96,6 +102,9 @@ def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts
         return ts if fresh and victim_agent not in {agent_of(fake, str(t["task_id"])) for t in ts} else None
 
     wait_until(moved, 60, 0.5, "the gang moved off the agent in maintenance")
+    wait_until(lambda: _answered(fake, "ACCEPT_INVERSE_OFFERS", victim_agent), 10, 0.1,
+               "the vacated agent's inverse offer accepted")
+    assert not _answered(fake, "DECLINE_INVERSE_OFFERS", victim_agent)
     gang = d.job(job)["status"]["gangs"][0]
     assert gang["attempt"] == 1 and gang["preemptions"] == 1, gang
 
@@ -103,3 +112,38 @@ def test_a_maintenance_window_drains_the_agent_and_moves_its_gang_when_it_starts
     fake.cancel_maintenance(victim_agent)
     wait_until(lambda: not _hosts(d)[victim_host].get("maintenance"), 10, 0.2, "the window lifted")
     assert _hosts(d)[victim_host].get("drain", "") == ""
+
+
+
+def test_a_window_lifted_while_our_task_is_on_the_agent_and_we_are_suppressed_puts_it_back_in_service(
+        fake_master_factory: Factory) -> None:
+    """The backend with its real client, suppressed (no demand), so the master offers it nothing: what tells it that
+    a window on an agent its task runs on was lifted is the master rescinding the inverse offer, which a master does
+    only for one still outstanding. The backend declined it (and kept every answered id as if outstanding): the
+    master sent nothing when the window was lifted, and the agent stayed draining for maintenance (its gang to be
+    preempted at the old window's start)."""
+    fake = fake_master_factory(cpu_agents(2, ids=True))
+    b = MesosBackend(MesosOptions(idle_suppress_s=0.5, reconcile_wait_s=0.5),
+                     lambda c, f, ev: MesosClient([fake.url], c, ev, framework_id=f), lambda: None, lambda f: None)
+    statuses: list[TaskStatus] = []
+    b.start(statuses.append)
+    try:
+        host = wait_until(lambda: sorted(o.hostname for o in b.offers()), 10, 0.1, "offers")[0]
+        launch(b, [spec("job-0-1", host)])
+
+        def running() -> bool:  # (updates acknowledged as the host manager does once the job manager has them)
+            acks = [st.ack for st in statuses if st.ack]
+            if acks:
+                b.acknowledge(acks)
+            return any(st.state == TaskState.RUNNING for st in statuses)
+
+        wait_until(running, 10, 0.1, "the task running")
+        wait_until(lambda: fake.calls_of("SUPPRESS"), 10, 0.1, "the idle backend suppressed")
+        agent = agent_of(fake, "job-0-1")
+        fake.schedule_maintenance(agent, time.time() + 3600)
+        wait_until(lambda: host in b.maintenance(), 10, 0.1, "the agent draining for maintenance")
+        fake.cancel_maintenance(agent)
+        wait_until(lambda: host not in b.maintenance(), 10, 0.1, "the agent back in service")
+        assert not _answered(fake, "DECLINE_INVERSE_OFFERS", agent)
+    finally:
+        b.stop()

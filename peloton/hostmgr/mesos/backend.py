@@ -53,7 +53,6 @@ from peloton.security import run_as
 log = logging.getLogger(__name__)
 
 TICK_S = 0.5  # offers held too long are declined, reconciliation advanced, this often
-INVERSE_RECHECK_S = 30.0  # an inverse offer declined (our tasks still there) comes back after this
 # an ended task (terminal, or unknown to the master) is kept this long: a late kill or reconcile of it is answered
 # from it. Then it is forgotten, so that a daemon running for months holds and scans its live tasks, not every task
 # it ever ran; its agent is remembered (at most MAX_ENDED_AGENTS, the oldest go first) for `task logs`.
@@ -172,7 +171,7 @@ class MesosBackend:
         self._agents: dict[str, AgentView] = {}  # agent id -> view (never removed, its hostname never changes)
         self._per_hostname: collections.Counter[str] = collections.Counter()  # hostname -> its agents in _agents
         self._maintenance: dict[str, float] = {}  # agent id -> its maintenance window's start (Unix seconds)
-        self._inverse: dict[str, str] = {}  # outstanding inverse offer id -> agent id
+        self._inverse: dict[str, str] = {}  # outstanding (unanswered) inverse offer id -> agent id
         self._tasks: dict[str, _Task] = {}  # live tasks, and ended ones for ENDED_KEEP_S
         self._ended: dict[str, str] = {}  # forgotten task id -> its agent id, oldest first (MAX_ENDED_AGENTS)
         self._answers: dict[str, tuple[float, TaskStatus]] = {}  # task id -> (arrival, latest status)
@@ -602,30 +601,37 @@ class MesosBackend:
 
     def _on_inverse_offers(self, ev: InverseOffers) -> None:
         """The master asks us to leave agents for maintenance: they are drained (no new gangs; the job manager
-        preempts what is still there when the window starts). Each inverse offer is accepted once none of our
-        tasks is left on its agent, else declined for INVERSE_RECHECK_S (the master asks again then)."""
-        accept: list[str] = []
-        decline: list[str] = []
+        preempts what is still there when the window starts). An inverse offer is accepted once none of our tasks is
+        left on its agent: at once, or by the ticker (`_vacated_locked`). Until then it is left unanswered, not
+        declined: the master rescinds only an outstanding inverse offer when the window is lifted or moved
+        (RESCIND_INVERSE_OFFER), and forgets an answered one, so that a declined one would leave us draining an
+        agent whose window is gone when nothing else tells us (suppressed, or holding no offer of it)."""
         changed: list[AgentView] = []
         with self._lock:
-            busy = {t.agent_id for t in self._tasks.values() if _live(t.state)}
             for io in ev.offers:
                 self._inverse[io.id] = io.agent_id
                 self._note_window_locked(io.agent_id, io.start)
-                (decline if io.agent_id in busy else accept).append(io.id)
                 if io.agent_id in self._agents:
                     changed.append(self._agents[io.agent_id])
+            accept = self._vacated_locked()
         if accept:
             self._send(lambda: self.protocol.answer_inverse_offers(accept, vacated=True))
-        if decline:
-            self._send(lambda: self.protocol.answer_inverse_offers(decline, vacated=False,
-                                                                    refuse_seconds=INVERSE_RECHECK_S))
         self._hosts_changed(changed)
+
+    def _vacated_locked(self) -> list[str]:
+        """The outstanding inverse offers of agents none of our tasks is left on, answered from now (the master
+        forgets an answered one, and so do we: it sends a new one while we still hold resources there)."""
+        busy = {t.agent_id for t in self._tasks.values() if _live(t.state)}
+        done = [iid for iid, aid in self._inverse.items() if aid not in busy]
+        for iid in done:
+            del self._inverse[iid]
+        return done
 
     def _disconnected(self) -> None:
         CONNECTED.set(0)
         with self._lock:
             self._set_up = False
+            self._inverse.clear()  # the master drops them without RESCIND_INVERSE_OFFER; a new subscription gets new ones
             changed = list(self._agents.values())
             for a in changed:
                 a.clear()
@@ -770,6 +776,7 @@ class MesosBackend:
                 implicit = True
             if implicit:
                 self._last_implicit = now
+            vacated = self._vacated_locked() if self._inverse else []
         if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
             with self._lock:
                 self.suppressed = False
@@ -784,6 +791,8 @@ class MesosBackend:
             self._send(lambda: self.protocol.reconcile(reconcile))
         if implicit:
             self._send(lambda: self.protocol.reconcile([]))
+        if vacated:
+            self._send(lambda: self.protocol.answer_inverse_offers(vacated, vacated=True))
 
 
 class _Refused(LaunchError):
