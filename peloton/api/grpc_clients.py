@@ -9,6 +9,7 @@ otherwise raises `NotSent` without sending it; that is mapped to errors.Unreacha
 
 from __future__ import annotations
 
+import collections
 import contextlib
 from collections.abc import Callable, Iterator, Sequence
 from typing import Any
@@ -123,10 +124,50 @@ class _GrpcClient:
 
 
 class GrpcResourceManager(_GrpcClient):
-    """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several)."""
+    """ResourceManagerClient over a ResourceManagerInternal stub (or a FailoverStub of several).
+
+    A resmgr of an earlier release (a rolling upgrade) ignores EnqueueGangs' `remove` and `call_id`, and says so
+    (`removed` false): it queued the gangs without the removals that were to come first. The first such answer is
+    mended (the removals sent by RemoveGangs, then what they undid of the gangs just queued, queued again: the order
+    of one call), and from then on this client sends the removals first, each call's by a RemoveGangs of its own.
+    A try again of a call whose EnqueueGangs that resmgr applied does not send it again (it would apply it again)."""
+
+    def __init__(self, stub: Any) -> None:
+        super().__init__(stub)
+        # (enqueue is called by the job manager's side effects' one sender thread alone: no lock)
+        self._remove_ignored = False  # the resmgr answered that it ignores EnqueueGangs.remove
+        self._applied: collections.OrderedDict[str, None] = collections.OrderedDict()  # call ids, see above
 
     def enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest],
                 remove: Sequence[GangKey] = (), call_id: str = "") -> None:
+        remove_id = f"{call_id}/remove" if call_id else ""  # (a resmgr that applies ids applies each part once)
+        if not (call_id and call_id in self._applied):
+            if remove and self._remove_ignored:
+                self.remove_gangs(remove, call_id=remove_id)
+                if gangs or running:
+                    self._enqueue(gangs, running, (), call_id)
+                return
+            if self._enqueue(gangs, running, remove, call_id) or not remove:
+                return
+            # an earlier release queued the gangs, ignoring the removals that were to come before them
+            self._remove_ignored = True
+            if call_id:
+                self._applied[call_id] = None
+                while len(self._applied) > 64:
+                    self._applied.popitem(last=False)
+        self.remove_gangs(remove, call_id=remove_id)
+        up_to: dict[str, int] = {}
+        for gid, attempt in remove:
+            up_to[gid] = max(attempt, up_to.get(gid, attempt))
+        again = [g for g in gangs if g.gang_id in up_to and g.attempt <= up_to[g.gang_id]]
+        held = [g for g in running if g.gang_id in up_to and g.attempt <= up_to[g.gang_id]]
+        if again or held:  # what the removals undid of what was just queued (or adopted)
+            self._enqueue(again, held, (), f"{call_id}/again" if call_id else "")
+        self._applied.pop(call_id, None)
+
+    def _enqueue(self, gangs: Sequence[GangRequest], running: Sequence[GangRequest], remove: Sequence[GangKey],
+                 call_id: str) -> bool:
+        """One EnqueueGangs; whether the resmgr applied `remove` (an earlier release ignores it)."""
         with _encoding("EnqueueGangs"):
             adopted = [convert.gang_request_to_proto(g) for g in running]
             for p in adopted:
@@ -134,9 +175,7 @@ class GrpcResourceManager(_GrpcClient):
             request = internal_pb2.EnqueueGangsRequest(
                 gangs=[*(convert.gang_request_to_proto(g) for g in gangs), *adopted], remove=_keys(remove),
                 call_id=call_id)
-        r = self._call("EnqueueGangs", request, 30)
-        if remove and not r.removed:  # a resmgr of an earlier release ignored them (a rolling upgrade)
-            self.remove_gangs(remove)
+        return bool(self._call("EnqueueGangs", request, 30).removed)
 
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
         r = self._call("DequeueGangs", internal_pb2.DequeueGangsRequest(

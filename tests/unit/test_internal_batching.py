@@ -513,6 +513,71 @@ def test_removals_an_old_resmgr_ignored_are_sent_by_remove_gangs() -> None:
     assert [n for n, _ in old.sent] == ["EnqueueGangs"]
 
 
+class OldResmgr:
+    """The resmgr side of a release before EnqueueGangs' `remove` and `call_id`, over a real ResourceManager: it
+    queues (or adopts) the gangs, ignores both fields (`removed` false), and RemoveGangs removes; `fail_removes`:
+    RemoveGangs calls that fail first, as if resmgr could not be reached."""
+
+    def __init__(self, rm: ResourceManager, fail_removes: int = 0) -> None:
+        self.rm, self.fail_removes = rm, fail_removes
+        self.sent: list[str] = []
+
+    def EnqueueGangs(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802 - the gRPC method
+        self.sent.append("EnqueueGangs")
+        gangs = [convert.gang_request_from_proto(p) for p in request.gangs]
+        self.rm.enqueue([g for g, p in zip(gangs, request.gangs, strict=True) if not p.running],
+                        [g for g, p in zip(gangs, request.gangs, strict=True) if p.running])
+        return internal_pb2.EnqueueGangsResponse()
+
+    def RemoveGangs(self, request: Any, timeout: float | None = None) -> Any:  # noqa: N802 - the gRPC method
+        self.sent.append("RemoveGangs")
+        if self.fail_removes:
+            self.fail_removes -= 1
+            raise Unavailable("resmgr away")
+        self.rm.remove([(k.gang_id, k.attempt) for k in request.gangs])
+        return internal_pb2.RemoveGangsResponse()
+
+
+def _queued(rm: ResourceManager) -> list[tuple[str, int]]:
+    return sorted((g.gang_id, g.attempt) for g in rm.queue()[0])
+
+
+def test_an_old_resmgr_is_sent_a_calls_removals_before_its_gangs() -> None:
+    """The removals an old resmgr ignored were sent after the gangs it had queued: a release and an enqueue of the
+    same gang attempt in one call (its allocation released, then queued again) left it out of the queue."""
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
+    old = OldResmgr(rm)
+    c = GrpcResourceManager(old)
+    c.enqueue([gang("a"), gang("b")], [])
+    c.enqueue([gang("a"), gang("c")], [], remove=[("a/0", 1), ("b/0", 1)], call_id="1")
+    assert _queued(rm) == [("a/0", 1), ("c/0", 1)]
+    old.sent.clear()
+    c.enqueue([gang("b", attempt=2)], [], remove=[("b/0", 2)], call_id="2")  # known old now: removals first
+    assert old.sent == ["RemoveGangs", "EnqueueGangs"] and _queued(rm) == [("a/0", 1), ("b/0", 2), ("c/0", 1)]
+
+
+def test_a_call_an_old_resmgr_applied_is_not_applied_again_when_tried_again() -> None:
+    """The removals' RemoveGangs failed after the old resmgr had queued the call's gangs: the call, tried again as
+    it was, sent its EnqueueGangs again, which that resmgr (it ignores call ids) applied again. Here the gang had
+    been placed and launched in between: queued again, its allocation released (its pool over-admitted)."""
+    from peloton.domain.placement import GangPlacement, MemberAssignment
+
+    rm = ResourceManager(lambda: [ResourcePool("/")], clock=lambda: 1000.0)
+    old = OldResmgr(rm, fail_removes=1)
+    c = GrpcResourceManager(old)
+    with pytest.raises(Unavailable):
+        c.enqueue([gang("a")], [], remove=[("z/0", 1)], call_id="1")
+    (got,) = rm.dequeue(10, 0.05, Resources(cpu=16, mem=1000, gpu=8))
+    rm.set_placements([GangPlacement(got.gang_id, got.job_id, got.attempt, tuple(
+        MemberAssignment(m.instance, m.task_id, "h1", "127.0.0.1", m.resources) for m in got.members))], [])
+    assert [p.gang_id for p in rm.take_placements(10, 0.05, "launcher")[0]] == ["a/0"]
+    rm.ack_placements([("a/0", 1)], [])  # launched: held, no longer queued
+    assert _queued(rm) == [] and rm.unknown([("a/0", 1)]) == []
+    c.enqueue([gang("a")], [], remove=[("z/0", 1)], call_id="1")  # the sender's try again
+    assert _queued(rm) == [] and rm.unknown([("a/0", 1)]) == []
+    assert old.sent == ["EnqueueGangs", "RemoveGangs", "RemoveGangs"]
+
+
 def test_acks_an_old_peer_ignored_are_sent_by_their_own_calls() -> None:
     old = OldPeer()
     GrpcResourceManager(old).get_placements(10, 0.0, "one", ack_done=[("a/0", 1)])
