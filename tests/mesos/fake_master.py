@@ -861,6 +861,8 @@ class FakeMaster:
             self._master_id = master_id or str(uuid.uuid4())
             self._offer_seq = 0
             self._offers.clear()
+            for a in self._agents:
+                a.inverse_offers.clear()  # (the windows themselves are in the registry: they stay)
             self._removed.clear()
             old = self._frameworks
             self._frameworks = {}
