@@ -54,6 +54,19 @@ def format_mib(mib: float) -> str:
 # disk in bytes (the daemon counts MiB), gpu a count. For every exported gauge of resources.
 BASE_UNITS = {"cpu": 1.0, "mem": 1024.0 * 1024, "disk": 1024.0 * 1024, "gpu": 1.0}
 
+# How far a float sum may stand above its bound and still fit. Sums of many quantities that are inexact in binary
+# (1.1 cores, 1.1Gi = 1126.4 MiB) drift by about one ulp per term: 1000 gangs of 1.1Gi sum to 1126400.0000000088
+# MiB, which an absolute 1e-9 alone refused against a limit of 1100Gi. So the tolerance grows with the bound
+# (1e-10 of it: a 1 EiB limit gains 110 MiB, a 10-million-core one 0.001 core, far below what anyone asks).
+ABS_TOLERANCE = 1e-9
+REL_TOLERANCE = 1e-10
+
+
+def within(value: float, bound: float, abs_tolerance: float = ABS_TOLERANCE) -> bool:
+    """value <= bound, give or take float rounding (absolute near zero, relative to the bound above)."""
+    return value <= bound + abs_tolerance + REL_TOLERANCE * abs(bound)
+
+
 @dataclass(frozen=True, slots=True)
 class Resources:
     """A resource vector. cpu in cores, mem/disk in MiB, gpu and ports as counts."""
@@ -74,24 +87,22 @@ class Resources:
         return Resources(self.cpu * n, self.mem * n, self.disk * n, self.gpu * n, self.ports * n)
 
     def fits_in(self, o: Resources) -> bool:
-        eps = 1e-9
         return (
-            self.cpu <= o.cpu + eps
-            and self.mem <= o.mem + eps
-            and self.disk <= o.disk + eps
+            within(self.cpu, o.cpu)
+            and within(self.mem, o.mem)
+            and within(self.disk, o.disk)
             and self.gpu <= o.gpu
             and self.ports <= o.ports
         )
 
     def short_of(self, o: Resources) -> list[str]:
         """Dimensions in which `self` does not fit in `o` (for failure explanations)."""
-        eps = 1e-9
         out = []
-        if self.cpu > o.cpu + eps:
+        if not within(self.cpu, o.cpu):
             out.append("cpu")
-        if self.mem > o.mem + eps:
+        if not within(self.mem, o.mem):
             out.append("mem")
-        if self.disk > o.disk + eps:
+        if not within(self.disk, o.disk):
             out.append("disk")
         if self.gpu > o.gpu:
             out.append("gpu")

@@ -22,7 +22,7 @@ from collections.abc import Container, Mapping, Sequence
 from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, Holding
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest
-from peloton.domain.resources import Resources, format_mib
+from peloton.domain.resources import Resources, format_mib, within
 from peloton.placement.reservation import BACKFILL_SLACK_S, behind
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
@@ -293,8 +293,8 @@ def _free(cap: Entitlement, allocated: Mapping[str, Resources], pools: Mapping[s
 
 
 def _fits(total: Resources, free: Sequence[float]) -> bool:
-    return (total.cpu <= free[0] + _EPS and total.mem <= free[1] + _EPS and total.disk <= free[2] + _EPS
-            and total.gpu <= free[3] + _EPS)
+    return (within(total.cpu, free[0], _EPS) and within(total.mem, free[1], _EPS)
+            and within(total.disk, free[2], _EPS) and total.gpu <= free[3] + _EPS)
 
 
 def _use(free: list[float], total: Resources) -> None:
@@ -399,8 +399,9 @@ def entitled(gang_total: Resources, pool_path: str, ent: Mapping[str, Entitlemen
         if p == "/" or e is None:
             continue
         used = allocated.get(p, _NONE)
-        if (used.cpu + gang_total.cpu <= e.cpu + _EPS and used.mem + gang_total.mem <= e.mem + _EPS
-                and used.disk + gang_total.disk <= e.disk + _EPS and used.gpu + gang_total.gpu <= _whole(e, "gpu")):
+        if (within(used.cpu + gang_total.cpu, e.cpu, _EPS) and within(used.mem + gang_total.mem, e.mem, _EPS)
+                and within(used.disk + gang_total.disk, e.disk, _EPS)
+                and used.gpu + gang_total.gpu <= _whole(e, "gpu")):
             continue
         return _over_entitlement(p, (e.cpu, e.mem, e.disk, e.gpu), (used.cpu, used.mem, used.disk, used.gpu),
                                  (gang_total.cpu, gang_total.mem, gang_total.disk, gang_total.gpu))
@@ -411,7 +412,7 @@ def entitled(gang_total: Resources, pool_path: str, ent: Mapping[str, Entitlemen
 def _over_entitlement(pool: str, ent: tuple[float, ...], used: tuple[float, ...], need: tuple[float, ...]) -> str:
     """The reason, formatted once per distinct case (many waiting gangs of a pool share it)."""
     whole = (ent[0], ent[1], ent[2], math.floor(ent[3] + _EPS))
-    short = [i for i in range(4) if used[i] + need[i] > whole[i] + _EPS]
+    short = [i for i in range(4) if not within(used[i] + need[i], whole[i], _EPS)]
     return ("waiting for admission: over pool " + pool + "'s entitlement in " + ", ".join(
         f"{_DIMS[i]} (entitled to {_show(_DIMS[i], ent[i])} now, holds {_show(_DIMS[i], used[i])}, the gang needs "
         f"{_show(_DIMS[i], need[i])})" for i in short))
@@ -425,7 +426,8 @@ def within_reservation(gang_total: Resources, pool_path: str, pools: Mapping[str
     if pool_path == "/" or pool is None:
         return None
     used = pinned.get(pool_path, Resources())
-    short = [d for d in _DIMS if getattr(used, d) + getattr(gang_total, d) > getattr(pool.reservation, d) + _EPS]
+    short = [d for d in _DIMS
+             if not within(getattr(used, d) + getattr(gang_total, d), getattr(pool.reservation, d), _EPS)]
     if not short:
         return None
     return ("waiting for admission: the gang is not preemptible, so it runs only within pool " + pool_path
