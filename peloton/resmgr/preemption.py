@@ -5,7 +5,7 @@ Two kinds (docs/pools.md, "Preemption"):
   that hold more than their entitlement (in a dimension the waiting gang needs) are candidates, the pool most over
   its entitlement first. Within a pool, gangs whose removal leaves the pool at or above its entitlement come
   before those that would take it below (a pool is brought down to its entitlement, not under it, when the gang
-  sizes allow).
+  sizes allow). The root's own gangs are measured against the part of its entitlement its children do not take.
 - **priority**: preemptible gangs of the waiting gang's own pool with a lower priority, whatever the entitlements.
 
 Within either, the lowest priority first, then the gang that has run for the shortest time (it loses the least
@@ -73,21 +73,23 @@ def reclaim_candidates(need: Resources, pool: str, holdings: Mapping[str, Holdin
                        ent: Mapping[str, Entitlement], capacity: Resources,
                        excluded: Collection[str] = ()) -> list[str]:
     """Gangs of other pools that hold more than their entitlement in a dimension `need` (the waiting gang's total)
-    asks for, most over first; within each pool those that keep it at its entitlement first."""
+    asks for, most over first; within each pool those that keep it at its entitlement first. An interior pool's
+    own gangs (the root's) count against the part of its entitlement its children do not take."""
     dims = [d for d in _DIMS if getattr(need, d) > 0]
-    over: list[tuple[float, str]] = []
+    over: list[tuple[float, str, Entitlement]] = []
+    kids = _children_sums(ent)
     for p in by_pool:
-        if p == pool or p in chain(pool) or p not in ent:
+        if p == pool or p not in ent:
             continue
-        e, held = ent[p], own_alloc.get(p, Resources())
+        e, held = _own_share(p, ent, kids), own_alloc.get(p, Resources())
         score = sum(max(0.0, getattr(held, d) - float(getattr(e, d))) / max(float(getattr(capacity, d)), 1.0)
                     for d in dims)
         if score > _EPS:
-            over.append((-score, p))
+            over.append((-score, p, e))
     keep_whole: list[str] = []
     then: list[str] = []
-    for _, p in sorted(over):
-        e, left = ent[p], own_alloc.get(p, Resources())
+    for _, p, e in sorted(over, key=lambda o: o[:2]):
+        left = own_alloc.get(p, Resources())
         mine = sorted(((gid, holdings[gid]) for gid in by_pool[p] if gid in holdings), key=_victim_order)
         for gid, h in mine:
             if not _eligible(gid, h, excluded):
@@ -98,6 +100,30 @@ def reclaim_candidates(need: Resources, pool: str, holdings: Mapping[str, Holdin
             (keep_whole if all(getattr(after, d) + _EPS >= float(getattr(e, d)) for d in dims) else then).append(gid)
             left = after
     return keep_whole + then
+
+
+def _children_sums(ent: Mapping[str, Entitlement]) -> dict[str, list[float]]:
+    """Per pool with children, its children's entitlements summed (per dimension)."""
+    out: dict[str, list[float]] = {}
+    for c, e in ent.items():
+        if c != "/":
+            s = out.setdefault(chain(c)[1], [0.0, 0.0, 0.0, 0.0])
+            for i, d in enumerate(_DIMS):
+                s[i] += float(getattr(e, d))
+    return out
+
+
+def _own_share(p: str, ent: Mapping[str, Entitlement], kids: Mapping[str, list[float]]) -> Entitlement:
+    """What the entitlement of pool `p` gives its own gangs (`by_pool` and `own_alloc` count only those): all of it
+    for a leaf; for a pool with children (the root, whose own gangs share the cluster with its children as one more
+    child: entitlement.py), what its children's entitlements (`kids`: `_children_sums`) leave. Its own gangs
+    beyond that share are as much a reclaim's candidates as another pool's: the root is every pool's ancestor, and
+    its gangs that took the whole cluster while the other pools were idle would otherwise keep a reserved pool
+    from its share for ever."""
+    e, below = ent[p], kids.get(p)
+    if below is None:
+        return e
+    return Entitlement(*(max(0.0, float(getattr(e, d)) - below[i]) for i, d in enumerate(_DIMS)))
 
 
 def shortfall(total: Resources, pool: str, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],

@@ -16,6 +16,7 @@ from peloton.domain.resources import Resources
 from peloton.placement.index import HostIndex
 from peloton.placement.placer import can_ever_fit
 from peloton.placement.victims import Candidate, choose_victims
+from peloton.resmgr.entitlement import PoolPolicy, entitlements
 from peloton.resmgr.manager import (
     ORDER_AGAIN_S,
     PREEMPTIONS,
@@ -57,6 +58,26 @@ def test_reclaim_takes_from_the_pool_most_over_its_entitlement_and_keeps_it_at_i
     assert got == ["b3", "b2", "c2"]
     # a pool the waiting gang's own, or one not over in the dimensions it needs, gives nothing
     assert reclaim_candidates(Resources(cpu=1), "/a", held, by_pool, own, ent, CAP) == []
+
+
+def test_the_roots_own_gangs_beyond_their_share_give_a_reserved_pool_its_share_back() -> None:
+    """The root's own gangs share the cluster with its children as one more child (elastic, share 1, no
+    reservation: docs/pools.md). Gangs of / that took the whole cluster while /a was idle were never reclaim
+    candidates (the root is an ancestor of every pool), so /a, entitled to its reservation, waited for them to end
+    however long they ran."""
+    pools = {"/": PoolPolicy("/"), "/a": PoolPolicy("/a", reservation=Resources(gpu=4))}
+    held = {"r1": holding("/", 4, since=1), "r2": holding("/", 4, since=2)}
+    by_pool = {"/": ["r1", "r2"]}
+    own = {"/": Resources(cpu=2, mem=512, gpu=8)}
+    ent = entitlements(pools, CAP, {"/a": Resources(cpu=1, mem=256, gpu=4)}, own)
+    assert ent["/a"].gpu == 4 and ent["/"].gpu == 8  # / keeps 4 for its own gangs, which hold 8
+    # the newest first; r2 leaves the root's gangs at their share of 4 (kept whole first)
+    assert reclaim_candidates(Resources(cpu=1, mem=256, gpu=4), "/a", held, by_pool, own, ent, CAP) == ["r2"]
+    # within their share, they give nothing
+    own_within = {"/": Resources(cpu=1, mem=256, gpu=4)}
+    ent2 = entitlements(pools, CAP, {"/a": Resources(cpu=1, mem=256, gpu=4)}, own_within)
+    assert reclaim_candidates(Resources(cpu=1, mem=256, gpu=4), "/a", {"r1": held["r1"]}, {"/": ["r1"]},
+                              own_within, ent2, CAP) == []
 
 
 def test_shortfall_is_what_the_tightest_bound_on_the_way_lacks() -> None:
