@@ -27,6 +27,7 @@ from peloton.domain.allocation import Entitlement, Holding
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest
 from peloton.domain.resources import Resources
+from peloton.resmgr.admission import admit, entitled
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import chain
 from peloton.resmgr.queues import Entry, State
@@ -156,8 +157,9 @@ def find_probes(heads: Iterable[Entry], now: float, room: int, settle_s: float, 
     """At most `room` probes for the placement engine, from `heads` (each pool's first starved gang, best first):
     those past the settling window (`settle_s`), not asked about too recently, not refused by their own
     reservation and not already waiting for victims. A gang blocked by its pool gets the candidates that free
-    its pool's share (`preempt` False: none); one entitled but without hosts also those of pools over their
-    entitlement, and the gangs that end soonest (the placement engine keeps their hosts for it). Marks each
+    its pool's share (`preempt` False: none); one within its pool's limits and entitlement but without hosts also
+    those of pools over their entitlement, and the gangs that end soonest (the placement engine keeps their hosts
+    for it); one without hosts but beyond its entitlement (a borrower) is probed as one its pool blocks. Marks each
     probed entry's `probed_at`."""
     out: list[Probe] = []
     for e in heads:
@@ -169,10 +171,15 @@ def find_probes(heads: Iterable[Entry], now: float, room: int, settle_s: float, 
             continue
         e.probed_at = now
         g = e.req
+        # only hosts keep it waiting when it is within its pool's limits and entitlement now: a gang that found no
+        # hosts after it borrowed beyond its entitlement (or whose entitlement shrank since) takes nothing back
+        # from other pools, nor has hosts kept for it; it is probed as one its pool blocks
+        hosts = e.block == "hosts" and (admit(g.total, g.respool, pools, holdings.allocated) is None
+                                        and entitled(g.total, g.respool, ent, holdings.allocated) is None)
         cands: list[str] = []
         need = Resources()
         if preempt:
-            if e.block == "hosts":  # within its entitlement: other pools over theirs give back first
+            if hosts:  # within its entitlement: other pools over theirs give back first
                 cands = reclaim_candidates(g.total, g.respool, holdings.by_gang, holdings.pool_gangs, holdings.own,
                                            ent, capacity, preempting)
             else:
@@ -180,9 +187,9 @@ def find_probes(heads: Iterable[Entry], now: float, room: int, settle_s: float, 
             cands += priority_candidates(g.priority, g.respool, holdings.by_gang,
                                          holdings.pool_gangs.get(g.respool, ()), preempting)
         ending: tuple[tuple[str, Holding], ...] = ()
-        if e.block == "hosts":  # entitled, no hosts: the hosts that free up earliest are kept for it
+        if hosts:  # entitled, no hosts: the hosts that free up earliest are kept for it
             ending = holdings.earliest_ends(MAX_ENDING)
-        if cands or e.block == "hosts":
+        if cands or hosts:
             out.append(Probe(g, holdings.of(cands[:MAX_CANDIDATES]), need, ending))
     return out
 

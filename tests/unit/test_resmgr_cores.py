@@ -472,6 +472,27 @@ def test_a_gang_entitled_without_hosts_probes_for_the_hosts_that_free_up_first()
     assert find_probes([e], 60.0, 8, 10.0, False, h, pools, {}, R(cpu=64), set()) == []
 
 
+def test_a_borrower_without_hosts_reclaims_nothing_and_has_no_hosts_kept() -> None:
+    """Reclaim is for a gang within its pool's entitlement (docs/pools.md): a gang admitted beyond it (borrowing)
+    that then found no hosts waited with block "hosts" like an entitled one, and so was given the gangs of other
+    pools over their entitlement as victims (one borrower preempting another, 'pool /a ... needs its share back'
+    for a pool beyond its share) and the hosts that free up first."""
+    q, h = Queues(), Holdings()
+    h.hold(_wide("a34", "/a", 34, 0, max_runtime_s=100))  # /a holds 34, 2 over its 32
+    h.placed("a34/0", 1, (("h1", R(gpu=34)),), 1.0)
+    h.launched("a34/0", 1)
+    ent = {"/": Entitlement(1000, 10**7, 0, 64), "/a": Entitlement(500, 10**7, 0, 32),
+           "/b": Entitlement(500, 10**7, 0, 16)}
+    borrower = _waiting(q, _wide("b20", "/b", 20, 1))  # beyond /b's 16: it borrowed, then found no hosts
+    q.starve(borrower, 0.0, "hosts")
+    assert find_probes([borrower], 50.0, 8, 10.0, True, h, TWO, ent, GPUS, set()) == []
+    q.drop("b20/0")
+    entitled = _waiting(q, _wide("b16", "/b", 16, 2))  # within /b's 16: /a gives back what it holds beyond 32
+    q.starve(entitled, 0.0, "hosts")
+    probes = find_probes([entitled], 50.0, 8, 10.0, True, h, TWO, ent, GPUS, set())
+    assert [[c for c, _ in p.candidates] for p in probes] == [["a34/0"]]
+
+
 def test_an_entry_placed_leaves_the_starved_and_reserving_indexes() -> None:
     q = Queues()
     g = gang("a")
