@@ -207,7 +207,7 @@ def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePo
     (the gangs in the way have no max_runtime)."""
     if not holdings.ending:
         return  # nothing ends at a known time: no first gang's admission time is known
-    ending: tuple[tuple[str, Holding], ...] | None = None  # (the same for every pool: found once, when needed)
+    ending: list[tuple[float, Holding]] | None = None  # (the same for every pool: found once, when needed)
     stop_at: list[float | None] = []  # when `stop` could borrow (found once, when needed)
     free0 = list(free)  # (as it was before this backfill: `stop`'s estimate must not move with it)
     for head, borrow_from in waiting:
@@ -219,7 +219,7 @@ def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePo
         if not behind:
             continue
         if ending is None:
-            ending = holdings.earliest_ends(MAX_ENDING)
+            ending = _ends(holdings, now)
         if borrow_from == _AFTER_STOP:
             if not stop_at:
                 stop_at.append(_earliest(stop.req, pools, ent, holdings, free0, 0.0, ending)[1] if stop else None)
@@ -243,21 +243,36 @@ def _backfill(queues: Queues, holdings: Holdings, pools: Mapping[str, ResourcePo
             _use(free, g.total)
 
 
+def _ends(holdings: Holdings, now: float) -> list[tuple[float, Holding]]:
+    """The held gangs with an sla.max_runtime, each with when it ends at the latest (up to MAX_ENDING, earliest
+    first): a placed one at its start plus its max_runtime; one admitted and not placed yet at `now` plus it, the
+    earliest it can end (it starts no sooner than it is placed). Not placed, it must not be taken to run for ever:
+    a backfilled gang still being placed would push the first gang's latest admission time out, and a second gang
+    ending after the true time would backfill and delay it. (An end estimated early only backfills less.)"""
+    ends = []
+    for gid in holdings.ending:
+        h = holdings.by_gang[gid]
+        end = h.ends_at if h.usage else now + h.max_runtime_s
+        if end is not None:
+            ends.append((end, gid, h))
+    return [(end, h) for end, _, h in heapq.nsmallest(MAX_ENDING, ends, key=lambda x: (x[0], x[1]))]
+
+
 def _earliest(g: GangRequest, pools: Mapping[str, ResourcePool], ent: Mapping[str, Entitlement],
               holdings: Holdings, free: Sequence[float], borrow_from: float | None,
-              ending: Sequence[tuple[str, Holding]] | None = None) -> tuple[float | None, float | None]:
-    """When gang `g`, waiting at the head of its pool, could be admitted at the latest, as the placed gangs with an
-    sla.max_runtime end by then (earliest first; the others are taken to run for ever): (within its pool's limits
-    and entitlements as they are now; as a borrower, within the limits and the free capacity, no earlier than
-    `borrow_from`). Each is None when not reached (for borrowing, also when `borrow_from` is None). `ending`:
-    `holdings.earliest_ends(MAX_ENDING)` if the caller has it already."""
+              ending: Sequence[tuple[float, Holding]]) -> tuple[float | None, float | None]:
+    """When gang `g`, waiting at the head of its pool, could be admitted at the latest, as the held gangs with an
+    sla.max_runtime end by then (`ending`: `_ends`, earliest first; the others are taken to run for ever): (within
+    its pool's limits and entitlements as they are now; as a borrower, within the limits and the free capacity,
+    no earlier than `borrow_from`). Each is None when not reached (for borrowing, also when `borrow_from` is
+    None)."""
     alloc = {p: holdings.allocated.get(p, _NONE) for p in chain(g.respool)}
     room = list(free)
     t_ent: float | None = None
     t_free: float | None = None
     if admit(g.total, g.respool, pools, alloc) is None and _fits(g.total, room):
         t_free = 0.0  # it fits now: only the order keeps it from borrowing
-    for _, h in ending if ending is not None else holdings.earliest_ends(MAX_ENDING):
+    for end, h in ending:
         if t_ent is not None and t_free is not None:
             break
         for p in chain(h.pool):
@@ -267,9 +282,9 @@ def _earliest(g: GangRequest, pools: Mapping[str, ResourcePool], ent: Mapping[st
         if admit(g.total, g.respool, pools, alloc) is not None:
             continue
         if t_ent is None and entitled(g.total, g.respool, ent, alloc) is None:
-            t_ent = h.ends_at
+            t_ent = end
         if t_free is None and _fits(g.total, room):
-            t_free = h.ends_at
+            t_free = end
     if borrow_from is None or t_free is None:
         return t_ent, None
     return t_ent, max(t_free, borrow_from)

@@ -409,6 +409,27 @@ def test_backfill_at_admission_admits_only_what_ends_before_the_first_gang_could
     assert admission_round(q3, h3, TWO, _ent(q3, h3), 10, 200.0, 1.0, set()) == []
 
 
+def test_a_second_backfill_does_not_pass_while_the_first_is_being_placed() -> None:
+    """The first gang's latest admission time took a backfilled gang not placed yet (no hosts, so no end known)
+    to run for ever: in the next round, before the placement engine placed it, the estimate moved from 101 to
+    1001 and a second gang that ends at 506 backfilled; at 101 it held the room the first gang needed."""
+    q, h = Queues(), Holdings()
+    ent = {"/": Entitlement(1000, 10**7, 0, 64), "/a": Entitlement(500, 10**7, 0, 54),
+           "/b": Entitlement(500, 10**7, 0, 10)}
+    h.hold(_wide("full", "/a", 54, 0))  # /a holds 54 for ever: 6 GPUs free, too few for b7 to borrow
+    h.placed("full/0", 1, (("h0", R(gpu=54)),), 1.0)
+    for job, rt in (("r1", 100), ("r2", 1000)):  # /b holds 4: 2 end at 101, 2 at 1001
+        h.hold(_wide(job, "/b", 2, 0, max_runtime_s=rt))
+        h.placed(f"{job}/0", 1, ((job, R(gpu=2)),), 1.0)
+    q.add(_wide("b7", "/b", 7, 1), 0.0)  # 4 + 7 > 10: admitted at 101 at the latest (2 + 7 <= 10)
+    q.add(_wide("g", "/b", 2, 2, max_runtime_s=50), 0.0)  # ends by 55: backfills
+    q.add(_wide("g2", "/b", 2, 3, max_runtime_s=500), 0.0)  # would end by 506, after 101
+    assert [e.req.job_id for e in admission_round(q, h, TWO, ent, 10, 0.0, 1.0, set())] == ["g"]
+    # a second round, g still being placed
+    assert admission_round(q, h, TWO, ent, 10, 1.0, 1.0, set()) == []
+    assert q.get("g2/0").state == State.WAITING  # type: ignore[union-attr]
+
+
 # --- preemption orders and probes -------------------------------------------------------------------------------
 def _waiting(q: Queues, g: GangRequest) -> Entry:
     return q.add(g, 0.0)
