@@ -20,10 +20,11 @@ import peloton.resmgr.admission as admission
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberRequest
 from peloton.domain.resources import Resources
-from peloton.resmgr.admission import admission_round
+from peloton.resmgr.admission import admission_round, admit, entitled
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
 from peloton.resmgr.paths import chain
+from peloton.resmgr.preemption import find_probes
 from peloton.resmgr.queues import Queues, State
 
 R = Resources
@@ -62,8 +63,9 @@ def worlds(draw: st.DrawFn) -> World:
                                    share=draw(st.sampled_from([1.0, 2.0, 0.5])),
                                    reservation_type=draw(st.sampled_from(["elastic", "static"])))
     leaves = sorted(p for p in pools if not any(q != p and p in chain(q) for q in pools)) + ["/"]
-    capacity = R(cpu=float(draw(st.integers(0, 64))), mem=float(draw(st.integers(0, 64 * 1024))),
-                 gpu=draw(st.integers(0, 32)))
+    # small clusters too, where pools contend and some hold beyond their share
+    capacity = R(cpu=float(draw(st.sampled_from([2, 4, 8, 16, 64]))), mem=float(draw(st.integers(0, 64 * 1024))),
+                 gpu=draw(st.sampled_from([0, 2, 4, 8, 32])))
     now = 1000.0
 
     def gang(i: int, running: bool) -> GangRequest:
@@ -277,3 +279,46 @@ def test_backfill_never_delays_the_first_gang_of_the_pool(line: Line, lag: bool)
     backfill than without, whether gangs are placed at once or a round passes before."""
     first = sorted(line.waiting, key=lambda g: (-g.priority, g.enqueued_at))[0].gang_id
     assert _admitted_at(line, first, True, lag) <= _admitted_at(line, first, False, lag)
+
+
+# --- preemption candidates ---------------------------------------------------------------------------------------
+@given(worlds(), st.data())
+@PROPERTY
+def test_preemption_candidates_are_whole_preemptible_gangs_of_lower_priority_or_of_pools_over_their_share(
+        w: World, data: st.DataObject) -> None:
+    """Whatever the pools and queues: every candidate of a probe is a launched, preemptible gang not already being
+    preempted, and either of the waiting gang's own pool with a lower priority, or (the waiting gang within its
+    pool's limits and entitlement, waiting for hosts) of another pool holding more than its share in a dimension
+    the waiting gang needs."""
+    q, h = Queues(), Holdings()
+    for g in w.running:
+        h.hold(g)
+        h.placed(g.gang_id, 1, tuple((m.hostname, m.resources) for m in g.members), g.running_since)
+        if data.draw(st.booleans()):
+            h.launched(g.gang_id, 1)
+    preempting = {g.gang_id for g in w.running if data.draw(st.integers(0, 4)) == 0}
+    for g in w.waiting:
+        e = q.add(g, 0.0)
+        q.starve(e, 1.0, data.draw(st.sampled_from(["pool", "hosts"])))
+    ent = entitlements(policies(w.pools.values()), w.capacity, q.demand, h.own)
+    kids: dict[str, list[str]] = {}
+    for p in ent:
+        if p != "/":
+            kids.setdefault(chain(p)[1], []).append(p)
+
+    def own_share(p: str, d: str) -> float:
+        return getattr(ent[p], d) - sum(getattr(ent[c], d) for c in kids.get(p, []))
+
+    for probe in find_probes(q.starved_heads(), 100.0, 100, 10.0, True, h, w.pools, ent, w.capacity, preempting):
+        g = probe.gang
+        within = (admit(g.total, g.respool, w.pools, h.allocated) is None
+                  and entitled(g.total, g.respool, ent, h.allocated) is None)
+        for gid, held in probe.candidates:
+            assert held.preemptible and held.launched and held.usage and gid not in preempting, gid
+            if held.pool == g.respool and held.priority < g.priority:
+                continue
+            assert within and q.get(g.gang_id).block == "hosts", (gid, g.gang_id)  # type: ignore[union-attr]
+            assert held.pool != g.respool
+            over = [d for d in DIMS if getattr(g.total, d) > 0
+                    and getattr(h.own.get(held.pool, R()), d) > own_share(held.pool, d) + EPS]
+            assert over, (gid, held.pool)
