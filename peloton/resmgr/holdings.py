@@ -31,9 +31,14 @@ class Holdings:
         self.allocated: dict[str, Resources] = {}  # pool -> what gangs in it and its descendants hold
         self.own: dict[str, Resources] = {}  # pool -> what its own gangs hold
         self.pinned: dict[str, Resources] = {}  # pool -> what its own non-preemptible gangs hold
+        # how many gangs each figure of the three books sums (paths.sub drops a figure with its last gang)
+        self._n_allocated: dict[str, int] = {}
+        self._n_own: dict[str, int] = {}
+        self._n_pinned: dict[str, int] = {}
 
     def clear(self) -> None:
-        for d in (self.by_gang, self.pool_gangs, self.ending, self.allocated, self.own, self.pinned):
+        for d in (self.by_gang, self.pool_gangs, self.ending, self.allocated, self.own, self.pinned,
+                  self._n_allocated, self._n_own, self._n_pinned):
             d.clear()
 
     def get(self, gang_id: str) -> Holding | None:
@@ -55,10 +60,10 @@ class Holdings:
         if g.max_runtime_s:
             self.ending[g.gang_id] = None
         for p in chain(g.respool):
-            add(self.allocated, p, total)
-        add(self.own, g.respool, total)
+            add(self.allocated, p, total, self._n_allocated)
+        add(self.own, g.respool, total, self._n_own)
         if not g.preemptible:
-            add(self.pinned, g.respool, total)
+            add(self.pinned, g.respool, total, self._n_pinned)
 
     def placed(self, gang_id: str, attempt: int, usage: tuple[tuple[str, Resources], ...], now: float) -> None:
         """The gang attempt was placed: where its members are, and since when (preemption prefers the newest)."""
@@ -86,10 +91,10 @@ class Holdings:
                 del self.pool_gangs[h.pool]
         self.ending.pop(gang_id, None)
         for p in chain(h.pool):
-            sub(self.allocated, p, h.total)
-        sub(self.own, h.pool, h.total)
+            sub(self.allocated, p, h.total, self._n_allocated)
+        sub(self.own, h.pool, h.total, self._n_own)
         if not h.preemptible:
-            sub(self.pinned, h.pool, h.total)
+            sub(self.pinned, h.pool, h.total, self._n_pinned)
         self._on_release(gang_id)
         return h
 

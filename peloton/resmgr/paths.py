@@ -28,12 +28,25 @@ def chain(path: str) -> tuple[str, ...]:
     return tuple(out)
 
 
-def add(book: dict[str, Resources], key: str, r: Resources) -> None:
+def add(book: dict[str, Resources], key: str, r: Resources, counts: dict[str, int] | None = None) -> None:
+    """Add `r` to `book[key]`; `counts` (when the book keeps them): how many amounts each figure holds."""
     book[key] = book.get(key, Resources()) + r
+    if counts is not None:
+        counts[key] = counts.get(key, 0) + 1
 
 
-def sub(book: dict[str, Resources], key: str, r: Resources) -> None:
-    """Take `r` from `book[key]`; a figure that falls to (about) zero is dropped, so the book lists only holders."""
+def sub(book: dict[str, Resources], key: str, r: Resources, counts: dict[str, int] | None = None) -> None:
+    """Take `r` from `book[key]`; a figure that falls to (about) zero is dropped, so the book lists only holders.
+    With `counts` (`add`'s), a figure is dropped, exactly, when its last amount is taken: float sums of inexact
+    quantities (0.1 cores, 1.1Gi) taken away in another order than added leave a residue (5e-9 MiB after 3,000
+    gangs) that no threshold tells from a small holder, and it would stay for ever."""
+    if counts is not None:
+        n = counts.get(key, 0) - 1
+        if n <= 0:
+            counts.pop(key, None)
+            book.pop(key, None)
+            return
+        counts[key] = n
     rest = book.get(key, Resources()) - r
     if rest.cpu <= 1e-9 and rest.mem <= 1e-9 and rest.disk <= 1e-9 and rest.gpu <= 0 and rest.ports <= 0:
         book.pop(key, None)

@@ -106,6 +106,7 @@ class Queues:
         self.handed: dict[str, None] = {}  # HANDED gang ids, oldest first
         self.in_flight: set[str] = set()  # PLACING, READY or HANDED
         self.demand: dict[str, Resources] = {}  # pool -> what its own WAITING gangs ask for
+        self._n_demand: dict[str, int] = {}  # pool -> how many gangs its demand sums (paths.sub)
         self.starved: dict[str, None] = {}  # ids of WAITING gangs refused or unplaced (they may preempt)
         self.reserving: dict[str, None] = {}  # ids of waiting gangs that hold a reservation
         self.reasons: dict[str, PlacementFailure] = {}  # why gangs wait, not yet given to jobmgr
@@ -113,8 +114,8 @@ class Queues:
         self._seq = 0
 
     def clear(self) -> None:
-        for d in (self.entries, self._waiting, self._compact_at, self.handed, self.demand, self.starved,
-                  self.reserving, self.reasons):
+        for d in (self.entries, self._waiting, self._compact_at, self.handed, self.demand, self._n_demand,
+                  self.starved, self.reserving, self.reasons):
             d.clear()
         self._parked.clear()
         self._promote.clear()
@@ -162,7 +163,7 @@ class Queues:
         e.placement = None
         if not e.in_demand:
             e.in_demand = True
-            add(self.demand, e.req.respool, e.req.total)
+            add(self.demand, e.req.respool, e.req.total, self._n_demand)
         if e.not_before > now:
             heapq.heappush(self._parked, (e.not_before, e.seq, e.req.gang_id))
         else:
@@ -282,7 +283,7 @@ class Queues:
     def _undemand(self, e: Entry) -> None:
         if e.in_demand:
             e.in_demand = False
-            sub(self.demand, e.req.respool, e.req.total)
+            sub(self.demand, e.req.respool, e.req.total, self._n_demand)
 
     def waiting_pools(self) -> list[str]:
         """The pools with a queue (possibly of stale items only)."""

@@ -4,6 +4,7 @@ the queues and their states, the admission round, the probes and the preemption 
 from __future__ import annotations
 
 import dataclasses
+import random
 
 from peloton.domain.allocation import Entitlement
 from peloton.domain.model import ResourcePool
@@ -42,6 +43,25 @@ def test_a_figure_taken_down_to_zero_leaves_the_book() -> None:
     assert book == {"/p": R(cpu=1)}
     sub(book, "/p", R(cpu=1))
     assert book == {}
+
+
+def test_the_books_empty_exactly_when_their_last_gang_goes_whatever_the_float_residue() -> None:
+    """Sums of inexact quantities (0.1 cores, 1.1Gi) do not come back to 0 when taken away in another order: after
+    3,000 gangs held and released, /p still 'held' 5e-9 MiB and 6e-13 cores with no gang, for ever (and every
+    later sum carried it). The books list only holders: a figure goes with its last gang."""
+    gangs = [GangRequest(f"g{i}/0", f"g{i}", 1, (MemberRequest(0, f"g{i}-0-1", R(cpu=0.1 * (1 + i % 7),
+                                                                             mem=1126.4 * (1 + i % 5))),),
+                         0, "/p", preemptible=bool(i % 3)) for i in range(3000)]
+    h, q = Holdings(), Queues()
+    for g in gangs:
+        h.hold(g)
+        q.add(g, 0.0)
+    order = list(gangs)
+    random.Random(1).shuffle(order)
+    for g in order:
+        h.release(g.gang_id, 1)
+        q.drop(g.gang_id)
+    assert (h.allocated, h.own, h.pinned, q.demand) == ({}, {}, {}, {})
 
 
 # --- holdings ---------------------------------------------------------------------------------------------------
