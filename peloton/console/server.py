@@ -233,6 +233,7 @@ class _Server(ThreadingHTTPServer):
 
     def serve_forever(self, poll_interval: float = 0.5) -> None:
         """socketserver's loop, but ended by `shutdown` at once (`poll_interval` is not used: nothing polls)."""
+        del poll_interval
         self._serving = threading.current_thread()
         with selectors.DefaultSelector() as sel:
             sel.register(self, selectors.EVENT_READ)
