@@ -46,6 +46,11 @@ class Cluster:
         self.core = Proc(core_dir, db_url, role_args=[
             "--role", "jobmgr,resmgr,hostmgr", "--placement-engines", "shared", "--placement-engine-lease",
             str(ENGINE_LEASE_S), "--backend", "sim",
+            # one writer: a task's started_at and finished_at are when the job manager wrote its RUNNING and its
+            # end, and with a writer per shard of jobs (PostgreSQL's default is 2) one shard may write a gang's
+            # RUNNING on a GPU a moment before another writes the end of the task that held it before (seen: 1.2
+            # ms), which the double-booking check below would take for two tasks on one GPU at once
+            "--jobmgr-writers", "1",
             "--sim-hosts", str(HOSTS), "--sim-host-resources", f"cpu=64,mem=256Gi,gpu={GPUS}", "--sim-seed", "1"])
         self.engines = [Proc(tmp / f"engine-{i}", db_url, role_args=[
             "--role", "placement", "--placement-engines", "shared", "--resmgr", sock, "--hostmgr", sock,
