@@ -681,11 +681,12 @@ class ResourceManager:
                 due.append(self._last_unpark + UNPARK_EVERY_S)
             if self._q.starved and self._capacity is not None:
                 for e in self._starved_heads_locked():
-                    if not retries and (e.probed_at >= e.starved_since or e.block == "reservation"
-                                        or e.pending_victims(self._pre.preempting)):
-                        continue  # (the last two wait for hosts to free: a change)
+                    since = e.starved_since
+                    if since is None or not retries and (e.probed_at >= since or e.block == "reservation"
+                                                         or e.pending_victims(self._pre.preempting)):
+                        continue  # (the last two wait for hosts to free: a change; a head is starved: never None)
                     every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
-                    due.append(max(self._next_probe_round, e.starved_since + self._settle_s, e.probed_at + every))
+                    due.append(max(self._next_probe_round, since + self._settle_s, e.probed_at + every))
             return min(due) if due else None
 
     def reserving(self) -> list[GangKey]:

@@ -166,7 +166,7 @@ def find_probes(heads: Iterable[Entry], now: float, room: int, settle_s: float, 
         if len(out) >= room:
             break
         every = RESERVATION_REFRESH_S if e.reservation is not None else PROBE_EVERY_S
-        if (now - e.starved_since < settle_s or now - e.probed_at < every
+        if (e.starved_since is None or now - e.starved_since < settle_s or now - e.probed_at < every
                 or e.block == "reservation" or e.pending_victims(preempting)):
             continue
         e.probed_at = now

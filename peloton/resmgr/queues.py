@@ -46,7 +46,8 @@ class Entry:
     handed_at: float = 0.0
     queued_at: float = 0.0
     in_demand: bool = False  # counted in its pool's demand (WAITING)
-    starved_since: float = 0.0  # first refused (admission) or unplaced: the settling window runs from here
+    starved_since: float | None = None  # first refused (admission) or unplaced: the settling window runs from here
+    # (None: never; a clock may read 0.0, a replay's does at its start)
     block: str = ""  # what refused it last: pool (entitlement/limit) | reservation | hosts
     probed_at: float = float("-inf")
     admitted_at: float = 0.0  # when it was first admitted: the placing stage's start
@@ -365,7 +366,7 @@ class Queues:
     def starve(self, e: Entry, now: float, block: str) -> None:
         """`e` was refused (`block`: pool | reservation | hosts); its settling window runs from the first time."""
         e.block = block
-        if not e.starved_since:
+        if e.starved_since is None:
             e.starved_since = now
             self.starved[e.req.gang_id] = None
 
@@ -401,7 +402,7 @@ class Queues:
         heads: dict[str, Entry] = {}
         for gid in list(self.starved):
             e = self.entries.get(gid)
-            if e is None or not e.starved_since:
+            if e is None or e.starved_since is None:
                 del self.starved[gid]
                 continue
             if e.state != State.WAITING:

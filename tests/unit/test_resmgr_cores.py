@@ -278,6 +278,23 @@ def test_a_round_checks_the_entitlement_below_the_root() -> None:
     assert e is not None and e.block == "pool" and e.starved_since == 0.0 and "a/0" in q.starved
 
 
+def test_a_gang_refused_at_clock_zero_stays_starved_from_then() -> None:
+    """A clock may read 0.0 (a replay's does at its start): a gang refused then was "not starved" (0.0 was the
+    mark for never): the next refusal restarted its settling window, and the starved heads (those preemption
+    may probe for) forgot it."""
+    q, h = Queues(), Holdings()
+    q.add(gang("a", n=4, cpu=1, pool="/r"), 0.0)
+    ent = {"/": Entitlement(3, 10**6), "/r": Entitlement(2, 10**6)}
+    assert admission_round(q, h, POOLS, ent, 10, 0.0, 1.0, set()) == []
+    e = q.get("a/0")
+    assert e is not None and e.starved_since == 0.0
+    assert q.starved_heads() == [e]  # still starved: preemption may probe for it
+    assert admission_round(q, h, POOLS, ent, 10, 5.0, 1.0, set()) == []
+    assert e.starved_since == 0.0  # its window runs from the first refusal
+    find_probes(q.starved_heads(), 5.0, 4, 5.0, True, h, POOLS, ent, Resources(cpu=3, mem=10**6), set())
+    assert e.probed_at == 5.0  # probed: past the 5 s settling window from 0.0
+
+
 # --- borrowing beyond the entitlement and backfill at admission ---------------------------------------------------
 TWO = {"/": ResourcePool("/"), "/a": ResourcePool("/a"), "/b": ResourcePool("/b")}
 GPUS = R(cpu=1000, mem=10**7, gpu=64)
