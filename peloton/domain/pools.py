@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 
 from peloton.domain import checks, limits
 from peloton.domain.model import ResourcePool
-from peloton.domain.resources import Resources, format_mib
+from peloton.domain.resources import Resources, show_quantity
 from peloton.domain.spec import validate_pool_path
 from peloton.errors import FailedPrecondition, InvalidArgument, NotFound
 
@@ -26,8 +26,8 @@ _EPS = 1e-9
 
 
 def show(dim: str, value: float) -> str:
-    """A quantity as the CLI takes it: `16Gi` for memory and disk, `8` for cpu and gpu."""
-    return format_mib(value) if dim in ("mem", "disk") else f"{value:g}"
+    """A quantity as the CLI takes it: `16Gi` for memory and disk, `8` for cpu and gpu (show_quantity)."""
+    return show_quantity(dim, value)
 
 
 def children(pools: Iterable[ResourcePool], path: str) -> list[ResourcePool]:

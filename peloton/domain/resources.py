@@ -50,6 +50,17 @@ def format_mib(mib: float) -> str:
     return f"{format(Decimal(repr(mib)), 'f')}Mi"  # exact, never an exponent: parse_mib reads it back
 
 
+def show_quantity(dim: str, value: float) -> str:
+    """A quantity for people (wait reasons, messages), in a form the CLI takes: `16Gi` or `1126.4Mi` for mem and
+    disk, `8` or `1.5` for cpu and gpu, never an exponent. To three decimals (about a KiB, a thousandth of a core),
+    so that a float sum's drift (1000 gangs of 1.1Gi hold 1126400.0000000088 MiB) does not show; format_mib is
+    the exact form, for what is read back."""
+    v = round(value, 3) + 0.0  # (+ 0.0: no "-0")
+    if dim in ("mem", "disk"):
+        return format_mib(v)
+    return str(int(v)) if v == int(v) else format(Decimal(repr(v)), "f")
+
+
 # Each dimension in the base unit Prometheus asks for, by what its figure is multiplied: cpu in cores, mem and
 # disk in bytes (the daemon counts MiB), gpu a count. For every exported gauge of resources.
 BASE_UNITS = {"cpu": 1.0, "mem": 1024.0 * 1024, "disk": 1024.0 * 1024, "gpu": 1.0}
@@ -111,9 +122,9 @@ class Resources:
         return out
 
     def describe(self) -> str:
-        parts = [f"cpu={self.cpu:g}", f"mem={format_mib(self.mem)}"]
+        parts = [f"cpu={show_quantity('cpu', self.cpu)}", f"mem={show_quantity('mem', self.mem)}"]
         if self.disk:
-            parts.append(f"disk={format_mib(self.disk)}")
+            parts.append(f"disk={show_quantity('disk', self.disk)}")
         if self.gpu:
             parts.append(f"gpu={self.gpu}")
         if self.ports:

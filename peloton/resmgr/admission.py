@@ -22,7 +22,8 @@ from collections.abc import Container, Mapping, Sequence
 from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, Holding
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest
-from peloton.domain.resources import Resources, format_mib, within
+from peloton.domain.resources import Resources, within
+from peloton.domain.resources import show_quantity as _show  # (one rule for every message)
 from peloton.placement.reservation import BACKFILL_SLACK_S, behind
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
@@ -456,5 +457,3 @@ def _whole(e: Entitlement, dim: str) -> float:
     return float(math.floor(v + _EPS)) if dim == "gpu" else v
 
 
-def _show(dim: str, v: float) -> str:
-    return format_mib(v) if dim in ("mem", "disk") else f"{v:.4g}"

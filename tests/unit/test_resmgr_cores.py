@@ -11,7 +11,7 @@ from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest, MemberAssignment, MemberRequest
 from peloton.domain.resources import Resources
 from peloton.placement.reservation import Reservation
-from peloton.resmgr.admission import admission_round
+from peloton.resmgr.admission import admission_round, admit
 from peloton.resmgr.callers import MAX_RETIRED, Current
 from peloton.resmgr.entitlement import entitlements, policies
 from peloton.resmgr.holdings import Holdings
@@ -293,6 +293,26 @@ def test_a_gang_refused_at_clock_zero_stays_starved_from_then() -> None:
     assert e.starved_since == 0.0  # its window runs from the first refusal
     find_probes(q.starved_heads(), 5.0, 4, 5.0, True, h, POOLS, ent, Resources(cpu=3, mem=10**6), set())
     assert e.probed_at == 5.0  # probed: past the 5 s settling window from 0.0
+
+
+def test_wait_reasons_show_what_gangs_hold_without_a_float_sums_drift() -> None:
+    """Holdings are float sums of inexact quantities (1.1 cores, 1.1Gi = 1126.4 MiB): reasons showed
+    `mem=1126400.0000000088Mi`; they show what a person would write (and the CLI takes)."""
+    h = Holdings()
+    for i in range(1000):
+        g = gang(f"g{i}", n=1, pool="/p")
+        h.hold(dataclasses.replace(g, members=(dataclasses.replace(g.members[0], resources=R(cpu=1.1, mem=1126.4)),)))
+    used = h.allocated["/p"]
+    assert used.mem != 1126400.0 and used.cpu != 1100.0  # the drift is there
+    pools = {"/": ResourcePool("/"), "/p": ResourcePool("/p", limit=R(cpu=1100, mem=1100 * 1024))}
+    why = admit(R(cpu=1.1, mem=1126.4), "/p", pools, h.allocated)
+    assert why == ("waiting for admission: pool /p limit cpu=1100,mem=1100Gi would be exceeded in cpu, mem "
+                   "(allocated cpu=1100,mem=1100Gi, gang needs cpu=1.1,mem=1126.4Mi)"), why
+    q = Queues()
+    q.add(gang("a", n=1, cpu=2, pool="/r"), 0.0)
+    admission_round(q, h, POOLS, {"/": Entitlement(3, 10**6), "/r": Entitlement(1 / 3, 10**6)}, 10, 0.0, 1.0,
+                    set())
+    assert "entitled to 0.333 now" in q.reasons["a/0"].reason, q.reasons["a/0"].reason
 
 
 # --- borrowing beyond the entitlement and backfill at admission ---------------------------------------------------
