@@ -21,7 +21,7 @@ from peloton.api import convert
 from peloton.api.clients import Dequeued, GangKey, HostChanges, Placed, Preemption, Reserved, TaskEvents
 from peloton.api.status import from_rpc_error
 from peloton.api.v1 import internal_pb2
-from peloton.domain.allocation import AdmissionPreview, GangAsk
+from peloton.domain.allocation import AdmissionPreview, GangAsk, whole_gpus
 from peloton.domain.launch import GangLaunch, LaunchResult, TaskStatus
 from peloton.domain.placement import GangPlacement, GangRequest, HostOffer, PlacementFailure
 from peloton.domain.resources import Resources
@@ -237,7 +237,7 @@ class GrpcResourceManager(_GrpcClient):
             path=pool, extra_demand=convert.vec_to_proto(extra_demand)), 10)
         for p in r.pools:
             if p.HasField("entitlement_gpu"):
-                return int(p.entitlement_gpu + 1e-9)
+                return whole_gpus(p.entitlement_gpu)
         return None
 
     def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:

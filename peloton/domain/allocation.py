@@ -12,6 +12,12 @@ from peloton.domain.resources import Resources
 _WHOLE_EPS = 1e-6  # 15.9999999 GPUs after float arithmetic are 16 whole GPUs
 
 
+def whole_gpus(gpu: float) -> int:
+    """The whole GPUs in a fractional GPU figure (an entitlement, a capacity): the one rule for admission and for
+    whoever asks what a pool is entitled to (autosize's bound), so that both count the same devices."""
+    return math.floor(gpu + _WHOLE_EPS)
+
+
 @dataclass(frozen=True, slots=True)
 class Entitlement:
     """A pool's entitlement. gpu is fractional: see resmgr/entitlement.py's docstring."""
@@ -23,7 +29,7 @@ class Entitlement:
 
     def whole(self) -> Resources:
         """As Resources, GPUs rounded down to whole devices (what a gang can be admitted against); ports 0."""
-        return Resources(self.cpu, self.mem, self.disk, math.floor(self.gpu + _WHOLE_EPS))
+        return Resources(self.cpu, self.mem, self.disk, whole_gpus(self.gpu))
 
 
 @dataclass(slots=True)

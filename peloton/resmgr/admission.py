@@ -16,10 +16,9 @@ from __future__ import annotations
 import bisect
 import functools
 import heapq
-import math
 from collections.abc import Container, Mapping, Sequence
 
-from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, Holding
+from peloton.domain.allocation import AdmissionPreview, Entitlement, GangAsk, Holding, whole_gpus
 from peloton.domain.model import ResourcePool
 from peloton.domain.placement import GangRequest
 from peloton.domain.resources import Resources, within
@@ -297,7 +296,7 @@ def _free(cap: Entitlement, allocated: Mapping[str, Resources], pools: Mapping[s
     static pools hold for themselves while idle (the part of each one's reservation, within its entitlement, that
     its gangs do not use; a static pool inside another counts in both, which only lends less)."""
     held = allocated.get("/", _NONE)
-    out = [cap.cpu - held.cpu, cap.mem - held.mem, cap.disk - held.disk, math.floor(cap.gpu + _EPS) - held.gpu]
+    out = [cap.cpu - held.cpu, cap.mem - held.mem, cap.disk - held.disk, whole_gpus(cap.gpu) - held.gpu]
     for path, pool in pools.items():
         e = ent.get(path)
         if path == "/" or pool.reservation_type != "static" or e is None:
@@ -427,7 +426,7 @@ def entitled(gang_total: Resources, pool_path: str, ent: Mapping[str, Entitlemen
 @functools.lru_cache(maxsize=4096)
 def _over_entitlement(pool: str, ent: tuple[float, ...], used: tuple[float, ...], need: tuple[float, ...]) -> str:
     """The reason, formatted once per distinct case (many waiting gangs of a pool share it)."""
-    whole = (ent[0], ent[1], ent[2], math.floor(ent[3] + _EPS))
+    whole = (ent[0], ent[1], ent[2], whole_gpus(ent[3]))
     short = [i for i in range(4) if not within(used[i] + need[i], whole[i], _EPS)]
     return ("waiting for admission: over pool " + pool + "'s entitlement in " + ", ".join(
         f"{_DIMS[i]} (entitled to {_show(_DIMS[i], ent[i])} now, holds {_show(_DIMS[i], used[i])}, the gang needs "
@@ -454,6 +453,6 @@ def within_reservation(gang_total: Resources, pool_path: str, pools: Mapping[str
 
 def _whole(e: Entitlement, dim: str) -> float:
     v = float(getattr(e, dim))
-    return float(math.floor(v + _EPS)) if dim == "gpu" else v
+    return float(whole_gpus(v)) if dim == "gpu" else v
 
 

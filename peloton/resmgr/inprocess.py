@@ -79,7 +79,7 @@ class InProcessResourceManager:
     @service_errors
     def entitled_gpus(self, pool: str, extra_demand: Resources) -> int | None:
         ent = self.rm.entitlement_if(pool, extra_demand)
-        return int(ent.gpu + 1e-9) if ent is not None else None
+        return ent.whole().gpu if ent is not None else None
 
     @service_errors
     def preview_admission(self, pool: str, gangs: Sequence[GangAsk]) -> list[AdmissionPreview]:

@@ -140,3 +140,34 @@ def test_a_dry_runs_admission_question_goes_over_grpc_to_the_servicer_and_back()
             assert e.value.message.startswith("pool: ")
     finally:
         server.stop(None)
+
+
+def test_the_gpus_a_pool_is_entitled_to_are_counted_as_admission_counts_them() -> None:
+    """An entitlement is fractional: admission counted 499.9999995 GPUs as 500 whole ones (within 1e-6), while the
+    answer to "how many is this pool entitled to" (autosize's bound) said 499 (within 1e-9), in process and over
+    gRPC: a job sized to it asked one GPU less than admission would give."""
+    from concurrent import futures
+
+    from peloton.api.v1 import internal_pb2_grpc
+    from peloton.resmgr.service import ResourceManagerServicer
+    from tests.unit.test_resmgr import SHORT, gang
+
+    # shares 1e6 and 0.001 over 500 GPUs: /a's entitlement comes to 499.9999995
+    rm = ResourceManager(lambda: [ResourcePool("/"), ResourcePool("/a", share=1_000_000.0),
+                                  ResourcePool("/b", share=0.001)], clock=lambda: 1000.0)
+    rm.enqueue([gang("b0", n=1, gpu=500, pool="/b")])
+    rm.dequeue(10, SHORT, Resources(cpu=10**4, mem=10**8, gpu=500))
+    asking = Resources(gpu=500)
+    ent = rm.entitlement_if("/a", asking)
+    assert ent is not None and 499 < ent.gpu < 500 and ent.whole().gpu == 500
+    assert InProcessResourceManager(rm).entitled_gpus("/a", asking) == 500
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            assert GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch)).entitled_gpus(
+                "/a", asking) == 500
+    finally:
+        server.stop(None)
