@@ -340,7 +340,10 @@ class JobManager:
     def task_uid(self, principal: str, uid_range: tuple[int, int]) -> int:
         """The uid allocated to `principal` (run_as.py), allocating the lowest free one of `uid_range` at its first
         job; kept for it for ever (never reused: files it left would be the next tenant's). A uid that this host's
-        users or groups have is skipped. FailedPrecondition when the range is full."""
+        users or groups have is skipped. FailedPrecondition when the range is full; Unavailable, nothing allocated,
+        while this host's user database cannot say whether an account has a uid (host_has_id: an LDAP or sssd
+        outage would otherwise hand out an LDAP account's uid, kept for good, whose tasks the spawner then
+        refuses)."""
         with self._uids_lock:
             known = self._uids.get(principal)
         if known is not None:

@@ -5,28 +5,34 @@ from __future__ import annotations
 
 import functools
 import grp
+import os
 import pwd
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from peloton.security import run_as
+from peloton.errors import Unavailable
+from peloton.security import nss, run_as
 
 if TYPE_CHECKING:
     from peloton.domain.launch import LaunchSpec
 
 
 def host_has_id(uid: int) -> bool:
-    """Whether a user or a group of this host has the number `uid` (an allocated identity uses it as both)."""
-    try:
-        pwd.getpwuid(uid)
-        return True
-    except KeyError:
-        pass
-    try:
-        grp.getgrgid(uid)
-        return True
-    except KeyError:
-        return False
+    """Whether a user or a group of this host has the number `uid` (an allocated identity uses it as both).
+    Unavailable when the user database could not say (LDAP or sssd unreachable, /etc/passwd not opened: nss.py):
+    an account there may have it, so it is not free."""
+    for lookup, fn in ((pwd.getpwuid, "getpwuid_r"), (grp.getgrgid, "getgrgid_r")):
+        try:
+            lookup(uid)
+            return True
+        except KeyError:
+            code = nss.nss_error(fn, uid)
+            if code:
+                raise Unavailable(
+                    f"task.user: this host's user database could not say whether {nss.KEYS[fn]} {uid} is an "
+                    f"account's ({fn}: {os.strerror(code)}), so no uid is allocated now; retry once it answers "
+                    "(LDAP or sssd back, descriptors free)", field="task.user") from None
+    return False
 
 
 def uid_of(name: str) -> int | None:

@@ -5,6 +5,7 @@ PostgreSQL."""
 from __future__ import annotations
 
 import threading
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -14,6 +15,7 @@ from peloton.errors import AlreadyExists, FailedPrecondition
 from peloton.jobmgr.manager import JobManager
 from peloton.security.unix_accounts import host_has_id
 from peloton.store import db, repo
+from tests.unit.test_spawner_faults import _run
 
 
 def _manager(sessions: sessionmaker[Session]) -> JobManager:
@@ -71,3 +73,47 @@ def test_concurrent_first_jobs_of_new_principals_get_distinct_uids(sessions: ses
     assert not errors, errors
     assert all(len(uids) == 1 for uids in got.values()), got  # each principal one uid, whoever asked
     assert len({next(iter(u)) for u in got.values()}) == 5  # and no two share one
+
+
+def test_no_uid_is_allocated_while_the_user_database_cannot_answer(engine: Any, db_url: str,
+                                                                   tmp_path: Path) -> None:
+    """Python's pwd and grp raise KeyError for "no such entry" and for "could not look" alike: during an LDAP or
+    sssd outage (here, made real, a process out of descriptors, which cannot open /etc/passwd) every uid looked
+    free, so a principal's first job could be given an LDAP account's uid, kept for good, whose tasks the spawner
+    then refuses. Now the create fails for now (UNAVAILABLE, saying why) and nothing is allocated; once the
+    database answers, the allocation goes on."""
+    # No lookup before the descriptors run out: this host's last source (libnss_systemd), once loaded, answers
+    # "not found" without a descriptor, and a merged NOTFOUND is all glibc reports; unloadable now, it cannot
+    # answer, as an unreachable sss or ldap, the last source where it matters, cannot.
+    out = _run(f"""
+from peloton.errors import Unavailable
+from peloton.jobmgr.manager import JobManager
+from peloton.security.unix_accounts import host_has_id
+from peloton.store import db, repo
+sessions = db.make_sessions(db.make_engine({db_url!r}))
+jm = JobManager(sessions, sessions, None, None)
+with db.transaction(sessions) as s:  # the store's connection open before the descriptors run out; no user
+    first = sorted(repo.task_uids_taken(s, 70000, 70099))  # looked up yet (below)
+starved()
+try:
+    during = jm.task_uid("bob", (70000, 70099))
+except Unavailable as e:
+    during = {{"unavailable": e.message, "field": e.field}}
+try:
+    looked = host_has_id(70050)
+except Unavailable as e:
+    looked = "unavailable"
+fed()
+with db.transaction(sessions) as s:
+    taken = sorted(repo.task_uids_taken(s, 70000, 70099))
+print(json.dumps({{"first": first, "during": during, "looked": looked, "taken": taken,
+                  "after": jm.task_uid("bob", (70000, 70099)), "free": host_has_id(70050),
+                  "nobody": host_has_id(65534)}}))
+""", tmp_path)
+    assert out["first"] == [], out
+    assert isinstance(out["during"], dict) and out["during"]["field"] == "task.user", out
+    assert out["during"]["unavailable"].startswith(
+        "task.user: this host's user database could not say whether uid 70000 is an account's (getpwuid_r: Too "
+        "many open files), so no uid is allocated now"), out
+    assert out["looked"] == "unavailable" and out["taken"] == [], out  # nothing allocated meanwhile
+    assert out["after"] == 70000 and out["free"] is False and out["nobody"] is True, out

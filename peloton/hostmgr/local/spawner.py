@@ -68,6 +68,18 @@ import subprocess
 import sys
 import time
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING or __package__:  # imported: the daemon, tests
+    from peloton.security import nss
+else:  # run as a script (python -I -S): no peloton on the path, so the file by its path (stdlib only)
+    import importlib.util
+
+    _spec = importlib.util.spec_from_file_location(
+        "peloton_nss", os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                                    "security", "nss.py"))
+    nss = importlib.util.module_from_spec(_spec)
+    _spec.loader.exec_module(nss)
 
 SHELL = "/bin/sh"
 PIDS_FILE = "pids"
@@ -282,14 +294,9 @@ def _spawn_subreaper(sandbox: str, command: str, env: dict[str, str]) -> int:
     return p.pid
 
 
-_libc: list[object] = []  # ctypes' libc (3 ms to import), loaded by main() (prctl, nss_error)
-
-
-def _load_libc() -> None:
-    if not _libc:
-        import ctypes
-
-        _libc.append(ctypes.CDLL(None, use_errno=True))
+_libc = nss.LIBC  # ctypes' libc (3 ms to import), loaded by main() (prctl, nss_error)
+_load_libc = nss.load_libc
+nss_error = nss.nss_error
 
 
 def _become_subreaper() -> None:
@@ -699,47 +706,16 @@ class LookupFailed(Exception):
     again)."""
 
 
-# What tells "no such user" from "the user database could not answer". Python's pwd and grp raise KeyError for
-# both: getpwnam_r's own answer is read again (nss_error) when they do. glibc's getpwnam_r returns 0 and no entry
-# when every source of nsswitch.conf answered NOTFOUND: that alone is a definite absence (a task for good, as
-# before). Any other answer is a source that could not look (UNAVAIL or TRYAGAIN: /etc/passwd not opened, EMFILE;
-# LDAP or sssd not reached, EIO, ETIMEDOUT, ECONNREFUSED, EAGAIN; a service named in nsswitch.conf and not running,
-# ENOENT, which getpwnam(3) counts as "not found" but which is as likely an sssd restarting): transient, the task
-# not started, a failed attempt under its gang's failure policy (by default another, up to retry.max_attempts),
-# never "will not be retried unchanged". So on a host whose nsswitch.conf names a source that never runs, an unknown
-# user fails its job only once its attempts are spent, with the error of that source in its message.
-_NSS_KEYS = {"getpwnam_r": "name", "getpwuid_r": "uid", "getgrgid_r": "gid"}
-
-
-def nss_error(fn: str, key: str | int) -> int:
-    """The answer of glibc's `fn` (getpwnam_r, getpwuid_r or getgrgid_r) for `key`, which pwd or grp just gave as
-    KeyError: 0, there is no such entry for certain; else the errno of a source that could not answer, EAGAIN when
-    the entry is there after all (an outage just ended: the look is to be tried again) or when this cannot be
-    looked at (ctypes not loaded: out of descriptors)."""
-    try:
-        _load_libc()
-        import ctypes
-
-        call = getattr(_libc[0], fn)
-        arg = ctypes.c_char_p(key.encode()) if isinstance(key, str) else ctypes.c_uint(key)
-        size = 4096
-        while True:
-            entry = ctypes.create_string_buffer(256)  # a struct passwd or group (< 64 bytes)
-            buf = ctypes.create_string_buffer(size)
-            found = ctypes.c_void_p()
-            rc = int(call(arg, entry, buf, ctypes.c_size_t(size), ctypes.byref(found)))
-            if rc != errno.ERANGE or size >= 1 << 24:
-                break
-            size *= 4
-    except Exception:  # noqa: BLE001 - ctypes could not be had (its import opens files): not known, so transient
-        return errno.EAGAIN
-    if rc == 0 and found.value:
-        return errno.EAGAIN
-    return rc
+# What tells "no such user" from "the user database could not answer" (nss_error): peloton/security/nss.py, whose
+# rule the job manager's uid allocation shares. A definite absence fails a task for good, as before; any other answer
+# is transient, the task not started, a failed attempt under its gang's failure policy (by default another, up to
+# retry.max_attempts), never "will not be retried unchanged". So on a host whose nsswitch.conf names a source that
+# never runs, an unknown user fails its job only once its attempts are spent, with the error of that source in its
+# message.
 
 
 def _lookup_failed(fn: str, key: str | int, code: int) -> LookupFailed:
-    what = f"user {key!r}" if fn == "getpwnam_r" else f"{_NSS_KEYS[fn]} {key}"
+    what = f"user {key!r}" if fn == "getpwnam_r" else f"{nss.KEYS[fn]} {key}"
     return LookupFailed(f"task.user: cannot look up {what} on this host: {os.strerror(code)} (the user database "
                         "did not answer: the task was not started, and may be tried again)")
 
