@@ -484,6 +484,22 @@ def table(rows: list[tuple[str, str]]) -> str:
 
 
 @contextlib.contextmanager
+def throwaway_store(store: str, data_dir: Path) -> Iterator[str]:
+    """A store for one run: `sqlite`, a file in `data_dir`; `postgresql`, a fresh database, dropped after it."""
+    if store != "postgresql":
+        yield f"sqlite:///{data_dir}/peloton.db"
+        return
+    sys.path.insert(0, str(ROOT))
+    from tests.dbutil import drop_postgres_db, fresh_postgres_url
+
+    url = fresh_postgres_url()
+    try:
+        yield url
+    finally:
+        drop_postgres_db(url)
+
+
+@contextlib.contextmanager
 def running(daemon: Daemon) -> Iterator[Daemon]:
     daemon.start()
     try:

@@ -34,7 +34,7 @@ from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from benchmarks.harness import percentile, table, write_results  # noqa: E402
+from benchmarks.harness import percentile, table, throwaway_store, write_results  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 SETTLE_S = 0.3  # serving this long before the SIGTERM (the loops in their waits, as in a test's teardown)
@@ -118,21 +118,11 @@ def main() -> None:
             runs: dict[str, list[dict[str, Any]]] = {"fresh": [], "restart": []}
             for _ in range(a.runs):
                 data_dir = Path(tempfile.mkdtemp(prefix="peloton-bench-startstop-"))
-                url = ""
                 try:
-                    if store == "postgresql":
-                        from tests.dbutil import fresh_postgres_url
-
-                        url = db = fresh_postgres_url()
-                    else:
-                        db = f"sqlite:///{data_dir}/peloton.db"
-                    runs["fresh"].append(start_stop(root, data_dir, db, backend, a.console))
-                    runs["restart"].append(start_stop(root, data_dir, db, backend, a.console))
+                    with throwaway_store(store, data_dir) as db:
+                        runs["fresh"].append(start_stop(root, data_dir, db, backend, a.console))
+                        runs["restart"].append(start_stop(root, data_dir, db, backend, a.console))
                 finally:
-                    if url:
-                        from tests.dbutil import drop_postgres_db
-
-                        drop_postgres_db(url)
                     shutil.rmtree(data_dir, ignore_errors=True)
             case: dict[str, Any] = {}
             for kind, rs in runs.items():
