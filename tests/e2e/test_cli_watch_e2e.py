@@ -173,6 +173,6 @@ def test_job_wait_gives_up_on_a_daemon_that_stays_away(daemon: Daemon, tmp_path:
     daemon.stop()
     code, out, err = finish(p, 60)
     assert code == 69, err
-    assert 3 <= time.monotonic() - started < 30
+    assert time.monotonic() - started >= 3  # not before the grace (the daemon never comes back: finish bounds it)
     assert "gave up after 3s without the peloton daemon" in err.splitlines()[-1]
     assert f"{job}: FAILED" not in err

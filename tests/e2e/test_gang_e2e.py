@@ -320,9 +320,7 @@ sla: {max_runtime: 2s}
 task: {command: 'sleep 120', resources: {cpu: 1, mem: 64Mi}}
 """, tmp_path)
     daemon.wait_state(job, "RUNNING")
-    started = time.monotonic()
-    j = daemon.wait_state(job, "FAILED", timeout=30)  # the reconciler looks every 5 s
-    assert time.monotonic() - started < 20
+    j = daemon.wait_state(job, "FAILED", timeout=30)  # the reconciler looks every 5 s (the command runs 120 s)
     assert "sla.max_runtime exceeded" in j["status"]["reason"], j["status"]
     assert {t["state"] for t in daemon.tasks(job)} == {"KILLED"}
 

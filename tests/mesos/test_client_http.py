@@ -483,7 +483,7 @@ def test_silence_triggers_the_watchdog(masters: Callable[[], FakeMaster], client
     evs = rec.wait(n_of(Subscribed, 2))
     dis = next(e for e in evs if isinstance(e, Disconnected))
     assert "no event" in dis.reason or "no complete event" in dis.reason
-    assert 0.35 < time.monotonic() - t0 < 5
+    assert time.monotonic() - t0 > 0.35  # after the missed heartbeats (2 x 0.2 s), not before
     time.sleep(0.6)  # heartbeats keep the second stream alive
     assert rec.count(Disconnected) == 1 and c.subscribed
 
@@ -525,15 +525,16 @@ def test_fatal_error_stops_resubscribing_until_resume(masters: Callable[[], Fake
 
 def test_pushed_events_and_stop(masters: Callable[[], FakeMaster], clients: Any) -> None:
     m = masters()
-    m.subscribe_plan = [Stream([subscribed()])]
+    m.subscribe_plan = [Stream([subscribed(hb=3600)])]  # no event comes to end a read that stop would wait for
     c, rec = clients([m.url])
     rec.wait(n_of(Subscribed))
     m.push.put({"type": "RESCIND", "rescind": {"offer_id": {"value": "O1"}}})
     m.push.put({"type": "SOMETHING_NEW"})
     rec.wait(lambda evs: len(evs) >= 3)
-    t0 = time.monotonic()
-    c.stop()
-    assert time.monotonic() - t0 < 2
+    stopping = threading.Thread(target=c.stop)
+    stopping.start()
+    stopping.join(30)
+    assert not stopping.is_alive(), "stop waited for the stream's next event"
     assert c._thread is not None and not c._thread.is_alive()
     assert not any(isinstance(e, Disconnected) and e.will_retry for e in rec.events)
 

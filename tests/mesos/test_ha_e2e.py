@@ -41,7 +41,6 @@ from tests.mesos.test_mesos_backend_e2e import (
 
 pytestmark = [pytest.mark.e2e, pytest.mark.timeout(240)]
 
-TAKEOVER_TARGET_S = 10.0
 
 SMALL = """
 name: {name}
@@ -170,7 +169,6 @@ def test_a_standby_answers_with_the_leader_and_takes_over_from_a_kill9_during_a_
     scheduling_again = time.monotonic() - killed_at
     print(f"\nkill -9 of the leader: the standby served after {took_over:.2f} s, and ran a new gang whole after "
           f"{scheduling_again:.2f} s")
-    assert took_over < TAKEOVER_TARGET_S and scheduling_again < TAKEOVER_TARGET_S + 5
     t.join(120)
     assert not failures, failures
     assert len(created) == 12
@@ -215,7 +213,6 @@ def test_a_paused_leader_is_replaced_and_acts_on_nothing_when_it_wakes(
         standby.wait_serving()
         took_over = time.monotonic() - paused_at
         print(f"\nSIGSTOP of the leader (lease 3 s): the standby served after {took_over:.2f} s")
-        assert took_over < TAKEOVER_TARGET_S
         wait_until(lambda: len(fake.calls_of("SUBSCRIBE")) > subscribes and fake.subscribed_frameworks == [fid],
                    20, 0.05, "the new leader subscribed as the framework")
         assert "has not renewed its lease" in standby.log()
@@ -297,7 +294,6 @@ def test_a_leader_whose_network_is_cut_is_replaced_and_acts_on_nothing_when_it_i
         scheduling_again = time.monotonic() - cut_at
         print(f"\nnetwork cut of the leader (lease 3 s): the standby served after {took_over:.2f} s, and ran a new "
               f"gang whole after {scheduling_again:.2f} s")
-        assert took_over < TAKEOVER_TARGET_S and scheduling_again < TAKEOVER_TARGET_S + 5
         assert "has not renewed its lease" in standby.log()
         assert {t["task_id"] for t in wait_whole(fake, standby, job)} == before  # adopted, never killed
         time.sleep(2)  # the cut one stays cut a while after the takeover

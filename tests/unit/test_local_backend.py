@@ -15,7 +15,7 @@ import threading
 import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import Any
+from typing import Any, cast
 
 import pytest
 
@@ -580,7 +580,7 @@ def test_a_member_killed_before_it_started_never_starts(
 def test_a_gang_killed_while_it_is_being_started_is_stopped_at_once(
     make_backend: Callable[..., tuple[LocalBackend, Recorder]], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    b, rec = make_backend(n=1)
+    b, rec = make_backend(n=1, grace=3600.0)  # a kill that waited for the grace would never end in the waits below
     real_spawn = b._spawners.spawn_many
 
     def spawn_then_kill(tasks: list[dict[str, object]]) -> list[object]:
@@ -589,16 +589,14 @@ def test_a_gang_killed_while_it_is_being_started_is_stopped_at_once(
         return out  # type: ignore[return-value]
 
     monkeypatch.setattr(b._spawners, "spawn_many", spawn_then_kill)
-    t0 = time.monotonic()
-    r = launch(b, spec("s0", "sleep 30"), spec("s1", "sleep 30"))
+    r = launch(b, spec("s0", "sleep 3600"), spec("s1", "sleep 3600"))
     monkeypatch.undo()
     assert r.outcome == LaunchOutcome.REFUSED
     pgids = [wrapper.read_pid(b._sandboxes / t) for t in ("s0", "s1")]
     for tid in ("s0", "s1"):
         assert rec.wait_terminal(tid).state == TaskState.KILLED
     wait_for(lambda: all(group_gone(p) for p in pgids if p))
-    wait_for(lambda: running_ids(b) == set())
-    assert time.monotonic() - t0 < 5  # SIGKILLed at once, not after the grace period
+    wait_for(lambda: running_ids(b) == set())  # SIGKILLed at once, not after the hour's grace
 
 
 def test_kill_stops_the_whole_process_group(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
@@ -623,13 +621,11 @@ def test_a_sigterm_lost_at_an_exec_is_sent_again(
     # here the window (the shell running its trap, then exec) is as long as the scheduler makes it, far wider than
     # the wrapper's fork-to-exec: give the repeat time enough that a loaded machine still lands it after the exec
     monkeypatch.setattr(local_backend_module, "TERM_AGAIN_S", 1.0)
-    b, rec = make_backend(grace=30.0)
-    launch(b, spec("slippery", "trap : TERM; echo ready; sleep 30; exec sleep 30"))
+    b, rec = make_backend(grace=3600.0)  # no SIGKILL escalation within the wait below: only the repeated SIGTERM
+    launch(b, spec("slippery", "trap : TERM; echo ready; sleep 3600; exec sleep 3600"))
     wait_for(lambda: b.read_log("slippery", "stdout", 0, 100)[0] == b"ready\n")
-    t0 = time.monotonic()
     b.kill(["slippery"])
     assert rec.wait_terminal("slippery").state == TaskState.KILLED
-    assert time.monotonic() - t0 < 10  # long before the 30 s escalation
 
 
 def test_kill_escalates_to_sigkill(make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:
@@ -786,7 +782,7 @@ FAILING_NVIDIA_SMI = [
     ("echo 'Failed to initialize NVML: Driver/library version mismatch'\nexit 18\n",  # its errors go to stdout
      "nvidia-smi exited with status 18", "Driver/library version mismatch"),
     ("kill -SEGV $$\n", "nvidia-smi was killed by signal 11", "SIGSEGV; printed nothing"),
-    ("sleep 30\n", "nvidia-smi did not answer within 1 s", "killed"),  # sleep outlives the shell it was forked by
+    ("sleep 3600\n", "nvidia-smi did not answer within 1 s", "killed"),  # sleep outlives the shell it was forked by
     ("printf '\\377\\376\\000garbage\\n'\n", "nvidia-smi listed no GPU", "garbage"),  # exit 0, nothing readable
     ("exit 0\n", "nvidia-smi listed no GPU", "printed nothing"),
 ]
@@ -802,10 +798,14 @@ def test_an_nvidia_smi_that_fails_is_a_warning_and_a_label_not_silence(
     fake = tmp_path / "nvidia-smi"
     fake.write_text("#!/bin/sh\n" + script)
     fake.chmod(0o755)
-    start = time.monotonic()
+    found: list[object] = []
     with caplog.at_level("WARNING", logger=gpus_module.__name__):
-        (host,) = make_local_hosts(None, None, data_dir=tmp_path)
-    assert time.monotonic() - start < 10
+        # in a thread: a detection that did not cut a hung nvidia-smi (`sleep 3600`) would never end the join
+        t = threading.Thread(target=lambda: found.extend(make_local_hosts(None, None, data_dir=tmp_path)))
+        t.start()
+        t.join(60)
+    assert not t.is_alive(), "the detection waited for a hung nvidia-smi"
+    (host,) = cast(list[HostConfig], found)
     assert host.gpu_ids == () and host.capacity.gpu == 0
     assert host.labels["gpu_error"] == label
     (warning,) = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]

@@ -119,11 +119,9 @@ def test_escapees_die_with_a_stop(mode: str, make: Make, escape: Callable[[], Es
     m = escape()
     launch(b, spec("stopped", m.command()))
     m.wait(b, "stopped")
-    t0 = time.monotonic()
     b.kill(["stopped"])
     assert rec.wait_terminal("stopped").state == TaskState.KILLED
     m.wait_gone(GRACE_S + SLACK_S)
-    assert time.monotonic() - t0 < GRACE_S + SLACK_S
 
 
 @pytest.mark.parametrize("mode", MODES)
