@@ -4,7 +4,9 @@ in one process a component's own error passes as it is and any other becomes an 
 
 from __future__ import annotations
 
+import contextlib
 import socket
+from collections.abc import Iterator
 from typing import Any
 
 import grpc
@@ -22,6 +24,25 @@ from peloton.resmgr.inprocess import InProcessResourceManager
 from peloton.resmgr.manager import ResourceManager
 from tests.unit.test_failover import LocalRpcError
 from tests.unit.test_hostmgr_manager import FakeBackend
+
+
+@contextlib.contextmanager
+def resmgr_over_grpc(rm: ResourceManager) -> Iterator[GrpcResourceManager]:
+    """`rm` served by its real servicer on a loopback port, and the job manager's client of it."""
+    from concurrent import futures
+
+    from peloton.api.v1 import internal_pb2_grpc
+    from peloton.resmgr.service import ResourceManagerServicer
+
+    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    try:
+        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
+            yield GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch))
+    finally:
+        server.stop(None)
 
 
 class FailingStub:
@@ -117,39 +138,25 @@ def test_in_process_a_components_own_error_passes_as_it_is_and_any_other_becomes
 def test_a_dry_runs_admission_question_goes_over_grpc_to_the_servicer_and_back() -> None:
     """The --role path: GrpcResourceManager -> PreviewAdmission -> ResourceManagerServicer -> the what-if, each
     gang's reason and gangs ahead back in order; a bad pool path is refused naming the field."""
-    from concurrent import futures
 
-    from peloton.api.v1 import internal_pb2_grpc
     from peloton.domain.allocation import GangAsk
-    from peloton.resmgr.service import ResourceManagerServicer
 
     rm = ResourceManager(lambda: [ResourcePool("/"), ResourcePool("/a", limit=Resources(cpu=4))], clock=lambda: 1000.0)
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-            client = GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch))
-            asks = [GangAsk(Resources(cpu=3, mem=512), priority=2), GangAsk(Resources(cpu=3, mem=512), False, 2)]
-            out = client.preview_admission("/a", asks)
-            assert out == InProcessResourceManager(rm).preview_admission("/a", asks)
-            assert out[0].reason == "" and "pool /a limit cpu=4 would be exceeded" in out[1].reason
-            with pytest.raises(errors.InvalidArgument) as e:
-                client.preview_admission("a//b", asks)
-            assert e.value.message.startswith("pool: ")
-    finally:
-        server.stop(None)
+    with resmgr_over_grpc(rm) as client:
+        asks = [GangAsk(Resources(cpu=3, mem=512), priority=2), GangAsk(Resources(cpu=3, mem=512), False, 2)]
+        out = client.preview_admission("/a", asks)
+        assert out == InProcessResourceManager(rm).preview_admission("/a", asks)
+        assert out[0].reason == "" and "pool /a limit cpu=4 would be exceeded" in out[1].reason
+        with pytest.raises(errors.InvalidArgument) as e:
+            client.preview_admission("a//b", asks)
+        assert e.value.message.startswith("pool: ")
 
 
 def test_the_gpus_a_pool_is_entitled_to_are_counted_as_admission_counts_them() -> None:
     """An entitlement is fractional: admission counted 499.9999995 GPUs as 500 whole ones (within 1e-6), while the
     answer to "how many is this pool entitled to" (autosize's bound) said 499 (within 1e-9), in process and over
     gRPC: a job sized to it asked one GPU less than admission would give."""
-    from concurrent import futures
 
-    from peloton.api.v1 import internal_pb2_grpc
-    from peloton.resmgr.service import ResourceManagerServicer
     from tests.unit.test_resmgr import SHORT, gang
 
     # shares 1e6 and 0.001 over 500 GPUs: /a's entitlement comes to 499.9999995
@@ -161,13 +168,5 @@ def test_the_gpus_a_pool_is_entitled_to_are_counted_as_admission_counts_them() -
     ent = rm.entitlement_if("/a", asking)
     assert ent is not None and 499 < ent.gpu < 500 and ent.whole().gpu == 500
     assert InProcessResourceManager(rm).entitled_gpus("/a", asking) == 500
-    server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    internal_pb2_grpc.add_ResourceManagerInternalServicer_to_server(ResourceManagerServicer(rm), server)
-    port = server.add_insecure_port("127.0.0.1:0")
-    server.start()
-    try:
-        with grpc.insecure_channel(f"127.0.0.1:{port}") as ch:
-            assert GrpcResourceManager(internal_pb2_grpc.ResourceManagerInternalStub(ch)).entitled_gpus(
-                "/a", asking) == 500
-    finally:
-        server.stop(None)
+    with resmgr_over_grpc(rm) as client:
+        assert client.entitled_gpus("/a", asking) == 500

@@ -28,6 +28,7 @@ from peloton.hostmgr.local.journal import Journal
 from tests.unit.test_local_backend import (  # noqa: F401 - make_backend: a fixture
     TEST_TASK_USER,
     Recorder,
+    _start_with_pid,
     gang,
     kill_leftovers,
     launch,
@@ -217,19 +218,6 @@ def _alive(pid: int) -> bool:
         return False
 
 
-def _stranger_with_pid(pid: int) -> subprocess.Popen[bytes] | None:
-    """A process of no task's, leading a process group, given the number `pid` (ns_last_pid: root), or None when
-    another process of this machine took the number first."""
-    with open("/proc/sys/kernel/ns_last_pid", "w") as f:
-        f.write(str(pid - 1))
-    p = subprocess.Popen(["sleep", "30"], start_new_session=True)
-    if p.pid == pid:
-        return p
-    p.kill()
-    p.wait()
-    return None
-
-
 @pytest.mark.skipif(os.geteuid() != 0, reason="giving a process a chosen pid (ns_last_pid) needs root")
 def test_a_signal_for_a_task_whose_wrapper_just_ended_reaches_no_process_that_took_its_pid(
         tmp_path: Path, make_backend: Callable[..., tuple[LocalBackend, Recorder]]) -> None:  # noqa: F811
@@ -246,11 +234,7 @@ def test_a_signal_for_a_task_whose_wrapper_just_ended_reaches_no_process_that_to
     with b._lock:  # the monitor sees the end, then waits here to mark the task exited: the window, held open
         go.touch()
         wait_for(lambda: not _alive(pid))
-        stranger = None
-        for _ in range(20):
-            stranger = _stranger_with_pid(pid)
-            if stranger is not None:
-                break
+        stranger = _start_with_pid(pid)
         assert stranger is not None, f"pid {pid} could not be had (another process of this machine took it)"
         try:
             assert not t.exited
