@@ -165,6 +165,18 @@ def plan_time(params: CostParams, hosts: list[FreeHost], repeat: int) -> dict[st
     return out
 
 
+def _rates_timed(params: CostParams, hosts: list[FreeHost], sizes: range, req: PlanRequest, repeat: int,
+                 ) -> tuple[list[float], list[float]]:
+    """`size_rates`' answer and the CPU seconds of each of `repeat` runs."""
+    times = []
+    rates: list[float] = []
+    for _ in range(repeat):
+        t0 = time.process_time()
+        rates = size_rates(params, hosts, sizes, req)
+        times.append(time.process_time() - t0)
+    return rates, times
+
+
 def auto_time(params: CostParams, hosts: list[FreeHost], lo: int, hi: int, repeat: int, slow: bool,
               ) -> dict[str, Any]:
     """Every count's best samples/s, lo..hi (at most the free GPUs), at once and by one search per count: CPU s."""
@@ -173,12 +185,7 @@ def auto_time(params: CostParams, hosts: list[FreeHost], lo: int, hi: int, repea
     out: dict[str, Any] = {}
     for pattern in (RING, HIERARCHICAL):
         req = PlanRequest(local_bsz=8, pattern=pattern, top=1)
-        times = []
-        rates: list[float] = []
-        for _ in range(repeat):
-            t0 = time.process_time()
-            rates = size_rates(params, hosts, sizes, req)
-            times.append(time.process_time() - t0)
+        rates, times = _rates_timed(params, hosts, sizes, req, repeat)
         row: dict[str, Any] = {"sizes": len(sizes), "size_rates_cpu_ms": min(times) * 1000,
                                "size_rates_median_cpu_ms": statistics.median(times) * 1000,
                                "best_gpus": sizes[max(range(len(rates)), key=lambda i: rates[i])]}
@@ -201,12 +208,7 @@ def ps_auto_time(params: CostParams, hosts: list[FreeHost], hi: int, repeat: int
     out: dict[str, Any] = {}
     for label, servers in (("2 servers", 2), ("servers chosen", 0)):
         req = PlanRequest(local_bsz=8, pattern=PS, servers=servers, top=1)
-        times = []
-        rates: list[float] = []
-        for _ in range(repeat):
-            t0 = time.process_time()
-            rates = size_rates(params, hosts, sizes, req)
-            times.append(time.process_time() - t0)
+        rates, times = _rates_timed(params, hosts, sizes, req, repeat)
         row: dict[str, Any] = {"sizes": len(sizes), "size_rates_cpu_ms": min(times) * 1000}
         if slow and servers:
             t0 = time.process_time()
