@@ -569,6 +569,27 @@ def refused_by_resmgr(jv: JobView, gv: GangView, attempt: int, now: float, messa
     return eff
 
 
+def to_send(views: Mapping[str, JobView], eff: Effects) -> tuple[list[tuple[JobView, int]], list[tuple[JobView, int]]]:
+    """The enqueues and adoptions of `eff` to send once it has committed, each as its gang is now: an enqueue of a
+    gang still waiting in a job that still wants to run, an adoption of a gang still active. A rule records an
+    enqueue when a gang is queued, and a later rule of the same commit may end the gang (recovery re-enqueues a
+    queued gang, then a gang after it fails the job and stops it; a batch's first status restarts a gang, a later
+    one fails the job). The sender sends the releases first: sent, that enqueue would queue in resmgr a gang that is
+    over (placed for nothing, its pool's share counted, until the queue check released it)."""
+    enqueue, adopt = [], []
+    for j, i in eff.enqueue:
+        jv = views.get(j)
+        gv = jv.gangs.get(i) if jv is not None else None
+        if jv is not None and gv is not None and gv.gang.state.waiting and jv.job.desired == "RUNNING":
+            enqueue.append((jv, i))
+    for j, i in eff.adopt:
+        jv = views.get(j)
+        gv = jv.gangs.get(i) if jv is not None else None
+        if jv is not None and gv is not None and gv.gang.state.active:
+            adopt.append((jv, i))
+    return enqueue, adopt
+
+
 def set_pending_reason(jv: JobView, gang_index: int, attempt: int, reason: str, now: float) -> Effects:
     """Why a queued gang is still waiting (admission or placement), shown by `job get`."""
     eff = Effects()
@@ -791,5 +812,5 @@ def _gang_index(gang_id: str) -> int:
 __all__ = [
     "Effects", "GangView", "JobView", "apply_status", "attempts_used", "evict_from_hosts", "on_hosts", "preempt_gang", "check_launch_deadline", "check_max_runtime", "derive_job_state",
     "gang_failed", "gang_id_for", "holds_in_vain", "intent_recorded", "launch_failed", "launch_intent", "launch_refused", "new_job_records",
-    "first_events", "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for",
+    "first_events", "new_job_view", "parse_task_id", "recover", "set_pending_reason", "stop_gang", "stop_job", "task_id_for", "to_send",
 ]

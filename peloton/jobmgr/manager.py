@@ -205,12 +205,9 @@ class JobManager:
     # --- side effects (writer thread) ---------------------------------------------------------------------
     def _perform(self, eff: policy.Effects, views: Views) -> None:
         out = Outbox(kill=list(eff.kill), preempt=list(eff.preempt), release=list(eff.release))
-        for j, i in eff.enqueue:
-            if j in views:
-                out.enqueue.append((gang_request(views[j], i), False))
-        for j, i in eff.adopt:
-            if j in views:
-                out.enqueue.append((gang_request(views[j], i), True))
+        enqueue, adopt = policy.to_send(views, eff)  # (not a gang a later rule of the commit ended)
+        out.enqueue += [(gang_request(jv, i), False) for jv, i in enqueue]
+        out.enqueue += [(gang_request(jv, i), True) for jv, i in adopt]
         if eff.restarts:
             GANG_RESTARTS.inc(eff.restarts)
         for launching, waited in eff.started:

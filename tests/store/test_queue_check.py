@@ -130,3 +130,45 @@ def test_a_gang_whose_enqueue_is_on_its_way_is_not_taken_for_lost(
         assert "did not know" not in caplog.text
         wait(lambda: jobs.GetJob(job_pb2.GetJobRequest(job_id=job), timeout=10).job.status.state == "RUNNING",
              "the job to run")
+
+
+def test_a_gang_that_a_later_status_of_the_same_batch_ended_is_not_queued_in_resmgr(
+        daemon: Daemon, monkeypatch: pytest.MonkeyPatch) -> None:
+    """One batch of status updates: the first member's failure restarts its gang (an enqueue of its next attempt
+    recorded), the second's, permanent, fails the job, which stops that gang at once (DONE, released). The sender
+    sends the releases before the enqueues: the enqueue, built from the gang as it was at the commit, queued in resmgr
+    a gang that was over, which placement could then place for nothing (and its pool's share stayed counted until the
+    queue check released it)."""
+    from peloton.domain.launch import TaskStatus
+    from peloton.domain.model import task_id_for
+    from peloton.domain.states import TaskState
+
+    jm = daemon.jobmgr
+    assert jm is not None
+    sent: list[tuple[str, int]] = []  # every gang attempt enqueued in resmgr
+    enqueue = jm.effects.resmgr.enqueue
+
+    def recorded(gangs, running, *args, **kwargs):  # type: ignore[no-untyped-def]
+        sent.extend((g.gang_id, g.attempt) for g in gangs)
+        return enqueue(gangs, running, *args, **kwargs)
+
+    monkeypatch.setattr(jm.effects.resmgr, "enqueue", recorded)
+    with grpc.insecure_channel(daemon.address) as ch:
+        jobs = job_pb2_grpc.JobServiceStub(ch)
+        s = spec("elastic")
+        s.gang.min_available = 1  # two gangs of one member each
+        s.retry.max_attempts = 2
+        job_id = jobs.CreateJob(job_pb2.CreateJobRequest(spec=s), timeout=10).job_id
+
+        def get() -> job_pb2.Job:
+            return jobs.GetJob(job_pb2.GetJobRequest(job_id=job_id), timeout=10).job
+
+        wait(lambda: all(t.state == TaskState.RUNNING for t in jm.list_tasks(job_id)[0]), "both gangs to run")
+        jm.apply_statuses([
+            TaskStatus(task_id_for(job_id, 0, 1), TaskState.FAILED, time.time(), exit_code=1, message="crashed"),
+            TaskStatus(task_id_for(job_id, 1, 1), TaskState.FAILED, time.time(), message="bad image",
+                       permanent=True),
+        ])
+        assert jm.effects.drain(10)
+        assert str(get().status.state) in ("FAILING", "FAILED")
+        assert (f"{job_id}/0", 2) not in sent, sent  # its next attempt was never queued
