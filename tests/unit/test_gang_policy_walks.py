@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from peloton.domain.launch import TaskStatus
 from peloton.domain.model import task_id_for
 from peloton.domain.placement import GangPlacement, MemberAssignment
-from peloton.domain.states import GangState, JobState, TaskState
+from peloton.domain.states import TASK_TERMINAL, GangState, JobState, TaskState
 from peloton.jobmgr import gang_policy as policy
 from peloton.jobmgr.gang_policy import Effects, GangView, JobView
 from tests.unit.test_gang_policy import JOB, T0, _check_counters, _check_tracked, _records, make_spec
@@ -138,8 +138,12 @@ def test_no_job_is_left_stuck_and_no_gang_half_running(instances: int, min_avail
     failed = stopped = False
     attempts = {i: gv.gang.attempt for i, gv in jv.gangs.items()}
     held = {(gv.gang.gang_id, 1) for gv in jv.gangs.values()}  # what resmgr queues or counts: CreateJob enqueues
+    preemptions = dict.fromkeys(jv.gangs, 0)
+    killed: set[str] = set()  # task ids a kill (or a preemption) was sent for
+    preempted: set[str] = set()
     for op in ops:
         now += 1.0
+        states_before = {i: gv.gang.state for i, gv in jv.gangs.items()}
         kind = op[0]
         gvs = list(jv.gangs.values())
         before = _records(jv)
@@ -212,12 +216,33 @@ def test_no_job_is_left_stuck_and_no_gang_half_running(instances: int, min_avail
         _send(held, jv, eff)
         _check_tracked(before, jv, eff)
         _check_counters(jv)
+        # a member recorded as being stopped has been told (else only the reconciler would, 10 s on)
+        for tid in eff.kill:  # never a member the records count on: one being stopped, over, or never launched
+            _, inst, att = policy.parse_task_id(tid)
+            t = jv.tasks[inst]
+            assert att != t.attempt or t.state in (T.KILLING, T.PENDING, *TASK_TERMINAL), (t, op)
+        killed.update(eff.kill)
+        preempted.update(tid for tid, _ in eff.preempt)
+        for gv in jv.gangs.values():
+            for t in gv.members():
+                assert t.state != T.KILLING or t.task_id in killed | preempted, (t, op)
+                assert t.state != T.PREEMPTING or t.task_id in preempted, (t, op)
         _check_step(jv, eff, stopped, failed, max_attempts)
         if stopped or failed:  # a stopped or failed job starts no new attempt
             assert {i: gv.gang.attempt for i, gv in jv.gangs.items()} == attempts, (attempts, op)
+        # peloton_jobmgr_gang_restarts_total counts each new attempt a failure started (not a preemption's new run)
+        restarted = sum(gv.gang.attempt - attempts[i] - (gv.gang.preemptions - preemptions[i])
+                        for i, gv in jv.gangs.items())
+        assert eff.restarts == restarted, (eff.restarts, restarted, op)
+        # a gang that began to run whole is timed once (the launch and submission-to-running histograms)
+        began = sum(1 for i, gv in jv.gangs.items()  # (or DONE, every member succeeded straight from LAUNCHING)
+                    if states_before[i] == G.LAUNCHING and (gv.gang.state == G.RUNNING or (
+                        gv.gang.state == G.DONE and all(t.state == T.SUCCEEDED for t in gv.members()))))
+        assert len(eff.started) == began or kind == "restart", (eff.started, began, op)
         stopped = jv.job.desired == "KILLED"
         failed = failed or (jv.job.state in (J.FAILING, J.FAILED))
         attempts = {i: gv.gang.attempt for i, gv in jv.gangs.items()}
+        preemptions = {i: gv.gang.preemptions for i, gv in jv.gangs.items()}
 
     # the events stop, the backend confirms
     now = _quiesce(jv, now, stopped, failed, held)
