@@ -707,9 +707,11 @@ def recover(jv: JobView, statuses: Mapping[str, TaskStatus], now: float) -> Effe
                 eff.adopt.append((jv.job.id, g.index))
             continue
         if g.state == G.LAUNCHING and _still_starting(gv, statuses):
-            # its launch was in flight (a takeover, a restart mid-launch): every member is on its way, so it
+            # its launch was in flight (a takeover, a restart mid-launch): every member is on its way (or done), so it
             # goes on as launching; its RUNNING updates follow, and its launch deadline still holds
             for t in gv.members():
+                if t.state.terminal:  # (one that has succeeded)
+                    continue
                 st = statuses[t.task_id]
                 if st.state in _ON_THEIR_WAY and st.state != t.state and task_can(t.state, st.state):
                     _set_task(jv, t, st.state, now, eff, host=st.hostname)
@@ -735,8 +737,10 @@ _ON_THEIR_WAY = frozenset({T.LAUNCHED, T.STARTING, T.RUNNING})
 
 
 def _still_starting(gv: GangView, statuses: Mapping[str, TaskStatus]) -> bool:
-    """Every member of a launching gang is known to the backend and launched, starting or running."""
-    return all(t.task_id in statuses and statuses[t.task_id].state in _ON_THEIR_WAY and not t.state.terminal
+    """Every member of a launching gang is known to the backend and launched, starting or running, or has already
+    succeeded (as live, where a member that exits 0 before the rest are up leaves its gang launching)."""
+    return all(t.state == T.SUCCEEDED
+               or (t.task_id in statuses and statuses[t.task_id].state in _ON_THEIR_WAY and not t.state.terminal)
                for t in gv.members())
 
 

@@ -709,6 +709,28 @@ def test_recover_keeps_a_launching_gang_whose_members_are_all_on_their_way() -> 
     assert eff.adopt == [] and eff.enqueue == [(JOB, 0)] and gv.gang.attempt == 2
 
 
+@pytest.mark.parametrize("before_the_crash", [True, False])
+def test_recover_keeps_a_launching_gang_whose_quick_member_already_succeeded(before_the_crash: bool) -> None:
+    """Live, a member that exits 0 while the rest are still starting leaves its gang LAUNCHING (it counts as up:
+    test_members_succeeding_before_all_run_still_count_as_running). A restart then must not tear the gang down as
+    partial: that cost an attempt (with none left, the job failed) for a member that did its work. Whether its
+    success was recorded before the crash or is found at recovery."""
+    jv = make_view()
+    gv = place(jv)
+    found = {1: T.RUNNING, 2: T.STARTING}
+    if before_the_crash:
+        apply(jv, 0, T.SUCCEEDED)
+        assert gv.gang.state == G.LAUNCHING
+    else:
+        found[0] = T.SUCCEEDED
+    eff = policy.recover(jv, _statuses(jv, found), T0 + 100)
+    assert gv.gang.attempt == 1 and gv.gang.state == G.LAUNCHING, gv.gang.reason
+    assert eff.adopt == [(JOB, 0)] and eff.kill == [] and eff.enqueue == []
+    assert states(gv) == [T.SUCCEEDED, T.RUNNING, T.STARTING]
+    apply(jv, 2, T.RUNNING, now=T0 + 101)  # the last one comes up: the gang runs whole
+    assert gv.gang.state == G.RUNNING and jv.job.state == J.RUNNING
+
+
 def test_recover_names_the_member_that_failed_while_the_daemon_was_down() -> None:
     """A member that exited non-zero while the daemon was down fails its gang as it would have live: its exit
     code is the reason (not "partial"), and a permanent failure is not retried."""
