@@ -61,6 +61,9 @@ class Dequeued:
     probes: list[Probe]
     reserving: list[GangKey]
     placement_order: str = ""  # resmgr's --placement-order ("": not said; the engine's own)
+    # resmgr holds no gang (queued, being placed, placed and not launched): the cluster's resources are not
+    # wanted (the engine tells the host manager: SyncHosts' idle). False when not said: as if work waited
+    idle: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -142,7 +145,8 @@ class ResourceManagerClient(Protocol):
 
 
 class HostManagerClient(Protocol):
-    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
+    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30,
+                   idle: bool = False) -> HostChanges:
         """The hosts' free state changed since `since_version` of stream `stream_id` (0: all of it)."""
 
     def claim(self, placements: Sequence[GangPlacement]) -> tuple[list[GangPlacement], list[PlacementFailure]]:

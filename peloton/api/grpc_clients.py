@@ -185,7 +185,7 @@ class GrpcResourceManager(_GrpcClient):
                         release_claims=[(k.gang_id, k.attempt) for k in r.release_claims],
                         probes=[convert.probe_from_proto(p) for p in r.probes],
                         reserving=[(k.gang_id, k.attempt) for k in r.reserving],
-                        placement_order=r.placement_order)
+                        placement_order=r.placement_order, idle=r.idle)
 
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],
                        stale: Sequence[PlacementFailure], preemptions: Sequence[Preemption],
@@ -256,9 +256,10 @@ class GrpcHostManager(_GrpcClient):
     # whichever launcher thread called last: a stale read costs one launch sent the other way)
     _launch_shared = False
 
-    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
-        r = self._call("SyncHosts", internal_pb2.SyncHostsRequest(since_version=since_version, stream_id=stream_id),
-                       timeout_s)
+    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30,
+                   idle: bool = False) -> HostChanges:
+        r = self._call("SyncHosts", internal_pb2.SyncHostsRequest(since_version=since_version, stream_id=stream_id,
+                                                                  idle=idle), timeout_s)
         return HostChanges(r.stream_id, r.version, r.full, [convert.offer_from_proto(o) for o in r.hosts],
                            list(r.removed))
 

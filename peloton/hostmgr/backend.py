@@ -49,6 +49,12 @@ class Backend(Protocol):
         """This daemon holds the store lock again after another daemon held it: act for the cluster again (on
         Mesos, subscribe again after the other one's subscription failed ours over)."""
 
+    def demand(self) -> None:
+        """Work waits for hosts (the resource manager holds gangs): a backend that gives the cluster's resources
+        back while nothing waits (Mesos: declines its offers and SUPPRESSes them) asks for them again (REVIVE).
+        Called under the host manager's lock: in memory only. Not calling it is what "idle" means: `offers` does
+        not count as demand (the placement engine syncs hosts every poll, busy or not)."""
+
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         """The free resources of these hosts (all when None) as the backend accounts for them now: capacity minus
         every task it runs or has registered. `with_ids` fills the concrete free GPU ids and ports (costly on

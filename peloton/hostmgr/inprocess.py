@@ -20,8 +20,9 @@ class InProcessHostManager:
         self.hm = hm
 
     @service_errors
-    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30) -> HostChanges:
-        r = self.hm.sync(since_version, stream_id)
+    def sync_hosts(self, since_version: int, stream_id: str = "", timeout_s: float = 30,
+                   idle: bool = False) -> HostChanges:
+        r = self.hm.sync(since_version, stream_id, idle=idle)
         return HostChanges(r.stream_id, r.version, r.full, r.offers, r.removed)
 
     @service_errors

@@ -232,10 +232,13 @@ class HostManager:
         return len(acks)
 
     # --- placement side -----------------------------------------------------------------------------------
-    def sync(self, since: int, stream_id: str) -> HostSync:
+    def sync(self, since: int, stream_id: str, idle: bool = False) -> HostSync:
         """Free resources (counts) of the hosts that changed after version `since` of stream `stream_id`; every
-        host when the stream is another one (this host manager restarted) or `since` is 0."""
+        host when the stream is another one (this host manager restarted) or `since` is 0. `idle`: the caller
+        has no work waiting for hosts (the resource manager holds no gang); else the backend hears of demand."""
         with self._lock:
+            if not idle:
+                self.backend.demand()
             self._touch_locked(self._claims.expire(self.clock()))
             closed = self._closed_locked(self.clock())  # (first: it may touch hosts)
             # (a consumer from before a forgotten removal would never hear of it: everything, as after a restart)

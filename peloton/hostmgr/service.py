@@ -31,7 +31,7 @@ class HostManagerServicer(internal_pb2_grpc.HostManagerInternalServicer):
 
     @grpc_errors
     def SyncHosts(self, request: internal_pb2.SyncHostsRequest, context: grpc.ServicerContext) -> internal_pb2.SyncHostsResponse:
-        r = self.hm.sync(request.since_version, request.stream_id)
+        r = self.hm.sync(request.since_version, request.stream_id, idle=request.idle)
         return internal_pb2.SyncHostsResponse(stream_id=r.stream_id, version=r.version, full=r.full,
                                               hosts=[convert.offer_to_proto(o) for o in r.offers],
                                               removed=r.removed)

@@ -83,9 +83,13 @@ class PlacementEngine:
         # gang attempts counted as unplaced (so that their retries are not), with when they were last tried
         self._unplaced: dict[tuple[str, int], float] = {}
         self._unplaced_pruned = time.monotonic()
+        # what the last dequeue said: resmgr holds no gang. Told to the host manager with every sync (a Mesos
+        # backend gives its offers back while idle, and asks for them again at the first sync that is not). Not
+        # idle until resmgr says so: a gang may be waiting already
+        self._idle = False
 
     def _sync(self) -> None:
-        r = self.hostmgr.sync_hosts(self._version, self._stream_id)
+        r = self.hostmgr.sync_hosts(self._version, self._stream_id, idle=self._idle)
         offers = r.offers
         if r.full:
             self.index = HostIndex(offers)
@@ -128,6 +132,7 @@ class PlacementEngine:
         if self._version == 0 or time.monotonic() - self._synced_at >= self.poll_ms / 1000:
             self._sync()
         resp = self.resmgr.dequeue(self.batch, self.poll_ms / 1000, self._total, self.id)
+        self._idle = resp.idle and not resp.gangs and not resp.probes
         if resp.release_claims:
             # before this round claims anything: a gang placed again claims under the same key
             self.hostmgr.release_claims(resp.release_claims)

@@ -44,7 +44,7 @@ class InProcessResourceManager:
     def dequeue(self, max_gangs: int, timeout_s: float, capacity: Resources | None, engine: str) -> Dequeued:
         gangs = self.rm.dequeue(max_gangs or 100, _wait(timeout_s), capacity, engine=engine)
         return Dequeued(gangs, self.rm.take_orphaned_claims(engine), [_probe(p) for p in self.rm.take_probes()],
-                        self.rm.reserving(), self.rm.placement_order)
+                        self.rm.reserving(), self.rm.placement_order, self.rm.idle)
 
     @service_errors
     def set_placements(self, placements: Sequence[GangPlacement], failures: Sequence[PlacementFailure],

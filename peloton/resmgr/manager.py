@@ -689,6 +689,14 @@ class ResourceManager:
                     due.append(max(self._next_probe_round, since + self._settle_s, e.probed_at + every))
             return min(due) if due else None
 
+    @property
+    def idle(self) -> bool:
+        """No gang in the queue (waiting, being placed, placed, or handed to the job manager and not launched
+        yet): the cluster's resources are not wanted now. Told to the placement engines with each dequeue, and by
+        them to the host manager (a Mesos backend declines its offers and SUPPRESSes them while idle)."""
+        with self._cond:
+            return len(self._q) == 0
+
     def reserving(self) -> list[GangKey]:
         """The waiting gangs the placement engine keeps hosts for (it forgets any other reservation)."""
         with self._cond:

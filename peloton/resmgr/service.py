@@ -59,7 +59,7 @@ class ResourceManagerServicer(internal_pb2_grpc.ResourceManagerInternalServicer)
             release_claims=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.take_orphaned_claims(request.engine)],
             probes=[convert.probe_to_proto(p.gang, p.candidates, p.need, p.ending) for p in self.rm.take_probes()],
             reserving=[internal_pb2.GangKey(gang_id=g, attempt=a) for g, a in self.rm.reserving()],
-            placement_order=self.rm.placement_order)
+            placement_order=self.rm.placement_order, idle=self.rm.idle)
 
     @grpc_errors
     def SetPlacements(self, request: internal_pb2.SetPlacementsRequest, context: grpc.ServicerContext) -> internal_pb2.SetPlacementsResponse:

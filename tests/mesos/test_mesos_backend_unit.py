@@ -137,8 +137,8 @@ class Harness:
         self.subscribed()
         offs = _transcript_offers()
         self.offers(offs[0])
-        self.b.offers()  # demand
-        self.tick(0.1)  # empty reconciliation -> implicit round
+        self.b.demand()  # a gang waits
+        self.tick(0.1)  # empty reconciliation -> implicit round; REVIVE (a new subscription, with demand)
         return offs[0]
 
 
@@ -712,23 +712,41 @@ def test_no_reconciliation_of_a_member_whose_accept_is_still_on_its_way() -> Non
 def test_suppress_after_idle_and_revive_on_demand() -> None:
     h = Harness(idle_suppress_s=30.0)
     first = h.ready()
+    assert len(h.t.of("REVIVE")) == 1  # subscribed with demand: revived (filters of earlier declines cleared)
     assert not h.t.of("SUPPRESS")
     h.tick(29)
     assert not h.t.of("SUPPRESS") and not h.t.of("DECLINE")
     h.tick(2)
     (decline,) = h.t.of("DECLINE")
     assert {o["value"] for o in decline["decline"]["offer_ids"]} == {o["id"]["value"] for o in first}
+    # a long filter: other frameworks get the resources meanwhile; our REVIVE clears it when a gang comes
+    assert decline["decline"]["filters"] == {"refuse_seconds": 120.0}
     assert len(h.t.of("SUPPRESS")) == 1 and h.t.of("SUPPRESS")[0]["suppress"] == {"roles": ["*"]}
     assert h.b.suppressed
     h.tick(100)
     assert len(h.t.of("SUPPRESS")) == 1  # once
-    assert h.b.offers() == []  # demand: noted (offers() runs under the host manager's lock: no call from it)
-    assert not h.t.of("REVIVE") and h.b.suppressed
+    h.b.demand()  # noted (demand() runs under the host manager's lock: no call from it)
+    assert len(h.t.of("REVIVE")) == 1 and h.b.suppressed
     h.tick(0.5)  # the ticker's next pass revives
     assert h.t.of("REVIVE")[-1]["revive"] == {"roles": ["*"]} and not h.b.suppressed
     h.offers(_transcript_offers()[1])
+    h.b.demand()
+    h.tick(0.5)
     assert len(h.b.offers()) == 2
-    assert len(h.t.of("REVIVE")) == 1  # not suppressed any more: no second REVIVE
+    assert len(h.t.of("REVIVE")) == 2  # not suppressed any more: no third REVIVE
+
+
+def test_reading_the_offers_is_not_demand() -> None:
+    """The placement engine syncs hosts every poll, idle or not: were that demand, offers were never suppressed
+    (the daemon held every offer, declined it after offer_hold_s and got it back a second later, starving the
+    other frameworks of a shared cluster)."""
+    h = Harness(idle_suppress_s=30.0)
+    h.ready()
+    for _ in range(70):
+        h.b.offers()  # a sync, every poll
+        h.tick(1.0)
+    assert len(h.t.of("SUPPRESS")) == 1 and h.b.suppressed
+    assert len(h.t.of("REVIVE")) == 1  # the subscription's only
 
 
 def _suppressed_on_the_master(t: FakeTransport) -> bool:
@@ -753,39 +771,111 @@ def test_a_ticker_pass_landing_while_subscribed_is_handled_waits_for_it() -> Non
     h.b._save_fid = save_while_the_ticker_passes
     h.subscribed()
     assert h.saved == [FID]
-    h.b.offers()  # a job comes: demand
+    h.b.demand()  # a job comes
     h.tick(0.5)
     assert not _suppressed_on_the_master(h.t)  # offers keep coming
     assert not h.t.of("SUPPRESS")  # that pass did nothing
     h.tick(31)  # idle: suppressed, the backend knowing it
     assert _suppressed_on_the_master(h.t) and h.b.suppressed
-    h.b.offers()
+    h.b.demand()
     h.tick(0.5)
     assert not _suppressed_on_the_master(h.t) and not h.b.suppressed  # revived on demand
 
 
-def test_failed_revive_is_retried_on_next_demand() -> None:
+def test_a_suppress_that_lands_on_the_next_subscription_is_revived_on_demand() -> None:
+    """The ticker decides to SUPPRESS on one subscription and sends it after releasing its lock; the stream may
+    end and a new SUBSCRIBED be handled in between (it resets `suppressed`), and the SUPPRESS then goes out on the
+    new subscription: the master suppresses us while the backend believed not, and the next gang never got a
+    REVIVE. The backend now believes the master suppresses it, and revives when a gang comes."""
+    h = Harness(idle_suppress_s=30.0)
+    h.ready()
+    sent = h.t.call
+
+    def resubscribed_meanwhile(body: dict[str, Any]) -> None:
+        if body["type"] == "SUPPRESS":
+            h.b._disconnected()  # the stream ended...
+            h.subscribed()  # ...and a new one began before the SUPPRESS went out: it goes on that one
+            h.t.call = sent  # type: ignore[method-assign]
+        sent(body)
+
+    h.t.call = resubscribed_meanwhile  # type: ignore[method-assign]
+    h.tick(31)
+    assert _suppressed_on_the_master(h.t)
+    assert h.b.suppressed
+    h.b.demand()  # a gang comes
+    h.tick(0.5)
+    assert not _suppressed_on_the_master(h.t) and not h.b.suppressed
+
+
+def test_a_failed_suppress_is_sent_again() -> None:
+    h = Harness(idle_suppress_s=30.0)
+    h.ready()
+    h.t.fail.add("SUPPRESS")
+    h.tick(31)
+    assert len(h.t.of("SUPPRESS")) == 1 and not h.b.suppressed
+    h.t.fail.clear()
+    h.tick(0.5)
+    assert len(h.t.of("SUPPRESS")) == 2 and h.b.suppressed
+
+
+def test_offers_while_believed_suppressed_and_idle_are_declined_and_suppressed_again() -> None:
+    """A SUPPRESS that did not take (a subscription lifted it, say): offers keep coming while the backend believes
+    itself suppressed. Each is declined, and SUPPRESS is sent again."""
+    h = Harness(idle_suppress_s=30.0)
+    h.ready()
+    h.tick(31)
+    assert len(h.t.of("SUPPRESS")) == 1 and h.b.suppressed
+    h.offers(_transcript_offers()[1])  # the master does not suppress us after all
+    h.tick(0.5)
+    assert len(h.t.of("DECLINE")) == 2 and h.b.offers() == []
+    assert len(h.t.of("SUPPRESS")) == 2 and h.b.suppressed
+    h.tick(0.5)
+    assert len(h.t.of("SUPPRESS")) == 2  # no offer since: once
+
+
+def test_a_subscription_with_demand_revives_and_one_without_suppresses() -> None:
+    """The master may keep the filters of the idle declines across a re-subscription; only a REVIVE clears
+    them. After each SUBSCRIBED: REVIVE when gangs wait, else SUPPRESS once idle (mesos-api.md)."""
+    h = Harness(idle_suppress_s=30.0)
+    h.ready()
+    h.tick(31)
+    assert h.b.suppressed and len(h.t.of("REVIVE")) == 1
+    h.b._disconnected()
+    h.subscribed()  # a master failover: not suppressed any more, the filters perhaps still there
+    h.b.demand()  # a gang waits
+    h.tick(0.5)
+    assert len(h.t.of("REVIVE")) == 2 and not h.b.suppressed
+    h.tick(31)  # idle again
+    h.b._disconnected()
+    h.subscribed()
+    h.tick(0.5)
+    assert len(h.t.of("REVIVE")) == 2  # nothing waits: no REVIVE...
+    assert _suppressed_on_the_master(h.t) and h.b.suppressed  # ...SUPPRESS
+
+
+def test_failed_revive_is_retried() -> None:
     h = Harness(idle_suppress_s=1.0)
     h.ready()
     h.tick(5)
     assert h.b.suppressed
     h.t.fail.add("REVIVE")
-    h.b.offers()
+    h.b.demand()
     h.tick(0.5)
     assert h.b.suppressed
     h.t.fail.clear()
+    h.tick(0.5)  # the next pass sends it again, though no demand came since
+    assert not h.b.suppressed and not _suppressed_on_the_master(h.t)
+    n = len(h.t.of("REVIVE"))
+    h.b.demand()
     h.tick(0.5)
-    assert len(h.t.of("REVIVE")) == 1  # no demand since: not sent again
-    h.b.offers()
-    h.tick(0.5)
-    assert not h.b.suppressed and len(h.t.of("REVIVE")) == 2
+    assert len(h.t.of("REVIVE")) == n  # not suppressed: no other
 
 
 def test_offers_held_too_long_are_declined() -> None:
     h = Harness(offer_hold_s=10.0, idle_suppress_s=1000.0)
     h.ready()
     h.tick(9)
-    h.b.offers()
+    h.b.demand()
     assert not h.t.of("DECLINE")
     h.tick(2)
     assert len(h.t.of("DECLINE")[0]["decline"]["offer_ids"]) == 3 and not h.t.of("SUPPRESS")

@@ -27,6 +27,7 @@ class FakeBackend:
         self.used: dict[str, list[RunningTask]] = {"h1": [], "h2": []}
         self.during_launch: list[object] = []  # run while "starting" (to interleave other calls)
         self.windows: dict[str, float] = {}  # maintenance the cluster manager announced
+        self.demanded = 0  # demand() calls: work waited for hosts
 
     def start(self, on_status: StatusCallback, on_hosts_changed: HostsCallback,
               on_statuses: StatusesCallback | None = None) -> None:
@@ -37,6 +38,9 @@ class FakeBackend:
 
     def lead_again(self) -> None:
         pass
+
+    def demand(self) -> None:
+        self.demanded += 1
 
     def maintenance(self) -> dict[str, float]:
         return dict(self.windows)
@@ -200,6 +204,18 @@ def test_sync_sends_every_host_first_then_only_what_changed() -> None:
     assert be.hosts_cb is not None
     be.hosts_cb(["h2"])  # a change the backend saw (offers, a host lost)
     assert [o.hostname for o in hm.sync(d.version, d.stream_id).offers] == ["h2"]
+
+
+def test_a_sync_is_demand_unless_the_caller_is_idle() -> None:
+    """The placement engine syncs every poll, busy or not: only a sync that says gangs wait is demand (a Mesos
+    backend suppresses offers while there is none)."""
+    b = FakeBackend()
+    hm = HostManager(b)
+    first = hm.sync(0, "", idle=True)
+    hm.sync(first.version, first.stream_id, idle=True)
+    assert b.demanded == 0
+    hm.sync(first.version, first.stream_id)
+    assert b.demanded == 1
 
 
 def test_claims_hold_whole_gangs_with_concrete_ids_and_refuse_what_no_longer_fits() -> None:

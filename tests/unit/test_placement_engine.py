@@ -195,9 +195,10 @@ def test_a_busy_engine_syncs_the_hosts_once_a_round(parts: tuple[PlacementEngine
     calls: list[int] = []
     sync = engine.hostmgr.sync_hosts
 
-    def counted(since_version: int, stream_id: str = "", timeout_s: float = 30):  # type: ignore[no-untyped-def]
+    def counted(since_version: int, stream_id: str = "", timeout_s: float = 30,  # type: ignore[no-untyped-def]
+                idle: bool = False):
         calls.append(since_version)
-        return sync(since_version, stream_id, timeout_s)
+        return sync(since_version, stream_id, timeout_s, idle)
 
     engine.hostmgr.sync_hosts = counted  # type: ignore[method-assign]
     one_gpu = Resources(cpu=1, mem=10, gpu=1)
@@ -211,3 +212,32 @@ def test_a_busy_engine_syncs_the_hosts_once_a_round(parts: tuple[PlacementEngine
         assert len(calls) == expected, (i, calls)
     placed, _ = rm.take_placements(10, SHORT)
     assert sorted(p.gang_id for p in placed) == ["g0/0", "g1/0", "g2/0"]
+
+
+def test_the_host_manager_hears_of_demand_only_while_resmgr_holds_gangs(
+        parts: tuple[PlacementEngine, ResourceManager, HostManager]) -> None:
+    """The engine syncs hosts every poll, busy or not. Demand (what makes a Mesos backend REVIVE, and its absence
+    SUPPRESS offers after a while) is resmgr holding gangs: said with each dequeue, passed on with each sync."""
+    engine, rm, hm = parts
+    backend = hm.backend
+    assert isinstance(backend, FakeBackend)
+    engine.run_once()  # the first sync: demand (resmgr has not said yet that it holds nothing)
+    engine.run_once()
+    idle_since = backend.demanded
+    for _ in range(3):
+        assert not engine.run_once()  # idle polls, each with a sync
+    assert backend.demanded == idle_since
+    rm.enqueue([gang("a")])
+    assert engine.run_once()
+    assert backend.demanded > idle_since
+    (p,), _ = rm.take_placements(10, SHORT)  # placed, not launched: still held by resmgr
+    engine.run_once()
+    still = backend.demanded
+    engine.run_once()
+    assert backend.demanded > still
+    rm.ack_placements([(p.gang_id, p.attempt)], [])  # launched: resmgr holds nothing
+    engine.run_once()
+    idle_again = backend.demanded
+    for _ in range(3):
+        engine.run_once()
+    assert backend.demanded == idle_again

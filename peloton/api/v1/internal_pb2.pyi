@@ -407,9 +407,15 @@ class DequeueGangsResponse(_message.Message):
     PROBES_FIELD_NUMBER: _builtins.int
     RESERVING_FIELD_NUMBER: _builtins.int
     PLACEMENT_ORDER_FIELD_NUMBER: _builtins.int
+    IDLE_FIELD_NUMBER: _builtins.int
     placement_order: _builtins.str
     """resmgr's --placement-order (backfill, fifo): the placement engine places in it, whatever its own process was
     given ("" from a resmgr before this field: the engine's own)
+    """
+    idle: _builtins.bool
+    """resmgr holds no gang at all (none queued, being placed, or placed and not launched yet): the cluster's
+    resources are not wanted now. The placement engine says so in SyncHosts (a Mesos host manager SUPPRESSes
+    offers while idle). false from a resmgr before this field: as if work waited (offers are never suppressed)
     """
     @_builtins.property
     def gangs(self) -> _containers.RepeatedCompositeFieldContainer[Global___GangRequest]: ...
@@ -437,10 +443,11 @@ class DequeueGangsResponse(_message.Message):
         probes: _abc.Iterable[Global___PreemptionProbe] | None = ...,
         reserving: _abc.Iterable[Global___GangKey] | None = ...,
         placement_order: _builtins.str = ...,
+        idle: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "placement_order", b"placement_order", "probes", b"probes", "release_claims", b"release_claims", "reserving", b"reserving"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gangs", b"gangs", "idle", b"idle", "placement_order", b"placement_order", "probes", b"probes", "release_claims", b"release_claims", "reserving", b"reserving"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1210,19 +1217,26 @@ class SyncHostsRequest(_message.Message):
 
     SINCE_VERSION_FIELD_NUMBER: _builtins.int
     STREAM_ID_FIELD_NUMBER: _builtins.int
+    IDLE_FIELD_NUMBER: _builtins.int
     since_version: _builtins.int
     """0: every host"""
     stream_id: _builtins.str
     """the stream the version belongs to; another one (hostmgr restarted) gets every host"""
+    idle: _builtins.bool
+    """the caller has no work waiting for hosts (resmgr said it holds no gang): the backend may give the cluster's
+    resources back (Mesos: decline and SUPPRESS offers after a while). false, also from a caller before this
+    field: work waits, and a suppressed backend asks for offers again (REVIVE)
+    """
     def __init__(
         self,
         *,
         since_version: _builtins.int = ...,
         stream_id: _builtins.str = ...,
+        idle: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["since_version", b"since_version", "stream_id", b"stream_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["idle", b"idle", "since_version", b"since_version", "stream_id", b"stream_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

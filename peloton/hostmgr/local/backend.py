@@ -398,6 +398,9 @@ class LocalBackend:
     def lead_again(self) -> None:
         pass  # no other daemon can have acted on this backend's hosts meanwhile
 
+    def demand(self) -> None:
+        pass  # its hosts are this daemon's alone: nothing to give back while idle, nothing to ask for again
+
     def maintenance(self) -> dict[str, float]:
         return {}  # no cluster manager schedules maintenance here: operators drain (`peloton host drain`)
 

@@ -4,7 +4,7 @@ A shell around the sans-IO protocol core (protocol.py: events in, call bodies ou
 (client.py). It keeps the offer pool per agent (offers.py), launches a gang with one ACCEPT per agent (every
 member's id was committed by jobmgr first), turns status updates into TaskStatus (acknowledged only after jobmgr
 persisted them), re-sends kills until a terminal update arrives, reconciles after every SUBSCRIBED, and
-suppresses offers while nothing is pending.
+suppresses offers while the resource manager holds no gang (`demand`).
 """
 
 from __future__ import annotations
@@ -93,6 +93,9 @@ class MesosOptions:
     failover_timeout_s: float = 7 * 24 * 3600.0
     offer_hold_s: float = 120.0  # decline offers held this long
     idle_suppress_s: float = 30.0  # decline everything and SUPPRESS after this long without demand
+    # the filter of offers declined while idle: other frameworks get them meanwhile. Any REVIVE clears it, so it
+    # delays nothing of ours; it keeps the agents' resources away from us should the SUPPRESS not take
+    idle_refuse_s: float = 120.0
     kill_retry_s: float = 5.0
     reconcile_wait_s: float = 10.0  # how long reconcile() waits for answers
     implicit_reconcile_s: float = 900.0
@@ -181,12 +184,15 @@ class MesosBackend:
         # saved): a pass acting in between would send a SUPPRESS that the SUBSCRIBED handling then "resets"
         # (`suppressed` False while the master suppresses us: no REVIVE, no offer ever again)
         self._set_up = False
-        self._last_demand = 0.0
+        self._last_demand = clock()  # a daemon that just started is not idle yet: its first sync may bring demand
         self._reconciliation: _Reconciliation | None = None
         self._last_implicit = 0.0
         # offer and reconciliation timers, as a loop: the daemon's health watches it with its own (hostmgr's)
         self.loops = [Loop("mesos-ticker", self._tick_pass, TICK_S, loop_clock)]
-        self._revive_wanted = False  # demand came while suppressed: the ticker's next pass revives
+        # the ticker's next pass revives (unless idle by then): demand came while suppressed, or a subscription
+        # began (the master may keep the filters of our idle declines across it: a REVIVE clears them)
+        self._revive_wanted = False
+        self._subscriptions = 0  # SUBSCRIBED handled so far: a SUPPRESS decided on an older one is suspect
 
     @property
     def framework_id(self) -> str | None:
@@ -261,13 +267,18 @@ class MesosBackend:
                 names = [self._host_name(a) for a in agents]
             self._on_hosts_changed(names)
 
-    def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
-        """In-memory only: the host manager calls it under its lock. Demand while suppressed is noted; the ticker
-        sends the REVIVE (within TICK_S)."""
+    def demand(self) -> None:
+        """In-memory only: the host manager calls it under its lock, at each sync while the resource manager
+        holds gangs. Demand while suppressed is noted; the ticker sends the REVIVE (within TICK_S)."""
         now = self.clock()
         with self._lock:
             self._last_demand = now
             self._revive_wanted = self._revive_wanted or (self.suppressed and self._set_up)
+
+    def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
+        """In-memory only: the host manager calls it under its lock. Not demand: the placement engine syncs every
+        poll, idle or not (`demand` is)."""
+        with self._lock:
             out = []
             for a in self._agents.values():
                 name = self._host_name(a)
@@ -647,6 +658,10 @@ class MesosBackend:
         with self._lock:
             self.suppressed = False  # a SUBSCRIBE lifts the suppression on the master; the ticker acts from now
             self._set_up = True
+            self._subscriptions += 1
+            # with demand, REVIVE at once (mesos-api.md "After every SUBSCRIBED"): the master may keep the filters
+            # of our idle declines (`idle_refuse_s`) across a re-subscription, and only a REVIVE clears them
+            self._revive_wanted = True
             cleared = list(self._agents.values())
             for a in cleared:
                 a.clear()  # the master discarded them without RESCIND
@@ -741,15 +756,17 @@ class MesosBackend:
         with self._lock:
             if not self.subscribed or not self._set_up:  # not before SUBSCRIBED is handled (see `_set_up`)
                 return
-            revive, self._revive_wanted = self._revive_wanted and self.suppressed, False
             idle = now - self._last_demand > self.opts.idle_suppress_s
+            revive, self._revive_wanted = self._revive_wanted and not idle, False
+            subscription = self._subscriptions
             for a in self._agents.values():
                 for oid in list(a.offers):
                     if idle or now - a.received[oid] > self.opts.offer_hold_s:
                         decline.append(oid)
                         a.drop(oid)
                         declined.append(a)
-            if idle and not self.suppressed:
+            # (offers while we believe we are suppressed: the master does not suppress us, whatever we sent last)
+            if idle and (not self.suppressed or decline):
                 suppress = True
                 self.suppressed = True
             gone: list[_Task] = []
@@ -777,14 +794,27 @@ class MesosBackend:
             if implicit:
                 self._last_implicit = now
             vacated = self._vacated_locked() if self._inverse else []
-        if revive and self._send(lambda: self.protocol.revive([self.opts.role])):
+        if revive:
+            revived = self._send(lambda: self.protocol.revive([self.opts.role]))
             with self._lock:
-                self.suppressed = False
+                if revived:
+                    self.suppressed = False
+                else:  # the next pass tries again (the demand may have been the last for a while)
+                    self._revive_wanted = True
         if decline:
             self._hosts_changed(list({id(a): a for a in declined}.values()))
-            self._send(lambda: self.protocol.decline(decline, 5.0 if suppress else self.opts.refuse_seconds))
+            self._send(lambda: self.protocol.decline(decline, self.opts.idle_refuse_s if idle
+                                                     else self.opts.refuse_seconds))
         if suppress:
-            self._send(lambda: self.protocol.suppress([self.opts.role]))
+            sent = self._send(lambda: self.protocol.suppress([self.opts.role]))
+            with self._lock:
+                if self._subscriptions != subscription:
+                    # a new subscription began while it was on its way: it may have been sent on that one (whose
+                    # handling reset `suppressed`). Believe the master suppresses us: the next demand REVIVEs (one
+                    # too many at worst), where believing otherwise would never revive
+                    self.suppressed = True
+                elif not sent:
+                    self.suppressed = False  # not suppressed: the next idle pass sends it again
         for t in kills:  # with the first kill's grace: a retry without it would cut the grace short
             self._send(lambda: self.protocol.kill(t.task_id, t.agent_id or None, t.kill_grace))  # noqa: B023
         if reconcile is not None:
