@@ -722,3 +722,47 @@ def test_gang_not_running_within_launch_timeout_is_torn_down_and_requeued(
     history = d.cli("task", "get", job, "0", "-o", "json").stdout
     assert "launch timeout" in history, history  # the new attempt says why it was started
     finish_and_succeed(fake, d, job, second)
+
+
+# --------------------------------------------------------------------------------------------------------------
+# offers given back while nothing waits: SUPPRESS when idle, REVIVE when a gang comes
+# --------------------------------------------------------------------------------------------------------------
+
+
+def _suppressed_then_revived_for_a_job(fake: FakeMaster, d: MesosDaemon, tmp_path: Path) -> None:
+    """Nothing queued: the daemon declines what it holds (with a long filter: other frameworks get it) and
+    SUPPRESSes offers (within MesosOptions.idle_suppress_s, 30 s); it reads its hosts every poll all the same. A
+    job then makes it REVIVE, and its gang starts."""
+    fid = fid_of(fake)
+    wait_until(lambda: fake.calls_of("SUPPRESS"), 60, 0.2, f"SUPPRESS from an idle daemon; log:\n{d.log()[-3000:]}")
+    declined = [c["body"]["decline"] for c in fake.calls_of("DECLINE")]
+    assert declined and all(x["filters"]["refuse_seconds"] >= 60 for x in declined), declined
+    wait_until(lambda: not fake.offers(fid), 10, 0.1, "no offer held while idle")
+    suppressed_at = max(i for i, c in enumerate(fake.calls) if c["type"] == "SUPPRESS")
+    job = d.create(GANG, tmp_path)
+    tasks = wait_whole(fake, d, job)
+    assert any(c["type"] == "REVIVE" for c in fake.calls[suppressed_at:]), "the gang ran without a REVIVE?"
+    finish_and_succeed(fake, d, job, tasks)
+
+
+def test_an_idle_daemon_suppresses_offers_and_a_new_job_revives_them(
+        fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    fake = fake_master_factory(default_agents())
+    d = start_daemon(fake.url)
+    _suppressed_then_revived_for_a_job(fake, d, tmp_path)
+
+
+def test_split_roles_an_idle_host_manager_suppresses_and_revives_for_a_job(
+        fake_master_factory: Factory, daemons: list[MesosDaemon], pg_url: str, tmp_path: Path) -> None:
+    """The same with the host manager in a process of its own: that resmgr holds no gang reaches it over the
+    internal gRPC (DequeueGangs' answer to the placement engine, then its SyncHosts)."""
+    fake = fake_master_factory(default_agents())
+    hostmgr = MesosDaemon(tmp_path / "hostmgr", pg_url, masters=fake.url, extra_args=("--role", "hostmgr"))
+    daemons.append(hostmgr)
+    hostmgr.start()
+    rest = MesosDaemon(tmp_path / "rest", pg_url, masters=fake.url, extra_args=(
+        "--role", "jobmgr,resmgr,placement", "--hostmgr", f"unix:{tmp_path / 'hostmgr' / 'internal.sock'}",
+        "--internal-secret-file", str(tmp_path / "hostmgr" / "internal.secret")))
+    daemons.append(rest)
+    rest.start()
+    _suppressed_then_revived_for_a_job(fake, rest, tmp_path)
