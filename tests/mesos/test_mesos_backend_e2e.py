@@ -731,14 +731,20 @@ def test_gang_not_running_within_launch_timeout_is_torn_down_and_requeued(
 
 def _suppressed_then_revived_for_a_job(fake: FakeMaster, d: MesosDaemon, tmp_path: Path) -> None:
     """Nothing queued: the daemon declines what it holds (with a long filter: other frameworks get it) and
-    SUPPRESSes offers (within MesosOptions.idle_suppress_s, 30 s); it reads its hosts every poll all the same. A
-    job then makes it REVIVE, and its gang starts."""
+    SUPPRESSes offers (within MesosOptions.idle_suppress_s, 30 s), though its placement engine reads the hosts
+    every poll. A job then makes it REVIVE, and its gang starts."""
     fid = fid_of(fake)
-    wait_until(lambda: fake.calls_of("SUPPRESS"), 60, 0.2, f"SUPPRESS from an idle daemon; log:\n{d.log()[-3000:]}")
-    declined = [c["body"]["decline"] for c in fake.calls_of("DECLINE")]
+    since = len(fake.calls)  # the placement engine runs (`d` serves): what the daemon does from now on
+
+    def suppressed() -> bool:  # on the master: a SUPPRESS since, and no REVIVE after it
+        last = [c["type"] for c in fake.calls[since:] if c["type"] in ("SUPPRESS", "REVIVE")]
+        return bool(last) and last[-1] == "SUPPRESS"
+
+    wait_until(suppressed, 60, 0.2, f"SUPPRESS from an idle daemon; log:\n{d.log()[-3000:]}")
+    declined = [c["body"]["decline"] for c in fake.calls[since:] if c["type"] == "DECLINE"]
     assert declined and all(x["filters"]["refuse_seconds"] >= 60 for x in declined), declined
     wait_until(lambda: not fake.offers(fid), 10, 0.1, "no offer held while idle")
-    suppressed_at = max(i for i, c in enumerate(fake.calls) if c["type"] == "SUPPRESS")
+    suppressed_at = len(fake.calls)
     job = d.create(GANG, tmp_path)
     tasks = wait_whole(fake, d, job)
     assert any(c["type"] == "REVIVE" for c in fake.calls[suppressed_at:]), "the gang ran without a REVIVE?"
