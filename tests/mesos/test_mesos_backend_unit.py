@@ -818,6 +818,22 @@ def test_a_failed_suppress_is_sent_again() -> None:
     assert len(h.t.of("SUPPRESS")) == 2 and h.b.suppressed
 
 
+def test_demand_revives_the_filter_of_idle_declines_even_when_the_suppress_failed() -> None:
+    """Idle declines carry a long filter (idle_refuse_s): when a gang comes, a REVIVE clears it, even if the
+    backend is not suppressed (its SUPPRESS failed), else those agents were kept from the gang that long."""
+    h = Harness(idle_suppress_s=30.0)
+    h.ready()
+    h.t.fail.add("SUPPRESS")
+    h.tick(31)
+    assert h.t.of("DECLINE") and not h.b.suppressed
+    h.b.demand()  # a gang comes
+    h.tick(0.5)
+    assert len(h.t.of("REVIVE")) == 2  # the subscription's, and this one
+    h.b.demand()
+    h.tick(0.5)
+    assert len(h.t.of("REVIVE")) == 2  # the filter is gone: no other
+
+
 def test_offers_while_believed_suppressed_and_idle_are_declined_and_suppressed_again() -> None:
     """A SUPPRESS that did not take (a subscription lifted it, say): offers keep coming while the backend believes
     itself suppressed. Each is declined, and SUPPRESS is sent again."""

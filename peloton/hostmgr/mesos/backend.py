@@ -193,6 +193,9 @@ class MesosBackend:
         # began (the master may keep the filters of our idle declines across it: a REVIVE clears them)
         self._revive_wanted = False
         self._subscriptions = 0  # SUBSCRIBED handled so far: a SUPPRESS decided on an older one is suspect
+        # offers were declined with the idle filter since the last REVIVE: demand revives even if not suppressed
+        # (a SUPPRESS that failed), else the filter would keep those agents from a new gang for idle_refuse_s
+        self._idle_filtered = False
 
     @property
     def framework_id(self) -> str | None:
@@ -273,7 +276,7 @@ class MesosBackend:
         now = self.clock()
         with self._lock:
             self._last_demand = now
-            self._revive_wanted = self._revive_wanted or (self.suppressed and self._set_up)
+            self._revive_wanted = self._revive_wanted or ((self.suppressed or self._idle_filtered) and self._set_up)
 
     def offers(self, hostnames: Collection[str] | None = None, *, with_ids: bool = False) -> list[HostOffer]:
         """In-memory only: the host manager calls it under its lock. Not demand: the placement engine syncs every
@@ -765,6 +768,7 @@ class MesosBackend:
                         decline.append(oid)
                         a.drop(oid)
                         declined.append(a)
+            self._idle_filtered = self._idle_filtered or (idle and bool(decline))
             # (offers while we believe we are suppressed: the master does not suppress us, whatever we sent last)
             if idle and (not self.suppressed or decline):
                 suppress = True
@@ -798,7 +802,7 @@ class MesosBackend:
             revived = self._send(lambda: self.protocol.revive([self.opts.role]))
             with self._lock:
                 if revived:
-                    self.suppressed = False
+                    self.suppressed = self._idle_filtered = False
                 else:  # the next pass tries again (the demand may have been the last for a while)
                     self._revive_wanted = True
         if decline:
