@@ -772,3 +772,26 @@ def test_split_roles_an_idle_host_manager_suppresses_and_revives_for_a_job(
     daemons.append(rest)
     rest.start()
     _suppressed_then_revived_for_a_job(fake, rest, tmp_path)
+
+
+def test_a_gang_queued_while_the_daemon_resubscribes_gets_the_offers_its_idle_declines_filtered(
+        fake_master_factory: Factory, start_daemon: Callable[..., MesosDaemon], tmp_path: Path) -> None:
+    """The master keeps a framework's filters across a re-subscription, and a SUBSCRIBE lifts a suppression but
+    not them: the agents declined while idle (a 120 s filter, unscaled here) stay away from a gang queued meanwhile
+    unless the daemon REVIVEs once subscribed again (it does, with a gang waiting: mesos-api.md, after every
+    SUBSCRIBED)."""
+    fake = fake_master_factory(default_agents(), client_time_scale=1.0)
+    d = start_daemon(fake.url)
+    fid = fid_of(fake)
+    since = len(fake.calls)
+    wait_until(lambda: any(c["type"] == "SUPPRESS" for c in fake.calls[since:]), 60, 0.2,
+               f"SUPPRESS from an idle daemon; log:\n{d.log()[-3000:]}")
+    wait_until(lambda: not fake.offers(fid), 10, 0.1, "no offer held while idle")
+    subscribes = len(fake.calls_of("SUBSCRIBE"))
+    fake.set_unavailable()  # the stream breaks, and the master answers 503 for a while
+    fake.cut_stream(fid)
+    job = d.create(GANG, tmp_path)
+    wait_until(lambda: len(fake.calls_of("SUBSCRIBE")) > subscribes, 30, 0.1, "a SUBSCRIBE refused")
+    fake.set_unavailable(False)
+    tasks = wait_whole(fake, d, job)  # within 30 s: only a REVIVE lifts the 120 s filter
+    finish_and_succeed(fake, d, job, tasks)
