@@ -1,10 +1,14 @@
 """Facts the docs state about the repository, checked against it: the migration head they name, how many
 benchmarks there are and which `make bench` runs (they once disagreed: 0007 against 0011; four, five and seven), and
 that every relative link between them (and deploy's and examples' READMEs) reaches a file and heading that exist
-(four anchors had gone stale when their headings grew `[-o FORMAT]`)."""
+(four anchors had gone stale when their headings grew `[-o FORMAT]`); and what they say of the code: every flag
+they name is peloton's and every command they show takes the flags shown with it, cli.md's table of the server's
+flags is every flag with its default, its exit codes are the CLI's, every metric named exists with the labels
+given, and job-spec.md's table of the members' environment is what they get."""
 
 from __future__ import annotations
 
+import argparse
 import re
 from pathlib import Path
 
@@ -76,3 +80,161 @@ def test_every_relative_link_and_anchor_between_the_docs_resolves() -> None:
             elif anchor and linked.suffix == ".md" and anchor not in _anchors(_outside_code(linked)):
                 broken.append(f"{doc.relative_to(ROOT)}: {target} (no such heading)")
     assert not broken, broken
+
+
+# --- what the docs say of the code: flags, their defaults, metrics, exit codes, the members' environment ----------
+
+FLAG_DOCS = [ROOT / "docs" / f"{name}.md" for name in ("running", "cli", "job-spec", "pools", "security")]
+# flags those docs name that are other programs': nvidia-smi's, a Mesos agent's, a training script's; Mesos' own
+# (`--container_logger`, `--switch_user`) are told apart by their underscores
+FOREIGN_FLAGS = {"--query-gpu", "--attributes", "--hostfile", "--master", "--rank", "--world-size"}
+
+
+def _parsers() -> dict[str, argparse.ArgumentParser]:
+    """Every command's parser by its words ("" for `peloton` itself, "job list"), aliases left out."""
+    from peloton.cli.parser import build_parser
+
+    out: dict[str, argparse.ArgumentParser] = {}
+
+    def walk(p: argparse.ArgumentParser, path: str) -> None:
+        out[path] = p
+        for a in p._actions:
+            if isinstance(a, argparse._SubParsersAction):
+                for name, sp in a.choices.items():
+                    if sp not in out.values():
+                        walk(sp, f"{path} {name}".strip())
+
+    walk(build_parser(), "")
+    return out
+
+
+def _flags(p: argparse.ArgumentParser) -> set[str]:
+    return {o for a in p._actions for o in a.option_strings}
+
+
+def test_every_flag_the_docs_name_is_a_flag_of_peloton() -> None:
+    known = set().union(*map(_flags, _parsers().values()))
+    unknown = set()
+    for doc in FLAG_DOCS:
+        text = doc.read_text()
+        unknown |= {(doc.name, f) for f in re.findall(r"(?<![\w-])(--[a-z][a-z0-9-]*)(?![\w*-])", text)
+                    if f not in known and f not in FOREIGN_FLAGS and f"unknown flag {f}" not in text}  # (a typo shown)
+    assert not unknown, sorted(unknown)
+
+
+def test_a_command_the_docs_show_takes_the_flags_shown_with_it() -> None:
+    """`peloton host list --label gpu_error`: --label is a flag of `host list` (or of `peloton` itself), wherever a
+    doc shows the command, in a code span or a code block."""
+    parsers = _parsers()
+    top = _flags(parsers[""])
+    wrong = []
+    for doc in DOCS:
+        text = doc.read_text()
+        spans = [span.replace("\n", " ") for span in re.findall(r"`([^`]+)`", _outside_code(doc))]  # (may wrap)
+        lines = spans + re.findall(r"^\s*(?:\$ )?(?:\S*/)?peloton .*$", text, re.M)
+        for line in lines:
+            for part in re.split(r"\$\(|\||;|&&", line):  # `job stop $(peloton job list -q)`: two commands
+                m = re.match(r"\s*(?:\$ )?(?:\S*/)?peloton ((?:[a-z][a-z-]* ?)+)(.*)", part)
+                if not m:
+                    continue
+                words, path = m.group(1).split(), ""
+                while words and f"{path} {words[0]}".strip() in parsers:
+                    path = f"{path} {words.pop(0)}".strip()
+                if not path:
+                    continue
+                for flag in re.findall(r"(?<![\w-])(--?[a-zA-Z][\w-]*)", " ".join(words) + m.group(2)):
+                    if flag not in _flags(parsers[path]) | top and f"unknown flag {flag}" not in text:
+                        wrong.append(f"{doc.name}: `peloton {path}` has no {flag} ({line.strip()[:80]})")
+    assert not wrong, wrong
+
+
+def _server_rows() -> list[tuple[list[str], list[str]]]:
+    """cli.md's table of `peloton server`'s flags: (the flags of a row, their defaults as written)."""
+    text = (ROOT / "docs" / "cli.md").read_text()
+    section = text[text.index("### `peloton server [flags]`"):text.index("\n## ", text.index("### `peloton server"))]
+    return [(re.findall(r"`(--[a-z-]+)", flags), [d.strip() for d in default.split(" / ")])
+            for flags, default in re.findall(r"^\| (`--.*?[^\\]) \| (.*?) \|", section, re.M)]
+
+
+def test_cli_md_lists_every_server_flag_with_its_default() -> None:
+    flags = {a.option_strings[-1]: a for a in _parsers()["server"]._actions if a.help != argparse.SUPPRESS}
+    rows = _server_rows()
+    listed = {f for fs, _ in rows for f in fs}
+    assert listed == set(flags) - {"--help"}, (sorted(listed - set(flags)), sorted(set(flags) - listed - {"--help"}))
+    wrong = []
+    for fs, defaults in rows:
+        for flag, said in zip(fs, defaults if len(defaults) == len(fs) else defaults * len(fs), strict=True):
+            actual = flags[flag].default
+            if actual in (None, "") or isinstance(actual, str) and "," in actual:
+                continue  # worked out at start (the data dir, the backend's sizes, every role): said in words
+            literal = re.fullmatch(r"`([^`]*)`(?: \(.*\))?|(off)", said)
+            shown = "off" if actual is False else f"{actual:g}" if isinstance(actual, float) else str(actual)
+            if literal is None or (literal.group(1) or literal.group(2)) != shown:
+                wrong.append(f"{flag}: cli.md says {said}, the default is {shown}")
+    assert not wrong, wrong
+
+
+def test_the_exit_codes_cli_md_lists_are_the_clis() -> None:
+    from peloton.cli import exits
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    table = text[text.index("## Exit codes"):text.index("\n## ", text.index("## Exit codes"))]
+    listed = {int(c) for c in re.findall(r"^\| (\d+) \|", table, re.M)}
+    assert listed == {v for k, v in vars(exits).items() if k.startswith("EXIT_")}
+
+
+def _metrics() -> dict[str, tuple[str, ...]]:
+    """Every metric the daemon can export, with its label names: those of the modules that define them (all of
+    peloton imported) and the census' families, which are made when scraped."""
+    import importlib
+    import pkgutil
+
+    from prometheus_client import REGISTRY
+
+    import peloton
+    from peloton.observability import census
+
+    for m in pkgutil.walk_packages(peloton.__path__, "peloton."):
+        importlib.import_module(m.name)
+    out = {name: tuple(getattr(c, "_labelnames", ())) for name, c in REGISTRY._names_to_collectors.items()
+           if name.startswith("peloton_")}
+    for collector in (census.StoreCensus(), census.ClusterCensus()):
+        out.update({f.name: tuple(f._labelnames) for f in collector.collect()})
+    return out
+
+
+def test_every_metric_the_docs_name_is_exported_with_the_labels_they_give() -> None:
+    metrics = _metrics()
+    wrong = []
+    for doc in DOCS:
+        for m in re.finditer(r"(?<![#\w])(peloton_[a-z0-9_]*[a-z0-9])(?![\w*<])(\{[^}]*\})?", doc.read_text()):
+            name, labels = m.group(1), m.group(2)
+            if name not in metrics:
+                wrong.append(f"{doc.name}: {name} is no metric")
+            elif labels and not set(re.findall(r"(\w+)\s*(?:[,}]|=)", labels)) <= set(metrics[name]):
+                wrong.append(f"{doc.name}: {name}{labels}, its labels are {metrics[name]}")
+    assert not wrong, wrong
+
+
+def test_the_environment_job_spec_md_lists_is_what_members_get() -> None:
+    """Both ways: each variable the tables list is set somewhere in peloton, and each that training_env sets (a
+    gang with roles, so every variable) is listed."""
+    from peloton.domain.placement import MemberAssignment
+    from peloton.domain.resources import Resources
+    from peloton.domain.spec import Role
+    from peloton.jobmgr.training_env import training_env
+
+    text = (ROOT / "docs" / "job-spec.md").read_text()
+    tables = text[text.index("## The environment of a member"):text.index("## Full example")]
+    listed = set(re.findall(r"^\| `([A-Z_<>]+)`(?:, `([A-Z_]+)`)? \|", tables, re.M))
+    names = {n for row in listed for n in row if n}
+    source = "\n".join(p.read_text() for p in (ROOT / "peloton").rglob("*.py"))
+    unset = {n for n in names if not re.search(r"[\"']" + re.escape(n.split("<")[0]) + (r"\{" if "<" in n else r"[\"']"),
+                                               source)}
+    assert not unset, unset
+    r = Resources(cpu=1, mem=0, gpu=0)
+    members = [MemberAssignment(i, f"j-{i}-1", "h", "10.0.0.1", r, ports=(31000 + i,)) for i in range(2)]
+    roles = [Role("ps", 1, "c", r), Role("param-server", 1, "c", r)]
+    set_by_gang = {re.sub(r"PELOTON_ROLE_HOSTS_\w+", "PELOTON_ROLE_HOSTS_<NAME>", k)
+                   for env in training_env("j", 1, members, roles).values() for k in env}
+    assert set_by_gang <= names, set_by_gang - names
