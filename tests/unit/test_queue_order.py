@@ -47,6 +47,7 @@ def test_arrival_puts_every_gang_in_one_queue_and_never_promotes() -> None:
     (64, 365 * 86400, QUEUES - 1),
     (4, 0, QUEUES - 1),  # no sla.max_runtime: not known, the last queue
     (0, 30 * 86400, 0),  # a gang without GPUs takes no GPU-time
+    (0, 0, QUEUES - 1),  # ...but without sla.max_runtime it is not known either (docs/pools.md says so)
 ])
 def test_gpu_time_queues_by_gpus_times_max_runtime(gpus: int, max_runtime_s: float, queue: int) -> None:
     assert service_queue(GT, gpus, max_runtime_s) == queue
