@@ -4,7 +4,7 @@ that every relative link between them (and deploy's and examples' READMEs) reach
 (four anchors had gone stale when their headings grew `[-o FORMAT]`); and what they say of the code: every flag
 they name is peloton's and every command they show takes the flags shown with it, cli.md's table of the server's
 flags is every flag with its default, its exit codes are the CLI's, every metric named exists with the labels
-given, and job-spec.md's table of the members' environment is what they get."""
+given, job-spec.md's table of the members' environment is what they get, and every test they cite exists."""
 
 from __future__ import annotations
 
@@ -238,3 +238,29 @@ def test_the_environment_job_spec_md_lists_is_what_members_get() -> None:
     set_by_gang = {re.sub(r"PELOTON_ROLE_HOSTS_\w+", "PELOTON_ROLE_HOSTS_<NAME>", k)
                    for env in training_env("j", 1, members, roles).values() for k in env}
     assert set_by_gang <= names, set_by_gang - names
+
+
+def test_every_test_the_docs_cite_exists() -> None:
+    """security.md's threats name the tests that try them (`e2e/test_x.py::test_y`, then `::test_z` of the same
+    file): each file and function must exist, or a threat is said to be tried by nothing."""
+    tests = ROOT / "tests"
+    missing = []
+    for doc in DOCS:
+        for line in doc.read_text().splitlines():
+            current: Path | None = None
+            for m in re.finditer(r"`(?:tests/)?((?:\w+/)*test_\w+\.py)?((?:::test_\w+)*)`", line):
+                name, functions = m.group(1), m.group(2)
+                if name:
+                    found = [tests / name] if "/" in name else sorted(tests.rglob(name))
+                    current = found[0] if found and found[0].exists() else None
+                    if current is None:
+                        missing.append(f"{doc.name}: {name}")
+                        continue
+                if functions:
+                    if current is None:
+                        missing.append(f"{doc.name}: {functions} of no file named before it on its line")
+                        continue
+                    missing += [f"{doc.name}: {current.relative_to(ROOT)}::{f}"
+                                for f in functions.strip(":").split("::")
+                                if not re.search(rf"^\s*(?:async )?def {f}\(", current.read_text(), re.M)]
+    assert not missing, missing
