@@ -4,7 +4,8 @@ that every relative link between them (and deploy's and examples' READMEs) reach
 (four anchors had gone stale when their headings grew `[-o FORMAT]`); and what they say of the code: every flag
 they name is peloton's and every command they show takes the flags shown with it, cli.md's table of the server's
 flags is every flag with its default, its exit codes are the CLI's, every metric named exists with the labels
-given, job-spec.md's table of the members' environment is what they get, and every test they cite exists."""
+given, job-spec.md's table of the members' environment is what they get, every `PELOTON_*` variable named is one
+the code reads or sets, and every test they cite exists."""
 
 from __future__ import annotations
 
@@ -264,3 +265,19 @@ def test_every_test_the_docs_cite_exists() -> None:
                                 for f in functions.strip(":").split("::")
                                 if not re.search(rf"^\s*(?:async )?def {f}\(", current.read_text(), re.M)]
     assert not missing, missing
+
+
+def test_every_environment_variable_the_docs_name_is_read_or_set() -> None:
+    """A `PELOTON_*` variable a doc names is one the code reads or sets (a string of peloton's or deploy's), or a
+    server flag's (`PELOTON_METRICS_LISTEN`); `PELOTON_ROLE_HOSTS_PS` is one of a family (`f"PELOTON_ROLE_HOSTS_{`)."""
+    from peloton.cli.server_config import env_name
+
+    source = "\n".join(p.read_text() for d in ("peloton", "deploy") for p in (ROOT / d).rglob("*")
+                       if p.is_file() and p.suffix in (".py", ".env", ".service", ""))
+    named = set(re.findall(r"\bPELOTON_[A-Z0-9_]*[A-Z0-9]\b", source))
+    families = set(re.findall(r"\b(PELOTON_[A-Z0-9_]*_)\{", source))
+    named |= {env_name(flag[2:]) for flag in _flags(_parsers()["server"]) if flag.startswith("--")}
+    unknown = {(doc.name, v) for doc in FLAG_DOCS
+               for v in re.findall(r"\b(PELOTON_[A-Z0-9_]*[A-Z0-9])\b(?!\.\.\.)", doc.read_text())
+               if v not in named and not any(v.startswith(f) for f in families)}
+    assert not unknown, sorted(unknown)
