@@ -5,7 +5,7 @@ that every relative link between them (and deploy's and examples' READMEs) reach
 they name is peloton's and every command they show takes the flags shown with it, cli.md's table of the server's
 flags is every flag with its default, its exit codes are the CLI's, every metric named exists with the labels
 given, job-spec.md's table of the members' environment is what they get, every `PELOTON_*` variable named is one
-the code reads or sets, and every test they cite exists."""
+the code reads or sets, cli.md's time fields are those the CLI writes as times, and every test they cite exists."""
 
 from __future__ import annotations
 
@@ -281,3 +281,13 @@ def test_every_environment_variable_the_docs_name_is_read_or_set() -> None:
                for v in re.findall(r"\b(PELOTON_[A-Z0-9_]*[A-Z0-9])\b(?!\.\.\.)", doc.read_text())
                if v not in named and not any(v.startswith(f) for f in families)}
     assert not unknown, sorted(unknown)
+
+
+def test_the_time_fields_cli_md_lists_are_those_the_cli_writes_as_times() -> None:
+    """cli.md's JSON output names the fields written as RFC 3339 times: a program parses those and no others."""
+    from peloton.cli.render import TIMESTAMPS
+
+    text = (ROOT / "docs" / "cli.md").read_text()
+    said = re.search(r"They are (`created_at`.*?)\n- \*\*Durations", text, re.S)
+    assert said is not None
+    assert set(re.findall(r"`(\w+)`", said.group(1))) == set().union(*TIMESTAMPS.values())
