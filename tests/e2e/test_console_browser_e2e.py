@@ -448,7 +448,7 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host_and_stranded_and_r
 
         cls, text, cells = wait(browser, drained_host, what="the host map")
         assert "drained" in cls and "drained" in text and cells == ["drained"] * 8
-        # the map re-reads on job changes (at most every 3 s); the reservation comes after the gang's settling time
+        # the map re-reads on job changes (at most every 3 s) and every 5 s; the reservation comes after the gang's settling time
         wait(browser, lambda dr: dr.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.reserved"), timeout=60,
              what="a GPU reserved for the waiting gang")
         reserved = browser.find_elements(By.CSS_SELECTOR, "li.host.up .gpu.reserved")
@@ -499,6 +499,30 @@ def test_the_pools_tree_and_the_hosts_map_show_a_drained_host_and_stranded_and_r
         daemon.cli("host", "undrain", drained)
         for j in (sevens, two):
             daemon.cli("job", "stop", j)
+
+
+def test_the_hosts_map_shows_a_host_drained_by_someone_else_with_no_job_changing(
+        browser: Any, daemon: ConsoleDaemon) -> None:
+    """No API streams host changes, and the map was re-read on job changes only: a host drained (or failed) while
+    no job changed stayed shown in service until one did. The view is read again every 5 s too."""
+    api = Browser(daemon.ui)
+    api.login(daemon.tokens["alice"])
+    for state in ("RUNNING", "PENDING"):
+        for j in api.get(f"/api/jobs?state={state}&page_size=500").json()["jobs"]:
+            api.post(f"/api/jobs/{j['id']}/stop")
+    wait_for(lambda: api.get("/api/cluster").json()["allocated"]["gpu"] == 0, what="an empty cluster")
+    host = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"])[0]
+    log_in(browser, daemon, "alice")
+    act(browser, By.LINK_TEXT, "Hosts")
+    wait(browser, lambda dr: "up" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{host}"]').get_attribute("class"),
+         what="the host in service")
+    try:
+        daemon.cli("host", "drain", host)  # by someone else, on a host without tasks: no job changes
+        wait(browser, lambda dr: "drained" in dr.find_element(By.CSS_SELECTOR, f'li[data-host="{host}"]')
+             .get_attribute("class"), timeout=30, what="the host drained, without a job change or a reload")
+        assert errors(browser) == []
+    finally:
+        daemon.cli("host", "undrain", host)
 
 
 def test_a_viewer_has_no_drain_button(browser: Any, daemon: ConsoleDaemon) -> None:

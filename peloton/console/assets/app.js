@@ -132,6 +132,16 @@
     });
   }
 
+  // The cluster, queue, pools and hosts views show what changes with no job changing (a host drained, down or
+  // unhealthy, hosts kept for a waiting gang, a gang's expected start): besides their re-read on job changes they
+  // are read again every STATE_POLL_MS while shown (`refresh`: the view's debounced re-read).
+  const STATE_POLL_MS = 5000;
+  function watchState(mine, refresh) {
+    watch(mine, "", refresh);
+    const tick = () => { if (mine !== viewNumber) return; refresh(); setTimeout(tick, STATE_POLL_MS); };
+    setTimeout(tick, STATE_POLL_MS);
+  }
+
   // A view's answer that comes after the view was left (a click on another view while it loaded) is not shown:
   // it would replace the view now on the page.
   function paint(mine, ...nodes) { if (mine === viewNumber) main.replaceChildren(...nodes); }
@@ -234,7 +244,7 @@
       for (const s of main.querySelectorAll(".meter > span")) s.style.width = s.dataset.pct + "%";
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
+    watchState(mine, debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the jobs list
@@ -744,7 +754,7 @@
           : r.total + " gangs waiting."));
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
+    watchState(mine, debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- pools
@@ -785,7 +795,7 @@
           }))));
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
+    watchState(mine, debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- hosts
@@ -896,7 +906,7 @@
         ...(r.hosts.length ? [] : [h("p", { class: "muted" }, "No host matches.")]), pager);
     };
     await render();
-    watch(mine, "", debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
+    watchState(mine, debounce(mine, () => render().catch((e) => refreshFailed(e, mine)), SLOW_REFRESH_MS));
   }
 
   // ---- the audit log (audit.read)
