@@ -328,7 +328,7 @@ def _gang_line(st: job_pb2.JobStatus, g: job_pb2.GangStatus) -> str:
     if g.reason and g.state not in ("RUNNING",):
         line += f"\n    why: {g.reason}" if st.state == "PENDING" or g.state == "QUEUED" else f" - {g.reason}"
     if g.HasField("plan"):
-        line += "\n" + "\n".join(plan_lines(g.plan))
+        line += "\n" + "\n".join(plan_lines(g.plan, ended=g.state in _RUN_OVER))
     return line
 
 
@@ -336,14 +336,21 @@ def _gph(gpus_per_host: Sequence[int]) -> str:
     return ",".join(str(n) for n in gpus_per_host)
 
 
-def plan_lines(p: job_pb2.PlanInfo, indent: str = "    ") -> list[str]:
-    """Why this plan: the GPUs per host chosen, predicted against measured, and the runner-ups."""
+# a gang whose run has ended (or is being torn down): the daemon reads its members' speed only while it runs
+_RUN_OVER = frozenset({"DONE", "ABORTING", "PREEMPTING"})
+
+
+def plan_lines(p: job_pb2.PlanInfo, indent: str = "    ", ended: bool = False) -> list[str]:
+    """Why this plan: the GPUs per host chosen, predicted against measured, and the runner-ups. `ended`: the gang's
+    run is over, so no measurement is shown whatever its members wrote (not "not reported yet")."""
     out = [f"{indent}plan: GPUs per host {_gph(p.gpus_per_host)}, local batch {p.local_bsz:g}: predicted "
            f"{p.step_time:.3f} s/step, {p.samples_per_s:.1f} samples/s"]
     if p.measured_members:
         err = (p.measured_step_time - p.step_time) / p.step_time * 100 if p.step_time else 0.0
         out.append(f"{indent}  measured {p.measured_step_time:.3f} s/step, {p.measured_samples_per_s:.1f} samples/s "
                    f"({p.measured_members} members reporting; prediction off by {err:+.0f}%)")
+    elif ended:
+        out.append(f"{indent}  measured: read only while the gang runs (model refit --from-job then)")
     else:
         out.append(f"{indent}  measured: not reported yet (a member writes step_time=SECONDS to "
                    "$PELOTON_METRICS_FILE)")

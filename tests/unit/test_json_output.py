@@ -204,3 +204,23 @@ def test_varied_outcomes_are_grouped_by_state_alone() -> None:
     rows = render.job_view(job, tasks).split("INSTANCES  ")[1].splitlines()[1:]
     assert len(rows) == 1 and rows[0].split()[:3] == ["0-29", "FAILED", "30"]
     assert rows[0].endswith("*     (30 different outcomes)")
+
+
+def _planned(gang_state: str) -> str:
+    job = job_pb2.Job(id="j", spec=job_pb2.JobSpec(name="n", instances=2))
+    job.status.state = "SUCCEEDED" if gang_state == "DONE" else "RUNNING"
+    g = job.status.gangs.add(index=0, instances=[0, 1], state=gang_state, attempt=1, run=1)
+    g.plan.gpus_per_host.append(2)
+    g.plan.local_bsz, g.plan.step_time, g.plan.samples_per_s = 8, 0.715, 22.4
+    return render.job_view(job, [task_pb2.TaskInfo(instance=i, state="RUNNING", attempt=1) for i in range(2)])
+
+
+def test_a_plans_speed_is_not_reported_yet_only_while_the_gang_has_not_ended() -> None:
+    """The daemon reads the members' $PELOTON_METRICS_FILE only while the gang runs: a finished gang whose members
+    did report (the tutorial's bert-small) must not read as if they never wrote, and `model refit --from-job`
+    refuses it, so the view says when to measure instead."""
+    assert "measured: not reported yet (a member writes step_time=SECONDS to $PELOTON_METRICS_FILE)" in \
+        _planned("RUNNING")
+    done = _planned("DONE")
+    assert "not reported yet" not in done
+    assert "measured: read only while the gang runs (model refit --from-job then)" in done
