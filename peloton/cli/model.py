@@ -314,7 +314,7 @@ def cmd_model_refit(c: Client, a: argparse.Namespace) -> int:
     if left_out:
         n = len(left_out)
         print(f"{n} measurement{'s' if n > 1 else ''} made on hardware unlike the model's reference ({reference}) "
-              "left out of the fit, kept in its measured", file=out)
+              "left out of the fit, kept in the model's measured list", file=out)
     render.done(a, {"name": a.name, "version": r.model.version, "refitted": refitted,
                     "measurements": [{"job_id": x.job_id, "placement": list(x.placement), "local_bsz": x.local_bsz,
                                       "step_time": x.step_time, "predicted_step_time": x.predicted_step_time,

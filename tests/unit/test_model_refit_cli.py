@@ -86,7 +86,9 @@ def test_a_gang_on_unlike_hardware_is_recorded_not_fitted_and_an_older_measureme
     assert ("  left out of the fit (recorded in the model): it ran on a100, 100 Gb/s, pcie, unlike the model's "
             "reference: gpu_model a100, not t4; nic_gbps 100, not 50") in out.splitlines(), out
     assert f"refitted model m on {len(PROFILE) + 2} rows ({len(PROFILE)} of its profile, 2 measured)" in out, out
-    assert "1 measurement made on hardware unlike the model's reference (t4, 50 Gb/s, pcie) left out of the fit" in out
+    # the whole sentence: it ended "kept in its measured", which read as cut short
+    assert ("1 measurement made on hardware unlike the model's reference (t4, 50 Gb/s, pcie) left out of the fit, "
+            "kept in the model's measured list") in out.splitlines(), out
     doc = parse_document(d.document)
     assert [(x.job_id, x.hardware) for x in doc.measured] == [
         ("old", ()), ("t4", (T4,)), ("a100", (Reference("a100", 100, "pcie"),))]
