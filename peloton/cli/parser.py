@@ -179,7 +179,8 @@ def client_flags(p: argparse.ArgumentParser | argparse._ArgumentGroup, default: 
 
     p.add_argument("--address", default=default,
                    help=h("daemon HOST:PORT or unix:PATH, or several comma-separated (a leader and its standbys; "
-                          "default: $PELOTON_ADDRESS, the config's context, the local socket, or 127.0.0.1:5391)"))
+                          "default: $PELOTON_ADDRESS, the config's context, the socket in the data dir ($PELOTON_DATA_DIR, else "
+                          "the default) if this user may open it, or 127.0.0.1:5391)"))
     p.add_argument("--context", default=default, metavar="NAME",
                    help=h("context of ~/.config/peloton/config.toml to use (default: $PELOTON_CONTEXT, or its "
                           "current-context)"))

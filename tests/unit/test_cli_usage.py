@@ -69,6 +69,13 @@ def test_the_state_list_in_help_is_the_daemons() -> None:
             assert state.help is not None and state.help.endswith(", ".join(s.value for s in JobState))
 
 
+def test_address_help_says_how_the_socket_of_another_data_dir_is_found() -> None:
+    """A daemon started with --data-dir DIR is reached through $PELOTON_DATA_DIR (the tutorial's way as root):
+    `peloton --help` said only "the local socket", naming no way to point it elsewhere."""
+    address = next(a for a in build_parser()._actions if a.dest == "address")
+    assert address.help is not None and "socket in the data dir ($PELOTON_DATA_DIR" in address.help
+
+
 # --- errors ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("argv", "expected"), [
     (["job", "lst"], "peloton: error: job: unknown command 'lst' (did you mean 'list'?)"),
