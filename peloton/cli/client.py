@@ -136,8 +136,11 @@ class Client:
             # leader it became): what retries UNAVAILABLE retries this too (job create: with the same request id)
             return Unavailable(f"the daemon at {self.address} ended the call as it stopped or took over; retry")
         if code == StatusCode.UNAVAILABLE and not _from_daemon(e):
-            err.message = (f"cannot reach the peloton daemon at {self.address} (is it running? see --address): "
-                           f"{e.details()}")
+            where = "is it running? see --address"
+            if self.target.searched:  # no address given: it fell back to TCP, finding no socket
+                where = (f"is it running? no daemon socket at {self.target.searched} that this user may open; a "
+                         "daemon of another --data-dir: export PELOTON_DATA_DIR=DIR, or see --address")
+            err.message = f"cannot reach the peloton daemon at {self.address} ({where}): {e.details()}"
         elif code == StatusCode.UNIMPLEMENTED:
             err.message = self._not_served(e.path)
         return err

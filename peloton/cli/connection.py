@@ -40,6 +40,9 @@ class Target:
         self.address, self.tls_ca, self.client_cert, self.client_key = address, tls_ca, client_cert, client_key
         self.context = context
         self.token = token
+        # the data dir's socket looked for in vain when no address was given (the CLI then tried the default TCP
+        # address): a daemon that cannot be reached there is told where the socket was looked for
+        self.searched: str | None = None
 
     @property
     def tls(self) -> bool:
@@ -120,14 +123,21 @@ def resolve(a: argparse.Namespace) -> Target:
     value = {k: flags[k] or os.environ.get(ENV[k]) or ctx.get(k) for k in KEYS}
     if bool(value["client-cert"]) != bool(value["client-key"]):
         raise InvalidArgument("--client-cert, --client-key: give both or neither", field="--client-cert")
-    return Target(value["address"] or default_address(), value["tls-ca"], value["client-cert"],
-                  value["client-key"], name, value["token"])
+    target = Target(value["address"] or default_address(), value["tls-ca"], value["client-cert"],
+                    value["client-key"], name, value["token"])
+    if not value["address"] and not target.address.startswith("unix:"):
+        target.searched = _socket_path()
+    return target
 
 
 def default_address() -> str:
     """The daemon's owner-only Unix socket in the default data dir when this user can open it (`make run`, then
     any command), else the default TCP address."""
-    sock = os.path.join(config.default_data_dir_path(), "peloton.sock")
+    sock = _socket_path()
     if os.path.exists(sock) and os.access(sock, os.R_OK | os.W_OK):
         return f"unix:{sock}"
     return config.DEFAULT_LISTEN
+
+
+def _socket_path() -> str:
+    return os.path.join(config.default_data_dir_path(), "peloton.sock")

@@ -109,3 +109,31 @@ def test_the_daemons_unix_socket_is_the_default_when_it_may_be_opened(tmp_path: 
         (tmp_path / "peloton.sock").chmod(0o000)  # another user's daemon (root would still be allowed)
         expected = f"unix:{tmp_path / 'peloton.sock'}" if os.geteuid() == 0 else "127.0.0.1:5391"
         assert resolve(args()).address == expected
+
+
+def test_a_daemon_not_found_by_default_is_told_where_the_socket_was_looked_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No address anywhere and no socket in the data dir: the CLI tries 127.0.0.1:5391. A daemon started with a
+    --data-dir and --listen of its own (the tutorial's, as root) was then reported as not running at 5391 alone;
+    the error names the socket it looked for and $PELOTON_DATA_DIR. A real call to a port nobody listens on."""
+    import socket
+
+    from peloton.api.v1 import job_pb2
+    from peloton.cli.client import Client
+    from peloton.errors import Unavailable
+
+    monkeypatch.setenv("PELOTON_CONFIG", str(tmp_path / "none.toml"))
+    monkeypatch.setenv("PELOTON_DATA_DIR", str(tmp_path / "data"))
+    for v in ("PELOTON_ADDRESS", "PELOTON_CONTEXT", "PELOTON_TLS_CA", "PELOTON_CLIENT_CERT", "PELOTON_CLIENT_KEY"):
+        monkeypatch.delenv(v, raising=False)
+    t = resolve(args())
+    assert t.address == "127.0.0.1:5391" and t.searched == str(tmp_path / "data" / "peloton.sock")
+    assert resolve(args(address="127.0.0.1:5391")).searched is None  # asked for: nothing was looked for
+    with socket.socket() as s:  # a port that refuses, instead of 5391 (another daemon may be there)
+        s.bind(("127.0.0.1", 0))
+        t.address = f"127.0.0.1:{s.getsockname()[1]}"
+    c = Client(t, timeout=5)
+    with pytest.raises(Unavailable) as e:
+        c.call(c.jobs.ListJobs, job_pb2.ListJobsRequest())
+    assert f"no daemon socket at {tmp_path / 'data' / 'peloton.sock'}" in e.value.message  # what the CLI prints
+    assert "export PELOTON_DATA_DIR=DIR" in e.value.message
