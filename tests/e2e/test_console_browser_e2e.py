@@ -271,6 +271,12 @@ def test_a_job_page_has_its_events_a_gangs_timeline_its_plan_and_follows_a_log(b
         predicted = browser.find_elements(By.CSS_SELECTOR, 'tr[data-plan="0"] td')[3].text
         assert float(predicted) > 0, row
         shot(browser, tmp_path, "job-plan")
+        # once the gang's run is over its members are no longer read: not "not reported yet" (they may have)
+        daemon.cli("job", "stop", planned)
+        row = wait(browser, lambda dr: (lambda r: r[0].text if r and "read only while the gang runs" in r[0].text
+                                        else None)(
+            dr.find_elements(By.CSS_SELECTOR, 'table[aria-label=Plans] tr[data-plan="0"]')), what="the ended plan")
+        assert "not reported yet" not in row, row
     finally:
         daemon.cli("job", "stop", planned)
     assert errors(browser) == []

@@ -527,9 +527,12 @@
           h("tbody", {}, planned.map((g) => {
             const p = g.plan;
             const measured = p.measured_members > 0;
+            // the daemon reads the members' speed only while the gang runs (as `job get` says)
+            const none = ["DONE", "ABORTING", "PREEMPTING"].includes(g.state) ? "read only while the gang runs"
+              : "not reported yet";
             return h("tr", { "data-plan": g.index }, h("td", {}, g.index), h("td", {}, p.gpus_per_host.join(" + ")),
               h("td", {}, seconds(p.step_time)), h("td", {}, fmt(p.samples_per_s)),
-              h("td", {}, measured ? seconds(p.measured_step_time) : "not reported yet"),
+              h("td", {}, measured ? seconds(p.measured_step_time) : none),
               h("td", {}, measured ? fmt(p.measured_samples_per_s) + " (" +
                 Math.round(100 * p.measured_samples_per_s / Math.max(p.samples_per_s, 1e-9)) + "% of predicted)" : "—"),
               h("td", {}, measured ? p.measured_members + " members" : "—"), h("td", {}, fmt(p.local_bsz)),
