@@ -76,6 +76,16 @@ def test_address_help_says_how_the_socket_of_another_data_dir_is_found() -> None
     assert address.help is not None and "socket in the data dir ($PELOTON_DATA_DIR" in address.help
 
 
+def test_pool_delete_help_names_the_jobs_that_refuse_it() -> None:
+    """The daemon refuses to delete a pool with unfinished jobs only (docs/cli.md; a finished job's pool goes): the
+    help said "without children, jobs or queued gangs", as if any job kept it."""
+    group = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction))
+    pool = group.choices["pool"]
+    sub = next(a for a in pool._actions if isinstance(a, argparse._SubParsersAction))
+    helps = {c.dest: c.help for c in sub._choices_actions}
+    assert helps["delete"] == "delete a pool without child pools, unfinished jobs or queued gangs"
+
+
 # --- errors ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("argv", "expected"), [
     (["job", "lst"], "peloton: error: job: unknown command 'lst' (did you mean 'list'?)"),

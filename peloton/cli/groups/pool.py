@@ -42,7 +42,7 @@ def register(name: str, g: argparse.ArgumentParser) -> None:
     x = add_command(rp, "get", help="one pool, per resource")
     x.add_argument("path", metavar="PATH")
     x.set_defaults(fn="admin:cmd_pool_get")
-    x = add_command(rp, "delete", help="delete a pool without children, jobs or queued gangs")
+    x = add_command(rp, "delete", help="delete a pool without child pools, unfinished jobs or queued gangs")
     x.add_argument("path", metavar="PATH")
     x.set_defaults(fn="admin:cmd_pool_delete")
 
