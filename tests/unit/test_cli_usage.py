@@ -86,6 +86,16 @@ def test_pool_delete_help_names_the_jobs_that_refuse_it() -> None:
     assert helps["delete"] == "delete a pool without child pools, unfinished jobs or queued gangs"
 
 
+def test_server_help_warns_of_what_a_new_user_trips_on() -> None:
+    """Two flags whose help left out what the README and docs/cli.md warn of: --local-host-resources' example had
+    no disk (a dimension left out is 0: a job asking for disk never fits), and --insecure named only the network
+    address, not that a root daemon then serves without authentication."""
+    server = next(p for p in commands(build_parser()) if p.prog == "peloton server")
+    helps = {a.dest: a.help or "" for a in server._actions}
+    assert "disk=" in helps["local_host_resources"] and "left out is 0" in helps["local_host_resources"]
+    assert "as root" in helps["insecure"] and "without authentication" in helps["insecure"]
+
+
 # --- errors ------------------------------------------------------------------------------------------------------
 @pytest.mark.parametrize(("argv", "expected"), [
     (["job", "lst"], "peloton: error: job: unknown command 'lst' (did you mean 'list'?)"),

@@ -434,7 +434,9 @@ def _store_flags(s: argparse.ArgumentParser) -> None:
 def _local_flags(s: argparse.ArgumentParser) -> None:
     """The local backend's hosts."""
     s.add_argument("--local-hosts", type=int, default=None, help="simulate N hosts on this machine")
-    s.add_argument("--local-host-resources", default=None, help="size of each simulated host: cpu=8,mem=16Gi,gpu=2")
+    s.add_argument("--local-host-resources", default=None,
+                   help="size of each simulated host: cpu=8,mem=16Gi,disk=100Gi,gpu=2 (a dimension left out is 0: "
+                        "without disk=, a job that asks for disk never fits)")
     s.add_argument("--local-host-labels", default=None, metavar="K=V[,K=V]",
                    help="labels of the local hosts (the simulated ones of --local-hosts, or this machine), e.g. "
                         "gpu_model=a100,nic_gbps=100,gpu_link=nvlink")
@@ -477,7 +479,9 @@ def _role_flags(s: argparse.ArgumentParser) -> None:
                         "internal services); give all processes the same file")
     s.add_argument("--insecure", action="store_true",
                    help="serve --listen / --internal-listen on an address other machines can reach although there "
-                        "is no TLS or authentication (refused without it)")
+                        "is no TLS or authentication (refused without it); as root with the local backend, serve "
+                        "without authentication instead of turning it on (any local user may then run tasks as "
+                        "any user; docs/security.md)")
 
 
 def _task_flags(s: argparse.ArgumentParser) -> None:
