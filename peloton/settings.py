@@ -232,12 +232,14 @@ class ServerConfig:
                                   field="--hostmgr")
         self._check_tls()
         self._check_bounds()
+        if self.listen:  # HOST:PORT only (a unix: socket is --unix-socket's), refused before anything starts
+            split_hostport(self.listen, "--listen")
         if self.listen and not self.insecure and not self.authenticated and not local_only(self.listen):
             raise InvalidArgument(
                 f"--listen: {self.listen} can be reached from other machines, and this daemon has no TLS with client "
                 "certificates or tokens (--tls-cert, --tls-key, and --tls-client-ca or --principals-file; "
                 "docs/security.md): anyone who reaches it could run commands as the daemon's user. Listen on "
-                "127.0.0.1 or a unix: socket, set up TLS, or pass --insecure to serve it anyway", field="--listen")
+                "127.0.0.1 (or ::1), set up TLS, or pass --insecure to serve it anyway", field="--listen")
         if self.ui_listen:
             split_hostport(self.ui_listen, "--ui-listen")
             # as the API: beyond loopback only over TLS (HTTPS with the daemon's certificate) and with callers

@@ -261,3 +261,14 @@ def test_each_caller_gets_the_documented_answer_and_each_refusal_is_audited(d: D
     for who, (code, message) in got.items():
         if code != OK:
             d.wait(f"{who}'s refused {method} is not audited", functools.partial(audited, who, code, message))
+
+
+def test_a_create_repeating_anothers_request_id_never_answers_with_their_job(d: Daemon1) -> None:
+    key = d.unique("request")
+    create = J + "CreateJob"
+    first = d.call(create, job_pb2.CreateJobRequest(spec=spec(), request_id=key), "alice").job_id
+    assert d.call(create, job_pb2.CreateJobRequest(spec=spec(), request_id=key), "alice").job_id == first  # a retry
+    for who in ("bob", "operator", "admin", "socket"):
+        code, message = answer(d, Row(create, "", frozenset(), lambda d, w: job_pb2.CreateJobRequest(
+            spec=spec(), request_id=key)), who)
+        assert code == "ALREADY_EXISTS", (who, code, message)

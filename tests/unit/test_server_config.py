@@ -233,3 +233,16 @@ def test_a_console_beyond_loopback_needs_tls_with_client_certificates_or_tokens(
     with pytest.raises(InvalidArgument, match="--ui-login-ttl: must be between 1 and 3600 seconds, got 0"):
         ServerConfig("127.0.0.1:0", None, tmp_path, ui_login_ttl_s=0).check()
     assert effective(["--ui-login-ttl", "30"], {}).ui_login_ttl == 30
+
+
+def test_the_refusal_of_a_listen_others_reach_suggests_only_what_listen_takes(tmp_path: Path) -> None:
+    """--listen is HOST:PORT; a unix: socket is --unix-socket's (the daemon's own user's), so the refusal must not
+    send a user to `--listen unix:...`, which is refused in turn as not HOST:PORT."""
+    from peloton.settings import ServerConfig
+
+    with pytest.raises(InvalidArgument) as refused:
+        ServerConfig("0.0.0.0:5391", None, tmp_path).check()
+    assert "--listen: 0.0.0.0:5391 can be reached from other machines" in str(refused.value)
+    assert "unix:" not in str(refused.value), str(refused.value)
+    with pytest.raises(InvalidArgument, match="--listen: expected HOST:PORT"):
+        ServerConfig("unix:/tmp/peloton.sock", None, tmp_path).check()
