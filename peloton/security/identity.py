@@ -3,7 +3,7 @@ Pure apart from reading the principals file. The principal and its permissions a
 (peloton/domain/principal.py); the gRPC side (authenticating a call, checking its method's permission) is
 security/auth.py, which hands the principal to the servicers through peloton/api/caller.py.
 
-Roles (cluster-wide for now; per-pool access lists are not built yet, docs/security.md):
+Roles (cluster-wide; a pool's access list also decides who submits to it: jobmgr/service.py, docs/security.md):
   admin      everything
   operator   every job (read, control, see its secrets and logs), hosts, the audit log; pools read-only
   submitter  create jobs, read every job, control and see the secrets and logs of its own
