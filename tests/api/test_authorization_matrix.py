@@ -1,14 +1,14 @@
 """Every public RPC against every kind of caller, through one real daemon (gRPC over TCP, sim backend, SQLite: who
-may call what is decided above the store, test_permissions.py runs the owner checks on both stores): the answer
-docs/security.md ("Principals and roles") documents. The RPCs are listed from the generated descriptors, so a new
-one without a row fails `test_every_public_rpc_has_a_row`.
+may call what is decided above the store; test_permissions.py runs the owner checks on both stores): the answer
+docs/security.md ("Principals and roles") documents, and each refusal in the audit log. The RPCs are listed from the
+generated descriptors, so a new one without a row fails `test_every_public_rpc_has_a_row`.
 
 Callers: no credentials; a viewer; alice, a submitter who owns the job, task, logs and model a row acts on; bob, a
 submitter, another tenant; an operator; an admin; the daemon's own user over its owner-only Unix socket (an admin,
-and the only caller of CreateConsoleLogin). The internal services are never served on these ports
-(test_grpc_api.py::test_the_internal_services_are_not_served_to_clients). Reads are open to every role (the documented rule: no tenant's
-jobs, pools, hosts or models are hidden from another's, only environment values and logs are the owner's);
-another tenant's object is PERMISSION_DENIED, not NOT_FOUND."""
+and the only caller of CreateConsoleLogin). Reads are open to every role (the documented rule: no tenant's jobs,
+pools, hosts or models are hidden from another's, only environment values and logs are the owner's); another
+tenant's object is PERMISSION_DENIED, not NOT_FOUND. The internal services are served on no public port
+(test_headers_that_name_another_caller_count_for_nothing_over_tcp)."""
 
 from __future__ import annotations
 
@@ -28,6 +28,7 @@ from peloton.api.v1 import (
     audit_pb2,
     cluster_pb2,
     host_pb2,
+    internal_pb2,
     job_pb2,
     model_pb2,
     respool_pb2,
@@ -149,7 +150,8 @@ def d(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Daemon1]:
         d.socket_principal = d.call(C + "GetClusterInfo", cluster_pb2.GetClusterInfoRequest(), "socket").security.caller
         d.running = d.alices_job()  # one that has started: its logs can be read
         d.wait("alice's job did not start", lambda: d.call(
-            "/peloton.v1.TaskService/GetTask", task_pb2.GetTaskRequest(job_id=d.running), "alice").task.state == "RUNNING")
+            "/peloton.v1.TaskService/GetTask", task_pb2.GetTaskRequest(job_id=d.running), "alice"
+        ).task.state == "RUNNING")
         yield d
     finally:
         channel.close()
@@ -272,3 +274,29 @@ def test_a_create_repeating_anothers_request_id_never_answers_with_their_job(d: 
         code, message = answer(d, Row(create, "", frozenset(), lambda d, w: job_pb2.CreateJobRequest(
             spec=spec(), request_id=key)), who)
         assert code == "ALREADY_EXISTS", (who, code, message)
+
+
+def test_headers_that_name_another_caller_count_for_nothing_over_tcp(d: Daemon1) -> None:
+    """The console's secret and for whom it calls (auth.py: only over its Unix socket) and the components' secret
+    (the internal services): over TCP no header makes a caller someone else, and the internal services are not
+    served there to anyone, an admin included."""
+    secret = (d.daemon.cfg.data_dir / "internal.secret")
+    forged = (("x-peloton-console", "x" * 64), ("x-peloton-as", "local"),
+              ("x-peloton-component", secret.read_text().strip() if secret.exists() else "0" * 64))
+    pool = respool_pb2.CreatePoolRequest(pool=respool_pb2.ResourcePool(path="/" + d.unique("forged")))
+    channel = d.channel
+    create_pool = channel.unary_unary(P + "CreatePool",
+                                      request_serializer=respool_pb2.CreatePoolRequest.SerializeToString,
+                                      response_deserializer=respool_pb2.CreatePoolResponse.FromString)
+    for md, code in ((forged, grpc.StatusCode.UNAUTHENTICATED),
+                     ((*d.md("viewer"), *forged), grpc.StatusCode.PERMISSION_DENIED)):
+        with pytest.raises(grpc.RpcError) as e:
+            create_pool(pool, timeout=T, metadata=md)
+        assert e.value.code() == code, e.value.details()
+    for service in internal_pb2.DESCRIPTOR.services_by_name.values():
+        m = service.methods[0]
+        with pytest.raises(grpc.RpcError) as e:
+            channel.unary_unary(f"/{service.full_name}/{m.name}", request_serializer=lambda r: r.SerializeToString(),
+                                response_deserializer=message_factory.GetMessageClass(m.output_type).FromString)(
+                message_factory.GetMessageClass(m.input_type)(), timeout=T, metadata=(*d.md("admin"), *forged))
+        assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED, (service.full_name, e.value.details())
