@@ -13,12 +13,14 @@ tenant's object is PERMISSION_DENIED, not NOT_FOUND. The internal services are s
 from __future__ import annotations
 
 import functools
+import http.client
 import json
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
 import grpc
 import pytest
@@ -300,3 +302,56 @@ def test_headers_that_name_another_caller_count_for_nothing_over_tcp(d: Daemon1)
                                 response_deserializer=message_factory.GetMessageClass(m.output_type).FromString)(
                 message_factory.GetMessageClass(m.input_type)(), timeout=T, metadata=(*d.md("admin"), *forged))
         assert e.value.code() == grpc.StatusCode.UNIMPLEMENTED, (service.full_name, e.value.details())
+
+
+# The web console's /api, as each caller: it calls the API with the caller's token (its cookie), so each answer is
+# the API's, as HTTP (docs/ui.md). (method, path of alice's objects, who is answered 200; others with a session 403)
+CONSOLE_ROWS: tuple[tuple[str, str, frozenset[str]], ...] = (
+    ("GET", "/api/session", EVERY_ROLE),
+    ("GET", "/api/cluster", EVERY_ROLE),
+    ("GET", "/api/jobs", EVERY_ROLE),
+    ("GET", "/api/jobs/{job}", EVERY_ROLE),
+    ("GET", "/api/jobs/{job}/members/0", EVERY_ROLE),
+    ("GET", "/api/jobs/{job}/events", EVERY_ROLE),
+    ("GET", "/api/jobs/{job}/gangs/0/timeline", EVERY_ROLE),
+    ("GET", "/api/jobs/{running}/members/0/logs", OWNER_OR_ANY),
+    ("GET", "/api/audit", AUDIT),
+    ("GET", "/api/queue", EVERY_ROLE),
+    ("GET", "/api/pools", EVERY_ROLE),
+    ("GET", "/api/hosts", EVERY_ROLE),
+    ("POST", "/api/jobs/{job}/stop", OWNER_OR_ANY),
+    ("POST", "/api/jobs/{stopped}/delete", OWNER_OR_ANY),
+    ("POST", "/api/hosts/" + HOST + "/drain", HOSTS),
+    ("POST", "/api/hosts/" + HOST + "/undrain", HOSTS),
+)
+
+
+def console(d: Daemon1, method: str, path: str, who: str) -> int:
+    """The console's HTTP status for `who` (a token's session: the token is the cookie; "nobody": no cookie)."""
+    assert d.daemon.console is not None
+    base = urlsplit(d.daemon.console.url)
+    conn = http.client.HTTPConnection(base.hostname or "", base.port, timeout=T)
+    try:
+        cookie = {"Cookie": f"peloton_console={d.tokens[who]}"} if who in d.tokens else {}
+        headers = dict(cookie)
+        if method == "POST" and cookie:  # as the console's own page sends it
+            conn.request("GET", "/api/session", headers=cookie)
+            headers["X-CSRF-Token"] = json.loads(conn.getresponse().read())["csrf"]
+        conn.request(method, path, headers={**headers, "Content-Length": "0"} if method == "POST" else headers)
+        r = conn.getresponse()
+        r.read()
+        return r.status
+    finally:
+        conn.close()
+
+
+@pytest.mark.parametrize(("method", "path", "allowed"), CONSOLE_ROWS, ids=[f"{m} {p}" for m, p, _ in CONSOLE_ROWS])
+def test_the_consoles_api_gives_each_caller_what_the_api_does(d: Daemon1, method: str, path: str,
+                                                               allowed: frozenset[str]) -> None:
+    got, want = {}, {}
+    for who in ("nobody", "viewer", "alice", "bob", "operator", "admin"):
+        url = path.format(job=d.alices_job() if "{job}" in path else "", running=d.running,
+                          stopped=d.alices_job(stopped=True) if "{stopped}" in path else "")
+        got[who] = console(d, method, url, who)
+        want[who] = 200 if who in allowed else 401 if who == "nobody" else 403
+    assert got == want
