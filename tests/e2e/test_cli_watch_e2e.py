@@ -176,3 +176,61 @@ def test_job_wait_gives_up_on_a_daemon_that_stays_away(daemon: Daemon, tmp_path:
     assert time.monotonic() - started >= 3  # not before the grace (the daemon never comes back: finish bounds it)
     assert "gave up after 3s without the peloton daemon" in err.splitlines()[-1]
     assert f"{job}: FAILED" not in err
+
+
+@sqlite_only
+def test_task_logs_follow_ends_with_its_attempt_on_a_gang_restart(daemon: Daemon, tmp_path: Path) -> None:
+    """`task logs -f` on a member whose peer fails: the gang restarts, and the follower prints its attempt's log and
+    exits 0 once that attempt is torn down (it does not hang, nor print the next attempt's lines)."""
+    job = daemon.create("name: flaky\ninstances: 2\nretry: {max_attempts: 2}\ntask:\n  command: >-\n"
+                        "    echo a$PELOTON_ATTEMPT; if [ \"$PELOTON_ATTEMPT\" = 1 ]; then\n"
+                        "      if [ \"$PELOTON_RANK\" = 1 ]; then sleep 4; exit 7; fi; sleep 300; fi; echo end\n"
+                        "  resources: {cpu: 0.5, mem: 64Mi}\n", tmp_path)
+    follow = daemon.popen("task", "logs", job, "0", "-f")
+    code, out, err = finish(follow, 90)
+    assert (code, out) == (0, "a1\n"), err
+    daemon.wait_state(job, "SUCCEEDED")
+    r = daemon.cli("task", "logs", job, "0", "-f", timeout=30)
+    assert r.stdout == "a2\nend\n"
+
+
+def test_followers_carry_on_to_a_standby_that_takes_over(daemon: Daemon, db_url: str, tmp_path: Path) -> None:
+    """kill -9 of the leader while `job wait` and `job get --watch` follow (given the leader's and the standby's
+    addresses): the standby takes over, adopts the tasks, and the followers, resuming a stream of another daemon,
+    get the jobs' state from it and answer with their real outcome (a job that ended while no daemon acted too)."""
+    from tests.e2e.harness import PELOTON
+
+    standby = Daemon(daemon.data_dir, db_url, port_base=daemon.port_base)  # same machine, data dir and flags
+    try:
+        standby.start(standby=True)
+        good = daemon.create("name: good\ninstances: 2\n"
+                             "task: {command: 'sleep 6; echo done', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+        bad = daemon.create("name: bad\ninstances: 1\nretry: {max_attempts: 1}\n"
+                            "task: {command: 'sleep 6; exit 3', resources: {cpu: 0.5, mem: 64Mi}}\n", tmp_path)
+        daemon.wait_state(good, "RUNNING")
+        daemon.wait_state(bad, "RUNNING")
+        both = f"{daemon.address},{standby.address}"
+
+        def follow(*args: str) -> subprocess.Popen[str]:
+            return subprocess.Popen([*PELOTON, "--address", both, *args], stdout=subprocess.PIPE,
+                                    stderr=subprocess.PIPE, text=True)
+
+        wait_good = follow("job", "wait", good, "--timeout", "150")
+        wait_bad = follow("job", "wait", bad, "--timeout", "150")
+        watch = follow("job", "get", good, "--watch", "-o", "json")
+        time.sleep(2)  # they are all following
+        assert all(p.poll() is None for p in (wait_good, wait_bad, watch))
+        daemon.kill9()
+        standby.wait_serving(90)
+        code, out, err = finish(wait_good, 150)
+        assert code == 0, (err, standby.job(good))
+        assert err.splitlines()[-1] == f"{good}: SUCCEEDED", err
+        code, out, err = finish(wait_bad, 150)
+        assert code == 1, (err, standby.job(bad))
+        assert f"{bad}: FAILED" in err and "exit code 3" in err, err
+        code, out, err = finish(watch, 60)
+        assert code == 0, err
+        assert json.loads(out.splitlines()[-1])["status"]["state"] == "SUCCEEDED", out
+    finally:
+        standby.stop()
+
