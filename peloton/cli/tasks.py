@@ -207,6 +207,8 @@ def _first_read(read: Callable[[task_pb2.GetTaskLogsRequest], task_pb2.GetTaskLo
         except Unavailable as e:
             reconnect.failed(e.message)
             continue
+        # the daemon answered: an absence before this one is over (a later one gets the whole grace period)
+        reconnect.ok()
         if t.state not in NOT_STARTED or (req.attempt and req.attempt != t.attempt):
             raise err
         if not told:

@@ -234,3 +234,26 @@ def test_followers_carry_on_to_a_standby_that_takes_over(daemon: Daemon, db_url:
     finally:
         standby.stop()
 
+
+@sqlite_only
+def test_task_logs_follow_waiting_for_a_start_rides_out_each_restart(daemon: Daemon, tmp_path: Path) -> None:
+    """`task logs -f` of a task that waits for room, begun while the daemon was down: it reaches the daemon and
+    waits; a restart long after is a new absence, given the whole grace period again (not counted from the first
+    one, which the daemon's answers since ended), and the log is printed once the task runs."""
+    blocker = daemon.create("name: blocker\ninstances: 2\n"
+                            "task: {command: 'sleep 600', resources: {cpu: 4, mem: 64Mi}}\n", tmp_path)
+    daemon.wait_state(blocker, "RUNNING")
+    job = daemon.create("name: later\ninstances: 1\ntask: {command: 'echo hello', resources: {cpu: 1, mem: 64Mi}}\n",
+                        tmp_path)
+    daemon.wait_state(job, "PENDING")
+    daemon.kill9()
+    follow = daemon.popen("task", "logs", job, "0", "-f", "--reconnect-grace", "8")
+    time.sleep(1)  # it retries
+    daemon.start(same_address=True)
+    time.sleep(10)  # it waits for the start, the daemon answering, past the grace since the first absence
+    daemon.kill9()
+    daemon.start(same_address=True)
+    daemon.cli("job", "stop", blocker)
+    code, out, err = finish(follow, 90)
+    assert (code, out) == (0, "hello\n"), err
+    assert err.count("reconnected to the daemon") == 2, err
