@@ -41,7 +41,7 @@ def _stderr(line: str) -> None:
 class Reconnect:
     """The retry policy of one follower. Call `ok()` after each success and `failed(why)` after each failure:
     `failed` sleeps before the next attempt (BACKOFF: from 0.25 s, doubling, at most 5 s, with jitter), or raises
-    DaemonUnreachable once the daemon has been unreachable for `grace_s` since the last success. It never sleeps
+    DaemonUnreachable once the daemon has been unreachable for `grace_s` since the last success (`ok`). It never sleeps
     past `deadline` (a monotonic time), so the caller sees its own timeout in time."""
 
     def __init__(self, address: str, grace_s: float = GRACE_S, deadline: float | None = None,
@@ -56,12 +56,14 @@ class Reconnect:
         self.rand = rand
         self._delays: Delays | None = None  # made at the first failure: `random` is not imported to start up
         self.down_since: float | None = None
+        self.heard: float | None = None  # when the daemon last answered (None: not yet)
         self.failures = 0
 
     def ok(self) -> None:
         if self.down_since is not None and self.notify:
             self.notify(f"reconnected to the daemon at {self.address}")
         self.down_since = None
+        self.heard = self.clock()
         if self._delays is not None:
             self._delays.reset()
 
@@ -70,8 +72,9 @@ class Reconnect:
         now = self.clock()
         self.failures += 1
         if self.down_since is None:
-            self.down_since = now
-            if self.notify:
+            # the grace counts from the last word heard: a stream found silent (SILENCE_S) was gone that long before
+            self.down_since = now if self.heard is None else self.heard
+            if self.notify and self.down_since + self.grace_s > now:
                 self.notify(f"{why}; retrying for up to {self.grace_s:g}s")
         left = self.down_since + self.grace_s - now
         if left <= 0:

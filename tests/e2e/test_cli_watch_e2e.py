@@ -257,3 +257,24 @@ def test_task_logs_follow_waiting_for_a_start_rides_out_each_restart(daemon: Dae
     code, out, err = finish(follow, 90)
     assert (code, out) == (0, "hello\n"), err
     assert err.count("reconnected to the daemon") == 2, err
+
+
+@sqlite_only
+def test_job_wait_counts_the_grace_from_the_last_word_of_a_daemon_gone_silent(daemon: Daemon, tmp_path: Path) -> None:
+    """A daemon that stops answering without closing its socket (SIGSTOP: a hung host) is noticed once its stream is
+    silent for 20 s; the grace counts from its last word, so with a grace shorter than that `job wait` gives up
+    then, rather than try again for the whole grace after it."""
+    job = daemon.create("name: s\ninstances: 1\ntask: {command: 'sleep 300', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                        tmp_path)
+    daemon.wait_state(job, "RUNNING")
+    p = daemon.popen("job", "wait", job, "--reconnect-grace", "5")
+    time.sleep(2)  # it follows
+    assert daemon.proc is not None
+    daemon.proc.send_signal(signal.SIGSTOP)
+    try:
+        code, out, err = finish(p, 90)
+    finally:
+        daemon.proc.send_signal(signal.SIGCONT)
+    assert code == 69, err
+    assert "gave up after 5s without the peloton daemon" in err and "no word from the daemon" in err, err
+    assert "retrying for up to" not in err, err  # not tried again: the grace was over when the silence was noticed
