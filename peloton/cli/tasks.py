@@ -266,6 +266,20 @@ def cmd_job_logs(c: Client, a: argparse.Namespace) -> int:
     return 0
 
 
+def _read_to_end(read: Read, req: task_pb2.GetTaskLogsRequest, m: _Member) -> None:
+    """The rest of the log of `m`'s attempt (one that has ended: a gang restart started the next), from where it
+    got to."""
+    assert m.offset is not None
+    while True:
+        req.offset, req.tail_bytes = m.offset, 0
+        r = read(req)
+        m.out.write(r.content)
+        m.offset = r.next_offset
+        if not r.content:
+            m.done = True
+            return
+
+
 def _follow_job_logs(c: Client, a: argparse.Namespace, stream: str, sleep: Callable[[float], None] = time.sleep,
                      refresh_s: float = 2.0) -> int:
     """`job logs -f`: reads each member's log in turn from where it got to; between rounds that found nothing new
@@ -328,6 +342,12 @@ def _follow_job_logs(c: Client, a: argparse.Namespace, stream: str, sleep: Calla
             for t in tasks:
                 m = members[t.instance]
                 if t.attempt > m.attempt:  # a gang restart: the new attempt, from its start
+                    if m.offset is not None and not m.done:  # what the old one wrote since the last read, first
+                        try:
+                            _read_to_end(read, task_pb2.GetTaskLogsRequest(
+                                job_id=a.job_id, instance=m.instance, attempt=m.attempt, stream=stream), m)
+                        except (FailedPrecondition, NotFound):  # its sandbox gone already: the new one still
+                            pass
                     m.out.end()
                     print(f"peloton: [{t.instance}] attempt {t.attempt} ({t.task_id})", file=sys.stderr, flush=True)
                     members[t.instance] = _Member(t.instance, t.attempt, m.out)

@@ -396,3 +396,56 @@ def test_task_get_says_when_it_shows_only_the_newest_events(capsys: pytest.Captu
     assert capsys.readouterr().out.splitlines()[-1] == "(the newest 3 of 2500 events)"
     assert cmd_task_get(client(3, 3), args) == 0
     assert "newest" not in capsys.readouterr().out
+
+
+# --- job logs -f across a gang restart ----------------------------------------------------------------------------
+class FakeJobDaemon:
+    """The calls `job logs -f` makes, of a job of two members whose logs live in `logs` ((instance, attempt) ->
+    bytes). The second time the job is asked for, the gang has restarted: the member 1's first attempt wrote its
+    last line after `job logs -f` had read it, and ended; both members are at attempt 2 (a line each), and the job
+    then succeeds."""
+
+    def __init__(self) -> None:
+        self.logs = {(0, 1): b"a0\n", (1, 1): b"a1\n"}
+        self.attempt = 1
+        self.state = "RUNNING"
+        self.gets = 0
+        self.address = "d:1"
+        self.jobs = argparse.Namespace(GetJob="GetJob")
+        self.tasks = argparse.Namespace(GetTaskLogs="GetTaskLogs", ListTasks="ListTasks")
+
+    def call(self, method: str, req: Any) -> Any:
+        if method == "GetJob":
+            self.gets += 1
+            if self.gets == 2:  # between a round's reads and this refresh: the last words, the restart
+                self.logs[(1, 1)] += b"dying\n"
+                self.logs.update({(0, 2): b"b0\n", (1, 2): b"b1\n"})
+                self.attempt = 2
+            elif self.gets > 2:
+                self.state = "SUCCEEDED"
+            return job_pb2.GetJobResponse(job=job_pb2.Job(id="j1", status=job_pb2.JobStatus(state=self.state)))
+        if method == "ListTasks":
+            return task_pb2.ListTasksResponse(tasks=[
+                task_pb2.TaskInfo(instance=i, attempt=self.attempt, task_id=f"j1-{i}-{self.attempt}") for i in (0, 1)])
+        attempt = req.attempt or self.attempt
+        data = self.logs[(req.instance, attempt)]
+        ended = attempt < self.attempt or self.state == "SUCCEEDED"
+        start = req.offset if req.HasField("offset") else max(0, len(data) - (req.tail_bytes or 1 << 20))
+        return task_pb2.GetTaskLogsResponse(task_id=f"j1-{req.instance}-{attempt}", content=data[start:],
+                                            next_offset=len(data), task_state="KILLED" if ended and attempt == 1
+                                            else "SUCCEEDED" if ended else "RUNNING")
+
+
+def test_job_logs_follow_prints_an_attempt_to_its_end_before_the_gang_restarts_next(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    from peloton.cli import tasks
+
+    written: list[bytes] = []
+    monkeypatch.setattr(tasks, "_write", written.append)
+    daemon = FakeJobDaemon()
+    a = argparse.Namespace(job_id="j1", tail=None, reconnect_grace=60.0)
+    assert tasks._follow_job_logs(daemon, a, "stdout", sleep=lambda s: None) == 0  # type: ignore[arg-type]
+    out = b"".join(written).decode().splitlines()
+    assert sorted(out) == ["[0] a0", "[0] b0", "[1] a1", "[1] b1", "[1] dying"], out
+    assert out.index("[1] dying") < out.index("[1] b1")
+    assert "[1] attempt 2 (j1-1-2)" in capsys.readouterr().err
