@@ -181,14 +181,21 @@ def test_job_wait_gives_up_on_a_daemon_that_stays_away(daemon: Daemon, tmp_path:
 @sqlite_only
 def test_task_logs_follow_ends_with_its_attempt_on_a_gang_restart(daemon: Daemon, tmp_path: Path) -> None:
     """`task logs -f` on a member whose peer fails: the gang restarts, and the follower prints its attempt's log and
-    exits 0 once that attempt is torn down (it does not hang, nor print the next attempt's lines)."""
+    exits 0 once that attempt is torn down (it does not hang, nor print the next attempt's lines). `job logs -f`
+    prints every attempt of every member, the failed member's last line before its next attempt's."""
     job = daemon.create("name: flaky\ninstances: 2\nretry: {max_attempts: 2}\ntask:\n  command: >-\n"
                         "    echo a$PELOTON_ATTEMPT; if [ \"$PELOTON_ATTEMPT\" = 1 ]; then\n"
-                        "      if [ \"$PELOTON_RANK\" = 1 ]; then sleep 4; exit 7; fi; sleep 300; fi; echo end\n"
+                        "      if [ \"$PELOTON_RANK\" = 1 ]; then sleep 4; echo dying; exit 7; fi; sleep 300; fi; echo end\n"
                         "  resources: {cpu: 0.5, mem: 64Mi}\n", tmp_path)
     follow = daemon.popen("task", "logs", job, "0", "-f")
+    every = daemon.popen("job", "logs", job, "-f")  # every member, every attempt: the first to its end, then the next
     code, out, err = finish(follow, 90)
     assert (code, out) == (0, "a1\n"), err
+    code, out, err = finish(every, 90)
+    assert code == 0, err
+    lines = out.splitlines()
+    assert sorted(lines) == ["[0] a1", "[0] a2", "[0] end", "[1] a1", "[1] a2", "[1] dying", "[1] end"], out
+    assert lines.index("[1] dying") < lines.index("[1] a2") and "[1] attempt 2" in err, (out, err)
     daemon.wait_state(job, "SUCCEEDED")
     r = daemon.cli("task", "logs", job, "0", "-f", timeout=30)
     assert r.stdout == "a2\nend\n"
