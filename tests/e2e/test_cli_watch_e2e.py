@@ -285,3 +285,44 @@ def test_job_wait_counts_the_grace_from_the_last_word_of_a_daemon_gone_silent(da
     assert code == 69, err
     assert "gave up after 5s without the peloton daemon" in err and "no word from the daemon" in err, err
     assert "retrying for up to" not in err, err  # not tried again: the grace was over when the silence was noticed
+
+
+def test_watch_jobs_resumes_only_what_its_own_history_holds(daemon: Daemon, tmp_path: Path) -> None:
+    """The WatchJobs API as docs/running.md has it, against the real daemon on both stores: a resume after a
+    revision of this daemon's stream gets exactly what was missed; one naming another daemon's stream, a revision
+    past the newest, or (after a restart) the stream of the daemon before gets a snapshot of the watched jobs, or,
+    watching every job, a `resync` notice."""
+    import grpc
+
+    from peloton.api.v1 import job_pb2, job_pb2_grpc
+
+    def first(req: job_pb2.WatchJobsRequest) -> job_pb2.WatchJobsResponse:
+        with grpc.insecure_channel(daemon.address) as ch:
+            call = job_pb2_grpc.JobServiceStub(ch).WatchJobs(req, timeout=30)
+            r = next(iter(call))
+            call.cancel()
+            return r
+
+    def states(r: job_pb2.WatchJobsResponse) -> list[tuple[str, str]]:
+        return [(c.job_id, c.state) for c in r.changes]
+
+    job = daemon.create("name: w\ninstances: 1\ntask: {command: 'sleep 2', resources: {cpu: 0.5, mem: 64Mi}}\n",
+                        tmp_path)
+    start = first(job_pb2.WatchJobsRequest(job_ids=[job]))
+    assert start.snapshot and start.stream_id and states(start) == [(job, start.changes[0].state)]
+    daemon.wait_state(job, "SUCCEEDED")
+    missed = first(job_pb2.WatchJobsRequest(job_ids=[job], stream_id=start.stream_id,
+                                            after_revision=start.revision))
+    assert not missed.snapshot and missed.stream_id == start.stream_id and missed.revision > start.revision
+    assert states(missed)[-1] == (job, "SUCCEEDED")
+    for stream_id, after in (("f" * 32, start.revision), (start.stream_id, missed.revision + 1000)):
+        r = first(job_pb2.WatchJobsRequest(job_ids=[job], stream_id=stream_id, after_revision=after))
+        assert r.snapshot and states(r) == [(job, "SUCCEEDED")], (stream_id, after, r)
+        r = first(job_pb2.WatchJobsRequest(stream_id=stream_id, after_revision=after))
+        assert r.resync and not r.changes and r.stream_id == start.stream_id, (stream_id, after, r)
+    daemon.kill9()
+    daemon.start(same_address=True)
+    r = first(job_pb2.WatchJobsRequest(job_ids=[job], stream_id=start.stream_id, after_revision=start.revision))
+    assert r.snapshot and r.stream_id != start.stream_id and states(r) == [(job, "SUCCEEDED")], r
+    r = first(job_pb2.WatchJobsRequest(stream_id=start.stream_id, after_revision=start.revision))
+    assert r.resync and r.stream_id != start.stream_id, r
