@@ -788,10 +788,12 @@ class JobManager:
         self.hub.wake_all()
 
     def act_again(self) -> None:
-        """The lock is held again: changes are taken again, and the watches' history, which lacks whatever
-        another daemon did meanwhile, is not resumed from (a stream that comes back gets a snapshot); `recover`
-        reads the rest back."""
-        self.writer.resume()
+        """The lock is held again: changes are taken again, each on its jobs as the store has them now (the cache,
+        which lacks whatever another daemon did meanwhile, is dropped before any is taken: a status or a stop that
+        came before `recover` ran would otherwise be applied to a view from before and written over the other
+        daemon's rows), and the watches' history is not resumed from (a stream that comes back gets a snapshot);
+        `recover` reads the rest back."""
+        self.writer.resume(clear=True)
         self.hub.forget()
 
     def _list_running(self) -> list[str]:

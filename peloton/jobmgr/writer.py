@@ -121,8 +121,15 @@ class Writer:
             self._paused = why
             self._leader = leader
 
-    def resume(self) -> None:
+    def resume(self, clear: bool = False) -> None:
+        """Take mutations again. `clear`: the store may have changed while paused (another daemon led): the cache
+        is dropped first, by a query put ahead of everything queued in the same hold of the lock that resumes, so
+        that no mutation submitted from then on runs on a view from before the pause (and writes it back over what
+        the other daemon wrote, the fence passing for this daemon's new epoch)."""
         with self._cond:
+            if clear:
+                self._queue.insert(0, Mutation(Kind.QUERY, query=_clearing(self)))
+                self._cond.notify()
             self._paused = None
 
     def refusal(self) -> Unavailable | None:
@@ -394,9 +401,9 @@ class Writers:
         for w in self.shards:
             w.pause(why, leader)
 
-    def resume(self) -> None:
+    def resume(self, clear: bool = False) -> None:
         for w in self.shards:
-            w.resume()
+            w.resume(clear)
 
     def refusal(self) -> Unavailable | None:
         """What a mutation is refused with while paused (every shard is paused and resumed together), or None."""

@@ -149,6 +149,22 @@ def test_a_paused_writer_refuses_until_resumed(writer: tuple[Writer, Recorded]) 
     w.run(stop("a"))
 
 
+def test_a_writer_resumed_after_another_daemon_led_reads_its_jobs_afresh(writer: tuple[Writer, Recorded],
+                                                                         sessions: sessionmaker[Session]) -> None:
+    """Paused (this daemon lost the store lock), the store may change under the cache: resumed with `clear`, the
+    first mutation reads the job as the store has it, not the cached view it would have written back."""
+    w, _ = writer
+    create(w, "a")
+    assert w.read(lambda views: views["a"].job.desired) == "RUNNING"  # cached
+    for clear in (False, True):
+        w.pause("no lock")
+        with db.transaction(sessions) as s:  # another daemon stops the job meanwhile
+            s.execute(text("UPDATE jobs SET desired = 'KILLED' WHERE id = 'a'"))
+        w.resume(clear)
+        desired = w.read(lambda views: views["a"].job.desired, ["a"])
+        assert desired == ("KILLED" if clear else "RUNNING")  # (without clear: the view from before the pause)
+
+
 def test_a_status_update_of_a_big_job_writes_a_handful_of_rows(writer: tuple[Writer, Recorded],
                                                               monkeypatch: pytest.MonkeyPatch) -> None:
     w, _ = writer
