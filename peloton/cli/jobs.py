@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any
 
 from peloton.api.v1 import job_pb2
 from peloton.cli import render
-from peloton.cli.exits import EXIT_ERROR, EXIT_TIMEOUT
+from peloton.cli.exits import EXIT_ERROR, EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_UNAVAILABLE
 from peloton.errors import InvalidArgument, NotFound, PelotonError, Unavailable
 from peloton.retry import Backoff
 from peloton.retry.sleeping import retry_call
@@ -388,9 +388,9 @@ def cmd_job_delete(c: Client, a: argparse.Namespace) -> int:
 
 
 def cmd_job_wait(c: Client, a: argparse.Namespace) -> int:
-    """Exit 0 only when the job SUCCEEDED; 1 when it ended otherwise; 124 on timeout; 69 (raised as
-    DaemonUnreachable) when the daemon stayed unreachable for the grace period."""
-    from peloton.cli.reconnect import Reconnect, WatchTimeout
+    """Exit 0 only when the job SUCCEEDED; 1 when it ended otherwise; 124 on timeout; 69 when the daemon stayed
+    unreachable for the grace period; 130 on Ctrl-C. Each of these prints the document (`-o json|yaml`)."""
+    from peloton.cli.reconnect import DaemonUnreachable, Reconnect, WatchTimeout
 
     if a.wait_timeout < 0:
         raise InvalidArgument(f"--timeout: must not be negative, got {a.wait_timeout:g}")
@@ -402,8 +402,14 @@ def cmd_job_wait(c: Client, a: argparse.Namespace) -> int:
         print(f"peloton: timed out after {a.wait_timeout:g}s waiting for job {a.job_id}"
               + (f" (state {seen[-1]})" if seen else ""), file=sys.stderr)
         code = EXIT_TIMEOUT
+    except DaemonUnreachable as e:  # caught here, not in main, so that the document keeps the states seen
+        print(f"peloton: error: {e.message}", file=sys.stderr)
+        code = EXIT_UNAVAILABLE
+    except KeyboardInterrupt:  # quietly, as main would, but with the document
+        code = EXIT_INTERRUPTED
     render.done(a, {"job_id": a.job_id, "state": seen[-1] if seen else None, "states": seen,
-                    "timed_out": code == EXIT_TIMEOUT, "succeeded": code == 0})
+                    "timed_out": code == EXIT_TIMEOUT, "unreachable": code == EXIT_UNAVAILABLE,
+                    "interrupted": code == EXIT_INTERRUPTED, "succeeded": code == 0})
     return code
 
 

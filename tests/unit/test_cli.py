@@ -449,3 +449,71 @@ def test_job_logs_follow_prints_an_attempt_to_its_end_before_the_gang_restarts_n
     assert sorted(out) == ["[0] a0", "[0] b0", "[1] a1", "[1] b1", "[1] dying"], out
     assert out.index("[1] dying") < out.index("[1] b1")
     assert "[1] attempt 2 (j1-1-2)" in capsys.readouterr().err
+
+
+class _UntilDeadline(FakeCall):
+    """RUNNING, then a stream that stays open until the caller's deadline ends it (DEADLINE_EXCEEDED)."""
+
+    def __init__(self, deadline: list[float]) -> None:
+        super().__init__([resp("s", 1, "RUNNING")])
+        self.deadline = deadline
+
+    def __iter__(self) -> Iterator[job_pb2.WatchJobsResponse]:
+        yield from self.responses
+        import time
+
+        while time.monotonic() < self.deadline[0]:
+            time.sleep(0.01)
+        raise RpcError(StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+
+
+class _WaitClient:
+    """What `job wait` uses of a Client, over prepared streams (the real resumed watch and Reconnect)."""
+
+    address = "d:1"
+
+    def __init__(self, *calls: FakeCall | Exception) -> None:
+        self.daemon = FakeDaemon(*calls)
+        self.deadline: list[float] = [0.0]
+
+    def watch_jobs(self, job_ids: list[str], tasks: bool, reconnect: Reconnect, deadline: float | None = None
+                   ) -> Iterator[job_pb2.WatchJobsResponse]:
+        self.deadline[0] = deadline or 0.0
+        return watch_jobs(self.daemon, job_ids, tasks, reconnect, deadline)
+
+
+class _Interrupt(FakeCall):
+    def __iter__(self) -> Iterator[job_pb2.WatchJobsResponse]:
+        yield from self.responses
+        raise KeyboardInterrupt
+
+
+@pytest.mark.parametrize("ending", ["unreachable", "timed_out", "interrupted"])
+def test_job_wait_prints_its_document_with_the_states_seen_however_it_ends(
+        ending: str, capsys: pytest.CaptureFixture[str]) -> None:
+    """`job wait -o json` that gave up on the daemon (69), timed out (124) or was interrupted (130) still prints
+    its document, with the states seen so far and what ended it: a script keeps what was seen."""
+    import json
+
+    from peloton.cli.exits import EXIT_INTERRUPTED, EXIT_TIMEOUT, EXIT_UNAVAILABLE
+    from peloton.cli.jobs import cmd_job_wait
+
+    first = [resp("s", 1, "PENDING"), resp("s", 2, "RUNNING")]
+    if ending == "unreachable":  # no grace: the first failure after the last word gives up
+        c = _WaitClient(FakeCall(first, UNAVAILABLE))
+    elif ending == "timed_out":
+        c = _WaitClient(FakeCall(first[:1], UNAVAILABLE))
+        c.daemon.calls.append(_UntilDeadline(c.deadline))
+    else:
+        c = _WaitClient(_Interrupt(first))
+    a = argparse.Namespace(job_id="j1", wait_timeout=0.3 if ending == "timed_out" else 0.0,
+                           reconnect_grace=0.0 if ending == "unreachable" else 60.0, output="json")
+    code = cmd_job_wait(c, a)  # type: ignore[arg-type]
+    out, err = capsys.readouterr()
+    assert code == {"unreachable": EXIT_UNAVAILABLE, "timed_out": EXIT_TIMEOUT, "interrupted": EXIT_INTERRUPTED}[ending]
+    doc = json.loads(out)
+    assert doc == {"job_id": "j1", "state": "RUNNING", "states": ["PENDING", "RUNNING"], "succeeded": False,
+                   "timed_out": ending == "timed_out", "unreachable": ending == "unreachable",
+                   "interrupted": ending == "interrupted"}, out
+    if ending == "unreachable":
+        assert "peloton: error: gave up after 0s without the peloton daemon at d:1" in err
