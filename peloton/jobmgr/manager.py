@@ -82,6 +82,7 @@ LOG_READ_MAX = 1024 * 1024
 MEASURED_MEMBERS = 8  # members of a model-aware gang whose reports `job get` reads (one RPC each)
 MAX_GANGS_SHOWN = 1000  # gangs in a GetJob answer (a 100,000-instance elastic job has 100,000 gangs)
 MAX_EVENTS_SHOWN = 1000  # newest events of a task in a GetTask answer
+ATTEMPT_EVENTS_READ = 100  # newest events of one attempt that GetTaskLogs reads (an attempt has a handful)
 MAX_PAGE_BYTES = 2 * 1024 * 1024  # a ListJobs page stops growing here (a job spec may be 1 MiB)
 
 
@@ -580,18 +581,21 @@ class JobManager:
         """(task id, content, offset after it, the attempt's state)."""
         if stream not in ("", "stdout", "stderr"):
             raise InvalidArgument("stream: must be stdout or stderr", field="stream")
-        task, events = self.get_task(job_id, instance)
-        attempt = attempt or task.attempt
-        ran = {e.attempt for e in events if e.state in (TaskState.LAUNCHING, TaskState.RUNNING)}
-        if attempt not in ran:
-            known = sorted(ran)
+        with transaction(self.read_sessions) as s:
+            tasks = repo.get_tasks(s, job_id, [instance])
+            if not tasks:
+                repo.get_job(s, job_id)
+                raise NotFound(f"job {job_id} has no instance {instance}")
+            task = tasks[0]
+            attempt = attempt or task.attempt
             if attempt > task.attempt:
                 raise NotFound(f"task {job_id}-{instance} has no attempt {attempt} (attempts so far: "
                                f"{task.attempt})", field="attempt")
-            raise FailedPrecondition(f"attempt {attempt} of task {job_id}-{instance} was never launched; no logs"
-                                     + (f" (launched attempts: {known})" if known else ""))
-        state = task.state.value if attempt == task.attempt else next(
-            (e.state.value for e in reversed(events) if e.attempt == attempt), "")
+            # that attempt's own events, not the task's newest: an old attempt of a long history is past those
+            events = repo.get_attempt_events(s, job_id, instance, attempt, newest=ATTEMPT_EVENTS_READ)
+        if not any(e.state in (TaskState.LAUNCHING, TaskState.RUNNING) for e in events):
+            raise FailedPrecondition(f"attempt {attempt} of task {job_id}-{instance} was never launched; no logs")
+        state = task.state.value if attempt == task.attempt else events[-1].state.value
         task_id = policy.task_id_for(job_id, instance, attempt)
         start, size = (-tail, tail) if offset is None else (offset, LOG_READ_MAX)
         content, nxt = self.hostmgr.read_log(task_id, stream or "stdout", start, size)

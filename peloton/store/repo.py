@@ -767,6 +767,15 @@ def get_task_events(s: Session, job_id: str, instance: int, newest: int | None =
     return [e for r in rows for e in _events_of_row(r, ((instance, instance),))]
 
 
+def get_attempt_events(s: Session, job_id: str, instance: int, attempt: int, newest: int = 100) -> list[TaskEvent]:
+    """One attempt's events of one task, oldest first (time, then id); the `newest` of them. [] for an unknown
+    task or attempt. On the (job_id, attempt, instance) index: however long the task's history, only this
+    attempt's rows are read."""
+    q = (select(_EVENTS).where(_EVENTS.c.attempt == attempt, *_covering(job_id, instance, instance))
+         .order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc()).limit(max(0, int(newest))))
+    return [e for r in reversed(s.execute(q).all()) for e in _events_of_row(r, ((instance, instance),))]
+
+
 def list_task_events(s: Session, job_id: str, instances: Sequence[int] | None = None, newest: int = 1000
                      ) -> tuple[list[TaskEvent], int]:
     """The job's history across its members (`instances` only, when given): the `newest` events, oldest first
