@@ -34,10 +34,9 @@ def _history(sessions: sessionmaker[Session]) -> None:
         tasks = [dataclasses.replace(t, attempt=ATTEMPTS, state=TaskState.RUNNING) for t in tasks]
         events = []
         for a in range(1, ATTEMPTS + 1):
-            states = ((TaskState.PENDING, TaskState.KILLED) if a == 3 else LAUNCHED[:3] if a == ATTEMPTS
-                      else LAUNCHED)
-            if job_id == "j2":
-                states = (TaskState.PENDING,)
+            states: tuple[TaskState, ...] = (
+                (TaskState.PENDING,) if job_id == "j2" else (TaskState.PENDING, TaskState.KILLED) if a == 3
+                else LAUNCHED[:3] if a == ATTEMPTS else LAUNCHED)
             events += [TaskEvent(job_id, i, a, st, a * 10.0 + k) for k, st in enumerate(states) for i in (0, 1)]
         with db.transaction(sessions) as s:
             repo.insert_job(s, job, gangs, tasks)
