@@ -167,7 +167,7 @@ def test_job_wait_gives_up_on_a_daemon_that_stays_away(daemon: Daemon, tmp_path:
     job = daemon.create("name: s\ninstances: 1\ntask: {command: 'sleep 300', resources: {cpu: 0.5, mem: 64Mi}}\n",
                         tmp_path)
     daemon.wait_state(job, "RUNNING")
-    p = daemon.popen("job", "wait", job, "--reconnect-grace", "3")
+    p = daemon.popen("job", "wait", job, "--reconnect-grace", "3", "-o", "json")
     time.sleep(1)
     started = time.monotonic()
     daemon.stop()
@@ -176,6 +176,10 @@ def test_job_wait_gives_up_on_a_daemon_that_stays_away(daemon: Daemon, tmp_path:
     assert time.monotonic() - started >= 3  # not before the grace (the daemon never comes back: finish bounds it)
     assert "gave up after 3s without the peloton daemon" in err.splitlines()[-1]
     assert f"{job}: FAILED" not in err
+    # -o json: the document all the same, with the states seen and that it gave up
+    doc = json.loads(out)
+    assert (doc["state"], doc["states"], doc["unreachable"], doc["timed_out"], doc["succeeded"]) == (
+        "RUNNING", ["RUNNING"], True, False, False), out
 
 
 @sqlite_only
