@@ -108,9 +108,7 @@ class TaskEventRow(Base):
     message: Mapped[str] = mapped_column(Text, nullable=False)
     exit_code: Mapped[int | None] = mapped_column(Integer, nullable=True)
 
-    # (job_id, attempt, instance): one attempt's events (`task logs --attempt N`) without reading the task's history
-    __table_args__ = (Index("ix_task_events_job_id_instance", "job_id", "instance"),
-                      Index("ix_task_events_job_id_attempt_instance", "job_id", "attempt", "instance"))
+    __table_args__ = (Index("ix_task_events_job_id_instance", "job_id", "instance"),)
 
 
 class ResourcePoolRow(Base):

@@ -769,8 +769,8 @@ def get_task_events(s: Session, job_id: str, instance: int, newest: int | None =
 
 def get_attempt_events(s: Session, job_id: str, instance: int, attempt: int, newest: int = 100) -> list[TaskEvent]:
     """One attempt's events of one task, oldest first (time, then id); the `newest` of them. [] for an unknown
-    task or attempt. On the (job_id, attempt, instance) index: however long the task's history, only this
-    attempt's rows are read."""
+    task or attempt. On the (job_id, instance) index, filtered by attempt: found however long the task's history
+    (its rows read once; no index of its own: every status change inserts into this table)."""
     q = (select(_EVENTS).where(_EVENTS.c.attempt == attempt, *_covering(job_id, instance, instance))
          .order_by(_EVENTS.c.time.desc(), _EVENTS.c.id.desc()).limit(max(0, int(newest))))
     return [e for r in reversed(s.execute(q).all()) for e in _events_of_row(r, ((instance, instance),))]
