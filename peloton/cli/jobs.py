@@ -136,7 +136,9 @@ def cmd_job_plan(c: Client, a: argparse.Namespace) -> int:
 
 
 def fetch_job(c: Client, job_id: str) -> tuple[job_pb2.Job, list[task_pb2.TaskInfo]]:
-    """The job and every task of it (following the pages). The two calls go out together."""
+    """The job and every task of it (following the pages). The two calls go out together, so the daemon may answer
+    the tasks from before a commit and the job from after it: a job that has ended with a task still shown running
+    (the last view of `job get --watch`) has its tasks read again, after the job, which they then are not older than."""
     from peloton.api.v1 import task_pb2
 
     pending = c.jobs.GetJob.future(job_pb2.GetJobRequest(job_id=job_id), timeout=c.timeout)
@@ -147,11 +149,21 @@ def fetch_job(c: Client, job_id: str) -> tuple[job_pb2.Job, list[task_pb2.TaskIn
     finally:
         pending.cancel()
         first.cancel()
+    tasks = _all_tasks(c, job_id, page)
+    if job.status.state in render.JOB_TERMINAL and any(t.state not in render.TASK_TERMINAL for t in tasks):
+        tasks = _all_tasks(c, job_id, c.call(c.tasks.ListTasks, task_pb2.ListTasksRequest(job_id=job_id)))
+    return job, tasks
+
+
+def _all_tasks(c: Client, job_id: str, page: Any) -> list[task_pb2.TaskInfo]:
+    """The tasks of `page` and of the pages after it."""
+    from peloton.api.v1 import task_pb2
+
     tasks = list(page.tasks)
     while page.next_page_token:
         page = c.call(c.tasks.ListTasks, task_pb2.ListTasksRequest(job_id=job_id, page_token=page.next_page_token))
         tasks += page.tasks
-    return job, tasks
+    return tasks
 
 
 def _result(c: Client, future: Any) -> Any:
