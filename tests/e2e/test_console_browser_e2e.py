@@ -418,18 +418,23 @@ def test_every_control_has_a_label_and_the_pages_work_from_the_keyboard(browser:
     assert errors(browser) == []
 
 
-def test_the_pools_tree_and_the_hosts_map_show_a_drained_host_and_stranded_and_reserved_gpus(
-        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
-    daemon.cli("pool", "create", "/research", "--reservation", "cpu=16,gpu=16", "--limit", "gpu=48")
-    daemon.cli("pool", "create", "/research/vision", "--reservation", "gpu=8")
-    # an empty cluster, one host drained, eleven members of 7 GPUs on the other eleven (one GPU free on each), then
-    # a member of 2 GPUs that waits: the free GPUs are stranded, but on the host kept for it (reserved)
+def empty_cluster(daemon: ConsoleDaemon) -> None:
+    """Every job of the shared daemon stopped (by alice, an admin), and its GPUs free again."""
     api = Browser(daemon.ui)
     api.login(daemon.tokens["alice"])
     for state in ("RUNNING", "PENDING"):
         for j in api.get(f"/api/jobs?state={state}&page_size=500").json()["jobs"]:
             api.post(f"/api/jobs/{j['id']}/stop")
     wait_for(lambda: api.get("/api/cluster").json()["allocated"]["gpu"] == 0, what="an empty cluster")
+
+
+def test_the_pools_tree_and_the_hosts_map_show_a_drained_host_and_stranded_and_reserved_gpus(
+        browser: Any, daemon: ConsoleDaemon, tmp_path: Path) -> None:
+    daemon.cli("pool", "create", "/research", "--reservation", "cpu=16,gpu=16", "--limit", "gpu=48")
+    daemon.cli("pool", "create", "/research/vision", "--reservation", "gpu=8")
+    # an empty cluster, one host drained, eleven members of 7 GPUs on the other eleven (one GPU free on each), then
+    # a member of 2 GPUs that waits: the free GPUs are stranded, but on the host kept for it (reserved)
+    empty_cluster(daemon)
     drained = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"])[-1]
     daemon.cli("host", "drain", drained)  # without tasks: drained at once
     sevens = daemon.submit(tmp_path, "sevens", instances=11, gpu=7)
@@ -511,12 +516,7 @@ def test_the_hosts_map_shows_a_host_drained_by_someone_else_with_no_job_changing
         browser: Any, daemon: ConsoleDaemon) -> None:
     """No API streams host changes, and the map was re-read on job changes only: a host drained (or failed) while
     no job changed stayed shown in service until one did. The view is read again every 5 s too."""
-    api = Browser(daemon.ui)
-    api.login(daemon.tokens["alice"])
-    for state in ("RUNNING", "PENDING"):
-        for j in api.get(f"/api/jobs?state={state}&page_size=500").json()["jobs"]:
-            api.post(f"/api/jobs/{j['id']}/stop")
-    wait_for(lambda: api.get("/api/cluster").json()["allocated"]["gpu"] == 0, what="an empty cluster")
+    empty_cluster(daemon)
     host = sorted(h["hostname"] for h in json.loads(daemon.cli("host", "list", "-o", "json").stdout)["hosts"])[0]
     log_in(browser, daemon, "alice")
     act(browser, By.LINK_TEXT, "Hosts")
